@@ -1,0 +1,34 @@
+# Two commands for a fresh machine with Python >= 3.10: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.kvmon-installed
+
+.PHONY: run demo test lint bench package clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## Set up and open the dashboard (auto-detects llama-server :8080 / Ollama :11434, else the demo).
+run: $(STAMP)
+	$(BIN)/python -m kvmon $(ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m kvmon --demo $(ARGS)
+
+## Set up and run every test (offscreen Qt; the real-window test uses Xvfb when installed) and ruff.
+test: $(STAMP)
+	$(BIN)/python -m ruff check kvmon tests bench
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/python -m ruff check kvmon tests bench
+
+bench: $(STAMP)
+	for b in bench/*.py; do QT_QPA_PLATFORM=offscreen $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

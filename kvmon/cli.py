@@ -1,0 +1,121 @@
+"""kvmon's one entry point: the dashboard by default, plus once/sim/proxy/screenshot/replay/serve.
+
+Each subcommand's work lives in its own module, imported only when that subcommand runs, so that
+``kvmon once`` never loads Qt and ``kvmon --version`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kvmon import __version__
+
+SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
+
+
+def _add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
+    p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    p.add_argument("--log", default=None, metavar="FILE", help="the server's log file, for KV type and layers")
+    p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, documented in the README."""
+    parser = argparse.ArgumentParser(
+        prog="kvmon",
+        description="Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom "
+        "for llama-server and Ollama.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvmon {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    once = sub.add_parser("once", help="two polls ~1 s apart, print one reading and exit")
+    _add_connection_args(once)
+    once.add_argument("--json", action="store_true", help="print the documented JSON document")
+    once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
+
+    sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
+    sim.add_argument("--scenario", default="seed-3090x2")
+    sim.add_argument("--port", type=int, default=0, help="0 = a random free port")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    sim.add_argument("--fault", action="append", default=[], help="inject a fault, e.g. hang:10 or restart")
+
+    proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server)")
+    proxy.add_argument("--listen", default="127.0.0.1:11435")
+    proxy.add_argument("--upstream", default="http://127.0.0.1:11434")
+
+    shot = sub.add_parser("screenshot", help="headless capture of the dashboard")
+    _add_connection_args(shot)
+    shot.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO")
+    shot.add_argument("--after", type=float, default=5.0, help="seconds to run before capturing")
+    shot.add_argument("-o", "--output", required=True, help="PNG file to write")
+    shot.add_argument("--panel", default=None, help="one panel only (e.g. speed-vs-context)")
+
+    replay = sub.add_parser("replay", help="open a recorded session in the dashboard")
+    replay.add_argument("file", help="a .jsonl recording")
+
+    serve = sub.add_parser("serve", help="headless Prometheus exporter of kvmon's readings")
+    _add_connection_args(serve)
+    serve.add_argument("--listen", default="127.0.0.1:9464")
+
+    # The dashboard (no subcommand).
+    parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
+                        help="open the dashboard on the built-in simulator")
+    parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
+    parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
+    parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    parser.add_argument("--log", default=None, metavar="FILE", help="the server's log file")
+    parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the chosen command; returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # A bare URL as the first word means "dashboard on URL", not a subcommand.
+    url: str | None = None
+    if args_list and not args_list[0].startswith("-") and args_list[0] not in SUBCOMMANDS:
+        url = args_list.pop(0)
+    args = parser.parse_args(args_list)
+    args.url = url if args.command is None else getattr(args, "url", None)
+
+    if args.command == "once":
+        from kvmon.once import run as run_once
+
+        return run_once(args)
+    if args.command == "sim":
+        from kvmon.sim.cli import run as run_sim
+
+        return run_sim(args)
+    if args.command == "proxy":
+        from kvmon.proxy import run as run_proxy
+
+        return run_proxy(args)
+    if args.command == "screenshot":
+        from kvmon.gui.screenshot import run as run_screenshot
+
+        return run_screenshot(args)
+    if args.command == "replay":
+        from kvmon.gui.app import run_replay
+
+        return run_replay(args)
+    if args.command == "serve":
+        from kvmon.exporter import run as run_serve
+
+        return run_serve(args)
+    if args.self_test:
+        from kvmon.gui.selftest import run as run_self_test
+
+        return run_self_test(args)
+    from kvmon.gui.app import run as run_gui
+
+    return run_gui(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

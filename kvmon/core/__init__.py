@@ -1,0 +1,1 @@
+"""Qt-free core: readings, snapshots, rates, history, alerts, recording."""

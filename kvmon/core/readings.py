@@ -1,0 +1,223 @@
+"""Immutable readings that sources return and analysis consumes.
+
+Sources (HTTP, NVML, psutil, log files) turn the outside world into these plain values; nothing here
+does I/O. Unknown is ``None``; a field that could not be read says why in ``reasons``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+class FailureKind(str, enum.Enum):
+    """Why a poll produced no reading (or only part of one)."""
+
+    BAD_URL = "bad_url"
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    AUTH_REJECTED = "auth_rejected"
+    MODEL_LOADING = "model_loading"
+    ENDPOINT_DISABLED = "endpoint_disabled"
+    UNEXPECTED_BODY = "unexpected_body"
+    NOT_FOUND = "not_found"
+    SERVER_ERROR = "server_error"
+
+
+class Provenance(str, enum.Enum):
+    """Where a number came from; every figure on screen can say it."""
+
+    MEASURED = "measured"
+    COMPUTED = "computed"
+    USER = "user"
+    TABLE = "table"
+    LOG = "log"
+    COMMAND_LINE = "command_line"
+    DEFAULT = "default"
+    ESTIMATED = "estimated"
+
+
+@dataclass(frozen=True)
+class SourceFailure:
+    """A typed failure with a one-line human reason (never contains credentials)."""
+
+    kind: FailureKind
+    reason: str
+    endpoint: str | None = None
+    status_code: int | None = None
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class SourceError(Exception):
+    """Raised by a source when a poll cannot produce any reading."""
+
+    def __init__(self, failure: SourceFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+@dataclass(frozen=True)
+class SlotReading:
+    """One llama-server slot (or one Ollama request stream) at poll time."""
+
+    id: int
+    n_ctx: int | None
+    context_tokens: int | None  # tokens now held in this slot's cache (prompt + generated)
+    processing: bool
+    n_decoded: int | None = None  # generated tokens of the current/last request (a counter)
+    n_remain: int | None = None
+    id_task: int | None = None
+    n_prompt_tokens_processed: int | None = None
+    n_prompt_tokens_cache: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings no endpoint shows: learnt from the command line, environment, log or user."""
+
+    n_ctx_total: int | None = None  # -c: all slots together
+    n_parallel: int | None = None  # -np
+    kv_unified: bool | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    flash_attn: str | None = None  # "on" | "off" | "auto"
+    n_gpu_layers: int | None = None
+    n_ubatch: int | None = None
+    model_path: str | None = None
+    offloaded_layers: int | None = None
+    total_layers: int | None = None
+    kv_bytes_allocated: int | None = None  # llama.cpp's own KV size line
+    model_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)
+    kv_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)
+    compute_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)
+    provenance: Mapping[str, Provenance] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What is known about the loaded model; ``shape`` is a ``kvmon.physics.shape.ModelShape``."""
+
+    name: str | None = None
+    arch: str | None = None
+    n_params: int | None = None
+    weight_bytes: int | None = None
+    n_ctx_train: int | None = None
+    n_embd: int | None = None
+    quantization: str | None = None
+    path: str | None = None
+    digest: str | None = None
+    shape: Any = None  # ModelShape | None (kept Any to avoid an import cycle)
+    shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """Timings of one finished request, as the server reported them (proxy or final chunk)."""
+
+    t_end: float
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    prompt_seconds: float | None = None
+    predicted_tokens: int | None = None
+    predicted_seconds: float | None = None
+    context_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerReading:
+    """One poll of a model server. Counters are raw; rates are made in ``kvmon.core.rates``."""
+
+    t_monotonic: float
+    t_wall: float
+    backend: str  # "llama-server" | "ollama" | "vllm" | "openai" | "unknown"
+    url: str  # never carries credentials
+    server_version: str | None = None
+    state: str = "ok"  # "ok" | "loading" | "sleeping" | "idle"
+    model: ModelInfo | None = None
+    slots: tuple[SlotReading, ...] = ()
+    total_slots: int | None = None
+    kv_unified: bool | None = None
+    metrics_enabled: bool | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)  # counters by name, no prefix
+    config: ServerConfig = field(default_factory=ServerConfig)
+    weight_bytes_vram: int | None = None  # Ollama size_vram
+    weight_bytes_host: int | None = None  # size - size_vram (partial offload)
+    live_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | None
+    live_rate_unavailable_reason: str | None = None
+    last_request: RequestStats | None = None
+    server_pids: tuple[int, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why unknown/partial
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    generation: int | None = None
+    width: int | None = None
+    max_generation: int | None = None
+    max_width: int | None = None
+    bandwidth_bytes_per_s: float | None = None  # one direction, at max link
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None
+    kind: str  # "compute" | "graphics"
+    is_server: bool = False
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU at poll time; every field may be None with a reason in ``reasons``."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    vram_free_bytes: int | None = None
+    vram_reserved_bytes: int | None = None
+    gpu_busy_percent: float | None = None
+    memory_busy_percent: float | None = None  # duty cycle, not bandwidth
+    mem_clock_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    bus_width_bits: int | None = None
+    peak_bandwidth_bytes_per_s: float | None = None
+    bandwidth_source: str | None = None  # "nvml" | "table" | "user"
+    dram_bandwidth_util_percent: float | None = None  # GPM, where supported
+    pcie: PcieLink = field(default_factory=PcieLink)
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+    server_used_bytes: int | None = None
+    other_processes_used_bytes: int | None = None
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostReading:
+    t_monotonic: float
+    ram_total_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    server_rss_bytes: int | None = None
+    host_bandwidth_bytes_per_s: float | None = None
+    host_bandwidth_source: str | None = None  # "user" | "measured" | "table"
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuSetReading:
+    """All GPUs at one instant; ``unavailable_reason`` set when there is no NVIDIA GPU/driver."""
+
+    t_monotonic: float
+    gpus: tuple[GpuReading, ...] = ()
+    driver_version: str | None = None
+    unavailable_reason: str | None = None

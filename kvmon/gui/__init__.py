@@ -1,0 +1,1 @@
+"""The Qt dashboard: renders Snapshots, never calls a server or NVML itself."""

@@ -1,0 +1,111 @@
+"""The one table of known GPUs and unified-memory chips: published peak bandwidth and memory.
+
+Used when the hardware cannot say (no NVML, unified memory) and to check NVML's clock × bus width.
+Also PCIe link bandwidth by generation, for the spill cliff.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GB = 1_000_000_000
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A device's published peak memory bandwidth and memory size."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    vram_bytes: int
+    memory: str
+    unified_memory: bool = False
+
+
+KNOWN_GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec("RTX 3060", 360 * GB, 12 * GIB, "GDDR6 15 Gbps, 192-bit"),
+    GpuSpec("RTX 3090 Ti", 1008 * GB, 24 * GIB, "GDDR6X 21 Gbps, 384-bit"),
+    GpuSpec("RTX 3090", 936 * GB, 24 * GIB, "GDDR6X 19.5 Gbps, 384-bit"),
+    GpuSpec("RTX 4060 Ti", 288 * GB, 16 * GIB, "GDDR6 18 Gbps, 128-bit"),
+    GpuSpec("RTX 4070", 504 * GB, 12 * GIB, "GDDR6X 21 Gbps, 192-bit"),
+    GpuSpec("RTX 4080", 716.8 * GB, 16 * GIB, "GDDR6X 22.4 Gbps, 256-bit"),
+    GpuSpec("RTX 4090", 1008 * GB, 24 * GIB, "GDDR6X 21 Gbps, 384-bit"),
+    GpuSpec("RTX 5090", 1792 * GB, 32 * GIB, "GDDR7 28 Gbps, 512-bit"),
+    GpuSpec("A100 80GB", 2039 * GB, 80 * GIB, "HBM2e, 5120-bit (SXM)"),
+    GpuSpec("A100", 1555 * GB, 40 * GIB, "HBM2, 5120-bit"),
+    GpuSpec("H100 PCIe", 2000 * GB, 80 * GIB, "HBM2e, 5120-bit"),
+    GpuSpec("H100", 3350 * GB, 80 * GIB, "HBM3, 5120-bit (SXM)"),
+    GpuSpec("H200", 4800 * GB, 141 * GB, "HBM3e"),
+    GpuSpec("L40S", 864 * GB, 48 * GIB, "GDDR6 18 Gbps ECC, 384-bit"),
+    GpuSpec("Apple M2 Max", 400 * GB, 96 * GIB, "unified LPDDR5", unified_memory=True),
+    GpuSpec("Apple M3 Max", 400 * GB, 128 * GIB, "unified LPDDR5 (40-core GPU)", unified_memory=True),
+    GpuSpec("Apple M4 Max", 546 * GB, 128 * GIB, "unified LPDDR5X (40-core GPU)", unified_memory=True),
+)
+
+
+def _norm(name: str) -> str:
+    n = name.lower()
+    n = re.sub(r"\b(nvidia|geforce|tesla|apple)\b", " ", n)
+    n = re.sub(r"[^a-z0-9]+", " ", n)
+    return " ".join(n.split())
+
+
+_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max"})
+
+
+def lookup_gpu(name: str | None) -> GpuSpec | None:
+    """The table entry for a device name as NVML or the OS reports it, or None when unknown.
+
+    "NVIDIA GeForce RTX 4090" → RTX 4090; "NVIDIA A100-SXM4-80GB" → A100 80GB. The longest table name
+    whose words appear in order wins; a variant word right after the model number ("Ti", "SUPER",
+    "Laptop") that the table name lacks means a different part, so no match.
+    """
+    if not name:
+        return None
+    dev = _norm(name).split()
+    best: GpuSpec | None = None
+    best_len = 0
+    for spec in KNOWN_GPUS:
+        words = _norm(spec.name).split()
+        for start in range(len(dev) - len(words) + 1):
+            if dev[start] != words[0]:
+                continue
+            # first word matched; the rest may be separated by other words (e.g. "A100 SXM4 80GB")
+            pos, ok = start + 1, True
+            for w in words[1:]:
+                try:
+                    pos = dev.index(w, pos) + 1
+                except ValueError:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            first_end = start + 1 if len(words) == 1 else start + 2
+            after = dev[first_end] if first_end < len(dev) else ""
+            if after in _VARIANT_WORDS and after not in words:
+                continue
+            if len(words) > best_len:
+                best, best_len = spec, len(words)
+            break
+    return best
+
+
+# PCIe: usable bytes/s per lane and direction after line encoding (8b/10b for gen 1-2, 128b/130b after).
+_PCIE_LANE_BYTES_PER_S: dict[int, float] = {
+    1: 2.5e9 * 8 / 10 / 8,
+    2: 5.0e9 * 8 / 10 / 8,
+    3: 8.0e9 * 128 / 130 / 8,
+    4: 16.0e9 * 128 / 130 / 8,
+    5: 32.0e9 * 128 / 130 / 8,
+    6: 64.0e9 * 242 / 256 / 8,
+}
+
+
+def pcie_bandwidth_bytes_per_s(generation: int | None, width: int | None) -> float | None:
+    """One-direction PCIe link bandwidth (gen 4 x16 ≈ 31.5 GB/s), or None when unknown."""
+    if generation is None or width is None or width <= 0:
+        return None
+    lane = _PCIE_LANE_BYTES_PER_S.get(generation)
+    return None if lane is None else lane * width

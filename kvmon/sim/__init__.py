@@ -1,0 +1,1 @@
+"""A physics-driven simulated llama-server and Ollama over real HTTP (demo and test bed)."""

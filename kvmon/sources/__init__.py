@@ -1,0 +1,1 @@
+"""Sources: turn servers, GPUs, processes and log files into immutable readings."""
