@@ -7,8 +7,9 @@ does I/O. Unknown is ``None``; a field that could not be read says why in ``reas
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 class FailureKind(str, enum.Enum):
