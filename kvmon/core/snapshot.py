@@ -1,0 +1,178 @@
+"""The Snapshot: everything the dashboard, the recorder, the exporter and ``once --json`` show for one poll.
+
+Made by ``kvmon.core.analysis`` from readings plus physics; rendered, recorded and exported as is.
+Unknown values are ``None``; ``reasons[field]`` says why, ``provenance[field]`` says where a number
+came from (measured / computed / log / user / table / command_line / default / estimated).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class AlertLevel(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+class ConnectionStatus(str, enum.Enum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    LOADING = "loading"
+    SLEEPING = "sleeping"
+    AUTH_REJECTED = "auth_rejected"
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    BAD_RESPONSE = "bad_response"
+    BAD_URL = "bad_url"
+    PAUSED = "paused"
+    REPLAY = "replay"
+
+
+@dataclass(frozen=True)
+class Connection:
+    status: ConnectionStatus
+    reason: str | None = None  # one human line; never credentials
+    since_t_monotonic: float | None = None
+    retry_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    level: AlertLevel
+    code: str  # stable id, e.g. "ctx_full_soon", "vram_spill_soon", "kv_in_host"
+    message: str  # specific and computed: numbers and what to do
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelView:
+    name: str | None = None
+    arch: str | None = None
+    n_params: int | None = None
+    quantization: str | None = None
+    weight_bytes: int | None = None
+    weight_bytes_read_per_token: float | None = None  # MoE: active part only (estimate)
+    n_layers: int | None = None
+    n_ctx: int | None = None  # per slot (what one conversation can hold)
+    n_ctx_total: int | None = None  # all cells allocated
+    n_ctx_train: int | None = None
+    n_slots: int | None = None
+    kv_unified: bool | None = None
+    kv_type_k: str | None = None
+    kv_type_v: str | None = None
+    flash_attn: str | None = None
+    kv_bytes_per_token: float | None = None  # per position of context, all layers, K+V
+    kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load (capacity)
+    recurrent_state_bytes: int | None = None
+    shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
+
+
+@dataclass(frozen=True)
+class SlotView:
+    id: int
+    n_ctx: int | None
+    context_tokens: int | None
+    processing: bool
+    decode_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    vram_free_bytes: int | None = None
+    # VRAM split (stacked bar): weights / KV allocated (of which in use) / compute+other of server / others / free
+    weights_bytes: int | None = None
+    kv_allocated_bytes: int | None = None
+    kv_in_use_bytes: int | None = None
+    server_other_bytes: int | None = None
+    other_processes_bytes: int | None = None
+    peak_bandwidth_bytes_per_s: float | None = None
+    bandwidth_source: str | None = None
+    achieved_bandwidth_bytes_per_s: float | None = None
+    memory_busy_percent: float | None = None
+    gpu_busy_percent: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_bandwidth_bytes_per_s: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostView:
+    ram_total_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    weights_in_host_bytes: int | None = None  # partial offload
+    kv_in_host_bytes: int | None = None
+    host_bandwidth_bytes_per_s: float | None = None
+    server_rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Milestone:
+    context_tokens: int
+    tok_s: float
+    low_tok_s: float | None = None
+    high_tok_s: float | None = None
+    ceiling_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Forecast:
+    tokens_until_ctx_full: int | None = None
+    seconds_until_ctx_full: float | None = None
+    tokens_until_vram_full: int | None = None  # only when something else is eating VRAM
+    seconds_until_vram_full: float | None = None
+    fit_a_s: float | None = None  # time per token at empty context
+    fit_b_s_per_token: float | None = None  # extra time per token of context
+    fit_points: int = 0
+    milestones: tuple[Milestone, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One poll, analysed. Plain values only, so it records to JSON and replays exactly."""
+
+    seq: int
+    t_monotonic: float
+    t_wall: float
+    connection: Connection
+    backend: str | None = None
+    server_version: str | None = None
+    url: str | None = None
+    model: ModelView = field(default_factory=ModelView)
+    slots: tuple[SlotView, ...] = ()
+    context_tokens: int | None = None  # the deepest active conversation
+    decode_tok_s: float | None = None  # None while idle: no data, not 0
+    prefill_tok_s: float | None = None
+    decode_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | None
+    ceiling_tok_s: float | None = None  # what the memory bus allows at context_tokens
+    ceiling_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) up to n_ctx
+    efficiency: float | None = None  # decode ÷ ceiling
+    kv_in_use_bytes: int | None = None
+    kv_allocated_bytes: int | None = None
+    bytes_read_per_token: float | None = None
+    achieved_bandwidth_bytes_per_s: float | None = None
+    peak_bandwidth_bytes_per_s: float | None = None
+    bandwidth_headroom_fraction: float | None = None
+    gpus: tuple[GpuView, ...] = ()
+    gpus_unavailable_reason: str | None = None
+    host: HostView = field(default_factory=HostView)
+    forecast: Forecast = field(default_factory=Forecast)
+    alerts: tuple[Alert, ...] = ()
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)

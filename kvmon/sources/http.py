@@ -1,0 +1,223 @@
+"""One small HTTP layer for every server source: explicit timeouts, capped bodies, typed failures.
+
+Every failure becomes a ``SourceError`` carrying a ``SourceFailure`` whose reason is one human line
+and never contains the API key or URL credentials.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password and without query string (which may hold a token)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid URL>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def normalize_base_url(url: str, default_port: int | None = None) -> str:
+    """``localhost:8080`` → ``http://localhost:8080``; raises SourceError(BAD_URL) for nonsense."""
+    raw = url.strip()
+    if not raw:
+        raise SourceError(SourceFailure(FailureKind.BAD_URL, "empty server URL"))
+    if "://" not in raw:
+        raw = "http://" + raw
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as e:
+        raise SourceError(SourceFailure(FailureKind.BAD_URL, f"bad server URL {redact_url(raw)!r}: {e}")) from None
+    if parts.scheme not in ("http", "https"):
+        raise SourceError(
+            SourceFailure(FailureKind.BAD_URL, f"unsupported URL scheme {parts.scheme!r} (use http:// or https://)")
+        )
+    if not parts.hostname:
+        raise SourceError(SourceFailure(FailureKind.BAD_URL, f"no host in server URL {redact_url(raw)!r}"))
+    if port is None and default_port is not None and parts.scheme == "http":
+        netloc = parts.netloc + f":{default_port}"
+        raw = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return raw.rstrip("/")
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status_code: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class HttpClient:
+    """A thin httpx wrapper bound to one server; each call returns the whole (capped) body or raises."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 3.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.display_url = redact_url(self.base_url)
+        self._api_key = api_key
+        self._max_body_bytes = max_body_bytes
+        headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 2.0)),
+            follow_redirects=False,
+            transport=transport,
+            trust_env=False,
+        )
+
+    def __repr__(self) -> str:  # never show the key
+        return f"HttpClient({self.display_url!r}, api_key={'set' if self._api_key else 'none'})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, *, json_body: Any = None) -> HttpResponse:
+        """Send one request; network trouble and oversize bodies raise SourceError."""
+        endpoint = path.split("?", 1)[0]
+        try:
+            with self._client.stream(method, path, json=json_body) as resp:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > self._max_body_bytes:
+                        raise SourceError(
+                            SourceFailure(
+                                FailureKind.UNEXPECTED_BODY,
+                                f"{endpoint} body larger than {self._max_body_bytes // (1024 * 1024)} MiB; not read",
+                                endpoint,
+                                resp.status_code,
+                            )
+                        )
+                    chunks.append(chunk)
+                return HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, b"".join(chunks))
+        except httpx.TimeoutException:
+            raise SourceError(
+                SourceFailure(FailureKind.TIMEOUT, f"{self.display_url}{endpoint} did not answer in time", endpoint)
+            ) from None
+        except httpx.ConnectError as e:
+            raise SourceError(
+                SourceFailure(
+                    FailureKind.UNREACHABLE,
+                    f"cannot connect to {self.display_url} ({_short(e)})",
+                    endpoint,
+                )
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            raise SourceError(
+                SourceFailure(
+                    FailureKind.UNREACHABLE,
+                    f"{self.display_url}{endpoint} closed the connection ({_short(e)})",
+                    endpoint,
+                )
+            ) from None
+        except httpx.HTTPError as e:
+            raise SourceError(
+                SourceFailure(FailureKind.UNREACHABLE, f"{self.display_url}{endpoint}: {_short(e)}", endpoint)
+            ) from None
+
+    def get(self, path: str) -> HttpResponse:
+        return self.request("GET", path)
+
+    def get_json(self, path: str) -> Any:
+        """GET and decode JSON, mapping HTTP errors to typed failures (401, 404, 501, 503, …)."""
+        resp = self.get(path)
+        raise_for_status(resp, path, self.display_url)
+        return decode_json(resp, path)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:160]
+
+
+def error_message(resp: HttpResponse) -> str | None:
+    """The server's own error message from an OpenAI/llama-server style error body, if any."""
+    try:
+        body = resp.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+    return None
+
+
+def raise_for_status(resp: HttpResponse, path: str, display_url: str) -> None:
+    """Turn a non-2xx status into the typed failure a monitor should show."""
+    code = resp.status_code
+    if 200 <= code < 300:
+        return
+    endpoint = path.split("?", 1)[0]
+    msg = error_message(resp)
+    detail = f": {msg}" if msg else ""
+    if code == 401 or code == 403:
+        kind, reason = FailureKind.AUTH_REJECTED, f"API key rejected by {display_url} (HTTP {code}{detail})"
+    elif code == 503 and msg and "loading" in msg.lower():
+        kind, reason = FailureKind.MODEL_LOADING, f"{display_url} is loading the model"
+    elif code == 503:
+        kind, reason = FailureKind.SERVER_ERROR, f"{display_url}{endpoint} unavailable (HTTP 503{detail})"
+    elif code == 501:
+        kind, reason = FailureKind.ENDPOINT_DISABLED, f"{endpoint} is disabled on this server{detail}"
+    elif code == 404:
+        kind, reason = FailureKind.NOT_FOUND, f"{endpoint} not found on {display_url} (HTTP 404)"
+    else:
+        kind, reason = FailureKind.SERVER_ERROR, f"{display_url}{endpoint} answered HTTP {code}{detail}"
+    raise SourceError(SourceFailure(kind, reason, endpoint, code))
+
+
+def decode_json(resp: HttpResponse, path: str) -> Any:
+    """Decode a JSON body or raise UNEXPECTED_BODY naming what came instead (HTML page, truncation, …)."""
+    endpoint = path.split("?", 1)[0]
+    try:
+        return json.loads(resp.body)
+    except (ValueError, UnicodeDecodeError):
+        head = resp.body[:60].decode("utf-8", errors="replace").strip().replace("\n", " ")
+        what = "an HTML page" if head.lower().startswith(("<!doctype", "<html")) else f"{head!r}"
+        raise SourceError(
+            SourceFailure(
+                FailureKind.UNEXPECTED_BODY,
+                f"{endpoint} did not return JSON (got {what}, {len(resp.body)} bytes)",
+                endpoint,
+                resp.status_code,
+            )
+        ) from None
