@@ -1,0 +1,325 @@
+"""A fake NVML: the pynvml functions kvmon calls, answered from mutable ``FakeGpu`` records.
+
+Used by tests and the simulator so that the real NVML code path in ``kvmon.sources.nvml`` runs without a
+GPU. Errors are pynvml's own ``NVMLError`` subclasses with NVML's own codes; any call can be made to fail
+per GPU (``FakeGpu.failing``) or for the whole library (``FakeNvml.failing``), and a GPU can be lost
+mid-run (``FakeGpu.lost``). All calls take one lock, so a simulator thread may change fields over time
+(hold ``FakeNvml.lock`` or use ``FakeNvml.update`` to change several fields at once).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+_GPM_METRIC_SLOTS = 8
+
+
+@dataclass
+class FakeGpu:
+    """One simulated GPU; change fields at any time (memory rising, a PCIe burst, the GPU lost).
+
+    ``processes`` are compute processes as (pid, used bytes); used bytes ``None`` mimics Windows WDDM.
+    ``failing`` maps a pynvml function name to the NVML error code it raises on this GPU
+    ("nvmlDeviceGetMemoryInfo_v2" fails only the v2 form of the memory call).
+    ``dram_bw_util_percent`` is what GPM reports; ``None`` means the GPU has no GPM support.
+    """
+
+    name: str = "NVIDIA GeForce RTX 4090"
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    memory_total_bytes: int = 24 * 1024**3
+    memory_used_bytes: int = 0  # allocations only (what the v2 call reports as used)
+    memory_reserved_bytes: int = 0  # driver/firmware reservation (v1 "used" includes it)
+    mem_clock_mhz: int = 10501
+    mem_clock_max_mhz: int = 10501
+    bus_width_bits: int = 384
+    pcie_gen: int = 4
+    pcie_width: int = 16
+    pcie_max_gen: int = 4
+    pcie_max_width: int = 16
+    pcie_tx_kb_s: int = 0
+    pcie_rx_kb_s: int = 0
+    gpu_util_percent: int = 0
+    mem_util_percent: int = 0
+    power_mw: int = 30_000
+    power_limit_mw: int = 450_000
+    temperature_c: int = 40
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    failing: dict[str, int] = field(default_factory=dict)
+    lost: bool = False
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
+    dram_bw_util_percent: float | None = None
+
+
+class _FakeHandle:
+    """An opaque device handle, as ``nvmlDeviceGetHandleByIndex`` returns."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<fake nvmlDevice {self.index}>"
+
+
+class _FakeGpmSample:
+    """A GPM sample buffer: which GPU it was taken on and the DRAM utilisation at that moment."""
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.dram_bw_util_percent: float | None = None
+        self.freed = False
+
+
+class FakeGpmMetricsGet:
+    """Stands in for pynvml's ``c_nvmlGpmMetricsGet_t`` (same attribute names)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(_GPM_METRIC_SLOTS)]
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+class FakeNvml:
+    """A module-like stand-in for ``pynvml``: the same function names, constants and exception classes.
+
+    Constants and exception classes (``NVML_*``, ``NVMLError*``, ``nvmlMemory_v2``) are pynvml's own.
+    A pynvml function the fake does not implement raises ``NVMLError_FunctionNotFound`` when called,
+    as an old driver would.
+    """
+
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+
+    def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.95.05") -> None:
+        self.gpus = gpus
+        self.driver_version = driver_version
+        self.failing: dict[str, int] = {}  # library-wide: "nvmlInit", "nvmlDeviceGetCount", ...
+        self.lock = threading.RLock()
+        self.initialized = 0
+        self.call_counts: Counter[str] = Counter()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith(("NVML_", "NVMLError", "nvmlMemory_", "NVMLLibrary")):
+            return getattr(pynvml, name)
+        if name.startswith("nvml") and callable(getattr(pynvml, name, None)):
+            def _missing(*_args: Any, **_kwargs: Any) -> Any:
+                raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return _missing
+        raise AttributeError(name)
+
+    def update(self, index: int, **changes: Any) -> None:
+        """Change several fields of GPU ``index`` atomically (seen together by the next NVML call)."""
+        with self.lock:
+            gpu = self.gpus[index]
+            for key, value in changes.items():
+                if not hasattr(gpu, key):
+                    raise AttributeError(f"FakeGpu has no field {key!r}")
+                setattr(gpu, key, value)
+
+    def _lib_call(self, fname: str) -> None:
+        self.call_counts[fname] += 1
+        code = self.failing.get(fname)
+        if code is not None:
+            raise _error(code)
+        if fname != "nvmlInit" and self.initialized <= 0:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, fname: str, handle: Any, *, variant: str | None = None) -> FakeGpu:
+        self._lib_call(fname)
+        if not isinstance(handle, _FakeHandle) or not 0 <= handle.index < len(self.gpus):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle.index]
+        if gpu.lost:
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        for key in (fname, variant):
+            if key is not None and key in gpu.failing:
+                raise _error(gpu.failing[key])
+        return gpu
+
+    # -- library ---------------------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        with self.lock:
+            self._lib_call("nvmlInit")
+            self.initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        with self.lock:
+            self._lib_call("nvmlShutdown")
+            self.initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        with self.lock:
+            self._lib_call("nvmlSystemGetDriverVersion")
+            return self.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        with self.lock:
+            self._lib_call("nvmlDeviceGetCount")
+            return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _FakeHandle:
+        with self.lock:
+            handle = _FakeHandle(index)
+            self._gpu("nvmlDeviceGetHandleByIndex", handle)
+            return handle
+
+    # -- identity and memory ---------------------------------------------------------------------------
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        with self.lock:
+            return self._gpu("nvmlDeviceGetName", handle).name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        with self.lock:
+            return self._gpu("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
+        with self.lock:
+            variant = "nvmlDeviceGetMemoryInfo_v2" if version else None
+            gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle, variant=variant)
+            total, used, reserved = gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_reserved_bytes
+            free = max(0, total - used - reserved)
+            if version:
+                return pynvml.c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved, free=free, used=used)
+            return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+            return pynvml.c_nvmlUtilization_t(gpu=int(gpu.gpu_util_percent), memory=int(gpu.mem_util_percent))
+
+    # -- clocks and bus --------------------------------------------------------------------------------
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+            if clock_type != pynvml.NVML_CLOCK_MEM:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(gpu.mem_clock_mhz)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
+            if clock_type != pynvml.NVML_CLOCK_MEM:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(gpu.mem_clock_max_mhz)
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetMemoryBusWidth", handle).bus_width_bits)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_max_gen)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_max_width)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetPcieThroughput", handle)
+            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
+                return int(gpu.pcie_tx_kb_s)
+            if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
+                return int(gpu.pcie_rx_kb_s)
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    # -- processes -------------------------------------------------------------------------------------
+    @staticmethod
+    def _procs(entries: list[tuple[int, int | None]]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                for pid, used in entries]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        with self.lock:
+            return self._procs(list(self._gpu("nvmlDeviceGetComputeRunningProcesses", handle).processes))
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        with self.lock:
+            return self._procs(list(self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics_processes))
+
+    # -- power and temperature -------------------------------------------------------------------------
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+            if sensor != pynvml.NVML_TEMPERATURE_GPU:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(gpu.temperature_c)
+
+    # -- GPM (Hopper and newer) ------------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> SimpleNamespace:
+        with self.lock:
+            gpu = self._gpu("nvmlGpmQueryDeviceSupport", handle)
+            return SimpleNamespace(version=1, isSupportedDevice=int(gpu.dram_bw_util_percent is not None))
+
+    def nvmlGpmSampleAlloc(self) -> _FakeGpmSample:
+        with self.lock:
+            self._lib_call("nvmlGpmSampleAlloc")
+            return _FakeGpmSample()
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        with self.lock:
+            self._lib_call("nvmlGpmSampleFree")
+            if isinstance(sample, _FakeGpmSample):
+                sample.freed = True
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        with self.lock:
+            gpu = self._gpu("nvmlGpmSampleGet", handle)
+            if gpu.dram_bw_util_percent is None:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if not isinstance(sample, _FakeGpmSample) or sample.freed:
+                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            sample.index = handle.index
+            sample.dram_bw_util_percent = gpu.dram_bw_util_percent
+            return sample
+
+    def nvmlGpmMetricsGet(self, metrics_get: Any) -> Any:
+        with self.lock:
+            self._lib_call("nvmlGpmMetricsGet")
+            s1, s2 = metrics_get.sample1, metrics_get.sample2
+            if not isinstance(s1, _FakeGpmSample) or not isinstance(s2, _FakeGpmSample) or s1.index != s2.index:
+                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            gpu = self.gpus[s2.index] if s2.index is not None else None
+            if gpu is not None and "nvmlGpmMetricsGet" in gpu.failing:
+                raise _error(gpu.failing["nvmlGpmMetricsGet"])
+            for metric in metrics_get.metrics[: metrics_get.numMetrics]:
+                if metric.metricId == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL and s2.dram_bw_util_percent is not None:
+                    metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, float(s2.dram_bw_util_percent)
+                else:
+                    metric.nvmlReturn, metric.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+            return metrics_get
+
+
+FAKE_FUNCTIONS: tuple[str, ...] = tuple(
+    name for name, value in vars(FakeNvml).items() if name.startswith("nvml") and callable(value)
+)
+"""Every pynvml function the fake implements (tests inject an error into each)."""
