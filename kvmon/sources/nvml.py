@@ -1,0 +1,523 @@
+"""GPU telemetry through NVML (nvidia-ml-py's ``pynvml``): VRAM, peak bandwidth, PCIe, processes, power.
+
+Every NVML call is wrapped: an unsupported, forbidden or failing query makes that one field ``None`` with
+the reason in ``GpuReading.reasons`` and the reading survives; a lost GPU degrades to its index and
+identity; no driver at all gives an empty ``GpuSetReading`` whose ``unavailable_reason`` starts with
+"no NVIDIA GPU", and kvmon runs on without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmon.core.readings import GpuProcess, GpuReading, GpuSetReading, PcieLink
+from kvmon.physics.gpus import lookup_gpu, pcie_bandwidth_bytes_per_s
+
+# NVML error codes (stable across NVML versions; the names match pynvml's NVML_ERROR_* constants).
+_INVALID_ARGUMENT = 2
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_INSUFFICIENT_POWER = 8
+_DRIVER_NOT_LOADED = 9
+_TIMEOUT = 10
+_LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_RESET_REQUIRED = 16
+_LIB_RM_VERSION_MISMATCH = 18
+_ARGUMENT_VERSION_MISMATCH = 25
+_UNKNOWN = 999
+
+# Answers that will not change while the driver stays loaded: stop asking after the first one.
+_PERMANENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND})
+# The v2 memory query answers these where only v1 exists (old driver); v1 is then used for good.
+_V2_ABSENT = frozenset({_INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH})
+
+_PHRASES: dict[int, str] = {
+    _NOT_SUPPORTED: "not supported on this GPU/driver",
+    _NO_PERMISSION: "no permission to query this",
+    _INSUFFICIENT_POWER: "GPU lacks external power",
+    _TIMEOUT: "NVML timed out",
+    _FUNCTION_NOT_FOUND: "the installed driver lacks this query (too old)",
+    _GPU_IS_LOST: "GPU is lost (fell off the bus; needs a reset)",
+    _RESET_REQUIRED: "GPU needs a reset",
+    _UNKNOWN: "NVML unknown error",
+}
+
+# nvmlDeviceGetPcieThroughput counts KB/s; NVIDIA's tools (and nvitop) treat that KB as 1024 bytes.
+PCIE_THROUGHPUT_BYTES_PER_KB = 1024
+# NVML clock × bus width and the table may disagree by this much before the table is preferred.
+BANDWIDTH_TOLERANCE = 0.10
+# With the server known, an empty NVML process list while this much VRAM is in use is not believable.
+_EMPTY_PROCESS_LIST_SUSPECT_BYTES = 512 * 1024**2
+
+_GPU_FIELDS: tuple[str, ...] = (
+    "name", "uuid", "vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes",
+    "gpu_busy_percent", "memory_busy_percent", "mem_clock_mhz", "mem_clock_max_mhz", "bus_width_bits",
+    "peak_bandwidth_bytes_per_s", "dram_bandwidth_util_percent", "pcie.generation", "pcie.width",
+    "pcie.max_generation", "pcie.max_width", "pcie.bandwidth_bytes_per_s", "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s", "power_w", "power_limit_w", "temperature_c", "processes", "server_used_bytes",
+    "other_processes_used_bytes",
+)
+
+
+def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_bits: int | None) -> float | None:
+    """Peak DRAM bandwidth from NVML's max memory clock: 2 × MHz × 1e6 × bus bits / 8 (None when unknown)."""
+    if not mem_clock_max_mhz or not bus_width_bits or mem_clock_max_mhz <= 0 or bus_width_bits <= 0:
+        return None
+    return 2.0 * float(mem_clock_max_mhz) * 1e6 * float(bus_width_bits) / 8.0
+
+
+def choose_peak_bandwidth(
+    name: str | None,
+    mem_clock_max_mhz: float | None,
+    bus_width_bits: int | None,
+    user_bandwidth_bytes_per_s: float | None = None,
+) -> tuple[float | None, str | None, str | None]:
+    """Pick a GPU's peak bandwidth: (bytes/s, source "nvml"|"table"|"user", note) or (None, None, why).
+
+    NVML's clock × bus width wins when the known-GPU table agrees within 10% (or has no entry); when they
+    disagree, or NVML cannot say, the table by name is used, then the user's value.
+    """
+    from_nvml = nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits)
+    spec = lookup_gpu(name)
+    if from_nvml is not None:
+        if spec is None:
+            return from_nvml, "nvml", None
+        if abs(from_nvml - spec.bandwidth_bytes_per_s) <= BANDWIDTH_TOLERANCE * spec.bandwidth_bytes_per_s:
+            return from_nvml, "nvml", None
+        note = (f"NVML clock × bus width gives {from_nvml / 1e9:.0f} GB/s but {spec.name} is rated "
+                f"{spec.bandwidth_bytes_per_s / 1e9:.0f} GB/s: using the table")
+        return spec.bandwidth_bytes_per_s, "table", note
+    if spec is not None:
+        return spec.bandwidth_bytes_per_s, "table", f"NVML cannot give clock × bus width: {spec.name} rating used"
+    if user_bandwidth_bytes_per_s is not None and user_bandwidth_bytes_per_s > 0:
+        return float(user_bandwidth_bytes_per_s), "user", None
+    return None, None, "NVML cannot give clock × bus width, the GPU is not in the table and no value was set"
+
+
+class _Lost(Exception):
+    """Raised inside one GPU's read when NVML says the GPU is lost: stop asking it anything."""
+
+
+def _nvml_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _describe(exc: BaseException) -> str:
+    code = _nvml_code(exc)
+    if code is not None:
+        return _PHRASES.get(code, f"NVML error {code}: {exc}")
+    return f"unexpected {type(exc).__name__}: {exc}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+@dataclass
+class _GpmState:
+    supported: bool | None = None
+    reason: str | None = None
+    samples: list[Any] = field(default_factory=list)
+    have_previous: bool = False
+
+
+@dataclass
+class _DeviceState:
+    handle: Any = None
+    name: str | None = None
+    uuid: str | None = None
+    skip: dict[str, str] = field(default_factory=dict)  # fname -> permanent reason
+    memory_v2: bool = True
+    gpm: _GpmState = field(default_factory=_GpmState)
+
+
+class _GpuRead:
+    """Collects one GPU's fields and reasons while calling NVML through one guarded path."""
+
+    def __init__(self, nvml: Any, state: _DeviceState) -> None:
+        self.nvml = nvml
+        self.state = state
+        self.values: dict[str, Any] = {}
+        self.reasons: dict[str, str] = {}
+
+    def call(self, fields: tuple[str, ...], fname: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``nvml.fname``; on failure set each field's reason and return None (GPU lost: raise)."""
+        skipped = self.state.skip.get(fname)
+        if skipped is not None:
+            self.fail(fields, skipped)
+            return None
+        try:
+            return getattr(self.nvml, fname)(*args, **kwargs)
+        except Exception as exc:  # every NVML failure, and anything odd from a binding or fake
+            code = _nvml_code(exc)
+            if code == _GPU_IS_LOST:
+                raise _Lost(_describe(exc)) from exc
+            reason = f"{_describe(exc)} ({fname})"
+            if code in _PERMANENT:
+                self.state.skip[fname] = reason
+            self.fail(fields, reason)
+            return None
+
+    def fail(self, fields: tuple[str, ...], reason: str) -> None:
+        for f in fields:
+            self.reasons.setdefault(f, reason)
+
+
+class NvmlSource:
+    """Reads every NVIDIA GPU through NVML; ``nvml=None`` imports pynvml lazily, tests pass a FakeNvml.
+
+    ``user_bandwidth_bytes_per_s`` maps a GPU index to a peak bandwidth used when neither NVML nor the
+    known-GPU table can give one. ``poll(server_pids)`` splits per-process VRAM into the model server's
+    share (those pids and their children) and everything else's.
+    """
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        user_bandwidth_bytes_per_s: Mapping[int, float] | None = None,
+        include_child_processes: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nvml = nvml
+        self._user_bw = dict(user_bandwidth_bytes_per_s or {})
+        self._include_children = include_child_processes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._unavailable_reason: str | None = None
+        self._driver_version: str | None = None
+        self._devices: dict[int, _DeviceState] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def _ensure_init(self) -> str | None:
+        """Initialise NVML once; returns the reason there is no GPU reading, or None when ready."""
+        if self._unavailable_reason is not None:
+            return self._unavailable_reason
+        if self._initialized:
+            return None
+        if self._nvml is None:
+            try:
+                import pynvml  # nvidia-ml-py: imported only when GPU telemetry is wanted
+            except ImportError as exc:
+                self._unavailable_reason = f"no NVIDIA GPU: nvidia-ml-py is not installed ({exc})"
+                return self._unavailable_reason
+            self._nvml = pynvml
+        try:
+            self._nvml.nvmlInit()
+        except Exception as exc:
+            code = _nvml_code(exc)
+            if code == _LIBRARY_NOT_FOUND:
+                why = "the NVML library was not found (no NVIDIA driver on this machine)"
+            elif code == _DRIVER_NOT_LOADED:
+                why = "the NVIDIA driver is not loaded"
+            elif code == _LIB_RM_VERSION_MISMATCH:
+                why = "NVML and the kernel driver versions differ (reboot after a driver update)"
+            elif code == _NO_PERMISSION:
+                why = "no permission to use NVML"
+            else:
+                why = f"NVML did not start: {_describe(exc)}"
+            self._unavailable_reason = f"no NVIDIA GPU: {why}"
+            return self._unavailable_reason
+        self._initialized = True
+        try:
+            self._driver_version = _text(self._nvml.nvmlSystemGetDriverVersion())
+        except Exception:  # the version is a nicety; its absence costs nothing
+            self._driver_version = None
+        return None
+
+    def close(self) -> None:
+        """Free GPM buffers and shut NVML down; a later poll starts it again."""
+        with self._lock:
+            if not self._initialized:
+                return
+            for state in self._devices.values():
+                self._free_gpm(state)
+            self._devices.clear()
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._initialized = False
+
+    def _free_gpm(self, state: _DeviceState) -> None:
+        for sample in state.gpm.samples:
+            try:
+                self._nvml.nvmlGpmSampleFree(sample)
+            except Exception:  # freeing on a lost GPU or at exit may fail; nothing else to do
+                pass
+        state.gpm = _GpmState()
+
+    # -- polling ---------------------------------------------------------------------------------------
+    def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
+        """Read all GPUs now; never raises (failures become None fields with reasons)."""
+        with self._lock:
+            t = self._clock()
+            reason = self._ensure_init()
+            if reason is not None:
+                return GpuSetReading(t_monotonic=t, unavailable_reason=reason)
+            try:
+                count = int(self._nvml.nvmlDeviceGetCount())
+            except Exception as exc:
+                return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
+                                     unavailable_reason=f"NVML could not count GPUs: {_describe(exc)}")
+            if count <= 0:
+                return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
+                                     unavailable_reason="no NVIDIA GPU: the driver reports none")
+            pids = expand_server_pids(server_pids) if self._include_children else frozenset(server_pids)
+            gpus = tuple(self._read_gpu(i, pids, bool(server_pids)) for i in range(count))
+            return GpuSetReading(t_monotonic=t, gpus=gpus, driver_version=self._driver_version)
+
+    def _read_gpu(self, index: int, server_pids: frozenset[int], server_known: bool) -> GpuReading:
+        state = self._devices.setdefault(index, _DeviceState())
+        r = _GpuRead(self._nvml, state)
+        try:
+            if state.handle is None:
+                try:
+                    state.handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+                except Exception as exc:
+                    if _nvml_code(exc) == _GPU_IS_LOST:
+                        raise _Lost(_describe(exc)) from exc
+                    r.fail(_GPU_FIELDS, f"no handle for GPU {index}: {_describe(exc)}")
+                    return GpuReading(index=index, reasons=r.reasons)
+            self._read_fields(index, r, server_pids, server_known)
+        except _Lost as lost:
+            state.handle = None  # ask again next time: a reset GPU comes back with a new handle
+            self._free_gpm(state)
+            r.values.clear()
+            r.reasons.clear()
+            r.fail(tuple(f for f in _GPU_FIELDS if f not in ("name", "uuid")), str(lost))
+            return GpuReading(index=index, name=state.name, uuid=state.uuid, reasons=r.reasons)
+        v = r.values
+        pcie = PcieLink(
+            generation=v.get("pcie.generation"), width=v.get("pcie.width"),
+            max_generation=v.get("pcie.max_generation"), max_width=v.get("pcie.max_width"),
+            bandwidth_bytes_per_s=v.get("pcie.bandwidth_bytes_per_s"),
+        )
+        plain = {k: val for k, val in v.items() if not k.startswith("pcie.")}
+        return GpuReading(index=index, pcie=pcie, reasons=dict(r.reasons), **plain)
+
+    def _read_fields(self, index: int, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
+        nvml, state, v, h = self._nvml, r.state, r.values, r.state.handle
+        if state.name is None:
+            name = r.call(("name",), "nvmlDeviceGetName", h)
+            state.name = None if name is None else _text(name)
+        v["name"] = state.name
+        if state.uuid is None:
+            uuid = r.call(("uuid",), "nvmlDeviceGetUUID", h)
+            state.uuid = None if uuid is None else _text(uuid)
+        v["uuid"] = state.uuid
+
+        self._read_memory(r)
+
+        util = r.call(("gpu_busy_percent", "memory_busy_percent"), "nvmlDeviceGetUtilizationRates", h)
+        if util is not None:
+            v["gpu_busy_percent"] = float(util.gpu)
+            v["memory_busy_percent"] = float(util.memory)
+
+        clock_mem = nvml.NVML_CLOCK_MEM
+        cur = r.call(("mem_clock_mhz",), "nvmlDeviceGetClockInfo", h, clock_mem)
+        v["mem_clock_mhz"] = None if cur is None else float(cur)
+        mx = r.call(("mem_clock_max_mhz",), "nvmlDeviceGetMaxClockInfo", h, clock_mem)
+        v["mem_clock_max_mhz"] = float(mx) if mx else None
+        if mx == 0:
+            r.fail(("mem_clock_max_mhz",), "NVML reports a max memory clock of 0 (unified memory?)")
+        bus = r.call(("bus_width_bits",), "nvmlDeviceGetMemoryBusWidth", h)
+        v["bus_width_bits"] = int(bus) if bus else None
+        if bus == 0:
+            r.fail(("bus_width_bits",), "NVML reports a memory bus width of 0 (unified memory)")
+        bw, source, note = choose_peak_bandwidth(state.name, v["mem_clock_max_mhz"], v["bus_width_bits"],
+                                                 self._user_bw.get(index))
+        v["peak_bandwidth_bytes_per_s"], v["bandwidth_source"] = bw, source
+        if note is not None:
+            r.fail(("peak_bandwidth_bytes_per_s",), note)
+
+        self._read_pcie(r)
+        self._read_processes(r, server_pids, server_known)
+
+        power = r.call(("power_w",), "nvmlDeviceGetPowerUsage", h)
+        v["power_w"] = None if power is None else power / 1000.0
+        limit = r.call(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h)
+        v["power_limit_w"] = None if limit is None else limit / 1000.0
+        temp = r.call(("temperature_c",), "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
+        v["temperature_c"] = None if temp is None else float(temp)
+
+        self._read_gpm(r)
+
+    def _read_memory(self, r: _GpuRead) -> None:
+        v, state, h = r.values, r.state, r.state.handle
+        fields = ("vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes")
+        if state.memory_v2:
+            try:
+                mem = self._nvml.nvmlDeviceGetMemoryInfo(h, version=self._nvml.nvmlMemory_v2)
+            except Exception as exc:
+                code = _nvml_code(exc)
+                if code == _GPU_IS_LOST:
+                    raise _Lost(_describe(exc)) from exc
+                if code in _V2_ABSENT:
+                    state.memory_v2 = False  # an older driver or binding: use v1 from now on
+            else:
+                v["vram_total_bytes"], v["vram_used_bytes"] = int(mem.total), int(mem.used)
+                v["vram_free_bytes"], v["vram_reserved_bytes"] = int(mem.free), int(mem.reserved)
+                return
+        mem = r.call(fields, "nvmlDeviceGetMemoryInfo", h)
+        if mem is None:
+            return
+        v["vram_total_bytes"], v["vram_used_bytes"], v["vram_free_bytes"] = int(mem.total), int(mem.used), int(
+            mem.free)
+        v["vram_reserved_bytes"] = None
+        r.fail(("vram_reserved_bytes",), "the v2 memory query is unavailable: used includes reserved memory")
+
+    def _read_pcie(self, r: _GpuRead) -> None:
+        v, h = r.values, r.state.handle
+        for key, fname in (
+            ("pcie.generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("pcie.width", "nvmlDeviceGetCurrPcieLinkWidth"),
+            ("pcie.max_generation", "nvmlDeviceGetMaxPcieLinkGeneration"),
+            ("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth"),
+        ):
+            value = r.call((key,), fname, h)
+            v[key] = int(value) if value else None
+            if value == 0:
+                r.fail((key,), "NVML reports 0 (no PCIe link, e.g. an integrated or NVLink-C2C GPU)")
+        bw = pcie_bandwidth_bytes_per_s(v["pcie.max_generation"], v["pcie.max_width"])
+        if bw is None and v["pcie.generation"] is not None and v["pcie.width"] is not None:
+            bw = pcie_bandwidth_bytes_per_s(v["pcie.generation"], v["pcie.width"])
+            if bw is not None:
+                r.fail(("pcie.bandwidth_bytes_per_s",), "max link unknown: bandwidth of the current link")
+        elif bw is None:
+            r.fail(("pcie.bandwidth_bytes_per_s",), "PCIe link generation/width unknown")
+        v["pcie.bandwidth_bytes_per_s"] = bw
+        for key, counter in (("pcie_tx_bytes_per_s", self._nvml.NVML_PCIE_UTIL_TX_BYTES),
+                             ("pcie_rx_bytes_per_s", self._nvml.NVML_PCIE_UTIL_RX_BYTES)):
+            kb = r.call((key,), "nvmlDeviceGetPcieThroughput", h, counter)
+            v[key] = None if kb is None else float(kb) * PCIE_THROUGHPUT_BYTES_PER_KB
+
+    def _read_processes(self, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
+        v, h = r.values, r.state.handle
+        procs: list[GpuProcess] = []
+        answered = 0
+        for kind, fname in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+            listed = r.call(("processes",), fname, h)
+            if listed is None:
+                continue
+            answered += 1
+            for p in listed:
+                used = getattr(p, "usedGpuMemory", None)
+                pid = int(p.pid)
+                procs.append(GpuProcess(pid=pid, used_bytes=None if used is None else int(used), kind=kind,
+                                        is_server=pid in server_pids))
+        share = ("server_used_bytes", "other_processes_used_bytes")
+        if answered == 0:
+            v["processes"] = None
+            r.fail(share, r.reasons.get("processes", "NVML gave no process list"))
+            return
+        v["processes"] = tuple(procs)
+        if answered == 1:
+            r.reasons.pop("processes", None)
+            r.fail(share, "only one of the compute/graphics process lists could be read")
+            return
+        r.reasons.pop("processes", None)
+        # A process in both lists holds one allocation: count each pid once.
+        by_pid: dict[int, int | None] = {}
+        for p in procs:
+            if p.pid in by_pid and by_pid[p.pid] is not None and p.used_bytes is not None:
+                by_pid[p.pid] = max(by_pid[p.pid] or 0, p.used_bytes)
+            elif p.pid not in by_pid or p.used_bytes is None:
+                by_pid[p.pid] = p.used_bytes
+        if any(used is None for used in by_pid.values()):
+            r.fail(share, "the driver gives no per-process memory (Windows WDDM / WSL)")
+            return
+        if not server_known:
+            r.fail(share, "the model server's process is not known")
+            return
+        vram_used = v.get("vram_used_bytes")
+        if not by_pid and vram_used is not None and vram_used > _EMPTY_PROCESS_LIST_SUSPECT_BYTES:
+            r.fail(share, f"NVML lists no processes although {vram_used / 1024**3:.1f} GiB is in use "
+                          "(a container without the host's PID namespace?)")
+            return
+        if by_pid and not server_pids.intersection(by_pid) and _pids_foreign(by_pid):
+            r.fail(share, "NVML's process ids are not visible here (a container's PID namespace?)")
+            return
+        v["server_used_bytes"] = sum(u or 0 for pid, u in by_pid.items() if pid in server_pids)
+        v["other_processes_used_bytes"] = sum(u or 0 for pid, u in by_pid.items() if pid not in server_pids)
+
+    def _read_gpm(self, r: _GpuRead) -> None:
+        key = ("dram_bandwidth_util_percent",)
+        gpm, h = r.state.gpm, r.state.handle
+        r.values["dram_bandwidth_util_percent"] = None
+        if gpm.supported is None:
+            support = r.call(key, "nvmlGpmQueryDeviceSupport", h)
+            if support is None:
+                gpm.supported, gpm.reason = False, r.reasons.get(key[0])
+                return
+            gpm.supported = bool(getattr(support, "isSupportedDevice", 0))
+            if not gpm.supported:
+                gpm.reason = "GPM (DRAM bandwidth counters) not supported on this GPU (Hopper-class and newer only)"
+        if not gpm.supported:
+            r.fail(key, gpm.reason or "GPM not supported")
+            return
+        if not gpm.samples:
+            for _ in range(2):
+                sample = r.call(key, "nvmlGpmSampleAlloc")
+                if sample is None:
+                    gpm.supported, gpm.reason = False, r.reasons.get(key[0])
+                    return
+                gpm.samples.append(sample)
+        current, previous = gpm.samples[1], gpm.samples[0]
+        if r.call(key, "nvmlGpmSampleGet", h, current) is None:
+            gpm.have_previous = False
+            return
+        gpm.samples.reverse()  # this sample is the previous one next time
+        if not gpm.have_previous:
+            gpm.have_previous = True
+            r.fail(key, "GPM needs two samples: available from the next poll")
+            return
+        mg = self._nvml.c_nvmlGpmMetricsGet_t()
+        mg.version = getattr(self._nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
+        mg.numMetrics = 1
+        mg.sample1, mg.sample2 = previous, current
+        mg.metrics[0].metricId = self._nvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+        if r.call(key, "nvmlGpmMetricsGet", mg) is None:
+            return
+        metric = mg.metrics[0]
+        if metric.nvmlReturn != 0:
+            r.fail(key, f"GPM DRAM bandwidth metric failed (NVML error {metric.nvmlReturn})")
+            return
+        r.values["dram_bandwidth_util_percent"] = float(metric.value)
+
+
+def _pids_foreign(pids: Collection[int]) -> bool:
+    """True when none of NVML's pids exists in this PID namespace (psutil missing: assume visible)."""
+    try:
+        import psutil
+    except ImportError:
+        return False
+    return not any(psutil.pid_exists(pid) for pid in pids)
+
+
+def expand_server_pids(server_pids: Collection[int]) -> frozenset[int]:
+    """The given pids plus all their descendants (Ollama's llama-server child); psutil absent: as given."""
+    pids = {int(p) for p in server_pids}
+    if not pids:
+        return frozenset()
+    try:
+        import psutil
+    except ImportError:
+        return frozenset(pids)
+    for pid in list(pids):
+        try:
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+        except (psutil.Error, OSError):
+            continue
+    return frozenset(pids)
