@@ -1,0 +1,123 @@
+"""The memory-bandwidth ceiling on decode speed and its inverses (context that fits, tokens left).
+
+Per token each device reads its weights and its share of the KV cache; devices of a layer split run one
+after the other, so their times add: tok/s ≤ 1 / Σ_d (weight_bytes_d + kv_bytes × kv_fraction_d) / bandwidth_d.
+Bytes held in host RAM count at host bandwidth (CPU layers) or at PCIe bandwidth (streamed): the spill cliff.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from kvmon.physics.kv import CELL_PADDING, kv_allocation, kv_bytes_in_use
+from kvmon.physics.shape import ModelShape
+
+Location = Literal["gpu", "host", "pcie"]
+
+MAX_CONTEXT_SEARCH_TOKENS = 1 << 24  # search bound when the model's training context is unknown
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """One device's part of a decode step: the weight bytes it reads, its fraction of the KV, its bandwidth."""
+
+    name: str
+    bandwidth_bytes_per_s: float | None
+    weight_bytes: float
+    kv_fraction: float
+    location: Location = "gpu"
+
+
+def _valid(devices: Sequence[DeviceShare]) -> bool:
+    if not devices:
+        return False
+    for d in devices:
+        bw = d.bandwidth_bytes_per_s
+        if bw is None or not math.isfinite(bw) or bw <= 0:
+            return False
+        if d.weight_bytes < 0 or d.kv_fraction < 0 or not math.isfinite(d.weight_bytes):
+            return False
+    return True
+
+
+def step_time_s(devices: Sequence[DeviceShare], kv_bytes_read: float) -> float | None:
+    """Seconds one decode step spends reading memory, or None when a bandwidth is unknown."""
+    if not _valid(devices) or kv_bytes_read < 0 or not math.isfinite(kv_bytes_read):
+        return None
+    return sum((d.weight_bytes + kv_bytes_read * d.kv_fraction) / float(d.bandwidth_bytes_per_s)  # type: ignore[arg-type]
+               for d in devices)
+
+
+def ceiling_tok_s(devices: Sequence[DeviceShare], kv_bytes_read: float) -> float | None:
+    """Decode tok/s the memory bus allows when each step reads ``kv_bytes_read`` of KV; None if unknown."""
+    t = step_time_s(devices, kv_bytes_read)
+    if t is None or t <= 0:
+        return None
+    return 1.0 / t
+
+
+def ceiling_curve(
+    devices: Sequence[DeviceShare],
+    shape: ModelShape,
+    type_k: str | None,
+    type_v: str | None,
+    contexts: Iterable[int],
+) -> tuple[tuple[int, float], ...]:
+    """(context, ceiling tok/s) for each context depth; empty when the ceiling is unknown."""
+    out: list[tuple[int, float]] = []
+    for n in contexts:
+        tok_s = ceiling_tok_s(devices, kv_bytes_in_use(shape, n, type_k, type_v))
+        if tok_s is None:
+            return ()
+        out.append((int(n), tok_s))
+    return tuple(out)
+
+
+def max_context_fitting(
+    shape: ModelShape,
+    free_bytes: float,
+    *,
+    type_k: str | None = "f16",
+    type_v: str | None = "f16",
+    n_seq: int = 1,
+    unified: bool = False,
+    n_ubatch: int = 512,
+    limit_tokens: int | None = None,
+) -> int:
+    """Largest n_ctx (a multiple of 256 per stream) whose KV allocation fits in ``free_bytes``; 0 if none.
+
+    Searched up to ``limit_tokens`` (default: the model's training context, else 16M tokens).
+    """
+    limit = limit_tokens if limit_tokens is not None else (shape.n_ctx_train or MAX_CONTEXT_SEARCH_TOKENS)
+    if free_bytes <= 0 or limit <= 0:
+        return 0
+    n_seq = max(1, n_seq)
+    streams = 1 if unified or n_seq == 1 else n_seq
+    step = CELL_PADDING * streams
+
+    def fits(n_ctx: int) -> bool:
+        a = kv_allocation(shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v,
+                          n_ubatch=n_ubatch)
+        return a.total_bytes <= free_bytes
+
+    lo, hi = 0, limit // step  # in units of step; allocation is monotone in n_ctx
+    if hi == 0 or not fits(step):
+        return 0
+    if fits(hi * step):
+        return hi * step
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid * step):
+            lo = mid
+        else:
+            hi = mid
+    return lo * step
+
+
+def tokens_until_full(n_ctx: int, context_tokens: int) -> int:
+    """Tokens that still fit in a slot of ``n_ctx`` holding ``context_tokens`` (never negative)."""
+    return max(0, int(n_ctx) - int(context_tokens))

@@ -1,0 +1,127 @@
+"""Forecast decode speed at deeper context from measured (context, tok/s) points.
+
+Time per token is fitted as a + b·context (the roofline form: a = weights / effective bandwidth, b = KV bytes
+per token / effective bandwidth plus attention overhead), robustly (Theil–Sen), with an 80% prediction
+interval that widens with the distance from the measured contexts and with fewer points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_FIT_POINTS = 300  # more points are reduced to this many context bins (medians) before fitting
+TIMING_NOISE_FRACTION = 0.02  # floor on the spread of per-token times: decode timings jitter by ~2%
+
+# Student t quantiles for a two-sided 80% interval (one-sided 0.90) by degrees of freedom.
+_T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372}
+_Z90 = 1.2816
+
+
+def _t_quantile(df: int) -> float:
+    if df in _T90:
+        return _T90[df]
+    # Cornish–Fisher expansion of the t quantile around the normal one (error < 0.001 for df > 10)
+    z = _Z90
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Forecast decode speed at one context depth, with an 80% interval (low ≤ tok_s ≤ high)."""
+
+    tok_s: float
+    low_tok_s: float
+    high_tok_s: float
+
+
+@dataclass(frozen=True)
+class DecodeFit:
+    """time per token = a_s + b_s_per_token × context, fitted on ``n_points`` points."""
+
+    a_s: float
+    b_s_per_token: float
+    n_points: int
+    residual_sd_s: float
+    context_mean: float = 0.0
+    context_sxx: float = 0.0
+    context_min: float = 0.0
+    context_max: float = 0.0
+    mean_time_s: float = 0.0
+    slope_clamped: bool = False  # the data showed speed rising with context; slope set to 0
+
+    def time_s(self, context: float) -> float:
+        """Fitted seconds per token at this depth."""
+        return self.a_s + self.b_s_per_token * context
+
+    def predict(self, context: float) -> Prediction:
+        """Forecast tok/s at ``context`` with an interval that grows with extrapolation and few points."""
+        t = max(self.time_s(context), 1e-12)
+        sd = math.hypot(self.residual_sd_s, TIMING_NOISE_FRACTION * self.mean_time_s)
+        leverage = 1.0 + 1.0 / self.n_points
+        if self.context_sxx > 0:
+            leverage += (context - self.context_mean) ** 2 / self.context_sxx
+        half = _t_quantile(max(self.n_points - 2, 1)) * sd * math.sqrt(leverage)
+        t_low = max(t - half, t / 2)  # the fastest end is capped at twice the prediction
+        t_high = t + half
+        return Prediction(tok_s=1.0 / t, low_tok_s=1.0 / t_high, high_tok_s=1.0 / t_low)
+
+
+def _clean(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    xs: list[float] = []
+    ys: list[float] = []
+    for p in points:
+        try:
+            x, tok_s = float(p[0]), float(p[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if not (math.isfinite(x) and math.isfinite(tok_s)) or x < 0 or tok_s <= 0:
+            continue
+        xs.append(x)
+        ys.append(1.0 / tok_s)
+    return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+
+
+def _reduce(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if x.size <= MAX_FIT_POINTS:
+        return x, y
+    order = np.argsort(x, kind="stable")
+    xb = [float(np.median(c)) for c in np.array_split(x[order], MAX_FIT_POINTS)]
+    yb = [float(np.median(c)) for c in np.array_split(y[order], MAX_FIT_POINTS)]
+    return np.asarray(xb), np.asarray(yb)
+
+
+def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:
+    """Fit (context tokens, decode tok/s) points; None with fewer than two distinct valid contexts."""
+    x, y = _reduce(*_clean(points))
+    if x.size < 2 or np.unique(x).size < 2:
+        return None
+    i, j = np.triu_indices(x.size, k=1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    slopes = (y[j] - y[i])[keep] / dx[keep]
+    b = float(np.median(slopes))
+    clamped = b < 0
+    if clamped:
+        b = 0.0
+    a = float(np.median(y - b * x))
+    resid = y - (a + b * x)
+    n = int(x.size)
+    dof = max(n - 2, 1)
+    residual_sd = float(math.sqrt(float(np.sum(resid**2)) / dof)) if n > 2 else 0.0
+    x_mean = float(np.mean(x))
+    return DecodeFit(
+        a_s=a,
+        b_s_per_token=b,
+        n_points=n,
+        residual_sd_s=residual_sd,
+        context_mean=x_mean,
+        context_sxx=float(np.sum((x - x_mean) ** 2)),
+        context_min=float(np.min(x)),
+        context_max=float(np.max(x)),
+        mean_time_s=float(np.mean(y)),
+        slope_clamped=clamped,
+    )

@@ -1,0 +1,168 @@
+"""KV cache bytes: per token, read per decode step at a depth, and as llama.cpp allocates them at load.
+
+The allocation reproduces llama.cpp's ``llama_kv_cache: size = … MiB`` line (cells padded to 256, one stream
+per sequence unless unified, SWA layers holding only window + ubatch cells, recurrent state in f32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvmon.physics.cache_types import cache_type
+from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
+
+CELL_PADDING = 256
+RECURRENT_STATE_BYTES_PER_ELEMENT = 4  # llama.cpp keeps recurrent (conv + ssm / wkv) state in f32
+
+
+def pad_cells(n: int, to: int = CELL_PADDING) -> int:
+    """Round a cell count up to llama.cpp's padding (256)."""
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class KvPerToken:
+    """K and V bytes that one token of context adds across all layers owning KV cells."""
+
+    k_bytes: int
+    v_bytes: int
+    windowed_bytes: int = 0  # the part held by SWA/chunked layers, which stops growing past their window
+
+    @property
+    def total(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True)
+class KvAllocation:
+    """What llama.cpp reserves at load: cells per stream (full and SWA), K/V bytes over all streams, state."""
+
+    cells: int
+    swa_cells: int
+    k_bytes: int
+    v_bytes: int
+    recurrent_bytes: int
+    n_streams: int = 1
+    n_kv_layers: int = 0
+    swa_k_bytes: int = 0  # the part of k_bytes / v_bytes held by SWA/chunked layers
+    swa_v_bytes: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes + self.recurrent_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        """K + V only (llama.cpp's ``llama_kv_cache: size``), without the recurrent state."""
+        return self.k_bytes + self.v_bytes
+
+
+def _layer_bytes(layer: LayerShape, type_k: str | None, type_v: str | None) -> tuple[int, int]:
+    tk, tv = cache_type(type_k), cache_type(type_v)
+    return tk.bytes_for(layer.k_elements), tv.bytes_for(layer.v_elements)
+
+
+def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: str | None = "f16") -> KvPerToken:
+    """Bytes each cached position costs: Σ over layers with own KV of n_head_kv × (key_len·s_k + value_len·s_v)."""
+    k_total = v_total = windowed = 0
+    for layer in shape.layers:
+        if not layer.has_kv:
+            continue
+        k, v = _layer_bytes(layer, type_k, type_v)
+        k_total += k
+        v_total += v
+        if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED):
+            windowed += k + v
+    return KvPerToken(k_total, v_total, windowed)
+
+
+def _positions_read(layer: LayerShape, context_tokens: float) -> float:
+    if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window:
+        return min(context_tokens, float(layer.window))
+    if layer.kind is AttentionKind.SHARED and layer.window:
+        return min(context_tokens, float(layer.window))
+    return context_tokens
+
+
+def kv_bytes_in_use(shape: ModelShape, context_tokens: float, type_k: str | None = "f16",
+                    type_v: str | None = "f16") -> float:
+    """KV bytes one decode step reads at this context depth: SWA/chunked layers capped at their window.
+
+    Layers that share an earlier layer's cache read it again, so they count here (but not in allocations).
+    """
+    n = max(0.0, float(context_tokens))
+    total = 0.0
+    for layer in shape.layers:
+        if layer.kind is AttentionKind.SHARED:
+            k = cache_type(type_k).bytes_for(layer.n_head_kv * layer.key_length)
+            v = cache_type(type_v).bytes_for(layer.n_head_kv * layer.value_length)
+        elif layer.has_kv:
+            k, v = _layer_bytes(layer, type_k, type_v)
+        else:
+            continue
+        total += (k + v) * _positions_read(layer, n)
+    return total
+
+
+def recurrent_state_bytes(shape: ModelShape, n_seq: int = 1) -> int:
+    """Fixed recurrent state (conv + SSM / WKV), f32, one copy per sequence: independent of context length."""
+    per_seq = sum(layer.recurrent_elements for layer in shape.layers) * RECURRENT_STATE_BYTES_PER_ELEMENT
+    return max(1, n_seq) * per_seq
+
+
+def kv_allocation(
+    shape: ModelShape,
+    n_ctx: int,
+    *,
+    n_seq: int = 1,
+    unified: bool = False,
+    type_k: str | None = "f16",
+    type_v: str | None = "f16",
+    n_ubatch: int = 512,
+    swa_full: bool = False,
+) -> KvAllocation:
+    """The KV cache llama.cpp reserves for ``-c n_ctx -np n_seq`` (``kv_unified``), K and V apart.
+
+    Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(n_ctx / n_seq) cells.
+    SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream.
+    """
+    if n_ctx < 0:
+        raise ValueError(f"negative n_ctx {n_ctx}")
+    n_seq = max(1, int(n_seq))
+    if unified or n_seq == 1:
+        n_streams = 1
+        cells = pad_cells(n_ctx)
+    else:
+        n_streams = n_seq
+        cells = pad_cells(n_ctx // n_seq)
+    swa_cells = 0
+    k_total = v_total = swa_k = swa_v = n_kv_layers = 0
+    for layer in shape.layers:
+        if not layer.has_kv:
+            continue
+        n_kv_layers += 1
+        k, v = _layer_bytes(layer, type_k, type_v)
+        layer_cells = cells
+        if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window and not swa_full:
+            layer_cells = pad_cells(min(cells, layer.window * (n_seq if unified else 1) + n_ubatch))
+            swa_cells = max(swa_cells, layer_cells)
+        elif layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED):
+            swa_cells = max(swa_cells, cells)
+        k_layer = k * layer_cells * n_streams
+        v_layer = v * layer_cells * n_streams
+        k_total += k_layer
+        v_total += v_layer
+        if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED):
+            swa_k += k_layer
+            swa_v += v_layer
+    return KvAllocation(
+        cells=cells,
+        swa_cells=swa_cells,
+        k_bytes=k_total,
+        v_bytes=v_total,
+        recurrent_bytes=recurrent_state_bytes(shape, n_seq),
+        n_streams=n_streams,
+        n_kv_layers=n_kv_layers,
+        swa_k_bytes=swa_k,
+        swa_v_bytes=swa_v,
+    )
