@@ -1,0 +1,321 @@
+"""Alerts: the one set of thresholds, the rules that read them, and hysteresis so nothing flaps.
+
+Analysis gathers the facts of one poll into ``AlertFacts``; ``AlertEngine.update`` turns them into
+``Alert``s. Every rule raises at one threshold and clears only past a second, safer one, and a raised
+alert is held for ``min_hold_s`` before it may clear or step down. Messages are computed from the
+numbers of this poll (how many tokens, how long, how many GiB) and say what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kvmon.core.snapshot import Alert, AlertLevel
+from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration, fmt_tok_s
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """Every alert threshold kvmon uses, in one place; settings may override any field."""
+
+    min_hold_s: float = 15.0  # a raised alert stays at least this long (and a level change restarts it)
+    # Context full (per conversation): warn when few tokens or little time is left.
+    ctx_warn_tokens: int = 4096
+    ctx_warn_seconds: float = 120.0
+    ctx_warn_min_used_fraction: float = 0.5  # a small n_ctx does not warn right at the start
+    ctx_critical_tokens: int = 512
+    ctx_clear_margin_tokens: int = 1024
+    # VRAM running out: from the trend of free VRAM over the last minute.
+    vram_trend_window_s: float = 60.0
+    vram_trend_min_span_s: float = 8.0
+    vram_trend_min_drop_bytes: int = 256 * MIB  # smaller drifts over the window are noise, not a trend
+    vram_warn_seconds: float = 180.0
+    vram_critical_seconds: float = 60.0
+    vram_clear_seconds: float = 360.0
+    # KV cache or weights outside VRAM.
+    host_fraction_raise: float = 0.01
+    # Cache-type advice: worth saying when a cheaper type frees at least this much.
+    advice_min_freed_bytes: int = 1 * GIB
+    advice_clear_freed_bytes: int = 512 * MIB
+    # Connection: a failure must last this long before it is an alert (one slow poll is not).
+    connection_raise_s: float = 3.0
+
+
+@dataclass(frozen=True)
+class GpuVramFacts:
+    """One GPU's free VRAM and its trend over the window."""
+
+    index: int
+    name: str | None
+    vram_free_bytes: int | None
+    vram_total_bytes: int | None
+    seconds_until_full: float | None  # None when free VRAM is not falling
+    free_drop_bytes: int | None = None  # how much free VRAM fell over the window
+    other_processes_growth_bytes: int | None = None  # growth of other processes over the window
+    window_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CacheAdvice:
+    """A cheaper KV cache type: the flags to use and what it would change here."""
+
+    type_k: str
+    type_v: str
+    flags: str  # e.g. "-ctk q8_0 -ctv q8_0" or "OLLAMA_KV_CACHE_TYPE=q8_0"
+    freed_bytes: int
+    tok_s: float | None  # predicted decode speed at the current depth with that type
+    tok_s_now: float | None = None
+
+
+@dataclass(frozen=True)
+class AlertFacts:
+    """What the alert rules need from one poll; unknowns are None and simply do not alert."""
+
+    t_monotonic: float
+    backend: str | None = None
+    connected: bool = True
+    connection_failure: str | None = None  # FailureKind value when not connected
+    connection_reason: str | None = None
+    n_ctx: int | None = None
+    context_tokens: int | None = None
+    slot_id: int | None = None
+    tokens_until_ctx_full: int | None = None
+    seconds_until_ctx_full: float | None = None
+    decode_tok_s: float | None = None
+    gpus: tuple[GpuVramFacts, ...] = ()
+    kv_host_fraction: float | None = None  # part of the KV cache in host RAM
+    kv_host_bytes: int | None = None
+    kv_host_via: str | None = None  # "PCIe" | "host RAM"
+    kv_host_cap_tok_s: float | None = None
+    weights_host_bytes: int | None = None
+    weight_bytes: int | None = None
+    weights_host_cap_tok_s: float | None = None
+    metrics_enabled: bool | None = None
+    advice: tuple[CacheAdvice, ...] = ()
+
+
+RuleResult = tuple[AlertLevel | None, str, float | None]
+Rule = Callable[[AlertFacts, AlertThresholds, AlertLevel | None], RuleResult]
+
+
+def _approx_tokens(n: float) -> str:
+    """2,287 → "2,300"; 430 → "430": forecasts are not exact."""
+    if n >= 1000:
+        return fmt_count(round(n, -2))
+    if n >= 100:
+        return fmt_count(round(n, -1))
+    return fmt_count(n)
+
+
+def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Context nearly full: warn by tokens left or by time left at the current rate."""
+    left, n_ctx, ctx = f.tokens_until_ctx_full, f.n_ctx, f.context_tokens
+    if left is None or not n_ctx or ctx is None:
+        return None, "", None
+    used = ctx / n_ctx
+    secs = f.seconds_until_ctx_full
+    level: AlertLevel | None = None
+    if left <= th.ctx_critical_tokens:
+        level = AlertLevel.CRITICAL
+    elif used >= th.ctx_warn_min_used_fraction and (
+        left <= th.ctx_warn_tokens or (secs is not None and secs <= th.ctx_warn_seconds)
+    ):
+        level = AlertLevel.WARNING
+    elif current is not None and used >= th.ctx_warn_min_used_fraction and (
+        left <= th.ctx_warn_tokens + th.ctx_clear_margin_tokens
+        or (secs is not None and secs <= 2 * th.ctx_warn_seconds)
+    ):
+        level = AlertLevel.WARNING  # inside the hysteresis band: stay
+    if current == AlertLevel.CRITICAL and left <= th.ctx_critical_tokens + th.ctx_clear_margin_tokens // 4:
+        level = AlertLevel.CRITICAL
+    where = f" in slot {f.slot_id}" if f.slot_id is not None else ""
+    if left <= 0:
+        msg = (f"Context full{where} ({fmt_count(n_ctx)} tokens): the server will truncate or stop; "
+               "start a new chat or restart with a larger -c")
+    else:
+        when = ""
+        if secs is not None and f.decode_tok_s:
+            when = f" ({fmt_duration(secs)} at {f.decode_tok_s:.0f} tok/s)"
+        msg = (f"Context full{where} in ~{_approx_tokens(left)} tokens{when}: "
+               f"{fmt_count(ctx)} of {fmt_count(n_ctx)} used; start a new chat or raise -c")
+    return level, msg, float(left)
+
+
+def rule_vram_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Free VRAM falling: warn when, at the trend of the last minute, it runs out soon."""
+    worst: GpuVramFacts | None = None
+    for g in f.gpus:
+        if g.seconds_until_full is None:
+            continue
+        if worst is None or worst.seconds_until_full is None or g.seconds_until_full < worst.seconds_until_full:
+            worst = g
+    if worst is None or worst.seconds_until_full is None:
+        return None, "", None
+    secs = worst.seconds_until_full
+    level: AlertLevel | None = None
+    if secs <= th.vram_critical_seconds:
+        level = AlertLevel.CRITICAL
+    elif secs <= th.vram_warn_seconds:
+        level = AlertLevel.WARNING
+    elif current is not None and secs <= th.vram_clear_seconds:
+        level = AlertLevel.WARNING
+    gpu = f"GPU {worst.index}" + (f" ({worst.name})" if worst.name else "")
+    window = fmt_duration(worst.window_s, approx=False) if worst.window_s else "the last minute"
+    window = "the last minute" if worst.window_s and worst.window_s >= 50 else f"the last {window}"
+    if worst.other_processes_growth_bytes is not None and worst.other_processes_growth_bytes >= 64 * MIB:
+        cause = f"other processes grew {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
+    elif worst.free_drop_bytes is not None:
+        cause = f"free VRAM fell {fmt_bytes(worst.free_drop_bytes)} in {window}"
+    else:
+        cause = "free VRAM is falling"
+    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}, {fmt_bytes(worst.vram_free_bytes)} left; "
+           "the KV cache or weights will spill to host RAM and decode will slow sharply")
+    return level, msg, secs
+
+
+def rule_kv_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Part of the KV cache lives in host RAM (no room in VRAM, or -nkvo): the spill cliff."""
+    frac = f.kv_host_fraction
+    if frac is None:
+        return None, "", None
+    level = AlertLevel.CRITICAL if frac >= th.host_fraction_raise or (current is not None and frac > 0) else None
+    via = f.kv_host_via or "host RAM"
+    amount = f"{fmt_bytes(f.kv_host_bytes)}, " if f.kv_host_bytes else ""
+    head = f"KV cache in host RAM ({amount}{frac:.0%})"
+    if f.kv_host_cap_tok_s:
+        head += f": decode capped at ~{f.kv_host_cap_tok_s:.0f} tok/s by {via}"
+    msg = f"{head}; free VRAM, lower -c or use a smaller cache type (-ctk q8_0 -ctv q8_0)"
+    return level, msg, frac
+
+
+def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Partial offload: some weights in host RAM (Ollama size_vram < size, or -ngl below the layer count)."""
+    host, total = f.weights_host_bytes, f.weight_bytes
+    if host is None or not total:
+        return None, "", None
+    frac = host / total
+    level = AlertLevel.WARNING if frac >= th.host_fraction_raise or (current is not None and host > 0) else None
+    cap = f"; decode capped at ~{f.weights_host_cap_tok_s:.0f} tok/s" if f.weights_host_cap_tok_s else ""
+    hint = "a smaller context (num_ctx) or quantization would fit it" if f.backend == "ollama" else \
+        "raise -ngl if VRAM allows, or use a smaller quantization"
+    msg = f"Model partly in host RAM: {fmt_bytes(host)} of {fmt_bytes(total)} ({frac:.0%}) on the CPU{cap}; {hint}"
+    return level, msg, frac
+
+
+def rule_metrics_disabled(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """llama-server without --metrics: prefill speed and request counters are unavailable."""
+    if f.backend != "llama-server" or f.metrics_enabled is not False:
+        return None, "", None
+    return (AlertLevel.INFO, "/metrics is disabled: start llama-server with --metrics "
+            "(prefill speed and request counters need it)", None)
+
+
+def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """A cheaper KV cache type would free VRAM (and usually be faster at depth): say which flags."""
+    if not f.advice:
+        return None, "", None
+    limit = th.advice_clear_freed_bytes if current is not None else th.advice_min_freed_bytes
+    # the first (mildest) cheaper type that frees enough: q8_0 before q4_0
+    best = next((a for a in f.advice if a.freed_bytes >= limit), None)
+    if best is None:
+        return None, "", None
+    speed = f"give ~{fmt_tok_s(best.tok_s)} here and " if best.tok_s else ""
+    return (AlertLevel.INFO, f"`{best.flags}` would {speed}free {fmt_bytes(best.freed_bytes)}",
+            float(best.freed_bytes))
+
+
+_CONNECTION_MESSAGES = {
+    "auth_rejected": "API key rejected: set the server's key in Settings (--api-key)",
+    "bad_url": "Bad server URL",
+}
+
+
+def _connection_rule(since: dict[str, float]) -> Rule:
+    def rule_connection(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+        """The server cannot be read (gone, hung, key rejected) for more than a moment."""
+        if f.connected or f.connection_failure in (None, "model_loading"):
+            since.pop("t", None)
+            return None, "", None
+        t0 = since.setdefault("t", f.t_monotonic)
+        level = AlertLevel.CRITICAL if f.connection_failure == "auth_rejected" else AlertLevel.WARNING
+        if f.t_monotonic - t0 < th.connection_raise_s and level != AlertLevel.CRITICAL and current is None:
+            return None, "", None
+        base = _CONNECTION_MESSAGES.get(f.connection_failure or "", "Server not answering")
+        gone = f"for {fmt_duration(f.t_monotonic - t0, approx=False)}" if f.t_monotonic - t0 >= 1 else ""
+        msg = f"{base}{': ' + f.connection_reason if f.connection_reason else ''}"
+        return level, (f"{msg} ({gone})" if gone else msg), f.t_monotonic - t0
+
+    return rule_connection
+
+
+@dataclass
+class _State:
+    level: AlertLevel
+    since: float  # when raised or last changed level
+    raised_at: float
+
+
+@dataclass
+class AlertEngine:
+    """Stateful evaluation of the rules with hysteresis and a minimum hold time."""
+
+    thresholds: AlertThresholds = field(default_factory=AlertThresholds)
+    _state: dict[str, _State] = field(default_factory=dict, init=False, repr=False)
+    _conn: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    last_raised: tuple[str, ...] = field(default=(), init=False)  # codes that rose (or escalated) in the last update
+
+    def _rules(self) -> Sequence[tuple[str, Rule]]:
+        return (
+            ("connection", _connection_rule(self._conn)),
+            ("ctx_full_soon", rule_ctx_full),
+            ("vram_full_soon", rule_vram_full),
+            ("kv_in_host", rule_kv_in_host),
+            ("weights_in_host", rule_weights_in_host),
+            ("metrics_disabled", rule_metrics_disabled),
+            ("kv_cache_advice", rule_cache_advice),
+        )
+
+    def update(self, facts: AlertFacts) -> tuple[Alert, ...]:
+        """Alerts active after this poll, most severe first."""
+        t = facts.t_monotonic
+        th = self.thresholds
+        out: list[Alert] = []
+        raised: list[str] = []
+        for code, rule in self._rules():
+            st = self._state.get(code)
+            want, msg, value = rule(facts, th, st.level if st else None)
+            if st is None:
+                if want is None:
+                    continue
+                st = self._state[code] = _State(want, t, t)
+                raised.append(code)
+            elif want is not None and want.rank > st.level.rank:
+                st.level, st.since = want, t
+                raised.append(code)
+            elif (want is None or want.rank < st.level.rank) and t - st.since >= th.min_hold_s:
+                if want is None:
+                    del self._state[code]
+                    continue
+                st.level, st.since = want, t
+            if not msg:  # held through a poll where the fact is unknown: keep the last words
+                continue
+            out.append(Alert(level=st.level, code=code, message=msg, value=value))
+        held_unknown = {a.code for a in out}
+        for code, st in self._state.items():
+            if code not in held_unknown and code in self._last_messages:
+                out.append(Alert(level=st.level, code=code, message=self._last_messages[code].message,
+                                 value=self._last_messages[code].value))
+        self._last_messages = {a.code: a for a in out}
+        self.last_raised = tuple(raised)
+        out.sort(key=lambda a: -a.level.rank)
+        return tuple(out)
+
+    _last_messages: dict[str, Alert] = field(default_factory=dict, init=False, repr=False)
+
+    def reset(self) -> None:
+        """Forget every alert (a new server or model)."""
+        self._state.clear()
+        self._conn.clear()
+        self._last_messages = {}
+        self.last_raised = ()

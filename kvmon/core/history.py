@@ -1,0 +1,176 @@
+"""Ring-buffer history of Snapshot series for the plots: 24 h at 1 Hz, preallocated numpy arrays.
+
+Appending is O(1) (one row written, no loop over the buffer); views for the last 5 min / 1 h / the
+session copy only the rows they return. Unknown values and polls without a server are NaN, so a plot
+draws a gap, never a zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
+
+DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
+WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
+
+# Scalar series taken from each Snapshot (name -> attribute).
+SERIES = (
+    "decode_tok_s",
+    "prefill_tok_s",
+    "ceiling_tok_s",
+    "context_tokens",
+    "efficiency",
+    "kv_in_use_bytes",
+    "achieved_bandwidth_bytes_per_s",
+)
+# Per-GPU series (name -> GpuView attribute).
+GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
+              "achieved_bandwidth_bytes_per_s")
+_SERVER_UP = frozenset({ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY})
+
+
+def _f(value: float | int | None) -> float:
+    return np.nan if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """Chronological copies of a time window: ``t`` (monotonic s), scalar ``series`` and ``gpu`` [row, gpu]."""
+
+    t: np.ndarray
+    t_wall: np.ndarray
+    series: dict[str, np.ndarray]
+    gpu: dict[str, np.ndarray]  # name -> array of shape (rows, n_gpus)
+    gpu_indices: tuple[int, ...]
+    scatter_context: np.ndarray  # (context, decode) points measured in the window
+    scatter_decode_tok_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+class _Ring:
+    """A preallocated 2-D ring of float64 rows."""
+
+    def __init__(self, capacity: int, width: int) -> None:
+        self.data = np.full((capacity, width), np.nan)
+        self.capacity = capacity
+        self.head = 0  # next row to write
+        self.count = 0
+
+    def append(self, row: np.ndarray | list[float]) -> None:
+        self.data[self.head] = row
+        self.head = (self.head + 1) % self.capacity
+        self.count = min(self.count + 1, self.capacity)
+
+    def last_rows(self, n: int) -> np.ndarray:
+        """The newest ``n`` rows in chronological order (a copy)."""
+        n = min(n, self.count)
+        if n <= 0:
+            return self.data[:0].copy()
+        start = (self.head - n) % self.capacity
+        if start < self.head:
+            return self.data[start:self.head].copy()
+        return np.concatenate((self.data[start:], self.data[:self.head]))
+
+    def column_tail_count_since(self, col: int, t0: float) -> int:
+        """How many of the newest rows have column ``col`` ≥ t0 (column sorted in time; binary search)."""
+        if self.count == 0:
+            return 0
+        oldest = (self.head - self.count) % self.capacity
+        if oldest < self.head:
+            segs = [self.data[oldest:self.head, col]]
+        else:
+            segs = [self.data[oldest:, col], self.data[:self.head, col]]
+        n = 0
+        for seg in reversed(segs):
+            i = int(np.searchsorted(seg, t0, side="left"))
+            n += len(seg) - i
+            if i > 0:
+                break
+        return n
+
+
+class History:
+    """Series of Snapshots for plotting; ``append`` per poll, ``view(window_s)`` per repaint."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, max_gpus: int = 8) -> None:
+        self.capacity = capacity
+        self.max_gpus = max_gpus
+        self._main = _Ring(capacity, 2 + len(SERIES))  # t, t_wall, series...
+        self._gpu = np.full((capacity, len(GPU_SERIES), max_gpus), np.nan)
+        self._gpu_index: dict[int, int] = {}  # GPU index -> column
+        self._scatter = _Ring(capacity, 3)  # t, context, decode
+        self._row = np.empty(2 + len(SERIES))
+        self.appended = 0
+
+    def __len__(self) -> int:
+        return self._main.count
+
+    def append(self, snap: Snapshot) -> None:
+        """Add one poll: O(1). No server → a NaN row (a gap in the plots)."""
+        row = self._row
+        row[0] = snap.t_monotonic
+        row[1] = snap.t_wall
+        up = snap.connection.status in _SERVER_UP
+        for i, name in enumerate(SERIES):
+            row[2 + i] = _f(getattr(snap, name)) if up else np.nan
+        head = self._main.head
+        self._main.append(row)
+        gpu_row = self._gpu[head]
+        gpu_row.fill(np.nan)
+        for g in snap.gpus:
+            col = self._gpu_index.get(g.index)
+            if col is None:
+                if len(self._gpu_index) >= self.max_gpus:
+                    continue
+                col = self._gpu_index[g.index] = len(self._gpu_index)
+            for j, name in enumerate(GPU_SERIES):
+                value = getattr(g, name)
+                if name == "achieved_bandwidth_bytes_per_s" and not up:
+                    value = None
+                gpu_row[j, col] = _f(value)
+        if up and snap.context_tokens is not None and snap.decode_tok_s is not None:
+            self._scatter.append([snap.t_monotonic, float(snap.context_tokens), snap.decode_tok_s])
+        self.appended += 1
+
+    def view(self, window_s: float | None = None) -> HistoryView:
+        """Rows of the last ``window_s`` seconds (None = the whole session kept), oldest first."""
+        if window_s is None or self._main.count == 0:
+            n = self._main.count
+        else:
+            t_last = self._main.data[(self._main.head - 1) % self.capacity, 0]
+            n = self._main.column_tail_count_since(0, t_last - window_s)
+        rows = self._main.last_rows(n)
+        start = (self._main.head - n) % self.capacity
+        if n == 0:
+            gpu = self._gpu[:0]
+        elif start < self._main.head:
+            gpu = self._gpu[start:self._main.head]
+        else:
+            gpu = np.concatenate((self._gpu[start:], self._gpu[:self._main.head]))
+        ncols = len(self._gpu_index)
+        t0 = rows[0, 0] if n else np.inf
+        ns = self._scatter.column_tail_count_since(0, t0) if window_s is not None else self._scatter.count
+        sc = self._scatter.last_rows(ns)
+        return HistoryView(
+            t=rows[:, 0],
+            t_wall=rows[:, 1],
+            series={name: rows[:, 2 + i] for i, name in enumerate(SERIES)},
+            gpu={name: gpu[:, j, :ncols].copy() for j, name in enumerate(GPU_SERIES)},
+            gpu_indices=tuple(self._gpu_index),
+            scatter_context=sc[:, 1],
+            scatter_decode_tok_s=sc[:, 2],
+        )
+
+    def scatter_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """All of this session's (context tokens, decode tok/s) points, for the speed-vs-context plot."""
+        sc = self._scatter.last_rows(self._scatter.count)
+        return sc[:, 1], sc[:, 2]
+
+    def clear(self) -> None:
+        """Forget everything (a new session)."""
+        self.__init__(self.capacity, self.max_gpus)  # type: ignore[misc]

@@ -1,0 +1,111 @@
+"""Human formatting of kvmon's quantities: "38.2 tok/s", "6.55 GiB", "41.2K tokens", "≈ 1 min".
+
+One place for number formatting so the dashboard, alerts, tray and ``once`` read the same. ``None``
+(unknown) always formats as "—"; NaN and infinities too, since they never carry a real value here.
+"""
+
+from __future__ import annotations
+
+import math
+
+DASH = "—"
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+TIB = 1024**4
+
+
+def _unknown(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def _sig3(value: float) -> str:
+    """Three significant figures without trailing noise: 6.55, 38.2, 512, 1008."""
+    a = abs(value)
+    if a >= 100:
+        return f"{value:.0f}"
+    if a >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def fmt_tok_s(tok_s: float | None) -> str:
+    """Decode/prefill speed: "38.2 tok/s", "1,234 tok/s", "0.52 tok/s"; "—" when unknown."""
+    if _unknown(tok_s):
+        return DASH
+    assert tok_s is not None
+    if abs(tok_s) >= 1000:
+        return f"{tok_s:,.0f} tok/s"
+    return f"{_sig3(tok_s)} tok/s"
+
+
+def fmt_bytes(n_bytes: float | None) -> str:
+    """Memory sizes in binary units: "6.55 GiB", "512 MiB", "4.00 KiB", "17 B"."""
+    if _unknown(n_bytes):
+        return DASH
+    assert n_bytes is not None
+    a = abs(n_bytes)
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if a >= size:
+            return f"{_sig3(n_bytes / size)} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def fmt_tokens(tokens: float | None, *, exact: bool = False) -> str:
+    """Token counts: "41.2K tokens", "850 tokens", "1.05M tokens"; ``exact`` gives "131,072"."""
+    if _unknown(tokens):
+        return DASH
+    assert tokens is not None
+    if exact:
+        return f"{round(tokens):,}"
+    a = abs(tokens)
+    if a >= 1_000_000:
+        return f"{_sig3(tokens / 1_000_000)}M tokens"
+    if a >= 1000:
+        return f"{_sig3(tokens / 1000)}K tokens"
+    return f"{round(tokens)} tokens"
+
+
+def fmt_count(n: float | None) -> str:
+    """A plain count with thousands separators, "2,300"; "—" when unknown."""
+    if _unknown(n):
+        return DASH
+    assert n is not None
+    return f"{round(n):,}"
+
+
+def fmt_duration(seconds: float | None, *, approx: bool = True) -> str:
+    """Durations for forecasts: "45 s", "≈ 1 min", "≈ 2 h 5 min", "≈ 3 d"; under a minute stays exact."""
+    if _unknown(seconds):
+        return DASH
+    assert seconds is not None
+    s = max(0.0, seconds)
+    prefix = "≈ " if approx else ""
+    if s < 60:
+        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    if s < 3600:
+        return f"{prefix}{round(s / 60)} min"
+    if s < 86400:
+        h, m = divmod(round(s / 60), 60)
+        return f"{prefix}{h} h" if m == 0 else f"{prefix}{h} h {m} min"
+    return f"{prefix}{s / 86400:.1f} d"
+
+
+def fmt_bandwidth(bytes_per_s: float | None) -> str:
+    """Memory/PCIe bandwidth in decimal units as vendors quote it: "936 GB/s", "31.5 GB/s", "850 MB/s"."""
+    if _unknown(bytes_per_s):
+        return DASH
+    assert bytes_per_s is not None
+    a = abs(bytes_per_s)
+    for unit, size in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if a >= size:
+            return f"{_sig3(bytes_per_s / size)} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
+
+
+def fmt_percent(fraction: float | None, *, digits: int = 0) -> str:
+    """A fraction (0.63) as a percentage ("63%"); "—" when unknown."""
+    if _unknown(fraction):
+        return DASH
+    assert fraction is not None
+    return f"{fraction * 100:.{digits}f}%"
