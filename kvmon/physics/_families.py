@@ -264,6 +264,8 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
         expert_feed_forward_length=m.int("expert_feed_forward_length"),
         leading_dense_block_count=m.int("leading_dense_block_count", 0) or 0,
         vocab_size=_vocab_size(metadata, m),
+        key_length_mla=m.int("attention.key_length_mla"),
+        value_length_mla=m.int("attention.value_length_mla"),
     )
 
 

@@ -78,6 +78,8 @@ class ModelShape:
     expert_feed_forward_length: int | None = None
     leading_dense_block_count: int = 0
     vocab_size: int | None = None
+    key_length_mla: int | None = None  # MLA: per-head query/key length before compression (weights only)
+    value_length_mla: int | None = None
 
     @property
     def is_moe(self) -> bool:

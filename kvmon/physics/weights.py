@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvmon.physics.shape import ModelShape
+from kvmon.physics.shape import AttentionKind, ModelShape
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,13 @@ def _param_split(shape: ModelShape) -> tuple[float, float] | None:
     dense_ff = shape.feed_forward_length if shape.feed_forward_length else ff_exp
     shared += shape.leading_dense_block_count * 3 * d * dense_ff
     for layer in shape.layers:  # attention projections, roughly q, k, v, o
-        head_dim = layer.key_length or (d // shape.n_head if shape.n_head else 0)
+        if layer.kind is AttentionKind.MLA and shape.key_length_mla and shape.value_length_mla:
+            q_o = shape.n_head * (shape.key_length_mla + shape.value_length_mla)
+        else:
+            head_dim = layer.key_length or (d // shape.n_head if shape.n_head else 0)
+            q_o = 2 * shape.n_head * head_dim
         kv = layer.n_head_kv * (layer.key_length + layer.value_length)
-        shared += d * (2 * shape.n_head * head_dim + kv)
+        shared += d * (q_o + kv)
     if shape.vocab_size:
         shared += 2 * shape.vocab_size * d  # token embeddings and output head
     return float(shared), float(expert)
