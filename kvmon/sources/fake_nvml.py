@@ -306,7 +306,8 @@ class FakeNvml:
         with self.lock:
             self._lib_call("nvmlGpmMetricsGet")
             s1, s2 = metrics_get.sample1, metrics_get.sample2
-            if not isinstance(s1, _FakeGpmSample) or not isinstance(s2, _FakeGpmSample) or s1.index != s2.index:
+            taken = isinstance(s1, _FakeGpmSample) and isinstance(s2, _FakeGpmSample) and s1.index is not None
+            if not taken or s1.index != s2.index:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu = self.gpus[s2.index] if s2.index is not None else None
             if gpu is not None and "nvmlGpmMetricsGet" in gpu.failing:
