@@ -1,0 +1,667 @@
+"""Ollama source: loaded models, their VRAM/host split and context, the model shape, and a live rate.
+
+Ollama publishes no running counters, so the live decode rate comes, best first, from the llama-server
+child that Ollama >= 0.30 runs (its ``/slots``), from ``kvmon proxy`` (``GET /kvmon/stats``), or is
+reported unavailable with how to enable it, never as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from kvmon.core.readings import (
+    FailureKind,
+    ModelInfo,
+    Provenance,
+    RequestStats,
+    ServerConfig,
+    ServerReading,
+    SlotReading,
+    SourceError,
+    SourceFailure,
+)
+from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
+
+DEFAULT_PORT = 11434
+DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
+ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11435"
+SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies
+SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
+CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
+PROXY_TIMEOUT_S = 0.5
+# Ollama 0.30 started running llama-server as a child and counting cached prompt tokens in prompt_eval_count.
+CHILD_VERSION = (0, 30)
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class OllamaModel:
+    """One entry of ``/api/ps``: sizes in bytes; ``size_vram < size`` means part lives in host RAM."""
+
+    name: str
+    model: str | None
+    digest: str | None
+    size_bytes: int | None
+    size_vram_bytes: int | None
+    context_length: int | None
+    expires_at: datetime | None
+    family: str | None = None
+    parameter_size: str | None = None
+    quantization: str | None = None
+
+    @property
+    def host_bytes(self) -> int | None:
+        """Bytes of this model (weights, cache and buffers) that Ollama placed in host RAM."""
+        if self.size_bytes is None or self.size_vram_bytes is None:
+            return None
+        return max(0, self.size_bytes - self.size_vram_bytes)
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """``"0.33.0-rc2"`` → ``(0, 33, 0)``; None when there are no leading numbers."""
+    if not isinstance(text, str):
+        return None
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
+    if not m:
+        return None
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def parse_parameter_size(text: Any) -> int | None:
+    """Ollama's ``parameter_size`` (``"7.2B"``, ``"137M"``, ``"1.5T"``) in parameters; None if unparseable."""
+    if not isinstance(text, str):
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMBT]?)\s*", text.upper())
+    if not m:
+        return None
+    scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[m.group(2)]
+    value = float(m.group(1)) * scale
+    return round(value) if value > 0 else None
+
+
+def parse_time(text: Any) -> datetime | None:
+    """An RFC 3339 time as Ollama writes it (nanoseconds, ``Z`` or offset); None if unparseable."""
+    if not isinstance(text, str) or not text:
+        return None
+    s = text.strip().replace("Z", "+00:00")
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", s)
+    if m:  # Python < 3.11 accepts at most 6 fractional digits
+        frac = (m.group(2) or "")[:7]
+        s = m.group(1) + frac + m.group(3)
+    try:
+        return datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value == int(value):
+        return int(value)
+    return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
+    """Models from an ``/api/ps`` body, plus notes on entries that could not be read.
+
+    Raises ``SourceError(UNEXPECTED_BODY)`` when the body is not ``{"models": [...]}``.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("models"), list):
+        raise SourceError(
+            SourceFailure(FailureKind.UNEXPECTED_BODY, "/api/ps did not return {\"models\": [...]}", "/api/ps")
+        )
+    models: list[OllamaModel] = []
+    notes: list[str] = []
+    for i, entry in enumerate(body["models"]):
+        if not isinstance(entry, dict):
+            notes.append(f"/api/ps entry {i} is not an object")
+            continue
+        name = _str_or_none(entry.get("name")) or _str_or_none(entry.get("model"))
+        if name is None:
+            notes.append(f"/api/ps entry {i} has no name")
+            continue
+        details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
+        models.append(
+            OllamaModel(
+                name=name,
+                model=_str_or_none(entry.get("model")),
+                digest=_str_or_none(entry.get("digest")),
+                size_bytes=_int_or_none(entry.get("size")),
+                size_vram_bytes=_int_or_none(entry.get("size_vram")),
+                context_length=_int_or_none(entry.get("context_length")) or None,
+                expires_at=parse_time(entry.get("expires_at")),
+                family=_str_or_none(details.get("family")),
+                parameter_size=_str_or_none(details.get("parameter_size")),
+                quantization=_str_or_none(details.get("quantization_level")),
+            )
+        )
+    return models, notes
+
+
+def pick_active(models: Sequence[OllamaModel], busy_names: Sequence[str] = ()) -> OllamaModel | None:
+    """The model to show: one a request is streaming from now, else the one used last (latest ``expires_at``).
+
+    Ollama pushes ``expires_at`` forward (keep-alive) on every request, so the latest is the most recent.
+    """
+    if not models:
+        return None
+    for name in busy_names:
+        for m in models:
+            if name in (m.name, m.model):
+                return m
+    epoch = datetime.fromtimestamp(0).astimezone()
+
+    def key(m: OllamaModel) -> datetime:
+        t = m.expires_at
+        if t is None:
+            return epoch
+        return t if t.tzinfo else t.astimezone()
+
+    return max(models, key=key)
+
+
+def weight_bytes_from_tensors(tensors: Any) -> int | None:
+    """Exact weight bytes from ``/api/show``'s ``tensors`` (type names and shapes); None if any is unknown."""
+    if not isinstance(tensors, list) or not tensors:
+        return None
+    try:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    except ImportError:  # pragma: no cover - gguf is a dependency
+        return None
+    total = 0
+    for t in tensors:
+        if not isinstance(t, dict) or not isinstance(t.get("type"), str) or not isinstance(t.get("shape"), list):
+            return None
+        try:
+            qtype = GGMLQuantizationType[t["type"].upper()]
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except KeyError:
+            return None
+        n = 1
+        for d in t["shape"]:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                return None
+            n *= d
+        total += n // block * type_size
+    return total
+
+
+_BLOB_RE = re.compile(r"^FROM\s+(\S*sha256[-:][0-9a-fA-F]{64})\s*$", re.MULTILINE)
+
+
+def blob_path_from_modelfile(modelfile: Any) -> str | None:
+    """The model blob path in ``/api/show``'s modelfile (``FROM .../blobs/sha256-<hex>``); matches the child's
+    ``--model``."""
+    if not isinstance(modelfile, str):
+        return None
+    m = _BLOB_RE.search(modelfile)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class ShowInfo:
+    """What one ``/api/show`` told us about a model, kept per digest."""
+
+    model_info: Mapping[str, Any]
+    verbose: bool
+    arch: str | None
+    n_params: int | None
+    n_ctx_train: int | None
+    n_embd: int | None
+    weight_bytes: int | None
+    blob_path: str | None
+    shape: Any  # ModelShape | None
+    shape_reason: str | None
+
+
+def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
+    """Read an ``/api/show`` body; the shape comes from ``model_info`` (GGUF keys) via ``ModelShape.from_gguf``.
+
+    Tokenizer arrays are dropped (they are large and say nothing about the cache). In a non-verbose body
+    Ollama replaces arrays longer than 5 with ``[]``; such keys are dropped too, so the shape code sees them
+    as missing (and marks the shape partial) rather than as empty.
+    """
+    if not isinstance(body, dict):
+        raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY, "/api/show did not return an object", "/api/show"))
+    raw = body.get("model_info")
+    if not isinstance(raw, dict):
+        raw = {}
+    info: dict[str, Any] = {}
+    for k, v in raw.items():
+        if not isinstance(k, str) or k.startswith("tokenizer."):
+            continue
+        if not verbose and isinstance(v, list) and not v:
+            continue
+        info[k] = v
+    arch = _str_or_none(info.get("general.architecture"))
+
+    def arch_int(key: str) -> int | None:
+        return _int_or_none(info.get(f"{arch}.{key}")) if arch else None
+
+    shape: Any = None
+    shape_reason: str | None = None
+    if not info:
+        shape_reason = "/api/show returned no model_info"
+    else:
+        try:
+            from kvmon.physics.shape import ModelShape, ShapeError
+        except ImportError:  # pragma: no cover - the physics package ships with kvmon
+            shape_reason = "model shape code unavailable"
+        else:
+            try:
+                shape = ModelShape.from_gguf(info)
+            except (ShapeError, ValueError, TypeError, KeyError) as e:
+                shape_reason = f"model shape unreadable from /api/show: {e}"
+            if shape is not None and not verbose:
+                shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
+                shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
+    details = body.get("details") if isinstance(body.get("details"), dict) else {}
+    n_params = _int_or_none(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
+    return ShowInfo(
+        model_info=info,
+        verbose=verbose,
+        arch=arch or _str_or_none(details.get("family")),
+        n_params=n_params,
+        n_ctx_train=arch_int("context_length"),
+        n_embd=arch_int("embedding_length"),
+        weight_bytes=weight_bytes_from_tensors(body.get("tensors")),
+        blob_path=blob_path_from_modelfile(body.get("modelfile")),
+        shape=shape,
+        shape_reason=shape_reason,
+    )
+
+
+@dataclass(frozen=True)
+class ProxyStream:
+    """One request the proxy is streaming now."""
+
+    id: int
+    model: str | None
+    tokens_so_far: int
+    decode_tok_s: float | None
+
+
+@dataclass(frozen=True)
+class ProxyView:
+    """The parts of ``kvmon proxy``'s ``/kvmon/stats`` this source uses."""
+
+    upstream: str | None
+    in_flight: tuple[ProxyStream, ...]
+    last: RequestStats | None
+    last_model: str | None
+    last_prefill_reason: str | None
+    now_unix: float | None
+
+
+def _float_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def parse_proxy_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
+    """Read the proxy's stats document (see ``kvmon.proxy``); raises UNEXPECTED_BODY if it is not one."""
+    if not isinstance(body, dict) or body.get("kvmon_proxy") != 1:
+        raise SourceError(
+            SourceFailure(FailureKind.UNEXPECTED_BODY, "/kvmon/stats is not a kvmon proxy document", "/kvmon/stats")
+        )
+    streams: list[ProxyStream] = []
+    for s in body.get("in_flight") or []:
+        if isinstance(s, dict) and _int_or_none(s.get("id")) is not None:
+            streams.append(
+                ProxyStream(
+                    id=int(s["id"]),
+                    model=_str_or_none(s.get("model")),
+                    tokens_so_far=_int_or_none(s.get("tokens_so_far")) or 0,
+                    decode_tok_s=_float_or_none(s.get("decode_tok_s")),
+                )
+            )
+    last: RequestStats | None = None
+    last_model: str | None = None
+    prefill_reason: str | None = None
+    now_unix = _float_or_none(body.get("now_unix"))
+    recent = [r for r in body.get("recent") or [] if isinstance(r, dict) and r.get("stats_source")]
+    if recent:
+        r = max(recent, key=lambda r: _float_or_none(r.get("finished_unix")) or 0.0)
+        finished = _float_or_none(r.get("finished_unix"))
+        age = max(0.0, (now_unix or t_wall) - finished) if finished is not None else 0.0
+        prompt_tokens = _int_or_none(r.get("prompt_tokens"))
+        if r.get("prompt_tok_s") is None and r.get("prompt_tok_s_reason"):
+            # The count includes cached tokens the duration does not cover: dividing would inflate prefill.
+            prefill_reason = str(r["prompt_tok_s_reason"])
+            prompt_tokens = None
+        last = RequestStats(
+            t_end=t_monotonic - age,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=_int_or_none(r.get("cached_tokens")),
+            prompt_seconds=_float_or_none(r.get("prompt_seconds")),
+            predicted_tokens=_int_or_none(r.get("predicted_tokens")),
+            predicted_seconds=_float_or_none(r.get("predicted_seconds")),
+            context_tokens=_int_or_none(r.get("context_tokens")),
+        )
+        last_model = _str_or_none(r.get("model"))
+    return ProxyView(
+        upstream=_str_or_none(body.get("upstream")),
+        in_flight=tuple(streams),
+        last=last,
+        last_model=last_model,
+        last_prefill_reason=prefill_reason,
+        now_unix=now_unix,
+    )
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    """Whether two URLs name the same server (``localhost`` and ``127.0.0.1`` count as the same)."""
+    try:
+        pa, pb = urlsplit(a), urlsplit(b)
+        ha, hb = (pa.hostname or ""), (pb.hostname or "")
+        ports = (pa.port or DEFAULT_PORT, pb.port or DEFAULT_PORT)
+    except ValueError:
+        return False
+    local = {"127.0.0.1", "localhost", "::1"}
+    same_host = ha == hb or (ha in local and hb in local)
+    return same_host and ports[0] == ports[1]
+
+
+# ---------------------------------------------------------------------------------------------- the source
+
+
+@dataclass
+class _ShowEntry:
+    info: ShowInfo | None
+    reason: str | None
+    fetched_at: float
+
+
+@dataclass
+class _State:
+    version: str | None = None
+    shows: dict[str, _ShowEntry] = field(default_factory=dict)
+
+
+class OllamaSource:
+    """Poll an Ollama server: ``/api/ps`` each poll, ``/api/version`` once, ``/api/show`` once per model digest."""
+
+    backend = "ollama"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 3.0,
+        proxy_url: str | None = None,
+        find_child: bool = True,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url, DEFAULT_PORT)
+        self.display_url = redact_url(self.base_url)
+        self._timeout_s = timeout_s
+        self._client = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
+        self._show_client = HttpClient(
+            self.base_url, api_key=api_key, timeout_s=max(timeout_s, 10.0), max_body_bytes=SHOW_MAX_BODY_BYTES
+        )
+        self._proxy_explicit = proxy_url is not None
+        self._proxy_url = normalize_base_url(proxy_url) if proxy_url else DEFAULT_PROXY_URL
+        self._proxy_client: HttpClient | None = None
+        self._state = _State()
+        host = (urlsplit(self.base_url).hostname or "").lower()
+        self._is_local = host in _LOCAL_HOSTS
+        self._child_tracker: Any = None
+        if find_child and self._is_local:
+            try:
+                from kvmon.sources.ollama_child import ChildTracker
+            except ImportError:  # pragma: no cover - ships with kvmon
+                self._child_tracker = None
+            else:
+                port = urlsplit(self.base_url).port or DEFAULT_PORT
+                self._child_tracker = ChildTracker(port, timeout_s=min(timeout_s, 2.0), retry_s=CHILD_RETRY_S)
+
+    def __repr__(self) -> str:
+        return f"OllamaSource({self.display_url!r})"
+
+    def close(self) -> None:
+        """Close HTTP clients (and the child's source, if one was opened)."""
+        self._client.close()
+        self._show_client.close()
+        if self._proxy_client is not None:
+            self._proxy_client.close()
+        if self._child_tracker is not None:
+            self._child_tracker.close()
+
+    # -- pieces
+
+    def _version(self) -> str | None:
+        if self._state.version is None:
+            body = self._client.get_json("/api/version")
+            if isinstance(body, dict) and isinstance(body.get("version"), str):
+                self._state.version = body["version"]
+        return self._state.version
+
+    def _show(self, model: OllamaModel, now: float) -> tuple[ShowInfo | None, str | None]:
+        key = model.digest or model.name
+        entry = self._state.shows.get(key)
+        if entry is not None and (entry.info is not None or now - entry.fetched_at < SHOW_RETRY_S):
+            return entry.info, entry.reason
+        info: ShowInfo | None = None
+        reason: str | None = None
+        try:
+            info = self._fetch_show(model.model or model.name, verbose=True)
+        except SourceError as e:
+            reason = f"verbose /api/show failed ({e.failure.reason})"
+            try:  # smaller answer, per-layer arrays blanked: a partial shape beats none
+                info = self._fetch_show(model.model or model.name, verbose=False)
+            except SourceError as e2:
+                reason = f"/api/show failed: {e2.failure.reason}"
+            else:
+                reason = None
+        self._state.shows = {k: v for k, v in self._state.shows.items() if now - v.fetched_at < 3600.0}
+        self._state.shows[key] = _ShowEntry(info, reason, now)
+        return info, reason
+
+    def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
+        body = {"model": name, "verbose": True} if verbose else {"model": name}
+        resp = self._show_client.request("POST", "/api/show", json_body=body)
+        raise_for_status(resp, "/api/show", self.display_url)
+        return parse_show(decode_json(resp, "/api/show"), verbose=verbose)
+
+    def _proxy(self, t_mono: float, t_wall: float) -> tuple[ProxyView | None, str | None]:
+        if self._proxy_client is None:
+            self._proxy_client = HttpClient(self._proxy_url, timeout_s=PROXY_TIMEOUT_S)
+        try:
+            view = parse_proxy_stats(self._proxy_client.get_json("/kvmon/stats"), t_mono, t_wall)
+        except SourceError as e:
+            if self._proxy_explicit:
+                return None, f"kvmon proxy at {redact_url(self._proxy_url)}: {e.failure.reason}"
+            return None, None
+        if view.upstream and not _same_endpoint(view.upstream, self.base_url):
+            return None, f"the kvmon proxy at {redact_url(self._proxy_url)} forwards to {view.upstream}, not here"
+        return view, None
+
+    # -- the poll
+
+    def poll(self) -> ServerReading:
+        """One reading; raises ``SourceError`` when Ollama cannot be read at all."""
+        t_mono, t_wall = time.monotonic(), time.time()
+        version = self._version_safe()
+        try:
+            models, notes = parse_ps(self._client.get_json("/api/ps"))
+        except SourceError:
+            self._state.version = None  # re-check on the next poll (a restart may change it)
+            raise
+        reasons: dict[str, str] = {}
+        if notes:
+            reasons["models"] = "; ".join(notes)
+        proxy, proxy_reason = self._proxy(t_mono, t_wall)
+        busy = [s.model for s in proxy.in_flight if s.model] if proxy else []
+        active = pick_active(models, busy)
+        if len(models) > 1 and active is not None:
+            others = ", ".join(m.name for m in models if m is not active)
+            reasons["other_models"] = f"also loaded: {others} (showing the one used last)"
+        if active is None:
+            reasons["model"] = "no model loaded in Ollama (it loads one on the first request)"
+            rate_reason = "no model loaded"
+            return ServerReading(
+                t_monotonic=t_mono,
+                t_wall=t_wall,
+                backend=self.backend,
+                url=self.display_url,
+                server_version=version,
+                state="idle",
+                live_rate_source="proxy" if proxy else None,
+                live_rate_unavailable_reason=None if proxy else rate_reason,
+                reasons=reasons,
+            )
+
+        show, show_reason = self._show(active, t_mono)
+        if show_reason:
+            reasons["shape"] = show_reason
+        elif show is not None and show.shape_reason:
+            reasons["shape"] = show.shape_reason
+        config_fields: dict[str, Any] = {}
+        prov: dict[str, Provenance] = {}
+        if active.context_length is not None:
+            config_fields["n_ctx_per_slot"] = active.context_length
+            prov["n_ctx_per_slot"] = Provenance.MEASURED
+        else:
+            reasons["n_ctx"] = "this Ollama's /api/ps has no context_length (added in Ollama 0.10)"
+
+        # Live rate, best first: the llama-server child, the proxy, else say how to get one.
+        slots: tuple[SlotReading, ...] = ()
+        total_slots: int | None = None
+        kv_unified: bool | None = None
+        rate_source: str | None = None
+        rate_reason: str | None = None
+        server_pids: tuple[int, ...] = ()
+        child_reading: ServerReading | None = None
+        child_reason: str | None = None
+        if self._child_tracker is not None:
+            child_reading, child_reason, server_pids, child_config = self._child_tracker.poll(
+                show.blob_path if show else None
+            )
+            if child_config is not None:
+                config_fields.update(
+                    {k: v for k, v in _config_fields(child_config).items() if v is not None and k != "provenance"}
+                )
+                prov.update(child_config.provenance)
+        elif not self._is_local:
+            child_reason = "Ollama is on another machine: its llama-server child cannot be found from here"
+        if child_reading is not None:
+            slots = tuple(replace(s, n_ctx=s.n_ctx or active.context_length) for s in child_reading.slots)
+            total_slots = child_reading.total_slots
+            kv_unified = child_reading.kv_unified
+            rate_source = "child_slots"
+        elif proxy is not None:
+            slots = tuple(
+                SlotReading(
+                    id=s.id,
+                    n_ctx=active.context_length,
+                    context_tokens=None,
+                    processing=True,
+                    n_decoded=s.tokens_so_far,
+                )
+                for s in proxy.in_flight
+                if s.model is None or s.model in (active.name, active.model)
+            )
+            rate_source = "proxy"
+        else:
+            why = "; ".join(r for r in (child_reason, proxy_reason) if r)
+            rate_reason = f"live rate unavailable: {ENABLE_LIVE_RATE_HINT}" + (f" ({why})" if why else "")
+
+        last: RequestStats | None = None
+        if proxy is not None and proxy.last is not None and proxy.last_model in (None, active.name, active.model):
+            last = proxy.last
+            if proxy.last_prefill_reason:
+                reasons["prefill_tok_s"] = proxy.last_prefill_reason
+
+        weight_bytes = show.weight_bytes if show else None
+        if weight_bytes is None:
+            reasons["weight_bytes"] = (
+                "weights not known: /api/show listed no tensor sizes (/api/ps size also holds KV cache and buffers)"
+            )
+        n_params = show.n_params if show and show.n_params else parse_parameter_size(active.parameter_size)
+        model = ModelInfo(
+            name=active.name,
+            arch=(show.arch if show else None) or active.family,
+            n_params=n_params,
+            weight_bytes=weight_bytes,
+            n_ctx_train=show.n_ctx_train if show else None,
+            n_embd=show.n_embd if show else None,
+            quantization=active.quantization,
+            path=config_fields.get("model_path") or (show.blob_path if show else None),
+            digest=active.digest,
+            shape=show.shape if show else None,
+            shape_source="ollama_show" if show and show.shape is not None else None,
+        )
+        host_bytes = active.host_bytes
+        if host_bytes:
+            reasons["weight_bytes_host"] = (
+                f"partial offload: {host_bytes} bytes of {active.name} live in host RAM (size_vram < size)"
+            )
+        config_fields["provenance"] = prov
+        config = _make_config(config_fields)
+        if config.n_ctx_total is None and active.context_length is not None and config.n_parallel is not None:
+            config = replace(config, n_ctx_total=active.context_length * config.n_parallel)
+        return ServerReading(
+            t_monotonic=t_mono,
+            t_wall=t_wall,
+            backend=self.backend,
+            url=self.display_url,
+            server_version=version,
+            state="ok",
+            model=model,
+            slots=slots,
+            total_slots=total_slots,
+            kv_unified=kv_unified,
+            config=config,
+            weight_bytes_vram=active.size_vram_bytes,
+            weight_bytes_host=host_bytes,
+            live_rate_source=rate_source,
+            live_rate_unavailable_reason=rate_reason,
+            last_request=last,
+            server_pids=server_pids,
+            reasons=reasons,
+        )
+
+    def _version_safe(self) -> str | None:
+        try:
+            return self._version()
+        except SourceError as e:
+            if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
+                raise
+            return None  # /api/ps decides whether this is Ollama at all
+
+
+def _config_fields(config: ServerConfig) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in ServerConfig.__dataclass_fields__}
+
+
+def _make_config(fields_: Mapping[str, Any]) -> ServerConfig:
+    known = {k: v for k, v in fields_.items() if k in ServerConfig.__dataclass_fields__}
+    return ServerConfig(**known)
+
+
+def version_counts_cached_prompt(version: str | None) -> bool | None:
+    """Whether this Ollama counts cached prompt tokens in ``prompt_eval_count`` (>= 0.30); None if unknown."""
+    v = parse_version(version)
+    if v is None:
+        return None
+    return v[:2] >= CHILD_VERSION
+

@@ -1,0 +1,281 @@
+"""Find the llama-server that Ollama (>= 0.30) runs as a child process, and read it.
+
+Ollama starts ``llama-server --model <blob> --port <random> --host 127.0.0.1 -c <num_ctx × parallel>
+-np <parallel> [--cache-type-k/-v T] [--flash-attn on|off|auto] ...`` for every loaded model. Its argv
+carries what Ollama's API hides (the GGUF file, total context, slots, KV cache type, flash attention),
+and its ``/slots`` gives the live decode counters Ollama itself never publishes. Found with psutil: the
+process listening on Ollama's port, then its descendants whose argv has ``--port`` and a model.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import psutil
+
+from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
+from kvmon.sources.http import HttpClient
+from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.procs import lookup_listening_process, process_cmdline
+
+_MODEL_FLAGS = ("--model", "-m")
+_PORT_FLAGS = ("--port",)
+# Ollama's own settings that no endpoint shows; read from its environment where psutil may.
+OLLAMA_ENV_KEYS = ("OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION", "OLLAMA_NUM_PARALLEL", "OLLAMA_CONTEXT_LENGTH")
+
+
+@dataclass(frozen=True)
+class OllamaChild:
+    """One llama-server child: where it listens and what its command line says."""
+
+    pid: int
+    create_time: float
+    host: str
+    port: int
+    argv: tuple[str, ...]
+    config: ServerConfig
+
+    @property
+    def url(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    @property
+    def model_path(self) -> str | None:
+        return self.config.model_path
+
+
+def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
+    for i, a in enumerate(argv):
+        for f in flags:
+            if a == f and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(f + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def looks_like_llama_server(argv: Sequence[str]) -> bool:
+    """Whether an argv is a llama-server command line as Ollama builds it (``--port N`` and a model)."""
+    port = _flag_value(argv, _PORT_FLAGS)
+    return bool(port and port.isdigit() and _flag_value(argv, _MODEL_FLAGS))
+
+
+def child_from_argv(pid: int, create_time: float, argv: Sequence[str]) -> OllamaChild | None:
+    """An ``OllamaChild`` from a process's argv, or None when it is not a llama-server command line."""
+    if not looks_like_llama_server(argv):
+        return None
+    parsed = parse_llama_server_args(list(argv))
+    if parsed.port is None:
+        return None
+    return OllamaChild(
+        pid=pid,
+        create_time=create_time,
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port,
+        argv=tuple(argv),
+        config=parsed.config,
+    )
+
+
+def find_children(ollama_port: int) -> tuple[int | None, list[OllamaChild], str | None]:
+    """(Ollama's pid, its llama-server children, why none) for the Ollama listening on ``ollama_port``."""
+    proc, reason = lookup_listening_process(ollama_port)
+    if proc is None:
+        return None, [], reason or f"no process found listening on port {ollama_port}"
+    try:
+        descendants = proc.children(recursive=True)
+    except psutil.Error as e:
+        return proc.pid, [], f"children of Ollama (pid {proc.pid}) not readable ({type(e).__name__})"
+    children: list[OllamaChild] = []
+    unreadable = 0
+    for d in descendants:
+        argv, _why = process_cmdline(d)
+        if argv is None:
+            unreadable += 1
+            continue
+        try:
+            created = d.create_time()
+        except psutil.Error:
+            continue
+        child = child_from_argv(d.pid, created, argv)
+        if child is not None:
+            children.append(child)
+    if children:
+        return proc.pid, children, None
+    if unreadable:
+        return proc.pid, [], f"{unreadable} child process(es) of Ollama (pid {proc.pid}) are not readable"
+    return proc.pid, [], (
+        f"Ollama (pid {proc.pid}) runs no llama-server child (Ollama before 0.30, or no model loaded)"
+    )
+
+
+def choose_child(children: Sequence[OllamaChild], blob_path: str | None) -> tuple[OllamaChild | None, str | None]:
+    """The child serving the model whose blob is ``blob_path`` (from /api/show); the only child if unknown."""
+    if blob_path:
+        base = os.path.basename(blob_path)
+        for c in children:
+            if c.model_path and (c.model_path == blob_path or os.path.basename(c.model_path) == base):
+                return c, None
+        if len(children) == 1 and not children[0].model_path:
+            return children[0], None
+        return None, f"no llama-server child of Ollama serves {base}"
+    if len(children) == 1:
+        return children[0], None
+    return None, f"{len(children)} llama-server children and no model file to tell them apart"
+
+
+def ollama_environment_config(environ: Mapping[str, str]) -> ServerConfig:
+    """What Ollama's own environment says about the cache, flash attention and parallel slots."""
+    prov: dict[str, Provenance] = {}
+    fields: dict[str, Any] = {}
+    kv = environ.get("OLLAMA_KV_CACHE_TYPE", "").strip().lower()
+    if kv:
+        fields["type_k"] = fields["type_v"] = kv
+        prov["type_k"] = prov["type_v"] = Provenance.USER
+    fa = environ.get("OLLAMA_FLASH_ATTENTION", "").strip().lower()
+    if fa:
+        fields["flash_attn"] = "on" if fa in ("1", "true", "on", "yes") else "off"
+        prov["flash_attn"] = Provenance.USER
+    par = environ.get("OLLAMA_NUM_PARALLEL", "").strip()
+    if par.isdigit() and int(par) > 0:
+        fields["n_parallel"] = int(par)
+        prov["n_parallel"] = Provenance.USER
+    return ServerConfig(provenance=prov, **fields)
+
+
+def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:
+    """A llama-server's ``/slots`` as SlotReadings (``next_token`` as a list or an object)."""
+    body = client.get_json("/slots")
+    if not isinstance(body, list):
+        return ()
+    slots: list[SlotReading] = []
+    for s in body:
+        if not isinstance(s, dict) or not isinstance(s.get("id"), int):
+            continue
+        nt = s.get("next_token")
+        if isinstance(nt, list):
+            nt = nt[0] if nt and isinstance(nt[0], dict) else {}
+        if not isinstance(nt, dict):
+            nt = {}
+        processing = s.get("is_processing")
+        if not isinstance(processing, bool):
+            processing = bool(s.get("state", 0))
+
+        def num(v: Any) -> int | None:
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+        slots.append(
+            SlotReading(
+                id=s["id"],
+                n_ctx=num(s.get("n_ctx")),
+                context_tokens=num(s.get("n_prompt_tokens")),
+                processing=processing,
+                n_decoded=num(nt.get("n_decoded")),
+                n_remain=nt.get("n_remain") if isinstance(nt.get("n_remain"), int) else None,
+                id_task=num(s.get("id_task")),
+                n_prompt_tokens_processed=num(s.get("n_prompt_tokens_processed")),
+                n_prompt_tokens_cache=num(s.get("n_prompt_tokens_cache")),
+            )
+        )
+    return tuple(slots)
+
+
+class ChildTracker:
+    """Remembers the child between polls; searches again when it exits, the model changes, or after a delay."""
+
+    def __init__(self, ollama_port: int, *, timeout_s: float = 2.0, retry_s: float = 10.0) -> None:
+        self.ollama_port = ollama_port
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+        self._child: OllamaChild | None = None
+        self._children: list[OllamaChild] = []
+        self._ollama_pid: int | None = None
+        self._env_config: ServerConfig | None = None
+        self._last_search = -1e9
+        self._reason: str | None = None
+        self._client: HttpClient | None = None
+        self._client_url: str | None = None
+
+    def close(self) -> None:
+        """Close the connection to the child."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _alive(self, child: OllamaChild) -> bool:
+        try:
+            p = psutil.Process(child.pid)
+            return p.is_running() and abs(p.create_time() - child.create_time) < 0.01
+        except psutil.Error:
+            return False
+
+    def _search(self) -> None:
+        self._last_search = time.monotonic()
+        pid, children, reason = find_children(self.ollama_port)
+        if pid != self._ollama_pid:
+            self._env_config = None
+        self._ollama_pid, self._children, self._reason = pid, children, reason
+        if pid is not None and self._env_config is None:
+            try:
+                env = psutil.Process(pid).environ()
+            except (psutil.Error, OSError):
+                env = {}
+            self._env_config = ollama_environment_config(env)
+
+    def poll(
+        self, blob_path: str | None
+    ) -> tuple[ServerReading | None, str | None, tuple[int, ...], ServerConfig | None]:
+        """(child reading, why none, server pids, config learnt from argv or environment)."""
+        now = time.monotonic()
+        child = self._child
+        if child is not None and (not self._alive(child) or (blob_path and child.model_path
+                                                              and os.path.basename(child.model_path)
+                                                              != os.path.basename(blob_path))):
+            child = self._child = None
+            self._last_search = -1e9
+        if child is None:
+            if now - self._last_search >= self._retry_s:
+                self._search()
+            child, why = choose_child(self._children, blob_path)
+            if child is None:
+                pids = (self._ollama_pid,) if self._ollama_pid else ()
+                return None, self._reason or why, pids, self._env_config
+            self._child = child
+        pids = tuple(p for p in (self._ollama_pid, child.pid) if p)
+        config = child.config
+        if self._env_config is not None:  # argv wins; environment fills what argv lacks
+            extra = {k: getattr(self._env_config, k) for k in ("n_parallel",)
+                     if getattr(config, k) is None and getattr(self._env_config, k) is not None}
+            if extra:
+                config = replace(config, **extra)
+        try:
+            reading = self._read(child, config)
+        except SourceError as e:
+            self._child = None
+            return None, f"llama-server child on port {child.port}: {e.failure.reason}", pids, config
+        return reading, None, pids, config
+
+    def _read(self, child: OllamaChild, config: ServerConfig) -> ServerReading:
+        if self._client_url != child.url:
+            self.close()
+            self._client = HttpClient(child.url, timeout_s=self._timeout_s)
+            self._client_url = child.url
+        assert self._client is not None
+        slots = read_slots(self._client)
+        return ServerReading(
+            t_monotonic=time.monotonic(),
+            t_wall=time.time(),
+            backend="llama-server",
+            url=self._client.display_url,
+            slots=slots,
+            total_slots=len(slots) or None,
+            kv_unified=config.kv_unified,
+            config=config,
+            live_rate_source="slots",
+            server_pids=(child.pid,),
+        )

@@ -1,0 +1,185 @@
+"""A fake Ollama over real HTTP on 127.0.0.1 (constructed fixtures in fixtures/ollama/), and tests of the
+source's pure parsing helpers.
+
+``/api/show`` answers by the requested model and ``verbose`` flag, as Ollama does; every request and its
+body is recorded so tests can check what the source asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+OLLAMA_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ollama"
+
+SHOW_FILES = {
+    "llama3.1:8b": "show.llama3.1-8b",
+    "granite4:tiny-h": "show.granite4-tiny-h",
+    "gemma3:27b": "show.gemma3-27b",
+}
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (OLLAMA_FIXTURES / name).read_bytes()
+
+
+class OllamaFixture:
+    """Serve ``/api/version``, ``/api/ps`` and ``/api/show``; any path can be overridden or made to hang."""
+
+    def __init__(self, ps: str = "ps.full-offload.json", version: str = "version.json") -> None:
+        self.overrides: dict[str, tuple[int, bytes]] = {}
+        self.hangs: dict[str, float] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.set_file("/api/ps", ps)
+        self.set_file("/api/version", version)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw
+                path = self.path.split("?", 1)[0]
+                with owner._lock:
+                    owner.requests.append((self.command, path, body))
+                    hang = owner.hangs.get(path)
+                    override = owner.overrides.get(path)
+                if hang:
+                    owner._stop.wait(hang)
+                    self.close_connection = True
+                    return
+                if override is not None:
+                    status, data = override
+                elif path == "/api/show" and self.command == "POST" and isinstance(body, dict):
+                    stem = SHOW_FILES.get(str(body.get("model")))
+                    verbose = bool(body.get("verbose"))
+                    f = OLLAMA_FIXTURES / f"{stem}{'.verbose' if verbose else ''}.json" if stem else None
+                    if f is None or not f.exists():
+                        status, data = 404, fixture_bytes("error.model-not-found.json")
+                    else:
+                        status, data = 200, f.read_bytes()
+                else:
+                    status, data = 404, b"404 page not found"
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            do_GET = _answer
+            do_POST = _answer
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def set(self, path: str, status: int, body: bytes | str) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        with self._lock:
+            self.overrides[path] = (status, data)
+
+    def set_file(self, path: str, name: str) -> None:
+        self.set(path, 200, fixture_bytes(name))
+
+    def clear(self, path: str) -> None:
+        with self._lock:
+            self.overrides.pop(path, None)
+
+    def hang(self, path: str, seconds: float) -> None:
+        with self._lock:
+            self.hangs[path] = seconds
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for _, p, _ in self.requests if p == path)
+
+    def bodies(self, path: str) -> list[Any]:
+        with self._lock:
+            return [b for _, p, b in self.requests if p == path]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=2)
+
+
+# ------------------------------------------------------------------------------------- pure helpers
+
+
+def test_parameter_size_parses_ollama_labels() -> None:
+    from kvmon.sources.ollama import parse_parameter_size
+
+    assert parse_parameter_size("7.2B") == 7_200_000_000
+    assert parse_parameter_size("137M") == 137_000_000
+    assert parse_parameter_size("1.5T") == 1_500_000_000_000
+    for bad in ("", "large", "B", None, 7, "-3B", "0B"):
+        assert parse_parameter_size(bad) is None
+
+
+def test_version_and_cached_prompt_rule() -> None:
+    from kvmon.sources.ollama import parse_version, version_counts_cached_prompt
+
+    assert parse_version("0.33.0-rc2") == (0, 33, 0)
+    assert parse_version("v0.9.6") == (0, 9, 6)
+    assert parse_version("dev") is None
+    assert version_counts_cached_prompt("0.30.0") is True
+    assert version_counts_cached_prompt("0.29.9") is False
+    assert version_counts_cached_prompt(None) is None
+
+
+def test_times_with_nanoseconds_and_offsets() -> None:
+    from kvmon.sources.ollama import parse_time
+
+    a = parse_time("2026-11-30T18:42:10.123456789Z")
+    b = parse_time("2024-06-04T14:38:31.83753-07:00")
+    assert a is not None and a.microsecond == 123456 and a.utcoffset() is not None
+    assert b is not None and b.utcoffset() is not None
+    assert parse_time("yesterday") is None and parse_time(None) is None and parse_time("") is None
+
+
+def test_weight_bytes_from_tensor_list() -> None:
+    from kvmon.sources.ollama import weight_bytes_from_tensors
+
+    t = [{"name": "a", "type": "F16", "shape": [4, 8]}, {"name": "b", "type": "Q4_K", "shape": [256, 2]}]
+    assert weight_bytes_from_tensors(t) == 4 * 8 * 2 + 2 * 144
+    assert weight_bytes_from_tensors([{"name": "a", "type": "NOT_A_TYPE", "shape": [4]}]) is None
+    assert weight_bytes_from_tensors([{"name": "a", "type": "F16", "shape": ["x"]}]) is None
+    assert weight_bytes_from_tensors([]) is None and weight_bytes_from_tensors("tensors") is None
+
+
+def test_blob_path_from_modelfile() -> None:
+    from kvmon.sources.ollama import blob_path_from_modelfile
+
+    body = json.loads(fixture_bytes("show.llama3.1-8b.json"))
+    path = blob_path_from_modelfile(body["modelfile"])
+    assert path is not None and path.endswith(
+        "sha256-667b0c1932bc6ffc593ed1d03f895bf2dc8dc6df21db3042284a6f4416b06a29"
+    )
+    assert blob_path_from_modelfile("FROM llama3.1:8b\n") is None
+    assert blob_path_from_modelfile(None) is None
