@@ -1,0 +1,69 @@
+"""Dashboard formatting: the core's human units (kvmon.core.units) plus tooltip text that says where a number came from.
+
+Unknown values render as "—"; the tooltip then gives the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from kvmon.core.units import (
+    DASH,
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_duration,
+    fmt_percent,
+    fmt_tok_s,
+    fmt_tokens,
+)
+
+__all__ = ["DASH", "bytes_", "ctx_label", "duration", "gb_s", "num_tok_s", "percent", "percent_value", "tip",
+           "tok_s", "tokens"]
+
+tok_s = fmt_tok_s
+bytes_ = fmt_bytes
+tokens = fmt_tokens
+gb_s = fmt_bandwidth
+percent = fmt_percent
+duration = fmt_duration
+
+
+def _unknown(v: float | None) -> bool:
+    return v is None or (isinstance(v, float) and not math.isfinite(v))
+
+
+def num_tok_s(v: float | None) -> str:
+    """Tokens per second without the unit ("61", "38.2")."""
+    s = fmt_tok_s(v)
+    return s.removesuffix(" tok/s")
+
+
+def ctx_label(v: int) -> str:
+    """A milestone label: 8K, 32K, 128K, 1M (binary thousands, as context sizes are set)."""
+    if v >= 1_048_576 and v % 1_048_576 == 0:
+        return f"{v // 1_048_576}M"
+    if v >= 1024 and v % 1024 == 0:
+        return f"{v // 1024}K"
+    return f"{v:,}"
+
+
+def percent_value(p: float | None) -> str:
+    """A value already in percent ("72%")."""
+    if _unknown(p):
+        return DASH
+    assert p is not None
+    return f"{p:.0f}%"
+
+
+def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None = None,
+        reasons: Mapping[str, str] | None = None, unknown: bool = False) -> str:
+    """A tooltip: what the number is, where it came from, and why it is unknown when it is."""
+    lines = [what]
+    src = (provenance or {}).get(key) if key else None
+    if src:
+        lines.append(f"Source: {src}")
+    if unknown:
+        why = (reasons or {}).get(key) if key else None
+        lines.append(f"Unknown: {why}" if why else "Unknown: not reported by the server or GPU")
+    return "\n".join(lines)

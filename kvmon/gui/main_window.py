@@ -1,0 +1,214 @@
+"""The dashboard window: renders Snapshots from the poller into the panels; paints nothing while hidden.
+
+Layout: header; the speed-vs-context hero (with the what-if calculator on a second tab) beside speed over
+time, memory and bandwidth; alerts and advice; the status bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon.core.history import History
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.gui.panels.alerts import AlertsPanel
+from kvmon.gui.panels.bandwidth import BandwidthPanel
+from kvmon.gui.panels.header import HeaderPanel
+from kvmon.gui.panels.memory import MemoryPanel
+from kvmon.gui.panels.speed_context import SpeedContextPanel
+from kvmon.gui.panels.speed_time import SpeedTimePanel
+from kvmon.gui.panels.status import StatusPanel
+from kvmon.gui.series import ContextBins
+from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
+from kvmon.gui.tray import Tray
+from kvmon.gui.whatif import WhatIfPanel
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
+
+    pause_toggled = QtCore.Signal(bool)
+    reconnect_requested = QtCore.Signal()
+    settings_changed = QtCore.Signal()
+
+    def __init__(self, settings: Settings, *, banner: str | None = None, history: History | None = None,
+                 tray: bool = True, on_close: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("kvmon")
+        self.settings = settings
+        self.history = history or History()
+        self.bins = ContextBins()
+        self.last: Snapshot | None = None
+        self.paused = False
+        self.render_count = 0
+        self._dirty = False
+        self._model_key: object = None
+        self._on_close = on_close
+
+        self.header = HeaderPanel()
+        self.header.set_banner(banner)
+        self.speed_context = SpeedContextPanel(self.bins)
+        self.whatif = WhatIfPanel()
+        self.speed_time = SpeedTimePanel(self.history)
+        self.memory = MemoryPanel()
+        self.bandwidth = BandwidthPanel()
+        self.alerts = AlertsPanel()
+        self.status = StatusPanel()
+        self.setStatusBar(self.status)
+
+        self.tabs = QtWidgets.QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.speed_context, "Speed vs context")
+        self.tabs.addTab(self.whatif, "What if…")
+        right = QtWidgets.QWidget()
+        rl = QtWidgets.QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(4)
+        rl.addWidget(self.speed_time, 3)
+        rl.addWidget(self.memory, 0)
+        rl.addWidget(self.bandwidth, 0)
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        split.addWidget(self.tabs)
+        split.addWidget(right)
+        split.setStretchFactor(0, 11)
+        split.setStretchFactor(1, 10)
+        central = QtWidgets.QWidget()
+        cl = QtWidgets.QVBoxLayout(central)
+        cl.setContentsMargins(6, 4, 6, 2)
+        cl.setSpacing(4)
+        cl.addWidget(self.header)
+        cl.addWidget(split, 1)
+        cl.addWidget(self.alerts)
+        self.setCentralWidget(central)
+
+        self.tray = Tray(self) if tray else None
+        if self.tray is not None:
+            self.tray.activated.connect(self._raise)
+        self._make_shortcuts()
+        self.set_window_range(settings.window_range)
+        geo = settings.geometry
+        if geo is None or not self.restoreGeometry(geo):
+            self.resize(1280, 800)
+        self._ago = QtCore.QTimer(self)
+        self._ago.setInterval(1000)
+        self._ago.setTimerType(QtCore.Qt.TimerType.CoarseTimer)
+        self._ago.timeout.connect(self._tick)
+        self._ago.start()
+
+    # --- actions ---------------------------------------------------------------------------------
+    def _make_shortcuts(self) -> None:
+        def sc(key: str | QtGui.QKeySequence, fn: Callable[[], object]) -> None:
+            s = QtGui.QShortcut(QtGui.QKeySequence(key), self)
+            s.activated.connect(fn)
+
+        sc(QtGui.QKeySequence.StandardKey.Quit, self.close)
+        sc("Ctrl+Q", self.close)
+        sc("Space", self.toggle_pause)
+        sc("Ctrl+,", self.open_settings)
+        sc("F5", self.reconnect_requested.emit)
+        for i, name in enumerate(WINDOW_RANGES, start=1):
+            sc(str(i), lambda n=name: self.set_window_range(n))
+
+    def toggle_pause(self) -> None:
+        """Space: pause or resume polling."""
+        self.paused = not self.paused
+        self.pause_toggled.emit(self.paused)
+        if self.paused:
+            self.status.connection.set("● paused (Space to resume)", "Polling is paused")
+
+    def set_window_range(self, name: str) -> None:
+        """1/2/3: the visible time window (5 min / 1 h / session)."""
+        if name not in WINDOW_RANGES:
+            return
+        self.window_range = name
+        self.settings.window_range = name
+        self.speed_time.set_window(WINDOW_RANGES[name])
+        self.speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
+
+    def open_settings(self) -> SettingsDialog:
+        """Ctrl+,: the connection dialog (non-modal, so polling and painting go on)."""
+        dlg = SettingsDialog(self.settings, self.last.backend if self.last else None, self)
+        dlg.accepted.connect(lambda: (dlg.apply(), self.settings_changed.emit()))
+        dlg.open()
+        return dlg
+
+    def _raise(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    # --- rendering -------------------------------------------------------------------------------
+    def painting(self) -> bool:
+        """True when the window can be seen (shown and not minimised)."""
+        return self.isVisible() and not self.isMinimized()
+
+    @QtCore.Slot(object)
+    def on_snapshot(self, s: Snapshot) -> None:
+        """Store every snapshot; render only when visible (otherwise mark dirty and render on show)."""
+        self.history.append(s)
+        model_key = (s.model.name, s.model.n_ctx, s.model.kv_type_k)
+        if s.model.name is not None and model_key != self._model_key:
+            if self._model_key is not None:
+                self.bins.clear()
+            self._model_key = model_key
+        if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+            self.bins.add(s.context_tokens, s.decode_tok_s)
+        self.last = s
+        if self.tray is not None:
+            self.tray.update_snapshot(s)
+        if self.painting():
+            self.render()
+        else:
+            self._dirty = True
+
+    def load(self, snapshots: Sequence[Snapshot]) -> None:
+        """Take a whole recording at once: history and points first, one render at the end."""
+        for s in snapshots:
+            self.history.append(s)
+            if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+                self.bins.add(s.context_tokens, s.decode_tok_s)
+        if snapshots:
+            self.last = snapshots[-1]
+            self._dirty = True
+            if self.painting():
+                self.render()
+
+    def render(self) -> None:
+        """Push the last snapshot into every panel (each compares before it touches Qt)."""
+        s = self.last
+        if s is None:
+            return
+        self._dirty = False
+        self.render_count += 1
+        self.header.update_snapshot(s)
+        self.speed_context.update_snapshot(s)
+        self.speed_time.refresh()
+        self.memory.update_snapshot(s)
+        self.bandwidth.update_snapshot(s)
+        self.alerts.update_snapshot(s)
+        self.status.update_snapshot(s)
+        if self.tabs.currentWidget() is self.whatif:
+            self.whatif.set_live(s)
+
+    def _tick(self) -> None:
+        if self.painting():
+            self.status.tick()
+
+    def showEvent(self, e: QtGui.QShowEvent) -> None:
+        super().showEvent(e)
+        if self._dirty:
+            self.render()
+
+    def changeEvent(self, e: QtCore.QEvent) -> None:
+        super().changeEvent(e)
+        if e.type() == QtCore.QEvent.Type.WindowStateChange and self._dirty and self.painting():
+            self.render()
+
+    def closeEvent(self, e: QtGui.QCloseEvent) -> None:
+        self.settings.geometry = self.saveGeometry()
+        self.settings.sync()
+        self._ago.stop()
+        if self._on_close is not None:
+            self._on_close()
+        super().closeEvent(e)

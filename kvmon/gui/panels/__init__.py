@@ -1,0 +1,1 @@
+"""Dashboard panels: each renders one part of a Snapshot and repaints only what changed."""

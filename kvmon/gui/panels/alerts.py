@@ -1,0 +1,85 @@
+"""Alerts and advice: connection state first when not connected, then alerts most severe first, one line each."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6 import QtCore, QtWidgets
+
+from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
+from kvmon.gui import theme
+from kvmon.gui.widgets import ValueLabel
+
+STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
+    ConnectionStatus.CONNECTING: ("info", "Connecting…"),
+    ConnectionStatus.LOADING: ("info", "Model loading…"),
+    ConnectionStatus.SLEEPING: ("info", "Server sleeping (model unloaded)"),
+    ConnectionStatus.AUTH_REJECTED: ("critical", "API key rejected — set it in Settings (Ctrl+,)"),
+    ConnectionStatus.UNREACHABLE: ("critical", "Server gone — reconnecting"),
+    ConnectionStatus.TIMEOUT: ("warning", "Server not answering — reconnecting"),
+    ConnectionStatus.BAD_RESPONSE: ("warning", "Unexpected answer from the server"),
+    ConnectionStatus.BAD_URL: ("critical", "Bad URL — fix it in Settings (Ctrl+,)"),
+    ConnectionStatus.PAUSED: ("info", "Paused (Space to resume)"),
+}
+
+_ICON = {"info": "●", "warning": "▲", "critical": "■"}
+
+
+def sorted_alerts(alerts: tuple[Alert, ...]) -> list[Alert]:
+    """Most severe first; stable within a level."""
+    return sorted(alerts, key=lambda a: -a.level.rank)
+
+
+def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
+    """(level, text, tooltip) lines the panel shows for a snapshot."""
+    out: list[tuple[str, str, str]] = []
+    st = STATE_TEXT.get(s.connection.status)
+    if st is not None:
+        level, text = st
+        reason = s.connection.reason or ""
+        retry = f" (retry in {s.connection.retry_in_s:.0f} s)" if s.connection.retry_in_s else ""
+        line = f"{text}{': ' + reason if reason else ''}{retry}"
+        out.append((level, line, f"Connection: {s.connection.status.value}"))
+    for a in sorted_alerts(s.alerts):
+        val = f"\nValue: {a.value:g}" if a.value is not None else ""
+        out.append((a.level.value, a.message, f"{a.level.value} · {a.code}{val}"))
+    codes = {a.code for a in s.alerts}
+    metrics_reason = s.reasons.get("metrics")
+    if metrics_reason and not any("metrics" in c for c in codes):
+        out.append(("info", metrics_reason, "Why some counters are missing"))
+    return out
+
+
+class AlertsPanel(QtWidgets.QGroupBox):
+    """Rich-text lines coloured by level; rebuilt only when the lines change."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Alerts and advice", parent)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(6, 2, 6, 4)
+        self.label = ValueLabel()
+        self.label.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        self.label.setWordWrap(True)
+        self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
+        lay.addWidget(self.label)
+        self._lines: list[tuple[str, str, str]] | None = None
+
+    @property
+    def lines(self) -> list[tuple[str, str, str]]:
+        return list(self._lines or [])
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Render the alert lines of one snapshot."""
+        lines = lines_for(s)
+        if lines == self._lines:
+            return
+        self._lines = lines
+        if not lines:
+            self.label.set(f"<span style='color:{theme.hex_color('ok')}'>● No alerts.</span>",
+                           "Alerts rise with hysteresis when a threshold is crossed and computed advice applies.")
+            return
+        rows = []
+        for level, text, _tip in lines:
+            c = theme.hex_color(level)
+            rows.append(f"<span style='color:{c}'>{_ICON.get(level, '●')}</span> {html.escape(text)}")
+        self.label.set("<br>".join(rows), "\n".join(f"{t}: {tip}" for _l, t, tip in lines))

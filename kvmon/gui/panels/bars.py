@@ -1,0 +1,133 @@
+"""A painted stack of horizontal bars (memory, bandwidth): repaints only when its rows change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon.gui import theme
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One coloured part of a bar: a theme quantity, its size in the bar's unit, and a hover text."""
+
+    quantity: str
+    value: float
+    tip: str
+    shade_fraction: float = 0.0  # part of this segment drawn darker (KV in use within KV allocated)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A labelled bar from 0 to ``total`` with a right-hand note; ``limit_line`` draws the spill/peak line."""
+
+    label: str
+    total: float
+    segments: tuple[Segment, ...]
+    note: str = ""
+    limit_line: bool = True
+    tip: str = ""
+
+
+class BarsWidget(QtWidgets.QWidget):
+    """Paints ``Bar`` rows; ``set_bars`` is a no-op when nothing changed, so idle polls cost no paint."""
+
+    ROW_H = 34
+    BAR_H = 16
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._bars: tuple[Bar, ...] = ()
+        self._empty_text = ""
+        self.setMouseTracking(True)
+        self.setMinimumHeight(self.ROW_H + 6)
+        self.paint_count = 0
+
+    def set_bars(self, bars: tuple[Bar, ...], empty_text: str = "") -> bool:
+        """Replace the rows; returns True (and schedules a repaint) only when they differ."""
+        if bars == self._bars and empty_text == self._empty_text:
+            return False
+        resized = len(bars) != len(self._bars)
+        self._bars, self._empty_text = bars, empty_text
+        if resized:
+            self.setMinimumHeight(max(1, len(bars)) * self.ROW_H + 6)
+            self.updateGeometry()
+        self.update()
+        return True
+
+    @property
+    def bars(self) -> tuple[Bar, ...]:
+        return self._bars
+
+    def _geometry(self) -> tuple[int, int, int]:
+        label_w = 56
+        note_w = max(150, int(self.width() * 0.45))
+        bar_w = max(40, self.width() - label_w - note_w - 12)
+        return label_w, bar_w, note_w
+
+    def _segment_at(self, pos: QtCore.QPoint) -> tuple[Bar, Segment | None] | None:
+        label_w, bar_w, _ = self._geometry()
+        row = (pos.y() - 3) // self.ROW_H
+        if not 0 <= row < len(self._bars):
+            return None
+        bar = self._bars[row]
+        x = label_w
+        for seg in bar.segments:
+            w = bar_w * seg.value / bar.total if bar.total > 0 else 0
+            if x <= pos.x() < x + w:
+                return bar, seg
+            x += w
+        return bar, None
+
+    def event(self, e: QtCore.QEvent) -> bool:
+        if e.type() == QtCore.QEvent.Type.ToolTip:
+            hit = self._segment_at(e.pos())  # type: ignore[attr-defined]
+            if hit is None:
+                QtWidgets.QToolTip.hideText()
+            else:
+                bar, seg = hit
+                text = seg.tip if seg else bar.tip or bar.note
+                QtWidgets.QToolTip.showText(e.globalPos(), text, self)  # type: ignore[attr-defined]
+            return True
+        return super().event(e)
+
+    def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
+        self.paint_count += 1
+        p = QtGui.QPainter(self)
+        fg = QtGui.QColor(theme.foreground())
+        p.setPen(fg)
+        if not self._bars:
+            p.drawText(self.rect().adjusted(6, 0, 0, 0), QtCore.Qt.AlignmentFlag.AlignVCenter, self._empty_text)
+            return
+        label_w, bar_w, note_w = self._geometry()
+        for i, bar in enumerate(self._bars):
+            row_y = 3 + i * self.ROW_H
+            y = row_y + (self.ROW_H - self.BAR_H) // 2
+            h = self.BAR_H
+            p.setPen(fg)
+            p.drawText(QtCore.QRect(4, row_y, label_w - 8, self.ROW_H), QtCore.Qt.AlignmentFlag.AlignVCenter,
+                       bar.label)
+            p.setPen(QtCore.Qt.PenStyle.NoPen)
+            x = float(label_w)
+            for seg in bar.segments:
+                w = bar_w * seg.value / bar.total if bar.total > 0 else 0.0
+                if w <= 0:
+                    continue
+                p.setBrush(theme.brush(seg.quantity))
+                p.drawRect(QtCore.QRectF(x, y, w, h))
+                if seg.shade_fraction > 0:
+                    p.setBrush(theme.brush("kv_in_use"))
+                    p.drawRect(QtCore.QRectF(x, y, w * min(1.0, seg.shade_fraction), h))
+                x += w
+            if bar.limit_line:
+                p.setPen(QtGui.QPen(theme.color("spill"), 2))
+                p.drawLine(label_w + bar_w, y - 2, label_w + bar_w, y + h + 2)
+            p.setPen(fg)
+            p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
+                       QtCore.Qt.AlignmentFlag.AlignVCenter, bar.note)
+        p.end()
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(500, max(1, len(self._bars)) * self.ROW_H + 6)

@@ -1,0 +1,106 @@
+"""Header: backend and version, model, GPU(s), context used / allocated, decode vs ceiling, efficiency."""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import Snapshot
+from kvmon.gui import fmt, theme
+from kvmon.gui.widgets import ValueLabel
+
+
+def _params(n: int | None) -> str | None:
+    if n is None:
+        return None
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+class HeaderPanel(QtWidgets.QFrame):
+    """One dense line of the numbers a person glances at; every number has a tooltip with its source."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("header")
+        grid = QtWidgets.QGridLayout(self)
+        grid.setContentsMargins(8, 2, 8, 2)
+        grid.setHorizontalSpacing(16)
+        grid.setVerticalSpacing(0)
+        self.banner = ValueLabel()
+        self.banner.setStyleSheet(f"color: {theme.hex_color('warning')}; font-weight: bold;")
+        self.banner.hide()
+        self.backend = ValueLabel()
+        self.model = ValueLabel()
+        self.gpus = ValueLabel()
+        self.context = ValueLabel()
+        self.kv = ValueLabel()
+        self.speed = ValueLabel()
+        self.speed.setStyleSheet("font-size: 16pt;")
+        self.efficiency = ValueLabel()
+        self.efficiency.setStyleSheet("font-size: 12pt;")
+        for w in (self.backend, self.model, self.gpus, self.context, self.kv, self.banner):
+            w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        row0 = QtWidgets.QHBoxLayout()
+        row0.setSpacing(16)
+        for w, stretch in ((self.backend, 2), (self.model, 4), (self.gpus, 3)):
+            row0.addWidget(w, stretch)
+        row1 = QtWidgets.QHBoxLayout()
+        row1.setSpacing(16)
+        for w in (self.context, self.kv):
+            row1.addWidget(w, 1)
+        grid.addWidget(self.banner, 0, 0, 1, 3)
+        grid.addLayout(row0, 1, 0)
+        grid.addLayout(row1, 2, 0)
+        grid.addWidget(self.speed, 1, 1, 2, 1)
+        grid.addWidget(self.efficiency, 1, 2, 2, 1)
+        grid.setColumnStretch(0, 1)
+
+    def set_banner(self, text: str | None) -> None:
+        """A line that must be seen (e.g. the demo notice)."""
+        self.banner.set(text or "")
+        self.banner.setVisible(bool(text))
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Render the header fields of one snapshot."""
+        pv, rs, m = s.provenance, s.reasons, s.model
+        backend = s.backend or fmt.DASH
+        version = f" {s.server_version}" if s.server_version else ""
+        self.backend.set(f"<b>{backend}</b>{version}",
+                         fmt.tip(f"Server backend and version at {s.url or fmt.DASH}", "server_version", pv, rs,
+                                 unknown=s.server_version is None))
+        bits = [b for b in (m.arch, _params(m.n_params), m.quantization) if b]
+        name = m.name or fmt.DASH
+        self.model.set(f"{name} <span style='color:{theme.hex_color('muted')}'>{' · '.join(bits)}</span>",
+                       fmt.tip("Model: name, architecture, parameters, quantization"
+                               + (f"\nWeights {fmt.bytes_(m.weight_bytes)}" if m.weight_bytes else "")
+                               + (f"\nKV cache {m.kv_type_k or '?'}/{m.kv_type_v or '?'}" if m.kv_type_k else "")
+                               + (f"\n{m.shape_note}" if m.shape_note else ""), "model", pv, rs,
+                               unknown=m.name is None))
+        if s.gpus:
+            names = [g.name or f"GPU {g.index}" for g in s.gpus]
+            gtext = f"{len(names)}× {names[0]}" if len(set(names)) == 1 and len(names) > 1 else " + ".join(names)
+            gtip = "\n".join(f"GPU {g.index}: {g.name or fmt.DASH}, peak {fmt.gb_s(g.peak_bandwidth_bytes_per_s)}"
+                             f" ({g.bandwidth_source or 'unknown source'})" for g in s.gpus)
+        else:
+            gtext = "no GPU data"
+            gtip = f"GPU readings unavailable: {s.gpus_unavailable_reason or 'no GPU source'}"
+        self.gpus.set(gtext, gtip)
+        ctx = fmt.tokens(s.context_tokens).removesuffix(" tokens")
+        self.context.set(f"context <b>{ctx}</b> of {fmt.tokens(m.n_ctx)}"
+                         + (f" · {len(s.slots)} slots" if len(s.slots) > 1 else ""), fmt.tip(
+            "Context in use (deepest active conversation) / context per slot (n_ctx)"
+            + (f"\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}"),
+            "context_tokens", pv, rs, unknown=s.context_tokens is None))
+        self.kv.set(f"KV <b>{fmt.bytes_(s.kv_in_use_bytes)}</b> in use of {fmt.bytes_(s.kv_allocated_bytes)}"
+                    f" ({m.kv_type_k or '?'}/{m.kv_type_v or '?'})", fmt.tip(
+            "KV cache: bytes in use (read per token, decides speed) of bytes allocated at load (decides capacity)"
+            f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context", "kv_in_use_bytes", pv, rs,
+            unknown=s.kv_in_use_bytes is None))
+        dec, ceil = s.decode_tok_s, s.ceiling_tok_s
+        self.speed.set(
+            f"<b style='color:{theme.hex_color('decode')}'>{fmt.tok_s(dec)}</b>"
+            f" <span style='color:{theme.hex_color('ceiling')}'>of {fmt.num_tok_s(ceil)} ceiling</span>",
+            fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
+            + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
+                             unknown=ceil is None))
+        self.efficiency.set(f"{fmt.percent(s.efficiency)} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
+            "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))

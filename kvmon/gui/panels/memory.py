@@ -1,0 +1,92 @@
+"""Memory per GPU: weights / KV allocated (in-use shaded) / server compute & other / other processes / free.
+
+The red line at the end of each bar is where the next allocation spills; host RAM appears when anything lives there.
+"""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import GpuView, Snapshot
+from kvmon.gui import fmt
+from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+
+
+def _seg(quantity: str, value: float | None, what: str, source: str | None = None) -> Segment | None:
+    if value is None or value <= 0:
+        return None
+    src = f"\nSource: {source}" if source else ""
+    return Segment(quantity, float(value), f"{what}: {fmt.bytes_(value)}{src}")
+
+
+def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
+    """The stacked VRAM bar of one GPU, or None when its total is unknown."""
+    total = g.vram_total_bytes
+    if total is None or total <= 0:
+        return None
+    kv = _seg("kv_allocated", g.kv_allocated_bytes, "KV cache allocated", "computed (llama.cpp allocation rules)")
+    if kv is not None and g.kv_in_use_bytes is not None and g.kv_allocated_bytes:
+        frac = g.kv_in_use_bytes / g.kv_allocated_bytes
+        kv = Segment(kv.quantity, kv.value, kv.tip + f"\nIn use (shaded): {fmt.bytes_(g.kv_in_use_bytes)}"
+                     f" ({fmt.percent(frac)})", shade_fraction=frac)
+    parts = [
+        _seg("weights", g.weights_bytes, "Model weights", s.provenance.get("weight_bytes")),
+        kv,
+        _seg("server_other", g.server_other_bytes, "Server compute buffers and other"),
+        _seg("other_processes", g.other_processes_bytes, "Other processes", "measured (NVML)"),
+    ]
+    segs = [p for p in parts if p is not None]
+    known = sum(p.value for p in segs)
+    if g.vram_used_bytes is not None and g.vram_used_bytes - known > total * 0.005:
+        rest = g.vram_used_bytes - known
+        segs.append(Segment("server_other", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
+                            + (g.reasons.get("vram_split") or "the split needs the server's process id")))
+    free = g.vram_free_bytes
+    if free is not None and free > 0:
+        segs.append(Segment("free", float(free), f"Free VRAM: {fmt.bytes_(free)} (measured, NVML)"))
+    note = f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\nfree {fmt.bytes_(free)}"
+    if s.forecast.tokens_until_vram_full is not None:
+        note += f" · spill in {fmt.tokens(s.forecast.tokens_until_vram_full)}"
+    tip = (f"GPU {g.index} {g.name or ''}: used {fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}"
+           "\nThe red line is the end of VRAM: what grows past it spills to host RAM over PCIe.")
+    return Bar(f"GPU {g.index}", float(total), tuple(segs), note, tip=tip)
+
+
+def host_bar(s: Snapshot) -> Bar | None:
+    """Host RAM when the model or the KV cache lives partly there (partial offload or spill)."""
+    h = s.host
+    in_host = (h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)
+    if in_host <= 0 or not h.ram_total_bytes:
+        return None
+    segs = [x for x in (
+        _seg("weights", h.weights_in_host_bytes, "Weights in host RAM"),
+        _seg("kv_allocated", h.kv_in_host_bytes, "KV cache in host RAM"),
+    ) if x is not None]
+    used_other = h.ram_total_bytes - (h.ram_available_bytes or 0) - in_host
+    if h.ram_available_bytes is not None and used_other > 0:
+        segs.append(Segment("other_processes", used_other, f"Other host memory: {fmt.bytes_(used_other)}"))
+    if h.ram_available_bytes:
+        segs.append(Segment("free", float(h.ram_available_bytes), f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
+    note = f"{fmt.bytes_(in_host)} of the model in host RAM\nat {fmt.gb_s(h.host_bandwidth_bytes_per_s)}"
+    return Bar("Host RAM", float(h.ram_total_bytes), tuple(segs), note, limit_line=False,
+               tip="Host RAM: layers or KV cache here run at host/PCIe bandwidth — the spill cliff.")
+
+
+class MemoryPanel(QtWidgets.QGroupBox):
+    """One bar per GPU plus host RAM when used; repainted only when a number changed."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Memory", parent)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        self.bars = BarsWidget()
+        lay.addWidget(self.bars)
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Render VRAM (and host RAM) of one snapshot."""
+        rows = [b for b in (gpu_bar(g, s) for g in s.gpus) if b is not None]
+        hb = host_bar(s)
+        if hb is not None:
+            rows.append(hb)
+        empty = f"No GPU memory readings: {s.gpus_unavailable_reason or 'no GPU source'}"
+        self.bars.set_bars(tuple(rows), empty)

@@ -1,0 +1,125 @@
+"""Speed vs context depth, the hero: measured points, ceiling curve, fitted forecast, milestones, you-are-here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from kvmon.core.snapshot import Snapshot
+from kvmon.gui import fmt, theme
+from kvmon.gui.series import ContextBins
+from kvmon.gui.widgets import add_curve, make_plot
+
+MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
+
+
+def forecast_curve(a_s: float, b_s_per_token: float, n_max: int, n_points: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """tok/s = 1 / (a + b·context) from the fitted decode model, sampled up to ``n_max`` tokens."""
+    x = np.linspace(0, n_max, n_points)
+    y = 1.0 / (a_s + b_s_per_token * x)
+    return x, y
+
+
+class SpeedContextPanel(QtWidgets.QWidget):
+    """Plot items made once; each refresh sets data only on the items whose inputs changed."""
+
+    def __init__(self, bins: ContextBins, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bins = bins
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s")
+        pi = self.plot.getPlotItem()
+        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        self.ceiling = add_curve(self.plot, "ceiling", "ceiling (memory bus)", width=2.0)
+        self.forecast = add_curve(self.plot, "forecast", "forecast (fit)", width=2.0)
+        self.measured = pg.ScatterPlotItem(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
+        pi.addItem(self.measured)
+        self.here = pg.ScatterPlotItem(size=13, symbol="o", pen=pg.mkPen(theme.color("here"), width=2),
+                                       brush=theme.brush("decode"))
+        pi.addItem(self.here)
+        here_pen = pg.mkPen(theme.color("here"), width=1, style=QtCore.Qt.PenStyle.DotLine)
+        self.here_line = pg.InfiniteLine(angle=90, movable=False, pen=here_pen, label="you are here",
+                                         labelOpts={"position": 0.55, "color": theme.foreground()})
+        self.here_line.hide()
+        pi.addItem(self.here_line)
+        self._milestone_lines: dict[int, pg.InfiniteLine] = {}
+        for m in MILESTONES:
+            line = pg.InfiniteLine(pos=m, angle=90, movable=False,
+                                   pen=pg.mkPen(theme.color("milestone"), width=1, style=QtCore.Qt.PenStyle.DashLine),
+                                   label=fmt.ctx_label(m), labelOpts={"position": 0.05, "color": theme.foreground()})
+            line.hide()
+            pi.addItem(line)
+            self._milestone_lines[m] = line
+        pi.setXRange(0, 8192)
+        pi.setYRange(0, 1)
+        self.plot.setToolTip("Measured decode speed (dots, averaged per 256 tokens of context), the ceiling the "
+                             "memory bandwidth allows (dashed, computed), and the fitted forecast (dotted).")
+        lay.addWidget(self.plot)
+        self._keys: dict[str, object] = {}
+
+    def _changed(self, name: str, key: object) -> bool:
+        if self._keys.get(name) == key:
+            return False
+        self._keys[name] = key
+        return True
+
+    def _y_max(self, s: Snapshot) -> float:
+        ys = [y for _x, y in s.ceiling_curve[:1]]
+        _x, pts = self.bins.points()
+        if pts.size:
+            ys.append(float(pts.max()))
+        if s.forecast.fit_a_s:
+            ys.append(1.0 / s.forecast.fit_a_s)
+        ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
+        return max(ys, default=1.0)
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Render the depth-related parts of a snapshot."""
+        n_ctx = s.model.n_ctx
+        x_max = n_ctx or (max(s.context_tokens or 0, 8192))
+        if self._changed("range", x_max):
+            self.plot.getPlotItem().setXRange(0, x_max, padding=0.02)
+            for m, line in self._milestone_lines.items():
+                line.setVisible(m <= x_max)
+        if self._changed("ceiling", s.ceiling_curve):
+            if s.ceiling_curve:
+                arr = np.asarray(s.ceiling_curve, dtype=float)
+                self.ceiling.setData(arr[:, 0], arr[:, 1])
+            else:
+                self.ceiling.setData([], [])
+        fc = s.forecast
+        if self._changed("forecast", (fc.fit_a_s, fc.fit_b_s_per_token, x_max)):
+            if fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0:
+                self.forecast.setData(*forecast_curve(fc.fit_a_s, fc.fit_b_s_per_token, x_max))
+            else:
+                self.forecast.setData([], [])
+        if self._changed("bins", self.bins.version):
+            x, y = self.bins.points()
+            self.measured.setData(x, y)
+        if self._changed("y", (s.ceiling_curve, self.bins.version // 16, fc.fit_a_s)):
+            self.plot.getPlotItem().setYRange(0, self._y_max(s) * 1.08, padding=0)
+        here = (s.context_tokens, s.decode_tok_s, s.ceiling_tok_s)
+        if self._changed("here", here):
+            if s.context_tokens is None:
+                self.here.setData([], [])
+                self.here_line.hide()
+            else:
+                y = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
+                if y is None:
+                    self.here.setData([], [])
+                else:
+                    self.here.setData([s.context_tokens], [y])
+                self.here_line.setValue(s.context_tokens)
+                self.here_line.label.setFormat(f"you are here · {fmt.tokens(s.context_tokens)}")
+                self.here_line.show()
+        if self._changed("tip", (fc.milestones, s.forecast.fit_points)):
+            lines = ["Measured decode speed (dots, mean per 256 tokens of context), ceiling (dashed, computed from "
+                     "bandwidth, weights and KV bytes per token), forecast (dotted, fit of this session: "
+                     f"{fc.fit_points} points)."]
+            for ms in fc.milestones:
+                lo = f" ({fmt.num_tok_s(ms.low_tok_s)}–{fmt.num_tok_s(ms.high_tok_s)})" if ms.low_tok_s else ""
+                lines.append(f"at {fmt.ctx_label(ms.context_tokens)}: ~{fmt.tok_s(ms.tok_s)}{lo}, "
+                             f"ceiling {fmt.tok_s(ms.ceiling_tok_s)}")
+            self.plot.setToolTip("\n".join(lines))

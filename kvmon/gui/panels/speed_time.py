@@ -1,0 +1,79 @@
+"""Speed over time: decode and prefill tok/s with the ceiling (dashed); gaps where nothing was measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+
+from kvmon.core.history import History
+from kvmon.gui import theme
+from kvmon.gui.widgets import add_curve, make_plot
+
+
+class SpeedTimePanel(QtWidgets.QWidget):
+    """Three curves fed from the history ring buffer; the visible window is 5 min, 1 h or the whole session."""
+
+    def __init__(self, history: History, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.history = history
+        self.window_s: float | None = 300.0
+        self._drawn: tuple[int, float | None] = (-1, None)
+        self._y_max = -1.0
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
+                              axis_items={"bottom": pg.DateAxisItem(orientation="bottom")})
+        self.plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt")
+        self.decode = add_curve(self.plot, "decode", "decode")
+        # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
+        pi = self.plot.getPlotItem()
+        self.prefill_vb = pg.ViewBox()
+        pi.showAxis("right")
+        pi.scene().addItem(self.prefill_vb)
+        pi.getAxis("right").linkToView(self.prefill_vb)
+        pi.getAxis("right").setLabel("prefill", units="tok/s", color=theme.hex_color("prefill"))
+        pi.getAxis("right").enableAutoSIPrefix(False)
+        self.prefill_vb.setXLink(pi)
+        self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", 1.0), connect="finite")
+        self.prefill.setClipToView(True)
+        self.prefill.setDownsampling(auto=True, method="peak")
+        self.prefill_vb.addItem(self.prefill)
+        pi.legend.addItem(self.prefill, "prefill (right axis)")
+        pi.vb.sigResized.connect(self._sync_views)
+        self.ceiling = add_curve(self.plot, "ceiling", "ceiling")
+        self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
+                             "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
+                             "Gaps: idle, or the server was unreachable.")
+        self.plot.getPlotItem().setYRange(0, 1)
+        lay.addWidget(self.plot)
+
+    def _sync_views(self) -> None:
+        self.prefill_vb.setGeometry(self.plot.getPlotItem().vb.sceneBoundingRect())
+
+    def set_window(self, seconds: float | None) -> None:
+        """Visible range in seconds (None = session)."""
+        self.window_s = seconds
+        self._drawn = (-1, None)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Push the visible window to the curves if history grew since the last draw."""
+        key = (self.history.appended, self.window_s)
+        if key == self._drawn or len(self.history) == 0:
+            return
+        self._drawn = key
+        v = self.history.view(self.window_s)
+        t = v.t_wall
+        self.decode.setData(t, v.series["decode_tok_s"])
+        self.prefill.setData(t, v.series["prefill_tok_s"])
+        self.ceiling.setData(t, v.series["ceiling_tok_s"])
+        finite = [float(np.nanmax(a)) for a in (v.series["decode_tok_s"], v.series["ceiling_tok_s"])
+                  if a.size and np.isfinite(a).any()]
+        y_max = max(finite, default=1.0)
+        if y_max != self._y_max:
+            self._y_max = y_max
+            self.plot.getPlotItem().setYRange(0, y_max * 1.08, padding=0)
+        t_end = float(t[-1])
+        start = float(t[0]) if self.window_s is None else t_end - self.window_s
+        self.plot.getPlotItem().setXRange(start, max(t_end, start + 1), padding=0.0)

@@ -1,0 +1,70 @@
+"""Status bar: connection · polled N s ago · sources · recording ●."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.gui import theme
+from kvmon.gui.widgets import ValueLabel
+
+_GOOD = {ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY}
+
+
+def sources_text(s: Snapshot) -> str:
+    """Which kinds of provenance the numbers on screen have, e.g. 'measured · computed · log'."""
+    kinds: list[str] = []
+    for v in s.provenance.values():
+        if v not in kinds:
+            kinds.append(v)
+    rate = f"rate from {s.decode_rate_source}" if s.decode_rate_source else None
+    return " · ".join([*(sorted(kinds)), *([rate] if rate else [])]) or "no sources yet"
+
+
+class StatusPanel(QtWidgets.QStatusBar):
+    """Permanent widgets updated only when their text changes; the 'ago' text ticks at most once a second."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.connection = ValueLabel()
+        self.polled = ValueLabel()
+        self.sources = ValueLabel()
+        self.recording = ValueLabel()
+        for w in (self.connection, self.polled, self.sources):
+            self.addWidget(w)
+        self.addPermanentWidget(self.recording)
+        self._last_poll_monotonic: float | None = None
+        self.set_recording(None)
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Render connection state and sources of one snapshot."""
+        st = s.connection.status
+        c = theme.hex_color("ok" if st in _GOOD else "warning" if st in (ConnectionStatus.CONNECTING,
+                                                                          ConnectionStatus.LOADING,
+                                                                          ConnectionStatus.PAUSED) else "critical")
+        url = f" · {s.url}" if s.url else ""
+        self.connection.set(f"<span style='color:{c}'>●</span> {st.value.replace('_', ' ')}{url}",
+                            s.connection.reason or f"Connection: {st.value}")
+        self.sources.set(sources_text(s), "Where the numbers come from: measured (server counters, NVML), computed "
+                         "(physics), log, table, user settings")
+        self._last_poll_monotonic = time.monotonic()
+        self.tick()
+
+    def tick(self) -> None:
+        """Refresh the 'polled N s ago' text (called by the window's 1 s timer)."""
+        if self._last_poll_monotonic is None:
+            self.polled.set("not polled yet")
+            return
+        ago = time.monotonic() - self._last_poll_monotonic
+        self.polled.set(f"polled {ago:.0f} s ago" if ago >= 1.5 else "polled just now",
+                        "Time since the last snapshot arrived from the poller thread")
+
+    def set_recording(self, path: str | None) -> None:
+        """Show whether snapshots are being recorded (issue 8 plugs in here)."""
+        if path:
+            self.recording.set(f"recording <span style='color:{theme.hex_color('spill')}'>●</span>",
+                               f"Recording every snapshot to {path}")
+        else:
+            self.recording.set("not recording", "Start with --record FILE.jsonl to record this session")

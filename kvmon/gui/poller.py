@@ -1,0 +1,195 @@
+"""The poller: a QObject worker living in its own QThread that owns the Monitor and emits one Snapshot per poll.
+
+The GUI thread never waits on a server: a hung server blocks only this thread (up to the sources' timeouts).
+Failures come back as Snapshots with a connection status; repeated failures back off up to ``backoff_max_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from PySide6 import QtCore
+
+from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+
+FAILED = frozenset({
+    ConnectionStatus.UNREACHABLE, ConnectionStatus.TIMEOUT, ConnectionStatus.AUTH_REJECTED,
+    ConnectionStatus.BAD_RESPONSE, ConnectionStatus.BAD_URL,
+})
+
+
+class MonitorLike(Protocol):
+    """What the poller needs from ``kvmon.monitor.Monitor``."""
+
+    def poll(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+MonitorFactory = Callable[[], MonitorLike]
+
+
+def _status_for(exc: BaseException) -> ConnectionStatus:
+    failure = getattr(exc, "failure", None)
+    kind = getattr(getattr(failure, "kind", None), "value", None)
+    return {
+        "bad_url": ConnectionStatus.BAD_URL, "timeout": ConnectionStatus.TIMEOUT,
+        "auth_rejected": ConnectionStatus.AUTH_REJECTED, "model_loading": ConnectionStatus.LOADING,
+        "unexpected_body": ConnectionStatus.BAD_RESPONSE,
+    }.get(kind or "", ConnectionStatus.UNREACHABLE)
+
+
+def backoff_delay_s(interval_s: float, failures: int, backoff_max_s: float) -> float:
+    """Delay before the next poll after ``failures`` consecutive failures (0 = normal interval)."""
+    if failures <= 0:
+        return interval_s
+    return min(backoff_max_s, max(interval_s, 1.0) * 2 ** (failures - 1))
+
+
+class PollWorker(QtCore.QObject):
+    """Lives in the poll thread; all slots run there. Emits ``snapshot(Snapshot)`` after each poll."""
+
+    snapshot = QtCore.Signal(object)
+
+    def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0) -> None:
+        super().__init__()
+        self._factory = factory
+        self.interval_s = interval_s
+        self.backoff_max_s = backoff_max_s
+        self._monitor: MonitorLike | None = None
+        self._timer: QtCore.QTimer | None = None
+        self._paused = False
+        self._failures = 0
+        self._seq = 0
+
+    @QtCore.Slot()
+    def start(self) -> None:
+        """Create the timer in this thread and poll at once."""
+        self._timer = QtCore.QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setTimerType(QtCore.Qt.TimerType.CoarseTimer)
+        self._timer.timeout.connect(self.poll_once)
+        self.poll_once()
+
+    def _failure_snapshot(self, exc: BaseException, retry_in_s: float) -> Snapshot:
+        self._seq += 1
+        return Snapshot(seq=self._seq, t_monotonic=time.monotonic(), t_wall=time.time(),
+                        connection=Connection(_status_for(exc), reason=str(exc) or type(exc).__name__,
+                                              since_t_monotonic=time.monotonic(), retry_in_s=retry_in_s))
+
+    @QtCore.Slot()
+    def poll_once(self) -> None:
+        """One poll; schedules the next one unless paused."""
+        if self._paused:
+            return
+        snap: Snapshot
+        try:
+            if self._monitor is None:
+                self._monitor = self._factory()
+            snap = self._monitor.poll()
+            failed = snap.connection.status in FAILED
+        except Exception as exc:  # a source bug or an open failure must not kill the thread
+            self._close_monitor()
+            self._failures += 1
+            snap = self._failure_snapshot(exc, backoff_delay_s(self.interval_s, self._failures, self.backoff_max_s))
+            failed = True
+        else:
+            self._failures = self._failures + 1 if failed else 0
+        self.snapshot.emit(snap)
+        if self._timer is not None and not self._paused:
+            delay = backoff_delay_s(self.interval_s, self._failures if failed else 0, self.backoff_max_s)
+            self._timer.start(max(1, int(delay * 1000)))
+
+    def _close_monitor(self) -> None:
+        if self._monitor is not None:
+            try:
+                self._monitor.close()
+            except Exception:  # closing a broken client must not raise into Qt
+                pass
+            self._monitor = None
+
+    @QtCore.Slot(bool)
+    def set_paused(self, paused: bool) -> None:
+        """Stop or restart polling."""
+        self._paused = paused
+        if self._timer is None:
+            return
+        if paused:
+            self._timer.stop()
+        else:
+            self.poll_once()
+
+    @QtCore.Slot(float)
+    def set_interval(self, interval_s: float) -> None:
+        """Change the poll interval (seconds)."""
+        self.interval_s = max(0.05, interval_s)
+
+    @QtCore.Slot()
+    def reconnect(self) -> None:
+        """Drop the monitor, reset backoff and poll now."""
+        self._close_monitor()
+        self._failures = 0
+        if self._timer is not None:
+            self._timer.stop()
+        if not self._paused:
+            self.poll_once()
+
+    @QtCore.Slot()
+    def stop(self) -> None:
+        """Stop polling and close the monitor's clients."""
+        self._paused = True
+        if self._timer is not None:
+            self._timer.stop()
+        self._close_monitor()
+
+
+class Poller(QtCore.QObject):
+    """GUI-side handle: starts the worker thread and forwards commands to it through queued signals."""
+
+    snapshot = QtCore.Signal(object)
+    _pause = QtCore.Signal(bool)
+    _interval = QtCore.Signal(float)
+    _reconnect = QtCore.Signal()
+    _stop = QtCore.Signal()
+
+    def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0,
+                 parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self.thread = QtCore.QThread()
+        self.thread.setObjectName("kvmon-poller")
+        self.worker = PollWorker(factory, interval_s, backoff_max_s)
+        self.worker.moveToThread(self.thread)
+        self.thread.started.connect(self.worker.start)
+        self.worker.snapshot.connect(self.snapshot, QtCore.Qt.ConnectionType.QueuedConnection)
+        self._pause.connect(self.worker.set_paused)
+        self._interval.connect(self.worker.set_interval)
+        self._reconnect.connect(self.worker.reconnect)
+        self._stop.connect(self.worker.stop)
+        self.paused = False
+
+    def start(self) -> None:
+        """Start the thread; the first poll happens at once."""
+        self.thread.start()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume polling."""
+        self.paused = paused
+        self._pause.emit(paused)
+
+    def set_interval(self, interval_s: float) -> None:
+        """Change the poll interval."""
+        self._interval.emit(float(interval_s))
+
+    def reconnect(self) -> None:
+        """Reconnect now, resetting the backoff."""
+        self._reconnect.emit()
+
+    def stop(self, wait_ms: int = 15000) -> None:
+        """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""
+        if not self.thread.isRunning():
+            return
+        self._stop.emit()
+        self.thread.quit()
+        self.thread.wait(wait_ms)

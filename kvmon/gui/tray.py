@@ -1,0 +1,76 @@
+"""Tray icon showing decode tok/s, and a desktop notification when an alert rises (when a tray exists)."""
+
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon.core.snapshot import Alert, AlertLevel, Snapshot
+from kvmon.gui import fmt, theme
+
+
+def rising_alerts(previous_codes: frozenset[str], alerts: tuple[Alert, ...]) -> list[Alert]:
+    """Warning or critical alerts present now that were not present at the previous poll."""
+    return [a for a in alerts if a.level.rank >= AlertLevel.WARNING.rank and a.code not in previous_codes]
+
+
+def tray_text(decode_tok_s: float | None) -> str:
+    """The two or three characters drawn on the icon."""
+    if decode_tok_s is None:
+        return "–"
+    return f"{decode_tok_s:.0f}" if decode_tok_s < 1000 else "1k+"
+
+
+def icon_pixmap(text: str, level: str | None = None, size: int = 32) -> QtGui.QPixmap:
+    """A square icon with the tok/s number on the decode colour (alert colour when an alert is up)."""
+    pm = QtGui.QPixmap(size, size)
+    pm.fill(QtCore.Qt.GlobalColor.transparent)
+    p = QtGui.QPainter(pm)
+    p.setBrush(theme.brush(level or "decode"))
+    p.setPen(QtCore.Qt.PenStyle.NoPen)
+    p.drawRoundedRect(0, 0, size, size, 6, 6)
+    f = p.font()
+    f.setBold(True)
+    f.setPixelSize(int(size * (0.55 if len(text) <= 2 else 0.42)))
+    p.setFont(f)
+    p.setPen(QtGui.QColor("#000000"))
+    p.drawText(pm.rect(), QtCore.Qt.AlignmentFlag.AlignCenter, text)
+    p.end()
+    return pm
+
+
+class Tray(QtCore.QObject):
+    """Owns the QSystemTrayIcon when the desktop has a tray; otherwise keeps state only (and says why)."""
+
+    activated = QtCore.Signal()
+
+    def __init__(self, parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self.available = QtWidgets.QSystemTrayIcon.isSystemTrayAvailable()
+        self.unavailable_reason = None if self.available else "the desktop has no system tray"
+        self._text: str | None = None
+        self._level: str | None = None
+        self._codes: frozenset[str] = frozenset()
+        self.notified: list[str] = []  # messages shown (kept for tests and the log)
+        self.icon: QtWidgets.QSystemTrayIcon | None = None
+        if self.available:
+            self.icon = QtWidgets.QSystemTrayIcon(QtGui.QIcon(icon_pixmap("–")), self)
+            self.icon.activated.connect(lambda _r: self.activated.emit())
+            self.icon.show()
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        """Refresh the icon when its text or colour changes; notify rising alerts."""
+        worst = max(s.alerts, key=lambda a: a.level.rank, default=None)
+        level = worst.level.value if worst is not None and worst.level.rank >= 1 else None
+        text = tray_text(s.decode_tok_s)
+        if (text, level) != (self._text, self._level):
+            self._text, self._level = text, level
+            if self.icon is not None:
+                self.icon.setIcon(QtGui.QIcon(icon_pixmap(text, level)))
+                self.icon.setToolTip(f"kvmon: {fmt.tok_s(s.decode_tok_s)} (ceiling {fmt.tok_s(s.ceiling_tok_s)})")
+        for a in rising_alerts(self._codes, s.alerts):
+            self.notified.append(a.message)
+            if self.icon is not None:
+                kind = (QtWidgets.QSystemTrayIcon.MessageIcon.Critical if a.level is AlertLevel.CRITICAL
+                        else QtWidgets.QSystemTrayIcon.MessageIcon.Warning)
+                self.icon.showMessage("kvmon", a.message, kind, 8000)
+        self._codes = frozenset(a.code for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank)

@@ -1,0 +1,193 @@
+"""What-if calculator: GPU (live or from the table) × model (live or a preset) × context × cache type.
+
+Shows the ceiling curve, the KV cache size and whether weights + cache fit in VRAM, from the physics package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import Snapshot
+from kvmon.gui import fmt, theme
+from kvmon.gui.widgets import ValueLabel, add_curve, make_plot
+from kvmon.physics.cache_types import CACHE_TYPES
+from kvmon.physics.gpus import KNOWN_GPUS
+
+CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
+CACHE_CHOICES = ("f16", "q8_0", "q4_0", "bf16", "q5_1", "q5_0", "q4_1", "iq4_nl", "f32")
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """A device for the calculator: name, peak bandwidth and VRAM; ``source`` is 'live' or 'table'."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    vram_bytes: int
+    source: str
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """The calculator's answer; ``reason`` is set (and the numbers None) when it cannot compute."""
+
+    curve: tuple[tuple[int, float], ...] = ()
+    kv_allocated_bytes: int | None = None
+    weight_bytes: int | None = None
+    ceiling_at_ctx_tok_s: float | None = None
+    fits: bool | None = None
+    over_bytes: int | None = None
+    max_context_fitting: int | None = None
+    reason: str | None = None
+
+
+def compute_whatif(gpu: GpuChoice, metadata: Mapping[str, Any], weight_bytes: int, n_ctx: int,
+                   cache_type: str) -> WhatIfResult:
+    """Ceiling curve to ``n_ctx``, KV allocation and the fit verdict for one GPU (weights + KV vs VRAM)."""
+    try:
+        from kvmon.physics.ceiling import DeviceShare, ceiling_curve, max_context_fitting
+        from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
+        from kvmon.physics.shape import ModelShape, ShapeError
+        from kvmon.physics.weights import weight_bytes_read_per_token
+    except ImportError as exc:
+        return WhatIfResult(reason=f"physics not available: {exc}")
+    try:
+        shape = ModelShape.from_gguf(metadata)
+    except (ShapeError, KeyError, ValueError) as exc:
+        return WhatIfResult(reason=f"model shape unknown: {exc}")
+    read = weight_bytes_read_per_token(shape, weight_bytes)
+    dev = DeviceShare(gpu.name, gpu.bandwidth_bytes_per_s, read.bytes, 1.0, "gpu")
+    contexts = [int(x) for x in np.linspace(0, n_ctx, 65)]
+    curve = ceiling_curve([dev], shape, cache_type, cache_type, contexts)
+    alloc = kv_allocation(shape, n_ctx, type_k=cache_type, type_v=cache_type).total_bytes
+    over = weight_bytes + alloc - gpu.vram_bytes
+    free_for_kv = gpu.vram_bytes - weight_bytes
+    max_ctx = max_context_fitting(shape, free_for_kv, type_k=cache_type, type_v=cache_type) if free_for_kv > 0 else 0
+    from kvmon.physics.ceiling import ceiling_tok_s
+
+    at_ctx = ceiling_tok_s([dev], kv_bytes_in_use(shape, n_ctx, cache_type, cache_type))
+    return WhatIfResult(curve=curve, kv_allocated_bytes=alloc, weight_bytes=weight_bytes, ceiling_at_ctx_tok_s=at_ctx,
+                        fits=over <= 0, over_bytes=max(0, over), max_context_fitting=max_ctx)
+
+
+def table_gpus() -> list[GpuChoice]:
+    """Every GPU in the one GPU table."""
+    return [GpuChoice(g.name, g.bandwidth_bytes_per_s, g.vram_bytes, "table") for g in KNOWN_GPUS]
+
+
+def live_gpu(s: Snapshot | None) -> GpuChoice | None:
+    """The first GPU of the live snapshot, when its bandwidth and VRAM are known."""
+    if s is None or not s.gpus:
+        return None
+    g = s.gpus[0]
+    if g.peak_bandwidth_bytes_per_s is None or g.vram_total_bytes is None:
+        return None
+    return GpuChoice(f"live: {g.name or 'GPU 0'}", g.peak_bandwidth_bytes_per_s, g.vram_total_bytes, "live")
+
+
+def presets() -> dict[str, Any]:
+    """The physics package's model presets (empty when not available)."""
+    try:
+        from kvmon.physics.presets import PRESETS
+    except ImportError:
+        return {}
+    return dict(PRESETS)
+
+
+class WhatIfPanel(QtWidgets.QWidget):
+    """Pickers on the left, the ceiling curve and verdict on the right; recomputed on each change."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._live: GpuChoice | None = None
+        self._gpus = table_gpus()
+        self._presets = presets()
+        lay = QtWidgets.QHBoxLayout(self)
+        form_box = QtWidgets.QWidget()
+        form = QtWidgets.QFormLayout(form_box)
+        self.gpu = QtWidgets.QComboBox()
+        self.model = QtWidgets.QComboBox()
+        self.context = QtWidgets.QComboBox()
+        self.cache = QtWidgets.QComboBox()
+        for g in self._gpus:
+            self.gpu.addItem(g.name, g)
+        for key, p in self._presets.items():
+            self.model.addItem(f"{p.display_name} ({p.quantization})", key)
+        for c in CONTEXTS:
+            self.context.addItem(fmt.ctx_label(c), c)
+        self.context.setCurrentIndex(CONTEXTS.index(32768))
+        for c in CACHE_CHOICES:
+            if c in CACHE_TYPES:
+                self.cache.addItem(c, c)
+        form.addRow("GPU", self.gpu)
+        form.addRow("Model", self.model)
+        form.addRow("Context", self.context)
+        form.addRow("KV cache type", self.cache)
+        self.kv = ValueLabel()
+        self.ceiling_at = ValueLabel()
+        self.verdict = ValueLabel()
+        self.verdict.setWordWrap(True)
+        form.addRow("KV cache", self.kv)
+        form.addRow("Ceiling at context", self.ceiling_at)
+        form.addRow("Fits?", self.verdict)
+        form_box.setMaximumWidth(380)
+        lay.addWidget(form_box)
+        self.plot = make_plot("What-if: ceiling vs context", "context", "tokens", "ceiling", "tok/s")
+        self.curve = add_curve(self.plot, "ceiling", width=2.0)
+        lay.addWidget(self.plot, 1)
+        for cb in (self.gpu, self.model, self.context, self.cache):
+            cb.currentIndexChanged.connect(self.recompute)
+        self.result: WhatIfResult | None = None
+        self.recompute()
+
+    def set_live(self, s: Snapshot) -> None:
+        """Offer the live GPU as the first choice (once it is known)."""
+        g = live_gpu(s)
+        if g is None or g == self._live:
+            return
+        if self._live is None:
+            self.gpu.insertItem(0, g.name, g)
+            self.gpu.setCurrentIndex(0)
+        else:
+            self.gpu.setItemText(0, g.name)
+            self.gpu.setItemData(0, g)
+        self._live = g
+
+    def recompute(self) -> None:
+        """Run the calculator for the current picks and show the answer."""
+        gpu: GpuChoice | None = self.gpu.currentData()
+        key = self.model.currentData()
+        preset = self._presets.get(key) if key is not None else None
+        if gpu is None or preset is None:
+            self.result = WhatIfResult(reason="no model presets available" if preset is None else "no GPU chosen")
+        else:
+            self.result = compute_whatif(gpu, preset.metadata, preset.weight_bytes, self.context.currentData(),
+                                         self.cache.currentData())
+        r = self.result
+        if r.reason:
+            self.kv.set(fmt.DASH, r.reason)
+            self.ceiling_at.set(fmt.DASH, r.reason)
+            self.verdict.set(r.reason)
+            self.curve.setData([], [])
+            return
+        self.kv.set(fmt.bytes_(r.kv_allocated_bytes), "KV cache allocated at this context and cache type (computed)")
+        self.ceiling_at.set(fmt.tok_s(r.ceiling_at_ctx_tok_s), "Decode ceiling at this depth: bandwidth ÷ (weights "
+                            "read per token + KV read per token), computed")
+        if r.fits:
+            self.verdict.set(f"<span style='color:{theme.hex_color('ok')}'>fits</span> · up to "
+                             f"{fmt.tokens(r.max_context_fitting)} before spilling",
+                             "Weights + KV allocation vs VRAM (compute buffers not counted)")
+        else:
+            self.verdict.set(f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
+                             f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits",
+                             "Weights + KV allocation vs VRAM (compute buffers not counted)")
+        if r.curve:
+            arr = np.asarray(r.curve, dtype=float)
+            self.curve.setData(arr[:, 0], arr[:, 1])
+        else:
+            self.curve.setData([], [])
