@@ -24,8 +24,8 @@ from kvmon.physics.gpus import lookup_gpu
 from kvmon.sources.nvml import expand_server_pids
 
 CACHE_FILE_NAME = "host_bandwidth.json"
-DEFAULT_BENCH_BYTES = 256 * 1024**2  # per array; the copy reads one and writes the other
-DEFAULT_BENCH_REPEATS = 5
+DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
+DEFAULT_BENCH_REPEATS = 4
 
 
 def default_cache_dir() -> Path:
