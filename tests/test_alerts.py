@@ -1,0 +1,194 @@
+"""Alert rules and hysteresis on synthetic time series: rising, steady, noisy at the threshold."""
+
+from __future__ import annotations
+
+import random
+
+from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
+from kvmon.core.snapshot import AlertLevel
+from kvmon.core.units import GIB
+
+
+def ctx_facts(t: float, ctx: int, n_ctx: int = 32768, decode: float | None = 38.0) -> AlertFacts:
+    left = max(0, n_ctx - ctx)
+    return AlertFacts(t_monotonic=t, backend="llama-server", n_ctx=n_ctx, context_tokens=ctx,
+                      tokens_until_ctx_full=left, seconds_until_ctx_full=left / decode if decode else None,
+                      decode_tok_s=decode, metrics_enabled=True)
+
+
+def codes(alerts: tuple) -> list[str]:
+    return [a.code for a in alerts]
+
+
+def test_context_full_rises_early_and_escalates() -> None:
+    eng = AlertEngine()
+    first_left = None
+    levels = []
+    for i in range(0, 900):
+        ctx = 20_000 + 38 * i
+        if ctx > 32768:
+            break
+        alerts = eng.update(ctx_facts(float(i), ctx))
+        a = next((x for x in alerts if x.code == "ctx_full_soon"), None)
+        if a is not None and first_left is None:
+            first_left = 32768 - ctx
+            assert "Context full in ~" in a.message and "at 38 tok/s" in a.message
+            assert "of 32,768 used" in a.message
+        if first_left is not None:
+            assert a is not None  # never drops while the context keeps filling
+            levels.append(a.level)
+    assert first_left is not None and first_left >= 2000
+    assert levels[-1] is AlertLevel.CRITICAL
+    assert AlertLevel.WARNING in levels
+
+
+def test_message_numbers_are_computed() -> None:
+    eng = AlertEngine()
+    alerts = eng.update(ctx_facts(0.0, 32768 - 2287))
+    (a,) = alerts
+    assert a.message.startswith("Context full in ~2,300 tokens (≈ 1 min at 38 tok/s)")
+    assert a.value == 2287
+
+
+def test_steady_hour_raises_nothing() -> None:
+    eng = AlertEngine()
+    rng = random.Random(1)
+    for i in range(3600):
+        ctx = 8000 + rng.randint(-50, 50)
+        g = GpuVramFacts(index=0, name="RTX 4090", vram_free_bytes=int(6 * GIB + rng.randint(-10, 10) * 2**20),
+                         vram_total_bytes=24 * GIB, seconds_until_full=None)
+        f = ctx_facts(float(i), ctx, decode=38.0 + rng.uniform(-2, 2))
+        f = AlertFacts(**{**f.__dict__, "gpus": (g,), "kv_host_fraction": 0.0, "weights_host_bytes": 0,
+                          "weight_bytes": 4_920_000_000})
+        assert eng.update(f) == ()
+        assert eng.last_raised == ()
+
+
+def test_noisy_at_threshold_does_not_flap() -> None:
+    th = AlertThresholds()
+    eng = AlertEngine(th)
+    rng = random.Random(7)
+    raises = 0
+    present = []
+    for i in range(600):
+        left = th.ctx_warn_tokens + rng.randint(-300, 300)
+        eng.update(ctx_facts(float(i), 32768 - left, decode=None))
+        raises += len(eng.last_raised)
+        present.append("ctx_full_soon" in codes(eng.update(ctx_facts(i + 0.5, 32768 - left, decode=None))))
+    assert raises == 1
+    assert all(present[present.index(True):])
+
+
+def test_clears_after_hold_when_a_new_chat_starts() -> None:
+    th = AlertThresholds(min_hold_s=10.0)
+    eng = AlertEngine(th)
+    assert codes(eng.update(ctx_facts(0.0, 31000))) == ["ctx_full_soon"]
+    # a new conversation: context drops, but the alert is held for min_hold_s
+    assert codes(eng.update(ctx_facts(3.0, 200))) == ["ctx_full_soon"]
+    assert codes(eng.update(ctx_facts(9.9, 200))) == ["ctx_full_soon"]
+    assert codes(eng.update(ctx_facts(10.1, 200))) == []
+
+
+def test_critical_steps_down_only_past_its_clear_threshold() -> None:
+    th = AlertThresholds(min_hold_s=0.0)
+    eng = AlertEngine(th)
+    (a,) = eng.update(ctx_facts(0.0, 32768 - 100))
+    assert a.level is AlertLevel.CRITICAL
+    (a,) = eng.update(ctx_facts(1.0, 32768 - th.ctx_critical_tokens - 100))  # within the band: stays critical
+    assert a.level is AlertLevel.CRITICAL
+    (a,) = eng.update(ctx_facts(2.0, 32768 - 3000))
+    assert a.level is AlertLevel.WARNING
+
+
+def test_small_context_does_not_warn_at_the_start() -> None:
+    eng = AlertEngine()
+    assert eng.update(ctx_facts(0.0, 500, n_ctx=4096)) == ()
+    assert codes(eng.update(ctx_facts(1.0, 2500, n_ctx=4096))) == ["ctx_full_soon"]
+
+
+def test_thresholds_are_overridable() -> None:
+    eng = AlertEngine(AlertThresholds(ctx_warn_tokens=10_000, ctx_warn_seconds=0))
+    assert codes(eng.update(ctx_facts(0.0, 32768 - 9000, decode=None))) == ["ctx_full_soon"]
+    assert AlertEngine().update(ctx_facts(0.0, 32768 - 9000, decode=None)) == ()
+
+
+def vram(t: float, secs: float | None, free: int = 2 * GIB) -> AlertFacts:
+    g = GpuVramFacts(index=0, name="RTX 4090", vram_free_bytes=free, vram_total_bytes=24 * GIB,
+                     seconds_until_full=secs, free_drop_bytes=int(1.2 * GIB),
+                     other_processes_growth_bytes=int(1.2 * GIB), window_s=60.0)
+    return AlertFacts(t_monotonic=t, gpus=(g,))
+
+
+def test_vram_full_message_and_levels() -> None:
+    eng = AlertEngine()
+    assert eng.update(vram(0.0, 400.0)) == ()
+    (a,) = eng.update(vram(1.0, 100.0))
+    assert a.level is AlertLevel.WARNING
+    assert "VRAM full in ~" in a.message and "other processes grew 1.20 GiB in the last minute" in a.message
+    assert "GPU 0 (RTX 4090)" in a.message
+    (a,) = eng.update(vram(2.0, 45.0))
+    assert a.level is AlertLevel.CRITICAL and "45 s" in a.message
+
+
+def test_vram_noisy_trend_does_not_flap() -> None:
+    eng = AlertEngine()
+    rng = random.Random(3)
+    raises = 0
+    for i in range(300):
+        eng.update(vram(float(i), 180.0 + rng.uniform(-60, 60)))
+        raises += len(eng.last_raised)
+    assert raises == 1
+
+
+def test_spill_partial_offload_metrics_and_advice_messages() -> None:
+    eng = AlertEngine()
+    f = AlertFacts(t_monotonic=0.0, backend="llama-server", kv_host_fraction=0.25, kv_host_bytes=2 * GIB,
+                   kv_host_via="PCIe", kv_host_cap_tok_s=6.2, metrics_enabled=False,
+                   advice=(CacheAdvice("q8_0", "q8_0", "-ctk q8_0 -ctv q8_0", int(3.1 * GIB), 51.4, 38.0),
+                           CacheAdvice("q4_0", "q4_0", "-ctk q4_0 -ctv q4_0", int(4.5 * GIB), 60.0, 38.0)))
+    alerts = eng.update(f)
+    by = {a.code: a for a in alerts}
+    assert alerts[0].level is AlertLevel.CRITICAL
+    assert by["kv_in_host"].message.startswith("KV cache in host RAM (2.00 GiB, 25%): decode capped at ~6 tok/s "
+                                               "by PCIe")
+    assert by["metrics_disabled"].message.startswith("/metrics is disabled: start llama-server with --metrics")
+    assert by["metrics_disabled"].level is AlertLevel.INFO
+    assert by["kv_cache_advice"].message == "`-ctk q8_0 -ctv q8_0` would give ~51.4 tok/s here and free 3.10 GiB"
+
+
+def test_partial_offload_ollama() -> None:
+    eng = AlertEngine()
+    f = AlertFacts(t_monotonic=0.0, backend="ollama", weights_host_bytes=int(3.2 * GIB),
+                   weight_bytes=int(18.5 * GIB), weights_host_cap_tok_s=9.4)
+    (a,) = eng.update(f)
+    assert a.code == "weights_in_host" and a.level is AlertLevel.WARNING
+    assert "3.20 GiB of 18.5 GiB (17%) on the CPU; decode capped at ~9 tok/s" in a.message
+    assert "num_ctx" in a.message
+
+
+def test_connection_alert_needs_a_lasting_failure() -> None:
+    eng = AlertEngine()
+
+    def gone(t: float, kind: str = "unreachable") -> AlertFacts:
+        return AlertFacts(t_monotonic=t, connected=False, connection_failure=kind, connection_reason="refused")
+
+    assert eng.update(gone(0.0)) == ()
+    assert eng.update(gone(2.0)) == ()
+    (a,) = eng.update(gone(3.5))
+    assert a.code == "connection" and a.level is AlertLevel.WARNING and "for 3.5 s" in a.message
+    eng2 = AlertEngine()
+    (a,) = eng2.update(gone(0.0, "auth_rejected"))
+    assert a.level is AlertLevel.CRITICAL and "API key rejected" in a.message
+    # loading is a state, not an alert
+    assert AlertEngine().update(gone(10.0, "model_loading")) == ()
+
+
+def test_unknown_facts_do_not_alert() -> None:
+    eng = AlertEngine()
+    assert eng.update(AlertFacts(t_monotonic=0.0)) == ()
+    # an alert held through a poll where its fact is unknown keeps its last words
+    eng.update(ctx_facts(1.0, 31000))
+    (a,) = eng.update(AlertFacts(t_monotonic=2.0))
+    assert a.code == "ctx_full_soon" and "Context full" in a.message
+    eng.reset()
+    assert eng.update(AlertFacts(t_monotonic=3.0)) == ()
