@@ -95,6 +95,8 @@ class ServerConfig:
     kv_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)
     compute_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
+    device_free_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # log: "using device … MiB free"
+    n_ctx_per_slot: int | None = None  # one conversation's context (Ollama /api/ps context_length)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,171 @@
+"""Counter → rate: live decode and prefill tok/s from successive readings, smoothed, reset-safe.
+
+llama-server's generation counters move only when a request ends and its tok/s gauges reset on every
+scrape, so the live rates come from per-slot counters in /slots (``n_decoded``, tokens held) between
+polls. A counter that falls (new request, server restart) restarts its rate; an idle slot gives
+``None`` ("no data"), never a measured 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvmon.core.readings import ServerReading, SlotReading
+
+DEFAULT_TAU_S = 2.0  # EWMA time constant: steady within a few polls, still follows a slowdown
+MAX_GAP_S = 30.0  # a longer gap between polls (paused, suspended) restarts the rates
+
+
+class CounterRate:
+    """Rate of a monotonically increasing counter with time-aware EWMA smoothing.
+
+    ``update(t, value)`` returns the smoothed rate per second, or None until two samples exist. A
+    falling counter or a gap longer than ``max_gap_s`` restarts it; ``None`` input also restarts it.
+    """
+
+    def __init__(self, tau_s: float = DEFAULT_TAU_S, max_gap_s: float = MAX_GAP_S) -> None:
+        self.tau_s = tau_s
+        self.max_gap_s = max_gap_s
+        self._t: float | None = None
+        self._v: float | None = None
+        self.rate: float | None = None
+        self.last_delta: float | None = None  # counter change over the last interval
+        self.last_dt: float | None = None  # length of that interval, seconds
+
+    def reset(self) -> None:
+        """Forget history: the next update only sets the baseline."""
+        self._t = self._v = self.rate = self.last_delta = self.last_dt = None
+
+    def update(self, t: float, value: float | None) -> float | None:
+        """Take a sample at monotonic time ``t``; returns the smoothed rate or None."""
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            self.reset()
+            return None
+        if self._t is None or self._v is None:
+            self._t, self._v = t, value
+            return None
+        dt = t - self._t
+        if dt <= 0:
+            return self.rate
+        dv = value - self._v
+        self._t, self._v = t, value
+        if dv < 0 or dt > self.max_gap_s:  # counter reset (restart / new request) or a long pause
+            self.rate = self.last_delta = self.last_dt = None
+            return None
+        self.last_delta, self.last_dt = dv, dt
+        inst = dv / dt
+        if self.rate is None:
+            self.rate = inst
+        else:
+            alpha = 1.0 - math.exp(-dt / self.tau_s) if self.tau_s > 0 else 1.0
+            self.rate += alpha * (inst - self.rate)
+        return self.rate
+
+
+@dataclass(frozen=True)
+class RateSample:
+    """Live rates at one poll; None = no data (idle, first poll, just reset), never a guessed 0."""
+
+    decode_tok_s: float | None
+    prefill_tok_s: float | None
+    per_slot_decode_tok_s: dict[int, float | None] = field(default_factory=dict)
+    source: str | None = None  # "slots" | "metrics" | None
+    per_slot_prefill_tok_s: dict[int, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class _SlotState:
+    id_task: int | None
+    decode: CounterRate
+    held: CounterRate  # tokens held (prompt + generated): growth with no decode growth is prefill
+
+
+class SlotRateTracker:
+    """Turns successive ServerReadings into live decode/prefill tok/s per slot and in total."""
+
+    def __init__(self, tau_s: float = DEFAULT_TAU_S) -> None:
+        self.tau_s = tau_s
+        self._slots: dict[int, _SlotState] = {}
+        self._n_decode = CounterRate(tau_s)
+        self._prompt_tokens = CounterRate(0.0)
+        self._prompt_seconds = CounterRate(0.0)
+        self._last_t: float | None = None
+
+    def reset(self) -> None:
+        """Forget everything (another server, or a restart)."""
+        self._slots.clear()
+        self._n_decode.reset()
+        self._prompt_tokens.reset()
+        self._prompt_seconds.reset()
+        self._last_t = None
+
+    def update(self, reading: ServerReading) -> RateSample:
+        """Feed one reading; returns the live rates it allows."""
+        t = reading.t_monotonic
+        if self._last_t is not None and (t <= self._last_t - 1e-9 or t - self._last_t > MAX_GAP_S):
+            self.reset()
+        self._last_t = t
+
+        per_decode: dict[int, float | None] = {}
+        per_prefill: dict[int, float | None] = {}
+        seen: set[int] = set()
+        for slot in reading.slots:
+            seen.add(slot.id)
+            d, p = self._update_slot(t, slot)
+            per_decode[slot.id], per_prefill[slot.id] = d, p
+        for gone in set(self._slots) - seen:
+            del self._slots[gone]
+
+        decode = _sum(per_decode.values())
+        prefill = _sum(per_prefill.values())
+        source = "slots" if reading.slots else None
+
+        metrics = reading.metrics or {}
+        # Counter-based fallbacks. n_decode_total counts llama_decode calls: with one slot that is one
+        # generated token per call (plus one per prompt batch), so it only stands in for /slots then.
+        nd = self._n_decode.update(t, metrics.get("n_decode_total"))
+        if decode is None and not reading.slots and (reading.total_slots or 0) <= 1:
+            if nd is not None and (self._n_decode.last_delta or 0) > 0:
+                decode, source = nd, "metrics"
+        self._prompt_tokens.update(t, metrics.get("prompt_tokens_total"))
+        self._prompt_seconds.update(t, metrics.get("prompt_seconds_total"))
+        if prefill is None:
+            dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
+            if dtok and dsec and dtok > 0 and dsec > 0:
+                prefill = dtok / dsec  # the server's own prompt timing over the requests that finished
+        return RateSample(
+            decode_tok_s=decode,
+            prefill_tok_s=prefill,
+            per_slot_decode_tok_s=per_decode,
+            source=source if decode is not None else (source if reading.slots else None),
+            per_slot_prefill_tok_s=per_prefill,
+        )
+
+    def _update_slot(self, t: float, slot: SlotReading) -> tuple[float | None, float | None]:
+        st = self._slots.get(slot.id)
+        if st is None or st.id_task != slot.id_task:
+            st = _SlotState(slot.id_task, CounterRate(self.tau_s), CounterRate(self.tau_s))
+            self._slots[slot.id] = st
+        if not slot.processing:
+            st.decode.reset()
+            st.held.reset()
+            return None, None
+        decode_rate = st.decode.update(t, slot.n_decoded)
+        d_decoded = st.decode.last_delta
+        if decode_rate is not None and not d_decoded:
+            # nothing generated since the last poll: prefill running, or /slots lagging; no decode data
+            decode_rate = None
+            st.decode.rate = None
+        st.held.update(t, slot.context_tokens)
+        prefill: float | None = None
+        grown, dt = st.held.last_delta, st.held.last_dt
+        if grown is not None and dt and not d_decoded:
+            # tokens held grew while nothing was generated: the prompt is being processed
+            prefill = grown / dt if grown > 0 else None
+        return decode_rate, prefill
+
+
+def _sum(values: object) -> float | None:
+    nums = [v for v in values if v is not None]  # type: ignore[attr-defined]
+    return sum(nums) if nums else None

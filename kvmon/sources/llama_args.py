@@ -1,0 +1,205 @@
+"""Read a llama-server command line and ``LLAMA_ARG_*`` environment into a ``ServerConfig``.
+
+No endpoint tells the KV cache type, flash attention, GPU layers or the total context; a local server's
+own argv does. Short and long forms, ``--flag=value`` and environment variables are accepted; settings
+that are absent get llama-server's defaults, marked ``default`` in the provenance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.physics.cache_types import CACHE_TYPES
+
+# flag spellings -> setting; each setting also has its LLAMA_ARG_* variable
+_VALUE_FLAGS: dict[str, str] = {
+    "-c": "ctx",
+    "--ctx-size": "ctx",
+    "-np": "parallel",
+    "--parallel": "parallel",
+    "-ctk": "type_k",
+    "--cache-type-k": "type_k",
+    "-ctv": "type_v",
+    "--cache-type-v": "type_v",
+    "-ngl": "ngl",
+    "--gpu-layers": "ngl",
+    "--n-gpu-layers": "ngl",
+    "-m": "model",
+    "--model": "model",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
+    "--host": "host",
+    "--port": "port",
+}
+_ENV: dict[str, str] = {
+    "LLAMA_ARG_CTX_SIZE": "ctx",
+    "LLAMA_ARG_N_PARALLEL": "parallel",
+    "LLAMA_ARG_CACHE_TYPE_K": "type_k",
+    "LLAMA_ARG_CACHE_TYPE_V": "type_v",
+    "LLAMA_ARG_N_GPU_LAYERS": "ngl",
+    "LLAMA_ARG_MODEL": "model",
+    "LLAMA_ARG_UBATCH": "ubatch",
+    "LLAMA_ARG_HOST": "host",
+    "LLAMA_ARG_PORT": "port",
+    "LLAMA_ARG_FLASH_ATTN": "fa",
+    "LLAMA_ARG_KV_UNIFIED": "kvu",
+}
+_FA_FLAGS = ("-fa", "--flash-attn")
+_FA_WORDS = {
+    "on": "on",
+    "off": "off",
+    "auto": "auto",
+    "true": "on",
+    "false": "off",
+    "1": "on",
+    "0": "off",
+    "enabled": "on",
+    "disabled": "off",
+}
+_KVU_ON = ("-kvu", "--kv-unified")
+_KVU_OFF = ("-no-kvu", "--no-kv-unified")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_UBATCH = 512
+
+
+@dataclass(frozen=True)
+class LlamaServerArgs:
+    """What a llama-server command line says: the config plus where it listens, and notes on odd values."""
+
+    config: ServerConfig
+    host: str | None
+    port: int | None
+    notes: tuple[str, ...] = ()
+
+
+def _to_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _truthy(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "on", "yes", "enabled")
+
+
+def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> LlamaServerArgs:
+    """Settings from ``argv`` (argv[0] may be the program) and ``LLAMA_ARG_*``; absent ones get defaults."""
+    raw: dict[str, str] = {}
+    src: dict[str, Provenance] = {}
+    notes: list[str] = []
+    for var, key in _ENV.items():
+        if environ and var in environ:
+            raw[key] = environ[var]
+            src[key] = Provenance.COMMAND_LINE
+    args = [str(a) for a in argv]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag, eq, inline = a.partition("=") if a.startswith("-") else (a, "", "")
+        if flag in _VALUE_FLAGS:
+            key = _VALUE_FLAGS[flag]
+            if eq:
+                raw[key] = inline
+            elif i + 1 < len(args):
+                raw[key] = args[i + 1]
+                i += 1
+            else:
+                notes.append(f"{flag} without a value")
+            src[key] = Provenance.COMMAND_LINE
+        elif flag in _FA_FLAGS:
+            if eq:
+                raw["fa"] = inline
+            elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
+                raw["fa"] = args[i + 1]
+                i += 1
+            else:  # older builds: a plain switch
+                raw["fa"] = "on"
+            src["fa"] = Provenance.COMMAND_LINE
+        elif flag in _KVU_ON:
+            raw["kvu"], src["kvu"] = "1", Provenance.COMMAND_LINE
+        elif flag in _KVU_OFF:
+            raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
+        i += 1
+
+    prov: dict[str, Provenance] = {}
+
+    def mark(field: str, key: str) -> None:
+        prov[field] = src.get(key, Provenance.DEFAULT)
+
+    # context: -c 0 (the default) means the model's training context, which the argv cannot tell
+    ctx = _to_int(raw.get("ctx"))
+    if "ctx" in raw and ctx is None:
+        notes.append(f"unreadable context size {raw['ctx']!r}")
+    n_ctx_total = ctx if ctx and ctx > 0 else None
+    if n_ctx_total is not None:
+        mark("n_ctx_total", "ctx")
+
+    par = _to_int(raw.get("parallel"))
+    n_parallel = par if par and par > 0 else None  # -1 / absent = auto (llama-server picks 4, unified)
+    if n_parallel is not None:
+        mark("n_parallel", "parallel")
+
+    if "kvu" in raw:
+        kv_unified: bool | None = _truthy(raw["kvu"])
+        mark("kv_unified", "kvu")
+    else:
+        kv_unified = n_parallel is None  # auto parallel turns the unified KV cache on
+        prov["kv_unified"] = Provenance.DEFAULT
+
+    types: dict[str, str] = {}
+    for field, key in (("type_k", "type_k"), ("type_v", "type_v")):
+        name = raw.get(key, "f16").strip().lower()
+        if name not in CACHE_TYPES:
+            notes.append(f"unknown KV cache type {name!r}")
+            name = ""
+        types[field] = name
+        if name:
+            mark(field, key)
+
+    fa_raw = raw.get("fa", "auto").strip().lower()
+    flash_attn = _FA_WORDS.get(fa_raw)
+    if flash_attn is None:
+        notes.append(f"unknown flash-attention setting {fa_raw!r}")
+    else:
+        mark("flash_attn", "fa")
+
+    ngl_raw = raw.get("ngl")
+    n_gpu_layers = _to_int(ngl_raw)
+    if n_gpu_layers is not None:
+        mark("n_gpu_layers", "ngl")
+    elif ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
+        notes.append(f"unreadable GPU layer count {ngl_raw!r}")
+
+    ubatch = _to_int(raw.get("ubatch"))
+    n_ubatch = ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH
+    mark("n_ubatch", "ubatch")
+
+    model_path = raw.get("model") or None
+    if model_path:
+        mark("model_path", "model")
+
+    host = raw.get("host") or DEFAULT_HOST
+    port = _to_int(raw.get("port"))
+    if port is None:
+        port = DEFAULT_PORT
+
+    config = ServerConfig(
+        n_ctx_total=n_ctx_total,
+        n_parallel=n_parallel,
+        kv_unified=kv_unified,
+        type_k=types["type_k"] or None,
+        type_v=types["type_v"] or None,
+        flash_attn=flash_attn,
+        n_gpu_layers=n_gpu_layers,
+        n_ubatch=n_ubatch,
+        model_path=model_path,
+        provenance=prov,
+    )
+    return LlamaServerArgs(config=config, host=host, port=port, notes=tuple(notes))

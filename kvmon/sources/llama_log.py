@@ -1,0 +1,260 @@
+"""Parse llama.cpp / llama-server log lines into ``ServerConfig`` fields (KV size and types, layers, buffers).
+
+The log is the only place that states what the server actually allocated: the KV cache size line (in its
+three historical spellings), offloaded layers, model / KV / compute buffer sizes per device, n_ctx,
+n_seq, flash attention, unified KV and the device free-memory lines. Lines may carry any prefix
+(timestamps, Ollama's ``msg=`` wrapper); a new load block (server restart) starts the facts afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kvmon.core.readings import Provenance, ServerConfig
+
+MIB = 1024 * 1024
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
+
+# a new server start / model load: forget what the previous one said
+_RESTART = re.compile(
+    r"(llama_server: initializing|main: build = |common_params_print_info: build |"
+    r"llama_model_loader: loaded meta data|srv +load_model: loading model)"
+)
+# llama_kv_cache: size = 32.00 MiB ( 16384 cells, 4 layers, 1/1 seqs), K (f16): 16.00 MiB, V (f16): 16.00 MiB
+# llama_kv_cache_unified: size = ... (same shape, mid-late 2025)
+_KV_SIZE = re.compile(
+    r"llama_kv_cache(?:_unified)?: +size = +" + _NUM + r" MiB \( *([0-9]+) cells, +([0-9]+) layers,"
+    r"(?: +([0-9]+)(?:/([0-9]+))? seqs)?\)(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
+)
+# until early 2025: llama_new_context_with_model: KV self size  =  X MiB, K (f16): X MiB, V (f16): X MiB
+_KV_SELF = re.compile(
+    r"KV self size += +" + _NUM + r" MiB(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
+)
+_KV_BUF = re.compile(r"llama_kv_cache\w*: +(\S+) KV buffer size = +" + _NUM + " MiB")
+_MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) model buffer size = +" + _NUM + " MiB")
+_COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
+_OFFLOADED = re.compile(r"offloaded ([0-9]+)/([0-9]+) layers to GPU")
+_CTX_FIELD = re.compile(
+    r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_ubatch|n_seq_max|"
+    r"flash_attn|kv_unified) += +(\S+)"
+)
+_SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
+_AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
+_FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
+_FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
+_FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
+
+
+def _mib(text: str) -> int:
+    return round(float(text) * MIB)
+
+
+def _bool(text: str) -> bool | None:
+    t = text.strip("'\"").lower()
+    if t in ("true", "1", "enabled", "on"):
+        return True
+    if t in ("false", "0", "disabled", "off"):
+        return False
+    return None
+
+
+@dataclass
+class LlamaLogParser:
+    """Feed log lines in order; ``config()`` gives what the latest load block said (provenance ``log``)."""
+
+    n_ctx_total: int | None = None
+    n_ctx_seq: int | None = None
+    n_parallel: int | None = None
+    kv_unified: bool | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    flash_attn: str | None = None
+    n_ubatch: int | None = None
+    offloaded_layers: int | None = None
+    total_layers: int | None = None
+    kv_bytes_allocated: int | None = None
+    kv_cells: int | None = None
+    model_buffers: dict[str, int] = field(default_factory=dict)
+    kv_buffers: dict[str, int] = field(default_factory=dict)
+    compute_buffers: dict[str, int] = field(default_factory=dict)
+    device_free: dict[str, int] = field(default_factory=dict)
+    lines_matched: int = 0
+    _kv_sizes_in_block: int = 0
+
+    def reset(self) -> None:
+        """Forget everything: a new server start began in the log."""
+        fresh = LlamaLogParser()
+        for name in self.__dataclass_fields__:
+            if name != "lines_matched":
+                setattr(self, name, getattr(fresh, name))
+
+    def feed(self, line: str) -> None:
+        """Take one log line; lines that say nothing kvmon needs are ignored."""
+        if _RESTART.search(line):
+            if self._seen_anything():
+                self.reset()
+            return
+        m = _KV_SIZE.search(line)
+        if m:
+            size = _mib(m.group(1))
+            # SWA models print two size lines (non-SWA and SWA caches): they add up
+            self.kv_bytes_allocated = (self.kv_bytes_allocated or 0) + size if self._kv_sizes_in_block else size
+            self._kv_sizes_in_block += 1
+            cells = int(m.group(2))
+            self.kv_cells = max(self.kv_cells or 0, cells)
+            if m.group(6):
+                self.type_k, self.type_v = m.group(6).lower(), m.group(8).lower()
+            self.lines_matched += 1
+            return
+        m = _KV_SELF.search(line)
+        if m:
+            self.kv_bytes_allocated = _mib(m.group(1))
+            if m.group(2):
+                self.type_k, self.type_v = m.group(2).lower(), m.group(4).lower()
+            self.lines_matched += 1
+            return
+        for rx, target in ((_KV_BUF, self.kv_buffers), (_MODEL_BUF, self.model_buffers)):
+            m = rx.search(line)
+            if m:
+                target[m.group(1)] = target.get(m.group(1), 0) + _mib(m.group(2))
+                self.lines_matched += 1
+                return
+        m = _COMPUTE_BUF.search(line)
+        if m:
+            self.compute_buffers[m.group(1)] = _mib(m.group(2))
+            self.lines_matched += 1
+            return
+        m = _OFFLOADED.search(line)
+        if m:
+            self.offloaded_layers, self.total_layers = int(m.group(1)), int(m.group(2))
+            self.lines_matched += 1
+            return
+        m = _CTX_FIELD.search(line)
+        if m:
+            self._ctx_field(m.group(1), m.group(2))
+            self.lines_matched += 1
+            return
+        m = _SLOTS.search(line)
+        if m:
+            self.n_parallel = int(m.group(1))
+            if m.group(3) is not None:
+                self.kv_unified = _bool(m.group(3))
+            if self.n_ctx_seq is None:
+                self.n_ctx_seq = int(m.group(2))
+            self.lines_matched += 1
+            return
+        m = _AUTO_PAR.search(line)
+        if m:
+            self.n_parallel, self.kv_unified = int(m.group(1)), _bool(m.group(2))
+            self.lines_matched += 1
+            return
+        m = _FREE.search(line)
+        if m:
+            self.device_free[m.group(1)] = int(m.group(3)) * MIB
+            self.lines_matched += 1
+            return
+        if _FA_ON.search(line):
+            self.flash_attn = "on"
+            self.lines_matched += 1
+        elif _FA_OFF.search(line):
+            self.flash_attn = "off"
+            self.lines_matched += 1
+
+    def _ctx_field(self, name: str, value: str) -> None:
+        num = int(value) if value.isdigit() else None
+        if name == "n_ctx" and num is not None:
+            self.n_ctx_total = num
+        elif name in ("n_ctx_seq", "n_ctx_per_seq") and num is not None:
+            self.n_ctx_seq = num
+        elif name == "n_ubatch" and num is not None:
+            self.n_ubatch = num
+        elif name == "n_seq_max" and num is not None:
+            self.n_parallel = num
+        elif name == "flash_attn":
+            v = value.lower()
+            if v in ("auto",):
+                if self.flash_attn is None:
+                    self.flash_attn = "auto"
+            else:
+                b = _bool(v)
+                if b is not None:
+                    self.flash_attn = "on" if b else "off"
+        elif name == "kv_unified":
+            self.kv_unified = _bool(value)
+
+    def _seen_anything(self) -> bool:
+        return any(
+            v not in (None, {}, 0)
+            for k, v in vars(self).items()
+            if k not in ("lines_matched", "_kv_sizes_in_block")
+        )
+
+    def config(self) -> ServerConfig:
+        """The facts so far as a ``ServerConfig`` whose provenance says ``log`` for every field set."""
+        values = {
+            "n_ctx_total": self.n_ctx_total,
+            "n_parallel": self.n_parallel,
+            "kv_unified": self.kv_unified,
+            "type_k": self.type_k,
+            "type_v": self.type_v,
+            "flash_attn": self.flash_attn,
+            "n_ubatch": self.n_ubatch,
+            "offloaded_layers": self.offloaded_layers,
+            "total_layers": self.total_layers,
+            "kv_bytes_allocated": self.kv_bytes_allocated,
+        }
+        prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
+        maps = {
+            "model_buffer_bytes_by_device": dict(self.model_buffers),
+            "kv_buffer_bytes_by_device": dict(self.kv_buffers),
+            "compute_buffer_bytes_by_device": dict(self.compute_buffers),
+            "device_free_bytes_by_device": dict(self.device_free),
+        }
+        prov.update({k: Provenance.LOG for k, v in maps.items() if v})
+        return ServerConfig(**values, **maps, provenance=prov)  # type: ignore[arg-type]
+
+
+def parse_llama_log(lines: Iterable[str]) -> ServerConfig:
+    """Parse a whole log (an iterable of lines) and return what its latest load block said."""
+    parser = LlamaLogParser()
+    for line in lines:
+        parser.feed(line)
+    return parser.config()
+
+
+class LogFollower:
+    """Follow a log file across polls: read only what was appended; start over when it is truncated."""
+
+    MAX_READ_BYTES = 16 * MIB  # per poll, so a huge log never stalls a poll
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.parser = LlamaLogParser()
+        self._offset = 0
+        self._partial = ""
+        self.error: str | None = None
+
+    def poll(self) -> ServerConfig:
+        """Read new lines (if any) and return the current facts; an unreadable file sets ``error``."""
+        try:
+            size = os.path.getsize(self.path)
+            if size < self._offset:  # truncated or replaced: a new run
+                self._offset, self._partial = 0, ""
+                self.parser = LlamaLogParser()
+            if size > self._offset:
+                with open(self.path, "rb") as f:
+                    f.seek(self._offset)
+                    data = f.read(self.MAX_READ_BYTES)
+                self._offset += len(data)
+                text = self._partial + data.decode("utf-8", errors="replace")
+                lines = text.split("\n")
+                self._partial = lines.pop()
+                for line in lines:
+                    self.parser.feed(line.rstrip("\r"))
+            self.error = None
+        except OSError as e:
+            self.error = f"cannot read log file: {e.strerror or type(e).__name__}"
+        return self.parser.config()

@@ -1,0 +1,550 @@
+"""llama-server source: /health, /props, /slots, /metrics and /v1/models into one ``ServerReading``.
+
+Accepts every known response shape (``state`` int or ``is_processing``; ``next_token`` object or
+one-element array; with or without the ``n_prompt_tokens*`` fields and ``endpoint_*`` flags). Reads
+/metrics only when /props says it is on (older builds: tries once and remembers a 501), keeps counters
+only (never the reset-on-scrape gauges), skips /slots while the server sleeps, and learns what no
+endpoint shows from the local process (argv/environment), the server's log, and user settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvmon.core.readings import (
+    FailureKind,
+    ModelInfo,
+    Provenance,
+    ServerConfig,
+    ServerReading,
+    SlotReading,
+    SourceError,
+    SourceFailure,
+)
+from kvmon.sources import procs
+from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
+from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
+from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llama_log import LogFollower
+
+BACKEND = "llama-server"
+METRIC_PREFIX = "llamacpp:"
+PROCESS_RECHECK_S = 30.0
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
+
+
+def _int(value: Any) -> int | None:
+    """An int from a JSON value, or None (bools, strings, floats with fractions are not ints)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
+    """Later layers win field by field (only fields they actually set); provenance follows the winner."""
+    values: dict[str, Any] = {}
+    prov: dict[str, Provenance] = {}
+    for layer in layers:
+        if layer is None:
+            continue
+        for name in _CONFIG_FIELDS:
+            v = getattr(layer, name)
+            if v is None or (isinstance(v, Mapping) and not v):
+                continue
+            values[name] = v
+            prov[name] = layer.provenance.get(name, Provenance.USER)
+    return ServerConfig(**values, provenance=prov)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type != "counter":
+            continue
+        for sample in family.samples:
+            if sample.labels:
+                continue
+            name = sample.name
+            if name.startswith(METRIC_PREFIX):
+                name = name[len(METRIC_PREFIX) :]
+            if name.endswith("_created"):
+                continue
+            if name.endswith("_total") and sample.name not in text:  # parser added the suffix
+                name = name[: -len("_total")]
+            out[name] = float(sample.value)
+    return out
+
+
+def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
+    """One /slots entry in any known shape; None (with a reason) when it has no usable id."""
+    if not isinstance(raw, Mapping):
+        reasons["slots"] = "a /slots entry is not an object"
+        return None
+    sid = _int(raw.get("id"))
+    if sid is None:
+        reasons["slots"] = "a /slots entry has no integer id"
+        return None
+    if isinstance(raw.get("is_processing"), bool):
+        processing = raw["is_processing"]
+    elif _int(raw.get("state")) is not None:  # older builds: 0 idle, anything else busy
+        processing = _int(raw.get("state")) != 0
+    else:
+        processing = False
+        reasons[f"slot{sid}.processing"] = "slot shows neither is_processing nor state"
+    nt = raw.get("next_token")
+    if isinstance(nt, list):
+        nt = nt[0] if nt else None
+    n_decoded = n_remain = None
+    if isinstance(nt, Mapping):
+        n_decoded = _int(nt.get("n_decoded"))
+        n_remain = _int(nt.get("n_remain"))
+    if "n_past" in raw:  # older builds
+        context = _int(raw.get("n_past"))
+    elif "n_prompt_tokens_processed" in raw or "n_prompt_tokens_cache" in raw:
+        context = _int(raw.get("n_prompt_tokens"))  # newer: tokens now held, grows while decoding
+    else:
+        context = None
+    if context is None and raw.get("id_task") is not None:
+        reasons.setdefault(f"slot{sid}.context_tokens", "this server build does not report tokens held per slot")
+    return SlotReading(
+        id=sid,
+        n_ctx=_int(raw.get("n_ctx")),
+        context_tokens=context,
+        processing=processing,
+        n_decoded=n_decoded,
+        n_remain=n_remain,
+        id_task=_int(raw.get("id_task")),
+        n_prompt_tokens_processed=_int(raw.get("n_prompt_tokens_processed")),
+        n_prompt_tokens_cache=_int(raw.get("n_prompt_tokens_cache")),
+    )
+
+
+def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> bool:
+    """Whether a command line is a llama.cpp server (its program name, or a model flag in argv/env)."""
+    if not argv:
+        return False
+    prog = os.path.basename(argv[0]).lower()
+    if "llama" in prog or "server" in prog:
+        return True
+    model_flags = ("-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url")
+    return any(a.split("=", 1)[0] in model_flags for a in argv[1:]) or bool(env and "LLAMA_ARG_MODEL" in env)
+
+
+def _shape_from_metadata(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A ModelShape from GGUF-keyed metadata, or (None, why)."""
+    try:
+        from kvmon.physics.shape import ModelShape
+    except ImportError:
+        return None, "model shape support is not available"
+    try:
+        return ModelShape.from_gguf(metadata), None
+    except ValueError as e:
+        return None, f"model shape not understood: {e}"
+
+
+class LlamaServerSource:
+    """Polls one llama-server; ``poll()`` returns a ServerReading or raises SourceError (typed)."""
+
+    backend = BACKEND
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 3.0,
+        log_path: str | None = None,
+        config_override: ServerConfig | None = None,
+        model_metadata_override: Mapping[str, Any] | None = None,
+        inspect_local_process: bool = True,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url, default_port=8080)
+        self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
+        self.display_url = self._http.display_url
+        parts = urlsplit(self.base_url)
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._config_override = config_override
+        if config_override is not None and not config_override.provenance:
+            set_fields = {n: Provenance.USER for n in _CONFIG_FIELDS if getattr(config_override, n) not in (None, {})}
+            self._config_override = dataclasses.replace(config_override, provenance=set_fields)
+        self._model_override = dict(model_metadata_override) if model_metadata_override else None
+        self._inspect_process = inspect_local_process
+        self._log = LogFollower(log_path) if log_path else None
+        self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
+        self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
+        self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
+        self._proc: psutil.Process | None = None
+        self._proc_checked_at: float | None = None
+        self._proc_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LlamaServerSource({self.display_url!r})"
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    # ---- HTTP helpers -------------------------------------------------------------------------
+
+    def _get_json(self, path: str) -> Any:
+        resp = self._http.get(path)
+        raise_for_status(resp, path, self.display_url)
+        return decode_json(resp, path)
+
+    def _optional_json(self, path: str, reasons: dict[str, str], key: str) -> Any:
+        """GET JSON; auth/loading failures abort the poll, anything else becomes a reason and None."""
+        try:
+            return self._get_json(path)
+        except SourceError as e:
+            if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
+                raise
+            if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT):
+                reasons[key] = e.failure.reason
+                return None
+            reasons[key] = e.failure.reason
+            return None
+
+    # ---- poll ---------------------------------------------------------------------------------
+
+    def poll(self) -> ServerReading:
+        """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
+        t_mono, t_wall = time.monotonic(), time.time()
+        reasons: dict[str, str] = {}
+        self._check_health()
+
+        props = self._optional_json("/props", reasons, "props")
+        if props is not None and not isinstance(props, Mapping):
+            reasons["props"] = "/props did not return an object"
+            props = None
+        props = props or {}
+        sleeping = props.get("is_sleeping") is True
+        state = "sleeping" if sleeping else "ok"
+        server_version = _str(props.get("build_info"))
+
+        slots: tuple[SlotReading, ...] = ()
+        live_source: str | None = None
+        live_reason: str | None = None
+        if sleeping:
+            live_reason = "server is sleeping (not polling /slots, which would wake it)"
+        elif props.get("endpoint_slots") is False:
+            live_reason = "the /slots endpoint is off on this server (--no-slots)"
+        else:
+            raw_slots = self._optional_json("/slots", reasons, "slots")
+            if raw_slots is None:
+                live_reason = reasons.get("slots")
+            elif not isinstance(raw_slots, list):
+                reasons["slots"] = live_reason = "/slots did not return a list"
+            else:
+                parsed = [parse_slot(s, reasons) for s in raw_slots]
+                slots = tuple(s for s in parsed if s is not None)
+                if any(s.n_decoded is not None or s.id_task is not None for s in slots) or slots:
+                    live_source = "slots"
+
+        metrics_enabled, metrics = self._read_metrics(props, reasons)
+        if live_source is None and not sleeping and "n_decode_total" in metrics:
+            live_source = "metrics"
+            live_reason = live_reason and f"{live_reason}; decode rate from /metrics n_decode_total instead"
+
+        model, model_reasons = self._model_info(props)
+        reasons.update(model_reasons)
+        config, pids = self._config(reasons)
+
+        total_slots = _int(props.get("total_slots"))
+        if total_slots is None and slots:
+            total_slots = len(slots)
+        config = self._derive_totals(config, props, slots, total_slots)
+
+        if live_source is None and live_reason is None:
+            live_reason = "no live counters (no /slots and no /metrics)"
+        return ServerReading(
+            t_monotonic=t_mono,
+            t_wall=t_wall,
+            backend=BACKEND,
+            url=self.display_url,
+            server_version=server_version,
+            state=state,
+            model=model,
+            slots=slots,
+            total_slots=total_slots,
+            kv_unified=config.kv_unified,
+            metrics_enabled=metrics_enabled,
+            metrics=metrics,
+            config=config,
+            live_rate_source=live_source,
+            live_rate_unavailable_reason=None if live_source else live_reason,
+            server_pids=pids,
+            reasons=reasons,
+        )
+
+    def _check_health(self) -> None:
+        """/health: loading (503, or an older build's status text) and unreachable servers end the poll."""
+        resp = self._http.get("/health")
+        body: Any = None
+        try:
+            body = decode_json(resp, "/health")
+        except SourceError:
+            body = None
+        status = body.get("status") if isinstance(body, Mapping) else None
+        if isinstance(status, str) and "loading" in status.lower():
+            raise SourceError(SourceFailure(FailureKind.MODEL_LOADING, f"{self.display_url} is loading the model",
+                                            "/health", resp.status_code))
+        if resp.status_code == 503 and isinstance(status, str) and "no slot" in status.lower():
+            return  # older builds: every slot busy, the server is fine
+        if resp.status_code == 404:
+            return  # not all builds have it; /props decides
+        if resp.status_code == 503 or resp.status_code in (401, 403):
+            raise_for_status(resp, "/health", self.display_url)
+        if isinstance(status, str) and status.lower() == "error":
+            raise SourceError(SourceFailure(FailureKind.SERVER_ERROR, f"{self.display_url} reports an error state "
+                                            "(model failed to load?)", "/health", resp.status_code))
+
+    def _read_metrics(self, props: Mapping[str, Any], reasons: dict[str, str]) -> tuple[bool | None, dict[str, float]]:
+        flag = props.get("endpoint_metrics")
+        if flag is False:
+            reasons["metrics"] = "/metrics is off on this server (start it with --metrics for more counters)"
+            return False, {}
+        if flag is not True and self._metrics_unsupported:
+            reasons["metrics"] = "/metrics is not enabled on this server"
+            return False, {}
+        try:
+            resp = self._http.get("/metrics")
+            raise_for_status(resp, "/metrics", self.display_url)
+        except SourceError as e:
+            if e.failure.kind == FailureKind.AUTH_REJECTED:
+                raise
+            if e.failure.kind == FailureKind.ENDPOINT_DISABLED:
+                if flag is None:
+                    self._metrics_unsupported = True
+                reasons["metrics"] = "/metrics is not enabled on this server"
+                return False, {}
+            reasons["metrics"] = e.failure.reason
+            return flag if isinstance(flag, bool) else None, {}
+        try:
+            return True, parse_metrics(resp.text)
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
+            return True, {}
+
+    # ---- model --------------------------------------------------------------------------------
+
+    def _v1_models(self, key: tuple[Any, ...]) -> tuple[Mapping[str, Any] | None, str | None]:
+        """``data[0]`` of /v1/models, cached per (model path, build) since it only changes on reload."""
+        if self._v1_cache is not None and self._v1_cache[0] == key and self._v1_cache[1] is not None:
+            return self._v1_cache[1], self._v1_cache[2]
+        reasons: dict[str, str] = {}
+        body = self._optional_json("/v1/models", reasons, "v1_models")
+        entry: Mapping[str, Any] | None = None
+        why = reasons.get("v1_models")
+        if body is not None:
+            data = body.get("data") if isinstance(body, Mapping) else None
+            if isinstance(data, list) and data and isinstance(data[0], Mapping):
+                entry = data[0]
+            else:
+                why = "/v1/models has no data[0] entry"
+        self._v1_cache = (key, entry, why)
+        return entry, why
+
+    def _gguf(self, path: str) -> tuple[GgufHeader | None, str | None]:
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            return None, f"model file {os.path.basename(path)!r} not readable here ({e.strerror or 'error'})"
+        key = (path, st.st_size, int(st.st_mtime_ns))
+        if key not in self._gguf_cache:
+            try:
+                self._gguf_cache = {key: (read_gguf_header(path), None)}
+            except (GgufError, OSError, ValueError) as e:
+                self._gguf_cache = {key: (None, f"model file header unreadable: {e}")}
+        return self._gguf_cache[key]
+
+    def _resolve_model_path(self, model_path: str | None) -> str | None:
+        if not model_path:
+            return None
+        if os.path.isabs(model_path):
+            return model_path
+        proc = self._local_process()
+        cwd = procs.process_cwd(proc) if proc is not None else None
+        return os.path.join(cwd, model_path) if cwd else None
+
+    def _model_info(self, props: Mapping[str, Any]) -> tuple[ModelInfo, dict[str, str]]:
+        reasons: dict[str, str] = {}
+        model_path = _str(props.get("model_path"))
+        entry, why = self._v1_models((model_path, props.get("build_info")))
+        if why:
+            reasons["v1_models"] = why
+        meta = entry.get("meta") if entry is not None else None
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = _str(props.get("model_alias")) or (_str(entry.get("id")) if entry else None)
+        if name is None and model_path:
+            name = os.path.basename(model_path)
+        quant = _str(props.get("model_ftype")) or _str(meta.get("ftype"))
+        n_params = _int(meta.get("n_params"))
+        weight_bytes = _int(meta.get("size"))
+        n_ctx_train = _int(meta.get("n_ctx_train"))
+        n_embd = _int(meta.get("n_embd"))
+
+        shape = None
+        shape_source = None
+        arch = None
+        metadata: dict[str, Any] | None = None
+        full_path = self._resolve_model_path(model_path)
+        if full_path is not None:
+            header, gwhy = self._gguf(full_path)
+            if header is not None:
+                metadata = dict(header.metadata)
+                shape_source = "gguf"
+                if weight_bytes is None and header.tensor_bytes is not None:
+                    weight_bytes = header.tensor_bytes
+            elif gwhy:
+                reasons["model.shape"] = gwhy
+        elif model_path:
+            reasons["model.shape"] = (
+                f"model file {os.path.basename(model_path)!r} is not on this machine (or its folder is unknown)"
+            )
+        else:
+            reasons["model.shape"] = "the server does not say which model file it loaded"
+        if self._model_override:
+            metadata = {**(metadata or {}), **self._model_override}
+            shape_source = "user"
+        if metadata is not None:
+            arch = _str(metadata.get("general.architecture"))
+            shape, swhy = _shape_from_metadata(metadata)
+            if swhy:
+                reasons["model.shape"] = swhy
+                shape_source = None
+            else:
+                reasons.pop("model.shape", None)
+            if arch and n_ctx_train is None:
+                n_ctx_train = _int(metadata.get(f"{arch}.context_length"))
+            if arch and n_embd is None:
+                n_embd = _int(metadata.get(f"{arch}.embedding_length"))
+            name = name or _str(metadata.get("general.name"))
+        return (
+            ModelInfo(
+                name=name,
+                arch=arch,
+                n_params=n_params,
+                weight_bytes=weight_bytes,
+                n_ctx_train=n_ctx_train,
+                n_embd=n_embd,
+                quantization=quant,
+                path=model_path,
+                shape=shape,
+                shape_source=shape_source,
+            ),
+            reasons,
+        )
+
+    # ---- config -------------------------------------------------------------------------------
+
+    def _local_process(self) -> psutil.Process | None:
+        """The process behind the URL's port when the server runs here (cached, rechecked every 30 s)."""
+        if not self._inspect_process or not procs.is_local_host(self._host):
+            return None
+        now = time.monotonic()
+        if self._proc is not None:
+            try:
+                if self._proc.is_running():
+                    return self._proc
+            except psutil.Error:
+                pass
+            self._proc = None
+            self._proc_checked_at = None
+        if self._proc_checked_at is not None and now - self._proc_checked_at < PROCESS_RECHECK_S:
+            return None
+        self._proc_checked_at = now
+        self._proc, self._proc_reason = procs.lookup_listening_process(self._port)
+        return self._proc
+
+    def _config(self, reasons: dict[str, str]) -> tuple[ServerConfig, tuple[int, ...]]:
+        """Defaults < local process argv/environment < log file < user settings, field by field."""
+        defaults = parse_llama_server_args([]).config
+        # without the argv, "-np auto ⇒ unified" is a guess: leave it to the log, the user or the slot count
+        defaults = dataclasses.replace(defaults, kv_unified=None)
+        layers: list[ServerConfig | None] = [defaults]
+        pids: tuple[int, ...] = ()
+        proc = self._local_process()
+        if proc is not None:
+            argv, why = procs.process_cmdline(proc)
+            env, ewhy = procs.process_environ(proc)
+            if argv is not None and not looks_like_llama_server(argv, env):
+                reasons["config.process"] = (
+                    f"the process on port {self._port} ({os.path.basename(argv[0]) if argv else '?'}) "
+                    "does not look like llama-server; its command line is not used"
+                )
+                argv = None
+                why = None
+            if argv is not None:
+                layers.append(parse_llama_server_args(argv[1:], env or {}).config)
+            elif why:
+                reasons["config.process"] = why
+            if ewhy and argv is not None:
+                reasons["config.environment"] = ewhy
+            pids = procs.process_tree_pids(proc.pid)
+        elif self._inspect_process:
+            if not procs.is_local_host(self._host):
+                reasons["config.process"] = (
+                    "server is not on this machine: KV type, flash attention and layers come from --log or settings"
+                )
+            elif self._proc_reason:
+                reasons["config.process"] = self._proc_reason
+        if self._log is not None:
+            layers.append(self._log.poll())
+            if self._log.error:
+                reasons["config.log"] = self._log.error
+        layers.append(self._config_override)
+        return merge_configs(*layers), pids
+
+    @staticmethod
+    def _derive_totals(
+        config: ServerConfig, props: Mapping[str, Any], slots: tuple[SlotReading, ...], total_slots: int | None
+    ) -> ServerConfig:
+        """Fill the total context from per-slot n_ctx when the argv/log did not say it."""
+        if config.kv_unified is None and total_slots == 1:
+            config = dataclasses.replace(
+                config, kv_unified=False, provenance={**config.provenance, "kv_unified": Provenance.COMPUTED}
+            )
+        if config.n_parallel is None and total_slots is not None:
+            config = dataclasses.replace(
+                config, n_parallel=total_slots, provenance={**config.provenance, "n_parallel": Provenance.MEASURED}
+            )
+        gs = props.get("default_generation_settings")
+        slot_ctx = _int(gs.get("n_ctx")) if isinstance(gs, Mapping) else None
+        if slot_ctx is None and slots:
+            slot_ctx = slots[0].n_ctx
+        if slot_ctx is not None and getattr(config, "n_ctx_per_slot", None) is None:
+            config = dataclasses.replace(
+                config, n_ctx_per_slot=slot_ctx, provenance={**config.provenance, "n_ctx_per_slot": Provenance.MEASURED}
+            )
+        if config.n_ctx_total is not None:
+            return config
+        if slot_ctx is None or config.kv_unified is None:
+            return config
+        if config.kv_unified:
+            total = slot_ctx  # every slot shows the whole shared pool
+        elif total_slots:
+            total = slot_ctx * total_slots
+        else:
+            return config
+        return dataclasses.replace(
+            config, n_ctx_total=total, provenance={**config.provenance, "n_ctx_total": Provenance.COMPUTED}
+        )

@@ -1,0 +1,414 @@
+"""LlamaServerSource against the real llama-server captures served over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
+
+from kvmon.core.readings import FailureKind, ServerConfig, SourceError
+from kvmon.sources.base import ServerSource
+from kvmon.sources.llamacpp import LlamaServerSource, parse_metrics, parse_slot
+
+
+def _source(server: FixtureServer, **kw: object) -> LlamaServerSource:
+    kw.setdefault("inspect_local_process", False)
+    return LlamaServerSource(server.url, timeout_s=1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_is_a_server_source(fixture_server: FixtureServer) -> None:
+    src = _source(fixture_server)
+    assert isinstance(src, ServerSource)
+    assert src.backend == "llama-server"
+    assert src.display_url == fixture_server.url
+    src.close()
+
+
+def test_generating_capture(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    r = _source(fixture_server).poll()
+    assert r.backend == "llama-server"
+    assert r.server_version == "b11549-unknown"
+    assert r.state == "ok"
+    assert r.total_slots == 1
+    assert len(r.slots) == 1
+    s = r.slots[0]
+    assert (s.id, s.n_ctx, s.context_tokens, s.processing) == (0, 16384, 1066, True)
+    assert (s.n_decoded, s.n_remain, s.id_task) == (1037, 2963, 2)
+    assert s.n_prompt_tokens_processed == 29 and s.n_prompt_tokens_cache == 0
+    assert r.model is not None
+    assert r.model.name == "tiny-llama-e256-l4.gguf"
+    assert r.model.n_params == 2666752
+    assert r.model.weight_bytes == 5338112
+    assert r.model.n_ctx_train == 32768 and r.model.n_embd == 256
+    assert r.model.quantization == "F16"
+    assert r.metrics_enabled is True
+    assert r.metrics["n_decode_total"] == 1029
+    assert r.metrics["prompt_tokens_total"] == 29
+    assert r.metrics["n_tokens_max"] == 1057
+    # counters only: the reset-on-scrape gauges are never kept
+    for gauge in ("prompt_tokens_seconds", "predicted_tokens_seconds", "requests_processing", "requests_deferred"):
+        assert gauge not in r.metrics
+    assert r.live_rate_source == "slots"
+    # no argv/log: one slot means the unified question does not matter; total = per-slot context
+    assert r.kv_unified is False
+    assert r.config.n_ctx_total == 16384
+    assert r.config.n_ctx_per_slot == 16384
+    assert r.config.provenance["n_ctx_total"] == "computed"
+    assert r.config.type_k == "f16" and r.config.provenance["type_k"] == "default"
+    assert "model.shape" in r.reasons  # the GGUF file is not on this machine
+
+
+def test_idle_capture(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    r = _source(fixture_server).poll()
+    assert r.slots[0].processing is False
+    assert r.slots[0].n_decoded is None
+    assert r.slots[0].context_tokens is None
+
+
+@pytest.mark.parametrize("state", ["idle-after", "generating-later", "generating-with-deferred", "after-long-stream"])
+def test_other_main_run_states(fixture_server: FixtureServer, state: str) -> None:
+    serve_llama_state(fixture_server, state)
+    fixture_server.set_capture("/props", "props.idle.json")
+    if (LLAMA_FIXTURES / f"slots.{state}.json").exists():
+        fixture_server.set_capture("/slots", f"slots.{state}.json")
+    r = _source(fixture_server).poll()
+    raw = json.loads((LLAMA_FIXTURES / f"slots.{state}.json").read_text())
+    assert [s.id for s in r.slots] == [s["id"] for s in raw]
+    assert r.slots[0].context_tokens == raw[0].get("n_prompt_tokens")
+    assert r.slots[0].processing == raw[0]["is_processing"]
+
+
+def test_after_chat_counters(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/metrics", "metrics.after-chat.txt")
+    fixture_server.set_capture("/slots", "slots.after-chat.json")
+    r = _source(fixture_server).poll()
+    text = (LLAMA_FIXTURES / "metrics.after-chat.txt").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("llamacpp:tokens_predicted_total "))
+    assert r.metrics["tokens_predicted_total"] == float(line.split()[1])
+
+
+def test_loading_is_a_typed_failure(fixture_server: FixtureServer) -> None:
+    for path in ("/health", "/props", "/slots", "/metrics", "/v1/models"):
+        fixture_server.set_capture(path, "health.loading.json")
+    with pytest.raises(SourceError) as e:
+        _source(fixture_server).poll()
+    assert e.value.failure.kind == FailureKind.MODEL_LOADING
+
+
+def test_older_health_loading_status(fixture_server: FixtureServer) -> None:
+    fixture_server.set("/health", 503, '{"status": "loading model"}')
+    with pytest.raises(SourceError) as e:
+        _source(fixture_server).poll()
+    assert e.value.failure.kind == FailureKind.MODEL_LOADING
+
+
+def test_older_health_no_slot_is_not_a_failure(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/health", 503, '{"status": "no slot available", "slots_idle": 0, "slots_processing": 1}')
+    assert _source(fixture_server).poll().slots[0].processing
+
+
+def test_flags_off_metrics_not_read(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "flags-off/props.default-flags.json")
+    fixture_server.set_capture("/slots", "flags-off/slots.default-flags.json")
+    fixture_server.set_capture("/metrics", "flags-off/metrics.no-metrics-flag.txt")
+    r = _source(fixture_server).poll()
+    assert r.metrics_enabled is False and r.metrics == {}
+    assert "/metrics" not in fixture_server.paths_requested()
+    assert "--metrics" in r.reasons["metrics"]
+
+
+def test_no_slots_flag(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "flags-off/props.no-slots-flag.json")
+    fixture_server.set_capture("/slots", "flags-off/slots.no-slots-flag.json")
+    fixture_server.set_capture("/metrics", "flags-off/metrics.no-metrics-flag.txt")
+    r = _source(fixture_server).poll()
+    assert r.slots == ()
+    assert r.live_rate_source is None
+    assert r.live_rate_unavailable_reason
+
+
+def test_slots_501_without_props_flag(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/slots", "flags-off/slots.no-slots-flag.json")
+    r = _source(fixture_server).poll()
+    assert r.slots == ()
+    assert "disabled" in r.reasons["slots"]
+    assert r.live_rate_source == "metrics"  # n_decode_total stands in
+
+
+def test_old_build_without_flags_tries_metrics_once(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    props = json.loads((LLAMA_FIXTURES / "props.idle.json").read_text())
+    for k in ("endpoint_slots", "endpoint_props", "endpoint_metrics", "is_sleeping"):
+        props.pop(k)
+    fixture_server.set("/props", 200, json.dumps(props))
+    fixture_server.set_capture("/metrics", "flags-off/metrics.no-metrics-flag.txt")
+    src = _source(fixture_server)
+    r1 = src.poll()
+    r2 = src.poll()
+    assert r1.metrics_enabled is False and r2.metrics_enabled is False
+    assert fixture_server.paths_requested().count("/metrics") == 1
+
+
+def test_sleeping_server_slots_not_polled(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    props = json.loads((LLAMA_FIXTURES / "props.idle.json").read_text())
+    props["is_sleeping"] = True
+    fixture_server.set("/props", 200, json.dumps(props))
+    r = _source(fixture_server).poll()
+    assert r.state == "sleeping"
+    assert "/slots" not in fixture_server.paths_requested()
+    assert "sleeping" in (r.live_rate_unavailable_reason or "")
+
+
+def test_unified_default_slots(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "slots-np/props.idle.defaults.json")
+    fixture_server.set_capture("/slots", "slots-np/slots.idle.defaults.json")
+    fixture_server.set_capture("/v1/models", "slots-np/v1-models.idle.defaults.json")
+    # the log says unified: the total is the pool every slot reports, not 4 × 32768
+    log_cfg = ServerConfig(kv_unified=True)
+    r = _source(fixture_server, config_override=log_cfg).poll()
+    assert r.total_slots == 4 and len(r.slots) == 4
+    assert all(s.n_ctx == 32768 for s in r.slots)
+    assert r.kv_unified is True
+    assert r.config.n_ctx_total == 32768
+    assert r.config.provenance["kv_unified"] == "user"
+
+
+def test_np2_slots_add_up(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "slots-np/props.idle.np2.json")
+    fixture_server.set_capture("/slots", "slots-np/slots.after.np2.json")
+    fixture_server.set_capture("/v1/models", "slots-np/v1-models.idle.np2.json")
+    r = _source(fixture_server, config_override=ServerConfig(kv_unified=False)).poll()
+    assert r.total_slots == 2
+    assert r.config.n_ctx_total == 16384
+    assert r.slots[1].context_tokens == 20
+
+
+def test_unified_unknown_without_argv(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "slots-np/props.idle.defaults.json")
+    fixture_server.set_capture("/slots", "slots-np/slots.idle.defaults.json")
+    r = _source(fixture_server).poll()
+    assert r.kv_unified is None
+    assert r.config.n_ctx_total is None  # not 4 × 32768, not guessed
+
+
+@pytest.mark.parametrize(
+    "props_file",
+    [
+        "kv-q8-fa/props.idle.q8kv-fa.json",
+        "kv-q8-fa/props.idle.fa-off.json",
+        "kv-q8-fa/props.idle.q8kv-fa-auto.json",
+        "kv-q8-fa/props.idle.f16-lv4.json",
+        "speed-sweep/props.idle.big.json",
+        "api-key/props.apikey.x-api-key-header.json",
+    ],
+)
+def test_every_props_variant_parses(fixture_server: FixtureServer, props_file: str) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", props_file)
+    r = _source(fixture_server).poll()
+    assert r.server_version == "b11549-unknown"
+    assert r.config.n_ctx_per_slot in (16384, 32768)
+
+
+def test_q8_capture_set_with_log(fixture_server: FixtureServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "kv-q8-fa/props.idle.q8kv-fa.json")
+    fixture_server.set_capture("/slots", "kv-q8-fa/slots.after.q8kv-fa.json")
+    fixture_server.set_capture("/metrics", "kv-q8-fa/metrics.idle.q8kv-fa.txt")
+    fixture_server.set_capture("/v1/models", "kv-q8-fa/v1-models.q8kv-fa.json")
+    text = (LLAMA_FIXTURES / "kv-log-lines.txt").read_text()
+    block = text.split("\n## ")[3]  # the -ctk q8_0 -ctv q8_0 -fa on run
+    log = tmp_path / "server.log"
+    log.write_text(block)
+    r = _source(fixture_server, log_path=str(log)).poll()
+    assert (r.config.type_k, r.config.type_v, r.config.flash_attn) == ("q8_0", "q8_0", "on")
+    assert r.config.kv_bytes_allocated == 17 * 1024 * 1024
+    assert r.config.provenance["type_k"] == "log"
+    assert r.slots[0].processing is False
+
+
+def test_speed_sweep_mid_request(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set_capture("/props", "speed-sweep/props.idle.big.json")
+    fixture_server.set_capture("/v1/models", "speed-sweep/v1-models.idle.big.json")
+    for ctx in (8, 1024, 2048, 4096, 8192, 16384):
+        fixture_server.set_capture("/slots", f"speed-sweep/sweep-f16-101/slots.mid-request.ctx{ctx}.json")
+        fixture_server.set_capture("/metrics", f"speed-sweep/sweep-f16-101/metrics.mid-request.ctx{ctx}.txt")
+        r = _source(fixture_server).poll()
+        raw = json.loads((LLAMA_FIXTURES / f"speed-sweep/sweep-f16-101/slots.mid-request.ctx{ctx}.json").read_text())
+        assert r.slots[0].processing is raw[0]["is_processing"]
+        assert r.slots[0].context_tokens == raw[0]["n_prompt_tokens"]
+        assert r.slots[0].n_ctx == 32768
+        assert r.model is not None and r.model.n_params is not None and r.model.n_params > 70_000_000
+        assert "n_decode_total" in r.metrics
+
+
+def test_older_slot_shapes() -> None:
+    reasons: dict[str, str] = {}
+    old = {"id": 0, "id_task": 5, "n_ctx": 4096, "state": 1, "n_past": 300,
+           "next_token": {"has_next_token": True, "n_remain": -1, "n_decoded": 120, "stopping_word": ""}}
+    s = parse_slot(old, reasons)
+    assert s is not None
+    assert (s.processing, s.context_tokens, s.n_decoded, s.n_remain) == (True, 300, 120, -1)
+    idle = {"id": 1, "id_task": -1, "n_ctx": 4096, "state": 0, "next_token": {"n_decoded": 0, "n_remain": 0}}
+    s2 = parse_slot(idle, reasons)
+    assert s2 is not None and s2.processing is False and s2.context_tokens is None
+    assert "slot1.context_tokens" in reasons  # the build does not say how many tokens the slot holds
+
+
+def test_wrong_field_types_in_slot() -> None:
+    reasons: dict[str, str] = {}
+    s = parse_slot({"id": 0, "n_ctx": "big", "is_processing": "yes", "n_prompt_tokens": [1],
+                    "n_prompt_tokens_processed": 1, "next_token": [{"n_decoded": "7"}]}, reasons)
+    assert s is not None
+    assert s.n_ctx is None and s.context_tokens is None and s.n_decoded is None
+    assert s.processing is False and "slot0.processing" in reasons
+    assert parse_slot({"id": True}, reasons) is None
+    assert parse_slot(["not", "an", "object"], reasons) is None
+
+
+def test_parse_metrics_counters_only() -> None:
+    text = (LLAMA_FIXTURES / "metrics.generating-with-deferred.txt").read_text()
+    m = parse_metrics(text)
+    assert "requests_deferred" not in m and "n_busy_slots_per_decode" not in m
+    assert set(m) >= {"prompt_tokens_total", "tokens_predicted_total", "n_decode_total", "n_tokens_max"}
+    assert all(not k.startswith("llamacpp:") for k in m)
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+def test_truncated_props_is_partial(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    body = (LLAMA_FIXTURES / "props.generating.json").read_bytes()
+    fixture_server.set("/props", 200, body[: len(body) // 2])
+    r = _source(fixture_server).poll()
+    assert "did not return JSON" in r.reasons["props"]
+    assert r.slots[0].n_decoded == 1037  # the rest still read
+
+
+def test_html_error_page_on_slots(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    page = "<!DOCTYPE html><html><body>Bad Gateway</body></html>"
+    fixture_server.set("/slots", 502, page, {"Content-Type": "text/html"})
+    r = _source(fixture_server).poll()
+    assert r.slots == ()
+    assert "502" in r.reasons["slots"]
+
+
+def test_non_json_slots_200(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/slots", 200, "<html>proxy login</html>", {"Content-Type": "text/html"})
+    r = _source(fixture_server).poll()
+    assert "HTML page" in r.reasons["slots"]
+
+
+def test_slots_wrong_type(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/slots", 200, '{"slots": []}')
+    r = _source(fixture_server).poll()
+    assert r.slots == () and "list" in r.reasons["slots"]
+
+
+def test_props_wrong_types(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.set("/props", 200, json.dumps({"total_slots": "one", "model_path": 7, "build_info": None,
+                                                   "default_generation_settings": [], "is_sleeping": "no"}))
+    r = _source(fixture_server).poll()
+    assert r.total_slots == 1  # from /slots
+    assert r.server_version is None
+    fixture_server.set("/props", 200, "[1, 2]")
+    r = _source(fixture_server).poll()
+    assert "object" in r.reasons["props"]
+
+
+def test_props_404_and_models_missing(fixture_server: FixtureServer) -> None:
+    fixture_server.set_capture("/health", "health.idle.json")
+    fixture_server.set_capture("/slots", "slots.idle.json")
+    r = _source(fixture_server).poll()
+    assert "404" in r.reasons["props"]
+    assert "v1_models" in r.reasons
+    assert r.model is not None and r.model.n_params is None
+
+
+def test_garbage_metrics(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/metrics", 200, "llamacpp:n_decode_total not-a-number\n{{{", {"Content-Type": "text/plain"})
+    r = _source(fixture_server).poll()
+    assert r.metrics == {}
+    assert "not understood" in r.reasons["metrics"]
+
+
+def test_metrics_503(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/metrics", 503, '{"error":{"message":"busy","code":503}}')
+    r = _source(fixture_server).poll()
+    assert r.metrics == {} and "503" in r.reasons["metrics"]
+
+
+def test_huge_body_is_capped(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.set("/v1/models", 200, b"[" + b" " * (50 * 1024 * 1024) + b"]")
+    r = _source(fixture_server).poll()
+    assert "larger than" in r.reasons["v1_models"]
+    assert r.slots[0].n_decoded == 1037
+
+
+def test_server_that_never_answers(fixture_server: FixtureServer) -> None:
+    fixture_server.hang("/health", 5.0)
+    src = LlamaServerSource(fixture_server.url, timeout_s=0.3, inspect_local_process=False)
+    with pytest.raises(SourceError) as e:
+        src.poll()
+    assert e.value.failure.kind == FailureKind.TIMEOUT
+
+
+def test_slow_slots_times_out_partially(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    fixture_server.hang("/slots", 5.0)
+    src = LlamaServerSource(fixture_server.url, timeout_s=0.3, inspect_local_process=False)
+    r = src.poll()
+    assert r.slots == () and "did not answer" in r.reasons["slots"]
+
+
+def test_dropped_connection(fixture_server: FixtureServer) -> None:
+    fixture_server.drop("/health")
+    with pytest.raises(SourceError) as e:
+        _source(fixture_server).poll()
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+
+
+def test_connection_refused() -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(SourceError) as e:
+        LlamaServerSource(f"http://127.0.0.1:{port}", timeout_s=0.5, inspect_local_process=False).poll()
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+
+
+@pytest.mark.parametrize("url", ["", "ftp://host/", "http://", "http://host:notaport/"])
+def test_bad_urls(url: str) -> None:
+    with pytest.raises(SourceError) as e:
+        LlamaServerSource(url)
+    assert e.value.failure.kind == FailureKind.BAD_URL
+
+
+def test_health_error_state(fixture_server: FixtureServer) -> None:
+    fixture_server.set("/health", 500, '{"status": "error"}')
+    with pytest.raises(SourceError) as e:
+        _source(fixture_server).poll()
+    assert e.value.failure.kind == FailureKind.SERVER_ERROR
