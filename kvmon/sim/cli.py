@@ -1,0 +1,90 @@
+"""``kvmon sim``: run one simulated server alone (for trying kvmon or any other client) until Ctrl-C.
+
+    kvmon sim --scenario spill-4090 --speed 10 --fault restart@120 --fault hang:5@200
+
+Scenarios: see ``kvmon.sim.scenarios.SCENARIOS``; ``--fault list`` prints the fault syntax
+(``kvmon.sim.faults``) and the scenarios, then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from typing import Any
+
+FAULT_HELP = "inject a fault KIND[:VALUE][@T], repeatable: restart[:LOAD]@T, hang:N[@T], loading:N[@T], " \
+    "auth[:KEY], garbage[:N][@T], drip[:BYTES_PER_S][@T]; T and N in simulated seconds ('--fault list' explains)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``kvmon sim`` (the main parser may use this to document --fault fully)."""
+    p.add_argument("--scenario", default="seed-3090x2")
+    p.add_argument("--port", type=int, default=0, help="0 = a random free port")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    p.add_argument("--fault", action="append", default=[], help=FAULT_HELP)
+
+
+def describe() -> str:
+    """The scenarios and the fault syntax, for ``--fault list``."""
+    from kvmon.sim import faults
+    from kvmon.sim.scenarios import SCENARIOS
+
+    lines = ["Scenarios:"]
+    lines += [f"  {name:16s} {s.description}" for name, s in SCENARIOS.items()]
+    lines += ["", "Faults:", faults.__doc__ or ""]
+    return "\n".join(lines)
+
+
+def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Event | None = None) -> int:
+    """Start the simulator, print its URL, serve until Ctrl-C (or ``stop``); 0 on a clean exit, 2 on bad options."""
+    from kvmon.sim.faults import FaultSyntaxError
+    from kvmon.sim.model import SimSetupError
+    from kvmon.sim.server import SimServer
+
+    fault_specs = list(getattr(args, "fault", None) or [])
+    if any(f.strip().lower() in ("list", "help") for f in fault_specs):
+        print(describe())
+        return 0
+    try:
+        sim = SimServer(getattr(args, "scenario", "seed-3090x2"), speed=float(getattr(args, "speed", 1.0)),
+                        host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
+                        faults=fault_specs)
+    except (FaultSyntaxError, SimSetupError, ValueError) as e:
+        print(f"kvmon sim: {e}", file=sys.stderr)
+        return 2
+    try:
+        url = sim.start()
+    except OSError as e:
+        print(f"kvmon sim: cannot listen on {sim.host}:{sim.port}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    s = sim.scenario
+    print(f"kvmon sim: {s.name} ({s.backend}) at {url}  speed ×{sim.clock.speed:g}", flush=True)
+    print(f"  {s.description}", flush=True)
+    if sim.faults.faults:
+        print("  faults: " + ", ".join(fault_specs), flush=True)
+    print("  Ctrl-C to stop", flush=True)
+    if ready is not None:
+        ready.set()
+    waiter = stop or threading.Event()
+    try:
+        while not waiter.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvmon.sim.cli``: the same as ``kvmon sim``."""
+    p = argparse.ArgumentParser(prog="kvmon sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

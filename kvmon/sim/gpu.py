@@ -1,0 +1,93 @@
+"""The simulated GPUs, seen through the fake NVML (``kvmon.sources.fake_nvml``).
+
+VRAM used = the server's CUDA context + weights + allocated KV + compute buffer on each card, plus
+another application's allocation on GPU 0; PCIe traffic comes from layers in host RAM (the hidden state
+crosses the link each token; prompt batches stream host layers' weights to the GPU) and from logits
+going back. Utilisation, memory clock, power and temperature follow what the server is doing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+
+from kvmon.sim.engine import Activity
+from kvmon.sim.scenarios import Scenario
+from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+
+OTHER_APP_PID = 4_000_001  # the "other application" holding VRAM (a pid no real process is likely to have)
+IDLE_MEM_CLOCK_MHZ = 405
+KB = 1024
+
+_POWER_LIMIT_W = {"RTX 3090": 350, "RTX 4090": 450, "RTX 4060 Ti": 165, "RTX 5090": 575, "RTX 3060": 170}
+
+
+def bus_width_bits(memory: str) -> int:
+    """The bus width in a GPU table entry's memory description ("GDDR6X 19.5 Gbps, 384-bit" → 384)."""
+    m = re.search(r"(\d+)-bit", memory)
+    return int(m.group(1)) if m else 256
+
+
+class SimGpus:
+    """The scenario's GPUs as FakeGpu records inside one FakeNvml; ``refresh`` moves them with the simulation."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        from kvmon.sim.model import resolve_gpu
+
+        self.scenario = scenario
+        self.spec = resolve_gpu(scenario)
+        bus = bus_width_bits(self.spec.memory)
+        self.mem_clock_max_mhz = round(self.spec.bandwidth_bytes_per_s / (2 * bus / 8) / 1e6)
+        self.power_limit_mw = _POWER_LIMIT_W.get(self.spec.name, 300) * 1000
+        self.server_pid = os.getpid()
+        gpus = []
+        for i in range(scenario.n_gpus):
+            h = zlib.crc32(f"{scenario.name}/{i}".encode())
+            uuid = f"GPU-{h:08x}-{i:04x}-4{h % 4096:03x}-8{(h >> 4) % 4096:03x}-{h:08x}{i:04x}"
+            gpus.append(FakeGpu(
+                name=f"NVIDIA GeForce {self.spec.name}", uuid=uuid, memory_total_bytes=self.spec.vram_bytes,
+                memory_used_bytes=0, memory_reserved_bytes=0, mem_clock_mhz=IDLE_MEM_CLOCK_MHZ,
+                mem_clock_max_mhz=self.mem_clock_max_mhz, bus_width_bits=bus, pcie_gen=1,
+                pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen, pcie_max_width=scenario.pcie_width,
+                pcie_tx_kb_s=0, pcie_rx_kb_s=0, gpu_util_percent=0, mem_util_percent=0, power_mw=25_000,
+                power_limit_mw=self.power_limit_mw, temperature_c=38, processes=[],
+            ))
+        self.nvml = FakeNvml(gpus)
+
+    def refresh(self, act: Activity, other_vram_bytes: int) -> None:
+        """Set every GPU's fields from what the server does now (``act``) and what others hold."""
+        model = act.model
+        busy = act.phase in ("prefill", "decode")
+        rx_tok, tx_tok = model.pcie_decode_bytes_per_token()
+        for i, gpu in enumerate(self.nvml.gpus):
+            on_card = model.placement.gpu_layers[i] > 0
+            server = int(model.server_vram_bytes(i) * act.loading_fraction)
+            other = other_vram_bytes if i == 0 else 0
+            procs: list[tuple[int, int | None]] = [(self.server_pid, server)]
+            if other:
+                procs.append((OTHER_APP_PID, other))
+            total = gpu.memory_total_bytes
+            used = min(total, server + other)
+            if act.phase == "decode" and on_card:
+                tok_s = act.decode_tok_s or 0.0
+                rx, tx = rx_tok * tok_s, tx_tok * tok_s if i == len(self.nvml.gpus) - 1 else 0.0
+                util, mem_util = 97, 88 if not model.partial_offload else 35
+            elif act.phase == "prefill" and on_card:
+                rx, tx = model.pcie_prefill_rx_bytes_per_s() + 2e6, 1e6
+                util, mem_util = 99, 45
+            elif act.phase == "loading":
+                rx, tx = min(model.pcie_bandwidth_bytes_per_s * 0.6, 6e9), 1e5
+                util, mem_util = 5, 20
+            else:
+                rx, tx, util, mem_util = 2e4, 2e4, 0, 0
+            if model.partial_offload and busy and on_card:
+                util = min(util, 30)  # the GPU waits for the CPU's layers
+            power_w = (25 + (self.power_limit_mw / 1000 - 25) * (0.85 if util > 90 else util / 120.0))
+            self.nvml.update(
+                i, memory_used_bytes=used, processes=procs, gpu_util_percent=util, mem_util_percent=mem_util,
+                mem_clock_mhz=self.mem_clock_max_mhz if (busy or act.phase == "loading") else IDLE_MEM_CLOCK_MHZ,
+                pcie_gen=self.scenario.pcie_gen if (busy or act.phase == "loading") else 1,
+                pcie_rx_kb_s=int(rx / KB), pcie_tx_kb_s=int(tx / KB),
+                power_mw=int(power_w * 1000), temperature_c=int(38 + 40 * util / 100),
+            )

@@ -1,0 +1,202 @@
+"""The Ollama HTTP API of the simulator (shaped like Ollama 0.33's answers; sizes and durations from physics).
+
+Endpoints: ``GET /`` ("Ollama is running"), /api/version, /api/ps, /api/tags, ``POST /api/show``,
+/api/chat and /api/generate (NDJSON stream or one object; final stats in nanoseconds), and the
+OpenAI-compatible /v1/chat/completions (``usage`` only, no timings, like Ollama).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.requests import SimRequest
+
+if TYPE_CHECKING:
+    from kvmon.sim.server import SimServer
+
+KEEP_ALIVE_S = 300.0
+NDJSON = "application/x-ndjson"
+
+
+def _iso(ts: float) -> str:
+    """Ollama's RFC 3339 time with nanoseconds (``2026-11-30T18:37:10.100000000Z``)."""
+    dt = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond * 1000:09d}Z"
+
+
+def _short_arrays(value: Any) -> Any:
+    """Non-verbose /api/show replaces every array longer than 5 with []."""
+    if isinstance(value, (list, tuple)):
+        return [] if len(value) > 5 else list(value)
+    return value
+
+
+class OllamaApi:
+    """Routes one request of the simulated Ollama server to its answer."""
+
+    def __init__(self, sim: SimServer) -> None:
+        self.sim = sim
+        self.name = sim.scenario.model_alias
+        self.digest = hashlib.sha256(self.name.encode()).hexdigest()
+        self._last_used = 0.0
+
+    def _model(self) -> Any:
+        model = self.sim.engine.epoch_at(self.sim.clock.now()).model
+        assert model is not None
+        return model
+
+    def details(self) -> dict[str, Any]:
+        md = self._model().preset.metadata
+        arch = str(md.get("general.architecture", ""))
+        n_params = md.get("general.parameter_count")
+        size = f"{n_params / 1e9:.1f}B" if isinstance(n_params, (int, float)) else self.name.rsplit(":", 1)[-1].upper()
+        return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch], "parameter_size": size,
+                "quantization_level": str(self._model().preset.quantization)}
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None) -> Reply:
+        """Answer one request (faults and auth were dealt with by the server)."""
+        routes: dict[tuple[str, str], Callable[[], Reply]] = {
+            ("GET", "/"): lambda: Reply(200, b"Ollama is running", "text/plain; charset=utf-8"),
+            ("GET", "/api/version"): lambda: json_reply({"version": self.sim.scenario.ollama_version}),
+            ("GET", "/api/ps"): self.ps, ("GET", "/api/tags"): self.tags,
+            ("POST", "/api/show"): lambda: self.show(body or {}),
+            ("POST", "/api/chat"): lambda: self.generate(body or {}, chat=True),
+            ("POST", "/api/generate"): lambda: self.generate(body or {}, chat=False),
+            ("POST", "/v1/chat/completions"): lambda: self.v1_chat(body or {}),
+        }
+        fn = routes.get((method, path))
+        if fn is None:
+            return Reply(404, b"404 page not found", "text/plain; charset=utf-8")
+        if body is None:
+            return json_reply({"error": "invalid character in request body"}, 400)
+        return fn()
+
+    def _known(self, body: dict[str, Any]) -> Reply | None:
+        name = body.get("model") or body.get("name")
+        if name not in (self.name, self.name.split(":")[0], self.name + ":latest"):
+            return json_reply({"error": f"model '{name}' not found"}, 404)
+        return None
+
+    def ps(self) -> Reply:
+        now = self.sim.clock.now()
+        if self.sim.engine.loading(now):
+            return json_reply({"models": []})
+        m = self._model()
+        expires = self.sim.clock.wall() + KEEP_ALIVE_S
+        entry = {"name": self.name, "model": self.name, "size": m.size_bytes(), "digest": self.digest,
+                 "details": self.details(), "expires_at": _iso(expires), "size_vram": m.size_vram_bytes(),
+                 "context_length": self.sim.engine.n_slot_ctx}
+        return json_reply({"models": [entry]})
+
+    def tags(self) -> Reply:
+        m = self._model()
+        return json_reply({"models": [{"name": self.name, "model": self.name,
+                                       "modified_at": _iso(self.sim.clock.wall() - 86400 * 7),
+                                       "size": m.weight_bytes, "digest": self.digest, "details": self.details()}]})
+
+    def show(self, body: dict[str, Any]) -> Reply:
+        bad = self._known(body)
+        if bad is not None:
+            return bad
+        verbose = bool(body.get("verbose"))
+        md = self._model().preset.metadata
+        info = {k: (v if verbose else _short_arrays(v)) for k, v in sorted(md.items())}
+        return json_reply({
+            "license": "", "modelfile": f"# Modelfile generated by \"ollama show\"\nFROM {self.name}\n",
+            "parameters": "", "template": "{{ .Prompt }}", "details": self.details(), "model_info": info,
+            "tensors": [], "capabilities": ["completion"], "modified_at": _iso(self.sim.clock.wall() - 86400 * 7),
+        })
+
+    def _submit(self, body: dict[str, Any], chat: bool) -> SimRequest:
+        if chat:
+            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+            text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+            prompt_tokens = estimate_tokens(text) + 4 * len(msgs)
+        else:
+            prompt_tokens = estimate_tokens(str(body.get("prompt", "")))
+        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        n_predict = opts.get("num_predict", body.get("max_tokens"))
+        if not isinstance(n_predict, int) or n_predict <= 0:
+            n_predict = 128
+        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": True, "n_predict": n_predict})
+
+    def _stats(self, req: SimRequest, t_arrive_wall: float) -> dict[str, Any]:
+        ns = 1_000_000_000
+        prompt_eval_count = req.cache_n + req.prompt_n  # Ollama ≥0.30 counts cached tokens too
+        return {"done_reason": "length" if req.predicted_n >= req.n_predict else "stop",
+                "total_duration": int((req.t_end - req.t_arrive) * ns), "load_duration": int(0.002 * ns),
+                "prompt_eval_count": prompt_eval_count, "prompt_eval_duration": int(req.prefill_s * ns),
+                "eval_count": req.predicted_n, "eval_duration": int(req.predicted_s * ns)}
+
+    def _wall_at(self, t: float) -> float:
+        return self.sim.clock.wall() - (self.sim.clock.now() - t)
+
+    def generate(self, body: dict[str, Any], *, chat: bool) -> Reply:
+        bad = self._known(body)
+        if bad is not None:
+            return bad
+        req = self._submit(body, chat)
+        stream = body.get("stream", True) is not False
+
+        def piece(text: str, t: float, done: bool) -> dict[str, Any]:
+            obj: dict[str, Any] = {"model": self.name, "created_at": _iso(self._wall_at(t))}
+            if chat:
+                obj["message"] = {"role": "assistant", "content": text}
+            else:
+                obj["response"] = text
+            obj["done"] = done
+            return obj
+
+        def final(text: str) -> bytes:
+            obj = piece(text, req.t_end, True) | self._stats(req, 0.0)
+            if not chat:
+                obj["context"] = [1, 2, 3]
+            return dumps(obj) + b"\n"
+
+        if not stream:
+            self._wait_end(req)
+            text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+            return Reply(200, final(text)[:-1])
+
+        def gen() -> Iterator[bytes]:
+            sent = 0
+            while sent < req.predicted_n:
+                if not self.sim.clock.sleep_until(float(req.token_times[sent]), self.sim.stopping):
+                    raise StreamAborted("simulator stopping")
+                upto = req.n_decoded(self.sim.clock.now())
+                yield b"".join(dumps(piece(token_text(req.id_task, k), float(req.token_times[k]), False)) + b"\n"
+                               for k in range(sent, upto))
+                sent = upto
+            if req.aborted_at is not None:
+                raise StreamAborted("simulated server restarted")
+            yield final("")
+
+        return Reply(200, content_type=NDJSON, stream=gen())
+
+    def _wait_end(self, req: SimRequest) -> None:
+        if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
+            raise StreamAborted("simulated server restarted")
+
+    def v1_chat(self, body: dict[str, Any]) -> Reply:
+        bad = self._known(body)
+        if bad is not None:
+            return bad
+        req = self._submit(body, chat=True)
+        self._wait_end(req)
+        text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        prompt = req.cache_n + req.prompt_n
+        return json_reply({
+            "id": f"chatcmpl-{req.id_task}", "object": "chat.completion", "created": int(self.sim.clock.wall()),
+            "model": self.name, "system_fingerprint": "fp_ollama",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "length" if req.predicted_n >= req.n_predict else "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": req.predicted_n,
+                      "total_tokens": prompt + req.predicted_n},
+        })
+
+
+__all__ = ["OllamaApi"]

@@ -1,0 +1,157 @@
+"""The simulator's scenarios: hardware, model, cache settings, a scripted chat and the story's events.
+
+A scenario says *what* is simulated; ``kvmon.sim.model`` turns it into timing with ``kvmon.physics``
+and ``kvmon.sim.engine`` plays it. Decode step time at context depth n is
+
+    step_s(n) = roofline_s(n) / efficiency_at_empty + attention_overhead_s_per_token × n
+
+where ``roofline_s(n) = 1 / ceiling_tok_s`` (weights plus KV in use, over each device's bandwidth).
+The second term is the explicit efficiency curve: attention compute that grows with depth and that the
+pure memory roofline does not see. For ``seed-3090x2`` it is calibrated on the seed's table (58.45 tok/s
+empty → 22.68 tok/s at 262K): the measured step time grows linearly, 17.1 ms + 0.103 µs × n (within
+2% at every listed depth); the q8_0 KV read explains 0.037 µs of that slope at 936 GB/s, the remaining
+0.066 µs per token of depth is attention work. A scenario may give the two numbers directly or as
+measured ``decode_anchors`` (depth, tok/s) from which ``kvmon.sim.model`` solves them. Prefill time per prompt token is
+``1/prefill_tok_s_empty + prefill_slowdown_s_per_token × depth`` (seed: 1550 → 513 tok/s over 262K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ChatScript:
+    """A conversation that grows turn by turn: each turn adds a user message, then a generated answer."""
+
+    n_turns: int
+    first_prompt_tokens: int  # system prompt + first message
+    target_context_tokens: int  # context reached after the last turn (prompt tokens per turn follow)
+    generated_tokens: int  # answer length per turn
+    think_s: float  # pause between an answer and the next user message (simulated seconds)
+    start_delay_s: float = 1.0
+    loop: bool = True  # start a new conversation after the last turn (the demo never stops)
+
+    def user_tokens(self, turn: int) -> int:
+        """New prompt tokens sent at ``turn`` (0-based): the first prompt, then equal steps to the target."""
+        if turn == 0:
+            return self.first_prompt_tokens
+        rest = self.target_context_tokens - self.first_prompt_tokens - self.n_turns * self.generated_tokens
+        return max(16, rest // max(1, self.n_turns - 1))
+
+
+@dataclass(frozen=True)
+class Reload:
+    """The server reloads the model at ``at_s`` with a new context size; layers that do not fit go to CPU."""
+
+    at_s: float
+    n_ctx: int
+    load_s: float = 8.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulated session needs; times are simulated seconds since the server started."""
+
+    name: str
+    description: str
+    backend: str  # "llama-server" | "ollama"
+    preset_keys: tuple[str, ...]  # first key found in kvmon.physics.presets.PRESETS is used
+    model_alias: str  # what the server calls the model (file name, or Ollama "name:tag")
+    gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM)
+    n_gpus: int
+    n_ctx: int  # -c: all slots together
+    n_parallel: int = 1
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: str = "on"
+    n_gpu_layers: int | None = None  # None: as many as fit (llama.cpp --fit)
+    efficiency_at_empty: float = 0.85
+    attention_overhead_s_per_token: float = 0.0
+    # measured (depth, tok/s) points; when given, the two fields above are solved from the first two
+    decode_anchors: tuple[tuple[int, float], ...] = ()
+    prefill_tok_s_empty: float = 1500.0
+    prefill_slowdown_s_per_token: float = 0.0
+    host_bandwidth_bytes_per_s: float = 64e9  # dual-channel DDR5: where CPU layers are read
+    pcie_gen: int = 4
+    pcie_width: int = 16
+    cuda_context_bytes: int = 300 * 1024**2  # per GPU, the driver's share of the server process
+    compute_buffer_bytes: int = 512 * 1024**2  # per GPU (llama_context compute buffer)
+    other_vram: tuple[tuple[float, int], ...] = ()  # (t_s, bytes) points on GPU 0, linear in between
+    reload: Reload | None = None
+    script: ChatScript = field(default_factory=lambda: ChatScript(20, 600, 16000, 300, 5.0))
+    noise_sd: float = 0.02  # per-turn multiplicative noise on decode speed (seeded)
+    seed: int = 3
+    initial_load_s: float = 0.0
+    ollama_version: str = "0.33.0"
+
+
+GIB = 1024**3
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="seed-3090x2",
+            description="the seed's story: a 27B hybrid (Qwen3.5-style, 3 recurrent : 1 attention) Q4_K_M on two "
+            "RTX 3090s, layer split, q8_0 KV with flash attention; 50 turns to 256K context",
+            backend="llama-server",
+            preset_keys=("qwen3.5-27b", "qwen35-27b", "qwen3.6-27b", "qwen3-next-27b"),
+            model_alias="Qwen3.5-27B-Q4_K_M.gguf",
+            gpu_name="RTX 3090",
+            n_gpus=2,
+            n_ctx=262144,
+            type_k="q8_0",
+            type_v="q8_0",
+            flash_attn="on",
+            decode_anchors=((0, 58.45), (262144, 22.68)),  # the seed's table (see the module docstring)
+            prefill_tok_s_empty=1550.0,
+            prefill_slowdown_s_per_token=4.97e-9,
+            script=ChatScript(n_turns=50, first_prompt_tokens=1200, target_context_tokens=262000,
+                              generated_tokens=600, think_s=20.0),
+        ),
+        Scenario(
+            name="spill-4090",
+            description="Llama-3.1-8B Q4_K_M on an RTX 4090 (24 GiB): another application's VRAM use rises until "
+            "free VRAM runs out, then the model reloads with a 128K context that no longer fits: partial "
+            "offload, layers on the CPU, PCIe traffic, the cliff",
+            backend="llama-server",
+            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=32768,
+            decode_anchors=((0, 140.0), (32768, 70.0)),
+            prefill_tok_s_empty=9000.0,
+            prefill_slowdown_s_per_token=2.0e-9,
+            other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, 14 * GIB)),
+            reload=Reload(at_s=330.0, n_ctx=131072, load_s=8.0),
+            script=ChatScript(n_turns=40, first_prompt_tokens=800, target_context_tokens=30000,
+                              generated_tokens=350, think_s=6.0),
+        ),
+        Scenario(
+            name="ollama-partial",
+            description="Ollama 0.33 with gemma3:27b Q4_K_M and a 32K context on a 16 GiB RTX 4060 Ti: "
+            "the model does not fit, so /api/ps shows size_vram < size (part of it runs on the CPU)",
+            backend="ollama",
+            preset_keys=("gemma-3-27b", "gemma3-27b"),
+            model_alias="gemma3:27b",
+            gpu_name="RTX 4060 Ti",
+            n_gpus=1,
+            n_ctx=32768,
+            decode_anchors=((0, 9.0), (32768, 7.0)),
+            prefill_tok_s_empty=600.0,
+            prefill_slowdown_s_per_token=4.0e-9,
+            script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
+                              generated_tokens=300, think_s=8.0),
+        ),
+    )
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; ValueError listing the known names otherwise."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None

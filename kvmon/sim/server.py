@@ -1,0 +1,241 @@
+"""SimServer: the simulated llama-server or Ollama on a real HTTP port, with its simulated GPUs.
+
+    sim = SimServer("seed-3090x2", speed=50, faults=["restart@120"])
+    url = sim.start()          # http://127.0.0.1:<random free port>
+    ... point any client, or kvmon's own sources, at url; kvmon's NVML source at sim.nvml ...
+    sim.stop()
+
+The server runs in-process on daemon threads (stdlib ThreadingHTTPServer); ``sim.server_pids`` is this
+process, so GPU memory attribution works as it would for a real server. Faults: ``kvmon.sim.faults``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl
+
+from kvmon.sim.clock import SimClock
+from kvmon.sim.engine import SimEngine
+from kvmon.sim.faults import Fault, FaultPlan, parse_faults
+from kvmon.sim.gpu import SimGpus
+from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
+from kvmon.sim.scenarios import Scenario, get_scenario
+
+PUBLIC_PATHS = ("/health", "/v1/health")
+GARBAGE = b"\x00\xff<!-- simulated garbage --> {\"status\": tru\xfe\xfd\x8b not json nor metrics ]]\n"
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    sim: SimServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet, like a server without -v
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        sim = self.server.sim
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        path, _, qs = self.path.partition("?")
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            reply = sim.answer(method, path, dict(parse_qsl(qs)), headers, raw)
+        except StreamAborted:
+            self.close_connection = True
+            return
+        if reply is None:  # stopping while hung
+            self.close_connection = True
+            return
+        self._write(reply)
+
+    def _write(self, reply: Reply) -> None:
+        sim = self.server.sim
+        now = sim.clock.now()
+        drip = sim.faults.drip_bytes_per_s(now)
+        body = reply.body
+        if reply.stream is None and sim.faults.garbage(now):
+            body = GARBAGE
+        self.send_response_only(reply.status)
+        if sim.scenario.backend == "llama-server":
+            self.send_header("Server", "llama.cpp")
+            self.send_header("Access-Control-Allow-Origin", "")
+        else:
+            self.send_header("Date", self.date_time_string())
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", reply.content_type)
+        try:
+            if reply.stream is not None:
+                self.send_header("Transfer-Encoding", "chunked")
+                self._end_headers(reply.close)
+                try:
+                    for chunk in reply.stream:
+                        if chunk:
+                            self._send(b"%x\r\n%s\r\n" % (len(chunk), chunk), drip)
+                except StreamAborted:
+                    self.close_connection = True
+                    return
+                self._send(b"0\r\n\r\n", drip)
+            else:
+                self.send_header("Content-Length", str(len(body)))
+                self._end_headers(reply.close)
+                self._send(body, drip)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True
+
+    def _end_headers(self, close: bool) -> None:
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        elif self.server.sim.scenario.backend == "llama-server":
+            self.send_header("Keep-Alive", "timeout=5, max=100")
+        self.end_headers()
+
+    def _send(self, data: bytes, drip: float | None) -> None:
+        if not drip:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return
+        step = max(1, int(drip / 10))
+        for i in range(0, len(data), step):
+            if self.server.sim.stopping.wait(step / drip):
+                raise BrokenPipeError("simulator stopping")
+            self.wfile.write(data[i:i + step])
+            self.wfile.flush()
+
+
+class SimServer:
+    """A simulated model server for a named scenario on 127.0.0.1 (random free port by default)."""
+
+    def __init__(self, scenario: str | Scenario = "seed-3090x2", *, speed: float = 1.0, host: str = "127.0.0.1",
+                 port: int = 0, faults: Iterable[str | Fault] = (), autoplay: bool = True,
+                 gpu_refresh_s: float = 0.1) -> None:
+        self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        self.clock = SimClock(speed)
+        self.faults = FaultPlan(parse_faults(list(faults)))
+        self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay)
+        self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
+        self.gpus = SimGpus(self.scenario)
+        self.host, self.port = host, port
+        self.gpu_refresh_s = gpu_refresh_s
+        self.stopping = threading.Event()
+        self._httpd: _HttpServer | None = None
+        self._threads: list[threading.Thread] = []
+        if self.scenario.backend == "ollama":
+            from kvmon.sim.ollama_api import OllamaApi
+
+            self.api: Any = OllamaApi(self)
+        else:
+            from kvmon.sim.llama_api import LlamaApi
+
+            self.api = LlamaApi(self)
+        self.refresh_gpus()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> str:
+        """Bind and serve on daemon threads; returns the base URL."""
+        if self._httpd is not None:
+            return self.url
+        httpd = _HttpServer((self.host, self.port), _Handler)
+        httpd.sim = self
+        self._httpd = httpd
+        self.port = int(httpd.server_address[1])
+        serve = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                 name="kvmon-sim-http", daemon=True)
+        gpu = threading.Thread(target=self._gpu_loop, name="kvmon-sim-gpu", daemon=True)
+        self._threads = [serve, gpu]
+        for t in self._threads:
+            t.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving; hung and streaming answers end at once."""
+        self.stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        for t in self._threads:
+            t.join(timeout=2)
+        self._httpd = None
+
+    def __enter__(self) -> SimServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def nvml(self) -> Any:
+        """The FakeNvml whose GPUs follow the simulation (pass it to kvmon's NVML source)."""
+        return self.gpus.nvml
+
+    @property
+    def server_pids(self) -> tuple[int, ...]:
+        return (os.getpid(),)
+
+    def refresh_gpus(self) -> None:
+        """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""
+        now = self.clock.now()
+        self.gpus.refresh(self.engine.activity(now), self.engine.other_vram_bytes(now))
+
+    def _gpu_loop(self) -> None:
+        while not self.stopping.wait(self.gpu_refresh_s):
+            try:
+                self.refresh_gpus()
+            except Exception:  # a refresh bug must not kill the GPU thread; the next tick retries
+                time.sleep(self.gpu_refresh_s)
+
+    # -- requests -------------------------------------------------------------------------------------
+    def answer(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
+               raw: bytes) -> Reply | None:
+        """Apply the faults (hang, loading, auth), then route to the backend's API."""
+        now = self.clock.now()
+        hang_end = self.faults.hang_until(now)
+        if hang_end is not None:
+            if not self.clock.sleep_until(hang_end, self.stopping):
+                return None
+            now = self.clock.now()
+        key = self.faults.api_key(now)
+        llama = self.scenario.backend == "llama-server"
+        if llama and self.engine.loading(now):
+            from kvmon.sim.llama_api import LOADING
+
+            return json_reply(LOADING[1], 503, close=True)
+        if key is not None and (not llama or path not in PUBLIC_PATHS) and not _has_key(headers, key):
+            if llama:
+                from kvmon.sim.llama_api import BAD_KEY
+
+                return json_reply(BAD_KEY[1], 401, close=True)
+            return json_reply({"error": "unauthorized"}, 401)
+        return self.api.handle(method, path, query, parse_body(raw))
+
+
+def _has_key(headers: dict[str, str], key: str) -> bool:
+    auth = headers.get("authorization", "")
+    return auth == f"Bearer {key}" or headers.get("x-api-key") == key
