@@ -142,14 +142,17 @@ def test_the_table_covers_every_call_the_fake_offers() -> None:
 @pytest.mark.parametrize("code", FIELD_ERRORS, ids=lambda c: pynvml.NVMLError(c).__class__.__name__)
 @pytest.mark.parametrize("fname", sorted(AFFECTS))
 def test_each_error_in_each_call_costs_only_its_fields(fname: str, code: int) -> None:
-    healthy = [_flat(g) for g in _poll_twice(FakeNvml(_gpus())).gpus]
+    healthy_gpus = _poll_twice(FakeNvml(_gpus())).gpus
+    healthy = [_flat(g) for g in healthy_gpus]
     gpus = _gpus()
     for g in gpus:
         g.failing[fname] = code
     reading = _poll_twice(FakeNvml(gpus))
     assert reading.unavailable_reason is None and len(reading.gpus) == 2
-    for gpu, before in zip(reading.gpus, healthy, strict=True):
+    for gpu, before, old in zip(reading.gpus, healthy, healthy_gpus, strict=True):
         after = _flat(gpu)
+        new_reasons = set(gpu.reasons) - set(old.reasons) - {"processes"}
+        assert new_reasons <= AFFECTS[fname] | CHANGES.get(fname, set()), (fname, new_reasons)
         lost = {k for k in AFFECTS[fname] if before[k] is not None}
         for key in lost:
             assert after[key] is None, key
