@@ -49,7 +49,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.header = HeaderPanel()
         self.header.set_banner(banner)
         self.speed_context = SpeedContextPanel(self.bins)
-        self.whatif = WhatIfPanel()
+        self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.speed_time = SpeedTimePanel(self.history)
         self.memory = MemoryPanel()
         self.bandwidth = BandwidthPanel()
@@ -60,7 +60,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.speed_context, "Speed vs context")
-        self.tabs.addTab(self.whatif, "What if…")
+        self.tabs.addTab(QtWidgets.QWidget(), "What if…")
+        self.tabs.currentChanged.connect(self._tab_changed)
         right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
@@ -188,8 +189,25 @@ class MainWindow(QtWidgets.QMainWindow):
         self.bandwidth.update_snapshot(s)
         self.alerts.update_snapshot(s)
         self.status.update_snapshot(s)
-        if self.tabs.currentWidget() is self.whatif:
+        if self.whatif is not None and self.tabs.currentWidget() is self.whatif:
             self.whatif.set_live(s)
+
+    def show_whatif(self) -> WhatIfPanel:
+        """Switch to the what-if calculator, building it the first time."""
+        if self.whatif is None:
+            self.whatif = WhatIfPanel()
+            self.tabs.blockSignals(True)
+            self.tabs.removeTab(1)
+            self.tabs.insertTab(1, self.whatif, "What if…")
+            self.tabs.blockSignals(False)
+        self.tabs.setCurrentWidget(self.whatif)
+        if self.last is not None:
+            self.whatif.set_live(self.last)
+        return self.whatif
+
+    def _tab_changed(self, index: int) -> None:
+        if index == 1 and self.whatif is None:
+            self.show_whatif()
 
     def _tick(self) -> None:
         if self.painting():

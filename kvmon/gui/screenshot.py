@@ -38,11 +38,10 @@ def run(args: argparse.Namespace) -> int:
         app.exec()
         target = {
             None: win, "header": win.header, "speed-vs-context": win.speed_context, "speed-over-time": win.speed_time,
-            "memory": win.memory, "bandwidth": win.bandwidth, "alerts": win.alerts, "what-if": win.whatif,
+            "memory": win.memory, "bandwidth": win.bandwidth, "alerts": win.alerts,
+            "what-if": win.show_whatif() if args.panel == "what-if" else None,
         }[args.panel]
-        if args.panel == "what-if":
-            win.tabs.setCurrentWidget(win.whatif)
-            app.processEvents()
+        app.processEvents()
         ok = target.grab().save(args.output)
     finally:
         poller.stop()

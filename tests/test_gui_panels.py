@@ -1,0 +1,249 @@
+"""Dashboard panels on synthetic Snapshots: the numbers shown, tooltips with provenance, unknowns, no idle repaint."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6 import QtCore, QtWidgets
+
+from kvmon.core.snapshot import (
+    Alert,
+    AlertLevel,
+    Connection,
+    ConnectionStatus,
+    GpuView,
+    HostView,
+    Snapshot,
+)
+from kvmon.gui.main_window import MainWindow
+from kvmon.gui.panels.alerts import lines_for
+from kvmon.gui.panels.memory import gpu_bar, host_bar
+from kvmon.gui.settings import Settings
+from kvmon.gui.synthetic import SyntheticMonitor
+from kvmon.gui.tray import rising_alerts, tray_text
+
+GIB = 1024**3
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(str(tmp_path / "kvmon-test.ini"))
+
+
+@pytest.fixture
+def window(qtbot, settings: Settings) -> MainWindow:
+    w = MainWindow(settings, tray=False)
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+def test_header_shows_the_snapshot_numbers(window: MainWindow) -> None:
+    mon = SyntheticMonitor(tokens_per_poll=500)
+    for _ in range(20):
+        s = mon.poll()
+        window.on_snapshot(s)
+    h = window.header
+    assert "llama-server" in h.backend.text() and "b11549" in h.backend.text()
+    assert "Meta-Llama-3.1-8B-Instruct" in h.model.text() and "Q8_0" in h.model.text()
+    assert "8.0B" in h.model.text()
+    assert "2× NVIDIA GeForce RTX 3090" == h.gpus.text()
+    assert "11.2K" in h.context.text() and "32.8K" in h.context.text()  # 1,200 + 20 × 500
+    assert f"{s.decode_tok_s:.1f} tok/s" in h.speed.text()
+    assert f"of {s.ceiling_tok_s:.0f} ceiling" in h.speed.text()
+    assert h.efficiency.text().startswith(f"{s.efficiency * 100:.0f}%")
+    assert "Source: measured" in h.speed.toolTip() and "Source: computed" in h.speed.toolTip()
+    assert "Source: computed" in h.efficiency.toolTip()
+
+
+def test_unknown_numbers_show_a_dash_and_the_reason(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(3)
+    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
+                               reasons={"decode_tok_s": "idle: no slot is generating"})
+    window.on_snapshot(idle)
+    assert "—" in window.header.speed.text()
+    assert "Unknown: idle: no slot is generating" in window.header.speed.toolTip()
+    assert window.header.efficiency.text().startswith("—")
+
+
+def test_memory_bar_stacks_weights_kv_other_free_and_shades_kv_in_use() -> None:
+    s = SyntheticMonitor().snapshot(10)
+    bar = gpu_bar(s.gpus[0], s)
+    assert bar is not None
+    quantities = [seg.quantity for seg in bar.segments]
+    assert quantities == ["weights", "kv_allocated", "server_other", "other_processes", "free"]
+    g = s.gpus[0]
+    kv = bar.segments[1]
+    assert kv.shade_fraction == pytest.approx(g.kv_in_use_bytes / g.kv_allocated_bytes)
+    assert bar.total == 24 * GIB and bar.limit_line
+    assert "free 16.8 GiB" in bar.note.replace("\n", " ")
+
+
+def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used() -> None:
+    s = SyntheticMonitor().snapshot(1)
+    assert gpu_bar(GpuView(index=0, name="x"), s) is None
+    assert host_bar(s) is None
+    spilled = dataclasses.replace(s, host=HostView(ram_total_bytes=64 * GIB, ram_available_bytes=30 * GIB,
+                                                   kv_in_host_bytes=3 * GIB, host_bandwidth_bytes_per_s=60e9))
+    hb = host_bar(spilled)
+    assert hb is not None and hb.label == "Host RAM"
+    assert hb.segments[0].quantity == "kv_allocated"
+    assert "3.00 GiB" in hb.note
+
+
+def test_bandwidth_panel_and_no_gpu_reason(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(5)
+    window.on_snapshot(s)
+    bars = window.bandwidth.bars.bars
+    assert len(bars) == 2
+    assert "of 936 GB/s" in bars[0].note and "PCIe" in bars[0].note
+    nogpu = dataclasses.replace(s, gpus=(), gpus_unavailable_reason="no NVIDIA GPU (NVML not found)")
+    window.on_snapshot(nogpu)
+    assert window.bandwidth.bars.bars == ()
+    assert window.memory.bars._empty_text.endswith("no NVIDIA GPU (NVML not found)")
+    assert window.header.gpus.text() == "no GPU data"
+
+
+def test_alerts_most_severe_first_and_connection_states() -> None:
+    s = SyntheticMonitor().snapshot(1)
+    s = dataclasses.replace(s, alerts=(
+        Alert(AlertLevel.INFO, "advice_q8", "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here"),
+        Alert(AlertLevel.CRITICAL, "kv_in_host", "KV cache in host RAM: decode capped at ~6 tok/s by PCIe"),
+        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full in ~2,300 tokens"),
+    ))
+    assert [lvl for lvl, _t, _tip in lines_for(s)] == ["critical", "warning", "info"]
+    rejected = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.AUTH_REJECTED, "HTTP 401"))
+    (level, text, _tip), = lines_for(rejected)
+    assert level == "critical" and "API key rejected" in text and "HTTP 401" in text
+    loading = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.LOADING))
+    assert "Model loading" in lines_for(loading)[0][1]
+    metrics = dataclasses.replace(s, alerts=(), reasons={"metrics": "/metrics disabled: start llama-server with "
+                                                                     "--metrics"})
+    assert lines_for(metrics) == [("info", "/metrics disabled: start llama-server with --metrics",
+                                   "Why some counters are missing")]
+
+
+def test_nothing_painted_while_minimised_then_caught_up(window: MainWindow, qtbot) -> None:
+    mon = SyntheticMonitor()
+    window.on_snapshot(mon.poll())
+    renders = window.render_count
+    window.showMinimized()
+    qtbot.waitUntil(lambda: not window.painting(), timeout=2000)
+    for _ in range(5):
+        window.on_snapshot(mon.poll())
+    assert window.render_count == renders
+    assert len(window.history) == 6
+    window.showNormal()
+    qtbot.waitUntil(lambda: window.render_count == renders + 1, timeout=2000)
+    assert "3.60K" in window.header.context.text()  # 1,200 + 6 polls × 400 tokens
+
+
+def test_an_unchanged_snapshot_repaints_no_bar(window: MainWindow, qtbot) -> None:
+    s = SyntheticMonitor().snapshot(4)
+    window.on_snapshot(s)
+    qtbot.wait(20)
+    assert window.memory.bars.set_bars(window.memory.bars.bars, window.memory.bars._empty_text) is False
+    before = window.memory.bars.paint_count
+    window.on_snapshot(dataclasses.replace(s, seq=5))
+    qtbot.wait(20)
+    assert window.memory.bars.paint_count == before
+
+
+def test_gaps_are_nan_in_the_plot_not_zero(window: MainWindow) -> None:
+    mon = SyntheticMonitor()
+    window.on_snapshot(mon.poll())
+    mon.fail = True
+    window.on_snapshot(mon.poll())
+    mon.fail = False
+    window.on_snapshot(mon.poll())
+    window.speed_time.refresh()
+    _x, y = window.speed_time.decode.getData()
+    assert y is not None and len(y) == 3
+    assert y[0] > 0 and y[2] > 0 and y[1] != y[1]  # NaN: drawn as a gap
+
+
+def test_window_range_shortcuts_and_settings_remembered(window: MainWindow, qtbot, settings: Settings) -> None:
+    qtbot.keyClick(window, "2")
+    assert window.speed_time.window_s == 3600.0
+    qtbot.keyClick(window, "3")
+    assert window.speed_time.window_s is None
+    assert settings.window_range == "session"
+    window.close()
+    assert settings.geometry is not None
+    again = MainWindow(settings, tray=False)
+    qtbot.addWidget(again)
+    assert again.speed_time.window_s is None
+
+
+def test_space_pauses_and_f5_reconnects(window: MainWindow, qtbot) -> None:
+    with qtbot.waitSignal(window.pause_toggled) as sig:
+        qtbot.keyClick(window, QtCore.Qt.Key.Key_Space)
+    assert sig.args == [True]
+    with qtbot.waitSignal(window.reconnect_requested):
+        qtbot.keyClick(window, QtCore.Qt.Key.Key_F5)
+
+
+def test_api_key_is_stored_only_when_remembered(tmp_path: Path) -> None:
+    path = str(tmp_path / "k.ini")
+    s = Settings(path)
+    s.set_api_key("secret-123", remember=False)
+    s.sync()
+    assert s.api_key == "secret-123"
+    assert "secret-123" not in Path(path).read_text()
+    assert Settings(path).api_key is None
+    s.set_api_key("secret-456", remember=True)
+    s.sync()
+    assert Settings(path).api_key == "secret-456"
+
+
+def test_settings_dialog_masks_the_key(window: MainWindow, qtbot) -> None:
+    window.settings.set_api_key("hidden-key", remember=False)
+    dlg = window.open_settings()
+    qtbot.addWidget(dlg)
+    assert dlg.api_key.echoMode() == QtWidgets.QLineEdit.EchoMode.Password
+    dlg.interval.setValue(2.5)
+    dlg.url.setText("http://127.0.0.1:9999")
+    with qtbot.waitSignal(window.settings_changed):
+        dlg.accept()
+    assert window.settings.interval_s == 2.5 and window.settings.url == "http://127.0.0.1:9999"
+
+
+def test_tray_notifies_only_rising_warning_alerts() -> None:
+    warn = Alert(AlertLevel.WARNING, "ctx_full_soon", "context full soon")
+    info = Alert(AlertLevel.INFO, "advice", "try q8_0")
+    assert rising_alerts(frozenset(), (warn, info)) == [warn]
+    assert rising_alerts(frozenset({"ctx_full_soon"}), (warn,)) == []
+    assert tray_text(None) == "–" and tray_text(38.4) == "38"
+
+
+def test_model_change_clears_measured_points(window: MainWindow) -> None:
+    mon = SyntheticMonitor()
+    for _ in range(5):
+        window.on_snapshot(mon.poll())
+    assert window.bins.points()[0].size == 5
+    s = mon.poll()
+    other = dataclasses.replace(s, model=dataclasses.replace(s.model, name="other-model"))
+    window.on_snapshot(other)
+    assert window.bins.points()[0].size == 1
+
+
+def test_replay_load_renders_once(window: MainWindow) -> None:
+    mon = SyntheticMonitor()
+    snaps = [mon.poll() for _ in range(50)]
+    before = window.render_count
+    window.load(snaps)
+    assert window.render_count == before + 1 and len(window.history) == 50
+
+
+def test_snapshot_without_server_data_renders(window: MainWindow) -> None:
+    window.on_snapshot(Snapshot(seq=1, t_monotonic=1.0, t_wall=1.7e9,
+                                connection=Connection(ConnectionStatus.UNREACHABLE, "connection refused")))
+    assert "Server gone" in window.alerts.label.text()
+    assert window.header.speed.text().count("—") == 2
