@@ -130,7 +130,8 @@ class SlotRateTracker:
                 decode, source = nd, "metrics"
         self._prompt_tokens.update(t, metrics.get("prompt_tokens_total"))
         self._prompt_seconds.update(t, metrics.get("prompt_seconds_total"))
-        if prefill is None:
+        busy = any(s.processing for s in reading.slots) or not reading.slots
+        if prefill is None and busy:  # all slots idle: no live data, whatever finished in between
             dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
             if dtok and dsec and dtok > 0 and dsec > 0:
                 prefill = dtok / dsec  # the server's own prompt timing over the requests that finished

@@ -39,7 +39,7 @@ _COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
 _OFFLOADED = re.compile(r"offloaded ([0-9]+)/([0-9]+) layers to GPU")
 _CTX_FIELD = re.compile(
     r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_ubatch|n_seq_max|"
-    r"flash_attn|kv_unified) += +(\S+)"
+    r"flash_attn|kv_unified) += +([A-Za-z0-9_]+)"
 )
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")

@@ -144,8 +144,17 @@ def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> b
     prog = os.path.basename(argv[0]).lower()
     if "llama" in prog or "server" in prog:
         return True
-    model_flags = ("-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url")
-    return any(a.split("=", 1)[0] in model_flags for a in argv[1:]) or bool(env and "LLAMA_ARG_MODEL" in env)
+    if env and "LLAMA_ARG_MODEL" in env:
+        return True
+    args = argv[1:]
+    for i, a in enumerate(args):
+        flag, eq, inline = a.partition("=")
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if flag in ("-hf", "--hf-repo"):
+            return True
+        if flag in ("-m", "--model") and value.lower().endswith(".gguf"):
+            return True
+    return False
 
 
 def _shape_from_metadata(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:

@@ -1,0 +1,216 @@
+"""llama-server settings from the command line, LLAMA_ARG_* environment and log lines."""
+
+from __future__ import annotations
+
+import pytest
+from helpers_http import LLAMA_FIXTURES
+
+from kvmon.core.readings import ServerConfig
+from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llama_log import LlamaLogParser, LogFollower, parse_llama_log
+from kvmon.sources.llamacpp import looks_like_llama_server, merge_configs
+
+MIB = 1024 * 1024
+
+
+def test_short_forms() -> None:
+    a = parse_llama_server_args(
+        ["llama-server", "-m", "m.gguf", "-c", "16384", "-np", "2", "-ctk", "q8_0", "-ctv", "q4_0", "-fa", "on",
+         "-ngl", "99", "-ub", "256", "--host", "0.0.0.0", "--port", "8089"]
+    )
+    c = a.config
+    assert (c.model_path, c.n_ctx_total, c.n_parallel, c.type_k, c.type_v) == ("m.gguf", 16384, 2, "q8_0", "q4_0")
+    assert (c.flash_attn, c.n_gpu_layers, c.n_ubatch, c.kv_unified) == ("on", 99, 256, False)
+    assert (a.host, a.port) == ("0.0.0.0", 8089)
+    assert c.provenance["type_k"] == "command_line"
+    assert c.provenance["kv_unified"] == "default"
+
+
+def test_long_forms_and_equals() -> None:
+    c = parse_llama_server_args(
+        ["--model=/m/x.gguf", "--ctx-size=8192", "--parallel=4", "--cache-type-k=q8_0", "--cache-type-v", "Q8_0",
+         "--flash-attn=off", "--n-gpu-layers", "20", "--kv-unified", "--ubatch-size=1024"]
+    ).config
+    assert (c.model_path, c.n_ctx_total, c.n_parallel, c.type_k, c.type_v) == ("/m/x.gguf", 8192, 4, "q8_0", "q8_0")
+    assert (c.flash_attn, c.n_gpu_layers, c.kv_unified, c.n_ubatch) == ("off", 20, True, 1024)
+    assert parse_llama_server_args(["--gpu-layers", "7"]).config.n_gpu_layers == 7
+
+
+def test_defaults() -> None:
+    a = parse_llama_server_args(["llama-server", "-m", "m.gguf"])
+    c = a.config
+    assert (c.type_k, c.type_v, c.flash_attn, c.n_ubatch) == ("f16", "f16", "auto", 512)
+    assert c.n_ctx_total is None  # -c 0 = the model's training context, unknown from argv alone
+    assert c.n_parallel is None and c.kv_unified is True  # -np auto turns unified KV on
+    assert c.n_gpu_layers is None  # auto
+    assert c.provenance["type_k"] == "default" and "n_ctx_total" not in c.provenance
+    assert (a.host, a.port) == ("127.0.0.1", 8080)
+
+
+def test_old_flash_attn_switch_and_no_kvu() -> None:
+    c = parse_llama_server_args(["-fa", "-m", "x.gguf", "-np", "4", "--no-kv-unified"]).config
+    assert c.flash_attn == "on" and c.model_path == "x.gguf" and c.kv_unified is False
+
+
+def test_environment_and_argv_precedence() -> None:
+    env = {"LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_CACHE_TYPE_K": "q4_0", "LLAMA_ARG_FLASH_ATTN": "on",
+           "LLAMA_ARG_N_PARALLEL": "3", "LLAMA_ARG_MODEL": "/e.gguf", "LLAMA_ARG_PORT": "9000"}
+    a = parse_llama_server_args(["llama-server", "-c", "2048"], env)
+    assert a.config.n_ctx_total == 2048  # the command line wins
+    assert (a.config.type_k, a.config.flash_attn, a.config.n_parallel) == ("q4_0", "on", 3)
+    assert a.config.model_path == "/e.gguf" and a.port == 9000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-c"], ["-c", "lots"], ["-ctk", "q3_k"], ["-fa=maybe"], ["-ngl", "many"], ["--port", "x"], ["-np", "-1"]],
+)
+def test_bad_values_give_notes_not_errors(argv: list[str]) -> None:
+    a = parse_llama_server_args(argv)
+    assert isinstance(a.config, ServerConfig)
+    if argv != ["-np", "-1"]:
+        assert a.notes or a.port == 8080
+    assert a.config.n_parallel is None
+
+
+def test_looks_like_llama_server() -> None:
+    assert looks_like_llama_server(["/usr/bin/llama-server", "-m", "x"], None)
+    assert looks_like_llama_server(["python3", "fake.py", "--model", "x.gguf"], None)
+    assert not looks_like_llama_server(["python3", "-m", "http.server"], {})
+    assert looks_like_llama_server(["python3", "x.py"], {"LLAMA_ARG_MODEL": "/m.gguf"})
+    assert not looks_like_llama_server(["nginx"], {})
+    assert not looks_like_llama_server([], {})
+
+
+# ---- log ---------------------------------------------------------------------------------------
+
+def _blocks() -> list[str]:
+    return (LLAMA_FIXTURES / "kv-log-lines.txt").read_text().split("\n## ")[1:]
+
+
+def test_kv_log_lines_every_block() -> None:
+    expected = [
+        # (kv MiB, type_k, flash_attn, n_ctx_total, n_parallel, kv_unified, compute MiB)
+        (32, "f16", "on", 16384, 1, False, 21.52),
+        (32, "f16", "off", 16384, 1, False, 163.51),
+        (17, "q8_0", "on", 16384, 1, False, 21.55),
+        (17, "q8_0", "on", 16384, 1, False, 21.55),
+        None,  # failed to load: quantized V without flash attention
+        (128, "f16", "on", 16384, 1, False, 38.02),
+        (68, "q8_0", "on", 16384, 1, False, 38.10),
+        (256, "f16", "on", 32768, 1, False, 54.02),
+        (32, "f16", "on", 16384, 2, False, 13.52),
+        (64, "f16", "on", 32768, 4, True, 37.52),
+    ]
+    blocks = _blocks()
+    assert len(blocks) == len(expected)
+    for block, exp in zip(blocks, expected, strict=True):
+        c = parse_llama_log(block.splitlines())
+        if exp is None:
+            assert c.kv_bytes_allocated is None and c.n_ctx_total is None
+            continue
+        kv, tk, fa, nctx, npar, kvu, comp = exp
+        assert c.kv_bytes_allocated == kv * MIB
+        assert (c.type_k, c.type_v, c.flash_attn) == (tk, tk, fa)
+        assert (c.n_ctx_total, c.n_parallel, c.kv_unified, c.n_ubatch) == (nctx, npar, kvu, 512)
+        assert c.kv_buffer_bytes_by_device == {"CPU": kv * MIB}
+        assert c.compute_buffer_bytes_by_device["CPU"] == round(comp * MIB)
+        assert c.model_buffer_bytes_by_device["CPU_Mapped"] in (round(5.09 * MIB), round(138.39 * MIB))
+        assert c.provenance["kv_bytes_allocated"] == "log"
+
+
+def test_whole_file_keeps_only_the_latest_start() -> None:
+    c = parse_llama_log((LLAMA_FIXTURES / "kv-log-lines.txt").read_text().splitlines())
+    assert c.kv_bytes_allocated == 64 * MIB and c.n_parallel == 4  # the last run only, not a sum
+
+
+def test_default_verbosity_stderr() -> None:
+    for name in ("server-stderr.default-verbosity.txt", "speed-sweep/server-stderr.f16.default-verbosity.txt",
+                 "speed-sweep/server-stderr.q8kv-fa.default-verbosity.txt"):
+        c = parse_llama_log((LLAMA_FIXTURES / name).read_text(errors="replace").splitlines())
+        assert c.n_parallel == 1 and c.kv_unified is False
+        assert c.kv_bytes_allocated is None and c.type_k is None  # only printed at -lv 4
+
+
+def test_older_spellings_and_gpu_lines() -> None:
+    mid_2025 = [
+        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) - 23012 MiB free",
+        "load_tensors: offloaded 29/33 layers to GPU",
+        "load_tensors:        CUDA0 model buffer size =  3992.51 MiB",
+        "load_tensors:   CPU_Mapped model buffer size =   281.81 MiB",
+        "llama_context: n_ctx_per_seq = 8192",
+        "llama_context: flash_attn    = 1",
+        "llama_kv_cache_unified:      CUDA0 KV buffer size =   928.00 MiB",
+        "llama_kv_cache_unified:        CPU KV buffer size =   128.00 MiB",
+        "llama_kv_cache_unified: size = 1056.00 MiB (  8192 cells,  32 layers,  1 seqs), K (q8_0):  528.00 MiB, "
+        "V (q8_0):  528.00 MiB",
+        "llama_context:      CUDA0 compute buffer size =   560.00 MiB",
+    ]
+    c = parse_llama_log(mid_2025)
+    assert c.device_free_bytes_by_device == {"CUDA0": 23012 * MIB}
+    assert (c.offloaded_layers, c.total_layers) == (29, 33)
+    assert c.model_buffer_bytes_by_device == {"CUDA0": round(3992.51 * MIB), "CPU_Mapped": round(281.81 * MIB)}
+    assert c.kv_buffer_bytes_by_device == {"CUDA0": 928 * MIB, "CPU": 128 * MIB}
+    assert c.kv_bytes_allocated == 1056 * MIB and c.type_k == "q8_0"
+    assert c.flash_attn == "on"
+    assert c.compute_buffer_bytes_by_device == {"CUDA0": 560 * MIB}
+    early_2025 = [
+        "llm_load_tensors: offloaded 33/33 layers to GPU",
+        "llm_load_tensors:        CUDA0 buffer size =  4403.49 MiB",
+        "llama_new_context_with_model: n_ctx      = 4096",
+        "llama_new_context_with_model: flash_attn = 0",
+        "llama_kv_cache_init:      CUDA0 KV buffer size =   512.00 MiB",
+        "llama_new_context_with_model: KV self size  =  512.00 MiB, K (f16):  256.00 MiB, V (f16):  256.00 MiB",
+        "llama_new_context_with_model:      CUDA0 compute buffer size =   296.00 MiB",
+    ]
+    c = parse_llama_log(early_2025)
+    assert (c.offloaded_layers, c.total_layers, c.n_ctx_total, c.flash_attn) == (33, 33, 4096, "off")
+    assert c.kv_bytes_allocated == 512 * MIB and (c.type_k, c.type_v) == ("f16", "f16")
+    assert c.kv_buffer_bytes_by_device == {"CUDA0": 512 * MIB}
+
+
+def test_swa_size_lines_add_up() -> None:
+    lines = [
+        "llama_kv_cache_iswa: creating non-SWA KV cache, size = 8192 cells",
+        "llama_kv_cache: size =  160.00 MiB (  8192 cells,  10 layers,  1/1 seqs), K (f16):   80.00 MiB, "
+        "V (f16):   80.00 MiB",
+        "llama_kv_cache_iswa: creating     SWA KV cache, size = 1536 cells",
+        "llama_kv_cache: size =  150.00 MiB (  1536 cells,  50 layers,  1/1 seqs), K (f16):   75.00 MiB, "
+        "V (f16):   75.00 MiB",
+    ]
+    assert parse_llama_log(lines).kv_bytes_allocated == 310 * MIB
+
+
+def test_ollama_wrapped_lines_and_garbage() -> None:
+    p = LlamaLogParser()
+    for line in ['time=2026-01-01T00:00:00 level=INFO source=server.go msg="llama_context: n_ctx = 8192"',
+                 "\x00\xff garbage line", "", "llama_kv_cache: size = lots MiB", "offloaded x/y layers to GPU"]:
+        p.feed(line)
+    c = p.config()
+    assert c.n_ctx_total == 8192 and c.kv_bytes_allocated is None and c.offloaded_layers is None
+
+
+def test_log_follower_appends_truncates_and_missing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "server.log"
+    f = LogFollower(str(log))
+    f.poll()
+    assert f.error and "cannot read" in f.error
+    blocks = _blocks()
+    log.write_text(blocks[0][: len(blocks[0]) // 2])
+    f.poll()
+    with open(log, "a") as fh:
+        fh.write(blocks[0][len(blocks[0]) // 2 :] + "\n")
+    c = f.poll()
+    assert f.error is None and c.kv_bytes_allocated == 32 * MIB
+    log.write_text(blocks[2] + "\n")  # shorter: a new run
+    assert f.poll().type_k == "q8_0"
+
+
+def test_merge_configs_later_wins_with_provenance() -> None:
+    a = parse_llama_server_args(["llama-server", "-m", "x", "-ctk", "q8_0"]).config
+    log = parse_llama_log(_blocks()[0].splitlines())
+    user = ServerConfig(n_gpu_layers=12, provenance={"n_gpu_layers": "user"})  # type: ignore[dict-item]
+    m = merge_configs(a, log, user)
+    assert m.type_k == "f16" and m.provenance["type_k"] == "log"
+    assert m.n_gpu_layers == 12 and m.provenance["n_gpu_layers"] == "user"
+    assert m.model_path == "x" and m.provenance["model_path"] == "command_line"

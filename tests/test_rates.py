@@ -1,0 +1,148 @@
+"""Counter → rate: decode tok/s from the real generating captures, resets, idle, EWMA."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers_http import LLAMA_FIXTURES
+
+from kvmon.core.rates import CounterRate, SlotRateTracker
+from kvmon.core.readings import ServerReading, SlotReading
+from kvmon.sources.llamacpp import parse_metrics, parse_slot
+
+# The README: the generating captures were taken about 2 s and 4 s into the stream (no Date headers).
+CAPTURE_GAP_S = 2.0
+
+
+def _reading(t: float, slots: tuple[SlotReading, ...], metrics: dict[str, float] | None = None,
+             total_slots: int | None = None) -> ServerReading:
+    return ServerReading(t_monotonic=t, t_wall=1e9 + t, backend="llama-server", url="http://x", slots=slots,
+                         metrics=metrics or {}, total_slots=total_slots if total_slots is not None else len(slots))
+
+
+def _capture_reading(state: str, t: float) -> ServerReading:
+    raw = json.loads((LLAMA_FIXTURES / f"slots.{state}.json").read_text())
+    slots = tuple(s for s in (parse_slot(x, {}) for x in raw) if s is not None)
+    metrics = parse_metrics((LLAMA_FIXTURES / f"metrics.{state}.txt").read_text())
+    return _reading(t, slots, metrics)
+
+
+def _slot(n_decoded: int | None, held: int | None, *, task: int = 1, processing: bool = True) -> tuple[SlotReading]:
+    return (SlotReading(id=0, n_ctx=4096, context_tokens=held, processing=processing, n_decoded=n_decoded,
+                        id_task=task),)
+
+
+def test_generating_captures_give_the_decode_rate() -> None:
+    tr = SlotRateTracker()
+    first = tr.update(_capture_reading("generating", 100.0))
+    assert first.decode_tok_s is None  # one sample is no rate
+    second = tr.update(_capture_reading("generating-later", 100.0 + CAPTURE_GAP_S))
+    expected = (1635 - 1037) / CAPTURE_GAP_S  # n_decoded 1037 → 1635
+    assert second.decode_tok_s == pytest.approx(expected)
+    assert second.per_slot_decode_tok_s == {0: pytest.approx(expected)}
+    assert second.source == "slots"
+    assert second.prefill_tok_s is None  # decoding, not prefilling
+
+
+def test_idle_gives_none_not_zero() -> None:
+    tr = SlotRateTracker()
+    tr.update(_capture_reading("idle", 0.0))
+    s = tr.update(_capture_reading("idle-after", 1.0))
+    assert s.decode_tok_s is None and s.prefill_tok_s is None
+    assert s.per_slot_decode_tok_s == {0: None}
+
+
+def test_generation_end_goes_back_to_none() -> None:
+    tr = SlotRateTracker()
+    tr.update(_capture_reading("generating", 0.0))
+    assert tr.update(_capture_reading("generating-later", 2.0)).decode_tok_s is not None
+    assert tr.update(_capture_reading("after-long-stream", 3.0)).decode_tok_s is None
+
+
+def test_new_request_resets_cleanly() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(100, 1100, task=1)))
+    assert tr.update(_reading(1.0, _slot(150, 1150, task=1))).decode_tok_s == pytest.approx(50.0)
+    # a new request on the same slot starts again at a small n_decoded: no negative or huge rate
+    s = tr.update(_reading(2.0, _slot(3, 40, task=2)))
+    assert s.decode_tok_s is None
+    assert tr.update(_reading(3.0, _slot(43, 80, task=2))).decode_tok_s == pytest.approx(40.0)
+
+
+def test_n_decoded_falling_without_task_id_resets() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(500, 600, task=7)))
+    assert tr.update(_reading(1.0, _slot(20, 40, task=7))).decode_tok_s is None
+
+
+def test_server_restart_resets_counters() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, (), {"n_decode_total": 5000.0, "prompt_tokens_total": 900, "prompt_seconds_total": 3},
+                       total_slots=1))
+    s = tr.update(_reading(1.0, (), {"n_decode_total": 10.0, "prompt_tokens_total": 0, "prompt_seconds_total": 0},
+                           total_slots=1))
+    assert s.decode_tok_s is None and s.prefill_tok_s is None
+    s = tr.update(_reading(2.0, (), {"n_decode_total": 70.0, "prompt_tokens_total": 0, "prompt_seconds_total": 0},
+                           total_slots=1))
+    assert s.decode_tok_s == pytest.approx(60.0) and s.source == "metrics"
+
+
+def test_metrics_fallback_only_with_one_slot() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, (), {"n_decode_total": 0.0}, total_slots=4))
+    assert tr.update(_reading(1.0, (), {"n_decode_total": 100.0}, total_slots=4)).decode_tok_s is None
+
+
+def test_metrics_counter_not_moving_is_no_data() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, (), {"n_decode_total": 5.0}, total_slots=1))
+    assert tr.update(_reading(1.0, (), {"n_decode_total": 5.0}, total_slots=1)).decode_tok_s is None
+
+
+def test_prefill_from_tokens_held_growing() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(0, 2048)))
+    s = tr.update(_reading(2.0, _slot(0, 4096)))
+    assert s.prefill_tok_s == pytest.approx(1024.0)
+    assert s.decode_tok_s is None  # nothing generated yet: no decode data, not 0
+
+
+def test_prefill_from_prompt_counters() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, (), {"prompt_tokens_total": 100.0, "prompt_seconds_total": 1.0}))
+    s = tr.update(_reading(1.0, (), {"prompt_tokens_total": 4196.0, "prompt_seconds_total": 9.0}))
+    assert s.prefill_tok_s == pytest.approx(512.0)
+
+
+def test_two_slots_add_up() -> None:
+    tr = SlotRateTracker()
+
+    def two(a: int, b: int) -> tuple[SlotReading, ...]:
+        return (SlotReading(0, 8192, a + 10, True, n_decoded=a, id_task=1),
+                SlotReading(1, 8192, b + 10, True, n_decoded=b, id_task=2))
+
+    tr.update(_reading(0.0, two(0, 0)))
+    s = tr.update(_reading(1.0, two(30, 20)))
+    assert s.decode_tok_s == pytest.approx(50.0)
+    assert s.per_slot_decode_tok_s == {0: pytest.approx(30.0), 1: pytest.approx(20.0)}
+
+
+def test_long_gap_restarts() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(0, 10)))
+    assert tr.update(_reading(100.0, _slot(5000, 5010))).decode_tok_s is None
+
+
+def test_counter_rate_ewma_and_reset() -> None:
+    r = CounterRate(tau_s=2.0)
+    assert r.update(0.0, 0.0) is None
+    assert r.update(1.0, 100.0) == pytest.approx(100.0)
+    alpha = 1 - math.exp(-0.5)
+    assert r.update(2.0, 150.0) == pytest.approx(100.0 + alpha * (50.0 - 100.0))
+    assert r.update(2.0, 160.0) == r.rate  # no time passed: unchanged
+    assert r.update(3.0, 10.0) is None  # fell: reset
+    assert r.update(4.0, 30.0) == pytest.approx(20.0)
+    assert r.update(5.0, None) is None
+    assert r.update(6.0, float("nan")) is None
