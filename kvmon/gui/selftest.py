@@ -32,7 +32,7 @@ MIN_GREY_SD = 5.0
 MIN_NON_BACKGROUND_FRACTION = 0.02
 #: The modules the self-test drives; a bundle missing one of them is broken.
 REQUIRED_MODULES = ("kvmon.gui.app", "kvmon.gui.main_window", "kvmon.gui.settings", "kvmon.sim.server",
-                    "kvmon.monitor", "kvmon.sources.nvml")
+                    "kvmon.monitor", "kvmon.sources.detect", "kvmon.sources.nvml")
 
 
 class SelfTestError(RuntimeError):
