@@ -62,7 +62,12 @@ def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
 def looks_like_llama_server(argv: Sequence[str]) -> bool:
     """Whether an argv is a llama-server command line as Ollama builds it (``--port N`` and a model)."""
     port = _flag_value(argv, _PORT_FLAGS)
-    return bool(port and port.isdigit() and _flag_value(argv, _MODEL_FLAGS))
+    if not (port and port.isdigit()):
+        return False
+    if _flag_value(argv, ("--model",)):
+        return True
+    short = _flag_value(argv, ("-m",))  # also python's -m: only a file path counts
+    return bool(short and ("/" in short or "\\" in short or short.lower().endswith(".gguf")))
 
 
 def child_from_argv(pid: int, create_time: float, argv: Sequence[str]) -> OllamaChild | None:
