@@ -32,7 +32,7 @@ def _gpus() -> list[FakeGpu]:
             memory_reserved_bytes=600 * MIB, mem_clock_mhz=3201, mem_clock_max_mhz=3201, bus_width_bits=6144,
             pcie_gen=5, pcie_width=16, pcie_max_gen=5, pcie_max_width=16, gpu_util_percent=50,
             mem_util_percent=40, power_mw=500_000, power_limit_mw=700_000, temperature_c=55,
-            processes=[(4242, 90 * GIB)], dram_bw_util_percent=63.5,
+            processes=[(4242, 90 * GIB)], dram_bw_util_percent=63.5, pcie_tx_kb_s=7, pcie_rx_kb_s=9,
         ),
     ]
 
@@ -74,6 +74,7 @@ def test_healthy_reading_has_every_field_in_its_unit() -> None:
     assert set(g0.reasons) == {"dram_bandwidth_util_percent"}
     assert g1.peak_bandwidth_bytes_per_s == pytest.approx(4917.1e9, rel=1e-3) and g1.bandwidth_source == "nvml"
     assert g1.dram_bandwidth_util_percent == 63.5 and g1.reasons == {}
+    assert g1.pcie_tx_bytes_per_s == 7 * 1024 and g1.pcie_rx_bytes_per_s == 9 * 1024
     assert g1.server_used_bytes == 90 * GIB and g1.other_processes_used_bytes == 0
 
 
@@ -115,6 +116,7 @@ AFFECTS: dict[str, set[str]] = {
     "nvmlGpmQueryDeviceSupport": {"dram_bandwidth_util_percent"},
     "nvmlGpmSampleGet": {"dram_bandwidth_util_percent"},
     "nvmlGpmMetricsGet": {"dram_bandwidth_util_percent"},
+    "nvmlDeviceGetFieldValues": set(),  # PCIe byte counters: the throughput sample stands in (own test)
 }
 # Fields that change (not vanish) when a call fails: peak bandwidth falls back to the table; the PCIe
 # link bandwidth falls back to the current link; the process list loses one of its two halves.
@@ -197,6 +199,39 @@ def test_lost_gpu_is_asked_once_not_once_per_field() -> None:
     before = sum(fake.call_counts.values())
     src.poll()
     assert sum(fake.call_counts.values()) - before == 2  # nvmlDeviceGetCount, then the first call that fails
+
+
+def test_pcie_counters_give_the_average_since_the_last_poll() -> None:
+    now = [100.0]
+    gpus = _gpus()
+    gpus[1].pcie_tx_bytes_total, gpus[1].pcie_rx_bytes_total = 10**12, 2 * 10**12
+    fake = FakeNvml(gpus, clock=lambda: now[0])
+    src = NvmlSource(fake, include_child_processes=False)
+    first = src.poll().gpus
+    assert first[1].pcie_rx_bytes_per_s == 9 * 1024  # first poll: no interval yet, the 20 ms sample
+    assert first[0].pcie_rx_bytes_per_s == 3_000_000 * 1024  # GeForce: no counters, always the sample
+    now[0] += 2.0
+    fake.update(1, pcie_rx_bytes_total=2 * 10**12 + 50 * 10**9, pcie_tx_bytes_total=10**12 + 10**9)
+    g1 = src.poll().gpus[1]
+    assert g1.pcie_rx_bytes_per_s == pytest.approx(25e9) and g1.pcie_tx_bytes_per_s == pytest.approx(0.5e9)
+    now[0] += 1.0
+    fake.update(1, pcie_rx_bytes_total=0, pcie_tx_bytes_total=0)  # counters reset (driver reload)
+    assert src.poll().gpus[1].pcie_rx_bytes_per_s == 9 * 1024
+    now[0] += 1.0
+    fake.update(1, pcie_rx_bytes_total=4 * 10**9)
+    assert src.poll().gpus[1].pcie_rx_bytes_per_s == pytest.approx(4e9)
+    # GPU 0 answered NOT_SUPPORTED for the fields on the first poll and is not asked again; GPU 1 every poll
+    assert fake.call_counts["nvmlDeviceGetFieldValues"] == 1 + 4
+    # a transient failure: the sample for now, counters again two polls later
+    gpus[1].failing["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_UNKNOWN
+    now[0] += 1.0
+    assert src.poll().gpus[1].pcie_rx_bytes_per_s == 9 * 1024
+    del gpus[1].failing["nvmlDeviceGetFieldValues"]
+    for _ in range(2):
+        now[0] += 1.0
+        fake.update(1, pcie_rx_bytes_total=gpus[1].pcie_rx_bytes_total + 10**9)
+        last = src.poll().gpus[1]
+    assert last.pcie_rx_bytes_per_s == pytest.approx(1e9)
 
 
 def test_v1_memory_when_v2_is_missing_says_used_includes_reserved() -> None:

@@ -10,7 +10,9 @@ mid-run (``FakeGpu.lost``). All calls take one lock, so a simulator thread may c
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +30,8 @@ class FakeGpu:
     ``failing`` maps a pynvml function name to the NVML error code it raises on this GPU
     ("nvmlDeviceGetMemoryInfo_v2" fails only the v2 form of the memory call).
     ``dram_bw_util_percent`` is what GPM reports; ``None`` means the GPU has no GPM support.
+    ``pcie_tx_bytes_total``/``pcie_rx_bytes_total`` are the cumulative PCIe byte counters that
+    ``nvmlDeviceGetFieldValues`` reports (``None``: that field is not supported, as on GeForce).
     """
 
     name: str = "NVIDIA GeForce RTX 4090"
@@ -54,6 +58,8 @@ class FakeGpu:
     lost: bool = False
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     dram_bw_util_percent: float | None = None
+    pcie_tx_bytes_total: int | None = None
+    pcie_rx_bytes_total: int | None = None
 
 
 class _FakeHandle:
@@ -102,9 +108,11 @@ class FakeNvml:
 
     c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
 
-    def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.95.05") -> None:
+    def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.95.05",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.gpus = gpus
         self.driver_version = driver_version
+        self.clock = clock  # seconds; field values carry it as a microsecond timestamp
         self.failing: dict[str, int] = {}  # library-wide: "nvmlInit", "nvmlDeviceGetCount", ...
         self.lock = threading.RLock()
         self.initialized = 0
@@ -243,6 +251,20 @@ class FakeNvml:
             if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
                 return int(gpu.pcie_rx_kb_s)
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+            stamp = int(self.clock() * 1e6)
+            counters = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: gpu.pcie_tx_bytes_total,
+                        pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: gpu.pcie_rx_bytes_total}
+            out = []
+            for fid in field_ids:
+                value = counters.get(fid)
+                ret = pynvml.NVML_SUCCESS if value is not None else pynvml.NVML_ERROR_NOT_SUPPORTED
+                out.append(SimpleNamespace(fieldId=fid, scopeId=0, timestamp=stamp, latencyUsec=0, valueType=4,
+                                           nvmlReturn=ret, value=SimpleNamespace(ullVal=int(value or 0))))
+            return out
 
     # -- processes -------------------------------------------------------------------------------------
     @staticmethod

@@ -137,6 +137,8 @@ class _DeviceState:
     uuid: str | None = None
     skip: dict[str, str] = field(default_factory=dict)  # fname -> permanent reason
     memory_v2: bool = True
+    pcie_counters: bool | None = None  # cumulative PCIe byte counters (field values) supported?
+    pcie_last: tuple[int, int, int] | None = None  # (tx bytes, rx bytes, timestamp µs) at the last poll
     gpm: _GpmState = field(default_factory=_GpmState)
 
 
@@ -397,10 +399,46 @@ class NvmlSource:
         elif bw is None:
             r.fail(("pcie.bandwidth_bytes_per_s",), "PCIe link generation/width unknown")
         v["pcie.bandwidth_bytes_per_s"] = bw
+        rates = self._pcie_counter_rates(r.state)
+        if rates is not None:
+            v["pcie_tx_bytes_per_s"], v["pcie_rx_bytes_per_s"] = rates
+            return
         for key, counter in (("pcie_tx_bytes_per_s", self._nvml.NVML_PCIE_UTIL_TX_BYTES),
                              ("pcie_rx_bytes_per_s", self._nvml.NVML_PCIE_UTIL_RX_BYTES)):
             kb = r.call((key,), "nvmlDeviceGetPcieThroughput", h, counter)
             v[key] = None if kb is None else float(kb) * PCIE_THROUGHPUT_BYTES_PER_KB
+
+    def _pcie_counter_rates(self, state: _DeviceState) -> tuple[float, float] | None:
+        """TX/RX bytes/s averaged since the last poll from NVML's cumulative counters, or None (then the
+        20 ms throughput sample is used): unsupported (GeForce), first poll, or a counter reset."""
+        if state.pcie_counters is False:
+            return None
+        nvml = self._nvml
+        try:
+            fields = nvml.nvmlDeviceGetFieldValues(
+                state.handle, [nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES])
+            tx_f, rx_f = fields[0], fields[1]
+            if tx_f.nvmlReturn != 0 or rx_f.nvmlReturn != 0:
+                state.pcie_counters = False
+                return None
+            now = (int(tx_f.value.ullVal), int(rx_f.value.ullVal), int(tx_f.timestamp))
+        except Exception as exc:
+            code = _nvml_code(exc)
+            if code == _GPU_IS_LOST:
+                raise _Lost(_describe(exc)) from exc
+            if code in _PERMANENT or code is None:
+                state.pcie_counters = False
+            state.pcie_last = None
+            return None
+        state.pcie_counters = True
+        last, state.pcie_last = state.pcie_last, now
+        if last is None:
+            return None
+        dt_s = (now[2] - last[2]) / 1e6
+        d_tx, d_rx = now[0] - last[0], now[1] - last[1]
+        if dt_s <= 0 or d_tx < 0 or d_rx < 0:
+            return None
+        return d_tx / dt_s, d_rx / dt_s
 
     def _read_processes(self, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
         v, h = r.values, r.state.handle
