@@ -91,7 +91,7 @@ def _metric(text: str, name: str) -> float:
 
 def test_counters_move_when_a_request_ends_but_decode_calls_and_slots_move_live(idle_sim: SimServer,
                                                                                client: httpx.Client) -> None:
-    idle_sim.clock.speed = 5.0  # ~290 tok/s simulated: a 400-token answer streams for ~1.4 s
+    idle_sim.clock.set_speed(5.0)  # ~290 tok/s simulated: a 400-token answer streams for ~1.4 s
     seen: list[tuple[float, float, int, int]] = []
     with client.stream("POST", "/completion", json={"prompt": "x" * 400, "n_predict": 400, "stream": True}) as r:
         assert r.headers["content-type"] == "text/event-stream"
@@ -155,7 +155,7 @@ def test_chat_stream_ends_with_usage_timings_and_done(client: httpx.Client) -> N
 
 
 def test_busy_slot_and_fail_on_no_slot(idle_sim: SimServer, client: httpx.Client) -> None:
-    idle_sim.clock.speed = 1.0
+    idle_sim.clock.set_speed(1.0)
     req = idle_sim.engine.submit(50, 1000)
     assert req.t_end > idle_sim.clock.now() + 5
     r = client.get("/slots?fail_on_no_slot=1")

@@ -16,13 +16,14 @@ class SimClock:
     """Simulated time = ``speed`` × real seconds elapsed since ``start()``, plus any manual ``advance``."""
 
     def __init__(self, speed: float = 1.0, *, real_clock: Callable[[], float] = time.monotonic,
-                 wall_origin_s: float | None = None) -> None:
+                 wall_origin_s: float | None = None, running: bool = True) -> None:
         if not speed > 0:
             raise ValueError(f"clock speed must be > 0 (got {speed!r})")
         self.speed = float(speed)
         self._real = real_clock
         self._lock = threading.Lock()
         self._real_origin_s = real_clock()
+        self._running = running
         self._offset_s = 0.0
         self._wall_origin_s = time.time() if wall_origin_s is None else wall_origin_s
         self._wake = threading.Condition(self._lock)
@@ -33,7 +34,27 @@ class SimClock:
             return self._now_locked()
 
     def _now_locked(self) -> float:
+        if not self._running:
+            return self._offset_s
         return (self._real() - self._real_origin_s) * self.speed + self._offset_s
+
+    def set_speed(self, speed: float) -> None:
+        """Change the speed from now on; simulated time so far is kept (no jump)."""
+        if not speed > 0:
+            raise ValueError(f"clock speed must be > 0 (got {speed!r})")
+        with self._lock:
+            self._offset_s = self._now_locked()
+            self._real_origin_s = self._real()
+            self.speed = float(speed)
+            self._wake.notify_all()
+
+    def start(self) -> None:
+        """Let a clock made with ``running=False`` run from now on (simulated time so far is kept)."""
+        with self._lock:
+            if not self._running:
+                self._real_origin_s = self._real()
+                self._running = True
+                self._wake.notify_all()
 
     def wall(self) -> float:
         """A Unix time that moves with simulated time (for ``created`` fields and Ollama timestamps)."""
@@ -60,5 +81,7 @@ class SimClock:
                     return True
                 if stop is not None and stop.is_set():
                     return False
+                if not self._running:
+                    remaining = 0.05
                 # wake at least every 50 ms to notice stop / advance()
                 self._wake.wait(min(remaining, 0.05))

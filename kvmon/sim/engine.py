@@ -8,6 +8,7 @@ someone looks, and counters move when a request ends, as llama-server's do. One 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +65,9 @@ class SimEngine:
     """The simulated server's state over simulated time; thread-safe."""
 
     def __init__(self, scenario: Scenario, clock: SimClock, faults: FaultPlan | None = None, *,
-                 autoplay: bool = True) -> None:
+                 autoplay: bool = True, on_load: Callable[[Epoch], None] | None = None) -> None:
         self.scenario = scenario
+        self.on_load = on_load
         self.clock = clock
         self.faults = faults or FaultPlan()
         self.autoplay = autoplay
@@ -107,6 +109,8 @@ class SimEngine:
             if ep.model is None:
                 ep.model = LoadedModel(self.scenario, ep.n_ctx, self.other_vram_bytes(ep.t_begin))
                 self.n_slot_ctx = ep.n_ctx // self.scenario.n_parallel
+                if self.on_load is not None:
+                    self.on_load(ep)
             return ep
 
     def _next_epoch_begin(self, t: float) -> float | None:

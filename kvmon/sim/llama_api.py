@@ -111,7 +111,7 @@ class LlamaApi:
         body = {
             "default_generation_settings": {"params": gen_params(), "n_ctx": n_ctx},
             "total_slots": self.sim.scenario.n_parallel, "model_alias": self.model_name, "model_ftype": self._ftype(),
-            "model_path": self.model_name, "modalities": {"vision": False, "video": False, "audio": False},
+            "model_path": self.sim.model_path, "modalities": {"vision": False, "video": False, "audio": False},
             "media_marker": self.media_marker, "endpoint_slots": True, "endpoint_props": True,
             "endpoint_metrics": True, "ui": True, "ui_settings": {},
             "chat_template": "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "

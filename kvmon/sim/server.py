@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from kvmon.sim.clock import SimClock
-from kvmon.sim.engine import SimEngine
+from kvmon.sim.engine import Epoch, SimEngine
 from kvmon.sim.faults import Fault, FaultPlan, parse_faults
+from kvmon.sim.files import ServerLog, make_sim_dir, remove_sim_dir, write_gguf_header
 from kvmon.sim.gpu import SimGpus
 from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
 from kvmon.sim.scenarios import Scenario, get_scenario
@@ -129,13 +130,23 @@ class SimServer:
 
     def __init__(self, scenario: str | Scenario = "seed-3090x2", *, speed: float = 1.0, host: str = "127.0.0.1",
                  port: int = 0, faults: Iterable[str | Fault] = (), autoplay: bool = True,
-                 gpu_refresh_s: float = 0.1) -> None:
+                 gpu_refresh_s: float = 0.1, files_dir: str | None = None) -> None:
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
-        self.clock = SimClock(speed)
+        self.clock = SimClock(speed, running=False)  # simulated time starts when serving starts
         self.faults = FaultPlan(parse_faults(list(faults)))
-        self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay)
-        self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         self.gpus = SimGpus(self.scenario)
+        # the files a real server leaves: the GGUF (header only) /props points at, and the -lv 4 log
+        self._own_dir = files_dir is None
+        self.files_dir = files_dir or make_sim_dir()
+        self.model_path = os.path.join(self.files_dir, os.path.basename(self.scenario.model_alias.replace(":", "-")))
+        if not self.model_path.endswith(".gguf"):
+            self.model_path += ".gguf"
+        self.log_path = os.path.join(self.files_dir, "llama-server.log")
+        self.log = ServerLog(self.log_path)
+        self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded)
+        first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
+        assert first.model is not None
+        write_gguf_header(self.model_path, dict(first.model.preset.metadata))
         self.host, self.port = host, port
         self.gpu_refresh_s = gpu_refresh_s
         self.stopping = threading.Event()
@@ -166,10 +177,11 @@ class SimServer:
         self._threads = [serve, gpu]
         for t in self._threads:
             t.start()
+        self.clock.start()
         return self.url
 
     def stop(self) -> None:
-        """Stop serving; hung and streaming answers end at once."""
+        """Stop serving; hung and streaming answers end at once; the simulator's own files are removed."""
         self.stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
@@ -177,6 +189,17 @@ class SimServer:
         for t in self._threads:
             t.join(timeout=2)
         self._httpd = None
+        if self._own_dir and os.path.isdir(self.files_dir):
+            remove_sim_dir(self.files_dir)
+
+    def _loaded(self, epoch: Epoch) -> None:
+        """A (re)load: write the load-time log lines with what was free on each GPU then."""
+        model = epoch.model
+        assert model is not None
+        s = self.scenario
+        free = [model.gpu.vram_bytes - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
+                for i in range(s.n_gpus)]
+        self.log.load_block(model, epoch.t_begin, model.gpu.name, free, self.model_path)
 
     def __enter__(self) -> SimServer:
         self.start()

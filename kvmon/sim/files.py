@@ -1,0 +1,130 @@
+"""Files a real llama-server leaves for a monitor to read: its log and the model's GGUF header.
+
+The simulator writes both into a folder of its own, so kvmon's llama-server source reads the simulated
+server exactly as a real one: ``/props`` ``model_path`` points at a GGUF that holds the model's metadata
+(no tensors), and each (re)load appends the ``-lv 4`` load-time lines (layers offloaded, buffers per
+device, the KV cache size line) to the log.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from kvmon.sim.model import LoadedModel
+
+MIB = 1024 * 1024
+
+
+def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:
+    """A GGUF file with the model's metadata and no tensors (what kvmon reads: the header)."""
+    import gguf
+
+    arch = str(metadata.get("general.architecture", "llama"))
+    writer = gguf.GGUFWriter(path, arch)
+    for key, value in metadata.items():
+        if key in ("general.architecture", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"):
+            continue
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value) if 0 <= value < 2**32 else writer.add_uint64(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, (list, tuple)) and value:
+            writer.add_array(key, list(value))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _stamp(t_s: float) -> str:
+    """llama.cpp's log time prefix: minutes.seconds.milliseconds.microseconds since start."""
+    us = int(max(0.0, t_s) * 1e6)
+    return f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d}"
+
+
+class ServerLog:
+    """Appends llama-server's log lines to ``path`` (thread-safe)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        with open(path, "w", encoding="utf-8"):
+            pass
+
+    def write(self, t_s: float, lines: list[str]) -> None:
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            for ln in lines:
+                f.write(f"{_stamp(t_s)} I {ln}\n")
+
+    def load_block(self, model: LoadedModel, t_s: float, gpu_name: str, free_bytes: list[int],
+                   model_path: str) -> None:
+        """The lines one model load prints at ``-lv 4``: devices, layers, buffers, context, KV, slots."""
+        s = model.scenario
+        a = model.allocation
+        p = model.placement
+        lines = ["cmn  common_param: common_params_print_info: build 11549 (unknown) with GNU 12.2.0 for Linux x86_64"]
+        lines += [f"llama_model_load_from_file_impl: using device CUDA{i} (NVIDIA GeForce {gpu_name}) "
+                  f"(0000:{i + 1:02x}:00.0) - {free // MIB} MiB free" for i, free in enumerate(free_bytes)]
+        lines.append(f"llama_model_loader: loaded meta data with {len(model.preset.metadata)} key-value pairs "
+                     f"from {model_path}")
+        lines.append(f"load_tensors: offloaded {sum(p.gpu_layers) + (0 if p.cpu_layers else 1)}/"
+                     f"{model.n_layers + 1} layers to GPU")
+        for i, w in enumerate(p.weight_bytes_gpu):
+            if w:
+                lines.append(f"load_tensors: {f'CUDA{i}':>12s} model buffer size = {w / MIB:10.2f} MiB")
+        lines.append(f"load_tensors: {'CPU_Mapped':>12s} model buffer size = "
+                     f"{(p.weight_bytes_host + 300 * MIB) / MIB:10.2f} MiB")
+        n_ctx = model.n_ctx
+        fa = {"on": "enabled", "off": "disabled"}.get(s.flash_attn, "auto")
+        for name, value in (("n_ctx", n_ctx), ("n_ctx_seq", n_ctx // s.n_parallel), ("n_batch", 2048),
+                            ("n_ubatch", 512), ("flash_attn", fa), ("kv_unified", "false")):
+            lines.append(f"llama_context: {name:<21s} = {value}")
+        kv = a.k_bytes + a.v_bytes
+        for i, n in enumerate(p.gpu_layers):
+            if n:
+                lines.append(f"llama_kv_cache: {f'CUDA{i}':>10s} KV buffer size = "
+                             f"{kv * n / model.n_layers / MIB:8.2f} MiB")
+        if p.cpu_layers:
+            lines.append(f"llama_kv_cache: {'CPU':>10s} KV buffer size = "
+                         f"{kv * p.cpu_layers / model.n_layers / MIB:8.2f} MiB")
+        lines.append(f"llama_kv_cache: size = {kv / MIB:8.2f} MiB ({a.cells:6d} cells, {a.n_kv_layers:3d} layers, "
+                     f"{s.n_parallel}/{s.n_parallel} seqs), K ({s.type_k}): {a.k_bytes / MIB:8.2f} MiB, "
+                     f"V ({s.type_v}): {a.v_bytes / MIB:8.2f} MiB")
+        if a.recurrent_bytes:
+            lines.append(f"llama_memory_recurrent: {'CUDA0':>10s} RS buffer size = {a.recurrent_bytes / MIB:8.2f} MiB")
+        if fa == "enabled":
+            lines.append("resolve_fused_ops: Flash Attention enabled")
+        for i, n in enumerate(p.gpu_layers):
+            if n:
+                lines.append(f"sched_reserve: {f'CUDA{i}':>10s} compute buffer size = "
+                             f"{s.compute_buffer_bytes / MIB:8.2f} MiB")
+        lines.append(f"srv    load_model: initializing, n_slots = {s.n_parallel}, "
+                     f"n_ctx_slot = {n_ctx // s.n_parallel}, kv_unified = 'false'")
+        lines.append("srv    load_model: model loaded")
+        self.write(t_s, lines)
+
+
+def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
+    """A private temporary folder for the simulator's files."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def remove_sim_dir(path: str) -> None:
+    """Remove the simulator's folder (only the files it wrote)."""
+    for name in os.listdir(path):
+        try:
+            os.remove(os.path.join(path, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -1,0 +1,134 @@
+"""kvmon's own sources read the simulator with no special case: the seed's curve, the spill, Ollama."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+
+import pytest
+
+from kvmon.core.readings import FailureKind, ServerReading, SourceError
+from kvmon.sim.scenarios import GIB, ChatScript, Reload, get_scenario
+from kvmon.sim.server import SimServer
+
+llamacpp = pytest.importorskip("kvmon.sources.llamacpp")
+
+SEED = {0: 58.45, 8192: 55.69, 32768: 49.66, 65536: 42.83, 131072: 33.45, 262144: 22.68}
+
+
+def test_seed_curve_measured_through_the_source_falls_like_the_seed() -> None:
+    """50 turns to ~256K at ×150: decode speed of the turns finished between polls, from /metrics counters."""
+    base = get_scenario("seed-3090x2")
+    # same hardware, model and physics; shorter answers and pauses so the whole session runs in seconds
+    scenario = dataclasses.replace(base, script=dataclasses.replace(base.script, generated_tokens=200, think_s=2.0,
+                                                                    start_delay_s=0.0, loop=False))
+    points: list[tuple[int, float]] = []
+    with SimServer(scenario, speed=0.01) as sim:
+        src = llamacpp.LlamaServerSource(sim.url, timeout_s=5.0, log_path=sim.log_path)
+        try:
+            prev: ServerReading | None = src.poll()  # first poll (slow: process lookup) before the session runs
+            sim.clock.set_speed(150.0)
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                r = src.poll()
+                if prev is not None:
+                    d_tok = r.metrics["tokens_predicted_total"] - prev.metrics["tokens_predicted_total"]
+                    d_s = r.metrics["tokens_predicted_seconds_total"] - prev.metrics["tokens_predicted_seconds_total"]
+                    depth = r.metrics["n_tokens_max"]  # deepest context so far: where the finished turns ended
+                    if d_tok > 0 and d_s > 0:
+                        points.append((int(depth), d_tok / d_s))
+                prev = r
+                if sim.engine._script_done and not r.slots[0].processing:
+                    break
+                time.sleep(0.05)
+        finally:
+            src.close()
+        assert r.model is not None and r.model.shape is not None, "shape from the GGUF header /props points at"
+        assert r.config.type_k == "q8_0" and r.config.kv_bytes_allocated, "KV type and size from the server log"
+    assert points and max(d for d, _ in points) > 240_000, f"session did not reach 256K: {points[-3:]}"
+    # binned curve: monotone fall
+    edges = [0, 20_000, 60_000, 100_000, 140_000, 180_000, 220_000, 270_000]
+    bins = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = [v for d, v in points if lo <= d < hi]
+        assert sel, f"no measurement between {lo} and {hi} tokens"
+        bins.append(sum(sel) / len(sel))
+    assert all(a > b for a, b in itertools.pairwise(bins)), f"not a monotone fall: {bins}"
+    empty = [v for d, v in points if d < 12_000]
+    deep = [v for d, v in points if d > 245_000]
+    ratio = (sum(deep) / len(deep)) / (sum(empty) / len(empty))
+    seed_ratio = SEED[262144] / SEED[0]
+    assert abs(ratio / seed_ratio - 1) < 0.15, f"256K/empty {ratio:.3f} vs the seed's {seed_ratio:.3f}"
+
+
+def _spill_scenario() -> object:
+    base = get_scenario("spill-4090")
+    # the same story on a compressed timeline: other VRAM climbs from 10 s to 40 s, reload at 50 s
+    return dataclasses.replace(base, other_vram=((0.0, 1 * GIB), (10.0, 1 * GIB), (40.0, 14 * GIB)),
+                               reload=Reload(at_s=50.0, n_ctx=131072, load_s=5.0),
+                               script=ChatScript(n_turns=40, first_prompt_tokens=800, target_context_tokens=30000,
+                                                 generated_tokens=300, think_s=1.0, start_delay_s=0.0))
+
+
+def test_spill_shows_partial_offload_pcie_traffic_and_the_cliff() -> None:
+    nvml_mod = pytest.importorskip("kvmon.sources.nvml")
+    with SimServer(_spill_scenario(), speed=25.0) as sim:  # type: ignore[arg-type]
+        src = llamacpp.LlamaServerSource(sim.url, timeout_s=5.0, log_path=sim.log_path)
+        gpus = nvml_mod.NvmlSource(nvml=sim.nvml)
+        before = after = None
+        loading_seen = False
+        gpu_before = []
+        gpu_after = []
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                now = sim.clock.now()
+                try:
+                    r = src.poll()
+                except SourceError as e:
+                    assert e.failure.kind is FailureKind.MODEL_LOADING
+                    loading_seen = True
+                    continue
+                sim.refresh_gpus()
+                g = gpus.poll(r.server_pids or sim.server_pids).gpus[0]
+                if now < 45:
+                    before, gpu_before = r, [*gpu_before, g]
+                elif now > 58:
+                    after, gpu_after = r, [*gpu_after, g]
+                    if len(gpu_after) >= 8 and r.metrics.get("tokens_predicted_total", 0) > 0:
+                        break
+                time.sleep(0.03)
+        finally:
+            src.close()
+            gpus.close()
+    assert before is not None and after is not None and loading_seen
+    # before: everything on the GPU; the other application's VRAM rises until almost nothing is free
+    assert before.config.offloaded_layers == before.config.total_layers
+    assert gpu_before[-1].other_processes_used_bytes > gpu_before[0].other_processes_used_bytes
+    assert min(g.vram_free_bytes for g in gpu_before) < 1 * GIB
+    # after the reload with a 128K context: layers on the CPU (from the server's own log)
+    assert after.config.n_ctx_total == 131072
+    assert after.config.offloaded_layers < after.config.total_layers
+    assert "CPU" in after.config.kv_buffer_bytes_by_device
+    # PCIe traffic: prompt batches stream the CPU layers' weights to the GPU
+    assert max(g.pcie_rx_bytes_per_s or 0 for g in gpu_after) > 1e9
+    assert max(g.pcie_rx_bytes_per_s or 0 for g in gpu_before) < 1e8
+    # the cliff: decode speed of the reloaded server (counters reset with the new process)
+    after_tok_s = after.metrics["tokens_predicted_total"] / after.metrics["tokens_predicted_seconds_total"]
+    assert after_tok_s < 40, after_tok_s  # was ~100+ tok/s on the GPU alone
+
+
+def test_ollama_partial_shows_size_vram_below_size() -> None:
+    ollama = pytest.importorskip("kvmon.sources.ollama")
+    with SimServer("ollama-partial", speed=20.0) as sim:
+        src = ollama.OllamaSource(sim.url, timeout_s=5.0, find_child=False)
+        try:
+            r = src.poll()
+        finally:
+            src.close()
+    assert r.backend == "ollama"
+    assert r.model is not None and r.model.name == "gemma3:27b"
+    assert r.weight_bytes_host is not None and r.weight_bytes_host > 1 * GIB
+    assert r.weight_bytes_vram is not None and r.weight_bytes_vram < 16 * GIB
+    assert r.model.shape is not None, "shape from /api/show model_info"
