@@ -153,6 +153,27 @@ def _start_load(seconds: float) -> tuple[threading.Thread, dict[str, Any]] | Non
     return thread, result
 
 
+def _host_info(checks: Checks) -> None:
+    """Host RAM and a measured host copy bandwidth, when psutil and numpy are installed (optional)."""
+    import tempfile
+
+    try:
+        from kvmon.sources.host import HostSource
+
+        with tempfile.TemporaryDirectory(prefix="kvmon-smoke-") as cache:
+            host = HostSource(cache_dir=cache)
+            t0 = time.perf_counter()
+            bw = host.measure_bandwidth()
+            took = time.perf_counter() - t0
+            r = host.poll(server_pids=(os.getpid(),))
+    except ImportError as exc:
+        checks.info(f"host: skipped ({exc})")
+        return
+    ram, avail = (r.ram_total_bytes or 0) / GIB, (r.ram_available_bytes or 0) / GIB
+    checks.info(f"host: RAM {ram:.1f} GiB, available {avail:.1f} GiB; copy bandwidth {bw / 1e9:.1f} GB/s "
+                f"(measured in {took:.2f} s; source {r.host_bandwidth_source})")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Poll every GPU, print the readings as JSON and the checks; 1 when a consistency check fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -226,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"({g.reasons.get('server_used_bytes', 'attributed')})")
             checks.check(any(s.vram_used_bytes is not None for s in samples), "readings kept coming during the load")
     source.close()
+    _host_info(checks)
     checks.lines.append(f"total {time.perf_counter() - t_start:.1f} s; {checks.failed} check(s) failed")
     print("\n".join(checks.lines))
     return 1 if checks.failed else 0
