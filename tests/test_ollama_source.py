@@ -55,6 +55,9 @@ def test_full_offload_reading(ollama: OllamaFixture) -> None:
     assert m.path and m.path.endswith("sha256-667b0c1932bc6ffc593ed1d03f895bf2dc8dc6df21db3042284a6f4416b06a29")
     assert r.weight_bytes_vram == 6654289920 and r.weight_bytes_host == 0
     assert r.config.n_ctx_per_slot == 8192
+    # Ollama's defaults, marked as such: one slot, so the total context is context_length
+    assert r.config.n_parallel == 1 and r.config.n_ctx_total == 8192 and r.config.kv_unified is False
+    assert r.config.provenance["n_parallel"].value == "default"
     # no child search, no proxy: the rate is unavailable with how to enable it, and no slot claims a 0
     assert r.live_rate_source is None and r.slots == ()
     assert r.live_rate_unavailable_reason and ENABLE_LIVE_RATE_HINT in r.live_rate_unavailable_reason

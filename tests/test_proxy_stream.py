@@ -464,3 +464,30 @@ def test_meter_handles_huge_and_split_lines() -> None:
     gz.set_response(200, "application/x-ndjson", "gzip")
     gz.feed(b'{"message":{"content":"a"},"done":false}\n', 1.0)
     assert gz.chunks == 0 and gz.format is None  # compressed bodies are relayed, not read
+
+
+def test_kvmon_proxy_command_serves(upstream: Upstream) -> None:
+    import subprocess
+    import sys
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvmon", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(root)),
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}" in banner and upstream.url in banner
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/kvmon/stats")
+        doc = json.loads(conn.getresponse().read())
+        conn.close()
+        assert doc["kvmon_proxy"] == 1 and doc["listen"] == f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)

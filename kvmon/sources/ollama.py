@@ -36,6 +36,7 @@ SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole to
 SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 PROXY_TIMEOUT_S = 0.5
+OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
 # Ollama 0.30 started running llama-server as a child and counting cached prompt tokens in prompt_eval_count.
 CHILD_VERSION = (0, 30)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
@@ -615,10 +616,19 @@ class OllamaSource:
             reasons["weight_bytes_host"] = (
                 f"partial offload: {host_bytes} bytes of {active.name} live in host RAM (size_vram < size)"
             )
+        # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot
+        # (OLLAMA_NUM_PARALLEL), one KV stream per slot; the total context is context_length per slot.
+        if config_fields.get("n_parallel") is None:
+            config_fields["n_parallel"] = OLLAMA_DEFAULT_NUM_PARALLEL
+            prov["n_parallel"] = Provenance.DEFAULT
+        if config_fields.get("kv_unified") is None:
+            config_fields["kv_unified"] = False
+            prov["kv_unified"] = Provenance.DEFAULT
+        if config_fields.get("n_ctx_total") is None and active.context_length is not None:
+            config_fields["n_ctx_total"] = active.context_length * config_fields["n_parallel"]
+            prov["n_ctx_total"] = Provenance.COMPUTED
         config_fields["provenance"] = prov
         config = _make_config(config_fields)
-        if config.n_ctx_total is None and active.context_length is not None and config.n_parallel is not None:
-            config = replace(config, n_ctx_total=active.context_length * config.n_parallel)
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,

@@ -1,0 +1,69 @@
+"""Ollama from the outside in: backend detection, a Monitor snapshot, and ``kvmon once --json`` on a fake Ollama."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_ollama_helpers import OllamaFixture
+
+from kvmon.sources.ollama import OllamaSource
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def ollama() -> Iterator[OllamaFixture]:
+    server = OllamaFixture()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_detected_as_ollama_and_opened_as_ollama_source(ollama: OllamaFixture) -> None:
+    from kvmon.sources.detect import detect_backend, open_source
+
+    assert detect_backend(ollama.url, None, 2.0) == "ollama"
+    src = open_source(ollama.url, timeout_s=2.0)
+    try:
+        assert isinstance(src, OllamaSource)
+        assert src.poll().model is not None
+    finally:
+        src.close()
+
+
+def test_monitor_snapshot_from_ollama(ollama: OllamaFixture) -> None:
+    from kvmon.monitor import Monitor
+
+    src = OllamaSource(ollama.url, timeout_s=2.0, find_child=False, proxy_url="http://127.0.0.1:9")
+    mon = Monitor(src)
+    try:
+        snap = mon.poll()
+    finally:
+        mon.close()
+    assert snap.backend == "ollama"
+    assert snap.model.name == "llama3.1:8b" and snap.model.arch == "llama"
+    assert snap.model.n_ctx == 8192 and snap.model.n_layers == 32
+    assert snap.model.kv_bytes_per_token == 131072  # 32 layers × 8 KV heads × 128 × (K+V) × f16
+    assert snap.decode_tok_s is None  # no live source: unknown, never 0
+
+
+def test_once_json_against_a_fake_ollama(ollama: OllamaFixture) -> None:
+    if not (ROOT / "kvmon" / "once.py").exists():
+        pytest.skip("kvmon once is not in this tree yet")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-m", "kvmon", "once", ollama.url, "--json", "--interval", "0.2", "--timeout", "2"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["backend"] == "ollama" and doc["server_version"] == "0.33.0"
+    assert doc["model"]["name"] == "llama3.1:8b" and doc["model"]["n_ctx"] == 8192
+    assert doc["decode_tok_s"] is None
