@@ -96,55 +96,52 @@ def _raw_memory(index: int) -> Any:
         return None
 
 
+def _copy_loop(empty: Any, copy: Any, sync: Any, seconds: float, result: dict[str, Any]) -> None:
+    """Copy one 2 GiB device buffer into another for ``seconds``; store read + write bytes per second."""
+    n = 2 * GIB // 4
+    a, b = empty(n), empty(n)
+    copy(b, a)
+    sync()
+    t0, copies = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        copy(b, a)
+        copies += 1
+        if copies % 20 == 0:
+            sync()
+    sync()
+    result["copy_bytes_per_s"] = 2 * n * 4 * copies / (time.perf_counter() - t0)
+
+
 def _start_load(seconds: float) -> tuple[threading.Thread, dict[str, Any]] | None:
-    """Stream device memory with torch or cupy in a thread; None when neither is installed."""
+    """Stream device memory with torch or cupy in a thread; None when neither is usable."""
     result: dict[str, Any] = {}
+    args: tuple[Any, Any, Any] | None = None
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            return None
-
-        def run() -> None:
-            n = 2 * GIB // 4
-            a = torch.empty(n, dtype=torch.float32, device="cuda")
-            b = torch.empty_like(a)
-            b.copy_(a)
-            torch.cuda.synchronize()
-            t0, copies = time.perf_counter(), 0
-            while time.perf_counter() - t0 < seconds:
-                b.copy_(a)
-                copies += 1
-                if copies % 20 == 0:
-                    torch.cuda.synchronize()
-            torch.cuda.synchronize()
-            result["copy_bytes_per_s"] = 2 * n * 4 * copies / (time.perf_counter() - t0)
+        if torch.cuda.is_available():
+            args = (lambda n: torch.empty(n, dtype=torch.float32, device="cuda"),
+                    lambda dst, src: dst.copy_(src), torch.cuda.synchronize)
             result["lib"] = "torch"
-    except ImportError:
+    except Exception:  # not installed, or installed without working CUDA libraries
+        args = None
+    if args is None:
         try:
             import cupy  # type: ignore[import-not-found]
-        except ImportError:
-            return None
 
-        def run() -> None:
-            n = 2 * GIB // 4
-            a = cupy.empty(n, dtype=cupy.float32)
-            b = cupy.empty_like(a)
-            b[...] = a
-            cupy.cuda.Device().synchronize()
-            t0, copies = time.perf_counter(), 0
-            while time.perf_counter() - t0 < seconds:
-                b[...] = a
-                copies += 1
-                if copies % 20 == 0:
-                    cupy.cuda.Device().synchronize()
-            cupy.cuda.Device().synchronize()
-            result["copy_bytes_per_s"] = 2 * n * 4 * copies / (time.perf_counter() - t0)
+            def _cupy_copy(dst: Any, src: Any) -> None:
+                dst[...] = src
+
+            args = (lambda n: cupy.empty(n, dtype=cupy.float32), _cupy_copy,
+                    lambda: cupy.cuda.Device().synchronize())
             result["lib"] = "cupy"
+        except Exception:
+            return None
+    empty, copy, sync = args
 
     def guarded() -> None:
         try:
-            run()
+            _copy_loop(empty, copy, sync, seconds, result)
         except Exception as exc:  # report, do not crash the smoke check
             result["error"] = f"{type(exc).__name__}: {exc}"
 
