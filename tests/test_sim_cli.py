@@ -1,0 +1,87 @@
+"""``kvmon sim``: starts the simulator, prints its URL, serves until stopped; bad options exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+import httpx
+import pytest
+
+from kvmon.sim import cli
+from kvmon.sim.clock import SimClock
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base: dict[str, object] = {"scenario": "seed-3090x2", "port": 0, "host": "127.0.0.1", "speed": 1.0, "fault": []}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_run_prints_the_url_and_serves_until_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    ready, stop = threading.Event(), threading.Event()
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(cli.run(_args(speed=10.0, fault=["hang:1@999"]),
+                                                              ready=ready, stop=stop)), daemon=True)
+    t.start()
+    assert ready.wait(10)
+    out = capsys.readouterr().out
+    url = next(w for w in out.split() if w.startswith("http://127.0.0.1:"))
+    assert httpx.get(url + "/health").json() == {"status": "ok"}
+    assert "hang:1@999" in out and "seed-3090x2" in out
+    stop.set()
+    t.join(5)
+    assert result == [0]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health", timeout=1.0)
+
+
+@pytest.mark.parametrize("kw", [{"fault": ["explode"]}, {"scenario": "nope"}, {"speed": 0.0}])
+def test_bad_options_exit_2_with_one_line(kw: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(_args(**kw)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvmon sim: ") and "\n" not in err
+
+
+def test_fault_list_explains_syntax_and_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(_args(fault=["list"])) == 0
+    out = capsys.readouterr().out
+    for word in ("seed-3090x2", "spill-4090", "ollama-partial", "restart[:L]@T", "hang:N[@T]", "drip[:B][@T]"):
+        assert word in out
+
+
+def test_port_in_use_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        assert cli.run(_args(port=port)) == 2
+    assert "cannot listen" in capsys.readouterr().err
+
+
+def test_kvmon_sim_subcommand_is_wired() -> None:
+    from kvmon.cli import main
+
+    assert main(["sim", "--fault", "list"]) == 0
+
+
+def test_clock_accelerates_pauses_and_never_jumps() -> None:
+    t = [100.0]
+    clock = SimClock(10.0, real_clock=lambda: t[0], running=False)
+    t[0] += 5
+    assert clock.now() == 0.0  # not started
+    clock.start()
+    t[0] += 2
+    assert clock.now() == pytest.approx(20.0)
+    clock.set_speed(1.0)
+    assert clock.now() == pytest.approx(20.0)
+    t[0] += 3
+    assert clock.now() == pytest.approx(23.0)
+    clock.advance(7)
+    assert clock.now() == pytest.approx(30.0) and clock.real_seconds_until(32.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        clock.advance(-1)
+    with pytest.raises(ValueError):
+        SimClock(0)
