@@ -13,6 +13,7 @@ from kvmon.physics.kv import (
     kv_allocation,
     kv_bytes_in_use,
     kv_bytes_per_token,
+    layer_bytes_per_token,
     pad_cells,
     recurrent_state_bytes,
 )
@@ -185,3 +186,28 @@ def test_allocation_rejects_negative_context() -> None:
 def test_allocation_total_property() -> None:
     a = KvAllocation(cells=256, swa_cells=0, k_bytes=10, v_bytes=20, recurrent_bytes=5)
     assert a.total_bytes == 35 and a.kv_bytes == 30
+
+
+def test_without_flash_attention_v_is_padded_to_the_widest_layer() -> None:
+    # gemma4-like: SWA layers 2 × 256 wide, full layers 2 × 512; -fa off pads every V row to 1024 values
+    shape = ModelShape.from_gguf({
+        "general.architecture": "gemma4", "gemma4.block_count": 6, "gemma4.embedding_length": 2560,
+        "gemma4.attention.head_count": 8, "gemma4.attention.head_count_kv": 2, "gemma4.attention.key_length": 512,
+        "gemma4.attention.value_length": 512, "gemma4.attention.key_length_swa": 256,
+        "gemma4.attention.value_length_swa": 256, "gemma4.attention.sliding_window": 4096,
+    })
+    fa = kv_allocation(shape, 1024)
+    no_fa = kv_allocation(shape, 1024, flash_attn=False)
+    assert fa.k_bytes == no_fa.k_bytes == 1024 * 2 * 2 * (5 * 256 + 512)
+    assert fa.v_bytes == fa.k_bytes
+    assert no_fa.v_bytes == 1024 * 2 * 6 * 2 * 512
+    # uniform layers: no difference (the fixtures' -fa off run printed the same 32 MiB)
+    small = capture_shape("tiny-llama-e256-l4.gguf")
+    assert kv_allocation(small, 16384, flash_attn=False) == kv_allocation(small, 16384)
+
+
+def test_layer_bytes_per_token() -> None:
+    shape = PRESETS["qwen3.5-27b"].shape()
+    per_layer = layer_bytes_per_token(shape)
+    assert len(per_layer) == 64 and sum(per_layer) == 65_536
+    assert per_layer[:4] == (0, 0, 0, 4096)

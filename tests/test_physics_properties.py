@@ -11,7 +11,7 @@ from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.ceiling import DeviceShare, ceiling_tok_s, max_context_fitting
 from kvmon.physics.kv import kv_allocation, kv_bytes_in_use, kv_bytes_per_token
 from kvmon.physics.presets import PRESETS
-from kvmon.physics.shape import ModelShape
+from kvmon.physics.shape import ModelShape, ShapeError
 
 SHAPES = [p.shape() for p in PRESETS.values()]
 shapes = st.sampled_from(SHAPES)
@@ -94,3 +94,35 @@ def test_ceiling_falls_as_kv_grows(bw: float, weights: float, kv1: float, kv2: f
     lo, hi = sorted((kv1, kv2))
     a, b = ceiling_tok_s(dev, lo), ceiling_tok_s(dev, hi)
     assert a is not None and b is not None and a >= b > 0
+
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(1 << 40), max_value=1 << 40), st.floats(),
+    st.text(max_size=5), st.binary(max_size=5), st.lists(st.integers(min_value=-2, max_value=64), max_size=8),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+_ARCHS = st.sampled_from(["llama", "gemma2", "gemma3", "gemma3n", "gemma4", "gpt-oss", "llama4", "deepseek2",
+                          "qwen35", "qwen3next", "granitehybrid", "jamba", "nemotron_h", "mamba", "rwkv7",
+                          "falcon-h1", "qwen3moe", "phi3", "brandnew"])
+_SUFFIXES = ["block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
+             "attention.key_length", "attention.value_length", "attention.sliding_window",
+             "attention.sliding_window_pattern", "attention.shared_kv_layers", "attention.key_length_mla",
+             "attention.recurrent_layers", "full_attention_interval", "feed_forward_length", "expert_count",
+             "expert_used_count", "ssm.inner_size", "ssm.state_size", "ssm.conv_kernel", "ssm.group_count",
+             "wkv.head_size", "nextn_predict_layers", "context_length"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ARCHS, st.dictionaries(st.sampled_from(_SUFFIXES), _VALUES, max_size=12),
+       st.integers(min_value=1, max_value=8))
+def test_any_metadata_gives_a_shape_or_a_shape_error(arch: str, keys: dict[str, Any], n_layers: int) -> None:
+    meta: dict[str, Any] = {"general.architecture": arch, f"{arch}.block_count": n_layers,
+                            f"{arch}.embedding_length": 64, f"{arch}.attention.head_count": 4}
+    meta.update({f"{arch}.{k}": v for k, v in keys.items()})
+    try:
+        shape = ModelShape.from_gguf(meta)
+    except ShapeError:
+        return
+    assert len(shape.layers) == shape.n_layers > 0
+    assert kv_bytes_per_token(shape).total >= 0
+    assert kv_allocation(shape, 1000, n_seq=2).total_bytes >= 0

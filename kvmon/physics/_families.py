@@ -18,6 +18,8 @@ from kvmon.physics.shape import (
     plain,
 )
 
+MAX_LAYERS = 10_000  # far above any real model; guards against corrupt headers
+
 # Architectures whose every layer is plain full attention in llama.cpp (GQA or not).
 DENSE_ARCHS = frozenset(
     {
@@ -133,8 +135,8 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
     partial = False
 
     n_layers = m.need_int("block_count")
-    if n_layers <= 0:
-        raise ShapeError(f"{arch}.block_count is {n_layers}")
+    if not 0 < n_layers <= MAX_LAYERS:
+        raise ShapeError(f"{arch}.block_count is {n_layers}, outside 1..{MAX_LAYERS}")
     n_embd = m.need_int("embedding_length")
     if n_embd <= 0:
         raise ShapeError(f"{arch}.embedding_length is {n_embd}")

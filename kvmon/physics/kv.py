@@ -76,6 +76,12 @@ def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: st
     return KvPerToken(k_total, v_total, windowed)
 
 
+def layer_bytes_per_token(shape: ModelShape, type_k: str | None = "f16",
+                          type_v: str | None = "f16") -> tuple[int, ...]:
+    """K + V bytes per token of each layer's own cache (0 for layers without one), e.g. to split KV by device."""
+    return tuple(sum(_layer_bytes(layer, type_k, type_v)) if layer.has_kv else 0 for layer in shape.layers)
+
+
 def _positions_read(layer: LayerShape, context_tokens: float) -> float:
     if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window:
         return min(context_tokens, float(layer.window))
@@ -120,11 +126,13 @@ def kv_allocation(
     type_v: str | None = "f16",
     n_ubatch: int = 512,
     swa_full: bool = False,
+    flash_attn: bool = True,
 ) -> KvAllocation:
     """The KV cache llama.cpp reserves for ``-c n_ctx -np n_seq`` (``kv_unified``), K and V apart.
 
     Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(n_ctx / n_seq) cells.
     SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream.
+    Without flash attention V is stored transposed, every layer's V as wide as the widest layer's.
     """
     if n_ctx < 0:
         raise ValueError(f"negative n_ctx {n_ctx}")
@@ -137,11 +145,14 @@ def kv_allocation(
         cells = pad_cells(n_ctx // n_seq)
     swa_cells = 0
     k_total = v_total = swa_k = swa_v = n_kv_layers = 0
+    v_max = max((layer.v_elements for layer in shape.layers if layer.has_kv), default=0)
     for layer in shape.layers:
         if not layer.has_kv:
             continue
         n_kv_layers += 1
         k, v = _layer_bytes(layer, type_k, type_v)
+        if not flash_attn and layer.kind is not AttentionKind.MLA:
+            v = cache_type(type_v).bytes_for(v_max)
         layer_cells = cells
         if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window and not swa_full:
             layer_cells = pad_cells(min(cells, layer.window * (n_seq if unified else 1) + n_ubatch))
