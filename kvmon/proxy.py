@@ -764,7 +764,9 @@ class ProxyServer:
                     continue
                 if self._probe_version:
                     self._maybe_probe()
-                if upstream is None or upstream[1].is_closing():
+                if upstream is None or upstream[1].is_closing() or upstream[0].at_eof():
+                    if upstream is not None:  # the upstream closed the idle connection
+                        upstream[1].close()
                     try:
                         upstream = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
                     except (OSError, asyncio.TimeoutError) as e:
@@ -847,6 +849,8 @@ class ProxyServer:
                         captured.extend(data[: MAX_REQUEST_CAPTURE - len(captured)])
                     await uwriter.drain()
             await uwriter.drain()
+            if meter.model is None and captured:
+                meter.model = _model_from_request(bytes(captured))
             with self._lock:
                 self._totals["bytes_to_upstream"] += sent
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from test_ollama_helpers import OllamaFixture, fixture_bytes
@@ -337,3 +338,78 @@ def test_busy_model_in_the_proxy_wins_over_latest_expiry(ollama: OllamaFixture) 
         src.close()
         proxy.stop()
     assert r.model is not None and r.model.name == "llama3.1:8b"
+
+
+def test_untagged_request_name_matches_latest(ollama: OllamaFixture) -> None:
+    ps = json.loads(fixture_bytes("ps.several.json"))
+    ps["models"][0]["name"] = ps["models"][0]["model"] = "llama3.1:latest"
+    ollama.set("/api/ps", 200, json.dumps(ps))
+    stats = _stats(ollama.url)
+    stats["in_flight"][0]["model"] = "llama3.1"  # clients may omit the tag
+    stats["recent"][0]["model"] = "llama3.1"
+    proxy = OllamaFixture()
+    proxy.set("/kvmon/stats", 200, json.dumps(stats))
+    src = _source(ollama.url, proxy_url=proxy.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+        proxy.stop()
+    assert r.model is not None and r.model.name == "llama3.1:latest"
+    assert len(r.slots) == 1 and r.last_request is not None
+
+
+def _write_gguf(path: Path) -> None:
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(4)
+    w.add_context_length(32768)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_tensor("token_embd.weight", np.zeros((64, 32), dtype=np.float16))
+    w.add_tensor("output_norm.weight", np.zeros((32,), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_local_model_file_fills_weights_and_shape(ollama: OllamaFixture, tmp_path: Path) -> None:
+    blob = tmp_path / ("sha256-" + "ab" * 32)
+    _write_gguf(blob)
+    ollama.set_file("/api/ps", "ps.partial-offload.json")  # gemma3: /api/show lists no tensors
+    show = json.loads(fixture_bytes("show.gemma3-27b.verbose.json"))
+    show["modelfile"] = f"FROM {blob}\n"
+    show["model_info"] = {}  # as if an old Ollama told nothing of the shape
+    ollama.set("/api/show", 200, json.dumps(show))
+    src = _source(ollama.url)
+    try:
+        r = src.poll()
+        src.poll()
+    finally:
+        src.close()
+    m = r.model
+    assert m is not None and m.path == str(blob)
+    assert m.weight_bytes == 64 * 32 * 2 + 32 * 4
+    assert m.shape is not None and m.shape.n_layers == 4 and m.shape_source == "gguf"
+    assert "tensor directory" in r.reasons["weight_bytes"] and "shape" not in r.reasons
+
+
+def test_unreadable_local_model_file_is_a_reason(ollama: OllamaFixture, tmp_path: Path) -> None:
+    blob = tmp_path / ("sha256-" + "cd" * 32)
+    blob.write_bytes(b"not a gguf at all, just some bytes")
+    ollama.set_file("/api/ps", "ps.partial-offload.json")
+    show = json.loads(fixture_bytes("show.gemma3-27b.verbose.json"))
+    show["modelfile"] = f"FROM {blob}\n"
+    ollama.set("/api/show", 200, json.dumps(show))
+    src = _source(ollama.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.model is not None and r.model.weight_bytes is None and r.model.shape is not None  # from /api/show
+    assert "not readable" in r.reasons["model_file"] and "weights not known" in r.reasons["weight_bytes"]

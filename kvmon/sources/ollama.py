@@ -156,6 +156,20 @@ def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
     return models, notes
 
 
+def _canonical_name(name: str) -> str:
+    """``llama3.1`` → ``llama3.1:latest``, as Ollama resolves a name without a tag."""
+    n = name.strip()
+    return n if ":" in n.rsplit("/", 1)[-1] else n + ":latest"
+
+
+def names_match(name: str | None, model: OllamaModel) -> bool:
+    """Whether a request's model name refers to this loaded model (a missing tag means ``latest``)."""
+    if not name:
+        return False
+    c = _canonical_name(name)
+    return any(c == _canonical_name(n) for n in (model.name, model.model) if n)
+
+
 def pick_active(models: Sequence[OllamaModel], busy_names: Sequence[str] = ()) -> OllamaModel | None:
     """The model to show: one a request is streaming from now, else the one used last (latest ``expires_at``).
 
@@ -165,7 +179,7 @@ def pick_active(models: Sequence[OllamaModel], busy_names: Sequence[str] = ()) -
         return None
     for name in busy_names:
         for m in models:
-            if name in (m.name, m.model):
+            if names_match(name, m):
                 return m
     epoch = datetime.fromtimestamp(0).astimezone()
 
@@ -396,6 +410,7 @@ class _ShowEntry:
 class _State:
     version: str | None = None
     shows: dict[str, _ShowEntry] = field(default_factory=dict)
+    gguf: dict[str, tuple[int | None, Any, str | None]] = field(default_factory=dict)
 
 
 class OllamaSource:
@@ -476,6 +491,35 @@ class OllamaSource:
         self._state.shows = {k: v for k, v in self._state.shows.items() if now - v.fetched_at < 3600.0}
         self._state.shows[key] = _ShowEntry(info, reason, now)
         return info, reason
+
+    def _gguf(self, key: str, path: str) -> tuple[int | None, Any, str | None]:
+        """(weight bytes, shape, why not) from the model's GGUF header; read once per model."""
+        cached = self._state.gguf.get(key)
+        if cached is not None:
+            return cached
+        weights: int | None = None
+        shape: Any = None
+        reason: str | None = None
+        try:
+            from kvmon.sources.gguf_meta import GgufError, read_gguf_header
+
+            header = read_gguf_header(path)
+        except ImportError:  # pragma: no cover - ships with kvmon
+            reason = "GGUF reader unavailable"
+        except (OSError, GgufError) as e:
+            reason = f"model file {path} not readable ({type(e).__name__}: {e})"[:200]
+        else:
+            weights = header.tensor_bytes
+            try:
+                from kvmon.physics.shape import ModelShape
+
+                shape = ModelShape.from_gguf(header.metadata)
+            except (ValueError, TypeError, KeyError) as e:
+                reason = f"model shape unreadable from {path}: {e}"[:200]
+        if len(self._state.gguf) > 32:
+            self._state.gguf.clear()
+        self._state.gguf[key] = (weights, shape, reason)
+        return weights, shape, reason
 
     def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
         body = {"model": name, "verbose": True} if verbose else {"model": name}
@@ -579,7 +623,7 @@ class OllamaSource:
                     n_decoded=s.tokens_so_far,
                 )
                 for s in proxy.in_flight
-                if s.model is None or s.model in (active.name, active.model)
+                if s.model is None or names_match(s.model, active)
             )
             rate_source = "proxy"
         else:
@@ -587,12 +631,28 @@ class OllamaSource:
             rate_reason = f"live rate unavailable: {ENABLE_LIVE_RATE_HINT}" + (f" ({why})" if why else "")
 
         last: RequestStats | None = None
-        if proxy is not None and proxy.last is not None and proxy.last_model in (None, active.name, active.model):
+        if proxy is not None and proxy.last is not None and (
+            proxy.last_model is None or names_match(proxy.last_model, active)
+        ):
             last = proxy.last
             if proxy.last_prefill_reason:
                 reasons["prefill_tok_s"] = proxy.last_prefill_reason
 
+        model_path = config_fields.get("model_path") or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
+        shape = show.shape if show else None
+        shape_source = "ollama_show" if shape is not None else None
+        if (weight_bytes is None or shape is None) and model_path and self._is_local:
+            # The model file itself, when Ollama runs here and it is readable: exact weights and shape.
+            gguf_weights, gguf_shape, gguf_reason = self._gguf(active.digest or active.name, model_path)
+            if weight_bytes is None and gguf_weights is not None:
+                weight_bytes = gguf_weights
+                reasons["weight_bytes"] = "summed from the model file's tensor directory"
+            if shape is None and gguf_shape is not None:
+                shape, shape_source = gguf_shape, "gguf"
+                reasons.pop("shape", None)
+            if gguf_reason and (weight_bytes is None or shape is None):
+                reasons["model_file"] = gguf_reason
         if weight_bytes is None:
             reasons["weight_bytes"] = (
                 "weights not known: /api/show listed no tensor sizes (/api/ps size also holds KV cache and buffers)"
@@ -600,16 +660,16 @@ class OllamaSource:
         n_params = show.n_params if show and show.n_params else parse_parameter_size(active.parameter_size)
         model = ModelInfo(
             name=active.name,
-            arch=(show.arch if show else None) or active.family,
+            arch=(show.arch if show else None) or getattr(shape, "arch", None) or active.family,
             n_params=n_params,
             weight_bytes=weight_bytes,
-            n_ctx_train=show.n_ctx_train if show else None,
-            n_embd=show.n_embd if show else None,
+            n_ctx_train=(show.n_ctx_train if show else None) or getattr(shape, "n_ctx_train", None),
+            n_embd=(show.n_embd if show else None) or getattr(shape, "n_embd", None),
             quantization=active.quantization,
-            path=config_fields.get("model_path") or (show.blob_path if show else None),
+            path=model_path,
             digest=active.digest,
-            shape=show.shape if show else None,
-            shape_source="ollama_show" if show and show.shape is not None else None,
+            shape=shape,
+            shape_source=shape_source,
         )
         host_bytes = active.host_bytes
         if host_bytes:
