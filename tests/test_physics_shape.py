@@ -260,3 +260,52 @@ def test_ollama_json_values() -> None:
             "llama.vocab_size": 128256, "tokenizer.ggml.tokens": []}
     shape = ModelShape.from_gguf(info)
     assert shape.vocab_size == 128256 and kv_bytes_per_token(shape).total == 131072
+
+
+def _write_gguf(path: str) -> None:
+    import gguf
+
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_block_count(6)
+    w.add_embedding_length(1152)
+    w.add_head_count(4)
+    w.add_head_count_kv([1, 1, 1, 1, 1, 1])
+    w.add_key_length(256)
+    w.add_value_length(256)
+    w.add_sliding_window(512)
+    w.add_context_length(32768)
+    w.add_array("gemma3.attention.sliding_window_pattern", [True] * 5 + [False])
+    w.add_tensor("x", np.zeros(32, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_real_gguf_file_read_back_with_the_gguf_reader(tmp_path: Any) -> None:
+    import gguf
+
+    path = str(tmp_path / "tiny-gemma3.gguf")
+    _write_gguf(path)
+    reader = gguf.GGUFReader(path)
+    contents = {f.name: f.contents() for f in reader.fields.values()}
+    # the raw numpy parts too: scalars as one-element memmaps, arrays as numpy arrays
+    raw: dict[str, Any] = {}
+    for f in reader.fields.values():
+        if isinstance(contents[f.name], str) or not f.data:
+            raw[f.name] = contents[f.name]
+        elif len(f.data) == 1:
+            raw[f.name] = f.parts[f.data[0]]
+        else:
+            raw[f.name] = np.concatenate([f.parts[i] for i in f.data])
+    expected = [A.SWA] * 5 + [A.FULL]
+    for meta in (contents, raw):
+        shape = ModelShape.from_gguf(meta)
+        assert kinds(shape) == expected and shape.n_ctx_train == 32768
+        assert kv_bytes_per_token(shape).total == 6 * 256 * 2 * 2
+        assert kv_allocation(shape, 32768).swa_cells == 1024
+    try:
+        from kvmon.sources.gguf_meta import read_gguf_metadata
+    except ImportError:
+        return
+    assert ModelShape.from_gguf(read_gguf_metadata(path)) == ModelShape.from_gguf(contents)

@@ -122,6 +122,8 @@ def plain(value: Any) -> Any:
 def as_int(value: Any, key: str) -> int:
     """One integer from a metadata value; ShapeError when it is not a whole, non-negative number."""
     v = plain(value)
+    if isinstance(v, list) and len(v) == 1:  # a one-element array, as raw gguf reader parts hold scalars
+        v = v[0]
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, float) and v.is_integer():
@@ -136,6 +138,8 @@ def as_int(value: Any, key: str) -> int:
 def per_layer(value: Any, n_layers: int, key: str) -> list[int] | None:
     """A scalar or per-layer array as one int per layer; None when the array is empty (Ollama trims long arrays)."""
     v = plain(value)
+    if isinstance(v, list) and len(v) == 1 and n_layers != 1:
+        v = v[0]  # a scalar held in a one-element array
     if isinstance(v, list):
         if not v:
             return None
