@@ -120,7 +120,7 @@ def self_test(out_path: Path, *, scenario: str = "seed-3090x2", min_polls: int =
               timeout_s: float = POLL_TIMEOUT_S) -> ImageStats:
     """The whole check; returns the rendered image's stats or raises SelfTestError saying what failed."""
     platform = _ensure_platform()
-    modules = _import_required()
+    modules = _import_required(REQUIRED_MODULES)
     from PySide6.QtGui import QIcon
 
     from kvmon.core.snapshot import ConnectionStatus
@@ -198,7 +198,8 @@ def run(args: argparse.Namespace | None = None) -> int:
         print(f"kvmon self-test: FAIL: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # anything else is a broken install too: say what, don't crash
-        traceback.print_exc()
+        if sys.stderr is not None:  # None in a windowed (no console) bundle
+            traceback.print_exc()
         print(f"kvmon self-test: FAIL: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(out_path)
