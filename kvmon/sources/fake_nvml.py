@@ -159,26 +159,31 @@ class FakeNvml:
 
     # -- library ---------------------------------------------------------------------------------------
     def nvmlInit(self) -> None:
+        """Start the library (counted, like NVML); fails with ``failing['nvmlInit']``."""
         with self.lock:
             self._lib_call("nvmlInit")
             self.initialized += 1
 
     def nvmlShutdown(self) -> None:
+        """Stop the library (one count down)."""
         with self.lock:
             self._lib_call("nvmlShutdown")
             self.initialized -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
+        """The driver version string."""
         with self.lock:
             self._lib_call("nvmlSystemGetDriverVersion")
             return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
+        """How many GPUs there are."""
         with self.lock:
             self._lib_call("nvmlDeviceGetCount")
             return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _FakeHandle:
+        """A handle for GPU ``index`` (InvalidArgument past the end)."""
         with self.lock:
             handle = _FakeHandle(index)
             self._gpu("nvmlDeviceGetHandleByIndex", handle)
@@ -186,14 +191,17 @@ class FakeNvml:
 
     # -- identity and memory ---------------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle: Any) -> str:
+        """The marketing name, e.g. 'NVIDIA GeForce RTX 4090'."""
         with self.lock:
             return self._gpu("nvmlDeviceGetName", handle).name
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        """The GPU's UUID string."""
         with self.lock:
             return self._gpu("nvmlDeviceGetUUID", handle).uuid
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
+        """v1 (used includes reserved) or, with ``version``, v2 (used excludes reserved)."""
         with self.lock:
             variant = "nvmlDeviceGetMemoryInfo_v2" if version else None
             gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle, variant=variant)
@@ -204,12 +212,14 @@ class FakeNvml:
             return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        """Kernel and memory duty cycles in percent."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
             return pynvml.c_nvmlUtilization_t(gpu=int(gpu.gpu_util_percent), memory=int(gpu.mem_util_percent))
 
     # -- clocks and bus --------------------------------------------------------------------------------
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        """Current clock in MHz (memory clock only; others NotSupported)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
             if clock_type != pynvml.NVML_CLOCK_MEM:
@@ -217,6 +227,7 @@ class FakeNvml:
             return int(gpu.mem_clock_mhz)
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+        """Max clock in MHz (memory clock only; others NotSupported)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
             if clock_type != pynvml.NVML_CLOCK_MEM:
@@ -224,26 +235,32 @@ class FakeNvml:
             return int(gpu.mem_clock_max_mhz)
 
     def nvmlDeviceGetMemoryBusWidth(self, handle: Any) -> int:
+        """Memory bus width in bits."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetMemoryBusWidth", handle).bus_width_bits)
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        """Current PCIe generation (drops at idle on real GPUs)."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen)
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        """Current PCIe lane count."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        """Max PCIe generation of GPU and slot."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_max_gen)
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        """Max PCIe lane count of GPU and slot."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_max_width)
 
     def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        """PCIe TX or RX in KB/s (NVML samples 20 ms)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetPcieThroughput", handle)
             if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
@@ -253,6 +270,7 @@ class FakeNvml:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
+        """Field values; only the cumulative PCIe TX/RX byte counters are known, others NotSupported."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
             stamp = int(self.clock() * 1e6)
@@ -273,23 +291,28 @@ class FakeNvml:
                 for pid, used in entries]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        """Compute processes: objects with ``pid`` and ``usedGpuMemory`` (None = WDDM)."""
         with self.lock:
             return self._procs(list(self._gpu("nvmlDeviceGetComputeRunningProcesses", handle).processes))
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        """Graphics processes, shaped like the compute list."""
         with self.lock:
             return self._procs(list(self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics_processes))
 
     # -- power and temperature -------------------------------------------------------------------------
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        """Power draw in mW."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        """Enforced power limit in mW."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        """GPU temperature in °C (the GPU sensor only)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetTemperature", handle)
             if sensor != pynvml.NVML_TEMPERATURE_GPU:
@@ -298,22 +321,26 @@ class FakeNvml:
 
     # -- GPM (Hopper and newer) ------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, handle: Any) -> SimpleNamespace:
+        """Whether GPM works on this GPU (``isSupportedDevice``)."""
         with self.lock:
             gpu = self._gpu("nvmlGpmQueryDeviceSupport", handle)
             return SimpleNamespace(version=1, isSupportedDevice=int(gpu.dram_bw_util_percent is not None))
 
     def nvmlGpmSampleAlloc(self) -> _FakeGpmSample:
+        """A GPM sample buffer."""
         with self.lock:
             self._lib_call("nvmlGpmSampleAlloc")
             return _FakeGpmSample()
 
     def nvmlGpmSampleFree(self, sample: Any) -> None:
+        """Free a GPM sample buffer."""
         with self.lock:
             self._lib_call("nvmlGpmSampleFree")
             if isinstance(sample, _FakeGpmSample):
                 sample.freed = True
 
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        """Take a GPM sample on this GPU into ``sample``."""
         with self.lock:
             gpu = self._gpu("nvmlGpmSampleGet", handle)
             if gpu.dram_bw_util_percent is None:
@@ -325,6 +352,7 @@ class FakeNvml:
             return sample
 
     def nvmlGpmMetricsGet(self, metrics_get: Any) -> Any:
+        """Fill the requested metrics from two samples of one GPU (DRAM bandwidth utilisation only)."""
         with self.lock:
             self._lib_call("nvmlGpmMetricsGet")
             s1, s2 = metrics_get.sample1, metrics_get.sample2
