@@ -52,6 +52,7 @@ class FixtureServer:
     def __init__(self) -> None:
         self.routes: dict[str, CannedResponse] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, headers)
+        self.sequences: dict[str, list[CannedResponse]] = {}  # path -> answers in turn (the last repeats)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         server_self = self
@@ -67,6 +68,9 @@ class FixtureServer:
                 path = self.path.split("?", 1)[0]
                 with server_self._lock:
                     server_self.requests.append((self.command, self.path, dict(self.headers.items())))
+                    seq = server_self.sequences.get(path)
+                    if seq:
+                        server_self.routes[path] = seq.pop(0) if len(seq) > 1 else seq[0]
                     canned = server_self.routes.get(self.path) or server_self.routes.get(path)
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
@@ -116,12 +120,22 @@ class FixtureServer:
         """Answer ``path`` with this status, body and headers."""
         data = body.encode("utf-8") if isinstance(body, str) else body
         with self._lock:
+            self.sequences.pop(path, None)
             self.routes[path] = CannedResponse(status, data, dict(headers or {"Content-Type": "application/json"}))
 
     def set_capture(self, path: str, capture: str) -> None:
         """Answer ``path`` with a llama-server capture file (body, status and headers as recorded)."""
         status, body, headers = read_capture(capture)
         self.set(path, status, body, headers)
+
+    def sequence_captures(self, path: str, captures: list[str]) -> None:
+        """Answer ``path`` with these captures in turn, one per request; the last one repeats."""
+        answers = []
+        for name in captures:
+            status, body, headers = read_capture(name)
+            answers.append(CannedResponse(status, body, headers))
+        with self._lock:
+            self.sequences[path] = answers
 
     def hang(self, path: str, seconds: float) -> None:
         """Accept requests for ``path`` and answer nothing for ``seconds``."""

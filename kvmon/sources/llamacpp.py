@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon.core.readings import (
     FailureKind,
@@ -75,6 +74,8 @@ def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped."""
+    from prometheus_client.parser import text_string_to_metric_families  # only needed once /metrics answers
+
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.type != "counter":
@@ -185,7 +186,7 @@ class LlamaServerSource:
         model_metadata_override: Mapping[str, Any] | None = None,
         inspect_local_process: bool = True,
     ) -> None:
-        self.base_url = normalize_base_url(base_url, default_port=8080)
+        self.base_url = normalize_base_url(base_url)
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         parts = urlsplit(self.base_url)

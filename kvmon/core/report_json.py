@@ -1,0 +1,128 @@
+"""The documented ``kvmon once --json`` document, made from one Snapshot (schema in docs/once-json.md).
+
+Scripts and bug reports depend on this shape: fields are only ever added. Unknown values are ``null``
+(never 0), non-finite floats become ``null``, and nothing here can carry credentials: the URL is the
+snapshot's display URL, already without user, password or query.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kvmon import __version__
+from kvmon.core.snapshot import Snapshot
+
+SCHEMA_VERSION = 1
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe plain values: enums to their value, NaN/inf to None, tuples to lists, keys to str."""
+    if isinstance(value, enum.Enum):
+        return _clean(value.value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(_clean(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return str(value)
+
+
+def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
+    """The ``once --json`` document for ``snapshot``: plain JSON types only."""
+    s = snapshot
+    m = s.model
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kvmon_version": __version__,
+        "t_wall": s.t_wall,
+        "backend": s.backend,
+        "server_version": s.server_version,
+        "url": s.url,
+        "connection": {"status": s.connection.status, "reason": s.connection.reason},
+        "model": {
+            "name": m.name,
+            "arch": m.arch,
+            "n_params": m.n_params,
+            "quantization": m.quantization,
+            "weight_bytes": m.weight_bytes,
+            "weight_bytes_read_per_token": m.weight_bytes_read_per_token,
+            "n_ctx": m.n_ctx,
+            "n_ctx_total": m.n_ctx_total,
+            "n_ctx_train": m.n_ctx_train,
+            "n_layers": m.n_layers,
+            "n_slots": m.n_slots,
+            "kv_unified": m.kv_unified,
+            "kv_type_k": m.kv_type_k,
+            "kv_type_v": m.kv_type_v,
+            "flash_attn": m.flash_attn,
+            "kv_bytes_per_token": m.kv_bytes_per_token,
+            "kv_allocated_bytes": m.kv_allocated_bytes,
+            "recurrent_state_bytes": m.recurrent_state_bytes,
+            "shape_note": m.shape_note,
+        },
+        "slots": [
+            {
+                "id": sl.id,
+                "n_ctx": sl.n_ctx,
+                "context_tokens": sl.context_tokens,
+                "processing": sl.processing,
+                "decode_tok_s": sl.decode_tok_s,
+            }
+            for sl in s.slots
+        ],
+        "context_tokens": s.context_tokens,
+        "decode_tok_s": s.decode_tok_s,
+        "prefill_tok_s": s.prefill_tok_s,
+        "decode_rate_source": s.decode_rate_source,
+        "ceiling_tok_s": s.ceiling_tok_s,
+        "efficiency": s.efficiency,
+        "kv_in_use_bytes": s.kv_in_use_bytes,
+        "kv_allocated_bytes": s.kv_allocated_bytes,
+        "bytes_read_per_token": s.bytes_read_per_token,
+        "achieved_bandwidth_bytes_per_s": s.achieved_bandwidth_bytes_per_s,
+        "peak_bandwidth_bytes_per_s": s.peak_bandwidth_bytes_per_s,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "vram_total_bytes": g.vram_total_bytes,
+                "vram_used_bytes": g.vram_used_bytes,
+                "vram_free_bytes": g.vram_free_bytes,
+                "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
+                "bandwidth_source": g.bandwidth_source,
+                "weights_bytes": g.weights_bytes,
+                "kv_allocated_bytes": g.kv_allocated_bytes,
+                "other_processes_bytes": g.other_processes_bytes,
+            }
+            for g in s.gpus
+        ],
+        "gpus_unavailable_reason": s.gpus_unavailable_reason,
+        "host": {
+            "ram_total_bytes": s.host.ram_total_bytes,
+            "ram_available_bytes": s.host.ram_available_bytes,
+            "weights_in_host_bytes": s.host.weights_in_host_bytes,
+            "kv_in_host_bytes": s.host.kv_in_host_bytes,
+            "server_rss_bytes": s.host.server_rss_bytes,
+        },
+        "forecast": {
+            "tokens_until_ctx_full": s.forecast.tokens_until_ctx_full,
+            "seconds_until_ctx_full": s.forecast.seconds_until_ctx_full,
+            "tokens_until_vram_full": s.forecast.tokens_until_vram_full,
+            "seconds_until_vram_full": s.forecast.seconds_until_vram_full,
+            "milestones": [
+                {"context_tokens": ms.context_tokens, "tok_s": ms.tok_s, "low_tok_s": ms.low_tok_s,
+                 "high_tok_s": ms.high_tok_s, "ceiling_tok_s": ms.ceiling_tok_s}
+                for ms in s.forecast.milestones
+            ],
+        },
+        "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
+        "provenance": dict(s.provenance),
+        "reasons": dict(s.reasons),
+    }
+    return _clean(doc)  # type: ignore[no-any-return]
