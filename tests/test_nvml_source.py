@@ -379,3 +379,13 @@ def test_unified_memory_gpu_through_the_source_uses_the_user_value() -> None:
     assert g.peak_bandwidth_bytes_per_s == 273e9 and g.bandwidth_source == "user"
     assert g.bus_width_bits is None and "unified" in g.reasons["bus_width_bits"]
     assert g.vram_total_bytes is None and "not supported" in g.reasons["vram_total_bytes"]
+
+
+@pytest.mark.parametrize("code", FIELD_ERRORS, ids=lambda c: pynvml.NVMLError(c).__class__.__name__)
+def test_no_handle_for_one_gpu_leaves_the_others(code: int) -> None:
+    gpus = _gpus()
+    gpus[0].failing["nvmlDeviceGetHandleByIndex"] = code
+    g0, g1 = NvmlSource(FakeNvml(gpus)).poll().gpus
+    assert g0.index == 0 and all(v is None for k, v in _flat(g0).items() if k != "index")
+    assert "no handle for GPU 0" in g0.reasons["vram_used_bytes"]
+    assert g1.vram_used_bytes == 100 * GIB
