@@ -37,6 +37,10 @@ from kvmon.core.snapshot import (
     SlotView,
     Snapshot,
 )
+from kvmon.physics import ceiling as ceiling_mod
+from kvmon.physics import forecast as forecast_mod
+from kvmon.physics import kv as kv_mod
+from kvmon.physics import weights as weights_mod
 
 MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144)
 NO_GPU_BANDWIDTH = "no GPU bandwidth known (set one in settings)"
@@ -79,7 +83,7 @@ class AnalyzerSettings:
     milestones: tuple[int, ...] = MILESTONES
     curve_points: int = 48
     max_fit_points: int = 4096
-    advice_types: tuple[str, ...] = ("q8_0", "q4_0")
+    advice_types: tuple[str, ...] = ("q8_0",)  # q4_0 costs quality: not suggested unasked
 
 
 @dataclass
@@ -97,13 +101,6 @@ class _Placement:
 
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
-
-
-def _physics() -> Any:
-    """The physics modules, imported together (they are written alongside this one)."""
-    from kvmon.physics import ceiling, forecast, kv, weights
-
-    return ceiling, forecast, kv, weights
 
 
 class Analyzer:
@@ -133,6 +130,10 @@ class Analyzer:
         self._last_ok: Snapshot | None = None
         self._failure_since: float | None = None
         self._server_used: dict[int, int | None] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._memo_shape: Any = None
+        self._fit_t: float | None = None
+        self._fit_n = 0
         self._last_vram_secs: float | None = None
 
     # ------------------------------------------------------------------ public
@@ -154,6 +155,33 @@ class Analyzer:
     def reset(self) -> None:
         """Forget the session (new server): rates, fit points, trends, alerts."""
         self.__init__(self.settings, alert_engine=None)  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ memoised physics
+
+    def _memo_get(self, shape: Any, key: tuple[Any, ...], fn: Any) -> Any:
+        """Physics results per model shape, computed once: polls repeat the same questions."""
+        if shape is not self._memo_shape and shape != self._memo_shape:
+            self._memo.clear()
+        self._memo_shape = shape
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        if len(self._memo) > 4096:
+            self._memo.clear()
+        value = self._memo[key] = fn()
+        return value
+
+    def _kv_in_use(self, shape: Any, ctx: float, type_k: str, type_v: str) -> float:
+        return float(self._memo_get(shape, ("use", ctx, type_k, type_v),
+                                    lambda: kv_mod.kv_bytes_in_use(shape, ctx, type_k, type_v)))
+
+    def _kv_alloc(self, shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
+                  n_ubatch: int) -> int:
+        return int(self._memo_get(shape, ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch),
+                                  lambda: kv_mod.kv_allocation(shape, n_ctx, n_seq=n_seq, unified=unified,
+                                                               type_k=type_k, type_v=type_v,
+                                                               n_ubatch=n_ubatch).total_bytes))
 
     # ------------------------------------------------------------------ failure paths
 
@@ -199,7 +227,6 @@ class Analyzer:
     # ------------------------------------------------------------------ model
 
     def _model_view(self, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> tuple[ModelView, Any]:
-        _, _, kv, weights = _physics()
         m, cfg = r.model, r.config
         shape = m.shape if m is not None else None
         cprov = {k: (v.value if hasattr(v, "value") else str(v)) for k, v in cfg.provenance.items()}
@@ -242,14 +269,17 @@ class Analyzer:
         kv_per_token = alloc = rec = None
         read_per_token: float | None = None
         if shape is not None:
-            kv_per_token = float(kv.kv_bytes_per_token(shape, type_k, type_v).total)
+            kv_per_token = float(self._memo_get(shape, ("per_token", type_k, type_v),
+                                                lambda: kv_mod.kv_bytes_per_token(shape, type_k, type_v).total))
             prov["kv_bytes_per_token"] = "computed"
-            rec = kv.recurrent_state_bytes(shape, n_slots or 1) or None
+            rec = self._memo_get(shape, ("rec", n_slots),
+                                 lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
             if weight_bytes is not None:
-                wr = weights.weight_bytes_read_per_token(shape, weight_bytes)
+                wr = self._memo_get(shape, ("weights", weight_bytes),
+                                    lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
                 read_per_token = float(wr.bytes)
                 prov["weight_bytes_read_per_token"] = "estimated" if wr.estimated else "computed"
-                if wr.note:
+                if wr.estimated and wr.note:
                     reasons["weight_bytes_read_per_token"] = wr.note
         else:
             reasons["kv_bytes_per_token"] = "model shape unknown (no GGUF metadata)"
@@ -262,8 +292,7 @@ class Analyzer:
             alloc = int(cfg.kv_bytes_allocated)
             prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
         elif shape is not None and n_ctx_total:
-            alloc = kv.kv_allocation(shape, n_ctx_total, n_seq=n_slots or 1, unified=bool(unified),
-                                     type_k=type_k, type_v=type_v, n_ubatch=cfg.n_ubatch or 512).total_bytes
+            alloc = self._kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg.n_ubatch or 512)
             prov["kv_allocated_bytes"] = "computed"
         else:
             reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
@@ -409,7 +438,6 @@ class Analyzer:
 
     def _devices(self, p: _Placement, read_per_token: float | None, gviews: Sequence[GpuView],
                  host_bw: float | None) -> tuple[list[Any] | None, str | None]:
-        ceiling, _, _, _ = _physics()
         if read_per_token is None:
             return None, "model size unknown"
         resident = sum(p.weights_gpu.values()) + p.weights_host
@@ -424,19 +452,20 @@ class Analyzer:
             g = by_index.get(idx)
             if g is None or g.peak_bandwidth_bytes_per_s is None:
                 return None, NO_GPU_BANDWIDTH
-            devices.append(ceiling.DeviceShare(
+            devices.append(ceiling_mod.DeviceShare(
                 name=f"GPU {idx}", bandwidth_bytes_per_s=g.peak_bandwidth_bytes_per_s,
                 weight_bytes=p.weights_gpu.get(idx, 0.0) * scale, kv_fraction=p.kv_gpu.get(idx, 0.0), location="gpu"))
         for idx, frac in sorted(p.kv_pcie.items()):
             g = by_index.get(idx)
             if g is None or not g.pcie_bandwidth_bytes_per_s:
                 return None, f"GPU {idx} PCIe link bandwidth unknown"
-            devices.append(ceiling.DeviceShare(name=f"PCIe {idx}", bandwidth_bytes_per_s=g.pcie_bandwidth_bytes_per_s,
-                                               weight_bytes=0.0, kv_fraction=frac, location="pcie"))
+            devices.append(ceiling_mod.DeviceShare(
+                name=f"PCIe {idx}", bandwidth_bytes_per_s=g.pcie_bandwidth_bytes_per_s, weight_bytes=0.0,
+                kv_fraction=frac, location="pcie"))
         if p.weights_host > 0 or p.kv_host > 0:
             if not host_bw:
                 return None, NO_HOST_BANDWIDTH
-            devices.append(ceiling.DeviceShare(name="host", bandwidth_bytes_per_s=host_bw,
+            devices.append(ceiling_mod.DeviceShare(name="host", bandwidth_bytes_per_s=host_bw,
                                                weight_bytes=p.weights_host * scale, kv_fraction=p.kv_host,
                                                location="host"))
         if not devices:
@@ -485,7 +514,6 @@ class Analyzer:
     # ------------------------------------------------------------------ main
 
     def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
-        ceiling_mod, forecast_mod, kv, _ = _physics()
         st = self.settings
         prov: dict[str, str] = {}
         reasons: dict[str, str] = dict(r.reasons)
@@ -496,7 +524,7 @@ class Analyzer:
             self._model_key = key
             self._fit_points.clear()
             self._efficiencies.clear()
-            self._fit, self._fit_dirty, self._curve_cache = None, False, None
+            self._fit, self._fit_dirty, self._curve_cache, self._fit_t = None, False, None, None
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
 
         # speeds
@@ -535,8 +563,8 @@ class Analyzer:
             depths = [s.context_tokens for s in r.slots if s.context_tokens]
             if not depths and context:
                 depths = [context]
-            kv_in_use = int(sum(kv.kv_bytes_in_use(shape, d, type_k, type_v) for d in depths)) if depths else 0
-            kv_read_now = kv.kv_bytes_in_use(shape, context or 0, type_k, type_v)
+            kv_in_use = int(sum(self._kv_in_use(shape, d, type_k, type_v) for d in depths)) if depths else 0
+            kv_read_now = self._kv_in_use(shape, context or 0, type_k, type_v)
             prov["kv_in_use_bytes"] = "computed"
 
         # GPUs and where the model lives
@@ -590,16 +618,15 @@ class Analyzer:
             point_rate = per_slot.get(deepest.id) if deepest is not None and per_slot.get(deepest.id) else decode
             self._fit_points.append((float(context), float(point_rate)))
             self._fit_dirty = True
-        fc = self._forecast(model, context, decode, devices, shape, type_k, type_v, gviews, forecast_mod,
-                            ceiling_mod, kv, prov)
+        vfacts = self._vram_facts(gviews)
+        fc = self._forecast(t, model, context, decode, devices, shape, type_k, type_v, vfacts, prov)
 
         # host
         hview = self._host_view(host, placement, model.kv_allocated_bytes)
 
         # alerts
         facts = self._alert_facts(r, t, model, context, deepest.id if deepest and len(r.slots) > 1 else None, decode,
-                                  fc, gviews, placement, devices, kv_read_now, ceiling_now, shape, type_k, type_v,
-                                  ceiling_mod, kv)
+                                  fc, vfacts, placement, devices, kv_read_now, ceiling_now, shape)
         alerts = self.alerts.update(facts)
 
         status = {"loading": ConnectionStatus.LOADING, "sleeping": ConnectionStatus.SLEEPING}.get(
@@ -643,9 +670,9 @@ class Analyzer:
                                achieved_bandwidth_bytes_per_s=achieved))
         return tuple(out)
 
-    def _forecast(self, model: ModelView, context: int | None, decode: float | None, devices: list[Any] | None,
-                  shape: Any, type_k: str, type_v: str, gviews: Sequence[GpuView], forecast_mod: Any,
-                  ceiling_mod: Any, kv: Any, prov: dict[str, str]) -> Forecast:
+    def _forecast(self, now: float, model: ModelView, context: int | None, decode: float | None,
+                  devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
+                  vfacts: Sequence[GpuVramFacts], prov: dict[str, str]) -> Forecast:
         """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones."""
         tokens_ctx = secs_ctx = None
         if model.n_ctx and context is not None:
@@ -653,15 +680,20 @@ class Analyzer:
             if decode:
                 secs_ctx = tokens_ctx / decode
         secs_vram = tokens_vram = None
-        for f in self._vram_facts(gviews):
+        for f in vfacts:
             if f.seconds_until_full is not None and (secs_vram is None or f.seconds_until_full < secs_vram):
                 secs_vram = f.seconds_until_full
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
         self._last_vram_secs = secs_vram
-        if self._fit_dirty:
-            self._fit = forecast_mod.fit_decode(list(self._fit_points)) if len(self._fit_points) >= 2 else None
+        # The robust fit costs tens of ms with hundreds of points: refit on every new point while there are
+        # few, then when the points grew by a tenth or a minute has passed.
+        n_pts = len(self._fit_points)
+        if self._fit_dirty and (n_pts < 64 or self._fit_t is None or n_pts >= 1.1 * self._fit_n
+                                or now - self._fit_t >= 60.0):
+            self._fit = forecast_mod.fit_decode(list(self._fit_points)) if n_pts >= 2 else None
             self._fit_dirty = False
+            self._fit_t, self._fit_n = now, n_pts
         fit = self._fit
         milestones: list[Milestone] = []
         median_eff = _median(list(self._efficiencies))
@@ -671,7 +703,7 @@ class Analyzer:
                     break
                 ceil_m = None
                 if devices is not None and shape is not None:
-                    ceil_m = ceiling_mod.ceiling_tok_s(devices, kv.kv_bytes_in_use(shape, m, type_k, type_v))
+                    ceil_m = ceiling_mod.ceiling_tok_s(devices, self._kv_in_use(shape, m, type_k, type_v))
                 if fit is not None:
                     pred = fit.predict(m)
                     if pred is None or pred.tok_s is None or not math.isfinite(pred.tok_s):
@@ -701,8 +733,7 @@ class Analyzer:
         )
 
     def _advice(self, r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
-                kv_read_now: float | None, ceiling_now: float | None, decode: float | None, context: int | None,
-                ceiling_mod: Any, kv: Any) -> tuple[CacheAdvice, ...]:
+                ceiling_now: float | None, decode: float | None, context: int | None) -> tuple[CacheAdvice, ...]:
         """Cheaper KV cache types: VRAM freed (same allocation rule) and the speed they would give here."""
         from kvmon.physics.cache_types import bytes_per_element
 
@@ -712,7 +743,7 @@ class Analyzer:
         now_k, now_v = model.kv_type_k, model.kv_type_v
         cfg = r.config
         args = {"n_seq": model.n_slots or 1, "unified": bool(model.kv_unified), "n_ubatch": cfg.n_ubatch or 512}
-        base = kv.kv_allocation(shape, model.n_ctx_total, type_k=now_k, type_v=now_v, **args).total_bytes
+        base = self._kv_alloc(shape, model.n_ctx_total, args["n_seq"], args["unified"], now_k, now_v, args["n_ubatch"])
         median_eff = _median(list(self._efficiencies))
         out = []
         for t in self.settings.advice_types:
@@ -720,10 +751,10 @@ class Analyzer:
                 continue
             if bytes_per_element(t) >= min(bytes_per_element(now_k), bytes_per_element(now_v)):
                 continue
-            alt = kv.kv_allocation(shape, model.n_ctx_total, type_k=t, type_v=t, **args).total_bytes
+            alt = self._kv_alloc(shape, model.n_ctx_total, args["n_seq"], args["unified"], t, t, args["n_ubatch"])
             tok_s = None
             if devices is not None and ceiling_now:
-                alt_ceiling = ceiling_mod.ceiling_tok_s(devices, kv.kv_bytes_in_use(shape, context or 0, t, t))
+                alt_ceiling = ceiling_mod.ceiling_tok_s(devices, self._kv_in_use(shape, context or 0, t, t))
                 if alt_ceiling:
                     if decode is not None:
                         tok_s = decode * alt_ceiling / ceiling_now
@@ -738,23 +769,22 @@ class Analyzer:
         return tuple(out)
 
     def _alert_facts(self, r: ServerReading, t: float, model: ModelView, context: int | None, slot_id: int | None,
-                     decode: float | None, fc: Forecast, gviews: Sequence[GpuView], p: _Placement,
-                     devices: list[Any] | None, kv_read_now: float | None, ceiling_now: float | None, shape: Any,
-                     type_k: str, type_v: str, ceiling_mod: Any, kv: Any) -> AlertFacts:
+                     decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: _Placement,
+                     devices: list[Any] | None, kv_read_now: float | None, ceiling_now: float | None,
+                     shape: Any) -> AlertFacts:
         kv_host_frac = p.kv_host + sum(p.kv_pcie.values())
         kv_known = bool(p.kv_gpu) or kv_host_frac > 0
         via = "PCIe" if p.kv_pcie else "host RAM"
         cap = ceiling_now if kv_host_frac > 0 else None
         weights_host = int(p.weights_host) if p.source in ("ollama", "log") else None
         try:
-            advice = self._advice(r, model, shape, devices, kv_read_now, ceiling_now, decode, context,
-                                  ceiling_mod, kv)
+            advice = self._advice(r, model, shape, devices, ceiling_now, decode, context)
         except (ValueError, KeyError):
             advice = ()
         return AlertFacts(
             t_monotonic=t, backend=r.backend, connected=True, n_ctx=model.n_ctx, context_tokens=context,
             slot_id=slot_id, tokens_until_ctx_full=fc.tokens_until_ctx_full,
-            seconds_until_ctx_full=fc.seconds_until_ctx_full, decode_tok_s=decode, gpus=self._vram_facts(gviews),
+            seconds_until_ctx_full=fc.seconds_until_ctx_full, decode_tok_s=decode, gpus=vfacts,
             kv_host_fraction=kv_host_frac if kv_known else None,
             kv_host_bytes=int(kv_host_frac * model.kv_allocated_bytes) if model.kv_allocated_bytes else None,
             kv_host_via=via, kv_host_cap_tok_s=cap, weights_host_bytes=weights_host,

@@ -1,0 +1,414 @@
+"""Analyzer: hand-made readings → Snapshot numbers checked against the physics by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from kvmon.core.analysis import NO_GPU_BANDWIDTH, NO_HOST_BANDWIDTH, Analyzer, AnalyzerSettings, device_gpu_index
+from kvmon.core.readings import (
+    FailureKind,
+    GpuReading,
+    GpuSetReading,
+    HostReading,
+    ModelInfo,
+    PcieLink,
+    ServerConfig,
+    ServerReading,
+    SlotReading,
+    SourceFailure,
+)
+from kvmon.core.snapshot import AlertLevel, ConnectionStatus
+from kvmon.physics.presets import PRESETS
+from kvmon.physics.shape import ModelShape
+
+GIB = 1024**3
+L8B = PRESETS["llama-3.1-8b"]
+SHAPE_8B = ModelShape.from_gguf(L8B.metadata)
+KV_PER_TOKEN_8B = 32 * 8 * 128 * 2 * 2  # layers × kv heads × head dim × (K+V) × f16 bytes = 128 KiB
+
+
+@dataclass(frozen=True)
+class Sample:
+    decode_tok_s: float | None
+    prefill_tok_s: float | None
+    per_slot_decode_tok_s: Mapping[int, float | None]
+    source: str | None
+
+
+@dataclass
+class FixedRates:
+    """A rate tracker test double: the decode/prefill rates the test wants, per poll."""
+
+    decode: float | None = None
+    prefill: float | None = None
+    per_slot: Mapping[int, float | None] = field(default_factory=dict)
+
+    def update(self, reading: ServerReading) -> Sample:
+        return Sample(self.decode, self.prefill, dict(self.per_slot), "slots" if self.decode is not None else None)
+
+
+def reading(t: float = 0.0, ctx: int | None = 8192, *, n_ctx: int = 32768, processing: bool = True,
+            model: ModelInfo | None = None, config: ServerConfig | None = None, backend: str = "llama-server",
+            slots: tuple[SlotReading, ...] | None = None, **kw: object) -> ServerReading:
+    model = model or ModelInfo(name="Llama-3.1-8B-Q4_K_M.gguf", arch="llama", weight_bytes=L8B.weight_bytes,
+                               shape=SHAPE_8B)
+    if slots is None:
+        slots = (SlotReading(id=0, n_ctx=n_ctx, context_tokens=ctx, processing=processing),)
+    return ServerReading(t_monotonic=t, t_wall=1.8e9 + t, backend=backend, url="http://127.0.0.1:8080", model=model,
+                         slots=slots, total_slots=len(slots), metrics_enabled=True,
+                         config=config or ServerConfig(n_ctx_total=n_ctx, n_parallel=1), **kw)  # type: ignore[arg-type]
+
+
+def gpu(index: int = 0, *, name: str = "NVIDIA GeForce RTX 4090", bw: float | None = 1008e9, free: int = 12 * GIB,
+        total: int = 24 * GIB, server: int | None = 10 * GIB, others: int | None = 1 * GIB, **kw: object) -> GpuReading:
+    return GpuReading(index=index, name=name, vram_total_bytes=total, vram_used_bytes=total - free,
+                      vram_free_bytes=free, peak_bandwidth_bytes_per_s=bw, bandwidth_source="table" if bw else None,
+                      server_used_bytes=server, other_processes_used_bytes=others, **kw)  # type: ignore[arg-type]
+
+
+def gpus(t: float = 0.0, *g: GpuReading) -> GpuSetReading:
+    return GpuSetReading(t_monotonic=t, gpus=g or (gpu(),))
+
+
+def ceiling_8b(ctx: int, bw: float = 1008e9) -> float:
+    return bw / (L8B.weight_bytes + KV_PER_TOKEN_8B * ctx)
+
+
+def test_dense_8b_on_a_4090() -> None:
+    a = Analyzer(rate_tracker=FixedRates(decode=60.0))
+    s = a.update(reading(ctx=8192), gpus())
+    assert s.connection.status is ConnectionStatus.CONNECTED
+    assert s.model.kv_bytes_per_token == KV_PER_TOKEN_8B
+    assert s.model.kv_allocated_bytes == 32768 * KV_PER_TOKEN_8B  # 4 GiB at f16
+    assert s.context_tokens == 8192
+    assert s.kv_in_use_bytes == 8192 * KV_PER_TOKEN_8B
+    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192))
+    assert s.ceiling_tok_s == pytest.approx(1008e9 / (4.92e9 + 1.074e9), rel=1e-3)  # ≈ 168 tok/s
+    assert s.efficiency == pytest.approx(60.0 / ceiling_8b(8192))
+    bytes_per_token = L8B.weight_bytes + KV_PER_TOKEN_8B * 8192
+    assert s.bytes_read_per_token == bytes_per_token
+    assert s.achieved_bandwidth_bytes_per_s == pytest.approx(60.0 * bytes_per_token)
+    assert s.peak_bandwidth_bytes_per_s == pytest.approx(1008e9)
+    assert s.bandwidth_headroom_fraction == pytest.approx(1 - 60.0 * bytes_per_token / 1008e9)
+    # the ceiling curve runs from an empty context to n_ctx
+    assert s.ceiling_curve[0] == (0, pytest.approx(1008e9 / 4.92e9))
+    assert s.ceiling_curve[-1] == (32768, pytest.approx(ceiling_8b(32768)))
+    assert all(b[1] < a_[1] for a_, b in zip(s.ceiling_curve, s.ceiling_curve[1:], strict=False))
+    # VRAM split: weights, KV allocated/in use, the server's other memory, other processes
+    (g,) = s.gpus
+    assert g.weights_bytes == L8B.weight_bytes
+    assert g.kv_allocated_bytes == 4 * GIB
+    assert g.kv_in_use_bytes == 8192 * KV_PER_TOKEN_8B
+    assert g.server_other_bytes == 10 * GIB - L8B.weight_bytes - 4 * GIB
+    assert g.other_processes_bytes == 1 * GIB
+    assert g.achieved_bandwidth_bytes_per_s == pytest.approx(s.achieved_bandwidth_bytes_per_s)
+    assert s.provenance["ceiling_tok_s"] == "computed"
+    assert s.provenance["decode_tok_s"] == "measured"
+    assert s.provenance["kv_type"] == "default" and "f16" in s.reasons["kv_type"]
+    assert "analysis" not in s.reasons
+
+
+def test_log_kv_size_wins_over_the_computed_one() -> None:
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="q8_0", type_v="q8_0", kv_bytes_allocated=2176 * 2**20,
+                       provenance={})
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(config=cfg), gpus())
+    assert s.kv_allocated_bytes == 2176 * 2**20
+    assert s.provenance["kv_allocated_bytes"] == "log"
+    assert s.model.kv_type_k == "q8_0"
+    assert s.model.kv_bytes_per_token == 32 * 8 * 128 * 2 * 34 / 32
+
+
+def test_idle_has_no_speed_but_a_ceiling() -> None:
+    s = Analyzer(rate_tracker=FixedRates(decode=None)).update(reading(processing=False), gpus())
+    assert s.decode_tok_s is None and s.efficiency is None and s.achieved_bandwidth_bytes_per_s is None
+    assert "idle" in s.reasons["decode_tok_s"]
+    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192))
+
+
+def test_no_gpu_means_no_ceiling_with_a_reason() -> None:
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    s = a.update(reading(), GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded"))
+    assert s.ceiling_tok_s is None and s.ceiling_curve == () and s.efficiency is None
+    assert s.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
+    assert s.gpus == () and s.gpus_unavailable_reason == "no NVIDIA GPU: driver not loaded"
+    assert s.decode_tok_s == 40.0
+    s2 = Analyzer(rate_tracker=FixedRates()).update(reading(), None)
+    assert s2.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
+
+
+def test_unknown_gpu_bandwidth_and_the_user_setting() -> None:
+    unknown = gpu(name="Some Future GPU", bw=None)
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(), gpus(0.0, unknown))
+    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
+    assert s.gpus[0].reasons["peak_bandwidth_bytes_per_s"] == NO_GPU_BANDWIDTH
+    a = Analyzer(AnalyzerSettings(gpu_bandwidth_bytes_per_s={0: 500e9}), rate_tracker=FixedRates())
+    s = a.update(reading(), gpus(0.0, unknown))
+    assert s.gpus[0].bandwidth_source == "user"
+    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 500e9))
+    # the GPU table stands in when the reading has no bandwidth but a known name
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(), gpus(0.0, gpu(name="NVIDIA GeForce RTX 3090", bw=None)))
+    assert s.gpus[0].bandwidth_source == "table" and s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 936e9))
+
+
+def test_two_gpus_split_by_the_log() -> None:
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1,
+                       model_buffer_bytes_by_device={"CUDA0": 3_000_000_000, "CUDA1": 1_800_000_000,
+                                                     "CPU_Mapped": 120_000_000},
+                       kv_buffer_bytes_by_device={"CUDA0": 3 * GIB, "CUDA1": 1 * GIB})
+    g0, g1 = gpu(0, name="NVIDIA GeForce RTX 3090", bw=936e9), gpu(1, name="NVIDIA GeForce RTX 3090", bw=936e9)
+    a = Analyzer(AnalyzerSettings(host_bandwidth_bytes_per_s=80e9), rate_tracker=FixedRates(decode=30.0))
+    s = a.update(reading(config=cfg), gpus(0.0, g0, g1))
+    w = L8B.weight_bytes / 4.92e9  # weight read per token scales the resident buffers to the model size
+    kv = KV_PER_TOKEN_8B * 8192
+    t_step = (3e9 * w + kv * 0.75) / 936e9 + (1.8e9 * w + kv * 0.25) / 936e9 + 0.12e9 * w / 80e9
+    assert s.ceiling_tok_s == pytest.approx(1 / t_step)
+    assert [g.weights_bytes for g in s.gpus] == [3_000_000_000, 1_800_000_000]
+    assert [g.kv_allocated_bytes for g in s.gpus] == [3 * GIB, 1 * GIB]
+    assert s.host.weights_in_host_bytes == 120_000_000
+    assert s.extra["placement"] == "log"
+    # without a host bandwidth the host part makes the ceiling unknown, and says so
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(config=cfg), gpus(0.0, g0, g1))
+    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_HOST_BANDWIDTH
+
+
+def test_two_gpus_without_a_log_split_by_process_memory_or_evenly() -> None:
+    g0 = gpu(0, bw=1000e9, server=9 * GIB)
+    g1 = gpu(1, bw=500e9, server=3 * GIB)
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0), gpus(0.0, g0, g1))
+    assert s.ceiling_tok_s == pytest.approx(1 / (4.92e9 * 0.75 / 1000e9 + 4.92e9 * 0.25 / 500e9))
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0), gpus(0.0, replace(g0, server_used_bytes=None), g1))
+    assert s.ceiling_tok_s == pytest.approx(1 / (2.46e9 / 1000e9 + 2.46e9 / 500e9))
+    assert "even" in s.reasons["placement"]
+
+
+def test_cpu_only_server_uses_host_bandwidth() -> None:
+    cfg = ServerConfig(n_ctx_total=16384, n_parallel=1, model_buffer_bytes_by_device={"AMX": 4_718_592,
+                                                                                       "CPU_Mapped": 5_337_251})
+    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=40e9, host_bandwidth_source="user")
+    tiny = ModelInfo(name="tiny", weight_bytes=None, shape=SHAPE_8B)
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0, n_ctx=16384, model=tiny, config=cfg),
+                                                   GpuSetReading(0.0, unavailable_reason="no NVIDIA GPU"), host)
+    assert s.model.weight_bytes == 4_718_592 + 5_337_251 and s.provenance["weight_bytes"] == "log"
+    assert s.ceiling_tok_s == pytest.approx(40e9 / (4_718_592 + 5_337_251))
+    assert s.extra["placement"] == "host_only"
+
+
+def test_ollama_partial_offload() -> None:
+    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=60e9)
+    r = reading(ctx=4096, backend="ollama", weight_bytes_vram=int(4.92e9 * 0.75), weight_bytes_host=int(4.92e9 * 0.25))
+    s = Analyzer(rate_tracker=FixedRates(decode=20.0)).update(r, gpus(), host)
+    kv = KV_PER_TOKEN_8B * 4096
+    expect = 1 / ((4.92e9 * 0.75 + kv * 0.75) / 1008e9 + (4.92e9 * 0.25 + kv * 0.25) / 60e9)
+    assert s.ceiling_tok_s == pytest.approx(expect, rel=1e-6)
+    assert s.host.weights_in_host_bytes == pytest.approx(4.92e9 * 0.25, rel=1e-6)
+    codes = {a.code: a for a in s.alerts}
+    assert codes["weights_in_host"].level is AlertLevel.WARNING
+    assert "on the CPU" in codes["weights_in_host"].message
+    assert codes["kv_in_host"].level is AlertLevel.CRITICAL
+    assert s.alerts[0].level is AlertLevel.CRITICAL
+
+
+def test_kv_spill_over_pcie_is_estimated_and_alerted() -> None:
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
+                       kv_buffer_bytes_by_device={"CUDA0": 4 * GIB}, compute_buffer_bytes_by_device={"CUDA0": GIB // 2})
+    pcie = PcieLink(generation=4, width=16, max_generation=4, max_width=16)
+    g = gpu(free=0, others=16 * GIB, server=8 * GIB, pcie=pcie)
+    s = Analyzer(rate_tracker=FixedRates(decode=6.0)).update(reading(ctx=16384, config=cfg), gpus(0.0, g))
+    # need 4.92e9 + 4 GiB + 0.5 GiB, room 8 GiB: ~1.08 GiB of the KV cache lives across PCIe
+    over = 4.92e9 + 4.5 * GIB - 8 * GIB
+    frac = over / (4 * GIB)
+    kv = KV_PER_TOKEN_8B * 16384
+    pcie_bw = 16e9 * 128 / 130 / 8 * 16
+    expect = 1 / ((4.92e9 + kv * (1 - frac)) / 1008e9 + kv * frac / pcie_bw)
+    assert s.ceiling_tok_s == pytest.approx(expect)
+    (alert,) = [a for a in s.alerts if a.code == "kv_in_host"]
+    assert alert.level is AlertLevel.CRITICAL
+    assert f"decode capped at ~{expect:.0f} tok/s by PCIe" in alert.message
+    assert s.host.kv_in_host_bytes == pytest.approx(over, abs=2)
+
+
+def test_several_slots_sum_their_kv() -> None:
+    slots = (SlotReading(0, 16384, 1000, True), SlotReading(1, 16384, 5000, False), SlotReading(2, 16384, None, False))
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(slots=slots,
+                                                           config=ServerConfig(n_ctx_total=49152, n_parallel=3)),
+                                                   gpus())
+    assert s.kv_in_use_bytes == 6000 * KV_PER_TOKEN_8B
+    assert s.context_tokens == 1000  # the deepest *active* conversation
+    assert s.model.n_ctx == 16384 and s.model.n_slots == 3
+    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(1000))
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(slots=tuple(replace(x, processing=False) for x in slots)),
+                                                   gpus())
+    assert s.context_tokens == 5000
+
+
+def test_moe_reads_only_active_experts() -> None:
+    p = PRESETS["qwen3-30b-a3b"]
+    m = ModelInfo(name="qwen3", weight_bytes=p.weight_bytes, shape=ModelShape.from_gguf(p.metadata))
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(model=m), gpus())
+    assert s.model.weight_bytes_read_per_token < p.weight_bytes / 3
+    assert s.provenance["weight_bytes_read_per_token"] == "estimated"
+    assert "MoE" in s.reasons["weight_bytes_read_per_token"]
+
+
+def test_unknown_shape_is_partial_not_an_error() -> None:
+    m = ModelInfo(name="mystery", weight_bytes=4_000_000_000, shape=None)
+    s = Analyzer(rate_tracker=FixedRates(decode=50.0)).update(reading(model=m, config=ServerConfig()), gpus())
+    assert s.decode_tok_s == 50.0
+    assert s.model.kv_bytes_per_token is None and s.kv_allocated_bytes is None and s.ceiling_tok_s is None
+    assert "shape unknown" in s.reasons["kv_bytes_per_token"]
+    assert s.reasons["ceiling_tok_s"]
+    assert s.model.n_ctx == 32768  # from /slots
+
+
+def test_a_broken_reading_gives_a_degraded_snapshot() -> None:
+    m = ModelInfo(name="bad", weight_bytes=1, shape="not a shape")
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(model=m), gpus())
+    assert s.connection.status is ConnectionStatus.CONNECTED
+    assert s.reasons["analysis"].startswith("analysis failed")
+    assert s.ceiling_tok_s is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [(FailureKind.UNREACHABLE, ConnectionStatus.UNREACHABLE), (FailureKind.TIMEOUT, ConnectionStatus.TIMEOUT),
+     (FailureKind.AUTH_REJECTED, ConnectionStatus.AUTH_REJECTED), (FailureKind.MODEL_LOADING, ConnectionStatus.LOADING),
+     (FailureKind.BAD_URL, ConnectionStatus.BAD_URL), (FailureKind.UNEXPECTED_BODY, ConnectionStatus.BAD_RESPONSE),
+     (FailureKind.ENDPOINT_DISABLED, ConnectionStatus.BAD_RESPONSE)],
+)
+def test_failures_map_to_connection_states(kind: FailureKind, status: ConnectionStatus) -> None:
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    ok = a.update(reading(), gpus(0.0))
+    s = a.update(SourceFailure(kind, "why"), gpus(1.0))
+    assert s.connection.status is status and s.connection.reason == "why"
+    assert s.decode_tok_s is None and s.ceiling_tok_s is None and s.context_tokens is None
+    assert s.model == ok.model  # the header keeps showing what was loaded
+    assert s.gpus[0].vram_free_bytes == 12 * GIB  # GPUs are still read
+    assert s.seq == ok.seq + 1 and s.t_monotonic == 1.0
+    assert s.connection.since_t_monotonic == 1.0
+
+
+def test_server_state_loading_and_sleeping() -> None:
+    a = Analyzer(rate_tracker=FixedRates())
+    assert a.update(reading(state="loading"), gpus()).connection.status is ConnectionStatus.LOADING
+    assert a.update(reading(state="sleeping"), gpus()).connection.status is ConnectionStatus.SLEEPING
+
+
+def test_context_forecast_and_fitted_milestones() -> None:
+    rates = FixedRates()
+    a = Analyzer(rate_tracker=rates)
+    # decode time per token = 10 ms + 1 µs per token of context
+    def speed(ctx: int) -> float:
+        return 1 / (0.010 + 1e-6 * ctx)
+
+    s = None
+    for i, ctx in enumerate(range(1000, 12000, 500)):
+        rates.decode = speed(ctx)
+        s = a.update(reading(float(i), ctx=ctx), gpus(float(i)))
+    assert s is not None
+    assert s.forecast.tokens_until_ctx_full == 32768 - 11500
+    assert s.forecast.seconds_until_ctx_full == pytest.approx((32768 - 11500) / speed(11500))
+    assert s.forecast.fit_points == 22
+    assert s.forecast.fit_a_s == pytest.approx(0.010, rel=1e-3)
+    assert s.forecast.fit_b_s_per_token == pytest.approx(1e-6, rel=1e-3)
+    ms = {m.context_tokens: m for m in s.forecast.milestones}
+    assert sorted(ms) == [8192, 16384, 32768]
+    assert ms[32768].tok_s == pytest.approx(speed(32768), rel=1e-3)
+    assert ms[32768].ceiling_tok_s == pytest.approx(ceiling_8b(32768))
+    assert s.provenance["forecast.milestones"] == "computed"
+
+
+def test_milestones_fall_back_to_ceiling_times_efficiency() -> None:
+    rates = FixedRates(decode=84.0)
+    a = Analyzer(rate_tracker=rates)
+    s = a.update(reading(ctx=8192), gpus())  # one point: no fit yet
+    eff = 84.0 / ceiling_8b(8192)
+    ms = {m.context_tokens: m for m in s.forecast.milestones}
+    assert ms[32768].tok_s == pytest.approx(ceiling_8b(32768) * eff)
+    assert ms[32768].low_tok_s is None
+    assert s.provenance["forecast.milestones"] == "estimated"
+
+
+def test_a_new_model_starts_a_new_fit() -> None:
+    rates = FixedRates(decode=50.0)
+    a = Analyzer(rate_tracker=rates)
+    for i in range(5):
+        a.update(reading(float(i), ctx=1000 + 100 * i), gpus(float(i)))
+    other = ModelInfo(name="other.gguf", weight_bytes=L8B.weight_bytes, shape=SHAPE_8B)
+    s = a.update(reading(5.0, ctx=100, model=other), gpus(5.0))
+    assert s.forecast.fit_points == 1
+
+
+def test_vram_alert_rises_before_free_vram_runs_out() -> None:
+    """Another app grows 40 MiB/s from 6 GiB free: the alert must rise ≥ 30 s before the end."""
+    rates = FixedRates(decode=38.0)
+    a = Analyzer(rate_tracker=rates)
+    free0, grow = 6 * GIB, 40 * 2**20
+    raised_at = None
+    for i in range(200):
+        free = free0 - grow * i
+        if free <= 0:
+            break
+        g = gpu(free=free, others=1 * GIB + grow * i)
+        s = a.update(reading(float(i)), gpus(float(i), g))
+        alert = next((x for x in s.alerts if x.code == "vram_full_soon"), None)
+        if alert is not None and raised_at is None:
+            raised_at = i
+            assert "other processes grew" in alert.message and "in the last" in alert.message
+            assert s.forecast.seconds_until_vram_full == pytest.approx(free / grow, rel=0.05)
+            assert s.forecast.tokens_until_vram_full == pytest.approx(38.0 * free / grow, rel=0.05)
+    assert raised_at is not None
+    seconds_left = (free0 - grow * raised_at) / grow
+    assert seconds_left >= 30
+
+
+def test_steady_hour_has_no_alerts_from_the_analyzer() -> None:
+    import random
+
+    rng = random.Random(5)
+    rates = FixedRates()
+    a = Analyzer(rate_tracker=rates)
+    raised = []
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="q8_0", type_v="q8_0")
+    for i in range(1800):  # an hour, polled every 2 s (the alert rules work on times, not poll counts)
+        t = 2.0 * i
+        rates.decode = 60.0 + rng.uniform(-3, 3)
+        g = gpu(free=12 * GIB + rng.randint(-20, 20) * 2**20)
+        s = a.update(reading(t, ctx=6000 + (i % 300) * 2, config=cfg), gpus(t, g))
+        raised.extend(a.alerts.last_raised)
+        assert s.alerts == ()
+    assert raised == []
+
+
+def test_cache_type_advice() -> None:
+    s = Analyzer(rate_tracker=FixedRates(decode=60.0)).update(
+        reading(ctx=16384, config=ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="f16", type_v="f16",
+                                               flash_attn="off")), gpus())
+    (adv,) = [x for x in s.alerts if x.code == "kv_cache_advice"]
+    freed = 4 * GIB - 32768 * 32 * 8 * 128 * 2 * 34 // 32
+    kv_q8 = 16384 * 32 * 8 * 128 * 2 * 34 / 32
+    tok_s = 60.0 * (1008e9 / (4.92e9 + kv_q8)) / ceiling_8b(16384)
+    assert adv.message == f"`-ctk q8_0 -ctv q8_0 -fa on` would give ~{tok_s:.1f} tok/s here and free " \
+        f"{freed / GIB:.2f} GiB"
+    assert adv.level is AlertLevel.INFO
+
+
+def test_real_rate_tracker_from_slot_counters() -> None:
+    a = Analyzer()  # kvmon.core.rates.SlotRateTracker
+    s = None
+    for i in range(4):
+        slot = SlotReading(id=0, n_ctx=32768, context_tokens=8000 + 50 * i, processing=True, n_decoded=50 * i,
+                           id_task=7)
+        s = a.update(reading(float(i), slots=(slot,)), gpus(float(i)))
+    assert s is not None and s.decode_tok_s == pytest.approx(50.0)
+    assert s.decode_rate_source == "slots"
+    assert s.slots[0].decode_tok_s == pytest.approx(50.0)
+
+
+def test_device_names() -> None:
+    assert device_gpu_index("CUDA0") == 0 and device_gpu_index("CUDA1") == 1 and device_gpu_index("Metal") == 0
+    assert device_gpu_index("ROCm2") == 2 and device_gpu_index("Vulkan0") == 0
+    assert device_gpu_index("CPU") is None and device_gpu_index("CPU_Mapped") is None
+    assert device_gpu_index("CUDA_Host") is None and device_gpu_index("AMX") is None
