@@ -164,10 +164,15 @@ def test_swa_allocation_and_reads_gemma3() -> None:
 
 def test_non_unified_streams_divide_context() -> None:
     shape = PRESETS["llama-3.1-8b"].shape()
-    a = kv_allocation(shape, 16385, n_seq=2)  # 8192 per stream, padded to 256 → 8192
+    a = kv_allocation(shape, 16384, n_seq=2)
     assert (a.cells, a.n_streams) == (8192, 2)
+    a = kv_allocation(shape, 16385, n_seq=2)  # pad256(16385) = 16640, / 2 = 8320, pad256 → 8448
+    assert (a.cells, a.n_streams) == (8448, 2)
     b = kv_allocation(shape, 1000)
     assert b.cells == 1024
+    # llama_context pads n_ctx to 256 before dividing: -c 513 -np 2 → 768 / 2 = 384 → 512 cells per stream
+    assert kv_allocation(shape, 513, n_seq=2).cells == 512
+    assert kv_allocation(shape, 513, n_seq=2, unified=True).cells == 768
 
 
 def test_mla_caches_only_the_latent() -> None:

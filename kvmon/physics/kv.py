@@ -130,16 +130,17 @@ def kv_allocation(
 ) -> KvAllocation:
     """The KV cache llama.cpp reserves for ``-c n_ctx -np n_seq`` (``kv_unified``), K and V apart.
 
-    Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(n_ctx / n_seq) cells.
+    Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(pad256(n_ctx) / n_seq) cells.
     SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream.
     Without flash attention V is stored transposed, every layer's V as wide as the widest layer's.
     """
     if n_ctx < 0:
         raise ValueError(f"negative n_ctx {n_ctx}")
     n_seq = max(1, int(n_seq))
+    n_ctx = pad_cells(n_ctx)  # llama_context pads n_ctx first, then each stream's share
     if unified or n_seq == 1:
         n_streams = 1
-        cells = pad_cells(n_ctx)
+        cells = n_ctx
     else:
         n_streams = n_seq
         cells = pad_cells(n_ctx // n_seq)
