@@ -413,3 +413,45 @@ def test_unreadable_local_model_file_is_a_reason(ollama: OllamaFixture, tmp_path
         src.close()
     assert r.model is not None and r.model.weight_bytes is None and r.model.shape is not None  # from /api/show
     assert "not readable" in r.reasons["model_file"] and "weights not known" in r.reasons["weight_bytes"]
+
+
+def test_settings_from_the_ollama_log_and_the_user(ollama: OllamaFixture, tmp_path: Path) -> None:
+    from test_ollama_helpers import OLLAMA_FIXTURES
+
+    from kvmon.core.readings import Provenance, ServerConfig
+
+    src = _source(ollama.url, log_path=str(OLLAMA_FIXTURES / "server.log"))
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    c = r.config
+    assert c.type_k == c.type_v == "q8_0" and c.flash_attn == "on" and c.n_parallel == 2
+    assert c.provenance["type_k"] is Provenance.LOG and c.provenance["n_parallel"] is Provenance.LOG
+    assert c.n_ctx_total == 8192 * 2  # context_length per slot × slots
+
+    src = _source(ollama.url, log_path=str(OLLAMA_FIXTURES / "server.log"),
+                  config_override=ServerConfig(type_k="q4_0", type_v="q4_0"))
+    try:
+        c = src.poll().config
+    finally:
+        src.close()
+    assert c.type_k == "q4_0" and c.provenance["type_k"] is Provenance.USER and c.n_parallel == 2
+
+    empty = tmp_path / "ollama.log"
+    empty.write_text("time=2026-11-30T18:20:01Z level=INFO msg=\"Listening on 127.0.0.1:11434\"\n")
+    for path, why in ((empty, "no \"server config\" line"), (tmp_path / "missing.log", "not readable")):
+        src = _source(ollama.url, log_path=str(path))
+        try:
+            r = src.poll()
+        finally:
+            src.close()
+        assert why in r.reasons["log"] and r.config.type_k is None and r.config.n_parallel == 1
+
+
+def test_server_config_line_parser() -> None:
+    from kvmon.sources.ollama_child import parse_server_config_line
+
+    line = 'level=INFO msg="server config" env="map[OLLAMA_KV_CACHE_TYPE: OLLAMA_NUM_PARALLEL:4 X:1]"'
+    assert parse_server_config_line(line) == {"OLLAMA_KV_CACHE_TYPE": "", "OLLAMA_NUM_PARALLEL": "4"}
+    assert parse_server_config_line('msg="Listening on 127.0.0.1:11434"') is None

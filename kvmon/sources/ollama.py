@@ -8,6 +8,7 @@ reported unavailable with how to enable it, never as 0.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -426,6 +427,8 @@ class OllamaSource:
         timeout_s: float = 3.0,
         proxy_url: str | None = None,
         find_child: bool = True,
+        log_path: str | None = None,
+        config_override: ServerConfig | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url, DEFAULT_PORT)
         self.display_url = redact_url(self.base_url)
@@ -438,6 +441,9 @@ class OllamaSource:
         self._proxy_url = normalize_base_url(proxy_url) if proxy_url else DEFAULT_PROXY_URL
         self._proxy_client: HttpClient | None = None
         self._state = _State()
+        self._log_path = log_path
+        self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
+        self._override = config_override
         host = (urlsplit(self.base_url).hostname or "").lower()
         self._is_local = host in _LOCAL_HOSTS
         self._child_tracker: Any = None
@@ -491,6 +497,20 @@ class OllamaSource:
         self._state.shows = {k: v for k, v in self._state.shows.items() if now - v.fetched_at < 3600.0}
         self._state.shows[key] = _ShowEntry(info, reason, now)
         return info, reason
+
+    def _log_config(self) -> tuple[ServerConfig | None, str | None]:
+        """Settings from Ollama's log, re-read only when the file changes."""
+        assert self._log_path is not None
+        try:
+            mtime = os.stat(self._log_path).st_mtime
+        except OSError as e:
+            return None, f"Ollama log {self._log_path} not readable ({e.strerror or type(e).__name__})"
+        if self._log_cache is None or self._log_cache[0] != mtime:
+            from kvmon.sources.ollama_child import ollama_log_config
+
+            config, why = ollama_log_config(self._log_path)
+            self._log_cache = (mtime, config, why)
+        return self._log_cache[1], self._log_cache[2]
 
     def _gguf(self, key: str, path: str) -> tuple[int | None, Any, str | None]:
         """(weight bytes, shape, why not) from the model's GGUF header; read once per model."""
@@ -608,6 +628,20 @@ class OllamaSource:
                 prov.update(child_config.provenance)
         elif not self._is_local:
             child_reason = "Ollama is on another machine: its llama-server child cannot be found from here"
+        if self._log_path:
+            log_config, log_reason = self._log_config()
+            if log_config is not None:
+                for k, v in _config_fields(log_config).items():
+                    if k != "provenance" and v is not None and config_fields.get(k) is None:
+                        config_fields[k] = v
+                        prov[k] = log_config.provenance.get(k, Provenance.LOG)
+            elif log_reason:
+                reasons["log"] = log_reason
+        if self._override is not None:  # the user's word wins
+            for k, v in _config_fields(self._override).items():
+                if k != "provenance" and v is not None and v != {}:
+                    config_fields[k] = v
+                    prov[k] = Provenance.USER
         if child_reading is not None:
             slots = tuple(replace(s, n_ctx=s.n_ctx or active.context_length) for s in child_reading.slots)
             total_slots = child_reading.total_slots

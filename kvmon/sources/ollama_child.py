@@ -10,6 +10,7 @@ process listening on Ollama's port, then its descendants whose argv has ``--port
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -134,23 +135,53 @@ def choose_child(children: Sequence[OllamaChild], blob_path: str | None) -> tupl
     return None, f"{len(children)} llama-server children and no model file to tell them apart"
 
 
-def ollama_environment_config(environ: Mapping[str, str]) -> ServerConfig:
+def ollama_environment_config(environ: Mapping[str, str], source: Provenance = Provenance.USER) -> ServerConfig:
     """What Ollama's own environment says about the cache, flash attention and parallel slots."""
     prov: dict[str, Provenance] = {}
     fields: dict[str, Any] = {}
     kv = environ.get("OLLAMA_KV_CACHE_TYPE", "").strip().lower()
     if kv:
         fields["type_k"] = fields["type_v"] = kv
-        prov["type_k"] = prov["type_v"] = Provenance.USER
+        prov["type_k"] = prov["type_v"] = source
     fa = environ.get("OLLAMA_FLASH_ATTENTION", "").strip().lower()
     if fa:
         fields["flash_attn"] = "on" if fa in ("1", "true", "on", "yes") else "off"
-        prov["flash_attn"] = Provenance.USER
+        prov["flash_attn"] = source
     par = environ.get("OLLAMA_NUM_PARALLEL", "").strip()
     if par.isdigit() and int(par) > 0:
         fields["n_parallel"] = int(par)
-        prov["n_parallel"] = Provenance.USER
+        prov["n_parallel"] = source
     return ServerConfig(provenance=prov, **fields)
+
+
+_SERVER_CONFIG_RE = re.compile(r'msg="server config".*?env="?map\[(.*)\]')
+_ENV_PAIR_RE = re.compile(r"(?:^|\s)(OLLAMA_[A-Z0-9_]+):(\S*)")
+LOG_TAIL_BYTES = 8 * 1024 * 1024
+
+
+def parse_server_config_line(line: str) -> dict[str, str] | None:
+    """The ``OLLAMA_*`` settings in Ollama's startup line ``msg="server config" env="map[K:V ...]"``."""
+    m = _SERVER_CONFIG_RE.search(line)
+    if not m:
+        return None
+    return {k: v for k, v in _ENV_PAIR_RE.findall(m.group(1))}
+
+
+def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
+    """Settings from the last "server config" line in Ollama's log (the tail is read), or (None, why)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError as e:
+        return None, f"Ollama log {path} not readable ({e.strerror or type(e).__name__})"
+    for line in reversed(tail.splitlines()):
+        env = parse_server_config_line(line)
+        if env is not None:
+            return ollama_environment_config(env, Provenance.LOG), None
+    return None, f"no \"server config\" line in the Ollama log {path}"
 
 
 def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:
