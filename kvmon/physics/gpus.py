@@ -26,21 +26,48 @@ class GpuSpec:
 
 KNOWN_GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("RTX 3060", 360 * GB, 12 * GIB, "GDDR6 15 Gbps, 192-bit"),
+    GpuSpec("RTX 3060 Ti", 448 * GB, 8 * GIB, "GDDR6 14 Gbps, 256-bit"),
+    GpuSpec("RTX 3070", 448 * GB, 8 * GIB, "GDDR6 14 Gbps, 256-bit"),
+    GpuSpec("RTX 3070 Ti", 608.3 * GB, 8 * GIB, "GDDR6X 19 Gbps, 256-bit"),
+    GpuSpec("RTX 3080", 760 * GB, 10 * GIB, "GDDR6X 19 Gbps, 320-bit (10 GB model; the 12 GB one has 912 GB/s)"),
+    GpuSpec("RTX 3080 Ti", 912 * GB, 12 * GIB, "GDDR6X 19 Gbps, 384-bit"),
     GpuSpec("RTX 3090 Ti", 1008 * GB, 24 * GIB, "GDDR6X 21 Gbps, 384-bit"),
     GpuSpec("RTX 3090", 936 * GB, 24 * GIB, "GDDR6X 19.5 Gbps, 384-bit"),
+    GpuSpec("RTX 4060", 272 * GB, 8 * GIB, "GDDR6 17 Gbps, 128-bit"),
     GpuSpec("RTX 4060 Ti", 288 * GB, 16 * GIB, "GDDR6 18 Gbps, 128-bit"),
     GpuSpec("RTX 4070", 504 * GB, 12 * GIB, "GDDR6X 21 Gbps, 192-bit"),
+    GpuSpec("RTX 4070 SUPER", 504 * GB, 12 * GIB, "GDDR6X 21 Gbps, 192-bit"),
+    GpuSpec("RTX 4070 Ti", 504 * GB, 12 * GIB, "GDDR6X 21 Gbps, 192-bit"),
+    GpuSpec("RTX 4070 Ti SUPER", 672 * GB, 16 * GIB, "GDDR6X 21 Gbps, 256-bit"),
     GpuSpec("RTX 4080", 716.8 * GB, 16 * GIB, "GDDR6X 22.4 Gbps, 256-bit"),
+    GpuSpec("RTX 4080 SUPER", 736 * GB, 16 * GIB, "GDDR6X 23 Gbps, 256-bit"),
     GpuSpec("RTX 4090", 1008 * GB, 24 * GIB, "GDDR6X 21 Gbps, 384-bit"),
+    GpuSpec("RTX 5070", 672 * GB, 12 * GIB, "GDDR7 28 Gbps, 192-bit"),
+    GpuSpec("RTX 5070 Ti", 896 * GB, 16 * GIB, "GDDR7 28 Gbps, 256-bit"),
+    GpuSpec("RTX 5080", 960 * GB, 16 * GIB, "GDDR7 30 Gbps, 256-bit"),
     GpuSpec("RTX 5090", 1792 * GB, 32 * GIB, "GDDR7 28 Gbps, 512-bit"),
+    GpuSpec("RTX A4000", 448 * GB, 16 * GIB, "GDDR6 14 Gbps ECC, 256-bit"),
+    GpuSpec("RTX A5000", 768 * GB, 24 * GIB, "GDDR6 16 Gbps ECC, 384-bit"),
+    GpuSpec("RTX A6000", 768 * GB, 48 * GIB, "GDDR6 16 Gbps ECC, 384-bit"),
+    GpuSpec("RTX 6000 Ada", 960 * GB, 48 * GIB, "GDDR6 20 Gbps ECC, 384-bit"),
+    GpuSpec("T4", 320 * GB, 16 * GIB, "GDDR6, 256-bit"),
+    GpuSpec("A10", 600 * GB, 24 * GIB, "GDDR6, 384-bit"),
+    GpuSpec("L4", 300 * GB, 24 * GIB, "GDDR6, 192-bit"),
+    GpuSpec("V100", 900 * GB, 32 * GIB, "HBM2, 4096-bit (16 or 32 GB)"),
     GpuSpec("A100 80GB", 2039 * GB, 80 * GIB, "HBM2e, 5120-bit (SXM)"),
     GpuSpec("A100", 1555 * GB, 40 * GIB, "HBM2, 5120-bit"),
     GpuSpec("H100 PCIe", 2000 * GB, 80 * GIB, "HBM2e, 5120-bit"),
     GpuSpec("H100", 3350 * GB, 80 * GIB, "HBM3, 5120-bit (SXM)"),
     GpuSpec("H200", 4800 * GB, 141 * GB, "HBM3e"),
     GpuSpec("L40S", 864 * GB, 48 * GIB, "GDDR6 18 Gbps ECC, 384-bit"),
+    GpuSpec("Apple M1 Max", 400 * GB, 64 * GIB, "unified LPDDR5", unified_memory=True),
+    GpuSpec("Apple M1 Ultra", 800 * GB, 128 * GIB, "unified LPDDR5", unified_memory=True),
+    GpuSpec("Apple M2 Pro", 200 * GB, 32 * GIB, "unified LPDDR5", unified_memory=True),
     GpuSpec("Apple M2 Max", 400 * GB, 96 * GIB, "unified LPDDR5", unified_memory=True),
+    GpuSpec("Apple M2 Ultra", 800 * GB, 192 * GIB, "unified LPDDR5", unified_memory=True),
     GpuSpec("Apple M3 Max", 400 * GB, 128 * GIB, "unified LPDDR5 (40-core GPU)", unified_memory=True),
+    GpuSpec("Apple M3 Ultra", 819 * GB, 512 * GIB, "unified LPDDR5", unified_memory=True),
+    GpuSpec("Apple M4 Pro", 273 * GB, 64 * GIB, "unified LPDDR5X", unified_memory=True),
     GpuSpec("Apple M4 Max", 546 * GB, 128 * GIB, "unified LPDDR5X (40-core GPU)", unified_memory=True),
 )
 
@@ -52,7 +79,7 @@ def _norm(name: str) -> str:
     return " ".join(n.split())
 
 
-_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max"})
+_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "pro", "ultra"})
 
 
 def lookup_gpu(name: str | None) -> GpuSpec | None:

@@ -1,0 +1,63 @@
+"""The GPU table: names as NVML and macOS report them, variants kept apart, PCIe link bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmon.physics.gpus import GB, KNOWN_GPUS, lookup_gpu, pcie_bandwidth_bytes_per_s
+
+
+@pytest.mark.parametrize(
+    ("reported", "table_name"),
+    [
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090 Ti"),
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", "RTX 4070 Ti SUPER"),
+        ("NVIDIA GeForce RTX 4070 Ti", "RTX 4070 Ti"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 SUPER"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-32GB", "V100"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("Apple M2 Max", "Apple M2 Max"),
+        ("Apple M4 Pro", "Apple M4 Pro"),
+    ],
+)
+def test_lookup_by_reported_name(reported: str, table_name: str) -> None:
+    spec = lookup_gpu(reported)
+    assert spec is not None and spec.name == table_name
+
+
+@pytest.mark.parametrize("reported", ["NVIDIA GeForce RTX 4090 Laptop GPU", "Quadro RTX 6000", "Apple M2", "", None,
+                                      "AMD Radeon RX 7900 XTX"])
+def test_unknown_or_different_parts_are_not_guessed(reported: str | None) -> None:
+    assert lookup_gpu(reported) is None
+
+
+def test_seed_and_reference_bandwidths() -> None:
+    assert lookup_gpu("RTX 3090").bandwidth_bytes_per_s == 936 * GB  # type: ignore[union-attr]
+    assert lookup_gpu("RTX 4090").bandwidth_bytes_per_s == 1008 * GB  # type: ignore[union-attr]
+    assert lookup_gpu("Apple M2 Max").bandwidth_bytes_per_s == 400 * GB  # type: ignore[union-attr]
+
+
+def test_table_is_consistent() -> None:
+    names = [g.name for g in KNOWN_GPUS]
+    assert len(names) == len(set(names))
+    for g in KNOWN_GPUS:
+        assert g.bandwidth_bytes_per_s > 0 and g.vram_bytes > 0
+        assert lookup_gpu(g.name) is g, g.name  # every entry finds itself
+
+
+def test_pcie_bandwidth() -> None:
+    assert pcie_bandwidth_bytes_per_s(4, 16) == pytest.approx(31.5e9, rel=0.001)
+    assert pcie_bandwidth_bytes_per_s(3, 16) == pytest.approx(15.75e9, rel=0.001)
+    assert pcie_bandwidth_bytes_per_s(5, 8) == pcie_bandwidth_bytes_per_s(4, 16)
+    assert pcie_bandwidth_bytes_per_s(None, 16) is None
+    assert pcie_bandwidth_bytes_per_s(4, 0) is None
+    assert pcie_bandwidth_bytes_per_s(9, 16) is None
