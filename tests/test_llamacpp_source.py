@@ -412,3 +412,36 @@ def test_health_error_state(fixture_server: FixtureServer) -> None:
     with pytest.raises(SourceError) as e:
         _source(fixture_server).poll()
     assert e.value.failure.kind == FailureKind.SERVER_ERROR
+
+
+def test_older_v1_models_without_n_ctx_or_ftype(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    body = json.loads((LLAMA_FIXTURES / "v1-models.idle.json").read_text())
+    for k in ("n_ctx", "ftype"):
+        body["data"][0]["meta"].pop(k)
+    body.pop("models")
+    fixture_server.set("/v1/models", 200, json.dumps(body))
+    props = json.loads((LLAMA_FIXTURES / "props.idle.json").read_text())
+    props.pop("model_ftype")
+    fixture_server.set("/props", 200, json.dumps(props))
+    r = _source(fixture_server).poll()
+    assert r.model is not None
+    assert r.model.quantization is None and r.model.n_params == 2666752
+    assert r.config.n_ctx_per_slot == 16384  # from /props
+
+
+def test_v1_models_read_once_per_model(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    src = _source(fixture_server)
+    src.poll()
+    src.poll()
+    assert fixture_server.paths_requested().count("/v1/models") == 1
+
+
+def test_local_process_that_is_not_llama_server(fixture_server: FixtureServer) -> None:
+    # the canned server runs inside this python test process: found, but its argv is not used
+    serve_llama_state(fixture_server, "idle")
+    r = LlamaServerSource(fixture_server.url, timeout_s=1.0).poll()
+    assert "does not look like llama-server" in r.reasons["config.process"]
+    assert r.server_pids == ()
+    assert r.config.provenance["type_k"] == "default"

@@ -139,7 +139,7 @@ class SlotRateTracker:
             decode_tok_s=decode,
             prefill_tok_s=prefill,
             per_slot_decode_tok_s=per_decode,
-            source=source if decode is not None else (source if reading.slots else None),
+            source=source,
             per_slot_prefill_tok_s=per_prefill,
         )
 

@@ -205,6 +205,8 @@ class LlamaServerSource:
         self._proc: psutil.Process | None = None
         self._proc_checked_at: float | None = None
         self._proc_reason: str | None = None
+        self._proc_facts: tuple[tuple[int, float | None], tuple[ServerConfig | None, tuple[int, ...],
+                                                               dict[str, str]]] | None = None
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
@@ -485,6 +487,32 @@ class LlamaServerSource:
         self._proc, self._proc_reason = procs.lookup_listening_process(self._port)
         return self._proc
 
+    def _process_facts(self, proc: psutil.Process) -> tuple[ServerConfig | None, tuple[int, ...], dict[str, str]]:
+        """Config from the server process's argv/environment, and its pids; cached per process."""
+        key = (proc.pid, self._proc_checked_at)
+        if self._proc_facts is not None and self._proc_facts[0] == key:
+            return self._proc_facts[1]
+        reasons: dict[str, str] = {}
+        config: ServerConfig | None = None
+        pids: tuple[int, ...] = ()
+        argv, why = procs.process_cmdline(proc)
+        env, ewhy = procs.process_environ(proc)
+        if argv is not None and not looks_like_llama_server(argv, env):
+            reasons["config.process"] = (
+                f"the process on port {self._port} ({os.path.basename(argv[0]) if argv else '?'}) "
+                "does not look like llama-server; its command line is not used"
+            )
+        elif argv is not None:
+            config = parse_llama_server_args(argv[1:], env or {}).config
+            pids = procs.process_tree_pids(proc.pid)
+            if ewhy:
+                reasons["config.environment"] = ewhy
+        elif why:
+            reasons["config.process"] = why
+        facts = (config, pids, reasons)
+        self._proc_facts = (key, facts)
+        return facts
+
     def _config(self, reasons: dict[str, str]) -> tuple[ServerConfig, tuple[int, ...]]:
         """Defaults < local process argv/environment < log file < user settings, field by field."""
         defaults = parse_llama_server_args([]).config
@@ -494,22 +522,9 @@ class LlamaServerSource:
         pids: tuple[int, ...] = ()
         proc = self._local_process()
         if proc is not None:
-            argv, why = procs.process_cmdline(proc)
-            env, ewhy = procs.process_environ(proc)
-            if argv is not None and not looks_like_llama_server(argv, env):
-                reasons["config.process"] = (
-                    f"the process on port {self._port} ({os.path.basename(argv[0]) if argv else '?'}) "
-                    "does not look like llama-server; its command line is not used"
-                )
-                argv = None
-                why = None
-            if argv is not None:
-                layers.append(parse_llama_server_args(argv[1:], env or {}).config)
-            elif why:
-                reasons["config.process"] = why
-            if ewhy and argv is not None:
-                reasons["config.environment"] = ewhy
-            pids = procs.process_tree_pids(proc.pid)
+            proc_config, pids, proc_reasons = self._process_facts(proc)
+            layers.append(proc_config)
+            reasons.update(proc_reasons)
         elif self._inspect_process:
             if not procs.is_local_host(self._host):
                 reasons["config.process"] = (
