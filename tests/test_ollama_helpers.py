@@ -33,6 +33,8 @@ class OllamaFixture:
         self.overrides: dict[str, tuple[int, bytes]] = {}
         self.hangs: dict[str, float] = {}
         self.requests: list[tuple[str, str, Any]] = []
+        self.stream_lines: list[bytes] = []  # when set, /api/chat and /api/generate stream these, chunked
+        self.stream_delay_s = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.set_file("/api/ps", ps)
@@ -60,6 +62,20 @@ class OllamaFixture:
                 if hang:
                     owner._stop.wait(hang)
                     self.close_connection = True
+                    return
+                if path in ("/api/chat", "/api/generate") and owner.stream_lines:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-ndjson")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    try:
+                        for line in owner.stream_lines:
+                            owner._stop.wait(owner.stream_delay_s)
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                            self.wfile.flush()
+                        self.wfile.write(b"0\r\n\r\n")
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.close_connection = True
                     return
                 if override is not None:
                     status, data = override
