@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
     p.add_argument("--fault", action="append", default=[], help=FAULT_HELP)
+    p.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+                   help="join the scenario this many simulated seconds in")
 
 
 def describe() -> str:
@@ -50,7 +52,7 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     try:
         sim = SimServer(getattr(args, "scenario", "seed-3090x2"), speed=float(getattr(args, "speed", 1.0)),
                         host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
-                        faults=fault_specs)
+                        faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
     except (FaultSyntaxError, SimSetupError, ValueError) as e:
         print(f"kvmon sim: {e}", file=sys.stderr)
         return 2

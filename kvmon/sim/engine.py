@@ -82,7 +82,6 @@ class SimEngine:
         self._turn = 0
         self._next_ready = scenario.script.start_delay_s
         self._script_done = False
-        self.n_slot_ctx = scenario.n_ctx // scenario.n_parallel
 
     # -- server lifetimes -----------------------------------------------------------------------------
     def _plan_epochs(self) -> list[Epoch]:
@@ -108,10 +107,13 @@ class SimEngine:
                     ep = e
             if ep.model is None:
                 ep.model = LoadedModel(self.scenario, ep.n_ctx, self.other_vram_bytes(ep.t_begin))
-                self.n_slot_ctx = ep.n_ctx // self.scenario.n_parallel
                 if self.on_load is not None:
                     self.on_load(ep)
             return ep
+
+    def slot_ctx(self, t: float) -> int:
+        """Context cells per slot of the server process alive at ``t``."""
+        return self.epoch_at(t).n_ctx // self.scenario.n_parallel
 
     def _next_epoch_begin(self, t: float) -> float | None:
         later = [e.t_begin for e in self._epochs if e.t_begin > t]
@@ -152,7 +154,7 @@ class SimEngine:
         ep = self.epoch_at(start)
         model = ep.model
         assert model is not None
-        room = max(1, self.n_slot_ctx - cache_n - prompt_n)
+        room = max(1, ep.n_ctx // self.scenario.n_parallel - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)
         steps = model.step_s(depths) * noise
@@ -181,7 +183,7 @@ class SimEngine:
             self.advance(now)
             free = [self._slot_free_at(i) for i in range(self.scenario.n_parallel)]
             slot = min(range(len(free)), key=lambda i: (max(free[i], now), i))
-            prompt_tokens = max(1, min(prompt_tokens, self.n_slot_ctx - 1))
+            prompt_tokens = max(1, min(prompt_tokens, self.slot_ctx(now) - 1))
             return self._schedule(slot, "client", now, 0, prompt_tokens, n_predict, params or {},
                                   self._noise(10_000 + self._next_task))
 
@@ -191,7 +193,7 @@ class SimEngine:
             ready = self._next_ready
             user = sc.user_tokens(self._turn)
             gen = int(sc.generated_tokens * (0.8 + 0.4 * np.random.default_rng([self._rng_seed, self._turn]).random()))
-            if self._turn >= sc.n_turns or self._conv + user + gen > self.n_slot_ctx:
+            if self._turn >= sc.n_turns or self._conv + user + gen > self.slot_ctx(ready):
                 if not sc.loop:
                     self._script_done = True
                     return

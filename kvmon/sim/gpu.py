@@ -74,7 +74,7 @@ class SimGpus:
                 rx, tx = rx_tok * tok_s, tx_tok * tok_s if i == len(self.nvml.gpus) - 1 else 0.0
                 util, mem_util = 97, 88 if not model.partial_offload else 35
             elif act.phase == "prefill" and on_card:
-                rx, tx = model.pcie_prefill_rx_bytes_per_s() + 2e6, 1e6
+                rx, tx = model.pcie_prefill_rx_bytes_per_s() + 1e5, 1e5
                 util, mem_util = 99, 45
             elif act.phase == "loading":
                 rx, tx = min(model.pcie_bandwidth_bytes_per_s * 0.6, 6e9), 1e5

@@ -107,7 +107,7 @@ class LlamaApi:
         return json_reply({"status": "ok"})
 
     def props(self) -> Reply:
-        n_ctx = self.sim.engine.n_slot_ctx
+        n_ctx = self.sim.engine.slot_ctx(self.sim.clock.now())
         body = {
             "default_generation_settings": {"params": gen_params(), "n_ctx": n_ctx},
             "total_slots": self.sim.scenario.n_parallel, "model_alias": self.model_name, "model_ftype": self._ftype(),
@@ -137,7 +137,7 @@ class LlamaApi:
             busy = 0
             for i in range(self.sim.scenario.n_parallel):
                 req = eng.slot_request(i, now)
-                entry: dict[str, Any] = {"id": i, "n_ctx": eng.n_slot_ctx, "speculative": False,
+                entry: dict[str, Any] = {"id": i, "n_ctx": eng.slot_ctx(now), "speculative": False,
                                          "is_processing": bool(req and req.is_processing(now))}
                 busy += entry["is_processing"]
                 if req is not None:
@@ -190,7 +190,7 @@ class LlamaApi:
                       "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
                       "created": int(self.sim.clock.wall()), "owned_by": "llamacpp",
                       "meta": {"vocab_type": 2, "n_vocab": int(model.shape.vocab_size or 32000),
-                               "n_ctx": eng.n_slot_ctx,
+                               "n_ctx": eng.slot_ctx(self.sim.clock.now()),
                                "n_ctx_train": int(md.get(f"{arch}.context_length") or model.shape.n_ctx_train or 0),
                                "n_embd": model.shape.n_embd, "n_params": n_params, "size": model.weight_bytes,
                                "ftype": self._ftype()}}],

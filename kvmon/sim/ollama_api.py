@@ -89,7 +89,7 @@ class OllamaApi:
         expires = self.sim.clock.wall() + KEEP_ALIVE_S
         entry = {"name": self.name, "model": self.name, "size": m.size_bytes(), "digest": self.digest,
                  "details": self.details(), "expires_at": _iso(expires), "size_vram": m.size_vram_bytes(),
-                 "context_length": self.sim.engine.n_slot_ctx}
+                 "context_length": self.sim.engine.slot_ctx(now)}
         return json_reply({"models": [entry]})
 
     def tags(self) -> Reply:

@@ -7,6 +7,13 @@
 
 The server runs in-process on daemon threads (stdlib ThreadingHTTPServer); ``sim.server_pids`` is this
 process, so GPU memory attribution works as it would for a real server. Faults: ``kvmon.sim.faults``.
+
+What a monitor needs to read it like a real server, with no special case: ``sim.url``; ``sim.log_path``
+(the llama-server ``-lv 4`` log: KV types and sizes, layers offloaded); ``/props`` ``model_path`` names a
+real GGUF file holding the model's metadata; ``sim.nvml`` for ``NvmlSource(nvml=...)``. Simulated time
+starts when serving starts (``start_at_s`` joins the story later). At ``speed`` X the server's own
+timings are simulated seconds, while rates a client measures against its real clock come out X times
+higher.
 """
 
 from __future__ import annotations
@@ -130,7 +137,7 @@ class SimServer:
 
     def __init__(self, scenario: str | Scenario = "seed-3090x2", *, speed: float = 1.0, host: str = "127.0.0.1",
                  port: int = 0, faults: Iterable[str | Fault] = (), autoplay: bool = True,
-                 gpu_refresh_s: float = 0.1, files_dir: str | None = None) -> None:
+                 gpu_refresh_s: float = 0.1, files_dir: str | None = None, start_at_s: float = 0.0) -> None:
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
         self.clock = SimClock(speed, running=False)  # simulated time starts when serving starts
         self.faults = FaultPlan(parse_faults(list(faults)))
@@ -147,6 +154,8 @@ class SimServer:
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
         write_gguf_header(self.model_path, dict(first.model.preset.metadata))
+        if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the session)
+            self.clock.advance(start_at_s)
         self.host, self.port = host, port
         self.gpu_refresh_s = gpu_refresh_s
         self.stopping = threading.Event()
