@@ -35,12 +35,25 @@ def settings(tmp_path: Path) -> Settings:
     return Settings(str(tmp_path / "kvmon-test.ini"))
 
 
-@pytest.fixture
-def window(qtbot, settings: Settings) -> MainWindow:
+@pytest.fixture(scope="module")
+def shared_window(qapp, tmp_path_factory):
+    """One window for the module (building one costs ~1 s on a busy machine); reset before each test."""
+    settings = Settings(str(tmp_path_factory.mktemp("gui") / "kvmon-test.ini"))
     w = MainWindow(settings, tray=False)
-    qtbot.addWidget(w)
     w.resize(1280, 800)
     w.show()
+    yield w
+    w.close()
+    w.deleteLater()
+
+
+@pytest.fixture
+def window(shared_window: MainWindow, qtbot, settings: Settings) -> MainWindow:
+    w = shared_window
+    w.reset()
+    w.settings = settings
+    if w.isMinimized() or not w.isVisible():
+        w.showNormal()
     qtbot.waitExposed(w)
     return w
 

@@ -29,6 +29,7 @@ class Session:
     banner: str | None = None
     url: str | None = None
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    sim: Any = None  # the in-process SimServer in demo mode
 
     def close(self) -> None:
         """Stop the simulator and anything else started for this session."""
@@ -60,25 +61,43 @@ def _recorder(args: argparse.Namespace, url: str | None) -> Any:
     return Recorder(path, source_url=url)
 
 
-def demo_session(scenario: str, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
-                 recorder: Any = None) -> Session:
-    """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs."""
+def _open_source(url: str, backend: str, timeout_s: float, log_path: str | None) -> Any:
+    """The source for a known backend (the simulator says which), through detection when available."""
+    try:
+        from kvmon.sources.detect import open_source
+    except ImportError:
+        if backend == "ollama":
+            from kvmon.sources.ollama import OllamaSource
+
+            return OllamaSource(url, timeout_s=timeout_s)
+        from kvmon.sources.llamacpp import LlamaServerSource
+
+        return LlamaServerSource(url, timeout_s=timeout_s, log_path=log_path)
+    return open_source(url, api_key=None, timeout_s=timeout_s, log_path=log_path)
+
+
+def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
+                 recorder: Any = None, faults: tuple[str, ...] = ()) -> Session:
+    """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
+
+    ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
+    """
     from kvmon.sim.server import SimServer
 
-    sim = SimServer(scenario, speed=speed)
+    sim = SimServer(scenario, speed=speed, faults=faults)
     url = sim.start()
 
     def factory() -> MonitorLike:
         from kvmon.monitor import Monitor, default_host_source
-        from kvmon.sources.detect import open_source
         from kvmon.sources.nvml import NvmlSource
 
-        m = Monitor(open_source(url, api_key=None, timeout_s=timeout_s, log_path=None),
+        m = Monitor(_open_source(url, sim.scenario.backend, timeout_s, sim.log_path),
                     NvmlSource(nvml=sim.nvml), default_host_source())
         m.recorder = recorder
         return m
 
-    return Session(factory, banner or f"Demo: simulated {scenario}", url, [sim.stop])
+    name = getattr(sim.scenario, "name", str(scenario))
+    return Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim)
 
 
 def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,

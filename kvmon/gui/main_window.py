@@ -163,6 +163,14 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self._dirty = True
 
+    def reset(self) -> None:
+        """Forget the session (another server, or a replay): history, measured points, last snapshot."""
+        self.history.clear()
+        self.bins.clear()
+        self.last = None
+        self._model_key = None
+        self._dirty = False
+
     def load(self, snapshots: Sequence[Snapshot]) -> None:
         """Take a whole recording at once: history and points first, one render at the end."""
         for s in snapshots:

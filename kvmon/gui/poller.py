@@ -143,6 +143,9 @@ class PollWorker(QtCore.QObject):
         if self._timer is not None:
             self._timer.stop()
         self._close_monitor()
+        thread = QtCore.QThread.currentThread()
+        if thread is not QtCore.QCoreApplication.instance().thread():  # type: ignore[union-attr]
+            thread.quit()
 
 
 class Poller(QtCore.QObject):
@@ -190,6 +193,7 @@ class Poller(QtCore.QObject):
         """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""
         if not self.thread.isRunning():
             return
-        self._stop.emit()
-        self.thread.quit()
-        self.thread.wait(wait_ms)
+        self._stop.emit()  # the worker quits its own thread once the monitor is closed
+        if not self.thread.wait(wait_ms):
+            self.thread.quit()
+            self.thread.wait(1000)
