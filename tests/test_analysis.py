@@ -157,7 +157,8 @@ def test_two_gpus_split_by_the_log() -> None:
     cfg = ServerConfig(n_ctx_total=32768, n_parallel=1,
                        model_buffer_bytes_by_device={"CUDA0": 3_000_000_000, "CUDA1": 1_800_000_000,
                                                      "CPU_Mapped": 120_000_000},
-                       kv_buffer_bytes_by_device={"CUDA0": 3 * GIB, "CUDA1": 1 * GIB})
+                       kv_buffer_bytes_by_device={"CUDA0": 3 * GIB, "CUDA1": 1 * GIB},
+                       offloaded_layers=31, total_layers=33)  # two layers on the CPU: read per token
     g0, g1 = gpu(0, name="NVIDIA GeForce RTX 3090", bw=936e9), gpu(1, name="NVIDIA GeForce RTX 3090", bw=936e9)
     a = Analyzer(AnalyzerSettings(host_bandwidth_bytes_per_s=80e9), rate_tracker=FixedRates(decode=30.0))
     s = a.update(reading(config=cfg), gpus(0.0, g0, g1))
@@ -172,6 +173,17 @@ def test_two_gpus_split_by_the_log() -> None:
     # without a host bandwidth the host part makes the ceiling unknown, and says so
     s = Analyzer(rate_tracker=FixedRates()).update(reading(config=cfg), gpus(0.0, g0, g1))
     assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_HOST_BANDWIDTH
+
+
+def test_host_buffer_with_every_layer_offloaded_is_the_embedding_table() -> None:
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1,
+                       model_buffer_bytes_by_device={"CUDA0": 4_620_000_000, "CPU_Mapped": 300_000_000},
+                       offloaded_layers=33, total_layers=33)
+    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0, config=cfg), gpus())  # no host bandwidth needed
+    assert s.ceiling_tok_s == pytest.approx(1008e9 / 4.92e9)  # the GPU reads every weight the token uses
+    assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)
+    assert "embeddings" in s.reasons["placement"]
+    assert s.host.weights_in_host_bytes == 300_000_000  # still resident there
 
 
 def test_two_gpus_without_a_log_split_by_process_memory_or_evenly() -> None:

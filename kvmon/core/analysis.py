@@ -95,6 +95,12 @@ class _Placement:
     kv_gpu: dict[int, float] = field(default_factory=dict)  # fractions of the KV cache
     kv_host: float = 0.0
     kv_pcie: dict[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
+    host_weights_read: bool = True  # False when the host buffer only holds the token embeddings
+
+    @property
+    def weights_host_read(self) -> float:
+        """Host-resident weights that each token reads (not an embedding table looked up one row at a time)."""
+        return self.weights_host if self.host_weights_read else 0.0
     source: str = "unknown"  # "log" | "ollama" | "process" | "single_gpu" | "even" | "host_only"
     note: str | None = None
 
@@ -364,6 +370,14 @@ class Analyzer:
                 else:
                     p.weights_gpu[idx] = p.weights_gpu.get(idx, 0.0) + nbytes
             p.source = "log" if p.weights_gpu else "host_only"
+            if p.weights_gpu and p.weights_host > 0:
+                off, tot = cfg.offloaded_layers, cfg.total_layers
+                every_layer = off is not None and tot is not None and off >= tot
+                small = p.weights_host <= 0.05 * (p.weights_host + sum(p.weights_gpu.values()))
+                if every_layer or (off is None and small):
+                    # with every layer on the GPU the host buffer is the token-embedding table: one row per token
+                    p.host_weights_read = False
+                    p.note = "host model buffer holds the token embeddings (one row read per token)"
             if cfg.kv_buffer_bytes_by_device:
                 total_kv = sum(cfg.kv_buffer_bytes_by_device.values()) or 1
                 for dev, nbytes in cfg.kv_buffer_bytes_by_device.items():
@@ -412,12 +426,12 @@ class Analyzer:
     @staticmethod
     def _kv_like_weights(p: _Placement) -> None:
         """Without KV buffer lines, the KV cache follows the layers: split like the weights."""
-        total = sum(p.weights_gpu.values()) + p.weights_host
+        total = sum(p.weights_gpu.values()) + p.weights_host_read
         if total <= 0:
             return
         for i, w in p.weights_gpu.items():
             p.kv_gpu[i] = w / total
-        p.kv_host = p.weights_host / total
+        p.kv_host = p.weights_host_read / total
 
     def _estimate_pcie_spill(self, p: _Placement, gviews: Sequence[GpuView], kv_alloc: int | None,
                              cfg_compute: Mapping[str, int]) -> None:
@@ -440,7 +454,7 @@ class Analyzer:
                  host_bw: float | None) -> tuple[list[Any] | None, str | None]:
         if read_per_token is None:
             return None, "model size unknown"
-        resident = sum(p.weights_gpu.values()) + p.weights_host
+        resident = sum(p.weights_gpu.values()) + p.weights_host_read
         if resident <= 0 and not p.kv_gpu and not p.kv_host:
             if not gviews:
                 return None, NO_GPU_BANDWIDTH
@@ -462,12 +476,12 @@ class Analyzer:
             devices.append(ceiling_mod.DeviceShare(
                 name=f"PCIe {idx}", bandwidth_bytes_per_s=g.pcie_bandwidth_bytes_per_s, weight_bytes=0.0,
                 kv_fraction=frac, location="pcie"))
-        if p.weights_host > 0 or p.kv_host > 0:
+        if p.weights_host_read > 0 or p.kv_host > 0:
             if not host_bw:
                 return None, NO_HOST_BANDWIDTH
             devices.append(ceiling_mod.DeviceShare(name="host", bandwidth_bytes_per_s=host_bw,
-                                               weight_bytes=p.weights_host * scale, kv_fraction=p.kv_host,
-                                               location="host"))
+                                                   weight_bytes=p.weights_host_read * scale, kv_fraction=p.kv_host,
+                                                   location="host"))
         if not devices:
             return None, NO_GPU_BANDWIDTH
         return devices, None
@@ -648,7 +662,7 @@ class Analyzer:
                     decode: float | None, kv_read_now: float | None, r: ServerReading) -> tuple[GpuView, ...]:
         """Stacked VRAM per GPU: weights / KV allocated (in use) / server compute and other / others / free."""
         compute = {device_gpu_index(d): b for d, b in r.config.compute_buffer_bytes_by_device.items()}
-        resident = sum(p.weights_gpu.values()) + p.weights_host
+        resident = sum(p.weights_gpu.values()) + p.weights_host_read
         out = []
         for g in gviews:
             w = p.weights_gpu.get(g.index)
@@ -776,7 +790,7 @@ class Analyzer:
         kv_known = bool(p.kv_gpu) or kv_host_frac > 0
         via = "PCIe" if p.kv_pcie else "host RAM"
         cap = ceiling_now if kv_host_frac > 0 else None
-        weights_host = int(p.weights_host) if p.source in ("ollama", "log") else None
+        weights_host = int(p.weights_host_read) if p.source in ("ollama", "log") else None
         try:
             advice = self._advice(r, model, shape, devices, ceiling_now, decode, context)
         except (ValueError, KeyError):

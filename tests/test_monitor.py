@@ -1,0 +1,200 @@
+"""Monitor: sources → Snapshot over real HTTP; failures of any source never take the others down."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
+
+from kvmon.core.readings import FailureKind, GpuSetReading, ServerReading, SourceError
+from kvmon.core.recorder import Recorder, read_recording
+from kvmon.core.snapshot import ConnectionStatus
+from kvmon.monitor import Monitor, open_monitor
+from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.nvml import NvmlSource
+
+GIB = 1024**3
+
+
+def closed_port_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def fake_gpu_source() -> NvmlSource:
+    g = FakeGpu(memory_total_bytes=24 * GIB, memory_used_bytes=2 * GIB)
+    return NvmlSource(FakeNvml([g]))
+
+
+class Exploding:
+    """A GPU/host/server source with a bug: every call raises something unexpected."""
+
+    backend = "llama-server"
+    display_url = "http://127.0.0.1:1"
+
+    def poll(self, *_a: object) -> object:
+        raise RuntimeError("driver went away")
+
+    def close(self) -> None:
+        raise RuntimeError("and cannot close either")
+
+
+def first_run_log(tmp_path: Path) -> Path:
+    """The main run's load-time log lines (the first block of the capture) as a log file."""
+    text = (LLAMA_FIXTURES / "kv-log-lines.txt").read_text(encoding="utf-8")
+    block = text.split("\n## ")[1].split("\n", 1)[1]
+    path = tmp_path / "llama-server.log"
+    path.write_text(block, encoding="utf-8")
+    return path
+
+
+def test_llama_server_over_http_with_a_gpu(fixture_server: FixtureServer, tmp_path: Path) -> None:
+    serve_llama_state(fixture_server, "generating")
+    log = str(first_run_log(tmp_path))
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0, log_path=log), fake_gpu_source()) as m:
+        s1 = m.poll()
+        s2 = m.poll()
+    assert s1.connection.status is ConnectionStatus.CONNECTED
+    assert s2.seq == s1.seq + 1
+    assert s2.backend == "llama-server"
+    assert s2.model.name and s2.model.n_ctx == 16384
+    assert s2.slots and s2.slots[0].processing
+    assert s2.context_tokens is not None and s2.context_tokens > 0
+    assert s2.kv_allocated_bytes == 32 * 2**20  # the capture's llama_kv_cache line: 32 MiB at 16384 f16
+    assert s2.provenance["kv_allocated_bytes"] == "log"
+    assert s2.model.weight_bytes is not None
+    assert len(s2.gpus) == 1 and s2.gpus[0].vram_total_bytes == 24 * GIB
+    assert s2.gpus[0].peak_bandwidth_bytes_per_s == pytest.approx(10501e6 * 2 * 384 / 8, rel=0.05)
+    assert isinstance(m.last_reading, ServerReading)
+
+
+def test_unreachable_server_is_a_state_and_gpus_still_read() -> None:
+    m = Monitor(LlamaServerSource(closed_port_url(), timeout_s=1.0), fake_gpu_source())
+    s = m.poll()
+    m.close()
+    assert s.connection.status is ConnectionStatus.UNREACHABLE
+    assert s.decode_tok_s is None
+    assert s.gpus and s.gpus[0].vram_total_bytes == 24 * GIB
+
+
+def test_hung_server_times_out(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    fixture_server.hang("/health", 5.0)
+    m = Monitor(LlamaServerSource(fixture_server.url, timeout_s=0.3))
+    t0 = time.monotonic()
+    s = m.poll()
+    took = time.monotonic() - t0
+    m.close()
+    assert s.connection.status is ConnectionStatus.TIMEOUT
+    assert took < 3.0
+
+
+def test_model_loading(fixture_server: FixtureServer) -> None:
+    fixture_server.set_capture("/health", "health.loading.json")
+    fixture_server.set_capture("/props", "health.loading.json")
+    s = Monitor(LlamaServerSource(fixture_server.url, timeout_s=1.0)).poll()
+    assert s.connection.status is ConnectionStatus.LOADING
+
+
+def test_gpu_and_host_failures_do_not_kill_the_server_reading(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    m = Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), Exploding(), Exploding())
+    s = m.poll()
+    m.close()  # a source that fails to close is ignored
+    assert s.connection.status is ConnectionStatus.CONNECTED
+    assert s.model.name
+    assert s.gpus == () and "GPU reading failed: RuntimeError: driver went away" in (s.gpus_unavailable_reason or "")
+
+
+def test_a_buggy_server_source_becomes_a_bad_response() -> None:
+    s = Monitor(Exploding()).poll()
+    assert s.connection.status is ConnectionStatus.BAD_RESPONSE
+    assert "driver went away" in (s.connection.reason or "")
+
+
+def test_no_nvidia_gpu() -> None:
+    class NoGpu:
+        def poll(self, pids: object = ()) -> GpuSetReading:
+            return GpuSetReading(t_monotonic=time.monotonic(), unavailable_reason="no NVIDIA GPU: driver not loaded")
+
+        def close(self) -> None:
+            pass
+
+    s = Monitor(Exploding(), NoGpu()).poll()
+    assert s.gpus_unavailable_reason == "no NVIDIA GPU: driver not loaded"
+
+
+def test_recording_every_poll(fixture_server: FixtureServer, tmp_path: Path) -> None:
+    serve_llama_state(fixture_server, "idle")
+    path = tmp_path / "session.jsonl"
+    m = Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), recorder=Recorder(path))
+    polled = [m.poll() for _ in range(3)]
+    m.close()
+    back = read_recording(path)
+    assert [s.seq for s in back.snapshots] == [s.seq for s in polled]
+    assert back.snapshots[-1].model == polled[-1].model
+
+
+def test_open_monitor_detects_llama_server(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    m = open_monitor(fixture_server.url, timeout_s=2.0, gpu=False, host=False)
+    try:
+        assert m.backend == "llama-server"
+        assert m.poll().connection.status is ConnectionStatus.CONNECTED
+    finally:
+        m.close()
+
+
+def test_open_monitor_auto_picks_the_first_answering_candidate(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    m = open_monitor(None, timeout_s=1.0, gpu=False, host=False, candidates=(closed_port_url(), fixture_server.url))
+    try:
+        assert m.display_url == fixture_server.url
+    finally:
+        m.close()
+
+
+def test_open_monitor_with_nothing_there_raises_unreachable() -> None:
+    with pytest.raises(SourceError) as info:
+        open_monitor(None, timeout_s=0.5, candidates=(closed_port_url(), closed_port_url()))
+    assert info.value.failure.kind is FailureKind.UNREACHABLE
+    assert "--demo" in info.value.failure.reason
+
+
+def test_open_monitor_bad_url() -> None:
+    with pytest.raises(SourceError) as info:
+        open_monitor("ht!tp://", timeout_s=0.5)
+    assert info.value.failure.kind is FailureKind.BAD_URL
+
+
+def test_simulated_two_gpu_server_end_to_end() -> None:
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.llamacpp import LlamaServerSource as Src
+
+    sim = SimServer("seed-3090x2", speed=20.0)
+    url = sim.start()
+    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml))
+    try:
+        deadline = time.monotonic() + 20
+        s = m.poll()
+        while time.monotonic() < deadline and s.decode_tok_s is None:
+            time.sleep(0.2)
+            s = m.poll()
+    finally:
+        m.close()
+        sim.stop()
+    assert s.decode_tok_s is not None and s.decode_tok_s > 0
+    assert len(s.gpus) == 2 and all(g.peak_bandwidth_bytes_per_s for g in s.gpus)
+    assert all(g.weights_bytes and g.kv_allocated_bytes for g in s.gpus)
+    # two 3090s holding the layers in turn: the ceiling is 936 GB/s over the weights read per token (+ KV)
+    assert s.model.weight_bytes_read_per_token is not None
+    assert s.ceiling_tok_s is not None and s.ceiling_tok_s < 936e9 / s.model.weight_bytes_read_per_token
+    assert s.extra["placement"] == "log"
+    assert not any(a.code == "weights_in_host" for a in s.alerts)  # the host buffer is the embedding table
