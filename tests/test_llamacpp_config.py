@@ -214,3 +214,14 @@ def test_merge_configs_later_wins_with_provenance() -> None:
     assert m.type_k == "f16" and m.provenance["type_k"] == "log"
     assert m.n_gpu_layers == 12 and m.provenance["n_gpu_layers"] == "user"
     assert m.model_path == "x" and m.provenance["model_path"] == "command_line"
+
+
+def test_log_follower_reads_a_pipe() -> None:
+    import io
+
+    from helpers_http import wait_until
+
+    stream = io.StringIO(_blocks()[5])  # the large model, f16, 128 MiB
+    f = LogFollower("-", stream=stream)
+    assert wait_until(lambda: f.poll().kv_bytes_allocated == 128 * MIB, 5.0)
+    assert f.error is None

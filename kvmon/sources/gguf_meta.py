@@ -7,6 +7,7 @@ package. The result is a plain dict keyed exactly as GGUF names them ("llama.blo
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from dataclasses import dataclass, field
@@ -104,7 +105,7 @@ def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str])
             cur.pos += count * width
             skipped.append(key)
             return None
-        arr = np.frombuffer(cur.buf, dtype=np.dtype(cur.e + _SCALAR[et]), count=count, offset=cur.pos)
+        arr = np.frombuffer(cur.buf[cur.pos : cur.pos + count * width], dtype=np.dtype(cur.e + _SCALAR[et]))
         cur.pos += count * width
         return [bool(x) for x in arr] if et == GGUFValueType.BOOL else arr.tolist()
     if et == GGUFValueType.STRING:
@@ -149,23 +150,13 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
         file_size = os.fstat(f.fileno()).st_size
         if file_size < 24:
             raise GgufError(f"not a GGUF file ({file_size} bytes)")
-        want = FIRST_READ_BYTES
-        while True:
-            f.seek(0)
-            buf = f.read(min(want, file_size))
-            try:
-                return _parse(buf, file_size)
-            except GgufError:
-                if len(buf) >= file_size or want >= MAX_HEADER_BYTES:
-                    raise
-                want *= 4  # the header is longer than what was read: read more
+        # Map the file: only the header pages are ever touched. The parser takes copies (slices) of
+        # what it keeps, so no view of the map outlives this block, even when parsing fails.
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _parse(mm, file_size)
 
 
-FIRST_READ_BYTES = 4 * 1024 * 1024
-MAX_HEADER_BYTES = 1024 * 1024 * 1024  # no real header is anywhere near this
-
-
-def _parse(buf: bytes, file_size: int) -> GgufHeader:
+def _parse(buf: Any, file_size: int) -> GgufHeader:
     try:
         magic = struct.unpack_from("<I", buf, 0)[0]
         if magic != GGUF_MAGIC:
@@ -209,8 +200,6 @@ def _parse(buf: bytes, file_size: int) -> GgufHeader:
             align = align if isinstance(align, int) and align > 0 else GGUF_DEFAULT_ALIGNMENT
             data_offset: int | None = -(-cur.pos // align) * align
         except GgufError:
-            if len(buf) < file_size:
-                raise  # read more of the file and try again
             total, data_offset = None, None
         return GgufHeader(meta, version, tensor_count, file_size, data_offset, total, tuple(skipped))
     except struct.error as e:

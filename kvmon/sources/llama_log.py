@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import IO
 
 from kvmon.core.readings import Provenance, ServerConfig
 
@@ -226,19 +229,40 @@ def parse_llama_log(lines: Iterable[str]) -> ServerConfig:
 
 
 class LogFollower:
-    """Follow a log file across polls: read only what was appended; start over when it is truncated."""
+    """Follow a log file across polls: read only what was appended; start over when it is truncated.
+
+    The path ``-`` means standard input (``llama-server ... 2>&1 | kvmon --log -``): a daemon thread
+    reads it line by line as the server writes.
+    """
 
     MAX_READ_BYTES = 16 * MIB  # per poll, so a huge log never stalls a poll
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, stream: IO[str] | None = None) -> None:
         self.path = path
         self.parser = LlamaLogParser()
         self._offset = 0
         self._partial = ""
         self.error: str | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        if path == "-" or stream is not None:
+            self._thread = threading.Thread(target=self._read_stream, args=(stream or sys.stdin,), daemon=True,
+                                            name="kvmon-log-stdin")
+            self._thread.start()
+
+    def _read_stream(self, stream: IO[str]) -> None:
+        try:
+            for line in stream:
+                with self._lock:
+                    self.parser.feed(line.rstrip("\r\n"))
+        except (OSError, ValueError) as e:  # closed or undecodable input
+            self.error = f"cannot read the piped log: {e}"
 
     def poll(self) -> ServerConfig:
         """Read new lines (if any) and return the current facts; an unreadable file sets ``error``."""
+        if self._thread is not None:
+            with self._lock:
+                return self.parser.config()
         try:
             size = os.path.getsize(self.path)
             if size < self._offset:  # truncated or replaced: a new run
