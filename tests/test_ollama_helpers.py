@@ -8,6 +8,7 @@ body is recorded so tests can check what the source asked for.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,6 +47,10 @@ class OllamaFixture:
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()  # headers and body go out as separate writes: no Nagle wait between them
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
