@@ -9,6 +9,7 @@ Scenarios: see ``kvmon.sim.scenarios.SCENARIOS``; ``--fault list`` prints the fa
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from typing import Any
@@ -66,10 +67,13 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     print(f"  {s.description}", flush=True)
     if sim.faults.faults:
         print("  faults: " + ", ".join(fault_specs), flush=True)
+    if s.backend == "llama-server":
+        print(f"  server log (kvmon --log): {sim.log_path}", flush=True)
     print("  Ctrl-C to stop", flush=True)
+    waiter = stop or threading.Event()
+    previous = _on_sigterm(waiter)
     if ready is not None:
         ready.set()
-    waiter = stop or threading.Event()
     try:
         while not waiter.wait(0.5):
             pass
@@ -77,7 +81,19 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
         pass
     finally:
         sim.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _on_sigterm(stop: threading.Event) -> Any:
+    """Stop cleanly (and remove the simulator's files) on SIGTERM too; only possible on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    except (ValueError, OSError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

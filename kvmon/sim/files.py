@@ -118,7 +118,9 @@ def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
 
 
 def remove_sim_dir(path: str) -> None:
-    """Remove the simulator's folder (only the files it wrote)."""
+    """Remove the simulator's folder (only the files it wrote); nothing happens if it is already gone."""
+    if not os.path.isdir(path):
+        return
     for name in os.listdir(path):
         try:
             os.remove(os.path.join(path, name))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -145,6 +146,8 @@ class SimServer:
         # the files a real server leaves: the GGUF (header only) /props points at, and the -lv 4 log
         self._own_dir = files_dir is None
         self.files_dir = files_dir or make_sim_dir()
+        if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
+            weakref.finalize(self, remove_sim_dir, self.files_dir)
         self.model_path = os.path.join(self.files_dir, os.path.basename(self.scenario.model_alias.replace(":", "-")))
         if not self.model_path.endswith(".gguf"):
             self.model_path += ".gguf"
