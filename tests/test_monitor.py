@@ -198,3 +198,29 @@ def test_simulated_two_gpu_server_end_to_end() -> None:
     assert s.ceiling_tok_s is not None and s.ceiling_tok_s < 936e9 / s.model.weight_bytes_read_per_token
     assert s.extra["placement"] == "log"
     assert not any(a.code == "weights_in_host" for a in s.alerts)  # the host buffer is the embedding table
+
+
+def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
+    """spill-4090: another app eats VRAM from t=120 s to 300 s; the alert must come ≥ 30 s before it runs out."""
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.llamacpp import LlamaServerSource as Src
+
+    sim = SimServer("spill-4090", speed=25.0, start_at_s=110.0)
+    url = sim.start()
+    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml))
+    alert_at = ran_out_at = None
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and ran_out_at is None:
+            s = m.poll()
+            now = sim.clock.now()
+            if alert_at is None and any(a.code == "vram_full_soon" for a in s.alerts):
+                alert_at = now
+            if s.gpus and s.gpus[0].vram_free_bytes is not None and s.gpus[0].vram_free_bytes < 768 * 2**20:
+                ran_out_at = now
+            time.sleep(0.1)
+    finally:
+        m.close()
+        sim.stop()
+    assert ran_out_at is not None, "the scenario should run VRAM out"
+    assert alert_at is not None and alert_at <= ran_out_at - 30

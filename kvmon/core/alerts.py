@@ -28,7 +28,7 @@ class AlertThresholds:
     ctx_clear_margin_tokens: int = 1024
     # VRAM running out: from the trend of free VRAM over the last minute.
     vram_trend_window_s: float = 60.0
-    vram_trend_min_span_s: float = 8.0
+    vram_trend_min_span_s: float = 3.0
     vram_trend_min_drop_bytes: int = 256 * MIB  # smaller drifts over the window are noise, not a trend
     vram_warn_seconds: float = 180.0
     vram_critical_seconds: float = 60.0
