@@ -101,7 +101,8 @@ class History:
         self.capacity = capacity
         self.max_gpus = max_gpus
         self._main = _Ring(capacity, 2 + len(SERIES))  # t, t_wall, series...
-        self._gpu = np.full((capacity, len(GPU_SERIES), max_gpus), np.nan)
+        # per-GPU columns are added as GPUs appear (float32: plenty for bytes and bytes/s on a plot)
+        self._gpu = np.full((capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
         self._gpu_index: dict[int, int] = {}  # GPU index -> column
         self._scatter = _Ring(capacity, 3)  # t, context, decode
         self._row = np.empty(2 + len(SERIES))
@@ -128,6 +129,10 @@ class History:
                 if len(self._gpu_index) >= self.max_gpus:
                     continue
                 col = self._gpu_index[g.index] = len(self._gpu_index)
+                if col >= self._gpu.shape[2]:  # a new GPU: one more column (rare, O(capacity) once)
+                    extra = np.full((self.capacity, len(GPU_SERIES), 1), np.nan, dtype=np.float32)
+                    self._gpu = np.concatenate((self._gpu, extra), axis=2)
+                    gpu_row = self._gpu[head]
             for j, name in enumerate(GPU_SERIES):
                 value = getattr(g, name)
                 if name == "achieved_bandwidth_bytes_per_s" and not up:
@@ -160,7 +165,7 @@ class History:
             t=rows[:, 0],
             t_wall=rows[:, 1],
             series={name: rows[:, 2 + i] for i, name in enumerate(SERIES)},
-            gpu={name: gpu[:, j, :ncols].copy() for j, name in enumerate(GPU_SERIES)},
+            gpu={name: gpu[:, j, :ncols].astype(np.float64) for j, name in enumerate(GPU_SERIES)},
             gpu_indices=tuple(self._gpu_index),
             scatter_context=sc[:, 1],
             scatter_decode_tok_s=sc[:, 2],
