@@ -14,6 +14,8 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 
 from PySide6 import QtCore
 
+from kvmon.core.alerts import AlertThresholds
+from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
 from kvmon.gui import fmt
 from kvmon.gui.app import Session, build_window, demo_session
@@ -22,20 +24,35 @@ from kvmon.gui.settings import Settings
 GIB = 1024**3
 
 
+def sim_clock_settings(speed: float) -> AnalyzerSettings:
+    """Alert thresholds with every duration divided by ``speed``: the analysis then runs on simulated time."""
+    th = AlertThresholds()
+    timed = {f.name: getattr(th, f.name) / speed for f in dataclasses.fields(th)
+             if f.name.endswith(("_s", "_seconds"))}
+    return AnalyzerSettings(thresholds=dataclasses.replace(th, **timed))
+
+
 class Run:
     """A dashboard on a simulated server; records (simulated time, snapshot) as the window receives them."""
 
     def __init__(self, qtbot, tmp_path: Path, scenario, *, speed: float, interval_s: float,
-                 faults: tuple[str, ...] = (), timeout_s: float = 3.0, tray: bool = False) -> None:
-        self.session: Session = demo_session(scenario, None, speed=speed, faults=faults, timeout_s=timeout_s)
+                 faults: tuple[str, ...] = (), timeout_s: float = 3.0, tray: bool = False,
+                 scaled: bool = False) -> None:
+        self.session: Session = demo_session(scenario, None, speed=speed, faults=faults, timeout_s=timeout_s,
+                                             analyzer_settings=sim_clock_settings(speed) if scaled else None)
         self.sim = self.session.sim
         self.win, self.poller = build_window(self.session, Settings(str(tmp_path / "s.ini")), interval_s, tray=tray)
         qtbot.addWidget(self.win)
         self.seen: list[tuple[float, Snapshot]] = []
-        self.poller.snapshot.connect(lambda s: self.seen.append((self.sim.clock.now(), s)))
+        self.shown: list[list[tuple[str, str, str]]] = []  # the alert panel's lines after each snapshot
+        self.poller.snapshot.connect(self._record)
         self.win.resize(1280, 800)
         self.win.show()
         self.poller.start()
+
+    def _record(self, s: Snapshot) -> None:  # connected after the window's slot: sees what it rendered
+        self.seen.append((self.sim.clock.now(), s))
+        self.shown.append(self.win.alerts.lines)
 
     def stop(self) -> None:
         self.poller.stop()
@@ -77,23 +94,29 @@ def test_seed_run_panels_show_the_snapshot_numbers(qtbot, tmp_path: Path, runs) 
 
 @pytest.mark.slow
 def test_spill_alerts_rise_early_enough(qtbot, tmp_path: Path, runs) -> None:
-    # The analysis measures trends in real seconds, so the simulator runs at 12× while VRAM fills
-    # (other VRAM grows from 120 s to 300 s) and at 60× through the quiet start.
-    r = Run(qtbot, tmp_path, "spill-4090", speed=60, interval_s=0.05, tray=True)
+    # 40× accelerated, with the alert thresholds on the simulated clock; other VRAM grows from 120 s to 300 s.
+    # The scenario's reload at 330 s would cut the conversation at ~26K of 32K tokens; without it the
+    # conversation runs on towards its 30,000-token target, close enough to n_ctx for the context alert.
+    from kvmon.sim.scenarios import SCENARIOS
+
+    spill = dataclasses.replace(SCENARIOS["spill-4090"], reload=None)
+    r = Run(qtbot, tmp_path, spill, speed=40, interval_s=0.05, tray=True, scaled=True)
     runs.append(r)
-    qtbot.waitUntil(lambda: r.sim.clock.now() >= 100, timeout=20000)
-    r.sim.clock.set_speed(12)
-    qtbot.waitUntil(lambda: bool(r.seen) and r.seen[-1][0] >= 329, timeout=40000)
+    qtbot.waitUntil(lambda: bool(r.seen) and (r.seen[-1][0] >= 600 or (r.seen[-1][1].context_tokens or 0) >= 29500),
+                    timeout=40000)
     alert_ts = [t for t, s in r.seen if any(a.code == "vram_full_soon" for a in s.alerts)]
     out_ts = [t for t, s in r.seen if s.gpus and s.gpus[0].vram_free_bytes is not None
               and s.gpus[0].vram_free_bytes < 1 * GIB]
     assert alert_ts and out_ts, "the VRAM alert never rose, or free VRAM never ran out"
+    print(f"VRAM alert at {alert_ts[0]:.0f} s, free VRAM < 1 GiB at {out_ts[0]:.0f} s (simulated)")
     assert out_ts[0] - alert_ts[0] >= 30, (alert_ts[0], out_ts[0])
     ctx = [s for _t, s in r.seen if any(a.code == "ctx_full_soon" for a in s.alerts)]
     assert ctx, "the context-full alert never rose"
+    print(f"context alert at {ctx[0].context_tokens} of {ctx[0].model.n_ctx} tokens")
     assert ctx[0].model.n_ctx - ctx[0].context_tokens >= 2000
     assert any("VRAM full" in m for m in r.win.tray.notified)
-    assert any("VRAM full" in text for _level, text, _tip in r.win.alerts.lines)
+    assert any("VRAM full" in text for lines in r.shown for _level, text, _tip in lines)
+    assert any("Context full" in text for lines in r.shown for _level, text, _tip in lines)
 
 
 @pytest.mark.slow
@@ -156,7 +179,7 @@ def test_no_alert_rises_in_a_steady_hour(qtbot, tmp_path: Path, runs) -> None:
         SCENARIOS["spill-4090"], name="steady-4090", other_vram=((0.0, 1 * GIB),), reload=None,
         script=ChatScript(n_turns=6, first_prompt_tokens=800, target_context_tokens=6000, generated_tokens=300,
                           think_s=30.0))
-    r = Run(qtbot, tmp_path, steady, speed=600, interval_s=0.05)
+    r = Run(qtbot, tmp_path, steady, speed=600, interval_s=0.05, scaled=True)
     runs.append(r)
     qtbot.waitUntil(lambda: bool(r.seen) and r.seen[-1][0] >= 3600, timeout=40000)
     after_warmup = [(t, s) for t, s in r.seen if t >= 120]

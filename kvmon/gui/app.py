@@ -77,10 +77,11 @@ def _open_source(url: str, backend: str, timeout_s: float, log_path: str | None)
 
 
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
-                 recorder: Any = None, faults: tuple[str, ...] = ()) -> Session:
+                 recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: Any = None) -> Session:
     """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
 
     ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
+    ``analyzer_settings`` (``kvmon.core.analysis.AnalyzerSettings``) e.g. scales alert times to an accelerated clock.
     """
     from kvmon.sim.server import SimServer
 
@@ -88,11 +89,12 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     url = sim.start()
 
     def factory() -> MonitorLike:
+        from kvmon.core.analysis import Analyzer
         from kvmon.monitor import Monitor, default_host_source
         from kvmon.sources.nvml import NvmlSource
 
         m = Monitor(_open_source(url, sim.scenario.backend, timeout_s, sim.log_path),
-                    NvmlSource(nvml=sim.nvml), default_host_source())
+                    NvmlSource(nvml=sim.nvml), default_host_source(), Analyzer(analyzer_settings))
         m.recorder = recorder
         return m
 
