@@ -169,3 +169,13 @@ def test_bad_json_body_is_a_400_not_a_crash(client: httpx.Client) -> None:
     r = client.post("/completion", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == 400
     assert client.get("/health").status_code == 200
+
+
+def test_a_finished_slot_looks_like_the_real_one_after_a_request(client: httpx.Client) -> None:
+    r = client.post("/completion", json={"prompt": "z" * 140, "n_predict": 64}).json()
+    slot = client.get("/slots").json()[0]
+    want = capture("kv-q8-fa/slots.after.q8kv-fa.json")[0]  # type: ignore[index]
+    assert key_types(slot) == key_types(want)
+    assert slot["n_prompt_tokens"] == r["tokens_evaluated"] + r["tokens_predicted"] - 1  # as in the capture: 35+64-1
+    assert (slot["is_processing"], slot["n_prompt_tokens_processed"], slot["n_prompt_tokens_cache"]) == (False, 0, 0)
+    assert slot["next_token"] == want["next_token"]

@@ -228,7 +228,7 @@ class SimEngine:
                     c["tokens_predicted_total"] += r.predicted_n
                     c["tokens_predicted_seconds_total"] += r.predicted_s
                     ep.n_decode_done += r.prompt_batches + max(0, r.predicted_n - 1)
-                    ep.n_tokens_max = max(ep.n_tokens_max, r.cache_n + r.prompt_n + r.predicted_n)
+                    ep.n_tokens_max = max(ep.n_tokens_max, r.context_tokens(r.t_end))
                     b = ep.bucket
                     b["pt"] += r.prompt_n
                     b["ps"] += r.prefill_s

@@ -141,11 +141,13 @@ class LlamaApi:
                                          "is_processing": bool(req and req.is_processing(now))}
                 busy += entry["is_processing"]
                 if req is not None:
+                    # a finished slot keeps its tokens but shows its per-request counters reset, as the real one
                     processing = req.is_processing(now)
-                    decoded = req.n_decoded(now)
+                    decoded = req.n_decoded(now) if processing else 0
                     entry.update({
                         "id_task": req.id_task, "n_prompt_tokens": req.context_tokens(now),
-                        "n_prompt_tokens_processed": req.prompt_processed(now), "n_prompt_tokens_cache": req.cache_n,
+                        "n_prompt_tokens_processed": req.prompt_processed(now) if processing else 0,
+                        "n_prompt_tokens_cache": req.cache_n if processing else 0,
                         "params": gen_params(req.n_predict, stream=bool(req.params.get("stream")), seed=req.id_task),
                         "next_token": [{"has_next_token": processing, "has_new_line": False,
                                         "n_remain": (req.n_predict - decoded)

@@ -82,7 +82,8 @@ class SimRequest:
         if t < self.t_prefill_end:
             done = self.prompt_processed(t)
             return self.cache_n + (done // N_BATCH) * N_BATCH
-        return self.cache_n + self.prompt_n + self.n_decoded(t)
+        # the token just sampled is not in the cache yet (llama-server shows prompt + generated - 1 at the end)
+        return self.cache_n + self.prompt_n + max(0, self.n_decoded(t) - 1)
 
     def decode_calls(self, t: float) -> int:
         """``llama_decode`` calls by ``t``: one per prompt batch, then one per generated token after the first."""
