@@ -65,9 +65,11 @@ class SimEngine:
     """The simulated server's state over simulated time; thread-safe."""
 
     def __init__(self, scenario: Scenario, clock: SimClock, faults: FaultPlan | None = None, *,
-                 autoplay: bool = True, on_load: Callable[[Epoch], None] | None = None) -> None:
+                 autoplay: bool = True, on_load: Callable[[Epoch], None] | None = None,
+                 on_request_end: Callable[[SimRequest], None] | None = None) -> None:
         self.scenario = scenario
         self.on_load = on_load
+        self.on_request_end = on_request_end
         self.clock = clock
         self.faults = faults or FaultPlan()
         self.autoplay = autoplay
@@ -235,6 +237,8 @@ class SimEngine:
                     b["gt"] += r.predicted_n
                     b["gs"] += r.predicted_s
                     ep.busy_per_decode = 1.0
+                    if self.on_request_end is not None:
+                        self.on_request_end(r)
                 r.folded = True
             self._requests = still
 

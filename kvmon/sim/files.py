@@ -110,6 +110,24 @@ class ServerLog:
         self.write(t_s, lines)
 
 
+def request_end_lines(id_task: int, slot: int, prompt_n: int, prompt_s: float, predicted_n: int,
+                      predicted_s: float, n_tokens: int) -> list[str]:
+    """What llama-server prints at default verbosity when a request ends (``print_timing``, ``release``)."""
+    head = f"slot print_timing: id {slot:2d} | task {id_task} |"
+
+    def per(n: int, secs: float) -> str:
+        ms = secs * 1000.0
+        return (f"{ms:10.2f} ms / {n:5d} tokens ({ms / n if n else 0.0:8.2f} ms per token, "
+                f"{n / secs if secs > 0 else 0.0:8.2f} tokens per second)")
+
+    return [
+        f"{head} prompt eval time = {per(prompt_n, prompt_s)}",
+        f"{head}        eval time = {per(predicted_n, predicted_s)}",
+        f"{head}       total time = {(prompt_s + predicted_s) * 1000.0:10.2f} ms / {prompt_n + predicted_n:5d} tokens",
+        f"slot      release: id {slot:2d} | task {id_task} | stop processing: n_tokens = {n_tokens}, truncated = 0",
+    ]
+
+
 def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
     """A private temporary folder for the simulator's files."""
     import tempfile

@@ -30,9 +30,10 @@ from urllib.parse import parse_qsl
 from kvmon.sim.clock import SimClock
 from kvmon.sim.engine import Epoch, SimEngine
 from kvmon.sim.faults import Fault, FaultPlan, parse_faults
-from kvmon.sim.files import ServerLog, make_sim_dir, remove_sim_dir, write_gguf_header
+from kvmon.sim.files import ServerLog, make_sim_dir, remove_sim_dir, request_end_lines, write_gguf_header
 from kvmon.sim.gpu import SimGpus
 from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
+from kvmon.sim.requests import SimRequest
 from kvmon.sim.scenarios import Scenario, get_scenario
 
 PUBLIC_PATHS = ("/health", "/v1/health")
@@ -153,7 +154,8 @@ class SimServer:
             self.model_path += ".gguf"
         self.log_path = os.path.join(self.files_dir, "llama-server.log")
         self.log = ServerLog(self.log_path)
-        self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded)
+        self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
+                                on_request_end=self._request_ended)
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
         write_gguf_header(self.model_path, dict(first.model.preset.metadata))
@@ -203,6 +205,10 @@ class SimServer:
         self._httpd = None
         if self._own_dir and os.path.isdir(self.files_dir):
             remove_sim_dir(self.files_dir)
+
+    def _request_ended(self, r: SimRequest) -> None:
+        self.log.write(r.t_end, request_end_lines(r.id_task, r.slot, r.prompt_n, r.prefill_s, r.predicted_n,
+                                                  r.predicted_s, r.context_tokens(r.t_end)))
 
     def _loaded(self, epoch: Epoch) -> None:
         """A (re)load: write the load-time log lines with what was free on each GPU then."""
