@@ -424,3 +424,19 @@ def test_device_names() -> None:
     assert device_gpu_index("ROCm2") == 2 and device_gpu_index("Vulkan0") == 0
     assert device_gpu_index("CPU") is None and device_gpu_index("CPU_Mapped") is None
     assert device_gpu_index("CUDA_Host") is None and device_gpu_index("AMX") is None
+
+
+def test_ollama_weights_estimated_from_its_loaded_size() -> None:
+    """Ollama's size = weights + KV cache (+ graph): without a tensor list, weights = size − computed KV."""
+    m = ModelInfo(name="llama3.1:8b", weight_bytes=None, shape=SHAPE_8B)
+    size = 4_920_000_000 + 4 * GIB
+    r = reading(ctx=None, backend="ollama", model=m, weight_bytes_vram=size, weight_bytes_host=0,
+                slots=(), config=ServerConfig(n_ctx_total=32768, n_parallel=1))
+    s = Analyzer(rate_tracker=FixedRates()).update(r, gpus())
+    assert s.model.weight_bytes == 4_920_000_000
+    assert s.provenance["weight_bytes"] == "estimated" and "KV" in s.reasons["weight_bytes"]
+    assert s.ceiling_tok_s is None and "depth unknown" in s.reasons["ceiling_tok_s"]
+    assert s.ceiling_curve[0] == (0, pytest.approx(1008e9 / 4.92e9))  # the curve needs no depth
+    assert s.kv_in_use_bytes is None  # unknown, not 0
+    assert "kvmon proxy" in s.reasons["context_tokens"]
+    assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)

@@ -185,7 +185,11 @@ def rule_kv_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | No
     head = f"KV cache in host RAM ({amount}{frac:.0%})"
     if f.kv_host_cap_tok_s:
         head += f": decode capped at ~{f.kv_host_cap_tok_s:.0f} tok/s by {via}"
-    msg = f"{head}; free VRAM, lower -c or use a smaller cache type (-ctk q8_0 -ctv q8_0)"
+    if f.backend == "ollama":
+        fix = "free VRAM, lower num_ctx or use a smaller cache type (OLLAMA_KV_CACHE_TYPE=q8_0)"
+    else:
+        fix = "free VRAM, lower -c or use a smaller cache type (-ctk q8_0 -ctv q8_0)"
+    msg = f"{head}; {fix}"
     return level, msg, frac
 
 

@@ -241,7 +241,7 @@ class Analyzer:
         if type_k is None or type_v is None:
             type_k, type_v = type_k or "f16", type_v or "f16"
             prov["kv_type"] = "default"
-            reasons["kv_type"] = "KV cache type not reported by the server: llama.cpp's default f16 assumed"
+            reasons["kv_type"] = "KV cache type not reported by the server: the default, f16, assumed"
         else:
             prov["kv_type"] = cprov.get("type_k", "log")
 
@@ -263,16 +263,33 @@ class Analyzer:
             n_ctx_total = max(slot_ctx) if unified else sum(slot_ctx)
             prov["n_ctx_total"] = "computed"
 
+        alloc: int | None = None
+        if cfg.kv_bytes_allocated is not None:
+            alloc = int(cfg.kv_bytes_allocated)
+            prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
+        elif shape is not None and n_ctx_total:
+            alloc = self._kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg.n_ubatch or 512)
+            prov["kv_allocated_bytes"] = "computed"
+        else:
+            reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
+
         weight_bytes = m.weight_bytes if m is not None else None
         if weight_bytes is not None:
             prov["weight_bytes"] = "measured"
         elif cfg.model_buffer_bytes_by_device:
             weight_bytes = sum(cfg.model_buffer_bytes_by_device.values())
             prov["weight_bytes"] = "log"
+        elif r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None \
+                and r.weight_bytes_vram + r.weight_bytes_host - alloc > 0:
+            # Ollama's loaded size holds weights + KV cache (+ compute graph): take the computed KV out
+            weight_bytes = int(r.weight_bytes_vram + r.weight_bytes_host - alloc)
+            prov["weight_bytes"] = "estimated"
+            reasons["weight_bytes"] = "the server's loaded size minus the computed KV cache (includes compute buffers)"
         else:
-            reasons["weight_bytes"] = "model size not reported"
+            reasons["weight_bytes"] = (r.reasons.get("weight_bytes") if r.reasons.get("weight_bytes")
+                                       else "model size not reported")
 
-        kv_per_token = alloc = rec = None
+        kv_per_token = rec = None
         read_per_token: float | None = None
         if shape is not None:
             kv_per_token = float(self._memo_get(shape, ("per_token", type_k, type_v),
@@ -294,14 +311,6 @@ class Analyzer:
                 prov["weight_bytes_read_per_token"] = "estimated"
                 reasons["weight_bytes_read_per_token"] = "model shape unknown: all weights assumed read (dense)"
 
-        if cfg.kv_bytes_allocated is not None:
-            alloc = int(cfg.kv_bytes_allocated)
-            prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
-        elif shape is not None and n_ctx_total:
-            alloc = self._kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg.n_ubatch or 512)
-            prov["kv_allocated_bytes"] = "computed"
-        else:
-            reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
 
         view = ModelView(
             name=m.name if m else None, arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
@@ -570,16 +579,23 @@ class Analyzer:
         elif context is not None:
             prov["context_tokens"] = "measured"
         else:
-            reasons["context_tokens"] = "the server does not report per-conversation context (enable /slots)"
+            reasons["context_tokens"] = ("the server does not report per-conversation context"
+                                         + (" (run `kvmon proxy` to see it)" if r.backend == "ollama"
+                                            else " (enable /slots)"))
 
         kv_in_use = kv_read_now = None
         if shape is not None:
             depths = [s.context_tokens for s in r.slots if s.context_tokens]
             if not depths and context:
                 depths = [context]
-            kv_in_use = int(sum(self._kv_in_use(shape, d, type_k, type_v) for d in depths)) if depths else 0
-            kv_read_now = self._kv_in_use(shape, context or 0, type_k, type_v)
-            prov["kv_in_use_bytes"] = "computed"
+            if depths:
+                kv_in_use = int(sum(self._kv_in_use(shape, d, type_k, type_v) for d in depths))
+            elif context is not None or r.slots:
+                kv_in_use = 0  # the slots are there and hold nothing
+            if kv_in_use is not None:
+                prov["kv_in_use_bytes"] = "computed"
+            if context is not None:
+                kv_read_now = self._kv_in_use(shape, context, type_k, type_v)
 
         # GPUs and where the model lives
         gviews, greason = self._basic_gpu_views(gpus)
@@ -594,9 +610,12 @@ class Analyzer:
         # ceiling now and over context
         ceiling_now = curve_cache_key = None
         curve: tuple[tuple[int, float], ...] = ()
-        if devices is not None and kv_read_now is not None:
-            ceiling_now = ceiling_mod.ceiling_tok_s(devices, kv_read_now)
-            prov["ceiling_tok_s"] = "computed"
+        if devices is not None and shape is not None:
+            if kv_read_now is not None:
+                ceiling_now = ceiling_mod.ceiling_tok_s(devices, kv_read_now)
+                prov["ceiling_tok_s"] = "computed"
+            else:
+                reasons["ceiling_tok_s"] = "context depth unknown: the ceiling curve shows every depth"
             if model.n_ctx:
                 curve_cache_key = (tuple(devices), type_k, type_v, model.n_ctx, id(shape))
                 if self._curve_cache is not None and self._curve_cache[0] == curve_cache_key:
