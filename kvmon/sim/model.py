@@ -77,7 +77,14 @@ class LoadedModel:
             type_k=scenario.type_k, type_v=scenario.type_v,
         )
         self.kv_allocated_bytes = int(self.allocation.total_bytes)
-        self.weight_read_bytes = float(weight_bytes_read_per_token(self.shape, self.weight_bytes).bytes)
+        # llama.cpp keeps the token embeddings in host memory and reads one row of them per token
+        md = self.preset.metadata
+        n_params = float(md.get("general.parameter_count") or self.weight_bytes * 8 / 4.85)
+        bits_per_weight = self.weight_bytes * 8 / n_params
+        vocab = self.shape.vocab_size or 32000
+        self.embedding_bytes = int(min(0.25 * self.weight_bytes, vocab * self.shape.n_embd * bits_per_weight / 8))
+        read = float(weight_bytes_read_per_token(self.shape, self.weight_bytes).bytes)
+        self.weight_read_bytes = max(0.0, read - self.embedding_bytes)
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
@@ -87,7 +94,8 @@ class LoadedModel:
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
         s = self.scenario
-        per_layer = (self.weight_bytes + self.kv_allocated_bytes) / self.n_layers
+        layer_weights = self.weight_bytes - self.embedding_bytes
+        per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
         capacity: list[int] = []
         for i in range(s.n_gpus):
             free = self.gpu.vram_bytes - s.cuda_context_bytes - s.compute_buffer_bytes
@@ -107,7 +115,7 @@ class LoadedModel:
             layers[i] += extra
             remaining -= extra
         cpu = self.n_layers - sum(layers)
-        w_layer = self.weight_bytes / self.n_layers
+        w_layer = layer_weights / self.n_layers
         kv_layer = self.kv_allocated_bytes / self.n_layers
         return Placement(
             gpu_layers=tuple(layers), cpu_layers=cpu,
