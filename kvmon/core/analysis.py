@@ -37,6 +37,7 @@ from kvmon.core.snapshot import (
     SlotView,
     Snapshot,
 )
+from kvmon.physics import advice as advice_mod
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import forecast as forecast_mod
 from kvmon.physics import kv as kv_mod
@@ -767,38 +768,39 @@ class Analyzer:
 
     def _advice(self, r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
                 ceiling_now: float | None, decode: float | None, context: int | None) -> tuple[CacheAdvice, ...]:
-        """Cheaper KV cache types: VRAM freed (same allocation rule) and the speed they would give here."""
-        from kvmon.physics.cache_types import bytes_per_element
-
+        """Cheaper KV cache types (physics.advice): the VRAM they free and the speed they would give here."""
         if shape is None or not model.n_ctx_total or model.kv_type_k is None or model.kv_type_v is None:
             return ()
         ollama = r.backend == "ollama"
-        now_k, now_v = model.kv_type_k, model.kv_type_v
-        cfg = r.config
-        args = {"n_seq": model.n_slots or 1, "unified": bool(model.kv_unified), "n_ubatch": cfg.n_ubatch or 512}
-        base = self._kv_alloc(shape, model.n_ctx_total, args["n_seq"], args["unified"], now_k, now_v, args["n_ubatch"])
+        types = [t for t in self.settings.advice_types if not ollama or t in ("q8_0", "q4_0")]
+        if not types:
+            return ()
+        depth = context or 0
+        bucket = depth // 256  # the speed "here" need not be recomputed for every token
+        key = ("advice", model.n_ctx_total, bucket, model.kv_type_k, model.kv_type_v, model.n_slots,
+               bool(model.kv_unified), r.config.n_ubatch, tuple(devices or ()), tuple(types))
+        options = self._memo_get(shape, key, lambda: advice_mod.cache_type_counterfactuals(
+            shape, n_ctx=model.n_ctx_total, context_tokens=bucket * 256, current_type_k=model.kv_type_k,
+            current_type_v=model.kv_type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
+            n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types]))
         median_eff = _median(list(self._efficiencies))
         out = []
-        for t in self.settings.advice_types:
-            if ollama and t not in ("q8_0", "q4_0"):
+        for opt in options:
+            if opt.is_current or opt.vram_freed_bytes <= 0:
                 continue
-            if bytes_per_element(t) >= min(bytes_per_element(now_k), bytes_per_element(now_v)):
-                continue
-            alt = self._kv_alloc(shape, model.n_ctx_total, args["n_seq"], args["unified"], t, t, args["n_ubatch"])
             tok_s = None
-            if devices is not None and ceiling_now:
-                alt_ceiling = ceiling_mod.ceiling_tok_s(devices, self._kv_in_use(shape, context or 0, t, t))
-                if alt_ceiling:
-                    if decode is not None:
-                        tok_s = decode * alt_ceiling / ceiling_now
-                    elif median_eff is not None:
-                        tok_s = alt_ceiling * median_eff
+            if context is not None and opt.ceiling_change is not None:
+                if decode is not None:
+                    tok_s = decode * (1.0 + opt.ceiling_change)
+                elif median_eff is not None and ceiling_now:
+                    tok_s = ceiling_now * (1.0 + opt.ceiling_change) * median_eff
             if ollama:
-                flags = f"OLLAMA_KV_CACHE_TYPE={t} OLLAMA_FLASH_ATTENTION=1"
+                flags = f"OLLAMA_KV_CACHE_TYPE={opt.type_k} OLLAMA_FLASH_ATTENTION=1"
             else:
-                flags = f"-ctk {t} -ctv {t}" + (" -fa on" if model.flash_attn in ("off", "disabled") else "")
-            out.append(CacheAdvice(type_k=t, type_v=t, flags=flags, freed_bytes=int(base - alt), tok_s=tok_s,
-                                   tok_s_now=decode))
+                fa = " -fa on" if opt.needs_flash_attention and model.flash_attn in ("off", "disabled") else ""
+                flags = f"-ctk {opt.type_k} -ctv {opt.type_v}{fa}"
+            out.append(CacheAdvice(type_k=opt.type_k, type_v=opt.type_v, flags=flags,
+                                   freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode))
         return tuple(out)
 
     def _alert_facts(self, r: ServerReading, t: float, model: ModelView, context: int | None, slot_id: int | None,
