@@ -1,0 +1,110 @@
+"""The simulation itself: GPUs through the NVML source, slots and queueing, the physics it is built on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvmon.sim.clock import SimClock
+from kvmon.sim.engine import SimEngine
+from kvmon.sim.model import LoadedModel, SimSetupError
+from kvmon.sim.scenarios import GIB, SCENARIOS, get_scenario
+from kvmon.sim.server import SimServer
+
+SEED = {0: 58.45, 8192: 55.69, 32768: 49.66, 65536: 42.83, 131072: 33.45, 262144: 22.68}
+
+
+def test_seed_model_matches_the_seed_table_and_stays_under_the_ceiling() -> None:
+    s = get_scenario("seed-3090x2")
+    m = LoadedModel(s, s.n_ctx)
+    for depth, tok_s in SEED.items():
+        assert m.decode_tok_s(depth) == pytest.approx(tok_s, rel=0.03), depth
+        assert 0 < m.efficiency(depth) <= 1.0
+    effs = [m.efficiency(d) for d in SEED]
+    assert effs == sorted(effs, reverse=True), "the efficiency curve falls with depth (attention overhead)"
+    assert m.prefill_s(0, 2048) < m.prefill_s(200_000, 2048)  # prefill slows with depth
+    assert 2048 / m.prefill_s(262_144 - 2048, 2048) == pytest.approx(513, rel=0.05)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_scenario_loads_and_fits_its_story(name: str) -> None:
+    s = get_scenario(name)
+    m = LoadedModel(s, s.n_ctx)
+    assert m.decode_tok_s(0) > m.decode_tok_s(s.n_ctx // 2) > 0
+    for i in range(s.n_gpus):
+        assert m.server_vram_bytes(i) <= m.gpu.vram_bytes
+    assert m.partial_offload is (name == "ollama-partial")
+
+
+def test_unknown_preset_or_gpu_is_a_setup_error() -> None:
+    s = get_scenario("spill-4090")
+    with pytest.raises(SimSetupError, match="presets"):
+        LoadedModel(dataclasses.replace(s, preset_keys=("no-such-model",)), 4096)
+    with pytest.raises(SimSetupError, match="GPU"):
+        LoadedModel(dataclasses.replace(s, gpu_name="Voodoo 2"), 4096)
+
+
+def test_gpus_through_the_nvml_source() -> None:
+    nvml_mod = pytest.importorskip("kvmon.sources.nvml")
+    with SimServer("seed-3090x2", speed=1.0) as sim:
+        src = nvml_mod.NvmlSource(nvml=sim.nvml)
+        try:
+            sim.refresh_gpus()
+            idle = src.poll(sim.server_pids)
+            sim.clock.advance(6.0)  # inside the first answer's decode
+            sim.refresh_gpus()
+            busy = src.poll(sim.server_pids)
+        finally:
+            src.close()
+        model = sim.engine.epoch_at(sim.clock.now()).model
+    assert model is not None and len(busy.gpus) == 2
+    for i, g in enumerate(busy.gpus):
+        assert g.name == "NVIDIA GeForce RTX 3090"
+        assert g.peak_bandwidth_bytes_per_s == pytest.approx(936e9, rel=0.01)
+        assert g.server_used_bytes == model.server_vram_bytes(i)
+        assert g.vram_used_bytes == model.server_vram_bytes(i) and not g.other_processes_used_bytes
+        assert g.gpu_busy_percent > 90 and g.mem_clock_mhz == g.mem_clock_max_mhz
+    assert all(g.mem_clock_mhz < 1000 and g.gpu_busy_percent == 0 for g in idle.gpus)  # idle clocks drop
+    # weights + KV + buffers of a 27B Q4_K_M with 256K q8_0 cache: about 12 GiB per card
+    assert 11 * GIB < busy.gpus[0].server_used_bytes < 13.5 * GIB
+
+
+def test_a_second_request_waits_for_the_only_slot() -> None:
+    clock = SimClock(1.0, running=False)
+    eng = SimEngine(get_scenario("seed-3090x2"), clock, autoplay=False)
+    a = eng.submit(1000, 500, t=0.0)
+    b = eng.submit(200, 10, t=1.0)
+    assert b.t_start == pytest.approx(a.t_end)
+    m = eng.metrics(2.0)
+    assert (m["requests_processing"], m["requests_deferred"]) == (1, 1)
+    m = eng.metrics(b.t_end + 1)
+    assert (m["requests_processing"], m["requests_deferred"]) == (0, 0)
+    assert m["tokens_predicted_total"] == 510 and m["prompt_tokens_total"] == 1200
+
+
+def test_parallel_slots_share_the_context_and_run_together() -> None:
+    s = dataclasses.replace(get_scenario("spill-4090"), n_parallel=2)
+    clock = SimClock(1.0, running=False)
+    eng = SimEngine(s, clock, autoplay=False)
+    assert eng.slot_ctx(0.0) == s.n_ctx // 2
+    a = eng.submit(100, 200, t=0.0)
+    b = eng.submit(100, 200, t=0.0)
+    assert {a.slot, b.slot} == {0, 1} and b.t_start == a.t_start
+    assert eng.metrics(a.t_prefill_end + 0.1)["requests_processing"] == 2
+
+
+def test_restart_empties_the_server_and_loading_ramps_its_memory() -> None:
+    with SimServer("spill-4090", speed=1.0, faults=["restart:10@30"]) as sim:
+        sim.clock.advance(29.0)
+        sim.refresh_gpus()
+        before = sim.nvml.gpus[0].processes[0][1]
+        sim.clock.advance(3.0)  # t = 32: loading, 20 % through
+        sim.refresh_gpus()
+        loading = sim.nvml.gpus[0].processes[0][1]
+        m = sim.engine.metrics(sim.clock.now())
+        sim.clock.advance(10.0)
+        sim.refresh_gpus()
+        after = sim.nvml.gpus[0].processes[0][1]
+    assert loading < 0.5 * before and after == before
+    assert m["tokens_predicted_total"] == 0 and m["n_decode_total"] == 0
