@@ -141,3 +141,16 @@ def test_ollama_partial_shows_size_vram_below_size() -> None:
     assert r.weight_bytes_host is not None and r.weight_bytes_host > 1 * GIB
     assert r.weight_bytes_vram is not None and r.weight_bytes_vram < 16 * GIB
     assert r.model.shape is not None, "shape from /api/show model_info"
+
+
+@pytest.mark.parametrize(("scenario", "backend"), [("seed-3090x2", "llama-server"), ("ollama-partial", "ollama")])
+def test_backend_detection_tells_the_simulated_servers_apart(scenario: str, backend: str) -> None:
+    detect = pytest.importorskip("kvmon.sources.detect")
+    with SimServer(scenario, speed=1.0) as sim:
+        assert detect.detect_backend(sim.url, timeout_s=3.0) == backend
+        src = detect.open_source(sim.url, timeout_s=3.0)
+        try:
+            assert src.backend == backend
+            assert src.poll().backend == backend
+        finally:
+            src.close()
