@@ -146,3 +146,15 @@ def test_counter_rate_ewma_and_reset() -> None:
     assert r.update(4.0, 30.0) == pytest.approx(20.0)
     assert r.update(5.0, None) is None
     assert r.update(6.0, float("nan")) is None
+
+
+def test_source_name_follows_the_reading() -> None:
+    tr = SlotRateTracker()
+    child = _slot(10, 110)
+    r0 = ServerReading(t_monotonic=0.0, t_wall=0.0, backend="ollama", url="u", slots=child,
+                       live_rate_source="child_slots")
+    tr.update(r0)
+    r1 = ServerReading(t_monotonic=1.0, t_wall=1.0, backend="ollama", url="u", slots=_slot(40, 140),
+                       live_rate_source="child_slots")
+    s = tr.update(r1)
+    assert s.decode_tok_s == pytest.approx(30.0) and s.source == "child_slots"

@@ -119,7 +119,9 @@ class SlotRateTracker:
 
         decode = _sum(per_decode.values())
         prefill = _sum(per_prefill.values())
-        source = "slots" if reading.slots else None
+        source: str | None = None
+        if reading.slots:  # Ollama's child llama-server or a proxy also report slots: keep their name
+            source = reading.live_rate_source if reading.live_rate_source not in (None, "metrics") else "slots"
 
         metrics = reading.metrics or {}
         # Counter-based fallbacks. n_decode_total counts llama_decode calls: with one slot that is one
