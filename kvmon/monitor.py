@@ -29,7 +29,8 @@ class Monitor:
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
     def __init__(self, server_source: Any, gpu_source: Any = None, host_source: Any = None,
-                 analyzer: Analyzer | None = None, *, recorder: Any = None) -> None:
+                 analyzer: Analyzer | None = None, *, recorder: Any = None, server_pids: Sequence[int] = ()) -> None:
+        """``server_pids``: the server's processes when its source cannot find them (an in-process simulator)."""
         self.server_source = server_source
         self.gpu_source = gpu_source
         self.host_source = host_source
@@ -37,7 +38,7 @@ class Monitor:
         self.recorder = recorder
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
-        self._server_pids: tuple[int, ...] = ()
+        self._server_pids: tuple[int, ...] = tuple(server_pids)
 
     @property
     def backend(self) -> str | None:

@@ -207,15 +207,17 @@ def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
 
     sim = SimServer("spill-4090", speed=25.0, start_at_s=110.0)
     url = sim.start()
-    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml))
+    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml), server_pids=sim.server_pids)
     alert_at = ran_out_at = None
+    message = ""
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and ran_out_at is None:
             s = m.poll()
             now = sim.clock.now()
-            if alert_at is None and any(a.code == "vram_full_soon" for a in s.alerts):
-                alert_at = now
+            vram_alert = next((a for a in s.alerts if a.code == "vram_full_soon"), None)
+            if alert_at is None and vram_alert is not None:
+                alert_at, message = now, vram_alert.message
             if s.gpus and s.gpus[0].vram_free_bytes is not None and s.gpus[0].vram_free_bytes < 768 * 2**20:
                 ran_out_at = now
             time.sleep(0.1)
@@ -224,3 +226,4 @@ def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
         sim.stop()
     assert ran_out_at is not None, "the scenario should run VRAM out"
     assert alert_at is not None and alert_at <= ran_out_at - 30
+    assert "other processes grew" in message  # the simulated other application, not kvmon's server
