@@ -229,9 +229,6 @@ class LlamaServerSource:
         except SourceError as e:
             if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
                 raise
-            if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT):
-                reasons[key] = e.failure.reason
-                return None
             reasons[key] = e.failure.reason
             return None
 
@@ -240,6 +237,7 @@ class LlamaServerSource:
     def poll(self) -> ServerReading:
         """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
         t_mono, t_wall = time.monotonic(), time.time()
+        t_start = t_mono
         reasons: dict[str, str] = {}
         self._check_health()
 
@@ -260,7 +258,11 @@ class LlamaServerSource:
         elif props.get("endpoint_slots") is False:
             live_reason = "the /slots endpoint is off on this server (--no-slots)"
         else:
+            t0 = time.monotonic()
             raw_slots = self._optional_json("/slots", reasons, "slots")
+            # the counters' instant: the middle of the /slots request, not the start of the poll
+            t_mono = (t0 + time.monotonic()) / 2.0
+            t_wall += t_mono - t_start
             if raw_slots is None:
                 live_reason = reasons.get("slots")
             elif not isinstance(raw_slots, list):
@@ -268,13 +270,12 @@ class LlamaServerSource:
             else:
                 parsed = [parse_slot(s, reasons) for s in raw_slots]
                 slots = tuple(s for s in parsed if s is not None)
-                if any(s.n_decoded is not None or s.id_task is not None for s in slots) or slots:
+                if slots:
                     live_source = "slots"
 
         metrics_enabled, metrics = self._read_metrics(props, reasons)
         if live_source is None and not sleeping and "n_decode_total" in metrics:
-            live_source = "metrics"
-            live_reason = live_reason and f"{live_reason}; decode rate from /metrics n_decode_total instead"
+            live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
 
         model, model_reasons = self._model_info(props)
         reasons.update(model_reasons)
