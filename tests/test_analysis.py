@@ -440,3 +440,18 @@ def test_ollama_weights_estimated_from_its_loaded_size() -> None:
     assert s.kv_in_use_bytes is None  # unknown, not 0
     assert "kvmon proxy" in s.reasons["context_tokens"]
     assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)
+
+
+def test_connection_since_and_reset() -> None:
+    rates = FixedRates(decode=50.0)
+    a = Analyzer(rate_tracker=rates)
+    assert a.update(reading(0.0), gpus(0.0)).connection.since_t_monotonic == 0.0
+    assert a.update(reading(1.0), gpus(1.0)).connection.since_t_monotonic == 0.0
+    gone = a.update(SourceFailure(FailureKind.UNREACHABLE, "refused"), gpus(2.0))
+    assert gone.connection.since_t_monotonic == 2.0
+    assert a.update(SourceFailure(FailureKind.UNREACHABLE, "refused"), gpus(3.0)).connection.since_t_monotonic == 2.0
+    back = a.update(reading(4.0), gpus(4.0))
+    assert back.connection.status is ConnectionStatus.CONNECTED and back.connection.since_t_monotonic == 4.0
+    a.reset()
+    s = a.update(reading(5.0), gpus(5.0))
+    assert s.seq == 1 and s.forecast.fit_points == 1 and s.decode_tok_s == 50.0  # the injected tracker is kept

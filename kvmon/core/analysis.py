@@ -136,6 +136,7 @@ class Analyzer:
         self._curve_cache: tuple[Any, tuple[tuple[int, float], ...]] | None = None
         self._last_ok: Snapshot | None = None
         self._failure_since: float | None = None
+        self._connected_since: float | None = None
         self._server_used: dict[int, int | None] = {}
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._memo_shape: Any = None
@@ -152,6 +153,8 @@ class Analyzer:
         if isinstance(server, SourceFailure):
             return self._failure_snapshot(server, gpus, host)
         self._failure_since = None
+        if self._connected_since is None:
+            self._connected_since = server.t_monotonic
         try:
             snap = self._analyse(server, gpus, host)
         except Exception as exc:  # a physics bug must not kill the dashboard
@@ -161,7 +164,10 @@ class Analyzer:
 
     def reset(self) -> None:
         """Forget the session (new server): rates, fit points, trends, alerts."""
-        self.__init__(self.settings, alert_engine=None)  # type: ignore[misc]
+        rates = self._rates
+        if rates is not None and hasattr(rates, "reset"):
+            rates.reset()
+        self.__init__(self.settings, rate_tracker=rates)  # type: ignore[misc]
 
     # ------------------------------------------------------------------ memoised physics
 
@@ -204,6 +210,7 @@ class Analyzer:
         t = self._times(gpus, host)
         if self._failure_since is None:
             self._failure_since = t
+        self._connected_since = None
         status = connection_status_for(failure)
         gviews, greason = self._basic_gpu_views(gpus)
         self._track_vram(t, gpus)
@@ -667,7 +674,7 @@ class Analyzer:
             r.state, ConnectionStatus.CONNECTED)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
-            connection=Connection(status=status, since_t_monotonic=None), backend=r.backend,
+            connection=Connection(status=status, since_t_monotonic=self._connected_since), backend=r.backend,
             server_version=r.server_version, url=r.url, model=model, slots=slots, context_tokens=context,
             decode_tok_s=decode, prefill_tok_s=prefill, decode_rate_source=rate_src, ceiling_tok_s=ceiling_now,
             ceiling_curve=curve, efficiency=efficiency, kv_in_use_bytes=kv_in_use,
