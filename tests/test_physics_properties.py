@@ -112,7 +112,7 @@ _SUFFIXES = ["block_count", "embedding_length", "attention.head_count", "attenti
              "wkv.head_size", "nextn_predict_layers", "context_length"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_ARCHS, st.dictionaries(st.sampled_from(_SUFFIXES), _VALUES, max_size=12),
        st.integers(min_value=1, max_value=8))
 def test_any_metadata_gives_a_shape_or_a_shape_error(arch: str, keys: dict[str, Any], n_layers: int) -> None:

@@ -30,6 +30,7 @@ class KvPerToken:
 
     @property
     def total(self) -> int:
+        """K + V bytes per token."""
         return self.k_bytes + self.v_bytes
 
 
@@ -49,6 +50,7 @@ class KvAllocation:
 
     @property
     def total_bytes(self) -> int:
+        """Everything reserved: K, V and the recurrent state."""
         return self.k_bytes + self.v_bytes + self.recurrent_bytes
 
     @property

@@ -83,6 +83,7 @@ class ModelShape:
 
     @property
     def is_moe(self) -> bool:
+        """Whether tokens are routed to a subset of experts."""
         return self.expert_count > 1 and self.expert_used_count > 0
 
     @property
@@ -92,6 +93,7 @@ class ModelShape:
 
     @property
     def n_recurrent_layers(self) -> int:
+        """Layers that hold a fixed recurrent state."""
         return sum(1 for layer in self.layers if layer.recurrent_elements > 0)
 
     @staticmethod
