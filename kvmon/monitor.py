@@ -42,10 +42,12 @@ class Monitor:
 
     @property
     def backend(self) -> str | None:
+        """The server source's backend ("llama-server", "ollama")."""
         return getattr(self.server_source, "backend", None)
 
     @property
     def display_url(self) -> str | None:
+        """The server's URL without credentials."""
         return getattr(self.server_source, "display_url", None)
 
     def _poll_server(self) -> ServerReading | SourceFailure:

@@ -455,3 +455,18 @@ def test_connection_since_and_reset() -> None:
     a.reset()
     s = a.update(reading(5.0), gpus(5.0))
     assert s.seq == 1 and s.forecast.fit_points == 1 and s.decode_tok_s == 50.0  # the injected tracker is kept
+
+
+def test_sparse_readings_give_partial_snapshots() -> None:
+    """Everything unknown: no model, slots without numbers, a GPU with no fields. Nothing raises; reasons say why."""
+    r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url="http://127.0.0.1:8080",
+                      slots=(SlotReading(id=0, n_ctx=None, context_tokens=None, processing=True),))
+    s = Analyzer(rate_tracker=FixedRates()).update(r, GpuSetReading(0.0, gpus=(GpuReading(index=0),)),
+                                                   HostReading(t_monotonic=0.0))
+    assert s.connection.status is ConnectionStatus.CONNECTED and "analysis" not in s.reasons
+    assert s.model.n_ctx is None and s.model.kv_bytes_per_token is None and s.kv_allocated_bytes is None
+    assert s.context_tokens is None and s.ceiling_tok_s is None and s.forecast.tokens_until_ctx_full is None
+    assert s.gpus[0].vram_free_bytes is None and s.gpus[0].reasons["peak_bandwidth_bytes_per_s"]
+    for key in ("n_ctx", "weight_bytes", "kv_bytes_per_token", "kv_allocated_bytes", "context_tokens", "ceiling_tok_s"):
+        assert s.reasons[key], key
+    assert s.alerts == ()

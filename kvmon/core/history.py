@@ -62,6 +62,7 @@ class _Ring:
         self.count = 0
 
     def append(self, row: np.ndarray | list[float]) -> None:
+        """Write one row over the oldest."""
         self.data[self.head] = row
         self.head = (self.head + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)

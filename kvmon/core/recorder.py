@@ -137,6 +137,7 @@ class Recorder:
         self.lines_written += 1
 
     def close(self) -> None:
+        """Close the file; every recorded line is already on disk."""
         if self._fh is not None:
             self._fh.close()
             self._fh = None
