@@ -19,6 +19,7 @@ higher.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import weakref
@@ -44,6 +45,10 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     sim: SimServer
+
+
+class _HttpServer6(_HttpServer):
+    address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -181,7 +186,8 @@ class SimServer:
         """Bind and serve on daemon threads; returns the base URL."""
         if self._httpd is not None:
             return self.url
-        httpd = _HttpServer((self.host, self.port), _Handler)
+        server_class = _HttpServer6 if ":" in self.host else _HttpServer
+        httpd = server_class((self.host, self.port), _Handler)
         httpd.sim = self
         self._httpd = httpd
         self.port = int(httpd.server_address[1])
