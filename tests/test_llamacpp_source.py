@@ -445,3 +445,32 @@ def test_local_process_that_is_not_llama_server(fixture_server: FixtureServer) -
     assert "does not look like llama-server" in r.reasons["config.process"]
     assert r.server_pids == ()
     assert r.config.provenance["type_k"] == "default"
+
+
+def _router_models(loaded: bool) -> str:
+    return json.dumps({"object": "list", "data": [
+        {"id": "other.gguf", "status": {"value": "unloaded"}},
+        {"id": "tiny-llama-e256-l4.gguf", "status": {"value": "loaded" if loaded else "unloaded"},
+         "meta": {"n_params": 2666752, "size": 5338112, "n_ctx_train": 32768, "n_embd": 256}},
+    ]})
+
+
+def test_router_mode_uses_the_loaded_model(fixture_server: FixtureServer) -> None:
+    fixture_server.set_capture("/health", "health.idle.json")
+    fixture_server.set("/props", 400, '{"error":{"message":"model name is missing from the request","code":400}}')
+    fixture_server.set("/v1/models", 200, _router_models(True))
+    fixture_server.set_capture("/props?model=tiny-llama-e256-l4.gguf", "props.generating.json")
+    fixture_server.set_capture("/slots?model=tiny-llama-e256-l4.gguf", "slots.generating.json")
+    fixture_server.set_capture("/metrics?model=tiny-llama-e256-l4.gguf", "metrics.generating.txt")
+    r = _source(fixture_server).poll()
+    assert "props" not in r.reasons
+    assert r.slots[0].n_decoded == 1037 and r.metrics["n_decode_total"] == 1029
+    assert r.model is not None and r.model.n_params == 2666752
+
+
+def test_router_mode_nothing_loaded(fixture_server: FixtureServer) -> None:
+    fixture_server.set_capture("/health", "health.idle.json")
+    fixture_server.set("/props", 400, '{"error":{"message":"model name is missing","code":400}}')
+    fixture_server.set("/v1/models", 200, _router_models(False))
+    r = _source(fixture_server).poll()
+    assert r.state == "idle" and r.slots == () and "no model is loaded" in r.reasons["model"]

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import psutil
 
@@ -199,6 +199,7 @@ class LlamaServerSource:
         self._model_override = dict(model_metadata_override) if model_metadata_override else None
         self._inspect_process = inspect_local_process
         self._log = LogFollower(log_path) if log_path else None
+        self._last_failure_kind: FailureKind | None = None
         self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
@@ -230,6 +231,7 @@ class LlamaServerSource:
             if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
                 raise
             reasons[key] = e.failure.reason
+            self._last_failure_kind = e.failure.kind
             return None
 
     # ---- poll ---------------------------------------------------------------------------------
@@ -242,6 +244,17 @@ class LlamaServerSource:
         self._check_health()
 
         props = self._optional_json("/props", reasons, "props")
+        q = ""  # router mode (no -m): every per-model endpoint needs ?model=<id>
+        if props is None and self._last_failure_kind in (FailureKind.SERVER_ERROR, FailureKind.NOT_FOUND):
+            router, loaded = self._router_models()
+            if router:
+                reasons.pop("props", None)
+                if loaded is None:
+                    reasons["model"] = "router mode: no model is loaded"
+                    return ServerReading(t_monotonic=t_mono, t_wall=t_wall, backend=BACKEND, url=self.display_url,
+                                         state="idle", reasons=reasons)
+                q = "?model=" + quote(loaded, safe="")
+                props = self._optional_json("/props" + q, reasons, "props")
         if props is not None and not isinstance(props, Mapping):
             reasons["props"] = "/props did not return an object"
             props = None
@@ -259,7 +272,7 @@ class LlamaServerSource:
             live_reason = "the /slots endpoint is off on this server (--no-slots)"
         else:
             t0 = time.monotonic()
-            raw_slots = self._optional_json("/slots", reasons, "slots")
+            raw_slots = self._optional_json("/slots" + q, reasons, "slots")
             # the counters' instant: the middle of the /slots request, not the start of the poll
             t_mono = (t0 + time.monotonic()) / 2.0
             t_wall += t_mono - t_start
@@ -273,11 +286,11 @@ class LlamaServerSource:
                 if slots:
                     live_source = "slots"
 
-        metrics_enabled, metrics = self._read_metrics(props, reasons)
+        metrics_enabled, metrics = self._read_metrics(props, reasons, q)
         if live_source is None and not sleeping and "n_decode_total" in metrics:
             live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
 
-        model, model_reasons = self._model_info(props)
+        model, model_reasons = self._model_info(props, unquote(q[len("?model="):]) if q else None)
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
 
@@ -330,7 +343,9 @@ class LlamaServerSource:
             raise SourceError(SourceFailure(FailureKind.SERVER_ERROR, f"{self.display_url} reports an error state "
                                             "(model failed to load?)", "/health", resp.status_code))
 
-    def _read_metrics(self, props: Mapping[str, Any], reasons: dict[str, str]) -> tuple[bool | None, dict[str, float]]:
+    def _read_metrics(
+        self, props: Mapping[str, Any], reasons: dict[str, str], q: str = ""
+    ) -> tuple[bool | None, dict[str, float]]:
         flag = props.get("endpoint_metrics")
         if flag is False:
             reasons["metrics"] = "/metrics is off on this server (start it with --metrics for more counters)"
@@ -339,7 +354,7 @@ class LlamaServerSource:
             reasons["metrics"] = "/metrics is not enabled on this server"
             return False, {}
         try:
-            resp = self._http.get("/metrics")
+            resp = self._http.get("/metrics" + q)
             raise_for_status(resp, "/metrics", self.display_url)
         except SourceError as e:
             if e.failure.kind == FailureKind.AUTH_REJECTED:
@@ -359,8 +374,24 @@ class LlamaServerSource:
 
     # ---- model --------------------------------------------------------------------------------
 
-    def _v1_models(self, key: tuple[Any, ...]) -> tuple[Mapping[str, Any] | None, str | None]:
-        """``data[0]`` of /v1/models, cached per (model path, build) since it only changes on reload."""
+    def _router_models(self) -> tuple[bool, str | None]:
+        """(is router mode, the first loaded model id) from /v1/models entries that carry a ``status``."""
+        body = self._optional_json("/v1/models", {}, "v1_models")
+        data = body.get("data") if isinstance(body, Mapping) else None
+        if not isinstance(data, list):
+            return False, None
+        entries = [e for e in data if isinstance(e, Mapping) and isinstance(e.get("status"), Mapping)]
+        if not entries:
+            return False, None
+        for e in entries:
+            if e["status"].get("value") == "loaded" and isinstance(e.get("id"), str):
+                return True, e["id"]
+        return True, None
+
+    def _v1_models(
+        self, key: tuple[Any, ...], model_id: str | None = None
+    ) -> tuple[Mapping[str, Any] | None, str | None]:
+        """The /v1/models entry (``model_id``'s, else ``data[0]``), cached per model since it changes on reload."""
         if self._v1_cache is not None and self._v1_cache[0] == key and self._v1_cache[1] is not None:
             return self._v1_cache[1], self._v1_cache[2]
         reasons: dict[str, str] = {}
@@ -369,7 +400,11 @@ class LlamaServerSource:
         why = reasons.get("v1_models")
         if body is not None:
             data = body.get("data") if isinstance(body, Mapping) else None
-            if isinstance(data, list) and data and isinstance(data[0], Mapping):
+            chosen = [e for e in data if isinstance(e, Mapping) and e.get("id") == model_id] if (
+                isinstance(data, list) and model_id) else []
+            if chosen:
+                entry = chosen[0]
+            elif isinstance(data, list) and data and isinstance(data[0], Mapping):
                 entry = data[0]
             else:
                 why = "/v1/models has no data[0] entry"
@@ -398,10 +433,10 @@ class LlamaServerSource:
         cwd = procs.process_cwd(proc) if proc is not None else None
         return os.path.join(cwd, model_path) if cwd else None
 
-    def _model_info(self, props: Mapping[str, Any]) -> tuple[ModelInfo, dict[str, str]]:
+    def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
         reasons: dict[str, str] = {}
         model_path = _str(props.get("model_path"))
-        entry, why = self._v1_models((model_path, props.get("build_info")))
+        entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
         if why:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
