@@ -309,3 +309,13 @@ def test_real_gguf_file_read_back_with_the_gguf_reader(tmp_path: Any) -> None:
     except ImportError:
         return
     assert ModelShape.from_gguf(read_gguf_metadata(path)) == ModelShape.from_gguf(contents)
+
+
+def test_shapes_hash_and_compare_by_value() -> None:
+    from dataclasses import replace
+
+    a, b = PRESETS["llama-3.1-8b"].shape(), PRESETS["llama-3.1-8b"].shape()
+    assert a == b and hash(a) == hash(b) and a is not b
+    c = replace(a, partial=True, notes=("x",))
+    assert c != a and hash(c) == hash(c)
+    assert {a: 1}[b] == 1

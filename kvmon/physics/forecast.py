@@ -78,6 +78,14 @@ class DecodeFit:
 
 
 def _clean(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    try:  # fast path: a well-formed sequence of pairs
+        arr = np.asarray(points, dtype=float)
+        if arr.ndim == 2 and arr.shape[1] == 2:
+            x, tok_s = arr[:, 0], arr[:, 1]
+            ok = np.isfinite(x) & np.isfinite(tok_s) & (x >= 0) & (tok_s > 0)
+            return x[ok], 1.0 / tok_s[ok]
+    except (TypeError, ValueError):
+        pass
     xs: list[float] = []
     ys: list[float] = []
     for p in points:
@@ -96,9 +104,15 @@ def _reduce(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if x.size <= MAX_FIT_POINTS:
         return x, y
     order = np.argsort(x, kind="stable")
-    xb = [float(np.median(c)) for c in np.array_split(x[order], MAX_FIT_POINTS)]
-    yb = [float(np.median(c)) for c in np.array_split(y[order], MAX_FIT_POINTS)]
-    return np.asarray(xb), np.asarray(yb)
+    n_bins = MAX_FIT_POINTS
+    usable = x.size // n_bins * n_bins  # equal bins over the sorted points; the few left over join the last
+    xs, ys = x[order], y[order]
+    xb = np.median(xs[:usable].reshape(n_bins, -1), axis=1)
+    yb = np.median(ys[:usable].reshape(n_bins, -1), axis=1)
+    if usable < x.size:
+        xb[-1] = np.median(xs[usable - usable // n_bins:])
+        yb[-1] = np.median(ys[usable - usable // n_bins:])
+    return xb, yb
 
 
 def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:

@@ -7,6 +7,7 @@ per sequence unless unified, SWA layers holding only window + ubatch cells, recu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kvmon.physics.cache_types import cache_type
 from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
@@ -59,18 +60,33 @@ class KvAllocation:
         return self.k_bytes + self.v_bytes
 
 
-def _layer_bytes(layer: LayerShape, type_k: str | None, type_v: str | None) -> tuple[int, int]:
+@lru_cache(maxsize=256)
+def _kv_layers(shape: ModelShape, type_k: str, type_v: str) -> tuple[tuple[LayerShape, int, int], ...]:
+    """(layer, K bytes per token, V bytes per token) of every layer that owns KV cells."""
     tk, tv = cache_type(type_k), cache_type(type_v)
-    return tk.bytes_for(layer.k_elements), tv.bytes_for(layer.v_elements)
+    return tuple((layer, tk.bytes_for(layer.k_elements), tv.bytes_for(layer.v_elements))
+                 for layer in shape.layers if layer.has_kv)
+
+
+@lru_cache(maxsize=256)
+def _v_row_max(shape: ModelShape, type_v: str) -> int:
+    """Bytes of the widest layer's V row: without flash attention every layer's V is padded to it."""
+    return cache_type(type_v).bytes_for(max((layer.v_elements for layer in shape.layers if layer.has_kv), default=0))
+
+
+@lru_cache(maxsize=256)
+def _recurrent_elements(shape: ModelShape) -> int:
+    return sum(layer.recurrent_elements for layer in shape.layers)
+
+
+def _table(shape: ModelShape, type_k: str | None, type_v: str | None) -> tuple[tuple[LayerShape, int, int], ...]:
+    return _kv_layers(shape, cache_type(type_k).name, cache_type(type_v).name)
 
 
 def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: str | None = "f16") -> KvPerToken:
     """Bytes each cached position costs: Σ over layers with own KV of n_head_kv × (key_len·s_k + value_len·s_v)."""
     k_total = v_total = windowed = 0
-    for layer in shape.layers:
-        if not layer.has_kv:
-            continue
-        k, v = _layer_bytes(layer, type_k, type_v)
+    for layer, k, v in _table(shape, type_k, type_v):
         k_total += k
         v_total += v
         if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED):
@@ -81,15 +97,29 @@ def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: st
 def layer_bytes_per_token(shape: ModelShape, type_k: str | None = "f16",
                           type_v: str | None = "f16") -> tuple[int, ...]:
     """K + V bytes per token of each layer's own cache (0 for layers without one), e.g. to split KV by device."""
-    return tuple(sum(_layer_bytes(layer, type_k, type_v)) if layer.has_kv else 0 for layer in shape.layers)
+    own = {layer.index: k + v for layer, k, v in _table(shape, type_k, type_v)}
+    return tuple(own.get(layer.index, 0) for layer in shape.layers)
 
 
-def _positions_read(layer: LayerShape, context_tokens: float) -> float:
-    if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window:
-        return min(context_tokens, float(layer.window))
-    if layer.kind is AttentionKind.SHARED and layer.window:
-        return min(context_tokens, float(layer.window))
-    return context_tokens
+@lru_cache(maxsize=256)
+def _read_profile(shape: ModelShape, type_k: str, type_v: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """(bytes per token read at any depth, ((window, bytes per token read up to that window), ...))."""
+    tk, tv = cache_type(type_k), cache_type(type_v)
+    unbounded = 0
+    windowed: dict[int, int] = {}
+    for layer in shape.layers:
+        if layer.kind is AttentionKind.SHARED:  # reads the source layer's cache again
+            n_bytes = tk.bytes_for(layer.n_head_kv * layer.key_length)
+            n_bytes += tv.bytes_for(layer.n_head_kv * layer.value_length)
+        elif layer.has_kv:
+            n_bytes = tk.bytes_for(layer.k_elements) + tv.bytes_for(layer.v_elements)
+        else:
+            continue
+        if layer.window and layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED, AttentionKind.SHARED):
+            windowed[layer.window] = windowed.get(layer.window, 0) + n_bytes
+        else:
+            unbounded += n_bytes
+    return unbounded, tuple(sorted(windowed.items()))
 
 
 def kv_bytes_in_use(shape: ModelShape, context_tokens: float, type_k: str | None = "f16",
@@ -98,23 +128,15 @@ def kv_bytes_in_use(shape: ModelShape, context_tokens: float, type_k: str | None
 
     Layers that share an earlier layer's cache read it again, so they count here (but not in allocations).
     """
-    n = max(0.0, float(context_tokens))
-    total = 0.0
-    for layer in shape.layers:
-        if layer.kind is AttentionKind.SHARED:
-            k = cache_type(type_k).bytes_for(layer.n_head_kv * layer.key_length)
-            v = cache_type(type_v).bytes_for(layer.n_head_kv * layer.value_length)
-        elif layer.has_kv:
-            k, v = _layer_bytes(layer, type_k, type_v)
-        else:
-            continue
-        total += (k + v) * _positions_read(layer, n)
-    return total
+    n = float(context_tokens)
+    n = n if n > 0 else 0.0  # also maps NaN to 0
+    unbounded, windowed = _read_profile(shape, cache_type(type_k).name, cache_type(type_v).name)
+    return unbounded * n + sum(n_bytes * min(n, float(window)) for window, n_bytes in windowed)
 
 
 def recurrent_state_bytes(shape: ModelShape, n_seq: int = 1) -> int:
     """Fixed recurrent state (conv + SSM / WKV), f32, one copy per sequence: independent of context length."""
-    per_seq = sum(layer.recurrent_elements for layer in shape.layers) * RECURRENT_STATE_BYTES_PER_ELEMENT
+    per_seq = _recurrent_elements(shape) * RECURRENT_STATE_BYTES_PER_ELEMENT
     return max(1, n_seq) * per_seq
 
 
@@ -148,14 +170,12 @@ def kv_allocation(
         cells = pad_cells(n_ctx // n_seq)
     swa_cells = 0
     k_total = v_total = swa_k = swa_v = n_kv_layers = 0
-    v_max = max((layer.v_elements for layer in shape.layers if layer.has_kv), default=0)
-    for layer in shape.layers:
-        if not layer.has_kv:
-            continue
+    table = _table(shape, type_k, type_v)
+    v_max = _v_row_max(shape, cache_type(type_v).name) if not flash_attn else 0
+    for layer, k, v in table:
         n_kv_layers += 1
-        k, v = _layer_bytes(layer, type_k, type_v)
         if not flash_attn and layer.kind is not AttentionKind.MLA:
-            v = cache_type(type_v).bytes_for(v_max)
+            v = v_max
         layer_cells = cells
         if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED) and layer.window and not swa_full:
             layer_cells = pad_cells(min(cells, layer.window * (n_seq if unified else 1) + n_ubatch))

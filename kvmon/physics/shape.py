@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -80,6 +80,14 @@ class ModelShape:
     vocab_size: int | None = None
     key_length_mla: int | None = None  # MLA: per-head query/key length before compression (weights only)
     value_length_mla: int | None = None
+
+    def __hash__(self) -> int:
+        """Hash of all fields, computed once (shapes key the physics caches and are hashed often)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @property
     def is_moe(self) -> bool:
