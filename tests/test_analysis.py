@@ -218,9 +218,9 @@ def test_ollama_partial_offload() -> None:
     assert s.host.weights_in_host_bytes == pytest.approx(4.92e9 * 0.25, rel=1e-6)
     codes = {a.code: a for a in s.alerts}
     assert codes["weights_in_host"].level is AlertLevel.WARNING
-    assert "on the CPU" in codes["weights_in_host"].message
-    assert codes["kv_in_host"].level is AlertLevel.CRITICAL
-    assert s.alerts[0].level is AlertLevel.CRITICAL
+    assert f"on the CPU with their KV cache; decode capped at ~{expect:.0f} tok/s" in codes["weights_in_host"].message
+    assert "kv_in_host" not in codes  # the CPU layers' KV is part of the partial offload, not a separate spill
+    assert s.host.kv_in_host_bytes == pytest.approx(4 * GIB * 0.25, rel=1e-6)
 
 
 def test_kv_spill_over_pcie_is_estimated_and_alerted() -> None:
@@ -470,3 +470,19 @@ def test_sparse_readings_give_partial_snapshots() -> None:
     for key in ("n_ctx", "weight_bytes", "kv_bytes_per_token", "kv_allocated_bytes", "context_tokens", "ceiling_tok_s"):
         assert s.reasons[key], key
     assert s.alerts == ()
+
+
+def test_kv_cache_in_host_ram_from_the_log() -> None:
+    """-nkvo (or a load that put the cache on the CPU): the log's CPU KV buffer; the host bandwidth caps decode."""
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
+                       kv_buffer_bytes_by_device={"CPU": 4 * GIB}, offloaded_layers=33, total_layers=33)
+    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=50e9)
+    s = Analyzer(rate_tracker=FixedRates(decode=8.0)).update(reading(ctx=16384, config=cfg), gpus(), host)
+    kv = KV_PER_TOKEN_8B * 16384
+    expect = 1 / (4.92e9 / 1008e9 + kv / 50e9)
+    assert s.ceiling_tok_s == pytest.approx(expect)
+    (a,) = [x for x in s.alerts if x.code == "kv_in_host"]
+    assert a.level is AlertLevel.CRITICAL
+    assert a.message.startswith(
+        f"KV cache in host RAM (4.00 GiB, 100%): decode capped at ~{expect:.0f} tok/s by host RAM")
+    assert s.gpus[0].kv_allocated_bytes is None and s.host.kv_in_host_bytes == 4 * GIB

@@ -91,6 +91,7 @@ class AlertFacts:
     weights_host_bytes: int | None = None
     weight_bytes: int | None = None
     weights_host_cap_tok_s: float | None = None
+    kv_with_host_layers: bool = False  # the KV cache of the CPU layers lives in host RAM with them
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
 
@@ -203,7 +204,9 @@ def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel
     cap = f"; decode capped at ~{f.weights_host_cap_tok_s:.0f} tok/s" if f.weights_host_cap_tok_s else ""
     hint = "a smaller context (num_ctx) or quantization would fit it" if f.backend == "ollama" else \
         "raise -ngl if VRAM allows, or use a smaller quantization"
-    msg = f"Model partly in host RAM: {fmt_bytes(host)} of {fmt_bytes(total)} ({frac:.0%}) on the CPU{cap}; {hint}"
+    kv = " with their KV cache" if f.kv_with_host_layers else ""
+    msg = (f"Model partly in host RAM: {fmt_bytes(host)} of {fmt_bytes(total)} ({frac:.0%}) on the CPU{kv}{cap}; "
+           f"{hint}")
     return level, msg, frac
 
 

@@ -97,6 +97,7 @@ class _Placement:
     kv_host: float = 0.0
     kv_pcie: dict[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
     host_weights_read: bool = True  # False when the host buffer only holds the token embeddings
+    kv_follows_layers: bool = False  # KV split inferred from the weights (no KV buffer lines)
 
     @property
     def weights_host_read(self) -> float:
@@ -446,6 +447,7 @@ class Analyzer:
         total = sum(p.weights_gpu.values()) + p.weights_host_read
         if total <= 0:
             return
+        p.kv_follows_layers = True
         for i, w in p.weights_gpu.items():
             p.kv_gpu[i] = w / total
         p.kv_host = p.weights_host_read / total
@@ -814,7 +816,9 @@ class Analyzer:
                      decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: _Placement,
                      devices: list[Any] | None, kv_read_now: float | None, ceiling_now: float | None,
                      shape: Any) -> AlertFacts:
-        kv_host_frac = p.kv_host + sum(p.kv_pcie.values())
+        # KV of layers that run on the CPU is part of the partial-offload alert; this one is for KV placed
+        # in host RAM on its own (-nkvo, the log's CPU KV buffer) or spilled over PCIe
+        kv_host_frac = (0.0 if p.kv_follows_layers else p.kv_host) + sum(p.kv_pcie.values())
         kv_known = bool(p.kv_gpu) or kv_host_frac > 0
         via = "PCIe" if p.kv_pcie else "host RAM"
         cap = ceiling_now if kv_host_frac > 0 else None
@@ -831,5 +835,6 @@ class Analyzer:
             kv_host_bytes=int(kv_host_frac * model.kv_allocated_bytes) if model.kv_allocated_bytes else None,
             kv_host_via=via, kv_host_cap_tok_s=cap, weights_host_bytes=weights_host,
             weight_bytes=model.weight_bytes, weights_host_cap_tok_s=ceiling_now if weights_host else None,
+            kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,
             metrics_enabled=r.metrics_enabled, advice=advice,
         )
