@@ -216,3 +216,25 @@ def test_layer_bytes_per_token() -> None:
     per_layer = layer_bytes_per_token(shape)
     assert len(per_layer) == 64 and sum(per_layer) == 65_536
     assert per_layer[:4] == (0, 0, 0, 4096)
+
+
+@pytest.mark.parametrize(("key", "kib_per_token"), [
+    ("mistral-7b", 128),  # 32 × 8 × 128 × 2 × 2
+    ("qwen2.5-7b", 56),  # 28 × 4 × 128 × 2 × 2
+    ("qwen3-8b", 144),  # 36 × 8 × 128 × 2 × 2
+    ("phi-3-mini", 384),  # 32 × 32 × 96 × 2 × 2: no GQA
+    ("gemma-2-9b", 336),  # 42 × 8 × 256 × 2 × 2 (half of it windowed at 4096)
+    ("gemma-3-12b", 384),  # 48 × 8 × 256 × 2 × 2 (40 of 48 layers windowed at 1024)
+])
+def test_preset_bytes_per_token(key: str, kib_per_token: int) -> None:
+    shape = PRESETS[key].shape()
+    assert kv_bytes_per_token(shape).total == kib_per_token * 1024
+    assert not shape.partial
+
+
+def test_every_preset_builds_cleanly() -> None:
+    for key, p in PRESETS.items():
+        shape = p.shape()
+        assert shape.n_layers == len(shape.layers) > 0, key
+        assert p.weight_bytes > 0 and p.quantization, key
+        assert not shape.partial, (key, shape.notes)
