@@ -93,3 +93,25 @@ def test_moe_weight_read_with_known_expert_bytes() -> None:
     assert w.bytes == pytest.approx(2e9 + 16e9 * 8 / 128)
     with pytest.raises(ValueError):
         weight_bytes_read_per_token(shape, -1)
+
+
+def test_untied_embedding_table_is_not_read_per_token() -> None:
+    p = PRESETS["llama-3.1-8b"]
+    emb = 128256 * 4096 * 0.5625  # Q4_0-sized table
+    w = weight_bytes_read_per_token(p.shape(), p.weight_bytes, embedding_bytes=emb)
+    assert w.bytes == pytest.approx(p.weight_bytes - emb) and not w.estimated and "embedding" in w.note
+    # nonsense sizes are ignored rather than trusted
+    assert weight_bytes_read_per_token(p.shape(), p.weight_bytes, embedding_bytes=2e10).bytes == p.weight_bytes
+    moe = PRESETS["qwen3-30b-a3b"]
+    with_emb = weight_bytes_read_per_token(moe.shape(), 18e9, expert_weight_bytes=16e9, embedding_bytes=0.3e9)
+    assert with_emb.bytes == pytest.approx(1.7e9 + 16e9 * 8 / 128)
+
+
+def test_moe_without_sizes_is_an_upper_bound() -> None:
+    from kvmon.physics.shape import ModelShape
+
+    shape = ModelShape.from_gguf({"general.architecture": "qwen3moe", "qwen3moe.block_count": 2,
+                                  "qwen3moe.embedding_length": 64, "qwen3moe.attention.head_count": 4,
+                                  "qwen3moe.expert_count": 8, "qwen3moe.expert_used_count": 2})
+    w = weight_bytes_read_per_token(shape, 1e9)
+    assert w.bytes == 1e9 and w.estimated and "upper bound" in w.note

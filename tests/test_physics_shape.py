@@ -319,3 +319,12 @@ def test_shapes_hash_and_compare_by_value() -> None:
     c = replace(a, partial=True, notes=("x",))
     assert c != a and hash(c) == hash(c)
     assert {a: 1}[b] == 1
+
+
+def test_cohere2_and_gemma4_without_pattern() -> None:
+    c = ModelShape.from_gguf(md("cohere2", block_count=8, embedding_length=4096, attention__head_count=32,
+                                attention__head_count_kv=8, attention__sliding_window=4096))
+    assert kinds(c)[:4] == [A.SWA] * 3 + [A.FULL] and not c.partial
+    g = ModelShape.from_gguf(md("gemma4", block_count=6, embedding_length=1024, attention__head_count=4,
+                                attention__sliding_window=512))
+    assert g.partial and any("sliding_window_pattern" in n for n in g.notes)

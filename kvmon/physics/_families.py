@@ -25,7 +25,8 @@ DENSE_ARCHS = frozenset(
     {
         "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "mistral", "mistral3", "phi3", "gemma",
         "granite", "granitemoe", "deepseek", "olmo", "olmo2", "command-r", "starcoder2", "internlm2",
-        "stablelm", "exaone", "glm4", "minicpm", "smollm3", "ernie4_5", "ernie4_5-moe", "seed_oss",
+        "stablelm", "exaone", "glm4", "glm4moe", "minicpm", "smollm3", "ernie4_5", "ernie4_5-moe", "seed_oss",
+        "qwen2vl", "qwen3vl", "qwen3vlmoe", "falcon", "baichuan", "gptneox", "gpt2", "mpt", "bloom", "starcoder",
     }
 )
 HYBRID_INTERVAL_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
@@ -34,7 +35,8 @@ MAMBA_ARCHS = frozenset({"mamba", "mamba2"})
 RWKV_ARCHS = frozenset({"rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7"})
 KNOWN_ARCHS = (
     DENSE_ARCHS | HYBRID_INTERVAL_ARCHS | HEADCOUNT_HYBRID_ARCHS | MAMBA_ARCHS | RWKV_ARCHS
-    | {"gemma2", "gemma3", "gemma3n", "gemma4", "gpt-oss", "llama4", "deepseek2", "nemotron_h", "falcon-h1"}
+    | {"gemma2", "gemma3", "gemma3n", "gemma4", "gpt-oss", "llama4", "deepseek2", "nemotron_h", "falcon-h1",
+       "cohere2"}
 )
 
 
@@ -197,6 +199,8 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
         layers = swa_layers(_swa_flags(m, n_layers, 2, notes), win, AttentionKind.SWA)
     elif arch == "gemma3":
         layers = swa_layers(_swa_flags(m, n_layers, 6, notes), window, AttentionKind.SWA)
+    elif arch == "cohere2":  # Command R7B / A: 3 sliding-window layers, then 1 global
+        layers = swa_layers(_swa_flags(m, n_layers, 4, notes), window, AttentionKind.SWA)
     elif arch == "gpt-oss":
         if not window:
             raise ShapeError("gpt-oss: missing gpt-oss.attention.sliding_window")
@@ -207,6 +211,9 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
         if chunk == 0:
             notes.append("llama4 with sliding_window = 0: chunked attention disabled, all layers full")
     elif arch in ("gemma3n", "gemma4"):
+        if arch == "gemma4" and window and not m.has("attention.sliding_window_pattern"):
+            partial = True
+            notes.append("gemma4 without sliding_window_pattern: 5 windowed : 1 global assumed")
         layers = _shared_kv_layers(arch, m, n_layers, window, full, notes)
     elif arch == "deepseek2":
         layers, partial = _deepseek2(m, n_layers, full, notes)

@@ -48,30 +48,38 @@ def weight_bytes_read_per_token(
     weight_bytes: float,
     *,
     expert_weight_bytes: float | None = None,
+    embedding_bytes: float | None = None,
 ) -> WeightRead:
     """Bytes of weights one generated token reads.
 
     Dense: all of ``weight_bytes``. MoE: the non-expert part plus the expert part × used/total experts, where
     the expert part is ``expert_weight_bytes`` when known (from the GGUF tensor list) or else estimated from
-    the shape's parameter counts.
+    the shape's parameter counts. ``embedding_bytes``: the token-embedding table when the output head does
+    not reuse it (untied); a token reads one row of it, so it is left out.
     """
     if weight_bytes < 0:
         raise ValueError(f"negative weight bytes {weight_bytes}")
+    if embedding_bytes is not None and 0 < embedding_bytes < weight_bytes:
+        weight_bytes -= embedding_bytes
+        embedding_note = "; the token-embedding table (one row read per token) left out"
+    else:
+        embedding_note = ""
     if not shape.is_moe:
-        return WeightRead(float(weight_bytes), False, "dense model: every weight is read for each token")
+        return WeightRead(float(weight_bytes), False,
+                          "dense model: every weight is read for each token" + embedding_note)
     used_fraction = shape.expert_used_count / shape.expert_count
     if expert_weight_bytes is not None and 0 <= expert_weight_bytes <= weight_bytes:
         read = (weight_bytes - expert_weight_bytes) + expert_weight_bytes * used_fraction
         return WeightRead(
             read, True,
             f"MoE: shared weights + {shape.expert_used_count}/{shape.expert_count} of the expert tensors "
-            "(an average: routing varies per token)",
+            "(an average: routing varies per token)" + embedding_note,
         )
     split = _param_split(shape)
     if split is None:
         return WeightRead(
             float(weight_bytes), True,
-            "MoE without expert sizes in the metadata: all weights counted (an upper bound)",
+            "MoE without expert sizes in the metadata: all weights counted (an upper bound)" + embedding_note,
         )
     shared, expert = split
     expert_share = expert / (shared + expert)
@@ -79,5 +87,5 @@ def weight_bytes_read_per_token(
     return WeightRead(
         read, True,
         f"MoE estimate: experts ≈ {expert_share:.0%} of the parameters, {shape.expert_used_count}/"
-        f"{shape.expert_count} used per token (routing varies per token)",
+        f"{shape.expert_count} used per token (routing varies per token)" + embedding_note,
     )
