@@ -225,3 +225,18 @@ def test_log_follower_reads_a_pipe() -> None:
     f = LogFollower("-", stream=stream)
     assert wait_until(lambda: f.poll().kv_bytes_allocated == 128 * MIB, 5.0)
     assert f.error is None
+
+
+def test_draft_model_load_does_not_reset_and_restart_does() -> None:
+    kv = ("llama_kv_cache: size = {} MiB ( 4096 cells,  8 layers,  1/1 seqs), K (f16): {} MiB, V (f16): {} MiB")
+    lines = [
+        "0.00.001 I srv    load_model: loading model 'main.gguf'",
+        "llama_model_loader: loaded meta data with 30 key-value pairs",
+        kv.format("64.00", "32.00", "32.00"),
+        "0.00.900 I srv    load_model: loading draft model 'draft.gguf'",
+        "llama_model_loader: loaded meta data with 25 key-value pairs",
+        kv.format("8.00", "4.00", "4.00"),
+    ]
+    assert parse_llama_log(lines).kv_bytes_allocated == 72 * MIB  # main + draft caches
+    restarted = [*lines, "0.00.001 I srv  llama_server: initializing ...", kv.format("16.00", "8.00", "8.00")]
+    assert parse_llama_log(restarted).kv_bytes_allocated == 16 * MIB

@@ -23,8 +23,7 @@ _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 
 # a new server start / model load: forget what the previous one said
 _RESTART = re.compile(
-    r"(llama_server: initializing|main: build = |common_params_print_info: build |"
-    r"llama_model_loader: loaded meta data|srv +load_model: loading model)"
+    r"(llama_server: initializing|main: build = |common_params_print_info: build |srv +load_model: loading model)"
 )
 # llama_kv_cache: size = 32.00 MiB ( 16384 cells, 4 layers, 1/1 seqs), K (f16): 16.00 MiB, V (f16): 16.00 MiB
 # llama_kv_cache_unified: size = ... (same shape, mid-late 2025)
