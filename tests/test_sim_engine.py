@@ -108,3 +108,19 @@ def test_restart_empties_the_server_and_loading_ramps_its_memory() -> None:
         after = sim.nvml.gpus[0].processes[0][1]
     assert loading < 0.5 * before and after == before
     assert m["tokens_predicted_total"] == 0 and m["n_decode_total"] == 0
+
+
+def test_spill_story_on_its_own_timeline() -> None:
+    """spill-4090 as shipped: free VRAM all but gone before the reload, layers on the CPU after it."""
+    with SimServer("spill-4090", speed=1.0) as sim:
+        sim.clock.advance(310.0)
+        sim.refresh_gpus()
+        g = sim.nvml.gpus[0]
+        free_before = g.memory_total_bytes - g.memory_used_bytes
+        before = sim.engine.epoch_at(310.0).model
+        after = sim.engine.epoch_at(345.0).model
+        assert sim.engine.loading(335.0) and not sim.engine.loading(345.0)
+    assert before is not None and after is not None
+    assert free_before < 0.5 * GIB and not before.partial_offload
+    assert after.partial_offload and after.n_ctx == 131072
+    assert after.decode_tok_s(20_000) < before.decode_tok_s(20_000) / 3

@@ -124,7 +124,7 @@ SCENARIOS: dict[str, Scenario] = {
             decode_anchors=((0, 140.0), (32768, 70.0)),
             prefill_tok_s_empty=9000.0,
             prefill_slowdown_s_per_token=2.0e-9,
-            other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, 14 * GIB)),
+            other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, int(14.75 * GIB))),
             reload=Reload(at_s=330.0, n_ctx=131072, load_s=8.0),
             script=ChatScript(n_turns=40, first_prompt_tokens=800, target_context_tokens=30000,
                               generated_tokens=350, think_s=6.0),
