@@ -240,3 +240,14 @@ def test_draft_model_load_does_not_reset_and_restart_does() -> None:
     assert parse_llama_log(lines).kv_bytes_allocated == 72 * MIB  # main + draft caches
     restarted = [*lines, "0.00.001 I srv  llama_server: initializing ...", kv.format("16.00", "8.00", "8.00")]
     assert parse_llama_log(restarted).kv_bytes_allocated == 16 * MIB
+
+
+def test_auto_parallel_line_before_loading_model_survives() -> None:
+    lines = [
+        "0.00.001.889 I srv  llama_server: initializing ...",
+        "0.00.002.941 I srv  llama_server: n_parallel is set to auto, using n_parallel = 4 and kv_unified = true",
+        "0.00.007.166 I srv    load_model: loading model 'tiny-llama-e256-l4.gguf'",
+        "0.00.013.528 I llama_context: n_ctx                 = 32768",
+    ]
+    c = parse_llama_log(lines)
+    assert (c.n_parallel, c.kv_unified, c.n_ctx_total) == (4, True, 32768)

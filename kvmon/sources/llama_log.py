@@ -188,10 +188,17 @@ class LlamaLogParser:
             self.kv_unified = _bool(value)
 
     def _seen_anything(self) -> bool:
-        return any(
-            v not in (None, {}, 0)
-            for k, v in vars(self).items()
-            if k not in ("lines_matched", "_kv_sizes_in_block")
+        """Whether a load already reported its results (so a start marker now means a new run).
+
+        Settings printed before the model loads (``n_parallel is set to auto``) do not count: the
+        ``loading model`` line that follows them must not wipe them.
+        """
+        return bool(
+            self.kv_bytes_allocated is not None
+            or self.n_ctx_total is not None
+            or self.model_buffers
+            or self.kv_buffers
+            or self.offloaded_layers is not None
         )
 
     def config(self) -> ServerConfig:
