@@ -157,6 +157,7 @@ def kv_allocation(
     Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(pad256(n_ctx) / n_seq) cells.
     SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream.
     Without flash attention V is stored transposed, every layer's V as wide as the widest layer's.
+    ``n_ctx`` is the resolved context (llama-server's ``-c 0`` means the training context: pass that).
     """
     if n_ctx < 0:
         raise ValueError(f"negative n_ctx {n_ctx}")
