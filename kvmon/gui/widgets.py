@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
@@ -40,12 +42,29 @@ def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_uni
     item.setLabel("left", y_label, units=y_units)
     item.setMenuEnabled(False)
     item.hideButtons()
-    item.showGrid(x=False, y=True, alpha=0.08)
+    item.showGrid(x=False, y=False)  # a grid roughly doubles paint time; the axes carry the numbers
     for name in ("left", "bottom"):
         ax = item.getAxis(name)
         ax.enableAutoSIPrefix(False)
+        cache_axis(ax)
     w.setMinimumHeight(120)
     return w
+
+
+def nice_ceiling(v: float) -> float:
+    """The next 'round' axis limit above ``v`` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k): ranges change rarely."""
+    if not math.isfinite(v) or v <= 0:
+        return 1.0
+    exp = 10 ** math.floor(math.log10(v))
+    for m in (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if m * exp >= v:
+            return m * exp
+    return 10.0 * exp
+
+
+def cache_axis(ax: pg.AxisItem) -> None:
+    """Keep the axis as a pixmap: a repaint of the curves beside it then blits it instead of redrawing it."""
+    ax.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
 def add_curve(plot: pg.PlotWidget, quantity: str, name: str | None = None, width: float = 1.5) -> pg.PlotDataItem:

@@ -42,6 +42,8 @@ class BarsWidget(QtWidgets.QWidget):
         self._bars: tuple[Bar, ...] = ()
         self._empty_text = ""
         self.setMouseTracking(True)
+        # Opaque: a repaint of the bars does not drag the group box, splitter and window along with it.
+        self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self.setMinimumHeight(self.ROW_H + 6)
         self.paint_count = 0
 
@@ -96,10 +98,12 @@ class BarsWidget(QtWidgets.QWidget):
     def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
         self.paint_count += 1
         p = QtGui.QPainter(self)
+        p.fillRect(self.rect(), self.palette().color(QtGui.QPalette.ColorRole.Window))
         fg = QtGui.QColor(theme.foreground())
         p.setPen(fg)
         if not self._bars:
             p.drawText(self.rect().adjusted(6, 0, 0, 0), QtCore.Qt.AlignmentFlag.AlignVCenter, self._empty_text)
+            p.end()
             return
         label_w, bar_w, note_w = self._geometry()
         for i, bar in enumerate(self._bars):

@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.series import ContextBins
-from kvmon.gui.widgets import add_curve, make_plot
+from kvmon.gui.widgets import add_curve, make_plot, nice_ceiling
 
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
 
@@ -98,8 +98,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if self._changed("bins", self.bins.version):
             x, y = self.bins.points()
             self.measured.setData(x, y)
-        if self._changed("y", (s.ceiling_curve, self.bins.version // 16, fc.fit_a_s)):
-            self.plot.getPlotItem().setYRange(0, self._y_max(s) * 1.08, padding=0)
+        if self._changed("y", nice_ceiling(self._y_max(s) * 1.05)):
+            self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
         here = (s.context_tokens, s.decode_tok_s, s.ceiling_tok_s)
         if self._changed("here", here):
             if s.context_tokens is None:

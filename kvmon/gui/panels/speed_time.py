@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
 from kvmon.core.history import History
 from kvmon.gui import theme
-from kvmon.gui.widgets import add_curve, make_plot
+from kvmon.gui.widgets import add_curve, cache_axis, make_plot, nice_ceiling
 
 
 class SpeedTimePanel(QtWidgets.QWidget):
@@ -20,10 +22,12 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.window_s: float | None = 300.0
         self._drawn: tuple[int, float | None] = (-1, None)
         self._y_max = -1.0
+        self._x_range: tuple[float, float] | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
-                              axis_items={"bottom": pg.DateAxisItem(orientation="bottom")})
+        # x is time relative to the newest sample: the axis keeps its labels (and its cached picture)
+        # while the data scrolls, instead of re-laying out clock labels every second.
+        self.plot = make_plot("Speed over time", "time before now", "min", "speed", "tok/s")
         self.plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.decode = add_curve(self.plot, "decode", "decode")
         # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
@@ -34,6 +38,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         pi.getAxis("right").linkToView(self.prefill_vb)
         pi.getAxis("right").setLabel("prefill", units="tok/s", color=theme.hex_color("prefill"))
         pi.getAxis("right").enableAutoSIPrefix(False)
+        cache_axis(pi.getAxis("right"))
         self.prefill_vb.setXLink(pi)
         self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", 1.0), connect="finite")
         self.prefill.setClipToView(True)
@@ -55,6 +60,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         """Visible range in seconds (None = session)."""
         self.window_s = seconds
         self._drawn = (-1, None)
+        self._x_range = None
         self.refresh()
 
     def refresh(self) -> None:
@@ -64,16 +70,23 @@ class SpeedTimePanel(QtWidgets.QWidget):
             return
         self._drawn = key
         v = self.history.view(self.window_s)
-        t = v.t_wall
+        t = (v.t_wall - v.t_wall[-1]) / 60.0
         self.decode.setData(t, v.series["decode_tok_s"])
         self.prefill.setData(t, v.series["prefill_tok_s"])
         self.ceiling.setData(t, v.series["ceiling_tok_s"])
         finite = [float(np.nanmax(a)) for a in (v.series["decode_tok_s"], v.series["ceiling_tok_s"])
                   if a.size and np.isfinite(a).any()]
-        y_max = max(finite, default=1.0)
+        y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
         if y_max != self._y_max:
             self._y_max = y_max
-            self.plot.getPlotItem().setYRange(0, y_max * 1.08, padding=0)
-        t_end = float(t[-1])
-        start = float(t[0]) if self.window_s is None else t_end - self.window_s
-        self.plot.getPlotItem().setXRange(start, max(t_end, start + 1), padding=0.0)
+            self.plot.getPlotItem().setYRange(0, y_max, padding=0)
+        if self.window_s is None:  # session: widen in whole steps so the axis does not rescale every poll
+            span = float(-t[0])
+            step = 1.0 if span < 10 else 10.0 if span < 120 else 60.0
+            start = -math.ceil(max(span, 1e-9) / step) * step
+        else:
+            start = -self.window_s / 60.0
+        x_range = (min(start, -1.0), 0.0)
+        if x_range != self._x_range:
+            self._x_range = x_range
+            self.plot.getPlotItem().setXRange(*x_range, padding=0.0)

@@ -1,0 +1,214 @@
+"""What the dashboard costs while it runs beside a chat: CPU per minute (visible, minimised), RSS, update time,
+and time to first paint beside a bare PySide6 window.
+
+The simulated server runs in its own process (``kvmon sim``) so that only the dashboard (GUI thread, poller
+thread and its sources) is measured; the GPU source is the fake NVML with two GPUs. The history is
+preloaded with 24 h of 1 Hz snapshots before measuring.
+
+    python bench/gui_cost.py [--seconds 60] [--interval 1.0]
+
+Budgets (issue 7): ≤ 0.6 CPU-s/min visible, ≤ 0.1 minimised, median update ≤ 5 ms, RSS flat after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+FIRST_PAINT = r"""
+import os, sys, time, psutil
+t_start = psutil.Process().create_time()
+from PySide6 import QtCore, QtWidgets
+class Probe(QtCore.QObject):
+    def eventFilter(self, obj, ev):
+        if ev.type() == QtCore.QEvent.Type.Paint:
+            print(f"FIRST_PAINT {time.time() - t_start:.3f}", flush=True)
+            os._exit(0)
+        return False
+app = QtWidgets.QApplication(["bench"])
+probe = Probe()
+if sys.argv[1] == "bare":
+    w = QtWidgets.QWidget()
+else:
+    from kvmon.gui import theme
+    theme.apply(app)
+    from kvmon.gui.main_window import MainWindow
+    from kvmon.gui.settings import Settings
+    w = MainWindow(Settings(sys.argv[2]), tray=False)
+w.installEventFilter(probe)
+w.resize(1280, 800)
+w.show()
+app.exec()
+"""
+
+
+def first_paint_s(kind: str, tmp: str) -> float:
+    """Seconds from process creation to the window's first paint event (median of 3 runs)."""
+    times = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", FIRST_PAINT, kind, os.path.join(tmp, "fp.ini")],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        m = re.search(r"FIRST_PAINT ([0-9.]+)", out.stdout)
+        if not m:
+            raise RuntimeError(f"first-paint probe failed: {out.stderr[-800:]}")
+        times.append(float(m.group(1)))
+    return statistics.median(times)
+
+
+def start_sim(scenario: str) -> tuple[subprocess.Popen[str], str]:
+    """``kvmon sim`` in a child process; returns it and its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvmon", "sim", "--scenario", scenario, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"(http://127\.0\.0\.1:\d+)", line)
+        if m:
+            return proc, m.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError(f"the simulator did not start: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def preload_day(win: object, interval_s: float) -> int:
+    """24 h of snapshots, one per ``interval_s``, ending now; history and measured points."""
+    from kvmon.gui.synthetic import SyntheticMonitor
+
+    n = int(86_400 / interval_s)
+    mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144, t0_wall=time.time() - 86_400, poll_dt_s=interval_s)
+    win.load([mon.snapshot(i) for i in range(n)])  # type: ignore[attr-defined]
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0, help="length of each phase (visible, minimised)")
+    ap.add_argument("--interval", type=float, default=1.0, help="poll interval")
+    ap.add_argument("--scenario", default="seed-3090x2")
+    args = ap.parse_args()
+
+    import psutil
+    from PySide6 import QtCore
+
+    from kvmon.gui.app import Session, build_window, ensure_app
+    from kvmon.gui.settings import Settings
+    from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+
+    tmp = tempfile.mkdtemp(prefix="kvmon-bench-")
+    print("kvmon dashboard cost")
+    fp_bare, fp_kvmon = first_paint_s("bare", tmp), first_paint_s("kvmon", tmp)
+
+    sim, url = start_sim(args.scenario)
+    proc = psutil.Process()
+    try:
+        gpus = [FakeGpu(name="NVIDIA GeForce RTX 3090", memory_used_bytes=14 * 1024**3,
+                        processes=[(sim.pid, 13 * 1024**3)]) for _ in range(2)]
+        nvml = FakeNvml(gpus)
+
+        poll_cpu_s: list[float] = []
+
+        class TimedMonitor:
+            """Wraps the monitor to measure the poller thread's CPU per poll (time.thread_time)."""
+
+            def __init__(self, inner: object) -> None:
+                self.inner = inner
+
+            def poll(self) -> object:
+                t0 = time.thread_time()
+                snap = self.inner.poll()  # type: ignore[attr-defined]
+                poll_cpu_s.append(time.thread_time() - t0)
+                return snap
+
+            def close(self) -> None:
+                self.inner.close()  # type: ignore[attr-defined]
+
+        def factory() -> object:
+            from kvmon.core.analysis import Analyzer
+            from kvmon.gui.app import _open_source
+            from kvmon.monitor import Monitor, default_host_source
+            from kvmon.sources.nvml import NvmlSource
+
+            return TimedMonitor(Monitor(_open_source(url, "llama-server", 3.0, None), NvmlSource(nvml=nvml),
+                                        default_host_source(), Analyzer()))
+
+        app = ensure_app(["kvmon-bench"])
+        win, poller = build_window(Session(factory, None, url), Settings(os.path.join(tmp, "b.ini")),
+                                   args.interval, tray=False)
+        t = time.perf_counter()
+        n = preload_day(win, args.interval)
+        preload_s = time.perf_counter() - t
+        update_ms: list[float] = []
+        original = win.on_snapshot
+        poller.snapshot.disconnect(win.on_snapshot)
+
+        def timed(s: object) -> None:
+            t0 = time.perf_counter()
+            original(s)
+            if win.painting():
+                app.processEvents()  # include the repaint this update caused
+                update_ms.append((time.perf_counter() - t0) * 1000)
+
+        poller.snapshot.connect(timed)
+        win.resize(1280, 800)
+        win.show()
+        poller.start()
+
+        def run_for(seconds: float) -> None:
+            loop = QtCore.QEventLoop()
+            QtCore.QTimer.singleShot(int(seconds * 1000), loop.quit)
+            loop.exec()
+
+        run_for(10.0)  # warm-up: first polls, caches, fit
+        update_ms.clear()
+        poll_cpu_s.clear()
+        rss_start = proc.memory_info().rss
+        cpu0 = proc.cpu_times()
+        run_for(args.seconds)
+        cpu1 = proc.cpu_times()
+        polls_visible = sum(poll_cpu_s) * 60.0 / args.seconds
+        poll_cpu_s.clear()
+        visible_cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) * 60.0 / args.seconds
+        win.showMinimized()
+        run_for(2.0)
+        cpu2 = proc.cpu_times()
+        run_for(args.seconds)
+        cpu3 = proc.cpu_times()
+        minimised_cpu = (cpu3.user + cpu3.system - cpu2.user - cpu2.system) * 60.0 / args.seconds
+        polls_minimised = sum(poll_cpu_s) * 60.0 / args.seconds
+        rss_end = proc.memory_info().rss
+        poller.stop()
+        ups = sorted(update_ms)
+        print(f"  history preloaded        {n:,} snapshots (24 h) in {preload_s:.1f} s")
+        print(f"  CPU visible              {visible_cpu:.2f} CPU-s/min   (budget 0.6); of which polling "
+              f"(sources + analysis, poller thread) {polls_visible:.2f}, GUI {visible_cpu - polls_visible:.2f}")
+        print(f"  CPU minimised            {minimised_cpu:.2f} CPU-s/min   (budget 0.1); of which polling "
+              f"{polls_minimised:.2f}, GUI {minimised_cpu - polls_minimised:.2f}")
+        if ups:
+            p95 = ups[min(len(ups) - 1, int(len(ups) * 0.95))]
+            print(f"  update time              median {statistics.median(ups):.1f} ms, p95 {p95:.1f} ms "
+                  f"over {len(ups)} updates   (budget: median 5 ms)")
+        print(f"  RSS                      start {rss_start / 2**20:.0f} MiB, end {rss_end / 2**20:.0f} MiB "
+              f"({(rss_end - rss_start) / 2**20:+.1f} MiB)")
+        print(f"  time to first paint      kvmon {fp_kvmon:.2f} s, bare PySide6 window {fp_bare:.2f} s")
+        print(f"  machine                  {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
