@@ -179,3 +179,17 @@ def test_a_finished_slot_looks_like_the_real_one_after_a_request(client: httpx.C
     assert slot["n_prompt_tokens"] == r["tokens_evaluated"] + r["tokens_predicted"] - 1  # as in the capture: 35+64-1
     assert (slot["is_processing"], slot["n_prompt_tokens_processed"], slot["n_prompt_tokens_cache"]) == (False, 0, 0)
     assert slot["next_token"] == want["next_token"]
+
+
+def test_malformed_requests_get_http_errors_and_the_server_stays_up(idle_sim: SimServer) -> None:
+    import socket
+
+    host, port = "127.0.0.1", idle_sim.port
+    for head in (b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+                 b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+                 b"GARBAGE\r\n\r\n"):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(head)
+            answer = s.recv(400)
+        assert b"413" in answer or b"400" in answer, answer
+    assert httpx.get(idle_sim.url + "/health").status_code == 200

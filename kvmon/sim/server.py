@@ -38,6 +38,7 @@ from kvmon.sim.requests import SimRequest
 from kvmon.sim.scenarios import Scenario, get_scenario
 
 PUBLIC_PATHS = ("/health", "/v1/health")
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 GARBAGE = b"\x00\xff<!-- simulated garbage --> {\"status\": tru\xfe\xfd\x8b not json nor metrics ]]\n"
 
 
@@ -69,7 +70,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str) -> None:
         sim = self.server.sim
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_REQUEST_BYTES:
+            self._write(json_reply({"error": {"code": 413, "message": "request body too large or malformed length",
+                                              "type": "invalid_request_error"}}, 413, close=True))
+            return
         raw = self.rfile.read(length) if length > 0 else b""
         path, _, qs = self.path.partition("?")
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -78,6 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         except StreamAborted:
             self.close_connection = True
             return
+        except Exception as e:  # a simulator bug answers 500 like the real server, and the server keeps going
+            reply = json_reply({"error": {"code": 500, "message": f"simulator error: {type(e).__name__}: {e}",
+                                          "type": "server_error"}}, 500)
         if reply is None:  # stopping while hung
             self.close_connection = True
             return
