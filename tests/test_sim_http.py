@@ -193,3 +193,15 @@ def test_malformed_requests_get_http_errors_and_the_server_stays_up(idle_sim: Si
             answer = s.recv(400)
         assert b"413" in answer or b"400" in answer, answer
     assert httpx.get(idle_sim.url + "/health").status_code == 200
+
+
+def test_an_internal_error_is_a_500_and_the_server_stays_up(idle_sim: SimServer, client: httpx.Client,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_a: object) -> None:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(idle_sim.api, "handle", boom)
+    r = client.get("/props")
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    monkeypatch.undo()
+    assert client.get("/props").status_code == 200
