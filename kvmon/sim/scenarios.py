@@ -11,8 +11,12 @@ pure memory roofline does not see. For ``seed-3090x2`` it is calibrated on the s
 empty → 22.68 tok/s at 262K): the measured step time grows linearly, 17.1 ms + 0.103 µs × n (within
 2% at every listed depth); the q8_0 KV read explains 0.037 µs of that slope at 936 GB/s, the remaining
 0.066 µs per token of depth is attention work. A scenario may give the two numbers directly or as
-measured ``decode_anchors`` (depth, tok/s) from which ``kvmon.sim.model`` solves them. Prefill time per prompt token is
-``1/prefill_tok_s_empty + prefill_slowdown_s_per_token × depth`` (seed: 1550 → 513 tok/s over 262K).
+measured ``decode_anchors`` (depth, tok/s) from which ``kvmon.sim.model`` solves them (seed: efficiency
+0.98 at empty context, 65 ns per token of depth; the solved curve then meets the seed's 8K, 32K, 64K and
+131K figures within 2%). Prefill time per prompt token is ``1/prefill_tok_s_empty +
+prefill_slowdown_s_per_token × depth`` (seed: 1550 → 513 tok/s over 262K). A few things are simplified
+and said so: noise is one seeded factor per turn; parallel slots do not slow each other; weights and KV
+split over devices in proportion to their layers.
 """
 
 from __future__ import annotations
