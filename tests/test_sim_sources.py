@@ -20,7 +20,7 @@ def test_seed_curve_measured_through_the_source_falls_like_the_seed() -> None:
     """50 turns to ~256K, the simulated clock stepped 20 s per poll: decode speed of the turns finished
     between polls (from /metrics counter deltas) against the depth they ran at (n_tokens_max, mid-interval)."""
     base = get_scenario("seed-3090x2")
-    # same hardware, model and physics; shorter answers and pauses so the whole session takes fewer polls
+    # same hardware, model and physics; shorter answers and pauses so the whole conversation takes fewer polls
     scenario = dataclasses.replace(base, script=dataclasses.replace(base.script, generated_tokens=200, think_s=2.0,
                                                                     start_delay_s=0.0, loop=False))
     points: list[tuple[int, float]] = []
@@ -43,7 +43,7 @@ def test_seed_curve_measured_through_the_source_falls_like_the_seed() -> None:
             src.close()
         assert r.model is not None and r.model.shape is not None, "shape from the GGUF header /props points at"
         assert r.config.type_k == "q8_0" and r.config.kv_bytes_allocated, "KV type and size from the server log"
-    assert points and max(d for d, _ in points) > 240_000, f"session did not reach 256K: {points[-3:]}"
+    assert points and max(d for d, _ in points) > 240_000, f"conversation did not reach 256K: {points[-3:]}"
     # binned curve: monotone fall
     edges = [0, 20_000, 60_000, 100_000, 140_000, 180_000, 220_000, 270_000]
     bins = []

@@ -55,7 +55,7 @@ class Reload:
 
 @dataclass(frozen=True)
 class Scenario:
-    """Everything one simulated session needs; times are simulated seconds since the server started."""
+    """Everything one simulated run needs; times are simulated seconds since the server started."""
 
     name: str
     description: str

@@ -175,7 +175,7 @@ class SimServer:
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
         write_gguf_header(self.model_path, dict(first.model.preset.metadata))
-        if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the session)
+        if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port
         self.gpu_refresh_s = gpu_refresh_s
