@@ -201,7 +201,7 @@ def test_deb_declares_qt_system_libraries_and_fast_compression() -> None:
                 "libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1", "libxcb-image0", "libxcb-randr0",
                 "libxcb-render-util0", "libxcb-shape0", "libxcb-xkb1", "fonts-dejavu-core", "libc6"):
         assert lib in names, lib
-    assert 'COMPRESS="${COMPRESS:-gzip}"' in text and "xz" not in text
+    assert 'COMPRESS="${COMPRESS:-zstd}"' in text and "xz" not in text
     assert "strip" not in text.replace("--strip", "")  # never strips the bundle
     for path in ("/opt/kvmon", "usr/share/applications/kvmon.desktop", "usr/share/metainfo/",
                  "usr/share/icons/hicolor/scalable/apps", "120 * 1024 * 1024"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command: build the bundle, the .deb and the tarball, install the .deb with apt (resolving its Depends),
 # then check the installed kvmon: --version, --self-test (offscreen), the desktop entry, icons and metainfo;
-# and the portable tarball's --self-test. Run as root (or with sudo available) on Debian 12 / Ubuntu 22.04+.
+# and the portable tarball's --self-test. Run as root (or with sudo available) on Debian 12 or newer.
 #   packaging/linux/build-and-smoke.sh                 build + install + check
 #   SKIP_BUILD=1 packaging/linux/build-and-smoke.sh    check the dist/ .deb from an earlier build
 set -euo pipefail
