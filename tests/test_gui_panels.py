@@ -78,12 +78,16 @@ def test_header_shows_the_snapshot_numbers(window: MainWindow) -> None:
 
 def test_unknown_numbers_show_a_dash_and_the_reason(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(3)
-    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
-                               reasons={"decode_tok_s": "idle: no slot is generating"})
-    window.on_snapshot(idle)
+    unknown = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
+                                  reasons={"decode_tok_s": "/slots is disabled: start llama-server with --slots"})
+    window.on_snapshot(unknown)
     assert "—" in window.header.speed.text()
-    assert "Unknown: idle: no slot is generating" in window.header.speed.toolTip()
+    assert "Unknown: /slots is disabled: start llama-server with --slots" in window.header.speed.toolTip()
     assert window.header.efficiency.text().startswith("—")
+    idle = dataclasses.replace(unknown, reasons={"decode_tok_s": "idle: no tokens generated since the last poll"})
+    window.on_snapshot(idle)
+    assert ">idle<" in window.header.speed.text()
+    assert "Unknown: idle: no tokens generated" in window.header.speed.toolTip()
 
 
 def test_memory_bar_stacks_weights_kv_other_free_and_shades_kv_in_use() -> None:
@@ -106,7 +110,7 @@ def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used
     spilled = dataclasses.replace(s, host=HostView(ram_total_bytes=64 * GIB, ram_available_bytes=30 * GIB,
                                                    kv_in_host_bytes=3 * GIB, host_bandwidth_bytes_per_s=60e9))
     hb = host_bar(spilled)
-    assert hb is not None and hb.label == "Host RAM"
+    assert hb is not None and hb.label == "Host"
     assert hb.segments[0].quantity == "kv_allocated"
     assert "3.00 GiB" in hb.note
 

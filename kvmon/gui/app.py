@@ -18,6 +18,7 @@ from PySide6 import QtWidgets
 from kvmon.gui import theme
 from kvmon.gui.poller import MonitorLike, Poller
 
+HIDDEN_INTERVAL_S = 5.0  # poll interval while the window is hidden or minimised
 NO_SERVER_BANNER = "Demo: no server found on :8080 or :11434 — showing the simulator (start kvmon with a URL)"
 
 
@@ -152,7 +153,23 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     poller.snapshot.connect(win.on_snapshot)
     win.pause_toggled.connect(poller.set_paused)
     win.reconnect_requested.connect(poller.reconnect)
-    win.settings_changed.connect(lambda: poller.set_interval(settings.interval_s))
+    current = {"interval_s": interval_s, "shown": True}
+
+    def apply_interval() -> None:
+        # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
+        i = current["interval_s"]
+        poller.set_interval(i if current["shown"] else max(i, HIDDEN_INTERVAL_S))
+
+    def on_settings() -> None:
+        current["interval_s"] = settings.interval_s
+        apply_interval()
+
+    def on_shown(shown: bool) -> None:
+        current["shown"] = shown
+        apply_interval()
+
+    win.settings_changed.connect(on_settings)
+    win.shown_changed.connect(on_shown)
     return win, poller
 
 

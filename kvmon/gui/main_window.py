@@ -29,6 +29,7 @@ class MainWindow(QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     pause_toggled = QtCore.Signal(bool)
+    shown_changed = QtCore.Signal(bool)  # visible and not minimised: the poller may slow down when hidden
     reconnect_requested = QtCore.Signal()
     settings_changed = QtCore.Signal()
 
@@ -223,13 +224,20 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def showEvent(self, e: QtGui.QShowEvent) -> None:
         super().showEvent(e)
+        self.shown_changed.emit(True)
         if self._dirty:
             self.render()
 
+    def hideEvent(self, e: QtGui.QHideEvent) -> None:
+        super().hideEvent(e)
+        self.shown_changed.emit(False)
+
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
-        if e.type() == QtCore.QEvent.Type.WindowStateChange and self._dirty and self.painting():
-            self.render()
+        if e.type() == QtCore.QEvent.Type.WindowStateChange:
+            self.shown_changed.emit(self.painting())
+            if self._dirty and self.painting():
+                self.render()
 
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
         self.settings.geometry = self.saveGeometry()

@@ -31,6 +31,22 @@ class ValueLabel(QtWidgets.QLabel):
         return changed
 
 
+class TokenAxis(pg.AxisItem):
+    """A context axis labelled 8K, 64K, 1.5M rather than 8192, 65536, 1500000."""
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        out = []
+        for v in values:
+            a = abs(v)
+            if a >= 1e6:
+                out.append(f"{v / 1e6:g}M")
+            elif a >= 1e3:
+                out.append(f"{v / 1e3:g}K")
+            else:
+                out.append(f"{v:g}")
+        return out
+
+
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,
               axis_items: dict[str, pg.AxisItem] | None = None) -> pg.PlotWidget:
     """A PlotWidget with units on both axes, no grid, no menu, fixed look: created once per panel."""

@@ -47,12 +47,23 @@ class BarsWidget(QtWidgets.QWidget):
         self.setMinimumHeight(self.ROW_H + 6)
         self.paint_count = 0
 
+    @staticmethod
+    def visual_key(bars: tuple[Bar, ...]) -> tuple[object, ...]:
+        """What the paint shows, at 1/1000 of a bar's width: smaller changes repaint nothing."""
+        def q(v: float, total: float) -> int:
+            return round(1000 * v / total) if total > 0 else 0
+
+        return tuple((b.label, b.note, b.limit_line,
+                      tuple((s.quantity, q(s.value, b.total), round(1000 * s.shade_fraction)) for s in b.segments))
+                     for b in bars)
+
     def set_bars(self, bars: tuple[Bar, ...], empty_text: str = "") -> bool:
-        """Replace the rows; returns True (and schedules a repaint) only when they differ."""
-        if bars == self._bars and empty_text == self._empty_text:
-            return False
+        """Replace the rows (tooltips stay current); returns True and repaints only when the picture changes."""
+        same = self.visual_key(bars) == self.visual_key(self._bars) and empty_text == self._empty_text
         resized = len(bars) != len(self._bars)
         self._bars, self._empty_text = bars, empty_text
+        if same:
+            return False
         if resized:
             self.setMinimumHeight(max(1, len(bars)) * self.ROW_H + 6)
             self.updateGeometry()

@@ -96,8 +96,9 @@ class HeaderPanel(QtWidgets.QFrame):
             f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context", "kv_in_use_bytes", pv, rs,
             unknown=s.kv_in_use_bytes is None))
         dec, ceil = s.decode_tok_s, s.ceiling_tok_s
+        idle = dec is None and str(rs.get("decode_tok_s", "")).startswith("idle")
         self.speed.set(
-            f"<b style='color:{theme.hex_color('decode')}'>{fmt.tok_s(dec)}</b>"
+            f"<b style='color:{theme.hex_color('decode')}'>{'idle' if idle else fmt.tok_s(dec)}</b>"
             f" <span style='color:{theme.hex_color('ceiling')}'>of {fmt.num_tok_s(ceil)} ceiling</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,

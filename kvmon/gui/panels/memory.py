@@ -67,8 +67,10 @@ def host_bar(s: Snapshot) -> Bar | None:
         segs.append(Segment("other_processes", used_other, f"Other host memory: {fmt.bytes_(used_other)}"))
     if h.ram_available_bytes:
         segs.append(Segment("free", float(h.ram_available_bytes), f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
-    note = f"{fmt.bytes_(in_host)} of the model in host RAM\nat {fmt.gb_s(h.host_bandwidth_bytes_per_s)}"
-    return Bar("Host RAM", float(h.ram_total_bytes), tuple(segs), note, limit_line=False,
+    bw = h.host_bandwidth_bytes_per_s
+    note = (f"{fmt.bytes_(in_host)} of the model in host RAM\n"
+            + (f"read at {fmt.gb_s(bw)}" if bw else "host bandwidth unknown (settings)"))
+    return Bar("Host", float(h.ram_total_bytes), tuple(segs), note, limit_line=False,
                tip="Host RAM: layers or KV cache here run at host/PCIe bandwidth — the spill cliff.")
 
 

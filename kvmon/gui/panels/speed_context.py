@@ -9,9 +9,15 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.series import ContextBins
-from kvmon.gui.widgets import add_curve, make_plot, nice_ceiling
+from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
 
+MIN_FORECAST_POINTS = 10  # a fit of a handful of points near one depth extrapolates wildly: not drawn
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
+
+
+def _sig(v: float, digits: int = 3) -> float:
+    """``v`` rounded to ``digits`` significant figures (what a plot a few hundred pixels tall can show)."""
+    return float(f"{v:.{digits}g}")
 
 
 def forecast_curve(a_s: float, b_s_per_token: float, n_max: int, n_points: int = 128) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +35,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self.bins = bins
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s")
+        self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
+                              axis_items={"bottom": TokenAxis(orientation="bottom")})
         pi = self.plot.getPlotItem()
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.ceiling = add_curve(self.plot, "ceiling", "ceiling (memory bus)", width=2.0)
@@ -70,7 +77,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         _x, pts = self.bins.points()
         if pts.size:
             ys.append(float(pts.max()))
-        if s.forecast.fit_a_s:
+        if s.forecast.fit_a_s and s.forecast.fit_points >= MIN_FORECAST_POINTS:
             ys.append(1.0 / s.forecast.fit_a_s)
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         return max(ys, default=1.0)
@@ -90,17 +97,27 @@ class SpeedContextPanel(QtWidgets.QWidget):
             else:
                 self.ceiling.setData([], [])
         fc = s.forecast
-        if self._changed("forecast", (fc.fit_a_s, fc.fit_b_s_per_token, x_max)):
-            if fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0:
+        # Keys are rounded to what a pixel can show, so a refit that moves nothing visible repaints nothing.
+        fkey = None
+        if fc.fit_a_s and fc.fit_b_s_per_token is not None:
+            fkey = (_sig(1 / fc.fit_a_s), _sig(1 / (fc.fit_a_s + fc.fit_b_s_per_token * x_max)))
+        if self._changed("forecast", (fkey, x_max, fc.fit_points >= MIN_FORECAST_POINTS)):
+            if (fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0
+                    and fc.fit_points >= MIN_FORECAST_POINTS):
                 self.forecast.setData(*forecast_curve(fc.fit_a_s, fc.fit_b_s_per_token, x_max))
             else:
                 self.forecast.setData([], [])
-        if self._changed("bins", self.bins.version):
+        n_bins = self.bins.points()[0].size if self.bins.version != self._keys.get("bins_v") else None
+        if n_bins is not None:
+            self._keys["bins_v"] = self.bins.version
+        if n_bins is not None and self._changed("bins", (n_bins, self.bins.version // 10)):
             x, y = self.bins.points()
             self.measured.setData(x, y)
         if self._changed("y", nice_ceiling(self._y_max(s) * 1.05)):
             self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
-        here = (s.context_tokens, s.decode_tok_s, s.ceiling_tok_s)
+        y_here = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
+        here = (None if s.context_tokens is None else round(s.context_tokens * 800 / x_max),
+                None if y_here is None else _sig(y_here, 2))
         if self._changed("here", here):
             if s.context_tokens is None:
                 self.here.setData([], [])
@@ -112,7 +129,6 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 else:
                     self.here.setData([s.context_tokens], [y])
                 self.here_line.setValue(s.context_tokens)
-                self.here_line.label.setFormat(f"you are here · {fmt.tokens(s.context_tokens)}")
                 self.here_line.show()
         if self._changed("tip", (fc.milestones, s.forecast.fit_points)):
             lines = ["Measured decode speed (dots, mean per 256 tokens of context), ceiling (dashed, computed from "
