@@ -116,7 +116,9 @@ def test_unreachable_server_fails_with_the_reason(qapp: object, monkeypatch: pyt
     url = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setattr(gui_app, "demo_session", lambda *a, **k: gui_app.server_session(
         url, api_key=None, timeout_s=0.5, log_path=None))
-    with pytest.raises(selftest.SelfTestError, match=r"only 0 of 3 polls .* \(last status unreachable"):
+    # On a very busy machine the first poll may not be back yet; when it is, the reason is the refusal.
+    with pytest.raises(selftest.SelfTestError,
+                       match=r"only 0 of 3 polls .* \((last status unreachable: .+|no poll came back)\)$"):
         selftest.self_test(tmp_path / "x.png", timeout_s=4.0)
     assert not (tmp_path / "x.png").exists()
 
