@@ -145,8 +145,6 @@ def test_garbage_bodies_give_reasons_not_crashes() -> None:
             src.close()  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(reason="the shared HTTP client has a per-read timeout but no overall deadline, so a body that "
-                   "trickles in forever keeps a poll waiting", strict=False)
 def test_slow_drip_ends_in_a_timeout_not_a_stuck_poll() -> None:
     outcome: list[object] = []
     with SimServer("seed-3090x2", speed=1.0, faults=["drip:40"]) as sim:
@@ -165,7 +163,13 @@ def test_slow_drip_ends_in_a_timeout_not_a_stuck_poll() -> None:
     t.join(2.0)
     src.close()  # type: ignore[attr-defined]
     assert not stuck, "poll still waiting after 3 s with a 0.5 s timeout"
-    assert outcome == [FailureKind.TIMEOUT]
+    assert len(outcome) == 1
+    result = outcome[0]
+    if isinstance(result, FailureKind):
+        assert result is FailureKind.TIMEOUT
+    else:  # small bodies may trickle in within the deadline: the rest is partial, each with its reason
+        reasons = " | ".join(result.reasons.values())  # type: ignore[attr-defined]
+        assert "did not answer in time" in reasons, reasons
 
 
 # -- through the Ollama source ------------------------------------------------------------------------

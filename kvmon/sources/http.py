@@ -7,6 +7,7 @@ and never contains the API key or URL credentials.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -89,6 +90,7 @@ class HttpClient:
         self.display_url = redact_url(self.base_url)
         self._api_key = api_key
         self._max_body_bytes = max_body_bytes
+        self._deadline_s = timeout_s
         headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -110,11 +112,16 @@ class HttpClient:
     def request(self, method: str, path: str, *, json_body: Any = None) -> HttpResponse:
         """Send one request; network trouble and oversize bodies raise SourceError."""
         endpoint = path.split("?", 1)[0]
+        # httpx's timeouts are per read; a server that drips bytes must not hold a poll for longer than
+        # the whole-request deadline either.
+        deadline = time.monotonic() + self._deadline_s
         try:
             with self._client.stream(method, path, json=json_body) as resp:
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in resp.iter_bytes():
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("whole-request deadline passed")
                     size += len(chunk)
                     if size > self._max_body_bytes:
                         raise SourceError(
