@@ -38,11 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
 
     sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
-    sim.add_argument("--scenario", default="seed-3090x2")
-    sim.add_argument("--port", type=int, default=0, help="0 = a random free port")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
-    sim.add_argument("--fault", action="append", default=[], help="inject a fault, e.g. hang:10 or restart")
+    from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
+
+    add_sim_arguments(sim)
 
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
