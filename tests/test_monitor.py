@@ -227,3 +227,23 @@ def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
     assert ran_out_at is not None, "the scenario should run VRAM out"
     assert alert_at is not None and alert_at <= ran_out_at - 30
     assert "other processes grew" in message  # the simulated other application, not kvmon's server
+
+
+def test_cpu_only_server_raises_no_spill_alert(fixture_server: FixtureServer, tmp_path: Path) -> None:
+    """The captures come from a CPU build: its KV cache lives in host RAM by design, nothing has spilled."""
+    serve_llama_state(fixture_server, "generating")
+    log = str(first_run_log(tmp_path))
+
+    class NoGpu:
+        def poll(self, pids: object = ()) -> GpuSetReading:
+            return GpuSetReading(t_monotonic=time.monotonic(), unavailable_reason="no NVIDIA GPU: no driver")
+
+        def close(self) -> None:
+            pass
+
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0, log_path=log), NoGpu()) as m:
+        m.poll()
+        s = m.poll()
+    codes = {a.code for a in s.alerts}
+    assert "kv_in_host" not in codes and "weights_in_host" not in codes, s.alerts
+    assert s.kv_allocated_bytes == 32 * 2**20

@@ -819,10 +819,12 @@ class Analyzer:
         # KV of layers that run on the CPU is part of the partial-offload alert; this one is for KV placed
         # in host RAM on its own (-nkvo, the log's CPU KV buffer) or spilled over PCIe
         kv_host_frac = (0.0 if p.kv_follows_layers else p.kv_host) + sum(p.kv_pcie.values())
-        kv_known = bool(p.kv_gpu) or kv_host_frac > 0
+        # a CPU-only server (nothing on any GPU) has nothing to spill: host RAM is simply where it runs
+        on_gpu = any(v > 0 for v in p.weights_gpu.values()) or any(v > 0 for v in p.kv_gpu.values())
+        kv_known = on_gpu and (bool(p.kv_gpu) or kv_host_frac > 0)
         via = "PCIe" if p.kv_pcie else "host RAM"
         cap = ceiling_now if kv_host_frac > 0 else None
-        weights_host = int(p.weights_host_read) if p.source in ("ollama", "log") else None
+        weights_host = int(p.weights_host_read) if p.source in ("ollama", "log") and on_gpu else None
         try:
             advice = self._advice(r, model, shape, devices, ceiling_now, decode, context)
         except (ValueError, KeyError):
