@@ -8,7 +8,7 @@ Sources are imported inside functions so that ``kvmon.core`` stays free of httpx
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
@@ -29,8 +29,13 @@ class Monitor:
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
     def __init__(self, server_source: Any, gpu_source: Any = None, host_source: Any = None,
-                 analyzer: Analyzer | None = None, *, recorder: Any = None, server_pids: Sequence[int] = ()) -> None:
-        """``server_pids``: the server's processes when its source cannot find them (an in-process simulator)."""
+                 analyzer: Analyzer | None = None, *, recorder: Any = None, server_pids: Sequence[int] = (),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``server_pids``: the server's processes when its source cannot find them (an in-process simulator).
+
+        ``clock`` timestamps readings made here (failures); give the sources the same one.
+        """
+        self._clock = clock
         self.server_source = server_source
         self.gpu_source = gpu_source
         self.host_source = host_source
@@ -68,7 +73,7 @@ class Monitor:
         try:
             return self.gpu_source.poll(self._server_pids)
         except Exception as exc:  # NVML lost mid-session, a driver reset: the GPU part goes blank
-            return GpuSetReading(t_monotonic=time.monotonic(),
+            return GpuSetReading(t_monotonic=self._clock(),
                                  unavailable_reason=f"GPU reading failed: {type(exc).__name__}: {exc}")
 
     def _poll_host(self) -> HostReading | None:
@@ -77,7 +82,7 @@ class Monitor:
         try:
             return self.host_source.poll(self._server_pids)
         except Exception as exc:
-            return HostReading(t_monotonic=time.monotonic(),
+            return HostReading(t_monotonic=self._clock(),
                                reasons={"host": f"host reading failed: {type(exc).__name__}: {exc}"})
 
     def poll(self) -> Snapshot:

@@ -72,6 +72,7 @@ def test_spill_shows_partial_offload_pcie_traffic_and_the_cliff() -> None:
     """The spill story read through the llama-server source (with the server's log) and the NVML source."""
     nvml_mod = pytest.importorskip("kvmon.sources.nvml")
     with SimServer(_spill_scenario(), speed=1.0) as sim:  # type: ignore[arg-type]
+        sim.clock.pause()  # only the test moves time: a loaded machine must not shift the phases it aims at
         src = llamacpp.LlamaServerSource(sim.url, timeout_s=5.0, log_path=sim.log_path)
         gpus = nvml_mod.NvmlSource(nvml=sim.nvml)
 

@@ -13,7 +13,7 @@ import re
 import statistics
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -115,8 +115,9 @@ class Analyzer:
     """Turns each poll's readings into a Snapshot; keep one per monitored server."""
 
     def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
-                 alert_engine: AlertEngine | None = None) -> None:
+                 alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings or AnalyzerSettings()
+        self._clock = clock  # for failures that come with no reading to take a time from
         self._rates = rate_tracker
         self._rates_reason: str | None = None
         if self._rates is None:
@@ -204,7 +205,7 @@ class Analyzer:
             return gpus.t_monotonic
         if host is not None:
             return host.t_monotonic
-        return time.monotonic()
+        return self._clock()
 
     def _failure_snapshot(self, failure: SourceFailure, gpus: GpuSetReading | None,
                           host: HostReading | None) -> Snapshot:

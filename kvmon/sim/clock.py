@@ -56,6 +56,13 @@ class SimClock:
                 self._running = True
                 self._wake.notify_all()
 
+    def pause(self) -> None:
+        """Stop simulated time where it is; only ``advance`` (or ``start``) moves it on (deterministic tests)."""
+        with self._lock:
+            if self._running:
+                self._offset_s = self._now_locked()
+                self._running = False
+
     def wall(self) -> float:
         """A Unix time that moves with simulated time (for ``created`` fields and Ollama timestamps)."""
         return self._wall_origin_s + self.now()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -185,8 +185,10 @@ class LlamaServerSource:
         config_override: ServerConfig | None = None,
         model_metadata_override: Mapping[str, Any] | None = None,
         inspect_local_process: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
+        self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         parts = urlsplit(self.base_url)
@@ -238,7 +240,7 @@ class LlamaServerSource:
 
     def poll(self) -> ServerReading:
         """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
-        t_mono, t_wall = time.monotonic(), time.time()
+        t_mono, t_wall = self._clock(), time.time()
         t_start = t_mono
         reasons: dict[str, str] = {}
         self._check_health()
@@ -271,10 +273,10 @@ class LlamaServerSource:
         elif props.get("endpoint_slots") is False:
             live_reason = "the /slots endpoint is off on this server (--no-slots)"
         else:
-            t0 = time.monotonic()
+            t0 = self._clock()
             raw_slots = self._optional_json("/slots" + q, reasons, "slots")
             # the counters' instant: the middle of the /slots request, not the start of the poll
-            t_mono = (t0 + time.monotonic()) / 2.0
+            t_mono = (t0 + self._clock()) / 2.0
             t_wall += t_mono - t_start
             if raw_slots is None:
                 live_reason = reasons.get("slots")

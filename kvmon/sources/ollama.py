@@ -11,7 +11,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -429,8 +429,10 @@ class OllamaSource:
         find_child: bool = True,
         log_path: str | None = None,
         config_override: ServerConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = normalize_base_url(base_url, DEFAULT_PORT)
+        self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
         self.display_url = redact_url(self.base_url)
         self._timeout_s = timeout_s
         self._client = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
@@ -564,7 +566,7 @@ class OllamaSource:
 
     def poll(self) -> ServerReading:
         """One reading; raises ``SourceError`` when Ollama cannot be read at all."""
-        t_mono, t_wall = time.monotonic(), time.time()
+        t_mono, t_wall = self._clock(), time.time()
         version = self._version_safe()
         try:
             models, notes = parse_ps(self._client.get_json("/api/ps"))
