@@ -144,7 +144,8 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     return Session(factory, None, first.display_url)
 
 
-def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True) -> tuple[Any, Poller]:
+def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
+                 timeout_s: float = 3.0) -> tuple[Any, Poller]:
     """The window and a started poller feeding it."""
     from kvmon.gui.main_window import MainWindow
 
@@ -153,7 +154,8 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     poller.snapshot.connect(win.on_snapshot)
     win.pause_toggled.connect(poller.set_paused)
     win.reconnect_requested.connect(poller.reconnect)
-    current = {"interval_s": interval_s, "shown": True}
+    current: dict[str, Any] = {"interval_s": interval_s, "shown": True,
+                               "server": (settings.url or None, settings.api_key)}
 
     def apply_interval() -> None:
         # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
@@ -163,6 +165,14 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     def on_settings() -> None:
         current["interval_s"] = settings.interval_s
         apply_interval()
+        key = (settings.url or None, settings.api_key)
+        if key != current.get("server"):
+            current["server"] = key
+            if settings.url and (settings.url != session.url or settings.api_key):
+                fresh = server_session(settings.url, api_key=settings.api_key, timeout_s=timeout_s, log_path=None)
+                win.reset()
+                win.header.set_banner(None)
+                poller.set_factory(fresh.factory)
 
     def on_shown(shown: bool) -> None:
         current["shown"] = shown

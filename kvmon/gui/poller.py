@@ -136,6 +136,12 @@ class PollWorker(QtCore.QObject):
         if not self._paused:
             self.poll_once()
 
+    @QtCore.Slot(object)
+    def set_factory(self, factory: MonitorFactory) -> None:
+        """Monitor another server from now on (new URL or key): close the old monitor and poll the new one."""
+        self._factory = factory
+        self.reconnect()
+
     @QtCore.Slot()
     def stop(self) -> None:
         """Stop polling and close the monitor's clients."""
@@ -155,6 +161,7 @@ class Poller(QtCore.QObject):
     _pause = QtCore.Signal(bool)
     _interval = QtCore.Signal(float)
     _reconnect = QtCore.Signal()
+    _factory = QtCore.Signal(object)
     _stop = QtCore.Signal()
 
     def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0,
@@ -169,6 +176,7 @@ class Poller(QtCore.QObject):
         self._pause.connect(self.worker.set_paused)
         self._interval.connect(self.worker.set_interval)
         self._reconnect.connect(self.worker.reconnect)
+        self._factory.connect(self.worker.set_factory)
         self._stop.connect(self.worker.stop)
         self.paused = False
 
@@ -188,6 +196,10 @@ class Poller(QtCore.QObject):
     def reconnect(self) -> None:
         """Reconnect now, resetting the backoff."""
         self._reconnect.emit()
+
+    def set_factory(self, factory: MonitorFactory) -> None:
+        """Switch the worker to a new monitor factory (applied in the poll thread)."""
+        self._factory.emit(factory)
 
     def stop(self, wait_ms: int = 15000) -> None:
         """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""

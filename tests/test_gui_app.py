@@ -1,0 +1,124 @@
+"""App wiring: demo fallback with its on-screen notice, the screenshot command, slower polling while hidden."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6 import QtGui
+
+from kvmon.gui import app as gui_app
+from kvmon.gui.app import NO_SERVER_BANNER, Session, build_window, choose_session
+from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+from kvmon.gui.settings import Settings
+from kvmon.gui.synthetic import SyntheticMonitor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("kvmon.sim.server")
+    import kvmon.monitor
+
+    real = kvmon.monitor.open_monitor
+    nobody = tuple(f"http://127.0.0.1:{_free_port()}" for _ in range(2))
+    monkeypatch.setattr(kvmon.monitor, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
+    args = argparse.Namespace(url=None, demo=None, timeout=1.0, log=None, record=None)
+    session = choose_session(args, None)
+    try:
+        assert session.banner == NO_SERVER_BANNER and session.sim is not None
+        assert "Demo: no server found on :8080 or :11434" in session.banner
+        assert session.url and session.url.startswith("http://127.0.0.1:")
+    finally:
+        session.close()
+
+
+def test_explicit_url_is_used_without_probing() -> None:
+    args = argparse.Namespace(url="http://127.0.0.1:9", demo=None, timeout=1.0, log=None, record=None)
+    session = choose_session(args, "k")
+    assert session.url == "http://127.0.0.1:9" and session.sim is None and session.banner is None
+
+
+def test_poller_slows_down_while_minimised(qtbot, tmp_path: Path) -> None:
+    win, poller = build_window(Session(SyntheticMonitor), Settings(str(tmp_path / "s.ini")), 0.2, tray=False)
+    qtbot.addWidget(win)
+    win.show()
+    poller.start()
+    try:
+        qtbot.waitUntil(lambda: win.last is not None, timeout=5000)
+        win.showMinimized()
+        qtbot.waitUntil(lambda: poller.worker.interval_s == gui_app.HIDDEN_INTERVAL_S, timeout=3000)
+        win.showNormal()
+        qtbot.waitUntil(lambda: poller.worker.interval_s == 0.2, timeout=3000)
+    finally:
+        poller.stop()
+
+
+def test_bars_repaint_only_for_visible_changes(qtbot) -> None:
+    w = BarsWidget()
+    qtbot.addWidget(w)
+    w.resize(400, 60)
+    bar = Bar("GPU 0", 1000.0, (Segment("weights", 500.0, "w"), Segment("free", 500.0, "f")), "note")
+    assert w.set_bars((bar,)) is True
+    tiny = Bar("GPU 0", 1000.0, (Segment("weights", 500.2, "w2"), Segment("free", 499.8, "f")), "note")
+    assert w.set_bars((tiny,)) is False
+    assert w.bars[0].segments[0].tip == "w2"  # tooltips stay current even without a repaint
+    moved = Bar("GPU 0", 1000.0, (Segment("weights", 520.0, "w"), Segment("free", 480.0, "f")), "note")
+    assert w.set_bars((moved,)) is True
+
+
+@pytest.mark.slow
+def test_screenshot_command_writes_a_non_blank_png(tmp_path: Path) -> None:
+    pytest.importorskip("kvmon.sim.server")
+    out = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    r = subprocess.run([sys.executable, "-m", "kvmon", "screenshot", "--demo", "seed-3090x2", "--after", "3",
+                        "-o", str(out)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-1500:]
+    img = QtGui.QImage(str(out))
+    assert (img.width(), img.height()) == (1280, 800)
+    gray = img.convertToFormat(QtGui.QImage.Format.Format_Grayscale8)
+    arr = np.frombuffer(gray.constBits(), dtype=np.uint8, count=gray.bytesPerLine() * gray.height())
+    assert arr.reshape(gray.height(), gray.bytesPerLine())[:, : gray.width()].std() > 10
+
+
+def test_screenshot_unknown_panel_is_a_clean_error(tmp_path: Path) -> None:
+    from kvmon.gui.screenshot import run
+
+    args = argparse.Namespace(panel="nope", output=str(tmp_path / "x.png"))
+    assert run(args) == 2
+
+
+def test_changing_the_url_in_settings_switches_the_poller(qtbot, tmp_path: Path) -> None:
+    from kvmon.core.snapshot import ConnectionStatus
+
+    settings = Settings(str(tmp_path / "s.ini"))
+    win, poller = build_window(Session(SyntheticMonitor, url="http://127.0.0.1:1"), settings, 0.2, tray=False)
+    qtbot.addWidget(win)
+    win.show()
+    poller.start()
+    try:
+        qtbot.waitUntil(lambda: win.last is not None and win.last.backend == "llama-server", timeout=5000)
+        settings.url = f"http://127.0.0.1:{_free_port()}"
+        win.settings_changed.emit()
+        qtbot.waitUntil(lambda: win.last is not None and win.last.connection.status is ConnectionStatus.UNREACHABLE,
+                        timeout=10000)
+        assert win.last.backend is None and len(win.history) >= 1
+    finally:
+        poller.stop()
