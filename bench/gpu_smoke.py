@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kvmon.core.report_json import json_safe
 from kvmon.physics.gpus import lookup_gpu
 from kvmon.sources.nvml import (
     BANDWIDTH_TOLERANCE,
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         reading = source.poll(server_pids=(pid,))
         poll_ms.append((time.perf_counter() - t0) * 1000)
-    print(json.dumps(dataclasses.asdict(reading), indent=2, default=str))
+    print(json.dumps(json_safe(dataclasses.asdict(reading)), indent=2, allow_nan=False))
 
     checks = Checks()
     checks.lines.append(f"driver {reading.driver_version}; {len(reading.gpus)} GPU(s); first poll {first_ms:.1f} ms "

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return _fail(snap.connection.reason or snap.connection.status.value, err)
     doc = snapshot_to_json(snap)
     if getattr(args, "json", False):
-        out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        out.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     else:
         out.write(format_text(doc) + "\n")
     return EXIT_OK

@@ -389,3 +389,14 @@ def test_no_handle_for_one_gpu_leaves_the_others(code: int) -> None:
     assert g0.index == 0 and all(v is None for k, v in _flat(g0).items() if k != "index")
     assert "no handle for GPU 0" in g0.reasons["vram_used_bytes"]
     assert g1.vram_used_bytes == 100 * GIB
+
+
+def test_gpm_nan_is_unknown_with_a_reason() -> None:
+    """An idle H200 answered GPM's DRAM metric with NaN: that is no value, not a number to show or export."""
+    fake = FakeNvml(_gpus())
+    src = NvmlSource(fake, include_child_processes=False)
+    src.poll((4242,))
+    fake.update(1, dram_bw_util_percent=float("nan"))
+    g1 = src.poll((4242,)).gpus[1]
+    assert g1.dram_bandwidth_util_percent is None
+    assert "NaN" in g1.reasons["dram_bandwidth_util_percent"]

@@ -18,18 +18,18 @@ from kvmon.core.snapshot import Snapshot
 SCHEMA_VERSION = 1
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe plain values: enums to their value, NaN/inf to None, tuples to lists, keys to str."""
     if isinstance(value, enum.Enum):
-        return _clean(value.value)
+        return json_safe(value.value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {str(_clean(k)): _clean(v) for k, v in value.items()}
+        return {str(json_safe(k)): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return str(value)
 
 
@@ -125,4 +125,4 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "provenance": dict(s.provenance),
         "reasons": dict(s.reasons),
     }
-    return _clean(doc)  # type: ignore[no-any-return]
+    return json_safe(doc)  # type: ignore[no-any-return]

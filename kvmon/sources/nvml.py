@@ -8,6 +8,7 @@ identity; no driver at all gives an empty ``GpuSetReading`` whose ``unavailable_
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -532,7 +533,11 @@ class NvmlSource:
         if metric.nvmlReturn != 0:
             r.fail(key, f"GPM DRAM bandwidth metric failed (NVML error {metric.nvmlReturn})")
             return
-        r.values["dram_bandwidth_util_percent"] = float(metric.value)
+        value = float(metric.value)
+        if not math.isfinite(value):  # seen on an idle H200: the metric comes back NaN
+            r.fail(key, "GPM returned no DRAM bandwidth value for this interval (NaN)")
+            return
+        r.values["dram_bandwidth_util_percent"] = value
 
 
 def _pids_foreign(pids: Collection[int]) -> bool:
