@@ -54,6 +54,14 @@ echo "$got"
 step "installed kvmon --self-test"
 run_clean kvmon --self-test || fail "the installed kvmon failed its self-test"
 
+if command -v xvfb-run >/dev/null; then
+  step "installed kvmon --self-test on a real X server (Xvfb: the xcb platform and the Depends libraries)"
+  (cd "$SMOKE" && env -u QT_QPA_PLATFORM -u PYTHONPATH -u KVMON_RESOURCES HOME="$SMOKE" \
+    xvfb-run -a -s "-screen 0 1280x800x24" kvmon --self-test) || fail "the installed kvmon failed its self-test on X"
+else
+  echo "xvfb-run not available: the X11 (xcb) self-test is skipped"
+fi
+
 step "desktop entry, icons, metainfo"
 desktop=/usr/share/applications/kvmon.desktop
 metainfo=/usr/share/metainfo/org.kvmon.kvmon.metainfo.xml
