@@ -228,3 +228,15 @@ def test_release_workflow_builds_three_platforms() -> None:
     assert "packaging\\windows\\build.ps1" in runs["windows"]
     assert "packaging/macos/build-dmg.sh" in runs["macos"]
     assert set(jobs["release"]["needs"]) == {"linux", "windows", "macos"}
+
+
+def test_smoke_checks_every_generated_icon_size() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_icons", ROOT / "resources" / "make-icons.py")
+    assert spec is not None and spec.loader is not None
+    make_icons = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_icons)
+    loop = re.search(r"for size in ([0-9 ]+); do", (LINUX / "build-and-smoke.sh").read_text())
+    assert loop is not None
+    assert tuple(int(s) for s in loop.group(1).split()) == make_icons.PNG_SIZES
