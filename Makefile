@@ -30,5 +30,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	for b in bench/*.py; do QT_QPA_PLATFORM=offscreen $(BIN)/python $$b || exit 1; done
 
+## Build the Linux bundle, .deb and tarball; install the .deb here with apt and self-test it (needs root).
+package: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[package]'
+	PYTHON=$(BIN)/python packaging/linux/build-and-smoke.sh
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
