@@ -214,6 +214,16 @@ def test_families_when_the_server_is_down_keep_gpus_and_drop_every_server_number
     assert one(m, "kvmon_alerts_active", code="kv_in_host") == 1
 
 
+def test_label_values_from_the_server_are_escaped() -> None:
+    odd = 'we"ird\\name\nline two'
+    s = _full_snapshot()
+    s = Snapshot(seq=s.seq, t_monotonic=s.t_monotonic, t_wall=s.t_wall, connection=s.connection, backend=s.backend,
+                 model=ModelView(name=odd, n_ctx=4096), gpus=(GpuView(0, odd, vram_total_bytes=GIB),))
+    m = _render(s)
+    assert one(m, "kvmon_context_limit_tokens", model=odd) == 4096
+    assert one(m, "kvmon_gpu_vram_total_bytes", gpu_name=odd) == GIB
+
+
 def test_families_before_the_first_poll() -> None:
     m = _render(None)
     assert one(m, "kvmon_up", status="connecting") == 0
@@ -243,6 +253,37 @@ def test_captured_llama_server_scraped_equals_the_snapshot(fixture_server: Fixtu
     # no GPU source, and the same captures twice (no counter moved): no GPU series and no measured speed
     assert not [n for n in m if n.startswith("kvmon_gpu_")]
     assert snap.decode_tok_s is None and "kvmon_decode_tokens_per_second" not in m
+
+
+def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, exporter_on: list[Exporter]) -> None:
+    serve_llama_state(fixture_server, "idle")
+    e = serve_monitor(exporter_on, Monitor(LlamaServerSource(fixture_server.url, timeout_s=1.0)))
+    e.poll_once()
+    fixture_server.hang("/health", 5.0)
+    fixture_server.hang("/slots", 5.0)
+    asked = len(fixture_server.requests)
+    poll = threading.Thread(target=e.poll_once)
+    poll.start()
+    try:
+        assert wait_until(lambda: len(fixture_server.requests) > asked, 5.0), "the poll should be waiting"
+        t0 = time.monotonic()
+        m = scrape(e)
+        took = time.monotonic() - t0
+        assert poll.is_alive(), "the scrape should have happened during the hung poll"
+    finally:
+        poll.join(10)
+    assert took < 0.5, f"a scrape waited {took:.2f} s on a hung server"
+    assert one(m, "kvmon_up", status="connected") == 1  # the last reading, until the poll ends
+    assert e.state.snapshot is not None and e.state.snapshot.connection.status is ConnectionStatus.TIMEOUT
+    assert one(scrape(e), "kvmon_up", status="timeout") == 0
+
+
+def test_serving_loads_no_qt() -> None:
+    code = ("import sys, kvmon.exporter, kvmon.monitor, kvmon.sources.llamacpp, kvmon.sources.ollama\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'shiboken6')]\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
 
 
 def test_simulated_server_scraped_equals_the_snapshot_then_goes_down(exporter_on: list[Exporter]) -> None:
