@@ -253,6 +253,16 @@ def test_captured_llama_server_scraped_equals_the_snapshot(fixture_server: Fixtu
     # no GPU source, and the same captures twice (no counter moved): no GPU series and no measured speed
     assert not [n for n in m if n.startswith("kvmon_gpu_")]
     assert snap.decode_tok_s is None and "kvmon_decode_tokens_per_second" not in m
+    # a Prometheus that asks for OpenMetrics gets a valid OpenMetrics document with the same values
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+    url = e.metrics_url
+    assert url is not None
+    r = httpx.get(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}, timeout=5.0)
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    om = {s.name: s.value for fam in parse_openmetrics(r.text) for s in fam.samples
+          if s.name in ("kvmon_context_tokens", "kvmon_up")}
+    assert om == {"kvmon_context_tokens": snap.context_tokens, "kvmon_up": 1}
 
 
 def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, exporter_on: list[Exporter]) -> None:
