@@ -88,7 +88,8 @@ def preload_day(win: object, interval_s: float) -> int:
     from kvmon.gui.synthetic import SyntheticMonitor
 
     n = int(86_400 / interval_s)
-    mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144, t0_wall=time.time() - 86_400, poll_dt_s=interval_s)
+    mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144, t0_wall=time.time() - 86_400, poll_dt_s=interval_s,
+                           t0_monotonic=time.monotonic() - 86_400)
     win.load([mon.snapshot(i) for i in range(n)])  # type: ignore[attr-defined]
     return n
 

@@ -94,13 +94,13 @@ def test_seed_run_panels_show_the_snapshot_numbers(qtbot, tmp_path: Path, runs) 
 
 @pytest.mark.slow
 def test_spill_alerts_rise_early_enough(qtbot, tmp_path: Path, runs) -> None:
-    # 40× accelerated, with the alert thresholds on the simulated clock; other VRAM grows from 120 s to 300 s.
+    # 60× accelerated, with the alert thresholds on the simulated clock; other VRAM grows from 120 s to 300 s.
     # The scenario's reload at 330 s would cut the conversation at ~26K of 32K tokens; without it the
     # conversation runs on towards its 30,000-token target, close enough to n_ctx for the context alert.
     from kvmon.sim.scenarios import SCENARIOS
 
     spill = dataclasses.replace(SCENARIOS["spill-4090"], reload=None)
-    r = Run(qtbot, tmp_path, spill, speed=40, interval_s=0.05, tray=True, scaled=True)
+    r = Run(qtbot, tmp_path, spill, speed=60, interval_s=0.05, tray=True, scaled=True)
     runs.append(r)
     qtbot.waitUntil(lambda: bool(r.seen) and (r.seen[-1][0] >= 600 or (r.seen[-1][1].context_tokens or 0) >= 29500),
                     timeout=40000)
@@ -179,7 +179,7 @@ def test_no_alert_rises_in_a_steady_hour(qtbot, tmp_path: Path, runs) -> None:
         SCENARIOS["spill-4090"], name="steady-4090", other_vram=((0.0, 1 * GIB),), reload=None,
         script=ChatScript(n_turns=6, first_prompt_tokens=800, target_context_tokens=6000, generated_tokens=300,
                           think_s=30.0))
-    r = Run(qtbot, tmp_path, steady, speed=600, interval_s=0.05, scaled=True)
+    r = Run(qtbot, tmp_path, steady, speed=1200, interval_s=0.05, scaled=True)
     runs.append(r)
     qtbot.waitUntil(lambda: bool(r.seen) and r.seen[-1][0] >= 3600, timeout=40000)
     after_warmup = [(t, s) for t, s in r.seen if t >= 120]

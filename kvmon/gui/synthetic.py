@@ -28,7 +28,7 @@ class SyntheticMonitor:
     """Polls return a conversation growing by ``tokens_per_poll``; ``fail`` makes the next polls unreachable."""
 
     def __init__(self, tokens_per_poll: int = 400, n_ctx: int = 32768, t0_wall: float | None = None,
-                 poll_dt_s: float = 1.0) -> None:
+                 poll_dt_s: float = 1.0, t0_monotonic: float = 0.0) -> None:
         self.seq = 0
         self.tokens_per_poll = tokens_per_poll
         self.n_ctx = n_ctx
@@ -37,6 +37,7 @@ class SyntheticMonitor:
         self.closed = 0
         self.t0_wall = time.time() if t0_wall is None else t0_wall
         self.poll_dt_s = poll_dt_s
+        self.t0_monotonic = t0_monotonic
 
     def snapshot(self, seq: int) -> Snapshot:
         """The snapshot of poll number ``seq`` (deterministic)."""
@@ -67,7 +68,7 @@ class SyntheticMonitor:
                     pcie_tx_bytes_per_s=0.4e6, pcie_bandwidth_bytes_per_s=31.5e9)
             for i in range(2))
         return Snapshot(
-            seq=seq, t_monotonic=seq * self.poll_dt_s, t_wall=self.t0_wall + seq * self.poll_dt_s,
+            seq=seq, t_monotonic=self.t0_monotonic + seq * self.poll_dt_s, t_wall=self.t0_wall + seq * self.poll_dt_s,
             connection=Connection(ConnectionStatus.CONNECTED), backend="llama-server", server_version="b11549",
             url="http://127.0.0.1:8080",
             model=ModelView(name="Meta-Llama-3.1-8B-Instruct", arch="llama", n_params=8_030_000_000,
