@@ -199,6 +199,11 @@ def test_window_range_shortcuts_and_settings_remembered(window: MainWindow, qtbo
     assert again.speed_time.window_s is None
 
 
+def test_ctrl_q_closes_the_window(window: MainWindow, qtbot) -> None:
+    qtbot.keyClick(window, QtCore.Qt.Key.Key_Q, QtCore.Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=2000)
+
+
 def test_space_pauses_and_f5_reconnects(window: MainWindow, qtbot) -> None:
     with qtbot.waitSignal(window.pause_toggled) as sig:
         qtbot.keyClick(window, QtCore.Qt.Key.Key_Space)

@@ -104,8 +104,7 @@ class MainWindow(QtWidgets.QMainWindow):
             s = QtGui.QShortcut(QtGui.QKeySequence(key), self)
             s.activated.connect(fn)
 
-        sc(QtGui.QKeySequence.StandardKey.Quit, self.close)
-        sc("Ctrl+Q", self.close)
+        sc("Ctrl+Q", self.close)  # one binding only: a second one for the same keys would make both ambiguous
         sc("Space", self.toggle_pause)
         sc("Ctrl+,", self.open_settings)
         sc("F5", self.reconnect_requested.emit)

@@ -14,7 +14,7 @@ from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.widgets import ValueLabel, add_curve, make_plot
+from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.gpus import KNOWN_GPUS
 
@@ -135,13 +135,20 @@ class WhatIfPanel(QtWidgets.QWidget):
         form.addRow("KV cache", self.kv)
         form.addRow("Ceiling at context", self.ceiling_at)
         form.addRow("Fits?", self.verdict)
-        form_box.setMaximumWidth(380)
+        for cb in (self.gpu, self.model, self.context, self.cache):
+            cb.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            cb.setMinimumContentsLength(14)
+        form_box.setMaximumWidth(300)
         lay.addWidget(form_box)
-        self.plot = make_plot("What-if: ceiling vs context", "context", "tokens", "ceiling", "tok/s")
+        self.plot = make_plot("What-if: ceiling vs context", "context", "tokens", "ceiling", "tok/s",
+                              axis_items={"bottom": TokenAxis(orientation="bottom")})
         self.curve = add_curve(self.plot, "ceiling", width=2.0)
         lay.addWidget(self.plot, 1)
         for cb in (self.gpu, self.model, self.context, self.cache):
             cb.currentIndexChanged.connect(self.recompute)
+            cb.currentTextChanged.connect(cb.setToolTip)
+        self.gpu.setToolTip(self.gpu.currentText())
+        self.model.setToolTip(self.model.currentText())
         self.result: WhatIfResult | None = None
         self.recompute()
 
@@ -189,5 +196,7 @@ class WhatIfPanel(QtWidgets.QWidget):
         if r.curve:
             arr = np.asarray(r.curve, dtype=float)
             self.curve.setData(arr[:, 0], arr[:, 1])
+            self.plot.getPlotItem().setYRange(0, nice_ceiling(float(arr[:, 1].max()) * 1.05), padding=0)
+            self.plot.getPlotItem().setXRange(0, float(arr[-1, 0]), padding=0.02)
         else:
             self.curve.setData([], [])
