@@ -122,3 +122,13 @@ def test_changing_the_url_in_settings_switches_the_poller(qtbot, tmp_path: Path)
         assert win.last.backend is None and len(win.history) >= 1
     finally:
         poller.stop()
+
+
+def test_replay_of_a_missing_or_empty_file_is_a_clean_error(tmp_path: Path, capsys) -> None:
+    from kvmon.gui.app import run_replay
+
+    assert run_replay(argparse.Namespace(file=str(tmp_path / "missing.jsonl"))) == 2
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert run_replay(argparse.Namespace(file=str(empty))) == 2
+    assert "kvmon:" in capsys.readouterr().err

@@ -256,6 +256,16 @@ def test_model_change_clears_measured_points(window: MainWindow) -> None:
     assert window.bins.points()[0].size == 1
 
 
+def test_reset_shows_connecting_then_the_same_alerts_again(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(80)  # close to n_ctx: a context alert
+    window.on_snapshot(s)
+    assert "context full" in window.alerts.label.text()
+    window.reset()
+    assert "Connecting" in window.alerts.label.text() and "connecting" in window.status.connection.text()
+    window.on_snapshot(s)
+    assert "context full" in window.alerts.label.text()
+
+
 def test_replay_load_renders_once(window: MainWindow) -> None:
     mon = SyntheticMonitor()
     snaps = [mon.poll() for _ in range(50)]

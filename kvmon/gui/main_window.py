@@ -84,6 +84,7 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
 
+        self._show_connecting()
         self.tray = Tray(self) if tray else None
         if self.tray is not None:
             self.tray.activated.connect(self._raise)
@@ -139,6 +140,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.raise_()
         self.activateWindow()
 
+    def _show_connecting(self) -> None:
+        """Before the first snapshot: say that the first poll is under way."""
+        self.alerts.show_text("● Connecting…", "The first poll of the server is under way")
+        self.status.connection.set("● connecting", "Waiting for the first snapshot")
+
     # --- rendering -------------------------------------------------------------------------------
     def painting(self) -> bool:
         """True when the window can be seen (shown and not minimised)."""
@@ -170,6 +176,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.last = None
         self._model_key = None
         self._dirty = False
+        self._show_connecting()
 
     def load(self, snapshots: Sequence[Snapshot]) -> None:
         """Take a whole recording at once: history and points first, one render at the end."""

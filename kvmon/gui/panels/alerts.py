@@ -64,6 +64,11 @@ class AlertsPanel(QtWidgets.QGroupBox):
         lay.addWidget(self.label)
         self._lines: list[tuple[str, str, str]] | None = None
 
+    def show_text(self, text: str, tooltip: str) -> None:
+        """A plain message in place of the alert lines (e.g. before the first poll)."""
+        self._lines = None
+        self.label.set(html.escape(text), tooltip)
+
     @property
     def lines(self) -> list[tuple[str, str, str]]:
         return list(self._lines or [])
