@@ -266,6 +266,17 @@ def test_reset_shows_connecting_then_the_same_alerts_again(window: MainWindow) -
     assert "context full" in window.alerts.label.text()
 
 
+def test_milestones_carry_the_forecast_once_the_fit_has_enough_points(window: MainWindow) -> None:
+    mon = SyntheticMonitor()
+    window.on_snapshot(mon.snapshot(3))  # 3 fit points: no forecast drawn, bare milestone labels
+    line_8k = window.speed_context._milestone_lines[8192]
+    assert line_8k.label.format == "8K"
+    assert window.speed_context.forecast.getData()[0] is None or len(window.speed_context.forecast.getData()[0]) == 0
+    window.on_snapshot(mon.snapshot(20))
+    assert line_8k.label.format == "8K · ~45 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192)
+    assert len(window.speed_context.forecast.getData()[0]) == 128
+
+
 def test_replay_load_renders_once(window: MainWindow) -> None:
     mon = SyntheticMonitor()
     snaps = [mon.poll() for _ in range(50)]

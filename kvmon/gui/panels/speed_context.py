@@ -130,6 +130,13 @@ class SpeedContextPanel(QtWidgets.QWidget):
                     self.here.setData([s.context_tokens], [y])
                 self.here_line.setValue(s.context_tokens)
                 self.here_line.show()
+        enough = fc.fit_points >= MIN_FORECAST_POINTS
+        by_ctx = {m.context_tokens: m for m in fc.milestones} if enough else {}
+        labels = tuple((m, f"{fmt.ctx_label(m)} · ~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx else fmt.ctx_label(m))
+                       for m in self._milestone_lines)
+        if self._changed("milestone_labels", labels):
+            for m, text in labels:
+                self._milestone_lines[m].label.setFormat(text)
         if self._changed("tip", (fc.milestones, s.forecast.fit_points)):
             lines = ["Measured decode speed (dots, mean per 256 tokens of context), ceiling (dashed, computed from "
                      "bandwidth, weights and KV bytes per token), forecast (dotted, fit of this session: "
