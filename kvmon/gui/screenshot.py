@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
 PANELS = ("header", "speed-vs-context", "speed-over-time", "memory", "bandwidth", "alerts", "what-if")
 
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2
-    settings = Settings()
+    scratch = tempfile.TemporaryDirectory(prefix="kvmon-shot-")  # a capture never touches the user's settings
+    settings = Settings(os.path.join(scratch.name, "screenshot.ini"))
     win, poller = build_window(session, settings, 1.0, tray=False)
     win.resize(1280, 800)
     win.show()
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         poller.stop()
         session.close()
+        scratch.cleanup()
     if not ok:
         print(f"kvmon: could not write {args.output}", file=sys.stderr)
         return 2
