@@ -277,6 +277,30 @@ def test_milestones_carry_the_forecast_once_the_fit_has_enough_points(window: Ma
     assert len(window.speed_context.forecast.getData()[0]) == 128
 
 
+def test_a_dark_light_switch_rebuilds_the_panels_and_keeps_the_session(qtbot, tmp_path: Path) -> None:
+    from kvmon.gui import theme
+
+    w = MainWindow(Settings(str(tmp_path / "t.ini")), banner="Demo: simulated x", tray=False)
+    qtbot.addWidget(w)
+    w.show()
+    mon = SyntheticMonitor()
+    for _ in range(5):
+        w.on_snapshot(mon.poll())
+    w.set_recording("/recordings/a.jsonl")
+    was_dark = theme.is_dark()
+    old_plot = w.speed_time.plot
+    try:
+        w.apply_scheme(not was_dark)
+        assert theme.is_dark() is (not was_dark)
+        assert w.speed_time.plot is not old_plot
+        assert w.speed_time.plot.backgroundBrush().color().name() == theme.background()
+        assert len(w.history) == 5 and w.bins.points()[0].size == 5
+        assert "3.20K" in w.header.context.text()  # re-rendered from the last snapshot
+        assert w.header.banner.text() == "Demo: simulated x" and "recording" in w.status.recording.text()
+    finally:
+        w.apply_scheme(was_dark)
+
+
 def test_replay_load_renders_once(window: MainWindow) -> None:
     mon = SyntheticMonitor()
     snaps = [mon.poll() for _ in range(50)]

@@ -171,7 +171,7 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
             if settings.url and (settings.url != session.url or settings.api_key):
                 fresh = server_session(settings.url, api_key=settings.api_key, timeout_s=timeout_s, log_path=None)
                 win.reset()
-                win.header.set_banner(None)
+                win.set_banner(None)
                 poller.set_factory(fresh.factory)
 
     def on_shown(shown: bool) -> None:
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     win, poller = build_window(session, settings, interval_s)
     if getattr(args, "record", None):
-        win.status.set_recording(args.record)
+        win.set_recording(args.record)
     win.show()
     poller.start()
     try:

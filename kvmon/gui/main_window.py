@@ -12,6 +12,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.history import History
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.gui import theme
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.header import HeaderPanel
@@ -47,8 +48,47 @@ class MainWindow(QtWidgets.QMainWindow):
         self._model_key: object = None
         self._on_close = on_close
 
+        self._banner = banner
+        self._recording: str | None = None
+        self._build_panels()
+
+        self._show_connecting()
+        self.tray = Tray(self) if tray else None
+        if self.tray is not None:
+            self.tray.activated.connect(self._raise)
+        self._make_shortcuts()
+        self.set_window_range(settings.window_range)
+        geo = settings.geometry
+        if geo is None or not self.restoreGeometry(geo):
+            self.resize(1280, 800)
+        self._ago = QtCore.QTimer(self)
+        self._ago.setInterval(1000)
+        self._ago.setTimerType(QtCore.Qt.TimerType.CoarseTimer)
+        self._ago.timeout.connect(self._tick)
+        self._ago.start()
+        app = QtWidgets.QApplication.instance()
+        if app is not None:
+            app.styleHints().colorSchemeChanged.connect(self._scheme_changed)  # type: ignore[attr-defined]
+
+    @QtCore.Slot(QtCore.Qt.ColorScheme)
+    def _scheme_changed(self, scheme: QtCore.Qt.ColorScheme) -> None:
+        if scheme != QtCore.Qt.ColorScheme.Unknown:
+            self.apply_scheme(scheme == QtCore.Qt.ColorScheme.Dark)
+
+    def set_banner(self, text: str | None) -> None:
+        """The line above the header (demo notice, replay); kept across a theme rebuild."""
+        self._banner = text
+        self.header.set_banner(text)
+
+    def set_recording(self, path: str | None) -> None:
+        """Show the recording state in the status bar; kept across a theme rebuild."""
+        self._recording = path
+        self.status.set_recording(path)
+
+    def _build_panels(self) -> None:
+        """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
         self.header = HeaderPanel()
-        self.header.set_banner(banner)
+        self.header.set_banner(self._banner)
         self.speed_context = SpeedContextPanel(self.bins)
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.speed_time = SpeedTimePanel(self.history)
@@ -57,6 +97,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
         self.setStatusBar(self.status)
+        self.status.set_recording(self._recording)
+        if getattr(self, "window_range", None):
+            self.set_window_range(self.window_range)
 
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -84,20 +127,22 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
 
-        self._show_connecting()
-        self.tray = Tray(self) if tray else None
-        if self.tray is not None:
-            self.tray.activated.connect(self._raise)
-        self._make_shortcuts()
-        self.set_window_range(settings.window_range)
-        geo = settings.geometry
-        if geo is None or not self.restoreGeometry(geo):
-            self.resize(1280, 800)
-        self._ago = QtCore.QTimer(self)
-        self._ago.setInterval(1000)
-        self._ago.setTimerType(QtCore.Qt.TimerType.CoarseTimer)
-        self._ago.timeout.connect(self._tick)
-        self._ago.start()
+
+    def apply_scheme(self, dark: bool) -> None:
+        """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
+        app = QtWidgets.QApplication.instance()
+        if app is None or dark == theme.is_dark():
+            return
+        theme.apply(app, dark)  # type: ignore[arg-type]
+        old = self.centralWidget()
+        self._build_panels()
+        if old is not None:
+            old.deleteLater()
+        self.speed_time.set_window(WINDOW_RANGES[self.window_range])
+        if self.last is not None:
+            self.render()
+        else:
+            self._show_connecting()
 
     # --- actions ---------------------------------------------------------------------------------
     def _make_shortcuts(self) -> None:

@@ -85,6 +85,8 @@ def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
         ):
             pal.setColor(role, QtGui.QColor(c))
         app.setPalette(pal)
+    else:
+        app.setPalette(app.style().standardPalette())
 
 
 def is_dark() -> bool:
