@@ -14,8 +14,6 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 
 from PySide6 import QtCore
 
-from kvmon.core.alerts import AlertThresholds
-from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
 from kvmon.gui import fmt
 from kvmon.gui.app import Session, build_window, demo_session
@@ -24,22 +22,13 @@ from kvmon.gui.settings import Settings
 GIB = 1024**3
 
 
-def sim_clock_settings(speed: float) -> AnalyzerSettings:
-    """Alert thresholds with every duration divided by ``speed``: the analysis then runs on simulated time."""
-    th = AlertThresholds()
-    timed = {f.name: getattr(th, f.name) / speed for f in dataclasses.fields(th)
-             if f.name.endswith(("_s", "_seconds"))}
-    return AnalyzerSettings(thresholds=dataclasses.replace(th, **timed))
-
-
 class Run:
     """A dashboard on a simulated server; records (simulated time, snapshot) as the window receives them."""
 
     def __init__(self, qtbot, tmp_path: Path, scenario, *, speed: float, interval_s: float,
-                 faults: tuple[str, ...] = (), timeout_s: float = 3.0, tray: bool = False,
-                 scaled: bool = False) -> None:
-        self.session: Session = demo_session(scenario, None, speed=speed, faults=faults, timeout_s=timeout_s,
-                                             analyzer_settings=sim_clock_settings(speed) if scaled else None)
+                 faults: tuple[str, ...] = (), timeout_s: float = 3.0, tray: bool = False) -> None:
+        # the demo session stamps readings with the simulator's clock: alert times are simulated seconds
+        self.session: Session = demo_session(scenario, None, speed=speed, faults=faults, timeout_s=timeout_s)
         self.sim = self.session.sim
         self.win, self.poller = build_window(self.session, Settings(str(tmp_path / "s.ini")), interval_s, tray=tray)
         qtbot.addWidget(self.win)
@@ -100,7 +89,7 @@ def test_spill_alerts_rise_early_enough(qtbot, tmp_path: Path, runs) -> None:
     from kvmon.sim.scenarios import SCENARIOS
 
     spill = dataclasses.replace(SCENARIOS["spill-4090"], reload=None)
-    r = Run(qtbot, tmp_path, spill, speed=60, interval_s=0.05, tray=True, scaled=True)
+    r = Run(qtbot, tmp_path, spill, speed=60, interval_s=0.05, tray=True)
     runs.append(r)
     qtbot.waitUntil(lambda: bool(r.seen) and (r.seen[-1][0] >= 600 or (r.seen[-1][1].context_tokens or 0) >= 29500),
                     timeout=40000)
@@ -179,7 +168,7 @@ def test_no_alert_rises_in_a_steady_hour(qtbot, tmp_path: Path, runs) -> None:
         SCENARIOS["spill-4090"], name="steady-4090", other_vram=((0.0, 1 * GIB),), reload=None,
         script=ChatScript(n_turns=6, first_prompt_tokens=800, target_context_tokens=6000, generated_tokens=300,
                           think_s=30.0))
-    r = Run(qtbot, tmp_path, steady, speed=1200, interval_s=0.05, scaled=True)
+    r = Run(qtbot, tmp_path, steady, speed=1200, interval_s=0.05)
     runs.append(r)
     qtbot.waitUntil(lambda: bool(r.seen) and r.seen[-1][0] >= 3600, timeout=40000)
     after_warmup = [(t, s) for t, s in r.seen if t >= 120]

@@ -62,27 +62,12 @@ def _recorder(args: argparse.Namespace, url: str | None) -> Any:
     return Recorder(path, source_url=url)
 
 
-def _open_source(url: str, backend: str, timeout_s: float, log_path: str | None) -> Any:
-    """The source for a known backend (the simulator says which), through detection when available."""
-    try:
-        from kvmon.sources.detect import open_source
-    except ImportError:
-        if backend == "ollama":
-            from kvmon.sources.ollama import OllamaSource
-
-            return OllamaSource(url, timeout_s=timeout_s)
-        from kvmon.sources.llamacpp import LlamaServerSource
-
-        return LlamaServerSource(url, timeout_s=timeout_s, log_path=log_path)
-    return open_source(url, api_key=None, timeout_s=timeout_s, log_path=log_path)
-
-
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
                  recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: Any = None) -> Session:
     """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
 
     ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
-    ``analyzer_settings`` (``kvmon.core.analysis.AnalyzerSettings``) e.g. scales alert times to an accelerated clock.
+    ``analyzer_settings``: ``kvmon.core.analysis.AnalyzerSettings`` (thresholds, user bandwidths).
     """
     from kvmon.sim.server import SimServer
 
@@ -91,11 +76,23 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
 
     def factory() -> MonitorLike:
         from kvmon.core.analysis import Analyzer
-        from kvmon.monitor import Monitor, default_host_source
+        from kvmon.monitor import Monitor
+        from kvmon.sources.host import HostSource
         from kvmon.sources.nvml import NvmlSource
 
-        m = Monitor(_open_source(url, sim.scenario.backend, timeout_s, sim.log_path),
-                    NvmlSource(nvml=sim.nvml), default_host_source(), Analyzer(analyzer_settings))
+        # every reading is stamped with the simulator's clock, so rates, trends and alert hold times are in
+        # simulated seconds at any --speed
+        clock = sim.clock.now
+        if sim.scenario.backend == "ollama":
+            from kvmon.sources.ollama import OllamaSource
+
+            server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
+        else:
+            from kvmon.sources.llamacpp import LlamaServerSource
+
+            server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
+        m = Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), HostSource(clock=clock),
+                    Analyzer(analyzer_settings, clock=clock), server_pids=sim.server_pids, clock=clock)
         m.recorder = recorder
         return m
 
