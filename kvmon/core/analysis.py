@@ -479,7 +479,10 @@ class Analyzer:
             if not gviews:
                 return None, NO_GPU_BANDWIDTH
             return None, p.note or "where the model lives is unknown"
-        scale = read_per_token / resident if resident > 0 else 0.0
+        # the share of the resident weights one token reads (1 for dense, the active experts' share for MoE);
+        # a host buffer that only holds the token embeddings is resident but not read
+        stored = sum(p.weights_gpu.values()) + p.weights_host
+        scale = min(1.0, read_per_token / stored) if stored > 0 else 0.0
         by_index = {g.index: g for g in gviews}
         devices: list[Any] = []
         for idx in sorted(set(p.weights_gpu) | set(p.kv_gpu)):
