@@ -83,16 +83,11 @@ def test_seed_run_panels_show_the_snapshot_numbers(qtbot, tmp_path: Path, runs) 
 
 @pytest.mark.slow
 def test_spill_alerts_rise_early_enough(qtbot, tmp_path: Path, runs) -> None:
-    # 60× accelerated, with the alert thresholds on the simulated clock; other VRAM grows from 120 s to 300 s.
-    # The scenario's reload at 330 s would cut the conversation at ~26K of 32K tokens; without it the
-    # conversation runs on towards its 30,000-token target, close enough to n_ctx for the context alert.
-    from kvmon.sim.scenarios import SCENARIOS
-
-    spill = dataclasses.replace(SCENARIOS["spill-4090"], reload=None)
-    r = Run(qtbot, tmp_path, spill, speed=60, interval_s=0.05, tray=True)
+    # The shipped scenario, 60× accelerated (readings on the simulated clock): other VRAM grows from 120 s to
+    # 300 s, the model reloads at 330 s with a context that no longer fits.
+    r = Run(qtbot, tmp_path, "spill-4090", speed=60, interval_s=0.05, tray=True)
     runs.append(r)
-    qtbot.waitUntil(lambda: bool(r.seen) and (r.seen[-1][0] >= 600 or (r.seen[-1][1].context_tokens or 0) >= 29500),
-                    timeout=40000)
+    qtbot.waitUntil(lambda: bool(r.seen) and r.seen[-1][0] >= 330, timeout=40000)
     alert_ts = [t for t, s in r.seen if any(a.code == "vram_full_soon" for a in s.alerts)]
     out_ts = [t for t, s in r.seen if s.gpus and s.gpus[0].vram_free_bytes is not None
               and s.gpus[0].vram_free_bytes < 1 * GIB]

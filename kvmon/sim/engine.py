@@ -195,6 +195,14 @@ class SimEngine:
             ready = self._next_ready
             user = sc.user_tokens(self._turn)
             gen = int(sc.generated_tokens * (0.8 + 0.4 * np.random.default_rng([self._rng_seed, self._turn]).random()))
+            if self._turn < sc.n_turns and self._conv + user + gen > self.slot_ctx(ready):
+                # the context is full: when a later server start brings a larger context (the user reloads
+                # with a bigger -c), the chat waits for it and goes on there
+                later = [e for e in self._epochs if e.t_begin > ready and e.n_ctx // self.scenario.n_parallel
+                         >= self._conv + user + gen]
+                if later:
+                    self._next_ready = later[0].t_ready + sc.think_s
+                    return
             if self._turn >= sc.n_turns or self._conv + user + gen > self.slot_ctx(ready):
                 if not sc.loop:
                     self._script_done = True

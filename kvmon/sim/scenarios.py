@@ -130,8 +130,10 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=2.0e-9,
             other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, int(14.75 * GIB))),
             reload=Reload(at_s=330.0, n_ctx=131072, load_s=8.0),
-            script=ChatScript(n_turns=40, first_prompt_tokens=800, target_context_tokens=30000,
-                              generated_tokens=350, think_s=6.0),
+            # the chat fills the 32K context just as VRAM runs out (both warnings show first); it waits for the
+            # reload with 128K and goes on there, on a model that no longer fits
+            script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=60000,
+                              generated_tokens=350, think_s=5.0),
         ),
         Scenario(
             name="ollama-partial",
