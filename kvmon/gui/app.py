@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ class Session:
     url: str | None = None
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     sim: Any = None  # the in-process SimServer in demo mode
+    recorder: RecordSwitch | None = None  # every monitor of the session records through it
 
     def close(self) -> None:
         """Stop the simulator and anything else started for this session."""
@@ -53,25 +55,67 @@ def ensure_app(argv: list[str] | None = None) -> QtWidgets.QApplication:
     return app  # type: ignore[return-value]
 
 
-def _recorder(args: argparse.Namespace, url: str | None) -> Any:
-    path = getattr(args, "record", None)
-    if not path:
-        return None
-    from kvmon.core.recorder import Recorder
+class RecordSwitch:
+    """The session's recorder, switched on and off from the menu while the poller thread writes through it.
 
-    return Recorder(path, source_url=url)
+    Monitors call ``record`` and, on reconnect, ``close``: that does not end the recording (the next monitor
+    keeps writing to the same file); ``stop`` does.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._rec: Any = None
+        self.url = url
+        self.path: str | None = None
+
+    def start(self, path: str, url: str | None = None) -> None:
+        """Record from the next snapshot on to ``path`` (appending); raises OSError when it cannot be opened."""
+        from kvmon.core.recorder import Recorder
+        from kvmon.gui.caption import scrub
+
+        rec = Recorder(path, source_url=scrub(url or self.url or "") or None)
+        with self._lock:
+            old, self._rec, self.path = self._rec, rec, path
+        if old is not None:
+            old.close()
+
+    def stop(self) -> None:
+        """Stop recording; every line written is on disk."""
+        with self._lock:
+            old, self._rec, self.path = self._rec, None, None
+        if old is not None:
+            old.close()
+
+    def record(self, snap: Any) -> None:
+        """Write one snapshot when recording (called from the poller thread)."""
+        with self._lock:
+            if self._rec is not None:
+                self._rec.record(snap)
+
+    def close(self) -> None:
+        """A monitor closing (reconnect): the recording goes on with the next monitor."""
+
+
+def _recorder(args: argparse.Namespace, url: str | None) -> RecordSwitch:
+    switch = RecordSwitch(url)
+    path = getattr(args, "record", None)
+    if path:
+        switch.start(path, url)
+    return switch
 
 
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
-                 recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: Any = None) -> Session:
+                 recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: Any = None,
+                 start_at_s: float = 0.0) -> Session:
     """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
 
     ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
     ``analyzer_settings``: ``kvmon.core.analysis.AnalyzerSettings`` (thresholds, user bandwidths).
+    ``start_at_s``: join the simulated story that many seconds in (documentation screenshots).
     """
     from kvmon.sim.server import SimServer
 
-    sim = SimServer(scenario, speed=speed, faults=faults)
+    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s)
     url = sim.start()
 
     def factory() -> MonitorLike:
@@ -115,21 +159,42 @@ def server_session(url: str | None, *, api_key: str | None, timeout_s: float, lo
 
 
 def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
-    """Demo when asked; the URL when given; else auto-detect, falling back to the demo with a banner."""
+    """Demo when asked; the URL when given; else auto-detect, falling back to the demo with a banner.
+
+    The session's ``recorder`` records to ``--record FILE`` when given, and can be switched from the menu.
+    """
+    session = _choose_session(args, api_key)
+    if session.recorder is None:  # every branch below passes a RecordSwitch to its monitors
+        session.recorder = RecordSwitch(session.url)
+    session.recorder.url = session.recorder.url or session.url
+    session.cleanups.insert(0, session.recorder.stop)
+    return session
+
+
+def _choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
     if getattr(args, "demo", None):
-        return demo_session(args.demo, None, timeout_s=timeout_s, recorder=_recorder(args, None))
+        rec = _recorder(args, None)
+        s = demo_session(args.demo, None, timeout_s=timeout_s, recorder=rec,
+                         start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
+        s.recorder = rec
+        return s
     if args.url:
-        return server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                              recorder=_recorder(args, args.url))
+        rec = _recorder(args, args.url)
+        s = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=rec)
+        s.recorder = rec
+        return s
     from kvmon.core.readings import SourceError
     from kvmon.monitor import open_monitor
 
     try:
         first = open_monitor(None, api_key=api_key, timeout_s=min(timeout_s, 1.0), log_path=log_path)
     except SourceError:
-        return demo_session("seed-3090x2", NO_SERVER_BANNER, timeout_s=timeout_s, recorder=_recorder(args, None))
+        rec = _recorder(args, None)
+        s = demo_session("seed-3090x2", NO_SERVER_BANNER, timeout_s=timeout_s, recorder=rec)
+        s.recorder = rec
+        return s
     first.recorder = _recorder(args, first.display_url)
     pending: list[MonitorLike] = [first]
     later = server_session(first.display_url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
@@ -138,7 +203,7 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     def factory() -> MonitorLike:
         return pending.pop() if pending else later.factory()
 
-    return Session(factory, None, first.display_url)
+    return Session(factory, None, first.display_url, recorder=first.recorder)
 
 
 def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
@@ -175,8 +240,27 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
         current["shown"] = shown
         apply_interval()
 
+    def on_record(path: str | None) -> None:
+        rec = session.recorder
+        if rec is None:
+            session.recorder = rec = RecordSwitch(session.url)
+            session.cleanups.insert(0, rec.stop)
+        if path is None:
+            rec.stop()
+            win.set_recording(None)
+            return
+        try:
+            rec.start(path, session.url)
+        except OSError as exc:
+            win.set_recording(None)
+            win.statusBar().showMessage(f"Cannot record to {path}: {exc.strerror or exc}", 8000)
+            return
+        win.set_recording(path)
+
     win.settings_changed.connect(on_settings)
     win.shown_changed.connect(on_shown)
+    win.record_requested.connect(on_record)
+    poller.snapshot.connect(win.tally.add)
     return win, poller
 
 
@@ -206,10 +290,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """``kvmon replay FILE.jsonl``: a recorded session in the same dashboard (no polling)."""
+    """``kvmon replay FILE.jsonl [--csv OUT.csv]``: a recorded session in the same dashboard, with a time slider
+    and 1× / 10× / 60× playback; with ``--csv`` write the recording as CSV and exit instead."""
     from kvmon.core.recorder import RecordingError, read_recording
-    from kvmon.gui.main_window import MainWindow
-    from kvmon.gui.settings import Settings
 
     try:
         rec = read_recording(args.file)
@@ -219,9 +302,33 @@ def run_replay(args: argparse.Namespace) -> int:
     if not rec.snapshots:
         print(f"kvmon: {args.file} holds no snapshots", file=sys.stderr)
         return 2
-    app = ensure_app(sys.argv[:1])
     skipped = f" ({len(rec.skipped_lines)} unreadable lines skipped)" if rec.skipped_lines else ""
-    win = MainWindow(Settings(), banner=f"Replay of {os.path.basename(args.file)}{skipped}", tray=False)
-    win.load(rec.snapshots)
+    csv_out = getattr(args, "csv", None)
+    if csv_out:
+        from kvmon.core.recording_csv import write_csv
+
+        try:
+            n = write_csv(rec.snapshots, csv_out)
+        except OSError as exc:
+            print(f"kvmon: cannot write {csv_out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"kvmon: wrote {n} rows to {csv_out}{skipped}")
+        return 0
+    app = ensure_app(sys.argv[:1])
+    win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}")
     win.show()
     return app.exec()
+
+
+def replay_window(snapshots: Any, banner: str | None, settings: Any = None) -> tuple[Any, Any]:
+    """A dashboard window (no polling, no tray) showing ``snapshots`` with the replay bar; (window, controller)."""
+    from kvmon.gui import replay
+    from kvmon.gui.main_window import MainWindow
+    from kvmon.gui.settings import Settings
+
+    win = MainWindow(settings if settings is not None else Settings(), banner=banner, tray=False)
+    win.record_action.setEnabled(False)  # nothing new to record in a replay
+    ctl = replay.attach(win, snapshots)
+    win.report_snapshots = lambda: ctl.snapshots[: ctl.index + 1]
+    win.csv_action.setEnabled(True)
+    return win, ctl

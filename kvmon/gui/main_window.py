@@ -33,6 +33,7 @@ class MainWindow(QtWidgets.QMainWindow):
     shown_changed = QtCore.Signal(bool)  # visible and not minimised: the poller may slow down when hidden
     reconnect_requested = QtCore.Signal()
     settings_changed = QtCore.Signal()
+    record_requested = QtCore.Signal(object)  # a path to start recording to, or None to stop
 
     def __init__(self, settings: Settings, *, banner: str | None = None, history: History | None = None,
                  tray: bool = True, on_close: Callable[[], None] | None = None) -> None:
@@ -57,6 +58,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.tray is not None:
             self.tray.activated.connect(self._raise)
         self._make_shortcuts()
+        self._make_menus()
         self.set_window_range(settings.window_range)
         geo = settings.geometry
         if geo is None or not self.restoreGeometry(geo):
@@ -84,6 +86,9 @@ class MainWindow(QtWidgets.QMainWindow):
         """Show the recording state in the status bar; kept across a theme rebuild."""
         self._recording = path
         self.status.set_recording(path)
+        act = getattr(self, "record_action", None)
+        if act is not None:
+            act.setChecked(bool(path))
 
     def _build_panels(self) -> None:
         """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
@@ -156,6 +161,85 @@ class MainWindow(QtWidgets.QMainWindow):
         sc("F5", self.reconnect_requested.emit)
         for i, name in enumerate(WINDOW_RANGES, start=1):
             sc(str(i), lambda n=name: self.set_window_range(n))
+
+    def _make_menus(self) -> None:
+        """File menu and toolbar: exports (PNG/SVG/CSV/clipboard), recording, report card, recording → CSV."""
+        from kvmon.gui import export, reportcard
+
+        self.tally = reportcard.Tally()  # fed by the app with every snapshot; the live report card reads it
+        self.report_snapshots: Callable[[], Sequence[Snapshot]] | None = None  # set by replay
+        menu = self.menuBar().addMenu("&File")
+        bar = QtWidgets.QToolBar("Export", self)
+        bar.setObjectName("export")
+        bar.setMovable(False)
+        bar.setToolButtonStyle(QtCore.Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.exports = export.install_actions(self, menu, bar)
+        menu.addSeparator()
+        self.record_action = self.exports.add("record", "Record session…", self.toggle_recording, menu, "Ctrl+R")
+        self.record_action.setCheckable(True)
+        self.report_action = self.exports.add("report", "Save report card…", self.save_report_card, menu,
+                                              "Ctrl+Shift+R")
+        self.csv_action = self.exports.add("recording_csv", "Export recording as CSV…", self.save_recording_csv,
+                                           menu)
+        self.csv_action.setEnabled(False)
+        for key in ("record", "report"):
+            bar.addAction(self.exports.actions[key])
+        self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
+
+    def toggle_recording(self, path: str | None = None) -> None:
+        """Ctrl+R: start recording (asks for a file) or stop; the app does the writing."""
+        from kvmon.gui import caption, export
+
+        if self._recording:
+            self.record_requested.emit(None)
+            return
+        path = path or export.ask_path(self, "Record session to", caption.default_filename(self.last, "jsonl"),
+                                       "kvmon recording (*.jsonl)")
+        if path:
+            self.record_requested.emit(path)
+        else:
+            self.set_recording(self._recording)
+
+    def _session_snapshots(self) -> Sequence[Snapshot] | None:
+        return self.report_snapshots() if self.report_snapshots is not None else None
+
+    def save_report_card(self, path: str | None = None) -> str | None:
+        """Ctrl+Shift+R: the session's report card as PNG."""
+        from kvmon.gui import caption, export, reportcard
+
+        path = path or export.ask_path(self, "Save report card",
+                                       caption.default_filename(self.last, "png", what="report"), "PNG (*.png)")
+        if not path:
+            return None
+        snaps = self._session_snapshots()
+        summary = reportcard.summarize(snaps) if snaps is not None else self.tally.summary()
+        try:
+            reportcard.save_summary(summary, path)
+        except OSError as exc:
+            self.statusBar().showMessage(f"Report card failed: {exc}", 6000)
+            return None
+        self.statusBar().showMessage(f"Saved {path}", 6000)
+        return path
+
+    def save_recording_csv(self, path: str | None = None) -> str | None:
+        """The replayed recording as CSV (one row per snapshot)."""
+        from kvmon.core.recording_csv import write_csv
+        from kvmon.gui import caption, export
+
+        snaps = self._session_snapshots()
+        if snaps is None:
+            return None
+        path = path or export.ask_path(self, "Export recording as CSV", caption.default_filename(self.last, "csv"),
+                                       "CSV (*.csv)")
+        if not path:
+            return None
+        try:
+            write_csv(snaps, path)
+        except OSError as exc:
+            self.statusBar().showMessage(f"CSV export failed: {exc.strerror or exc}", 6000)
+            return None
+        self.statusBar().showMessage(f"Saved {path}", 6000)
+        return path
 
     def toggle_pause(self) -> None:
         """Space: pause or resume polling."""

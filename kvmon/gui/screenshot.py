@@ -1,4 +1,9 @@
-"""``kvmon screenshot [URL | --demo S] --after SECONDS -o FILE.png``: headless capture of the live dashboard."""
+"""``kvmon screenshot [URL | --demo S] --after SECONDS -o FILE.png [--panel NAME]``: headless capture of the live
+dashboard, with the caption strip (model, GPU, context, tok/s, ceiling, kvmon version) below it.
+
+Picks the offscreen platform itself when there is no display. Optional attributes read from ``args`` when the
+command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``caption``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import sys
 import tempfile
 
 PANELS = ("header", "speed-vs-context", "speed-over-time", "memory", "bandwidth", "alerts", "what-if")
+PANEL_HELP = f"one panel only: {', '.join(PANELS)}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Poll for ``--after`` seconds, then save the window (or one ``--panel``) as PNG; 0 on success."""
-    if "QT_QPA_PLATFORM" not in os.environ and not os.environ.get("DISPLAY") and sys.platform.startswith("linux"):
+    no_display = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+    if "QT_QPA_PLATFORM" not in os.environ and no_display and sys.platform.startswith("linux"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     if args.panel is not None and args.panel not in PANELS:
         print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANELS)}", file=sys.stderr)
@@ -20,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from PySide6 import QtCore
 
     from kvmon.gui.app import build_window, choose_session, ensure_app
+    from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png
     from kvmon.gui.settings import Settings
 
     app = ensure_app(["kvmon"])
@@ -36,21 +44,27 @@ def run(args: argparse.Namespace) -> int:
     win.show()
     poller.start()
     QtCore.QTimer.singleShot(int(max(0.0, args.after) * 1000), app.quit)
+    error: str | None = None
     try:
         app.exec()
-        target = {
-            None: win, "header": win.header, "speed-vs-context": win.speed_context, "speed-over-time": win.speed_time,
-            "memory": win.memory, "bandwidth": win.bandwidth, "alerts": win.alerts,
-            "what-if": win.show_whatif() if args.panel == "what-if" else None,
-        }[args.panel]
         app.processEvents()
-        ok = target.grab().save(args.output)
+        try:
+            with_caption = bool(getattr(args, "caption", True))
+            if args.panel is None and with_caption:  # the whole picture, caption included, stays 1280×800
+                plain = grab_image(win)
+                full = captioned_image(win, win.last)
+                extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
+                win.resize(1280, 800 - extra)
+                app.processEvents()
+            save_png(panel_widget(win, args.panel), args.output, win.last, with_caption=with_caption)
+        except ExportError as exc:
+            error = str(exc)
     finally:
         poller.stop()
         session.close()
         scratch.cleanup()
-    if not ok:
-        print(f"kvmon: could not write {args.output}", file=sys.stderr)
+    if error:
+        print(f"kvmon: {error}", file=sys.stderr)
         return 2
     print(f"kvmon: wrote {args.output}")
     return 0

@@ -1,0 +1,118 @@
+"""The caption strip on exported images (model, GPU(s), context, tok/s, ceiling, kvmon version) and file names.
+
+A shared picture must say what it shows without the window around it, and must never carry a credential:
+every text that ends up in an export passes ``scrub``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+from PySide6 import QtCore, QtGui
+
+from kvmon import __version__
+from kvmon.core.snapshot import Snapshot
+from kvmon.core.units import DASH, fmt_percent, fmt_tok_s, fmt_tokens
+
+# user:password@ in a URL, and key/token-like query parameters or header values
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_QUERY = re.compile(r"(?P<url>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s,;'\"<>]+")
+_KEYVAL = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)(\s*[:=]\s*|\s+)[^\s,;'\"<>]+")
+_FILE_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+STRIP_PAD_PX = 6
+
+
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` without URL user info, URL query strings, ``key=…``/``Bearer …`` values or any of ``secrets``."""
+    out = _USERINFO.sub(lambda m: m.group("scheme"), text)
+    out = _QUERY.sub(lambda m: m.group("url"), out)
+    out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
+    out = _KEYVAL.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
+    for s in secrets:
+        if s and len(s) >= 4:
+            out = out.replace(s, "[redacted]")
+    return out
+
+
+def gpu_text(s: Snapshot) -> str:
+    """'2× RTX 3090', 'RTX 4090 + RTX 3060', or 'no GPU data'."""
+    names = [g.name or f"GPU {g.index}" for g in s.gpus]
+    if not names:
+        return "no GPU data"
+    if len(names) > 1 and len(set(names)) == 1:
+        return f"{len(names)}× {names[0]}"
+    return " + ".join(names)
+
+
+def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
+    """One line that makes a picture explain itself; no URL, so no credential can leak through it."""
+    version = f"kvmon {__version__}"
+    if s is None:
+        return f"no data yet · {version}"
+    m = s.model
+    model = " ".join(b for b in (m.name or DASH, f"({m.quantization})" if m.quantization else "") if b)
+    kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
+    ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
+    speed = f"{fmt_tok_s(s.decode_tok_s)} of {fmt_tok_s(s.ceiling_tok_s)} ceiling ({fmt_percent(s.efficiency)})"
+    backend = f"{s.backend} {s.server_version or ''}".strip() if s.backend else DASH
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
+    return scrub(f"{model}{kv} · {gpu_text(s)} · {ctx} · {speed} · {backend} · {stamp} · {version}")
+
+
+def default_filename(s: Snapshot | None, ext: str, *, now_wall: float | None = None, what: str = "") -> str:
+    """kvmon-<model>[-<what>]-<YYYYmmdd-HHMMSS>.<ext>, with only [A-Za-z0-9._-] in the model part."""
+    model = (s.model.name if s is not None else None) or "no-model"
+    model = _FILE_SAFE.sub("-", model.removesuffix(".gguf")).strip("-.") or "model"
+    part = f"-{_FILE_SAFE.sub('-', what).strip('-')}" if what else ""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now_wall is None else now_wall))
+    return f"kvmon-{model[:80]}{part}-{stamp}.{ext.lstrip('.')}"
+
+
+def with_caption(image: QtGui.QImage, text: str, *, dark: bool = True) -> QtGui.QImage:
+    """A copy of ``image`` with a caption strip below it (same width, same device pixel ratio)."""
+    dpr = image.devicePixelRatio() or 1.0
+    font = QtGui.QFont()
+    font.setPointSizeF(9.0)
+    metrics = QtGui.QFontMetricsF(font)
+    width_px = image.width()
+    logical_w = width_px / dpr
+    # wrap to the width: a caption cut off at the right edge would lose the kvmon version
+    doc_lines = _wrap(text, metrics, logical_w - 2 * STRIP_PAD_PX)
+    strip_h_logical = len(doc_lines) * metrics.height() + 2 * STRIP_PAD_PX
+    out = QtGui.QImage(width_px, image.height() + round(strip_h_logical * dpr), QtGui.QImage.Format.Format_ARGB32)
+    out.setDevicePixelRatio(dpr)
+    bg, fg = (QtGui.QColor("#1e1e1e"), QtGui.QColor("#e0e0e0")) if dark else (QtGui.QColor("#f4f4f4"),
+                                                                                 QtGui.QColor("#202020"))
+    out.fill(bg)
+    p = QtGui.QPainter(out)
+    try:
+        p.drawImage(QtCore.QPointF(0, 0), image)
+        p.setFont(font)
+        p.setPen(fg)
+        y = image.height() / dpr + STRIP_PAD_PX + metrics.ascent()
+        for line in doc_lines:
+            p.drawText(QtCore.QPointF(STRIP_PAD_PX, y), line)
+            y += metrics.height()
+    finally:
+        p.end()
+    return out
+
+
+def _wrap(text: str, metrics: QtGui.QFontMetricsF, width: float) -> list[str]:
+    """Greedy wrap at ' · ' separators (then spaces) to fit ``width`` logical pixels."""
+    parts = text.split(" · ")
+    lines: list[str] = []
+    cur = ""
+    for part in parts:
+        cand = f"{cur} · {part}" if cur else part
+        if cur and metrics.horizontalAdvance(cand) > width:
+            lines.append(cur)
+            cur = part
+        else:
+            cur = cand
+    if cur:
+        lines.append(cur)
+    return lines or [""]

@@ -1,0 +1,249 @@
+"""The report card: one image that sums up a session — speed vs context with the ceiling, peak and final context,
+efficiency, alerts seen, hardware and model, kvmon version — what a user posts in an issue thread.
+
+``summarize`` is plain Python over Snapshots (from the live history or a recording); ``render`` draws it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
+from kvmon.core.units import DASH, fmt_bytes, fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
+from kvmon.gui import caption, theme
+
+CARD_SIZE = (1200, 760)
+
+
+@dataclass(frozen=True)
+class AlertSeen:
+    """One alert code over the session: its worst level, how many snapshots showed it, the last message."""
+
+    code: str
+    level: AlertLevel
+    count: int
+    first_wall: float
+    message: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the card shows; unknown values are None."""
+
+    n_snapshots: int
+    start_wall: float | None
+    end_wall: float | None
+    last: Snapshot | None
+    peak_context_tokens: int | None
+    final_context_tokens: int | None
+    peak_decode_tok_s: float | None
+    median_efficiency: float | None
+    final_efficiency: float | None
+    points: tuple[tuple[int, float], ...]  # (context tokens, decode tok/s) measured
+    ceiling_curve: tuple[tuple[int, float], ...]
+    alerts: tuple[AlertSeen, ...] = field(default=())
+
+
+class Tally:
+    """Running figures of a session, fed one Snapshot at a time (bounded memory for a long live session)."""
+
+    MAX_POINTS = 20000
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.start_wall: float | None = None
+        self.end_wall: float | None = None
+        self.last: Snapshot | None = None
+        self.last_any: Snapshot | None = None
+        self.peak_ctx: int | None = None
+        self.peak_dec: float | None = None
+        self.effs: list[float] = []
+        self.points: list[tuple[int, float]] = []
+        self._thin = 1  # keep every _thin-th point once MAX_POINTS is reached
+        self.curve: tuple[tuple[int, float], ...] = ()
+        self.seen: dict[str, AlertSeen] = {}
+
+    def add(self, s: Snapshot) -> None:
+        """Count one snapshot."""
+        self.n += 1
+        self.start_wall = s.t_wall if self.start_wall is None else self.start_wall
+        self.end_wall = s.t_wall
+        self.last_any = s
+        for a in s.alerts:
+            prev = self.seen.get(a.code)
+            if prev is None:
+                self.seen[a.code] = AlertSeen(a.code, a.level, 1, s.t_wall, a.message)
+            else:
+                level = a.level if a.level.rank > prev.level.rank else prev.level
+                self.seen[a.code] = AlertSeen(a.code, level, prev.count + 1, prev.first_wall, a.message)
+        if s.connection.status not in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+            return
+        self.last = s
+        if s.ceiling_curve:
+            self.curve = s.ceiling_curve
+        if s.context_tokens is not None:
+            self.peak_ctx = max(self.peak_ctx or 0, s.context_tokens)
+        if s.decode_tok_s is not None:
+            self.peak_dec = max(self.peak_dec or 0.0, s.decode_tok_s)
+            if s.context_tokens is not None and self.n % self._thin == 0:
+                self.points.append((s.context_tokens, s.decode_tok_s))
+                if len(self.points) >= self.MAX_POINTS:
+                    self.points = self.points[::2]
+                    self._thin *= 2
+        if s.efficiency is not None:
+            self.effs.append(s.efficiency)
+
+    def summary(self) -> Summary:
+        """The figures so far."""
+        last = self.last or self.last_any
+        return Summary(
+            n_snapshots=self.n, start_wall=self.start_wall, end_wall=self.end_wall, last=last,
+            peak_context_tokens=self.peak_ctx,
+            final_context_tokens=self.last.context_tokens if self.last is not None else None,
+            peak_decode_tok_s=self.peak_dec,
+            median_efficiency=statistics.median(self.effs) if self.effs else None,
+            final_efficiency=self.last.efficiency if self.last is not None else None,
+            points=tuple(self.points), ceiling_curve=self.curve,
+            alerts=tuple(sorted(self.seen.values(), key=lambda a: (-a.level.rank, a.first_wall))),
+        )
+
+
+def summarize(snapshots: Iterable[Snapshot]) -> Summary:
+    """The session's figures from its Snapshots (connected ones only count for speed and context)."""
+    t = Tally()
+    for s in snapshots:
+        t.add(s)
+    return t.summary()
+
+
+def _facts(sm: Summary) -> list[tuple[str, str]]:
+    s = sm.last
+    rows: list[tuple[str, str]] = []
+    if s is not None:
+        m = s.model
+        params = f"{m.n_params / 1e9:.1f}B" if m.n_params else None
+        rows.append(("Model", " · ".join(b for b in (m.name, m.arch, params, m.quantization) if b) or DASH))
+        rows.append(("KV cache", f"{m.kv_type_k or '?'}/{m.kv_type_v or '?'}, n_ctx {fmt_tokens(m.n_ctx)}, "
+                                 f"{fmt_bytes(m.kv_bytes_per_token)} per token"))
+        vram = sum(g.vram_total_bytes or 0 for g in s.gpus) or None
+        rows.append(("Hardware", f"{caption.gpu_text(s)}" + (f", {fmt_bytes(vram)} VRAM" if vram else "")))
+        rows.append(("Server", f"{s.backend or DASH} {s.server_version or ''}".strip()))
+    span = (sm.end_wall - sm.start_wall) if sm.start_wall is not None and sm.end_wall is not None else None
+    start = time.strftime("%Y-%m-%d %H:%M", time.localtime(sm.start_wall)) if sm.start_wall else DASH
+    rows.append(("Session", f"{start}, {fmt_duration(span)}, {sm.n_snapshots} snapshots"))
+    rows.append(("Context", f"peak {fmt_tokens(sm.peak_context_tokens)}, final {fmt_tokens(sm.final_context_tokens)}"))
+    final_dec = sm.last.decode_tok_s if sm.last else None
+    final_ceil = sm.last.ceiling_tok_s if sm.last else None
+    rows.append(("Decode", f"peak {fmt_tok_s(sm.peak_decode_tok_s)}, final {fmt_tok_s(final_dec)} "
+                           f"of {fmt_tok_s(final_ceil)} ceiling"))
+    rows.append(("Efficiency", f"median {fmt_percent(sm.median_efficiency)}, final {fmt_percent(sm.final_efficiency)}"
+                               " of the memory-bandwidth ceiling"))
+    return rows
+
+
+class ReportCard(QtWidgets.QFrame):
+    """The card as a widget: title, facts, the speed-vs-context plot, alerts seen, footer."""
+
+    def __init__(self, sm: Summary, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAutoFillBackground(True)
+        pal = self.palette()
+        pal.setColor(QtGui.QPalette.ColorRole.Window, QtGui.QColor(theme.background()))
+        pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.foreground()))
+        self.setPalette(pal)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(16, 12, 16, 10)
+        name = (sm.last.model.name if sm.last else None) or "no model"
+        title = QtWidgets.QLabel(f"<b style='font-size:16pt'>kvmon report card</b> &nbsp; {caption.scrub(name)}")
+        lay.addWidget(title)
+        body = QtWidgets.QHBoxLayout()
+        facts = QtWidgets.QLabel("<table cellspacing=3>" + "".join(
+            f"<tr><td style='color:{theme.hex_color('muted')}'>{k}</td><td>{caption.scrub(v)}</td></tr>"
+            for k, v in _facts(sm)) + "</table>")
+        facts.setWordWrap(True)
+        facts.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop)
+        body.addWidget(facts, 2)
+        self.plot = self._plot(sm)
+        body.addWidget(self.plot, 3)
+        lay.addLayout(body, 1)
+        if sm.alerts:
+            lines = [f"<span style='color:{theme.hex_color(a.level.value)}'>●</span> <b>{a.code}</b> "
+                     f"({a.level.value}, {a.count}×): {caption.scrub(a.message)}" for a in sm.alerts[:6]]
+            more = f"<br>… and {len(sm.alerts) - 6} more" if len(sm.alerts) > 6 else ""
+            alerts = QtWidgets.QLabel("<b>Alerts seen</b><br>" + "<br>".join(lines) + more)
+        else:
+            alerts = QtWidgets.QLabel("<b>Alerts seen</b>: none")
+        alerts.setWordWrap(True)
+        lay.addWidget(alerts)
+        foot = QtWidgets.QLabel(f"<span style='color:{theme.hex_color('muted')}'>"
+                                f"{caption.caption_text(sm.last)}</span>")
+        foot.setWordWrap(True)
+        lay.addWidget(foot)
+        self.footer = foot
+
+    @staticmethod
+    def _plot(sm: Summary) -> pg.PlotWidget:
+        from kvmon.gui.widgets import TokenAxis, make_plot, nice_ceiling
+
+        w = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
+                      axis_items={"bottom": TokenAxis(orientation="bottom")})
+        pi = w.getPlotItem()
+        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        ys = [1.0]
+        x_max = 8192.0
+        if sm.ceiling_curve:
+            arr = np.asarray(sm.ceiling_curve, dtype=float)
+            pi.plot(arr[:, 0], arr[:, 1], pen=theme.pen("ceiling", 2.0), name="ceiling (memory bus)")
+            ys.append(float(np.nanmax(arr[:, 1])))
+            x_max = max(x_max, float(arr[:, 0].max()))
+        if sm.points:
+            pts = np.asarray(sm.points, dtype=float)
+            pi.addItem(pg.ScatterPlotItem(pts[:, 0], pts[:, 1], size=4, pen=None, brush=theme.brush("decode", 180),
+                                          name="measured decode"))
+            ys.append(float(pts[:, 1].max()))
+            x_max = max(x_max, float(pts[:, 0].max()))
+        if sm.peak_context_tokens:
+            pi.addItem(pg.InfiniteLine(sm.peak_context_tokens, angle=90, movable=False,
+                                       pen=pg.mkPen(theme.color("milestone"), style=QtCore.Qt.PenStyle.DashLine),
+                                       label=f"peak {fmt_tokens(sm.peak_context_tokens)}",
+                                       labelOpts={"position": 0.9, "color": theme.foreground()}))
+        pi.setXRange(0, x_max, padding=0.02)
+        pi.setYRange(0, nice_ceiling(max(ys) * 1.05), padding=0)
+        w.setMinimumSize(560, 360)
+        return w
+
+
+def render(snapshots: Sequence[Snapshot] | Summary, size: tuple[int, int] = CARD_SIZE) -> QtGui.QImage:
+    """The report card of these snapshots (or of a Summary) as an image (needs a QApplication; works offscreen)."""
+    card = ReportCard(snapshots if isinstance(snapshots, Summary) else summarize(snapshots))
+    card.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+    card.resize(*size)
+    card.show()
+    app = QtWidgets.QApplication.instance()
+    if app is not None:
+        app.processEvents()
+    try:
+        return card.grab().toImage()
+    finally:
+        card.close()
+        card.deleteLater()
+
+
+def save(snapshots: Sequence[Snapshot] | Summary, path: str | Path,
+         size: tuple[int, int] = CARD_SIZE) -> QtGui.QImage:
+    """Write the report card as PNG; raises OSError when the file cannot be written."""
+    img = render(snapshots, size)
+    if not img.save(str(path), "PNG"):
+        raise OSError(f"could not write {path}")
+    return img
+
+
+save_summary = save

@@ -1,0 +1,230 @@
+"""Exports: window/panel PNG with caption (decodes, right size, not blank), plot SVG (parses, has the plotted
+paths), plot CSV (round-trips to the plotted values), clipboard, file names, and no credentials anywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6 import QtGui, QtWidgets
+
+from kvmon.gui import caption, export
+from kvmon.gui.main_window import MainWindow
+from kvmon.gui.settings import Settings
+from kvmon.gui.synthetic import SyntheticMonitor
+
+SECRET = "hunter2-s3cret-KEY"
+BAD_URL = f"http://alice:{SECRET}@127.0.0.1:8080/v1?api_key={SECRET}"
+
+
+def _snaps(n: int = 40, url: str | None = None) -> list:
+    mon = SyntheticMonitor(t0_wall=1_764_000_000.0)
+    out = [mon.poll() for _ in range(n)]
+    if url is not None:
+        out = [dataclasses.replace(s, url=url) for s in out]
+    return out
+
+
+@pytest.fixture
+def win(qtbot, tmp_path: Path) -> MainWindow:
+    w = MainWindow(Settings(str(tmp_path / "s.ini")), tray=False)
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    w.load(_snaps())
+    return w
+
+
+def _not_blank(img: QtGui.QImage) -> int:
+    """Number of distinct colours in a coarse sample of the image."""
+    small = img.convertToFormat(QtGui.QImage.Format.Format_RGB32).scaled(160, 100)
+    ptr = small.constBits()
+    arr = np.frombuffer(ptr, dtype=np.uint32, count=small.width() * small.height())
+    return len(np.unique(arr))
+
+
+def test_window_png_decodes_has_caption_strip_and_is_not_blank(win: MainWindow, tmp_path: Path) -> None:
+    out = tmp_path / "w.png"
+    saved = win.exports.save_png(None, str(out))
+    assert saved == str(out)
+    img = QtGui.QImage(str(out))
+    assert not img.isNull()
+    dpr = win.devicePixelRatioF()
+    assert img.width() == round(win.width() * dpr)
+    assert img.height() > round(win.height() * dpr)  # the caption strip below the window
+    assert img.height() - round(win.height() * dpr) < 80 * dpr
+    assert _not_blank(img) > 20
+
+
+@pytest.mark.parametrize("panel", ["header", "speed-vs-context", "speed-over-time", "memory", "alerts"])
+def test_panel_png_has_the_panel_size(win: MainWindow, tmp_path: Path, panel: str) -> None:
+    out = tmp_path / f"{panel}.png"
+    img = export.save_png(export.panel_widget(win, panel), out, win.last, with_caption=False)
+    back = QtGui.QImage(str(out))
+    w = export.panel_widget(win, panel)
+    assert back.size() == img.size()
+    assert back.width() == round(w.width() * win.devicePixelRatioF())
+    assert back.height() == round(w.height() * win.devicePixelRatioF())
+    assert _not_blank(back) > 3
+
+
+def test_unknown_panel_is_a_typed_failure(win: MainWindow) -> None:
+    with pytest.raises(export.ExportError, match="unknown panel"):
+        export.panel_widget(win, "nope")
+
+
+def test_unwritable_png_path_reports_instead_of_raising(win: MainWindow, tmp_path: Path) -> None:
+    assert win.exports.save_png(None, str(tmp_path / "missing-dir" / "x.png")) is None
+    assert "Export failed" in win.statusBar().currentMessage()
+
+
+@pytest.mark.parametrize("engine", ["pyqtgraph", "qt"])
+def test_svg_parses_with_plotted_paths_and_caption(win: MainWindow, tmp_path: Path, engine: str) -> None:
+    out = tmp_path / f"p-{engine}.svg"
+    export.save_plot_svg(win.speed_context, out, win.last, engine=engine)
+    root = ET.parse(out).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    paths = [e for e in root.iter() if e.tag in (f"{ns}path", f"{ns}polyline")]
+    assert len(paths) >= 3  # ceiling, forecast, points at least
+    # the ceiling curve is drawn as one long path: many coordinates in one element
+    longest = max(len(re.findall(r"[-\d.]+", (e.get("d") or e.get("points") or ""))) for e in paths)
+    assert longest >= 2 * len(win.last.ceiling_curve)
+    texts = " ".join(t.text or "" for t in root.iter(f"{ns}text"))
+    assert "kvmon" in texts and "Meta-Llama-3.1-8B-Instruct" in texts
+    assert root.find(f"{ns}desc") is not None
+
+
+def test_svg_of_speed_over_time(win: MainWindow, tmp_path: Path) -> None:
+    text = export.save_plot_svg(win.speed_time, tmp_path / "t.svg", win.last)
+    ET.fromstring(text)
+    assert "<path" in text or "<polyline" in text
+
+
+@pytest.mark.parametrize("panel", ["speed-vs-context", "speed-over-time"])
+def test_csv_round_trips_to_the_plotted_values(win: MainWindow, tmp_path: Path, panel: str) -> None:
+    p = export.panel_widget(win, panel)
+    out = tmp_path / "d.csv"
+    n = export.save_plot_csv(p, out)
+    back = export.read_plot_csv(out)
+    series = export.plotted_series(p)
+    assert n == sum(len(x) for _name, x, _y in series) and n > 0
+    for name, x, y in series:
+        if len(x) == 0:
+            continue
+        bx, by = back[name]
+        np.testing.assert_array_equal(np.asarray(bx), x)  # exact: floats are written with repr
+        np.testing.assert_array_equal(np.asarray(by), y)
+    header = out.read_text().splitlines()[0]
+    assert "tok/s" in header
+
+
+def test_csv_names_each_series(win: MainWindow) -> None:
+    names = [n for n, _x, _y in export.plotted_series(win.speed_context)]
+    assert "ceiling (memory bus)" in names and "measured" in names
+    names_t = [n for n, _x, _y in export.plotted_series(win.speed_time)]
+    assert {"decode", "ceiling", "prefill"} <= set(names_t)
+
+
+def test_copy_to_clipboard(win: MainWindow) -> None:
+    img = win.exports.copy("header")
+    got = QtGui.QGuiApplication.clipboard().image()
+    assert not got.isNull() and got.size() == img.size()
+
+
+def test_menu_and_shortcuts_exist(win: MainWindow) -> None:
+    acts = win.exports.actions
+    assert acts["png"].shortcut().toString() == "Ctrl+S"
+    assert acts["copy"].shortcut().toString() == "Ctrl+Shift+C"
+    assert acts["svg:speed-vs-context"].shortcut().toString() == "Ctrl+Shift+S"
+    assert {"csv:speed-over-time", "png:memory", "record", "report"} <= set(acts)
+    bars = win.findChildren(QtWidgets.QToolBar)
+    assert any(acts["png"] in b.actions() for b in bars)
+
+
+def test_menu_action_asks_for_a_name_with_model_and_time(win: MainWindow, tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def ask(_w, _title, suggested, _filt):
+        asked.append(suggested)
+        return str(tmp_path / suggested)
+
+    win.exports.ask = ask
+    win.exports.actions["csv:speed-vs-context"].trigger()
+    assert len(asked) == 1 and (tmp_path / asked[0]).exists()
+    assert re.fullmatch(r"kvmon-Meta-Llama-3\.1-8B-Instruct-speed-vs-context-\d{8}-\d{6}\.csv", asked[0])
+
+
+@pytest.mark.parametrize("name, want", [
+    ("Qwen3.5-27B-Q4_K_M.gguf", "kvmon-Qwen3.5-27B-Q4_K_M-"),
+    ("../../etc/passwd", "kvmon-etc-passwd-"),
+    ("llama3:8b / instruct", "kvmon-llama3-8b-instruct-"),
+    (None, "kvmon-no-model-"),
+])
+def test_default_filename_is_sanitized(name: str | None, want: str) -> None:
+    s = _snaps(1)[0]
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, name=name))
+    got = caption.default_filename(s, "png", now_wall=1_764_000_000.0 + 12 * 3600)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(1_764_000_000.0 + 12 * 3600))
+    assert got == f"{want}{stamp}.png"
+    assert "/" not in got and re.fullmatch(r"[A-Za-z0-9._-]+", got)
+
+
+@pytest.mark.parametrize("text", [
+    BAD_URL, f"Authorization: Bearer {SECRET}", f"api_key={SECRET}", f"token {SECRET}",
+    f"see https://bob:{SECRET}@example.org/x", f"http://h/?k={SECRET}",
+])
+def test_scrub_removes_credentials(text: str) -> None:
+    assert SECRET not in caption.scrub(text)
+
+
+def test_scrub_keeps_plain_urls() -> None:
+    assert caption.scrub("at http://127.0.0.1:8080/v1 now") == "at http://127.0.0.1:8080/v1 now"
+
+
+def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
+    w = MainWindow(Settings(str(tmp_path / "s.ini")), tray=False)
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    snaps = _snaps(20, url=BAD_URL)
+    w.load(snaps)
+    assert SECRET not in caption.caption_text(w.last)
+    svg = export.plot_svg_text(w.speed_context, w.last)
+    assert SECRET not in svg
+    assert SECRET not in export.plot_csv_text(w.speed_time)
+    # the image is made of the window's texts plus the caption: none may carry the secret
+    seen: list[str] = []
+    real_grab = QtWidgets.QWidget.grab
+
+    def spy(self, *a):  # what every label says at the moment the picture is taken
+        seen.extend(lbl.text() for lbl in self.findChildren(QtWidgets.QLabel))
+        return real_grab(self, *a)
+
+    QtWidgets.QMainWindow.grab = spy  # type: ignore[method-assign]
+    try:
+        w.exports.save_png(None, str(tmp_path / "x.png"))
+    finally:
+        del QtWidgets.QMainWindow.grab
+    assert seen and any("127.0.0.1:8080/v1" in t for t in seen)
+    assert not [t for t in seen if SECRET in t]
+    assert any(SECRET in lbl.text() for lbl in w.findChildren(QtWidgets.QLabel))  # restored afterwards
+
+
+def test_caption_wraps_to_the_image_width(qtbot) -> None:
+    img = QtGui.QImage(300, 100, QtGui.QImage.Format.Format_ARGB32)
+    img.fill(0)
+    text = caption.caption_text(_snaps(1)[0])
+    out = caption.with_caption(img, text)
+    assert out.width() == 300 and out.height() > 100 + 3 * 12  # several lines at this width
+    assert "kvmon 0" in text or "kvmon " in text
+    assert not math.isnan(float(out.height()))
