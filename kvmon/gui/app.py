@@ -177,7 +177,8 @@ def _choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     if getattr(args, "demo", None):
         rec = _recorder(args, None)
         s = demo_session(args.demo, None, timeout_s=timeout_s, recorder=rec,
-                         start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
+                         start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
+                         speed=float(getattr(args, "speed", 1.0) or 1.0))
         s.recorder = rec
         return s
     if args.url:

@@ -214,7 +214,7 @@ class ReportCard(QtWidgets.QFrame):
             pi.addItem(pg.InfiniteLine(sm.peak_context_tokens, angle=90, movable=False,
                                        pen=pg.mkPen(theme.color("milestone"), style=QtCore.Qt.PenStyle.DashLine),
                                        label=f"peak {fmt_tokens(sm.peak_context_tokens)}",
-                                       labelOpts={"position": 0.9, "color": theme.foreground()}))
+                                       labelOpts={"position": 0.55, "color": theme.foreground()}))
         pi.setXRange(0, x_max, padding=0.02)
         pi.setYRange(0, nice_ceiling(max(ys) * 1.05), padding=0)
         w.setMinimumSize(560, 360)

@@ -2,7 +2,8 @@
 dashboard, with the caption strip (model, GPU, context, tok/s, ceiling, kvmon version) below it.
 
 Picks the offscreen platform itself when there is no display. Optional attributes read from ``args`` when the
-command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``caption``.
+command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
+simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     scratch = tempfile.TemporaryDirectory(prefix="kvmon-shot-")  # a capture never touches the user's settings
     settings = Settings(os.path.join(scratch.name, "screenshot.ini"))
-    win, poller = build_window(session, settings, 1.0, tray=False)
+    speed = float(getattr(args, "speed", 1.0) or 1.0)
+    win, poller = build_window(session, settings, 1.0 if speed <= 1.0 else 0.25, tray=False)
     win.resize(1280, 800)
     win.show()
     poller.start()

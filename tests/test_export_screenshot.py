@@ -1,0 +1,57 @@
+"""``kvmon screenshot`` on a machine with no display: picks the offscreen platform itself, writes a captioned
+PNG of the window (1280×800 in all) or of one panel; unknown panels are refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+pytest.importorskip("kvmon.sim.server")
+
+from PySide6 import QtGui
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _no_display_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _colours(img: QtGui.QImage) -> int:
+    small = img.convertToFormat(QtGui.QImage.Format.Format_RGB32).scaled(160, 100)
+    arr = np.frombuffer(small.constBits(), dtype=np.uint32, count=small.width() * small.height())
+    return len(np.unique(arr))
+
+
+def test_screenshot_demo_without_a_display(qtbot, tmp_path: Path) -> None:
+    out = tmp_path / "out.png"
+    r = subprocess.run([sys.executable, "-m", "kvmon", "screenshot", "--demo", "seed-3090x2", "--after", "5",
+                        "-o", str(out)], capture_output=True, text=True, timeout=120, env=_no_display_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    img = QtGui.QImage(str(out))
+    assert not img.isNull() and (img.width(), img.height()) == (1280, 800)
+    assert _colours(img) > 30
+    # the caption strip at the bottom is not the window's status bar: it differs from the rows above it
+    bottom = img.copy(0, img.height() - 12, img.width(), 12)
+    assert _colours(bottom) > 2
+
+
+def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> None:
+    out = tmp_path / "panel.png"
+    cmd = [sys.executable, "-m", "kvmon", "screenshot", "--demo", "spill-4090", "--after", "2", "-o", str(out)]
+    r = subprocess.run([*cmd, "--panel", "memory"], capture_output=True, text=True, timeout=120,
+                       env=_no_display_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    img = QtGui.QImage(str(out))
+    assert not img.isNull() and img.width() < 1280 and _colours(img) > 5
+    r = subprocess.run([*cmd, "--panel", "nope"], capture_output=True, text=True, timeout=60,
+                       env=_no_display_env(), cwd=ROOT)
+    assert r.returncode == 2 and "unknown panel" in r.stderr

@@ -1,0 +1,117 @@
+"""The report card: figures summed up from a session, and an image that is not blank, from live or replay."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6 import QtGui, QtWidgets
+
+from kvmon.core.snapshot import AlertLevel, Connection, ConnectionStatus, Snapshot
+from kvmon.gui import reportcard
+from kvmon.gui.app import replay_window
+from kvmon.gui.settings import Settings
+from kvmon.gui.synthetic import SyntheticMonitor
+
+
+def _snaps(n: int = 80) -> list[Snapshot]:
+    mon = SyntheticMonitor(t0_wall=1_764_000_000.0)
+    return [mon.snapshot(i) for i in range(1, n + 1)]
+
+
+def _colours(img: QtGui.QImage) -> int:
+    small = img.convertToFormat(QtGui.QImage.Format.Format_RGB32).scaled(200, 120)
+    arr = np.frombuffer(small.constBits(), dtype=np.uint32, count=small.width() * small.height())
+    return len(np.unique(arr))
+
+
+def test_summary_figures() -> None:
+    snaps = _snaps()
+    down = Snapshot(seq=999, t_monotonic=0.0, t_wall=snaps[-1].t_wall + 1,
+                    connection=Connection(ConnectionStatus.UNREACHABLE, "refused"))
+    sm = reportcard.summarize([*snaps, down])
+    assert sm.n_snapshots == 81
+    assert sm.peak_context_tokens == max(s.context_tokens for s in snaps)
+    assert sm.final_context_tokens == snaps[-1].context_tokens  # the failed poll does not count
+    assert sm.peak_decode_tok_s == max(s.decode_tok_s for s in snaps)
+    assert sm.final_efficiency == snaps[-1].efficiency
+    effs = sorted(s.efficiency for s in snaps)
+    assert sm.median_efficiency == pytest.approx((effs[39] + effs[40]) / 2)
+    assert len(sm.points) == 80 and sm.ceiling_curve == snaps[-1].ceiling_curve
+    (a,) = sm.alerts
+    assert a.code == "ctx_full_soon" and a.level is AlertLevel.WARNING
+    assert a.count == sum(1 for s in snaps if s.alerts)
+    assert sm.last is snaps[-1]
+
+
+def test_summary_of_nothing_is_unknown_not_zero() -> None:
+    sm = reportcard.summarize([])
+    assert sm.n_snapshots == 0 and sm.peak_context_tokens is None and sm.median_efficiency is None
+    assert sm.last is None and sm.points == ()
+
+
+def test_long_sessions_keep_bounded_points() -> None:
+    t = reportcard.Tally()
+    t.MAX_POINTS = 100
+    base = _snaps(1)[0]
+    for i in range(1000):
+        t.add(dataclasses.replace(base, seq=i, context_tokens=i))
+    assert len(t.points) < 100 and t.peak_ctx == 999
+
+
+def test_card_png_is_not_blank(qtbot, tmp_path: Path) -> None:
+    out = tmp_path / "card.png"
+    reportcard.save(_snaps(), out)
+    img = QtGui.QImage(str(out))
+    assert not img.isNull()
+    assert img.width() >= reportcard.CARD_SIZE[0] and img.height() >= reportcard.CARD_SIZE[1]
+    assert _colours(img) > 30
+
+
+def test_card_texts_say_what_the_session_was(qtbot) -> None:
+    card = reportcard.ReportCard(reportcard.summarize(_snaps()))
+    qtbot.addWidget(card)
+    text = " ".join(lbl.text() for lbl in card.findChildren(QtWidgets.QLabel))
+    for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "ctx_full_soon", "kvmon 0.1",
+                   "Efficiency", "peak"):
+        assert needle in text, needle
+
+
+def test_card_of_an_empty_or_failed_session_still_renders(qtbot) -> None:
+    down = Snapshot(seq=1, t_monotonic=0.0, t_wall=1e9, connection=Connection(ConnectionStatus.UNREACHABLE, "x"))
+    for snaps in ([], [down]):
+        img = reportcard.render(snaps)
+        assert not img.isNull()
+
+
+def test_report_card_from_replay_is_up_to_the_playhead(qtbot, tmp_path: Path) -> None:
+    snaps = _snaps()
+    win, ctl = replay_window(snaps, "Replay", Settings(str(tmp_path / "s.ini")))
+    qtbot.addWidget(win)
+    ctl.seek(19)
+    seen: list = []
+    real = reportcard.save
+
+    def spy(summary, path, *a):
+        seen.append(summary)
+        return real(summary, path, *a)
+
+    reportcard.save_summary = spy  # type: ignore[assignment]
+    try:
+        out = win.save_report_card(str(tmp_path / "r.png"))
+    finally:
+        reportcard.save_summary = real
+    assert out and Path(out).exists()
+    assert seen[0].n_snapshots == 20 and seen[0].final_context_tokens == snaps[19].context_tokens
+
+
+def test_report_card_action_reports_an_unwritable_path(qtbot, tmp_path: Path) -> None:
+    win, _ctl = replay_window(_snaps(5), "Replay", Settings(str(tmp_path / "s.ini")))
+    qtbot.addWidget(win)
+    assert win.save_report_card(str(tmp_path / "missing" / "r.png")) is None
+    assert "Report card failed" in win.statusBar().currentMessage()
