@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -66,6 +68,24 @@ def first_paint_s(kind: str, tmp: str) -> float:
     return statistics.median(times)
 
 
+def paint_census() -> Any:
+    """An application event filter that counts paint events per (widget class, parent class) in ``.counts``."""
+    from PySide6 import QtCore
+
+    class PaintCensus(QtCore.QObject):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: Counter[str] = Counter()
+
+        def eventFilter(self, obj: QtCore.QObject, ev: QtCore.QEvent) -> bool:
+            if ev.type() == QtCore.QEvent.Type.Paint:
+                parent = obj.parent()
+                self.counts[f"{type(obj).__name__} in {type(parent).__name__ if parent else '-'}"] += 1
+            return False
+
+    return PaintCensus()
+
+
 def start_sim(scenario: str) -> tuple[subprocess.Popen[str], str]:
     """``kvmon sim`` in a child process; returns it and its URL."""
     proc = subprocess.Popen([sys.executable, "-m", "kvmon", "sim", "--scenario", scenario, "--port", "0"],
@@ -99,6 +119,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each phase (visible, minimised)")
     ap.add_argument("--interval", type=float, default=1.0, help="poll interval")
     ap.add_argument("--scenario", default="seed-3090x2")
+    ap.add_argument("--paint-census", action="store_true", help="also count paint events per widget (visible phase)")
     args = ap.parse_args()
 
     import psutil
@@ -138,11 +159,11 @@ def main() -> int:
 
         def factory() -> object:
             from kvmon.core.analysis import Analyzer
-            from kvmon.gui.app import _open_source
             from kvmon.monitor import Monitor, default_host_source
+            from kvmon.sources.detect import open_source
             from kvmon.sources.nvml import NvmlSource
 
-            return TimedMonitor(Monitor(_open_source(url, "llama-server", 3.0, None), NvmlSource(nvml=nvml),
+            return TimedMonitor(Monitor(open_source(url, backend="llama-server", timeout_s=3.0), NvmlSource(nvml=nvml),
                                         default_host_source(), Analyzer()))
 
         app = ensure_app(["kvmon-bench"])
@@ -173,12 +194,17 @@ def main() -> int:
             loop.exec()
 
         run_for(10.0)  # warm-up: first polls, caches, fit
+        census = paint_census() if args.paint_census else None
+        if census is not None:
+            app.installEventFilter(census)
         update_ms.clear()
         poll_cpu_s.clear()
         rss_start = proc.memory_info().rss
         cpu0, gui0 = proc.cpu_times(), time.thread_time()
         run_for(args.seconds)
         cpu1, gui1 = proc.cpu_times(), time.thread_time()
+        if census is not None:
+            app.removeEventFilter(census)
         polls_visible = sum(poll_cpu_s) * 60.0 / args.seconds
         poll_cpu_s.clear()
         visible_cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) * 60.0 / args.seconds
@@ -207,6 +233,10 @@ def main() -> int:
               f"({(rss_end - rss_start) / 2**20:+.1f} MiB)")
         print(f"  time to first paint      kvmon {fp_kvmon:.2f} s, bare PySide6 window {fp_bare:.2f} s")
         print(f"  machine                  {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        if census is not None:
+            print("  paint events in the visible phase (widget class, parent class: count)")
+            for name, count in census.counts.most_common(20):
+                print(f"    {name:58} {count}")
     finally:
         sim.terminate()
         sim.wait(10)

@@ -622,7 +622,7 @@ class Analyzer:
         devices, dev_reason = self._devices(placement, model.weight_bytes_read_per_token, gviews, host_bw)
 
         # ceiling now and over context
-        ceiling_now = curve_cache_key = None
+        ceiling_now = None
         curve: tuple[tuple[int, float], ...] = ()
         if devices is not None and shape is not None:
             if kv_read_now is not None:
@@ -631,14 +631,13 @@ class Analyzer:
             else:
                 reasons["ceiling_tok_s"] = "context depth unknown: the ceiling curve shows every depth"
             if model.n_ctx:
-                curve_cache_key = (tuple(devices), type_k, type_v, model.n_ctx, id(shape))
-                if self._curve_cache is not None and self._curve_cache[0] == curve_cache_key:
-                    curve = self._curve_cache[1]
-                else:
-                    n = max(2, st.curve_points)
-                    contexts = sorted({round(model.n_ctx * i / (n - 1)) for i in range(n)})
-                    curve = tuple(ceiling_mod.ceiling_curve(devices, shape, type_k, type_v, contexts))
-                    self._curve_cache = (curve_cache_key, curve)
+                # memoised per shape (by equality: a source may rebuild an equal shape every poll) and per
+                # devices, types and n_ctx: the curve changes only when one of those does
+                n = max(2, st.curve_points)
+                n_ctx_curve = model.n_ctx
+                curve = self._memo_get(shape, ("curve", tuple(devices), type_k, type_v, n_ctx_curve, n), lambda: tuple(
+                    ceiling_mod.ceiling_curve(devices, shape, type_k, type_v,
+                                              sorted({round(n_ctx_curve * i / (n - 1)) for i in range(n)}))))
         else:
             reasons["ceiling_tok_s"] = dev_reason or reasons.get("kv_bytes_per_token", "model shape unknown")
 

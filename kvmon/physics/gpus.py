@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 GB = 1_000_000_000
 GIB = 1024**3
@@ -91,7 +92,13 @@ def lookup_gpu(name: str | None) -> GpuSpec | None:
     """
     if not name:
         return None
-    dev = _norm(name).split()
+    return _lookup_normalised(_norm(name))
+
+
+@lru_cache(maxsize=64)
+def _lookup_normalised(norm_name: str) -> GpuSpec | None:
+    """``lookup_gpu`` on a normalised name, memoised: every poll asks again for the same few GPUs."""
+    dev = norm_name.split()
     best: GpuSpec | None = None
     best_len = 0
     for spec in KNOWN_GPUS:

@@ -21,7 +21,7 @@ import psutil
 
 from kvmon.core.readings import HostReading
 from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.nvml import expand_server_pids
+from kvmon.sources.nvml import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
@@ -98,6 +98,7 @@ class HostSource:
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._chip_name = chip_name
         self._include_children = include_child_processes
+        self._pid_tree = PidTreeCache()
         self._clock = clock
         self._measured: float | None = None
         self._measured_reason: str | None = None
@@ -197,7 +198,7 @@ class HostSource:
         if not server_pids:
             reasons[key] = "the model server's process is not known"
             return None
-        pids = expand_server_pids(server_pids) if self._include_children else frozenset(server_pids)
+        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
         total, alive = 0, 0
         for pid in sorted(pids):
             try:

@@ -194,6 +194,7 @@ class NvmlSource:
         self._nvml = nvml
         self._user_bw = dict(user_bandwidth_bytes_per_s or {})
         self._include_children = include_child_processes
+        self._pid_tree = PidTreeCache()
         self._clock = clock
         self._lock = threading.Lock()
         self._initialized = False
@@ -276,7 +277,7 @@ class NvmlSource:
             if count <= 0:
                 return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
                                      unavailable_reason="no NVIDIA GPU: the driver reports none")
-            pids = expand_server_pids(server_pids) if self._include_children else frozenset(server_pids)
+            pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
             gpus = tuple(self._read_gpu(i, pids, bool(server_pids)) for i in range(count))
             return GpuSetReading(t_monotonic=t, gpus=gpus, driver_version=self._driver_version)
 
@@ -547,6 +548,29 @@ def _pids_foreign(pids: Collection[int]) -> bool:
     except ImportError:
         return False
     return not any(psutil.pid_exists(pid) for pid in pids)
+
+
+PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
+
+
+class PidTreeCache:
+    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
+
+    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._key: frozenset[int] | None = None
+        self._at = 0.0
+        self._value: frozenset[int] = frozenset()
+
+    def expand(self, server_pids: Collection[int]) -> frozenset[int]:
+        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
+        key = frozenset(int(p) for p in server_pids)
+        now = self._clock()
+        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
+            self._value = expand_server_pids(key)
+            self._key, self._at = key, now
+        return self._value
 
 
 def expand_server_pids(server_pids: Collection[int]) -> frozenset[int]:

@@ -40,6 +40,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
         pi.getAxis("right").enableAutoSIPrefix(False)
         cache_axis(pi.getAxis("right"))
         self.prefill_vb.setXLink(pi)
+        # a fixed, round y range (changed only when the peak crosses it) instead of auto-range: an auto-ranged
+        # axis re-lays out its labels whenever the window's peak scrolls out, a full axis repaint each time
+        self.prefill_vb.disableAutoRange()
+        self.prefill_vb.setYRange(0, 1, padding=0)
+        self._prefill_y_max = -1.0
         self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", 1.0), connect="finite")
         self.prefill.setClipToView(True)
         self.prefill.setDownsampling(auto=True, method="peak")
@@ -80,6 +85,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if y_max != self._y_max:
             self._y_max = y_max
             self.plot.getPlotItem().setYRange(0, y_max, padding=0)
+        pf = v.series["prefill_tok_s"]
+        pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if pf.size and np.isfinite(pf).any() else 1.0
+        if pf_max != self._prefill_y_max:
+            self._prefill_y_max = pf_max
+            self.prefill_vb.setYRange(0, pf_max, padding=0)
         if self.window_s is None:  # session: widen in whole steps so the axis does not rescale every poll
             span = float(-t[0])
             step = 1.0 if span < 10 else 10.0 if span < 120 else 60.0

@@ -1,0 +1,117 @@
+"""The CPU cost of one ``Monitor.poll`` on the simulator, broken down by part (server source, GPUs, host, analysis).
+
+The simulated server runs in its own process (``kvmon sim``) so only the monitor's own work is measured; the GPU
+source is the fake NVML with two GPUs, as in ``bench/gui_cost.py``. CPU is this thread's (``time.thread_time``).
+
+    python bench/poll_cost.py [--polls 120] [--interval 0.05] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+class _Timed:
+    """Wraps one source so each ``poll`` adds its thread CPU time to a list."""
+
+    def __init__(self, inner: object, sink: list[float]) -> None:
+        self.inner = inner
+        self.sink = sink
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def poll(self, *args: object) -> object:
+        t0 = time.thread_time()
+        try:
+            return self.inner.poll(*args)  # type: ignore[attr-defined]
+        finally:
+            self.sink.append(time.thread_time() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--polls", type=int, default=120, help="polls measured (after 10 warm-up polls)")
+    ap.add_argument("--interval", type=float, default=0.05, help="seconds between polls (wall clock)")
+    ap.add_argument("--scenario", default="seed-3090x2")
+    ap.add_argument("--profile", action="store_true", help="also print the top functions by cumulative time")
+    args = ap.parse_args()
+
+    from gui_cost import start_sim
+
+    from kvmon.core.analysis import Analyzer
+    from kvmon.monitor import Monitor, default_host_source
+    from kvmon.sources.detect import open_source
+    from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+    from kvmon.sources.nvml import NvmlSource
+
+    sim, url = start_sim(args.scenario)
+    try:
+        gpus = [FakeGpu(name="NVIDIA GeForce RTX 3090", memory_used_bytes=14 * 1024**3,
+                        processes=[(sim.pid, 13 * 1024**3)]) for _ in range(2)]
+        parts: dict[str, list[float]] = {"server source": [], "GPU source": [], "host source": [], "analysis": []}
+        analyzer = Analyzer()
+        mon = Monitor(_Timed(open_source(url, backend="llama-server", timeout_s=3.0), parts["server source"]),
+                      _Timed(NvmlSource(nvml=FakeNvml(gpus)), parts["GPU source"]),
+                      _Timed(default_host_source(), parts["host source"]), analyzer)
+        real_update = analyzer.update
+
+        def timed_update(*a: object) -> object:
+            t0 = time.thread_time()
+            try:
+                return real_update(*a)  # type: ignore[arg-type]
+            finally:
+                parts["analysis"].append(time.thread_time() - t0)
+
+        analyzer.update = timed_update  # type: ignore[method-assign]
+        total: list[float] = []
+        for _ in range(10):
+            mon.poll()
+            time.sleep(args.interval)
+        for v in parts.values():
+            v.clear()
+        prof = None
+        if args.profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+        for _ in range(args.polls):
+            t0 = time.thread_time()
+            if prof is not None:
+                prof.enable()
+            mon.poll()
+            if prof is not None:
+                prof.disable()
+            total.append(time.thread_time() - t0)
+            time.sleep(args.interval)
+        mon.close()
+        print(f"kvmon poll cost ({args.polls} polls on {args.scenario}, thread CPU)")
+        print(f"  {'part':16} {'median ms':>10} {'mean ms':>9} {'p95 ms':>8}")
+        for name, v in [*parts.items(), ("whole poll", total)]:
+            s = sorted(v)
+            p95 = s[min(len(s) - 1, int(len(s) * 0.95))] if s else float("nan")
+            print(f"  {name:16} {statistics.median(s) * 1e3:10.2f} {statistics.fmean(s) * 1e3:9.2f} {p95 * 1e3:8.2f}")
+        print(f"  at 1 Hz: {statistics.fmean(total) * 60:.2f} CPU-s/min; at one poll per 5 s: "
+              f"{statistics.fmean(total) * 12:.2f} CPU-s/min")
+        print(f"  machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        if prof is not None:
+            import pstats
+
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
