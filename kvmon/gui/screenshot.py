@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     speed = float(getattr(args, "speed", 1.0) or 1.0)
     win, poller = build_window(session, settings, 1.0 if speed <= 1.0 else 0.25, tray=False)
     win.resize(1280, 800)
+    if args.after < 300:  # a short capture: the session range fills the time axis instead of a sliver
+        win.set_window_range("session")
     win.show()
     poller.start()
     QtCore.QTimer.singleShot(int(max(0.0, args.after) * 1000), app.quit)
