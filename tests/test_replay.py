@@ -100,12 +100,12 @@ def test_sixty_times_plays_a_recorded_minute_in_about_a_second(qtbot, tmp_path: 
     ctl.bar.speed_box.setCurrentIndex(SPEEDS.index(60.0))
     t0 = time.monotonic()
     ctl.play()
-    assert ctl.playing and ctl.bar.play_btn.text() == "⏸"
+    assert ctl.playing and ctl.bar.play_btn.text() == "Pause"
     qtbot.waitUntil(lambda: not ctl.playing, timeout=5000)
     took = time.monotonic() - t0
     assert ctl.index == len(snaps) - 1 and win.last is snaps[-1]
     assert 0.4 < took < 3.0, took  # 39 recorded seconds at 60× ≈ 0.65 s
-    assert ctl.bar.play_btn.text() == "▶"
+    assert ctl.bar.play_btn.text() == "Play"
 
 
 def test_ten_times_is_slower_and_pause_stops(qtbot, tmp_path: Path) -> None:

@@ -115,3 +115,29 @@ def test_report_card_action_reports_an_unwritable_path(qtbot, tmp_path: Path) ->
     qtbot.addWidget(win)
     assert win.save_report_card(str(tmp_path / "missing" / "r.png")) is None
     assert "Report card failed" in win.statusBar().currentMessage()
+
+
+def test_final_speed_comes_from_the_last_decoding_snapshot() -> None:
+    snaps = _snaps(10)
+    idle = dataclasses.replace(snaps[-1], seq=11, t_wall=snaps[-1].t_wall + 1, decode_tok_s=None, efficiency=None)
+    sm = reportcard.summarize([*snaps, idle])
+    assert sm.last is idle and sm.last_decoding is snaps[-1]
+    assert sm.final_efficiency == snaps[-1].efficiency
+    facts = dict(reportcard._facts(sm))
+    assert f"last {reportcard.fmt_tok_s(snaps[-1].decode_tok_s)}" in facts["Decode"]
+
+
+def test_live_report_card_covers_the_session_so_far(qtbot, tmp_path: Path) -> None:
+    from kvmon.gui.app import Session, build_window
+
+    win, poller = build_window(Session(SyntheticMonitor), Settings(str(tmp_path / "s.ini")), 0.05, tray=False)
+    qtbot.addWidget(win)
+    win.show()
+    poller.start()
+    try:
+        qtbot.waitUntil(lambda: win.tally.n >= 5, timeout=5000)
+    finally:
+        poller.stop()
+    out = win.save_report_card(str(tmp_path / "live.png"))
+    assert out and _colours(QtGui.QImage(out)) > 30
+    assert win.tally.summary().peak_context_tokens == max(1200 + i * 400 for i in range(1, win.tally.n + 1))

@@ -140,10 +140,20 @@ class ReplayBar(QtWidgets.QWidget):
         self.ctl = ctl
         lay = QtWidgets.QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
-        self.start_btn = QtWidgets.QToolButton(text="⏮", toolTip="Jump to the start (Home)")
-        self.play_btn = QtWidgets.QToolButton(text="▶", toolTip="Play / pause (P)")
-        self.alert_btn = QtWidgets.QToolButton(text="⚠▶", toolTip="Jump to the next change in alerts (N)")
-        self.end_btn = QtWidgets.QToolButton(text="⏭", toolTip="Jump to the end (End)")
+        style = self.style()
+        sp = QtWidgets.QStyle.StandardPixmap
+
+        def button(text: str, icon: QtWidgets.QStyle.StandardPixmap | None, tip: str) -> QtWidgets.QToolButton:
+            b = QtWidgets.QToolButton(text=text, toolTip=tip)
+            if icon is not None:
+                b.setIcon(style.standardIcon(icon))
+            return b
+
+        self._icons = (style.standardIcon(sp.SP_MediaPlay), style.standardIcon(sp.SP_MediaPause))
+        self.start_btn = button("Start", sp.SP_MediaSkipBackward, "Jump to the start (Home)")
+        self.play_btn = button("Play", sp.SP_MediaPlay, "Play / pause (P)")
+        self.alert_btn = button("Next alert", None, "Jump to the next change in alerts (N)")
+        self.end_btn = button("End", sp.SP_MediaSkipForward, "Jump to the end (End)")
         self.speed_box = QtWidgets.QComboBox(toolTip="Playback speed, on the recording's own clock")
         for sp in SPEEDS:
             self.speed_box.addItem(f"{sp:g}×", sp)
@@ -163,7 +173,11 @@ class ReplayBar(QtWidgets.QWidget):
         self.speed_box.currentIndexChanged.connect(lambda i: ctl.set_speed(float(self.speed_box.itemData(i))))
         self.slider.valueChanged.connect(ctl.seek)
         ctl.position_changed.connect(self._moved)
-        ctl.playing_changed.connect(lambda on: self.play_btn.setText("⏸" if on else "▶"))
+        ctl.playing_changed.connect(self._playing)
+
+    def _playing(self, on: bool) -> None:
+        self.play_btn.setText("Pause" if on else "Play")
+        self.play_btn.setIcon(self._icons[1 if on else 0])
 
     def _moved(self, i: int) -> None:
         self.slider.blockSignals(True)

@@ -50,6 +50,7 @@ class Summary:
     points: tuple[tuple[int, float], ...]  # (context tokens, decode tok/s) measured
     ceiling_curve: tuple[tuple[int, float], ...]
     alerts: tuple[AlertSeen, ...] = field(default=())
+    last_decoding: Snapshot | None = None  # final speed figures come from here: the end of a session is often idle
 
 
 class Tally:
@@ -63,6 +64,7 @@ class Tally:
         self.end_wall: float | None = None
         self.last: Snapshot | None = None
         self.last_any: Snapshot | None = None
+        self.last_decoding: Snapshot | None = None  # the last snapshot with a decode speed (not idle)
         self.peak_ctx: int | None = None
         self.peak_dec: float | None = None
         self.effs: list[float] = []
@@ -92,6 +94,7 @@ class Tally:
         if s.context_tokens is not None:
             self.peak_ctx = max(self.peak_ctx or 0, s.context_tokens)
         if s.decode_tok_s is not None:
+            self.last_decoding = s
             self.peak_dec = max(self.peak_dec or 0.0, s.decode_tok_s)
             if s.context_tokens is not None and self.n % self._thin == 0:
                 self.points.append((s.context_tokens, s.decode_tok_s))
@@ -110,7 +113,8 @@ class Tally:
             final_context_tokens=self.last.context_tokens if self.last is not None else None,
             peak_decode_tok_s=self.peak_dec,
             median_efficiency=statistics.median(self.effs) if self.effs else None,
-            final_efficiency=self.last.efficiency if self.last is not None else None,
+            final_efficiency=self.last_decoding.efficiency if self.last_decoding is not None else None,
+            last_decoding=self.last_decoding,
             points=tuple(self.points), ceiling_curve=self.curve,
             alerts=tuple(sorted(self.seen.values(), key=lambda a: (-a.level.rank, a.first_wall))),
         )
@@ -140,11 +144,11 @@ def _facts(sm: Summary) -> list[tuple[str, str]]:
     start = time.strftime("%Y-%m-%d %H:%M", time.localtime(sm.start_wall)) if sm.start_wall else DASH
     rows.append(("Session", f"{start}, {fmt_duration(span)}, {sm.n_snapshots} snapshots"))
     rows.append(("Context", f"peak {fmt_tokens(sm.peak_context_tokens)}, final {fmt_tokens(sm.final_context_tokens)}"))
-    final_dec = sm.last.decode_tok_s if sm.last else None
-    final_ceil = sm.last.ceiling_tok_s if sm.last else None
-    rows.append(("Decode", f"peak {fmt_tok_s(sm.peak_decode_tok_s)}, final {fmt_tok_s(final_dec)} "
-                           f"of {fmt_tok_s(final_ceil)} ceiling"))
-    rows.append(("Efficiency", f"median {fmt_percent(sm.median_efficiency)}, final {fmt_percent(sm.final_efficiency)}"
+    d = sm.last_decoding
+    final = (f", last {fmt_tok_s(d.decode_tok_s)} of {fmt_tok_s(d.ceiling_tok_s)} ceiling at "
+             f"{fmt_tokens(d.context_tokens)}") if d is not None else ""
+    rows.append(("Decode", f"peak {fmt_tok_s(sm.peak_decode_tok_s)}{final}"))
+    rows.append(("Efficiency", f"median {fmt_percent(sm.median_efficiency)}, last {fmt_percent(sm.final_efficiency)}"
                                " of the memory-bandwidth ceiling"))
     return rows
 
