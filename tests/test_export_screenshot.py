@@ -55,3 +55,34 @@ def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> 
     r = subprocess.run([*cmd, "--panel", "nope"], capture_output=True, text=True, timeout=60,
                        env=_no_display_env(), cwd=ROOT)
     assert r.returncode == 2 and "unknown panel" in r.stderr
+
+
+HIDPI_SCRIPT = """
+import sys
+from kvmon.gui.app import ensure_app
+app = ensure_app()
+from kvmon.gui import export
+from kvmon.gui.main_window import MainWindow
+from kvmon.gui.settings import Settings
+from kvmon.gui.synthetic import SyntheticMonitor
+w = MainWindow(Settings(sys.argv[2]), tray=False)
+w.resize(900, 600)
+w.show()
+m = SyntheticMonitor()
+w.load([m.poll() for _ in range(20)])
+app.processEvents()
+img = export.save_png(w, sys.argv[1], w.last)
+print(w.devicePixelRatioF(), w.width(), w.height(), img.width(), img.height())
+"""
+
+
+def test_png_at_the_screens_device_pixel_ratio(tmp_path: Path) -> None:
+    env = dict(_no_display_env(), QT_QPA_PLATFORM="offscreen", QT_SCALE_FACTOR="2")
+    out = tmp_path / "hidpi.png"
+    r = subprocess.run([sys.executable, "-c", HIDPI_SCRIPT, str(out), str(tmp_path / "s.ini")], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    dpr, w, h, iw, ih = (float(v) for v in r.stdout.split())
+    assert dpr == 2.0 and iw == 2 * w and ih > 2 * h
+    img = QtGui.QImage(str(out))
+    assert img.width() == iw and img.height() == ih
