@@ -51,10 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     shot.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO")
     shot.add_argument("--after", type=float, default=5.0, help="seconds to run before capturing")
     shot.add_argument("-o", "--output", required=True, help="PNG file to write")
-    shot.add_argument("--panel", default=None, help="one panel only (e.g. speed-vs-context)")
+    shot.add_argument("--panel", default=None, help="one panel only: header, speed-vs-context, speed-over-time, "
+                      "memory, bandwidth, alerts, what-if")
+    shot.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+                      help="with --demo: join the simulated session this many seconds in")
+    shot.add_argument("--speed", type=float, default=1.0, help="with --demo: simulated seconds per real second")
+    shot.add_argument("--no-caption", dest="caption", action="store_false", help="no caption strip below the image")
 
     replay = sub.add_parser("replay", help="open a recorded session in the dashboard")
     replay.add_argument("file", help="a .jsonl recording")
+    replay.add_argument("--csv", default=None, metavar="OUT.csv",
+                        help="write the recording as CSV (one row per snapshot) and exit")
 
     serve = sub.add_parser("serve", help="headless Prometheus exporter of kvmon's readings")
     _add_connection_args(serve)
