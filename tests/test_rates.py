@@ -123,10 +123,22 @@ def test_two_slots_add_up() -> None:
         return (SlotReading(0, 8192, a + 10, True, n_decoded=a, id_task=1),
                 SlotReading(1, 8192, b + 10, True, n_decoded=b, id_task=2))
 
-    tr.update(_reading(0.0, two(0, 0)))
-    s = tr.update(_reading(1.0, two(30, 20)))
+    tr.update(_reading(0.0, two(10, 5)))
+    s = tr.update(_reading(1.0, two(40, 25)))
     assert s.decode_tok_s == pytest.approx(50.0)
     assert s.per_slot_decode_tok_s == {0: pytest.approx(30.0), 1: pytest.approx(20.0)}
+
+
+def test_the_interval_in_which_decoding_began_is_not_a_decode_sample() -> None:
+    """Prefill for 0.8 s, then 20 tokens in 0.2 s: 20 tok/s over that poll would understate 100 tok/s."""
+    tr = SlotRateTracker()
+
+    def one(held: int, decoded: int) -> tuple[SlotReading, ...]:
+        return (SlotReading(0, 8192, held, True, n_decoded=decoded, id_task=7),)
+
+    tr.update(_reading(0.0, one(2048, 0)))  # prompt being processed
+    assert tr.update(_reading(1.0, one(4116, 20))).decode_tok_s is None
+    assert tr.update(_reading(2.0, one(4216, 120))).decode_tok_s == pytest.approx(100.0)
 
 
 def test_long_gap_restarts() -> None:

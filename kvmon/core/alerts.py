@@ -166,7 +166,7 @@ def rule_vram_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | Non
     window = "the last minute" if worst.window_s and worst.window_s >= 50 else f"the last {window}"
     if worst.other_processes_growth_bytes is not None and worst.other_processes_growth_bytes >= 64 * MIB:
         cause = f"other processes grew {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
-    elif worst.free_drop_bytes is not None:
+    elif worst.free_drop_bytes:  # a fall of 0 from first to last sample says nothing: use the trend wording
         cause = f"free VRAM fell {fmt_bytes(worst.free_drop_bytes)} in {window}"
     else:
         cause = "free VRAM is falling"

@@ -79,6 +79,7 @@ class _SlotState:
     id_task: int | None
     decode: CounterRate
     held: CounterRate  # tokens held (prompt + generated): growth with no decode growth is prefill
+    last_decoded: int | None = None
 
 
 class SlotRateTracker:
@@ -154,6 +155,11 @@ class SlotRateTracker:
             st.decode.reset()
             st.held.reset()
             return None, None
+        if slot.n_decoded and not st.last_decoded:
+            # decoding began since the last poll: that interval also held the prompt's processing, so its
+            # average would understate decode speed; measure from this sample on
+            st.decode.reset()
+        st.last_decoded = slot.n_decoded
         decode_rate = st.decode.update(t, slot.n_decoded)
         d_decoded = st.decode.last_delta
         if decode_rate is not None and not d_decoded:

@@ -135,7 +135,9 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             from kvmon.sources.llamacpp import LlamaServerSource
 
             server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
-        m = Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), HostSource(clock=clock),
+        # the simulated machine's RAM bandwidth stands in for the value a user sets in settings
+        host = HostSource(sim.scenario.host_bandwidth_bytes_per_s, clock=clock)
+        m = Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), host,
                     Analyzer(analyzer_settings, clock=clock), server_pids=sim.server_pids, clock=clock)
         m.recorder = recorder
         return m
