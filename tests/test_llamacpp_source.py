@@ -474,3 +474,31 @@ def test_router_mode_nothing_loaded(fixture_server: FixtureServer) -> None:
     fixture_server.set("/v1/models", 200, _router_models(False))
     r = _source(fixture_server).poll()
     assert r.state == "idle" and r.slots == () and "no model is loaded" in r.reasons["model"]
+
+
+def test_health_is_asked_on_the_first_poll_and_then_only_now_and_then(fixture_server: FixtureServer) -> None:
+    """/props answers what /health would (loading, key, gone): one request less on most polls."""
+    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS
+
+    serve_llama_state(fixture_server, "idle")
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
+    try:
+        for _ in range(HEALTH_EVERY_POLLS + 1):
+            src.poll()
+    finally:
+        src.close()
+    health = [p for _m, p, _h in fixture_server.requests if p.split("?")[0] == "/health"]
+    assert len(health) == 2, health  # the first poll and the tenth after it
+
+
+def test_server_gone_between_health_checks_is_a_typed_failure(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "idle")
+    src = LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False)
+    try:
+        src.poll()  # healthy: the next poll skips /health
+        fixture_server.hang("/props", 3.0)
+        with pytest.raises(SourceError) as e:
+            src.poll()
+    finally:
+        src.close()
+    assert e.value.failure.kind is FailureKind.TIMEOUT  # a failure, not a reading of nothing

@@ -19,7 +19,7 @@ from PySide6 import QtWidgets
 from kvmon.gui import theme
 from kvmon.gui.poller import MonitorLike, Poller
 
-HIDDEN_INTERVAL_S = 5.0  # poll interval while the window is hidden or minimised
+HIDDEN_INTERVAL_S = 10.0  # poll interval while hidden or minimised: alerts and the tray still follow
 NO_SERVER_BANNER = "Demo: no server found on :8080 or :11434 — showing the simulator (start kvmon with a URL)"
 
 

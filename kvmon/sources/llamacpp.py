@@ -37,6 +37,7 @@ from kvmon.sources.llama_log import LogFollower
 BACKEND = "llama-server"
 METRIC_PREFIX = "llamacpp:"
 PROCESS_RECHECK_S = 30.0
+HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
 
@@ -203,6 +204,8 @@ class LlamaServerSource:
         self._log = LogFollower(log_path) if log_path else None
         self._last_failure_kind: FailureKind | None = None
         self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
+        self._health_due = True  # /health on the first poll, after a failed one and every HEALTH_EVERY_POLLS
+        self._polls_since_health = 0
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
         self._proc: psutil.Process | None = None
@@ -243,9 +246,15 @@ class LlamaServerSource:
         t_mono, t_wall = self._clock(), time.time()
         t_start = t_mono
         reasons: dict[str, str] = {}
-        self._check_health()
-
+        # /health answers what /props also shows (loading, key rejected, gone); ask it on the first poll, after a
+        # failed one and every HEALTH_EVERY_POLLS polls (older builds say "loading" only there), not every time
+        checked, self._health_due = self._health_due, True  # a poll that raises leaves it due
+        if checked:
+            self._check_health()
         props = self._optional_json("/props", reasons, "props")
+        if props is None and not checked and self._last_failure_kind in (FailureKind.UNREACHABLE,
+                                                                          FailureKind.TIMEOUT):
+            raise SourceError(SourceFailure(self._last_failure_kind, reasons["props"], "/props"))
         q = ""  # router mode (no -m): every per-model endpoint needs ?model=<id>
         if props is None and self._last_failure_kind in (FailureKind.SERVER_ERROR, FailureKind.NOT_FOUND):
             router, loaded = self._router_models()
@@ -303,6 +312,8 @@ class LlamaServerSource:
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
+        self._polls_since_health = 0 if checked else self._polls_since_health + 1
+        self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,
