@@ -273,7 +273,7 @@ def test_milestones_carry_the_forecast_once_the_fit_has_enough_points(window: Ma
     assert line_8k.label.format == "8K"
     assert window.speed_context.forecast.getData()[0] is None or len(window.speed_context.forecast.getData()[0]) == 0
     window.on_snapshot(mon.snapshot(20))
-    assert line_8k.label.format == "8K · ~45 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192)
+    assert line_8k.label.format == "8K\n~45 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192)
     assert len(window.speed_context.forecast.getData()[0]) == 128
 
 

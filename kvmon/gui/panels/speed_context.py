@@ -52,10 +52,12 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self.here_line.hide()
         pi.addItem(self.here_line)
         self._milestone_lines: dict[int, pg.InfiniteLine] = {}
-        for m in MILESTONES:
+        for i, m in enumerate(sorted(MILESTONES)):
+            # labels of neighbouring milestones sit at three heights so that 8K / 32K / 64K never overlap
             line = pg.InfiniteLine(pos=m, angle=90, movable=False,
                                    pen=pg.mkPen(theme.color("milestone"), width=1, style=QtCore.Qt.PenStyle.DashLine),
-                                   label=fmt.ctx_label(m), labelOpts={"position": 0.05, "color": theme.foreground()})
+                                   label=fmt.ctx_label(m),
+                                   labelOpts={"position": 0.05 + 0.11 * (i % 3), "color": theme.foreground()})
             line.hide()
             pi.addItem(line)
             self._milestone_lines[m] = line
@@ -132,7 +134,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.here_line.show()
         enough = fc.fit_points >= MIN_FORECAST_POINTS
         by_ctx = {m.context_tokens: m for m in fc.milestones} if enough else {}
-        labels = tuple((m, f"{fmt.ctx_label(m)} · ~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx else fmt.ctx_label(m))
+        labels = tuple((m, f"{fmt.ctx_label(m)}\n~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx else fmt.ctx_label(m))
                        for m in self._milestone_lines)
         if self._changed("milestone_labels", labels):
             for m, text in labels:
