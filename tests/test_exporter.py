@@ -269,8 +269,8 @@ def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, expor
     serve_llama_state(fixture_server, "idle")
     e = serve_monitor(exporter_on, Monitor(LlamaServerSource(fixture_server.url, timeout_s=1.0)))
     e.poll_once()
-    fixture_server.hang("/health", 5.0)
-    fixture_server.hang("/slots", 5.0)
+    for path in ("/health", "/props", "/slots"):  # the whole server hangs
+        fixture_server.hang(path, 5.0)
     asked = len(fixture_server.requests)
     poll = threading.Thread(target=e.poll_once)
     poll.start()
