@@ -83,6 +83,13 @@ def cache_axis(ax: pg.AxisItem) -> None:
     ax.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
+def cache_static(item: QtWidgets.QGraphicsItem) -> None:
+    """Keep a plot's fixed parts (title, legend) as pixmaps, children included: a repaint blits them."""
+    item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    for child in item.childItems():
+        cache_static(child)
+
+
 def add_curve(plot: pg.PlotWidget, quantity: str, name: str | None = None, width: float = 1.5) -> pg.PlotDataItem:
     """A curve in the quantity's colour with clip-to-view and peak downsampling."""
     c = plot.getPlotItem().plot([], [], pen=theme.pen(quantity, width), name=name, connect="finite")

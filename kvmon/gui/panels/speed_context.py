@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.series import ContextBins
-from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
+from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, make_plot, nice_ceiling
 
 MIN_FORECAST_POINTS = 10  # a fit of a handful of points near one depth extrapolates wildly: not drawn
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
@@ -65,6 +65,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.setYRange(0, 1)
         self.plot.setToolTip("Measured decode speed (dots, averaged per 256 tokens of context), the ceiling the "
                              "memory bandwidth allows (dashed, computed), and the fitted forecast (dotted).")
+        cache_static(pi.legend)
+        cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
         self._keys: dict[str, object] = {}
 

@@ -10,7 +10,7 @@ from PySide6 import QtWidgets
 
 from kvmon.core.history import History
 from kvmon.gui import theme
-from kvmon.gui.widgets import add_curve, cache_axis, make_plot, nice_ceiling
+from kvmon.gui.widgets import add_curve, cache_axis, cache_static, make_plot, nice_ceiling
 
 
 class SpeedTimePanel(QtWidgets.QWidget):
@@ -56,6 +56,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
                              "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
                              "Gaps: idle, or the server was unreachable.")
         self.plot.getPlotItem().setYRange(0, 1)
+        cache_static(pi.legend)
+        cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
 
     def _sync_views(self) -> None:
