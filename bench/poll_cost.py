@@ -99,7 +99,9 @@ def main() -> int:
         for name, v in [*parts.items(), ("whole poll", total)]:
             s = sorted(v)
             p95 = s[min(len(s) - 1, int(len(s) * 0.95))] if s else float("nan")
-            print(f"  {name:16} {statistics.median(s) * 1e3:10.2f} {statistics.fmean(s) * 1e3:9.2f} {p95 * 1e3:8.2f}")
+            reads = f"   ({len(s)} reads in {len(total)} polls)" if len(s) != len(total) else ""
+            print(f"  {name:16} {statistics.median(s) * 1e3:10.2f} {statistics.fmean(s) * 1e3:9.2f} {p95 * 1e3:8.2f}"
+                  f"{reads}")
         print(f"  at 1 Hz: {statistics.fmean(total) * 60:.2f} CPU-s/min; at one poll per 5 s: "
               f"{statistics.fmean(total) * 12:.2f} CPU-s/min")
         print(f"  machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
@@ -23,6 +24,7 @@ from kvmon.core.readings import (
 from kvmon.core.snapshot import Snapshot
 
 DEFAULT_CANDIDATES: tuple[str, ...] = ("http://127.0.0.1:8080", "http://127.0.0.1:11434")
+HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
 
 
 class Monitor:
@@ -30,10 +32,11 @@ class Monitor:
 
     def __init__(self, server_source: Any, gpu_source: Any = None, host_source: Any = None,
                  analyzer: Analyzer | None = None, *, recorder: Any = None, server_pids: Sequence[int] = (),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S) -> None:
         """``server_pids``: the server's processes when its source cannot find them (an in-process simulator).
 
-        ``clock`` timestamps readings made here (failures); give the sources the same one.
+        ``clock`` timestamps readings made here (failures); give the sources the same one. ``host_interval_s``:
+        the host source is read at most this often (and again whenever the server's processes change).
         """
         self._clock = clock
         self.server_source = server_source
@@ -44,6 +47,8 @@ class Monitor:
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
+        self.host_interval_s = host_interval_s
+        self._host_cache: tuple[float, tuple[int, ...], HostReading] | None = None  # (read at, pids, reading)
 
     @property
     def backend(self) -> str | None:
@@ -79,11 +84,19 @@ class Monitor:
     def _poll_host(self) -> HostReading | None:
         if self.host_source is None:
             return None
+        now = self._clock()
+        cached = self._host_cache
+        if cached is not None and cached[1] == self._server_pids and 0.0 <= now - cached[0] < self.host_interval_s:
+            return replace(cached[2], t_monotonic=now)  # the values of the last read, stamped now
+        self._host_cache = None
         try:
-            return self.host_source.poll(self._server_pids)
+            reading = self.host_source.poll(self._server_pids)
         except Exception as exc:
             return HostReading(t_monotonic=self._clock(),
                                reasons={"host": f"host reading failed: {type(exc).__name__}: {exc}"})
+        if isinstance(reading, HostReading):
+            self._host_cache = (now, self._server_pids, reading)
+        return reading
 
     def poll(self) -> Snapshot:
         """Read every source once and return the analysed Snapshot (never raises for source trouble)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 
-from kvmon.core.readings import FailureKind, GpuSetReading, ServerReading, SourceError
+from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceError
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import ConnectionStatus
 from kvmon.monitor import Monitor, open_monitor
@@ -250,3 +250,51 @@ def test_cpu_only_server_raises_no_spill_alert(fixture_server: FixtureServer, tm
     codes = {a.code for a in s.alerts}
     assert "kv_in_host" not in codes and "weights_in_host" not in codes, s.alerts
     assert s.kv_allocated_bytes == 32 * 2**20
+
+
+class CountingHost:
+    """A host source that counts its reads, fails when told to, and reports more RSS on each read."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.pids: list[tuple[int, ...]] = []
+        self.fail = False
+
+    def poll(self, pids: tuple[int, ...] = ()) -> HostReading:
+        self.pids.append(tuple(pids))
+        if self.fail:
+            raise OSError("psutil lost /proc")
+        return HostReading(t_monotonic=self.clock[0], ram_total_bytes=64 * GIB, ram_available_bytes=32 * GIB,
+                           server_rss_bytes=len(self.pids) * GIB)
+
+    def close(self) -> None:
+        pass
+
+
+def test_host_read_every_interval_and_kept_between() -> None:
+    now = [100.0]
+    host = CountingHost(now)
+    m = Monitor(Exploding(), None, host, server_pids=(42,), clock=lambda: now[0], host_interval_s=5.0)
+    rss = []
+    for _ in range(12):  # 12 polls one second apart: reads at 100, 105, 110
+        s = m.poll()
+        rss.append(s.host.server_rss_bytes)
+        assert s.t_monotonic == now[0]  # a kept reading is stamped with the time of the poll
+        now[0] += 1.0
+    assert host.pids == [(42,)] * 3
+    assert rss == [GIB] * 5 + [2 * GIB] * 5 + [3 * GIB] * 2
+
+
+def test_host_read_again_after_a_failure_or_new_server_pids() -> None:
+    now = [0.0]
+    host = CountingHost(now)
+    m = Monitor(Exploding(), None, host, server_pids=(1,), clock=lambda: now[0])
+    host.fail = True
+    m.poll()
+    host.fail = False
+    now[0] = 1.0
+    assert m.poll().host.server_rss_bytes == 2 * GIB  # a failure is not kept: read again at once
+    m._server_pids = (7,)  # the server restarted with another process
+    now[0] = 2.0
+    assert m.poll().host.server_rss_bytes == 3 * GIB
+    assert host.pids == [(1,), (1,), (7,)]
