@@ -5,28 +5,102 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.gui import theme
 
 
-class ValueLabel(QtWidgets.QLabel):
-    """A label whose ``set()`` touches Qt only when text or tooltip actually changed."""
+class ValueLabel(QtWidgets.QWidget):
+    """A label whose ``set()`` repaints only itself: the layout is asked again only when the text needs more room.
+
+    A QLabel asks its parent's layout to recompute on every ``setText``: a re-layout of the whole panel (rich-text
+    height-for-width included) each poll. Here the label lives in a box without a layout; the box reports a
+    size hint that only grows (or shrinks when the text is much shorter), so a changing number repaints one
+    label and the neighbours do not jitter by a digit's width.
+    """
+
+    SHRINK_BELOW = 0.6  # a hint this much narrower than the reserved width gives the room back
 
     def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(text, parent)
+        super().__init__(parent)
+        self._label = QtWidgets.QLabel(text, self)
+        self._label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self._tip = ""
-        self.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._hint = self._label.sizeHint()
+        self._min_hint = self._label.minimumSizeHint()
+
+    # --- the QLabel parts callers use ---------------------------------------------------------
+    def text(self) -> str:
+        return self._label.text()
+
+    def toolTip(self) -> str:
+        return self._label.toolTip()
+
+    def setToolTip(self, tip: str) -> None:
+        self._tip = tip
+        self._label.setToolTip(tip)
+
+    def setText(self, text: str) -> None:
+        self.set(text)
+
+    def setWordWrap(self, on: bool) -> None:
+        self._label.setWordWrap(on)
+        self._refit(force=True)
+
+    def setTextFormat(self, fmt: QtCore.Qt.TextFormat) -> None:
+        self._label.setTextFormat(fmt)
+        self._refit(force=True)
+
+    def setAlignment(self, align: QtCore.Qt.AlignmentFlag) -> None:
+        self._label.setAlignment(align)
+
+    # --- layout ---------------------------------------------------------------------------------
+    def sizeHint(self) -> QtCore.QSize:
+        return self._hint
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return self._min_hint
+
+    def hasHeightForWidth(self) -> bool:
+        return self._label.wordWrap()
+
+    def heightForWidth(self, width: int) -> int:
+        return self._label.heightForWidth(width)
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        self._label.setGeometry(self.rect())
+        super().resizeEvent(e)
+
+    def changeEvent(self, e: QtCore.QEvent) -> None:
+        super().changeEvent(e)
+        if e.type() in (QtCore.QEvent.Type.FontChange, QtCore.QEvent.Type.StyleChange):
+            self._refit(force=True)  # a style sheet's font size changes the room the text needs
+
+    def _refit(self, force: bool = False) -> None:
+        """Ask the parent layout again only when the text no longer fits (or frees much of its room)."""
+        hint = self._label.sizeHint()
+        if self._label.wordWrap():
+            need = self._label.heightForWidth(self.width()) if self.width() > 0 else hint.height()
+            if force or need != self.height():
+                self._hint, self._min_hint = hint, self._label.minimumSizeHint()
+                self.updateGeometry()
+            return
+        grow = hint.width() > self._hint.width() or hint.height() != self._hint.height()
+        shrink = hint.width() < self._hint.width() * self.SHRINK_BELOW
+        if force or grow or shrink:
+            self._hint, self._min_hint = hint, self._label.minimumSizeHint()
+            self.updateGeometry()
 
     def set(self, text: str, tooltip: str | None = None) -> bool:
         """Update text/tooltip; returns True when something changed."""
         changed = False
-        if text != self.text():
-            self.setText(text)
+        if text != self._label.text():
+            self._label.setText(text)
+            self._refit()
             changed = True
         if tooltip is not None and tooltip != self._tip:
             self._tip = tooltip
-            self.setToolTip(tooltip)
+            self._label.setToolTip(tooltip)
             changed = True
         return changed
 

@@ -12,6 +12,9 @@ from kvmon.core.history import History
 from kvmon.gui import theme
 from kvmon.gui.widgets import add_curve, cache_axis, cache_static, make_plot, nice_ceiling
 
+LINE_WIDTH = 1.0
+DECIMATE_ABOVE_POINTS = 1000  # windows with more samples than this are clipped to the view and peak-downsampled
+
 
 class SpeedTimePanel(QtWidgets.QWidget):
     """Three curves fed from the history ring buffer; the visible window is 5 min, 1 h or the whole session."""
@@ -23,13 +26,16 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._drawn: tuple[int, float | None] = (-1, None)
         self._y_max = -1.0
         self._x_range: tuple[float, float] | None = None
+        self._decimating: bool | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         # x is time relative to the newest sample: the axis keeps its labels (and its cached picture)
         # while the data scrolls, instead of re-laying out clock labels every second.
         self.plot = make_plot("Speed over time", "time before now", "min", "speed", "tok/s")
         self.plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt")
-        self.decode = add_curve(self.plot, "decode", "decode")
+        # 1-px cosmetic pens: Qt's raster engine draws them on its fast path; wider ones go through the path
+        # stroker, which costs more than the rest of this plot's repaint every poll
+        self.decode = add_curve(self.plot, "decode", "decode", width=LINE_WIDTH)
         # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
         pi = self.plot.getPlotItem()
         self.prefill_vb = pg.ViewBox()
@@ -45,13 +51,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.prefill_vb.disableAutoRange()
         self.prefill_vb.setYRange(0, 1, padding=0)
         self._prefill_y_max = -1.0
-        self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", 1.0), connect="finite")
-        self.prefill.setClipToView(True)
-        self.prefill.setDownsampling(auto=True, method="peak")
+        self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", LINE_WIDTH), connect="finite")
         self.prefill_vb.addItem(self.prefill)
         pi.legend.addItem(self.prefill, "prefill (right axis)")
         pi.vb.sigResized.connect(self._sync_views)
-        self.ceiling = add_curve(self.plot, "ceiling", "ceiling")
+        self.ceiling = add_curve(self.plot, "ceiling", "ceiling", width=LINE_WIDTH)
         self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
                              "Gaps: idle, or the server was unreachable.")
@@ -59,6 +63,23 @@ class SpeedTimePanel(QtWidgets.QWidget):
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
+
+    def _set_decimation(self, on: bool) -> None:
+        """Clip to the view and peak-downsample only windows with more samples than the plot has pixels.
+
+        5 min at 1 Hz is 300 points: clipping and downsampling would only add work to every poll. An hour or a
+        session (up to 86,400 points) is reduced to the pixels.
+        """
+        if on == self._decimating:
+            return
+        self._decimating = on
+        for c in self.curves():
+            c.setClipToView(on)
+            c.setDownsampling(auto=on, method="peak")
+
+    def curves(self) -> tuple[pg.PlotDataItem, ...]:
+        """The decode, prefill and ceiling curves."""
+        return self.decode, self.prefill, self.ceiling
 
     def _sync_views(self) -> None:
         self.prefill_vb.setGeometry(self.plot.getPlotItem().vb.sceneBoundingRect())
@@ -77,6 +98,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
             return
         self._drawn = key
         v = self.history.view(self.window_s)
+        self._set_decimation(len(v) > DECIMATE_ABOVE_POINTS)
         t = (v.t_wall - v.t_wall[-1]) / 60.0
         self.decode.setData(t, v.series["decode_tok_s"])
         self.prefill.setData(t, v.series["prefill_tok_s"])
