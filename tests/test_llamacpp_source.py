@@ -502,3 +502,74 @@ def test_server_gone_between_health_checks_is_a_typed_failure(fixture_server: Fi
     finally:
         src.close()
     assert e.value.failure.kind is FailureKind.TIMEOUT  # a failure, not a reading of nothing
+
+
+def _count(server: FixtureServer, path: str) -> int:
+    return sum(1 for _m, p, _h in server.requests if p.split("?")[0] == path)
+
+
+def test_props_is_reused_while_a_slot_generates_and_read_every_poll_when_idle(fixture_server: FixtureServer) -> None:
+    """A generating server is awake with its model fixed: /props is read again with /health, every tenth poll."""
+    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS, REUSE_MAX_POLLS
+
+    assert HEALTH_EVERY_POLLS <= REUSE_MAX_POLLS + 1
+    serve_llama_state(fixture_server, "generating")
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
+    try:
+        first = src.poll()
+        for _ in range(HEALTH_EVERY_POLLS - 1):
+            r = src.poll()
+            assert r.model.name == first.model.name and r.server_version == first.server_version
+            assert r.config == first.config and r.total_slots == first.total_slots
+        assert _count(fixture_server, "/props") == 1, "reused while generating"
+        src.poll()  # with /health: read again
+        assert _count(fixture_server, "/props") == 2 and _count(fixture_server, "/health") == 2
+        serve_llama_state(fixture_server, "idle")
+        before = _count(fixture_server, "/props")
+        src.poll()  # the last poll saw a generating slot: reused once more, and this one is idle
+        src.poll()
+        src.poll()
+        assert _count(fixture_server, "/props") == before + 2, "idle: asked every poll (it may go to sleep)"
+    finally:
+        src.close()
+
+
+def test_metrics_are_reused_only_while_every_slot_stays_idle_and_unchanged(fixture_server: FixtureServer) -> None:
+    """Idle slots with the same task and counts: no counter can have moved, /metrics is not asked again."""
+    serve_llama_state(fixture_server, "idle")
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
+    try:
+        first = src.poll()
+        assert first.metrics_enabled is True and first.metrics
+        for _ in range(3):
+            r = src.poll()
+            assert r.metrics == first.metrics and r.metrics_enabled is True
+        assert _count(fixture_server, "/metrics") == 1
+        # a request ran and finished between two polls: the slot shows another task, the counters are read
+        serve_llama_state(fixture_server, "idle-after")
+        after = src.poll()
+        assert _count(fixture_server, "/metrics") == 2
+        assert after.metrics != first.metrics
+        serve_llama_state(fixture_server, "generating")
+        src.poll()
+        src.poll()
+        assert _count(fixture_server, "/metrics") == 4, "read on every poll while a slot generates"
+    finally:
+        src.close()
+
+
+def test_a_failed_poll_forgets_the_reused_answers(fixture_server: FixtureServer) -> None:
+    serve_llama_state(fixture_server, "generating")
+    src = LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False)
+    try:
+        src.poll()
+        fixture_server.hang("/slots", 2.0)
+        with pytest.raises(SourceError):
+            src.poll()
+        serve_llama_state(fixture_server, "generating")
+        fixture_server.routes["/slots"].hang_s = 0.0
+        props_before = _count(fixture_server, "/props")
+        src.poll()
+        assert _count(fixture_server, "/props") == props_before + 1
+    finally:
+        src.close()

@@ -38,6 +38,9 @@ BACKEND = "llama-server"
 METRIC_PREFIX = "llamacpp:"
 PROCESS_RECHECK_S = 30.0
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
+# While a slot generates, the server is awake and its model fixed: the last /props answer stands for up to this
+# many polls. While every slot is idle and unchanged, no counter can move: the last /metrics answer stands as long.
+REUSE_MAX_POLLS = 10
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
 
@@ -206,6 +209,10 @@ class LlamaServerSource:
         self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
         self._health_due = True  # /health on the first poll, after a failed one and every HEALTH_EVERY_POLLS
         self._polls_since_health = 0
+        self._props_memo: tuple[Mapping[str, Any], str, int] | None = None  # (props, router query, polls reused)
+        self._busy = False  # a slot was generating at the last poll
+        self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (idle slots, counters, uses)
+        self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (metadata key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
         self._proc: psutil.Process | None = None
@@ -244,13 +251,30 @@ class LlamaServerSource:
     def poll(self) -> ServerReading:
         """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
         t_mono, t_wall = self._clock(), time.time()
-        t_start = t_mono
         reasons: dict[str, str] = {}
         # /health answers what /props also shows (loading, key rejected, gone); ask it on the first poll, after a
         # failed one and every HEALTH_EVERY_POLLS polls (older builds say "loading" only there), not every time
         checked, self._health_due = self._health_due, True  # a poll that raises leaves it due
+        memo, self._props_memo = self._props_memo, None  # a poll that raises reads /props again
         if checked:
             self._check_health()
+        if memo is not None and self._busy and not checked and memo[2] < REUSE_MAX_POLLS:
+            props, q, reused = memo
+            next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, reused + 1)
+        else:
+            read, q = self._read_props(reasons, checked)
+            if read is None:
+                return ServerReading(t_monotonic=t_mono, t_wall=t_wall, backend=BACKEND, url=self.display_url,
+                                     state="idle", reasons=reasons)
+            props = read
+            next_memo = (props, q, 0) if "props" not in reasons else None
+        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall, reused=memo is not None and
+                                         next_memo is not None and next_memo[2] > 0)
+        self._props_memo = next_memo
+        return reading
+
+    def _read_props(self, reasons: dict[str, str], checked: bool) -> tuple[Mapping[str, Any] | None, str]:
+        """/props (in router mode, the loaded model's, with the query it needs); None: router without a model."""
         props = self._optional_json("/props", reasons, "props")
         if props is None and not checked and self._last_failure_kind in (FailureKind.UNREACHABLE,
                                                                           FailureKind.TIMEOUT):
@@ -262,14 +286,18 @@ class LlamaServerSource:
                 reasons.pop("props", None)
                 if loaded is None:
                     reasons["model"] = "router mode: no model is loaded"
-                    return ServerReading(t_monotonic=t_mono, t_wall=t_wall, backend=BACKEND, url=self.display_url,
-                                         state="idle", reasons=reasons)
+                    return None, q
                 q = "?model=" + quote(loaded, safe="")
                 props = self._optional_json("/props" + q, reasons, "props")
         if props is not None and not isinstance(props, Mapping):
             reasons["props"] = "/props did not return an object"
             props = None
-        props = props or {}
+        return props or {}, q
+
+    def _poll_after_props(self, props: Mapping[str, Any], q: str, reasons: dict[str, str], checked: bool,
+                          t_mono: float, t_wall: float, *, reused: bool = False) -> ServerReading:
+        """The rest of a poll once /props is known (read now, or ``reused`` while a slot generates)."""
+        t_start = t_mono
         sleeping = props.get("is_sleeping") is True
         state = "sleeping" if sleeping else "ok"
         server_version = _str(props.get("build_info"))
@@ -287,6 +315,10 @@ class LlamaServerSource:
             # the counters' instant: the middle of the /slots request, not the start of the poll
             t_mono = (t0 + self._clock()) / 2.0
             t_wall += t_mono - t_start
+            if raw_slots is None and reused and self._last_failure_kind in (FailureKind.UNREACHABLE,
+                                                                             FailureKind.TIMEOUT):
+                # /slots is this poll's first request: a server gone or hung is a failure, as /props would say
+                raise SourceError(SourceFailure(self._last_failure_kind, reasons["slots"], "/slots"))
             if raw_slots is None:
                 live_reason = reasons.get("slots")
             elif not isinstance(raw_slots, list):
@@ -297,7 +329,8 @@ class LlamaServerSource:
                 if slots:
                     live_source = "slots"
 
-        metrics_enabled, metrics = self._read_metrics(props, reasons, q)
+        metrics_enabled, metrics = self._read_metrics(props, reasons, q, slots)
+        self._busy = any(sl.processing for sl in slots)
         if live_source is None and not sleeping and "n_decode_total" in metrics:
             live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
 
@@ -357,8 +390,23 @@ class LlamaServerSource:
                                             "(model failed to load?)", "/health", resp.status_code))
 
     def _read_metrics(
-        self, props: Mapping[str, Any], reasons: dict[str, str], q: str = ""
+        self, props: Mapping[str, Any], reasons: dict[str, str], q: str = "", slots: tuple[SlotReading, ...] = ()
     ) -> tuple[bool | None, dict[str, float]]:
+        # every slot idle with the same task and counts as at the last read: nothing ran, no counter moved
+        idle: tuple[Any, ...] | None = None
+        if slots and not any(sl.processing for sl in slots):
+            idle = (q, *((sl.id, sl.id_task, sl.n_decoded, sl.context_tokens) for sl in slots))
+        memo, self._metrics_memo = self._metrics_memo, None
+        if idle is not None and memo is not None and memo[0] == idle and memo[2] < REUSE_MAX_POLLS:
+            self._metrics_memo = (idle, memo[1], memo[2] + 1)
+            return True, memo[1]
+        enabled, metrics = self._fetch_metrics(props, reasons, q)
+        if enabled and metrics and "metrics" not in reasons and idle is not None:
+            self._metrics_memo = (idle, metrics, 0)
+        return enabled, metrics
+
+    def _fetch_metrics(self, props: Mapping[str, Any], reasons: dict[str, str], q: str) -> tuple[bool | None,
+                                                                                                 dict[str, float]]:
         flag = props.get("endpoint_metrics")
         if flag is False:
             reasons["metrics"] = "/metrics is off on this server (start it with --metrics for more counters)"
@@ -488,7 +536,11 @@ class LlamaServerSource:
             shape_source = "user"
         if metadata is not None:
             arch = _str(metadata.get("general.architecture"))
-            shape, swhy = _shape_from_metadata(metadata)
+            # the same file header (path, size, mtime) and overrides give the same shape: build it once
+            mkey = (tuple(self._gguf_cache) if full_path is not None else None, repr(self._model_override))
+            if self._shape_memo is None or self._shape_memo[0] != mkey:
+                self._shape_memo = (mkey, _shape_from_metadata(metadata))
+            shape, swhy = self._shape_memo[1]
             if swhy:
                 reasons["model.shape"] = swhy
                 shape_source = None
