@@ -82,6 +82,7 @@ def test_dense_8b_on_a_4090() -> None:
     s = a.update(reading(ctx=8192), gpus())
     assert s.connection.status is ConnectionStatus.CONNECTED
     assert s.model.kv_bytes_per_token == KV_PER_TOKEN_8B
+    assert s.model.shape is not None and s.model.shape.n_layers == 32  # carried for the what-if calculator
     assert s.model.kv_allocated_bytes == 32768 * KV_PER_TOKEN_8B  # 4 GiB at f16
     assert s.context_tokens == 8192
     assert s.kv_in_use_bytes == 8192 * KV_PER_TOKEN_8B

@@ -63,3 +63,31 @@ def test_panel_updates_on_picks_and_offers_the_live_gpu(qtbot) -> None:
     panel.set_live(s)
     assert panel.gpu.currentIndex() == 0 and panel.gpu.currentText().startswith("live: NVIDIA GeForce RTX 3090")
     assert live_gpu(s).bandwidth_bytes_per_s == 936e9
+
+
+def test_panel_offers_the_live_model_with_its_cache_type(qtbot) -> None:
+    """The loaded model's shape and weights (from the Snapshot) are the first model choice."""
+    import dataclasses
+
+    from kvmon.physics.shape import ModelShape
+
+    p = presets()["llama-3.1-8b"]
+    s = SyntheticMonitor().snapshot(1)
+    shape = ModelShape.from_gguf(p.metadata)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, name="Meta-Llama-3.1-8B", shape=shape,
+                                                         weight_bytes=p.weight_bytes, kv_type_k="q8_0"))
+    panel = WhatIfPanel()
+    qtbot.addWidget(panel)
+    panel.set_live(s)
+    assert panel.model.currentIndex() == 0 and panel.model.currentText().startswith("live: Meta-Llama-3.1-8B")
+    assert panel.cache.currentData() == "q8_0"  # the server's own cache type
+    panel.context.setCurrentIndex(panel.context.findData(32768))
+    expected = compute_whatif(panel.gpu.currentData(), p.metadata, p.weight_bytes, 32768, "q8_0")
+    assert panel.result == expected and panel.kv.text() == "2.12 GiB"
+    panel.set_live(s)  # the same model again: nothing to redo
+    assert panel.model.count() == len(presets()) + 1
+    # no shape (e.g. the model file is not on this machine): no live choice, the presets stay
+    bare = WhatIfPanel()
+    qtbot.addWidget(bare)
+    bare.set_live(SyntheticMonitor().snapshot(1))
+    assert bare.model.findData("__live__") == -1

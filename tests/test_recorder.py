@@ -185,3 +185,22 @@ def test_kill_9_mid_write_leaves_every_complete_line(tmp_path: Path) -> None:
     assert len(r.snapshots) == complete_lines >= 50
     assert [s.seq for s in r.snapshots] == list(range(complete_lines))
     assert set(r.skipped_lines) <= {complete_lines + 2}  # at most the cut-off last line
+
+
+def test_the_live_model_shape_is_not_recorded(tmp_path) -> None:
+    """ModelView.shape feeds the what-if calculator live; repeating it on every line would bloat recordings."""
+    import dataclasses
+    import json
+
+    from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
+    from kvmon.gui.synthetic import SyntheticMonitor
+    from kvmon.physics.presets import PRESETS
+    from kvmon.physics.shape import ModelShape
+
+    s = SyntheticMonitor().snapshot(3)
+    shape = ModelShape.from_gguf(PRESETS["llama-3.1-8b"].metadata)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, shape=shape))
+    d = snapshot_to_dict(s)
+    assert "shape" not in d["model"]
+    back = snapshot_from_dict(json.loads(json.dumps(d)))
+    assert back.model.shape is None and back == s  # the shape takes no part in equality

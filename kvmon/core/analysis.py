@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
 from kvmon.core.readings import (
     FailureKind,
@@ -42,6 +44,7 @@ from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import forecast as forecast_mod
 from kvmon.physics import kv as kv_mod
 from kvmon.physics import weights as weights_mod
+from kvmon.physics.shape import ModelShape
 
 MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144)
 NO_GPU_BANDWIDTH = "no GPU bandwidth known (set one in settings)"
@@ -331,6 +334,7 @@ class Analyzer:
             n_slots=n_slots, kv_unified=unified, kv_type_k=type_k, kv_type_v=type_v, flash_attn=cfg.flash_attn,
             kv_bytes_per_token=kv_per_token, kv_allocated_bytes=alloc, recurrent_state_bytes=rec,
             shape_note="; ".join(shape.notes) if shape is not None and getattr(shape, "notes", ()) else None,
+            shape=shape if isinstance(shape, ModelShape) else None,
         )
         return view, shape
 
@@ -533,11 +537,11 @@ class Analyzer:
             if dq and len(dq) >= 3:
                 span = dq[-1][0] - dq[0][0]
                 if span >= th.vram_trend_min_span_s:
-                    ts = [p[0] - dq[0][0] for p in dq]
-                    fs = [p[1] for p in dq]
-                    mt, mf = sum(ts) / len(ts), sum(fs) / len(fs)
-                    var = sum((x - mt) ** 2 for x in ts)
-                    slope = sum((x - mt) * (y - mf) for x, y in zip(ts, fs, strict=True)) / var if var else 0.0
+                    arr = np.array([(p[0], p[1]) for p in dq])  # least-squares slope of free VRAM over time
+                    dt, df = arr[:, 0] - arr[:, 0].mean(), arr[:, 1] - arr[:, 1].mean()
+                    var = float(dt @ dt)
+                    slope = float(dt @ df) / var if var else 0.0
+                    fs = (float(arr[0, 1]), float(arr[-1, 1]))
                     drop = int(max(0.0, fs[0] - fs[-1]))
                     if dq[0][2] is not None and dq[-1][2] is not None:
                         growth = int(dq[-1][2] - dq[0][2])

@@ -40,7 +40,8 @@ def _encode_float(x: float) -> Any:
 def to_plain(value: Any) -> Any:
     """A dataclass/enum/tuple/mapping tree as JSON-ready plain values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.metadata.get("transient")}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, float):

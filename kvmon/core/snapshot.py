@@ -12,6 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.physics.shape import ModelShape
+
+# A field with this metadata is live-only: the recorder leaves it out (it would repeat in every line).
+TRANSIENT: Mapping[str, bool] = {"transient": True}
+
 
 class AlertLevel(str, enum.Enum):
     INFO = "info"
@@ -74,6 +79,8 @@ class ModelView:
     kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load (capacity)
     recurrent_state_bytes: int | None = None
     shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
+    # the live model's shape, for the what-if calculator; not recorded, not compared
+    shape: ModelShape | None = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,21 @@ from kvmon.gui import fmt, theme
 from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.gpus import KNOWN_GPUS
+from kvmon.physics.shape import ModelShape
 
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 CACHE_CHOICES = ("f16", "q8_0", "q4_0", "bf16", "q5_1", "q5_0", "q4_1", "iq4_nl", "f32")
+LIVE = "__live__"  # the model combo's data for the live model
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """The model the server has loaded, as the calculator needs it."""
+
+    label: str
+    shape: ModelShape
+    weight_bytes: int
+    kv_type: str | None
 
 
 @dataclass(frozen=True)
@@ -46,18 +58,21 @@ class WhatIfResult:
     reason: str | None = None
 
 
-def compute_whatif(gpu: GpuChoice, metadata: Mapping[str, Any], weight_bytes: int, n_ctx: int,
+def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight_bytes: int, n_ctx: int,
                    cache_type: str) -> WhatIfResult:
-    """Ceiling curve to ``n_ctx``, KV allocation and the fit verdict for one GPU (weights + KV vs VRAM)."""
+    """Ceiling curve to ``n_ctx``, KV allocation and the fit verdict for one GPU (weights + KV vs VRAM).
+
+    ``model``: GGUF-keyed metadata (a preset) or the live model's shape.
+    """
     try:
         from kvmon.physics.ceiling import DeviceShare, ceiling_curve, max_context_fitting
         from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
-        from kvmon.physics.shape import ModelShape, ShapeError
+        from kvmon.physics.shape import ShapeError
         from kvmon.physics.weights import weight_bytes_read_per_token
     except ImportError as exc:
         return WhatIfResult(reason=f"physics not available: {exc}")
     try:
-        shape = ModelShape.from_gguf(metadata)
+        shape = model if isinstance(model, ModelShape) else ModelShape.from_gguf(model)
     except (ShapeError, KeyError, ValueError) as exc:
         return WhatIfResult(reason=f"model shape unknown: {exc}")
     read = weight_bytes_read_per_token(shape, weight_bytes)
@@ -90,6 +105,15 @@ def live_gpu(s: Snapshot | None) -> GpuChoice | None:
     return GpuChoice(f"live: {g.name or 'GPU 0'}", g.peak_bandwidth_bytes_per_s, g.vram_total_bytes, "live")
 
 
+def live_model(s: Snapshot | None) -> LiveModel | None:
+    """The live model, when its shape and weight size are known."""
+    if s is None or s.model.shape is None or not s.model.weight_bytes:
+        return None
+    m = s.model
+    bits = " · ".join(b for b in (m.quantization, fmt.bytes_(m.weight_bytes)) if b)
+    return LiveModel(f"live: {m.name or m.arch or 'model'} ({bits})", m.shape, int(m.weight_bytes), m.kv_type_k)
+
+
 def presets() -> dict[str, Any]:
     """The physics package's model presets (empty when not available)."""
     try:
@@ -105,6 +129,7 @@ class WhatIfPanel(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._live: GpuChoice | None = None
+        self._live_model: LiveModel | None = None
         self._gpus = table_gpus()
         self._presets = presets()
         lay = QtWidgets.QHBoxLayout(self)
@@ -153,27 +178,54 @@ class WhatIfPanel(QtWidgets.QWidget):
         self.recompute()
 
     def set_live(self, s: Snapshot) -> None:
-        """Offer the live GPU as the first choice (once it is known)."""
+        """Offer the live GPU and the live model as the first choices (once they are known)."""
+        changed = False
         g = live_gpu(s)
-        if g is None or g == self._live:
-            return
-        if self._live is None:
-            self.gpu.insertItem(0, g.name, g)
-            self.gpu.setCurrentIndex(0)
-        else:
-            self.gpu.setItemText(0, g.name)
-            self.gpu.setItemData(0, g)
-        self._live = g
+        if g is not None and g != self._live:
+            if self._live is None:
+                self.gpu.insertItem(0, g.name, g)
+                self.gpu.setCurrentIndex(0)
+            else:
+                self.gpu.setItemText(0, g.name)
+                self.gpu.setItemData(0, g)
+                changed = self.gpu.currentIndex() == 0
+            self._live = g
+        lm = live_model(s)
+        if lm is not None and lm != self._live_model:
+            first = self._live_model is None
+            self._live_model = lm
+            if first:
+                self.model.blockSignals(True)
+                self.model.insertItem(0, lm.label, LIVE)
+                self.model.setCurrentIndex(0)
+                self.model.blockSignals(False)
+                self.model.setToolTip(lm.label)
+                if lm.kv_type is not None and self.cache.findData(lm.kv_type) >= 0:
+                    self.cache.blockSignals(True)
+                    self.cache.setCurrentIndex(self.cache.findData(lm.kv_type))
+                    self.cache.blockSignals(False)
+                changed = True
+            else:
+                self.model.setItemText(0, lm.label)
+                changed = changed or self.model.currentIndex() == 0
+        if changed:
+            self.recompute()
 
     def recompute(self) -> None:
         """Run the calculator for the current picks and show the answer."""
         gpu: GpuChoice | None = self.gpu.currentData()
         key = self.model.currentData()
-        preset = self._presets.get(key) if key is not None else None
-        if gpu is None or preset is None:
-            self.result = WhatIfResult(reason="no model presets available" if preset is None else "no GPU chosen")
+        model: Mapping[str, Any] | ModelShape | None = None
+        weight_bytes = 0
+        if key == LIVE and self._live_model is not None:
+            model, weight_bytes = self._live_model.shape, self._live_model.weight_bytes
+        elif key is not None and key in self._presets:
+            preset = self._presets[key]
+            model, weight_bytes = preset.metadata, preset.weight_bytes
+        if gpu is None or model is None:
+            self.result = WhatIfResult(reason="no model presets available" if model is None else "no GPU chosen")
         else:
-            self.result = compute_whatif(gpu, preset.metadata, preset.weight_bytes, self.context.currentData(),
+            self.result = compute_whatif(gpu, model, weight_bytes, self.context.currentData(),
                                          self.cache.currentData())
         r = self.result
         if r.reason:
