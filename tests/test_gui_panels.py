@@ -186,6 +186,26 @@ def test_gaps_are_nan_in_the_plot_not_zero(window: MainWindow) -> None:
     assert y[0] > 0 and y[2] > 0 and y[1] != y[1]  # NaN: drawn as a gap
 
 
+def test_a_lone_sample_between_gaps_is_drawn_over_its_interval(window: MainWindow) -> None:
+    """A short reply gives one decode sample between idle polls: a line cannot show it, a segment over its interval
+    (from the previous poll to its own) does."""
+    mon = SyntheticMonitor()
+    snaps = [mon.snapshot(i) for i in range(6)]
+    for i, snap in enumerate(snaps):
+        window.on_snapshot(snap if i == 2 else dataclasses.replace(snap, decode_tok_s=None))
+    window.speed_time.refresh()
+    x, y = window.speed_time.decode_lone.getData()
+    assert y is not None and list(y) == [snaps[2].decode_tok_s] * 2
+    minutes = [(snaps[i].t_wall - snaps[-1].t_wall) / 60.0 for i in (1, 2)]
+    assert list(x) == pytest.approx(minutes)
+    window.reset()
+    for snap in snaps:  # every sample joined to the next: the line draws them, no segment
+        window.on_snapshot(snap)
+    window.speed_time.refresh()
+    _x, y = window.speed_time.decode_lone.getData()
+    assert y is not None and len(y) == 0
+
+
 def test_window_range_shortcuts_and_settings_remembered(window: MainWindow, qtbot, settings: Settings) -> None:
     qtbot.keyClick(window, "2")
     assert window.speed_time.window_s == 3600.0

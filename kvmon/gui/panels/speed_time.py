@@ -16,6 +16,28 @@ LINE_WIDTH = 1.0
 DECIMATE_ABOVE_POINTS = 1000  # windows with more samples than this are clipped to the view and peak-downsampled
 
 
+def isolated_segments(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Samples with no finite neighbour, as (start, end) pairs over the interval each one measured.
+
+    A line joining finite samples cannot show a lone one (a reply that gave one decode sample, a short prompt
+    that gave one prefill sample); a rate sample is the average over the interval since the previous poll, so
+    it is drawn as a flat segment over that interval.
+    """
+    f = np.isfinite(y)
+    if f.size == 0:
+        return np.empty(0), np.empty(0)
+    lone = f.copy()
+    lone[1:] &= ~f[:-1]
+    lone[:-1] &= ~f[1:]
+    idx = np.nonzero(lone)[0]
+    if idx.size == 0:
+        return np.empty(0), np.empty(0)
+    step = float(np.median(np.diff(t))) if t.size > 1 else 0.0
+    start = np.where(idx > 0, t[np.maximum(idx - 1, 0)], t[idx] - step)
+    xs = np.column_stack([start, t[idx]]).ravel()
+    return xs, np.repeat(y[idx], 2)
+
+
 class SpeedTimePanel(QtWidgets.QWidget):
     """Three curves fed from the history ring buffer; the visible window is 5 min, 1 h or the whole session."""
 
@@ -56,6 +78,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
         pi.legend.addItem(self.prefill, "prefill (right axis)")
         pi.vb.sigResized.connect(self._sync_views)
         self.ceiling = add_curve(self.plot, "ceiling", "ceiling", width=LINE_WIDTH)
+        # lone samples between gaps, drawn over the interval they measured (a line cannot show them)
+        self.decode_lone = pg.PlotCurveItem(pen=theme.pen("decode", LINE_WIDTH), connect="pairs")
+        pi.vb.addItem(self.decode_lone)
+        self.prefill_lone = pg.PlotCurveItem(pen=theme.pen("prefill", LINE_WIDTH), connect="pairs")
+        self.prefill_vb.addItem(self.prefill_lone)
         self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
                              "Gaps: idle, or the server was unreachable.")
@@ -103,6 +130,10 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.decode.setData(t, v.series["decode_tok_s"])
         self.prefill.setData(t, v.series["prefill_tok_s"])
         self.ceiling.setData(t, v.series["ceiling_tok_s"])
+        for lone, name in ((self.decode_lone, "decode_tok_s"), (self.prefill_lone, "prefill_tok_s")):
+            xs, ys = isolated_segments(t, v.series[name])
+            if xs.size or lone.xData is None or lone.xData.size:  # an empty item stays untouched
+                lone.setData(xs, ys, connect="pairs")
         finite = [float(np.nanmax(a)) for a in (v.series["decode_tok_s"], v.series["ceiling_tok_s"])
                   if a.size and np.isfinite(a).any()]
         y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
