@@ -534,8 +534,8 @@ def test_props_is_reused_while_a_slot_generates_and_read_every_poll_when_idle(fi
         src.close()
 
 
-def test_metrics_are_reused_only_while_every_slot_stays_idle_and_unchanged(fixture_server: FixtureServer) -> None:
-    """Idle slots with the same task and counts: no counter can have moved, /metrics is not asked again."""
+def test_metrics_are_read_again_only_when_a_slot_starts_ends_or_begins_decoding(fixture_server: FixtureServer) -> None:
+    """Idle slots with the same task and counts, or the same task decoding on: /metrics is not asked again."""
     serve_llama_state(fixture_server, "idle")
     src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
     try:
@@ -551,9 +551,11 @@ def test_metrics_are_reused_only_while_every_slot_stays_idle_and_unchanged(fixtu
         assert _count(fixture_server, "/metrics") == 2
         assert after.metrics != first.metrics
         serve_llama_state(fixture_server, "generating")
-        src.poll()
-        src.poll()
-        assert _count(fixture_server, "/metrics") == 4, "read on every poll while a slot generates"
+        gen = src.poll()  # a task started: read
+        assert _count(fixture_server, "/metrics") == 3 and gen.metrics["prompt_tokens_total"] == 29
+        serve_llama_state(fixture_server, "generating-later")
+        src.poll()  # the same task still decoding: the prompt and request counters cannot have moved
+        assert _count(fixture_server, "/metrics") == 3
     finally:
         src.close()
 
@@ -573,3 +575,19 @@ def test_a_failed_poll_forgets_the_reused_answers(fixture_server: FixtureServer)
         assert _count(fixture_server, "/props") == props_before + 1
     finally:
         src.close()
+
+
+def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None:
+    from kvmon.core.readings import SlotReading
+    from kvmon.sources.llamacpp import _metrics_key
+
+    def slot(task: int | None, busy: bool, decoded: int | None, held: int | None = 10) -> SlotReading:
+        return SlotReading(id=0, n_ctx=4096, context_tokens=held, processing=busy, n_decoded=decoded, id_task=task)
+
+    assert _metrics_key("", ()) is None  # no /slots: n_decode_total stands in, read every poll
+    prefill, decoding, later = slot(7, True, 0), slot(7, True, 5), slot(7, True, 900, 950)
+    assert _metrics_key("", (prefill,)) != _metrics_key("", (decoding,))  # the prompt was processed
+    assert _metrics_key("", (decoding,)) == _metrics_key("", (later,))  # decoding on: nothing counted yet
+    assert _metrics_key("", (later,)) != _metrics_key("", (slot(7, False, 900, 950),))  # the request ended
+    assert _metrics_key("", (slot(7, False, 900),)) != _metrics_key("", (slot(8, False, 3),))  # came and went
+    assert _metrics_key("", (later,)) != _metrics_key("?model=a", (later,))

@@ -39,7 +39,8 @@ METRIC_PREFIX = "llamacpp:"
 PROCESS_RECHECK_S = 30.0
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
 # While a slot generates, the server is awake and its model fixed: the last /props answer stands for up to this
-# many polls. While every slot is idle and unchanged, no counter can move: the last /metrics answer stands as long.
+# many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
+# answer stands as long (see _metrics_key).
 REUSE_MAX_POLLS = 10
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
@@ -140,6 +141,20 @@ def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
         n_prompt_tokens_processed=_int(raw.get("n_prompt_tokens_processed")),
         n_prompt_tokens_cache=_int(raw.get("n_prompt_tokens_cache")),
     )
+
+
+def _metrics_key(q: str, slots: tuple[SlotReading, ...]) -> tuple[Any, ...] | None:
+    """What the counters kvmon reads depend on: while it is unchanged, /metrics would answer the same.
+
+    llama-server adds to the prompt counters when a prompt has been processed (decoding begins) and to the
+    generation counters when a request ends: a slot's task, whether it is busy and whether it has begun decoding
+    mark every such moment (an idle slot also by its counts, for a request that came and went between polls).
+    ``n_decode_total`` moves on every token but is read only without /slots. None: read every poll.
+    """
+    if not slots:
+        return None
+    return (q, *((sl.id, sl.id_task, True, bool(sl.n_decoded)) if sl.processing else
+                 (sl.id, sl.id_task, False, sl.n_decoded, sl.context_tokens) for sl in slots))
 
 
 def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> bool:
@@ -392,17 +407,14 @@ class LlamaServerSource:
     def _read_metrics(
         self, props: Mapping[str, Any], reasons: dict[str, str], q: str = "", slots: tuple[SlotReading, ...] = ()
     ) -> tuple[bool | None, dict[str, float]]:
-        # every slot idle with the same task and counts as at the last read: nothing ran, no counter moved
-        idle: tuple[Any, ...] | None = None
-        if slots and not any(sl.processing for sl in slots):
-            idle = (q, *((sl.id, sl.id_task, sl.n_decoded, sl.context_tokens) for sl in slots))
+        key = _metrics_key(q, slots)
         memo, self._metrics_memo = self._metrics_memo, None
-        if idle is not None and memo is not None and memo[0] == idle and memo[2] < REUSE_MAX_POLLS:
-            self._metrics_memo = (idle, memo[1], memo[2] + 1)
+        if key is not None and memo is not None and memo[0] == key and memo[2] < REUSE_MAX_POLLS:
+            self._metrics_memo = (key, memo[1], memo[2] + 1)
             return True, memo[1]
         enabled, metrics = self._fetch_metrics(props, reasons, q)
-        if enabled and metrics and "metrics" not in reasons and idle is not None:
-            self._metrics_memo = (idle, metrics, 0)
+        if enabled and metrics and "metrics" not in reasons and key is not None:
+            self._metrics_memo = (key, metrics, 0)
         return enabled, metrics
 
     def _fetch_metrics(self, props: Mapping[str, Any], reasons: dict[str, str], q: str) -> tuple[bool | None,
