@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -204,6 +205,20 @@ def test_a_lone_sample_between_gaps_is_drawn_over_its_interval(window: MainWindo
     window.speed_time.refresh()
     _x, y = window.speed_time.decode_lone.getData()
     assert y is not None and len(y) == 0
+
+
+def test_an_hour_of_samples_is_drawn_with_fewer_points_and_its_peak(window: MainWindow) -> None:
+    from kvmon.gui.panels.speed_time import MAX_POINTS
+
+    mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144)
+    snaps = [mon.snapshot(i) for i in range(3600)]
+    snaps[1800] = dataclasses.replace(snaps[1800], decode_tok_s=999.0)
+    window.load(snaps)
+    window.speed_time.set_window(3600.0)
+    x, y = window.speed_time.decode.getData()
+    assert y is not None and len(y) <= MAX_POINTS and float(np.nanmax(y)) == 999.0
+    assert x[0] == pytest.approx(-3599 / 60.0) and x[-1] == 0.0
+    window.speed_time.set_window(300.0)
 
 
 def test_window_range_shortcuts_and_settings_remembered(window: MainWindow, qtbot, settings: Settings) -> None:

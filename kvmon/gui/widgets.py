@@ -78,13 +78,13 @@ class ValueLabel(QtWidgets.QWidget):
 
     def _refit(self, force: bool = False) -> None:
         """Ask the parent layout again only when the text no longer fits (or frees much of its room)."""
-        hint = self._label.sizeHint()
-        if self._label.wordWrap():
-            need = self._label.heightForWidth(self.width()) if self.width() > 0 else hint.height()
+        if self._label.wordWrap():  # only the height for the current width matters (a rich-text layout)
+            need = self._label.heightForWidth(self.width()) if self.width() > 0 else -1
             if force or need != self.height():
-                self._hint, self._min_hint = hint, self._label.minimumSizeHint()
+                self._hint, self._min_hint = self._label.sizeHint(), self._label.minimumSizeHint()
                 self.updateGeometry()
             return
+        hint = self._label.sizeHint()
         grow = hint.width() > self._hint.width() or hint.height() != self._hint.height()
         shrink = hint.width() < self._hint.width() * self.SHRINK_BELOW
         if force or grow or shrink:

@@ -6,14 +6,15 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.history import History
 from kvmon.gui import theme
-from kvmon.gui.widgets import add_curve, cache_axis, cache_static, make_plot, nice_ceiling
+from kvmon.gui.series import peak_decimate
+from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
 
 LINE_WIDTH = 1.0
-DECIMATE_ABOVE_POINTS = 1000  # windows with more samples than this are clipped to the view and peak-downsampled
+MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
 
 
 def isolated_segments(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -38,8 +39,36 @@ def isolated_segments(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndar
     return xs, np.repeat(y[idx], 2)
 
 
+class LiveCurve(pg.PlotCurveItem):
+    """A curve redrawn every poll in a view whose range kvmon sets: its bounds are that view.
+
+    pyqtgraph's curves work out their bounds from the data (NaN-aware min/max, pixel padding) each time it
+    changes, and the scene asks for them on every repaint; here the view's range stands in (the view clips
+    the curve to it anyway), so a poll costs a path and a paint, not a scan of the data.
+    """
+
+    def __init__(self, quantity: str, connect: str = "finite") -> None:
+        super().__init__(pen=theme.pen(quantity, LINE_WIDTH), connect=connect)
+        self._connect = connect
+        self._bounds = QtCore.QRectF()
+
+    def set_series(self, x: np.ndarray, y: np.ndarray, bounds: QtCore.QRectF) -> None:
+        """New data and the view range it is drawn in."""
+        if bounds != self._bounds:
+            self.prepareGeometryChange()
+            self._bounds = QtCore.QRectF(bounds)
+        self.setData(x, y, connect=self._connect)
+
+    def boundingRect(self) -> QtCore.QRectF:
+        return self._bounds
+
+
 class SpeedTimePanel(QtWidgets.QWidget):
-    """Three curves fed from the history ring buffer; the visible window is 5 min, 1 h or the whole session."""
+    """Decode, prefill and ceiling curves fed from the history ring buffer; the window is 5 min, 1 h or the session.
+
+    Made once; every poll hands each curve the window's samples (peak-downsampled past ``MAX_POINTS``). x is
+    minutes before the newest sample, so the axes keep their labels (and their cached pixmaps) while data scrolls.
+    """
 
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -48,18 +77,16 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._drawn: tuple[int, float | None] = (-1, None)
         self._y_max = -1.0
         self._x_range: tuple[float, float] | None = None
-        self._decimating: bool | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        # x is time relative to the newest sample: the axis keeps its labels (and its cached picture)
-        # while the data scrolls, instead of re-laying out clock labels every second.
         self.plot = make_plot("Speed over time", "time before now", "min", "speed", "tok/s")
-        self.plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt")
+        pi = self.plot.getPlotItem()
+        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
         # 1-px cosmetic pens: Qt's raster engine draws them on its fast path; wider ones go through the path
         # stroker, which costs more than the rest of this plot's repaint every poll
-        self.decode = add_curve(self.plot, "decode", "decode", width=LINE_WIDTH)
+        self.decode = LiveCurve("decode")
+        pi.addItem(self.decode, name="decode")
         # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
-        pi = self.plot.getPlotItem()
         self.prefill_vb = pg.ViewBox()
         pi.showAxis("right")
         pi.scene().addItem(self.prefill_vb)
@@ -73,38 +100,27 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.prefill_vb.disableAutoRange()
         self.prefill_vb.setYRange(0, 1, padding=0)
         self._prefill_y_max = -1.0
-        self.prefill = pg.PlotDataItem([], [], pen=theme.pen("prefill", LINE_WIDTH), connect="finite")
+        self.prefill = LiveCurve("prefill")
         self.prefill_vb.addItem(self.prefill)
         pi.legend.addItem(self.prefill, "prefill (right axis)")
         pi.vb.sigResized.connect(self._sync_views)
-        self.ceiling = add_curve(self.plot, "ceiling", "ceiling", width=LINE_WIDTH)
+        self.ceiling = LiveCurve("ceiling")
+        pi.addItem(self.ceiling, name="ceiling")
         # lone samples between gaps, drawn over the interval they measured (a line cannot show them)
-        self.decode_lone = pg.PlotCurveItem(pen=theme.pen("decode", LINE_WIDTH), connect="pairs")
+        self.decode_lone = LiveCurve("decode", connect="pairs")
         pi.vb.addItem(self.decode_lone)
-        self.prefill_lone = pg.PlotCurveItem(pen=theme.pen("prefill", LINE_WIDTH), connect="pairs")
+        self.prefill_lone = LiveCurve("prefill", connect="pairs")
         self.prefill_vb.addItem(self.prefill_lone)
         self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
                              "Gaps: idle, or the server was unreachable.")
-        self.plot.getPlotItem().setYRange(0, 1)
+        pi.vb.disableAutoRange()
+        pi.setYRange(0, 1)
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
 
-    def _set_decimation(self, on: bool) -> None:
-        """Clip to the view and peak-downsample only windows with more samples than the plot has pixels.
-
-        5 min at 1 Hz is 300 points: clipping and downsampling would only add work to every poll. An hour or a
-        session (up to 86,400 points) is reduced to the pixels.
-        """
-        if on == self._decimating:
-            return
-        self._decimating = on
-        for c in self.curves():
-            c.setClipToView(on)
-            c.setDownsampling(auto=on, method="peak")
-
-    def curves(self) -> tuple[pg.PlotDataItem, ...]:
+    def curves(self) -> tuple[LiveCurve, ...]:
         """The decode, prefill and ceiling curves."""
         return self.decode, self.prefill, self.ceiling
 
@@ -125,22 +141,25 @@ class SpeedTimePanel(QtWidgets.QWidget):
             return
         self._drawn = key
         v = self.history.view(self.window_s)
-        self._set_decimation(len(v) > DECIMATE_ABOVE_POINTS)
         t = (v.t_wall - v.t_wall[-1]) / 60.0
-        self.decode.setData(t, v.series["decode_tok_s"])
-        self.prefill.setData(t, v.series["prefill_tok_s"])
-        self.ceiling.setData(t, v.series["ceiling_tok_s"])
-        for lone, name in ((self.decode_lone, "decode_tok_s"), (self.prefill_lone, "prefill_tok_s")):
-            xs, ys = isolated_segments(t, v.series[name])
+        dec, pf, ceil = (v.series[n] for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
+        self._set_ranges(t, dec, pf, ceil)
+        main_rect, pf_rect = self.plot.getPlotItem().vb.viewRect(), self.prefill_vb.viewRect()
+        for curve, y, rect in ((self.decode, dec, main_rect), (self.prefill, pf, pf_rect),
+                               (self.ceiling, ceil, main_rect)):
+            curve.set_series(*peak_decimate(t, y, MAX_POINTS), rect)
+        for lone, y, rect in ((self.decode_lone, dec, main_rect), (self.prefill_lone, pf, pf_rect)):
+            xs, ys = isolated_segments(t, y)
             if xs.size or lone.xData is None or lone.xData.size:  # an empty item stays untouched
-                lone.setData(xs, ys, connect="pairs")
-        finite = [float(np.nanmax(a)) for a in (v.series["decode_tok_s"], v.series["ceiling_tok_s"])
-                  if a.size and np.isfinite(a).any()]
+                lone.set_series(xs, ys, rect)
+
+    def _set_ranges(self, t: np.ndarray, dec: np.ndarray, pf: np.ndarray, ceil: np.ndarray) -> None:
+        """Round y ranges that change only when a peak crosses them; the x range of the window."""
+        finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
         y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
         if y_max != self._y_max:
             self._y_max = y_max
             self.plot.getPlotItem().setYRange(0, y_max, padding=0)
-        pf = v.series["prefill_tok_s"]
         pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if pf.size and np.isfinite(pf).any() else 1.0
         if pf_max != self._prefill_y_max:
             self._prefill_y_max = pf_max
