@@ -47,8 +47,8 @@ class LiveCurve(pg.PlotCurveItem):
     the curve to it anyway), so a poll costs a path and a paint, not a scan of the data.
     """
 
-    def __init__(self, quantity: str, connect: str = "finite") -> None:
-        super().__init__(pen=theme.pen(quantity, LINE_WIDTH), connect=connect)
+    def __init__(self, quantity: str, name: str | None = None, connect: str = "finite") -> None:
+        super().__init__(pen=theme.pen(quantity, LINE_WIDTH), connect=connect, name=name)
         self._connect = connect
         self._bounds = QtCore.QRectF()
 
@@ -84,8 +84,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
         # 1-px cosmetic pens: Qt's raster engine draws them on its fast path; wider ones go through the path
         # stroker, which costs more than the rest of this plot's repaint every poll
-        self.decode = LiveCurve("decode")
-        pi.addItem(self.decode, name="decode")
+        self.decode = LiveCurve("decode", "decode")
+        pi.addItem(self.decode)
         # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
         self.prefill_vb = pg.ViewBox()
         pi.showAxis("right")
@@ -100,12 +100,12 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.prefill_vb.disableAutoRange()
         self.prefill_vb.setYRange(0, 1, padding=0)
         self._prefill_y_max = -1.0
-        self.prefill = LiveCurve("prefill")
+        self.prefill = LiveCurve("prefill", "prefill")
         self.prefill_vb.addItem(self.prefill)
         pi.legend.addItem(self.prefill, "prefill (right axis)")
         pi.vb.sigResized.connect(self._sync_views)
-        self.ceiling = LiveCurve("ceiling")
-        pi.addItem(self.ceiling, name="ceiling")
+        self.ceiling = LiveCurve("ceiling", "ceiling")
+        pi.addItem(self.ceiling)
         # lone samples between gaps, drawn over the interval they measured (a line cannot show them)
         self.decode_lone = LiveCurve("decode", connect="pairs")
         pi.vb.addItem(self.decode_lone)
