@@ -77,6 +77,15 @@ def device_gpu_index(device: str) -> int | None:
     return int(m.group(1)) if m.group(1) else 0
 
 
+@dataclass
+class _VramTrack:
+    """One GPU's free VRAM (and other processes' use) over the trend window, as parallel columns."""
+
+    t: deque[float] = field(default_factory=deque)
+    free: deque[float] = field(default_factory=deque)
+    others: deque[float | None] = field(default_factory=deque)
+
+
 @dataclass(frozen=True)
 class AnalyzerSettings:
     """What the user can set: thresholds, bandwidths the hardware cannot report, forecast milestones."""
@@ -137,7 +146,7 @@ class Analyzer:
         self._efficiencies: deque[float] = deque(maxlen=600)
         self._fit: Any = None
         self._fit_dirty = False
-        self._vram: dict[int, deque[tuple[float, float, float | None]]] = {}
+        self._vram: dict[int, _VramTrack] = {}
         self._curve_cache: tuple[Any, tuple[tuple[int, float], ...]] | None = None
         self._last_ok: Snapshot | None = None
         self._failure_since: float | None = None
@@ -522,29 +531,34 @@ class Analyzer:
         for g in gpus.gpus:
             if g.vram_free_bytes is None:
                 continue
-            dq = self._vram.setdefault(g.index, deque())
+            tr = self._vram.setdefault(g.index, _VramTrack())
             others = float(g.other_processes_used_bytes) if g.other_processes_used_bytes is not None else None
-            dq.append((t, float(g.vram_free_bytes), others))
-            while dq and dq[0][0] < t - window:
-                dq.popleft()
+            tr.t.append(t)
+            tr.free.append(float(g.vram_free_bytes))
+            tr.others.append(others)
+            while tr.t and tr.t[0] < t - window:
+                tr.t.popleft()
+                tr.free.popleft()
+                tr.others.popleft()
 
     def _vram_facts(self, gviews: Sequence[GpuView]) -> tuple[GpuVramFacts, ...]:
         th = self.settings.thresholds
         out = []
         for g in gviews:
-            dq = self._vram.get(g.index)
+            tr = self._vram.get(g.index)
             secs = drop = growth = span = None
-            if dq and len(dq) >= 3:
-                span = dq[-1][0] - dq[0][0]
+            if tr is not None and len(tr.t) >= 3:
+                span = tr.t[-1] - tr.t[0]
                 if span >= th.vram_trend_min_span_s:
-                    arr = np.array([(p[0], p[1]) for p in dq])  # least-squares slope of free VRAM over time
-                    dt, df = arr[:, 0] - arr[:, 0].mean(), arr[:, 1] - arr[:, 1].mean()
+                    n = len(tr.t)  # least-squares slope of free VRAM over time
+                    ts, frees = np.fromiter(tr.t, float, n), np.fromiter(tr.free, float, n)
+                    dt, df = ts - ts.mean(), frees - frees.mean()
                     var = float(dt @ dt)
                     slope = float(dt @ df) / var if var else 0.0
-                    fs = (float(arr[0, 1]), float(arr[-1, 1]))
+                    fs = (tr.free[0], tr.free[-1])
                     drop = int(max(0.0, fs[0] - fs[-1]))
-                    if dq[0][2] is not None and dq[-1][2] is not None:
-                        growth = int(dq[-1][2] - dq[0][2])
+                    if tr.others[0] is not None and tr.others[-1] is not None:
+                        growth = int(tr.others[-1] - tr.others[0])
                     if slope < 0 and -slope * span >= th.vram_trend_min_drop_bytes:
                         secs = max(0.0, fs[-1] / -slope)
             out.append(GpuVramFacts(index=g.index, name=g.name, vram_free_bytes=g.vram_free_bytes,
