@@ -28,6 +28,7 @@ class ValueLabel(QtWidgets.QWidget):
         self._tip = ""
         self._hint = self._label.sizeHint()
         self._min_hint = self._label.minimumSizeHint()
+        self._fit_len = len(text)
 
     # --- the QLabel parts callers use ---------------------------------------------------------
     def text(self) -> str:
@@ -84,11 +85,19 @@ class ValueLabel(QtWidgets.QWidget):
                 self._hint, self._min_hint = self._label.sizeHint(), self._label.minimumSizeHint()
                 self.updateGeometry()
             return
+        # Measuring rich text means laying it out: skip it while the text is no longer than the last one measured
+        # (numbers change, their length rarely does; the reserved room has a character's slack for wider glyphs).
+        n = len(self._label.text())
+        if not force and self.SHRINK_BELOW * self._fit_len <= n <= self._fit_len:
+            return
         hint = self._label.sizeHint()
+        self._fit_len = n
         grow = hint.width() > self._hint.width() or hint.height() != self._hint.height()
         shrink = hint.width() < self._hint.width() * self.SHRINK_BELOW
         if force or grow or shrink:
-            self._hint, self._min_hint = hint, self._label.minimumSizeHint()
+            slack = self._label.fontMetrics().averageCharWidth()
+            self._hint = QtCore.QSize(hint.width() + slack, hint.height())
+            self._min_hint = self._label.minimumSizeHint()
             self.updateGeometry()
 
     def set(self, text: str, tooltip: str | None = None) -> bool:
