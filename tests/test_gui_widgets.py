@@ -40,7 +40,7 @@ def _panel(qtbot) -> tuple[QtWidgets.QWidget, ValueLabel, LayoutRequests]:
 
 
 def test_a_new_number_of_the_same_length_relays_out_nothing(qtbot) -> None:
-    panel, label, counter = _panel(qtbot)
+    _w, label, counter = _panel(qtbot)
     width = label.width()
     for n in ("1.23K", "1.24K", "1.25K", "9.99K"):
         assert label.set(f"context <b>{n}</b> of 32.8K tokens")
@@ -50,7 +50,7 @@ def test_a_new_number_of_the_same_length_relays_out_nothing(qtbot) -> None:
 
 
 def test_longer_text_gets_room_and_much_shorter_text_gives_it_back(qtbot) -> None:
-    panel, label, counter = _panel(qtbot)
+    _w, label, counter = _panel(qtbot)
     before = label.sizeHint().width()
     label.set("context <b>1.20K</b> of 32.8K tokens · 4 slots, 2 of them busy")
     QtWidgets.QApplication.processEvents()
@@ -62,7 +62,7 @@ def test_longer_text_gets_room_and_much_shorter_text_gives_it_back(qtbot) -> Non
 
 
 def test_tooltip_and_unchanged_text(qtbot) -> None:
-    _panel_, label, _counter = _panel(qtbot)
+    _w, label, _counter = _panel(qtbot)
     assert label.set("context <b>1.20K</b> of 32.8K tokens", "measured") is True  # the tooltip is new
     assert label.toolTip() == "measured"
     assert label.set("context <b>1.20K</b> of 32.8K tokens", "measured") is False
