@@ -226,8 +226,8 @@ class LlamaServerSource:
         self._polls_since_health = 0
         self._props_memo: tuple[Mapping[str, Any], str, int] | None = None  # (props, router query, polls reused)
         self._busy = False  # a slot was generating at the last poll
-        self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (idle slots, counters, uses)
-        self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (metadata key, (shape, why))
+        self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
+        self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (GGUF file key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
         self._proc: psutil.Process | None = None
@@ -273,9 +273,10 @@ class LlamaServerSource:
         memo, self._props_memo = self._props_memo, None  # a poll that raises reads /props again
         if checked:
             self._check_health()
-        if memo is not None and self._busy and not checked and memo[2] < REUSE_MAX_POLLS:
-            props, q, reused = memo
-            next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, reused + 1)
+        reused = memo is not None and self._busy and not checked and memo[2] < REUSE_MAX_POLLS
+        if reused and memo is not None:
+            props, q, times = memo
+            next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, times + 1)
         else:
             read, q = self._read_props(reasons, checked)
             if read is None:
@@ -283,8 +284,7 @@ class LlamaServerSource:
                                      state="idle", reasons=reasons)
             props = read
             next_memo = (props, q, 0) if "props" not in reasons else None
-        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall, reused=memo is not None and
-                                         next_memo is not None and next_memo[2] > 0)
+        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall, reused=reused)
         self._props_memo = next_memo
         return reading
 
@@ -548,8 +548,8 @@ class LlamaServerSource:
             shape_source = "user"
         if metadata is not None:
             arch = _str(metadata.get("general.architecture"))
-            # the same file header (path, size, mtime) and overrides give the same shape: build it once
-            mkey = (tuple(self._gguf_cache) if full_path is not None else None, repr(self._model_override))
+            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): build it once
+            mkey = tuple(self._gguf_cache) if full_path is not None else None
             if self._shape_memo is None or self._shape_memo[0] != mkey:
                 self._shape_memo = (mkey, _shape_from_metadata(metadata))
             shape, swhy = self._shape_memo[1]
