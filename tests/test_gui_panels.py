@@ -189,22 +189,54 @@ def test_gaps_are_nan_in_the_plot_not_zero(window: MainWindow) -> None:
 
 def test_a_lone_sample_between_gaps_is_drawn_over_its_interval(window: MainWindow) -> None:
     """A short reply gives one decode sample between idle polls: a line cannot show it, a segment over its interval
-    (from the previous poll to its own) does."""
+    (from the previous poll to its own) does; a longer run starts at the poll before its first sample."""
     mon = SyntheticMonitor()
     snaps = [mon.snapshot(i) for i in range(6)]
     for i, snap in enumerate(snaps):
         window.on_snapshot(snap if i == 2 else dataclasses.replace(snap, decode_tok_s=None))
     window.speed_time.refresh()
-    x, y = window.speed_time.decode_lone.getData()
-    assert y is not None and list(y) == [snaps[2].decode_tok_s] * 2
-    minutes = [(snaps[i].t_wall - snaps[-1].t_wall) / 60.0 for i in (1, 2)]
-    assert list(x) == pytest.approx(minutes)
+    x, y = window.speed_time.decode.drawn()
+    finite = np.isfinite(y)
+    assert list(y[finite]) == [snaps[2].decode_tok_s] * 2
+    assert list(x[finite]) == pytest.approx([snaps[1].t_wall, snaps[2].t_wall])
     window.reset()
-    for snap in snaps:  # every sample joined to the next: the line draws them, no segment
-        window.on_snapshot(snap)
+    for i, snap in enumerate(snaps):  # one run after an idle poll: drawn from that poll on
+        window.on_snapshot(snap if i else dataclasses.replace(snap, decode_tok_s=None))
     window.speed_time.refresh()
-    _x, y = window.speed_time.decode_lone.getData()
-    assert y is not None and len(y) == 0
+    x, y = window.speed_time.decode.drawn()
+    assert len(x) == len(snaps) + 1 and y[1] == y[2] == snaps[1].decode_tok_s
+    assert list(x[1:3]) == [snaps[0].t_wall, snaps[1].t_wall]
+
+
+def test_a_poll_extends_the_strip_chart_and_repaints_only_its_new_segment(window: MainWindow) -> None:
+    """Within a step the time axis stays and a poll repaints a sliver; at the right edge the axis steps on."""
+    st = window.speed_time
+    mon = SyntheticMonitor()
+    for i in range(30):
+        window.on_snapshot(mon.snapshot(i))
+    st.refresh()
+    x_range = st.x_range()
+    width = st.plot.getPlotItem().vb.width()
+    assert x_range[1] - x_range[0] == pytest.approx(300.0)
+    n_before = len(st.decode.getData()[0])
+    snap = mon.snapshot(30)
+    if snap.t_wall >= x_range[1]:  # this sample would step the axis: take the next step's first one instead
+        window.on_snapshot(snap)
+        st.refresh()
+        x_range, n_before = st.x_range(), len(st.decode.getData()[0])
+        snap = mon.snapshot(31)
+    window.on_snapshot(snap)
+    st.refresh()
+    assert st.x_range() == x_range and len(st.decode.getData()[0]) == n_before + 1
+    assert st.decode.getData()[0][-1] == snap.t_wall
+    assert 0 < st.decode.last_dirty.width() < width / 10
+    i = 32
+    while mon.snapshot(i).t_wall < x_range[1]:
+        i += 1
+    window.on_snapshot(mon.snapshot(i))  # past the right edge (after a gap of polls): the axis steps on
+    st.refresh()
+    assert st.x_range()[1] > x_range[1] and st.x_range()[1] - st.x_range()[0] == pytest.approx(300.0)
+    assert st.decode.getData()[0][-1] == mon.snapshot(i).t_wall
 
 
 def test_an_hour_of_samples_is_drawn_with_fewer_points_and_its_peak(window: MainWindow) -> None:
@@ -217,7 +249,9 @@ def test_an_hour_of_samples_is_drawn_with_fewer_points_and_its_peak(window: Main
     window.speed_time.set_window(3600.0)
     x, y = window.speed_time.decode.getData()
     assert y is not None and len(y) <= MAX_POINTS and float(np.nanmax(y)) == 999.0
-    assert x[0] == pytest.approx(-3599 / 60.0) and x[-1] == 0.0
+    assert x[0] == pytest.approx(snaps[0].t_wall) and x[-1] == snaps[-1].t_wall
+    x0, x1 = window.speed_time.x_range()
+    assert x1 - x0 == 3600.0 and x[0] <= x0 < x[0] + 300 and x[-1] < x1  # the axis steps by 4 min
     window.speed_time.set_window(300.0)
 
 

@@ -40,6 +40,12 @@ def test_ring_wraps_keeping_the_newest() -> None:
     w = h.view(2.5)
     assert w.t.tolist() == [9, 10, 11]
 
+    # the newest rows, across the wrap point, for a plot that appends
+    t_wall, series = h.tail(3)
+    assert t_wall.tolist() == [1e9 + 9, 1e9 + 10, 1e9 + 11]
+    assert series["decode_tok_s"].tolist() == [9, 10, 11]
+    assert len(h.tail(0)[0]) == 0 and len(h.tail(99)[0]) == 5
+
 
 def test_windows() -> None:
     h = History(capacity=1000)

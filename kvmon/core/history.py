@@ -172,6 +172,11 @@ class History:
             scatter_decode_tok_s=sc[:, 2],
         )
 
+    def tail(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The newest ``n`` rows, oldest first: wall-clock times and the scalar series (for a plot that appends)."""
+        rows = self._main.last_rows(n)
+        return rows[:, 1], {name: rows[:, 2 + i] for i, name in enumerate(SERIES)}
+
     def scatter_points(self) -> tuple[np.ndarray, np.ndarray]:
         """All of this session's (context tokens, decode tok/s) points, for the speed-vs-context plot."""
         sc = self._scatter.last_rows(self._scatter.count)

@@ -110,6 +110,9 @@ def plotted_series(panel: Any) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(name, x, y) of every data item on the panel's plot, including items on a second axis (``panel.prefill``)."""
     plot = plot_of(panel)
     items: list[Any] = list(plot.getPlotItem().listDataItems())
+    own = getattr(panel, "curves", None)  # a panel that draws its own curves (speed over time) lists them
+    if callable(own):
+        items.extend(c for c in own() if c not in items)
     for attr in ("prefill", "here"):  # items outside the legend or on another ViewBox
         extra = getattr(panel, attr, None)
         if extra is not None and extra not in items and hasattr(extra, "getData"):
@@ -145,7 +148,7 @@ def plot_csv_text(panel: Any) -> str:
     plot = plot_of(panel)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["series", _axis(plot, "bottom"), _axis(plot, "left")])
+    w.writerow(["series", getattr(panel, "x_csv_label", None) or _axis(plot, "bottom"), _axis(plot, "left")])
     for name, x, y in plotted_series(panel):
         for a, b in zip(x, y, strict=False):
             w.writerow([caption.scrub(name), _cell(a), _cell(b)])

@@ -1,4 +1,10 @@
-"""Speed over time: decode and prefill tok/s with the ceiling (dashed); gaps where nothing was measured."""
+"""Speed over time: decode and prefill tok/s with the ceiling (dashed) as a strip chart; gaps where none measured.
+
+The clock-time axis stands still for a step (a fifteenth of the window) while each poll extends the curves to the
+right, so a poll repaints only the few pixels its new segments cover; when the newest sample reaches the right
+edge the axis steps on and the window is drawn again. Curves are kept in the view's pixel coordinates (mapped
+with numpy when drawn again), so a repaint strokes a path without a data-to-pixel transform.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.history import History
 from kvmon.gui import theme
@@ -15,162 +21,258 @@ from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
 
 LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
+STEPS_PER_WINDOW = 15  # the time axis moves on in steps of this fraction of the window
+MAX_APPEND = 60  # more new samples than this at once (a replay jump, a long pause): draw the window again
+_NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
-def isolated_segments(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Samples with no finite neighbour, as (start, end) pairs over the interval each one measured.
+def step_s(span_s: float) -> float:
+    """The axis step for a visible span: a round number of seconds near a fifteenth of it."""
+    want = max(span_s, 1.0) / STEPS_PER_WINDOW
+    return float(next((s for s in _NICE_STEPS_S if s >= want), _NICE_STEPS_S[-1]))
 
-    A line joining finite samples cannot show a lone one (a reply that gave one decode sample, a short prompt
-    that gave one prefill sample); a rate sample is the average over the interval since the previous poll, so
-    it is drawn as a flat segment over that interval.
+
+def with_lead_ins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The polyline drawn for rate samples: each run of finite samples starts at the previous poll's time.
+
+    A rate sample is the average over the interval since the previous poll, so a run's first sample is drawn
+    flat over that interval; a lone sample between gaps (a reply that gave one decode sample) becomes a short
+    segment instead of a point a line cannot show. NaN stays NaN (a gap).
     """
-    f = np.isfinite(y)
-    if f.size == 0:
-        return np.empty(0), np.empty(0)
-    lone = f.copy()
-    lone[1:] &= ~f[:-1]
-    lone[:-1] &= ~f[1:]
-    idx = np.nonzero(lone)[0]
-    if idx.size == 0:
-        return np.empty(0), np.empty(0)
-    step = float(np.median(np.diff(t))) if t.size > 1 else 0.0
-    start = np.where(idx > 0, t[np.maximum(idx - 1, 0)], t[idx] - step)
-    xs = np.column_stack([start, t[idx]]).ravel()
-    return xs, np.repeat(y[idx], 2)
+    finite = np.isfinite(y)
+    if not finite.any():
+        return x, y
+    starts = np.nonzero(finite & ~np.concatenate(([False], finite[:-1])))[0]
+    step = float(np.median(np.diff(x))) if x.size > 1 else 0.0
+    lead_x = np.where(starts > 0, x[np.maximum(starts - 1, 0)], x[starts] - step)
+    return np.insert(x, starts, lead_x), np.insert(y, starts, y[starts])
 
 
-class LiveCurve(pg.PlotCurveItem):
-    """A curve redrawn every poll in a view whose range kvmon sets: its bounds are that view.
+class StripCurve(QtWidgets.QGraphicsItem):
+    """One quantity's curve in a view's pixel coordinates: drawn again when the axes move, extended in between.
 
-    pyqtgraph's curves work out their bounds from the data (NaN-aware min/max, pixel padding) each time it
-    changes, and the scene asks for them on every repaint; here the view's range stands in (the view clips
-    the curve to it anyway), so a poll costs a path and a paint, not a scan of the data.
+    ``getData`` gives the samples (clock seconds, tok/s) for exports; ``drawn`` the polyline with its lead-ins
+    (data coordinates); ``last_dirty`` the region the last append asked to repaint (pixels). Appends are plain
+    Python floats kept in lists (a poll adds one sample; numpy's per-call cost would outweigh the work).
     """
 
-    def __init__(self, quantity: str, name: str | None = None, connect: str = "finite") -> None:
-        super().__init__(pen=theme.pen(quantity, LINE_WIDTH), connect=connect, name=name)
-        self._connect = connect
+    def __init__(self, quantity: str, name: str, parent: QtWidgets.QGraphicsItem) -> None:
+        super().__init__(parent)
+        self._pen = theme.pen(quantity, LINE_WIDTH)
+        self._pen.setCosmetic(True)
+        self.opts = {"pen": self._pen, "name": name, "antialias": False}  # what pyqtgraph's legend reads
+        self._name = name
+        self._path = QtGui.QPainterPath()
         self._bounds = QtCore.QRectF()
+        self._x = self._y = self._dx = self._dy = np.empty(0)  # as last drawn in full
+        self._tail: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])  # appended since
+        self._last: tuple[float, bool] | None = None  # the newest sample's time and whether it was finite
+        self._map = (0.0, 1.0, 0.0, 1.0, 1.0, 1.0)  # x0, x1, y0, y1, width, height
+        self.last_dirty = QtCore.QRectF()
+        self.setZValue(10)
 
-    def set_series(self, x: np.ndarray, y: np.ndarray, bounds: QtCore.QRectF) -> None:
-        """New data and the view range it is drawn in."""
+    def name(self) -> str:
+        return self._name
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:  # pyqtgraph's name: exports read it
+        tx, ty, _dx, _dy = self._tail
+        return np.concatenate((self._x, tx)), np.concatenate((self._y, ty))
+
+    def drawn(self) -> tuple[np.ndarray, np.ndarray]:
+        """The polyline as drawn (with the lead-in of every run), in data coordinates."""
+        _tx, _ty, dx, dy = self._tail
+        return np.concatenate((self._dx, dx)), np.concatenate((self._dy, dy))
+
+    def set_data(self, x: np.ndarray, y: np.ndarray, mapping: tuple[float, float, float, float, float, float]) -> None:
+        """Samples and the mapping (x range, y range, view size in pixels); the whole path is built again."""
+        self._x, self._y = x, y
+        self._dx, self._dy = with_lead_ins(x, y)
+        self._tail = ([], [], [], [])
+        self._last = (float(x[-1]), math.isfinite(float(y[-1]))) if x.size else None
+        self.remap(mapping)
+
+    def remap(self, mapping: tuple[float, float, float, float, float, float]) -> None:
+        """The view was resized or its ranges changed: the same data, new pixels."""
+        self._dx, self._dy = self.drawn()
+        self._x, self._y = self.getData()
+        self._tail = ([], [], [], [])
+        self._map = mapping
+        bounds = QtCore.QRectF(0.0, 0.0, mapping[4], mapping[5])
         if bounds != self._bounds:
             self.prepareGeometryChange()
-            self._bounds = QtCore.QRectF(bounds)
-        self.setData(x, y, connect=self._connect)
+            self._bounds = bounds
+        x0, x1, y0, y1, w, h = mapping
+        px = (self._dx - x0) * (w / (x1 - x0))
+        py = h - (self._dy - y0) * (h / (y1 - y0))
+        self._path = pg.arrayToQPath(px, py, connect="finite") if px.size else QtGui.QPainterPath()
+        self.update()
+
+    def append(self, xs: list[float], ys: list[float]) -> None:
+        """New samples after the last one, within the current ranges: extend the path, repaint only them."""
+        x0, x1, y0, y1, w, h = self._map
+        sx, sy = w / (x1 - x0), h / (y1 - y0)
+        tx, ty, dx, dy = self._tail
+        prev_x, prev_finite = self._last if self._last is not None else (xs[0], False)
+        dirty = QtCore.QRectF()
+        for x, y in zip(xs, ys, strict=True):
+            finite = math.isfinite(y)
+            if finite:
+                px, py = (x - x0) * sx, h - (y - y0) * sy
+                if prev_finite:
+                    start = self._path.currentPosition()
+                else:  # a run starts: flat from the previous poll
+                    start = QtCore.QPointF((prev_x - x0) * sx, py)
+                    self._path.moveTo(start)
+                    dx.append(prev_x)
+                    dy.append(y)
+                self._path.lineTo(px, py)
+                dirty = dirty.united(QtCore.QRectF(start, QtCore.QPointF(px, py)).normalized())
+            tx.append(x)
+            ty.append(y)
+            dx.append(x)
+            dy.append(y)
+            prev_x, prev_finite = x, finite
+        self._last = (prev_x, prev_finite)
+        if not dirty.isNull():
+            self.last_dirty = dirty.adjusted(-2.0, -2.0, 2.0, 2.0)
+            self.update(self.last_dirty)
+
+    def last_time(self) -> float | None:
+        """The newest sample's time (None before any)."""
+        return None if self._last is None else self._last[0]
 
     def boundingRect(self) -> QtCore.QRectF:
         return self._bounds
+
+    def paint(self, p: QtGui.QPainter, *_args: object) -> None:
+        p.setPen(self._pen)
+        p.drawPath(self._path)
 
 
 class SpeedTimePanel(QtWidgets.QWidget):
     """Decode, prefill and ceiling curves fed from the history ring buffer; the window is 5 min, 1 h or the session.
 
-    Made once; every poll hands each curve the window's samples (peak-downsampled past ``MAX_POINTS``). x is
-    minutes before the newest sample, so the axes keep their labels (and their cached pixmaps) while data scrolls.
+    Made once; a poll appends its sample to each curve; when the axes must move (the newest sample reached the
+    right edge, a new peak, another window) the window's samples are drawn again, peak-downsampled past
+    ``MAX_POINTS``. x is clock time (seconds since the epoch; the axis shows local time).
     """
+
+    x_csv_label = "time (unix s)"
 
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.history = history
         self.window_s: float | None = 300.0
         self._drawn: tuple[int, float | None] = (-1, None)
-        self._y_max = -1.0
-        self._x_range: tuple[float, float] | None = None
+        self._x_range = (0.0, 1.0)
+        self._y_max = 1.0
+        self._prefill_y_max = 1.0
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Speed over time", "time before now", "min", "speed", "tok/s")
+        self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
+                              axis_items={"bottom": pg.DateAxisItem(orientation="bottom")})
         pi = self.plot.getPlotItem()
+        pi.vb.disableAutoRange()
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
-        # 1-px cosmetic pens: Qt's raster engine draws them on its fast path; wider ones go through the path
-        # stroker, which costs more than the rest of this plot's repaint every poll
-        self.decode = LiveCurve("decode", "decode")
-        pi.addItem(self.decode)
-        # Prefill runs 10-100× faster than decode: its own right-hand axis keeps decode readable.
-        self.prefill_vb = pg.ViewBox()
+        vb = pi.vb
+        self.decode = StripCurve("decode", "decode", vb)
+        # Prefill runs 10-100× faster than decode: its own right-hand axis (own range) keeps decode readable.
+        self.prefill = StripCurve("prefill", "prefill", vb)
+        self.ceiling = StripCurve("ceiling", "ceiling", vb)
+        right = pi.getAxis("right")
         pi.showAxis("right")
-        pi.scene().addItem(self.prefill_vb)
-        pi.getAxis("right").linkToView(self.prefill_vb)
-        pi.getAxis("right").setLabel("prefill", units="tok/s", color=theme.hex_color("prefill"))
-        pi.getAxis("right").enableAutoSIPrefix(False)
-        cache_axis(pi.getAxis("right"))
-        self.prefill_vb.setXLink(pi)
-        # a fixed, round y range (changed only when the peak crosses it) instead of auto-range: an auto-ranged
-        # axis re-lays out its labels whenever the window's peak scrolls out, a full axis repaint each time
-        self.prefill_vb.disableAutoRange()
-        self.prefill_vb.setYRange(0, 1, padding=0)
-        self._prefill_y_max = -1.0
-        self.prefill = LiveCurve("prefill", "prefill")
-        self.prefill_vb.addItem(self.prefill)
-        pi.legend.addItem(self.prefill, "prefill (right axis)")
-        pi.vb.sigResized.connect(self._sync_views)
-        self.ceiling = LiveCurve("ceiling", "ceiling")
-        pi.addItem(self.ceiling)
-        # lone samples between gaps, drawn over the interval they measured (a line cannot show them)
-        self.decode_lone = LiveCurve("decode", connect="pairs")
-        pi.vb.addItem(self.decode_lone)
-        self.prefill_lone = LiveCurve("prefill", connect="pairs")
-        self.prefill_vb.addItem(self.prefill_lone)
+        right.unlinkFromView()
+        right.setLabel("prefill", units="tok/s", color=theme.hex_color("prefill"))
+        right.enableAutoSIPrefix(False)
+        cache_axis(right)
+        for curve, label in ((self.decode, "decode"), (self.prefill, "prefill (right axis)"),
+                             (self.ceiling, "ceiling")):
+            pi.legend.addItem(curve, label)
+        vb.sigResized.connect(self._remap)
         self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
-                             "Gaps: idle, or the server was unreachable.")
-        pi.vb.disableAutoRange()
-        pi.setYRange(0, 1)
+                             "Gaps: idle, or the server was unreachable. Each run of samples starts at the "
+                             "poll before its first one (a rate is an average over the interval since then).")
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
 
-    def curves(self) -> tuple[LiveCurve, ...]:
+    def curves(self) -> tuple[StripCurve, ...]:
         """The decode, prefill and ceiling curves."""
         return self.decode, self.prefill, self.ceiling
 
-    def _sync_views(self) -> None:
-        self.prefill_vb.setGeometry(self.plot.getPlotItem().vb.sceneBoundingRect())
+    def x_range(self) -> tuple[float, float]:
+        """The time axis now (clock seconds)."""
+        return self._x_range
 
     def set_window(self, seconds: float | None) -> None:
         """Visible range in seconds (None = session)."""
         self.window_s = seconds
         self._drawn = (-1, None)
-        self._x_range = None
         self.refresh()
 
-    def refresh(self) -> None:
-        """Push the visible window to the curves if history grew since the last draw."""
-        key = (self.history.appended, self.window_s)
-        if key == self._drawn or len(self.history) == 0:
-            return
-        self._drawn = key
-        v = self.history.view(self.window_s)
-        t = (v.t_wall - v.t_wall[-1]) / 60.0
-        dec, pf, ceil = (v.series[n] for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
-        self._set_ranges(t, dec, pf, ceil)
-        main_rect, pf_rect = self.plot.getPlotItem().vb.viewRect(), self.prefill_vb.viewRect()
-        for curve, y, rect in ((self.decode, dec, main_rect), (self.prefill, pf, pf_rect),
-                               (self.ceiling, ceil, main_rect)):
-            curve.set_series(*peak_decimate(t, y, MAX_POINTS), rect)
-        for lone, y, rect in ((self.decode_lone, dec, main_rect), (self.prefill_lone, pf, pf_rect)):
-            xs, ys = isolated_segments(t, y)
-            if xs.size or lone.xData is None or lone.xData.size:  # an empty item stays untouched
-                lone.set_series(xs, ys, rect)
+    def _mappings(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        vb = self.plot.getPlotItem().vb
+        w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
+        x0, x1 = self._x_range
+        return (x0, x1, 0.0, self._y_max, w, h), (x0, x1, 0.0, self._prefill_y_max, w, h)
 
-    def _set_ranges(self, t: np.ndarray, dec: np.ndarray, pf: np.ndarray, ceil: np.ndarray) -> None:
-        """Round y ranges that change only when a peak crosses them; the x range of the window."""
-        finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
-        y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
-        if y_max != self._y_max:
-            self._y_max = y_max
-            self.plot.getPlotItem().setYRange(0, y_max, padding=0)
-        pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if pf.size and np.isfinite(pf).any() else 1.0
-        if pf_max != self._prefill_y_max:
-            self._prefill_y_max = pf_max
-            self.prefill_vb.setYRange(0, pf_max, padding=0)
-        if self.window_s is None:  # session: widen in whole steps so the axis does not rescale every poll
-            span = float(-t[0])
-            step = 1.0 if span < 10 else 10.0 if span < 120 else 60.0
-            start = -math.ceil(max(span, 1e-9) / step) * step
+    def _remap(self) -> None:
+        main, pf = self._mappings()
+        for curve in (self.decode, self.ceiling):
+            curve.remap(main)  # type: ignore[arg-type]
+        self.prefill.remap(pf)  # type: ignore[arg-type]
+
+    def refresh(self) -> None:
+        """Bring the curves up to the history: append the new samples, or draw the window again."""
+        appended = self.history.appended
+        if (appended, self.window_s) == self._drawn or len(self.history) == 0:
+            return
+        new = appended - self._drawn[0]
+        if self._drawn[1] == self.window_s and 0 < new <= MAX_APPEND and self._append(new):
+            self._drawn = (appended, self.window_s)
+            return
+        self._drawn = (appended, self.window_s)
+        self._redraw()
+
+    def _append(self, new: int) -> bool:
+        """Extend the curves by the ``new`` newest samples if the axes can stay; False when they must move."""
+        t_arr, series = self.history.tail(new)
+        t = t_arr.tolist()
+        last = self.decode.last_time()
+        if t[-1] >= self._x_range[1] or (last is not None and t[0] <= last):  # right edge reached, clock went back
+            return False
+        dec, pf, ceil = (series[n].tolist() for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
+        if (max((v for v in dec + ceil if math.isfinite(v)), default=0.0) > self._y_max
+                or max((v for v in pf if math.isfinite(v)), default=0.0) > self._prefill_y_max):
+            return False  # a new peak: the y axis must grow
+        self.decode.append(t, dec)
+        self.ceiling.append(t, ceil)
+        self.prefill.append(t, pf)
+        return True
+
+    def _redraw(self) -> None:
+        """The window's samples, peak-downsampled, with axes that stay for a step."""
+        v = self.history.view(self.window_s)
+        t = v.t_wall
+        dec, pf, ceil = (v.series[n] for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
+        newest = float(t[-1])
+        if self.window_s is None:
+            step = step_s(newest - float(t[0]))
+            left = math.floor(float(t[0]) / step) * step
+            right = (math.floor(newest / step) + 1) * step
         else:
-            start = -self.window_s / 60.0
-        x_range = (min(start, -1.0), 0.0)
-        if x_range != self._x_range:
-            self._x_range = x_range
-            self.plot.getPlotItem().setXRange(*x_range, padding=0.0)
+            step = step_s(self.window_s)
+            right = (math.floor(newest / step) + 1) * step
+            left = right - self.window_s
+        finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
+        self._y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
+        self._prefill_y_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if np.isfinite(pf).any() else 1.0
+        self._x_range = (left, right)
+        pi = self.plot.getPlotItem()
+        pi.setXRange(left, right, padding=0.0)
+        pi.setYRange(0.0, self._y_max, padding=0.0)
+        pi.getAxis("right").setRange(0.0, self._prefill_y_max)
+        main, pf_map = self._mappings()
+        for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
+            curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)  # type: ignore[arg-type]
