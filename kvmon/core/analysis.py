@@ -753,7 +753,7 @@ class Analyzer:
         # The robust fit costs tens of ms with hundreds of points: refit on every new point while there are
         # few, then when the points grew by a tenth or a minute has passed.
         n_pts = len(self._fit_points)
-        if self._fit_dirty and (n_pts < 64 or self._fit_t is None or n_pts >= 1.1 * self._fit_n
+        if self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.1 * self._fit_n
                                 or now - self._fit_t >= 60.0):
             self._fit = forecast_mod.fit_decode(list(self._fit_points)) if n_pts >= 2 else None
             self._fit_dirty = False

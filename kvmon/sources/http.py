@@ -108,6 +108,7 @@ class HttpClient:
         # client's redirect, auth, cookie and hook layers (unused here) cost about a third of a request's CPU.
         self._headers = httpx.Headers({**dict(self._client.headers), **headers})
         self._timeouts = timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}  # parsed once per path: a poll asks the same few paths again
 
     def __repr__(self) -> str:  # never show the key
         return f"HttpClient({self.display_url!r}, api_key={'set' if self._api_key else 'none'})"
@@ -122,8 +123,13 @@ class HttpClient:
         # the whole-request deadline either.
         deadline = time.monotonic() + self._deadline_s
         try:
-            req = httpx.Request(method, self.base_url + ("" if path.startswith("/") else "/") + path,
-                                headers=self._headers, json=json_body, extensions={"timeout": self._timeouts})
+            url = self._urls.get(path)
+            if url is None:
+                url = httpx.URL(self.base_url + ("" if path.startswith("/") else "/") + path)
+                if len(self._urls) < 64:
+                    self._urls[path] = url
+            req = httpx.Request(method, url, headers=self._headers, json=json_body,
+                                extensions={"timeout": self._timeouts})
             resp = self._transport.handle_request(req)
             resp.request = req
             try:

@@ -10,6 +10,7 @@ endpoint shows from the local process (argv/environment), the server's log, and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from kvmon.sources.llama_log import LogFollower
 BACKEND = "llama-server"
 METRIC_PREFIX = "llamacpp:"
 PROCESS_RECHECK_S = 30.0
+PROCESS_ALIVE_CHECK_S = 5.0  # how often the known server process is checked to be still the same one
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
 # While a slot generates, the server is awake and its model fixed: the last /props answer stands for up to this
 # many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
@@ -59,6 +61,13 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+@functools.cache
+def _default_config() -> ServerConfig:
+    """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" is left unknown: without the argv
+    it is a guess, so the log, the user or the slot count decide."""
+    return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None)
 
 
 def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
@@ -232,6 +241,7 @@ class LlamaServerSource:
         self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
         self._proc: psutil.Process | None = None
         self._proc_checked_at: float | None = None
+        self._proc_alive_at = 0.0
         self._proc_reason: str | None = None
         self._proc_facts: tuple[tuple[int, float | None], tuple[ServerConfig | None, tuple[int, ...],
                                                                dict[str, str]]] | None = None
@@ -587,8 +597,11 @@ class LlamaServerSource:
             return None
         now = time.monotonic()
         if self._proc is not None:
+            if now - self._proc_alive_at < PROCESS_ALIVE_CHECK_S:
+                return self._proc
             try:
-                if self._proc.is_running():
+                if self._proc.is_running():  # reads /proc: not on every poll
+                    self._proc_alive_at = now
                     return self._proc
             except psutil.Error:
                 pass
@@ -628,10 +641,7 @@ class LlamaServerSource:
 
     def _config(self, reasons: dict[str, str]) -> tuple[ServerConfig, tuple[int, ...]]:
         """Defaults < local process argv/environment < log file < user settings, field by field."""
-        defaults = parse_llama_server_args([]).config
-        # without the argv, "-np auto ⇒ unified" is a guess: leave it to the log, the user or the slot count
-        defaults = dataclasses.replace(defaults, kv_unified=None)
-        layers: list[ServerConfig | None] = [defaults]
+        layers: list[ServerConfig | None] = [_default_config()]
         pids: tuple[int, ...] = ()
         proc = self._local_process()
         if proc is not None:
