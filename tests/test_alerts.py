@@ -153,7 +153,7 @@ def test_spill_partial_offload_metrics_and_advice_messages() -> None:
                                                "by PCIe")
     assert by["metrics_disabled"].message.startswith("/metrics is disabled: start llama-server with --metrics")
     assert by["metrics_disabled"].level is AlertLevel.INFO
-    assert by["kv_cache_advice"].message == "`-ctk q8_0 -ctv q8_0` would give ~51.4 tok/s here and free 3.10 GiB"
+    assert by["kv_cache_advice"].message == "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here and free 3.10 GiB"
 
 
 def test_partial_offload_ollama() -> None:

@@ -383,3 +383,18 @@ def test_snapshot_without_server_data_renders(window: MainWindow) -> None:
                                 connection=Connection(ConnectionStatus.UNREACHABLE, "connection refused")))
     assert "Server gone" in window.alerts.label.text()
     assert window.header.speed.text().count("—") == 2
+
+
+def test_the_depth_marker_ignores_a_wobble_but_follows_a_change(window: MainWindow) -> None:
+    """Decode speed wobbles by a fraction of a token per second between polls: the marker (and the plot) stays;
+    a real change moves it."""
+    s = SyntheticMonitor().snapshot(3)
+    assert s.decode_tok_s is not None
+    window.on_snapshot(s)
+    here = window.speed_context.here
+    y0 = float(here.getData()[1][0])
+    assert y0 == pytest.approx(s.decode_tok_s)
+    window.on_snapshot(dataclasses.replace(s, seq=4, decode_tok_s=s.decode_tok_s + 0.4))
+    assert float(here.getData()[1][0]) == y0
+    window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=s.decode_tok_s * 0.8))
+    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s * 0.8)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvmon.core.snapshot import Alert, AlertLevel
-from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration, fmt_tok_s
+from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,8 @@ def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | 
     best = next((a for a in f.advice if a.freed_bytes >= limit), None)
     if best is None:
         return None, "", None
-    speed = f"give ~{fmt_tok_s(best.tok_s)} here and " if best.tok_s else ""
+    # a forecast: whole tokens per second (a tenth would be false precision, and would change every poll)
+    speed = f"give ~{best.tok_s:.0f} tok/s here and " if best.tok_s else ""
     return (AlertLevel.INFO, f"`{best.flags}` would {speed}free {fmt_bytes(best.freed_bytes)}",
             float(best.freed_bytes))
 

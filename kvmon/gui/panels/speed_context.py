@@ -86,6 +86,16 @@ class SpeedContextPanel(QtWidgets.QWidget):
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         return max(ys, default=1.0)
 
+    def _marker_y(self, y: float) -> float:
+        """The marker's height, moved only when the speed changed by more than 2 % of the axis (a few pixels):
+        decode speed wobbles by a token per second from poll to poll, and each wobble would repaint the plot."""
+        prev = self._keys.get("here")
+        y_prev = prev[1] if isinstance(prev, tuple) else None
+        y_axis = float(self.plot.getPlotItem().vb.viewRange()[1][1]) or 1.0
+        if isinstance(y_prev, float) and abs(y - y_prev) <= 0.02 * y_axis:
+            return y_prev
+        return float(y)
+
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the depth-related parts of a snapshot."""
         n_ctx = s.model.n_ctx
@@ -121,17 +131,16 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
         y_here = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
         here = (None if s.context_tokens is None else round(s.context_tokens * 800 / x_max),
-                None if y_here is None else _sig(y_here, 2))
+                None if y_here is None else self._marker_y(y_here))
         if self._changed("here", here):
             if s.context_tokens is None:
                 self.here.setData([], [])
                 self.here_line.hide()
             else:
-                y = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
-                if y is None:
+                if here[1] is None:
                     self.here.setData([], [])
                 else:
-                    self.here.setData([s.context_tokens], [y])
+                    self.here.setData([s.context_tokens], [here[1]])
                 self.here_line.setValue(s.context_tokens)
                 self.here_line.show()
         enough = fc.fit_points >= MIN_FORECAST_POINTS
