@@ -251,7 +251,7 @@ def test_an_hour_of_samples_is_drawn_with_fewer_points_and_its_peak(window: Main
     assert y is not None and len(y) <= MAX_POINTS and float(np.nanmax(y)) == 999.0
     assert x[0] == pytest.approx(snaps[0].t_wall) and x[-1] == snaps[-1].t_wall
     x0, x1 = window.speed_time.x_range()
-    assert x1 - x0 == 3600.0 and x[0] <= x0 < x[0] + 300 and x[-1] < x1  # the axis steps by 4 min
+    assert x1 - x0 == 3600.0 and x[0] - 1 <= x0 < x[0] + 300 and x[-1] < x1  # the axis steps by 5 min
     window.speed_time.set_window(300.0)
 
 
@@ -346,6 +346,19 @@ def test_milestones_carry_the_forecast_once_the_fit_has_enough_points(window: Ma
     assert len(window.speed_context.forecast.getData()[0]) == 128
 
 
+def test_a_refit_that_moves_the_forecast_less_than_a_pixel_or_two_is_not_redrawn(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(20)
+    window.on_snapshot(s)
+    curve = window.speed_context.forecast
+    y0 = curve.getData()[1].copy()
+    fc = s.forecast
+    assert fc.fit_a_s is not None
+    window.on_snapshot(dataclasses.replace(s, seq=21, forecast=dataclasses.replace(fc, fit_a_s=fc.fit_a_s * 1.001)))
+    np.testing.assert_array_equal(curve.getData()[1], y0)  # 0.1 % slower: the same pixels
+    window.on_snapshot(dataclasses.replace(s, seq=22, forecast=dataclasses.replace(fc, fit_a_s=fc.fit_a_s * 1.1)))
+    assert curve.getData()[1][0] == pytest.approx(1.0 / (fc.fit_a_s * 1.1))
+
+
 def test_a_dark_light_switch_rebuilds_the_panels_and_keeps_the_session(qtbot, tmp_path: Path) -> None:
     from kvmon.gui import theme
 
@@ -398,3 +411,9 @@ def test_the_depth_marker_ignores_a_wobble_but_follows_a_change(window: MainWind
     assert float(here.getData()[1][0]) == y0
     window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=s.decode_tok_s * 0.8))
     assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s * 0.8)
+
+
+def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
+    from kvmon.gui.panels.speed_time import step_s
+
+    assert [step_s(w) for w in (300.0, 3600.0, 86400.0, 8.0)] == [30.0, 300.0, 7200.0, 1.0]

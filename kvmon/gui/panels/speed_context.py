@@ -15,11 +15,6 @@ MIN_FORECAST_POINTS = 10  # a fit of a handful of points near one depth extrapol
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
 
 
-def _sig(v: float, digits: int = 3) -> float:
-    """``v`` rounded to ``digits`` significant figures (what a plot a few hundred pixels tall can show)."""
-    return float(f"{v:.{digits}g}")
-
-
 def forecast_curve(a_s: float, b_s_per_token: float, n_max: int, n_points: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """tok/s = 1 / (a + b·context) from the fitted decode model, sampled up to ``n_max`` tokens."""
     x = np.linspace(0, n_max, n_points)
@@ -110,11 +105,16 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.ceiling.setData(arr[:, 0], arr[:, 1])
             else:
                 self.ceiling.setData([], [])
+        # the y axis first: the keys below are in fractions of it
+        if self._changed("y", nice_ceiling(self._y_max(s) * 1.05)):
+            self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
         fc = s.forecast
         # Keys are rounded to what a pixel can show, so a refit that moves nothing visible repaints nothing.
         fkey = None
-        if fc.fit_a_s and fc.fit_b_s_per_token is not None:
-            fkey = (_sig(1 / fc.fit_a_s), _sig(1 / (fc.fit_a_s + fc.fit_b_s_per_token * x_max)))
+        if fc.fit_a_s and fc.fit_b_s_per_token is not None:  # both ends of the curve, to half a percent of the axis
+            y_axis = float(self.plot.getPlotItem().vb.viewRange()[1][1]) or 1.0
+            fkey = (round(200 / (fc.fit_a_s * y_axis)),
+                    round(200 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_axis)))
         if self._changed("forecast", (fkey, x_max, fc.fit_points >= MIN_FORECAST_POINTS)):
             if (fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0
                     and fc.fit_points >= MIN_FORECAST_POINTS):
@@ -127,10 +127,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if n_bins is not None and self._changed("bins", (n_bins, self.bins.version // 10)):
             x, y = self.bins.points()
             self.measured.setData(x, y)
-        if self._changed("y", nice_ceiling(self._y_max(s) * 1.05)):
-            self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
         y_here = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
-        here = (None if s.context_tokens is None else round(s.context_tokens * 800 / x_max),
+        here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
                 None if y_here is None else self._marker_y(y_here))
         if self._changed("here", here):
             if s.context_tokens is None:

@@ -1,6 +1,6 @@
 """Speed over time: decode and prefill tok/s with the ceiling (dashed) as a strip chart; gaps where none measured.
 
-The clock-time axis stands still for a step (a fifteenth of the window) while each poll extends the curves to the
+The clock-time axis stands still for a step (a tenth of the window) while each poll extends the curves to the
 right, so a poll repaints only the few pixels its new segments cover; when the newest sample reaches the right
 edge the axis steps on and the window is drawn again. Curves are kept in the view's pixel coordinates (mapped
 with numpy when drawn again), so a repaint strokes a path without a data-to-pixel transform.
@@ -21,15 +21,15 @@ from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
 
 LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
-STEPS_PER_WINDOW = 15  # the time axis moves on in steps of this fraction of the window
+STEPS_PER_WINDOW = 10  # the time axis moves on in steps of this fraction of the window
 MAX_APPEND = 60  # more new samples than this at once (a replay jump, a long pause): draw the window again
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def step_s(span_s: float) -> float:
-    """The axis step for a visible span: a round number of seconds near a fifteenth of it."""
+    """The axis step for a visible span: the round number of seconds at or below a tenth of it."""
     want = max(span_s, 1.0) / STEPS_PER_WINDOW
-    return float(next((s for s in _NICE_STEPS_S if s >= want), _NICE_STEPS_S[-1]))
+    return float(max((s for s in _NICE_STEPS_S if s <= want), default=_NICE_STEPS_S[0]))
 
 
 def with_lead_ins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +167,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._x_range = (0.0, 1.0)
         self._y_max = 1.0
         self._prefill_y_max = 1.0
+        self._ranges: tuple[tuple[float, float], float, float] = ((0.0, 0.0), 0.0, 0.0)  # as last set on the axes
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
@@ -268,11 +269,17 @@ class SpeedTimePanel(QtWidgets.QWidget):
         finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
         self._y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
         self._prefill_y_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if np.isfinite(pf).any() else 1.0
-        self._x_range = (left, right)
         pi = self.plot.getPlotItem()
-        pi.setXRange(left, right, padding=0.0)
-        pi.setYRange(0.0, self._y_max, padding=0.0)
-        pi.getAxis("right").setRange(0.0, self._prefill_y_max)
+        ranges = ((left, right), self._y_max, self._prefill_y_max)
+        if ranges != self._ranges:  # each axis told only when its own range moved: it lays out its ticks again
+            if ranges[0] != self._ranges[0]:
+                pi.setXRange(left, right, padding=0.0)
+            if ranges[1] != self._ranges[1]:
+                pi.setYRange(0.0, self._y_max, padding=0.0)
+            if ranges[2] != self._ranges[2]:
+                pi.getAxis("right").setRange(0.0, self._prefill_y_max)
+            self._ranges = ranges
+        self._x_range = (left, right)
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
             curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)  # type: ignore[arg-type]
