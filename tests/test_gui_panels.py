@@ -417,3 +417,18 @@ def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
     from kvmon.gui.panels.speed_time import step_s
 
     assert [step_s(w) for w in (300.0, 3600.0, 86400.0, 8.0)] == [30.0, 300.0, 7200.0, 1.0]
+
+
+def test_the_dots_bounds_follow_their_data_and_the_view(window: MainWindow) -> None:
+    """The scatter's bounds are kept between repaints, never stale: new points and a new view range move them."""
+    dots = window.speed_context.measured
+    dots.setData([1000.0, 2000.0], [10.0, 20.0])
+    first = dots.boundingRect()
+    assert first is dots.boundingRect()  # kept
+    assert first.contains(QtCore.QPointF(1500.0, 15.0))
+    dots.setData([1000.0, 50000.0], [10.0, 90.0])
+    assert dots.boundingRect().contains(QtCore.QPointF(50000.0, 90.0))
+    before = dots.boundingRect()
+    window.speed_context.plot.getPlotItem().setXRange(0, 1_000_000, padding=0)  # the symbols' padding, in data units
+    QtWidgets.QApplication.processEvents()
+    assert dots.boundingRect().width() > before.width()

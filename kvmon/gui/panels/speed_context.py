@@ -22,6 +22,32 @@ def forecast_curve(a_s: float, b_s_per_token: float, n_max: int, n_points: int =
     return x, y
 
 
+class Dots(pg.ScatterPlotItem):
+    """A scatter whose bounds are worked out once per change of its data or of the view, not on every repaint.
+
+    pyqtgraph's scatter recomputes its bounds (data bounds plus the symbols' pixel padding through the device
+    transform) each time the scene asks, several times per repaint; that was most of the cost of moving the
+    depth marker a few pixels.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self._bounds: QtCore.QRectF | None = None
+        super().__init__(*args, **kwargs)
+
+    def prepareGeometryChange(self) -> None:  # new data, or the view's transform changed
+        self._bounds = None
+        super().prepareGeometryChange()
+
+    def updateSpots(self, *args: object, **kwargs: object) -> None:  # symbol sizes set the pixel padding
+        super().updateSpots(*args, **kwargs)
+        self._bounds = None
+
+    def boundingRect(self) -> QtCore.QRectF:
+        if self._bounds is None:
+            self._bounds = super().boundingRect()
+        return self._bounds
+
+
 class SpeedContextPanel(QtWidgets.QWidget):
     """Plot items made once; each refresh sets data only on the items whose inputs changed."""
 
@@ -36,9 +62,9 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.ceiling = add_curve(self.plot, "ceiling", "ceiling (memory bus)", width=2.0)
         self.forecast = add_curve(self.plot, "forecast", "forecast (fit)", width=2.0)
-        self.measured = pg.ScatterPlotItem(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
+        self.measured = Dots(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
         pi.addItem(self.measured)
-        self.here = pg.ScatterPlotItem(size=13, symbol="o", pen=pg.mkPen(theme.color("here"), width=2),
+        self.here = Dots(size=13, symbol="o", pen=pg.mkPen(theme.color("here"), width=2),
                                        brush=theme.brush("decode"))
         pi.addItem(self.here)
         here_pen = pg.mkPen(theme.color("here"), width=1, style=QtCore.Qt.PenStyle.DotLine)
