@@ -750,10 +750,10 @@ class Analyzer:
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
         self._last_vram_secs = secs_vram
-        # The robust fit costs tens of ms with hundreds of points: refit on every new point while there are
-        # few, then when the points grew by a tenth or a minute has passed.
+        # The robust fit costs tens of ms with hundreds of points, and each refit redraws the forecast: refit on
+        # every new point while there are few, then when the points grew by a quarter or a minute has passed.
         n_pts = len(self._fit_points)
-        if self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.1 * self._fit_n
+        if self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.25 * self._fit_n
                                 or now - self._fit_t >= 60.0):
             self._fit = forecast_mod.fit_decode(list(self._fit_points)) if n_pts >= 2 else None
             self._fit_dirty = False

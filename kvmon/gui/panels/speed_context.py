@@ -137,10 +137,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
         fc = s.forecast
         # Keys are rounded to what a pixel can show, so a refit that moves nothing visible repaints nothing.
         fkey = None
-        if fc.fit_a_s and fc.fit_b_s_per_token is not None:  # both ends of the curve, to half a percent of the axis
+        if fc.fit_a_s and fc.fit_b_s_per_token is not None:  # both ends of the curve, to a percent of the axis
             y_axis = float(self.plot.getPlotItem().vb.viewRange()[1][1]) or 1.0
-            fkey = (round(200 / (fc.fit_a_s * y_axis)),
-                    round(200 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_axis)))
+            fkey = (round(100 / (fc.fit_a_s * y_axis)),
+                    round(100 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_axis)))
         if self._changed("forecast", (fkey, x_max, fc.fit_points >= MIN_FORECAST_POINTS)):
             if (fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0
                     and fc.fit_points >= MIN_FORECAST_POINTS):
