@@ -111,8 +111,9 @@ def color(quantity: str) -> QtGui.QColor:
 
 
 def hex_color(quantity: str) -> str:
-    """The colour as ``#rrggbb`` for rich text."""
-    return color(quantity).name()
+    """The colour as ``#rrggbb`` for rich text (straight from the table: labels ask for it on every poll)."""
+    dark, light = _QUANTITIES[quantity]
+    return (dark if _state.dark else light).lower()
 
 
 def pen(quantity: str, width: float = 1.5) -> QtGui.QPen:
