@@ -432,3 +432,15 @@ def test_the_dots_bounds_follow_their_data_and_the_view(window: MainWindow) -> N
     window.speed_context.plot.getPlotItem().setXRange(0, 1_000_000, padding=0)  # the symbols' padding, in data units
     QtWidgets.QApplication.processEvents()
     assert dots.boundingRect().width() > before.width()
+
+
+def test_the_depth_marker_keeps_the_last_measured_speed_while_idle(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(3)
+    assert s.decode_tok_s is not None and s.ceiling_tok_s is not None
+    window.on_snapshot(dataclasses.replace(s, decode_tok_s=None))  # nothing measured yet: at the ceiling
+    here = window.speed_context.here
+    assert float(here.getData()[1][0]) == pytest.approx(s.ceiling_tok_s)
+    window.on_snapshot(dataclasses.replace(s, seq=4))
+    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
+    window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=None))  # idle between replies
+    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)

@@ -287,6 +287,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if s.model.name is not None and model_key != self._model_key:
             if self._model_key is not None:
                 self.bins.clear()
+                self.speed_context.reset()
             self._model_key = model_key
         if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
             self.bins.add(s.context_tokens, s.decode_tok_s)
@@ -302,6 +303,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Forget the session (another server, or a replay): history, measured points, last snapshot."""
         self.history.clear()
         self.bins.clear()
+        self.speed_context.reset()
         self.last = None
         self._model_key = None
         self._dirty = False

@@ -91,6 +91,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
         lay.addWidget(self.plot)
         self._keys: dict[str, object] = {}
 
+    def reset(self) -> None:
+        """A new session or model: draw everything afresh on the next snapshot (the marker's last speed goes)."""
+        self._keys.clear()
+
     def _changed(self, name: str, key: object) -> bool:
         if self._keys.get(name) == key:
             return False
@@ -153,7 +157,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if n_bins is not None and self._changed("bins", (n_bins, self.bins.version // 10)):
             x, y = self.bins.points()
             self.measured.setData(x, y)
-        y_here = s.decode_tok_s if s.decode_tok_s is not None else s.ceiling_tok_s
+        y_here = s.decode_tok_s
+        if y_here is None:  # idle: the last measured speed stays (the ceiling until one was measured)
+            prev = self._keys.get("here")
+            y_here = prev[1] if isinstance(prev, tuple) and prev[1] is not None else s.ceiling_tok_s
         here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
                 None if y_here is None else self._marker_y(y_here))
         if self._changed("here", here):
