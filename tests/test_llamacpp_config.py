@@ -73,6 +73,17 @@ def test_bad_values_give_notes_not_errors(argv: list[str]) -> None:
     assert a.config.n_parallel is None
 
 
+def test_idle_sleep_from_argv_or_environment() -> None:
+    """Absent: llama-server's default, it never sleeps (-1); a value from either place; nonsense: may sleep."""
+    assert parse_llama_server_args(["llama-server", "-m", "x.gguf"]).config.sleep_idle_seconds == -1
+    assert parse_llama_server_args(["--sleep-idle-seconds", "300"]).config.sleep_idle_seconds == 300
+    assert parse_llama_server_args(["--sleep-idle-seconds=60"]).config.sleep_idle_seconds == 60
+    env = {"LLAMA_ARG_SLEEP_IDLE_SECONDS": "120"}
+    assert parse_llama_server_args([], env).config.sleep_idle_seconds == 120
+    odd = parse_llama_server_args(["--sleep-idle-seconds", "soon"])
+    assert odd.config.sleep_idle_seconds == 0 and any("idle-sleep" in n for n in odd.notes)
+
+
 def test_looks_like_llama_server() -> None:
     assert looks_like_llama_server(["/usr/bin/llama-server", "-m", "x"], None)
     assert looks_like_llama_server(["python3", "fake.py", "--model", "x.gguf"], None)

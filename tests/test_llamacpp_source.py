@@ -534,6 +534,24 @@ def test_props_is_reused_while_a_slot_generates_and_read_every_poll_when_idle(fi
         src.close()
 
 
+@pytest.mark.parametrize(("sleep_s", "props_reads"), [(-1, 1), (300, 4), (None, 4)])
+def test_an_idle_server_that_never_sleeps_is_not_asked_for_props_every_poll(
+        fixture_server: FixtureServer, sleep_s: int | None, props_reads: int) -> None:
+    """/props goes before /slots while a server could be asleep; one whose command line says it never sleeps
+    (llama-server's default) is read like a generating one. Unknown (no command line): every poll."""
+    serve_llama_state(fixture_server, "idle")
+    override = ServerConfig(sleep_idle_seconds=sleep_s) if sleep_s is not None else None
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False, config_override=override)
+    try:
+        for _ in range(4):
+            r = src.poll()
+            assert r.state == "ok" and r.slots
+        assert _count(fixture_server, "/props") == props_reads
+        assert _count(fixture_server, "/slots") == 4
+    finally:
+        src.close()
+
+
 def test_metrics_are_read_again_only_when_a_slot_starts_ends_or_begins_decoding(fixture_server: FixtureServer) -> None:
     """Idle slots with the same task and counts, or the same task decoding on: /metrics is not asked again."""
     serve_llama_state(fixture_server, "idle")

@@ -97,6 +97,7 @@ class ServerConfig:
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     device_free_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # log: "using device … MiB free"
     n_ctx_per_slot: int | None = None  # one conversation's context (Ollama /api/ps context_length)
+    sleep_idle_seconds: int | None = None  # --sleep-idle-seconds: unloads the model when idle; -1 never; None unknown
 
 
 @dataclass(frozen=True)

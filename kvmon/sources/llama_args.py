@@ -32,6 +32,7 @@ _VALUE_FLAGS: dict[str, str] = {
     "--ubatch-size": "ubatch",
     "--host": "host",
     "--port": "port",
+    "--sleep-idle-seconds": "sleep",
 }
 _ENV: dict[str, str] = {
     "LLAMA_ARG_CTX_SIZE": "ctx",
@@ -98,6 +99,9 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         if environ and var in environ:
             raw[key] = environ[var]
             src[key] = Provenance.COMMAND_LINE
+    for var, value in (environ or {}).items():
+        if var.startswith("LLAMA_ARG_") and "SLEEP" in var:  # the idle-sleep setting by environment
+            raw["sleep"], src["sleep"] = value, Provenance.COMMAND_LINE
     args = [str(a) for a in argv]
     i = 0
     while i < len(args):
@@ -185,6 +189,15 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     if model_path:
         mark("model_path", "model")
 
+    # idle sleep (the model unloaded after N idle seconds; -1, the default, never): an unreadable value is taken
+    # as "may sleep", the safe side (polling /slots would wake a sleeping server)
+    sleep_raw = raw.get("sleep")
+    sleep_idle_seconds = -1 if sleep_raw is None else _to_int(sleep_raw)
+    if sleep_raw is not None and sleep_idle_seconds is None:
+        notes.append(f"unreadable idle-sleep setting {sleep_raw!r}")
+        sleep_idle_seconds = 0
+    mark("sleep_idle_seconds", "sleep")
+
     host = raw.get("host") or DEFAULT_HOST
     port = _to_int(raw.get("port"))
     if port is None:
@@ -200,6 +213,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         n_gpu_layers=n_gpu_layers,
         n_ubatch=n_ubatch,
         model_path=model_path,
+        sleep_idle_seconds=sleep_idle_seconds,
         provenance=prov,
     )
     return LlamaServerArgs(config=config, host=host, port=port, notes=tuple(notes))

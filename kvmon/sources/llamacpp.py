@@ -65,9 +65,9 @@ def _str(value: Any) -> str | None:
 
 @functools.cache
 def _default_config() -> ServerConfig:
-    """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" is left unknown: without the argv
-    it is a guess, so the log, the user or the slot count decide."""
-    return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None)
+    """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
+    without the argv they are guesses, so the log, the user or the slot count decide."""
+    return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
 
 
 def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
@@ -235,6 +235,7 @@ class LlamaServerSource:
         self._polls_since_health = 0
         self._props_memo: tuple[Mapping[str, Any], str, int] | None = None  # (props, router query, polls reused)
         self._busy = False  # a slot was generating at the last poll
+        self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
         self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (GGUF file key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
@@ -283,7 +284,9 @@ class LlamaServerSource:
         memo, self._props_memo = self._props_memo, None  # a poll that raises reads /props again
         if checked:
             self._check_health()
-        reused = memo is not None and self._busy and not checked and memo[2] < REUSE_MAX_POLLS
+        # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
+        awake = self._busy or self._never_sleeps
+        reused = memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS
         if reused and memo is not None:
             props, q, times = memo
             next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, times + 1)
@@ -362,6 +365,7 @@ class LlamaServerSource:
         model, model_reasons = self._model_info(props, unquote(q[len("?model="):]) if q else None)
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
+        self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
 
         total_slots = _int(props.get("total_slots"))
         if total_slots is None and slots:
