@@ -91,7 +91,10 @@ def test_unwritable_png_path_reports_instead_of_raising(win: MainWindow, tmp_pat
 @pytest.mark.parametrize("engine", ["pyqtgraph", "qt"])
 def test_svg_parses_with_plotted_paths_and_caption(win: MainWindow, tmp_path: Path, engine: str) -> None:
     out = tmp_path / f"p-{engine}.svg"
+    cached = QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache
+    assert win.speed_context.measured.cacheMode() == cached
     export.save_plot_svg(win.speed_context, out, win.last, engine=engine)
+    assert win.speed_context.measured.cacheMode() == cached  # drawn as paths for the SVG, cached again after
     root = ET.parse(out).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     paths = [e for e in root.iter() if e.tag in (f"{ns}path", f"{ns}polyline")]

@@ -7,11 +7,12 @@ shortcuts to a MainWindow.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,20 @@ def _svg_pyqtgraph(plot: pg.PlotWidget) -> str:
     return data.decode("utf-8") if isinstance(data, bytes | bytearray) else str(data)
 
 
+@contextlib.contextmanager
+def _no_item_caches(plot: pg.PlotWidget) -> Iterator[None]:
+    """The plot's scene items drawn directly for a while (their pixmap caches off), then cached again."""
+    none = QtWidgets.QGraphicsItem.CacheMode.NoCache
+    cached = [(item, item.cacheMode()) for item in plot.scene().items() if item.cacheMode() != none]
+    for item, _mode in cached:
+        item.setCacheMode(none)
+    try:
+        yield
+    finally:
+        for item, mode in cached:
+            item.setCacheMode(mode)
+
+
 def _svg_qt(widget: QtWidgets.QWidget) -> str:
     """Render the widget through QSvgGenerator: the fallback when pyqtgraph's exporter fails (its path parser
     does not accept the closed-path ``Z`` that Qt ≥ 6.11 writes)."""
@@ -218,7 +233,8 @@ def plot_svg_text(panel: Any, snap: Snapshot | None, *, engine: str = "auto") ->
             if engine == "pyqtgraph":
                 raise
     if text is None:
-        text = _svg_qt(plot)
+        with _no_item_caches(plot):  # cached items would go into the SVG as pictures, not as paths and text
+            text = _svg_qt(plot)
     return _add_svg_caption(caption.scrub(text), caption.caption_text(snap))
 
 

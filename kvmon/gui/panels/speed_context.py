@@ -88,6 +88,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
                              "memory bandwidth allows (dashed, computed), and the fitted forecast (dotted).")
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
+        # the dots and the two curves change rarely, the depth marker often: moving it repaints a strip across
+        # them, which their pixmaps then fill (a thousand dots are not drawn again for it)
+        for item in (self.measured, self.ceiling.curve, self.forecast.curve):
+            cache_static(item)
         lay.addWidget(self.plot)
         self._keys: dict[str, object] = {}
 
