@@ -23,6 +23,7 @@ LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
 STEPS_PER_WINDOW = 10  # the time axis moves on in steps of this fraction of the window
 MAX_APPEND = 60  # more new samples than this at once (a replay jump, a long pause): draw the window again
+ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, width and height in pixels
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -67,7 +68,7 @@ class StripCurve(QtWidgets.QGraphicsItem):
         self._x = self._y = self._dx = self._dy = np.empty(0)  # as last drawn in full
         self._tail: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])  # appended since
         self._last: tuple[float, bool] | None = None  # the newest sample's time and whether it was finite
-        self._map = (0.0, 1.0, 0.0, 1.0, 1.0, 1.0)  # x0, x1, y0, y1, width, height
+        self._map: ViewMap = (0.0, 1.0, 0.0, 1.0, 1.0, 1.0)
         self.last_dirty = QtCore.QRectF()
         self.setZValue(10)
 
@@ -83,7 +84,7 @@ class StripCurve(QtWidgets.QGraphicsItem):
         _tx, _ty, dx, dy = self._tail
         return np.concatenate((self._dx, dx)), np.concatenate((self._dy, dy))
 
-    def set_data(self, x: np.ndarray, y: np.ndarray, mapping: tuple[float, float, float, float, float, float]) -> None:
+    def set_data(self, x: np.ndarray, y: np.ndarray, mapping: ViewMap) -> None:
         """Samples and the mapping (x range, y range, view size in pixels); the whole path is built again."""
         self._x, self._y = x, y
         self._dx, self._dy = with_lead_ins(x, y)
@@ -91,7 +92,7 @@ class StripCurve(QtWidgets.QGraphicsItem):
         self._last = (float(x[-1]), math.isfinite(float(y[-1]))) if x.size else None
         self.remap(mapping)
 
-    def remap(self, mapping: tuple[float, float, float, float, float, float]) -> None:
+    def remap(self, mapping: ViewMap) -> None:
         """The view was resized or its ranges changed: the same data, new pixels."""
         self._dx, self._dy = self.drawn()
         self._x, self._y = self.getData()
@@ -212,7 +213,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._drawn = (-1, None)
         self.refresh()
 
-    def _mappings(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    def _mappings(self) -> tuple[ViewMap, ViewMap]:
         vb = self.plot.getPlotItem().vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
         x0, x1 = self._x_range
@@ -221,8 +222,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
     def _remap(self) -> None:
         main, pf = self._mappings()
         for curve in (self.decode, self.ceiling):
-            curve.remap(main)  # type: ignore[arg-type]
-        self.prefill.remap(pf)  # type: ignore[arg-type]
+            curve.remap(main)
+        self.prefill.remap(pf)
 
     def refresh(self) -> None:
         """Bring the curves up to the history: append the new samples, or draw the window again."""
@@ -282,4 +283,4 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._x_range = (left, right)
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
-            curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)  # type: ignore[arg-type]
+            curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)
