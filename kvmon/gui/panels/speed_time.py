@@ -165,10 +165,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.history = history
         self.window_s: float | None = 300.0
         self._drawn: tuple[int, float | None] = (-1, None)
-        self._x_range = (0.0, 1.0)
-        self._y_max = 1.0
-        self._prefill_y_max = 1.0
-        self._ranges: tuple[tuple[float, float], float, float] = ((0.0, 0.0), 0.0, 0.0)  # as last set on the axes
+        # (x range, y max, prefill y max) as last set on the axes and used to map the curves; None before a draw
+        self._ranges: tuple[tuple[float, float], float, float] | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
@@ -205,7 +203,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
 
     def x_range(self) -> tuple[float, float]:
         """The time axis now (clock seconds)."""
-        return self._x_range
+        return self._ranges[0] if self._ranges is not None else (0.0, 1.0)
 
     def set_window(self, seconds: float | None) -> None:
         """Visible range in seconds (None = session)."""
@@ -216,8 +214,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
     def _mappings(self) -> tuple[ViewMap, ViewMap]:
         vb = self.plot.getPlotItem().vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
-        x0, x1 = self._x_range
-        return (x0, x1, 0.0, self._y_max, w, h), (x0, x1, 0.0, self._prefill_y_max, w, h)
+        (x0, x1), y_max, pf_max = self._ranges if self._ranges is not None else ((0.0, 1.0), 1.0, 1.0)
+        return (x0, x1, 0.0, y_max, w, h), (x0, x1, 0.0, pf_max, w, h)
 
     def _remap(self) -> None:
         main, pf = self._mappings()
@@ -239,14 +237,17 @@ class SpeedTimePanel(QtWidgets.QWidget):
 
     def _append(self, new: int) -> bool:
         """Extend the curves by the ``new`` newest samples if the axes can stay; False when they must move."""
+        if self._ranges is None:
+            return False
+        (_x0, x1), y_max, pf_max = self._ranges
         t_arr, series = self.history.tail(new)
         t = t_arr.tolist()
         last = self.decode.last_time()
-        if t[-1] >= self._x_range[1] or (last is not None and t[0] <= last):  # right edge reached, clock went back
+        if t[-1] >= x1 or (last is not None and t[0] <= last):  # right edge reached, clock went back
             return False
         dec, pf, ceil = (series[n].tolist() for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
-        if (max((v for v in dec + ceil if math.isfinite(v)), default=0.0) > self._y_max
-                or max((v for v in pf if math.isfinite(v)), default=0.0) > self._prefill_y_max):
+        if (max((v for v in dec + ceil if math.isfinite(v)), default=0.0) > y_max
+                or max((v for v in pf if math.isfinite(v)), default=0.0) > pf_max):
             return False  # a new peak: the y axis must grow
         self.decode.append(t, dec)
         self.ceiling.append(t, ceil)
@@ -268,19 +269,18 @@ class SpeedTimePanel(QtWidgets.QWidget):
             right = (math.floor(newest / step) + 1) * step
             left = right - self.window_s
         finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
-        self._y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
-        self._prefill_y_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if np.isfinite(pf).any() else 1.0
+        y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
+        pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if np.isfinite(pf).any() else 1.0
         pi = self.plot.getPlotItem()
-        ranges = ((left, right), self._y_max, self._prefill_y_max)
-        if ranges != self._ranges:  # each axis told only when its own range moved: it lays out its ticks again
-            if ranges[0] != self._ranges[0]:
-                pi.setXRange(left, right, padding=0.0)
-            if ranges[1] != self._ranges[1]:
-                pi.setYRange(0.0, self._y_max, padding=0.0)
-            if ranges[2] != self._ranges[2]:
-                pi.getAxis("right").setRange(0.0, self._prefill_y_max)
-            self._ranges = ranges
-        self._x_range = (left, right)
+        old = self._ranges or ((math.nan, math.nan), math.nan, math.nan)
+        # each axis is told only when its own range moved: it lays out its ticks again
+        if old[0] != (left, right):
+            pi.setXRange(left, right, padding=0.0)
+        if old[1] != y_max:
+            pi.setYRange(0.0, y_max, padding=0.0)
+        if old[2] != pf_max:
+            pi.getAxis("right").setRange(0.0, pf_max)
+        self._ranges = ((left, right), y_max, pf_max)
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
             curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)
