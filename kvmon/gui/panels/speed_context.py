@@ -115,15 +115,17 @@ class SpeedContextPanel(QtWidgets.QWidget):
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         return max(ys, default=1.0)
 
-    def _marker_y(self, y: float) -> float:
-        """The marker's height, moved only when the speed changed by more than 2 % of the axis (a few pixels):
-        decode speed wobbles by a token per second from poll to poll, and each wobble would repaint the plot."""
+    def _marker_y(self, s: Snapshot, y_top: float) -> float | None:
+        """The marker's height: the decode speed, moved only when it changed by more than 2 % of the axis (a few
+        pixels; it wobbles by a token per second between polls, and each wobble would repaint the plot); while
+        idle the last measured speed stays (the ceiling until one was measured)."""
         prev = self._keys.get("here")
-        y_prev = prev[1] if isinstance(prev, tuple) else None
-        y_axis = float(self.plot.getPlotItem().vb.viewRange()[1][1]) or 1.0
-        if isinstance(y_prev, float) and abs(y - y_prev) <= 0.02 * y_axis:
+        y_prev = prev[1] if isinstance(prev, tuple) and isinstance(prev[1], float) else None
+        if s.decode_tok_s is None:
+            return y_prev if y_prev is not None else s.ceiling_tok_s
+        if y_prev is not None and abs(s.decode_tok_s - y_prev) <= 0.02 * y_top:
             return y_prev
-        return float(y)
+        return float(s.decode_tok_s)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the depth-related parts of a snapshot."""
@@ -140,15 +142,15 @@ class SpeedContextPanel(QtWidgets.QWidget):
             else:
                 self.ceiling.setData([], [])
         # the y axis first: the keys below are in fractions of it
-        if self._changed("y", nice_ceiling(self._y_max(s) * 1.05)):
-            self.plot.getPlotItem().setYRange(0, nice_ceiling(self._y_max(s) * 1.05), padding=0)
+        y_top = nice_ceiling(self._y_max(s) * 1.05)
+        if self._changed("y", y_top):
+            self.plot.getPlotItem().setYRange(0, y_top, padding=0)
         fc = s.forecast
         # Keys are rounded to what a pixel can show, so a refit that moves nothing visible repaints nothing.
         fkey = None
         if fc.fit_a_s and fc.fit_b_s_per_token is not None:  # both ends of the curve, to a percent of the axis
-            y_axis = float(self.plot.getPlotItem().vb.viewRange()[1][1]) or 1.0
-            fkey = (round(100 / (fc.fit_a_s * y_axis)),
-                    round(100 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_axis)))
+            fkey = (round(100 / (fc.fit_a_s * y_top)),
+                    round(100 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_top)))
         if self._changed("forecast", (fkey, x_max, fc.fit_points >= MIN_FORECAST_POINTS)):
             if (fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0
                     and fc.fit_points >= MIN_FORECAST_POINTS):
@@ -161,12 +163,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if n_bins is not None and self._changed("bins", (n_bins, self.bins.version // 10)):
             x, y = self.bins.points()
             self.measured.setData(x, y)
-        y_here = s.decode_tok_s
-        if y_here is None:  # idle: the last measured speed stays (the ceiling until one was measured)
-            prev = self._keys.get("here")
-            y_here = prev[1] if isinstance(prev, tuple) and prev[1] is not None else s.ceiling_tok_s
         here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
-                None if y_here is None else self._marker_y(y_here))
+                self._marker_y(s, y_top))
         if self._changed("here", here):
             if s.context_tokens is None:
                 self.here.setData([], [])
