@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+from kvmon.sources.keepalive import KeepAliveTransport
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
 
@@ -95,7 +96,10 @@ class HttpClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 2.0))
-        self._transport: httpx.BaseTransport = transport or httpx.HTTPTransport(trust_env=False)
+        if transport is None:  # plain HTTP (a local server): one kept connection over the standard library
+            plain = self.base_url.startswith("http://")
+            transport = KeepAliveTransport() if plain else httpx.HTTPTransport(trust_env=False)
+        self._transport: httpx.BaseTransport = transport
         self._client = httpx.Client(
             base_url=self.base_url,
             headers=headers,

@@ -1,0 +1,193 @@
+"""The plain-HTTP transport over a raw TCP server on 127.0.0.1: reuse, reconnects, and every failure typed."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from kvmon.core.readings import FailureKind, SourceError
+from kvmon.sources.http import HttpClient
+from kvmon.sources.keepalive import KeepAliveTransport
+
+Answer = Callable[[socket.socket, bytes], bool]  # writes the answer to one request; False closes the connection
+
+
+def ok(body: bytes = b'{"ok": true}', *, close: bool = False) -> Answer:
+    def answer(conn: socket.socket, _request: bytes) -> bool:
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        conn.sendall((head + ("Connection: close\r\n" if close else "") + "\r\n").encode() + body)
+        return not close
+    return answer
+
+
+class RawServer:
+    """Accepts connections and answers each request with the next scripted answer (the last one repeats)."""
+
+    def __init__(self, answers: list[Answer]) -> None:
+        self.answers = answers
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    buf += data
+                request, buf = buf.split(b"\r\n\r\n", 1)
+                self.requests.append(request)
+                answer = self.answers[min(len(self.requests) - 1, len(self.answers) - 1)]
+                if not answer(conn, request):
+                    return
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(*answers: Answer) -> RawServer:
+        servers.append(RawServer(list(answers) or [ok()]))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_polls_share_one_connection(serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok(b'{"n": 1}'))
+    client = HttpClient(srv.url)
+    for _ in range(5):
+        assert client.get_json("/slots") == {"n": 1}
+    client.close()
+    assert srv.connections == 1 and len(srv.requests) == 5
+    first = srv.requests[0].decode()
+    assert first.startswith("GET /slots HTTP/1.1") and "user-agent: kvmon" in first.lower()
+
+
+def test_query_and_body_reach_the_server(serve: Callable[..., RawServer]) -> None:
+    srv = serve()
+    client = HttpClient(srv.url)
+    assert client.get_json("/props?model=a%2Fb") == {"ok": True}
+    client.request("POST", "/api/show", json_body={"model": "m"})
+    assert srv.requests[0].startswith(b"GET /props?model=a%2Fb HTTP/1.1")
+    assert b"content-length: 13" in srv.requests[1].lower()
+
+
+def test_a_closed_kept_connection_is_reopened_once(serve: Callable[..., RawServer]) -> None:
+    def close_silently(conn: socket.socket, _request: bytes) -> bool:
+        return False  # the server went away between polls (restart, idle timeout)
+
+    srv = serve(ok(), close_silently, ok(b'{"again": true}'))
+    client = HttpClient(srv.url)
+    assert client.get_json("/a") == {"ok": True}
+    assert client.get_json("/b") == {"again": True}  # no error: sent again on a new connection
+    assert srv.connections == 2
+
+
+def test_connection_close_answers_open_a_new_connection(serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok(close=True))
+    client = HttpClient(srv.url)
+    for _ in range(3):
+        assert client.get_json("/x") == {"ok": True}
+    assert srv.connections == 3
+
+
+def test_an_unread_body_does_not_poison_the_next_request(serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok(b"x" * 200_000))
+    transport = KeepAliveTransport()
+    url = httpx.URL(srv.url + "/big")
+    resp = transport.handle_request(httpx.Request("GET", url))
+    resp.close()  # not read
+    resp = transport.handle_request(httpx.Request("GET", url))
+    assert len(resp.read()) == 200_000
+    transport.close()
+
+
+def test_refused_is_unreachable() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(SourceError) as e:
+        HttpClient(f"http://127.0.0.1:{port}").get("/health")
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+    assert "cannot connect" in e.value.failure.reason and "refused" in e.value.failure.reason.lower()
+
+
+def test_unknown_host_is_unreachable() -> None:
+    with pytest.raises(SourceError) as e:
+        HttpClient("http://no-such-host.invalid:8080").get("/health")
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+
+
+def test_a_server_that_accepts_and_says_nothing_times_out(serve: Callable[..., RawServer]) -> None:
+    def silent(conn: socket.socket, _request: bytes) -> bool:
+        time.sleep(2.0)
+        return False
+
+    srv = serve(silent)
+    t0 = time.monotonic()
+    with pytest.raises(SourceError) as e:
+        HttpClient(srv.url, timeout_s=0.3).get("/slots")
+    assert e.value.failure.kind == FailureKind.TIMEOUT
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_not_http_is_a_closed_connection(serve: Callable[..., RawServer]) -> None:
+    def garbage(conn: socket.socket, _request: bytes) -> bool:
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        return False
+
+    with pytest.raises(SourceError) as e:
+        HttpClient(serve(garbage).url).get("/health")
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+    assert "closed the connection" in e.value.failure.reason
+
+
+def test_a_body_cut_short_is_an_error_not_a_short_answer(serve: Callable[..., RawServer]) -> None:
+    def short(conn: socket.socket, _request: bytes) -> bool:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":")
+        return False
+
+    client = HttpClient(serve(short).url)
+    with pytest.raises(SourceError) as e:
+        client.get("/slots")
+    assert e.value.failure.kind == FailureKind.UNREACHABLE
+
+
+def test_https_keeps_httpx_transport_and_this_one_refuses_it() -> None:
+    with pytest.raises(httpx.UnsupportedProtocol):
+        KeepAliveTransport().handle_request(httpx.Request("GET", "https://127.0.0.1:1/"))
+    client = HttpClient("https://127.0.0.1:1")
+    assert isinstance(client._transport, httpx.HTTPTransport)  # certificates and TLS stay with httpx
