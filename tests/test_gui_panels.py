@@ -444,3 +444,14 @@ def test_the_depth_marker_keeps_the_last_measured_speed_while_idle(window: MainW
     assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
     window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=None))  # idle between replies
     assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
+
+
+def test_polled_ago_ticks_only_once_polls_are_late(window: MainWindow, qtbot) -> None:
+    mon = SyntheticMonitor(tokens_per_poll=100)
+    window.on_snapshot(mon.poll())
+    assert window.status.polled.text() == "polled just now"
+    assert window._ago.remainingTime() > 1000  # polls on time (1 s) never wake the window for this text
+    window.on_snapshot(mon.poll())  # a new snapshot pushes the tick back again
+    assert window._ago.remainingTime() > 1000
+    qtbot.waitUntil(lambda: window.status.polled.text() == "polled 2 s ago", timeout=3000)
+    qtbot.waitUntil(lambda: window.status.polled.text() == "polled 3 s ago", timeout=2000)  # then each second

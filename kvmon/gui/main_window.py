@@ -19,11 +19,13 @@ from kvmon.gui.panels.header import HeaderPanel
 from kvmon.gui.panels.memory import MemoryPanel
 from kvmon.gui.panels.speed_context import SpeedContextPanel
 from kvmon.gui.panels.speed_time import SpeedTimePanel
-from kvmon.gui.panels.status import StatusPanel
+from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
 from kvmon.gui.series import ContextBins
 from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
 from kvmon.gui.tray import Tray
 from kvmon.gui.whatif import WhatIfPanel
+
+AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -63,11 +65,12 @@ class MainWindow(QtWidgets.QMainWindow):
         geo = settings.geometry
         if geo is None or not self.restoreGeometry(geo):
             self.resize(1280, 800)
+        # "polled N s ago" needs a tick only once a poll is late: each snapshot sets the timer to fire just after the
+        # text would change, then it ticks each second until the next snapshot (no wake-up while polls are on time)
         self._ago = QtCore.QTimer(self)
-        self._ago.setInterval(1000)
         self._ago.setTimerType(QtCore.Qt.TimerType.CoarseTimer)
         self._ago.timeout.connect(self._tick)
-        self._ago.start()
+        self._ago.start(AGO_FIRST_TICK_MS)
         app = QtWidgets.QApplication.instance()
         if app is not None:
             app.styleHints().colorSchemeChanged.connect(self._scheme_changed)  # type: ignore[attr-defined]
@@ -292,6 +295,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
             self.bins.add(s.context_tokens, s.decode_tok_s)
         self.last = s
+        self._ago.start(AGO_FIRST_TICK_MS)
         if self.tray is not None:
             self.tray.update_snapshot(s)
         if self.painting():
@@ -356,6 +360,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.show_whatif()
 
     def _tick(self) -> None:
+        self._ago.setInterval(1000)
         if self.painting():
             self.status.tick()
 

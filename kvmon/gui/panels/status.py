@@ -11,6 +11,7 @@ from kvmon.gui import theme
 from kvmon.gui.widgets import ValueLabel
 
 _GOOD = {ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY}
+JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older ones count seconds
 
 
 def sources_text(s: Snapshot) -> str:
@@ -53,12 +54,12 @@ class StatusPanel(QtWidgets.QStatusBar):
         self.tick()
 
     def tick(self) -> None:
-        """Refresh the 'polled N s ago' text (called by the window's 1 s timer)."""
+        """Refresh the 'polled N s ago' text (called by the window's timer once a poll is late)."""
         if self._last_poll_monotonic is None:
             self.polled.set("not polled yet")
             return
         ago = time.monotonic() - self._last_poll_monotonic
-        self.polled.set(f"polled {ago:.0f} s ago" if ago >= 1.5 else "polled just now",
+        self.polled.set(f"polled {ago:.0f} s ago" if ago >= JUST_NOW_S else "polled just now",
                         "Time since the last snapshot arrived from the poller thread")
 
     def set_recording(self, path: str | None) -> None:
