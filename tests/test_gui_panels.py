@@ -455,3 +455,22 @@ def test_polled_ago_ticks_only_once_polls_are_late(window: MainWindow, qtbot) ->
     assert window._ago.remainingTime() > 1000
     qtbot.waitUntil(lambda: window.status.polled.text() == "polled 2 s ago", timeout=3000)
     qtbot.waitUntil(lambda: window.status.polled.text() == "polled 3 s ago", timeout=2000)  # then each second
+
+
+def test_a_poll_that_changes_nothing_shown_formats_nothing(window: MainWindow, monkeypatch) -> None:
+    mon = SyntheticMonitor(tokens_per_poll=100)
+    s = mon.poll()
+    window.on_snapshot(s)
+    calls: list[str] = []
+    for name, obj in (("header", window.header.speed), ("header", window.header.context),
+                      ("memory", window.memory.bars), ("bandwidth", window.bandwidth.bars),
+                      ("alerts", window.alerts.label)):
+        method = "set_bars" if name in ("memory", "bandwidth") else "set"
+        real = getattr(obj, method)
+        monkeypatch.setattr(obj, method, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
+    # the next poll of an idle server: new sequence number and times, the same figures
+    window.on_snapshot(dataclasses.replace(s, seq=s.seq + 1, t_monotonic=s.t_monotonic + 1, t_wall=s.t_wall + 1))
+    assert calls == []
+    faster = dataclasses.replace(s, seq=s.seq + 2, decode_tok_s=(s.decode_tok_s or 0) + 5)
+    window.on_snapshot(faster)
+    assert "header" in calls and f"{faster.decode_tok_s:.1f} tok/s" in window.header.speed.text()

@@ -63,10 +63,11 @@ class AlertsPanel(QtWidgets.QGroupBox):
         self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
         lay.addWidget(self.label)
         self._lines: list[tuple[str, str, str]] | None = None
+        self._key: tuple[object, ...] | None = None  # what the lines were made from
 
     def show_text(self, text: str, tooltip: str) -> None:
         """A plain message in place of the alert lines (e.g. before the first poll)."""
-        self._lines = None
+        self._lines = self._key = None
         self.label.set(html.escape(text), tooltip)
 
     @property
@@ -74,7 +75,11 @@ class AlertsPanel(QtWidgets.QGroupBox):
         return list(self._lines or [])
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render the alert lines of one snapshot."""
+        """Render the alert lines of one snapshot (made again only when the connection or an alert changed)."""
+        key = (s.connection, s.alerts, s.reasons.get("metrics"))
+        if key == self._key:
+            return
+        self._key = key
         lines = lines_for(s)
         if lines == self._lines:
             return

@@ -40,9 +40,17 @@ class BandwidthPanel(QtWidgets.QGroupBox):
         lay.setContentsMargins(4, 4, 4, 4)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
+        self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render bandwidth figures of one snapshot."""
+        """Render bandwidth figures of one snapshot; nothing is formatted when no figure it shows changed."""
+        key = (tuple((g.index, g.peak_bandwidth_bytes_per_s, g.achieved_bandwidth_bytes_per_s, g.bandwidth_source,
+                      g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
+                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth")) for g in s.gpus),
+               s.gpus_unavailable_reason)
+        if key == self._key:
+            return
+        self._key = key
         rows = tuple(b for b in (bandwidth_bar(g) for g in s.gpus) if b is not None)
         empty = f"No bandwidth readings: {s.gpus_unavailable_reason or 'peak bandwidth unknown'}"
         self.bars.set_bars(rows, empty)

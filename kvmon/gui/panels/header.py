@@ -53,6 +53,7 @@ class HeaderPanel(QtWidgets.QFrame):
         grid.addWidget(self.speed, 1, 1, 2, 1)
         grid.addWidget(self.efficiency, 1, 2, 2, 1)
         grid.setColumnStretch(0, 1)
+        self._key: tuple[object, ...] | None = None  # what the labels show now
 
     def set_banner(self, text: str | None) -> None:
         """A line that must be seen (e.g. the demo notice)."""
@@ -60,7 +61,14 @@ class HeaderPanel(QtWidgets.QFrame):
         self.banner.setVisible(bool(text))
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render the header fields of one snapshot."""
+        """Render the header fields of one snapshot; nothing is formatted when none of them changed (idle polls)."""
+        key = (s.backend, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
+               tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source) for g in s.gpus),
+               s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
+               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency)
+        if key == self._key:
+            return
+        self._key = key
         pv, rs, m = s.provenance, s.reasons, s.model
         backend = s.backend or fmt.DASH
         version = f" {s.server_version}" if s.server_version else ""

@@ -83,9 +83,18 @@ class MemoryPanel(QtWidgets.QGroupBox):
         lay.setContentsMargins(4, 4, 4, 4)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
+        self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render VRAM (and host RAM) of one snapshot."""
+        """Render VRAM (and host RAM) of one snapshot; nothing is formatted when no figure it shows changed."""
+        key = (tuple((g.index, g.name, g.vram_total_bytes, g.vram_used_bytes, g.vram_free_bytes, g.weights_bytes,
+                      g.kv_allocated_bytes, g.kv_in_use_bytes, g.server_other_bytes, g.other_processes_bytes,
+                      g.reasons.get("vram_split")) for g in s.gpus),
+               s.host if (s.host.weights_in_host_bytes or s.host.kv_in_host_bytes) else None,
+               s.forecast.tokens_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
+        if key == self._key:
+            return
+        self._key = key
         rows = [b for b in (gpu_bar(g, s) for g in s.gpus) if b is not None]
         hb = host_bar(s)
         if hb is not None:

@@ -105,11 +105,20 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._keys[name] = key
         return True
 
+    def _bins_max(self) -> float | None:
+        """The fastest measured bin (looked up again only when the bins changed)."""
+        if self._keys.get("bins_max_v") != self.bins.version:
+            _x, pts = self.bins.points()
+            self._keys["bins_max_v"] = self.bins.version
+            self._keys["bins_max"] = float(pts.max()) if pts.size else None
+        top = self._keys["bins_max"]
+        return top if isinstance(top, float) else None
+
     def _y_max(self, s: Snapshot) -> float:
         ys = [y for _x, y in s.ceiling_curve[:1]]
-        _x, pts = self.bins.points()
-        if pts.size:
-            ys.append(float(pts.max()))
+        top = self._bins_max()
+        if top is not None:
+            ys.append(top)
         if s.forecast.fit_a_s and s.forecast.fit_points >= MIN_FORECAST_POINTS:
             ys.append(1.0 / s.forecast.fit_a_s)
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
@@ -177,12 +186,13 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.here_line.setValue(s.context_tokens)
                 self.here_line.show()
         enough = fc.fit_points >= MIN_FORECAST_POINTS
-        by_ctx = {m.context_tokens: m for m in fc.milestones} if enough else {}
-        labels = tuple((m, f"{fmt.ctx_label(m)}\n~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx else fmt.ctx_label(m))
-                       for m in self._milestone_lines)
-        if self._changed("milestone_labels", labels):
-            for m, text in labels:
-                self._milestone_lines[m].label.setFormat(text)
+        if self._changed("milestones", (fc.milestones, enough)):  # labels formatted only when the forecast moved
+            by_ctx = {m.context_tokens: m for m in fc.milestones} if enough else {}
+            labels = tuple((m, f"{fmt.ctx_label(m)}\n~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx
+                            else fmt.ctx_label(m)) for m in self._milestone_lines)
+            if self._changed("milestone_labels", labels):
+                for m, text in labels:
+                    self._milestone_lines[m].label.setFormat(text)
         if self._changed("tip", (fc.milestones, s.forecast.fit_points)):
             lines = ["Measured decode speed (dots, mean per 256 tokens of context), ceiling (dashed, computed from "
                      "bandwidth, weights and KV bytes per token), forecast (dotted, fit of this session: "
