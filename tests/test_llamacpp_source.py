@@ -495,8 +495,9 @@ def test_server_gone_between_health_checks_is_a_typed_failure(fixture_server: Fi
     serve_llama_state(fixture_server, "idle")
     src = LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False)
     try:
-        src.poll()  # healthy: the next poll skips /health
-        fixture_server.hang("/props", 3.0)
+        src.poll()  # healthy: the next poll skips /health (and /props: /slots just answered)
+        for path in ("/props", "/slots"):  # the server hangs
+            fixture_server.hang(path, 3.0)
         with pytest.raises(SourceError) as e:
             src.poll()
     finally:
@@ -508,44 +509,58 @@ def _count(server: FixtureServer, path: str) -> int:
     return sum(1 for _m, p, _h in server.requests if p.split("?")[0] == path)
 
 
-def test_props_is_reused_while_a_slot_generates_and_read_every_poll_when_idle(fixture_server: FixtureServer) -> None:
-    """A generating server is awake with its model fixed: /props is read again with /health, every tenth poll."""
-    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS, REUSE_MAX_POLLS
+def test_props_is_reused_while_a_slot_generates_or_slots_was_just_asked(fixture_server: FixtureServer) -> None:
+    """A generating server is awake with its model fixed: /props is read again with /health, every tenth poll.
+    Idle, a server that may sleep is asked /props before /slots unless /slots answered under 2 s ago (/slots is a
+    task on its queue: it restarted the idle timer that --sleep-idle-seconds counts)."""
+    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS, REUSE_MAX_POLLS, SLOTS_KEEP_AWAKE_S
 
     assert HEALTH_EVERY_POLLS <= REUSE_MAX_POLLS + 1
+    now = [1000.0]
     serve_llama_state(fixture_server, "generating")
-    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False, clock=lambda: now[0])
     try:
         first = src.poll()
         for _ in range(HEALTH_EVERY_POLLS - 1):
+            now[0] += 1.0
             r = src.poll()
             assert r.model.name == first.model.name and r.server_version == first.server_version
             assert r.config == first.config and r.total_slots == first.total_slots
         assert _count(fixture_server, "/props") == 1, "reused while generating"
+        now[0] += 1.0
         src.poll()  # with /health: read again
         assert _count(fixture_server, "/props") == 2 and _count(fixture_server, "/health") == 2
         serve_llama_state(fixture_server, "idle")
         before = _count(fixture_server, "/props")
-        src.poll()  # the last poll saw a generating slot: reused once more, and this one is idle
+        for _ in range(3):  # idle, polled each second: /slots a second ago kept it awake
+            now[0] += 1.0
+            assert src.poll().state == "ok"
+        assert _count(fixture_server, "/props") == before
+        now[0] += SLOTS_KEEP_AWAKE_S + 8.0  # a longer gap (a hidden window polls every 10 s): it may be asleep
         src.poll()
-        src.poll()
-        assert _count(fixture_server, "/props") == before + 2, "idle: asked every poll (it may go to sleep)"
+        assert _count(fixture_server, "/props") == before + 1
+        order = [p for _m, p, _h in fixture_server.requests if p in ("/props", "/slots")]
+        assert order[-2:] == ["/props", "/slots"], "asked whether it sleeps before /slots could wake it"
     finally:
         src.close()
 
 
-@pytest.mark.parametrize(("sleep_s", "props_reads"), [(-1, 1), (300, 4), (None, 4)])
-def test_an_idle_server_that_never_sleeps_is_not_asked_for_props_every_poll(
-        fixture_server: FixtureServer, sleep_s: int | None, props_reads: int) -> None:
-    """/props goes before /slots while a server could be asleep; one whose command line says it never sleeps
-    (llama-server's default) is read like a generating one. Unknown (no command line): every poll."""
+@pytest.mark.parametrize(("sleep_s", "gap_s", "props_reads"),
+                         [(-1, 3.0, 1), (300, 3.0, 4), (None, 3.0, 4), (300, 1.0, 1), (None, 1.0, 1)])
+def test_an_idle_server_is_asked_for_props_only_when_it_may_have_fallen_asleep(
+        fixture_server: FixtureServer, sleep_s: int | None, gap_s: float, props_reads: int) -> None:
+    """/props goes before /slots while a server could be asleep: not when its command line says it never sleeps
+    (llama-server's default), nor within 2 s of the last /slots; otherwise (may sleep, or unknown) every poll."""
     serve_llama_state(fixture_server, "idle")
     override = ServerConfig(sleep_idle_seconds=sleep_s) if sleep_s is not None else None
-    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False, config_override=override)
+    now = [50.0]
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False, config_override=override,
+                            clock=lambda: now[0])
     try:
         for _ in range(4):
             r = src.poll()
             assert r.state == "ok" and r.slots
+            now[0] += gap_s
         assert _count(fixture_server, "/props") == props_reads
         assert _count(fixture_server, "/slots") == 4
     finally:

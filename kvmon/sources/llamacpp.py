@@ -44,6 +44,10 @@ HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less
 # many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
 # answer stands as long (see _metrics_key).
 REUSE_MAX_POLLS = 10
+# /slots (like /metrics) is a task on llama-server's queue, and every task restarts the idle timer that
+# --sleep-idle-seconds counts: within this long of the last /slots answer the server cannot have fallen asleep
+# (for any sleep setting of 2 s or more), so the next poll need not ask /props first to avoid waking it.
+SLOTS_KEEP_AWAKE_S = 2.0
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
 
@@ -236,6 +240,7 @@ class LlamaServerSource:
         self._props_memo: tuple[Mapping[str, Any], str, int] | None = None  # (props, router query, polls reused)
         self._busy = False  # a slot was generating at the last poll
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
+        self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
         self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (GGUF file key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
@@ -285,7 +290,8 @@ class LlamaServerSource:
         if checked:
             self._check_health()
         # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
-        awake = self._busy or self._never_sleeps
+        slots_lately = self._slots_answered_at is not None and t_mono - self._slots_answered_at < SLOTS_KEEP_AWAKE_S
+        awake = self._busy or self._never_sleeps or slots_lately
         reused = memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS
         if reused and memo is not None:
             props, q, times = memo
@@ -352,6 +358,7 @@ class LlamaServerSource:
             elif not isinstance(raw_slots, list):
                 reasons["slots"] = live_reason = "/slots did not return a list"
             else:
+                self._slots_answered_at = t0
                 parsed = [parse_slot(s, reasons) for s in raw_slots]
                 slots = tuple(s for s in parsed if s is not None)
                 if slots:
