@@ -8,7 +8,7 @@ from kvmon.core.analysis import Analyzer
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
-from tests.test_analysis import L8B, ModelInfo, ceiling_8b, gpu, gpus, reading
+from tests.test_analysis import GIB, L8B, FixedRates, ModelInfo, ceiling_8b, gpu, gpus, reading
 
 
 def _model(shape: ModelShape) -> ModelInfo:
@@ -58,3 +58,40 @@ def test_another_shape_clears_the_memo(curve_calls: list[int]) -> None:
     s = a.update(reading(1.0, model=_model(other)), gpus(1.0))
     assert len(curve_calls) == 2
     assert s.ceiling_curve[-1][1] < ceiling_8b(32768)
+
+
+def test_milestones_computed_once_per_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polls that keep the fit (no refit), the devices and the cache types reuse the milestones."""
+    calls: list[int] = []
+    real = Analyzer._milestones
+
+    def counting(self: Analyzer, *args: object) -> object:
+        calls.append(1)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Analyzer, "_milestones", counting)
+    rates = FixedRates(decode=50.0)
+    a = Analyzer(rate_tracker=rates)
+    for i in range(20):  # a fit from the first points; a refit when the points grew by a quarter
+        rates.decode = 1 / (0.010 + 1e-6 * (1000 + 500 * i))
+        s = a.update(reading(float(i), ctx=1000 + 500 * i), gpus(float(i)))
+    fits = len(calls)
+    assert fits < 20 and s.forecast.milestones
+    idle = a.update(reading(20.0, ctx=10500, processing=False), gpus(20.0))  # no new point: same fit
+    assert len(calls) == fits and idle.forecast.milestones == s.forecast.milestones
+    slower = a.update(reading(21.0, ctx=10500, processing=False), gpus(21.0, gpu(bw=504e9)))
+    assert len(calls) == fits + 1  # other devices: computed again
+    assert slower.forecast.milestones[-1].ceiling_tok_s == pytest.approx(ceiling_8b(32768, bw=504e9))
+
+
+def test_vram_standing_still_has_no_trend_and_a_fall_after_it_is_seen() -> None:
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    s = None
+    for i in range(120):  # two minutes of unchanged free VRAM
+        s = a.update(reading(float(i)), gpus(float(i), gpu(free=8 * GIB)))
+    assert s is not None and s.forecast.seconds_until_vram_full is None
+    grow = 50 * 2**20
+    for i in range(120, 200):  # then something takes 50 MiB/s
+        s = a.update(reading(float(i)), gpus(float(i), gpu(free=8 * GIB - grow * (i - 119))))
+    assert s.forecast.seconds_until_vram_full is not None
+    assert s.forecast.seconds_until_vram_full < (8 * GIB - grow * 80) / grow * 2

@@ -84,6 +84,7 @@ class _VramTrack:
     t: deque[float] = field(default_factory=deque)
     free: deque[float] = field(default_factory=deque)
     others: deque[float | None] = field(default_factory=deque)
+    changed_at: float | None = None  # when free VRAM last differed from the sample before (all later ones equal)
 
 
 @dataclass(frozen=True)
@@ -533,8 +534,11 @@ class Analyzer:
                 continue
             tr = self._vram.setdefault(g.index, _VramTrack())
             others = float(g.other_processes_used_bytes) if g.other_processes_used_bytes is not None else None
+            free = float(g.vram_free_bytes)
+            if not tr.free or tr.free[-1] != free:
+                tr.changed_at = t
             tr.t.append(t)
-            tr.free.append(float(g.vram_free_bytes))
+            tr.free.append(free)
             tr.others.append(others)
             while tr.t and tr.t[0] < t - window:
                 tr.t.popleft()
@@ -550,11 +554,13 @@ class Analyzer:
             if tr is not None and len(tr.t) >= 3:
                 span = tr.t[-1] - tr.t[0]
                 if span >= th.vram_trend_min_span_s:
-                    n = len(tr.t)  # least-squares slope of free VRAM over time
-                    ts, frees = np.fromiter(tr.t, float, n), np.fromiter(tr.free, float, n)
-                    dt, df = ts - ts.mean(), frees - frees.mean()
-                    var = float(dt @ dt)
-                    slope = float(dt @ df) / var if var else 0.0
+                    n = len(tr.t)  # least-squares slope of free VRAM over time (none while it stood still)
+                    slope = 0.0
+                    if tr.changed_at is None or tr.changed_at > tr.t[0]:
+                        ts, frees = np.fromiter(tr.t, float, n), np.fromiter(tr.free, float, n)
+                        dt, df = ts - ts.mean(), frees - frees.mean()
+                        var = float(dt @ dt)
+                        slope = float(dt @ df) / var if var else 0.0
                     fs = (tr.free[0], tr.free[-1])
                     drop = int(max(0.0, fs[0] - fs[-1]))
                     if tr.others[0] is not None and tr.others[-1] is not None:
@@ -759,30 +765,41 @@ class Analyzer:
             self._fit_dirty = False
             self._fit_t, self._fit_n = now, n_pts
         fit = self._fit
-        milestones: list[Milestone] = []
-        median_eff = _median(list(self._efficiencies))
+        milestones: tuple[Milestone, ...] = ()
         if model.n_ctx:
-            for m in self.settings.milestones:
-                if m > model.n_ctx:
-                    break
-                ceil_m = None
-                if devices is not None and shape is not None:
-                    ceil_m = ceiling_mod.ceiling_tok_s(devices, self._kv_in_use(shape, m, type_k, type_v))
-                if fit is not None:
-                    pred = fit.predict(m)
-                    if pred is None or pred.tok_s is None or not math.isfinite(pred.tok_s):
-                        continue
-                    milestones.append(Milestone(m, float(pred.tok_s), pred.low_tok_s, pred.high_tok_s, ceil_m))
-                elif median_eff is not None and ceil_m:
-                    milestones.append(Milestone(m, ceil_m * median_eff, None, None, ceil_m))
+            n_ctx = model.n_ctx
+            median_eff = _median(list(self._efficiencies)) if fit is None else None
+            # the same fit, devices and cache types give the same milestones: computed once, not every poll
+            key = ("milestones", fit, None if devices is None else tuple(devices), type_k, type_v, n_ctx, median_eff)
+            milestones = self._memo_get(shape, key, lambda: self._milestones(n_ctx, fit, devices, shape, type_k,
+                                                                             type_v, median_eff))
         if milestones:
             prov["forecast.milestones"] = "computed" if fit is not None else "estimated"
         return Forecast(
             tokens_until_ctx_full=tokens_ctx, seconds_until_ctx_full=secs_ctx, tokens_until_vram_full=tokens_vram,
             seconds_until_vram_full=secs_vram, fit_a_s=getattr(fit, "a_s", None),
             fit_b_s_per_token=getattr(fit, "b_s_per_token", None), fit_points=len(self._fit_points),
-            milestones=tuple(milestones),
+            milestones=milestones,
         )
+
+    def _milestones(self, n_ctx: int, fit: Any, devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
+                    median_eff: float | None) -> tuple[Milestone, ...]:
+        """tok/s at each context milestone up to n_ctx: the fit's prediction, or the ceiling × median efficiency."""
+        out: list[Milestone] = []
+        for m in self.settings.milestones:
+            if m > n_ctx:
+                break
+            ceil_m = None
+            if devices is not None and shape is not None:
+                ceil_m = ceiling_mod.ceiling_tok_s(devices, self._kv_in_use(shape, m, type_k, type_v))
+            if fit is not None:
+                pred = fit.predict(m)
+                if pred is None or pred.tok_s is None or not math.isfinite(pred.tok_s):
+                    continue
+                out.append(Milestone(m, float(pred.tok_s), pred.low_tok_s, pred.high_tok_s, ceil_m))
+            elif median_eff is not None and ceil_m:
+                out.append(Milestone(m, ceil_m * median_eff, None, None, ceil_m))
+        return tuple(out)
 
     @staticmethod
     def _host_view(host: HostReading | None, p: _Placement, kv_alloc: int | None) -> HostView:
