@@ -94,6 +94,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
             cache_static(item)
         lay.addWidget(self.plot)
         self._keys: dict[str, object] = {}
+        self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
 
     def reset(self) -> None:
         """A new session or model: draw everything afresh on the next snapshot (the marker's last speed goes)."""
@@ -105,20 +106,17 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._keys[name] = key
         return True
 
-    def _bins_max(self) -> float | None:
-        """The fastest measured bin (looked up again only when the bins changed)."""
-        if self._keys.get("bins_max_v") != self.bins.version:
-            _x, pts = self.bins.points()
-            self._keys["bins_max_v"] = self.bins.version
-            self._keys["bins_max"] = float(pts.max()) if pts.size else None
-        top = self._keys["bins_max"]
-        return top if isinstance(top, float) else None
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The bins' (context, tok/s) points, looked up again only when the bins changed."""
+        if self._points_cache[0] != self.bins.version:
+            self._points_cache = (self.bins.version, *self.bins.points())
+        return self._points_cache[1], self._points_cache[2]
 
     def _y_max(self, s: Snapshot) -> float:
         ys = [y for _x, y in s.ceiling_curve[:1]]
-        top = self._bins_max()
-        if top is not None:
-            ys.append(top)
+        _x, pts = self._points()
+        if pts.size:
+            ys.append(float(pts.max()))
         if s.forecast.fit_a_s and s.forecast.fit_points >= MIN_FORECAST_POINTS:
             ys.append(1.0 / s.forecast.fit_a_s)
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
@@ -166,11 +164,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.forecast.setData(*forecast_curve(fc.fit_a_s, fc.fit_b_s_per_token, x_max))
             else:
                 self.forecast.setData([], [])
-        n_bins = self.bins.points()[0].size if self.bins.version != self._keys.get("bins_v") else None
-        if n_bins is not None:
-            self._keys["bins_v"] = self.bins.version
-        if n_bins is not None and self._changed("bins", (n_bins, self.bins.version // 10)):
-            x, y = self.bins.points()
+        x, y = self._points()
+        if self._changed("bins", (x.size, self.bins.version // 10)):
             self.measured.setData(x, y)
         here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
                 self._marker_y(s, y_top))
