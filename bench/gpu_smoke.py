@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     fake = None
     if args.fake:
-        from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+        from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 
         fake = FakeNvml([FakeGpu(memory_used_bytes=3 * GIB, memory_reserved_bytes=GIB // 2,
                                  processes=[(os.getpid(), 3 * GIB)]),

@@ -64,7 +64,7 @@ app = ensure_app()
 from kvmon.gui import export
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from synthetic import SyntheticMonitor
 w = MainWindow(Settings(sys.argv[2]), tray=False)
 w.resize(900, 600)
 w.show()

@@ -14,12 +14,12 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui
+from synthetic import SyntheticMonitor
 
 from kvmon.gui import app as gui_app
 from kvmon.gui.app import NO_SERVER_BANNER, Session, build_window, choose_session
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from synthetic import SyntheticMonitor
+
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.gui.poller import Poller, backoff_delay_s
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 class Collector:

@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from kvmon.gui.synthetic import SyntheticMonitor
+from synthetic import SyntheticMonitor
+
 from kvmon.gui.whatif import GpuChoice, WhatIfPanel, compute_whatif, live_gpu, presets
 
 GIB = 1024**3

@@ -19,7 +19,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.gui.app import ensure_app
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from synthetic import SyntheticMonitor
 
 app = ensure_app(["kvmon"])
 assert QtGui.QGuiApplication.platformName() == "xcb", QtGui.QGuiApplication.platformName()

@@ -13,7 +13,7 @@ from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerR
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import ConnectionStatus
 from kvmon.monitor import Monitor, open_monitor
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvmon.physics.gpus import GIB
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources import nvml as nvml_mod
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.host import HostSource
 from kvmon.sources.nvml import PID_TREE_MAX_AGE_S, NvmlSource, PidTreeCache
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from kvmon.physics.gpus import GIB
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.nvml import NvmlSource, expand_server_pids
 
 # A "server" that starts one child (as Ollama starts llama-server), prints the child's pid, then waits.

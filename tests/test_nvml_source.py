@@ -10,7 +10,7 @@ import pytest
 
 from kvmon.core.readings import GpuReading, GpuSetReading
 from kvmon.physics.gpus import GB, GIB, lookup_gpu
-from kvmon.sources.fake_nvml import FAKE_FUNCTIONS, FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FAKE_FUNCTIONS, FakeGpu, FakeNvml
 from kvmon.sources.nvml import NvmlSource, choose_peak_bandwidth, nvml_peak_bandwidth_bytes_per_s
 
 MIB = 1024**2

@@ -11,13 +11,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from synthetic import SyntheticMonitor
+
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt
 from kvmon.gui.app import RecordSwitch, Session, build_window, replay_window, run_replay
 from kvmon.gui.replay import SPEEDS
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 @pytest.fixture(scope="module")

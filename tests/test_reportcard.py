@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui, QtWidgets
+from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import AlertLevel, Connection, ConnectionStatus, Snapshot
 from kvmon.gui import reportcard
 from kvmon.gui.app import replay_window
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 def _snaps(n: int = 80) -> list[Snapshot]:
