@@ -28,8 +28,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvmon import __version__
-from kvmon.core.readings import SourceError
-from kvmon.core.snapshot import Connection, ConnectionStatus, GpuView, Snapshot
+from kvmon.core.connection import failure_of, failure_snapshot
+from kvmon.core.readings import FailureKind, SourceError
+from kvmon.core.snapshot import ConnectionStatus, GpuView, Snapshot
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -37,8 +38,6 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 5.0
 INTERVAL_ENV = "KVMON_SERVE_INTERVAL"
 MIN_INTERVAL_S = 0.1
-# The states in which the server was read: its numbers are exported. Any other state exports none of them.
-UP_STATUSES = (ConnectionStatus.CONNECTED, ConnectionStatus.SLEEPING)
 
 SERVER_LABELS = ("backend", "model")
 GPU_LABELS = ("gpu", "gpu_name")
@@ -139,8 +138,8 @@ class _Families:
 
 
 def is_up(snapshot: Snapshot | None) -> bool:
-    """True when this Snapshot holds a reading of the server (connected or sleeping)."""
-    return snapshot is not None and snapshot.connection.status in UP_STATUSES
+    """True when this Snapshot holds a reading of the server (``Snapshot.server_read``): its numbers are exported."""
+    return snapshot is not None and snapshot.server_read
 
 
 def _server_metrics(f: _Families, s: Snapshot, lv: tuple[str, str]) -> None:
@@ -385,10 +384,9 @@ class Exporter:
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
             errors += 1
             prev = self._state.snapshot
-            snap = Snapshot(seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
-                            connection=Connection(ConnectionStatus.BAD_RESPONSE,
-                                                  reason=f"poll failed: {type(exc).__name__}: {exc}"),
-                            backend=prev.backend if prev else None)
+            snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
+                                    seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
+                                    last=prev)
         self._state = PollState(snap, self._state.polls + 1, errors, max(0.0, self._clock() - t0))
         return snap
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
+from kvmon.core.connection import failure_of
 from kvmon.core.readings import (
     FailureKind,
     GpuSetReading,
@@ -63,10 +64,8 @@ class Monitor:
     def _poll_server(self) -> ServerReading | SourceFailure:
         try:
             reading = self.server_source.poll()
-        except SourceError as exc:
-            return exc.failure
-        except Exception as exc:  # a source bug must not stop the dashboard
-            return SourceFailure(FailureKind.UNEXPECTED_BODY, f"server source failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a typed failure, or a source bug: neither may stop the dashboard
+            return failure_of(exc, FailureKind.UNEXPECTED_BODY, "server source failed")
         self.last_reading = reading
         if reading.server_pids:
             self._server_pids = tuple(reading.server_pids)

@@ -89,6 +89,16 @@ def test_auth_failure_maps_to_auth_rejected(qtbot, make_poller) -> None:
     assert {s.connection.status for s in c.snaps} == {ConnectionStatus.AUTH_REJECTED}
 
 
+def test_a_server_error_on_open_is_a_bad_response_not_unreachable(qtbot, make_poller) -> None:
+    def factory() -> SyntheticMonitor:
+        raise SourceError(SourceFailure(FailureKind.SERVER_ERROR, "HTTP 500 from /props"))
+
+    _p, c = make_poller(factory)
+    qtbot.waitUntil(lambda: len(c.snaps) >= 1, timeout=3000)
+    assert c.snaps[0].connection.status is ConnectionStatus.BAD_RESPONSE
+    assert c.snaps[0].connection.reason == "HTTP 500 from /props"
+
+
 def test_a_buggy_monitor_does_not_kill_the_thread(qtbot, make_poller) -> None:
     calls = {"n": 0}
 

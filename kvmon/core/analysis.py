@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
+from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.readings import (
-    FailureKind,
     GpuReading,
     GpuSetReading,
     HostReading,
@@ -50,23 +50,7 @@ MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144)
 NO_GPU_BANDWIDTH = "no GPU bandwidth known (set one in settings)"
 NO_HOST_BANDWIDTH = "host memory bandwidth unknown (set one in settings)"
 
-_FAILURE_STATUS: dict[FailureKind, ConnectionStatus] = {
-    FailureKind.BAD_URL: ConnectionStatus.BAD_URL,
-    FailureKind.UNREACHABLE: ConnectionStatus.UNREACHABLE,
-    FailureKind.TIMEOUT: ConnectionStatus.TIMEOUT,
-    FailureKind.AUTH_REJECTED: ConnectionStatus.AUTH_REJECTED,
-    FailureKind.MODEL_LOADING: ConnectionStatus.LOADING,
-    FailureKind.ENDPOINT_DISABLED: ConnectionStatus.BAD_RESPONSE,
-    FailureKind.UNEXPECTED_BODY: ConnectionStatus.BAD_RESPONSE,
-    FailureKind.NOT_FOUND: ConnectionStatus.BAD_RESPONSE,
-    FailureKind.SERVER_ERROR: ConnectionStatus.BAD_RESPONSE,
-}
 _GPU_DEVICE = re.compile(r"^(?:CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN|Metal|OpenCL)(\d*)$", re.IGNORECASE)
-
-
-def connection_status_for(failure: SourceFailure) -> ConnectionStatus:
-    """The dashboard's connection state for a typed source failure."""
-    return _FAILURE_STATUS.get(failure.kind, ConnectionStatus.BAD_RESPONSE)
 
 
 def device_gpu_index(device: str) -> int | None:
@@ -226,7 +210,6 @@ class Analyzer:
         if self._failure_since is None:
             self._failure_since = t
         self._connected_since = None
-        status = connection_status_for(failure)
         gviews, greason = self._basic_gpu_views(gpus)
         self._track_vram(t, gpus)
         prev = self._last_ok
@@ -234,14 +217,10 @@ class Analyzer:
                            connection_failure=failure.kind.value, connection_reason=failure.reason,
                            gpus=self._vram_facts(gviews))
         alerts = self.alerts.update(facts)
-        return Snapshot(
-            seq=self._seq, t_monotonic=t, t_wall=time.time(),
-            connection=Connection(status=status, reason=failure.reason, since_t_monotonic=self._failure_since),
-            backend=prev.backend if prev else None, server_version=prev.server_version if prev else None,
-            url=prev.url if prev else None, model=prev.model if prev else ModelView(),
-            gpus=gviews, gpus_unavailable_reason=greason, host=self._host_view(host, _Placement(), None),
-            alerts=alerts, reasons={"decode_tok_s": f"server not read: {failure.reason}"},
-        )
+        return failure_snapshot(failure, seq=self._seq, t_monotonic=t, t_wall=time.time(),
+                                since_t_monotonic=self._failure_since, last=prev, gpus=gviews,
+                                gpus_unavailable_reason=greason, host=self._host_view(host, _Placement(), None),
+                                alerts=alerts)
 
     def _degraded(self, server: ServerReading, gpus: GpuSetReading | None, host: HostReading | None,
                   why: str) -> Snapshot:
@@ -699,11 +678,10 @@ class Analyzer:
                                   fc, vfacts, placement, devices, kv_read_now, ceiling_now, shape)
         alerts = self.alerts.update(facts)
 
-        status = {"loading": ConnectionStatus.LOADING, "sleeping": ConnectionStatus.SLEEPING}.get(
-            r.state, ConnectionStatus.CONNECTED)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
-            connection=Connection(status=status, since_t_monotonic=self._connected_since), backend=r.backend,
+            connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
+            backend=r.backend,
             server_version=r.server_version, url=r.url, model=model, slots=slots, context_tokens=context,
             decode_tok_s=decode, prefill_tok_s=prefill, decode_rate_source=rate_src, ceiling_tok_s=ceiling_now,
             ceiling_curve=curve, efficiency=efficiency, kv_in_use_bytes=kv_in_use,

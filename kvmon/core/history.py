@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Snapshot
 
 DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
 WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
@@ -29,7 +29,6 @@ SERIES = (
 # Per-GPU series (name -> GpuView attribute).
 GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
               "achieved_bandwidth_bytes_per_s")
-_SERVER_UP = frozenset({ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY})
 
 
 def _f(value: float | int | None) -> float:
@@ -117,7 +116,7 @@ class History:
         row = self._row
         row[0] = snap.t_monotonic
         row[1] = snap.t_wall
-        up = snap.connection.status in _SERVER_UP
+        up = snap.server_read
         for i, name in enumerate(SERIES):
             row[2 + i] = _f(getattr(snap, name)) if up else np.nan
         head = self._main.head

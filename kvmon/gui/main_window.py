@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.history import History
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
@@ -292,7 +292,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.bins.clear()
                 self.speed_context.reset()
             self._model_key = model_key
-        if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+        if s.server_read:
             self.bins.add(s.context_tokens, s.decode_tok_s)
         self.last = s
         self._ago.start(AGO_FIRST_TICK_MS)
@@ -317,7 +317,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Take a whole recording at once: history and points first, one render at the end."""
         for s in snapshots:
             self.history.append(s)
-            if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+            if s.server_read:
                 self.bins.add(s.context_tokens, s.decode_tok_s)
         if snapshots:
             self.last = snapshots[-1]

@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
+from kvmon.core.snapshot import AlertLevel, Snapshot
 from kvmon.core.units import DASH, fmt_bytes, fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
 from kvmon.gui import caption, theme
 
@@ -86,7 +86,7 @@ class Tally:
             else:
                 level = a.level if a.level.rank > prev.level.rank else prev.level
                 self.seen[a.code] = AlertSeen(a.code, level, prev.count + 1, prev.first_wall, a.message)
-        if s.connection.status not in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
+        if not s.server_read:
             return
         self.last = s
         if s.ceiling_curve:
