@@ -44,6 +44,7 @@ from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import forecast as forecast_mod
 from kvmon.physics import kv as kv_mod
 from kvmon.physics import weights as weights_mod
+from kvmon.physics.gpus import choose_peak_bandwidth
 from kvmon.physics.shape import ModelShape
 
 MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144)
@@ -330,17 +331,12 @@ class Analyzer:
     # ------------------------------------------------------------------ GPUs and placement
 
     def _gpu_bandwidth(self, g: GpuReading) -> tuple[float | None, str | None]:
+        """The user's value from settings, else what the GPU source chose (by the same rule), else the table."""
         user = self.settings.gpu_bandwidth_bytes_per_s.get(g.index)
-        if user:
-            return float(user), "user"
-        if g.peak_bandwidth_bytes_per_s:
+        if g.peak_bandwidth_bytes_per_s and not user:
             return g.peak_bandwidth_bytes_per_s, g.bandwidth_source or "measured"
-        from kvmon.physics.gpus import lookup_gpu
-
-        spec = lookup_gpu(g.name)
-        if spec is not None and not spec.unified_memory:
-            return spec.bandwidth_bytes_per_s, "table"
-        return None, None
+        bw, source, _why = choose_peak_bandwidth(g.name, None, user)
+        return bw, source
 
     def _basic_gpu_views(self, gpus: GpuSetReading | None) -> tuple[tuple[GpuView, ...], str | None]:
         if gpus is None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmon.core.readings import GpuProcess, GpuReading, GpuSetReading, PcieLink
-from kvmon.physics.gpus import lookup_gpu, pcie_bandwidth_bytes_per_s
+from kvmon.physics import gpus
+from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
 
 # NVML error codes (stable across NVML versions; the names match pynvml's NVML_ERROR_* constants).
 _INVALID_ARGUMENT = 2
@@ -51,8 +52,6 @@ _PHRASES: dict[int, str] = {
 
 # nvmlDeviceGetPcieThroughput counts KB/s; NVIDIA's tools (and nvitop) treat that KB as 1024 bytes.
 PCIE_THROUGHPUT_BYTES_PER_KB = 1024
-# NVML clock × bus width and the table may disagree by this much before the table is preferred.
-BANDWIDTH_TOLERANCE = 0.10
 # With the server known, an empty NVML process list while this much VRAM is in use is not believable.
 _EMPTY_PROCESS_LIST_SUSPECT_BYTES = 512 * 1024**2
 
@@ -79,26 +78,10 @@ def choose_peak_bandwidth(
     bus_width_bits: int | None,
     user_bandwidth_bytes_per_s: float | None = None,
 ) -> tuple[float | None, str | None, str | None]:
-    """Pick a GPU's peak bandwidth: (bytes/s, source "nvml"|"table"|"user", note) or (None, None, why).
-
-    NVML's clock × bus width wins when the known-GPU table agrees within 10% (or has no entry); when they
-    disagree, or NVML cannot say, the table by name is used, then the user's value.
-    """
-    from_nvml = nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits)
-    spec = lookup_gpu(name)
-    if from_nvml is not None:
-        if spec is None:
-            return from_nvml, "nvml", None
-        if abs(from_nvml - spec.bandwidth_bytes_per_s) <= BANDWIDTH_TOLERANCE * spec.bandwidth_bytes_per_s:
-            return from_nvml, "nvml", None
-        note = (f"NVML clock × bus width gives {from_nvml / 1e9:.0f} GB/s but {spec.name} is rated "
-                f"{spec.bandwidth_bytes_per_s / 1e9:.0f} GB/s: using the table")
-        return spec.bandwidth_bytes_per_s, "table", note
-    if spec is not None:
-        return spec.bandwidth_bytes_per_s, "table", f"NVML cannot give clock × bus width: {spec.name} rating used"
-    if user_bandwidth_bytes_per_s is not None and user_bandwidth_bytes_per_s > 0:
-        return float(user_bandwidth_bytes_per_s), "user", None
-    return None, None, "NVML cannot give clock × bus width, the GPU is not in the table and no value was set"
+    """A GPU's peak bandwidth from NVML's clock × bus width: ``kvmon.physics.gpus.choose_peak_bandwidth``'s order
+    (the user's value, then NVML's checked against the table, then the table)."""
+    return gpus.choose_peak_bandwidth(name, nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits),
+                                      user_bandwidth_bytes_per_s)
 
 
 class _Lost(Exception):
@@ -178,9 +161,9 @@ class _GpuRead:
 class NvmlSource:
     """Reads every NVIDIA GPU through NVML; ``nvml=None`` imports pynvml lazily, tests pass a FakeNvml.
 
-    ``user_bandwidth_bytes_per_s`` maps a GPU index to a peak bandwidth used when neither NVML nor the
-    known-GPU table can give one. ``poll(server_pids)`` splits per-process VRAM into the model server's
-    share (those pids and their children) and everything else's.
+    ``user_bandwidth_bytes_per_s`` maps a GPU index to the peak bandwidth the user set: it wins over NVML's
+    figure and the known-GPU table (``kvmon.physics.gpus.choose_peak_bandwidth``). ``poll(server_pids)`` splits
+    per-process VRAM into the model server's share (those pids and their children) and everything else's.
     """
 
     def __init__(
