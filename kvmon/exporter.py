@@ -9,7 +9,6 @@ Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this p
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 import os
 import signal
@@ -27,7 +26,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kvmon import __version__
+from kvmon import __version__, listen
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.snapshot import ConnectionStatus, GpuView, Snapshot
@@ -43,42 +42,9 @@ SERVER_LABELS = ("backend", "model")
 GPU_LABELS = ("gpu", "gpu_name")
 
 
-class ListenAddressError(ValueError):
-    """A ``--listen`` value that is not ``HOST:PORT``, ``[IPv6]:PORT`` or ``PORT``."""
-
-
 def parse_listen(text: str | None) -> tuple[str, int]:
-    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` and a bare ``"9464"`` work too.
-
-    Port 0 asks the system for a free port. Raises ListenAddressError for anything else.
-    """
-    raw = (text if text is not None else DEFAULT_LISTEN).strip()
-    if not raw:
-        raise ListenAddressError("empty --listen address: give HOST:PORT, e.g. 127.0.0.1:9464")
-    if raw.startswith("["):
-        host, sep, port_text = raw[1:].partition("]:")
-        if not sep:
-            raise ListenAddressError(f"bad --listen address {raw!r}: an IPv6 address is written [ADDR]:PORT")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ListenAddressError(f"bad --listen address {raw!r}: {host!r} is not an IPv6 address") from None
-    elif ":" in raw:
-        host, _, port_text = raw.rpartition(":")
-        if ":" in host:
-            raise ListenAddressError(f"bad --listen address {raw!r}: write an IPv6 address as [ADDR]:PORT")
-        if not host:
-            raise ListenAddressError(f"bad --listen address {raw!r}: no host; use 0.0.0.0:PORT for every interface")
-    else:
-        host, port_text = "127.0.0.1", raw
-    if not port_text.isdigit():
-        raise ListenAddressError(f"bad --listen address {raw!r}: port {port_text!r} is not a number")
-    port = int(port_text)
-    if port > 65535:
-        raise ListenAddressError(f"bad --listen address {raw!r}: port {port} is above 65535")
-    if any(c.isspace() or c in "/?#@" for c in host):
-        raise ListenAddressError(f"bad --listen address {raw!r}: {host!r} is not a host name or address")
-    return host, port
+    """``--listen`` of ``kvmon serve`` (``kvmon.listen.parse_listen``); 127.0.0.1:9464 when not given."""
+    return listen.parse_listen(text, DEFAULT_LISTEN)
 
 
 def interval_from_env(environ: dict[str, str] | None = None) -> float:

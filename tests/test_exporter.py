@@ -37,12 +37,12 @@ from kvmon.core.snapshot import (
 from kvmon.exporter import (
     INTERVAL_ENV,
     Exporter,
-    ListenAddressError,
     interval_from_env,
     parse_listen,
     run,
     snapshot_families,
 )
+from kvmon.listen import ListenAddressError
 from kvmon.monitor import Monitor
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource

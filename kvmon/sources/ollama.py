@@ -28,6 +28,7 @@ from kvmon.core.readings import (
     SourceError,
     SourceFailure,
 )
+from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
 
 DEFAULT_PORT = 11434
@@ -38,8 +39,6 @@ SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 PROXY_TIMEOUT_S = 0.5
 OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
-# Ollama 0.30 started running llama-server as a child and counting cached prompt tokens in prompt_eval_count.
-CHILD_VERSION = (0, 30)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
 
 
@@ -67,16 +66,6 @@ class OllamaModel:
         if self.size_bytes is None or self.size_vram_bytes is None:
             return None
         return max(0, self.size_bytes - self.size_vram_bytes)
-
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """``"0.33.0-rc2"`` → ``(0, 33, 0)``; None when there are no leading numbers."""
-    if not isinstance(text, str):
-        return None
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
-    if not m:
-        return None
-    return tuple(int(p) for p in m.group(1).split("."))
 
 
 def parse_parameter_size(text: Any) -> int | None:
@@ -304,86 +293,6 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
     )
 
 
-@dataclass(frozen=True)
-class ProxyStream:
-    """One request the proxy is streaming now."""
-
-    id: int
-    model: str | None
-    tokens_so_far: int
-    decode_tok_s: float | None
-
-
-@dataclass(frozen=True)
-class ProxyView:
-    """The parts of ``kvmon proxy``'s ``/kvmon/stats`` this source uses."""
-
-    upstream: str | None
-    in_flight: tuple[ProxyStream, ...]
-    last: RequestStats | None
-    last_model: str | None
-    last_prefill_reason: str | None
-    now_unix: float | None
-
-
-def _float_or_none(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) and f >= 0 else None
-
-
-def parse_proxy_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
-    """Read the proxy's stats document (see ``kvmon.proxy``); raises UNEXPECTED_BODY if it is not one."""
-    if not isinstance(body, dict) or body.get("kvmon_proxy") != 1:
-        raise SourceError(
-            SourceFailure(FailureKind.UNEXPECTED_BODY, "/kvmon/stats is not a kvmon proxy document", "/kvmon/stats")
-        )
-    streams: list[ProxyStream] = []
-    for s in body.get("in_flight") or []:
-        if isinstance(s, dict) and _int_or_none(s.get("id")) is not None:
-            streams.append(
-                ProxyStream(
-                    id=int(s["id"]),
-                    model=_str_or_none(s.get("model")),
-                    tokens_so_far=_int_or_none(s.get("tokens_so_far")) or 0,
-                    decode_tok_s=_float_or_none(s.get("decode_tok_s")),
-                )
-            )
-    last: RequestStats | None = None
-    last_model: str | None = None
-    prefill_reason: str | None = None
-    now_unix = _float_or_none(body.get("now_unix"))
-    recent = [r for r in body.get("recent") or [] if isinstance(r, dict) and r.get("stats_source")]
-    if recent:
-        r = max(recent, key=lambda r: _float_or_none(r.get("finished_unix")) or 0.0)
-        finished = _float_or_none(r.get("finished_unix"))
-        age = max(0.0, (now_unix or t_wall) - finished) if finished is not None else 0.0
-        prompt_tokens = _int_or_none(r.get("prompt_tokens"))
-        if r.get("prompt_tok_s") is None and r.get("prompt_tok_s_reason"):
-            # The count includes cached tokens the duration does not cover: dividing would inflate prefill.
-            prefill_reason = str(r["prompt_tok_s_reason"])
-            prompt_tokens = None
-        last = RequestStats(
-            t_end=t_monotonic - age,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=_int_or_none(r.get("cached_tokens")),
-            prompt_seconds=_float_or_none(r.get("prompt_seconds")),
-            predicted_tokens=_int_or_none(r.get("predicted_tokens")),
-            predicted_seconds=_float_or_none(r.get("predicted_seconds")),
-            context_tokens=_int_or_none(r.get("context_tokens")),
-        )
-        last_model = _str_or_none(r.get("model"))
-    return ProxyView(
-        upstream=_str_or_none(body.get("upstream")),
-        in_flight=tuple(streams),
-        last=last,
-        last_model=last_model,
-        last_prefill_reason=prefill_reason,
-        now_unix=now_unix,
-    )
-
-
 def _same_endpoint(a: str, b: str) -> bool:
     """Whether two URLs name the same server (``localhost`` and ``127.0.0.1`` count as the same)."""
     try:
@@ -553,7 +462,7 @@ class OllamaSource:
         if self._proxy_client is None:
             self._proxy_client = HttpClient(self._proxy_url, timeout_s=PROXY_TIMEOUT_S)
         try:
-            view = parse_proxy_stats(self._proxy_client.get_json("/kvmon/stats"), t_mono, t_wall)
+            view = parse_stats(self._proxy_client.get_json(STATS_PATH), t_mono, t_wall)
         except SourceError as e:
             if self._proxy_explicit:
                 return None, f"kvmon proxy at {redact_url(self._proxy_url)}: {e.failure.reason}"
@@ -762,12 +671,3 @@ def _config_fields(config: ServerConfig) -> dict[str, Any]:
 def _make_config(fields_: Mapping[str, Any]) -> ServerConfig:
     known = {k: v for k, v in fields_.items() if k in ServerConfig.__dataclass_fields__}
     return ServerConfig(**known)
-
-
-def version_counts_cached_prompt(version: str | None) -> bool | None:
-    """Whether this Ollama counts cached prompt tokens in ``prompt_eval_count`` (>= 0.30); None if unknown."""
-    v = parse_version(version)
-    if v is None:
-        return None
-    return v[:2] >= CHILD_VERSION
-
