@@ -59,6 +59,7 @@ def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> 
 
 HIDPI_SCRIPT = """
 import sys
+sys.path.insert(0, "tests")  # the stand-in monitor (tests/synthetic.py); the script runs in the checkout
 from kvmon.gui.app import ensure_app
 app = ensure_app()
 from kvmon.gui import export

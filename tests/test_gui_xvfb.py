@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.xvfb]
 
 WINDOW_SCRIPT = r"""
 import sys, time
+sys.path.insert(0, "tests")  # the stand-in monitor (tests/synthetic.py); the script runs in the checkout
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.gui.app import ensure_app
