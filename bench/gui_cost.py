@@ -48,6 +48,7 @@ else:
     theme.apply(app)
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
+    from kvmon.session import Session
     w = MainWindow(Settings(sys.argv[2]), tray=False)
 w.installEventFilter(probe)
 w.resize(1280, 800)
@@ -126,8 +127,9 @@ def main() -> int:
     import psutil
     from PySide6 import QtCore
 
-    from kvmon.gui.app import HIDDEN_INTERVAL_S, Session, build_window, ensure_app
+    from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
     from kvmon.gui.settings import Settings
+    from kvmon.session import Session
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 
     tmp = tempfile.mkdtemp(prefix="kvmon-bench-")
@@ -160,7 +162,8 @@ def main() -> int:
 
         def factory() -> object:
             from kvmon.core.analysis import Analyzer
-            from kvmon.monitor import Monitor, default_host_source
+            from kvmon.monitor import Monitor
+            from kvmon.session import default_host_source
             from kvmon.sources.detect import open_source
             from kvmon.sources.nvml import NvmlSource
 

@@ -419,7 +419,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     except (OSError, OverflowError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
-    from kvmon.monitor import open_monitor
+    from kvmon.session import open_monitor
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     try:

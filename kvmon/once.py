@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from kvmon.monitor import open_monitor
+    from kvmon.session import open_monitor
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))

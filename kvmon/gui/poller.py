@@ -8,26 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from PySide6 import QtCore
 
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.session import MonitorLike
 
 FAILED = frozenset({
     ConnectionStatus.UNREACHABLE, ConnectionStatus.TIMEOUT, ConnectionStatus.AUTH_REJECTED,
     ConnectionStatus.BAD_RESPONSE, ConnectionStatus.BAD_URL,
 })
-
-
-class MonitorLike(Protocol):
-    """What the poller needs from ``kvmon.monitor.Monitor``."""
-
-    def poll(self) -> Snapshot: ...
-
-    def close(self) -> None: ...
 
 
 MonitorFactory = Callable[[], MonitorLike]

@@ -173,6 +173,9 @@ class HostSource:
         reasons["host_bandwidth_bytes_per_s"] = self._measured_reason or "host bandwidth unknown"
         return None, None
 
+    def close(self) -> None:
+        """Nothing to release (psutil holds no handle between polls)."""
+
     # -- polling ---------------------------------------------------------------------------------------
     def poll(self, server_pids: Collection[int] = ()) -> HostReading:
         """RAM, swap, server RSS and host bandwidth now; never raises (unknowns carry reasons)."""
