@@ -21,6 +21,7 @@ import numpy as np
 
 from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
 from kvmon.core.connection import failure_snapshot, reading_status
+from kvmon.core.points import MeasuredPoints, model_key
 from kvmon.core.readings import (
     GpuReading,
     GpuSetReading,
@@ -127,8 +128,7 @@ class Analyzer:
                 self._rates_reason = "rate tracker not available in this build"
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
         self._seq = 0
-        self._model_key: tuple[Any, ...] | None = None
-        self._fit_points: deque[tuple[float, float]] = deque(maxlen=self.settings.max_fit_points)
+        self._points = MeasuredPoints(self.settings.max_fit_points, sample_max=0)  # the fit's session store
         self._efficiencies: deque[float] = deque(maxlen=600)
         self._fit: Any = None
         self._fit_dirty = False
@@ -555,10 +555,7 @@ class Analyzer:
         reasons: dict[str, str] = dict(r.reasons)
         t = r.t_monotonic
         model, shape = self._model_view(r, prov, reasons)
-        key = (model.name, model.arch, model.weight_bytes, model.n_ctx, model.kv_type_k, model.kv_type_v, r.url)
-        if key != self._model_key:
-            self._model_key = key
-            self._fit_points.clear()
+        if self._points.observe_model(model_key(r.url, model)):  # another model: its measurements start again
             self._efficiencies.clear()
             self._fit, self._fit_dirty, self._curve_cache, self._fit_t = None, False, None, None
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
@@ -658,23 +655,8 @@ class Analyzer:
         # VRAM split per GPU
         gviews = self._split_vram(gviews, placement, model, kv_in_use, decode, kv_read_now, r)
 
-        # forecasts
-        if decode is not None and context is not None and len(active) <= 1:
-            point_rate = per_slot.get(deepest.id) if deepest is not None and per_slot.get(deepest.id) else decode
-            self._fit_points.append((float(context), float(point_rate)))
-            self._fit_dirty = True
-        vfacts = self._vram_facts(gviews)
-        fc = self._forecast(t, model, context, decode, devices, shape, type_k, type_v, vfacts, prov)
-
-        # host
         hview = self._host_view(host, placement, model.kv_allocated_bytes)
-
-        # alerts
-        facts = self._alert_facts(r, t, model, context, deepest.id if deepest and len(r.slots) > 1 else None, decode,
-                                  fc, vfacts, placement, devices, kv_read_now, ceiling_now, shape)
-        alerts = self.alerts.update(facts)
-
-        return Snapshot(
+        snap = Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
             backend=r.backend,
@@ -684,9 +666,20 @@ class Analyzer:
             kv_allocated_bytes=model.kv_allocated_bytes, bytes_read_per_token=bytes_per_token,
             achieved_bandwidth_bytes_per_s=achieved, peak_bandwidth_bytes_per_s=peak,
             bandwidth_headroom_fraction=headroom, gpus=gviews, gpus_unavailable_reason=greason, host=hview,
-            forecast=fc, alerts=alerts, provenance=prov, reasons=reasons,
-            extra={"placement": placement.source},
+            provenance=prov, reasons=reasons, extra={"placement": placement.source},
         )
+
+        # forecasts: this poll's point is in the session store the fit reads
+        version = self._points.version
+        self._points.add(snap)
+        self._fit_dirty = self._fit_dirty or self._points.version != version
+        vfacts = self._vram_facts(gviews)
+        fc = self._forecast(t, model, context, decode, devices, shape, type_k, type_v, vfacts, prov)
+
+        # alerts
+        facts = self._alert_facts(r, t, model, context, deepest.id if deepest and len(r.slots) > 1 else None, decode,
+                                  fc, vfacts, placement, devices, kv_read_now, ceiling_now, shape)
+        return replace(snap, forecast=fc, alerts=self.alerts.update(facts))
 
     def _split_vram(self, gviews: tuple[GpuView, ...], p: _Placement, model: ModelView, kv_in_use: int | None,
                     decode: float | None, kv_read_now: float | None, r: ServerReading) -> tuple[GpuView, ...]:
@@ -732,10 +725,10 @@ class Analyzer:
         self._last_vram_secs = secs_vram
         # The robust fit costs tens of ms with hundreds of points, and each refit redraws the forecast: refit on
         # every new point while there are few, then when the points grew by a quarter or a minute has passed.
-        n_pts = len(self._fit_points)
+        n_pts = len(self._points)
         if self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.25 * self._fit_n
                                 or now - self._fit_t >= 60.0):
-            self._fit = forecast_mod.fit_decode(list(self._fit_points)) if n_pts >= 2 else None
+            self._fit = forecast_mod.fit_decode(self._points.latest()) if n_pts >= 2 else None
             self._fit_dirty = False
             self._fit_t, self._fit_n = now, n_pts
         fit = self._fit
@@ -752,7 +745,7 @@ class Analyzer:
         return Forecast(
             tokens_until_ctx_full=tokens_ctx, seconds_until_ctx_full=secs_ctx, tokens_until_vram_full=tokens_vram,
             seconds_until_vram_full=secs_vram, fit_a_s=getattr(fit, "a_s", None),
-            fit_b_s_per_token=getattr(fit, "b_s_per_token", None), fit_points=len(self._fit_points),
+            fit_b_s_per_token=getattr(fit, "b_s_per_token", None), fit_points=len(self._points),
             milestones=milestones,
         )
 
