@@ -81,7 +81,7 @@ def main() -> int:
     lines = []
     for case in CASES:
         for d in documents(*case):
-            text = json.dumps(d, sort_keys=True, allow_nan=False)
+            text = json.dumps(d, allow_nan=False)  # key order as once --json writes it
             port = d["doc"]["url"].rsplit(":", 1)[-1] if d["doc"]["url"] else None
             if port:  # a free port, chosen anew on every run
                 text = text.replace(f"127.0.0.1:{port}", "127.0.0.1:PORT").replace(f"port {port}", "port PORT")
