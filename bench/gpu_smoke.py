@@ -24,12 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvmon.core.report_json import json_safe
-from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.nvml import (
-    BANDWIDTH_TOLERANCE,
-    NvmlSource,
-    nvml_peak_bandwidth_bytes_per_s,
-)
+from kvmon.physics.gpus import BANDWIDTH_TOLERANCE, lookup_gpu
+from kvmon.sources.nvml import NvmlSource, nvml_peak_bandwidth_bytes_per_s
 
 GIB = 1024**3
 
