@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import psutil
 
+from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
@@ -50,21 +51,6 @@ REUSE_MAX_POLLS = 10
 SLOTS_KEEP_AWAKE_S = 2.0
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
-
-
-def _int(value: Any) -> int | None:
-    """An int from a JSON value, or None (bools, strings, floats with fractions are not ints)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 @functools.cache
@@ -117,14 +103,14 @@ def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
     if not isinstance(raw, Mapping):
         reasons["slots"] = "a /slots entry is not an object"
         return None
-    sid = _int(raw.get("id"))
+    sid = json_int(raw.get("id"))
     if sid is None:
         reasons["slots"] = "a /slots entry has no integer id"
         return None
     if isinstance(raw.get("is_processing"), bool):
         processing = raw["is_processing"]
-    elif _int(raw.get("state")) is not None:  # older builds: 0 idle, anything else busy
-        processing = _int(raw.get("state")) != 0
+    elif json_int(raw.get("state")) is not None:  # older builds: 0 idle, anything else busy
+        processing = json_int(raw.get("state")) != 0
     else:
         processing = False
         reasons[f"slot{sid}.processing"] = "slot shows neither is_processing nor state"
@@ -133,26 +119,26 @@ def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
         nt = nt[0] if nt else None
     n_decoded = n_remain = None
     if isinstance(nt, Mapping):
-        n_decoded = _int(nt.get("n_decoded"))
-        n_remain = _int(nt.get("n_remain"))
+        n_decoded = json_int(nt.get("n_decoded"))
+        n_remain = json_int(nt.get("n_remain"), signed=True)  # -1: no limit
     if "n_past" in raw:  # older builds
-        context = _int(raw.get("n_past"))
+        context = json_int(raw.get("n_past"))
     elif "n_prompt_tokens_processed" in raw or "n_prompt_tokens_cache" in raw:
-        context = _int(raw.get("n_prompt_tokens"))  # newer: tokens now held, grows while decoding
+        context = json_int(raw.get("n_prompt_tokens"))  # newer: tokens now held, grows while decoding
     else:
         context = None
     if context is None and raw.get("id_task") is not None:
         reasons.setdefault(f"slot{sid}.context_tokens", "this server build does not report tokens held per slot")
     return SlotReading(
         id=sid,
-        n_ctx=_int(raw.get("n_ctx")),
+        n_ctx=json_int(raw.get("n_ctx")),
         context_tokens=context,
         processing=processing,
         n_decoded=n_decoded,
         n_remain=n_remain,
-        id_task=_int(raw.get("id_task")),
-        n_prompt_tokens_processed=_int(raw.get("n_prompt_tokens_processed")),
-        n_prompt_tokens_cache=_int(raw.get("n_prompt_tokens_cache")),
+        id_task=json_int(raw.get("id_task"), signed=True),  # -1: no task
+        n_prompt_tokens_processed=json_int(raw.get("n_prompt_tokens_processed")),
+        n_prompt_tokens_cache=json_int(raw.get("n_prompt_tokens_cache")),
     )
 
 
@@ -334,7 +320,7 @@ class LlamaServerSource:
         t_start = t_mono
         sleeping = props.get("is_sleeping") is True
         state = "sleeping" if sleeping else "ok"
-        server_version = _str(props.get("build_info"))
+        server_version = json_str(props.get("build_info"))
 
         slots: tuple[SlotReading, ...] = ()
         live_source: str | None = None
@@ -374,7 +360,7 @@ class LlamaServerSource:
         config, pids = self._config(reasons)
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
 
-        total_slots = _int(props.get("total_slots"))
+        total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
             total_slots = len(slots)
         config = self._derive_totals(config, props, slots, total_slots)
@@ -529,20 +515,20 @@ class LlamaServerSource:
 
     def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
         reasons: dict[str, str] = {}
-        model_path = _str(props.get("model_path"))
+        model_path = json_str(props.get("model_path"))
         entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
         if why:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
         meta = meta if isinstance(meta, Mapping) else {}
-        name = _str(props.get("model_alias")) or (_str(entry.get("id")) if entry else None)
+        name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
         if name is None and model_path:
             name = os.path.basename(model_path)
-        quant = _str(props.get("model_ftype")) or _str(meta.get("ftype"))
-        n_params = _int(meta.get("n_params"))
-        weight_bytes = _int(meta.get("size"))
-        n_ctx_train = _int(meta.get("n_ctx_train"))
-        n_embd = _int(meta.get("n_embd"))
+        quant = json_str(props.get("model_ftype")) or json_str(meta.get("ftype"))
+        n_params = json_int(meta.get("n_params"))
+        weight_bytes = json_int(meta.get("size"))
+        n_ctx_train = json_int(meta.get("n_ctx_train"))
+        n_embd = json_int(meta.get("n_embd"))
 
         shape = None
         shape_source = None
@@ -568,7 +554,7 @@ class LlamaServerSource:
             metadata = {**(metadata or {}), **self._model_override}
             shape_source = "user"
         if metadata is not None:
-            arch = _str(metadata.get("general.architecture"))
+            arch = json_str(metadata.get("general.architecture"))
             # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): build it once
             mkey = tuple(self._gguf_cache) if full_path is not None else None
             if self._shape_memo is None or self._shape_memo[0] != mkey:
@@ -580,10 +566,10 @@ class LlamaServerSource:
             else:
                 reasons.pop("model.shape", None)
             if arch and n_ctx_train is None:
-                n_ctx_train = _int(metadata.get(f"{arch}.context_length"))
+                n_ctx_train = json_int(metadata.get(f"{arch}.context_length"))
             if arch and n_embd is None:
-                n_embd = _int(metadata.get(f"{arch}.embedding_length"))
-            name = name or _str(metadata.get("general.name"))
+                n_embd = json_int(metadata.get(f"{arch}.embedding_length"))
+            name = name or json_str(metadata.get("general.name"))
         return (
             ModelInfo(
                 name=name,
@@ -687,7 +673,7 @@ class LlamaServerSource:
                 config, n_parallel=total_slots, provenance={**config.provenance, "n_parallel": Provenance.MEASURED}
             )
         gs = props.get("default_generation_settings")
-        slot_ctx = _int(gs.get("n_ctx")) if isinstance(gs, Mapping) else None
+        slot_ctx = json_int(gs.get("n_ctx")) if isinstance(gs, Mapping) else None
         if slot_ctx is None and slots:
             slot_ctx = slots[0].n_ctx
         if slot_ctx is not None and getattr(config, "n_ctx_per_slot", None) is None:

@@ -7,7 +7,6 @@ reported unavailable with how to enable it, never as 0.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
@@ -95,20 +95,6 @@ def parse_time(text: Any) -> datetime | None:
         return None
 
 
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value == int(value):
-        return int(value)
-    return None
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
     """Models from an ``/api/ps`` body, plus notes on entries that could not be read.
 
@@ -124,7 +110,7 @@ def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
         if not isinstance(entry, dict):
             notes.append(f"/api/ps entry {i} is not an object")
             continue
-        name = _str_or_none(entry.get("name")) or _str_or_none(entry.get("model"))
+        name = json_str(entry.get("name")) or json_str(entry.get("model"))
         if name is None:
             notes.append(f"/api/ps entry {i} has no name")
             continue
@@ -132,15 +118,15 @@ def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
         models.append(
             OllamaModel(
                 name=name,
-                model=_str_or_none(entry.get("model")),
-                digest=_str_or_none(entry.get("digest")),
-                size_bytes=_int_or_none(entry.get("size")),
-                size_vram_bytes=_int_or_none(entry.get("size_vram")),
-                context_length=_int_or_none(entry.get("context_length")) or None,
+                model=json_str(entry.get("model")),
+                digest=json_str(entry.get("digest")),
+                size_bytes=json_int(entry.get("size")),
+                size_vram_bytes=json_int(entry.get("size_vram")),
+                context_length=json_int(entry.get("context_length")) or None,
                 expires_at=parse_time(entry.get("expires_at")),
-                family=_str_or_none(details.get("family")),
-                parameter_size=_str_or_none(details.get("parameter_size")),
-                quantization=_str_or_none(details.get("quantization_level")),
+                family=json_str(details.get("family")),
+                parameter_size=json_str(details.get("parameter_size")),
+                quantization=json_str(details.get("quantization_level")),
             )
         )
     return models, notes
@@ -255,10 +241,10 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
         if not verbose and isinstance(v, list) and not v:
             continue
         info[k] = v
-    arch = _str_or_none(info.get("general.architecture"))
+    arch = json_str(info.get("general.architecture"))
 
     def arch_int(key: str) -> int | None:
-        return _int_or_none(info.get(f"{arch}.{key}")) if arch else None
+        return json_int(info.get(f"{arch}.{key}")) if arch else None
 
     shape: Any = None
     shape_reason: str | None = None
@@ -278,11 +264,11 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
                 shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
                 shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
     details = body.get("details") if isinstance(body.get("details"), dict) else {}
-    n_params = _int_or_none(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
+    n_params = json_int(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
     return ShowInfo(
         model_info=info,
         verbose=verbose,
-        arch=arch or _str_or_none(details.get("family")),
+        arch=arch or json_str(details.get("family")),
         n_params=n_params,
         n_ctx_train=arch_int("context_length"),
         n_embd=arch_int("embedding_length"),
