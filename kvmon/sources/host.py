@@ -21,7 +21,7 @@ import psutil
 
 from kvmon.core.readings import HostReading
 from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.nvml import PidTreeCache
+from kvmon.sources.procs import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other

@@ -18,6 +18,7 @@ from typing import Any
 from kvmon.core.readings import GpuProcess, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics import gpus
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
+from kvmon.sources.procs import PidTreeCache
 
 # NVML error codes (stable across NVML versions; the names match pynvml's NVML_ERROR_* constants).
 _INVALID_ARGUMENT = 2
@@ -531,43 +532,3 @@ def _pids_foreign(pids: Collection[int]) -> bool:
     except ImportError:
         return False
     return not any(psutil.pid_exists(pid) for pid in pids)
-
-
-PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
-
-
-class PidTreeCache:
-    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
-
-    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_age_s = max_age_s
-        self._clock = clock
-        self._key: frozenset[int] | None = None
-        self._at = 0.0
-        self._value: frozenset[int] = frozenset()
-
-    def expand(self, server_pids: Collection[int]) -> frozenset[int]:
-        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
-        key = frozenset(int(p) for p in server_pids)
-        now = self._clock()
-        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
-            self._value = expand_server_pids(key)
-            self._key, self._at = key, now
-        return self._value
-
-
-def expand_server_pids(server_pids: Collection[int]) -> frozenset[int]:
-    """The given pids plus all their descendants (Ollama's llama-server child); psutil absent: as given."""
-    pids = {int(p) for p in server_pids}
-    if not pids:
-        return frozenset()
-    try:
-        import psutil
-    except ImportError:
-        return frozenset(pids)
-    for pid in list(pids):
-        try:
-            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
-        except (psutil.Error, OSError):
-            continue
-    return frozenset(pids)

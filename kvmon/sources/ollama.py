@@ -29,6 +29,7 @@ from kvmon.core.readings import (
     SourceFailure,
 )
 from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
+from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
 
 DEFAULT_PORT = 11434
@@ -39,7 +40,6 @@ SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 PROXY_TIMEOUT_S = 0.5
 OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
-_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -287,8 +287,7 @@ def _same_endpoint(a: str, b: str) -> bool:
         ports = (pa.port or DEFAULT_PORT, pb.port or DEFAULT_PORT)
     except ValueError:
         return False
-    local = {"127.0.0.1", "localhost", "::1"}
-    same_host = ha == hb or (ha in local and hb in local)
+    same_host = ha == hb or (procs.is_local_host(ha) and procs.is_local_host(hb))
     return same_host and ports[0] == ports[1]
 
 
@@ -341,8 +340,7 @@ class OllamaSource:
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
         self._override = config_override
-        host = (urlsplit(self.base_url).hostname or "").lower()
-        self._is_local = host in _LOCAL_HOSTS
+        self._is_local = procs.is_local_host(urlsplit(self.base_url).hostname)
         self._child_tracker: Any = None
         if find_child and self._is_local:
             try:
