@@ -31,10 +31,11 @@ from kvmon.core.readings import (
     SourceFailure,
 )
 from kvmon.sources import procs
-from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
+from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LogFollower
+from kvmon.sources.model_file import ModelFiles
 
 BACKEND = "llama-server"
 METRIC_PREFIX = "llamacpp:"
@@ -50,7 +51,6 @@ REUSE_MAX_POLLS = 10
 # (for any sleep setting of 2 s or more), so the next poll need not ask /props first to avoid waking it.
 SLOTS_KEEP_AWAKE_S = 2.0
 
-_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
 
 
 @functools.cache
@@ -58,22 +58,6 @@ def _default_config() -> ServerConfig:
     """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
     without the argv they are guesses, so the log, the user or the slot count decide."""
     return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
-
-
-def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
-    """Later layers win field by field (only fields they actually set); provenance follows the winner."""
-    values: dict[str, Any] = {}
-    prov: dict[str, Provenance] = {}
-    for layer in layers:
-        if layer is None:
-            continue
-        for name in _CONFIG_FIELDS:
-            v = getattr(layer, name)
-            if v is None or (isinstance(v, Mapping) and not v):
-                continue
-            values[name] = v
-            prov[name] = layer.provenance.get(name, Provenance.USER)
-    return ServerConfig(**values, provenance=prov)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -176,18 +160,6 @@ def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> b
     return False
 
 
-def _shape_from_metadata(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """A ModelShape from GGUF-keyed metadata, or (None, why)."""
-    try:
-        from kvmon.physics.shape import ModelShape
-    except ImportError:
-        return None, "model shape support is not available"
-    try:
-        return ModelShape.from_gguf(metadata), None
-    except ValueError as e:
-        return None, f"model shape not understood: {e}"
-
-
 class LlamaServerSource:
     """Polls one llama-server; ``poll()`` returns a ServerReading or raises SourceError (typed)."""
 
@@ -212,10 +184,7 @@ class LlamaServerSource:
         parts = urlsplit(self.base_url)
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._config_override = config_override
-        if config_override is not None and not config_override.provenance:
-            set_fields = {n: Provenance.USER for n in _CONFIG_FIELDS if getattr(config_override, n) not in (None, {})}
-            self._config_override = dataclasses.replace(config_override, provenance=set_fields)
+        self._config_override = user_config(config_override)
         self._model_override = dict(model_metadata_override) if model_metadata_override else None
         self._inspect_process = inspect_local_process
         self._log = LogFollower(log_path) if log_path else None
@@ -228,9 +197,8 @@ class LlamaServerSource:
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
-        self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (GGUF file key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
-        self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
+        self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
         self._proc: psutil.Process | None = None
         self._proc_checked_at: float | None = None
         self._proc_alive_at = 0.0
@@ -491,19 +459,6 @@ class LlamaServerSource:
         self._v1_cache = (key, entry, why)
         return entry, why
 
-    def _gguf(self, path: str) -> tuple[GgufHeader | None, str | None]:
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            return None, f"model file {os.path.basename(path)!r} not readable here ({e.strerror or 'error'})"
-        key = (path, st.st_size, int(st.st_mtime_ns))
-        if key not in self._gguf_cache:
-            try:
-                self._gguf_cache = {key: (read_gguf_header(path), None)}
-            except (GgufError, OSError, ValueError) as e:
-                self._gguf_cache = {key: (None, f"model file header unreadable: {e}")}
-        return self._gguf_cache[key]
-
     def _resolve_model_path(self, model_path: str | None) -> str | None:
         if not model_path:
             return None
@@ -535,8 +490,9 @@ class LlamaServerSource:
         arch = None
         metadata: dict[str, Any] | None = None
         full_path = self._resolve_model_path(model_path)
+        file_key = None
         if full_path is not None:
-            header, gwhy = self._gguf(full_path)
+            header, gwhy, file_key = self._files.header(full_path)
             if header is not None:
                 metadata = dict(header.metadata)
                 shape_source = "gguf"
@@ -555,11 +511,8 @@ class LlamaServerSource:
             shape_source = "user"
         if metadata is not None:
             arch = json_str(metadata.get("general.architecture"))
-            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): build it once
-            mkey = tuple(self._gguf_cache) if full_path is not None else None
-            if self._shape_memo is None or self._shape_memo[0] != mkey:
-                self._shape_memo = (mkey, _shape_from_metadata(metadata))
-            shape, swhy = self._shape_memo[1]
+            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): built once
+            shape, swhy = self._files.shape(metadata, file_key)
             if swhy:
                 reasons["model.shape"] = swhy
                 shape_source = None

@@ -30,7 +30,9 @@ from kvmon.core.readings import (
 )
 from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
 from kvmon.sources import procs
+from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
+from kvmon.sources.model_file import ModelFiles
 
 DEFAULT_PORT = 11434
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
@@ -40,6 +42,10 @@ SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 PROXY_TIMEOUT_S = 0.5
 OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
+# Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
+# one KV stream per slot (the bottom config layer).
+OLLAMA_DEFAULTS = ServerConfig(n_parallel=OLLAMA_DEFAULT_NUM_PARALLEL, kv_unified=False,
+                               provenance={"n_parallel": Provenance.DEFAULT, "kv_unified": Provenance.DEFAULT})
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -305,7 +311,6 @@ class _ShowEntry:
 class _State:
     version: str | None = None
     shows: dict[str, _ShowEntry] = field(default_factory=dict)
-    gguf: dict[str, tuple[int | None, Any, str | None]] = field(default_factory=dict)
 
 
 class OllamaSource:
@@ -337,9 +342,10 @@ class OllamaSource:
         self._proxy_url = normalize_base_url(proxy_url) if proxy_url else DEFAULT_PROXY_URL
         self._proxy_client: HttpClient | None = None
         self._state = _State()
+        self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
-        self._override = config_override
+        self._override = user_config(config_override)
         self._is_local = procs.is_local_host(urlsplit(self.base_url).hostname)
         self._child_tracker: Any = None
         if find_child and self._is_local:
@@ -407,34 +413,13 @@ class OllamaSource:
             self._log_cache = (mtime, config, why)
         return self._log_cache[1], self._log_cache[2]
 
-    def _gguf(self, key: str, path: str) -> tuple[int | None, Any, str | None]:
-        """(weight bytes, shape, why not) from the model's GGUF header; read once per model."""
-        cached = self._state.gguf.get(key)
-        if cached is not None:
-            return cached
-        weights: int | None = None
-        shape: Any = None
-        reason: str | None = None
-        try:
-            from kvmon.sources.gguf_meta import GgufError, read_gguf_header
-
-            header = read_gguf_header(path)
-        except ImportError:  # pragma: no cover - ships with kvmon
-            reason = "GGUF reader unavailable"
-        except (OSError, GgufError) as e:
-            reason = f"model file {path} not readable ({type(e).__name__}: {e})"[:200]
-        else:
-            weights = header.tensor_bytes
-            try:
-                from kvmon.physics.shape import ModelShape
-
-                shape = ModelShape.from_gguf(header.metadata)
-            except (ValueError, TypeError, KeyError) as e:
-                reason = f"model shape unreadable from {path}: {e}"[:200]
-        if len(self._state.gguf) > 32:
-            self._state.gguf.clear()
-        self._state.gguf[key] = (weights, shape, reason)
-        return weights, shape, reason
+    def _model_file(self, path: str) -> tuple[int | None, Any, str | None]:
+        """(weight bytes, shape, why not) from the model file's GGUF header (read once per version of the file)."""
+        header, why, key = self._files.header(path)
+        if header is None:
+            return None, None, why
+        shape, swhy = self._files.shape(header.metadata, key)
+        return header.tensor_bytes, shape, swhy
 
     def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
         body = {"model": name, "verbose": True} if verbose else {"model": name}
@@ -495,11 +480,10 @@ class OllamaSource:
             reasons["shape"] = show_reason
         elif show is not None and show.shape_reason:
             reasons["shape"] = show.shape_reason
-        config_fields: dict[str, Any] = {}
-        prov: dict[str, Provenance] = {}
+        measured: ServerConfig | None = None
         if active.context_length is not None:
-            config_fields["n_ctx_per_slot"] = active.context_length
-            prov["n_ctx_per_slot"] = Provenance.MEASURED
+            measured = ServerConfig(n_ctx_per_slot=active.context_length,
+                                    provenance={"n_ctx_per_slot": Provenance.MEASURED})
         else:
             reasons["n_ctx"] = "this Ollama's /api/ps has no context_length (added in Ollama 0.10)"
 
@@ -512,31 +496,20 @@ class OllamaSource:
         server_pids: tuple[int, ...] = ()
         child_reading: ServerReading | None = None
         child_reason: str | None = None
+        child_config: ServerConfig | None = None
         if self._child_tracker is not None:
             child_reading, child_reason, server_pids, child_config = self._child_tracker.poll(
                 show.blob_path if show else None
             )
-            if child_config is not None:
-                config_fields.update(
-                    {k: v for k, v in _config_fields(child_config).items() if v is not None and k != "provenance"}
-                )
-                prov.update(child_config.provenance)
         elif not self._is_local:
             child_reason = "Ollama is on another machine: its llama-server child cannot be found from here"
+        log_config: ServerConfig | None = None
         if self._log_path:
             log_config, log_reason = self._log_config()
-            if log_config is not None:
-                for k, v in _config_fields(log_config).items():
-                    if k != "provenance" and v is not None and config_fields.get(k) is None:
-                        config_fields[k] = v
-                        prov[k] = log_config.provenance.get(k, Provenance.LOG)
-            elif log_reason:
+            if log_config is None and log_reason:
                 reasons["log"] = log_reason
-        if self._override is not None:  # the user's word wins
-            for k, v in _config_fields(self._override).items():
-                if k != "provenance" and v is not None and v != {}:
-                    config_fields[k] = v
-                    prov[k] = Provenance.USER
+        # Ollama's defaults < its log < what /api/ps measured < the child's argv and environment < the user
+        config = merge_configs(OLLAMA_DEFAULTS, log_config, measured, child_config, self._override)
         if child_reading is not None:
             slots = tuple(replace(s, n_ctx=s.n_ctx or active.context_length) for s in child_reading.slots)
             total_slots = child_reading.total_slots
@@ -567,13 +540,13 @@ class OllamaSource:
             if proxy.last_prefill_reason:
                 reasons["prefill_tok_s"] = proxy.last_prefill_reason
 
-        model_path = config_fields.get("model_path") or (show.blob_path if show else None)
+        model_path = config.model_path or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
         shape = show.shape if show else None
         shape_source = "ollama_show" if shape is not None else None
         if (weight_bytes is None or shape is None) and model_path and self._is_local:
             # The model file itself, when Ollama runs here and it is readable: exact weights and shape.
-            gguf_weights, gguf_shape, gguf_reason = self._gguf(active.digest or active.name, model_path)
+            gguf_weights, gguf_shape, gguf_reason = self._model_file(model_path)
             if weight_bytes is None and gguf_weights is not None:
                 weight_bytes = gguf_weights
                 reasons["weight_bytes"] = "summed from the model file's tensor directory"
@@ -605,19 +578,9 @@ class OllamaSource:
             reasons["weight_bytes_host"] = (
                 f"partial offload: {host_bytes} bytes of {active.name} live in host RAM (size_vram < size)"
             )
-        # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot
-        # (OLLAMA_NUM_PARALLEL), one KV stream per slot; the total context is context_length per slot.
-        if config_fields.get("n_parallel") is None:
-            config_fields["n_parallel"] = OLLAMA_DEFAULT_NUM_PARALLEL
-            prov["n_parallel"] = Provenance.DEFAULT
-        if config_fields.get("kv_unified") is None:
-            config_fields["kv_unified"] = False
-            prov["kv_unified"] = Provenance.DEFAULT
-        if config_fields.get("n_ctx_total") is None and active.context_length is not None:
-            config_fields["n_ctx_total"] = active.context_length * config_fields["n_parallel"]
-            prov["n_ctx_total"] = Provenance.COMPUTED
-        config_fields["provenance"] = prov
-        config = _make_config(config_fields)
+        if config.n_ctx_total is None and active.context_length is not None:  # context_length per slot
+            config = replace(config, n_ctx_total=active.context_length * (config.n_parallel or 1),
+                             provenance={**config.provenance, "n_ctx_total": Provenance.COMPUTED})
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,
@@ -646,12 +609,3 @@ class OllamaSource:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
                 raise
             return None  # /api/ps decides whether this is Ollama at all
-
-
-def _config_fields(config: ServerConfig) -> dict[str, Any]:
-    return {k: getattr(config, k) for k in ServerConfig.__dataclass_fields__}
-
-
-def _make_config(fields_: Mapping[str, Any]) -> ServerConfig:
-    known = {k: v for k, v in fields_.items() if k in ServerConfig.__dataclass_fields__}
-    return ServerConfig(**known)
