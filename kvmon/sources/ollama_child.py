@@ -21,7 +21,7 @@ import psutil
 from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llamacpp import parse_slot
+from kvmon.sources.llama_parse import parse_slot
 from kvmon.sources.procs import lookup_listening_process, process_cmdline
 
 _MODEL_FLAGS = ("--model", "-m")
