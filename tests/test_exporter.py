@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon import __version__
 from kvmon.cli import main as cli_main
+from kvmon.core.report_prometheus import snapshot_families
 from kvmon.core.snapshot import (
     Alert,
     AlertLevel,
@@ -40,7 +41,6 @@ from kvmon.exporter import (
     interval_from_env,
     parse_listen,
     run,
-    snapshot_families,
 )
 from kvmon.listen import ListenAddressError
 from kvmon.monitor import Monitor

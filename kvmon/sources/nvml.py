@@ -4,6 +4,11 @@ Every NVML call is wrapped: an unsupported, forbidden or failing query makes tha
 the reason in ``GpuReading.reasons`` and the reading survives; a lost GPU degrades to its index and
 identity; no driver at all gives an empty ``GpuSetReading`` whose ``unavailable_reason`` starts with
 "no NVIDIA GPU", and kvmon runs on without it.
+
+Longer than most modules because NVML has many queries (memory v1/v2, clocks, PCIe counters and samples,
+process lists, power, GPM), each read through the same guarded path; it is still one job, one GPU library.
+The peak bandwidth is chosen by ``kvmon.physics.gpus.choose_peak_bandwidth``, the server's process tree comes
+from ``kvmon.sources.procs``.
 """
 
 from __future__ import annotations
