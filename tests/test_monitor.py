@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
+from helpers_http import LLAMA_FIXTURES, FixtureServer, closed_port_url, serve_llama_state
 
 from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
@@ -18,14 +17,6 @@ from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 
 GIB = 1024**3
-
-
-def closed_port_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
 
 
 def fake_gpu_source() -> NvmlSource:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,16 +25,16 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("package", ["physics", "core"])
-def test_pure_packages_import_no_qt_httpx_or_nvml(package: str) -> None:
+def _offenders(package: str, banned: Callable[[str], bool]) -> list[str]:
+    """Every import in kvmon/<package> that ``banned`` refuses, as "file imports name"."""
     files = sorted((ROOT / "kvmon" / package).rglob("*.py"))
     assert files, f"kvmon/{package} has no modules"
-    offenders = [
-        f"{f.relative_to(ROOT)} imports {name}"
-        for f in files
-        for name in _imports(f)
-        if name.split(".")[0] in FORBIDDEN
-    ]
+    return [f"{f.relative_to(ROOT)} imports {name}" for f in files for name in _imports(f) if banned(name)]
+
+
+@pytest.mark.parametrize("package", ["physics", "core"])
+def test_pure_packages_import_no_qt_httpx_or_nvml(package: str) -> None:
+    offenders = _offenders(package, lambda name: name.split(".")[0] in FORBIDDEN)
     assert not offenders, "\n".join(offenders)
 
 
@@ -51,14 +52,7 @@ LAYERS = {
 
 @pytest.mark.parametrize("package", sorted(LAYERS))
 def test_packages_keep_to_their_layer(package: str) -> None:
-    files = sorted((ROOT / "kvmon" / package).rglob("*.py"))
-    assert files, f"kvmon/{package} has no modules"
-    offenders = [
-        f"{f.relative_to(ROOT)} imports {name}"
-        for f in files
-        for name in _imports(f)
-        if any(name == banned or name.startswith(banned + ".") for banned in LAYERS[package])
-    ]
+    offenders = _offenders(package, lambda name: any(name == b or name.startswith(b + ".") for b in LAYERS[package]))
     assert not offenders, "\n".join(offenders)
 
 

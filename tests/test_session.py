@@ -4,24 +4,15 @@ choice, all without Qt."""
 from __future__ import annotations
 
 import argparse
-import socket
 from pathlib import Path
 
 import pytest
-from helpers_http import FixtureServer, serve_llama_state
+from helpers_http import FixtureServer, closed_port_url, serve_llama_state
 
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.recorder import read_recording
 from kvmon.core.snapshot import ConnectionStatus
 from kvmon.session import RecordSwitch, Session, choose_session, open_monitor
-
-
-def closed_port_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
 
 
 def test_open_monitor_detects_llama_server(fixture_server: FixtureServer) -> None:
