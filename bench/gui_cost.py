@@ -48,7 +48,6 @@ else:
     theme.apply(app)
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
-    from kvmon.session import Session
     w = MainWindow(Settings(sys.argv[2]), tray=False)
 w.installEventFilter(probe)
 w.resize(1280, 800)
