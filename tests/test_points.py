@@ -60,7 +60,7 @@ def test_every_view_comes_from_one_feed_and_starts_again_with_the_model() -> Non
     assert store.version > version
 
 
-def test_the_sample_is_thinned_and_the_ring_grows_to_its_capacity() -> None:
+def test_the_sample_is_thinned_evenly_and_the_ring_keeps_every_point_it_can_hold() -> None:
     store = MeasuredPoints(capacity=3000, sample_max=100)
     base = _snaps(1)[0]
     for i in range(2500):

@@ -10,6 +10,7 @@ with their times, and the report card a sample of the whole session. All of them
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,11 +44,19 @@ def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
     """
     if decode_tok_s is None or context_tokens is None:
         return None
-    active = [s for s in slots if s.processing and s.context_tokens is not None]
-    if len(active) > 1:
-        return None
-    pool = active or [s for s in slots if s.context_tokens is not None]
-    deepest = max(pool, key=lambda s: s.context_tokens or 0) if pool else None
+    active: SlotView | None = None  # the one generating conversation
+    deepest: SlotView | None = None  # the first of the deepest ones, when none generates
+    for s in slots:
+        depth = s.context_tokens
+        if depth is None:
+            continue
+        if s.processing:
+            if active is not None:
+                return None
+            active = s
+        if deepest is None or depth > (deepest.context_tokens or 0):
+            deepest = s
+    deepest = active or deepest
     rate = deepest.decode_tok_s if deepest is not None and deepest.decode_tok_s else decode_tok_s
     ctx, tok_s = float(context_tokens), float(rate)
     if not (math.isfinite(ctx) and math.isfinite(tok_s)) or ctx < 0:
@@ -102,10 +111,12 @@ class MeasuredPoints:
         self.bins = ContextBins(bin_tokens)
         self.model: ModelKey | None = None
         self.version = 0  # moves on every change
-        self._data = np.empty((min(self.capacity, 1024), 3))  # rows of (t, context, tok/s); grows to capacity
+        self._data = np.empty((self.capacity, 3))  # a ring of (t, context, tok/s) rows
+        self._t, self._ctx, self._tok_s = self._data[:, 0], self._data[:, 1], self._data[:, 2]  # its columns
         self._head = 0
         self._count = 0
-        self._sample: list[tuple[int, float]] = []
+        self._sample_ctx = array("d")  # the whole-session sample, in two compact columns
+        self._sample_tok_s = array("d")
         self._thin = 1  # every _thin-th point goes into the sample
         self._seen = 0
 
@@ -120,12 +131,18 @@ class MeasuredPoints:
         Returns True when the model changed (and what was measured before was dropped). A poll that read no server
         changes nothing.
         """
-        if not snap.server_read:
+        return self.add_poll(snap.server_read, snap.t_monotonic, snap.url, snap.model, snap.slots,
+                             snap.context_tokens, snap.decode_tok_s)
+
+    def add_poll(self, server_read: bool, t_monotonic: float, url: str | None, model: ModelView,
+                 slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None) -> bool:
+        """``add`` from the fields a Snapshot is made of (the analysis feeds its poll before the Snapshot exists)."""
+        if not server_read:
             return False
-        changed = self.observe_model(model_key(snap.url, snap.model))
-        point = measured_point(snap.slots, snap.context_tokens, snap.decode_tok_s)
+        changed = self.observe_model(model_key(url, model))
+        point = measured_point(slots, context_tokens, decode_tok_s)
         if point is not None:
-            self._append(snap.t_monotonic, *point)
+            self._append(t_monotonic, *point)
         return changed
 
     def observe_model(self, key: ModelKey | None) -> bool:
@@ -139,26 +156,20 @@ class MeasuredPoints:
         return changed
 
     def _append(self, t: float, context_tokens: float, tok_s: float) -> None:
-        if self._count == len(self._data) < self.capacity:
-            self._grow()
-        self._data[self._head] = (t, context_tokens, tok_s)
-        self._head = (self._head + 1) % len(self._data)
-        self._count = min(self._count + 1, len(self._data))
+        head = self._head
+        self._t[head], self._ctx[head], self._tok_s[head] = t, context_tokens, tok_s
+        self._head = (head + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
         self.bins.add(context_tokens, tok_s)
         if self.sample_max > 0:
             self._seen += 1
             if self._seen % self._thin == 0:
-                self._sample.append((int(context_tokens), tok_s))
-                if len(self._sample) >= self.sample_max:
-                    self._sample = self._sample[::2]
+                self._sample_ctx.append(context_tokens)
+                self._sample_tok_s.append(tok_s)
+                while len(self._sample_ctx) >= max(2, self.sample_max):  # full: every other point, from now on too
+                    self._sample_ctx, self._sample_tok_s = self._sample_ctx[::2], self._sample_tok_s[::2]
                     self._thin *= 2
         self.version += 1
-
-    def _grow(self) -> None:
-        rows = self._rows()
-        self._data = np.empty((min(self.capacity, 2 * len(self._data)), 3))
-        self._data[: len(rows)] = rows
-        self._head = len(rows) % len(self._data)
 
     def clear(self) -> None:
         """Forget every point and the model (a new session)."""
@@ -167,25 +178,25 @@ class MeasuredPoints:
 
     def _forget(self) -> None:
         self._head = self._count = 0
-        self._sample, self._thin, self._seen = [], 1, 0
+        self._sample_ctx, self._sample_tok_s = array("d"), array("d")
+        self._thin, self._seen = 1, 0
         self.bins.clear()
         self.version += 1
 
     # -- reading
 
-    def _rows(self, n: int | None = None) -> np.ndarray:
-        """The newest ``n`` rows (all when None), oldest first, as a copy."""
-        n = self._count if n is None else min(n, self._count)
-        if n <= 0:
-            return self._data[:0].copy()
-        start = (self._head - n) % len(self._data)
-        if start < self._head:
-            return self._data[start:self._head].copy()
+    def _rows(self) -> np.ndarray:
+        """Every row kept, oldest first, as a copy."""
+        n = self._count
+        start = (self._head - n) % self.capacity
+        if n == 0 or start < self._head:
+            return self._data[start:start + n].copy()
         return np.concatenate((self._data[start:], self._data[:self._head]))
 
     def latest(self, n: int | None = None) -> np.ndarray:
         """The newest ``n`` points (all kept when None) as rows of (context tokens, tok/s), oldest first: the fit's."""
-        return self._rows(n)[:, 1:]
+        rows = self._rows()[:, 1:]
+        return rows if n is None else rows[max(0, len(rows) - n):]
 
     def since(self, t0: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(context tokens, tok/s) of the points measured at ``t0`` or later (all kept when None), oldest first."""
@@ -196,4 +207,4 @@ class MeasuredPoints:
 
     def sample(self) -> tuple[tuple[int, float], ...]:
         """The whole session's points, thinned to at most ``sample_max``: the report card's."""
-        return tuple(self._sample)
+        return tuple(zip(map(int, self._sample_ctx), self._sample_tok_s, strict=True))

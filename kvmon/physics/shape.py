@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvmon.physics._families import shape_fields
 from kvmon.physics.layers import (
     AttentionKind,
     LayerShape,
@@ -74,4 +73,6 @@ class ModelShape:
     @staticmethod
     def from_gguf(metadata: Mapping[str, Any]) -> ModelShape:
         """Build the shape from GGUF keys (``general.architecture``, ``<arch>.block_count``, ...)."""
+        from kvmon.physics._families import shape_fields  # the per-architecture rules load on first use
+
         return ModelShape(**shape_fields(metadata))

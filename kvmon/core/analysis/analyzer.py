@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
@@ -130,21 +129,9 @@ class Analyzer:
             self._forecaster.add_efficiency(efficiency)
         bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus)
-        snap = Snapshot(
-            seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
-            connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
-            backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
-            context_tokens=where.context, decode_tok_s=rates.decode, prefill_tok_s=rates.prefill,
-            decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
-            kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
-            bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
-            peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
-            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, model.kv_allocated_bytes),
-            provenance=prov, reasons=reasons, extra={"placement": place.source},
-        )
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
-        self._forecaster.add(snap)
+        self._forecaster.add(r, model, where.slots, where.context, rates.decode)
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices, shape, type_k, type_v,
                                        vfacts, prov)
@@ -154,4 +141,16 @@ class Analyzer:
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper)
-        return replace(snap, forecast=fc, alerts=self.alerts.update(facts))
+        return Snapshot(
+            seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
+            connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
+            backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
+            context_tokens=where.context, decode_tok_s=rates.decode, prefill_tok_s=rates.prefill,
+            decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
+            kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
+            bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
+            peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
+            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, model.kv_allocated_bytes),
+            forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
+            extra={"placement": place.source},
+        )

@@ -16,8 +16,10 @@ from typing import Any
 
 from kvmon.core.alerts import GpuVramFacts
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.connection import reading_status
 from kvmon.core.points import MeasuredPoints, ModelKey
-from kvmon.core.snapshot import Forecast, Milestone, ModelView, Snapshot
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import SERVER_READ_STATUSES, Forecast, Milestone, ModelView, SlotView
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import forecast as forecast_mod
 
@@ -64,10 +66,12 @@ class Forecaster:
         """The median decode ÷ ceiling of this model's polls so far."""
         return _median(list(self._efficiencies))
 
-    def add(self, snap: Snapshot) -> None:
-        """This poll's Snapshot (its point, if it has one, goes into the store the fit reads)."""
+    def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
+            decode: float | None) -> None:
+        """This poll, as its Snapshot will show it: its point, if it has one, goes into the store the fit reads."""
         version = self._points.version
-        self._points.add(snap)
+        self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.t_monotonic, r.url, model, slots,
+                              context, decode)
         self._fit_dirty = self._fit_dirty or self._points.version != version
 
     def forecast(self, now: float, model: ModelView, context: int | None, decode: float | None,
