@@ -307,7 +307,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def load(self, snapshots: Sequence[Snapshot]) -> None:
         """Take a whole recording at once: history and points first, one render at the end."""
-        if any([self.history.append(s) for s in snapshots]):  # every one appended; another model on the way
+        changed = False
+        for s in snapshots:
+            changed = self.history.append(s) or changed  # another model on the way: its points started again
+        if changed:
             self.speed_context.reset()
         if snapshots:
             self.last = snapshots[-1]
