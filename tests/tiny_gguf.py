@@ -68,7 +68,8 @@ def _ffn(p: str, ff: int = FF) -> Tensors:
 
 def _moe(p: str, shared: int = 0) -> Tensors:
     t: Tensors = {f"{p}ffn_gate_inp.weight": (E, EXPERTS), f"{p}ffn_gate_exps.weight": (E, FF_EXPERT, EXPERTS),
-                  f"{p}ffn_up_exps.weight": (E, FF_EXPERT, EXPERTS), f"{p}ffn_down_exps.weight": (FF_EXPERT, E, EXPERTS)}
+                  f"{p}ffn_up_exps.weight": (E, FF_EXPERT, EXPERTS),
+                  f"{p}ffn_down_exps.weight": (FF_EXPERT, E, EXPERTS)}
     if shared:
         t |= {f"{p}ffn_gate_shexp.weight": (E, shared), f"{p}ffn_up_shexp.weight": (E, shared),
               f"{p}ffn_down_shexp.weight": (shared, E)}
@@ -123,7 +124,8 @@ def _deepseek2(n_layers: int, nextn: int) -> Callable[[], Tensors]:
             f"{p}attn_q_a_norm.weight": (64,), f"{p}attn_kv_a_norm.weight": (_MLA_KV_LORA,),
             f"{p}attn_q_a.weight": (E, 64), f"{p}attn_q_b.weight": (64, HEADS * (_MLA_NOPE + _MLA_ROPE)),
             f"{p}attn_kv_a_mqa.weight": (E, _MLA_KV_LORA + _MLA_ROPE),
-            f"{p}attn_k_b.weight": (_MLA_NOPE, _MLA_KV_LORA, HEADS), f"{p}attn_v_b.weight": (_MLA_KV_LORA, _MLA_V, HEADS),
+            f"{p}attn_k_b.weight": (_MLA_NOPE, _MLA_KV_LORA, HEADS),
+            f"{p}attn_v_b.weight": (_MLA_KV_LORA, _MLA_V, HEADS),
             f"{p}attn_output.weight": (HEADS * _MLA_V, E)}
         t |= _ffn(p) if il == 0 else _moe(p, shared=FF_EXPERT)
         if il >= n_layers - nextn:  # the multi-token-prediction block (GLM-4.7-Flash layout)
@@ -137,7 +139,8 @@ def _deepseek2(n_layers: int, nextn: int) -> Callable[[], Tensors]:
 def _qwen35(il: int, p: str) -> Tensors:
     t = _norms(p, "attn_norm", "post_attention_norm") | _ffn(p)
     if (il + 1) % 4 == 0:  # full attention, gated query (2x)
-        return t | _attn(p, q=2 * HEADS * HEAD_DIM, qk_norm=HEAD_DIM) | {f"{p}attn_output.weight": (HEADS * HEAD_DIM, E)}
+        gated = _attn(p, q=2 * HEADS * HEAD_DIM, qk_norm=HEAD_DIM)
+        return t | gated | {f"{p}attn_output.weight": (HEADS * HEAD_DIM, E)}
     # gated delta net: key dim 2 heads x 32, value dim 4 heads x 32
     return t | {f"{p}attn_qkv.weight": (E, 256), f"{p}attn_gate.weight": (E, 128), f"{p}ssm_conv1d.weight": (4, 256),
                 f"{p}ssm_dt.bias": (4,), f"{p}ssm_a": (4,), f"{p}ssm_beta.weight": (E, 4),
@@ -153,13 +156,14 @@ def _granitehybrid(il: int, p: str) -> Tensors:
 
 
 def _falcon_h1(il: int, p: str) -> Tensors:
-    t = {k: v for k, v in _mamba2(p).items() if not k.endswith("ssm_in.weight")}
-    return t | {f"{p}ssm_in.weight": (E, _SSM_IN), f"{p}attn_norm.weight": (E,), f"{p}ffn_norm": (E,)} | _attn(p) | _ffn(p)
+    # every layer has both a Mamba2 block and attention; its FFN norm is named without ".weight"
+    return _mamba2(p) | {f"{p}attn_norm.weight": (E,), f"{p}ffn_norm": (E,)} | _attn(p) | _ffn(p)
 
 
 def _rwkv7(il: int, p: str) -> Tensors:
     lora = 16
-    t: Tensors = {f"{p}{n}.{wb}": (E,) for n in ("attn_norm", "attn_norm_2", "time_mix_ln") for wb in ("weight", "bias")}
+    t: Tensors = {f"{p}{n}.{wb}": (E,) for n in ("attn_norm", "attn_norm_2", "time_mix_ln")
+                  for wb in ("weight", "bias")}
     for name in ("w", "a", "v"):
         t |= {f"{p}time_mix_{name}0.weight": (E,), f"{p}time_mix_{name}1.weight": (E, lora),
               f"{p}time_mix_{name}2.weight": (lora, E)}
@@ -309,3 +313,9 @@ def make_gguf(name: str, directory: Path) -> Path:
         write_family(family, tmp)
         tmp.replace(path)
     return path
+
+
+def metadata(name: str) -> dict[str, Any]:
+    """The family's GGUF metadata as kvmon's GGUF reader returns it (without the vocabulary), for unit tests."""
+    family = FAMILIES[name]
+    return {"general.architecture": family.arch, **{f"{family.arch}.{k}": v for k, v in family.keys.items()}}

@@ -25,6 +25,7 @@ from kvmon.core.readings import (
     GpuReading,
     GpuSetReading,
     HostReading,
+    ServerConfig,
     ServerReading,
     SourceFailure,
 )
@@ -205,11 +206,13 @@ class Analyzer:
                                     lambda: kv_mod.kv_bytes_in_use(shape, ctx, type_k, type_v)))
 
     def _kv_alloc(self, shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
-                  n_ubatch: int) -> int:
-        return int(self._memo_get(shape, ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch),
-                                  lambda: kv_mod.kv_allocation(shape, n_ctx, n_seq=n_seq, unified=unified,
-                                                               type_k=type_k, type_v=type_v,
-                                                               n_ubatch=n_ubatch).total_bytes))
+                  cfg: ServerConfig) -> int:
+        """The K+V bytes llama.cpp reserves, with the batch, --swa-full and flash-attention settings it uses."""
+        n_ubatch, swa_full = cfg.n_ubatch or 512, bool(cfg.swa_full)
+        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, swa_full)
+        return int(self._memo_get(shape, key, lambda: kv_mod.kv_allocation(
+            shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
+            swa_full=swa_full).total_bytes))
 
     # ------------------------------------------------------------------ failure paths
 
@@ -291,7 +294,7 @@ class Analyzer:
             alloc = int(cfg.kv_bytes_allocated)
             prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
         elif shape is not None and n_ctx_total:
-            alloc = self._kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg.n_ubatch or 512)
+            alloc = self._kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
             prov["kv_allocated_bytes"] = "computed"
         else:
             reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"

@@ -149,6 +149,7 @@ def kv_allocation(
     type_k: str | None = "f16",
     type_v: str | None = "f16",
     n_ubatch: int = 512,
+    n_batch: int = 2048,
     swa_full: bool = False,
     flash_attn: bool = True,
 ) -> KvAllocation:

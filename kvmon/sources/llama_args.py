@@ -46,6 +46,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_PORT": "port",
     "LLAMA_ARG_FLASH_ATTN": "fa",
     "LLAMA_ARG_KV_UNIFIED": "kvu",
+    "LLAMA_ARG_SWA_FULL": "swa_full",
 }
 _FA_FLAGS = ("-fa", "--flash-attn")
 _FA_WORDS = {
@@ -61,6 +62,7 @@ _FA_WORDS = {
 }
 _KVU_ON = ("-kvu", "--kv-unified")
 _KVU_OFF = ("-no-kvu", "--no-kv-unified")
+_SWA_FULL = ("--swa-full",)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -130,6 +132,8 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             raw["kvu"], src["kvu"] = "1", Provenance.COMMAND_LINE
         elif flag in _KVU_OFF:
             raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
+        elif flag in _SWA_FULL:
+            raw["swa_full"], src["swa_full"] = "1", Provenance.COMMAND_LINE
         i += 1
 
     prov: dict[str, Provenance] = {}
@@ -185,6 +189,9 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     n_ubatch = ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH
     mark("n_ubatch", "ubatch")
 
+    swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
+    mark("swa_full", "swa_full")
+
     model_path = raw.get("model") or None
     if model_path:
         mark("model_path", "model")
@@ -212,6 +219,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         flash_attn=flash_attn,
         n_gpu_layers=n_gpu_layers,
         n_ubatch=n_ubatch,
+        swa_full=swa_full,
         model_path=model_path,
         sleep_idle_seconds=sleep_idle_seconds,
         provenance=prov,

@@ -46,6 +46,9 @@ _CTX_FIELD = re.compile(
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
 _FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
+# llama_kv_cache_iswa: using full-size SWA cache (ref: ...); creating     SWA KV cache, size = 768 cells
+_SWA_FULL = re.compile(r"llama_kv_cache_iswa: using full-size SWA cache")
+_SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +SWA KV cache, size = ([0-9]+) cells")
 _FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
 _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
 
@@ -75,6 +78,7 @@ class LlamaLogParser:
     type_v: str | None = None
     flash_attn: str | None = None
     n_ubatch: int | None = None
+    swa_full: bool | None = None  # said only by models with sliding-window layers
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None
@@ -153,6 +157,15 @@ class LlamaLogParser:
             self.n_parallel, self.kv_unified = int(m.group(1)), _bool(m.group(2))
             self.lines_matched += 1
             return
+        if _SWA_FULL.search(line):
+            self.swa_full = True
+            self.lines_matched += 1
+            return
+        if _SWA_CACHE.search(line):
+            if self.swa_full is None:
+                self.swa_full = False
+            self.lines_matched += 1
+            return
         m = _FREE.search(line)
         if m:
             self.device_free[m.group(1)] = int(m.group(3)) * MIB
@@ -211,6 +224,7 @@ class LlamaLogParser:
             "type_v": self.type_v,
             "flash_attn": self.flash_attn,
             "n_ubatch": self.n_ubatch,
+            "swa_full": self.swa_full,
             "offloaded_layers": self.offloaded_layers,
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,

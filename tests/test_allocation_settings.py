@@ -1,0 +1,63 @@
+"""Settings that change llama.cpp's KV allocation, read from the command line and the log and passed to the physics.
+
+The rules are llama.cpp b11549's (``llama-context.cpp``, ``llama-kv-cache*.cpp``, ``src/models/*.cpp``); the
+real-server matrix in ``test_real_llamacpp_kv.py`` checks them against the server's own log lines.
+"""
+
+from __future__ import annotations
+
+from tiny_gguf import metadata
+
+from kvmon.core.analysis import Analyzer
+from kvmon.core.readings import GpuSetReading, ModelInfo, ServerConfig, ServerReading, SlotReading
+from kvmon.physics.kv import kv_allocation
+from kvmon.physics.shape import ModelShape
+from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llama_log import parse_llama_log
+
+MIB = 1024 * 1024
+GEMMA3 = ModelShape.from_gguf(metadata("gemma3"))  # 5 SWA layers (window 128) + 1 full, 2 KV heads × 32
+LOG_HEAD = ["0.00.010.637 I llama_context: n_batch               = 2048",
+            "0.00.010.637 I llama_context: n_ubatch              = 512"]
+
+
+def _analyze(shape: ModelShape, cfg: ServerConfig) -> int | None:
+    """kvmon's allocated KV bytes for a one-slot server with ``cfg`` (no GPU: the allocation needs none)."""
+    slot = SlotReading(id=0, n_ctx=cfg.n_ctx_total, context_tokens=10, processing=False)
+    r = ServerReading(t_monotonic=0.0, t_wall=1.8e9, backend="llama-server", url="http://127.0.0.1:8080",
+                      model=ModelInfo(name="m.gguf", arch=shape.arch, weight_bytes=10 * MIB, shape=shape),
+                      slots=(slot,), total_slots=1, metrics_enabled=True, config=cfg)
+    return Analyzer().update(r, GpuSetReading(t_monotonic=0.0, gpus=())).kv_allocated_bytes
+
+
+# 1. --swa-full: the sliding-window layers keep every cell
+
+def test_swa_full_is_read_from_the_command_line_and_the_environment() -> None:
+    on = parse_llama_server_args(["-m", "g.gguf", "--swa-full"]).config
+    assert on.swa_full is True and on.provenance["swa_full"] == "command_line"
+    off = parse_llama_server_args(["-m", "g.gguf"]).config
+    assert off.swa_full is False and off.provenance["swa_full"] == "default"
+    assert parse_llama_server_args([], {"LLAMA_ARG_SWA_FULL": "1"}).config.swa_full is True
+
+
+def test_swa_full_is_read_from_the_log() -> None:
+    full = parse_llama_log([*LOG_HEAD,
+                            "0.00.010.646 W llama_kv_cache_iswa: using full-size SWA cache (ref: https://github.com/"
+                            "ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
+                            "0.00.010.647 I llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells",
+                            "0.00.012.012 I llama_kv_cache_iswa: creating     SWA KV cache, size = 4096 cells"])
+    assert full.swa_full is True and full.provenance["swa_full"] == "log"
+    windowed = parse_llama_log([*LOG_HEAD,
+                                "0.00.010.647 I llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells",
+                                "0.00.012.012 I llama_kv_cache_iswa: creating     SWA KV cache, size = 768 cells"])
+    assert windowed.swa_full is False
+    assert parse_llama_log(LOG_HEAD).swa_full is None  # a model without SWA layers: the log cannot tell
+
+
+def test_swa_full_reaches_the_allocation() -> None:
+    cfg = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "--swa-full"]).config
+    full = kv_allocation(GEMMA3, 4096, swa_full=True).kv_bytes
+    assert full == 6 * 4096 * 2 * 64 * 2  # every layer at 4096 cells: 6 MiB, as llama.cpp prints
+    assert _analyze(GEMMA3, cfg) == full
+    windowed = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1"]).config
+    assert _analyze(GEMMA3, windowed) == kv_allocation(GEMMA3, 4096).kv_bytes < full
