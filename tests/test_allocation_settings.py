@@ -61,3 +61,35 @@ def test_swa_full_reaches_the_allocation() -> None:
     assert _analyze(GEMMA3, cfg) == full
     windowed = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1"]).config
     assert _analyze(GEMMA3, windowed) == kv_allocation(GEMMA3, 4096).kv_bytes < full
+
+
+# 2. -b/--batch-size: n_batch ≤ n_ctx, n_ubatch = min(n_batch, n_ubatch), and SWA cells hold window + n_ubatch
+
+def test_batch_size_is_read_and_caps_the_ubatch() -> None:
+    c = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-b", "256"]).config
+    assert (c.n_batch, c.n_ubatch) == (256, 256)
+    assert c.provenance["n_batch"] == "command_line" and c.provenance["n_ubatch"] == "command_line"
+    c = parse_llama_server_args(["--batch-size=1024", "--ubatch-size", "2048"]).config
+    assert (c.n_batch, c.n_ubatch) == (1024, 1024)
+    c = parse_llama_server_args(["-c", "640"]).config  # the batch is capped at the context
+    assert (c.n_batch, c.n_ubatch) == (640, 512)
+    c = parse_llama_server_args(["-m", "g.gguf"]).config
+    assert (c.n_batch, c.n_ubatch) == (2048, 512) and c.provenance["n_batch"] == "default"
+    assert parse_llama_server_args([], {"LLAMA_ARG_BATCH": "128"}).config.n_ubatch == 128
+
+
+def test_batch_size_is_read_from_the_log() -> None:
+    c = parse_llama_log(["0.00.009.380 I llama_context: n_batch               = 256",
+                         "0.00.009.381 I llama_context: n_ubatch              = 256"])
+    assert (c.n_batch, c.n_ubatch) == (256, 256) and c.provenance["n_batch"] == "log"
+
+
+def test_batch_size_reaches_the_swa_cells() -> None:
+    # llama.cpp b11549, gemma3 -c 4096 -b 256: 1.00 MiB (4096 cells, 1 layer) + 0.62 MiB (512 cells, 5 layers)
+    alloc = kv_allocation(GEMMA3, 4096, n_batch=256)
+    assert (alloc.cells, alloc.swa_cells) == (4096, 512)
+    assert alloc.kv_bytes == 4096 * 256 + 5 * 512 * 256
+    assert kv_allocation(GEMMA3, 640).swa_cells == 768  # n_batch 640, n_ubatch 512: pad256(128 + 512)
+    assert kv_allocation(GEMMA3, 300, n_ubatch=512).swa_cells == 512  # n_ubatch ≤ n_batch ≤ 300: 428 → 512
+    cfg = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "-b", "256"]).config
+    assert _analyze(GEMMA3, cfg) == alloc.kv_bytes

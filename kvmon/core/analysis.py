@@ -208,11 +208,11 @@ class Analyzer:
     def _kv_alloc(self, shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
                   cfg: ServerConfig) -> int:
         """The K+V bytes llama.cpp reserves, with the batch, --swa-full and flash-attention settings it uses."""
-        n_ubatch, swa_full = cfg.n_ubatch or 512, bool(cfg.swa_full)
-        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, swa_full)
+        n_ubatch, n_batch, swa_full = cfg.n_ubatch or 512, cfg.n_batch or 2048, bool(cfg.swa_full)
+        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full)
         return int(self._memo_get(shape, key, lambda: kv_mod.kv_allocation(
             shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
-            swa_full=swa_full).total_bytes))
+            n_batch=n_batch, swa_full=swa_full).total_bytes))
 
     # ------------------------------------------------------------------ failure paths
 

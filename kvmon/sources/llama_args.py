@@ -30,6 +30,8 @@ _VALUE_FLAGS: dict[str, str] = {
     "--model": "model",
     "-ub": "ubatch",
     "--ubatch-size": "ubatch",
+    "-b": "batch",
+    "--batch-size": "batch",
     "--host": "host",
     "--port": "port",
     "--sleep-idle-seconds": "sleep",
@@ -42,6 +44,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_N_GPU_LAYERS": "ngl",
     "LLAMA_ARG_MODEL": "model",
     "LLAMA_ARG_UBATCH": "ubatch",
+    "LLAMA_ARG_BATCH": "batch",
     "LLAMA_ARG_HOST": "host",
     "LLAMA_ARG_PORT": "port",
     "LLAMA_ARG_FLASH_ATTN": "fa",
@@ -67,6 +70,7 @@ _SWA_FULL = ("--swa-full",)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_UBATCH = 512
+DEFAULT_BATCH = 2048
 
 
 @dataclass(frozen=True)
@@ -185,9 +189,15 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     elif ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
         notes.append(f"unreadable GPU layer count {ngl_raw!r}")
 
+    # llama.cpp caps the logical batch at the context and the physical one at the batch (llama_context)
+    batch = _to_int(raw.get("batch"))
+    n_batch = batch if batch and batch > 0 else DEFAULT_BATCH
+    if n_ctx_total is not None:
+        n_batch = min(n_batch, n_ctx_total)
+    mark("n_batch", "batch")
     ubatch = _to_int(raw.get("ubatch"))
-    n_ubatch = ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH
-    mark("n_ubatch", "ubatch")
+    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH, n_batch)
+    mark("n_ubatch", "ubatch" if "ubatch" in src else "batch")
 
     swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
     mark("swa_full", "swa_full")
@@ -219,6 +229,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         flash_attn=flash_attn,
         n_gpu_layers=n_gpu_layers,
         n_ubatch=n_ubatch,
+        n_batch=n_batch,
         swa_full=swa_full,
         model_path=model_path,
         sleep_idle_seconds=sleep_idle_seconds,

@@ -40,7 +40,7 @@ _MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) model buffer
 _COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
 _OFFLOADED = re.compile(r"offloaded ([0-9]+)/([0-9]+) layers to GPU")
 _CTX_FIELD = re.compile(
-    r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_ubatch|n_seq_max|"
+    r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_batch|n_ubatch|n_seq_max|"
     r"flash_attn|kv_unified) += +([A-Za-z0-9_]+)"
 )
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
@@ -78,6 +78,7 @@ class LlamaLogParser:
     type_v: str | None = None
     flash_attn: str | None = None
     n_ubatch: int | None = None
+    n_batch: int | None = None
     swa_full: bool | None = None  # said only by models with sliding-window layers
     offloaded_layers: int | None = None
     total_layers: int | None = None
@@ -186,6 +187,8 @@ class LlamaLogParser:
             self.n_ctx_seq = num
         elif name == "n_ubatch" and num is not None:
             self.n_ubatch = num
+        elif name == "n_batch" and num is not None:
+            self.n_batch = num
         elif name == "n_seq_max" and num is not None:
             self.n_parallel = num
         elif name == "flash_attn":
@@ -224,6 +227,7 @@ class LlamaLogParser:
             "type_v": self.type_v,
             "flash_attn": self.flash_attn,
             "n_ubatch": self.n_ubatch,
+            "n_batch": self.n_batch,
             "swa_full": self.swa_full,
             "offloaded_layers": self.offloaded_layers,
             "total_layers": self.total_layers,
