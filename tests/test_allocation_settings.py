@@ -93,3 +93,23 @@ def test_batch_size_reaches_the_swa_cells() -> None:
     assert kv_allocation(GEMMA3, 300, n_ubatch=512).swa_cells == 512  # n_ubatch ≤ n_batch ≤ 300: 428 → 512
     cfg = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "-b", "256"]).config
     assert _analyze(GEMMA3, cfg) == alloc.kv_bytes
+
+
+# 3. -fa off: without flash attention V is stored transposed, every layer's V row as wide as the widest layer's
+
+GEMMA4 = ModelShape.from_gguf(metadata("gemma4"))  # SWA V rows 2 × 32, the global layer's 2 × 64; 2 layers share
+
+
+def test_flash_attention_off_pads_v_to_the_widest_layer() -> None:
+    # llama.cpp b11549, gemma4 -c 4096 -np 1 -fa off: "padding V cache to 128";
+    # 2.00 MiB (4096 cells, 1 layer) + 0.84 MiB (768 cells, 3 layers; K 0.28, V 0.56)
+    off = kv_allocation(GEMMA4, 4096, flash_attn=False)
+    assert (off.swa_k_bytes, off.swa_v_bytes) == (3 * 768 * 64 * 2, 3 * 768 * 128 * 2)
+    assert off.kv_bytes == 2 * MIB + 3 * 768 * (64 + 128) * 2
+    on = kv_allocation(GEMMA4, 4096)
+    assert on.kv_bytes == 2 * MIB + 3 * 768 * (64 + 64) * 2
+    cfg_off = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "-fa", "off"]).config
+    assert _analyze(GEMMA4, cfg_off) == off.kv_bytes
+    for fa in ("on", "auto"):  # auto: llama.cpp lays the cache out for flash attention before it resolves
+        cfg = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "-fa", fa]).config
+        assert _analyze(GEMMA4, cfg) == on.kv_bytes

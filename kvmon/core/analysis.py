@@ -209,10 +209,11 @@ class Analyzer:
                   cfg: ServerConfig) -> int:
         """The K+V bytes llama.cpp reserves, with the batch, --swa-full and flash-attention settings it uses."""
         n_ubatch, n_batch, swa_full = cfg.n_ubatch or 512, cfg.n_batch or 2048, bool(cfg.swa_full)
-        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full)
+        flash_attn = cfg.flash_attn != "off"  # "auto" lays the cache out for flash attention, as "on" does
+        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full, flash_attn)
         return int(self._memo_get(shape, key, lambda: kv_mod.kv_allocation(
             shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
-            n_batch=n_batch, swa_full=swa_full).total_bytes))
+            n_batch=n_batch, swa_full=swa_full, flash_attn=flash_attn).total_bytes))
 
     # ------------------------------------------------------------------ failure paths
 
