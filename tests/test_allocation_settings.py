@@ -113,3 +113,14 @@ def test_flash_attention_off_pads_v_to_the_widest_layer() -> None:
     for fa in ("on", "auto"):  # auto: llama.cpp lays the cache out for flash attention before it resolves
         cfg = parse_llama_server_args(["-m", "g.gguf", "-c", "4096", "-np", "1", "-fa", fa]).config
         assert _analyze(GEMMA4, cfg) == on.kv_bytes
+
+
+# 4. deepseek2 with trailing nextn / MTP blocks (GLM-4.7-Flash): KV for the trunk layers only
+
+def test_deepseek2_nextn_layers_hold_no_kv() -> None:
+    shape = ModelShape.from_gguf(metadata("deepseek2-nextn"))  # 3 trunk MLA layers + 1 MTP block
+    assert shape.n_kv_layers == 3
+    assert [ly.kind.value for ly in shape.layers] == ["mla", "mla", "mla", "none"]
+    # llama.cpp b11549, -c 4096 -np 1: "size = 2.25 MiB (4096 cells, 3 layers, 1/1 seqs), K (f16): 2.25 MiB"
+    assert kv_allocation(shape, 4096).kv_bytes == 3 * 4096 * (64 + 32) * 2
+    assert ModelShape.from_gguf(metadata("deepseek2")).n_kv_layers == 3  # no MTP block: every layer

@@ -243,8 +243,9 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
         layers = swa_layers(flags, window, AttentionKind.SWA)
 
     nextn = m.int("nextn_predict_layers", 0) or 0
-    if 0 < nextn < n_layers and arch not in ("deepseek2",):
-        # multi-token-prediction layers at the end hold no KV in llama.cpp (n_layer_kv_from_start)
+    if 0 < nextn < n_layers:
+        # multi-token-prediction layers at the end are not trunk layers: llama.cpp's main context filters them out
+        # of its KV cache (n_layer() = block_count - nextn_predict_layers), deepseek2 / GLM-4.7-Flash included
         for il in range(n_layers - nextn, n_layers):
             layers[il] = LayerShape(il, AttentionKind.NONE)
         notes.append(f"last {nextn} layer(s) are multi-token-prediction layers without a KV cache")
