@@ -124,3 +124,17 @@ def test_deepseek2_nextn_layers_hold_no_kv() -> None:
     # llama.cpp b11549, -c 4096 -np 1: "size = 2.25 MiB (4096 cells, 3 layers, 1/1 seqs), K (f16): 2.25 MiB"
     assert kv_allocation(shape, 4096).kv_bytes == 3 * 4096 * (64 + 32) * 2
     assert ModelShape.from_gguf(metadata("deepseek2")).n_kv_layers == 3  # no MTP block: every layer
+
+
+# 5. llama4: the attention chunk is 8192 whatever the GGUF's sliding_window says (0 turns chunking off)
+
+def test_llama4_chunk_is_fixed_at_8192() -> None:
+    shape = ModelShape.from_gguf(metadata("llama4"))  # sliding_window 256 in the GGUF
+    chunked = [ly for ly in shape.layers if ly.kind.value == "chunked"]
+    assert len(chunked) == 3 and {ly.window for ly in chunked} == {8192}
+    # llama.cpp b11549, -c 4096 -np 1: 1.00 MiB (4096 cells, 1 layer) + 3.00 MiB (4096 cells, 3 layers)
+    alloc = kv_allocation(shape, 4096)
+    assert (alloc.cells, alloc.swa_cells) == (4096, 4096)
+    assert alloc.kv_bytes == 4 * 4096 * 2 * 64 * 2
+    off = ModelShape.from_gguf({**metadata("llama4"), "llama4.attention.sliding_window": 0})
+    assert {ly.kind.value for ly in off.layers} == {"full"}

@@ -206,7 +206,10 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
             raise ShapeError("gpt-oss: missing gpt-oss.attention.sliding_window")
         layers = swa_layers(_swa_flags(m, n_layers, 2, notes), window, AttentionKind.SWA)
     elif arch == "llama4":
-        chunk = 8192 if window is None else window
+        # llama.cpp sets the chunk to 8192 whatever sliding_window says; a key of 0 turns chunking off
+        chunk = 0 if window == 0 else 8192
+        if window not in (None, 0, 8192):
+            notes.append(f"llama4 sliding_window {window} in the GGUF: llama.cpp chunks attention at 8192 anyway")
         layers = swa_layers(_swa_flags(m, n_layers, 4, notes) if chunk else None, chunk, AttentionKind.CHUNKED)
         if chunk == 0:
             notes.append("llama4 with sliding_window = 0: chunked attention disabled, all layers full")
