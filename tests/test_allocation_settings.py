@@ -138,3 +138,34 @@ def test_llama4_chunk_is_fixed_at_8192() -> None:
     assert alloc.kv_bytes == 4 * 4096 * 2 * 64 * 2
     off = ModelShape.from_gguf({**metadata("llama4"), "llama4.attention.sliding_window": 0})
     assert {ly.kind.value for ly in off.layers} == {"full"}
+
+
+# hybrids: the KV cache and the recurrent state are llama.cpp's two size lines, and kvmon's two numbers
+
+def _analyze_snapshot(shape: ModelShape, cfg: ServerConfig):  # type: ignore[no-untyped-def]
+    slot = SlotReading(id=0, n_ctx=cfg.n_ctx_total, context_tokens=10, processing=False)
+    r = ServerReading(t_monotonic=0.0, t_wall=1.8e9, backend="llama-server", url="http://127.0.0.1:8080",
+                      model=ModelInfo(name="m.gguf", arch=shape.arch, weight_bytes=10 * MIB, shape=shape),
+                      slots=(slot,), total_slots=1, metrics_enabled=True, config=cfg)
+    return Analyzer().update(r, GpuSetReading(t_monotonic=0.0, gpus=()))
+
+
+def test_hybrid_kv_bytes_exclude_the_recurrent_state() -> None:
+    shape = ModelShape.from_gguf(metadata("qwen35"))  # 3 gated-delta-net layers + 1 full attention layer
+    alloc = kv_allocation(shape, 4096)
+    assert alloc.recurrent_bytes > 0
+    s = _analyze_snapshot(shape, parse_llama_server_args(["-m", "q.gguf", "-c", "4096", "-np", "1"]).config)
+    assert s.model.kv_allocated_bytes == alloc.kv_bytes  # llama_kv_cache: size = 1.00 MiB
+    assert s.model.recurrent_state_bytes == alloc.recurrent_bytes  # llama_memory_recurrent: size = 0.06 MiB
+    assert s.provenance["kv_allocated_bytes"] == "computed"
+
+
+def test_recurrent_state_size_is_read_from_the_log() -> None:
+    line = ("0.00.018.454 I llama_memory_recurrent: size =    0.22 MiB (     4 cells,   4 layers,  4 seqs  0 rs_seq), "
+            "R (f32):    0.04 MiB, S (f32):    0.19 MiB, P (f32):    0.00 MiB")
+    cfg = parse_llama_log([line])
+    assert cfg.recurrent_bytes_allocated == round(0.22 * MIB) and cfg.provenance["recurrent_bytes_allocated"] == "log"
+    shape = ModelShape.from_gguf(metadata("qwen35"))
+    s = _analyze_snapshot(shape, cfg)
+    assert s.model.recurrent_state_bytes == round(0.22 * MIB)
+    assert s.provenance["recurrent_state_bytes"] == "log"

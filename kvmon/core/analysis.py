@@ -207,13 +207,14 @@ class Analyzer:
 
     def _kv_alloc(self, shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
                   cfg: ServerConfig) -> int:
-        """The K+V bytes llama.cpp reserves, with the batch, --swa-full and flash-attention settings it uses."""
+        """The K+V bytes llama.cpp reserves (its KV size line; the recurrent state is apart), with the batch,
+        --swa-full and flash-attention settings it uses."""
         n_ubatch, n_batch, swa_full = cfg.n_ubatch or 512, cfg.n_batch or 2048, bool(cfg.swa_full)
         flash_attn = cfg.flash_attn != "off"  # "auto" lays the cache out for flash attention, as "on" does
         key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full, flash_attn)
         return int(self._memo_get(shape, key, lambda: kv_mod.kv_allocation(
             shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
-            n_batch=n_batch, swa_full=swa_full, flash_attn=flash_attn).total_bytes))
+            n_batch=n_batch, swa_full=swa_full, flash_attn=flash_attn).kv_bytes))
 
     # ------------------------------------------------------------------ failure paths
 
@@ -324,6 +325,8 @@ class Analyzer:
             prov["kv_bytes_per_token"] = "computed"
             rec = self._memo_get(shape, ("rec", n_slots),
                                  lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
+            if rec is not None:
+                prov["recurrent_state_bytes"] = "computed"
             if weight_bytes is not None:
                 wr = self._memo_get(shape, ("weights", weight_bytes),
                                     lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
@@ -337,6 +340,9 @@ class Analyzer:
                 read_per_token = float(weight_bytes)
                 prov["weight_bytes_read_per_token"] = "estimated"
                 reasons["weight_bytes_read_per_token"] = "model shape unknown: all weights assumed read (dense)"
+        if cfg.recurrent_bytes_allocated is not None:  # the server's own size line
+            rec = int(cfg.recurrent_bytes_allocated)
+            prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", "log")
 
 
         view = ModelView(

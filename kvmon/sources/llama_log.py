@@ -35,6 +35,8 @@ _KV_SIZE = re.compile(
 _KV_SELF = re.compile(
     r"KV self size += +" + _NUM + r" MiB(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
 )
+# llama_memory_recurrent: size =    0.22 MiB (     4 cells,   4 layers,  4 seqs  0 rs_seq), R (f32): ..., S (f32): ...
+_RS_SIZE = re.compile(r"llama_memory_recurrent: +size = +" + _NUM + " MiB")
 _KV_BUF = re.compile(r"llama_kv_cache\w*: +(\S+) KV buffer size = +" + _NUM + " MiB")
 _MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) model buffer size = +" + _NUM + " MiB")
 _COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
@@ -83,6 +85,7 @@ class LlamaLogParser:
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None
+    recurrent_bytes_allocated: int | None = None
     kv_cells: int | None = None
     model_buffers: dict[str, int] = field(default_factory=dict)
     kv_buffers: dict[str, int] = field(default_factory=dict)
@@ -114,6 +117,11 @@ class LlamaLogParser:
             self.kv_cells = max(self.kv_cells or 0, cells)
             if m.group(6):
                 self.type_k, self.type_v = m.group(6).lower(), m.group(8).lower()
+            self.lines_matched += 1
+            return
+        m = _RS_SIZE.search(line)
+        if m:
+            self.recurrent_bytes_allocated = _mib(m.group(1))
             self.lines_matched += 1
             return
         m = _KV_SELF.search(line)
@@ -211,6 +219,7 @@ class LlamaLogParser:
         """
         return bool(
             self.kv_bytes_allocated is not None
+            or self.recurrent_bytes_allocated is not None
             or self.n_ctx_total is not None
             or self.model_buffers
             or self.kv_buffers
@@ -232,6 +241,7 @@ class LlamaLogParser:
             "offloaded_layers": self.offloaded_layers,
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,
+            "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         maps = {
