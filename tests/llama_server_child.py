@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
 import threading
 
+STOP_GRACE_S = 1.5
 FA = {"on": "LLAMA_FLASH_ATTN_TYPE_ENABLED", "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED",
       "auto": "LLAMA_FLASH_ATTN_TYPE_AUTO"}
 
@@ -101,15 +103,14 @@ def main(argv: list[str]) -> int:
         return 1
     print(f"READY {server.listening_address}", flush=True)
     stop.wait()
-    # a clean stop runs the server's own destructor; it can wait forever for its loop when asked to stop just as
-    # the loop starts, so it runs in a thread and after a few seconds the process ends anyway
-    held = [server]
-    del server
-    closer = threading.Thread(target=held.clear, daemon=True)
-    closer.start()
-    closer.join(5.0)
-    sys.stderr.flush()
-    os._exit(0)  # no interpreter teardown while the wheel's threads may still run
+    # a clean stop runs the server's own destructor, which can wait forever for its loop (asked to stop just as
+    # the loop starts, or with a request in flight) while holding the interpreter; faulthandler's watchdog is a
+    # C thread that ends the process after a while regardless
+    with open(os.devnull, "w") as devnull:
+        faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True, file=devnull)
+        del server
+        sys.stderr.flush()
+        os._exit(0)  # no interpreter teardown while the wheel's threads may still run
 
 
 if __name__ == "__main__":
