@@ -209,7 +209,8 @@ class Analyzer:
                   cfg: ServerConfig) -> int:
         """The K+V bytes llama.cpp reserves (its KV size line; the recurrent state is apart), with the batch,
         --swa-full and flash-attention settings it uses."""
-        n_ubatch, n_batch, swa_full = cfg.n_ubatch or 512, cfg.n_batch or 2048, bool(cfg.swa_full)
+        n_ubatch, n_batch = cfg.n_ubatch or kv_mod.DEFAULT_N_UBATCH, cfg.n_batch or kv_mod.DEFAULT_N_BATCH
+        swa_full = bool(cfg.swa_full)
         flash_attn = cfg.flash_attn != "off"  # "auto" lays the cache out for flash attention, as "on" does
         key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full, flash_attn)
         return int(self._memo_get(shape, key, lambda: kv_mod.kv_allocation(

@@ -13,6 +13,8 @@ from kvmon.physics.cache_types import cache_type
 from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
 
 CELL_PADDING = 256
+DEFAULT_N_UBATCH = 512  # llama-server's -ub and -b defaults
+DEFAULT_N_BATCH = 2048
 RECURRENT_STATE_BYTES_PER_ELEMENT = 4  # llama.cpp keeps recurrent (conv + ssm / wkv) state in f32
 
 
@@ -148,8 +150,8 @@ def kv_allocation(
     unified: bool = False,
     type_k: str | None = "f16",
     type_v: str | None = "f16",
-    n_ubatch: int = 512,
-    n_batch: int = 2048,
+    n_ubatch: int = DEFAULT_N_UBATCH,
+    n_batch: int = DEFAULT_N_BATCH,
     swa_full: bool = False,
     flash_attn: bool = True,
 ) -> KvAllocation:

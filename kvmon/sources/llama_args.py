@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.physics.cache_types import CACHE_TYPES
+from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
 
 # flag spellings -> setting; each setting also has its LLAMA_ARG_* variable
 _VALUE_FLAGS: dict[str, str] = {
@@ -69,8 +70,6 @@ _SWA_FULL = ("--swa-full",)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_UBATCH = 512
-DEFAULT_BATCH = 2048
 
 
 @dataclass(frozen=True)
@@ -191,12 +190,12 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
 
     # llama.cpp caps the logical batch at the context and the physical one at the batch (llama_context)
     batch = _to_int(raw.get("batch"))
-    n_batch = batch if batch and batch > 0 else DEFAULT_BATCH
+    n_batch = batch if batch and batch > 0 else DEFAULT_N_BATCH
     if n_ctx_total is not None:
         n_batch = min(n_batch, n_ctx_total)
     mark("n_batch", "batch")
     ubatch = _to_int(raw.get("ubatch"))
-    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH, n_batch)
+    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_N_UBATCH, n_batch)
     mark("n_ubatch", "ubatch" if "ubatch" in src else "batch")
 
     swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
