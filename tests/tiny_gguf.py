@@ -155,6 +155,19 @@ def _granitehybrid(il: int, p: str) -> Tensors:
     return t | (_attn(p) if _GRANITE_KV[il] else _mamba2(p))
 
 
+# nemotron_h: Mamba2 layers (no KV heads, no FFN), an attention layer (KV heads, no FFN), an MLP-only layer
+_NEMOTRON_KV, _NEMOTRON_FF = [0, 0, HEADS_KV, 0], [0, 0, 0, FF]
+
+
+def _nemotron_h(il: int, p: str) -> Tensors:
+    t = _norms(p, "attn_norm")
+    if _NEMOTRON_KV[il]:
+        return t | _attn(p)
+    if _NEMOTRON_FF[il]:
+        return t | {f"{p}ffn_up.weight": (E, FF), f"{p}ffn_down.weight": (FF, E)}
+    return t | _mamba2(p)
+
+
 def _falcon_h1(il: int, p: str) -> Tensors:
     # every layer has both a Mamba2 block and attention; its FFN norm is named without ".weight"
     return _mamba2(p) | {f"{p}attn_norm.weight": (E,), f"{p}ffn_norm": (E,)} | _attn(p) | _ffn(p)
@@ -242,6 +255,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("granitehybrid", "granitehybrid", {**_BASE, **SSM, "block_count": 4,
                                               "attention.head_count_kv": _GRANITE_KV},
            lambda: _trunk(4, _granitehybrid)),
+    Family("nemotron_h", "nemotron_h", {**_BASE, **SSM, "block_count": 4, "attention.head_count_kv": _NEMOTRON_KV,
+                                        "feed_forward_length": _NEMOTRON_FF, "attention.layer_norm_epsilon": 1e-5},
+           lambda: _trunk(4, _nemotron_h)),
     Family("falcon-h1", "falcon-h1", {**_BASE, **SSM, "block_count": 2}, lambda: _trunk(2, _falcon_h1)),
     Family("mamba2", "mamba2", {"context_length": N_CTX_TRAIN, "embedding_length": E, "block_count": 2,
                                 "attention.layer_norm_rms_epsilon": 1e-5, **SSM},
