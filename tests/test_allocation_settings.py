@@ -9,7 +9,7 @@ from __future__ import annotations
 from tiny_gguf import metadata
 
 from kvmon.core.analysis import Analyzer
-from kvmon.core.readings import GpuSetReading, ModelInfo, ServerConfig, ServerReading, SlotReading
+from kvmon.core.readings import GpuReading, GpuSetReading, ModelInfo, ServerConfig, ServerReading, SlotReading
 from kvmon.physics.kv import kv_allocation
 from kvmon.physics.shape import ModelShape
 from kvmon.sources.llama_args import parse_llama_server_args
@@ -142,12 +142,12 @@ def test_llama4_chunk_is_fixed_at_8192() -> None:
 
 # hybrids: the KV cache and the recurrent state are llama.cpp's two size lines, and kvmon's two numbers
 
-def _analyze_snapshot(shape: ModelShape, cfg: ServerConfig):  # type: ignore[no-untyped-def]
+def _analyze_snapshot(shape: ModelShape, cfg: ServerConfig, *gpus: GpuReading):  # type: ignore[no-untyped-def]
     slot = SlotReading(id=0, n_ctx=cfg.n_ctx_total, context_tokens=10, processing=False)
     r = ServerReading(t_monotonic=0.0, t_wall=1.8e9, backend="llama-server", url="http://127.0.0.1:8080",
                       model=ModelInfo(name="m.gguf", arch=shape.arch, weight_bytes=10 * MIB, shape=shape),
                       slots=(slot,), total_slots=1, metrics_enabled=True, config=cfg)
-    return Analyzer().update(r, GpuSetReading(t_monotonic=0.0, gpus=()))
+    return Analyzer().update(r, GpuSetReading(t_monotonic=0.0, gpus=gpus))
 
 
 def test_hybrid_kv_bytes_exclude_the_recurrent_state() -> None:
@@ -169,3 +169,13 @@ def test_recurrent_state_size_is_read_from_the_log() -> None:
     s = _analyze_snapshot(shape, cfg)
     assert s.model.recurrent_state_bytes == round(0.22 * MIB)
     assert s.provenance["recurrent_state_bytes"] == "log"
+
+
+def test_the_recurrent_state_still_counts_in_vram() -> None:
+    shape = ModelShape.from_gguf(metadata("qwen35"))
+    alloc = kv_allocation(shape, 4096)
+    gpu = GpuReading(index=0, name="NVIDIA GeForce RTX 4090", vram_total_bytes=24 << 30, vram_used_bytes=1 << 30,
+                     vram_free_bytes=23 << 30, peak_bandwidth_bytes_per_s=1008e9, bandwidth_source="table")
+    s = _analyze_snapshot(shape, parse_llama_server_args(["-m", "q.gguf", "-c", "4096", "-np", "1"]).config, gpu)
+    assert s.kv_allocated_bytes == alloc.kv_bytes  # the KV number is llama.cpp's KV line
+    assert s.gpus[0].kv_allocated_bytes == alloc.kv_bytes + alloc.recurrent_bytes  # the memory bar holds both

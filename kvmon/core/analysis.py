@@ -125,6 +125,14 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _cache_bytes(model: ModelView) -> int | None:
+    """What the model's caches hold in memory (VRAM split, spill, host share): the KV cache plus a hybrid's
+    recurrent state, which llama.cpp keeps beside it on the same devices."""
+    if model.kv_allocated_bytes is None:
+        return None
+    return model.kv_allocated_bytes + (model.recurrent_state_bytes or 0)
+
+
 class Analyzer:
     """Turns each poll's readings into a Snapshot; keep one per monitored server."""
 
@@ -652,7 +660,7 @@ class Analyzer:
         placement = self._placement(r, model.weight_bytes, gpus)
         if placement.note:
             reasons["placement"] = placement.note
-        self._estimate_pcie_spill(placement, gviews, model.kv_allocated_bytes, r.config.compute_buffer_bytes_by_device)
+        self._estimate_pcie_spill(placement, gviews, _cache_bytes(model), r.config.compute_buffer_bytes_by_device)
         host_bw = st.host_bandwidth_bytes_per_s or (host.host_bandwidth_bytes_per_s if host else None)
         devices, dev_reason = self._devices(placement, model.weight_bytes_read_per_token, gviews, host_bw)
 
@@ -703,7 +711,7 @@ class Analyzer:
         fc = self._forecast(t, model, context, decode, devices, shape, type_k, type_v, vfacts, prov)
 
         # host
-        hview = self._host_view(host, placement, model.kv_allocated_bytes)
+        hview = self._host_view(host, placement, _cache_bytes(model))
 
         # alerts
         facts = self._alert_facts(r, t, model, context, deepest.id if deepest and len(r.slots) > 1 else None, decode,
@@ -734,7 +742,8 @@ class Analyzer:
         for g in gviews:
             w = p.weights_gpu.get(g.index)
             frac = p.kv_gpu.get(g.index)
-            kv_alloc = int(model.kv_allocated_bytes * frac) if model.kv_allocated_bytes is not None and frac else None
+            cache = _cache_bytes(model)
+            kv_alloc = int(cache * frac) if cache is not None and frac else None
             kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
             other = None
             sv = self._server_used.get(g.index)
@@ -883,7 +892,7 @@ class Analyzer:
             slot_id=slot_id, tokens_until_ctx_full=fc.tokens_until_ctx_full,
             seconds_until_ctx_full=fc.seconds_until_ctx_full, decode_tok_s=decode, gpus=vfacts,
             kv_host_fraction=kv_host_frac if kv_known else None,
-            kv_host_bytes=int(kv_host_frac * model.kv_allocated_bytes) if model.kv_allocated_bytes else None,
+            kv_host_bytes=int(kv_host_frac * (_cache_bytes(model) or 0)) if model.kv_allocated_bytes else None,
             kv_host_via=via, kv_host_cap_tok_s=cap, weights_host_bytes=weights_host,
             weight_bytes=model.weight_bytes, weights_host_cap_tok_s=ceiling_now if weights_host else None,
             kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,
