@@ -29,7 +29,7 @@ from tiny_gguf import FAMILIES
 
 from kvmon.cli import main as kvmon_main
 from kvmon.core.readings import ServerConfig
-from kvmon.physics.kv import KvAllocation, kv_allocation, pad_cells
+from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH, KvAllocation, kv_allocation, pad_cells
 from kvmon.physics.shape import ModelShape
 from kvmon.sources.gguf_meta import read_gguf_metadata
 from kvmon.sources.llama_args import parse_llama_server_args
@@ -66,7 +66,8 @@ def _expected(shape: ModelShape, cfg: ServerConfig) -> tuple[KvAllocation, int]:
     n_ctx = cfg.n_ctx_total or shape.n_ctx_train or 0
     n_seq = cfg.n_parallel or AUTO_PARALLEL
     alloc = kv_allocation(shape, n_ctx, n_seq=n_seq, unified=bool(cfg.kv_unified), type_k=cfg.type_k,
-                          type_v=cfg.type_v, n_ubatch=cfg.n_ubatch or 512, n_batch=cfg.n_batch or 2048,
+                          type_v=cfg.type_v, n_ubatch=cfg.n_ubatch or DEFAULT_N_UBATCH,
+                          n_batch=cfg.n_batch or DEFAULT_N_BATCH,
                           swa_full=bool(cfg.swa_full), flash_attn=cfg.flash_attn != "off")
     return alloc, n_seq
 
@@ -153,7 +154,12 @@ def test_allocation_matches_the_real_server(family: str, setting: str,
     # kvmon once --json: from the process's command line alone, then with the log too
     for argv in ((server.url,), (server.url, "--log", str(server.log_path))):
         doc = _once(*argv)
-        m = doc["model"]
+        m, prov = doc["model"], doc["provenance"]
+        with_log = "--log" in argv
+        assert prov["kv_allocated_bytes"] == ("log" if with_log and alloc.n_kv_layers else "computed")
+        if not with_log:  # the settings came from the server process's own command line
+            assert prov["kv_type"] == ("command_line" if "-ctk" in SETTINGS[setting] else "default")
+            assert prov.get("n_ctx_total") == ("command_line" if cmd.n_ctx_total else "computed")
         assert m["arch"] == FAMILIES[family].arch
         assert (m["kv_type_k"], m["kv_type_v"]) == (cmd.type_k, cmd.type_v)
         assert m["kv_unified"] == cmd.kv_unified
@@ -161,5 +167,6 @@ def test_allocation_matches_the_real_server(family: str, setting: str,
         assert abs(m["kv_allocated_bytes"] - kv_total_mib * MIB) <= tolerance, (argv, m, kv_total_mib)
         if shape.n_recurrent_layers:
             assert mib_matches(m["recurrent_state_bytes"], rs[0].group(1)), (argv, m["recurrent_state_bytes"], rs)
+            assert prov["recurrent_state_bytes"] == ("log" if with_log else "computed")
         else:
             assert m["recurrent_state_bytes"] is None
