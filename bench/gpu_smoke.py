@@ -24,12 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvmon.core.report_json import json_safe
-from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.nvml import (
-    BANDWIDTH_TOLERANCE,
-    NvmlSource,
-    nvml_peak_bandwidth_bytes_per_s,
-)
+from kvmon.physics.gpus import BANDWIDTH_TOLERANCE, lookup_gpu
+from kvmon.sources.nvml import NvmlSource, nvml_peak_bandwidth_bytes_per_s
 
 GIB = 1024**3
 
@@ -188,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     fake = None
     if args.fake:
-        from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+        from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 
         fake = FakeNvml([FakeGpu(memory_used_bytes=3 * GIB, memory_reserved_bytes=GIB // 2,
                                  processes=[(os.getpid(), 3 * GIB)]),

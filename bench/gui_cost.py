@@ -26,6 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the GUI stand-in (tests/synthetic.py) for the preloaded day
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 FIRST_PAINT = r"""
@@ -105,7 +106,7 @@ def start_sim(scenario: str) -> tuple[subprocess.Popen[str], str]:
 
 def preload_day(win: object, interval_s: float) -> int:
     """24 h of snapshots, one per ``interval_s``, ending now; history and measured points."""
-    from kvmon.gui.synthetic import SyntheticMonitor
+    from synthetic import SyntheticMonitor
 
     n = int(86_400 / interval_s)
     mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144, t0_wall=time.time() - 86_400, poll_dt_s=interval_s,
@@ -125,9 +126,10 @@ def main() -> int:
     import psutil
     from PySide6 import QtCore
 
-    from kvmon.gui.app import HIDDEN_INTERVAL_S, Session, build_window, ensure_app
+    from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
     from kvmon.gui.settings import Settings
-    from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+    from kvmon.session import Session
+    from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 
     tmp = tempfile.mkdtemp(prefix="kvmon-bench-")
     print("kvmon dashboard cost")
@@ -159,7 +161,8 @@ def main() -> int:
 
         def factory() -> object:
             from kvmon.core.analysis import Analyzer
-            from kvmon.monitor import Monitor, default_host_source
+            from kvmon.monitor import Monitor
+            from kvmon.session import default_host_source
             from kvmon.sources.detect import open_source
             from kvmon.sources.nvml import NvmlSource
 

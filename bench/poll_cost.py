@@ -49,9 +49,10 @@ def main() -> int:
     from gui_cost import start_sim
 
     from kvmon.core.analysis import Analyzer
-    from kvmon.monitor import Monitor, default_host_source
+    from kvmon.monitor import Monitor
+    from kvmon.session import default_host_source
+    from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
     from kvmon.sources.detect import open_source
-    from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
     from kvmon.sources.nvml import NvmlSource
 
     sim, url = start_sim(args.scenario)

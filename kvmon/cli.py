@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_sim(args)
     if args.command == "proxy":
-        from kvmon.proxy import run as run_proxy
+        from kvmon.proxy.command import run as run_proxy
 
         return run_proxy(args)
     if args.command == "screenshot":

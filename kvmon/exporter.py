@@ -1,15 +1,15 @@
 """``kvmon serve [URL] --listen 127.0.0.1:9464``: a headless Prometheus exporter of kvmon's Snapshot.
 
 A poll thread runs ``Monitor.poll()`` every interval and keeps the latest Snapshot; a prometheus_client
-collector turns that Snapshot into metric families when Prometheus scrapes ``/metrics``. A scrape never
-touches the model server. Unknown values (None, NaN) are left out (an absent series), never exported as 0.
+collector turns that Snapshot into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes
+``/metrics``. A scrape never touches the model server. Unknown values (None, NaN) are left out (an absent
+series), never exported as 0.
 Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this path.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 import os
 import signal
@@ -17,19 +17,21 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any, TextIO
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from kvmon import __version__
-from kvmon.core.readings import SourceError
-from kvmon.core.snapshot import Connection, ConnectionStatus, GpuView, Snapshot
+from kvmon import listen
+from kvmon.core.connection import failure_of, failure_snapshot
+from kvmon.core.readings import FailureKind, SourceError
+from kvmon.core.report_prometheus import Families, snapshot_families
+from kvmon.core.snapshot import Snapshot
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -37,49 +39,12 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 5.0
 INTERVAL_ENV = "KVMON_SERVE_INTERVAL"
 MIN_INTERVAL_S = 0.1
-# The states in which the server was read: its numbers are exported. Any other state exports none of them.
-UP_STATUSES = (ConnectionStatus.CONNECTED, ConnectionStatus.SLEEPING)
 
-SERVER_LABELS = ("backend", "model")
-GPU_LABELS = ("gpu", "gpu_name")
-
-
-class ListenAddressError(ValueError):
-    """A ``--listen`` value that is not ``HOST:PORT``, ``[IPv6]:PORT`` or ``PORT``."""
 
 
 def parse_listen(text: str | None) -> tuple[str, int]:
-    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` and a bare ``"9464"`` work too.
-
-    Port 0 asks the system for a free port. Raises ListenAddressError for anything else.
-    """
-    raw = (text if text is not None else DEFAULT_LISTEN).strip()
-    if not raw:
-        raise ListenAddressError("empty --listen address: give HOST:PORT, e.g. 127.0.0.1:9464")
-    if raw.startswith("["):
-        host, sep, port_text = raw[1:].partition("]:")
-        if not sep:
-            raise ListenAddressError(f"bad --listen address {raw!r}: an IPv6 address is written [ADDR]:PORT")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ListenAddressError(f"bad --listen address {raw!r}: {host!r} is not an IPv6 address") from None
-    elif ":" in raw:
-        host, _, port_text = raw.rpartition(":")
-        if ":" in host:
-            raise ListenAddressError(f"bad --listen address {raw!r}: write an IPv6 address as [ADDR]:PORT")
-        if not host:
-            raise ListenAddressError(f"bad --listen address {raw!r}: no host; use 0.0.0.0:PORT for every interface")
-    else:
-        host, port_text = "127.0.0.1", raw
-    if not port_text.isdigit():
-        raise ListenAddressError(f"bad --listen address {raw!r}: port {port_text!r} is not a number")
-    port = int(port_text)
-    if port > 65535:
-        raise ListenAddressError(f"bad --listen address {raw!r}: port {port} is above 65535")
-    if any(c.isspace() or c in "/?#@" for c in host):
-        raise ListenAddressError(f"bad --listen address {raw!r}: {host!r} is not a host name or address")
-    return host, port
+    """``--listen`` of ``kvmon serve`` (``kvmon.listen.parse_listen``); 127.0.0.1:9464 when not given."""
+    return listen.parse_listen(text, DEFAULT_LISTEN)
 
 
 def interval_from_env(environ: dict[str, str] | None = None) -> float:
@@ -95,189 +60,6 @@ def interval_from_env(environ: dict[str, str] | None = None) -> float:
     if not math.isfinite(value) or value < MIN_INTERVAL_S:
         raise ValueError(f"{INTERVAL_ENV}={text!r}: give a number of seconds, at least {MIN_INTERVAL_S}")
     return value
-
-
-# --------------------------------------------------------------------------- Snapshot → metric families
-
-
-def _num(value: Any) -> float | None:
-    """A finite float, or None for unknown (None, NaN, inf, non-numbers)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-class _Families:
-    """Metric families by name, made on first use, so that a family with no known value is never emitted."""
-
-    def __init__(self) -> None:
-        self._by_name: dict[str, Metric] = {}
-
-    def gauge(self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: Any) -> None:
-        """Add one sample to gauge ``name``; an unknown value adds nothing."""
-        v = _num(value)
-        if v is None:
-            return
-        fam = self._by_name.get(name)
-        if fam is None:
-            fam = GaugeMetricFamily(name, doc, labels=list(labels))
-            self._by_name[name] = fam
-        fam.add_metric(list(values), v)  # type: ignore[attr-defined]
-
-    def counter(self, name: str, doc: str, value: float) -> None:
-        """A label-less counter (exported as ``name_total``)."""
-        fam = CounterMetricFamily(name, doc, labels=[])
-        fam.add_metric([], value)
-        self._by_name[name] = fam
-
-    def all(self) -> list[Metric]:
-        return list(self._by_name.values())
-
-
-def is_up(snapshot: Snapshot | None) -> bool:
-    """True when this Snapshot holds a reading of the server (connected or sleeping)."""
-    return snapshot is not None and snapshot.connection.status in UP_STATUSES
-
-
-def _server_metrics(f: _Families, s: Snapshot, lv: tuple[str, str]) -> None:
-    """The server's readings and kvmon's numbers derived from them; only called when the server was read."""
-    m = s.model
-    g = f.gauge
-    L = SERVER_LABELS
-    g("kvmon_decode_tokens_per_second", "Measured decode (generation) speed; absent while idle.", L, lv,
-      s.decode_tok_s)
-    g("kvmon_prefill_tokens_per_second", "Measured prompt processing speed; absent when no prompt was processed.",
-      L, lv, s.prefill_tok_s)
-    g("kvmon_ceiling_tokens_per_second", "Decode speed the memory bandwidth allows at the current context depth.",
-      L, lv, s.ceiling_tok_s)
-    g("kvmon_efficiency_ratio", "Measured decode speed divided by the bandwidth ceiling.", L, lv, s.efficiency)
-    g("kvmon_context_tokens", "Positions in context of the deepest active conversation.", L, lv, s.context_tokens)
-    g("kvmon_context_limit_tokens", "Context size of one slot (what one conversation can hold).", L, lv, m.n_ctx)
-    g("kvmon_context_total_tokens", "KV cache cells allocated over all slots.", L, lv, m.n_ctx_total)
-    g("kvmon_slots", "Number of server slots (parallel conversations).", L, lv, m.n_slots)
-    g("kvmon_model_weight_bytes", "Size of the model's weights.", L, lv, m.weight_bytes)
-    g("kvmon_model_weight_read_bytes_per_token", "Weight bytes read per generated token (MoE: the active part).",
-      L, lv, m.weight_bytes_read_per_token)
-    g("kvmon_kv_cache_bytes_per_token", "KV cache bytes per position of context, all layers, K and V.", L, lv,
-      m.kv_bytes_per_token)
-    g("kvmon_kv_cache_allocated_bytes", "KV cache reserved at load (capacity).", L, lv, s.kv_allocated_bytes)
-    g("kvmon_kv_cache_in_use_bytes", "KV cache holding positions now in context.", L, lv, s.kv_in_use_bytes)
-    g("kvmon_read_bytes_per_token", "Bytes read from memory per generated token (weights plus KV in use).", L, lv,
-      s.bytes_read_per_token)
-    g("kvmon_achieved_bandwidth_bytes_per_second", "Memory bandwidth the measured decode speed implies.", L, lv,
-      s.achieved_bandwidth_bytes_per_s)
-    g("kvmon_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of the devices holding the model.", L, lv,
-      s.peak_bandwidth_bytes_per_s)
-    if m.name is not None or m.arch is not None:
-        f.gauge("kvmon_model_info", "The loaded model (value always 1).",
-                (*L, "arch", "quantization", "kv_type_k", "kv_type_v", "server_version"),
-                (*lv, m.arch or "", m.quantization or "", m.kv_type_k or "", m.kv_type_v or "", s.server_version or ""),
-                1)
-    for sl in s.slots:
-        sv = (*lv, str(sl.id))
-        SL = (*L, "slot")
-        g("kvmon_slot_context_tokens", "Positions in context of one slot.", SL, sv, sl.context_tokens)
-        g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
-        g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
-        g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
-    fc = s.forecast
-    g("kvmon_forecast_context_full_tokens", "Tokens until the context is full.", L, lv, fc.tokens_until_ctx_full)
-    g("kvmon_forecast_context_full_seconds", "Seconds until the context is full at the current pace.", L, lv,
-      fc.seconds_until_ctx_full)
-    g("kvmon_forecast_vram_full_tokens", "Tokens until VRAM runs out (when something else is eating it).", L, lv,
-      fc.tokens_until_vram_full)
-    g("kvmon_forecast_vram_full_seconds", "Seconds until VRAM runs out at the current pace.", L, lv,
-      fc.seconds_until_vram_full)
-    seen: set[int] = set()
-    for ms in fc.milestones:
-        if ms.context_tokens in seen:  # one sample per label set
-            continue
-        seen.add(ms.context_tokens)
-        mv = (*lv, str(ms.context_tokens))
-        ML = (*L, "context")
-        g("kvmon_forecast_decode_tokens_per_second", "Forecast decode speed at a context depth (fit to measurements).",
-          ML, mv, ms.tok_s)
-        g("kvmon_forecast_decode_low_tokens_per_second", "Low end of the forecast decode speed at a context depth.",
-          ML, mv, ms.low_tok_s)
-        g("kvmon_forecast_decode_high_tokens_per_second", "High end of the forecast decode speed at a context depth.",
-          ML, mv, ms.high_tok_s)
-        g("kvmon_forecast_ceiling_tokens_per_second", "Bandwidth ceiling at a context depth.", ML, mv,
-          ms.ceiling_tok_s)
-
-
-def _gpu_metrics(f: _Families, gv: GpuView) -> None:
-    """One GPU's readings (these stay valid while the model server is down)."""
-    lv = (str(gv.index), gv.name or "")
-    g = f.gauge
-    L = GPU_LABELS
-    busy = gv.memory_busy_percent
-    g("kvmon_gpu_vram_total_bytes", "GPU memory in total.", L, lv, gv.vram_total_bytes)
-    g("kvmon_gpu_vram_used_bytes", "GPU memory in use (all processes).", L, lv, gv.vram_used_bytes)
-    g("kvmon_gpu_vram_free_bytes", "GPU memory free.", L, lv, gv.vram_free_bytes)
-    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
-    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
-    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
-    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
-      gv.other_processes_bytes)
-    g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", L, lv,
-      gv.peak_bandwidth_bytes_per_s)
-    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,
-      gv.achieved_bandwidth_bytes_per_s)
-    g("kvmon_gpu_memory_busy_ratio", "Fraction of time the GPU memory was busy.", L, lv,
-      None if busy is None else busy / 100.0)
-    g("kvmon_gpu_busy_ratio", "Fraction of time the GPU was busy.", L, lv,
-      None if gv.gpu_busy_percent is None else gv.gpu_busy_percent / 100.0)
-    g("kvmon_gpu_pcie_rx_bytes_per_second", "PCIe traffic into the GPU.", L, lv, gv.pcie_rx_bytes_per_s)
-    g("kvmon_gpu_pcie_tx_bytes_per_second", "PCIe traffic out of the GPU.", L, lv, gv.pcie_tx_bytes_per_s)
-    g("kvmon_gpu_pcie_bandwidth_bytes_per_second", "PCIe link bandwidth of the GPU.", L, lv,
-      gv.pcie_bandwidth_bytes_per_s)
-    g("kvmon_gpu_power_watts", "GPU power draw.", L, lv, gv.power_w)
-    g("kvmon_gpu_temperature_celsius", "GPU temperature.", L, lv, gv.temperature_c)
-
-
-def snapshot_families(snapshot: Snapshot | None, backend: str | None = None) -> list[Metric]:
-    """The metric families for one Snapshot (None: not polled yet). Pure: no I/O, no clock.
-
-    When the server was not read, only ``kvmon_up`` 0, GPU, host and alert series are given: no stale speed.
-    """
-    f = _Families()
-    f.gauge("kvmon_build_info", "kvmon's version (value always 1).", ("version",), (__version__,), 1)
-    s = snapshot
-    status = s.connection.status.value if s is not None else ConnectionStatus.CONNECTING.value
-    up = is_up(s)
-    be = (s.backend if s is not None else None) or backend or ""
-    f.gauge("kvmon_up", "1 when the model server was read at the last poll, else 0; status says why.",
-            ("backend", "status"), (be, status), 1 if up else 0)
-    if s is None:
-        return f.all()
-    f.gauge("kvmon_last_poll_timestamp_seconds", "Wall-clock time of the last poll (Unix seconds).", (), (),
-            s.t_wall)
-    if up:
-        _server_metrics(f, s, (be, s.model.name or ""))
-    for gv in s.gpus:
-        _gpu_metrics(f, gv)
-    h = s.host
-    f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), h.ram_total_bytes)
-    f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), h.ram_available_bytes)
-    f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", (), (),
-            h.weights_in_host_bytes)
-    f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", (), (), h.kv_in_host_bytes)
-    f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", (), (),
-            h.host_bandwidth_bytes_per_s)
-    f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", (), (),
-            h.server_rss_bytes)
-    counts: dict[tuple[str, str], int] = {}
-    for a in s.alerts:
-        key = (a.level.value, a.code)
-        counts[key] = counts.get(key, 0) + 1
-    for (level, code), n in sorted(counts.items()):
-        f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("level", "code"),
-                (level, code), n)
-    return f.all()
 
 
 # --------------------------------------------------------------------------- the exporter
@@ -319,7 +101,7 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         st = self._state()  # one reference: a poll finishing mid-scrape cannot mix two Snapshots
         yield from snapshot_families(st.snapshot, self._backend())
-        f = _Families()
+        f = Families()
         f.counter("kvmon_exporter_polls", "Polls of the model server since the exporter started.", st.polls)
         f.counter("kvmon_exporter_poll_errors", "Polls that failed inside kvmon (a bug, not the server).",
                   st.errors)
@@ -385,10 +167,9 @@ class Exporter:
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
             errors += 1
             prev = self._state.snapshot
-            snap = Snapshot(seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
-                            connection=Connection(ConnectionStatus.BAD_RESPONSE,
-                                                  reason=f"poll failed: {type(exc).__name__}: {exc}"),
-                            backend=prev.backend if prev else None)
+            snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
+                                    seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
+                                    last=prev)
         self._state = PollState(snap, self._state.polls + 1, errors, max(0.0, self._clock() - t0))
         return snap
 
@@ -455,7 +236,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     except (OSError, OverflowError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
-    from kvmon.monitor import open_monitor
+    from kvmon.session import open_monitor
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     try:

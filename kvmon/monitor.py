@@ -1,8 +1,8 @@
 """Monitor: one poll of every source (server, GPUs, host) → one analysed Snapshot.
 
-The glue the dashboard's poller, ``once`` and the exporter share. A server failure becomes a Snapshot
-with that connection state; a GPU or host failure only blanks those parts, never the server reading.
-Sources are imported inside functions so that ``kvmon.core`` stays free of httpx and pynvml.
+The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.session`` builds it). A server failure
+becomes a Snapshot with that connection state; a GPU or host failure only blanks those parts, never the server
+reading. Typed on the source interfaces of ``kvmon.sources.base``; no source module is imported here.
 """
 
 from __future__ import annotations
@@ -10,28 +10,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
-from kvmon.core.analysis import Analyzer, AnalyzerSettings
-from kvmon.core.readings import (
-    FailureKind,
-    GpuSetReading,
-    HostReading,
-    ServerReading,
-    SourceError,
-    SourceFailure,
-)
+from kvmon.core.analysis import Analyzer
+from kvmon.core.connection import failure_of
+from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
+from kvmon.sources.base import GpuSource, HostSource, ServerSource
 
-DEFAULT_CANDIDATES: tuple[str, ...] = ("http://127.0.0.1:8080", "http://127.0.0.1:11434")
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
+
+
+class SnapshotSink(Protocol):
+    """Where a monitor records every snapshot (``kvmon.core.recorder.Recorder``, ``kvmon.session.RecordSwitch``)."""
+
+    def record(self, snap: Snapshot) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Monitor:
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
-    def __init__(self, server_source: Any, gpu_source: Any = None, host_source: Any = None,
-                 analyzer: Analyzer | None = None, *, recorder: Any = None, server_pids: Sequence[int] = (),
+    def __init__(self, server_source: ServerSource, gpu_source: GpuSource | None = None,
+                 host_source: HostSource | None = None, analyzer: Analyzer | None = None, *,
+                 recorder: SnapshotSink | None = None, server_pids: Sequence[int] = (),
                  clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S) -> None:
         """``server_pids``: the server's processes when its source cannot find them (an in-process simulator).
 
@@ -51,22 +54,20 @@ class Monitor:
         self._host_cache: tuple[float, tuple[int, ...], HostReading] | None = None  # (read at, pids, reading)
 
     @property
-    def backend(self) -> str | None:
+    def backend(self) -> str:
         """The server source's backend ("llama-server", "ollama")."""
-        return getattr(self.server_source, "backend", None)
+        return self.server_source.backend
 
     @property
-    def display_url(self) -> str | None:
+    def display_url(self) -> str:
         """The server's URL without credentials."""
-        return getattr(self.server_source, "display_url", None)
+        return self.server_source.display_url
 
     def _poll_server(self) -> ServerReading | SourceFailure:
         try:
             reading = self.server_source.poll()
-        except SourceError as exc:
-            return exc.failure
-        except Exception as exc:  # a source bug must not stop the dashboard
-            return SourceFailure(FailureKind.UNEXPECTED_BODY, f"server source failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a typed failure, or a source bug: neither may stop the dashboard
+            return failure_of(exc, FailureKind.UNEXPECTED_BODY, "server source failed")
         self.last_reading = reading
         if reading.server_pids:
             self._server_pids = tuple(reading.server_pids)
@@ -124,61 +125,3 @@ class Monitor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _detect(url: str, api_key: str | None, timeout_s: float) -> str | None:
-    """The backend at ``url``, or None when nothing usable answers there."""
-    from kvmon.sources.detect import detect_backend
-
-    try:
-        backend = detect_backend(url, api_key, timeout_s)
-    except SourceError as exc:
-        if exc.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
-            return "llama-server"  # something is there; let the source report the state
-        return None
-    return backend if backend and backend != "unknown" else None
-
-
-def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> Any:
-    """NVML for the GPUs (None when the module is missing); a machine without NVIDIA says so in its reading."""
-    try:
-        from kvmon.sources.nvml import NvmlSource
-    except ImportError:
-        return None
-    user = dict(settings.gpu_bandwidth_bytes_per_s) if settings else None
-    return NvmlSource(nvml, user_bandwidth_bytes_per_s=user)
-
-
-def default_host_source(settings: AnalyzerSettings | None = None) -> Any:
-    """psutil for host RAM and the server's RSS (None when that module is not available)."""
-    try:
-        from kvmon.sources.host import HostSource
-    except ImportError:
-        return None
-    return HostSource(settings.host_bandwidth_bytes_per_s if settings else None)
-
-
-def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
-                 log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
-                 gpu: bool = True, host: bool = True,
-                 candidates: Sequence[str] = DEFAULT_CANDIDATES) -> Monitor:
-    """A Monitor on ``url``; with no URL, the first of llama-server :8080 and Ollama :11434 that answers.
-
-    Raises SourceError (UNREACHABLE) when no URL is given and nothing answers on the candidates.
-    """
-    from kvmon.sources.detect import open_source
-
-    if url is None:
-        for cand in candidates:
-            if _detect(cand, api_key, timeout_s) is not None:
-                url = cand
-                break
-        else:
-            ports = " or ".join(c.rsplit(":", 1)[-1] for c in candidates)
-            raise SourceError(SourceFailure(
-                FailureKind.UNREACHABLE,
-                f"no llama-server or Ollama found on 127.0.0.1 port {ports}: give a URL, or try --demo"))
-    source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path)
-    analyzer = Analyzer(settings)
-    return Monitor(source, default_gpu_source(nvml, settings) if gpu else None,
-                   default_host_source(settings) if host else None, analyzer)

@@ -15,11 +15,10 @@ from typing import Any, TextIO
 
 from kvmon.core.readings import SourceError
 from kvmon.core.report_json import snapshot_to_json
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Snapshot
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
-READ_STATUSES = (ConnectionStatus.CONNECTED, ConnectionStatus.SLEEPING)
 
 
 def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from kvmon.monitor import open_monitor
+    from kvmon.session import open_monitor
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
@@ -78,10 +77,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return _fail(e.failure.reason, err)
     with monitor:
         snap: Snapshot = monitor.poll()
-        if snap.connection.status in READ_STATUSES:
+        if snap.server_read:
             time.sleep(interval)
             snap = monitor.poll()
-    if snap.connection.status not in READ_STATUSES:
+    if not snap.server_read:
         return _fail(snap.connection.reason or snap.connection.status.value, err)
     doc = snapshot_to_json(snap)
     if getattr(args, "json", False):

@@ -6,6 +6,7 @@ connection, so sources are exercised over real HTTP without mocking the client l
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -192,3 +193,12 @@ def wait_until(pred: object, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens (a port just bound and released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"

@@ -62,14 +62,16 @@ def test_another_shape_clears_the_memo(curve_calls: list[int]) -> None:
 
 def test_milestones_computed_once_per_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Polls that keep the fit (no refit), the devices and the cache types reuse the milestones."""
-    calls: list[int] = []
-    real = Analyzer._milestones
+    from kvmon.core.analysis.forecasting import Forecaster
 
-    def counting(self: Analyzer, *args: object) -> object:
+    calls: list[int] = []
+    real = Forecaster._milestones
+
+    def counting(self: Forecaster, *args: object) -> object:
         calls.append(1)
         return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Analyzer, "_milestones", counting)
+    monkeypatch.setattr(Forecaster, "_milestones", counting)
     rates = FixedRates(decode=50.0)
     a = Analyzer(rate_tracker=rates)
     for i in range(20):  # a fit from the first points; a refit when the points grew by a quarter

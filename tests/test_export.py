@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui, QtWidgets
+from synthetic import SyntheticMonitor
 
 from kvmon.gui import caption, export
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 
 SECRET = "hunter2-s3cret-KEY"
 BAD_URL = f"http://alice:{SECRET}@127.0.0.1:8080/v1?api_key={SECRET}"

@@ -59,12 +59,13 @@ def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> 
 
 HIDPI_SCRIPT = """
 import sys
+sys.path.insert(0, "tests")  # the stand-in monitor (tests/synthetic.py); the script runs in the checkout
 from kvmon.gui.app import ensure_app
 app = ensure_app()
 from kvmon.gui import export
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from synthetic import SyntheticMonitor
 w = MainWindow(Settings(sys.argv[2]), tray=False)
 w.resize(900, 600)
 w.show()

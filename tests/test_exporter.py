@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon import __version__
 from kvmon.cli import main as cli_main
+from kvmon.core.report_prometheus import snapshot_families
 from kvmon.core.snapshot import (
     Alert,
     AlertLevel,
@@ -37,12 +38,11 @@ from kvmon.core.snapshot import (
 from kvmon.exporter import (
     INTERVAL_ENV,
     Exporter,
-    ListenAddressError,
     interval_from_env,
     parse_listen,
     run,
-    snapshot_families,
 )
+from kvmon.listen import ListenAddressError
 from kvmon.monitor import Monitor
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource

@@ -14,12 +14,13 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui
+from synthetic import SyntheticMonitor
 
 from kvmon.gui import app as gui_app
-from kvmon.gui.app import NO_SERVER_BANNER, Session, build_window, choose_session
+from kvmon.gui.app import build_window
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from kvmon.session import NO_SERVER_BANNER, Session, choose_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,11 +35,11 @@ def _free_port() -> int:
 
 def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("kvmon.sim.server")
-    import kvmon.monitor
+    import kvmon.session
 
-    real = kvmon.monitor.open_monitor
+    real = kvmon.session.open_monitor
     nobody = tuple(f"http://127.0.0.1:{_free_port()}" for _ in range(2))
-    monkeypatch.setattr(kvmon.monitor, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
+    monkeypatch.setattr(kvmon.session, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
     args = argparse.Namespace(url=None, demo=None, timeout=1.0, log=None, record=None)
     session = choose_session(args, None)
     try:

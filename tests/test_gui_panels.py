@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtCore, QtWidgets
+from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import (
     Alert,
@@ -25,7 +26,6 @@ from kvmon.gui.main_window import MainWindow
 from kvmon.gui.panels.alerts import lines_for
 from kvmon.gui.panels.memory import gpu_bar, host_bar
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 from kvmon.gui.tray import rising_alerts, tray_text
 
 GIB = 1024**3

@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from synthetic import SyntheticMonitor
+
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.gui.poller import Poller, backoff_delay_s
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 class Collector:
@@ -86,6 +87,16 @@ def test_auth_failure_maps_to_auth_rejected(qtbot, make_poller) -> None:
     _p, c = make_poller(factory)
     qtbot.waitUntil(lambda: len(c.snaps) >= 2, timeout=3000)
     assert {s.connection.status for s in c.snaps} == {ConnectionStatus.AUTH_REJECTED}
+
+
+def test_a_server_error_on_open_is_a_bad_response_not_unreachable(qtbot, make_poller) -> None:
+    def factory() -> SyntheticMonitor:
+        raise SourceError(SourceFailure(FailureKind.SERVER_ERROR, "HTTP 500 from /props"))
+
+    _p, c = make_poller(factory)
+    qtbot.waitUntil(lambda: len(c.snaps) >= 1, timeout=3000)
+    assert c.snaps[0].connection.status is ConnectionStatus.BAD_RESPONSE
+    assert c.snaps[0].connection.reason == "HTTP 500 from /props"
 
 
 def test_a_buggy_monitor_does_not_kill_the_thread(qtbot, make_poller) -> None:

@@ -16,8 +16,9 @@ from PySide6 import QtCore
 
 from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
 from kvmon.gui import fmt
-from kvmon.gui.app import Session, build_window, demo_session
+from kvmon.gui.app import build_window
 from kvmon.gui.settings import Settings
+from kvmon.session import Session, demo_session
 
 GIB = 1024**3
 

@@ -14,12 +14,13 @@ pytestmark = [pytest.mark.xvfb]
 
 WINDOW_SCRIPT = r"""
 import sys, time
+sys.path.insert(0, "tests")  # the stand-in monitor (tests/synthetic.py); the script runs in the checkout
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.gui.app import ensure_app
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from synthetic import SyntheticMonitor
 
 app = ensure_app(["kvmon"])
 assert QtGui.QGuiApplication.platformName() == "xcb", QtGui.QGuiApplication.platformName()

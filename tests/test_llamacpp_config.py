@@ -6,9 +6,10 @@ import pytest
 from helpers_http import LLAMA_FIXTURES
 
 from kvmon.core.readings import ServerConfig
+from kvmon.sources.config import merge_configs
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LlamaLogParser, LogFollower, parse_llama_log
-from kvmon.sources.llamacpp import looks_like_llama_server, merge_configs
+from kvmon.sources.llama_process import looks_like_llama_server
 
 MIB = 1024 * 1024
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LlamaLogParser
-from kvmon.sources.llamacpp import parse_metrics, parse_slot
+from kvmon.sources.llama_parse import parse_metrics, parse_slot
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),

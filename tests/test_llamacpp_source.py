@@ -9,7 +9,8 @@ from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 
 from kvmon.core.readings import FailureKind, ServerConfig, SourceError
 from kvmon.sources.base import ServerSource
-from kvmon.sources.llamacpp import LlamaServerSource, parse_metrics, parse_slot
+from kvmon.sources.llama_parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp import LlamaServerSource
 
 
 def _source(server: FixtureServer, **kw: object) -> LlamaServerSource:
@@ -612,7 +613,7 @@ def test_a_failed_poll_forgets_the_reused_answers(fixture_server: FixtureServer)
 
 def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None:
     from kvmon.core.readings import SlotReading
-    from kvmon.sources.llamacpp import _metrics_key
+    from kvmon.sources.llama_parse import metrics_key as _metrics_key
 
     def slot(task: int | None, busy: bool, decoded: int | None, held: int | None = 10) -> SlotReading:
         return SlotReading(id=0, n_ctx=4096, context_tokens=held, processing=busy, n_decoded=decoded, id_task=task)

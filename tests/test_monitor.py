@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
+from helpers_http import LLAMA_FIXTURES, FixtureServer, closed_port_url, serve_llama_state
 
-from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceError
+from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import ConnectionStatus
-from kvmon.monitor import Monitor, open_monitor
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.monitor import Monitor
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 
 GIB = 1024**3
-
-
-def closed_port_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
 
 
 def fake_gpu_source() -> NvmlSource:
@@ -140,38 +131,6 @@ def test_recording_every_poll(fixture_server: FixtureServer, tmp_path: Path) -> 
     back = read_recording(path)
     assert [s.seq for s in back.snapshots] == [s.seq for s in polled]
     assert [snapshot_to_dict(x) for x in back.snapshots] == [snapshot_to_dict(x) for x in polled]
-
-
-def test_open_monitor_detects_llama_server(fixture_server: FixtureServer) -> None:
-    serve_llama_state(fixture_server, "idle")
-    m = open_monitor(fixture_server.url, timeout_s=2.0, gpu=False, host=False)
-    try:
-        assert m.backend == "llama-server"
-        assert m.poll().connection.status is ConnectionStatus.CONNECTED
-    finally:
-        m.close()
-
-
-def test_open_monitor_auto_picks_the_first_answering_candidate(fixture_server: FixtureServer) -> None:
-    serve_llama_state(fixture_server, "idle")
-    m = open_monitor(None, timeout_s=1.0, gpu=False, host=False, candidates=(closed_port_url(), fixture_server.url))
-    try:
-        assert m.display_url == fixture_server.url
-    finally:
-        m.close()
-
-
-def test_open_monitor_with_nothing_there_raises_unreachable() -> None:
-    with pytest.raises(SourceError) as info:
-        open_monitor(None, timeout_s=0.5, candidates=(closed_port_url(), closed_port_url()))
-    assert info.value.failure.kind is FailureKind.UNREACHABLE
-    assert "--demo" in info.value.failure.reason
-
-
-def test_open_monitor_bad_url() -> None:
-    with pytest.raises(SourceError) as info:
-        open_monitor("ht!tp://", timeout_s=0.5)
-    assert info.value.failure.kind is FailureKind.BAD_URL
 
 
 def test_simulated_two_gpu_server_end_to_end() -> None:

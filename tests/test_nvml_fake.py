@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from kvmon.physics.gpus import GIB
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.nvml import NvmlSource
 
 

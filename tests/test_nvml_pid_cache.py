@@ -11,23 +11,24 @@ from pathlib import Path
 import pytest
 
 from kvmon.physics.gpus import GIB
-from kvmon.sources import nvml as nvml_mod
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sources import procs as procs_mod
 from kvmon.sources.host import HostSource
-from kvmon.sources.nvml import PID_TREE_MAX_AGE_S, NvmlSource, PidTreeCache
+from kvmon.sources.nvml import NvmlSource
+from kvmon.sources.procs import PID_TREE_MAX_AGE_S, PidTreeCache
 
 
 @pytest.fixture
 def scans(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[int]]:
     """Every real process-tree scan, by the pids asked about."""
     seen: list[frozenset[int]] = []
-    real = nvml_mod.expand_server_pids
+    real = procs_mod.expand_server_pids
 
     def counting(pids: Collection[int]) -> frozenset[int]:
         seen.append(frozenset(pids))
         return real(pids)
 
-    monkeypatch.setattr(nvml_mod, "expand_server_pids", counting)
+    monkeypatch.setattr(procs_mod, "expand_server_pids", counting)
     return seen
 
 

@@ -10,8 +10,9 @@ import psutil
 import pytest
 
 from kvmon.physics.gpus import GIB
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
-from kvmon.sources.nvml import NvmlSource, expand_server_pids
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+from kvmon.sources.nvml import NvmlSource
+from kvmon.sources.procs import expand_server_pids
 
 # A "server" that starts one child (as Ollama starts llama-server), prints the child's pid, then waits.
 _PARENT = (

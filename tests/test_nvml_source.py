@@ -10,7 +10,7 @@ import pytest
 
 from kvmon.core.readings import GpuReading, GpuSetReading
 from kvmon.physics.gpus import GB, GIB, lookup_gpu
-from kvmon.sources.fake_nvml import FAKE_FUNCTIONS, FakeGpu, FakeNvml
+from kvmon.sim.fake_nvml import FAKE_FUNCTIONS, FakeGpu, FakeNvml
 from kvmon.sources.nvml import NvmlSource, choose_peak_bandwidth, nvml_peak_bandwidth_bytes_per_s
 
 MIB = 1024**2
@@ -364,12 +364,13 @@ def test_disagreeing_clock_uses_the_table_and_says_why() -> None:
     assert source == "nvml"
 
 
-def test_unknown_gpu_falls_to_user_value_then_none() -> None:
+def test_the_user_value_wins_then_nvml_then_the_table_then_none() -> None:
     assert choose_peak_bandwidth("NVIDIA GB10", None, None, 273e9) == (273e9, "user", None)
     bw, source, why = choose_peak_bandwidth("NVIDIA GB10", None, None)
     assert bw is None and source is None and why is not None and "no value was set" in why
     assert choose_peak_bandwidth("Some Future GPU", 5000, 256)[1] == "nvml"  # not in the table: trust NVML
-    assert choose_peak_bandwidth("NVIDIA GeForce RTX 3090", None, None, 1e12)[1] == "table"  # table first
+    assert choose_peak_bandwidth("NVIDIA GeForce RTX 3090", None, None, 1e12)[1] == "user"  # the user's value wins
+    assert choose_peak_bandwidth("NVIDIA GeForce RTX 3090", None, None)[1] == "table"
 
 
 def test_unified_memory_gpu_through_the_source_uses_the_user_value() -> None:

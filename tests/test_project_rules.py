@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,17 +25,42 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("package", ["physics", "core"])
-def test_pure_packages_import_no_qt_httpx_or_nvml(package: str) -> None:
+def _offenders(package: str, banned: Callable[[str], bool]) -> list[str]:
+    """Every import in kvmon/<package> that ``banned`` refuses, as "file imports name"."""
     files = sorted((ROOT / "kvmon" / package).rglob("*.py"))
     assert files, f"kvmon/{package} has no modules"
-    offenders = [
-        f"{f.relative_to(ROOT)} imports {name}"
-        for f in files
-        for name in _imports(f)
-        if name.split(".")[0] in FORBIDDEN
-    ]
+    return [f"{f.relative_to(ROOT)} imports {name}" for f in files for name in _imports(f) if banned(name)]
+
+
+@pytest.mark.parametrize("package", ["physics", "core"])
+def test_pure_packages_import_no_qt_httpx_or_nvml(package: str) -> None:
+    offenders = _offenders(package, lambda name: name.split(".")[0] in FORBIDDEN)
     assert not offenders, "\n".join(offenders)
+
+
+# package -> the kvmon packages it must not import: the GUI renders Snapshots (the session builds its sources),
+# the simulator stands in for servers and GPUs (it must not lean on the code that reads them), and the proxy
+# serves the stats document that the sources read (never the other way round).
+LAYERS = {
+    "gui": ("kvmon.sources", "kvmon.sim"),
+    "sim": ("kvmon.sources",),
+    "proxy": ("kvmon.sources",),
+    "physics": ("kvmon.core", "kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy"),
+    "core": ("kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_packages_keep_to_their_layer(package: str) -> None:
+    offenders = _offenders(package, lambda name: any(name == b or name.startswith(b + ".") for b in LAYERS[package]))
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_relative_imports_hide_from_these_rules() -> None:
+    relative = [str(f.relative_to(ROOT)) for f in sorted((ROOT / "kvmon").rglob("*.py"))
+                if any(isinstance(n, ast.ImportFrom) and n.level
+                       for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))))]
+    assert not relative, relative
 
 
 def test_version_is_fast_and_loads_no_qt() -> None:

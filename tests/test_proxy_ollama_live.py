@@ -11,7 +11,7 @@ from helpers_http import wait_until
 from test_ollama_helpers import OllamaFixture, fixture_bytes
 
 from kvmon.monitor import Monitor
-from kvmon.proxy import ProxyServer
+from kvmon.proxy.server import ProxyServer
 from kvmon.sources.ollama import OllamaSource
 
 

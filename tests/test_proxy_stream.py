@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 from helpers_http import wait_until
 
-from kvmon.proxy import CACHED_PROMPT_REASON, ChunkedDecoder, Meter, ProtocolError, ProxyServer, parse_listen
+from kvmon.proxy.command import parse_listen
+from kvmon.proxy.framing import ChunkedDecoder, ProtocolError
+from kvmon.proxy.meter import Meter
+from kvmon.proxy.server import ProxyServer
+from kvmon.proxy.stats import CACHED_PROMPT_REASON
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 OLLAMA = FIX / "ollama"
@@ -426,7 +430,7 @@ def test_binds_loopback_by_default_and_parses_listen() -> None:
 def test_run_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from kvmon.proxy import run
+    from kvmon.proxy.command import run
 
     assert run(argparse.Namespace(listen="nonsense", upstream="http://127.0.0.1:11434")) == 2
     assert run(argparse.Namespace(listen="127.0.0.1:0", upstream="ftp://x")) == 2

@@ -19,8 +19,9 @@ import pytest
 from real_llama_server import RealLlamaServer
 
 from kvmon.cli import main as kvmon_main
-from kvmon.monitor import open_monitor
-from kvmon.sources.llamacpp import LlamaServerSource, parse_metrics, parse_slot
+from kvmon.session import open_monitor
+from kvmon.sources.llama_parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp import LlamaServerSource
 
 FLAGS = ["-c", "2048", "-np", "1", "--metrics", "--props"]
 # the counters this build's /metrics has (gauges are never kept: every scrape resets them)

@@ -192,8 +192,9 @@ def test_the_live_model_shape_is_not_recorded(tmp_path) -> None:
     import dataclasses
     import json
 
+    from synthetic import SyntheticMonitor
+
     from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
-    from kvmon.gui.synthetic import SyntheticMonitor
     from kvmon.physics.presets import PRESETS
     from kvmon.physics.shape import ModelShape
 

@@ -8,11 +8,11 @@ import io
 from pathlib import Path
 
 import pytest
+from synthetic import SyntheticMonitor
 
 from kvmon.core import recording_csv
 from kvmon.core.recorder import Recorder, RecordingError
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 def _snaps(n: int = 12) -> list[Snapshot]:

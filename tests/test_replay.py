@@ -11,20 +11,22 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from synthetic import SyntheticMonitor
+
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt
-from kvmon.gui.app import RecordSwitch, Session, build_window, replay_window, run_replay
+from kvmon.gui.app import build_window, replay_window, run_replay
 from kvmon.gui.replay import SPEEDS
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
+from kvmon.session import RecordSwitch, Session
 
 
 @pytest.fixture(scope="module")
 def sim_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real recording: the simulator over HTTP, polled by a Monitor that records every snapshot."""
     pytest.importorskip("kvmon.sim.server")
-    from kvmon.gui.app import demo_session
+    from kvmon.session import demo_session
 
     path = tmp_path_factory.mktemp("rec") / "sim.jsonl"
     rec = Recorder(path)

@@ -11,12 +11,13 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui, QtWidgets
+from synthetic import SyntheticMonitor
 
-from kvmon.core.snapshot import AlertLevel, Connection, ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+from kvmon.core.summary import summarize
 from kvmon.gui import reportcard
 from kvmon.gui.app import replay_window
 from kvmon.gui.settings import Settings
-from kvmon.gui.synthetic import SyntheticMonitor
 
 
 def _snaps(n: int = 80) -> list[Snapshot]:
@@ -30,40 +31,6 @@ def _colours(img: QtGui.QImage) -> int:
     return len(np.unique(arr))
 
 
-def test_summary_figures() -> None:
-    snaps = _snaps()
-    down = Snapshot(seq=999, t_monotonic=0.0, t_wall=snaps[-1].t_wall + 1,
-                    connection=Connection(ConnectionStatus.UNREACHABLE, "refused"))
-    sm = reportcard.summarize([*snaps, down])
-    assert sm.n_snapshots == 81
-    assert sm.peak_context_tokens == max(s.context_tokens for s in snaps)
-    assert sm.final_context_tokens == snaps[-1].context_tokens  # the failed poll does not count
-    assert sm.peak_decode_tok_s == max(s.decode_tok_s for s in snaps)
-    assert sm.final_efficiency == snaps[-1].efficiency
-    effs = sorted(s.efficiency for s in snaps)
-    assert sm.median_efficiency == pytest.approx((effs[39] + effs[40]) / 2)
-    assert len(sm.points) == 80 and sm.ceiling_curve == snaps[-1].ceiling_curve
-    (a,) = sm.alerts
-    assert a.code == "ctx_full_soon" and a.level is AlertLevel.WARNING
-    assert a.count == sum(1 for s in snaps if s.alerts)
-    assert sm.last is snaps[-1]
-
-
-def test_summary_of_nothing_is_unknown_not_zero() -> None:
-    sm = reportcard.summarize([])
-    assert sm.n_snapshots == 0 and sm.peak_context_tokens is None and sm.median_efficiency is None
-    assert sm.last is None and sm.points == ()
-
-
-def test_long_sessions_keep_bounded_points() -> None:
-    t = reportcard.Tally()
-    t.MAX_POINTS = 100
-    base = _snaps(1)[0]
-    for i in range(1000):
-        t.add(dataclasses.replace(base, seq=i, context_tokens=i))
-    assert len(t.points) < 100 and t.peak_ctx == 999
-
-
 def test_card_png_is_not_blank(qtbot, tmp_path: Path) -> None:
     out = tmp_path / "card.png"
     reportcard.save(_snaps(), out)
@@ -74,7 +41,7 @@ def test_card_png_is_not_blank(qtbot, tmp_path: Path) -> None:
 
 
 def test_card_texts_say_what_the_session_was(qtbot) -> None:
-    card = reportcard.ReportCard(reportcard.summarize(_snaps()))
+    card = reportcard.ReportCard(summarize(_snaps()))
     qtbot.addWidget(card)
     text = " ".join(lbl.text() for lbl in card.findChildren(QtWidgets.QLabel))
     for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "ctx_full_soon", "kvmon 0.1",
@@ -120,7 +87,7 @@ def test_report_card_action_reports_an_unwritable_path(qtbot, tmp_path: Path) ->
 def test_final_speed_comes_from_the_last_decoding_snapshot() -> None:
     snaps = _snaps(10)
     idle = dataclasses.replace(snaps[-1], seq=11, t_wall=snaps[-1].t_wall + 1, decode_tok_s=None, efficiency=None)
-    sm = reportcard.summarize([*snaps, idle])
+    sm = summarize([*snaps, idle])
     assert sm.last is idle and sm.last_decoding is snaps[-1]
     assert sm.final_efficiency == snaps[-1].efficiency
     facts = dict(reportcard._facts(sm))
@@ -128,7 +95,8 @@ def test_final_speed_comes_from_the_last_decoding_snapshot() -> None:
 
 
 def test_live_report_card_covers_the_session_so_far(qtbot, tmp_path: Path) -> None:
-    from kvmon.gui.app import Session, build_window
+    from kvmon.gui.app import build_window
+    from kvmon.session import Session
 
     win, poller = build_window(Session(SyntheticMonitor), Settings(str(tmp_path / "s.ini")), 0.05, tray=False)
     qtbot.addWidget(win)

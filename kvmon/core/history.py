@@ -2,7 +2,8 @@
 
 Appending is O(1) (one row written, no loop over the buffer); views for the last 5 min / 1 h / the
 session copy only the rows they return. Unknown values and polls without a server are NaN, so a plot
-draws a gap, never a zero.
+draws a gap, never a zero. The measured (context, tok/s) points are the session store's
+(``kvmon.core.points``), fed by the same ``append``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.points import MeasuredPoints
+from kvmon.core.snapshot import Snapshot
 
 DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
 WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
@@ -29,7 +31,6 @@ SERIES = (
 # Per-GPU series (name -> GpuView attribute).
 GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
               "achieved_bandwidth_bytes_per_s")
-_SERVER_UP = frozenset({ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY})
 
 
 def _f(value: float | int | None) -> float:
@@ -101,23 +102,29 @@ class History:
     def __init__(self, capacity: int = DEFAULT_CAPACITY, max_gpus: int = 8) -> None:
         self.capacity = capacity
         self.max_gpus = max_gpus
-        self._main = _Ring(capacity, 2 + len(SERIES))  # t, t_wall, series...
-        # per-GPU columns are added as GPUs appear (float32: plenty for bytes and bytes/s on a plot)
-        self._gpu = np.full((capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
-        self._gpu_index: dict[int, int] = {}  # GPU index -> column
-        self._scatter = _Ring(capacity, 3)  # t, context, decode
+        self.points = MeasuredPoints(capacity)  # the session store: the plot's bins, the report card's sample
         self._row = np.empty(2 + len(SERIES))
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (a new session), the measured points too."""
+        self._main = _Ring(self.capacity, 2 + len(SERIES))  # t, t_wall, series...
+        # per-GPU columns are added as GPUs appear (float32: plenty for bytes and bytes/s on a plot)
+        self._gpu = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
+        self._gpu_index: dict[int, int] = {}  # GPU index -> column
+        self.points.clear()
         self.appended = 0
 
     def __len__(self) -> int:
         return self._main.count
 
-    def append(self, snap: Snapshot) -> None:
-        """Add one poll: O(1). No server → a NaN row (a gap in the plots)."""
+    def append(self, snap: Snapshot) -> bool:
+        """Add one poll: O(1). No server → a NaN row (a gap in the plots). True when it showed another model
+        (the measured points started again)."""
         row = self._row
         row[0] = snap.t_monotonic
         row[1] = snap.t_wall
-        up = snap.connection.status in _SERVER_UP
+        up = snap.server_read
         for i, name in enumerate(SERIES):
             row[2 + i] = _f(getattr(snap, name)) if up else np.nan
         head = self._main.head
@@ -139,9 +146,8 @@ class History:
                 if name == "achieved_bandwidth_bytes_per_s" and not up:
                     value = None
                 gpu_row[j, col] = _f(value)
-        if up and snap.context_tokens is not None and snap.decode_tok_s is not None:
-            self._scatter.append([snap.t_monotonic, float(snap.context_tokens), snap.decode_tok_s])
         self.appended += 1
+        return self.points.add(snap)
 
     def view(self, window_s: float | None = None) -> HistoryView:
         """Rows of the last ``window_s`` seconds (None = the whole session kept), oldest first."""
@@ -160,16 +166,15 @@ class History:
             gpu = np.concatenate((self._gpu[start:], self._gpu[:self._main.head]))
         ncols = len(self._gpu_index)
         t0 = rows[0, 0] if n else np.inf
-        ns = self._scatter.column_tail_count_since(0, t0) if window_s is not None else self._scatter.count
-        sc = self._scatter.last_rows(ns)
+        sc_ctx, sc_tok_s = self.points.since(t0 if window_s is not None else None)
         return HistoryView(
             t=rows[:, 0],
             t_wall=rows[:, 1],
             series={name: rows[:, 2 + i] for i, name in enumerate(SERIES)},
             gpu={name: gpu[:, j, :ncols].astype(np.float64) for j, name in enumerate(GPU_SERIES)},
             gpu_indices=tuple(self._gpu_index),
-            scatter_context=sc[:, 1],
-            scatter_decode_tok_s=sc[:, 2],
+            scatter_context=sc_ctx,
+            scatter_decode_tok_s=sc_tok_s,
         )
 
     def tail(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -178,10 +183,5 @@ class History:
         return rows[:, 1], {name: rows[:, 2 + i] for i, name in enumerate(SERIES)}
 
     def scatter_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """All of this session's (context tokens, decode tok/s) points, for the speed-vs-context plot."""
-        sc = self._scatter.last_rows(self._scatter.count)
-        return sc[:, 1], sc[:, 2]
-
-    def clear(self) -> None:
-        """Forget everything (a new session)."""
-        self.__init__(self.capacity, self.max_gpus)  # type: ignore[misc]
+        """All of this session's (context tokens, decode tok/s) points kept (the session store's)."""
+        return self.points.since()

@@ -42,6 +42,11 @@ class ConnectionStatus(str, enum.Enum):
     REPLAY = "replay"
 
 
+# The states in which the poll read the server, so its numbers (model, speeds, context) are in the Snapshot:
+# a sleeping server still answers (with no slots); a replayed snapshot was read when it was recorded.
+SERVER_READ_STATUSES = frozenset({ConnectionStatus.CONNECTED, ConnectionStatus.SLEEPING, ConnectionStatus.REPLAY})
+
+
 @dataclass(frozen=True)
 class Connection:
     status: ConnectionStatus
@@ -183,3 +188,8 @@ class Snapshot:
     provenance: Mapping[str, str] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def server_read(self) -> bool:
+        """Whether this poll read the server (see ``SERVER_READ_STATUSES``): the one test every consumer uses."""
+        return self.connection.status in SERVER_READ_STATUSES

@@ -1,40 +1,25 @@
 """The caption strip on exported images (model, GPU(s), context, tok/s, ceiling, kvmon version) and file names.
 
 A shared picture must say what it shows without the window around it, and must never carry a credential:
-every text that ends up in an export passes ``scrub``.
+every text that ends up in an export passes ``scrub`` (``kvmon.core.redact``, named here for the exporters).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
 
 from PySide6 import QtCore, QtGui
 
 from kvmon import __version__
+from kvmon.core.redact import scrub
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import DASH, fmt_percent, fmt_tok_s, fmt_tokens
 
-# user:password@ in a URL, and key/token-like query parameters or header values
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-_QUERY = re.compile(r"(?P<url>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
-_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s,;'\"<>]+")
-_KEYVAL = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)(\s*[:=]\s*|\s+)[^\s,;'\"<>]+")
+__all__ = ["caption_text", "default_filename", "gpu_text", "scrub", "with_caption"]
+
 _FILE_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 STRIP_PAD_PX = 6
-
-
-def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` without URL user info, URL query strings, ``key=…``/``Bearer …`` values or any of ``secrets``."""
-    out = _USERINFO.sub(lambda m: m.group("scheme"), text)
-    out = _QUERY.sub(lambda m: m.group("url"), out)
-    out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
-    out = _KEYVAL.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
-    for s in secrets:
-        if s and len(s) >= 4:
-            out = out.replace(s, "[redacted]")
-    return out
 
 
 def gpu_text(s: Snapshot) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.history import History
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
@@ -20,7 +20,6 @@ from kvmon.gui.panels.memory import MemoryPanel
 from kvmon.gui.panels.speed_context import SpeedContextPanel
 from kvmon.gui.panels.speed_time import SpeedTimePanel
 from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
-from kvmon.gui.series import ContextBins
 from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
 from kvmon.gui.tray import Tray
 from kvmon.gui.whatif import WhatIfPanel
@@ -43,12 +42,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setWindowTitle("kvmon")
         self.settings = settings
         self.history = history or History()
-        self.bins = ContextBins()
+        self.points = self.history.points  # the session store: the hero plot's bins, the report card's points
+        self.bins = self.points.bins
         self.last: Snapshot | None = None
         self.paused = False
         self.render_count = 0
         self._dirty = False
-        self._model_key: object = None
         self._on_close = on_close
 
         self._banner = banner
@@ -167,9 +166,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _make_menus(self) -> None:
         """File menu and toolbar: exports (PNG/SVG/CSV/clipboard), recording, report card, recording → CSV."""
-        from kvmon.gui import export, reportcard
+        from kvmon.core.summary import Tally
+        from kvmon.gui import export
 
-        self.tally = reportcard.Tally()  # fed by the app with every snapshot; the live report card reads it
+        self.tally = Tally(self.points)  # fed by the app with every snapshot; the live report card reads it
         self.report_snapshots: Callable[[], Sequence[Snapshot]] | None = None  # set by replay
         menu = self.menuBar().addMenu("&File")
         bar = QtWidgets.QToolBar("Export", self)
@@ -208,6 +208,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def save_report_card(self, path: str | None = None) -> str | None:
         """Ctrl+Shift+R: the session's report card as PNG."""
+        from kvmon.core.summary import summarize
         from kvmon.gui import caption, export, reportcard
 
         path = path or export.ask_path(self, "Save report card",
@@ -215,7 +216,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if not path:
             return None
         snaps = self._session_snapshots()
-        summary = reportcard.summarize(snaps) if snaps is not None else self.tally.summary()
+        summary = summarize(snaps) if snaps is not None else self.tally.summary()
         try:
             reportcard.save_summary(summary, path)
         except OSError as exc:
@@ -285,15 +286,8 @@ class MainWindow(QtWidgets.QMainWindow):
     @QtCore.Slot(object)
     def on_snapshot(self, s: Snapshot) -> None:
         """Store every snapshot; render only when visible (otherwise mark dirty and render on show)."""
-        self.history.append(s)
-        model_key = (s.model.name, s.model.n_ctx, s.model.kv_type_k)
-        if s.model.name is not None and model_key != self._model_key:
-            if self._model_key is not None:
-                self.bins.clear()
-                self.speed_context.reset()
-            self._model_key = model_key
-        if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
-            self.bins.add(s.context_tokens, s.decode_tok_s)
+        if self.history.append(s):  # another model: its measured points start again
+            self.speed_context.reset()
         self.last = s
         self._ago.start(AGO_FIRST_TICK_MS)
         if self.tray is not None:
@@ -306,19 +300,18 @@ class MainWindow(QtWidgets.QMainWindow):
     def reset(self) -> None:
         """Forget the session (another server, or a replay): history, measured points, last snapshot."""
         self.history.clear()
-        self.bins.clear()
         self.speed_context.reset()
         self.last = None
-        self._model_key = None
         self._dirty = False
         self._show_connecting()
 
     def load(self, snapshots: Sequence[Snapshot]) -> None:
         """Take a whole recording at once: history and points first, one render at the end."""
+        changed = False
         for s in snapshots:
-            self.history.append(s)
-            if s.connection.status in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
-                self.bins.add(s.context_tokens, s.decode_tok_s)
+            changed = self.history.append(s) or changed  # another model on the way: its points started again
+        if changed:
+            self.speed_context.reset()
         if snapshots:
             self.last = snapshots[-1]
             self._dirty = True

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from PySide6 import QtCore
 
-from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+from kvmon.core.connection import failure_of, failure_snapshot
+from kvmon.core.readings import FailureKind
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.session import MonitorLike
 
 FAILED = frozenset({
     ConnectionStatus.UNREACHABLE, ConnectionStatus.TIMEOUT, ConnectionStatus.AUTH_REJECTED,
@@ -20,25 +22,7 @@ FAILED = frozenset({
 })
 
 
-class MonitorLike(Protocol):
-    """What the poller needs from ``kvmon.monitor.Monitor``."""
-
-    def poll(self) -> Snapshot: ...
-
-    def close(self) -> None: ...
-
-
 MonitorFactory = Callable[[], MonitorLike]
-
-
-def _status_for(exc: BaseException) -> ConnectionStatus:
-    failure = getattr(exc, "failure", None)
-    kind = getattr(getattr(failure, "kind", None), "value", None)
-    return {
-        "bad_url": ConnectionStatus.BAD_URL, "timeout": ConnectionStatus.TIMEOUT,
-        "auth_rejected": ConnectionStatus.AUTH_REJECTED, "model_loading": ConnectionStatus.LOADING,
-        "unexpected_body": ConnectionStatus.BAD_RESPONSE,
-    }.get(kind or "", ConnectionStatus.UNREACHABLE)
 
 
 def backoff_delay_s(interval_s: float, failures: int, backoff_max_s: float) -> float:
@@ -74,10 +58,11 @@ class PollWorker(QtCore.QObject):
         self.poll_once()
 
     def _failure_snapshot(self, exc: BaseException, retry_in_s: float) -> Snapshot:
+        """An open or poll that raised: the monitor is dropped and opened again, so the server is not reached."""
         self._seq += 1
-        return Snapshot(seq=self._seq, t_monotonic=time.monotonic(), t_wall=time.time(),
-                        connection=Connection(_status_for(exc), reason=str(exc) or type(exc).__name__,
-                                              since_t_monotonic=time.monotonic(), retry_in_s=retry_in_s))
+        now = time.monotonic()
+        return failure_snapshot(failure_of(exc, FailureKind.UNREACHABLE, "monitor failed"), seq=self._seq,
+                                t_monotonic=now, t_wall=time.time(), since_t_monotonic=now, retry_in_s=retry_in_s)
 
     @QtCore.Slot()
     def poll_once(self) -> None:

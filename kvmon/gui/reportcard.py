@@ -1,131 +1,25 @@
 """The report card: one image that sums up a session — speed vs context with the ceiling, peak and final context,
 efficiency, alerts seen, hardware and model, kvmon version — what a user posts in an issue thread.
 
-``summarize`` is plain Python over Snapshots (from the live history or a recording); ``render`` draws it.
+The figures come from ``kvmon.core.summary`` (live, or from a recording); ``render`` draws them.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Snapshot
+from kvmon.core.summary import Summary, summarize
 from kvmon.core.units import DASH, fmt_bytes, fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
 from kvmon.gui import caption, theme
 
 CARD_SIZE = (1200, 760)
-
-
-@dataclass(frozen=True)
-class AlertSeen:
-    """One alert code over the session: its worst level, how many snapshots showed it, the last message."""
-
-    code: str
-    level: AlertLevel
-    count: int
-    first_wall: float
-    message: str
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What the card shows; unknown values are None."""
-
-    n_snapshots: int
-    start_wall: float | None
-    end_wall: float | None
-    last: Snapshot | None
-    peak_context_tokens: int | None
-    final_context_tokens: int | None
-    peak_decode_tok_s: float | None
-    median_efficiency: float | None
-    final_efficiency: float | None
-    points: tuple[tuple[int, float], ...]  # (context tokens, decode tok/s) measured
-    ceiling_curve: tuple[tuple[int, float], ...]
-    alerts: tuple[AlertSeen, ...] = field(default=())
-    last_decoding: Snapshot | None = None  # final speed figures come from here: the end of a session is often idle
-
-
-class Tally:
-    """Running figures of a session, fed one Snapshot at a time (bounded memory for a long live session)."""
-
-    MAX_POINTS = 20000
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.start_wall: float | None = None
-        self.end_wall: float | None = None
-        self.last: Snapshot | None = None
-        self.last_any: Snapshot | None = None
-        self.last_decoding: Snapshot | None = None  # the last snapshot with a decode speed (not idle)
-        self.peak_ctx: int | None = None
-        self.peak_dec: float | None = None
-        self.effs: list[float] = []
-        self.points: list[tuple[int, float]] = []
-        self._thin = 1  # keep every _thin-th point once MAX_POINTS is reached
-        self.curve: tuple[tuple[int, float], ...] = ()
-        self.seen: dict[str, AlertSeen] = {}
-
-    def add(self, s: Snapshot) -> None:
-        """Count one snapshot."""
-        self.n += 1
-        self.start_wall = s.t_wall if self.start_wall is None else self.start_wall
-        self.end_wall = s.t_wall
-        self.last_any = s
-        for a in s.alerts:
-            prev = self.seen.get(a.code)
-            if prev is None:
-                self.seen[a.code] = AlertSeen(a.code, a.level, 1, s.t_wall, a.message)
-            else:
-                level = a.level if a.level.rank > prev.level.rank else prev.level
-                self.seen[a.code] = AlertSeen(a.code, level, prev.count + 1, prev.first_wall, a.message)
-        if s.connection.status not in (ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY):
-            return
-        self.last = s
-        if s.ceiling_curve:
-            self.curve = s.ceiling_curve
-        if s.context_tokens is not None:
-            self.peak_ctx = max(self.peak_ctx or 0, s.context_tokens)
-        if s.decode_tok_s is not None:
-            self.last_decoding = s
-            self.peak_dec = max(self.peak_dec or 0.0, s.decode_tok_s)
-            if s.context_tokens is not None and self.n % self._thin == 0:
-                self.points.append((s.context_tokens, s.decode_tok_s))
-                if len(self.points) >= self.MAX_POINTS:
-                    self.points = self.points[::2]
-                    self._thin *= 2
-        if s.efficiency is not None:
-            self.effs.append(s.efficiency)
-
-    def summary(self) -> Summary:
-        """The figures so far."""
-        last = self.last or self.last_any
-        return Summary(
-            n_snapshots=self.n, start_wall=self.start_wall, end_wall=self.end_wall, last=last,
-            peak_context_tokens=self.peak_ctx,
-            final_context_tokens=self.last.context_tokens if self.last is not None else None,
-            peak_decode_tok_s=self.peak_dec,
-            median_efficiency=statistics.median(self.effs) if self.effs else None,
-            final_efficiency=self.last_decoding.efficiency if self.last_decoding is not None else None,
-            last_decoding=self.last_decoding,
-            points=tuple(self.points), ceiling_curve=self.curve,
-            alerts=tuple(sorted(self.seen.values(), key=lambda a: (-a.level.rank, a.first_wall))),
-        )
-
-
-def summarize(snapshots: Iterable[Snapshot]) -> Summary:
-    """The session's figures from its Snapshots (connected ones only count for speed and context)."""
-    t = Tally()
-    for s in snapshots:
-        t.add(s)
-    return t.summary()
 
 
 def _facts(sm: Summary) -> list[tuple[str, str]]:

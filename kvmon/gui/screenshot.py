@@ -27,9 +27,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from PySide6 import QtCore
 
-    from kvmon.gui.app import build_window, choose_session, ensure_app
+    from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png
     from kvmon.gui.settings import Settings
+    from kvmon.session import choose_session
 
     app = ensure_app(["kvmon"])
     api_key = args.api_key or os.environ.get("KVMON_API_KEY")

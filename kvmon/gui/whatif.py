@@ -1,126 +1,34 @@
-"""What-if calculator: GPU (live or from the table) × model (live or a preset) × context × cache type.
-
-Shows the ceiling curve, the KV cache size and whether weights + cache fit in VRAM, from the physics package.
+"""The what-if panel: pickers for GPU (live or from the table), model (live or a preset), context and cache type,
+and the calculator's answer (``kvmon.core.whatif``): the ceiling curve, the KV cache size and the fit verdict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import Snapshot
+from kvmon.core.whatif import (
+    GpuChoice,
+    LiveModel,
+    WhatIfResult,
+    compute_whatif,
+    live_gpu,
+    live_model,
+    presets,
+    table_gpus,
+)
 from kvmon.gui import fmt, theme
 from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
-from kvmon.physics.gpus import KNOWN_GPUS
 from kvmon.physics.shape import ModelShape
 
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 CACHE_CHOICES = ("f16", "q8_0", "q4_0", "bf16", "q5_1", "q5_0", "q4_1", "iq4_nl", "f32")
 LIVE = "__live__"  # the model combo's data for the live model
-
-
-@dataclass(frozen=True)
-class LiveModel:
-    """The model the server has loaded, as the calculator needs it."""
-
-    label: str
-    shape: ModelShape
-    weight_bytes: int
-    kv_type: str | None
-
-
-@dataclass(frozen=True)
-class GpuChoice:
-    """A device for the calculator: name, peak bandwidth and VRAM; ``source`` is 'live' or 'table'."""
-
-    name: str
-    bandwidth_bytes_per_s: float
-    vram_bytes: int
-    source: str
-
-
-@dataclass(frozen=True)
-class WhatIfResult:
-    """The calculator's answer; ``reason`` is set (and the numbers None) when it cannot compute."""
-
-    curve: tuple[tuple[int, float], ...] = ()
-    kv_allocated_bytes: int | None = None
-    weight_bytes: int | None = None
-    ceiling_at_ctx_tok_s: float | None = None
-    fits: bool | None = None
-    over_bytes: int | None = None
-    max_context_fitting: int | None = None
-    reason: str | None = None
-
-
-def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight_bytes: int, n_ctx: int,
-                   cache_type: str) -> WhatIfResult:
-    """Ceiling curve to ``n_ctx``, KV allocation and the fit verdict for one GPU (weights + KV vs VRAM).
-
-    ``model``: GGUF-keyed metadata (a preset) or the live model's shape.
-    """
-    try:
-        from kvmon.physics.ceiling import DeviceShare, ceiling_curve, max_context_fitting
-        from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
-        from kvmon.physics.shape import ShapeError
-        from kvmon.physics.weights import weight_bytes_read_per_token
-    except ImportError as exc:
-        return WhatIfResult(reason=f"physics not available: {exc}")
-    try:
-        shape = model if isinstance(model, ModelShape) else ModelShape.from_gguf(model)
-    except (ShapeError, KeyError, ValueError) as exc:
-        return WhatIfResult(reason=f"model shape unknown: {exc}")
-    read = weight_bytes_read_per_token(shape, weight_bytes)
-    dev = DeviceShare(gpu.name, gpu.bandwidth_bytes_per_s, read.bytes, 1.0, "gpu")
-    contexts = [int(x) for x in np.linspace(0, n_ctx, 65)]
-    curve = ceiling_curve([dev], shape, cache_type, cache_type, contexts)
-    alloc = kv_allocation(shape, n_ctx, type_k=cache_type, type_v=cache_type).total_bytes
-    over = weight_bytes + alloc - gpu.vram_bytes
-    free_for_kv = gpu.vram_bytes - weight_bytes
-    max_ctx = max_context_fitting(shape, free_for_kv, type_k=cache_type, type_v=cache_type) if free_for_kv > 0 else 0
-    from kvmon.physics.ceiling import ceiling_tok_s
-
-    at_ctx = ceiling_tok_s([dev], kv_bytes_in_use(shape, n_ctx, cache_type, cache_type))
-    return WhatIfResult(curve=curve, kv_allocated_bytes=alloc, weight_bytes=weight_bytes, ceiling_at_ctx_tok_s=at_ctx,
-                        fits=over <= 0, over_bytes=max(0, over), max_context_fitting=max_ctx)
-
-
-def table_gpus() -> list[GpuChoice]:
-    """Every GPU in the one GPU table."""
-    return [GpuChoice(g.name, g.bandwidth_bytes_per_s, g.vram_bytes, "table") for g in KNOWN_GPUS]
-
-
-def live_gpu(s: Snapshot | None) -> GpuChoice | None:
-    """The first GPU of the live snapshot, when its bandwidth and VRAM are known."""
-    if s is None or not s.gpus:
-        return None
-    g = s.gpus[0]
-    if g.peak_bandwidth_bytes_per_s is None or g.vram_total_bytes is None:
-        return None
-    return GpuChoice(f"live: {g.name or 'GPU 0'}", g.peak_bandwidth_bytes_per_s, g.vram_total_bytes, "live")
-
-
-def live_model(s: Snapshot | None) -> LiveModel | None:
-    """The live model, when its shape and weight size are known."""
-    if s is None or s.model.shape is None or not s.model.weight_bytes:
-        return None
-    m = s.model
-    bits = " · ".join(b for b in (m.quantization, fmt.bytes_(m.weight_bytes)) if b)
-    return LiveModel(f"live: {m.name or m.arch or 'model'} ({bits})", m.shape, int(m.weight_bytes), m.kv_type_k)
-
-
-def presets() -> dict[str, Any]:
-    """The physics package's model presets (empty when not available)."""
-    try:
-        from kvmon.physics.presets import PRESETS
-    except ImportError:
-        return {}
-    return dict(PRESETS)
 
 
 class WhatIfPanel(QtWidgets.QWidget):

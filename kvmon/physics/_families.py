@@ -1,6 +1,8 @@
 """Per-architecture rules that turn GGUF metadata into per-layer storage (llama.cpp's hparams logic).
 
-Kept apart from shape.py so the dataclasses stay small; ``build_shape`` is the only entry point.
+Kept apart from shape.py so the dataclasses stay small; ``shape_fields`` is the only entry point: it gives the
+fields of a ``kvmon.physics.shape.ModelShape``, which ``ModelShape.from_gguf`` builds (so this module needs only
+the per-layer vocabulary of ``kvmon.physics.layers``, and the two modules do not import each other).
 """
 
 from __future__ import annotations
@@ -8,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kvmon.physics.shape import (
+from kvmon.physics.layers import (
     AttentionKind,
     LayerShape,
-    ModelShape,
     ShapeError,
     as_int,
     per_layer,
@@ -124,8 +125,8 @@ def _rwkv_state_elements(m: _Meta, n_embd: int) -> int:
     return shift * n_embd + n_embd * head_size
 
 
-def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
-    """Apply the generic keys, then the architecture's own rules; unknown architectures get the generic rules."""
+def shape_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A ModelShape's fields: the generic keys, then the architecture's own rules (unknown ones get the generic)."""
     if not isinstance(metadata, Mapping):
         raise ShapeError(f"metadata is {type(metadata).__name__}, not a mapping of GGUF keys")
     arch = plain(metadata.get("general.architecture"))
@@ -261,7 +262,7 @@ def build_shape(metadata: Mapping[str, Any]) -> ModelShape:
         partial = True
         notes.append(f"{arch}.expert_used_count missing: MoE weight reads cannot be estimated")
 
-    return ModelShape(
+    return dict(
         arch=arch,
         n_layers=n_layers,
         layers=tuple(layers),

@@ -1,7 +1,8 @@
 """The one table of known GPUs and unified-memory chips: published peak bandwidth and memory.
 
-Used when the hardware cannot say (no NVML, unified memory) and to check NVML's clock × bus width.
-Also PCIe link bandwidth by generation, for the spill cliff.
+Used when the hardware cannot say (no NVML, unified memory) and to check NVML's clock × bus width; and the one
+rule that chooses a device's peak bandwidth from the user's value, the driver's and the table
+(``choose_peak_bandwidth``). Also PCIe link bandwidth by generation, for the spill cliff.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from functools import lru_cache
 
 GB = 1_000_000_000
 GIB = 1024**3
+# The driver's figure (clock × bus width) and the table may disagree by this much before the table is preferred.
+BANDWIDTH_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,34 @@ def _lookup_normalised(norm_name: str) -> GpuSpec | None:
                 best, best_len = spec, len(words)
             break
     return best
+
+
+def choose_peak_bandwidth(name: str | None, driver_bytes_per_s: float | None,
+                          user_bytes_per_s: float | None = None) -> tuple[float | None, str | None, str | None]:
+    """A device's peak memory bandwidth: (bytes/s, source "user" | "nvml" | "table", note) or (None, None, why).
+
+    The one order, for every device source and the analysis: a value the user set wins (they know a part the table
+    lacks, a unified-memory chip, a tuned clock); then the driver's own figure (NVML's max memory clock × bus
+    width), as long as the known-GPU table agrees within 10 % or has no entry (when they disagree the rating in
+    the table is used and the note says why: some drivers report an "effective" clock, twice the real one); then
+    the table by name. Unified-memory chips are not GPUs here (their bandwidth is the host's).
+    """
+    if user_bytes_per_s is not None and user_bytes_per_s > 0:
+        return float(user_bytes_per_s), "user", None
+    spec = lookup_gpu(name)
+    if spec is not None and spec.unified_memory:
+        spec = None
+    if driver_bytes_per_s is not None:
+        if spec is None:
+            return driver_bytes_per_s, "nvml", None
+        if abs(driver_bytes_per_s - spec.bandwidth_bytes_per_s) <= BANDWIDTH_TOLERANCE * spec.bandwidth_bytes_per_s:
+            return driver_bytes_per_s, "nvml", None
+        note = (f"NVML clock × bus width gives {driver_bytes_per_s / 1e9:.0f} GB/s but {spec.name} is rated "
+                f"{spec.bandwidth_bytes_per_s / 1e9:.0f} GB/s: using the table")
+        return spec.bandwidth_bytes_per_s, "table", note
+    if spec is not None:
+        return spec.bandwidth_bytes_per_s, "table", f"NVML cannot give clock × bus width: {spec.name} rating used"
+    return None, None, "NVML cannot give clock × bus width, the GPU is not in the table and no value was set"
 
 
 # PCIe: usable bytes/s per lane and direction after line encoding (8b/10b for gen 1-2, 128b/130b after).

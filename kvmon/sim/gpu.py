@@ -1,4 +1,4 @@
-"""The simulated GPUs, seen through the fake NVML (``kvmon.sources.fake_nvml``).
+"""The simulated GPUs, seen through the fake NVML (``kvmon.sim.fake_nvml``).
 
 VRAM used = the server's CUDA context + weights + allocated KV + compute buffer on each card, plus
 another application's allocation on GPU 0; PCIe traffic comes from layers in host RAM (the hidden state
@@ -13,8 +13,8 @@ import re
 import zlib
 
 from kvmon.sim.engine import Activity
+from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sim.scenarios import Scenario
-from kvmon.sources.fake_nvml import FakeGpu, FakeNvml
 
 OTHER_APP_PID = 4_000_001  # the "other application" holding VRAM (a pid no real process is likely to have)
 IDLE_MEM_CLOCK_MHZ = 405

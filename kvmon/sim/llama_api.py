@@ -10,13 +10,11 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmon.sim.reply import JSON_TYPE, Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
 from kvmon.sim.requests import SimRequest
-
-if TYPE_CHECKING:
-    from kvmon.sim.server import SimServer
+from kvmon.sim.served import ServedSimulation
 
 BUILD_INFO = "b11549-unknown"
 FTYPES = {"Q4_K_M": "Q4_K - Medium", "Q4_K_S": "Q4_K - Small", "Q5_K_M": "Q5_K - Medium", "Q6_K": "Q6_K",
@@ -69,7 +67,7 @@ def response_settings(n_predict: int, *, stream: bool, seed: int) -> dict[str, A
 class LlamaApi:
     """Routes one request of the simulated llama-server to its answer."""
 
-    def __init__(self, sim: SimServer) -> None:
+    def __init__(self, sim: ServedSimulation) -> None:
         self.sim = sim
         self.media_marker = "<__media_" + "".join(secrets.choice(string.ascii_letters + string.digits)
                                                 for _ in range(32)) + "__>"

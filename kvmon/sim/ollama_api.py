@@ -10,13 +10,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
 from kvmon.sim.requests import SimRequest
-
-if TYPE_CHECKING:
-    from kvmon.sim.server import SimServer
+from kvmon.sim.served import ServedSimulation
 
 KEEP_ALIVE_S = 300.0
 NDJSON = "application/x-ndjson"
@@ -38,7 +36,7 @@ def _short_arrays(value: Any) -> Any:
 class OllamaApi:
     """Routes one request of the simulated Ollama server to its answer."""
 
-    def __init__(self, sim: SimServer) -> None:
+    def __init__(self, sim: ServedSimulation) -> None:
         self.sim = sim
         self.name = sim.scenario.model_alias
         self.digest = hashlib.sha256(self.name.encode()).hexdigest()

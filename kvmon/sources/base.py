@@ -1,14 +1,17 @@
-"""The one interface every model-server source implements (llama-server, Ollama, ...).
+"""The interfaces every source implements: a model server (llama-server, Ollama, ...), the GPUs, the host.
 
-A poll returns an immutable, timestamped ``ServerReading`` or raises ``SourceError`` carrying a typed
-``SourceFailure`` with a one-line reason; sources never return half-built objects or raise anything else.
+A server poll returns an immutable, timestamped ``ServerReading`` or raises ``SourceError`` carrying a typed
+``SourceFailure`` with a one-line reason; sources never return half-built objects or raise anything else. GPU and
+host polls never raise: what they cannot read is ``None`` with a reason in the reading. ``kvmon.monitor.Monitor``
+is typed on these, and ``tests/test_source_contract.py`` runs one contract against every server source.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol, runtime_checkable
 
-from kvmon.core.readings import ServerReading
+from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
 
 
 @runtime_checkable
@@ -24,4 +27,30 @@ class ServerSource(Protocol):
 
     def close(self) -> None:
         """Release connections and files."""
+        ...
+
+
+@runtime_checkable
+class GpuSource(Protocol):
+    """The machine's GPUs; ``server_pids`` lets it split per-process memory into the server's and everyone else's."""
+
+    def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
+        """Read every GPU now (a machine without one says so in ``unavailable_reason``)."""
+        ...
+
+    def close(self) -> None:
+        """Release the driver."""
+        ...
+
+
+@runtime_checkable
+class HostSource(Protocol):
+    """The host: RAM, swap, the server's resident memory, host memory bandwidth."""
+
+    def poll(self, server_pids: Collection[int] = ()) -> HostReading:
+        """Read the host now."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds."""
         ...

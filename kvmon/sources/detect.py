@@ -91,7 +91,8 @@ def detect_backend(url: str, api_key: str | None = None, timeout_s: float = 3.0)
         client.close()
 
 
-def _backend_by_port(url: str) -> str:
+def backend_by_port(url: str) -> str:
+    """The backend a URL's port suggests (11434: Ollama), for a server that does not answer yet."""
     port = urlsplit(normalize_base_url(url)).port
     return OLLAMA if port == OLLAMA_PORT else LLAMA_SERVER
 
@@ -116,7 +117,7 @@ def open_source(
             if e.failure.kind == FailureKind.BAD_URL:
                 raise
             # down, hanging, loading or refusing the key: pick by port and let polls report the state
-            backend = _backend_by_port(url)
+            backend = backend_by_port(url)
     if backend == LLAMA_SERVER:
         from kvmon.sources.llamacpp import LlamaServerSource
 

@@ -21,7 +21,7 @@ import psutil
 
 from kvmon.core.readings import HostReading
 from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.nvml import PidTreeCache
+from kvmon.sources.procs import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
@@ -172,6 +172,9 @@ class HostSource:
             return self._measured, "measured"
         reasons["host_bandwidth_bytes_per_s"] = self._measured_reason or "host bandwidth unknown"
         return None, None
+
+    def close(self) -> None:
+        """Nothing to release (psutil holds no handle between polls)."""
 
     # -- polling ---------------------------------------------------------------------------------------
     def poll(self, server_pids: Collection[int] = ()) -> HostReading:

@@ -1,5 +1,10 @@
 """llama-server source: /health, /props, /slots, /metrics and /v1/models into one ``ServerReading``.
 
+One poll of one server is one piece of work (what /props says decides whether /slots and /metrics are asked, and
+which model file is read), so it stays in one module a little over the usual length; the answers are parsed in
+``kvmon.sources.llama_parse``, the local process is read in ``kvmon.sources.llama_process``, the settings are
+layered in ``kvmon.sources.config`` and the model file read in ``kvmon.sources.model_file``.
+
 Accepts every known response shape (``state`` int or ``is_processing``; ``next_token`` object or
 one-element array; with or without the ``n_prompt_tokens*`` fields and ``endpoint_*`` flags). Reads
 /metrics only when /props says it is on (older builds: tries once and remembers a 501), keeps counters
@@ -17,54 +22,35 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-import psutil
-
+from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
-    Provenance,
     ServerConfig,
     ServerReading,
     SlotReading,
     SourceError,
     SourceFailure,
 )
-from kvmon.sources import procs
-from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
+from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LogFollower
+from kvmon.sources.llama_parse import derive_totals, metrics_key, parse_metrics, parse_slot
+from kvmon.sources.llama_process import LlamaServerProcess
+from kvmon.sources.model_file import ModelFiles
 
 BACKEND = "llama-server"
-METRIC_PREFIX = "llamacpp:"
-PROCESS_RECHECK_S = 30.0
-PROCESS_ALIVE_CHECK_S = 5.0  # how often the known server process is checked to be still the same one
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
 # While a slot generates, the server is awake and its model fixed: the last /props answer stands for up to this
 # many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
-# answer stands as long (see _metrics_key).
+# answer stands as long (see kvmon.sources.llama_parse.metrics_key).
 REUSE_MAX_POLLS = 10
 # /slots (like /metrics) is a task on llama-server's queue, and every task restarts the idle timer that
 # --sleep-idle-seconds counts: within this long of the last /slots answer the server cannot have fallen asleep
 # (for any sleep setting of 2 s or more), so the next poll need not ask /props first to avoid waking it.
 SLOTS_KEEP_AWAKE_S = 2.0
 
-_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name != "provenance")
-
-
-def _int(value: Any) -> int | None:
-    """An int from a JSON value, or None (bools, strings, floats with fractions are not ints)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 @functools.cache
@@ -72,134 +58,6 @@ def _default_config() -> ServerConfig:
     """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
     without the argv they are guesses, so the log, the user or the slot count decide."""
     return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
-
-
-def merge_configs(*layers: ServerConfig | None) -> ServerConfig:
-    """Later layers win field by field (only fields they actually set); provenance follows the winner."""
-    values: dict[str, Any] = {}
-    prov: dict[str, Provenance] = {}
-    for layer in layers:
-        if layer is None:
-            continue
-        for name in _CONFIG_FIELDS:
-            v = getattr(layer, name)
-            if v is None or (isinstance(v, Mapping) and not v):
-                continue
-            values[name] = v
-            prov[name] = layer.provenance.get(name, Provenance.USER)
-    return ServerConfig(**values, provenance=prov)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped."""
-    from prometheus_client.parser import text_string_to_metric_families  # only needed once /metrics answers
-
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.type != "counter":
-            continue
-        for sample in family.samples:
-            if sample.labels:
-                continue
-            name = sample.name
-            if name.startswith(METRIC_PREFIX):
-                name = name[len(METRIC_PREFIX) :]
-            if name.endswith("_created"):
-                continue
-            if name.endswith("_total") and sample.name not in text:  # parser added the suffix
-                name = name[: -len("_total")]
-            out[name] = float(sample.value)
-    return out
-
-
-def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
-    """One /slots entry in any known shape; None (with a reason) when it has no usable id."""
-    if not isinstance(raw, Mapping):
-        reasons["slots"] = "a /slots entry is not an object"
-        return None
-    sid = _int(raw.get("id"))
-    if sid is None:
-        reasons["slots"] = "a /slots entry has no integer id"
-        return None
-    if isinstance(raw.get("is_processing"), bool):
-        processing = raw["is_processing"]
-    elif _int(raw.get("state")) is not None:  # older builds: 0 idle, anything else busy
-        processing = _int(raw.get("state")) != 0
-    else:
-        processing = False
-        reasons[f"slot{sid}.processing"] = "slot shows neither is_processing nor state"
-    nt = raw.get("next_token")
-    if isinstance(nt, list):
-        nt = nt[0] if nt else None
-    n_decoded = n_remain = None
-    if isinstance(nt, Mapping):
-        n_decoded = _int(nt.get("n_decoded"))
-        n_remain = _int(nt.get("n_remain"))
-    if "n_past" in raw:  # older builds
-        context = _int(raw.get("n_past"))
-    elif "n_prompt_tokens_processed" in raw or "n_prompt_tokens_cache" in raw:
-        context = _int(raw.get("n_prompt_tokens"))  # newer: tokens now held, grows while decoding
-    else:
-        context = None
-    if context is None and raw.get("id_task") is not None:
-        reasons.setdefault(f"slot{sid}.context_tokens", "this server build does not report tokens held per slot")
-    return SlotReading(
-        id=sid,
-        n_ctx=_int(raw.get("n_ctx")),
-        context_tokens=context,
-        processing=processing,
-        n_decoded=n_decoded,
-        n_remain=n_remain,
-        id_task=_int(raw.get("id_task")),
-        n_prompt_tokens_processed=_int(raw.get("n_prompt_tokens_processed")),
-        n_prompt_tokens_cache=_int(raw.get("n_prompt_tokens_cache")),
-    )
-
-
-def _metrics_key(q: str, slots: tuple[SlotReading, ...]) -> tuple[Any, ...] | None:
-    """What the counters kvmon reads depend on: while it is unchanged, /metrics would answer the same.
-
-    llama-server adds to the prompt counters when a prompt has been processed (decoding begins) and to the
-    generation counters when a request ends: a slot's task, whether it is busy and whether it has begun decoding
-    mark every such moment (an idle slot also by its counts, for a request that came and went between polls).
-    ``n_decode_total`` moves on every token but is read only without /slots. None: read every poll.
-    """
-    if not slots:
-        return None
-    return (q, *((sl.id, sl.id_task, True, bool(sl.n_decoded)) if sl.processing else
-                 (sl.id, sl.id_task, False, sl.n_decoded, sl.context_tokens) for sl in slots))
-
-
-def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> bool:
-    """Whether a command line is a llama.cpp server (its program name, or a model flag in argv/env)."""
-    if not argv:
-        return False
-    prog = os.path.basename(argv[0]).lower()
-    if "llama" in prog or "server" in prog:
-        return True
-    if env and "LLAMA_ARG_MODEL" in env:
-        return True
-    args = argv[1:]
-    for i, a in enumerate(args):
-        flag, eq, inline = a.partition("=")
-        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        if flag in ("-hf", "--hf-repo"):
-            return True
-        if flag in ("-m", "--model") and value.lower().endswith(".gguf"):
-            return True
-    return False
-
-
-def _shape_from_metadata(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """A ModelShape from GGUF-keyed metadata, or (None, why)."""
-    try:
-        from kvmon.physics.shape import ModelShape
-    except ImportError:
-        return None, "model shape support is not available"
-    try:
-        return ModelShape.from_gguf(metadata), None
-    except ValueError as e:
-        return None, f"model shape not understood: {e}"
 
 
 class LlamaServerSource:
@@ -226,12 +84,8 @@ class LlamaServerSource:
         parts = urlsplit(self.base_url)
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._config_override = config_override
-        if config_override is not None and not config_override.provenance:
-            set_fields = {n: Provenance.USER for n in _CONFIG_FIELDS if getattr(config_override, n) not in (None, {})}
-            self._config_override = dataclasses.replace(config_override, provenance=set_fields)
+        self._config_override = user_config(config_override)
         self._model_override = dict(model_metadata_override) if model_metadata_override else None
-        self._inspect_process = inspect_local_process
         self._log = LogFollower(log_path) if log_path else None
         self._last_failure_kind: FailureKind | None = None
         self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
@@ -242,15 +96,9 @@ class LlamaServerSource:
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
-        self._shape_memo: tuple[Any, tuple[Any, str | None]] | None = None  # (GGUF file key, (shape, why))
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
-        self._gguf_cache: dict[tuple[str, int, int], tuple[GgufHeader | None, str | None]] = {}
-        self._proc: psutil.Process | None = None
-        self._proc_checked_at: float | None = None
-        self._proc_alive_at = 0.0
-        self._proc_reason: str | None = None
-        self._proc_facts: tuple[tuple[int, float | None], tuple[ServerConfig | None, tuple[int, ...],
-                                                               dict[str, str]]] | None = None
+        self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
+        self._process = LlamaServerProcess(self._host, self._port, inspect=inspect_local_process)
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
@@ -334,7 +182,7 @@ class LlamaServerSource:
         t_start = t_mono
         sleeping = props.get("is_sleeping") is True
         state = "sleeping" if sleeping else "ok"
-        server_version = _str(props.get("build_info"))
+        server_version = json_str(props.get("build_info"))
 
         slots: tuple[SlotReading, ...] = ()
         live_source: str | None = None
@@ -374,10 +222,10 @@ class LlamaServerSource:
         config, pids = self._config(reasons)
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
 
-        total_slots = _int(props.get("total_slots"))
+        total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
             total_slots = len(slots)
-        config = self._derive_totals(config, props, slots, total_slots)
+        config = derive_totals(config, props, slots, total_slots)
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
@@ -428,7 +276,7 @@ class LlamaServerSource:
     def _read_metrics(
         self, props: Mapping[str, Any], reasons: dict[str, str], q: str = "", slots: tuple[SlotReading, ...] = ()
     ) -> tuple[bool | None, dict[str, float]]:
-        key = _metrics_key(q, slots)
+        key = metrics_key(q, slots)
         memo, self._metrics_memo = self._metrics_memo, None
         if key is not None and memo is not None and memo[0] == key and memo[2] < REUSE_MAX_POLLS:
             self._metrics_memo = (key, memo[1], memo[2] + 1)
@@ -505,52 +353,39 @@ class LlamaServerSource:
         self._v1_cache = (key, entry, why)
         return entry, why
 
-    def _gguf(self, path: str) -> tuple[GgufHeader | None, str | None]:
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            return None, f"model file {os.path.basename(path)!r} not readable here ({e.strerror or 'error'})"
-        key = (path, st.st_size, int(st.st_mtime_ns))
-        if key not in self._gguf_cache:
-            try:
-                self._gguf_cache = {key: (read_gguf_header(path), None)}
-            except (GgufError, OSError, ValueError) as e:
-                self._gguf_cache = {key: (None, f"model file header unreadable: {e}")}
-        return self._gguf_cache[key]
-
     def _resolve_model_path(self, model_path: str | None) -> str | None:
         if not model_path:
             return None
         if os.path.isabs(model_path):
             return model_path
-        proc = self._local_process()
-        cwd = procs.process_cwd(proc) if proc is not None else None
+        cwd = self._process.cwd()
         return os.path.join(cwd, model_path) if cwd else None
 
     def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
         reasons: dict[str, str] = {}
-        model_path = _str(props.get("model_path"))
+        model_path = json_str(props.get("model_path"))
         entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
         if why:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
         meta = meta if isinstance(meta, Mapping) else {}
-        name = _str(props.get("model_alias")) or (_str(entry.get("id")) if entry else None)
+        name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
         if name is None and model_path:
             name = os.path.basename(model_path)
-        quant = _str(props.get("model_ftype")) or _str(meta.get("ftype"))
-        n_params = _int(meta.get("n_params"))
-        weight_bytes = _int(meta.get("size"))
-        n_ctx_train = _int(meta.get("n_ctx_train"))
-        n_embd = _int(meta.get("n_embd"))
+        quant = json_str(props.get("model_ftype")) or json_str(meta.get("ftype"))
+        n_params = json_int(meta.get("n_params"))
+        weight_bytes = json_int(meta.get("size"))
+        n_ctx_train = json_int(meta.get("n_ctx_train"))
+        n_embd = json_int(meta.get("n_embd"))
 
         shape = None
         shape_source = None
         arch = None
         metadata: dict[str, Any] | None = None
         full_path = self._resolve_model_path(model_path)
+        file_key = None
         if full_path is not None:
-            header, gwhy = self._gguf(full_path)
+            header, gwhy, file_key = self._files.header(full_path)
             if header is not None:
                 metadata = dict(header.metadata)
                 shape_source = "gguf"
@@ -568,22 +403,19 @@ class LlamaServerSource:
             metadata = {**(metadata or {}), **self._model_override}
             shape_source = "user"
         if metadata is not None:
-            arch = _str(metadata.get("general.architecture"))
-            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): build it once
-            mkey = tuple(self._gguf_cache) if full_path is not None else None
-            if self._shape_memo is None or self._shape_memo[0] != mkey:
-                self._shape_memo = (mkey, _shape_from_metadata(metadata))
-            shape, swhy = self._shape_memo[1]
+            arch = json_str(metadata.get("general.architecture"))
+            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): built once
+            shape, swhy = self._files.shape(metadata, file_key)
             if swhy:
                 reasons["model.shape"] = swhy
                 shape_source = None
             else:
                 reasons.pop("model.shape", None)
             if arch and n_ctx_train is None:
-                n_ctx_train = _int(metadata.get(f"{arch}.context_length"))
+                n_ctx_train = json_int(metadata.get(f"{arch}.context_length"))
             if arch and n_embd is None:
-                n_embd = _int(metadata.get(f"{arch}.embedding_length"))
-            name = name or _str(metadata.get("general.name"))
+                n_embd = json_int(metadata.get(f"{arch}.embedding_length"))
+            name = name or json_str(metadata.get("general.name"))
         return (
             ModelInfo(
                 name=name,
@@ -602,108 +434,15 @@ class LlamaServerSource:
 
     # ---- config -------------------------------------------------------------------------------
 
-    def _local_process(self) -> psutil.Process | None:
-        """The process behind the URL's port when the server runs here (cached, rechecked every 30 s)."""
-        if not self._inspect_process or not procs.is_local_host(self._host):
-            return None
-        now = time.monotonic()
-        if self._proc is not None:
-            if now - self._proc_alive_at < PROCESS_ALIVE_CHECK_S:
-                return self._proc
-            try:
-                if self._proc.is_running():  # reads /proc: not on every poll
-                    self._proc_alive_at = now
-                    return self._proc
-            except psutil.Error:
-                pass
-            self._proc = None
-            self._proc_checked_at = None
-        if self._proc_checked_at is not None and now - self._proc_checked_at < PROCESS_RECHECK_S:
-            return None
-        self._proc_checked_at = now
-        self._proc, self._proc_reason = procs.lookup_listening_process(self._port)
-        return self._proc
-
-    def _process_facts(self, proc: psutil.Process) -> tuple[ServerConfig | None, tuple[int, ...], dict[str, str]]:
-        """Config from the server process's argv/environment, and its pids; cached per process."""
-        key = (proc.pid, self._proc_checked_at)
-        if self._proc_facts is not None and self._proc_facts[0] == key:
-            return self._proc_facts[1]
-        reasons: dict[str, str] = {}
-        config: ServerConfig | None = None
-        pids: tuple[int, ...] = ()
-        argv, why = procs.process_cmdline(proc)
-        env, ewhy = procs.process_environ(proc)
-        if argv is not None and not looks_like_llama_server(argv, env):
-            reasons["config.process"] = (
-                f"the process on port {self._port} ({os.path.basename(argv[0]) if argv else '?'}) "
-                "does not look like llama-server; its command line is not used"
-            )
-        elif argv is not None:
-            config = parse_llama_server_args(argv[1:], env or {}).config
-            pids = procs.process_tree_pids(proc.pid)
-            if ewhy:
-                reasons["config.environment"] = ewhy
-        elif why:
-            reasons["config.process"] = why
-        facts = (config, pids, reasons)
-        self._proc_facts = (key, facts)
-        return facts
-
     def _config(self, reasons: dict[str, str]) -> tuple[ServerConfig, tuple[int, ...]]:
         """Defaults < local process argv/environment < log file < user settings, field by field."""
         layers: list[ServerConfig | None] = [_default_config()]
-        pids: tuple[int, ...] = ()
-        proc = self._local_process()
-        if proc is not None:
-            proc_config, pids, proc_reasons = self._process_facts(proc)
-            layers.append(proc_config)
-            reasons.update(proc_reasons)
-        elif self._inspect_process:
-            if not procs.is_local_host(self._host):
-                reasons["config.process"] = (
-                    "server is not on this machine: KV type, flash attention and layers come from --log or settings"
-                )
-            elif self._proc_reason:
-                reasons["config.process"] = self._proc_reason
+        proc_config, pids, proc_reasons = self._process.config()
+        layers.append(proc_config)
+        reasons.update(proc_reasons)
         if self._log is not None:
             layers.append(self._log.poll())
             if self._log.error:
                 reasons["config.log"] = self._log.error
         layers.append(self._config_override)
         return merge_configs(*layers), pids
-
-    @staticmethod
-    def _derive_totals(
-        config: ServerConfig, props: Mapping[str, Any], slots: tuple[SlotReading, ...], total_slots: int | None
-    ) -> ServerConfig:
-        """Fill the total context from per-slot n_ctx when the argv/log did not say it."""
-        if config.kv_unified is None and total_slots == 1:
-            config = dataclasses.replace(
-                config, kv_unified=False, provenance={**config.provenance, "kv_unified": Provenance.COMPUTED}
-            )
-        if config.n_parallel is None and total_slots is not None:
-            config = dataclasses.replace(
-                config, n_parallel=total_slots, provenance={**config.provenance, "n_parallel": Provenance.MEASURED}
-            )
-        gs = props.get("default_generation_settings")
-        slot_ctx = _int(gs.get("n_ctx")) if isinstance(gs, Mapping) else None
-        if slot_ctx is None and slots:
-            slot_ctx = slots[0].n_ctx
-        if slot_ctx is not None and getattr(config, "n_ctx_per_slot", None) is None:
-            config = dataclasses.replace(
-                config, n_ctx_per_slot=slot_ctx, provenance={**config.provenance, "n_ctx_per_slot": Provenance.MEASURED}
-            )
-        if config.n_ctx_total is not None:
-            return config
-        if slot_ctx is None or config.kv_unified is None:
-            return config
-        if config.kv_unified:
-            total = slot_ctx  # every slot shows the whole shared pool
-        elif total_slots:
-            total = slot_ctx * total_slots
-        else:
-            return config
-        return dataclasses.replace(
-            config, n_ctx_total=total, provenance={**config.provenance, "n_ctx_total": Provenance.COMPUTED}
-        )

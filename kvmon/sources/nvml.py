@@ -4,6 +4,11 @@ Every NVML call is wrapped: an unsupported, forbidden or failing query makes tha
 the reason in ``GpuReading.reasons`` and the reading survives; a lost GPU degrades to its index and
 identity; no driver at all gives an empty ``GpuSetReading`` whose ``unavailable_reason`` starts with
 "no NVIDIA GPU", and kvmon runs on without it.
+
+Longer than most modules because NVML has many queries (memory v1/v2, clocks, PCIe counters and samples,
+process lists, power, GPM), each read through the same guarded path; it is still one job, one GPU library.
+The peak bandwidth is chosen by ``kvmon.physics.gpus.choose_peak_bandwidth``, the server's process tree comes
+from ``kvmon.sources.procs``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmon.core.readings import GpuProcess, GpuReading, GpuSetReading, PcieLink
-from kvmon.physics.gpus import lookup_gpu, pcie_bandwidth_bytes_per_s
+from kvmon.physics import gpus
+from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
+from kvmon.sources.procs import PidTreeCache
 
 # NVML error codes (stable across NVML versions; the names match pynvml's NVML_ERROR_* constants).
 _INVALID_ARGUMENT = 2
@@ -51,8 +58,6 @@ _PHRASES: dict[int, str] = {
 
 # nvmlDeviceGetPcieThroughput counts KB/s; NVIDIA's tools (and nvitop) treat that KB as 1024 bytes.
 PCIE_THROUGHPUT_BYTES_PER_KB = 1024
-# NVML clock × bus width and the table may disagree by this much before the table is preferred.
-BANDWIDTH_TOLERANCE = 0.10
 # With the server known, an empty NVML process list while this much VRAM is in use is not believable.
 _EMPTY_PROCESS_LIST_SUSPECT_BYTES = 512 * 1024**2
 
@@ -79,26 +84,10 @@ def choose_peak_bandwidth(
     bus_width_bits: int | None,
     user_bandwidth_bytes_per_s: float | None = None,
 ) -> tuple[float | None, str | None, str | None]:
-    """Pick a GPU's peak bandwidth: (bytes/s, source "nvml"|"table"|"user", note) or (None, None, why).
-
-    NVML's clock × bus width wins when the known-GPU table agrees within 10% (or has no entry); when they
-    disagree, or NVML cannot say, the table by name is used, then the user's value.
-    """
-    from_nvml = nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits)
-    spec = lookup_gpu(name)
-    if from_nvml is not None:
-        if spec is None:
-            return from_nvml, "nvml", None
-        if abs(from_nvml - spec.bandwidth_bytes_per_s) <= BANDWIDTH_TOLERANCE * spec.bandwidth_bytes_per_s:
-            return from_nvml, "nvml", None
-        note = (f"NVML clock × bus width gives {from_nvml / 1e9:.0f} GB/s but {spec.name} is rated "
-                f"{spec.bandwidth_bytes_per_s / 1e9:.0f} GB/s: using the table")
-        return spec.bandwidth_bytes_per_s, "table", note
-    if spec is not None:
-        return spec.bandwidth_bytes_per_s, "table", f"NVML cannot give clock × bus width: {spec.name} rating used"
-    if user_bandwidth_bytes_per_s is not None and user_bandwidth_bytes_per_s > 0:
-        return float(user_bandwidth_bytes_per_s), "user", None
-    return None, None, "NVML cannot give clock × bus width, the GPU is not in the table and no value was set"
+    """A GPU's peak bandwidth from NVML's clock × bus width: ``kvmon.physics.gpus.choose_peak_bandwidth``'s order
+    (the user's value, then NVML's checked against the table, then the table)."""
+    return gpus.choose_peak_bandwidth(name, nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits),
+                                      user_bandwidth_bytes_per_s)
 
 
 class _Lost(Exception):
@@ -178,9 +167,9 @@ class _GpuRead:
 class NvmlSource:
     """Reads every NVIDIA GPU through NVML; ``nvml=None`` imports pynvml lazily, tests pass a FakeNvml.
 
-    ``user_bandwidth_bytes_per_s`` maps a GPU index to a peak bandwidth used when neither NVML nor the
-    known-GPU table can give one. ``poll(server_pids)`` splits per-process VRAM into the model server's
-    share (those pids and their children) and everything else's.
+    ``user_bandwidth_bytes_per_s`` maps a GPU index to the peak bandwidth the user set: it wins over NVML's
+    figure and the known-GPU table (``kvmon.physics.gpus.choose_peak_bandwidth``). ``poll(server_pids)`` splits
+    per-process VRAM into the model server's share (those pids and their children) and everything else's.
     """
 
     def __init__(
@@ -548,43 +537,3 @@ def _pids_foreign(pids: Collection[int]) -> bool:
     except ImportError:
         return False
     return not any(psutil.pid_exists(pid) for pid in pids)
-
-
-PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
-
-
-class PidTreeCache:
-    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
-
-    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_age_s = max_age_s
-        self._clock = clock
-        self._key: frozenset[int] | None = None
-        self._at = 0.0
-        self._value: frozenset[int] = frozenset()
-
-    def expand(self, server_pids: Collection[int]) -> frozenset[int]:
-        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
-        key = frozenset(int(p) for p in server_pids)
-        now = self._clock()
-        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
-            self._value = expand_server_pids(key)
-            self._key, self._at = key, now
-        return self._value
-
-
-def expand_server_pids(server_pids: Collection[int]) -> frozenset[int]:
-    """The given pids plus all their descendants (Ollama's llama-server child); psutil absent: as given."""
-    pids = {int(p) for p in server_pids}
-    if not pids:
-        return frozenset()
-    try:
-        import psutil
-    except ImportError:
-        return frozenset(pids)
-    for pid in list(pids):
-        try:
-            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
-        except (psutil.Error, OSError):
-            continue
-    return frozenset(pids)

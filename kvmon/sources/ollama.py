@@ -2,18 +2,17 @@
 
 Ollama publishes no running counters, so the live decode rate comes, best first, from the llama-server
 child that Ollama >= 0.30 runs (its ``/slots``), from ``kvmon proxy`` (``GET /kvmon/stats``), or is
-reported unavailable with how to enable it, never as 0.
+reported unavailable with how to enable it, never as 0. The endpoints' answers are parsed in
+``kvmon.sources.ollama_parse``, the child is found in ``kvmon.sources.ollama_child``, the proxy's document is
+read by ``kvmon.proxy.stats``.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,9 +25,21 @@ from kvmon.core.readings import (
     ServerReading,
     SlotReading,
     SourceError,
-    SourceFailure,
 )
+from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
+from kvmon.sources import procs
+from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
+from kvmon.sources.model_file import ModelFiles
+from kvmon.sources.ollama_parse import (
+    OllamaModel,
+    ShowInfo,
+    names_match,
+    parse_parameter_size,
+    parse_ps,
+    parse_show,
+    pick_active,
+)
 
 DEFAULT_PORT = 11434
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
@@ -38,350 +49,10 @@ SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 PROXY_TIMEOUT_S = 0.5
 OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
-# Ollama 0.30 started running llama-server as a child and counting cached prompt tokens in prompt_eval_count.
-CHILD_VERSION = (0, 30)
-_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
-
-
-# ---------------------------------------------------------------------------------------------- parsing
-
-
-@dataclass(frozen=True)
-class OllamaModel:
-    """One entry of ``/api/ps``: sizes in bytes; ``size_vram < size`` means part lives in host RAM."""
-
-    name: str
-    model: str | None
-    digest: str | None
-    size_bytes: int | None
-    size_vram_bytes: int | None
-    context_length: int | None
-    expires_at: datetime | None
-    family: str | None = None
-    parameter_size: str | None = None
-    quantization: str | None = None
-
-    @property
-    def host_bytes(self) -> int | None:
-        """Bytes of this model (weights, cache and buffers) that Ollama placed in host RAM."""
-        if self.size_bytes is None or self.size_vram_bytes is None:
-            return None
-        return max(0, self.size_bytes - self.size_vram_bytes)
-
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """``"0.33.0-rc2"`` → ``(0, 33, 0)``; None when there are no leading numbers."""
-    if not isinstance(text, str):
-        return None
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
-    if not m:
-        return None
-    return tuple(int(p) for p in m.group(1).split("."))
-
-
-def parse_parameter_size(text: Any) -> int | None:
-    """Ollama's ``parameter_size`` (``"7.2B"``, ``"137M"``, ``"1.5T"``) in parameters; None if unparseable."""
-    if not isinstance(text, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMBT]?)\s*", text.upper())
-    if not m:
-        return None
-    scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[m.group(2)]
-    value = float(m.group(1)) * scale
-    return round(value) if value > 0 else None
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 time as Ollama writes it (nanoseconds, ``Z`` or offset); None if unparseable."""
-    if not isinstance(text, str) or not text:
-        return None
-    s = text.strip().replace("Z", "+00:00")
-    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", s)
-    if m:  # Python < 3.11 accepts at most 6 fractional digits
-        frac = (m.group(2) or "")[:7]
-        s = m.group(1) + frac + m.group(3)
-    try:
-        return datetime.fromisoformat(s)
-    except ValueError:
-        return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value == int(value):
-        return int(value)
-    return None
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
-    """Models from an ``/api/ps`` body, plus notes on entries that could not be read.
-
-    Raises ``SourceError(UNEXPECTED_BODY)`` when the body is not ``{"models": [...]}``.
-    """
-    if not isinstance(body, dict) or not isinstance(body.get("models"), list):
-        raise SourceError(
-            SourceFailure(FailureKind.UNEXPECTED_BODY, "/api/ps did not return {\"models\": [...]}", "/api/ps")
-        )
-    models: list[OllamaModel] = []
-    notes: list[str] = []
-    for i, entry in enumerate(body["models"]):
-        if not isinstance(entry, dict):
-            notes.append(f"/api/ps entry {i} is not an object")
-            continue
-        name = _str_or_none(entry.get("name")) or _str_or_none(entry.get("model"))
-        if name is None:
-            notes.append(f"/api/ps entry {i} has no name")
-            continue
-        details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
-        models.append(
-            OllamaModel(
-                name=name,
-                model=_str_or_none(entry.get("model")),
-                digest=_str_or_none(entry.get("digest")),
-                size_bytes=_int_or_none(entry.get("size")),
-                size_vram_bytes=_int_or_none(entry.get("size_vram")),
-                context_length=_int_or_none(entry.get("context_length")) or None,
-                expires_at=parse_time(entry.get("expires_at")),
-                family=_str_or_none(details.get("family")),
-                parameter_size=_str_or_none(details.get("parameter_size")),
-                quantization=_str_or_none(details.get("quantization_level")),
-            )
-        )
-    return models, notes
-
-
-def _canonical_name(name: str) -> str:
-    """``llama3.1`` → ``llama3.1:latest``, as Ollama resolves a name without a tag."""
-    n = name.strip()
-    return n if ":" in n.rsplit("/", 1)[-1] else n + ":latest"
-
-
-def names_match(name: str | None, model: OllamaModel) -> bool:
-    """Whether a request's model name refers to this loaded model (a missing tag means ``latest``)."""
-    if not name:
-        return False
-    c = _canonical_name(name)
-    return any(c == _canonical_name(n) for n in (model.name, model.model) if n)
-
-
-def pick_active(models: Sequence[OllamaModel], busy_names: Sequence[str] = ()) -> OllamaModel | None:
-    """The model to show: one a request is streaming from now, else the one used last (latest ``expires_at``).
-
-    Ollama pushes ``expires_at`` forward (keep-alive) on every request, so the latest is the most recent.
-    """
-    if not models:
-        return None
-    for name in busy_names:
-        for m in models:
-            if names_match(name, m):
-                return m
-    epoch = datetime.fromtimestamp(0).astimezone()
-
-    def key(m: OllamaModel) -> datetime:
-        t = m.expires_at
-        if t is None:
-            return epoch
-        return t if t.tzinfo else t.astimezone()
-
-    return max(models, key=key)
-
-
-def weight_bytes_from_tensors(tensors: Any) -> int | None:
-    """Exact weight bytes from ``/api/show``'s ``tensors`` (type names and shapes); None if any is unknown."""
-    if not isinstance(tensors, list) or not tensors:
-        return None
-    try:
-        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-    except ImportError:  # pragma: no cover - gguf is a dependency
-        return None
-    total = 0
-    for t in tensors:
-        if not isinstance(t, dict) or not isinstance(t.get("type"), str) or not isinstance(t.get("shape"), list):
-            return None
-        try:
-            qtype = GGMLQuantizationType[t["type"].upper()]
-            block, type_size = GGML_QUANT_SIZES[qtype]
-        except KeyError:
-            return None
-        n = 1
-        for d in t["shape"]:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                return None
-            n *= d
-        total += n // block * type_size
-    return total
-
-
-_BLOB_RE = re.compile(r"^FROM\s+(\S*sha256[-:][0-9a-fA-F]{64})\s*$", re.MULTILINE)
-
-
-def blob_path_from_modelfile(modelfile: Any) -> str | None:
-    """The model blob path in ``/api/show``'s modelfile (``FROM .../blobs/sha256-<hex>``); matches the child's
-    ``--model``."""
-    if not isinstance(modelfile, str):
-        return None
-    m = _BLOB_RE.search(modelfile)
-    return m.group(1) if m else None
-
-
-@dataclass(frozen=True)
-class ShowInfo:
-    """What one ``/api/show`` told us about a model, kept per digest."""
-
-    model_info: Mapping[str, Any]
-    verbose: bool
-    arch: str | None
-    n_params: int | None
-    n_ctx_train: int | None
-    n_embd: int | None
-    weight_bytes: int | None
-    blob_path: str | None
-    shape: Any  # ModelShape | None
-    shape_reason: str | None
-
-
-def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
-    """Read an ``/api/show`` body; the shape comes from ``model_info`` (GGUF keys) via ``ModelShape.from_gguf``.
-
-    Tokenizer arrays are dropped (they are large and say nothing about the cache). In a non-verbose body
-    Ollama replaces arrays longer than 5 with ``[]``; such keys are dropped too, so the shape code sees them
-    as missing (and marks the shape partial) rather than as empty.
-    """
-    if not isinstance(body, dict):
-        raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY, "/api/show did not return an object", "/api/show"))
-    raw = body.get("model_info")
-    if not isinstance(raw, dict):
-        raw = {}
-    info: dict[str, Any] = {}
-    for k, v in raw.items():
-        if not isinstance(k, str) or k.startswith("tokenizer."):
-            continue
-        if not verbose and isinstance(v, list) and not v:
-            continue
-        info[k] = v
-    arch = _str_or_none(info.get("general.architecture"))
-
-    def arch_int(key: str) -> int | None:
-        return _int_or_none(info.get(f"{arch}.{key}")) if arch else None
-
-    shape: Any = None
-    shape_reason: str | None = None
-    if not info:
-        shape_reason = "/api/show returned no model_info"
-    else:
-        try:
-            from kvmon.physics.shape import ModelShape, ShapeError
-        except ImportError:  # pragma: no cover - the physics package ships with kvmon
-            shape_reason = "model shape code unavailable"
-        else:
-            try:
-                shape = ModelShape.from_gguf(info)
-            except (ShapeError, ValueError, TypeError, KeyError) as e:
-                shape_reason = f"model shape unreadable from /api/show: {e}"
-            if shape is not None and not verbose:
-                shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
-                shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
-    details = body.get("details") if isinstance(body.get("details"), dict) else {}
-    n_params = _int_or_none(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
-    return ShowInfo(
-        model_info=info,
-        verbose=verbose,
-        arch=arch or _str_or_none(details.get("family")),
-        n_params=n_params,
-        n_ctx_train=arch_int("context_length"),
-        n_embd=arch_int("embedding_length"),
-        weight_bytes=weight_bytes_from_tensors(body.get("tensors")),
-        blob_path=blob_path_from_modelfile(body.get("modelfile")),
-        shape=shape,
-        shape_reason=shape_reason,
-    )
-
-
-@dataclass(frozen=True)
-class ProxyStream:
-    """One request the proxy is streaming now."""
-
-    id: int
-    model: str | None
-    tokens_so_far: int
-    decode_tok_s: float | None
-
-
-@dataclass(frozen=True)
-class ProxyView:
-    """The parts of ``kvmon proxy``'s ``/kvmon/stats`` this source uses."""
-
-    upstream: str | None
-    in_flight: tuple[ProxyStream, ...]
-    last: RequestStats | None
-    last_model: str | None
-    last_prefill_reason: str | None
-    now_unix: float | None
-
-
-def _float_or_none(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) and f >= 0 else None
-
-
-def parse_proxy_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
-    """Read the proxy's stats document (see ``kvmon.proxy``); raises UNEXPECTED_BODY if it is not one."""
-    if not isinstance(body, dict) or body.get("kvmon_proxy") != 1:
-        raise SourceError(
-            SourceFailure(FailureKind.UNEXPECTED_BODY, "/kvmon/stats is not a kvmon proxy document", "/kvmon/stats")
-        )
-    streams: list[ProxyStream] = []
-    for s in body.get("in_flight") or []:
-        if isinstance(s, dict) and _int_or_none(s.get("id")) is not None:
-            streams.append(
-                ProxyStream(
-                    id=int(s["id"]),
-                    model=_str_or_none(s.get("model")),
-                    tokens_so_far=_int_or_none(s.get("tokens_so_far")) or 0,
-                    decode_tok_s=_float_or_none(s.get("decode_tok_s")),
-                )
-            )
-    last: RequestStats | None = None
-    last_model: str | None = None
-    prefill_reason: str | None = None
-    now_unix = _float_or_none(body.get("now_unix"))
-    recent = [r for r in body.get("recent") or [] if isinstance(r, dict) and r.get("stats_source")]
-    if recent:
-        r = max(recent, key=lambda r: _float_or_none(r.get("finished_unix")) or 0.0)
-        finished = _float_or_none(r.get("finished_unix"))
-        age = max(0.0, (now_unix or t_wall) - finished) if finished is not None else 0.0
-        prompt_tokens = _int_or_none(r.get("prompt_tokens"))
-        if r.get("prompt_tok_s") is None and r.get("prompt_tok_s_reason"):
-            # The count includes cached tokens the duration does not cover: dividing would inflate prefill.
-            prefill_reason = str(r["prompt_tok_s_reason"])
-            prompt_tokens = None
-        last = RequestStats(
-            t_end=t_monotonic - age,
-            prompt_tokens=prompt_tokens,
-            cached_tokens=_int_or_none(r.get("cached_tokens")),
-            prompt_seconds=_float_or_none(r.get("prompt_seconds")),
-            predicted_tokens=_int_or_none(r.get("predicted_tokens")),
-            predicted_seconds=_float_or_none(r.get("predicted_seconds")),
-            context_tokens=_int_or_none(r.get("context_tokens")),
-        )
-        last_model = _str_or_none(r.get("model"))
-    return ProxyView(
-        upstream=_str_or_none(body.get("upstream")),
-        in_flight=tuple(streams),
-        last=last,
-        last_model=last_model,
-        last_prefill_reason=prefill_reason,
-        now_unix=now_unix,
-    )
+# Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
+# one KV stream per slot (the bottom config layer).
+OLLAMA_DEFAULTS = ServerConfig(n_parallel=OLLAMA_DEFAULT_NUM_PARALLEL, kv_unified=False,
+                               provenance={"n_parallel": Provenance.DEFAULT, "kv_unified": Provenance.DEFAULT})
 
 
 def _same_endpoint(a: str, b: str) -> bool:
@@ -392,8 +63,7 @@ def _same_endpoint(a: str, b: str) -> bool:
         ports = (pa.port or DEFAULT_PORT, pb.port or DEFAULT_PORT)
     except ValueError:
         return False
-    local = {"127.0.0.1", "localhost", "::1"}
-    same_host = ha == hb or (ha in local and hb in local)
+    same_host = ha == hb or (procs.is_local_host(ha) and procs.is_local_host(hb))
     return same_host and ports[0] == ports[1]
 
 
@@ -411,7 +81,6 @@ class _ShowEntry:
 class _State:
     version: str | None = None
     shows: dict[str, _ShowEntry] = field(default_factory=dict)
-    gguf: dict[str, tuple[int | None, Any, str | None]] = field(default_factory=dict)
 
 
 class OllamaSource:
@@ -443,11 +112,11 @@ class OllamaSource:
         self._proxy_url = normalize_base_url(proxy_url) if proxy_url else DEFAULT_PROXY_URL
         self._proxy_client: HttpClient | None = None
         self._state = _State()
+        self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
-        self._override = config_override
-        host = (urlsplit(self.base_url).hostname or "").lower()
-        self._is_local = host in _LOCAL_HOSTS
+        self._override = user_config(config_override)
+        self._is_local = procs.is_local_host(urlsplit(self.base_url).hostname)
         self._child_tracker: Any = None
         if find_child and self._is_local:
             try:
@@ -514,34 +183,13 @@ class OllamaSource:
             self._log_cache = (mtime, config, why)
         return self._log_cache[1], self._log_cache[2]
 
-    def _gguf(self, key: str, path: str) -> tuple[int | None, Any, str | None]:
-        """(weight bytes, shape, why not) from the model's GGUF header; read once per model."""
-        cached = self._state.gguf.get(key)
-        if cached is not None:
-            return cached
-        weights: int | None = None
-        shape: Any = None
-        reason: str | None = None
-        try:
-            from kvmon.sources.gguf_meta import GgufError, read_gguf_header
-
-            header = read_gguf_header(path)
-        except ImportError:  # pragma: no cover - ships with kvmon
-            reason = "GGUF reader unavailable"
-        except (OSError, GgufError) as e:
-            reason = f"model file {path} not readable ({type(e).__name__}: {e})"[:200]
-        else:
-            weights = header.tensor_bytes
-            try:
-                from kvmon.physics.shape import ModelShape
-
-                shape = ModelShape.from_gguf(header.metadata)
-            except (ValueError, TypeError, KeyError) as e:
-                reason = f"model shape unreadable from {path}: {e}"[:200]
-        if len(self._state.gguf) > 32:
-            self._state.gguf.clear()
-        self._state.gguf[key] = (weights, shape, reason)
-        return weights, shape, reason
+    def _model_file(self, path: str) -> tuple[int | None, Any, str | None]:
+        """(weight bytes, shape, why not) from the model file's GGUF header (read once per version of the file)."""
+        header, why, key = self._files.header(path)
+        if header is None:
+            return None, None, why
+        shape, swhy = self._files.shape(header.metadata, key)
+        return header.tensor_bytes, shape, swhy
 
     def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
         body = {"model": name, "verbose": True} if verbose else {"model": name}
@@ -553,7 +201,7 @@ class OllamaSource:
         if self._proxy_client is None:
             self._proxy_client = HttpClient(self._proxy_url, timeout_s=PROXY_TIMEOUT_S)
         try:
-            view = parse_proxy_stats(self._proxy_client.get_json("/kvmon/stats"), t_mono, t_wall)
+            view = parse_stats(self._proxy_client.get_json(STATS_PATH), t_mono, t_wall)
         except SourceError as e:
             if self._proxy_explicit:
                 return None, f"kvmon proxy at {redact_url(self._proxy_url)}: {e.failure.reason}"
@@ -602,11 +250,10 @@ class OllamaSource:
             reasons["shape"] = show_reason
         elif show is not None and show.shape_reason:
             reasons["shape"] = show.shape_reason
-        config_fields: dict[str, Any] = {}
-        prov: dict[str, Provenance] = {}
+        measured: ServerConfig | None = None
         if active.context_length is not None:
-            config_fields["n_ctx_per_slot"] = active.context_length
-            prov["n_ctx_per_slot"] = Provenance.MEASURED
+            measured = ServerConfig(n_ctx_per_slot=active.context_length,
+                                    provenance={"n_ctx_per_slot": Provenance.MEASURED})
         else:
             reasons["n_ctx"] = "this Ollama's /api/ps has no context_length (added in Ollama 0.10)"
 
@@ -619,31 +266,20 @@ class OllamaSource:
         server_pids: tuple[int, ...] = ()
         child_reading: ServerReading | None = None
         child_reason: str | None = None
+        child_config: ServerConfig | None = None
         if self._child_tracker is not None:
             child_reading, child_reason, server_pids, child_config = self._child_tracker.poll(
                 show.blob_path if show else None
             )
-            if child_config is not None:
-                config_fields.update(
-                    {k: v for k, v in _config_fields(child_config).items() if v is not None and k != "provenance"}
-                )
-                prov.update(child_config.provenance)
         elif not self._is_local:
             child_reason = "Ollama is on another machine: its llama-server child cannot be found from here"
+        log_config: ServerConfig | None = None
         if self._log_path:
             log_config, log_reason = self._log_config()
-            if log_config is not None:
-                for k, v in _config_fields(log_config).items():
-                    if k != "provenance" and v is not None and config_fields.get(k) is None:
-                        config_fields[k] = v
-                        prov[k] = log_config.provenance.get(k, Provenance.LOG)
-            elif log_reason:
+            if log_config is None and log_reason:
                 reasons["log"] = log_reason
-        if self._override is not None:  # the user's word wins
-            for k, v in _config_fields(self._override).items():
-                if k != "provenance" and v is not None and v != {}:
-                    config_fields[k] = v
-                    prov[k] = Provenance.USER
+        # Ollama's defaults < its log < what /api/ps measured < the child's argv and environment < the user
+        config = merge_configs(OLLAMA_DEFAULTS, log_config, measured, child_config, self._override)
         if child_reading is not None:
             slots = tuple(replace(s, n_ctx=s.n_ctx or active.context_length) for s in child_reading.slots)
             total_slots = child_reading.total_slots
@@ -674,13 +310,13 @@ class OllamaSource:
             if proxy.last_prefill_reason:
                 reasons["prefill_tok_s"] = proxy.last_prefill_reason
 
-        model_path = config_fields.get("model_path") or (show.blob_path if show else None)
+        model_path = config.model_path or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
         shape = show.shape if show else None
         shape_source = "ollama_show" if shape is not None else None
         if (weight_bytes is None or shape is None) and model_path and self._is_local:
             # The model file itself, when Ollama runs here and it is readable: exact weights and shape.
-            gguf_weights, gguf_shape, gguf_reason = self._gguf(active.digest or active.name, model_path)
+            gguf_weights, gguf_shape, gguf_reason = self._model_file(model_path)
             if weight_bytes is None and gguf_weights is not None:
                 weight_bytes = gguf_weights
                 reasons["weight_bytes"] = "summed from the model file's tensor directory"
@@ -712,19 +348,9 @@ class OllamaSource:
             reasons["weight_bytes_host"] = (
                 f"partial offload: {host_bytes} bytes of {active.name} live in host RAM (size_vram < size)"
             )
-        # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot
-        # (OLLAMA_NUM_PARALLEL), one KV stream per slot; the total context is context_length per slot.
-        if config_fields.get("n_parallel") is None:
-            config_fields["n_parallel"] = OLLAMA_DEFAULT_NUM_PARALLEL
-            prov["n_parallel"] = Provenance.DEFAULT
-        if config_fields.get("kv_unified") is None:
-            config_fields["kv_unified"] = False
-            prov["kv_unified"] = Provenance.DEFAULT
-        if config_fields.get("n_ctx_total") is None and active.context_length is not None:
-            config_fields["n_ctx_total"] = active.context_length * config_fields["n_parallel"]
-            prov["n_ctx_total"] = Provenance.COMPUTED
-        config_fields["provenance"] = prov
-        config = _make_config(config_fields)
+        if config.n_ctx_total is None and active.context_length is not None:  # context_length per slot
+            config = replace(config, n_ctx_total=active.context_length * (config.n_parallel or 1),
+                             provenance={**config.provenance, "n_ctx_total": Provenance.COMPUTED})
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,
@@ -753,21 +379,3 @@ class OllamaSource:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
                 raise
             return None  # /api/ps decides whether this is Ollama at all
-
-
-def _config_fields(config: ServerConfig) -> dict[str, Any]:
-    return {k: getattr(config, k) for k in ServerConfig.__dataclass_fields__}
-
-
-def _make_config(fields_: Mapping[str, Any]) -> ServerConfig:
-    known = {k: v for k, v in fields_.items() if k in ServerConfig.__dataclass_fields__}
-    return ServerConfig(**known)
-
-
-def version_counts_cached_prompt(version: str | None) -> bool | None:
-    """Whether this Ollama counts cached prompt tokens in ``prompt_eval_count`` (>= 0.30); None if unknown."""
-    v = parse_version(version)
-    if v is None:
-        return None
-    return v[:2] >= CHILD_VERSION
-

@@ -21,6 +21,7 @@ import psutil
 from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llama_parse import parse_slot
 from kvmon.sources.procs import lookup_listening_process, process_cmdline
 
 _MODEL_FLAGS = ("--model", "-m")
@@ -185,40 +186,12 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
 
 
 def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:
-    """A llama-server's ``/slots`` as SlotReadings (``next_token`` as a list or an object)."""
+    """A llama-server's ``/slots`` as SlotReadings, read as the llama-server source reads them."""
     body = client.get_json("/slots")
     if not isinstance(body, list):
         return ()
-    slots: list[SlotReading] = []
-    for s in body:
-        if not isinstance(s, dict) or not isinstance(s.get("id"), int):
-            continue
-        nt = s.get("next_token")
-        if isinstance(nt, list):
-            nt = nt[0] if nt and isinstance(nt[0], dict) else {}
-        if not isinstance(nt, dict):
-            nt = {}
-        processing = s.get("is_processing")
-        if not isinstance(processing, bool):
-            processing = bool(s.get("state", 0))
-
-        def num(v: Any) -> int | None:
-            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-        slots.append(
-            SlotReading(
-                id=s["id"],
-                n_ctx=num(s.get("n_ctx")),
-                context_tokens=num(s.get("n_prompt_tokens")),
-                processing=processing,
-                n_decoded=num(nt.get("n_decoded")),
-                n_remain=nt.get("n_remain") if isinstance(nt.get("n_remain"), int) else None,
-                id_task=num(s.get("id_task")),
-                n_prompt_tokens_processed=num(s.get("n_prompt_tokens_processed")),
-                n_prompt_tokens_cache=num(s.get("n_prompt_tokens_cache")),
-            )
-        )
-    return tuple(slots)
+    reasons: dict[str, str] = {}
+    return tuple(s for s in (parse_slot(raw, reasons) for raw in body) if s is not None)
 
 
 class ChildTracker:

@@ -1,17 +1,22 @@
-"""Find the local process behind a listening port and read its command line, environment and cwd (psutil).
+"""This machine's processes (psutil): the one behind a listening port, its command line, environment and cwd, its
+process tree, and whether a host name is this machine.
 
 A server on this machine tells, through its own argv and ``LLAMA_ARG_*`` environment, what no endpoint
-does. Other users' processes are often unreadable: every helper returns ``None`` plus a reason then.
+does. Other users' processes are often unreadable: every helper returns ``None`` plus a reason then. The
+server sources, the GPU source and the host source all ask here (one rule for "local", one process tree).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 
 import psutil
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
+from kvmon.listen import is_loopback_host
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
 
 
 def _listening_on(conns: list, port: int) -> tuple[int | None, bool]:
@@ -109,7 +114,7 @@ def is_local_host(host: str | None) -> bool:
     if not host:
         return False
     h = host.strip("[]").lower()
-    if h in LOOPBACK_NAMES or h.startswith("127."):
+    if is_loopback_host(h) or h in WILDCARD_HOSTS:
         return True
     try:
         if h == socket.gethostname().lower():
@@ -118,3 +123,34 @@ def is_local_host(host: str | None) -> bool:
     except (OSError, psutil.Error):
         return False
     return h in addrs
+
+
+PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
+
+
+class PidTreeCache:
+    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
+
+    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._key: frozenset[int] | None = None
+        self._at = 0.0
+        self._value: frozenset[int] = frozenset()
+
+    def expand(self, server_pids: Collection[int]) -> frozenset[int]:
+        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
+        key = frozenset(int(p) for p in server_pids)
+        now = self._clock()
+        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
+            self._value = expand_server_pids(key)
+            self._key, self._at = key, now
+        return self._value
+
+
+def expand_server_pids(server_pids: Collection[int]) -> frozenset[int]:
+    """The given pids plus all their descendants (Ollama's llama-server child); a gone pid stays as given."""
+    pids = {int(p) for p in server_pids}
+    for pid in list(pids):
+        pids.update(process_tree_pids(pid))
+    return frozenset(pids)

@@ -6,9 +6,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.core.points import ContextBins
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.series import ContextBins
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, make_plot, nice_ceiling
 
 MIN_FORECAST_POINTS = 10  # a fit of a handful of points near one depth extrapolates wildly: not drawn

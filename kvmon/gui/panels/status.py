@@ -10,7 +10,6 @@ from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.gui import theme
 from kvmon.gui.widgets import ValueLabel
 
-_GOOD = {ConnectionStatus.CONNECTED, ConnectionStatus.REPLAY}
 JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older ones count seconds
 
 
@@ -42,7 +41,7 @@ class StatusPanel(QtWidgets.QStatusBar):
     def update_snapshot(self, s: Snapshot) -> None:
         """Render connection state and sources of one snapshot."""
         st = s.connection.status
-        c = theme.hex_color("ok" if st in _GOOD else "warning" if st in (ConnectionStatus.CONNECTING,
+        c = theme.hex_color("ok" if s.server_read else "warning" if st in (ConnectionStatus.CONNECTING,
                                                                           ConnectionStatus.LOADING,
                                                                           ConnectionStatus.PAUSED) else "critical")
         url = f" · {s.url}" if s.url else ""

@@ -1,4 +1,4 @@
-"""A stand-in Monitor that makes Snapshots from a simple decode model, for the self-test and GUI tests.
+"""A stand-in Monitor (a test double) that makes Snapshots from a simple decode model, for the GUI tests and benches.
 
 Not a data source: it never appears in a normal run (the demo uses the simulator over real HTTP).
 """

@@ -1,10 +1,11 @@
-"""A fake NVML: the pynvml functions kvmon calls, answered from mutable ``FakeGpu`` records.
+"""A fake NVML (a test double): the pynvml functions kvmon calls, answered from mutable ``FakeGpu`` records.
 
-Used by tests and the simulator so that the real NVML code path in ``kvmon.sources.nvml`` runs without a
-GPU. Errors are pynvml's own ``NVMLError`` subclasses with NVML's own codes; any call can be made to fail
-per GPU (``FakeGpu.failing``) or for the whole library (``FakeNvml.failing``), and a GPU can be lost
-mid-run (``FakeGpu.lost``). All calls take one lock, so a simulator thread may change fields over time
-(hold ``FakeNvml.lock`` or use ``FakeNvml.update`` to change several fields at once).
+The simulator's GPUs (``kvmon.sim.gpu``) and the tests use it, so that the real NVML code path in
+``kvmon.sources.nvml`` runs without a GPU. Errors are pynvml's own ``NVMLError`` subclasses with NVML's own
+codes; any call can be made to fail per GPU (``FakeGpu.failing``) or for the whole library
+(``FakeNvml.failing``), and a GPU can be lost mid-run (``FakeGpu.lost``). All calls take one lock, so a
+simulator thread may change fields over time (hold ``FakeNvml.lock`` or use ``FakeNvml.update`` to change several
+fields at once).
 """
 
 from __future__ import annotations

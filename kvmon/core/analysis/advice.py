@@ -1,0 +1,65 @@
+"""Advice computed from the state: which cheaper KV cache type would free how much VRAM and give what speed here,
+with the flags to get it (llama-server's ``-ctk/-ctv``, Ollama's environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvmon.core.alerts import CacheAdvice
+from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import ModelView
+from kvmon.physics import advice as advice_mod
+
+
+def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
+                 ceiling_now: float | None, decode: float | None, context: int | None, *, memo: PhysicsMemo,
+                 advice_types: Sequence[str], median_efficiency: float | None) -> tuple[CacheAdvice, ...]:
+    """Cheaper KV cache types (physics.advice): the VRAM they free and the speed they would give here.
+
+    Nothing when the model's shape cannot answer the question (a cache type it cannot size).
+    """
+    try:
+        return _cache_advice(r, model, shape, devices, ceiling_now, decode, context, memo, advice_types,
+                             median_efficiency)
+    except (ValueError, KeyError):
+        return ()
+
+
+def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
+                  ceiling_now: float | None, decode: float | None, context: int | None, memo: PhysicsMemo,
+                  advice_types: Sequence[str], median_eff: float | None) -> tuple[CacheAdvice, ...]:
+    if shape is None or not model.n_ctx_total or model.kv_type_k is None or model.kv_type_v is None:
+        return ()
+    ollama = r.backend == "ollama"
+    types = [t for t in advice_types if not ollama or t in ("q8_0", "q4_0")]
+    if not types:
+        return ()
+    depth = context or 0
+    bucket = depth // 256  # the speed "here" need not be recomputed for every token
+    key = ("advice", model.n_ctx_total, bucket, model.kv_type_k, model.kv_type_v, model.n_slots,
+           bool(model.kv_unified), r.config.n_ubatch, tuple(devices or ()), tuple(types))
+    options = memo.get(shape, key, lambda: advice_mod.cache_type_counterfactuals(
+        shape, n_ctx=model.n_ctx_total, context_tokens=bucket * 256, current_type_k=model.kv_type_k,
+        current_type_v=model.kv_type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
+        n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types]))
+    out = []
+    for opt in options:
+        if opt.is_current or opt.vram_freed_bytes <= 0:
+            continue
+        tok_s = None
+        if context is not None and opt.ceiling_change is not None:
+            if decode is not None:
+                tok_s = decode * (1.0 + opt.ceiling_change)
+            elif median_eff is not None and ceiling_now:
+                tok_s = ceiling_now * (1.0 + opt.ceiling_change) * median_eff
+        if ollama:
+            flags = f"OLLAMA_KV_CACHE_TYPE={opt.type_k} OLLAMA_FLASH_ATTENTION=1"
+        else:
+            fa = " -fa on" if opt.needs_flash_attention and model.flash_attn in ("off", "disabled") else ""
+            flags = f"-ctk {opt.type_k} -ctv {opt.type_v}{fa}"
+        out.append(CacheAdvice(type_k=opt.type_k, type_v=opt.type_v, flags=flags,
+                               freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode))
+    return tuple(out)

@@ -1,0 +1,156 @@
+"""The analysis step: one poll's readings → one Snapshot, by the parts of ``kvmon.core.analysis`` in order.
+
+The Analyzer holds what lasts between polls (the counter rates, the physics memo, the free-VRAM trend, the
+forecast's points and fit, the alert state, the connection's history) and calls the parts, each with one job:
+the model view, the speeds and depth, the GPU views and placement, the ceiling, the VRAM split, the forecast,
+the advice and the alert facts. It does no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvmon.core.alerts import AlertEngine
+from kvmon.core.analysis import advice, alert_facts, ceiling, gpu_views, placement, speeds
+from kvmon.core.analysis.forecasting import Forecaster
+from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.model_view import cache_bytes, model_view
+from kvmon.core.analysis.settings import AnalyzerSettings
+from kvmon.core.analysis.vram_trend import VramTrend
+from kvmon.core.connection import failure_snapshot, reading_status
+from kvmon.core.points import model_key
+from kvmon.core.rates import SlotRateTracker
+from kvmon.core.readings import GpuSetReading, HostReading, ServerReading, SourceFailure
+from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+
+
+class Analyzer:
+    """Turns each poll's readings into a Snapshot; keep one per monitored server."""
+
+    def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
+                 alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings or AnalyzerSettings()
+        self._clock = clock  # for failures that come with no reading to take a time from
+        self._rates = rate_tracker if rate_tracker is not None else SlotRateTracker()
+        self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
+        self._memo = PhysicsMemo()
+        self._trend = VramTrend(self.settings.thresholds)
+        self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points)
+        self._seq = 0
+        self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
+        self._failure_since: float | None = None
+        self._connected_since: float | None = None
+
+    # ------------------------------------------------------------------ public
+
+    def update(self, server: ServerReading | SourceFailure, gpus: GpuSetReading | None = None,
+               host: HostReading | None = None) -> Snapshot:
+        """Analyse one poll. A SourceFailure gives a Snapshot with that connection state and no speeds."""
+        self._seq += 1
+        if isinstance(server, SourceFailure):
+            return self._failure(server, gpus, host)
+        self._failure_since = None
+        if self._connected_since is None:
+            self._connected_since = server.t_monotonic
+        try:
+            snap = self._analyse(server, gpus, host)
+        except Exception as exc:  # a physics bug must not kill the dashboard
+            snap = self._degraded(server, gpus, f"analysis failed: {type(exc).__name__}: {exc}")
+        self._last_ok = snap
+        return snap
+
+    def reset(self) -> None:
+        """Forget the session (new server): rates, fit points, trends, alerts; the settings and parts stay."""
+        if hasattr(self._rates, "reset"):
+            self._rates.reset()
+        self.alerts.reset()
+        self._memo.clear()
+        self._trend.clear()
+        self._forecaster.reset()
+        self._seq = 0
+        self._last_ok = None
+        self._failure_since = self._connected_since = None
+
+    # ------------------------------------------------------------------ failures
+
+    def _failure(self, failure: SourceFailure, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
+        t = gpus.t_monotonic if gpus is not None else host.t_monotonic if host is not None else self._clock()
+        if self._failure_since is None:
+            self._failure_since = t
+        self._connected_since = None
+        gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
+        self._trend.track(t, gpus)
+        facts = alert_facts.failure_facts(failure, t, self._last_ok, self._trend.facts(gviews))
+        return failure_snapshot(failure, seq=self._seq, t_monotonic=t, t_wall=time.time(),
+                                since_t_monotonic=self._failure_since, last=self._last_ok, gpus=gviews,
+                                gpus_unavailable_reason=greason,
+                                host=gpu_views.host_view(host, placement.Placement(), None),
+                                alerts=self.alerts.update(facts))
+
+    def _degraded(self, r: ServerReading, gpus: GpuSetReading | None, why: str) -> Snapshot:
+        gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
+        return Snapshot(
+            seq=self._seq, t_monotonic=r.t_monotonic, t_wall=r.t_wall,
+            connection=Connection(ConnectionStatus.CONNECTED, reason=why), backend=r.backend,
+            server_version=r.server_version, url=r.url, gpus=gviews, gpus_unavailable_reason=greason,
+            reasons={"analysis": why},
+        )
+
+    # ------------------------------------------------------------------ one poll
+
+    def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
+        st, memo, t = self.settings, self._memo, r.t_monotonic
+        prov: dict[str, str] = {}
+        reasons: dict[str, str] = dict(r.reasons)
+        model, shape = model_view(r, memo, prov, reasons)
+        self._forecaster.observe_model(model_key(r.url, model))  # another model: its measurements start again
+        type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
+        rates = speeds.speeds(self._rates.update(r), r, prov, reasons)
+        where = speeds.depth(r, rates.per_slot, prov, reasons)
+        kv_in_use, kv_read_now = speeds.kv_now(r, shape, where.context, type_k, type_v, memo, prov)
+
+        # the GPUs, where the model lives, and the devices the ceiling sums time over
+        gviews, greason = gpu_views.gpu_views(gpus, st.gpu_bandwidth_bytes_per_s)
+        self._trend.track(t, gpus)
+        place = placement.place(r, model.weight_bytes, gpus)
+        if place.note:
+            reasons["placement"] = place.note
+        placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device)
+        host_bw = st.host_bandwidth_bytes_per_s or (host.host_bandwidth_bytes_per_s if host else None)
+        devices, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
+
+        ceiling_now, curve = ceiling.ceiling(devices, dev_reason, shape, model, kv_read_now, type_k, type_v,
+                                             st.curve_points, memo, prov, reasons)
+        efficiency = rates.decode / ceiling_now if rates.decode is not None and ceiling_now else None
+        if efficiency is not None:
+            prov["efficiency"] = "computed"
+            self._forecaster.add_efficiency(efficiency)
+        bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
+        gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus)
+
+        # what follows from the session so far: this poll's point joins the fit's store, then the forecast
+        self._forecaster.add(r, model, where.slots, where.context, rates.decode)
+        vfacts = self._trend.facts(gviews)
+        fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices, shape, type_k, type_v,
+                                       vfacts, prov)
+        cheaper = advice.cache_advice(r, model, shape, devices, ceiling_now, rates.decode, where.context, memo=memo,
+                                      advice_types=st.advice_types,
+                                      median_efficiency=self._forecaster.median_efficiency())
+        slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
+        facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
+                                          ceiling_now, cheaper)
+        return Snapshot(
+            seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
+            connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
+            backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
+            context_tokens=where.context, decode_tok_s=rates.decode, prefill_tok_s=rates.prefill,
+            decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
+            kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
+            bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
+            peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
+            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, cache_bytes(model)),
+            forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
+            extra={"placement": place.source},
+        )

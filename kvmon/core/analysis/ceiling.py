@@ -1,0 +1,63 @@
+"""The ceiling: the decode speed the memory bus allows now and over every depth up to n_ctx, and the bandwidth
+figures that follow (bytes read per token, achieved and peak bandwidth, headroom).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.snapshot import ModelView
+from kvmon.physics import ceiling as ceiling_mod
+
+
+def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, model: ModelView,
+            kv_read_now: float | None, type_k: str, type_v: str, curve_points: int, memo: PhysicsMemo,
+            prov: dict[str, str], reasons: dict[str, str]) -> tuple[float | None, tuple[tuple[int, float], ...]]:
+    """(tok/s the bus allows at this depth, the curve (depth, tok/s) up to n_ctx); None / () when unknown."""
+    ceiling_now = None
+    curve: tuple[tuple[int, float], ...] = ()
+    if devices is not None and shape is not None:
+        if kv_read_now is not None:
+            ceiling_now = ceiling_mod.ceiling_tok_s(devices, kv_read_now)
+            prov["ceiling_tok_s"] = "computed"
+        else:
+            reasons["ceiling_tok_s"] = "context depth unknown: the ceiling curve shows every depth"
+        if model.n_ctx:
+            # memoised per shape (by equality: a source may rebuild an equal shape every poll) and per
+            # devices, types and n_ctx: the curve changes only when one of those does
+            n = max(2, curve_points)
+            n_ctx_curve = model.n_ctx
+            curve = memo.get(shape, ("curve", tuple(devices), type_k, type_v, n_ctx_curve, n), lambda: tuple(
+                ceiling_mod.ceiling_curve(devices, shape, type_k, type_v,
+                                          sorted({round(n_ctx_curve * i / (n - 1)) for i in range(n)}))))
+    else:
+        reasons["ceiling_tok_s"] = devices_reason or reasons.get("kv_bytes_per_token", "model shape unknown")
+    return ceiling_now, curve
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Bytes one token reads, the bandwidth the measured speed implies, the peak at the ceiling, the headroom."""
+
+    bytes_per_token: float | None = None
+    achieved: float | None = None
+    peak: float | None = None
+    headroom: float | None = None
+
+
+def bandwidth(decode: float | None, model: ModelView, kv_read_now: float | None, ceiling_now: float | None,
+              prov: dict[str, str]) -> Bandwidth:
+    """The bandwidth figures of this poll (computed from the speeds and the bytes per token)."""
+    bytes_per_token = None
+    if model.weight_bytes_read_per_token is not None and kv_read_now is not None:
+        bytes_per_token = model.weight_bytes_read_per_token + kv_read_now
+    achieved = decode * bytes_per_token if decode is not None and bytes_per_token is not None else None
+    peak = bytes_per_token * ceiling_now if bytes_per_token is not None and ceiling_now else None
+    headroom = 1.0 - achieved / peak if achieved is not None and peak else None
+    if peak is not None:
+        prov["peak_bandwidth_bytes_per_s"] = "computed"
+    if achieved is not None:
+        prov["achieved_bandwidth_bytes_per_s"] = "computed"
+    return Bandwidth(bytes_per_token, achieved, peak, headroom)

@@ -1,0 +1,93 @@
+"""The GPUs and the host as the Snapshot shows them: each GPU's peak bandwidth (the user's value, else what the GPU
+source chose by ``kvmon.physics.gpus.choose_peak_bandwidth``, else the table), its VRAM split into weights, KV
+cache, the server's other buffers and other processes, and what of the model lives in host RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from kvmon.core.analysis.model_view import cache_bytes
+from kvmon.core.analysis.placement import Placement, device_gpu_index
+from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH
+from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
+from kvmon.core.snapshot import GpuView, HostView, ModelView
+from kvmon.physics.gpus import choose_peak_bandwidth, pcie_bandwidth_bytes_per_s
+
+
+def gpu_bandwidth(g: GpuReading, user: float | None) -> tuple[float | None, str | None]:
+    """The user's value from settings, else what the GPU source chose (by the same rule), else the table."""
+    if g.peak_bandwidth_bytes_per_s and not user:
+        return g.peak_bandwidth_bytes_per_s, g.bandwidth_source or "measured"
+    bw, source, _why = choose_peak_bandwidth(g.name, None, user)
+    return bw, source
+
+
+def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[int, float]
+              ) -> tuple[tuple[GpuView, ...], str | None]:
+    """Each GPU as the Snapshot shows it (before the VRAM split), or () with why there is none."""
+    if gpus is None:
+        return (), "GPU not read"
+    if gpus.unavailable_reason:
+        return (), gpus.unavailable_reason
+    out = []
+    for g in gpus.gpus:
+        bw, bw_src = gpu_bandwidth(g, user_bandwidth_bytes_per_s.get(g.index))
+        pcie_bw = g.pcie.bandwidth_bytes_per_s or pcie_bandwidth_bytes_per_s(
+            g.pcie.max_generation or g.pcie.generation, g.pcie.max_width or g.pcie.width)
+        reasons = dict(g.reasons)
+        if bw is None:
+            reasons["peak_bandwidth_bytes_per_s"] = NO_GPU_BANDWIDTH
+        out.append(GpuView(
+            index=g.index, name=g.name, vram_total_bytes=g.vram_total_bytes, vram_used_bytes=g.vram_used_bytes,
+            vram_free_bytes=g.vram_free_bytes, other_processes_bytes=g.other_processes_used_bytes,
+            peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, memory_busy_percent=g.memory_busy_percent,
+            gpu_busy_percent=g.gpu_busy_percent, pcie_rx_bytes_per_s=g.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s=g.pcie_tx_bytes_per_s, pcie_bandwidth_bytes_per_s=pcie_bw,
+            power_w=g.power_w, temperature_c=g.temperature_c, reasons=reasons,
+        ))
+    return tuple(out), None
+
+
+def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_in_use: int | None,
+               decode: float | None, kv_read_now: float | None, r: ServerReading,
+               gpus: GpuSetReading | None) -> tuple[GpuView, ...]:
+    """Stacked VRAM per GPU: weights / KV allocated (in use) / server compute and other / others / free."""
+    compute = {device_gpu_index(d): b for d, b in r.config.compute_buffer_bytes_by_device.items()}
+    server_used = {g.index: g.server_used_bytes for g in gpus.gpus} if gpus is not None else {}
+    resident = sum(p.weights_gpu.values()) + p.weights_host_read
+    out = []
+    for g in gviews:
+        w = p.weights_gpu.get(g.index)
+        frac = p.kv_gpu.get(g.index)
+        cache = cache_bytes(model)
+        kv_alloc = int(cache * frac) if cache is not None and frac else None
+        kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
+        other = None
+        sv = server_used.get(g.index)
+        if sv is not None and w is not None:
+            other = max(0, int(sv - w - (kv_alloc or 0)))
+        elif compute.get(g.index) is not None:
+            other = int(compute[g.index])
+        achieved = None
+        if decode is not None and model.weight_bytes_read_per_token is not None and w is not None and resident:
+            share = model.weight_bytes_read_per_token * w / resident
+            achieved = decode * (share + (kv_read_now or 0.0) * (frac or 0.0))
+        out.append(replace(g, weights_bytes=int(w) if w is not None else None, kv_allocated_bytes=kv_alloc,
+                           kv_in_use_bytes=kv_use, server_other_bytes=other,
+                           achieved_bandwidth_bytes_per_s=achieved))
+    return tuple(out)
+
+
+def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None) -> HostView:
+    """Host RAM, and what of the model (weights, KV) lives there."""
+    kv_host = int(kv_alloc * (p.kv_host + sum(p.kv_pcie.values()))) if kv_alloc is not None else None
+    return HostView(
+        ram_total_bytes=host.ram_total_bytes if host else None,
+        ram_available_bytes=host.ram_available_bytes if host else None,
+        weights_in_host_bytes=int(p.weights_host) if p.weights_host else None,
+        kv_in_host_bytes=kv_host if kv_host else None,
+        host_bandwidth_bytes_per_s=host.host_bandwidth_bytes_per_s if host else None,
+        server_rss_bytes=host.server_rss_bytes if host else None,
+    )

@@ -1,0 +1,124 @@
+"""The model view: what is known about the loaded model, its context, cache types and KV sizes, and how.
+
+From the server's reading (its model info, slots and config) and the physics of its shape; a number the server
+does not give is computed, estimated or left unknown, and says which (``provenance`` / ``reasons``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import ModelView
+from kvmon.physics import kv as kv_mod
+from kvmon.physics import weights as weights_mod
+from kvmon.physics.shape import ModelShape
+
+
+def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
+               reasons: dict[str, str]) -> tuple[ModelView, Any]:
+    """The model as the Snapshot shows it, and its shape (None when unknown); provenance and reasons added."""
+    m, cfg = r.model, r.config
+    shape = m.shape if m is not None else None
+    cprov = {k: (v.value if hasattr(v, "value") else str(v)) for k, v in cfg.provenance.items()}
+
+    type_k, type_v = cfg.type_k, cfg.type_v
+    if type_k is None or type_v is None:
+        type_k, type_v = type_k or "f16", type_v or "f16"
+        prov["kv_type"] = "default"
+        reasons["kv_type"] = "KV cache type not reported by the server: the default, f16, assumed"
+    else:
+        prov["kv_type"] = cprov.get("type_k", "log")
+
+    n_slots = r.total_slots or (len(r.slots) or None) or cfg.n_parallel
+    unified = r.kv_unified if r.kv_unified is not None else cfg.kv_unified
+    slot_ctx = [s.n_ctx for s in r.slots if s.n_ctx]
+    n_ctx = max(slot_ctx) if slot_ctx else None
+    if n_ctx is not None:
+        prov["n_ctx"] = "measured"
+    elif cfg.n_ctx_total and n_slots:
+        n_ctx = cfg.n_ctx_total if unified else cfg.n_ctx_total // max(1, n_slots)
+        prov["n_ctx"] = cprov.get("n_ctx_total", "log")
+    else:
+        reasons["n_ctx"] = "the server did not report its context size"
+    n_ctx_total = cfg.n_ctx_total
+    if n_ctx_total is not None:
+        prov["n_ctx_total"] = cprov.get("n_ctx_total", "log")
+    elif slot_ctx:
+        n_ctx_total = max(slot_ctx) if unified else sum(slot_ctx)
+        prov["n_ctx_total"] = "computed"
+
+    alloc: int | None = None
+    if cfg.kv_bytes_allocated is not None:
+        alloc = int(cfg.kv_bytes_allocated)
+        prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
+    elif shape is not None and n_ctx_total:
+        alloc = memo.kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
+        prov["kv_allocated_bytes"] = "computed"
+    else:
+        reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
+
+    weight_bytes = m.weight_bytes if m is not None else None
+    if weight_bytes is not None:
+        prov["weight_bytes"] = "measured"
+    elif cfg.model_buffer_bytes_by_device:
+        weight_bytes = sum(cfg.model_buffer_bytes_by_device.values())
+        prov["weight_bytes"] = "log"
+    elif r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None \
+            and r.weight_bytes_vram + r.weight_bytes_host - alloc > 0:
+        # Ollama's loaded size holds weights + KV cache (+ compute graph): take the computed KV out
+        weight_bytes = int(r.weight_bytes_vram + r.weight_bytes_host - alloc)
+        prov["weight_bytes"] = "estimated"
+        reasons["weight_bytes"] = "the server's loaded size minus the computed KV cache (includes compute buffers)"
+    else:
+        reasons["weight_bytes"] = (r.reasons.get("weight_bytes") if r.reasons.get("weight_bytes")
+                                   else "model size not reported")
+
+    kv_per_token = rec = None
+    read_per_token: float | None = None
+    if shape is not None:
+        kv_per_token = float(memo.get(shape, ("per_token", type_k, type_v),
+                                            lambda: kv_mod.kv_bytes_per_token(shape, type_k, type_v).total))
+        prov["kv_bytes_per_token"] = "computed"
+        rec = memo.get(shape, ("rec", n_slots),
+                             lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
+        if rec is not None:
+            prov["recurrent_state_bytes"] = "computed"
+        if weight_bytes is not None:
+            wr = memo.get(shape, ("weights", weight_bytes),
+                                lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
+            read_per_token = float(wr.bytes)
+            prov["weight_bytes_read_per_token"] = "estimated" if wr.estimated else "computed"
+            if wr.estimated and wr.note:
+                reasons["weight_bytes_read_per_token"] = wr.note
+    else:
+        reasons["kv_bytes_per_token"] = "model shape unknown (no GGUF metadata)"
+        if weight_bytes is not None:
+            read_per_token = float(weight_bytes)
+            prov["weight_bytes_read_per_token"] = "estimated"
+            reasons["weight_bytes_read_per_token"] = "model shape unknown: all weights assumed read (dense)"
+    if cfg.recurrent_bytes_allocated is not None:  # the server's own size line
+        rec = int(cfg.recurrent_bytes_allocated)
+        prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", "log")
+
+    view = ModelView(
+        name=m.name if m else None, arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
+        n_params=m.n_params if m else None, quantization=m.quantization if m else None,
+        weight_bytes=weight_bytes, weight_bytes_read_per_token=read_per_token,
+        n_layers=getattr(shape, "n_layers", None) or cfg.total_layers, n_ctx=n_ctx, n_ctx_total=n_ctx_total,
+        n_ctx_train=(m.n_ctx_train if m and m.n_ctx_train else getattr(shape, "n_ctx_train", None)),
+        n_slots=n_slots, kv_unified=unified, kv_type_k=type_k, kv_type_v=type_v, flash_attn=cfg.flash_attn,
+        kv_bytes_per_token=kv_per_token, kv_allocated_bytes=alloc, recurrent_state_bytes=rec,
+        shape_note="; ".join(shape.notes) if shape is not None and getattr(shape, "notes", ()) else None,
+        shape=shape if isinstance(shape, ModelShape) else None,
+    )
+    return view, shape
+
+
+def cache_bytes(model: ModelView) -> int | None:
+    """What the model's caches hold in memory (VRAM split, spill, host share): the KV cache plus a hybrid's
+    recurrent state, which llama.cpp keeps beside it on the same devices."""
+    if model.kv_allocated_bytes is None:
+        return None
+    return model.kv_allocated_bytes + (model.recurrent_state_bytes or 0)

@@ -1,0 +1,86 @@
+"""What the poll measured: decode and prefill speeds (from the counter rates), the slots and the depth of the
+deepest active conversation, and the KV bytes in use and read per token at that depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.readings import ServerReading, SlotReading
+from kvmon.core.snapshot import SlotView
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """This poll's measured rates; None while idle (no data, never 0)."""
+
+    decode: float | None = None
+    prefill: float | None = None
+    per_slot: Mapping[int, float | None] = field(default_factory=dict)
+    source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics"
+
+
+def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> Speeds:
+    """The rate tracker's sample as Speeds, with where each came from or why there is none."""
+    out = Speeds(decode=getattr(sample, "decode_tok_s", None), prefill=getattr(sample, "prefill_tok_s", None),
+                 per_slot=getattr(sample, "per_slot_decode_tok_s", None) or {},
+                 source=getattr(sample, "source", None))
+    if out.decode is not None:
+        prov["decode_tok_s"] = "measured"
+    else:
+        reasons["decode_tok_s"] = r.live_rate_unavailable_reason or "idle: no tokens generated since the last poll"
+    if out.prefill is not None:
+        prov["prefill_tok_s"] = "measured"
+    return out
+
+
+@dataclass(frozen=True)
+class Depth:
+    """The slots as shown, the deepest conversation (an active one when any is) and its context depth."""
+
+    slots: tuple[SlotView, ...]
+    deepest: SlotReading | None
+    context: int | None
+
+
+def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str, str],
+          reasons: dict[str, str]) -> Depth:
+    """The deepest active conversation (else the deepest one), or the last request's depth (through the proxy)."""
+    slots = tuple(SlotView(id=s.id, n_ctx=s.n_ctx, context_tokens=s.context_tokens, processing=s.processing,
+                           decode_tok_s=per_slot.get(s.id)) for s in r.slots)
+    active = tuple(s for s in r.slots if s.processing and s.context_tokens is not None)
+    pool = active or tuple(s for s in r.slots if s.context_tokens is not None)
+    deepest = max(pool, key=lambda s: s.context_tokens or 0) if pool else None
+    context = deepest.context_tokens if deepest else None
+    if context is None and r.last_request is not None and r.last_request.context_tokens is not None:
+        context = r.last_request.context_tokens
+        prov["context_tokens"] = "measured"
+    elif context is not None:
+        prov["context_tokens"] = "measured"
+    else:
+        reasons["context_tokens"] = ("the server does not report per-conversation context"
+                                     + (" (run `kvmon proxy` to see it)" if r.backend == "ollama"
+                                        else " (enable /slots)"))
+    return Depth(slots, deepest, context)
+
+
+def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str, memo: PhysicsMemo,
+           prov: dict[str, str]) -> tuple[int | None, float | None]:
+    """(KV bytes all slots hold now, KV bytes one token reads at the deepest depth); None when unknown."""
+    kv_in_use = kv_read_now = None
+    if shape is not None:
+        depths = [s.context_tokens for s in r.slots if s.context_tokens]
+        if not depths and context:
+            depths = [context]
+        if depths:
+            kv_in_use = int(sum(memo.kv_in_use(shape, d, type_k, type_v) for d in depths))
+        elif context is not None or r.slots:
+            kv_in_use = 0  # the slots are there and hold nothing
+        if kv_in_use is not None:
+            prov["kv_in_use_bytes"] = "computed"
+        if context is not None:
+            kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
+    return kv_in_use, kv_read_now

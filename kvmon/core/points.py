@@ -1,0 +1,210 @@
+"""The session's measured (context tokens, decode tok/s) points: one store, fed by Snapshots, with one rule for what
+a point is and one for when "the model changed".
+
+The forecast fit (``kvmon.core.analysis``) reads the newest points, the speed-vs-context plot the mean per context
+bin (``ContextBins``: a day of polls draws a few hundred dots, not 86,400), the history's time windows the points
+with their times, and the report card a sample of the whole session. All of them are fed by the same
+``add(snapshot)``, and all of them start again when the model changes, so the dots and the fit never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kvmon.core.snapshot import ModelView, SlotView, Snapshot
+
+DEFAULT_CAPACITY = 24 * 3600  # points kept with their times: a day at 1 Hz
+BIN_TOKENS = 256
+SAMPLE_MAX = 20000  # the whole-session sample is thinned (every other point) when it reaches this many
+
+ModelKey = tuple[Any, ...]
+
+
+def model_key(url: str | None, model: ModelView) -> ModelKey | None:
+    """What "the model" is to the session's measurements: the server, the model's name, architecture and size, its
+    context and cache types (any of them changes the speed at a depth). None when nothing names a model (an idle
+    Ollama, a failed poll): that changes nothing."""
+    if model.name is None:
+        return None
+    return (url, model.name, model.arch, model.weight_bytes, model.n_ctx, model.kv_type_k, model.kv_type_v)
+
+
+def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
+                   decode_tok_s: float | None) -> tuple[float, float] | None:
+    """This poll's (context tokens, decode tok/s) point, or None.
+
+    A point is a measured decode speed at a known depth while at most one conversation generates (two at once share
+    the memory bus: neither speed belongs to its depth alone); the speed is the deepest conversation's own when the
+    server reports one per slot.
+    """
+    if decode_tok_s is None or context_tokens is None:
+        return None
+    active: SlotView | None = None  # the one generating conversation
+    deepest: SlotView | None = None  # the first of the deepest ones, when none generates
+    for s in slots:
+        depth = s.context_tokens
+        if depth is None:
+            continue
+        if s.processing:
+            if active is not None:
+                return None
+            active = s
+        if deepest is None or depth > (deepest.context_tokens or 0):
+            deepest = s
+    deepest = active or deepest
+    rate = deepest.decode_tok_s if deepest is not None and deepest.decode_tok_s else decode_tok_s
+    ctx, tok_s = float(context_tokens), float(rate)
+    if not (math.isfinite(ctx) and math.isfinite(tok_s)) or ctx < 0:
+        return None
+    return ctx, tok_s
+
+
+class ContextBins:
+    """Measured decode speed averaged per context-depth bin: the hero plot's points, cheap at any history length."""
+
+    def __init__(self, bin_tokens: int = BIN_TOKENS) -> None:
+        self.bin_tokens = bin_tokens
+        self._sum = np.zeros(0)
+        self._count = np.zeros(0, dtype=np.int64)
+        self.version = 0
+
+    def add(self, context_tokens: float | None, decode_tok_s: float | None) -> None:
+        """Record one measured point; unknown values are ignored."""
+        if context_tokens is None or decode_tok_s is None:
+            return
+        if not (math.isfinite(context_tokens) and math.isfinite(decode_tok_s)) or context_tokens < 0:
+            return
+        b = int(context_tokens // self.bin_tokens)
+        if b >= self._sum.size:
+            grow = max(b + 1, 2 * self._sum.size)
+            self._sum = np.concatenate([self._sum, np.zeros(grow - self._sum.size)])
+            self._count = np.concatenate([self._count, np.zeros(grow - self._count.size, dtype=np.int64)])
+        self._sum[b] += decode_tok_s
+        self._count[b] += 1
+        self.version += 1
+
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bin centre in tokens, mean tok/s) of the bins holding measurements."""
+        nz = np.nonzero(self._count)[0]
+        return (nz + 0.5) * self.bin_tokens, self._sum[nz] / self._count[nz]
+
+    def clear(self) -> None:
+        """Forget all points (a new model was loaded)."""
+        self._sum = np.zeros(0)
+        self._count = np.zeros(0, dtype=np.int64)
+        self.version += 1
+
+
+class MeasuredPoints:
+    """The session store: the newest ``capacity`` points with their times, the per-bin means of all of them and a
+    thinned sample of the whole session (at most ``sample_max``), for the current model."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, bin_tokens: int = BIN_TOKENS,
+                 sample_max: int = SAMPLE_MAX) -> None:
+        self.capacity = max(1, int(capacity))
+        self.sample_max = sample_max
+        self.bins = ContextBins(bin_tokens)
+        self.model: ModelKey | None = None
+        self.version = 0  # moves on every change
+        self._data = np.empty((self.capacity, 3))  # a ring of (t, context, tok/s) rows
+        self._t, self._ctx, self._tok_s = self._data[:, 0], self._data[:, 1], self._data[:, 2]  # its columns
+        self._head = 0
+        self._count = 0
+        self._sample_ctx = array("d")  # the whole-session sample, in two compact columns
+        self._sample_tok_s = array("d")
+        self._thin = 1  # every _thin-th point goes into the sample
+        self._seen = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    # -- feeding
+
+    def add(self, snap: Snapshot) -> bool:
+        """Take one Snapshot: start again if it shows another model, keep its point if it has one.
+
+        Returns True when the model changed (and what was measured before was dropped). A poll that read no server
+        changes nothing.
+        """
+        return self.add_poll(snap.server_read, snap.t_monotonic, snap.url, snap.model, snap.slots,
+                             snap.context_tokens, snap.decode_tok_s)
+
+    def add_poll(self, server_read: bool, t_monotonic: float, url: str | None, model: ModelView,
+                 slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None) -> bool:
+        """``add`` from the fields a Snapshot is made of (the analysis feeds its poll before the Snapshot exists)."""
+        if not server_read:
+            return False
+        changed = self.observe_model(model_key(url, model))
+        point = measured_point(slots, context_tokens, decode_tok_s)
+        if point is not None:
+            self._append(t_monotonic, *point)
+        return changed
+
+    def observe_model(self, key: ModelKey | None) -> bool:
+        """Start again when ``key`` names another model than the one measured so far; True when it did."""
+        if key is None or key == self.model:
+            return False
+        changed = self.model is not None
+        self.model = key
+        if changed:
+            self._forget()
+        return changed
+
+    def _append(self, t: float, context_tokens: float, tok_s: float) -> None:
+        head = self._head
+        self._t[head], self._ctx[head], self._tok_s[head] = t, context_tokens, tok_s
+        self._head = (head + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+        self.bins.add(context_tokens, tok_s)
+        if self.sample_max > 0:
+            self._seen += 1
+            if self._seen % self._thin == 0:
+                self._sample_ctx.append(context_tokens)
+                self._sample_tok_s.append(tok_s)
+                while len(self._sample_ctx) >= max(2, self.sample_max):  # full: every other point, from now on too
+                    self._sample_ctx, self._sample_tok_s = self._sample_ctx[::2], self._sample_tok_s[::2]
+                    self._thin *= 2
+        self.version += 1
+
+    def clear(self) -> None:
+        """Forget every point and the model (a new session)."""
+        self.model = None
+        self._forget()
+
+    def _forget(self) -> None:
+        self._head = self._count = 0
+        self._sample_ctx, self._sample_tok_s = array("d"), array("d")
+        self._thin, self._seen = 1, 0
+        self.bins.clear()
+        self.version += 1
+
+    # -- reading
+
+    def _rows(self) -> np.ndarray:
+        """Every row kept, oldest first, as a copy."""
+        n = self._count
+        start = (self._head - n) % self.capacity
+        if n == 0 or start < self._head:
+            return self._data[start:start + n].copy()
+        return np.concatenate((self._data[start:], self._data[:self._head]))
+
+    def latest(self, n: int | None = None) -> np.ndarray:
+        """The newest ``n`` points (all kept when None) as rows of (context tokens, tok/s), oldest first: the fit's."""
+        rows = self._rows()[:, 1:]
+        return rows if n is None else rows[max(0, len(rows) - n):]
+
+    def since(self, t0: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(context tokens, tok/s) of the points measured at ``t0`` or later (all kept when None), oldest first."""
+        rows = self._rows()
+        if t0 is not None:
+            rows = rows[np.searchsorted(rows[:, 0], t0, side="left"):]
+        return rows[:, 1], rows[:, 2]
+
+    def sample(self) -> tuple[tuple[int, float], ...]:
+        """The whole session's points, thinned to at most ``sample_max``: the report card's."""
+        return tuple(zip(map(int, self._sample_ctx), self._sample_tok_s, strict=True))

@@ -1,0 +1,28 @@
+"""Text without credentials: what every caption, export, report card and recording header passes before it is written.
+
+A shared picture, a CSV or a recording must never carry a user:password, a token in a query string, a bearer
+value or an API key, whatever the URL or message it quotes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# user:password@ in a URL, and key/token-like query parameters or header values
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_QUERY = re.compile(r"(?P<url>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s,;'\"<>]+")
+_KEYVAL = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)(\s*[:=]\s*|\s+)[^\s,;'\"<>]+")
+
+
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` without URL user info, URL query strings, ``key=…``/``Bearer …`` values or any of ``secrets``."""
+    out = _USERINFO.sub(lambda m: m.group("scheme"), text)
+    out = _QUERY.sub(lambda m: m.group("url"), out)
+    out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
+    out = _KEYVAL.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
+    for s in secrets:
+        if s and len(s) >= 4:
+            out = out.replace(s, "[redacted]")
+    return out

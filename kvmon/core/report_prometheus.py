@@ -1,0 +1,195 @@
+"""The Snapshot as Prometheus metric families: what ``kvmon serve`` exposes at ``/metrics`` (docs/exporter.md).
+
+The Prometheus counterpart of ``kvmon.core.report_json`` (``once --json``): pure, no I/O, no clock. Unknown values
+(None, NaN) are left out (an absent series), never exported as 0; a poll that did not read the server exports no
+server number at all, only ``kvmon_up`` 0, the GPUs, the host and the alerts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kvmon import __version__
+from kvmon.core.snapshot import ConnectionStatus, GpuView, Snapshot
+
+SERVER_LABELS = ("backend", "model")
+GPU_LABELS = ("gpu", "gpu_name")
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for unknown (None, NaN, inf, non-numbers)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+class Families:
+    """Metric families by name, made on first use, so that a family with no known value is never emitted."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Metric] = {}
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: Any) -> None:
+        """Add one sample to gauge ``name``; an unknown value adds nothing."""
+        v = _num(value)
+        if v is None:
+            return
+        fam = self._by_name.get(name)
+        if fam is None:
+            fam = GaugeMetricFamily(name, doc, labels=list(labels))
+            self._by_name[name] = fam
+        fam.add_metric(list(values), v)  # type: ignore[attr-defined]
+
+    def counter(self, name: str, doc: str, value: float) -> None:
+        """A label-less counter (exported as ``name_total``)."""
+        fam = CounterMetricFamily(name, doc, labels=[])
+        fam.add_metric([], value)
+        self._by_name[name] = fam
+
+    def all(self) -> list[Metric]:
+        return list(self._by_name.values())
+
+
+def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str]) -> None:
+    """The server's readings and kvmon's numbers derived from them; only called when the server was read."""
+    m = s.model
+    g = f.gauge
+    L = SERVER_LABELS
+    g("kvmon_decode_tokens_per_second", "Measured decode (generation) speed; absent while idle.", L, lv,
+      s.decode_tok_s)
+    g("kvmon_prefill_tokens_per_second", "Measured prompt processing speed; absent when no prompt was processed.",
+      L, lv, s.prefill_tok_s)
+    g("kvmon_ceiling_tokens_per_second", "Decode speed the memory bandwidth allows at the current context depth.",
+      L, lv, s.ceiling_tok_s)
+    g("kvmon_efficiency_ratio", "Measured decode speed divided by the bandwidth ceiling.", L, lv, s.efficiency)
+    g("kvmon_context_tokens", "Positions in context of the deepest active conversation.", L, lv, s.context_tokens)
+    g("kvmon_context_limit_tokens", "Context size of one slot (what one conversation can hold).", L, lv, m.n_ctx)
+    g("kvmon_context_total_tokens", "KV cache cells allocated over all slots.", L, lv, m.n_ctx_total)
+    g("kvmon_slots", "Number of server slots (parallel conversations).", L, lv, m.n_slots)
+    g("kvmon_model_weight_bytes", "Size of the model's weights.", L, lv, m.weight_bytes)
+    g("kvmon_model_weight_read_bytes_per_token", "Weight bytes read per generated token (MoE: the active part).",
+      L, lv, m.weight_bytes_read_per_token)
+    g("kvmon_kv_cache_bytes_per_token", "KV cache bytes per position of context, all layers, K and V.", L, lv,
+      m.kv_bytes_per_token)
+    g("kvmon_kv_cache_allocated_bytes", "KV cache reserved at load (capacity).", L, lv, s.kv_allocated_bytes)
+    g("kvmon_kv_cache_in_use_bytes", "KV cache holding positions now in context.", L, lv, s.kv_in_use_bytes)
+    g("kvmon_read_bytes_per_token", "Bytes read from memory per generated token (weights plus KV in use).", L, lv,
+      s.bytes_read_per_token)
+    g("kvmon_achieved_bandwidth_bytes_per_second", "Memory bandwidth the measured decode speed implies.", L, lv,
+      s.achieved_bandwidth_bytes_per_s)
+    g("kvmon_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of the devices holding the model.", L, lv,
+      s.peak_bandwidth_bytes_per_s)
+    if m.name is not None or m.arch is not None:
+        f.gauge("kvmon_model_info", "The loaded model (value always 1).",
+                (*L, "arch", "quantization", "kv_type_k", "kv_type_v", "server_version"),
+                (*lv, m.arch or "", m.quantization or "", m.kv_type_k or "", m.kv_type_v or "", s.server_version or ""),
+                1)
+    for sl in s.slots:
+        sv = (*lv, str(sl.id))
+        SL = (*L, "slot")
+        g("kvmon_slot_context_tokens", "Positions in context of one slot.", SL, sv, sl.context_tokens)
+        g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
+        g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
+        g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
+    fc = s.forecast
+    g("kvmon_forecast_context_full_tokens", "Tokens until the context is full.", L, lv, fc.tokens_until_ctx_full)
+    g("kvmon_forecast_context_full_seconds", "Seconds until the context is full at the current pace.", L, lv,
+      fc.seconds_until_ctx_full)
+    g("kvmon_forecast_vram_full_tokens", "Tokens until VRAM runs out (when something else is eating it).", L, lv,
+      fc.tokens_until_vram_full)
+    g("kvmon_forecast_vram_full_seconds", "Seconds until VRAM runs out at the current pace.", L, lv,
+      fc.seconds_until_vram_full)
+    seen: set[int] = set()
+    for ms in fc.milestones:
+        if ms.context_tokens in seen:  # one sample per label set
+            continue
+        seen.add(ms.context_tokens)
+        mv = (*lv, str(ms.context_tokens))
+        ML = (*L, "context")
+        g("kvmon_forecast_decode_tokens_per_second", "Forecast decode speed at a context depth (fit to measurements).",
+          ML, mv, ms.tok_s)
+        g("kvmon_forecast_decode_low_tokens_per_second", "Low end of the forecast decode speed at a context depth.",
+          ML, mv, ms.low_tok_s)
+        g("kvmon_forecast_decode_high_tokens_per_second", "High end of the forecast decode speed at a context depth.",
+          ML, mv, ms.high_tok_s)
+        g("kvmon_forecast_ceiling_tokens_per_second", "Bandwidth ceiling at a context depth.", ML, mv,
+          ms.ceiling_tok_s)
+
+
+def _gpu_metrics(f: Families, gv: GpuView) -> None:
+    """One GPU's readings (these stay valid while the model server is down)."""
+    lv = (str(gv.index), gv.name or "")
+    g = f.gauge
+    L = GPU_LABELS
+    busy = gv.memory_busy_percent
+    g("kvmon_gpu_vram_total_bytes", "GPU memory in total.", L, lv, gv.vram_total_bytes)
+    g("kvmon_gpu_vram_used_bytes", "GPU memory in use (all processes).", L, lv, gv.vram_used_bytes)
+    g("kvmon_gpu_vram_free_bytes", "GPU memory free.", L, lv, gv.vram_free_bytes)
+    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
+    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
+    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
+    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
+      gv.other_processes_bytes)
+    g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", L, lv,
+      gv.peak_bandwidth_bytes_per_s)
+    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,
+      gv.achieved_bandwidth_bytes_per_s)
+    g("kvmon_gpu_memory_busy_ratio", "Fraction of time the GPU memory was busy.", L, lv,
+      None if busy is None else busy / 100.0)
+    g("kvmon_gpu_busy_ratio", "Fraction of time the GPU was busy.", L, lv,
+      None if gv.gpu_busy_percent is None else gv.gpu_busy_percent / 100.0)
+    g("kvmon_gpu_pcie_rx_bytes_per_second", "PCIe traffic into the GPU.", L, lv, gv.pcie_rx_bytes_per_s)
+    g("kvmon_gpu_pcie_tx_bytes_per_second", "PCIe traffic out of the GPU.", L, lv, gv.pcie_tx_bytes_per_s)
+    g("kvmon_gpu_pcie_bandwidth_bytes_per_second", "PCIe link bandwidth of the GPU.", L, lv,
+      gv.pcie_bandwidth_bytes_per_s)
+    g("kvmon_gpu_power_watts", "GPU power draw.", L, lv, gv.power_w)
+    g("kvmon_gpu_temperature_celsius", "GPU temperature.", L, lv, gv.temperature_c)
+
+
+def snapshot_families(snapshot: Snapshot | None, backend: str | None = None) -> list[Metric]:
+    """The metric families for one Snapshot (None: not polled yet). Pure: no I/O, no clock.
+
+    When the server was not read, only ``kvmon_up`` 0, GPU, host and alert series are given: no stale speed.
+    """
+    f = Families()
+    f.gauge("kvmon_build_info", "kvmon's version (value always 1).", ("version",), (__version__,), 1)
+    s = snapshot
+    status = s.connection.status.value if s is not None else ConnectionStatus.CONNECTING.value
+    up = s is not None and s.server_read
+    be = (s.backend if s is not None else None) or backend or ""
+    f.gauge("kvmon_up", "1 when the model server was read at the last poll, else 0; status says why.",
+            ("backend", "status"), (be, status), 1 if up else 0)
+    if s is None:
+        return f.all()
+    f.gauge("kvmon_last_poll_timestamp_seconds", "Wall-clock time of the last poll (Unix seconds).", (), (),
+            s.t_wall)
+    if up:
+        _server_metrics(f, s, (be, s.model.name or ""))
+    for gv in s.gpus:
+        _gpu_metrics(f, gv)
+    h = s.host
+    f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), h.ram_total_bytes)
+    f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), h.ram_available_bytes)
+    f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", (), (),
+            h.weights_in_host_bytes)
+    f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", (), (), h.kv_in_host_bytes)
+    f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", (), (),
+            h.host_bandwidth_bytes_per_s)
+    f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", (), (),
+            h.server_rss_bytes)
+    counts: dict[tuple[str, str], int] = {}
+    for a in s.alerts:
+        key = (a.level.value, a.code)
+        counts[key] = counts.get(key, 0) + 1
+    for (level, code), n in sorted(counts.items()):
+        f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("level", "code"),
+                (level, code), n)
+    return f.all()

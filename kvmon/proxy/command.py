@@ -1,0 +1,58 @@
+"""``kvmon proxy --listen HOST:PORT --upstream URL``: the measuring proxy as a command, until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+
+from kvmon import listen
+from kvmon.listen import is_loopback_host
+from kvmon.proxy.server import ProxyServer
+from kvmon.proxy.stats import STATS_PATH
+from kvmon.proxy.upstream import DEFAULT_UPSTREAM
+
+DEFAULT_LISTEN = "127.0.0.1:11435"
+
+
+def parse_listen(text: str | None) -> tuple[str, int]:
+    """``--listen`` of ``kvmon proxy`` (``kvmon.listen.parse_listen``): ``":PORT"`` listens on 127.0.0.1."""
+    return listen.parse_listen(text, DEFAULT_LISTEN, blank_host="127.0.0.1")
+
+
+def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | None = None) -> int:
+    """``kvmon proxy --listen HOST:PORT --upstream URL``: serve until interrupted; 2 on bad arguments."""
+    try:
+        host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
+        server = ProxyServer(getattr(args, "upstream", DEFAULT_UPSTREAM) or DEFAULT_UPSTREAM, host=host, port=port)
+    except ValueError as e:
+        print(f"kvmon proxy: {e}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        try:
+            await server.start_serving()
+        except OSError as e:
+            raise SystemExit(f"kvmon proxy: cannot listen on {host}:{port} ({e.strerror or e})") from None
+        print(f"kvmon proxy: {server.url} -> {server.upstream.url}; measurements at {server.url}{STATS_PATH}",
+              flush=True)
+        if not is_loopback_host(host):
+            print(f"kvmon proxy: listening on {host}: other machines can reach your model server through it",
+                  file=sys.stderr, flush=True)
+        if on_ready is not None:
+            on_ready(server)
+        assert server._server is not None
+        async with server._server:
+            await server._server.serve_forever()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return 0
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            return 2
+        raise
+    return 0

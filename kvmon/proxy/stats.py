@@ -1,0 +1,229 @@
+"""The ``GET /kvmon/stats`` document: its schema, the one place that writes it (the proxy) and the one that reads it
+(the Ollama source), so the two cannot drift apart.
+
+``{"kvmon_proxy": 1, "upstream", "upstream_kind", "upstream_version", "listen", "started_unix", "now_unix",
+"totals": {TOTALS_FIELDS}, "in_flight": [{IN_FLIGHT_FIELDS}], "recent": [{RECENT_FIELDS}]}``; times are Unix
+seconds, rates tokens per second, and a rate that cannot be made honestly is ``null`` with its reason.
+
+Prefill on Ollama >= 0.30 (``kvmon.core.versions``): ``prompt_eval_count`` includes prompt tokens served from the
+cache, but ``prompt_eval_duration`` only covers those actually computed, so their ratio overstates prefill speed
+(by 100x and more on a long cached conversation). On such an Ollama (or while the version is unknown) a record has
+``prompt_tok_s: null`` with the reason, and the count is used only for the context depth (prompt + generated
+tokens), which it does describe correctly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvmon.core.jsonvals import json_float, json_int, json_str
+from kvmon.core.readings import FailureKind, RequestStats, SourceError, SourceFailure
+from kvmon.core.versions import ollama_counts_cached_prompt
+from kvmon.proxy.meter import Meter
+
+STATS_PATH = "/kvmon/stats"
+DOCUMENT_VERSION = 1  # the value of "kvmon_proxy"
+DOCUMENT_FIELDS = ("kvmon_proxy", "upstream", "upstream_kind", "upstream_version", "listen", "started_unix",
+                   "now_unix", "totals", "in_flight", "recent")
+TOTALS_FIELDS = ("requests", "generations", "aborted", "upstream_errors", "bytes_to_upstream", "bytes_to_client")
+IN_FLIGHT_FIELDS = ("id", "method", "path", "model", "started_unix", "age_s", "chunks", "tokens_so_far",
+                    "first_token_after_s", "decode_tok_s")
+RECENT_FIELDS = ("id", "method", "path", "model", "status", "format", "started_unix", "finished_unix", "aborted",
+                 "abort_reason", "chunks", "unparsed_lines", "stats_source", "prompt_tokens", "cached_tokens",
+                 "prompt_seconds", "prompt_tok_s", "prompt_tok_s_reason", "predicted_tokens", "predicted_seconds",
+                 "decode_tok_s", "decode_tok_s_source", "context_tokens")
+CACHED_PROMPT_REASON = (
+    "Ollama >= 0.30 counts cached prompt tokens in prompt_eval_count but not in prompt_eval_duration: "
+    "prefill rate withheld (it would be overstated)"
+)
+UNKNOWN_VERSION_REASON = (
+    "upstream Ollama version unknown: prompt_eval_count may include cached tokens, prefill rate withheld"
+)
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def document(*, upstream: str, upstream_kind: str | None, upstream_version: str | None, listen: str,
+             started_unix: float, now_unix: float, totals: dict[str, int], in_flight: list[dict[str, Any]],
+             recent: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole document; totals the proxy has not counted yet are 0."""
+    return {
+        "kvmon_proxy": DOCUMENT_VERSION,
+        "upstream": upstream,
+        "upstream_kind": upstream_kind,
+        "upstream_version": upstream_version,
+        "listen": listen,
+        "started_unix": started_unix,
+        "now_unix": now_unix,
+        "totals": {**dict.fromkeys(TOTALS_FIELDS, 0), **totals},
+        "in_flight": in_flight,
+        "recent": recent,
+    }
+
+
+def in_flight_record(m: Meter, now_mono: float) -> dict[str, Any]:
+    """A request being answered now, as ``in_flight`` lists it."""
+    first = m.first_token_mono - m.started_mono if m.first_token_mono is not None else None
+    return {
+        "id": m.id,
+        "method": m.method,
+        "path": m.path,
+        "model": m.model,
+        "started_unix": m.started_unix,
+        "age_s": round(now_mono - m.started_mono, 6),
+        "chunks": m.chunks,
+        "tokens_so_far": m.chunks,
+        "first_token_after_s": first,
+        "decode_tok_s": m.in_flight_rate(),
+    }
+
+
+def finished_record(m: Meter, upstream_kind: str | None,
+                    upstream_version: tuple[int, ...] | None) -> dict[str, Any]:
+    """A finished request's record in ``recent``: what its body said, and the rates that may be made of it."""
+    out: dict[str, Any] = {
+        "id": m.id,
+        "method": m.method,
+        "path": m.path,
+        "model": m.model,
+        "status": m.status,
+        "format": m.format,
+        "started_unix": m.started_unix,
+        "finished_unix": m.finished_unix,
+        "aborted": m.aborted,
+        "abort_reason": m.abort_reason,
+        "chunks": m.chunks,
+        "unparsed_lines": m.unparsed_lines,
+        "stats_source": m.stats_source,
+        "prompt_tokens": None,
+        "cached_tokens": None,
+        "prompt_seconds": None,
+        "prompt_tok_s": None,
+        "prompt_tok_s_reason": None,
+        "predicted_tokens": None,
+        "predicted_seconds": None,
+        "decode_tok_s": None,
+        "decode_tok_s_source": None,
+        "context_tokens": None,
+    }
+    f = m.final
+    if m.stats_source == "ollama":
+        pc, pd = json_int(f.get("prompt_eval_count")), json_float(f.get("prompt_eval_duration"))
+        ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
+        out.update(prompt_tokens=pc, predicted_tokens=ec)
+        out["prompt_seconds"] = pd / 1e9 if pd is not None else None
+        out["predicted_seconds"] = ed / 1e9 if ed is not None else None
+        if ec and ed:
+            out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
+        counts_cache = ollama_counts_cached_prompt(upstream_version)
+        if counts_cache is False:
+            if pc and pd:
+                out["prompt_tok_s"] = pc / (pd / 1e9)
+        elif pc:
+            out["prompt_tok_s_reason"] = CACHED_PROMPT_REASON if counts_cache else UNKNOWN_VERSION_REASON
+        if counts_cache and pc is not None:
+            out["context_tokens"] = pc + (ec or 0)
+    elif m.stats_source == "llama-server":
+        pn, pms = json_int(f.get("prompt_n")), json_float(f.get("prompt_ms"))
+        dn, dms = json_int(f.get("predicted_n")), json_float(f.get("predicted_ms"))
+        cn = json_int(f.get("cache_n"))
+        out.update(prompt_tokens=pn, cached_tokens=cn, predicted_tokens=dn)
+        out["prompt_seconds"] = pms / 1000 if pms is not None else None
+        out["predicted_seconds"] = dms / 1000 if dms is not None else None
+        if pn and pms:
+            out["prompt_tok_s"] = pn / (pms / 1000)
+        if dn and dms:
+            out["decode_tok_s"], out["decode_tok_s_source"] = dn / (dms / 1000), "server"
+        if pn is not None and dn is not None:
+            out["context_tokens"] = (cn or 0) + pn + dn
+    elif m.stats_source == "openai_usage":
+        pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
+        cached = json_int(f.get("cached_tokens"))
+        out.update(prompt_tokens=pt, cached_tokens=cached, predicted_tokens=ct)
+        out["prompt_tok_s_reason"] = "OpenAI-style usage carries no timings"
+        # usage prompt_tokens includes cached ones on llama-server and Ollama >= 0.30
+        inclusive = (cached is not None or upstream_kind == "other"
+                     or bool(ollama_counts_cached_prompt(upstream_version)))
+        if pt is not None and ct is not None and inclusive:
+            out["context_tokens"] = pt + ct
+    if out["decode_tok_s"] is None and (rate := m.in_flight_rate()) is not None:
+        out["decode_tok_s"], out["decode_tok_s_source"] = rate, "proxy_chunk_timing"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class ProxyStream:
+    """One request the proxy is streaming now."""
+
+    id: int
+    model: str | None
+    tokens_so_far: int
+    decode_tok_s: float | None
+
+
+@dataclass(frozen=True)
+class ProxyView:
+    """The parts of the document a source uses: the streams now, and the last finished request."""
+
+    upstream: str | None
+    in_flight: tuple[ProxyStream, ...]
+    last: RequestStats | None
+    last_model: str | None
+    last_prefill_reason: str | None
+    now_unix: float | None
+
+
+def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
+    """Read the document; raises SourceError(UNEXPECTED_BODY) if it is not one. Times are put on the reader's clock."""
+    if not isinstance(body, dict) or body.get("kvmon_proxy") != DOCUMENT_VERSION:
+        raise SourceError(
+            SourceFailure(FailureKind.UNEXPECTED_BODY, f"{STATS_PATH} is not a kvmon proxy document", STATS_PATH)
+        )
+    streams: list[ProxyStream] = []
+    for s in body.get("in_flight") or []:
+        if isinstance(s, dict) and json_int(s.get("id")) is not None:
+            streams.append(
+                ProxyStream(
+                    id=int(s["id"]),
+                    model=json_str(s.get("model")),
+                    tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
+                    decode_tok_s=json_float(s.get("decode_tok_s")),
+                )
+            )
+    last: RequestStats | None = None
+    last_model: str | None = None
+    prefill_reason: str | None = None
+    now_unix = json_float(body.get("now_unix"))
+    recent = [r for r in body.get("recent") or [] if isinstance(r, dict) and r.get("stats_source")]
+    if recent:
+        r = max(recent, key=lambda r: json_float(r.get("finished_unix")) or 0.0)
+        finished = json_float(r.get("finished_unix"))
+        age = max(0.0, (now_unix or t_wall) - finished) if finished is not None else 0.0
+        prompt_tokens = json_int(r.get("prompt_tokens"))
+        if r.get("prompt_tok_s") is None and r.get("prompt_tok_s_reason"):
+            # The count includes cached tokens the duration does not cover: dividing would inflate prefill.
+            prefill_reason = str(r["prompt_tok_s_reason"])
+            prompt_tokens = None
+        last = RequestStats(
+            t_end=t_monotonic - age,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=json_int(r.get("cached_tokens")),
+            prompt_seconds=json_float(r.get("prompt_seconds")),
+            predicted_tokens=json_int(r.get("predicted_tokens")),
+            predicted_seconds=json_float(r.get("predicted_seconds")),
+            context_tokens=json_int(r.get("context_tokens")),
+        )
+        last_model = json_str(r.get("model"))
+    return ProxyView(
+        upstream=json_str(body.get("upstream")),
+        in_flight=tuple(streams),
+        last=last,
+        last_model=last_model,
+        last_prefill_reason=prefill_reason,
+        now_unix=now_unix,
+    )

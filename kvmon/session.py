@@ -1,0 +1,264 @@
+"""A monitoring session, without Qt: which server (or the built-in demo), its sources, analyzer and monitor, and the
+recording switch every monitor of the session writes through.
+
+The dashboard, ``kvmon once``, ``kvmon serve``, ``kvmon screenshot`` and the self-test all build their monitors
+here, so each reads a server the same way: ``open_monitor`` for a URL (auto-detected when none is given),
+``demo_session`` for the simulator, ``choose_session`` for the command line's choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kvmon.core.analysis import Analyzer, AnalyzerSettings
+from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+from kvmon.core.redact import scrub
+from kvmon.core.snapshot import Snapshot
+from kvmon.monitor import Monitor
+from kvmon.sources.base import GpuSource, HostSource
+
+DEFAULT_CANDIDATES: tuple[str, ...] = ("http://127.0.0.1:8080", "http://127.0.0.1:11434")
+NO_SERVER_BANNER = "Demo: no server found on :8080 or :11434 — showing the simulator (start kvmon with a URL)"
+DEMO_SCENARIO = "seed-3090x2"
+
+
+class MonitorLike(Protocol):
+    """What a session hands its user: ``kvmon.monitor.Monitor``, or a stand-in with the same two calls."""
+
+    def poll(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------- sources
+
+
+def detect(url: str, api_key: str | None, timeout_s: float) -> str | None:
+    """The backend to open at ``url``, or None when nothing usable answers there (asked once)."""
+    from kvmon.sources.detect import backend_by_port, detect_backend
+
+    try:
+        backend = detect_backend(url, api_key, timeout_s)
+    except SourceError as exc:
+        if exc.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
+            return backend_by_port(url)  # something is there; its source reports the state
+        return None
+    return backend if backend and backend != "unknown" else None
+
+
+def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> GpuSource | None:
+    """NVML for the GPUs (None when the module is missing); a machine without NVIDIA says so in its reading."""
+    try:
+        from kvmon.sources.nvml import NvmlSource
+    except ImportError:
+        return None
+    user = dict(settings.gpu_bandwidth_bytes_per_s) if settings else None
+    return NvmlSource(nvml, user_bandwidth_bytes_per_s=user)
+
+
+def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource | None:
+    """psutil for host RAM and the server's RSS (None when that module is not available)."""
+    try:
+        from kvmon.sources.host import HostSource as PsutilHost
+    except ImportError:
+        return None
+    return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None)
+
+
+def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
+                 log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
+                 gpu: bool = True, host: bool = True, candidates: Sequence[str] = DEFAULT_CANDIDATES,
+                 recorder: Any = None) -> Monitor:
+    """A Monitor on ``url``; with no URL, the first of llama-server :8080 and Ollama :11434 that answers.
+
+    Each candidate is asked once: the backend it answered as opens its source. Raises SourceError (UNREACHABLE)
+    when no URL is given and nothing answers on the candidates. ``recorder``: where every snapshot is recorded.
+    """
+    from kvmon.sources.detect import open_source
+
+    backend: str | None = None
+    if url is None:
+        for cand in candidates:
+            backend = detect(cand, api_key, timeout_s)
+            if backend is not None:
+                url = cand
+                break
+        else:
+            ports = " or ".join(c.rsplit(":", 1)[-1] for c in candidates)
+            raise SourceError(SourceFailure(
+                FailureKind.UNREACHABLE,
+                f"no llama-server or Ollama found on 127.0.0.1 port {ports}: give a URL, or try --demo"))
+    source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
+    return Monitor(source, default_gpu_source(nvml, settings) if gpu else None,
+                   default_host_source(settings) if host else None, Analyzer(settings), recorder=recorder)
+
+
+# --------------------------------------------------------------------------------------------- recording
+
+
+class RecordSwitch:
+    """The session's recorder, switched on and off (from the menu) while the poll thread writes through it.
+
+    Monitors call ``record`` and, on reconnect, ``close``: that does not end the recording (the next monitor
+    keeps writing to the same file); ``stop`` does.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._rec: Any = None
+        self.url = url
+        self.path: str | None = None
+
+    def start(self, path: str, url: str | None = None) -> None:
+        """Record from the next snapshot on to ``path`` (appending); raises OSError when it cannot be opened."""
+        from kvmon.core.recorder import Recorder
+
+        rec = Recorder(path, source_url=scrub(url or self.url or "") or None)
+        with self._lock:
+            old, self._rec, self.path = self._rec, rec, path
+        if old is not None:
+            old.close()
+
+    def stop(self) -> None:
+        """Stop recording; every line written is on disk."""
+        with self._lock:
+            old, self._rec, self.path = self._rec, None, None
+        if old is not None:
+            old.close()
+
+    def record(self, snap: Snapshot) -> None:
+        """Write one snapshot when recording (called from the poll thread)."""
+        with self._lock:
+            if self._rec is not None:
+                self._rec.record(snap)
+
+    def close(self) -> None:
+        """A monitor closing (reconnect): the recording goes on with the next monitor."""
+
+
+# --------------------------------------------------------------------------------------------- sessions
+
+
+@dataclass
+class Session:
+    """A monitor factory (called again on every reconnect), a banner to show, and what to stop at the end.
+
+    Every monitor the factory makes records through ``recorder``; ``sim`` is the in-process simulator of a demo.
+    """
+
+    factory: Callable[[], MonitorLike]
+    banner: str | None = None
+    url: str | None = None
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    sim: Any = None
+    recorder: RecordSwitch = field(default_factory=RecordSwitch)
+
+    def close(self) -> None:
+        """Stop the simulator and anything else started for this session, then the recording."""
+        for fn in [*reversed(self.cleanups), self.recorder.stop]:
+            try:
+                fn()
+            except Exception as exc:  # shutting down: report, do not raise
+                print(f"kvmon: cleanup failed: {exc}", file=sys.stderr)
+        self.cleanups.clear()
+
+
+def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
+                 recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: AnalyzerSettings | None = None,
+                 start_at_s: float = 0.0) -> Session:
+    """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
+
+    ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
+    ``recorder``: a RecordSwitch (the session's) or any recorder. ``start_at_s``: join the simulated story that
+    many seconds in (documentation screenshots).
+    """
+    from kvmon.sim.server import SimServer
+
+    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s)
+    url = sim.start()
+    switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
+
+    def factory() -> MonitorLike:
+        from kvmon.sources.host import HostSource as PsutilHost
+        from kvmon.sources.nvml import NvmlSource
+
+        # every reading is stamped with the simulator's clock, so rates, trends and alert hold times are in
+        # simulated seconds at any --speed
+        clock = sim.clock.now
+        if sim.scenario.backend == "ollama":
+            from kvmon.sources.ollama import OllamaSource
+
+            server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
+        else:
+            from kvmon.sources.llamacpp import LlamaServerSource
+
+            server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
+        # the simulated machine's RAM bandwidth stands in for the value a user sets in settings
+        host = PsutilHost(sim.scenario.host_bandwidth_bytes_per_s, clock=clock)
+        return Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), host,
+                       Analyzer(analyzer_settings, clock=clock), recorder=recorder if recorder is not None else switch,
+                       server_pids=sim.server_pids, clock=clock)
+
+    name = getattr(sim.scenario, "name", str(scenario))
+    return Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch)
+
+
+def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
+                   recorder: RecordSwitch | None = None) -> Session:
+    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect)."""
+    switch = recorder if recorder is not None else RecordSwitch(url)
+
+    def factory() -> MonitorLike:
+        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+
+    return Session(factory, None, url, recorder=switch)
+
+
+def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
+    """Demo when asked; the URL when given; else auto-detect, falling back to the demo with a banner.
+
+    The session's ``recorder`` records to ``--record FILE`` when given (and can be switched from the menu).
+    Raises OSError when that file cannot be opened.
+    """
+    timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
+    log_path = getattr(args, "log", None)
+    switch = RecordSwitch()
+    if getattr(args, "demo", None):
+        session = demo_session(args.demo, None, timeout_s=timeout_s, recorder=switch,
+                               start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
+                               speed=float(getattr(args, "speed", 1.0) or 1.0))
+    elif args.url:
+        session = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+    else:
+        session = _detected_session(api_key, timeout_s, log_path, switch)
+    switch.url = session.url
+    path = getattr(args, "record", None)
+    if path:
+        try:
+            switch.start(path)
+        except OSError:
+            session.close()
+            raise
+    return session
+
+
+def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch) -> Session:
+    """The first server that answers on this machine (its monitor is the session's first), else the demo."""
+    try:
+        first = open_monitor(None, api_key=api_key, timeout_s=min(timeout_s, 1.0), log_path=log_path,
+                             recorder=switch)
+    except SourceError:
+        return demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=switch)
+    pending: list[MonitorLike] = [first]
+    later = server_session(first.display_url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
+                           recorder=switch)
+
+    def factory() -> MonitorLike:
+        return pending.pop() if pending else later.factory()
+
+    return Session(factory, None, first.display_url, recorder=switch)

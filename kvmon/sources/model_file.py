@@ -1,0 +1,63 @@
+"""Model files on this machine: the GGUF header of each (read once per version of the file) and the model shape
+built from its metadata (built once per version, and per source's metadata overrides).
+
+Both server sources read the model file here when they can: llama-server's ``-m`` (its ``/props`` model_path),
+Ollama's blob (its modelfile's ``FROM``). A file that cannot be read says why, naming only the file, not its folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
+
+FileKey = tuple[str, int, int]  # path, size, modification time (ns): a new version of the file is a new key
+MAX_FILES = 8
+
+
+def shape_of(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A ModelShape from GGUF-keyed metadata, or (None, why)."""
+    from kvmon.physics.shape import ModelShape
+
+    try:
+        return ModelShape.from_gguf(metadata), None
+    except (ValueError, TypeError, KeyError) as e:
+        return None, f"model shape not understood: {e}"
+
+
+class ModelFiles:
+    """Headers and shapes of the model files a source has looked at, keyed by file version."""
+
+    def __init__(self, max_files: int = MAX_FILES) -> None:
+        self.max_files = max_files
+        self._headers: dict[FileKey, tuple[GgufHeader | None, str | None]] = {}
+        self._shapes: dict[FileKey | None, tuple[Any, str | None]] = {}
+
+    def header(self, path: str) -> tuple[GgufHeader | None, str | None, FileKey | None]:
+        """(the file's GGUF header, why not, the file version's key); a file that cannot be statted has no key."""
+        name = os.path.basename(path)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            return None, f"model file {name!r} not readable here ({e.strerror or 'error'})", None
+        key = (path, st.st_size, int(st.st_mtime_ns))
+        if key not in self._headers:
+            try:
+                found: tuple[GgufHeader | None, str | None] = (read_gguf_header(path), None)
+            except (GgufError, OSError, ValueError) as e:
+                found = (None, f"model file {name!r} not readable: its GGUF header is unreadable ({e})")
+            while len(self._headers) >= self.max_files:
+                self._headers.pop(next(iter(self._headers)))
+            self._headers[key] = found
+        header, why = self._headers[key]
+        return header, why, key
+
+    def shape(self, metadata: Mapping[str, Any], key: FileKey | None) -> tuple[Any, str | None]:
+        """The shape of ``metadata``, built once per ``key`` (the file version it came from; None: no file)."""
+        if key not in self._shapes:
+            while len(self._shapes) >= self.max_files:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[key] = shape_of(metadata)
+        return self._shapes[key]

@@ -1,0 +1,26 @@
+"""One --listen parser for serve and proxy; the one "only this machine" test."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmon.listen import ListenAddressError, is_loopback_host, parse_listen
+
+
+def test_a_blank_host_is_refused_unless_the_command_names_one() -> None:
+    with pytest.raises(ListenAddressError, match="no host"):
+        parse_listen(":9464", "127.0.0.1:9464")
+    assert parse_listen(":9000", "127.0.0.1:11435", blank_host="127.0.0.1") == ("127.0.0.1", 9000)
+    assert parse_listen(None, "127.0.0.1:11435") == ("127.0.0.1", 11435)
+
+
+@pytest.mark.parametrize("text", ["[::1]9464", "::1:9464", "a b:9464", "[nothost]:1", "h:99999", "h:port", ""])
+def test_both_commands_refuse_the_same_bad_addresses(text: str) -> None:
+    for blank in (None, "127.0.0.1"):
+        with pytest.raises(ListenAddressError):
+            parse_listen(text, "127.0.0.1:1", blank_host=blank)
+
+
+def test_loopback() -> None:
+    assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]"))
+    assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "192.168.1.5", "gpu-box", "", None))

@@ -1,0 +1,105 @@
+"""The session store of measured points: one rule for a point, one for "the model changed", every view from one feed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from synthetic import SyntheticMonitor
+
+from kvmon.core.points import MeasuredPoints, measured_point, model_key
+from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, SlotView, Snapshot
+
+
+def test_a_point_is_a_measured_speed_at_a_known_depth_with_one_conversation_generating() -> None:
+    one = (SlotView(0, 8192, 4000, True, 41.0), SlotView(1, 8192, 900, False, None))
+    assert measured_point(one, 4000, 40.0) == (4000.0, 41.0)  # the deepest conversation's own speed
+    two = (SlotView(0, 8192, 4000, True, 30.0), SlotView(1, 8192, 900, True, 31.0))
+    assert measured_point(two, 4000, 61.0) is None  # they share the bus: neither speed belongs to its depth
+    assert measured_point((), 300, 50.0) == (300.0, 50.0)  # no slots (Ollama through the proxy): the total
+    assert measured_point(one, None, 40.0) is None and measured_point(one, 4000, None) is None
+    assert measured_point((), 300, float("nan")) is None
+
+
+def test_the_model_changes_when_a_named_model_differs_and_never_for_an_unnamed_one() -> None:
+    m = ModelView(name="a.gguf", arch="llama", weight_bytes=1, n_ctx=8192, kv_type_k="f16", kv_type_v="f16")
+    assert model_key(None, ModelView()) is None
+    assert model_key("u", m) != model_key("u", dataclasses.replace(m, kv_type_v="q8_0"))
+    assert model_key("u", m) != model_key("v", m)
+    store = MeasuredPoints()
+    assert store.observe_model(model_key("u", m)) is False  # the first model is no change
+    assert store.observe_model(None) is False and store.model == model_key("u", m)
+    assert store.observe_model(model_key("u", dataclasses.replace(m, n_ctx=16384))) is True
+
+
+def _snaps(n: int) -> list[Snapshot]:
+    mon = SyntheticMonitor()
+    return [mon.snapshot(i) for i in range(1, n + 1)]
+
+
+def test_every_view_comes_from_one_feed_and_starts_again_with_the_model() -> None:
+    store = MeasuredPoints(capacity=4, sample_max=100)
+    snaps = _snaps(6)
+    down = Snapshot(seq=99, t_monotonic=6.5, t_wall=0.0, connection=Connection(ConnectionStatus.UNREACHABLE, "x"))
+    for s in snaps[:3]:
+        assert store.add(s) is False
+    assert store.add(down) is False and len(store) == 3  # a poll that read no server changes nothing
+    for s in snaps[3:]:
+        store.add(s)
+    ctx = [s.context_tokens for s in snaps]
+    assert len(store) == 4 and store.latest()[:, 0].tolist() == ctx[2:]  # the newest four, oldest first
+    assert store.latest(2)[:, 1].tolist() == [s.decode_tok_s for s in snaps[4:]]
+    assert store.since(snaps[4].t_monotonic)[0].tolist() == ctx[4:]
+    assert [c for c, _ in store.sample()] == ctx  # the sample covers the whole session
+    assert store.bins.points()[0].size == 6
+    other = dataclasses.replace(snaps[-1], seq=7, model=dataclasses.replace(snaps[-1].model, name="other"))
+    version = store.version
+    assert store.add(other) is True
+    assert len(store) == 1 and len(store.sample()) == 1 and store.bins.points()[0].size == 1
+    assert store.version > version
+
+
+def test_the_sample_is_thinned_evenly_and_the_ring_keeps_every_point_it_can_hold() -> None:
+    store = MeasuredPoints(capacity=3000, sample_max=100)
+    base = _snaps(1)[0]
+    for i in range(2500):
+        store.add(dataclasses.replace(base, seq=i, t_monotonic=float(i), context_tokens=i,
+                                      slots=(SlotView(0, 8192, i, True, 40.0),)))
+    assert len(store) == 2500 and store.latest()[0, 0] == 0.0 and store.latest()[-1, 0] == 2499.0
+    assert 50 <= len(store.sample()) < 100
+    assert np.all(np.diff([c for c, _ in store.sample()]) > 0)  # evenly thinned, in order
+
+
+def test_clear_forgets_the_model_too() -> None:
+    store = MeasuredPoints()
+    for s in _snaps(3):
+        store.add(s)
+    store.clear()
+    assert len(store) == 0 and store.model is None and store.bins.points()[0].size == 0
+    assert store.add(_snaps(1)[0]) is False  # a first model again
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_empty_views(n: int) -> None:
+    store = MeasuredPoints()
+    assert store.latest().shape == (0, 2) and store.since()[0].size == 0 and store.sample() == ()
+    assert store.latest(n).shape == (0, 2)
+
+
+def test_the_fit_and_the_plot_start_again_on_the_same_poll() -> None:
+    """The analysis's fit and a dashboard's store, fed the analysis's snapshots, agree on every model change."""
+    from kvmon.core.analysis import Analyzer
+    from kvmon.core.readings import ModelInfo
+    from tests.test_analysis import L8B, SHAPE_8B, FixedRates, gpus, reading
+
+    a = Analyzer(rate_tracker=FixedRates(decode=50.0))
+    plot = MeasuredPoints()
+    other = ModelInfo(name="other.gguf", weight_bytes=L8B.weight_bytes, shape=SHAPE_8B)
+    unnamed = ModelInfo(weight_bytes=L8B.weight_bytes, shape=SHAPE_8B)
+    models = [None] * 4 + [unnamed] * 2 + [None] * 2 + [other] * 3
+    for i, m in enumerate(models):
+        s = a.update(reading(float(i), ctx=1000 + 100 * i, **({"model": m} if m is not None else {})), gpus(float(i)))
+        plot.add(s)
+        assert s.forecast.fit_points == len(plot), i  # the same points, restarted on the same poll
+    assert len(plot) == 3
