@@ -25,8 +25,8 @@ from kvmon.core.snapshot import (
     Forecast,
     GpuView,
     Milestone,
-    Regime,
     ModelView,
+    Regime,
     SlotView,
     Snapshot,
 )
