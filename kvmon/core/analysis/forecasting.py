@@ -11,6 +11,7 @@ quarter or a minute has passed (each refit redraws the forecast).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Sequence
@@ -177,5 +178,13 @@ class Forecaster:
         k = len(depths)
         milestones = tuple(Milestone(m, float(tok_s[i]), float(low[i]), float(high[i]),
                                      None if ceil is None else float(ceil[i])) for i, m in enumerate(depths))
-        curve = tuple((d, float(tok_s[k + i]), float(low[k + i]), float(high[k + i])) for i, d in enumerate(along))
+        # the curve is for drawing: 4 significant digits (rounded down, so it stays under the ceiling) keep a
+        # recorded line ~2 KB shorter than full floats would
+        curve = tuple((d, _down4(tok_s[k + i]), _down4(low[k + i]), _down4(high[k + i])) for i, d in enumerate(along))
         return milestones, curve
+
+
+def _down4(v: float) -> float:
+    """``v`` (> 0) rounded down to 4 significant digits."""
+    q = 10.0 ** (math.floor(math.log10(v)) - 3)
+    return float(f"{math.floor(v / q) * q:.4g}")
