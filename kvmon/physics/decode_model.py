@@ -13,9 +13,8 @@ the ceiling is 1 / R(n). Measured seconds per token are fitted as
 per-token overhead (kernel launches, sampling, synchronisation), γ ≥ 0 attention compute that grows with depth
 beyond the bytes it reads. The forms:
 
-- ``ceiling_scaled``: the ceiling curve times the efficiency measured so far, t = R(n) / η₀. Used while the
-  measured depths cannot show a slope: fewer than ``MIN_BINS`` depth bins, or KV read times that differ by less
-  than ``MIN_SPAN_FRACTION`` of the step time across them.
+- ``ceiling_scaled``: the ceiling curve times the efficiency measured so far, t = R(n) / η₀: nothing measured
+  yet (η₀ from the polls), or one depth bin (its level from the data, its slope from the ceiling).
 - ``bandwidth``: γ = 0, t = c + R(n)/η; the constraints are b ≥ 1 and a ≥ b·R_w (c ≥ 0).
 - ``bandwidth+attention``: the constraints are b ≥ 1 and a ≥ R_w (then η = max(1/b, R_w/a) and c, γ ≥ 0 follow).
 
@@ -23,18 +22,21 @@ Every form has a ≥ R_w and b ≥ 1, so t(n) ≥ R(n) at every depth: the forec
 never a zero or negative time.
 
 The fit. Points are grouped into depth bins of ``BIN_TOKENS`` (median time per bin), at most ``MAX_BINS``. The
-residuals are relative (timings jitter in proportion), Huber-weighted (a stalled sample barely moves it), with a
+residuals are relative (timings jitter in proportion; their spread is taken as at least ``TIMING_NOISE_FRACTION``,
+since the polls of one reply share its jitter), Huber-weighted (a stalled sample barely moves it), with a
 Gaussian prior centred on the ``ceiling_scaled`` curve (a₀ = R_w/η₀, b₀ = 1/η₀; sd ``PRIOR_SD_LEVEL`` and
 ``PRIOR_SD_SLOPE`` of them), η₀ being the median measured efficiency: with few points the forecast is the ceiling
 times the efficiency with a wide band, and data narrows it. The posterior mean is projected onto the form's
 constraints (a two-parameter quadratic programme); the 80% interval combines the posterior covariance with the
 residual spread (at least ``TIMING_NOISE_FRACTION``), and its fast end is held at the ceiling.
 
-The selection rule (by held-out error, not by eye): with enough depths for a slope, the deepest third of the bins
-(at least one) is held out, both ``bandwidth`` and ``bandwidth+attention`` are fitted on the rest, and each is
-scored by its mean absolute relative error in tok/s on the held-out bins. The attention term is kept only when it
-cuts that error to at most ``ATTENTION_GAIN`` of the ``bandwidth`` form's and by at least ``ATTENTION_MIN_GAIN``
-(half a percentage point); otherwise ``bandwidth``. The chosen form is then fitted on all the bins.
+The selection rule (by held-out error, not by eye): with three or more depth bins, the deepest third of them (at
+least one) is held out, both ``bandwidth`` and ``bandwidth+attention`` are fitted on the rest, and each is scored
+by its mean absolute relative error in tok/s on the held-out bins. The attention term is kept only when it cuts
+that error to at most ``ATTENTION_GAIN`` of the ``bandwidth`` form's and by at least ``ATTENTION_MIN_GAIN`` (half a
+percentage point); otherwise ``bandwidth``. With two bins there is nothing to hold out: the attention term is kept
+only when the ``bandwidth`` form misses them by more than ``IN_SAMPLE_MISS`` on average. The chosen form is then
+fitted on all the bins (``heldout_error`` keeps the scores).
 """
 
 from __future__ import annotations
