@@ -117,6 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvmon.gui.selftest import run as run_self_test
 
         return run_self_test(args)
+    from kvmon.gui.qtplatform import window_problem
+
+    status = window_problem()  # no display, or Qt's platform plugin lacks system libraries: say which, exit 2
+    if status is not None:
+        return status
     from kvmon.gui.app import run as run_gui
 
     return run_gui(args)

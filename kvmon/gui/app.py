@@ -138,6 +138,11 @@ def run_replay(args: argparse.Namespace) -> int:
             return 2
         print(f"kvmon: wrote {n} rows to {csv_out}{skipped}")
         return 0
+    from kvmon.gui.qtplatform import window_problem
+
+    status = window_problem()
+    if status is not None:
+        return status
     app = ensure_app(sys.argv[:1])
     win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}")
     win.show()

@@ -19,8 +19,10 @@ PANEL_HELP = f"one panel only: {', '.join(PANELS)}"
 
 def run(args: argparse.Namespace) -> int:
     """Poll for ``--after`` seconds, then save the window (or one ``--panel``) as PNG; 0 on success."""
-    no_display = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    if "QT_QPA_PLATFORM" not in os.environ and no_display and sys.platform.startswith("linux"):
+    from kvmon.gui.qtplatform import startup_problem
+
+    # a capture needs no display: offscreen when there is none, or when the windowed platform cannot load here
+    if "QT_QPA_PLATFORM" not in os.environ and sys.platform.startswith("linux") and startup_problem() is not None:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     if args.panel is not None and args.panel not in PANELS:
         print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANELS)}", file=sys.stderr)
