@@ -38,7 +38,7 @@ from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LogFollower
 from kvmon.sources.llama_parse import derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llama_process import LlamaServerProcess
-from kvmon.sources.model_file import ModelFiles
+from kvmon.sources.model_file import ModelFiles, display_name
 
 BACKEND = "llama-server"
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
@@ -369,9 +369,7 @@ class LlamaServerSource:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
         meta = meta if isinstance(meta, Mapping) else {}
-        name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
-        if name is None and model_path:
-            name = os.path.basename(model_path)
+        server_name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
         quant = json_str(props.get("model_ftype")) or json_str(meta.get("ftype"))
         n_params = json_int(meta.get("n_params"))
         weight_bytes = json_int(meta.get("size"))
@@ -415,10 +413,11 @@ class LlamaServerSource:
                 n_ctx_train = json_int(metadata.get(f"{arch}.context_length"))
             if arch and n_embd is None:
                 n_embd = json_int(metadata.get(f"{arch}.embedding_length"))
-            name = name or json_str(metadata.get("general.name"))
+        general_name = json_str(metadata.get("general.name")) if metadata is not None else None
         return (
             ModelInfo(
-                name=name,
+                name=display_name(server_name, model_path, general_name),
+                server_name=server_name,
                 arch=arch,
                 n_params=n_params,
                 weight_bytes=weight_bytes,
