@@ -45,6 +45,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.points = self.history.points  # the session store: the hero plot's bins, the report card's points
         self.bins = self.points.bins
         self.last: Snapshot | None = None
+        self.shown: Snapshot | None = None  # the snapshot the panels show (exports caption with its numbers)
         self.paused = False
         self.render_count = 0
         self._dirty = False
@@ -52,6 +53,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
         self._banner = banner
         self._recording: str | None = None
+        self._replay_status: str | None = None
         self._build_panels()
 
         self._show_connecting()
@@ -92,6 +94,11 @@ class MainWindow(QtWidgets.QMainWindow):
         if act is not None:
             act.setChecked(bool(path))
 
+    def set_replay_status(self, text: str | None) -> None:
+        """A replay's position in the status bar, in place of the connection; kept across a theme rebuild."""
+        self._replay_status = text
+        self.status.set_replay(text)
+
     def _build_panels(self) -> None:
         """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
         self.header = HeaderPanel()
@@ -105,6 +112,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.status = StatusPanel()
         self.setStatusBar(self.status)
         self.status.set_recording(self._recording)
+        if self._replay_status is not None:
+            self.status.set_replay(self._replay_status)
         if getattr(self, "window_range", None):
             self.set_window_range(self.window_range)
 
@@ -276,7 +285,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _show_connecting(self) -> None:
         """Before the first snapshot: say that the first poll is under way."""
         self.alerts.show_text("● Connecting…", "The first poll of the server is under way")
-        self.status.connection.set("● connecting", "Waiting for the first snapshot")
+        if self.status.replaying is None:
+            self.status.connection.set("● connecting", "Waiting for the first snapshot")
 
     # --- rendering -------------------------------------------------------------------------------
     def painting(self) -> bool:
@@ -301,7 +311,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Forget the session (another server, or a replay): history, measured points, last snapshot."""
         self.history.clear()
         self.speed_context.reset()
-        self.last = None
+        self.last = self.shown = None
         self._dirty = False
         self._show_connecting()
 
@@ -325,6 +335,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self._dirty = False
         self.render_count += 1
+        self.shown = s
         self.header.update_snapshot(s)
         self.speed_context.update_snapshot(s)
         self.speed_time.refresh()

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from PySide6 import QtCore
 
     from kvmon.gui.app import build_window, ensure_app
-    from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png
+    from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
     from kvmon.session import choose_session
 
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
             with_caption = bool(getattr(args, "caption", True))
             if args.panel is None and with_caption:  # the whole picture, caption included, stays 1280×800
                 plain = grab_image(win)
-                full = captioned_image(win, win.last)
+                full = captioned_image(win, lambda: shown_snapshot(win))
                 extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
                 win.resize(1280, 800 - extra)
                 app.processEvents()
-            save_png(panel_widget(win, args.panel), args.output, win.last, with_caption=with_caption)
+            save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win), with_caption=with_caption)
         except ExportError as exc:
             error = str(exc)
     finally:

@@ -1,117 +1,20 @@
-"""Small shared widgets: a label that repaints only when its text changes, and a plot made the cheap way."""
+"""Small shared plot parts: a plot made the cheap way, axes for context and clock time, pixmap caches.
+
+``ValueLabel`` lives in ``kvmon.gui.labels`` (no plotting library) and is named here for older imports.
+"""
 
 from __future__ import annotations
 
 import math
 
 import pyqtgraph as pg
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtWidgets
 
 from kvmon.gui import theme
+from kvmon.gui.labels import ValueLabel
 
-
-class ValueLabel(QtWidgets.QWidget):
-    """A label whose ``set()`` repaints only itself: the layout is asked again only when the text needs more room.
-
-    A QLabel asks its parent's layout to recompute on every ``setText``: a re-layout of the whole panel (rich-text
-    height-for-width included) each poll. Here the label lives in a box without a layout; the box reports a
-    size hint that only grows (or shrinks when the text is much shorter), so a changing number repaints one
-    label and the neighbours do not jitter by a digit's width.
-    """
-
-    SHRINK_BELOW = 0.6  # a hint this much narrower than the reserved width gives the room back
-
-    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._label = QtWidgets.QLabel(text, self)
-        self._label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._tip = ""
-        self._hint = self._label.sizeHint()
-        self._min_hint = self._label.minimumSizeHint()
-        self._fit_len = len(text)
-
-    # --- the QLabel parts callers use ---------------------------------------------------------
-    def text(self) -> str:
-        return self._label.text()
-
-    def toolTip(self) -> str:
-        return self._label.toolTip()
-
-    def setToolTip(self, tip: str) -> None:
-        self._tip = tip
-        self._label.setToolTip(tip)
-
-    def setText(self, text: str) -> None:
-        self.set(text)
-
-    def setWordWrap(self, on: bool) -> None:
-        self._label.setWordWrap(on)
-        self._refit(force=True)
-
-    def setTextFormat(self, fmt: QtCore.Qt.TextFormat) -> None:
-        self._label.setTextFormat(fmt)
-        self._refit(force=True)
-
-    def setAlignment(self, align: QtCore.Qt.AlignmentFlag) -> None:
-        self._label.setAlignment(align)
-
-    # --- layout ---------------------------------------------------------------------------------
-    def sizeHint(self) -> QtCore.QSize:
-        return self._hint
-
-    def minimumSizeHint(self) -> QtCore.QSize:
-        return self._min_hint
-
-    def hasHeightForWidth(self) -> bool:
-        return self._label.wordWrap()
-
-    def heightForWidth(self, width: int) -> int:
-        return self._label.heightForWidth(width)
-
-    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
-        self._label.setGeometry(self.rect())
-        super().resizeEvent(e)
-
-    def changeEvent(self, e: QtCore.QEvent) -> None:
-        super().changeEvent(e)
-        if e.type() in (QtCore.QEvent.Type.FontChange, QtCore.QEvent.Type.StyleChange):
-            self._refit(force=True)  # a style sheet's font size changes the room the text needs
-
-    def _refit(self, force: bool = False) -> None:
-        """Ask the parent layout again only when the text no longer fits (or frees much of its room)."""
-        if self._label.wordWrap():  # only the height for the current width matters (a rich-text layout)
-            need = self._label.heightForWidth(self.width()) if self.width() > 0 else -1
-            if force or need != self.height():
-                self._hint, self._min_hint = self._label.sizeHint(), self._label.minimumSizeHint()
-                self.updateGeometry()
-            return
-        # Measuring rich text means laying it out: skip it while the text is no longer than the last one measured
-        # (numbers change, their length rarely does; the reserved room has a character's slack for wider glyphs).
-        n = len(self._label.text())
-        if not force and self.SHRINK_BELOW * self._fit_len <= n <= self._fit_len:
-            return
-        hint = self._label.sizeHint()
-        self._fit_len = n
-        grow = hint.width() > self._hint.width() or hint.height() != self._hint.height()
-        shrink = hint.width() < self._hint.width() * self.SHRINK_BELOW
-        if force or grow or shrink:
-            slack = self._label.fontMetrics().averageCharWidth()
-            self._hint = QtCore.QSize(hint.width() + slack, hint.height())
-            self._min_hint = self._label.minimumSizeHint()
-            self.updateGeometry()
-
-    def set(self, text: str, tooltip: str | None = None) -> bool:
-        """Update text/tooltip; returns True when something changed."""
-        changed = False
-        if text != self._label.text():
-            self._label.setText(text)
-            self._refit()
-            changed = True
-        if tooltip is not None and tooltip != self._tip:
-            self._tip = tooltip
-            self._label.setToolTip(tooltip)
-            changed = True
-        return changed
+__all__ = ["ClockAxis", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static", "make_plot",
+           "nice_ceiling"]
 
 
 class TokenAxis(pg.AxisItem):
@@ -128,6 +31,14 @@ class TokenAxis(pg.AxisItem):
             else:
                 out.append(f"{v:g}")
         return out
+
+
+class ClockAxis(pg.DateAxisItem):
+    """Local clock time, never finer than seconds: a short capture reads 12:04:44, not 44.500."""
+
+    def __init__(self, orientation: str = "bottom", **kwargs: object) -> None:
+        super().__init__(orientation, **kwargs)
+        self.zoomLevels.popitem()  # the millisecond level is the finest: drop it
 
 
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,

@@ -8,7 +8,7 @@ from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
 from kvmon.gui import theme
-from kvmon.gui.widgets import ValueLabel
+from kvmon.gui.labels import ValueLabel
 
 STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
     ConnectionStatus.CONNECTING: ("info", "Connecting…"),

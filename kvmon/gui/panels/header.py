@@ -6,7 +6,7 @@ from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.widgets import ValueLabel
+from kvmon.gui.labels import ValueLabel
 
 
 def _params(n: int | None) -> str | None:
@@ -104,13 +104,12 @@ class HeaderPanel(QtWidgets.QFrame):
             f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context", "kv_in_use_bytes", pv, rs,
             unknown=s.kv_in_use_bytes is None))
         dec, ceil = s.decode_tok_s, s.ceiling_tok_s
-        idle = dec is None and str(rs.get("decode_tok_s", "")).startswith("idle")
         suspect = s.ceiling_suspect
         # a speed above the ceiling means one of the ceiling's inputs is wrong: the ceiling shows as uncertain
-        ceiling_text = f"~{fmt.num_tok_s(ceil)}?" if suspect is not None else fmt.num_tok_s(ceil)
+        words = fmt.speed_words(s)
         self.speed.set(
-            f"<b style='color:{theme.hex_color('decode')}'>{'idle' if idle else fmt.tok_s(dec)}</b>"
-            f" <span style='color:{theme.hex_color('ceiling')}'>of {ceiling_text} ceiling</span>",
+            f"<b style='color:{theme.hex_color('decode')}'>{words.decode}</b>"
+            f" <span style='color:{theme.hex_color('ceiling')}'>of {words.ceiling} ceiling</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
                              unknown=ceil is None)
@@ -121,5 +120,5 @@ class HeaderPanel(QtWidgets.QFrame):
                 f" <span style='font-size:8pt'>suspect: {suspect.input.replace('_', ' ')}</span>",
                 f"Efficiency not shown: {suspect.message}")
         else:
-            self.efficiency.set(f"{fmt.percent(s.efficiency)} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
+            self.efficiency.set(f"{words.share} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
                 "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))

@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.history import History
 from kvmon.gui import theme
 from kvmon.gui.series import peak_decimate
-from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
+from kvmon.gui.widgets import ClockAxis, cache_axis, cache_static, make_plot, nice_ceiling
 
 LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
@@ -170,7 +170,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
-                              axis_items={"bottom": pg.DateAxisItem(orientation="bottom")})
+                              axis_items={"bottom": ClockAxis(orientation="bottom")})
         pi = self.plot.getPlotItem()
         pi.vb.disableAutoRange()
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
