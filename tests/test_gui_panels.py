@@ -150,6 +150,20 @@ def test_alerts_most_severe_first_and_connection_states() -> None:
                                    "Why some counters are missing")]
 
 
+def test_inline_code_in_messages_is_set_as_code_not_backticks(window: MainWindow) -> None:
+    from kvmon.gui.tray import Tray
+
+    s = dataclasses.replace(SyntheticMonitor().snapshot(1), alerts=(
+        Alert(AlertLevel.WARNING, "kv_in_host", "KV cache in host RAM; use `-ctk q8_0 -ctv q8_0` <now>"),))
+    window.on_snapshot(s)
+    shown = window.alerts.label.text()
+    assert "`" not in shown and "&nbsp;-ctk q8_0 -ctv q8_0&nbsp;</code>" in shown and "&lt;now&gt;" in shown
+    assert "`" not in window.alerts.label.toolTip()
+    tray = Tray()
+    tray.update_snapshot(s)
+    assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <now>"]
+
+
 def test_nothing_painted_while_minimised_then_caught_up(window: MainWindow, qtbot) -> None:
     mon = SyntheticMonitor()
     window.on_snapshot(mon.poll())

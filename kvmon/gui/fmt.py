@@ -5,7 +5,9 @@ Unknown values render as "—"; the tooltip then gives the reason.
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,8 +22,8 @@ from kvmon.core.units import (
     fmt_tokens,
 )
 
-__all__ = ["DASH", "SpeedWords", "bytes_", "ctx_label", "duration", "gb_s", "num_tok_s", "percent", "percent_value",
-           "speed_words", "tip", "tok_s", "tokens"]
+__all__ = ["DASH", "SpeedWords", "bytes_", "code_html", "ctx_label", "duration", "gb_s", "num_tok_s", "percent",
+           "percent_value", "plain", "speed_words", "tip", "tok_s", "tokens"]
 
 if TYPE_CHECKING:
     from kvmon.core.snapshot import Snapshot
@@ -94,3 +96,17 @@ def speed_words(s: Snapshot) -> SpeedWords:
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
                       share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
                       idle=idle, uncertain=uncertain)
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def code_html(text: str, background: str | None = None) -> str:
+    """A message as rich text: escaped, with its `inline code` (commands, flags) set in a monospace font."""
+    bg = f" style='background-color:{background}'" if background else ""
+    return _CODE.sub(lambda m: f"<code{bg}>&nbsp;{m.group(1)}&nbsp;</code>", html.escape(text, quote=False))
+
+
+def plain(text: str) -> str:
+    """A message for plain-text places (notifications, tooltips): the backticks around code dropped."""
+    return _CODE.sub(lambda m: m.group(1), text)

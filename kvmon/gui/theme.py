@@ -34,6 +34,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "critical": ("#ef5350", "#c62828"),
     "ok": ("#66bb6a", "#2e7d32"),
     "muted": ("#90a4ae", "#607d8b"),
+    "code": ("#2e3338", "#eceff1"),  # the background of inline code (commands, flags) in messages
 }
 
 # Quantities drawn dashed wherever they appear.

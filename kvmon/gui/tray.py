@@ -68,9 +68,10 @@ class Tray(QtCore.QObject):
                 self.icon.setIcon(QtGui.QIcon(icon_pixmap(text, level)))
                 self.icon.setToolTip(f"kvmon: {fmt.tok_s(s.decode_tok_s)} (ceiling {fmt.tok_s(s.ceiling_tok_s)})")
         for a in rising_alerts(self._codes, s.alerts):
-            self.notified.append(a.message)
+            message = fmt.plain(a.message)  # a notification is plain text: no backticks around code
+            self.notified.append(message)
             if self.icon is not None:
                 kind = (QtWidgets.QSystemTrayIcon.MessageIcon.Critical if a.level is AlertLevel.CRITICAL
                         else QtWidgets.QSystemTrayIcon.MessageIcon.Warning)
-                self.icon.showMessage("kvmon", a.message, kind, 8000)
+                self.icon.showMessage("kvmon", message, kind, 8000)
         self._codes = frozenset(a.code for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank)

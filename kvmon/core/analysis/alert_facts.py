@@ -33,7 +33,8 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         kv_host_via=via, kv_host_cap_tok_s=cap, weights_host_bytes=weights_host,
         weight_bytes=model.weight_bytes, weights_host_cap_tok_s=ceiling_now if weights_host else None,
         kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,
-        metrics_enabled=r.metrics_enabled, advice=advice,
+        metrics_enabled=r.metrics_enabled, advice=advice, kv_type=model.kv_type_k,
+        kv_type_assumed=r.config.type_k is None,
     )
 
 
