@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvmon import __version__
 
@@ -22,9 +22,28 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help may end with text made only when help is asked (``help_tail``): the scenario
+    list loads the simulator's tables, which ``kvmon --version`` and every normal start do without."""
+
+    help_tail: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.help_tail is not None:
+            self.epilog = self.help_tail()
+            self.formatter_class = argparse.RawDescriptionHelpFormatter
+        return super().format_help()
+
+
+def _scenarios_help() -> str:
+    from kvmon.sim.scenarios import scenarios_help
+
+    return scenarios_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, documented in the README."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvmon",
         description="Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom "
         "for llama-server and Ollama.",
@@ -41,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
 
     add_sim_arguments(sim)
+    sim.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
@@ -69,12 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
-                        help="open the dashboard on the built-in simulator")
+                        help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
+                             "are listed below)")
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
     parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     parser.add_argument("--log", default=None, metavar="FILE", help="the server's log file")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    parser.help_tail = _scenarios_help
     return parser
 
 
