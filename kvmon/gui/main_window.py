@@ -54,13 +54,15 @@ class MainWindow(QtWidgets.QMainWindow):
         self._banner = banner
         self._recording: str | None = None
         self._replay_status: str | None = None
+        app = QtWidgets.QApplication.instance()
+        if settings.scheme != "system" and app is not None and theme.is_dark() != (settings.scheme == "dark"):
+            theme.apply(app, settings.scheme == "dark")  # type: ignore[arg-type]  # before the panels are made
         self._build_panels()
 
         self._show_connecting()
         self.tray = Tray(self) if tray else None
         if self.tray is not None:
             self.tray.activated.connect(self._raise)
-        self._make_shortcuts()
         self._make_menus()
         self.set_window_range(settings.window_range)
         geo = settings.geometry
@@ -78,7 +80,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @QtCore.Slot(QtCore.Qt.ColorScheme)
     def _scheme_changed(self, scheme: QtCore.Qt.ColorScheme) -> None:
-        if scheme != QtCore.Qt.ColorScheme.Unknown:
+        if scheme != QtCore.Qt.ColorScheme.Unknown and self.settings.scheme == "system":
             self.apply_scheme(scheme == QtCore.Qt.ColorScheme.Dark)
 
     def set_banner(self, text: str | None) -> None:
@@ -122,7 +124,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabs.addTab(self.speed_context, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
-        right = QtWidgets.QWidget()
+        right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(4)
@@ -142,6 +144,8 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.addWidget(split, 1)
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
+        if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off
+            self._apply_panels()
 
 
     def apply_scheme(self, dark: bool) -> None:
@@ -161,22 +165,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self._show_connecting()
 
     # --- actions ---------------------------------------------------------------------------------
-    def _make_shortcuts(self) -> None:
-        def sc(key: str | QtGui.QKeySequence, fn: Callable[[], object]) -> None:
-            s = QtGui.QShortcut(QtGui.QKeySequence(key), self)
-            s.activated.connect(fn)
-
-        sc("Ctrl+Q", self.close)  # one binding only: a second one for the same keys would make both ambiguous
-        sc("Space", self.toggle_pause)
-        sc("Ctrl+,", self.open_settings)
-        sc("F5", self.reconnect_requested.emit)
-        for i, name in enumerate(WINDOW_RANGES, start=1):
-            sc(str(i), lambda n=name: self.set_window_range(n))
-
     def _make_menus(self) -> None:
         """File menu and toolbar: exports (PNG/SVG/CSV/clipboard), recording, report card, recording → CSV."""
         from kvmon.core.summary import Tally
-        from kvmon.gui import export
+        from kvmon.gui import export, menus
 
         self.tally = Tally(self.points)  # fed by the app with every snapshot; the live report card reads it
         self.report_snapshots: Callable[[], Sequence[Snapshot]] | None = None  # set by replay
@@ -197,6 +189,9 @@ class MainWindow(QtWidgets.QMainWindow):
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
         self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
+        self.toolbar = bar
+        self.menus = menus.install(self, menu)  # View, Tools, Help, Quit and the tray's menu
+        self._apply_panels()
 
     def toggle_recording(self, path: str | None = None) -> None:
         """Ctrl+R: start recording (asks for a file) or stop; the app does the writing."""
@@ -258,6 +253,9 @@ class MainWindow(QtWidgets.QMainWindow):
         """Space: pause or resume polling."""
         self.paused = not self.paused
         self.pause_toggled.emit(self.paused)
+        act = self.menus.actions.get("pause") if hasattr(self, "menus") else None
+        if act is not None:
+            act.setChecked(self.paused)
         if self.paused:
             self.status.connection.set("● paused (Space to resume)", "Polling is paused")
 
@@ -269,6 +267,64 @@ class MainWindow(QtWidgets.QMainWindow):
         self.settings.window_range = name
         self.speed_time.set_window(WINDOW_RANGES[name])
         self.speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
+        act = self.menus.actions.get(f"range:{name}") if hasattr(self, "menus") else None
+        if act is not None:
+            act.setChecked(True)
+
+    def set_scheme(self, scheme: str) -> None:
+        """View ▸ Theme: follow the desktop, or light or dark whatever it says; remembered."""
+        self.settings.scheme = scheme
+        act = self.menus.actions.get(f"scheme:{self.settings.scheme}")
+        if act is not None:
+            act.setChecked(True)
+        self.apply_scheme(theme.system_dark() if self.settings.scheme == "system" else scheme == "dark")
+
+    def toggle_panel(self, name: str) -> None:
+        """View ▸ Panels: show or hide one panel (or the toolbar); remembered."""
+        hidden = set(self.settings.hidden_panels)
+        hidden.symmetric_difference_update({name})
+        self.settings.hidden_panels = hidden
+        self._apply_panels()
+
+    def _apply_panels(self) -> None:
+        hidden = self.settings.hidden_panels
+        for name in ("speed_time", "memory", "bandwidth", "alerts"):
+            getattr(self, name).setVisible(name not in hidden)
+        self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)
+        tb = getattr(self, "toolbar", None)
+        if tb is not None:
+            tb.setVisible("toolbar" not in hidden)
+        for name in hidden | {"speed_time", "memory", "bandwidth", "alerts", "toolbar"}:
+            act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
+            if act is not None:
+                act.setChecked(name not in hidden)
+
+    # --- help --------------------------------------------------------------------------------------
+    def _help(self, title: str, text: str) -> QtWidgets.QDialog:
+        from kvmon.gui.help import HelpDialog
+
+        dlg = HelpDialog(title, text, self)
+        dlg.show()
+        return dlg
+
+    def show_shortcuts(self) -> QtWidgets.QDialog:
+        """Help ▸ Keyboard shortcuts: every action's keys (the replay's too, in a replay)."""
+        from kvmon.gui import help as help_mod
+
+        rows = help_mod.shortcut_rows(self.findChildren(QtGui.QAction), getattr(self, "extra_shortcuts", ()))
+        return self._help("Keyboard shortcuts", help_mod.shortcuts_html(rows))
+
+    def show_numbers_help(self) -> QtWidgets.QDialog:
+        """Help ▸ What the numbers mean."""
+        from kvmon.gui import help as help_mod
+
+        return self._help("What the numbers mean", help_mod.numbers_html())
+
+    def show_about(self) -> QtWidgets.QDialog:
+        """Help ▸ About kvmon."""
+        from kvmon.gui import help as help_mod
+
+        return self._help("About kvmon", help_mod.about_html())
 
     def open_settings(self) -> SettingsDialog:
         """Ctrl+,: the connection dialog (non-modal, so polling and painting go on)."""
@@ -277,10 +333,13 @@ class MainWindow(QtWidgets.QMainWindow):
         dlg.open()
         return dlg
 
-    def _raise(self) -> None:
+    def raise_window(self) -> None:
+        """Show the window (from minimised, or behind others) and bring it to the front."""
         self.showNormal()
         self.raise_()
         self.activateWindow()
+
+    _raise = raise_window
 
     def _show_connecting(self) -> None:
         """Before the first snapshot: say that the first poll is under way."""

@@ -218,6 +218,9 @@ def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str 
     tb.setMovable(False)
     tb.addWidget(bar)
     win.addToolBar(QtCore.Qt.ToolBarArea.BottomToolBarArea, tb)
+    win.extra_shortcuts = [("P", "Replay: play / pause"), ("Home", "Replay: jump to the start"),  # type: ignore[attr-defined]
+                           ("End", "Replay: jump to the end"), ("N", "Replay: next change in alerts"),
+                           ("Right", "Replay: one snapshot on"), ("Left", "Replay: one snapshot back")]
     for key, fn in (("P", ctl.toggle), ("Home", lambda: ctl.seek(0)),
                     ("End", lambda: ctl.seek(len(ctl.snapshots) - 1)), ("N", ctl.next_alert),
                     ("Right", lambda: ctl.seek(ctl.index + 1)), ("Left", lambda: ctl.seek(ctl.index - 1))):

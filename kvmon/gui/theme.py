@@ -45,6 +45,7 @@ DOTTED = frozenset({"forecast"})
 @dataclass
 class _State:
     dark: bool = True
+    system_dark: bool | None = None  # what the desktop asked for when kvmon started (before any override)
 
 
 _state = _State()
@@ -64,9 +65,22 @@ def detect_dark(app: QtWidgets.QApplication | None = None) -> bool:
     return window.lightness() < 128
 
 
+def system_dark(app: QtWidgets.QApplication | None = None) -> bool:
+    """The desktop's own choice: its colour scheme when it says one, else what it said when kvmon started (the
+    palette kvmon sets for a chosen scheme must not be mistaken for the desktop's)."""
+    app = app or QtWidgets.QApplication.instance()  # type: ignore[assignment]
+    if app is not None:
+        scheme = app.styleHints().colorScheme()
+        if scheme != QtCore.Qt.ColorScheme.Unknown:
+            return scheme == QtCore.Qt.ColorScheme.Dark
+    return _state.system_dark if _state.system_dark is not None else detect_dark(app)
+
+
 def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
-    """Set the scheme once at start-up: pyqtgraph background/foreground, antialiasing off, app palette."""
-    _state.dark = detect_dark(app) if dark is None else dark
+    """Set the scheme (None: the desktop's): the app palette, and the plots' background and foreground."""
+    if _state.system_dark is None:
+        _state.system_dark = detect_dark(app)
+    _state.dark = system_dark(app) if dark is None else dark
     pg.setConfigOptions(antialias=False, background=background(), foreground=foreground())
     if _state.dark:
         pal = QtGui.QPalette()

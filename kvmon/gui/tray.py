@@ -52,10 +52,17 @@ class Tray(QtCore.QObject):
         self._codes: frozenset[str] = frozenset()
         self.notified: list[str] = []  # messages shown (kept for tests and the log)
         self.icon: QtWidgets.QSystemTrayIcon | None = None
+        self.menu: QtWidgets.QMenu | None = None
         if self.available:
             self.icon = QtWidgets.QSystemTrayIcon(QtGui.QIcon(icon_pixmap("–")), self)
             self.icon.activated.connect(lambda _r: self.activated.emit())
             self.icon.show()
+
+    def set_menu(self, menu: QtWidgets.QMenu) -> None:
+        """The icon's right-click menu (Show, Pause, Record, Quit: the window's own actions)."""
+        self.menu = menu
+        if self.icon is not None:
+            self.icon.setContextMenu(menu)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Refresh the icon when its text or colour changes; notify rising alerts."""
