@@ -335,8 +335,8 @@ class LlamaServerSource:
         if not entries:
             return False, None
         for e in entries:
-            if e["status"].get("value") == "loaded" and isinstance(e.get("id"), str):
-                return True, e["id"]
+            if e["status"].get("value") == "loaded" and json_str(e.get("id")):
+                return True, json_str(e.get("id"))
         return True, None
 
     def _v1_models(
