@@ -43,6 +43,14 @@ def _once(args: argparse.Namespace) -> tuple[int, str, str]:
     return rc, out_bytes.getvalue().decode("utf-8"), err_bytes.getvalue().decode("utf-8")
 
 
+def _once_on(server: FixtureServer, **kw: Any) -> tuple[int, str, str]:
+    """``once`` against ``server``, which is stopped afterwards."""
+    try:
+        return _once(_args(server.url, **kw))
+    finally:
+        server.stop()
+
+
 def _llama(mutate_props: Any = None, mutate_slots: Any = None) -> FixtureServer:
     server = FixtureServer()
     serve_llama_state(server, "generating")
@@ -82,10 +90,7 @@ def test_a_lone_surrogate_in_names_is_replaced_and_once_prints_valid_utf8() -> N
         p["model_alias"] = "tiny\ud800model"
 
     server = _llama(names)
-    try:
-        rc, out, _ = _once(_args(server.url))
-    finally:
-        server.stop()
+    rc, out, _ = _once_on(server)
     assert rc == 0
     doc = json.loads(out)
     assert doc["model"]["name"] == "tiny\ufffdmodel"
@@ -125,10 +130,7 @@ def test_a_lone_surrogate_in_an_ollama_model_name_leaves_the_poll_working() -> N
 
 def test_a_400_digit_integer_in_props_is_unknown_not_a_number() -> None:
     server = _llama(lambda p: p.__setitem__("total_slots", int("9" * 400)))
-    try:
-        rc, out, _ = _once(_args(server.url))
-    finally:
-        server.stop()
+    rc, out, _ = _once_on(server)
     assert rc == 0
     doc = json.loads(out)
     assert doc["model"]["n_slots"] in (None, 1)  # the slots still count themselves; never 10^400
@@ -213,10 +215,7 @@ def test_an_impossible_context_size_is_unknown_with_a_reason() -> None:
         s[0]["n_ctx"] = 1e30
 
     server = _llama(huge, huge_slot)
-    try:
-        rc, out, _ = _once(_args(server.url))
-    finally:
-        server.stop()
+    rc, out, _ = _once_on(server)
     assert rc == 0
     doc = json.loads(out)
     assert doc["model"]["n_ctx"] is None and doc["slots"][0]["n_ctx"] is None
@@ -226,10 +225,7 @@ def test_an_impossible_context_size_is_unknown_with_a_reason() -> None:
 def test_negative_counts_are_unknown() -> None:
     server = _llama(lambda p: p.__setitem__("total_slots", -2),
                     lambda s: s[0].__setitem__("n_prompt_tokens", -1103))
-    try:
-        rc, out, _ = _once(_args(server.url))
-    finally:
-        server.stop()
+    rc, out, _ = _once_on(server)
     assert rc == 0
     doc = json.loads(out)
     assert doc["context_tokens"] is None and doc["slots"][0]["context_tokens"] is None

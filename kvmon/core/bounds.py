@@ -26,40 +26,48 @@ MAX_PREFILL_TOK_S = 10_000_000.0
 MAX_BYTES = 2**60
 
 
-def _ctx(value: int | None, what: str, reasons: dict[str, str], key: str) -> int | None:
-    if value is not None and value > MAX_CONTEXT_TOKENS:
-        reasons[key] = f"{what} of {value:.3g} tokens is impossible (llama.cpp holds at most {MAX_CONTEXT_TOKENS:,})"
-        return None
-    return value
+# (field, bound, what it is, unit) for each kind of reading the bounds hold
+_CONFIG = (("n_ctx_total", MAX_CONTEXT_TOKENS, "a context", "tokens"),
+           ("n_ctx_per_slot", MAX_CONTEXT_TOKENS, "a context", "tokens"),
+           ("n_parallel", MAX_SLOTS, "a slot count", "slots"),
+           ("kv_bytes_allocated", MAX_BYTES, "a KV cache", "bytes"))
+_READING = (("total_slots", MAX_SLOTS, "a slot count", "slots"),
+            ("weight_bytes_vram", MAX_BYTES, "weights in VRAM", "bytes"),
+            ("weight_bytes_host", MAX_BYTES, "weights in host RAM", "bytes"))
+_MODEL = (("weight_bytes", MAX_BYTES, "a model", "bytes"),
+          ("n_ctx_train", MAX_CONTEXT_TOKENS, "a training context", "tokens"),
+          ("n_params", MAX_BYTES, "a parameter count", "parameters"))
+_BUFFERS = ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+            "device_free_bytes_by_device")
+
+
+def _past(obj: object, checks: tuple[tuple[str, float, str, str], ...], reasons: dict[str, str],
+          prefix: str = "") -> dict[str, object]:
+    """The fields of ``obj`` past their bound, as changes to None, each with its reason."""
+    changes: dict[str, object] = {}
+    for name, bound, what, unit in checks:
+        v = getattr(obj, name)
+        if v is not None and v > bound:
+            reasons[prefix + name] = f"{what} of {v:.3g} {unit} is impossible (at most {bound:,.0f})"
+            changes[name] = None
+    return changes
 
 
 def _slot(s: SlotReading, reasons: dict[str, str]) -> SlotReading:
-    n_ctx = _ctx(s.n_ctx, "a slot context", reasons, f"slot{s.id}.n_ctx")
-    held = _ctx(s.context_tokens, "a slot holding", reasons, f"slot{s.id}.context_tokens")
-    if held is not None and n_ctx is not None and held > n_ctx:
+    bounds = (("n_ctx", MAX_CONTEXT_TOKENS, f"slot {s.id}'s context", "tokens"),
+              ("context_tokens", MAX_CONTEXT_TOKENS, f"slot {s.id} holding", "tokens"))
+    changes = _past(s, bounds, reasons, f"slot{s.id}.")
+    n_ctx = changes.get("n_ctx", s.n_ctx)
+    held = changes.get("context_tokens", s.context_tokens)
+    if isinstance(held, int) and isinstance(n_ctx, int) and held > n_ctx:
         reasons[f"slot{s.id}.context_tokens"] = f"slot {s.id} reports {held:,} tokens held in a {n_ctx:,}-token context"
-        held = None
-    if n_ctx == s.n_ctx and held == s.context_tokens:
-        return s
-    return dataclasses.replace(s, n_ctx=n_ctx, context_tokens=held)
+        changes["context_tokens"] = None
+    return dataclasses.replace(s, **changes) if changes else s  # type: ignore[arg-type]
 
 
 def _config(c: ServerConfig, reasons: dict[str, str]) -> ServerConfig:
-    changes: dict[str, object] = {}
-    for name in ("n_ctx_total", "n_ctx_per_slot"):
-        v = getattr(c, name)
-        if v is not None and v > MAX_CONTEXT_TOKENS:
-            reasons[name] = f"a context of {v:.3g} tokens is impossible (llama.cpp holds at most " \
-                            f"{MAX_CONTEXT_TOKENS:,})"
-            changes[name] = None
-    if c.n_parallel is not None and c.n_parallel > MAX_SLOTS:
-        reasons["n_parallel"] = f"{c.n_parallel:.3g} parallel slots is impossible"
-        changes["n_parallel"] = None
-    if c.kv_bytes_allocated is not None and c.kv_bytes_allocated > MAX_BYTES:
-        reasons["kv_allocated_bytes"] = f"a KV cache of {c.kv_bytes_allocated:.3g} bytes is impossible"
-        changes["kv_bytes_allocated"] = None
-    for name in ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
-                 "device_free_bytes_by_device"):
+    changes = _past(c, _CONFIG, reasons)
+    for name in _BUFFERS:
         sizes: Mapping[str, int] = getattr(c, name)
         if any(v > MAX_BYTES for v in sizes.values()):
             reasons[name] = f"{name.replace('_', ' ')}: a size past {MAX_BYTES:.3g} bytes is impossible"
@@ -74,32 +82,11 @@ def plausible_reading(r: ServerReading) -> ServerReading:
     """``r`` with every value past its physical bound made unknown, each with its reason in ``reasons``."""
     reasons: dict[str, str] = {}
     slots = tuple(_slot(s, reasons) for s in r.slots)
-    total_slots = r.total_slots
-    if total_slots is not None and total_slots > MAX_SLOTS:
-        reasons["total_slots"] = f"the server reports {total_slots:.3g} slots, which is impossible"
-        total_slots = None
+    changes = _past(r, _READING, reasons)
     config = _config(r.config, reasons)
-    changes: dict[str, object] = {}
-    for name in ("weight_bytes_vram", "weight_bytes_host"):
-        v = getattr(r, name)
-        if v is not None and v > MAX_BYTES:
-            reasons[name] = f"{v:.3g} bytes of weights is impossible"
-            changes[name] = None
-    m = r.model
-    if m is not None:
-        model_changes: dict[str, object] = {}
-        if m.weight_bytes is not None and m.weight_bytes > MAX_BYTES:
-            reasons["weight_bytes"] = f"a model of {m.weight_bytes:.3g} bytes is impossible"
-            model_changes["weight_bytes"] = None
-        if m.n_ctx_train is not None and m.n_ctx_train > MAX_CONTEXT_TOKENS:
-            reasons["n_ctx_train"] = f"a training context of {m.n_ctx_train:.3g} tokens is impossible"
-            model_changes["n_ctx_train"] = None
-        if m.n_params is not None and m.n_params > MAX_BYTES:
-            reasons["n_params"] = f"{m.n_params:.3g} parameters is impossible"
-            model_changes["n_params"] = None
-        if model_changes:
-            changes["model"] = dataclasses.replace(m, **model_changes)  # type: ignore[arg-type]
+    if r.model is not None and (model_changes := _past(r.model, _MODEL, reasons)):
+        changes["model"] = dataclasses.replace(r.model, **model_changes)  # type: ignore[arg-type]
     if not reasons:
         return r
-    return dataclasses.replace(r, slots=slots, total_slots=total_slots, config=config,  # type: ignore[arg-type]
-                               reasons={**r.reasons, **reasons}, **changes)
+    return dataclasses.replace(r, slots=slots, config=config, reasons={**r.reasons, **reasons},  # type: ignore[arg-type]
+                               **changes)
