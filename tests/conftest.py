@@ -1,5 +1,6 @@
-"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``) and real llama.cpp
-servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``)."""
+"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``), real llama.cpp
+servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``), and a keychain in memory
+for every test (``tests/memory_keyring.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_http import FixtureServer
+from memory_keyring import MemoryKeyring, using_keyring
 from real_llama_server import RealLlamaServer
 from tiny_gguf import make_gguf
+
+
+@pytest.fixture(autouse=True)
+def _keychain_in_memory() -> Iterator[None]:
+    """No test touches this machine's real keychain: each one gets an empty keychain in memory."""
+    with using_keyring(MemoryKeyring()):
+        yield
 
 
 @pytest.fixture

@@ -21,9 +21,11 @@ import psutil
 
 from kvmon.core.readings import HostReading
 from kvmon.physics.gpus import lookup_gpu
+from kvmon.sources.localfile import read_tail
 from kvmon.sources.procs import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
+CACHE_MAX_BYTES = 64 * 1024  # the cache is one small JSON record
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
 DEFAULT_BENCH_REPEATS = 4
 
@@ -132,7 +134,7 @@ class HostSource:
         self._cache_loaded = True
         path = self.cache_path
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_tail(path, CACHE_MAX_BYTES).decode("utf-8", "replace")  # regular files only, never waiting
         except FileNotFoundError:
             self._measured_reason = "host bandwidth not measured yet (run the host bandwidth benchmark)"
             return
