@@ -14,14 +14,16 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import caption, theme
+
+if TYPE_CHECKING:  # the plotting library loads with the first plot, not with the menus
+    import numpy as np
+    import pyqtgraph as pg
 
 # panel name (as on the command line) → MainWindow attribute
 PANEL_ATTRS = {"header": "header", "speed-vs-context": "speed_context", "speed-over-time": "speed_time",
@@ -116,6 +118,8 @@ def copy_image(image: QtGui.QImage) -> None:
 # --- plots: data and SVG ------------------------------------------------------------------------------------
 def plot_of(panel: Any) -> pg.PlotWidget:
     """The PlotWidget of a plot panel (``panel.plot``)."""
+    import pyqtgraph as pg
+
     plot = getattr(panel, "plot", None)
     if not isinstance(plot, pg.PlotWidget):
         raise ExportError(f"{type(panel).__name__} has no plot")
@@ -129,6 +133,8 @@ def _name(item: Any, fallback: str) -> str:
 
 def plotted_series(panel: Any) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(name, x, y) of every data item on the panel's plot, including items on a second axis (``panel.prefill``)."""
+    import numpy as np
+
     plot = plot_of(panel)
     items: list[Any] = list(plot.getPlotItem().listDataItems())
     own = getattr(panel, "curves", None)  # a panel that draws its own curves (speed over time) lists them

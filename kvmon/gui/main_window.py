@@ -1,12 +1,15 @@
 """The dashboard window: renders Snapshots from the poller into the panels; paints nothing while hidden.
 
 Layout: header; the speed-vs-context hero (with the what-if calculator on a second tab) beside speed over
-time, memory and bandwidth; alerts and advice; the status bar.
+time, memory and bandwidth; alerts and advice; the status bar. The two plots (and the plotting library) are made
+just after the first frame is painted, or when first asked for: the window is on screen in about the time a bare
+Qt window takes, and the plots are there before the first poll's answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -17,14 +20,33 @@ from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.header import HeaderPanel
 from kvmon.gui.panels.memory import MemoryPanel
-from kvmon.gui.panels.speed_context import SpeedContextPanel
-from kvmon.gui.panels.speed_time import SpeedTimePanel
 from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
 from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
 from kvmon.gui.tray import Tray
-from kvmon.gui.whatif import WhatIfPanel
+
+if TYPE_CHECKING:
+    from kvmon.gui.panels.speed_context import SpeedContextPanel
+    from kvmon.gui.panels.speed_time import SpeedTimePanel
+    from kvmon.gui.whatif import WhatIfPanel
 
 AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
+
+
+class PlotSlot(QtWidgets.QWidget):
+    """Where a plot panel goes: the plot's background until the plot is made (just after the first frame)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAutoFillBackground(True)
+        pal = self.palette()
+        pal.setColor(QtGui.QPalette.ColorRole.Window, QtGui.QColor(theme.background()))
+        self.setPalette(pal)
+        self.setMinimumHeight(120)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+
+    def put(self, panel: QtWidgets.QWidget) -> None:
+        self.layout().addWidget(panel)  # type: ignore[union-attr]
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -54,6 +76,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._banner = banner
         self._recording: str | None = None
         self._replay_status: str | None = None
+        self._plots_due = False
+        self.window_range = settings.window_range
         app = QtWidgets.QApplication.instance()
         if settings.scheme != "system" and app is not None and theme.is_dark() != (settings.scheme == "dark"):
             theme.apply(app, settings.scheme == "dark")  # type: ignore[arg-type]  # before the panels are made
@@ -105,9 +129,10 @@ class MainWindow(QtWidgets.QMainWindow):
         """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
         self.header = HeaderPanel()
         self.header.set_banner(self._banner)
-        self.speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
+        self._speed_context: SpeedContextPanel | None = None  # made by _build_plots
+        self._speed_time: SpeedTimePanel | None = None
+        self._hero_slot, self._time_slot = PlotSlot(), PlotSlot()
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
-        self.speed_time = SpeedTimePanel(self.history)
         self.memory = MemoryPanel()
         self.bandwidth = BandwidthPanel()
         self.alerts = AlertsPanel()
@@ -116,19 +141,17 @@ class MainWindow(QtWidgets.QMainWindow):
         self.status.set_recording(self._recording)
         if self._replay_status is not None:
             self.status.set_replay(self._replay_status)
-        if getattr(self, "window_range", None):
-            self.set_window_range(self.window_range)
 
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self.speed_context, "Speed vs context")
+        self.tabs.addTab(self._hero_slot, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
         right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(4)
-        rl.addWidget(self.speed_time, 3)
+        rl.addWidget(self._time_slot, 3)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
@@ -144,8 +167,45 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.addWidget(split, 1)
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
-        if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off
+        if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off, the plots are made now
             self._apply_panels()
+            self._build_plots()
+
+    def _build_plots(self) -> None:
+        """Make the two plot panels (loading the plotting library the first time) and put them in their slots."""
+        if self._speed_context is not None:
+            return
+        from kvmon.gui.panels.speed_context import SpeedContextPanel
+        from kvmon.gui.panels.speed_time import SpeedTimePanel
+
+        self._speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
+        self._hero_slot.put(self._speed_context)
+        self._speed_time = SpeedTimePanel(self.history)
+        self._time_slot.put(self._speed_time)
+        self.set_window_range(self.window_range)
+        if self.shown is not None and self.painting():
+            self.render()  # what the panels already show, now the plots too
+
+    @property
+    def speed_context(self) -> SpeedContextPanel:
+        """The speed-vs-context plot panel (made on first use)."""
+        self._build_plots()
+        assert self._speed_context is not None
+        return self._speed_context
+
+    @property
+    def speed_time(self) -> SpeedTimePanel:
+        """The speed-over-time plot panel (made on first use)."""
+        self._build_plots()
+        assert self._speed_time is not None
+        return self._speed_time
+
+    def event(self, e: QtCore.QEvent) -> bool:
+        if (e.type() == QtCore.QEvent.Type.Paint and getattr(self, "_speed_context", 0) is None
+                and not self._plots_due):
+            self._plots_due = True  # the first frame is on screen: make the plots right after it
+            QtCore.QTimer.singleShot(0, self._build_plots)
+        return super().event(e)
 
 
     def apply_scheme(self, dark: bool) -> None:
@@ -158,7 +218,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self._build_panels()
         if old is not None:
             old.deleteLater()
-        self.speed_time.set_window(WINDOW_RANGES[self.window_range])
         if self.last is not None:
             self.render()
         else:
@@ -265,8 +324,9 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self.window_range = name
         self.settings.window_range = name
-        self.speed_time.set_window(WINDOW_RANGES[name])
-        self.speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
+        if self._speed_time is not None:  # else the plot takes it when it is made
+            self._speed_time.set_window(WINDOW_RANGES[name])
+            self._speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
         act = self.menus.actions.get(f"range:{name}") if hasattr(self, "menus") else None
         if act is not None:
             act.setChecked(True)
@@ -288,8 +348,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _apply_panels(self) -> None:
         hidden = self.settings.hidden_panels
-        for name in ("speed_time", "memory", "bandwidth", "alerts"):
-            getattr(self, name).setVisible(name not in hidden)
+        for name, w in (("speed_time", self._time_slot), ("memory", self.memory), ("bandwidth", self.bandwidth),
+                        ("alerts", self.alerts)):
+            w.setVisible(name not in hidden)
         self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)
         tb = getattr(self, "toolbar", None)
         if tb is not None:
@@ -408,6 +469,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def show_whatif(self) -> WhatIfPanel:
         """Switch to the what-if calculator, building it the first time."""
         if self.whatif is None:
+            from kvmon.gui.whatif import WhatIfPanel
+
             self.whatif = WhatIfPanel()
             self.tabs.blockSignals(True)
             self.tabs.removeTab(1)

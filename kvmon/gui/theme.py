@@ -1,13 +1,16 @@
 """One colour per quantity, defined once, for every panel; follows the system's dark or light scheme.
 
-Panels ask ``theme.color("decode")`` or ``theme.pen("ceiling")`` and never spell a colour themselves.
+Panels ask ``theme.color("decode")`` or ``theme.pen("ceiling")`` and never spell a colour themselves. Qt only:
+the plotting library takes its defaults from ``plot_options()`` when the first plot is made (it is not loaded
+for the window's first frame).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
 
-import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 # Quantity -> (dark-scheme colour, light-scheme colour). The single source of colour truth.
@@ -81,7 +84,8 @@ def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
     if _state.system_dark is None:
         _state.system_dark = detect_dark(app)
     _state.dark = system_dark(app) if dark is None else dark
-    pg.setConfigOptions(antialias=False, background=background(), foreground=foreground())
+    if "pyqtgraph" in sys.modules:  # plots made from now on take the scheme's colours
+        sys.modules["pyqtgraph"].setConfigOptions(**plot_options())
     if _state.dark:
         pal = QtGui.QPalette()
         for role, c in (
@@ -102,6 +106,11 @@ def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
         app.setPalette(pal)
     else:
         app.setPalette(app.style().standardPalette())
+
+
+def plot_options() -> dict[str, Any]:
+    """pyqtgraph's defaults for the scheme: no antialiasing, the plot background and foreground."""
+    return {"antialias": False, "background": background(), "foreground": foreground()}
 
 
 def is_dark() -> bool:
@@ -133,7 +142,9 @@ def hex_color(quantity: str) -> str:
 
 def pen(quantity: str, width: float = 1.5) -> QtGui.QPen:
     """A cosmetic pen for a quantity; dashed for the ceiling, dotted for the forecast."""
-    p = pg.mkPen(color(quantity), width=width)
+    p = QtGui.QPen(color(quantity))
+    p.setWidthF(width)
+    p.setCosmetic(True)  # the width is in pixels at any zoom, as pyqtgraph's mkPen makes it
     if quantity in DASHED:
         p.setStyle(QtCore.Qt.PenStyle.DashLine)
     elif quantity in DOTTED:

@@ -44,6 +44,7 @@ class ClockAxis(pg.DateAxisItem):
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,
               axis_items: dict[str, pg.AxisItem] | None = None) -> pg.PlotWidget:
     """A PlotWidget with units on both axes, no grid, no menu, fixed look: created once per panel."""
+    pg.setConfigOptions(**theme.plot_options())  # the scheme of the moment (a plot is made after a switch too)
     w = pg.PlotWidget(axisItems=axis_items)
     w.setBackground(theme.background())
     item = w.getPlotItem()
