@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_args(once)
     once.add_argument("--json", action="store_true", help="print the documented JSON document")
     once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
+    once.add_argument("--list", action="store_true",
+                      help="list every server found on this machine (processes, then the default ports) and exit")
 
     sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads

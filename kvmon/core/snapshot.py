@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
 # A field with this metadata is live-only: the recorder leaves it out (it would repeat in every line).
@@ -188,6 +189,7 @@ class Snapshot:
     provenance: Mapping[str, str] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events
 
     @property
     def server_read(self) -> bool:
