@@ -84,6 +84,8 @@ class ModelView:
     kv_bytes_per_token: float | None = None  # per position of context, all layers, K+V
     kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load (capacity)
     recurrent_state_bytes: int | None = None
+    fit: bool | None = None  # --fit: context and offload not given were sized at load to fit device memory
+    fit_target_bytes: tuple[int, ...] | None = None  # what --fit leaves free per device (one value: every device)
     shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
     # the live model's shape, for the what-if calculator; not recorded, not compared
     shape: ModelShape | None = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
@@ -132,6 +134,7 @@ class HostView:
     kv_in_host_bytes: int | None = None
     host_bandwidth_bytes_per_s: float | None = None
     server_rss_bytes: int | None = None
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
 
 
 @dataclass(frozen=True)
