@@ -242,7 +242,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     try:
         monitor = open_monitor(getattr(args, "url", None), api_key=api_key,
                                timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                               log_path=getattr(args, "log", None))
+                               log_path=getattr(args, "log", None), devices_url=getattr(args, "devices", None))
     except SourceError as e:
         exporter.stop()
         return _fail(e.failure.reason, err)

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"kvmon: reading {url} ({answering[0].label}); also found {others} (kvmon once --list)", file=err)
     try:
         monitor = open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
-                               backend=backend)
+                               backend=backend, devices_url=getattr(args, "devices", None))
     except SourceError as e:
         return _fail(e.failure.reason, err)
     with monitor:

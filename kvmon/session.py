@@ -105,12 +105,14 @@ def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSo
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
                  log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
                  gpu: bool = True, host: bool = True, candidates: Sequence[str] | None = None,
-                 recorder: Any = None, backend: str | None = None) -> Monitor | GroupMonitor:
+                 recorder: Any = None, backend: str | None = None,
+                 devices_url: str | None = None) -> Monitor | GroupMonitor:
     """A monitor on ``url``; with no URL, the first server found on this machine (``find_servers``).
 
     Each candidate is asked once: the backend it answered as opens its source (``backend`` skips the question).
     Raises SourceError (UNREACHABLE) when no URL is given and nothing answers. ``recorder``: where every snapshot
-    is recorded.
+    is recorded. ``devices_url``: the ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on
+    another machine without one has no device readings, said so; this machine's are not its).
     """
     from kvmon.sources.detect import open_source
     from kvmon.sources.discover import nothing_found_reason
@@ -122,8 +124,29 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
             raise SourceError(SourceFailure(FailureKind.UNREACHABLE, nothing_found_reason(found)))
         url, backend = answering[0].url, answering[0].backend
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
-    return build_monitor(source, default_gpu_source(nvml, settings) if gpu else None,
-                         default_host_source(settings) if host else None, settings, recorder=recorder)
+    gpu_src, host_src = device_sources(url, devices_url, settings=settings, nvml=nvml, gpu=gpu, host=host)
+    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder)
+
+
+def device_sources(url: str, devices_url: str | None, *, settings: AnalyzerSettings | None = None, nvml: Any = None,
+                   gpu: bool = True, host: bool = True) -> tuple[Any, Any]:
+    """(GPU source, host source) for a server at ``url``: a remote ``kvmon serve``'s when ``devices_url`` is given,
+    this machine's when the server runs here, else sources that say why there are no device readings."""
+    from urllib.parse import urlsplit
+
+    from kvmon.sources.http import normalize_base_url
+    from kvmon.sources.procs import is_local_host
+
+    if devices_url:
+        from kvmon.sources.remote_devices import RemoteDevices
+
+        remote = RemoteDevices(devices_url)
+        return (remote if gpu else None), (remote.host_source() if host else None)
+    if not is_local_host(urlsplit(normalize_base_url(url)).hostname):
+        from kvmon.sources.remote_devices import NoDevices, NoHost
+
+        return (NoDevices() if gpu else None), (NoHost() if host else None)
+    return (default_gpu_source(nvml, settings) if gpu else None), (default_host_source(settings) if host else None)
 
 
 # --------------------------------------------------------------------------------------------- recording
@@ -272,12 +295,17 @@ def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, 
 
 
 def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
-                   recorder: RecordSwitch | None = None) -> Session:
-    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect)."""
+                   recorder: RecordSwitch | None = None, devices_url: str | None = None,
+                   backend: str | None = None) -> Session:
+    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect). ``backend``: what it answered
+    as when it was found (the first monitor needs no question; a reconnect asks again)."""
     switch = recorder if recorder is not None else RecordSwitch(url)
+    known = [backend]
 
     def factory() -> MonitorLike:
-        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+        first = known.pop() if known else None
+        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                            devices_url=devices_url, backend=first)
 
     return Session(factory, None, url, recorder=switch)
 

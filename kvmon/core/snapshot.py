@@ -113,6 +113,7 @@ class GpuView:
     kv_in_use_bytes: int | None = None
     server_other_bytes: int | None = None
     other_processes_bytes: int | None = None
+    server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
     achieved_bandwidth_bytes_per_s: float | None = None
