@@ -91,7 +91,7 @@ class ServingView:
     kind: str
     models: tuple[ServedModel, ...] = ()
     followed: str | None = None
-    follow_reason: str | None = None  # "generating", "used last", "the only model loaded", "chosen"
+    follow_reason: str | None = None  # "generating", "used last", "shown before", "the only model loaded", "chosen"
     events: tuple[ServingEvent, ...] = ()
     message: str | None = None  # the state in one line when no model is shown ("no model loaded", "loading 42 %")
 
@@ -185,7 +185,7 @@ def choose_followed(state: FollowState, listing: Sequence[ListedModel], busy: Ma
     if last_busy in running:
         return FollowState(last_busy, last_busy), last_busy, "used last"
     if state.followed in running:
-        return FollowState(state.followed, last_busy), state.followed, "followed before"
+        return FollowState(state.followed, last_busy), state.followed, "shown before"
     loaded = [n for n, m in running.items() if m.status == LOADED] or list(running)
     if not loaded:
         return FollowState(None, last_busy), None, None
