@@ -47,6 +47,16 @@ def format_text(doc: dict[str, Any]) -> str:
         f"decode: {_fmt(doc['decode_tok_s'], ' tok/s')} (ceiling {_fmt(doc['ceiling_tok_s'], ' tok/s')}), "
         f"prefill: {_fmt(doc['prefill_tok_s'], ' tok/s')}",
     ]
+    sv = doc.get("serving")
+    if sv:
+        shown = f", showing {sv['followed']} ({sv['follow_reason']})" if sv["followed"] else ""
+        models = ", ".join(f"{m['name']} {m['status']}" + (f" {m['progress'] * 100:.0f} %" if m["progress"]
+                                                            is not None else "") for m in sv["models"])
+        from kvmon.core.serving import SERVING_LABELS
+
+        lines.insert(1, f"{SERVING_LABELS.get(sv['kind'], sv['kind'])}{shown}: {models or 'no models'}"
+                     + (f" — {sv['message']}"
+                                                                           if sv["message"] else ""))
     for g in doc["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name'] or '?'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")

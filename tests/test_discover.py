@@ -123,6 +123,14 @@ def test_command_lines_are_classified() -> None:
     assert classify(["llama-server"], {"LLAMA_ARG_MODEL": "/m/x.gguf"})[0] == detect.LLAMA_SERVER  # type: ignore[index]
     assert classify(["ollama", "serve"], {"OLLAMA_HOST": "127.0.0.1:11500"})[1] == (11500,)  # type: ignore[index]
     assert detect.WELL_KNOWN_PORTS == (9931, 8080, 11434)  # llama.cpp b11549's default first, then the older one
+    # Ollama's model server, by its whole command line (llm/llama_server.go): read through Ollama, even when its
+    # parent cannot be read; a llama-server someone started with a few of those flags is still listed
+    from kvmon.sources.discover import _ollamas_own
+
+    ollamas = ["/usr/lib/ollama/llama-server", "--model", "/b/sha256-1", "--port", "40001", "--host", "127.0.0.1",
+               "--no-webui", "--offline", "-c", "8192", "-np", "1", "--log-verbosity", "4", "--no-log-prefix",
+               "--no-log-timestamps"]
+    assert _ollamas_own(ollamas) and not _ollamas_own(ollamas[:-3])
 
 
 def test_servers_on_any_port_are_found_from_the_process_table(scripts: dict[str, str]) -> None:

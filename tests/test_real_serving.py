@@ -79,3 +79,16 @@ def test_a_server_that_sleeps_when_idle_falls_asleep_while_watched(
     finally:
         src.close()
     assert awake.state == "ok" and awake.slots and awake.slots[0].n_decoded is not None
+
+
+def test_the_embedded_server_has_no_router_mode() -> None:
+    """Why router mode is tested against captured answers and the simulator: the wheel refuses to start without a
+    model. Should a later wheel start a router, this fails, and the router tests should move to the real one."""
+    import subprocess
+    import sys
+
+    code = ("import xllamacpp\np = xllamacpp.CommonParams()\np.models_dir = '.'\n"
+            "try:\n    xllamacpp.Server(p)\nexcept ValueError as e:\n    print('REFUSED', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "REFUSED params.model.path is required: xllamacpp disabled the router server feature" in out.stdout, \
+        out.stdout + out.stderr

@@ -144,3 +144,28 @@ def test_the_simulated_router_event_stream_has_the_real_shape(router: MultiSim) 
     assert events[0] == {"model": "qwen3-8b", "event": "model_status", "data": {"status": "loading"}}
     assert events[1]["event"] == "status_change" and events[1]["data"]["status"] == "loading"
     assert set(events[1]["data"]["progress"]) == {"stages", "current", "value"}
+
+
+def test_once_on_a_router_names_its_models_and_the_one_shown(router: MultiSim) -> None:
+    import contextlib
+    import io
+
+    from kvmon.cli import main as kvmon_main
+
+    router.clock.advance(20.0)  # qwen3-8b loaded (and chatted with)
+    router.tick()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = kvmon_main(["once", router.url, "--json", "--interval", "0"])
+    assert rc == 0
+    doc = json.loads(out.getvalue())
+    sv = doc["serving"]
+    assert sv["kind"] == "router" and sv["followed"] == "qwen3-8b" and doc["model"]["name"] == "qwen3-8b"
+    assert [(m["name"], m["status"]) for m in sv["models"]] == [
+        ("qwen3-8b", "loaded"), ("gemma-3-12b", "unloaded"), ("gpt-oss-20b", "unloaded"),
+        ("broken-model", "unloaded")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert kvmon_main(["once", router.url, "--interval", "0"]) == 0
+    assert "llama-server router, showing qwen3-8b" in out.getvalue().splitlines()[1]
+    assert router.autoloads == []

@@ -149,6 +149,14 @@ def _short(argv: Sequence[str]) -> str:
     return " ".join(keep)
 
 
+def _ollamas_own(argv: Sequence[str]) -> bool:
+    """A llama-server with the whole command line Ollama gives its model server (its log flags included): read
+    through Ollama (found on its own port), not listed alone, even when its parent cannot be read."""
+    from kvmon.sources.ollama_child import classify_child
+
+    return classify_child(argv)[0] == "model" and "--no-log-prefix" in argv and "--no-log-timestamps" in argv
+
+
 def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None = None) -> list[ProcessCandidate]:
     """Every llama-server, router, llama-swap and ``ollama serve`` process readable here, children left out."""
     it = process_iter or (lambda: psutil.process_iter(["pid", "ppid", "cmdline"]))
@@ -168,7 +176,7 @@ def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None =
             except (psutil.Error, OSError):
                 env = {}
         kind = classify(argv, env)
-        if kind is not None:
+        if kind is not None and not _ollamas_own(argv):
             matched[proc.pid] = (proc, kind[0], kind[1], kind[2], list(argv))
     out: list[ProcessCandidate] = []
     for _pid, (proc, kind, argv_ports, host, argv) in matched.items():
