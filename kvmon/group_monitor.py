@@ -16,7 +16,14 @@ from dataclasses import dataclass, replace
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
 from kvmon.core.connection import failure_of
-from kvmon.core.readings import FailureKind, ServerReading, SourceError, SourceFailure
+from kvmon.core.readings import (
+    FailureKind,
+    GpuSetReading,
+    HostReading,
+    ServerReading,
+    SourceError,
+    SourceFailure,
+)
 from kvmon.core.serving import (
     LOADED,
     LOADING,
@@ -34,7 +41,7 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import DevicePoller, SnapshotSink
+from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
@@ -162,12 +169,7 @@ class GroupMonitor:
             m.note = f"{name}: {type(e).__name__}: {e}"
 
     def _drop(self, name: str) -> None:
-        m = self._models.pop(name)
-        if m.source is not None:
-            try:
-                m.source.close()
-            except Exception:  # closing is best effort
-                pass
+        close_quietly(self._models.pop(name).source)
 
     def _reading_pids(self, name: str, r: ServerReading) -> tuple[int, ...]:
         if r.server_pids:
@@ -183,8 +185,8 @@ class GroupMonitor:
                 pids.update(self._model_pids(name))
         return tuple(sorted(pids))
 
-    def _shown(self, followed: str | None, running: dict[str, ListedModel], listing: ModelListing, gpus, host,
-               t: float, wall: float) -> Snapshot:  # type: ignore[no-untyped-def]
+    def _shown(self, followed: str | None, running: dict[str, ListedModel], listing: ModelListing,
+               gpus: GpuSetReading | None, host: HostReading | None, t: float, wall: float) -> Snapshot:
         """The followed model's Snapshot; a loading or unreadable one says so; none: the serving process's state."""
         m = self._models.get(followed) if followed is not None else None
         if m is not None and m.snapshot is not None and m.reading is not None:
@@ -230,13 +232,7 @@ class GroupMonitor:
         """Close every model's source, the list source, the devices and the recorder (best effort)."""
         for name in list(self._models):
             self._drop(name)
-        for part in (self.source, self.devices, self.recorder):
-            if part is None:
-                continue
-            try:
-                part.close()
-            except Exception:  # closing is best effort
-                pass
+        close_quietly(self.source, self.devices, self.recorder)
 
     def __enter__(self) -> GroupMonitor:
         return self

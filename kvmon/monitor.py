@@ -29,6 +29,18 @@ class SnapshotSink(Protocol):
     def close(self) -> None: ...
 
 
+def close_quietly(*parts: object) -> None:
+    """Close each part that is there; closing is best effort (a broken client must not stop the others)."""
+    for part in parts:
+        close = getattr(part, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception:  # closing is best effort
+            pass
+
+
 class DevicePoller:
     """The GPU and host sources of one monitor, read once per poll for the server's processes (host at most every
     ``host_interval_s``, and again when the processes change); their failures only blank their part."""
@@ -68,13 +80,7 @@ class DevicePoller:
         return reading
 
     def close(self) -> None:
-        for src in (self.gpu_source, self.host_source):
-            if src is None:
-                continue
-            try:
-                src.close()
-            except Exception:  # closing is best effort
-                pass
+        close_quietly(self.gpu_source, self.host_source)
 
 
 class Monitor:
@@ -143,13 +149,7 @@ class Monitor:
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""
-        for src in (self.server_source, self.devices, self.recorder):
-            if src is None:
-                continue
-            try:
-                src.close()
-            except Exception:  # closing is best effort
-                pass
+        close_quietly(self.server_source, self.devices, self.recorder)
 
     def __enter__(self) -> Monitor:
         return self
