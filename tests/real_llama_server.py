@@ -67,6 +67,7 @@ class RealLlamaServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         line = self._read_line(deadline)
         if not line.startswith("READY "):
+            self._wait_log_settled()
             self.stop()
             raise ServerFailed(f"{line.strip() or 'no answer'}; log: {self.log_tail()}")
         self.url = line.split(None, 1)[1].strip()
@@ -80,6 +81,25 @@ class RealLlamaServer:
             time.sleep(0.05)
         self.stop()
         raise ServerFailed(f"/health never answered 200; log: {self.log_tail()}")
+
+    def _wait_log_settled(self) -> None:
+        """A server that failed: its last log lines (the reason) may still be on the way from the log thread, which
+        a stop would cut short: let it exit on its own, and the file stop growing (at most LOG_SETTLE_S)."""
+        end = time.monotonic() + LOG_SETTLE_S
+        if self.proc is not None:
+            try:
+                self.proc.wait(LOG_SETTLE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        size, steady = -1, 0
+        while time.monotonic() < end and steady < 3:
+            try:
+                now = self.log_path.stat().st_size
+            except OSError:
+                return
+            steady = steady + 1 if now == size else 0
+            size = now
+            time.sleep(0.1)
 
     def _wait_for_log(self, deadline: float) -> None:
         """llama.cpp's log is written by a thread of its own: on a busy machine the load lines (KV sizes) can reach
