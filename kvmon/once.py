@@ -55,8 +55,15 @@ def format_text(doc: dict[str, Any]) -> str:
         from kvmon.core.serving import SERVING_LABELS
 
         lines.insert(1, f"{SERVING_LABELS.get(sv['kind'], sv['kind'])}{shown}: {models or 'no models'}"
-                     + (f" — {sv['message']}"
-                                                                           if sv["message"] else ""))
+                     + (f" — {sv['message']}" if sv["message"] else ""))
+    if doc["ceiling_suspect"]:
+        lines.append(f"ceiling uncertain ({doc['ceiling_suspect']['input']}): {doc['ceiling_suspect']['message']}")
+    fc = doc["forecast"]
+    if fc["fit"]["form"]:
+        regime = fc["regime"]
+        since = f" since {regime['description']}" if regime["cause"] not in (None, "start") else ""
+        lines.append(f"forecast: {fc['fit']['form']} fit on {fc['fit']['points']} point(s){since}; "
+                     + ", ".join(f"{ms['context_tokens']:,}: {_fmt(ms['tok_s'], ' tok/s')}" for ms in fc["milestones"]))
     for g in doc["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name'] or '?'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")

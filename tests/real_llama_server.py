@@ -23,10 +23,10 @@ CHILD = Path(__file__).resolve().parent / "llama_server_child.py"
 LLAMA_CPP_BUILD = "b11549"  # what xllamacpp 2026.10.11549 embeds (its /props says b0-unknown: no build number set)
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
-LOG_SETTLE_S = 10.0  # how long a started server's log may take to show its load lines
-LOADED_MARK = "all slots are idle"  # update_slots at -lv 4: the server's loop first found nothing to do
+LOG_SETTLE_S = 10.0  # how long a server that failed to start may take to write its reason to the log
 
 MIB = 1024 * 1024
+LISTENING = "init: listening on "  # the server's last start-up line
 # llama_kv_cache: size =    4.00 MiB (  4096 cells,   4 layers,  1/1 seqs), K (f16):    2.00 MiB, V (f16):    2.00 MiB
 KV_LINE = re.compile(r"llama_kv_cache: size = +([0-9.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
                      r"K \((\w+)\): +([0-9.]+) MiB, V \((\w+)\): +([0-9.]+) MiB")
@@ -51,8 +51,6 @@ class RealLlamaServer:
             self.argv += ["-t", str(threads)]
         if "-lv" not in self.args:
             self.argv += ["-lv", str(verbosity)]
-        lv = self.args[self.args.index("-lv") + 1] if "-lv" in self.args[:-1] else str(verbosity)
-        self.verbosity = int(lv) if lv.isdigit() else verbosity
         self.url = ""
         self.proc: subprocess.Popen[str] | None = None
 
@@ -74,13 +72,21 @@ class RealLlamaServer:
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    self._wait_for_log(deadline)
-                    return self
+                    break
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
+        else:
+            self.stop()
+            raise ServerFailed(f"/health never answered 200; log: {self.log_tail()}")
+        # llama.cpp logs from a worker thread: on a busy machine the file can lag behind /health. Its lines come
+        # in order, so once the "listening on" line is there every load line (KV sizes included) is too.
+        while time.monotonic() < deadline:
+            if any(LISTENING in line for line in self.log_lines()):
+                return self
+            time.sleep(0.05)
         self.stop()
-        raise ServerFailed(f"/health never answered 200; log: {self.log_tail()}")
+        raise ServerFailed(f"the log never said the server was listening; log: {self.log_tail()}")
 
     def _wait_log_settled(self) -> None:
         """A server that failed: its last log lines (the reason) may still be on the way from the log thread, which
@@ -100,20 +106,6 @@ class RealLlamaServer:
             steady = steady + 1 if now == size else 0
             size = now
             time.sleep(0.1)
-
-    def _wait_for_log(self, deadline: float) -> None:
-        """llama.cpp's log is written by a thread of its own: on a busy machine the load lines (KV sizes) can reach
-        the file after the server answers. Wait for the line its idle loop prints once, after all of them."""
-        if self.verbosity < 4:  # the mark is a trace line: not printed below -lv 4
-            return
-        end = min(deadline, time.monotonic() + LOG_SETTLE_S)
-        while time.monotonic() < end:
-            try:
-                if any(LOADED_MARK in line for line in self.log_lines()):
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
 
     def _read_line(self, deadline: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None

@@ -128,7 +128,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         self.models = ModelsPanel()
         self.models.pinned = self.views[self.current].pinned
         self.models.follow_requested.connect(self._follow)
-        self.speed_context = SpeedContextPanel(self.bins)
+        self.speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.speed_time = SpeedTimePanel(self.history)
         self.memory = MemoryPanel()
