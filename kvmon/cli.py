@@ -20,6 +20,9 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     p.add_argument("--log", default=None, metavar="FILE", help="the server's log file, for KV type and layers")
     p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
+    p.add_argument("--devices", default=None, metavar="URL",
+                   help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
+                   "(http://HOST:9464)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_args(once)
     once.add_argument("--json", action="store_true", help="print the documented JSON document")
     once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
+    once.add_argument("--list", action="store_true",
+                      help="list every server found on this machine (processes, then the default ports) and exit")
 
     sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
@@ -95,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     parser.add_argument("--log", default=None, metavar="FILE", help="the server's log file")
+    parser.add_argument("--devices", default=None, metavar="URL",
+                        help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
     parser.help_tail = _scenarios_help
     return parser

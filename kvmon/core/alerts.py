@@ -40,6 +40,9 @@ class AlertThresholds:
     advice_clear_freed_bytes: int = 512 * MIB
     # Connection: a failure must last this long before it is an alert (one slow poll is not).
     connection_raise_s: float = 3.0
+    # Host prompt cache (--cache-ram): said when its limit is above the RAM available, until it fits in this share.
+    prompt_cache_clear_fraction: float = 0.8
+    prompt_cache_min_suggest_bytes: int = 256 * MIB
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class AlertFacts:
     kv_type_assumed: bool = False  # kv_type is the default, taken because the server does not say
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: -1 no limit, 0 off
+    ram_available_bytes: int | None = None
 
 
 RuleResult = tuple[AlertLevel | None, str, float | None]
@@ -255,6 +260,23 @@ def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | 
     return AlertLevel.INFO, claim, float(best.freed_bytes)
 
 
+def rule_prompt_cache_ram(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """llama-server keeps idle conversations in a host-RAM prompt cache (--cache-ram, 8 GiB by default): say so
+    when it may grow past the RAM still available, with a limit that fits."""
+    limit, avail = f.prompt_cache_limit_bytes, f.ram_available_bytes
+    if limit is None or limit == 0 or avail is None or f.backend not in ("llama-server", "ollama"):
+        return None, "", None
+    keep = max(th.prompt_cache_min_suggest_bytes, (avail // 2) // (256 * MIB) * (256 * MIB))
+    raise_at = avail if current is None else int(avail * th.prompt_cache_clear_fraction)
+    if limit != -1 and limit <= raise_at:
+        return None, "", None
+    flag = (f"LLAMA_ARG_CACHE_RAM={keep // MIB} in Ollama's environment" if f.backend == "ollama"
+            else f"--cache-ram {keep // MIB}")
+    size = "has no size limit (--cache-ram -1)" if limit == -1 else f"may grow to {fmt_bytes(limit)} (--cache-ram)"
+    return (AlertLevel.INFO, f"The host prompt cache {size} with {fmt_bytes(avail)} of RAM available: `{flag}` "
+            "keeps it within (0 turns it off)", float(limit))
+
+
 _CONNECTION_MESSAGES = {
     "auth_rejected": "API key rejected: set the server's key in Settings (--api-key)",
     "bad_url": "Bad server URL",
@@ -304,6 +326,7 @@ class AlertEngine:
             ("weights_in_host", rule_weights_in_host),
             ("metrics_disabled", rule_metrics_disabled),
             ("kv_cache_advice", rule_cache_advice),
+            ("prompt_cache_ram", rule_prompt_cache_ram),
         )
 
     def update(self, facts: AlertFacts) -> tuple[Alert, ...]:

@@ -101,6 +101,9 @@ class ServerConfig:
     n_ctx_per_slot: int | None = None  # one conversation's context (Ollama /api/ps context_length)
     sleep_idle_seconds: int | None = None  # --sleep-idle-seconds: unloads the model when idle; -1 never; None unknown
     recurrent_bytes_allocated: int | None = None  # llama.cpp's own recurrent-state size line
+    fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
+    fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
 
 
 @dataclass(frozen=True)

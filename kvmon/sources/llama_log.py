@@ -60,6 +60,8 @@ _SWA_FULL = re.compile(r"llama_kv_cache_iswa: using full-size SWA cache")
 _SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +SWA KV cache, size = ([0-9]+) cells")
 _FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
 _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
+# load_model: prompt cache is enabled, size limit: 8192 MiB | ... size limit: no limit | prompt cache is disabled
+_CACHE_RAM = re.compile(r"prompt cache is (?:enabled, size limit: (?:([0-9]+) MiB|(no limit))|(disabled))")
 
 
 class LogValueError(ValueError):
@@ -112,6 +114,7 @@ class LlamaLogParser:
     kv_buffers: dict[str, int] = field(default_factory=dict)
     compute_buffers: dict[str, int] = field(default_factory=dict)
     device_free: dict[str, int] = field(default_factory=dict)
+    prompt_cache_limit_bytes: int | None = None  # -1 no limit, 0 off
     lines_matched: int = 0
     lines_rejected: int = 0  # too long, or a number no type holds: skipped
     _kv_sizes_in_block: int = 0
@@ -212,6 +215,11 @@ class LlamaLogParser:
             self.device_free[m.group(1)] = _int(m.group(3), MAX_BYTES // MIB) * MIB
             self.lines_matched += 1
             return
+        m = _CACHE_RAM.search(line)
+        if m:
+            self.prompt_cache_limit_bytes = int(m.group(1)) * MIB if m.group(1) else -1 if m.group(2) else 0
+            self.lines_matched += 1
+            return
         if _FA_ON.search(line):
             self.flash_attn = "on"
             self.lines_matched += 1
@@ -274,6 +282,7 @@ class LlamaLogParser:
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,
             "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
+            "prompt_cache_limit_bytes": self.prompt_cache_limit_bytes,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         maps = {

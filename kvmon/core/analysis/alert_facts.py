@@ -8,12 +8,13 @@ from kvmon.core.alerts import AlertFacts, CacheAdvice, GpuVramFacts
 from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.readings import ServerReading, SourceFailure
-from kvmon.core.snapshot import Forecast, ModelView, Snapshot
+from kvmon.core.snapshot import Forecast, HostView, ModelView, Snapshot
 
 
 def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | None, slot_id: int | None,
                   decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: Placement,
-                  ceiling_now: float | None, advice: tuple[CacheAdvice, ...]) -> AlertFacts:
+                  ceiling_now: float | None, advice: tuple[CacheAdvice, ...],
+                  host: HostView | None = None) -> AlertFacts:
     """The facts of a poll that read the server: context left, VRAM trend, what lives in host RAM, the advice."""
     # KV of layers that run on the CPU is part of the partial-offload alert; this one is for KV placed
     # in host RAM on its own (-nkvo, the log's CPU KV buffer) or spilled over PCIe
@@ -35,6 +36,8 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,
         metrics_enabled=r.metrics_enabled, advice=advice, kv_type=model.kv_type_k,
         kv_type_assumed=r.config.type_k is None,
+        prompt_cache_limit_bytes=host.prompt_cache_limit_bytes if host else None,
+        ram_available_bytes=host.ram_available_bytes if host else None,
     )
 
 

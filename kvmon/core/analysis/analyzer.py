@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
@@ -155,8 +156,14 @@ class Analyzer:
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
+        # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
+        hview = replace(gpu_views.host_view(host, place, cache_bytes(model)),
+                        prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
+        if r.config.prompt_cache_limit_bytes is not None:
+            cp = r.config.provenance.get("prompt_cache_limit_bytes")
+            prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper)
+                                          ceiling_now, cheaper, host=hview)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
@@ -167,7 +174,7 @@ class Analyzer:
             kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
             bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
-            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, cache_bytes(model)),
+            gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source},
         )
