@@ -39,15 +39,20 @@ class HeaderPanel(QtWidgets.QFrame):
         self.efficiency = ValueLabel()
         self.efficiency.setStyleSheet("font-size: 12pt;")
         for w in (self.backend, self.model, self.gpus, self.context, self.kv, self.banner):
-            w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+            # each takes the room its text needs while the window has it; a narrower window shortens them with
+            # "…" (the whole text on hover) instead of cutting them off
+            w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
+            w.set_elide(True)
         row0 = QtWidgets.QHBoxLayout()
         row0.setSpacing(16)
-        for w, stretch in ((self.backend, 2), (self.model, 4), (self.gpus, 3)):
-            row0.addWidget(w, stretch)
+        for w in (self.backend, self.model, self.gpus):
+            row0.addWidget(w)
+        row0.addStretch(1)
         row1 = QtWidgets.QHBoxLayout()
         row1.setSpacing(16)
         for w in (self.context, self.kv):
-            row1.addWidget(w, 1)
+            row1.addWidget(w)
+        row1.addStretch(1)
         grid.addWidget(self.banner, 0, 0, 1, 3)
         grid.addLayout(row0, 1, 0)
         grid.addLayout(row1, 2, 0)
