@@ -374,7 +374,7 @@ def test_vram_alert_rises_before_free_vram_runs_out() -> None:
         alert = next((x for x in s.alerts if x.code == "vram_full_soon"), None)
         if alert is not None and raised_at is None:
             raised_at = i
-            assert "other processes grew" in alert.message and "in the last" in alert.message
+            assert "another program took" in alert.message and "in the last" in alert.message
             assert s.forecast.seconds_until_vram_full == pytest.approx(free / grow, rel=0.05)
             assert s.forecast.tokens_until_vram_full == pytest.approx(38.0 * free / grow, rel=0.05)
     assert raised_at is not None

@@ -174,13 +174,13 @@ def rule_vram_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | Non
     window = fmt_duration(worst.window_s, approx=False) if worst.window_s else "the last minute"
     window = "the last minute" if worst.window_s and worst.window_s >= 50 else f"the last {window}"
     if worst.other_processes_growth_bytes is not None and worst.other_processes_growth_bytes >= 64 * MIB:
-        cause = f"other processes grew {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
+        cause = f"another program took {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
     elif worst.free_drop_bytes:  # a fall of 0 from first to last sample says nothing: use the trend wording
         cause = f"free VRAM fell {fmt_bytes(worst.free_drop_bytes)} in {window}"
     else:
         cause = "free VRAM is falling"
-    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}, {fmt_bytes(worst.vram_free_bytes)} left; "
-           "the KV cache or weights will spill to host RAM and decode will slow sharply")
+    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}; {fmt_bytes(worst.vram_free_bytes)} left. "
+           "Then the KV cache or weights spill to host RAM and decode slows sharply")
     return level, msg, secs
 
 
