@@ -75,10 +75,26 @@ class BarsWidget(QtWidgets.QWidget):
         return self._bars
 
     def _geometry(self) -> tuple[int, int, int]:
+        """Label, bar and note widths: the notes get the room their longest line needs, up to 60 % of the row."""
         label_w = 56
-        note_w = max(150, int(self.width() * 0.45))
+        fm = self.fontMetrics()
+        need = max((fm.horizontalAdvance(line) for b in self._bars for line in b.note.splitlines()), default=0) + 12
+        note_w = max(150, min(need, int(self.width() * 0.6)))
         bar_w = max(40, self.width() - label_w - note_w - 12)
         return label_w, bar_w, note_w
+
+    def note_lines(self, bar: Bar) -> list[tuple[str, str]]:
+        """(shown, whole) for each line of a bar's note at the present width: a line too long ends in "…" (the
+        whole note is in the row's tooltip)."""
+        _label_w, _bar_w, note_w = self._geometry()
+        fm = self.fontMetrics()
+        return [(fm.elidedText(line, QtCore.Qt.TextElideMode.ElideRight, note_w), line)
+                for line in bar.note.splitlines()]
+
+    def row_tip(self, bar: Bar) -> str:
+        """The tooltip of a row outside its segments: the whole note when it is shown shortened, and the bar's."""
+        cut = any(shown != whole for shown, whole in self.note_lines(bar))
+        return "\n\n".join(t for t in ((bar.note if cut else ""), bar.tip or ("" if cut else bar.note)) if t)
 
     def _segment_at(self, pos: QtCore.QPoint) -> tuple[Bar, Segment | None] | None:
         label_w, bar_w, _ = self._geometry()
@@ -101,7 +117,7 @@ class BarsWidget(QtWidgets.QWidget):
                 QtWidgets.QToolTip.hideText()
             else:
                 bar, seg = hit
-                text = seg.tip if seg else bar.tip or bar.note
+                text = seg.tip if seg else self.row_tip(bar)
                 QtWidgets.QToolTip.showText(e.globalPos(), text, self)  # type: ignore[attr-defined]
             return True
         return super().event(e)
@@ -141,7 +157,7 @@ class BarsWidget(QtWidgets.QWidget):
                 p.drawLine(label_w + bar_w, y - 2, label_w + bar_w, y + h + 2)
             p.setPen(fg)
             p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
-                       QtCore.Qt.AlignmentFlag.AlignVCenter, bar.note)
+                       QtCore.Qt.AlignmentFlag.AlignVCenter, "\n".join(shown for shown, _ in self.note_lines(bar)))
         p.end()
 
     def sizeHint(self) -> QtCore.QSize:

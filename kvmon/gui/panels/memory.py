@@ -8,8 +8,18 @@ from __future__ import annotations
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, Snapshot
-from kvmon.gui import fmt
+from kvmon.gui import fmt, theme
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+
+# the bars' colours in words, in the order they are stacked
+LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "KV in use"),
+          ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
+
+
+def legend_html() -> str:
+    """The compact legend under the bars: a swatch in each colour and its word."""
+    return " &nbsp; ".join(f"<span style='color:{theme.hex_color(q)}'>■</span>&nbsp;{word.replace(' ', '&nbsp;')}"
+                          for q, word in LEGEND)
 
 
 def _seg(quantity: str, value: float | None, what: str, source: str | None = None) -> Segment | None:
@@ -45,8 +55,8 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
     if free is not None and free > 0:
         segs.append(Segment("free", float(free), f"Free VRAM: {fmt.bytes_(free)} (measured, NVML)"))
     note = f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\nfree {fmt.bytes_(free)}"
-    if s.forecast.tokens_until_vram_full is not None:
-        note += f" · spill in {fmt.tokens(s.forecast.tokens_until_vram_full)}"
+    if s.forecast.seconds_until_vram_full is not None:  # another program's growth: a time, not your tokens
+        note += f" · full in ~{fmt.duration(s.forecast.seconds_until_vram_full)}"
     tip = (f"GPU {g.index} {g.name or ''}: used {fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}"
            "\nThe red line is the end of VRAM: what grows past it spills to host RAM over PCIe.")
     return Bar(f"GPU {g.index}", float(total), tuple(segs), note, tip=tip)
@@ -83,6 +93,12 @@ class MemoryPanel(QtWidgets.QGroupBox):
         lay.setContentsMargins(4, 4, 4, 4)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
+        self.legend = QtWidgets.QLabel(legend_html())
+        self.legend.setWordWrap(True)  # a narrow window: two lines rather than a cut
+        self.legend.setStyleSheet("font-size: 8pt;")
+        self.legend.setToolTip("What the colours of the bars are. The red line is the end of VRAM: what grows "
+                               "past it spills to host RAM.")
+        lay.addWidget(self.legend)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
@@ -91,7 +107,7 @@ class MemoryPanel(QtWidgets.QGroupBox):
                       g.kv_allocated_bytes, g.kv_in_use_bytes, g.server_other_bytes, g.other_processes_bytes,
                       g.reasons.get("vram_split")) for g in s.gpus),
                s.host if (s.host.weights_in_host_bytes or s.host.kv_in_host_bytes) else None,
-               s.forecast.tokens_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
+               s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
         if key == self._key:
             return
         self._key = key
