@@ -38,6 +38,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "ok": ("#66bb6a", "#2e7d32"),
     "muted": ("#90a4ae", "#607d8b"),
     "code": ("#2e3338", "#eceff1"),  # the background of inline code (commands, flags) in messages
+    "legend": ("#262b30", "#f3f5f6"),  # a plot legend's box, in its own row outside the data
 }
 
 # Quantities drawn dashed wherever they appear.

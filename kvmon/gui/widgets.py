@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
 from kvmon.gui.labels import ValueLabel
 
-__all__ = ["ClockAxis", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static", "make_plot",
-           "nice_ceiling"]
+__all__ = ["ClockAxis", "RowLegend", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static",
+           "legend_below", "make_plot", "nice_ceiling"]
+LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them
 
 
 class TokenAxis(pg.AxisItem):
@@ -39,6 +40,67 @@ class ClockAxis(pg.DateAxisItem):
     def __init__(self, orientation: str = "bottom", **kwargs: object) -> None:
         super().__init__(orientation, **kwargs)
         self.zoomLevels.popitem()  # the millisecond level is the finest: drop it
+
+
+class RowLegend(pg.LegendItem):
+    """A legend on a filled box in a row of its own under the axis: it never covers the data. Its size comes from
+    its entries; the plot's layout places it (pyqtgraph's own legend sets its geometry itself, over the data)."""
+
+    def __init__(self, columns: int) -> None:
+        super().__init__(offset=None, horSpacing=14, verSpacing=-4, colCount=columns, labelTextSize="8pt",
+                         brush=theme.color("legend"), pen=theme.color("muted"), labelTextColor=theme.foreground())
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Maximum, QtWidgets.QSizePolicy.Policy.Fixed)
+        self.max_columns = columns
+        self._room = 0.0
+
+    def addItem(self, item: object, name: str) -> None:
+        super().addItem(item, name)
+        self.fit(self._room)
+
+    def removeItem(self, item: object) -> None:
+        super().removeItem(item)
+        self.fit(self._room)
+
+    def fit(self, width: float) -> None:
+        """As many columns (up to ``max_columns``) as fit in ``width`` pixels: a narrow plot's legend wraps, and
+        never makes the plot wider than its window."""
+        self._room = width
+        for n in range(self.max_columns, 0, -1):
+            self._arrange(n)
+            need = self.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width() + 8
+            if n == 1 or width <= 0 or need <= width:
+                break
+        self.updateSize()
+
+    def _arrange(self, columns: int) -> None:
+        """Entries in reading order, ``columns`` to a row (sample, then its name)."""
+        self.columnCount = columns
+        for i in range(self.layout.count() - 1, -1, -1):
+            self.layout.removeAt(i)
+        for i, (sample, label) in enumerate(self.items):
+            row, col = divmod(i, columns)
+            self.layout.addItem(sample, row, 2 * col, alignment=QtCore.Qt.AlignmentFlag.AlignVCenter)
+            self.layout.addItem(label, row, 2 * col + 1)
+        self.rowCount = max(1, -(-len(self.items) // columns))
+
+    def updateSize(self) -> None:
+        self.layout.activate()
+        self.updateGeometry()  # the plot's layout asks its size hint again
+
+    def sizeHint(self, which: QtCore.Qt.SizeHint, constraint: QtCore.QSizeF | None = None) -> QtCore.QSizeF:
+        hint = self.layout.effectiveSizeHint(which, constraint if constraint is not None else QtCore.QSizeF())
+        return QtCore.QSizeF(hint.width() + 6, hint.height() + 2)
+
+
+def legend_below(plot: pg.PlotWidget, columns: int) -> RowLegend:
+    """Put a :class:`RowLegend` under the plot's bottom axis; it is also ``plot.getPlotItem().legend``."""
+    pi = plot.getPlotItem()
+    legend = RowLegend(columns)
+    pi.layout.addItem(legend, LEGEND_ROW, 1, QtCore.Qt.AlignmentFlag.AlignHCenter)
+    pi.layout.setRowSpacing(3, 2)
+    pi.legend = legend
+    pi.geometryChanged.connect(lambda: legend.fit(pi.width()))
+    return legend
 
 
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,
