@@ -50,6 +50,7 @@ class RowLegend(pg.LegendItem):
         super().__init__(offset=None, horSpacing=14, verSpacing=-4, colCount=columns, labelTextSize="8pt",
                          brush=theme.color("legend"), pen=theme.color("muted"), labelTextColor=theme.foreground())
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Maximum, QtWidgets.QSizePolicy.Policy.Fixed)
+        self.layout.setContentsMargins(4, 0, 4, 0)
         self.max_columns = columns
         self._room = 0.0
 
@@ -83,6 +84,19 @@ class RowLegend(pg.LegendItem):
             self.layout.addItem(label, row, 2 * col + 1)
         self.rowCount = max(1, -(-len(self.items) // columns))
 
+    def watch(self, plot: pg.PlotWidget) -> None:
+        """Fit again whenever the plot's widget is resized (its width, not the plot item's: that one cannot
+        shrink below the legend it holds)."""
+        self._plot = plot
+        plot.installEventFilter(self)
+
+    def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
+        if e.type() == QtCore.QEvent.Type.Resize and obj is getattr(self, "_plot", None):
+            pi = self._plot.getPlotItem()  # the legend's column is the data's: the widget less the side axes
+            sides = sum(pi.getAxis(n).width() for n in ("left", "right") if pi.getAxis(n).isVisible())
+            self.fit(self._plot.width() - sides)
+        return False
+
     def updateSize(self) -> None:
         self.layout.activate()
         self.updateGeometry()  # the plot's layout asks its size hint again
@@ -99,7 +113,7 @@ def legend_below(plot: pg.PlotWidget, columns: int) -> RowLegend:
     pi.layout.addItem(legend, LEGEND_ROW, 1, QtCore.Qt.AlignmentFlag.AlignHCenter)
     pi.layout.setRowSpacing(3, 2)
     pi.legend = legend
-    pi.geometryChanged.connect(lambda: legend.fit(pi.width()))
+    legend.watch(plot)
     return legend
 
 
