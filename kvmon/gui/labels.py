@@ -114,6 +114,10 @@ class ValueLabel(QtWidgets.QWidget):
     def set_elide(self, on: bool) -> None:
         """Cut a text wider than the label with '…' (the tooltip then says it whole); the label may be squeezed."""
         self._elide = on
+        if not on and self._elided:  # the whole text again
+            self._label.setText(self._text)
+            self._elided = False
+            self._apply_tip()
         self._refit(force=True)
         self._fit_shown()
 
