@@ -118,6 +118,18 @@ def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used
     assert "3.00 GiB" in hb.note
 
 
+def test_host_bar_parts_never_add_up_to_more_than_the_ram() -> None:
+    """The model's mapped file counts as available RAM too: the bar's free part is what the bar has left."""
+    s = SyntheticMonitor().snapshot(1)
+    mapped = dataclasses.replace(s, host=HostView(ram_total_bytes=32 * GIB, ram_available_bytes=28 * GIB,
+                                                  weights_in_host_bytes=3 * GIB, kv_in_host_bytes=9 * GIB))
+    hb = host_bar(mapped)
+    assert hb is not None
+    assert sum(seg.value for seg in hb.segments) == pytest.approx(32 * GIB)
+    assert [seg.quantity for seg in hb.segments] == ["weights", "kv_allocated", "free"]
+    assert "28.0 GiB" in hb.segments[-1].tip  # the tooltip still says what the system reports available
+
+
 def test_bandwidth_panel_and_no_gpu_reason(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(5)
     window.on_snapshot(s)

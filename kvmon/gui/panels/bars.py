@@ -142,8 +142,10 @@ class BarsWidget(QtWidgets.QWidget):
                        bar.label)
             p.setPen(QtCore.Qt.PenStyle.NoPen)
             x = float(label_w)
+            end = float(label_w + bar_w)
             for seg in bar.segments:
                 w = bar_w * seg.value / bar.total if bar.total > 0 else 0.0
+                w = min(w, end - x)  # parts that add up to more than the total never run under the note
                 if w <= 0:
                     continue
                 p.setBrush(theme.brush(seg.quantity))

@@ -76,7 +76,11 @@ def host_bar(s: Snapshot) -> Bar | None:
     if h.ram_available_bytes is not None and used_other > 0:
         segs.append(Segment("other_processes", used_other, f"Other host memory: {fmt.bytes_(used_other)}"))
     if h.ram_available_bytes:
-        segs.append(Segment("free", float(h.ram_available_bytes), f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
+        # available RAM may count the model's own mapped file again: the free part is what the bar has left
+        room = h.ram_total_bytes - in_host - max(used_other, 0)
+        free = min(float(h.ram_available_bytes), float(room))
+        if free > 0:
+            segs.append(Segment("free", free, f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
     bw = h.host_bandwidth_bytes_per_s
     note = (f"{fmt.bytes_(in_host)} of the model in host RAM\n"
             + (f"read at {fmt.gb_s(bw)}" if bw else "host bandwidth unknown (settings)"))
