@@ -360,7 +360,9 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         self.settings.window_range = name
         if self._speed_time is not None:  # else the plot takes it when it is made
             self._speed_time.set_window(WINDOW_RANGES[name])
-            self._speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
+            from kvmon.gui.widgets import set_title
+
+            set_title(self._speed_time.plot, f"Speed over time · {name}")
         act = self.menus.actions.get(f"range:{name}") if hasattr(self, "menus") else None
         if act is not None:
             act.setChecked(True)

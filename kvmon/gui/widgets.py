@@ -14,7 +14,8 @@ from kvmon.gui import theme
 from kvmon.gui.labels import ValueLabel
 
 __all__ = ["ClockAxis", "RowLegend", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static",
-           "legend_below", "make_plot", "nice_ceiling"]
+           "legend_below", "make_plot", "nice_ceiling", "set_title"]
+TITLE_HEIGHT = 20  # a plot's 9 pt title row (pyqtgraph gives any title 30 px)
 LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them
 
 
@@ -117,6 +118,13 @@ def legend_below(plot: pg.PlotWidget, columns: int) -> RowLegend:
     return legend
 
 
+def set_title(plot: pg.PlotWidget, title: str) -> None:
+    """The plot's title in 9 pt, in a row only as high as the text."""
+    item = plot.getPlotItem()
+    item.setTitle(title, size="9pt", color=theme.foreground())
+    item.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+
+
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,
               axis_items: dict[str, pg.AxisItem] | None = None) -> pg.PlotWidget:
     """A PlotWidget with units on both axes, no grid, no menu, fixed look: created once per panel."""
@@ -124,7 +132,8 @@ def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_uni
     w = pg.PlotWidget(axisItems=axis_items)
     w.setBackground(theme.background())
     item = w.getPlotItem()
-    item.setTitle(title, size="9pt", color=theme.foreground())
+    if title:
+        set_title(w, title)
     item.setLabel("bottom", x_label, units=x_units)
     item.setLabel("left", y_label, units=y_units)
     item.setMenuEnabled(False)

@@ -197,10 +197,10 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.ceiling = StripCurve("ceiling", "ceiling", vb)
         # Prefill runs 10-100x faster than decode: a lane of its own under the speed chart (its own scale, the same
         # time), so that no prefill number ever reads against the decode axis or the ceiling
-        self.lane = make_plot("", "", None, "prefill", None,
+        self.lane = make_plot("", "", None, "", None,
                               axis_items={"bottom": ClockAxis(orientation="bottom")})  # the time axis of both
         lane = self.lane.getPlotItem()
-        lane.setTitle(None)
+        lane.setTitle(None)  # no axis name either: the legend and the colour name it (a name would not fit)
         lane.vb.disableAutoRange()
         lane.setXLink(pi)
         lane.getAxis("left").setTicks([lane_ticks(1.0)])
