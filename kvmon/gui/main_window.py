@@ -192,6 +192,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         split.addWidget(right)
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
+        split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
         central = QtWidgets.QWidget()
         cl = QtWidgets.QVBoxLayout(central)
         cl.setContentsMargins(6, 4, 6, 2)

@@ -29,6 +29,7 @@ ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, wid
 EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "muted", "unloaded": "muted",
                  "failed": "critical", "followed": "decode"}
 LANE_HEIGHT = 100  # the prefill lane, the time axis and the legend (pixels)
+LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
 MIN_CHART_HEIGHT = 72  # the speed chart above the lane, in a short window (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
 MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
@@ -204,6 +205,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         lane.vb.disableAutoRange()
         lane.setXLink(pi)
         lane.getAxis("left").setTicks([lane_ticks(1.0)])
+        lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
         self.prefill = StripCurve("prefill", "prefill", lane.vb)
         self.lane.setMinimumHeight(LANE_HEIGHT)
         self.lane.setMaximumHeight(LANE_HEIGHT)
@@ -248,7 +250,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         vb, lane = self.plot.getPlotItem().vb, self.lane.getPlotItem().vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
         (x0, x1), y_max, pf_max = self._ranges if self._ranges is not None else ((0.0, 1.0), 1.0, 1.0)
-        return (x0, x1, 0.0, y_max, w, h), (x0, x1, 0.0, pf_max, max(lane.width(), 1.0), max(lane.height(), 1.0))
+        lane_top = pf_max * LANE_HEADROOM
+        return (x0, x1, 0.0, y_max, w, h), (x0, x1, 0.0, lane_top, max(lane.width(), 1.0), max(lane.height(), 1.0))
 
     def _remap(self) -> None:
         main, pf = self._mappings()
@@ -348,7 +351,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if old[1] != y_max:
             pi.setYRange(0.0, y_max, padding=0.0)
         if old[2] != pf_max:
-            self.lane.getPlotItem().setYRange(0.0, pf_max, padding=0.0)
+            self.lane.getPlotItem().setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
             self.lane.getPlotItem().getAxis("left").setTicks([lane_ticks(pf_max)])
         self._ranges = ((left, right), y_max, pf_max)
         main, pf_map = self._mappings()
