@@ -72,6 +72,7 @@ class ValueLabel(QtWidgets.QWidget):
         self._min_hint = self._label.minimumSizeHint()
         self._fit_len = len(text)
         self._full_width = -1  # the whole text's width, measured when it was set (eliding labels)
+        self._width_stale = False  # _full_width is an earlier, no shorter text's
 
     # --- the QLabel parts callers use ---------------------------------------------------------
     def text(self) -> str:
@@ -164,8 +165,9 @@ class ValueLabel(QtWidgets.QWidget):
         if not self._elide or self._label.wordWrap():
             return
         width = self.width()
-        if self._full_width < 0:
+        if self._full_width < 0 or self._width_stale:
             self._full_width = self._measure(self._text)
+            self._width_stale = False
         if width <= 0 or self._full_width <= width:
             shown, elided = self._text, False
         else:
@@ -176,6 +178,13 @@ class ValueLabel(QtWidgets.QWidget):
         if elided != self._elided:
             self._elided = elided
             self._apply_tip()
+
+    def _fits_unmeasured(self, text: str) -> bool:
+        """A new text surely fits without laying it out: shown whole now, no longer than the one last measured,
+        and that one had a character's room to spare (numbers change every poll, their length rarely)."""
+        if self._elided or self._full_width < 0 or len(text) > self._fit_len:
+            return False
+        return self._full_width + self._label.fontMetrics().averageCharWidth() <= self.width()
 
     def _apply_tip(self) -> None:
         tip = self._tip
@@ -220,7 +229,10 @@ class ValueLabel(QtWidgets.QWidget):
         changed = False
         if text != self._text:
             self._text = text
-            if self._elide:
+            if self._elide and self._fits_unmeasured(text):
+                self._label.setText(text)  # no longer than the text last measured, with room to spare
+                self._width_stale = True  # measured again only if the label is resized
+            elif self._elide:
                 self._full_width = -1
                 self._refit()
                 self._fit_shown()

@@ -87,7 +87,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self._banner = banner
         self._recording: str | None = None
         self._replay_status: str | None = None
-        self._plots_due = False
+        self.installEventFilter(self)  # until the first frame is painted (then the plots are made)
         self.window_range = settings.window_range
         app = QtWidgets.QApplication.instance()
         if settings.scheme != "system" and app is not None and theme.is_dark() != (settings.scheme == "dark"):
@@ -237,12 +237,12 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         assert self._speed_time is not None
         return self._speed_time
 
-    def event(self, e: QtCore.QEvent) -> bool:
-        if (e.type() == QtCore.QEvent.Type.Paint and getattr(self, "_speed_context", 0) is None
-                and not self._plots_due):
-            self._plots_due = True  # the first frame is on screen: make the plots right after it
+    def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
+        """The window's first paint: make the plots right after it (then this filter goes)."""
+        if obj is self and e.type() == QtCore.QEvent.Type.Paint:
+            self.removeEventFilter(self)
             QtCore.QTimer.singleShot(0, self._build_plots)
-        return super().event(e)
+        return False
 
     def apply_scheme(self, dark: bool) -> None:
         """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""

@@ -46,6 +46,7 @@ class BarsWidget(QtWidgets.QWidget):
         self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self.setMinimumHeight(self.ROW_H + 6)
         self.paint_count = 0
+        self._note_need: tuple[tuple[str, ...], int] = ((), 0)  # (the notes, the width their longest line needs)
 
     @staticmethod
     def visual_key(bars: tuple[Bar, ...]) -> tuple[object, ...]:
@@ -77,16 +78,20 @@ class BarsWidget(QtWidgets.QWidget):
     def _geometry(self) -> tuple[int, int, int]:
         """Label, bar and note widths: the notes get the room their longest line needs, up to 60 % of the row."""
         label_w = 56
-        fm = self.fontMetrics()
-        need = max((fm.horizontalAdvance(line) for b in self._bars for line in b.note.splitlines()), default=0) + 12
-        note_w = max(150, min(need, int(self.width() * 0.6)))
+        notes = tuple(b.note for b in self._bars)
+        if self._note_need[0] != notes:  # measured once per set of notes, not per paint or hover
+            fm = self.fontMetrics()
+            need = max((fm.horizontalAdvance(line) for n in notes for line in n.splitlines()), default=0) + 12
+            self._note_need = (notes, need)
+        note_w = max(150, min(self._note_need[1], int(self.width() * 0.6)))
         bar_w = max(40, self.width() - label_w - note_w - 12)
         return label_w, bar_w, note_w
 
-    def note_lines(self, bar: Bar) -> list[tuple[str, str]]:
+    def note_lines(self, bar: Bar, note_w: int | None = None) -> list[tuple[str, str]]:
         """(shown, whole) for each line of a bar's note at the present width: a line too long ends in "…" (the
         whole note is in the row's tooltip)."""
-        _label_w, _bar_w, note_w = self._geometry()
+        if note_w is None:
+            note_w = self._geometry()[2]
         fm = self.fontMetrics()
         return [(fm.elidedText(line, QtCore.Qt.TextElideMode.ElideRight, note_w), line)
                 for line in bar.note.splitlines()]
@@ -159,8 +164,14 @@ class BarsWidget(QtWidgets.QWidget):
                 p.drawLine(label_w + bar_w, y - 2, label_w + bar_w, y + h + 2)
             p.setPen(fg)
             p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
-                       QtCore.Qt.AlignmentFlag.AlignVCenter, "\n".join(shown for shown, _ in self.note_lines(bar)))
+                       QtCore.Qt.AlignmentFlag.AlignVCenter,
+                       "\n".join(shown for shown, _ in self.note_lines(bar, note_w)))
         p.end()
+
+    def changeEvent(self, e: QtCore.QEvent) -> None:
+        super().changeEvent(e)
+        if e.type() == QtCore.QEvent.Type.FontChange:
+            self._note_need = ((), 0)  # measured again in the new font
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(500, max(1, len(self._bars)) * self.ROW_H + 6)
