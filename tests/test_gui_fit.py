@@ -1,4 +1,5 @@
-"""Nothing is cut off: the dashboard on the simulated spill at 1024×640, 1280×800 and 1920×1080, light and dark.
+"""Nothing is cut off: the dashboard on the simulated spill and router at 1024×640, 1280×800 and 1920×1080, light and
+dark.
 
 Every label either shows its whole text, or ends in "…" with the whole text in its tooltip, or wraps to a height
 it is given; every line of a bar's note fits or is shortened with the whole note on hover; plot legends lie inside
@@ -7,6 +8,7 @@ their plots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from kvmon.gui.app import build_window
 from kvmon.gui.labels import ValueLabel, plain_text
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.panels.bars import BarsWidget
+from kvmon.gui.panels.models import Chip
 from kvmon.gui.settings import Settings
 from kvmon.session import demo_session
 
@@ -47,6 +50,15 @@ def cut_off(win: MainWindow) -> list[str]:
             found.append(f"elided label without its text in the tooltip: {plain_text(owner.text())[:80]!r}")
             continue
         found.append(f"label {lbl.width()} px wide needs {need}: {plain_text(lbl.text())[:80]!r}")
+    for button in win.findChildren(QtWidgets.QPushButton):
+        if not button.isVisibleTo(win) or not button.text():
+            continue
+        if isinstance(button, Chip) and button.text() != button.whole_text():
+            if not (button.text().endswith("…") and button.toolTip()):
+                found.append(f"chip shortened without … and a tooltip: {button.whole_text()!r}")
+            continue
+        if button.sizeHint().width() > button.width() + 1:
+            found.append(f"button {button.width()} px wide needs {button.sizeHint().width()}: {button.text()!r}")
     for bars in win.findChildren(BarsWidget):
         if not bars.isVisibleTo(win):
             continue
@@ -66,9 +78,19 @@ def cut_off(win: MainWindow) -> list[str]:
     return found
 
 
+def _spilled(win: MainWindow) -> bool:  # host RAM in use and the alerts up: the longest notes and messages
+    return win.last is not None and win.last.host.weights_in_host_bytes is not None and len(win.alerts.lines) >= 2
+
+
+def _routed(win: MainWindow) -> bool:  # the router's model row, a model shown
+    return win.last is not None and win.last.serving is not None and win.last.serving.followed is not None
+
+
 @pytest.mark.slow
-def test_nothing_is_cut_off_at_three_sizes_light_and_dark(qtbot, tmp_path: Path) -> None:
-    session = demo_session("spill-4090", None, speed=10, start_at_s=200)
+@pytest.mark.parametrize(("scenario", "start_at_s", "ready"), [("spill-4090", 200, _spilled), ("router", 60, _routed)])
+def test_nothing_is_cut_off_at_three_sizes_light_and_dark(qtbot, tmp_path: Path, scenario: str, start_at_s: float,
+                                                          ready: Callable[[MainWindow], bool]) -> None:
+    session = demo_session(scenario, None, speed=10, start_at_s=start_at_s)
     win, poller = build_window(session, Settings(str(tmp_path / "s.ini")), 0.25, tray=False)
     qtbot.addWidget(win)
     win.set_window_range("session")
@@ -76,9 +98,7 @@ def test_nothing_is_cut_off_at_three_sizes_light_and_dark(qtbot, tmp_path: Path)
     win.show()
     poller.start()
     try:
-        # the spill: host RAM in use and the alerts up, so the longest notes and messages are on screen
-        qtbot.waitUntil(lambda: win.last is not None and win.last.host.weights_in_host_bytes is not None
-                        and len(win.alerts.lines) >= 2, timeout=30000)
+        qtbot.waitUntil(lambda: ready(win), timeout=30000)
         poller.set_paused(True)
         qtbot.wait(300)
         problems: list[str] = []
