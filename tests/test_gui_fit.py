@@ -19,7 +19,7 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 from PySide6 import QtWidgets
 
 from kvmon.gui.app import build_window
-from kvmon.gui.labels import ValueLabel, plain_text
+from kvmon.gui.labels import ElidingCombo, ValueLabel, plain_text
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.panels.bars import BarsWidget
 from kvmon.gui.panels.models import Chip
@@ -59,6 +59,19 @@ def cut_off(win: MainWindow) -> list[str]:
             continue
         if button.sizeHint().width() > button.width() + 1:
             found.append(f"button {button.width()} px wide needs {button.sizeHint().width()}: {button.text()!r}")
+    for combo in win.findChildren(QtWidgets.QComboBox):
+        if not combo.isVisibleTo(win) or not combo.currentText():
+            continue
+        if isinstance(combo, ElidingCombo):
+            if combo.shown_text() != combo.currentText() and combo.currentText() not in combo.toolTip():
+                found.append(f"combo shortened without a tooltip: {combo.currentText()!r}")
+            continue
+        opt = QtWidgets.QStyleOptionComboBox()
+        combo.initStyleOption(opt)
+        room = combo.style().subControlRect(QtWidgets.QStyle.ComplexControl.CC_ComboBox, opt,
+                                            QtWidgets.QStyle.SubControl.SC_ComboBoxEditField, combo).width()
+        if combo.fontMetrics().horizontalAdvance(combo.currentText()) > room:
+            found.append(f"combo {room} px wide for {combo.currentText()!r}")
     for bars in win.findChildren(BarsWidget):
         if not bars.isVisibleTo(win):
             continue
@@ -110,6 +123,10 @@ def test_nothing_is_cut_off_at_three_sizes_light_and_dark(qtbot, tmp_path: Path,
                 QtWidgets.QApplication.processEvents()
                 assert (win.width(), win.height()) == (w, h)
                 problems += [f"{w}×{h} {scheme}: {p}" for p in cut_off(win)]
+                win.show_whatif()  # the calculator's tab too
+                qtbot.wait(50)
+                problems += [f"{w}×{h} {scheme}, what-if: {p}" for p in cut_off(win)]
+                win.tabs.setCurrentIndex(0)
         assert not problems, "\n".join(problems)
     finally:
         poller.stop()

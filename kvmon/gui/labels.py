@@ -245,3 +245,31 @@ class ValueLabel(QtWidgets.QWidget):
             self._apply_tip()
             changed = True
         return changed
+
+
+class ElidingCombo(QtWidgets.QComboBox):
+    """A combo box that shows its choice shortened with "…" when it is narrower than it (Qt's styles cut it off
+    mid-word), with the whole choice in its tooltip."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.currentTextChanged.connect(self.setToolTip)
+
+    def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
+        p = QtWidgets.QStylePainter(self)
+        opt = QtWidgets.QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        p.drawComplexControl(QtWidgets.QStyle.ComplexControl.CC_ComboBox, opt)
+        opt.currentText = self._shorten(opt)
+        p.drawControl(QtWidgets.QStyle.ControlElement.CE_ComboBoxLabel, opt)
+
+    def shown_text(self) -> str:
+        """The choice as drawn now (shortened or whole)."""
+        opt = QtWidgets.QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        return self._shorten(opt)
+
+    def _shorten(self, opt: QtWidgets.QStyleOptionComboBox) -> str:
+        room = self.style().subControlRect(QtWidgets.QStyle.ComplexControl.CC_ComboBox, opt,
+                                           QtWidgets.QStyle.SubControl.SC_ComboBoxEditField, self).width()
+        return self.fontMetrics().elidedText(opt.currentText, QtCore.Qt.TextElideMode.ElideRight, room - 2)
