@@ -160,6 +160,11 @@ class ServerReading:
     last_request: RequestStats | None = None
     server_pids: tuple[int, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why unknown/partial
+    # a server with one pooled KV cache and no per-conversation slots (vLLM): the fraction of the pool's
+    # config.n_ctx_total tokens that running requests hold, and how many requests run and wait
+    kv_in_use_fraction: float | None = None
+    requests_running: int | None = None
+    requests_waiting: int | None = None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class Scenario:
 
     name: str
     description: str
-    backend: str  # "llama-server" | "ollama"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio"
     preset_keys: tuple[str, ...]  # first key found in kvmon.physics.presets.PRESETS is used
     model_alias: str  # what the server calls the model (file name, or Ollama "name:tag")
     gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM)
@@ -88,6 +88,7 @@ class Scenario:
     seed: int = 3
     initial_load_s: float = 0.0
     ollama_version: str = "0.33.0"
+    vllm_metric_names: str = "v1"  # "v0": the names older vLLM wrote (gpu_cache_usage_perc, no engine label)
 
 
 GIB = 1024**3
@@ -150,6 +151,24 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.0e-9,
             script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
                               generated_tokens=300, think_s=8.0),
+        ),
+        Scenario(
+            name="vllm-4090",
+            description="vLLM 0.33 serving Qwen3-8B (fp16 weights at the preset's size, --max-model-len 32768) on an "
+            "RTX 4090: one KV pool of 65,536 tokens in 16-token blocks for two concurrent requests; a chat grows "
+            "to 30K tokens",
+            backend="vllm",
+            preset_keys=("qwen3-8b",),
+            model_alias="Qwen/Qwen3-8B",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=65536,
+            n_parallel=2,
+            decode_anchors=((0, 150.0), (32768, 95.0)),
+            prefill_tok_s_empty=12000.0,
+            prefill_slowdown_s_per_token=1.0e-9,
+            script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
+                              generated_tokens=400, think_s=4.0),
         ),
     )
 }
