@@ -234,7 +234,7 @@ def _poll_until(src: VllmSource, sim: SimServer, cond, timeout_s: float = 20.0) 
 
 
 def test_source_on_the_simulated_vllm() -> None:
-    with SimServer("vllm-4090", speed=4.0) as sim:
+    with SimServer("vllm", speed=4.0) as sim:
         src = VllmSource(sim.url, clock=sim.clock.now)
         try:
             snaps = _poll_until(src, sim, lambda ss: any(s.decode_tok_s and s.ceiling_tok_s for s in ss)
@@ -256,7 +256,7 @@ def test_source_on_the_simulated_vllm() -> None:
 
 
 def test_old_vllm_names_over_http() -> None:
-    scenario = replace(get_scenario("vllm-4090"), vllm_metric_names="v0")
+    scenario = replace(get_scenario("vllm"), vllm_metric_names="v0")
     with SimServer(scenario, speed=4.0) as sim:
         src = VllmSource(sim.url, clock=sim.clock.now)
         try:

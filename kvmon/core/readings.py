@@ -104,6 +104,7 @@ class ServerConfig:
     fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
     fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    kv_offload: bool | None = None  # KV cache on the GPU (True) or kept in host RAM (False: LM Studio's setting)
 
 
 @dataclass(frozen=True)

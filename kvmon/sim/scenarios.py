@@ -89,6 +89,7 @@ class Scenario:
     initial_load_s: float = 0.0
     ollama_version: str = "0.33.0"
     vllm_metric_names: str = "v1"  # "v0": the names older vLLM wrote (gpu_cache_usage_perc, no engine label)
+    lmstudio_version: str = "0.4.1"  # before "0.4": REST v0 only (/api/v1/ answers 404)
 
 
 GIB = 1024**3
@@ -153,7 +154,7 @@ SCENARIOS: dict[str, Scenario] = {
                               generated_tokens=300, think_s=8.0),
         ),
         Scenario(
-            name="vllm-4090",
+            name="vllm",
             description="vLLM 0.33 serving Qwen3-8B (fp16 weights at the preset's size, --max-model-len 32768) on an "
             "RTX 4090: one KV pool of 65,536 tokens in 16-token blocks for two concurrent requests; a chat grows "
             "to 30K tokens",
@@ -169,6 +170,22 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=1.0e-9,
             script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
                               generated_tokens=400, think_s=4.0),
+        ),
+        Scenario(
+            name="lmstudio",
+            description="LM Studio 0.4 with gemma-3-12b Q4_K_M (llama.cpp engine), 16K context, flash attention, "
+            "KV cache on the GPU, on an Apple M3 Max; speeds seen through `kvmon proxy`",
+            backend="lmstudio",
+            preset_keys=("gemma-3-12b",),
+            model_alias="google/gemma-3-12b",
+            gpu_name="Apple M3 Max",
+            n_gpus=1,
+            n_ctx=16384,
+            decode_anchors=((0, 38.0), (16384, 30.0)),
+            prefill_tok_s_empty=700.0,
+            prefill_slowdown_s_per_token=3.0e-9,
+            script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
+                              generated_tokens=300, think_s=6.0),
         ),
     )
 }

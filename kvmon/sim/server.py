@@ -206,6 +206,10 @@ class SimServer:
             from kvmon.sim.vllm_api import VllmApi
 
             self.api = VllmApi(self)
+        elif self.scenario.backend == "lmstudio":
+            from kvmon.sim.lmstudio_api import LmStudioApi
+
+            self.api = LmStudioApi(self)
         else:
             from kvmon.sim.llama_api import LlamaApi
 

@@ -50,7 +50,19 @@ class Placement:
 
 
 def place(r: ServerReading, weight_bytes: int | None, gpus: GpuSetReading | None) -> Placement:
-    """Split resident weights and KV over GPUs and host: log buffers, then Ollama, then process memory."""
+    """Split resident weights and KV over GPUs and host: log buffers, then Ollama, then process memory; a server
+    that says its KV cache stays in host RAM (``config.kv_offload`` False) has all of it there."""
+    p = _place(r, weight_bytes, gpus)
+    if r.config.kv_offload is False and not r.config.kv_buffer_bytes_by_device:
+        p.kv_gpu = {}
+        p.kv_host = 1.0
+        p.kv_follows_layers = False
+        p.note = "; ".join(x for x in (p.note, "the server keeps the KV cache in host RAM (not offloaded to the GPU)")
+                           if x)
+    return p
+
+
+def _place(r: ServerReading, weight_bytes: int | None, gpus: GpuSetReading | None) -> Placement:
     cfg = r.config
     p = Placement()
     glist = list(gpus.gpus) if gpus is not None and not gpus.unavailable_reason else []

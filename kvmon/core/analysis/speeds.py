@@ -74,7 +74,7 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
         prov["context_tokens"] = "measured"
     else:
         reasons["context_tokens"] = ("the server does not report per-conversation context"
-                                     + (" (run `kvmon proxy` to see it)" if r.backend == "ollama"
+                                     + (" (run `kvmon proxy` to see it)" if r.backend in ("ollama", "lmstudio")
                                         else " (enable /slots)"))
     return Depth(slots, deepest, context)
 
