@@ -24,8 +24,8 @@ from kvmon.group_monitor import GroupMonitor
 from kvmon.monitor import Monitor
 from kvmon.sources.base import GpuSource, HostSource
 
-NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap or Ollama found on this machine — showing the simulator "
-                    "(start kvmon with a URL)")
+NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine — "
+                    "showing the simulator (start kvmon with a URL)")
 DEMO_SCENARIO = "seed-3090x2"
 
 
