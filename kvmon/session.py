@@ -254,13 +254,29 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     if isinstance(multi, MultiScenario):
         return _multi_demo_session(multi, banner, timeout_s=timeout_s, speed=speed, recorder=recorder,
                                    faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s)
+    from kvmon.sim.scenarios import get_scenario
     from kvmon.sim.server import SimServer
 
+    scen = get_scenario(scenario) if isinstance(scenario, str) else scenario
+    lmstudio = scen.backend == "lmstudio"
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
-    # its /slots, as it would on a real one
-    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True)
+    # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
+    sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
+                    autoplay=not lmstudio)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
+    cleanups: list[Callable[[], None]] = [sim.stop]
+    proxy_url: str | None = None
+    if lmstudio:
+        from kvmon.proxy.server import ProxyServer
+        from kvmon.sim.lmstudio_client import ScriptedChat
+
+        proxy = ProxyServer(url, port=0)
+        proxy.start()
+        proxy_url = proxy.url
+        chat = ScriptedChat(sim, proxy.url)
+        chat.start()
+        cleanups = [sim.stop, proxy.stop, chat.stop]  # run last first
 
     def factory() -> MonitorLike:
         from kvmon.sources.host import HostSource as PsutilHost
@@ -273,6 +289,15 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             from kvmon.sources.ollama import OllamaSource
 
             server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
+        elif sim.scenario.backend == "vllm":
+            from kvmon.sources.vllm import VllmSource
+
+            server = VllmSource(url, timeout_s=timeout_s, clock=clock)
+        elif lmstudio:
+            from kvmon.sources.lmstudio import LmStudioSource
+
+            server = LmStudioSource(url, timeout_s=timeout_s, clock=clock, proxy_url=proxy_url,
+                                    models_dir=sim.api.models_dir)
         else:
             from kvmon.sources.llamacpp import LlamaServerSource
 
@@ -284,7 +309,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
                        server_pids=sim.server_pids, clock=clock)
 
     name = getattr(sim.scenario, "name", str(scenario))
-    return Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch)
+    return Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch)
 
 
 def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, speed: float, recorder: Any,

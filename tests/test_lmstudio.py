@@ -222,3 +222,22 @@ def test_live_speed_through_the_proxy() -> None:
         finally:
             mon.close()
             proxy.stop()
+
+
+def test_demo_chats_through_the_proxy() -> None:
+    from kvmon.session import demo_session
+
+    session = demo_session("lmstudio", None, speed=4.0)
+    mon = session.factory()
+    try:
+        seen = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(s.decode_tok_s for s in seen):
+            seen.append(mon.poll())
+            time.sleep(0.2)
+        live = [s for s in seen if s.decode_tok_s]
+        assert live and live[-1].decode_rate_source == "proxy" and live[-1].backend == "lmstudio"
+    finally:
+        mon.close()
+        session.close()
+    assert not [t for t in threading.enumerate() if t.name == "kvmon-sim-chat" and t.is_alive()]

@@ -306,3 +306,21 @@ def test_usage_past_one_is_unknown(fixture_server: FixtureServer) -> None:
         src.close()
     assert snap.kv_in_use_bytes is None and snap.context_tokens is None
     assert "impossible" in snap.reasons["kv_in_use_fraction"]
+
+
+def test_demo() -> None:
+    from kvmon.session import demo_session
+
+    session = demo_session("vllm", None, speed=4.0)
+    mon = session.factory()
+    try:
+        seen = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(s.decode_tok_s and s.efficiency for s in seen):
+            seen.append(mon.poll())
+            time.sleep(0.2)
+        assert any(s.decode_tok_s and s.efficiency for s in seen)
+        assert seen[-1].backend == "vllm" and seen[-1].gpus and seen[-1].kv_allocated_bytes
+    finally:
+        mon.close()
+        session.close()

@@ -103,8 +103,8 @@ def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_
             depths = [context]
         if depths:
             kv_in_use = int(sum(memo.kv_in_use(shape, d, type_k, type_v) for d in depths))
-        elif context is not None or r.slots:
-            kv_in_use = 0  # the slots are there and hold nothing
+        elif context is not None or (r.slots and all(s.context_tokens is not None for s in r.slots)):
+            kv_in_use = 0  # the slots are there and hold nothing (a slot whose holding is unknown says nothing)
         if kv_in_use is not None:
             prov["kv_in_use_bytes"] = "computed"
         if context is not None:
