@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="headless Prometheus exporter of kvmon's readings")
     _add_connection_args(serve)
     serve.add_argument("--listen", default="127.0.0.1:9464")
+    serve.add_argument("--url", action="append", default=[], dest="urls", metavar="URL",
+                       help="one more server to watch (repeatable); every series carries its server label")
 
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
