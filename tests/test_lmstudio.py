@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from helpers_http import FixtureServer, wait_until
 
+from kvmon.core.alerts import AlertThresholds
 from kvmon.core.analysis import Analyzer
-from kvmon.core.readings import FailureKind, SourceError
+from kvmon.core.readings import FailureKind, GpuReading, GpuSetReading, SourceError
 from kvmon.monitor import Monitor
 from kvmon.proxy.meter import Meter
 from kvmon.proxy.server import ProxyServer
@@ -150,18 +151,41 @@ def test_before_04_only_the_v0_list() -> None:
     assert "REST v0" in r.reasons["n_ctx_total"] and r2.config.n_ctx_total is None
 
 
-def test_kv_kept_in_host_ram(fixture_server: FixtureServer) -> None:
+def test_kv_kept_in_host_ram(fixture_server: FixtureServer, tmp_path: Path) -> None:
+    from kvmon.physics.presets import preset
+    from kvmon.sim.files import write_gguf_header
+
     body = _json("v1-models.json")
     body["models"][0]["loaded_instances"][0]["config"].update(offload_kv_cache_to_gpu=False, parallel=1)
     fixture_server.set("/api/v1/models", 200, json.dumps(body))
-    src = LmStudioSource(fixture_server.url, models_dir=str(FIXTURES))
+    src = LmStudioSource(fixture_server.url, models_dir=str(tmp_path))
     try:
         r = src.poll()
+        assert r.config.kv_offload is False and "no GGUF" in r.reasons["model_shape"]
+        folder = tmp_path / "lmstudio-community" / "gemma-4-26b-a4b-GGUF"
+        folder.mkdir(parents=True)
+        write_gguf_header(str(folder / "gemma-4-26b-a4b-Q4_K_M.gguf"), dict(preset("gemma-3-12b").metadata))
+        src2 = LmStudioSource(fixture_server.url, models_dir=str(tmp_path))
+        try:
+            r2 = src2.poll()
+        finally:
+            src2.close()
     finally:
         src.close()
-    assert r.config.kv_offload is False and "no GGUF" in r.reasons["model_shape"]
-    snap = Analyzer().update(r)
-    assert "host RAM" in snap.reasons["placement"]
+    gpu = GpuReading(index=0, name="NVIDIA GeForce RTX 4090", vram_total_bytes=24 * 2**30,
+                     vram_used_bytes=20 * 2**30, vram_free_bytes=4 * 2**30)
+    snap = Analyzer().update(r2, GpuSetReading(t_monotonic=r2.t_monotonic, gpus=(gpu,)))
+    assert "host RAM" in snap.reasons["placement"] and snap.kv_allocated_bytes
+    assert snap.host.kv_in_host_bytes == snap.kv_allocated_bytes
+    assert [a.code for a in snap.alerts if a.code == "kv_in_host"] == ["kv_in_host"]
+
+
+def test_kv_kept_in_host_ram_warns_with_its_fix() -> None:
+    from kvmon.core.alerts import AlertFacts, rule_kv_in_host
+
+    level, msg, _ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend="lmstudio", kv_host_fraction=1.0,
+                                               kv_host_bytes=2**30), AlertThresholds(), None)
+    assert level is not None and "Offload KV cache to GPU memory" in msg
 
 
 def test_parallel_instances_leave_one_conversations_limit_unknown(fixture_server: FixtureServer) -> None:

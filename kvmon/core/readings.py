@@ -143,7 +143,7 @@ class ServerReading:
 
     t_monotonic: float
     t_wall: float
-    backend: str  # "llama-server" | "ollama" | "vllm" | "openai" | "unknown"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio" | "openai" | "unknown"
     url: str  # never carries credentials
     server_version: str | None = None
     state: str = "ok"  # "ok" | "loading" | "sleeping" | "idle"
