@@ -190,6 +190,9 @@ class LmStudioSource:
             reasons["parallel"] = (f"{parallel} parallel predictions: whether they share one context (a unified KV "
                                    "cache) is not documented, so one conversation's limit is unknown")
         one = parallel == 1 or (parallel is None and inst.context_length is not None)
+        if one:  # one prediction at a time: one sequence, so one stream (unified, trivially)
+            prov["n_parallel"] = Provenance.MEASURED if parallel == 1 else Provenance.DEFAULT
+            prov["kv_unified"] = Provenance.COMPUTED
         return ServerConfig(
             n_ctx_total=inst.context_length, n_parallel=1 if one else None, kv_unified=True if one else None,
             flash_attn=None if inst.flash_attention is None else ("on" if inst.flash_attention else "off"),
