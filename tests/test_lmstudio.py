@@ -237,7 +237,7 @@ def test_live_speed_through_the_proxy() -> None:
                 time.sleep(0.3)
             live = [s for s in snaps if s.decode_tok_s is not None]
             assert live and all(s.decode_rate_source == "proxy" for s in live)
-            assert 15 < live[-1].decode_tok_s < 60  # the scenario's ~38 tok/s, paced on a busy machine
+            assert 15 < live[-1].decode_tok_s < 60  # the scenario's ~33 tok/s, paced on a busy machine
             t.join(30)
             assert got and b"chat.end" in got[0]
             r = src.poll()

@@ -25,6 +25,7 @@ from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_r
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
+# the documentation's example runtime (the simulator does not vary it by GPU; kvmon does not read it)
 RUNTIME = {"name": "llama.cpp-mac-arm64-apple-metal-advsimd", "version": "1.3.0", "supported_formats": ["gguf"]}
 EMBEDDING = {"type": "embedding", "publisher": "nomic-ai", "key": "text-embedding-nomic-embed-text-v1.5",
              "display_name": "Nomic Embed Text v1.5", "quantization": {"name": "F16", "bits_per_weight": 16},

@@ -174,14 +174,14 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="lmstudio",
             description="LM Studio 0.4 with gemma-3-12b Q4_K_M (llama.cpp engine), 16K context, flash attention, "
-            "KV cache on the GPU, on an Apple M3 Max; speeds seen through `kvmon proxy`",
+            "KV cache on the GPU, on a 16 GiB RTX 4060 Ti; speeds seen through `kvmon proxy`",
             backend="lmstudio",
             preset_keys=("gemma-3-12b",),
             model_alias="google/gemma-3-12b",
-            gpu_name="Apple M3 Max",
+            gpu_name="RTX 4060 Ti",
             n_gpus=1,
             n_ctx=16384,
-            decode_anchors=((0, 38.0), (16384, 30.0)),
+            decode_anchors=((0, 33.0), (16384, 27.0)),
             prefill_tok_s_empty=700.0,
             prefill_slowdown_s_per_token=3.0e-9,
             script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
