@@ -186,3 +186,21 @@ def test_ports_name_their_backend() -> None:
 
     assert [backend_by_port(f"http://127.0.0.1:{p}") for p in (8000, 1234, 11434, 9931)] == [
         "vllm", "lmstudio", "ollama", "llama-server"]
+
+
+def test_lmstudio_with_a_token_is_picked_by_its_port() -> None:
+    """LM Studio 0.4 with "Require Authentication" answers 401 everywhere: its port names it, its source says why."""
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.lmstudio import LmStudioSource
+
+    with SimServer("lmstudio", faults=["auth"]) as sim:
+        with pytest.raises(SourceError) as e:
+            detect_backend(sim.url, None, 2.0)
+        assert e.value.failure.kind == FailureKind.AUTH_REJECTED
+        src = LmStudioSource(sim.url, api_key="wrong")
+        try:
+            with pytest.raises(SourceError) as e2:
+                src.poll()
+        finally:
+            src.close()
+        assert e2.value.failure.kind == FailureKind.AUTH_REJECTED

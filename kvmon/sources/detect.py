@@ -132,9 +132,6 @@ def _is_lmstudio(a: Answers) -> bool:
     models = body.get("models") if isinstance(body, Mapping) else None
     if isinstance(models, list) and all(isinstance(m, Mapping) and "key" in m for m in models):
         return True
-    resp = a.get("/api/v1/models")
-    if resp.status_code in (401, 403) and "lm studio" in resp.text[:2000].lower():
-        return True
     body = a.json("/api/v0/models")
     data = body.get("data") if isinstance(body, Mapping) else None
     return isinstance(data, list) and bool(data) and all(
