@@ -230,10 +230,11 @@ def test_a_restarted_server_gives_no_negative_or_spiking_rate(
     measured = [r for r in after if r is not None]
     assert measured, after  # the new server's decoding is seen again
     assert all(r >= 0 for r in measured), after
-    # kvmon's rate is a smoothed average of such paces, so never above the fastest one; a counter reset read as
-    # progress (the old server's count against the new one's) would be far outside; the 25 % is the timing noise
-    # of half-second windows on a busy machine
-    assert all(r <= 1.25 * max(paces) for r in measured), (after, paces)
+    # kvmon's rate is a smoothed average of such paces; a counter reset read as progress (the old server's 2,000+
+    # tokens inside one half-second window) would add 4,000 tok/s or more. The factor 2 is the timing noise of
+    # half-second windows on a loaded machine, where the two sides' requests are served late (1.29x seen with
+    # four test suites sharing two cores)
+    assert all(r <= 2 * max(paces) for r in measured), (after, paces)
 
 
 @pytest.mark.parametrize(("flags", "metrics", "live", "reasons"), [

@@ -204,3 +204,16 @@ def test_fixture_files_are_valid_json() -> None:
     for f in ROUTER.glob("*.json"):
         json.loads(f.read_text(encoding="utf-8"))
     assert (LLAMA_FIXTURES / "props.idle.json").exists()
+
+
+def test_hostile_event_lines_are_dropped_and_the_stream_goes_on() -> None:
+    """Deep nesting, a lone surrogate in a key or a 400-digit number in one event never stops the follower."""
+    follower = SseFollower("http://unused")
+    follower.feed("data: " + "[" * 100_000 + "]" * 100_000)
+    follower.feed('data: {"model": "m\\ud800", "value": {"value": "loaded"}}')
+    follower.feed('data: {"model": "big", "n": ' + "9" * 400 + "}")
+    latest = follower.latest()
+    assert all(name.encode("utf-8") for name in latest)  # every key is valid text
+    assert "big" in latest
+    follower.feed('data: {"model": "after"}')
+    assert "after" in follower.latest()

@@ -8,13 +8,14 @@ must not wait on a silent socket.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+
+from kvmon.core.jsonvals import InputError, parse_json
 
 READ_TIMEOUT_S = 1.0
 RETRY_S = 2.0  # after the stream failed (refused, 404 on a build without it), try again no sooner
@@ -60,8 +61,8 @@ class SseFollower:
         if not line.startswith("data:"):
             return
         try:
-            obj = json.loads(line[5:].strip())
-        except ValueError:
+            obj = parse_json(line[5:].strip())  # the shared rules: bounded depth, valid text, huge numbers infinite
+        except InputError:
             return
         if not isinstance(obj, Mapping):
             return
