@@ -324,3 +324,20 @@ def test_demo() -> None:
     finally:
         mon.close()
         session.close()
+
+
+def test_a_sleeping_engine_reads_as_sleeping(fixture_server: FixtureServer) -> None:
+    lines = "".join(f'vllm:engine_sleep_state{{engine="0",model_name="{MODEL}",sleep_state="{s}"}} {v}\n'
+                    for s, v in (("awake", 0.0), ("weights_offloaded", 1.0), ("discard_all", 0.0)))
+    assert parse_metrics(lines).models[MODEL].awake is False
+    awake = lines.replace('sleep_state="awake"} 0.0', 'sleep_state="awake"} 1.0')
+    assert parse_metrics(awake).models[MODEL].awake is True
+    assert parse_metrics(_text("metrics.v1.txt")).models[MODEL].awake is None  # older servers have no such series
+    fixture_server.set("/metrics", 200, _text("metrics.v1.txt") + lines, {"Content-Type": "text/plain"})
+    src = VllmSource(fixture_server.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.state == "sleeping" and "asleep" in r.reasons["state"]
+    assert Analyzer().update(r).connection.status.value == "sleeping"

@@ -226,6 +226,13 @@ class VllmApi:
             hist(itl_name, "Histogram of inter-token latency in seconds.", itl),
         ]
         if not self.old_names:
+            sleep = GaugeMetricFamily("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is "
+                                      "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep "
+                                      "level 1; discard_all = 1 means sleep level 2.",
+                                      labels=[*labels, "sleep_state"])
+            for state, v in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+                sleep.add_metric([*lv, state], v)
+            out.append(sleep)
             out += [hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
                          pre_s),
                     hist("request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill "

@@ -182,8 +182,13 @@ class VllmSource:
         if notes:
             reasons["server"] = "; ".join(notes)
         running = mm.requests_running
+        state = "ok"
+        if mm.awake is False:  # sleep mode (level 1: weights offloaded, level 2: discarded); /metrics still answers
+            state = "sleeping"
+            reasons["state"] = "the vLLM engine is asleep (sleep mode): no model in GPU memory until it is woken"
         return ServerReading(
             t_monotonic=t, t_wall=t_wall, backend=BACKEND, url=self.display_url, server_version=self._version,
+            state=state,
             model=model, metrics_enabled=True, metrics=_counters(mm), config=config,
             live_rate_source="metrics", kv_in_use_fraction=mm.kv_usage_fraction,
             requests_running=int(running) if running is not None else None,

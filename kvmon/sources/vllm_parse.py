@@ -63,6 +63,7 @@ class ModelMetrics:
     preemptions_total: float | None = None
     prefix_cache_hits_total: float | None = None
     prefix_cache_queries_total: float | None = None
+    awake: bool | None = None  # vllm:engine_sleep_state{sleep_state="awake"}: False while the engine sleeps
     ttft: Histogram | None = None
     itl: Histogram | None = None
     prefill_time: Histogram | None = None
@@ -148,6 +149,10 @@ def parse_metrics(text: str) -> MetricsPage:
             continue
         acc = per.setdefault(model, {})
         engines.setdefault(model, set()).add(labels.get("engine", ""))
+        if name == "engine_sleep_state":  # one series per state; only "awake" says whether it sleeps
+            if labels.get("sleep_state") != "awake":
+                continue
+            name = "engine_awake"
         acc.setdefault(name, []).append(value)
     models = {m: _model(m, acc, len(engines.get(m, ()))) for m, acc in per.items()}
     return MetricsPage(models, _cache(cache_rows, notes), seen, tuple(notes))
@@ -173,8 +178,10 @@ def _model(name: str, acc: Mapping[str, list[float]], n_engines: int) -> ModelMe
     summed = {field_: sum(acc[k]) if k in acc else None for k, field_ in _SUMMED.items()}
     hits = _first(acc, PREFIX_HITS)[1]
     queries = _first(acc, PREFIX_QUERIES)[1]
+    awake = acc.get("engine_awake")
     return ModelMetrics(
         name, max(1, n_engines), fraction, usage_name and PREFIX + usage_name,
+        awake=None if not awake else any(v > 0 for v in awake),
         prefix_cache_hits_total=sum(hits) if hits else None,
         prefix_cache_queries_total=sum(queries) if queries else None,
         ttft=_hist(acc, TTFT), itl=_hist(acc, ITL), prefill_time=_hist(acc, PREFILL_TIME),
