@@ -226,3 +226,13 @@ def test_once_list_names_every_server_and_how_it_was_found(scripts: dict[str, st
 def test_fixture_paths_exist() -> None:
     assert (LLAMA_FIXTURES / "props.idle.json").exists() and (FIX / "ollama" / "version.json").exists()
     assert os.path.exists(FIX / "llama-router" / "models.loaded.json")
+
+
+def test_discover_finds_simulated_vllm_and_lmstudio_on_their_ports() -> None:
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.discover import discover
+
+    with SimServer("vllm") as v, SimServer("lmstudio") as lms:
+        found = discover(ports=[v.port, lms.port], processes=False, timeout_s=2.0)
+    got = {(f.url, f.backend, f.summary) for f in found.answering()}
+    assert got == {(v.url, "vllm", "serving: Qwen/Qwen3-8B"), (lms.url, "lmstudio", "loaded: google/gemma-3-12b")}
