@@ -341,3 +341,32 @@ def test_a_sleeping_engine_reads_as_sleeping(fixture_server: FixtureServer) -> N
         src.close()
     assert r.state == "sleeping" and "asleep" in r.reasons["state"]
     assert Analyzer().update(r).connection.status.value == "sleeping"
+
+
+def test_several_requests_decoding_together_have_a_batch_ceiling(fixture_server: FixtureServer) -> None:
+    """Two requests running: one step reads the weights once and both requests' KV, and gives two tokens."""
+    from kvmon.core.readings import GpuReading, GpuSetReading
+    from kvmon.physics.gpus import lookup_gpu
+
+    text = _text("metrics.v1.txt").replace('vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 1.0',
+                                           'vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 2.0')
+    fixture_server.set("/metrics", 200, text, {"Content-Type": "text/plain"})
+    src = VllmSource(fixture_server.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    shape = ModelShape.from_gguf(config_metadata(QWEN3_8B)[0])
+    per_token = kv_bytes_per_token(shape, "bf16", "bf16").total
+    r = replace(r, model=replace(r.model, shape=shape, weight_bytes=16 * 10**9),
+                config=replace(r.config, type_k="bf16", type_v="bf16", kv_bytes_allocated=438848 * per_token))
+    gpu = GpuReading(index=0, name="NVIDIA H100 80GB HBM3", vram_total_bytes=80 * 2**30, vram_used_bytes=74 * 2**30,
+                     vram_free_bytes=6 * 2**30)
+    snap = Analyzer().update(r, GpuSetReading(t_monotonic=r.t_monotonic, gpus=(gpu,)))
+    assert snap.context_tokens is None and "2 requests" in snap.reasons["context_tokens"]
+    assert snap.kv_in_use_bytes == round(0.25 * 438848 * per_token)
+    spec = lookup_gpu("H100")
+    assert spec is not None
+    one = 1.0 / ((16 * 10**9 + snap.kv_in_use_bytes) / spec.bandwidth_bytes_per_s)
+    assert snap.ceiling_tok_s == pytest.approx(2 * one, rel=0.02)
+    assert "decoding together" in snap.reasons["ceiling_tok_s"]
