@@ -122,19 +122,27 @@ def _lookup_normalised(norm_name: str) -> GpuSpec | None:
 
 
 def lookup_pci(pci_id: str | None, memory_bytes: int | None = None) -> GpuSpec | None:
-    """The table entry for a PCI ``vendor:device`` id ("1002:744c"); when one id covers several cards (7900 XT /
-    XTX / GRE) the one whose memory size is within 15 % of ``memory_bytes`` is chosen, else None (not a guess)."""
+    """The table entry for a PCI ``vendor:device`` id ("1002:744c"), or None.
+
+    One id often covers several cards (744c: the 7900 XT, XTX and GRE): the memory size (within 15 %) picks
+    among them; cards left that share one bandwidth (73bf: 6800, 6800 XT, 6900 XT at 512 GB/s) give one entry
+    named after all of them, so the bandwidth is known without claiming which card it is. Different bandwidths
+    left over give None: that would be a guess.
+    """
     if not pci_id:
         return None
     pid = pci_id.strip().lower().replace("0x", "")
     cands = [g for g in KNOWN_GPUS if pid in g.pci_ids]
     if memory_bytes:
-        near = [g for g in cands if abs(g.vram_bytes - memory_bytes) <= 0.15 * g.vram_bytes]
-        bws = {g.bandwidth_bytes_per_s for g in near}
-        if len(bws) == 1:
-            return near[0]
+        cands = [g for g in cands if abs(g.vram_bytes - memory_bytes) <= 0.15 * g.vram_bytes]
+    if not cands or len({g.bandwidth_bytes_per_s for g in cands}) != 1:
         return None
-    return cands[0] if len({g.bandwidth_bytes_per_s for g in cands}) == 1 and cands else None
+    if len(cands) == 1:
+        return cands[0]
+    first = cands[0]
+    names = [c.name.removeprefix("Radeon ") if i else c.name for i, c in enumerate(cands)]  # "Radeon RX 6800 / RX …"
+    return GpuSpec(" / ".join(names), first.bandwidth_bytes_per_s, first.vram_bytes, first.memory,
+                   unified_memory=first.unified_memory, vendor=first.vendor, pci_ids=first.pci_ids)
 
 
 def choose_peak_bandwidth(name: str | None, driver_bytes_per_s: float | None,
