@@ -1,4 +1,4 @@
-"""The AMD (amdgpu sysfs) and Intel (xe/i915 sysfs) device sources against real sysfs snapshots (tests/fixtures/sysfs)."""
+"""The AMD (amdgpu) and Intel (xe/i915) sysfs device sources against real sysfs snapshots (tests/fixtures/sysfs)."""
 
 from __future__ import annotations
 
