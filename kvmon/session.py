@@ -52,13 +52,11 @@ def detect(url: str, api_key: str | None, timeout_s: float) -> str | None:
 
 
 def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> GpuSource | None:
-    """NVML for the GPUs (None when the module is missing); a machine without NVIDIA says so in its reading."""
-    try:
-        from kvmon.sources.nvml import NvmlSource
-    except ImportError:
-        return None
+    """Every device source of this system (NVML, AMD and Intel sysfs, Apple); a machine with none says so."""
+    from kvmon.sources.devices import default_device_sources
+
     user = dict(settings.gpu_bandwidth_bytes_per_s) if settings else None
-    return NvmlSource(nvml, user_bandwidth_bytes_per_s=user)
+    return default_device_sources(nvml, user)
 
 
 def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource | None:
