@@ -2,7 +2,9 @@
 
 The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.session`` builds it). A server failure
 becomes a Snapshot with that connection state; a GPU or host failure only blanks those parts, never the server
-reading. Typed on the source interfaces of ``kvmon.sources.base``; no source module is imported here.
+reading. Typed on the source interfaces of ``kvmon.sources.base``; no source module is imported here. It also
+decides when the host's one-time bandwidth probe may run: only for a server on this machine, and only in a poll
+that found every slot idle (a probe competes with decode for the memory bus it measures).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
-from kvmon.sources.base import GpuSource, HostSource, ServerSource
+from kvmon.listen import is_loopback_host
+from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
 
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
 
@@ -52,6 +55,7 @@ class Monitor:
         self._server_pids: tuple[int, ...] = tuple(server_pids)
         self.host_interval_s = host_interval_s
         self._host_cache: tuple[float, tuple[int, ...], HostReading] | None = None  # (read at, pids, reading)
+        self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
 
     @property
     def backend(self) -> str:
@@ -99,9 +103,33 @@ class Monitor:
             self._host_cache = (now, self._server_pids, reading)
         return reading
 
+    def _server_idle_here(self, server: ServerReading | SourceFailure) -> bool:
+        """Whether this poll found a server on this machine with every slot idle (nothing decoding)."""
+        if not isinstance(server, ServerReading) or server.state not in ("ok", "idle"):
+            return False
+        if not server.slots or any(s.processing for s in server.slots):
+            return False  # no slots read: whether it decodes is unknown, so it might
+        host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        return bool(self._server_pids) or is_loopback_host(host)
+
+    def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
+        """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
+        probe = self.host_source
+        if not isinstance(probe, BandwidthProbe) or not self._server_idle_here(server):
+            return
+        try:
+            if not probe.probe_due():
+                return
+            probe.measure_bandwidth()
+        except Exception:  # a failed probe leaves the bandwidth unknown, with its reason
+            pass
+        self._host_cache = None  # the next host reading carries the measurement
+        self.probes_run += 1
+
     def poll(self) -> Snapshot:
         """Read every source once and return the analysed Snapshot (never raises for source trouble)."""
         server = self._poll_server()
+        self._maybe_probe(server)
         gpus = self._poll_gpus()
         host = self._poll_host()
         snap = self.analyzer.update(server, gpus, host)

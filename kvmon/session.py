@@ -65,7 +65,7 @@ def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource 
         from kvmon.sources.host import HostSource as PsutilHost
     except ImportError:
         return None
-    return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None)
+    return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None, auto_probe=True)
 
 
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,

@@ -13,6 +13,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_http import FixtureServer
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """kvmon's settings and caches (the host bandwidth measurement among them) go to a folder of this test run,
+    never the user's: platformdirs follows the XDG variables, and child processes inherit them."""
+    import os
+
+    base = tmp_path_factory.mktemp("user-dirs")
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    os.environ["XDG_CONFIG_HOME"], os.environ["XDG_CACHE_HOME"] = str(base / "config"), str(base / "cache")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture
 def fixture_server() -> Iterator[FixtureServer]:
     """A running canned-response server: ``.url``, ``.set(path, status, body, headers)``, ``.hang(path, s)``."""

@@ -257,3 +257,24 @@ def test_host_read_again_after_a_failure_or_new_server_pids() -> None:
     now[0] = 2.0
     assert m.poll().host.server_rss_bytes == 3 * GIB
     assert host.pids == [(1,), (1,), (7,)]
+
+
+def test_the_host_bandwidth_probe_runs_once_and_never_while_a_slot_decodes(fixture_server: FixtureServer,
+                                                                          tmp_path: Path) -> None:
+    from kvmon.sources.host import HostSource
+
+    host = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    serve_llama_state(fixture_server, "generating")  # a slot is decoding: the probe would steal its bandwidth
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), None, host, host_interval_s=0.0) as m:
+        for _ in range(3):
+            s = m.poll()
+        assert m.probes_run == 0 and s.host.host_bandwidth_bytes_per_s is None
+        serve_llama_state(fixture_server, "idle")
+        s = m.poll()
+        assert m.probes_run == 1 and s.host.host_bandwidth_bytes_per_s is not None
+        for _ in range(3):
+            m.poll()
+        assert m.probes_run == 1  # once per machine: it is remembered
+    again = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), None, again) as m2:
+        assert m2.poll().host.host_bandwidth_bytes_per_s == s.host.host_bandwidth_bytes_per_s and m2.probes_run == 0
