@@ -1,4 +1,5 @@
-"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``)."""
+"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``) and real llama.cpp
+servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_http import FixtureServer
+from real_llama_server import RealLlamaServer
+from tiny_gguf import make_gguf
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -57,3 +60,26 @@ def fixture_server_factory() -> Iterator[Callable[[], FixtureServer]]:
     finally:
         for s in servers:
             s.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tiny test GGUFs are written, once per session (works without pytest's cache provider)."""
+    return tmp_path_factory.mktemp("tiny-gguf")
+
+
+@pytest.fixture
+def llama_server(tiny_gguf_dir: Path, tmp_path: Path) -> Iterator[Callable[..., RealLlamaServer]]:
+    """Start real llama.cpp servers: ``llama_server("gemma3", ["-c", "4096"])``; all are stopped afterwards."""
+    servers: list[RealLlamaServer] = []
+
+    def start(family: str, args: list[str], **kw: int) -> RealLlamaServer:
+        server = RealLlamaServer(make_gguf(family, tiny_gguf_dir), args, tmp_path / f"server-{len(servers)}.log", **kw)
+        servers.append(server)
+        return server.start()
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()

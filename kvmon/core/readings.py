@@ -111,7 +111,9 @@ class ServerConfig:
     type_v: str | None = None
     flash_attn: str | None = None  # "on" | "off" | "auto"
     n_gpu_layers: int | None = None
-    n_ubatch: int | None = None
+    n_ubatch: int | None = None  # the effective physical batch: min(-ub, n_batch)
+    n_batch: int | None = None  # -b, capped at the context by llama.cpp
+    swa_full: bool | None = None  # --swa-full: sliding-window layers keep the whole context
     model_path: str | None = None
     offloaded_layers: int | None = None
     total_layers: int | None = None
@@ -123,6 +125,7 @@ class ServerConfig:
     device_free_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # log: "using device … MiB free"
     n_ctx_per_slot: int | None = None  # one conversation's context (Ollama /api/ps context_length)
     sleep_idle_seconds: int | None = None  # --sleep-idle-seconds: unloads the model when idle; -1 never; None unknown
+    recurrent_bytes_allocated: int | None = None  # llama.cpp's own recurrent-state size line
     devices: tuple[LogDevice, ...] = ()  # the compute devices the log names, in the server's order
 
 

@@ -207,7 +207,10 @@ def shape_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
             raise ShapeError("gpt-oss: missing gpt-oss.attention.sliding_window")
         layers = swa_layers(_swa_flags(m, n_layers, 2, notes), window, AttentionKind.SWA)
     elif arch == "llama4":
-        chunk = 8192 if window is None else window
+        # llama.cpp sets the chunk to 8192 whatever sliding_window says; a key of 0 turns chunking off
+        chunk = 0 if window == 0 else 8192
+        if window not in (None, 0, 8192):
+            notes.append(f"llama4 sliding_window {window} in the GGUF: llama.cpp chunks attention at 8192 anyway")
         layers = swa_layers(_swa_flags(m, n_layers, 4, notes) if chunk else None, chunk, AttentionKind.CHUNKED)
         if chunk == 0:
             notes.append("llama4 with sliding_window = 0: chunked attention disabled, all layers full")
@@ -244,8 +247,9 @@ def shape_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
         layers = swa_layers(flags, window, AttentionKind.SWA)
 
     nextn = m.int("nextn_predict_layers", 0) or 0
-    if 0 < nextn < n_layers and arch not in ("deepseek2",):
-        # multi-token-prediction layers at the end hold no KV in llama.cpp (n_layer_kv_from_start)
+    if 0 < nextn < n_layers:
+        # multi-token-prediction layers at the end are not trunk layers: llama.cpp's main context filters them out
+        # of its KV cache (n_layer() = block_count - nextn_predict_layers), deepseek2 / GLM-4.7-Flash included
         for il in range(n_layers - nextn, n_layers):
             layers[il] = LayerShape(il, AttentionKind.NONE)
         notes.append(f"last {nextn} layer(s) are multi-token-prediction layers without a KV cache")

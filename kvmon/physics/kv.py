@@ -13,6 +13,8 @@ from kvmon.physics.cache_types import cache_type
 from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
 
 CELL_PADDING = 256
+DEFAULT_N_UBATCH = 512  # llama-server's -ub and -b defaults
+DEFAULT_N_BATCH = 2048
 RECURRENT_STATE_BYTES_PER_ELEMENT = 4  # llama.cpp keeps recurrent (conv + ssm / wkv) state in f32
 
 
@@ -148,20 +150,23 @@ def kv_allocation(
     unified: bool = False,
     type_k: str | None = "f16",
     type_v: str | None = "f16",
-    n_ubatch: int = 512,
+    n_ubatch: int = DEFAULT_N_UBATCH,
+    n_batch: int = DEFAULT_N_BATCH,
     swa_full: bool = False,
     flash_attn: bool = True,
 ) -> KvAllocation:
     """The KV cache llama.cpp reserves for ``-c n_ctx -np n_seq`` (``kv_unified``), K and V apart.
 
     Unified: one stream of pad256(n_ctx) cells. Otherwise n_seq streams of pad256(pad256(n_ctx) / n_seq) cells.
-    SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream.
+    SWA/chunked layers: pad256(min(cells, window × (unified ? n_seq : 1) + n_ubatch)) per stream, where llama.cpp
+    first caps the batch at the context and the micro-batch at the batch: n_ubatch = min(n_ubatch, n_batch, n_ctx).
     Without flash attention V is stored transposed, every layer's V as wide as the widest layer's.
     ``n_ctx`` is the resolved context (llama-server's ``-c 0`` means the training context: pass that).
     """
     if n_ctx < 0:
         raise ValueError(f"negative n_ctx {n_ctx}")
     n_seq = max(1, int(n_seq))
+    n_ubatch = min(n_ubatch, n_batch, n_ctx) if n_ctx else min(n_ubatch, n_batch)  # llama_context, before padding
     n_ctx = pad_cells(n_ctx)  # llama_context pads n_ctx first, then each stream's share
     if unified or n_seq == 1:
         n_streams = 1

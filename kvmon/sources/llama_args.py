@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.physics.cache_types import CACHE_TYPES
+from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
 
 # flag spellings -> setting; each setting also has its LLAMA_ARG_* variable
 _VALUE_FLAGS: dict[str, str] = {
@@ -30,6 +31,8 @@ _VALUE_FLAGS: dict[str, str] = {
     "--model": "model",
     "-ub": "ubatch",
     "--ubatch-size": "ubatch",
+    "-b": "batch",
+    "--batch-size": "batch",
     "--host": "host",
     "--port": "port",
     "--sleep-idle-seconds": "sleep",
@@ -42,10 +45,12 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_N_GPU_LAYERS": "ngl",
     "LLAMA_ARG_MODEL": "model",
     "LLAMA_ARG_UBATCH": "ubatch",
+    "LLAMA_ARG_BATCH": "batch",
     "LLAMA_ARG_HOST": "host",
     "LLAMA_ARG_PORT": "port",
     "LLAMA_ARG_FLASH_ATTN": "fa",
     "LLAMA_ARG_KV_UNIFIED": "kvu",
+    "LLAMA_ARG_SWA_FULL": "swa_full",
 }
 _FA_FLAGS = ("-fa", "--flash-attn")
 _FA_WORDS = {
@@ -61,10 +66,10 @@ _FA_WORDS = {
 }
 _KVU_ON = ("-kvu", "--kv-unified")
 _KVU_OFF = ("-no-kvu", "--no-kv-unified")
+_SWA_FULL = ("--swa-full",)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_UBATCH = 512
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             raw["kvu"], src["kvu"] = "1", Provenance.COMMAND_LINE
         elif flag in _KVU_OFF:
             raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
+        elif flag in _SWA_FULL:
+            raw["swa_full"], src["swa_full"] = "1", Provenance.COMMAND_LINE
         i += 1
 
     prov: dict[str, Provenance] = {}
@@ -181,9 +188,18 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     elif ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
         notes.append(f"unreadable GPU layer count {ngl_raw!r}")
 
+    # llama.cpp caps the logical batch at the context and the physical one at the batch (llama_context)
+    batch = _to_int(raw.get("batch"))
+    n_batch = batch if batch and batch > 0 else DEFAULT_N_BATCH
+    if n_ctx_total is not None:
+        n_batch = min(n_batch, n_ctx_total)
+    mark("n_batch", "batch")
     ubatch = _to_int(raw.get("ubatch"))
-    n_ubatch = ubatch if ubatch and ubatch > 0 else DEFAULT_UBATCH
-    mark("n_ubatch", "ubatch")
+    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_N_UBATCH, n_batch)
+    mark("n_ubatch", "ubatch" if "ubatch" in src else "batch")
+
+    swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
+    mark("swa_full", "swa_full")
 
     model_path = raw.get("model") or None
     if model_path:
@@ -212,6 +228,8 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         flash_attn=flash_attn,
         n_gpu_layers=n_gpu_layers,
         n_ubatch=n_ubatch,
+        n_batch=n_batch,
+        swa_full=swa_full,
         model_path=model_path,
         sleep_idle_seconds=sleep_idle_seconds,
         provenance=prov,

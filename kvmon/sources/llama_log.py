@@ -38,6 +38,8 @@ _KV_SIZE = re.compile(
 _KV_SELF = re.compile(
     r"KV self size += +" + _NUM + r" MiB(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
 )
+# llama_memory_recurrent: size =    0.22 MiB (     4 cells,   4 layers,  4 seqs  0 rs_seq), R (f32): ..., S (f32): ...
+_RS_SIZE = re.compile(r"llama_memory_recurrent: +size = +" + _NUM + " MiB")
 # "init:" is the spring-2025 prefix (llama_kv_cache_unified::init), "llama_kv_cache_init:" the 2024 one
 _KV_BUF = re.compile(r"(?:llama_kv_cache\w*|init): +(\S+) KV buffer size = +" + _NUM + " MiB")
 # "model buffer size" since late 2024; 2024 builds printed "llm_load_tensors:        CPU buffer size = …"
@@ -45,7 +47,7 @@ _MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) (?:model )?b
 _COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
 _OFFLOADED = re.compile(r"offloaded ([0-9]+)/([0-9]+) layers to GPU")
 _CTX_FIELD = re.compile(
-    r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_ubatch|n_seq_max|"
+    r"(?:llama_context|llama_new_context_with_model): +(n_ctx|n_ctx_seq|n_ctx_per_seq|n_batch|n_ubatch|n_seq_max|"
     r"flash_attn|kv_unified) += +([A-Za-z0-9_]+)"
 )
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
@@ -53,6 +55,9 @@ _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) 
 _FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
 _LOADED = re.compile(r"(llama_server: model loaded|main: model loaded|server is listening|"
                      r"load_model: initializing, n_slots)")
+# llama_kv_cache_iswa: using full-size SWA cache (ref: ...); creating     SWA KV cache, size = 768 cells
+_SWA_FULL = re.compile(r"llama_kv_cache_iswa: using full-size SWA cache")
+_SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +SWA KV cache, size = ([0-9]+) cells")
 _FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
 _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
 
@@ -82,9 +87,12 @@ class LlamaLogParser:
     type_v: str | None = None
     flash_attn: str | None = None
     n_ubatch: int | None = None
+    n_batch: int | None = None
+    swa_full: bool | None = None  # said only by models with sliding-window layers
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None
+    recurrent_bytes_allocated: int | None = None
     kv_cells: int | None = None
     model_buffers: dict[str, int] = field(default_factory=dict)
     kv_buffers: dict[str, int] = field(default_factory=dict)
@@ -122,6 +130,11 @@ class LlamaLogParser:
             self.kv_cells = max(self.kv_cells or 0, cells)
             if m.group(6):
                 self.type_k, self.type_v = m.group(6).lower(), m.group(8).lower()
+            self.lines_matched += 1
+            return
+        m = _RS_SIZE.search(line)
+        if m:
+            self.recurrent_bytes_allocated = _mib(m.group(1))
             self.lines_matched += 1
             return
         m = _KV_SELF.search(line)
@@ -166,6 +179,15 @@ class LlamaLogParser:
             self.n_parallel, self.kv_unified = int(m.group(1)), _bool(m.group(2))
             self.lines_matched += 1
             return
+        if _SWA_FULL.search(line):
+            self.swa_full = True
+            self.lines_matched += 1
+            return
+        if _SWA_CACHE.search(line):
+            if self.swa_full is None:
+                self.swa_full = False
+            self.lines_matched += 1
+            return
         m = _FREE.search(line)
         if m:
             self.device_free[m.group(1)] = int(m.group(3)) * MIB
@@ -186,6 +208,8 @@ class LlamaLogParser:
             self.n_ctx_seq = num
         elif name == "n_ubatch" and num is not None:
             self.n_ubatch = num
+        elif name == "n_batch" and num is not None:
+            self.n_batch = num
         elif name == "n_seq_max" and num is not None:
             self.n_parallel = num
         elif name == "flash_attn":
@@ -209,6 +233,7 @@ class LlamaLogParser:
         return bool(
             self.loaded
             or self.kv_bytes_allocated is not None
+            or self.recurrent_bytes_allocated is not None
             or self.n_ctx_total is not None
             or self.model_buffers
             or self.kv_buffers
@@ -225,9 +250,12 @@ class LlamaLogParser:
             "type_v": self.type_v,
             "flash_attn": self.flash_attn,
             "n_ubatch": self.n_ubatch,
+            "n_batch": self.n_batch,
+            "swa_full": self.swa_full,
             "offloaded_layers": self.offloaded_layers,
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,
+            "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         maps = {

@@ -16,7 +16,7 @@ from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import advice, alert_facts, ceiling, gpu_views, placement, speeds
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.analysis.model_view import model_view
+from kvmon.core.analysis.model_view import cache_bytes, model_view
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import VramTrend
 from kvmon.core.connection import failure_snapshot, reading_status
@@ -117,7 +117,7 @@ class Analyzer:
         place = placement.place(r, model.weight_bytes, gpus)
         if place.note:
             reasons["placement"] = place.note
-        placement.estimate_pcie_spill(place, gviews, model.kv_allocated_bytes, r.config.compute_buffer_bytes_by_device)
+        placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device)
         host_bw = st.host_bandwidth_bytes_per_s or (host.host_bandwidth_bytes_per_s if host else None)
         devices, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
@@ -150,7 +150,7 @@ class Analyzer:
             kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
             bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
-            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, model.kv_allocated_bytes),
+            gpus_unavailable_reason=greason, host=gpu_views.host_view(host, place, cache_bytes(model)),
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source},
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement, device_gpu_index
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
@@ -60,7 +61,8 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
     for g in gviews:
         w = p.weights_gpu.get(g.index)
         frac = p.kv_gpu.get(g.index)
-        kv_alloc = int(model.kv_allocated_bytes * frac) if model.kv_allocated_bytes is not None and frac else None
+        cache = cache_bytes(model)
+        kv_alloc = int(cache * frac) if cache is not None and frac else None
         kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
         other = None
         sv = server_used.get(g.index)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvmon.core.readings import ServerConfig
 from kvmon.physics import kv as kv_mod
 
 MAX_ENTRIES = 4096
@@ -46,9 +47,13 @@ class PhysicsMemo:
                               lambda: kv_mod.kv_bytes_in_use(shape, ctx, type_k, type_v)))
 
     def kv_alloc(self, shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
-                 n_ubatch: int) -> int:
-        """The KV cache llama.cpp allocates at load for ``n_ctx`` cells."""
-        return int(self.get(shape, ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch),
-                            lambda: kv_mod.kv_allocation(shape, n_ctx, n_seq=n_seq, unified=unified,
-                                                         type_k=type_k, type_v=type_v,
-                                                         n_ubatch=n_ubatch).total_bytes))
+                 cfg: ServerConfig) -> int:
+        """The K+V bytes llama.cpp allocates at load for ``n_ctx`` cells (its KV size line; a hybrid's recurrent
+        state is apart), with the batch, --swa-full and flash-attention settings it uses."""
+        n_ubatch, n_batch = cfg.n_ubatch or kv_mod.DEFAULT_N_UBATCH, cfg.n_batch or kv_mod.DEFAULT_N_BATCH
+        swa_full = bool(cfg.swa_full)
+        flash_attn = cfg.flash_attn != "off"  # "auto" lays the cache out for flash attention, as "on" does
+        key = ("alloc", n_ctx, n_seq, unified, type_k, type_v, n_ubatch, n_batch, swa_full, flash_attn)
+        return int(self.get(shape, key, lambda: kv_mod.kv_allocation(
+            shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v, n_ubatch=n_ubatch,
+            n_batch=n_batch, swa_full=swa_full, flash_attn=flash_attn).kv_bytes))

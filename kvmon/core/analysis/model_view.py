@@ -54,7 +54,7 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         alloc = int(cfg.kv_bytes_allocated)
         prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
     elif shape is not None and n_ctx_total:
-        alloc = memo.kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg.n_ubatch or 512)
+        alloc = memo.kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
         prov["kv_allocated_bytes"] = "computed"
     else:
         reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
@@ -83,6 +83,8 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         prov["kv_bytes_per_token"] = "computed"
         rec = memo.get(shape, ("rec", n_slots),
                              lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
+        if rec is not None:
+            prov["recurrent_state_bytes"] = "computed"
         if weight_bytes is not None:
             wr = memo.get(shape, ("weights", weight_bytes),
                                 lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
@@ -96,6 +98,9 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
             read_per_token = float(weight_bytes)
             prov["weight_bytes_read_per_token"] = "estimated"
             reasons["weight_bytes_read_per_token"] = "model shape unknown: all weights assumed read (dense)"
+    if cfg.recurrent_bytes_allocated is not None:  # the server's own size line
+        rec = int(cfg.recurrent_bytes_allocated)
+        prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", "log")
 
     view = ModelView(
         name=m.name if m else None, arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
@@ -109,3 +114,11 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         shape=shape if isinstance(shape, ModelShape) else None,
     )
     return view, shape
+
+
+def cache_bytes(model: ModelView) -> int | None:
+    """What the model's caches hold in memory (VRAM split, spill, host share): the KV cache plus a hybrid's
+    recurrent state, which llama.cpp keeps beside it on the same devices."""
+    if model.kv_allocated_bytes is None:
+        return None
+    return model.kv_allocated_bytes + (model.recurrent_state_bytes or 0)

@@ -1,0 +1,243 @@
+"""kvmon against the real llama.cpp b11549 server: every endpoint it reads, the decode rate, the API key, a restart.
+
+The server is the ``xllamacpp`` wheel in a subprocess (``real_llama_server.py``) on a tiny llama GGUF, one
+thread, so kvmon's own polling does not slow it down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from real_llama_server import RealLlamaServer
+
+from kvmon.cli import main as kvmon_main
+from kvmon.session import open_monitor
+from kvmon.sources.llama_parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp import LlamaServerSource
+
+FLAGS = ["-c", "2048", "-np", "1", "--metrics", "--props"]
+# the counters this build's /metrics has (gauges are never kept: every scrape resets them)
+COUNTERS = {"prompt_tokens_total", "prompt_seconds_total", "tokens_predicted_total", "tokens_predicted_seconds_total",
+            "n_decode_total", "n_tokens_max", "prompt_tokens_cached_total"}
+TIMINGS = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n"}
+
+
+def _run_kvmon(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = kvmon_main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@contextlib.contextmanager
+def _generating(url: str, n_predict: int) -> Iterator[threading.Event]:
+    """A /completion of ``n_predict`` tokens in a thread, not streamed: a client that reads tokens as they come
+    could hold the server back (it waits for a slow reader), so the answer comes at the end or never (the server
+    is stopped by the test)."""
+    done = threading.Event()
+
+    def run() -> None:
+        body = {"prompt": "hello world", "n_predict": n_predict, "ignore_eos": True}
+        try:
+            httpx.post(f"{url}/completion", json=body, timeout=120)
+        except httpx.HTTPError:
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    yield done
+
+
+def _slot0(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/slots", timeout=5).json()[0]  # type: ignore[no-any-return]
+
+
+def _wait_decoding(url: str, min_decoded: int = 50) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        s = _slot0(url)
+        if s["is_processing"] and s["next_token"][0]["n_decoded"] >= min_decoded:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the server never started decoding")
+
+
+def test_every_endpoint_parses_without_unknown_fields(llama_server: Callable[..., RealLlamaServer]) -> None:
+    server = llama_server("llama", FLAGS)
+    url = server.url
+    predicted = 0
+    for path, body in (("/completion", {"prompt": "hello", "n_predict": 8}),
+                       ("/v1/completions", {"prompt": "hello", "max_tokens": 8}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})):
+        answer = httpx.post(f"{url}{path}", json=body, timeout=30).json()
+        assert TIMINGS <= set(answer["timings"]), (path, answer["timings"])  # what kvmon proxy reads
+        predicted += answer["timings"]["predicted_n"]
+
+    for path in ("/health", "/v1/health"):
+        assert httpx.get(f"{url}{path}").json() == {"status": "ok"}
+    reasons: dict[str, str] = {}
+    slots = [parse_slot(raw, reasons) for raw in httpx.get(f"{url}/slots").json()]
+    assert reasons == {} and len(slots) == 1 and slots[0] is not None
+    s = slots[0]
+    assert (s.id, s.n_ctx, s.processing) == (0, 2048, False) and s.id_task is not None and s.id_task >= 0
+    assert s.context_tokens is not None and s.n_decoded is not None and s.n_prompt_tokens_processed is not None
+    assert COUNTERS <= set(parse_metrics(httpx.get(f"{url}/metrics").text))
+
+    # the source reads /health, /props, /slots, /metrics, /v1/models and the GGUF header: nothing is left unknown
+    src = LlamaServerSource(url, timeout_s=5.0)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.reasons == {}, r.reasons
+    assert (r.backend, r.state, r.total_slots, r.metrics_enabled) == ("llama-server", "ok", 1, True)
+    assert r.server_version == "b0-unknown"  # the wheel is built without a build number
+    assert r.model is not None and r.model.shape is not None and r.model.shape_source == "gguf"
+    assert (r.model.arch, r.model.n_ctx_train, r.model.n_embd) == ("llama", 8192, 128)
+    assert r.model.n_params and r.model.weight_bytes and r.model.quantization
+    assert r.metrics["tokens_predicted_total"] == predicted and r.metrics["n_decode_total"] >= predicted
+    assert (r.config.n_ctx_total, r.config.n_parallel, r.config.kv_unified) == (2048, 1, False)
+    assert r.config.provenance["n_ctx_total"] == "command_line"  # read from the server process's own argv
+
+
+def test_once_json_reads_the_real_server(llama_server: Callable[..., RealLlamaServer]) -> None:
+    server = llama_server("llama", FLAGS)
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--log", str(server.log_path))
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["backend"] == "llama-server" and doc["connection"]["status"] == "connected"
+    m = doc["model"]
+    assert (m["arch"], m["n_ctx"], m["n_slots"], m["kv_type_k"], m["flash_attn"]) == ("llama", 2048, 1, "f16", "on")
+    assert m["kv_allocated_bytes"] == 2 * 1024 * 1024  # llama_kv_cache: size = 2.00 MiB
+    assert doc["provenance"]["kv_allocated_bytes"] == "log"
+    assert doc["provenance"]["n_ctx"] == "measured"
+
+
+def test_wrong_api_key_exits_2_and_the_right_one_reads(llama_server: Callable[..., RealLlamaServer]) -> None:
+    server = llama_server("llama", [*FLAGS, "--api-key", "secret-key-1"])
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "wrong-key")
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("kvmon: ") and "wrong-key" not in err
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
+    assert rc == 2 and err.startswith("kvmon: ")
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "secret-key-1")
+    assert rc == 0, err
+    assert "secret-key-1" not in out and json.loads(out)["connection"]["status"] == "connected"
+
+
+class DecodedSampler:
+    """The test's own clock on the server: ``n_decoded`` of slot 0 from /slots every few ms, with the instant of
+    each read (the middle of the request, as kvmon stamps its own), to read the server's count at any moment."""
+
+    def __init__(self, url: str, every_s: float = 0.01) -> None:
+        self.url, self.every_s = url, every_s
+        self.samples: list[tuple[float, int, int]] = []  # (t, id_task, n_decoded)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                slots = client.get(f"{self.url}/slots").json()
+                t = (t0 + time.monotonic()) / 2
+                if isinstance(slots, list) and slots and slots[0].get("is_processing"):
+                    self.samples.append((t, slots[0]["id_task"], slots[0]["next_token"][0]["n_decoded"]))
+                time.sleep(self.every_s)
+
+    def __enter__(self) -> DecodedSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def decoded_at(self, t: float) -> float:
+        """``n_decoded`` at ``t``, linear between the two samples around it."""
+        for (ta, task_a, na), (tb, task_b, nb) in zip(self.samples, self.samples[1:], strict=False):
+            if ta <= t <= tb:
+                assert task_a == task_b, "the request changed inside the window"
+                return na + (nb - na) * (t - ta) / (tb - ta)
+        raise AssertionError(f"no samples around t={t}")
+
+
+def test_decode_rate_matches_the_server_within_3_percent(llama_server: Callable[..., RealLlamaServer]) -> None:
+    server = llama_server("llama", ["-c", "32768", "-np", "1", "--metrics"])
+    monitor = open_monitor(server.url, gpu=False, host=False)
+    with monitor, _generating(server.url, 30000) as done, DecodedSampler(server.url) as sampler:
+        _wait_decoding(server.url, 500)
+        first = monitor.poll()
+        t0 = monitor.last_reading.t_monotonic if monitor.last_reading else 0.0
+        # a window of seconds: each end's instant is known to half a /slots request (tens of ms when the
+        # machine is busy), which must stay well inside the 3 % being checked
+        time.sleep(4.0)
+        second = monitor.poll()
+        t1 = monitor.last_reading.t_monotonic if monitor.last_reading else 0.0
+        time.sleep(0.05)  # a sample after the window's end
+        assert not done.is_set(), "the generation ended inside the window"
+    assert first.decode_tok_s is None  # one poll sets the baseline
+    # the server's own count over kvmon's window (it slows as the context deepens, so the window must be the same)
+    server_rate = (sampler.decoded_at(t1) - sampler.decoded_at(t0)) / (t1 - t0)
+    assert second.decode_tok_s is not None and second.decode_rate_source == "slots"
+    assert second.decode_tok_s == pytest.approx(server_rate, rel=0.03), (second.decode_tok_s, server_rate)
+
+
+def test_a_restarted_server_gives_no_negative_or_spiking_rate(
+        llama_server: Callable[..., RealLlamaServer]) -> None:
+    first = llama_server("llama", ["-c", "32768", "-np", "1", "--metrics"])
+    monitor = open_monitor(first.url, gpu=False, host=False)
+    with monitor:
+        with _generating(first.url, 30000):
+            _wait_decoding(first.url, 2000)  # counters well above where the next server's will be
+            for _ in range(3):
+                assert (monitor.poll().decode_tok_s or 0) >= 0
+                time.sleep(0.2)
+        first.stop()
+        assert monitor.poll().connection.status.value != "connected"
+        second = llama_server("llama", ["-c", "32768", "-np", "1", "--metrics", "--port", str(first.port)])
+        assert second.url == first.url
+        after: list[float | None] = []
+        paces: list[float] = []  # the new server's own pace between the polls, from /slots
+        with _generating(second.url, 30000):
+            _wait_decoding(second.url, 50)
+            t_prev, n_prev = time.monotonic(), _slot0(second.url)["next_token"][0]["n_decoded"]
+            for _ in range(6):
+                after.append(monitor.poll().decode_tok_s)
+                time.sleep(0.2)
+                t, n = time.monotonic(), _slot0(second.url)["next_token"][0]["n_decoded"]
+                paces.append((n - n_prev) / (t - t_prev))
+                t_prev, n_prev = t, n
+    measured = [r for r in after if r is not None]
+    assert measured, after  # the new server's decoding is seen again
+    assert all(r >= 0 for r in measured), after
+    # kvmon's rate is a smoothed average of such paces, so never above the fastest one; a counter reset read as
+    # progress (the old server's count against the new one's) would be far outside
+    assert all(r <= 1.1 * max(paces) for r in measured), (after, paces)
+
+
+@pytest.mark.parametrize(("flags", "metrics", "live", "reasons"), [
+    (["-c", "2048", "-np", "1"], False, "slots",
+     {"metrics": "/metrics is off on this server (start it with --metrics for more counters)"}),
+    (["-c", "2048", "-np", "1", "--no-slots", "--metrics"], True, "metrics", {}),
+])
+def test_endpoints_turned_off_are_said_not_failed(llama_server: Callable[..., RealLlamaServer], flags: list[str],
+                                                  metrics: bool, live: str, reasons: dict[str, str]) -> None:
+    server = llama_server("llama", flags)
+    src = LlamaServerSource(server.url, timeout_s=5.0)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert (r.state, r.metrics_enabled, r.live_rate_source) == ("ok", metrics, live)
+    assert r.reasons == reasons
+    assert len(r.slots) == (0 if "--no-slots" in flags else 1)
