@@ -70,6 +70,11 @@ _GPU_FIELDS: tuple[str, ...] = (
     "other_processes_used_bytes",
 )
 
+# Fields of the device reading that other device sources fill and NVML has no query for (GTT spill, unified
+# memory's working set, memory type): always None here, and not a gap to explain.
+FIELDS_NOT_READ: frozenset[str] = frozenset({"memory_type", "spill_total_bytes", "spill_used_bytes",
+                                             "server_spill_bytes", "working_set_limit_bytes", "working_set_source"})
+
 
 def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_bits: int | None) -> float | None:
     """Peak DRAM bandwidth from NVML's max memory clock: 2 × MHz × 1e6 × bus bits / 8 (None when unknown)."""
