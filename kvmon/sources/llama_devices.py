@@ -21,14 +21,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kvmon.core.device_names import canonical_device
 from kvmon.core.readings import LogDevice
 
 MIB = 1024 * 1024
 _CUDA_HEADER = re.compile(r"found (\d+) (CUDA|ROCm|MUSA|SYCL) devices")
-_CUDA_DEVICE = re.compile(r"^\s*Device (\d+): (.+?),\s+(?:compute capability|gfx\w+ \(0x)[^\n]*?"
+_CUDA_DEVICE = re.compile(r"(?:^|\s)Device (\d+): (.+?),\s+(?:compute capability|gfx\w+ \(0x)[^\n]*?"
                           r"(?:VRAM: (\d+) MiB)?(?: \((\d+) MiB free\))?\s*$")
 _VK_DEVICE = re.compile(r"ggml_vulkan: (\d+) = (.+?) \| uma: (\d)")
-_VK_OLD = re.compile(r"^\s*(Vulkan\d+): (.+?) \| uma: (\d)")
+_VK_OLD = re.compile(r"(?:^|\s)(Vulkan\d+): (.+?) \| uma: (\d)")
 _METAL_NAME = re.compile(r"GPU name:\s+(?:(MTL\d+) \((.+)\)|(.+?))\s*$")
 _METAL_PICK = re.compile(r"ggml_metal_init: picking default device: (.+?)\s*$")
 _METAL_UMA = re.compile(r"(?:has unified memory|hasUnifiedMemory)\s*=\s*(true|false)")
@@ -43,12 +44,6 @@ _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
 _OLD_METAL_ERA = "ggml_metal_add_buffer"  # printed only before the December 2023 change of unit
 _PREFILTER = ("evice", "ggml_vulkan", "Vulkan", "GPU name", "nified", "WorkingSet", "SYCL", "MiB free", "|",
               "verbosity", "metal")
-
-
-def canonical_device(name: str) -> str:
-    """A device's one name: Metal's buffers and old name ("Metal", "MTL0_Mapped") are MTL0."""
-    base = name.split("_", 1)[0] if name.endswith(("_Mapped", "_Private")) else name
-    return "MTL0" if base == "Metal" else base
 
 
 @dataclass
@@ -93,7 +88,7 @@ class DeviceLines:
         if m:
             self._backend = m.group(2)
             return True
-        m = _CUDA_DEVICE.match(line)
+        m = _CUDA_DEVICE.search(line)
         if m and self._backend:
             d = self._dev(f"{self._backend}{m.group(1)}")
             d.description = d.description or m.group(2).strip()
