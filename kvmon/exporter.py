@@ -236,13 +236,13 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     except (OSError, OverflowError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
-    from kvmon.session import open_monitor
+    from kvmon.session import open_monitor, settings_from_args
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     try:
         monitor = open_monitor(getattr(args, "url", None), api_key=api_key,
                                timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                               log_path=getattr(args, "log", None))
+                               log_path=getattr(args, "log", None), settings=settings_from_args(args))
     except SourceError as e:
         exporter.stop()
         return _fail(e.failure.reason, err)

@@ -65,14 +65,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from kvmon.session import open_monitor
+    from kvmon.session import open_monitor, settings_from_args
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     try:
         monitor = open_monitor(getattr(args, "url", None), api_key=api_key,
                                timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                               log_path=getattr(args, "log", None))
+                               log_path=getattr(args, "log", None), settings=settings_from_args(args))
     except SourceError as e:
         return _fail(e.failure.reason, err)
     with monitor:

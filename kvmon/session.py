@@ -71,11 +71,13 @@ def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource 
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
                  log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
                  gpu: bool = True, host: bool = True, candidates: Sequence[str] = DEFAULT_CANDIDATES,
-                 recorder: Any = None) -> Monitor:
+                 recorder: Any = None, settings_source: Callable[[], AnalyzerSettings | None] | None = None
+                 ) -> Monitor:
     """A Monitor on ``url``; with no URL, the first of llama-server :8080 and Ollama :11434 that answers.
 
     Each candidate is asked once: the backend it answered as opens its source. Raises SourceError (UNREACHABLE)
     when no URL is given and nothing answers on the candidates. ``recorder``: where every snapshot is recorded.
+    ``settings_source``: the session's current settings, asked before every poll (see ``Session.settings``).
     """
     from kvmon.sources.detect import open_source
 
@@ -93,7 +95,8 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
                 f"no llama-server or Ollama found on 127.0.0.1 port {ports}: give a URL, or try --demo"))
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
     return Monitor(source, default_gpu_source(nvml, settings) if gpu else None,
-                   default_host_source(settings) if host else None, Analyzer(settings), recorder=recorder)
+                   default_host_source(settings) if host else None,
+                   Analyzer(settings, settings_source=settings_source), recorder=recorder)
 
 
 # --------------------------------------------------------------------------------------------- recording
@@ -155,6 +158,12 @@ class Session:
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     sim: Any = None
     recorder: RecordSwitch = field(default_factory=RecordSwitch)
+    # what the analysis reads each poll: the command line's, updated when the user changes settings (bandwidths)
+    settings: AnalyzerSettings | None = None
+
+    def current_settings(self) -> AnalyzerSettings | None:
+        """The settings the next poll is analysed with (a monitor asks before every poll)."""
+        return self.settings
 
     def close(self) -> None:
         """Stop the simulator and anything else started for this session, then the recording."""
@@ -182,7 +191,6 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
 
     def factory() -> MonitorLike:
-        from kvmon.sources.host import HostSource as PsutilHost
         from kvmon.sources.nvml import NvmlSource
 
         # every reading is stamped with the simulator's clock, so rates, trends and alert hold times are in
@@ -196,25 +204,31 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             from kvmon.sources.llamacpp import LlamaServerSource
 
             server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
-        # the simulated machine's RAM bandwidth stands in for the value a user sets in settings
-        host = PsutilHost(sim.scenario.host_bandwidth_bytes_per_s, clock=clock)
-        return Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), host,
-                       Analyzer(analyzer_settings, clock=clock), recorder=recorder if recorder is not None else switch,
-                       server_pids=sim.server_pids, clock=clock)
+        # the simulated machine's devices and RAM: its GPUs through the fake NVML (none on a CPU-only machine),
+        # or its unified memory on a simulated Mac; its RAM bandwidth as the probe would have measured it
+        devices = sim.unified_memory_source() or NvmlSource(nvml=sim.nvml, clock=clock)
+        return Monitor(server, devices, sim.host_source(),
+                       Analyzer(analyzer_settings, clock=clock, settings_source=session.current_settings),
+                       recorder=recorder if recorder is not None else switch, server_pids=sim.server_pids,
+                       clock=clock)
 
     name = getattr(sim.scenario, "name", str(scenario))
-    return Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch)
+    session = Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch,
+                      settings=analyzer_settings)
+    return session
 
 
 def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
-                   recorder: RecordSwitch | None = None) -> Session:
+                   recorder: RecordSwitch | None = None, settings: AnalyzerSettings | None = None) -> Session:
     """Monitor a real server at ``url`` (auto-detected when None, on every reconnect)."""
     switch = recorder if recorder is not None else RecordSwitch(url)
 
     def factory() -> MonitorLike:
-        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                            settings=session.settings, settings_source=session.current_settings)
 
-    return Session(factory, None, url, recorder=switch)
+    session = Session(factory, None, url, recorder=switch, settings=settings)
+    return session
 
 
 def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
@@ -226,14 +240,16 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
     switch = RecordSwitch()
+    settings = settings_from_args(args)
     if getattr(args, "demo", None):
         session = demo_session(args.demo, None, timeout_s=timeout_s, recorder=switch,
                                start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
-                               speed=float(getattr(args, "speed", 1.0) or 1.0))
+                               speed=float(getattr(args, "speed", 1.0) or 1.0), analyzer_settings=settings)
     elif args.url:
-        session = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+        session = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                                 settings=settings)
     else:
-        session = _detected_session(api_key, timeout_s, log_path, switch)
+        session = _detected_session(api_key, timeout_s, log_path, switch, settings)
     switch.url = session.url
     path = getattr(args, "record", None)
     if path:
@@ -245,18 +261,31 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     return session
 
 
-def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch) -> Session:
+def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch,
+                      settings: AnalyzerSettings | None = None) -> Session:
     """The first server that answers on this machine (its monitor is the session's first), else the demo."""
+    session = Session(lambda: None, None, None, recorder=switch, settings=settings)  # its factory follows
     try:
         first = open_monitor(None, api_key=api_key, timeout_s=min(timeout_s, 1.0), log_path=log_path,
-                             recorder=switch)
+                             recorder=switch, settings=settings, settings_source=session.current_settings)
     except SourceError:
-        return demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=switch)
+        return demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=switch,
+                            analyzer_settings=settings)
     pending: list[MonitorLike] = [first]
     later = server_session(first.display_url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                           recorder=switch)
+                           recorder=switch, settings=settings)
 
     def factory() -> MonitorLike:
+        later.settings = session.settings  # what the user set since (the dialog changes the session's settings)
         return pending.pop() if pending else later.factory()
 
-    return Session(factory, None, first.display_url, recorder=switch)
+    session.factory, session.url = factory, first.display_url
+    return session
+
+
+def settings_from_args(args: argparse.Namespace) -> AnalyzerSettings | None:
+    """The analysis settings the command line asks for (``--bandwidth DEVICE=GB/s``, repeatable), or None."""
+    from kvmon.core.analysis.settings import with_bandwidths
+
+    specs = list(getattr(args, "bandwidth", None) or [])
+    return with_bandwidths(AnalyzerSettings(), specs) if specs else None
