@@ -32,10 +32,22 @@ def ensure_app(argv: list[str] | None = None) -> QtWidgets.QApplication:
     return app  # type: ignore[return-value]
 
 
+def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:
+    """The analysis settings of the dashboard: the bandwidths from Settings, then the command line's (they win)."""
+    from kvmon.core.analysis import AnalyzerSettings
+    from kvmon.core.analysis.settings import with_bandwidths
+
+    specs = [*settings.bandwidth_specs, *(cli_specs or [])]
+    return with_bandwidths(AnalyzerSettings(), specs) if specs else None
+
+
 def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
-                 timeout_s: float = 3.0) -> tuple[Any, Poller]:
+                 timeout_s: float = 3.0, cli_bandwidths: list[str] | None = None) -> tuple[Any, Poller]:
     """The window and a started poller feeding it."""
     from kvmon.gui.main_window import MainWindow
+
+    if session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
+        session.settings = session_settings(settings, cli_bandwidths) or session.settings
 
     poller = Poller(session.factory, interval_s)
     win = MainWindow(settings, banner=session.banner, tray=tray)
@@ -43,7 +55,7 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     win.pause_toggled.connect(poller.set_paused)
     win.reconnect_requested.connect(poller.reconnect)
     current: dict[str, Any] = {"interval_s": interval_s, "shown": True,
-                               "server": (settings.url or None, settings.api_key)}
+                               "server": (settings.url or None, settings.api_key), "session": session}
 
     def apply_interval() -> None:
         # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
@@ -53,12 +65,16 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     def on_settings() -> None:
         current["interval_s"] = settings.interval_s
         apply_interval()
+        active: Session = current["session"]
+        if active.sim is None:
+            active.settings = session_settings(settings, cli_bandwidths)  # read by the next poll
         key = (settings.url or None, settings.api_key)
         if key != current.get("server"):
             current["server"] = key
             if settings.url and (settings.url != session.url or settings.api_key):
                 fresh = server_session(settings.url, api_key=settings.api_key, timeout_s=timeout_s, log_path=None,
-                                       recorder=session.recorder)
+                                       recorder=session.recorder, settings=session_settings(settings, cli_bandwidths))
+                current["session"] = fresh
                 win.reset()
                 win.set_banner(None)
                 poller.set_factory(fresh.factory)
@@ -101,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # e.g. an unknown demo scenario
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2
-    win, poller = build_window(session, settings, interval_s)
+    win, poller = build_window(session, settings, interval_s, cli_bandwidths=getattr(args, "bandwidth", None))
     if getattr(args, "record", None):
         win.set_recording(args.record)
     win.show()
