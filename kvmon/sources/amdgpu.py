@@ -15,7 +15,6 @@ device is unified memory (VRAM carve-out plus GTT) at the host's bandwidth unles
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -24,13 +23,10 @@ from pathlib import Path
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading
 from kvmon.physics.gpus import KNOWN_GPUS, GpuSpec, lookup_gpu, lookup_pci
 from kvmon.physics.gpus_amd import AMD_APU_PCI_IDS
-from kvmon.sources.drm_fdinfo import server_gpu_memory
-from kvmon.sources.procs import PidTreeCache
-from kvmon.sources.sysfs import DrmCard, drm_cards, pci_link, read_int, read_text
+from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, pci_link, read_int, read_text
 
 AMDGPU_IDS_PATHS = ("usr/share/libdrm/amdgpu.ids", "opt/amdgpu/share/libdrm/amdgpu.ids")
 _MCLK = re.compile(r"^\s*(\d+):\s*(\d+)\s*Mhz\s*(\*)?", re.IGNORECASE)
-CARD_RESCAN_S = 30.0  # cards come and go rarely (eGPU, driver reload): look again this often
 
 
 def parse_dpm_levels(text: str | None) -> tuple[float | None, float | None]:
@@ -75,22 +71,14 @@ class _Card:
     bandwidth_reason: str | None
 
 
-class AmdGpuSource:
+class AmdGpuSource(SysfsGpuSource):
     """Every amdgpu card under ``root`` (``/``; tests give a fixture tree); ``poll`` never raises."""
 
     def __init__(self, root: str | Path = "/", *, include_child_processes: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.root = Path(root)
-        self._include_children = include_child_processes
-        self._pid_tree = PidTreeCache()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cards: list[_Card] | None = None
-        self._scanned_at = 0.0
+        super().__init__(root, include_child_processes=include_child_processes, clock=clock)
+        self._cards: list[_Card] = []
         self._ids: dict[tuple[str, str], str] | None = None
-
-    def close(self) -> None:
-        """Nothing is held open between polls."""
 
     def _marketing_names(self) -> dict[tuple[str, str], str]:
         if self._ids is None:
@@ -128,11 +116,9 @@ class AmdGpuSource:
         return _Card(card, vendor_index, name, kind, None, None, None, why)
 
     def _scan(self) -> list[_Card]:
-        now = self._clock()
-        if self._cards is None or not (0.0 <= now - self._scanned_at < CARD_RESCAN_S):
+        if self._rescan_due():
             found = [c for c in drm_cards(self.root, ("amdgpu",)) if (c.pci_id or "").startswith("1002:")]
             self._cards = [self._identify(c, i) for i, c in enumerate(found)]
-            self._scanned_at = now
         return self._cards
 
     def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
@@ -142,9 +128,8 @@ class AmdGpuSource:
             cards = self._scan()
             if not cards:
                 return GpuSetReading(t_monotonic=t, unavailable_reason="no AMD GPU (no amdgpu card in sysfs)")
-            pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
-            per_slot = server_gpu_memory(self.root / "proc", pids) if pids else None
-            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, bool(pids)) for c in cards))
+            per_slot, known = self._server_memory(server_pids)
+            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, known) for c in cards))
 
     def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, server_known: bool) -> GpuReading:
         dev = c.card.device_dir

@@ -11,7 +11,6 @@ looked for on the bridges above. Integrated Intel GPUs (no table entry, no local
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -19,11 +18,8 @@ from pathlib import Path
 
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics.gpus import GpuSpec, lookup_pci
-from kvmon.sources.drm_fdinfo import server_gpu_memory
-from kvmon.sources.procs import PidTreeCache
-from kvmon.sources.sysfs import DrmCard, drm_cards, pci_link, read_int
+from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, pci_link, read_int
 
-CARD_RESCAN_S = 30.0
 _SWITCH_LINK = (1, 1)  # (generation, width) an Arc GPU reports for the switch inside the card
 NO_DEVICE_USE = ("Intel's driver gives device-wide VRAM use only to privileged processes (CAP_PERFMON): "
                  "only the model server's own share is known")
@@ -66,26 +62,17 @@ class _Card:
     vram_from: str
 
 
-class IntelGpuSource:
+class IntelGpuSource(SysfsGpuSource):
     """Every Intel Arc card under ``root`` (``/``; tests give a fixture tree); ``poll`` never raises."""
 
     def __init__(self, root: str | Path = "/", *, include_child_processes: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.root = Path(root)
-        self._include_children = include_child_processes
-        self._pid_tree = PidTreeCache()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cards: list[_Card] | None = None
+        super().__init__(root, include_child_processes=include_child_processes, clock=clock)
+        self._cards: list[_Card] = []
         self._skipped: list[str] = []
-        self._scanned_at = 0.0
-
-    def close(self) -> None:
-        """Nothing is held open between polls."""
 
     def _scan(self) -> list[_Card]:
-        now = self._clock()
-        if self._cards is not None and 0.0 <= now - self._scanned_at < CARD_RESCAN_S:
+        if not self._rescan_due():
             return self._cards
         cards: list[_Card] = []
         self._skipped = []
@@ -103,7 +90,7 @@ class IntelGpuSource:
                 cards.append(_Card(c, len(cards), spec, None, ""))
             else:
                 cards.append(_Card(c, len(cards), spec, spec.vram_bytes, "kvmon's Intel table"))
-        self._cards, self._scanned_at = cards, now
+        self._cards = cards
         return cards
 
     def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
@@ -114,9 +101,8 @@ class IntelGpuSource:
             if not cards:
                 extra = f"; not listed: {', '.join(self._skipped)}" if self._skipped else ""
                 return GpuSetReading(t_monotonic=t, unavailable_reason=f"no Intel Arc GPU{extra}")
-            pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
-            per_slot = server_gpu_memory(self.root / "proc", pids) if pids else None
-            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, bool(pids)) for c in cards))
+            per_slot, known = self._server_memory(server_pids)
+            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, known) for c in cards))
 
     def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, server_known: bool) -> GpuReading:
         reasons: dict[str, str] = {}

@@ -1,7 +1,8 @@
 """Reading Linux's sysfs for the GPU sources: small text files that may be missing, unreadable or odd.
 
 ``DrmCard`` is one ``/sys/class/drm/cardN`` with its PCI device directory; ``drm_cards`` lists them under a root
-(``/`` on a real machine, a fixture tree in tests), ``pci_link`` reads a device's PCIe link. Every read returns
+(``/`` on a real machine, a fixture tree in tests), ``pci_link`` reads a device's PCIe link, ``SysfsGpuSource`` is
+what the AMD and Intel sources share. Every read returns
 ``None`` when the file is absent or unparsable: a field kvmon cannot read is unknown, never an error.
 """
 
@@ -9,11 +10,16 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvmon.core.readings import PcieLink
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
+from kvmon.sources.drm_fdinfo import server_gpu_memory
+from kvmon.sources.procs import PidTreeCache
 
 MAX_SYSFS_BYTES = 64 * 1024  # sysfs attributes are one page; anything longer is not one
 _CARD = re.compile(r"^card(\d+)$")
@@ -115,3 +121,35 @@ def drm_cards(root: Path, drivers: tuple[str, ...]) -> list[DrmCard]:
         cards.append(DrmCard(int(m.group(1)), dev, driver, pci_id, ev.get("PCI_SLOT_NAME", "").lower() or None,
                              read_hex_id(dev / "revision", 2)))
     return sorted(cards, key=lambda c: (c.slot or "", c.number))
+
+
+class SysfsGpuSource:
+    """What the sysfs GPU sources share: the root they read under, when to look for cards again, and the model
+    server's own GPU memory from its DRM fdinfo (by PCI slot)."""
+
+    CARD_RESCAN_S = 30.0  # cards come and go rarely (eGPU, driver reload): look again this often
+
+    def __init__(self, root: str | Path = "/", *, include_child_processes: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = Path(root)
+        self._include_children = include_child_processes
+        self._pid_tree = PidTreeCache()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._scanned_at: float | None = None
+
+    def close(self) -> None:
+        """Nothing is held open between polls."""
+
+    def _rescan_due(self) -> bool:
+        """Whether the card list should be read again (first poll, or older than ``CARD_RESCAN_S``)."""
+        now = self._clock()
+        if self._scanned_at is not None and 0.0 <= now - self._scanned_at < self.CARD_RESCAN_S:
+            return False
+        self._scanned_at = now
+        return True
+
+    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, bool]:
+        """(bytes by PCI slot and region the server holds, or None when unreadable; whether the server is known)."""
+        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        return (server_gpu_memory(self.root / "proc", pids) if pids else None), bool(pids)
