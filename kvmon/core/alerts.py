@@ -242,7 +242,9 @@ def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     bw = f.host_bandwidth_bytes_per_s
     read = f"read at {bw / 1e9:.0f} GB/s ({f.host_bandwidth_source or 'unknown source'})" if bw else \
         "read at a host bandwidth kvmon does not know yet (settings, --bandwidth host=GB/s)"
-    cap = f": the ceiling is ~{f.cpu_only_cap_tok_s:.1f} tok/s at this depth" if f.cpu_only_cap_tok_s else ""
+    c = f.cpu_only_cap_tok_s
+    cap = f": the ceiling is ~{c:.0f} tok/s at this depth" if c and c >= 10 else \
+        f": the ceiling is ~{c:.1f} tok/s at this depth" if c else ""
     if f.cpu_only_idle_gpu:
         fix = "OLLAMA num_gpu / a smaller model" if f.backend == "ollama" else "raise -ngl (e.g. -ngl 99)"
         return (AlertLevel.WARNING, f"Model runs on the CPU although {f.cpu_only_idle_gpu} is there: weights and "
