@@ -181,3 +181,29 @@ def test_which_buffers_are_devices_and_whose() -> None:
     assert backend_vendor("CUDA1") == ("nvidia", 1) and backend_vendor("ROCm0") == ("amd", 0)
     assert backend_vendor("Metal_Mapped") == ("apple", 0) and backend_vendor("SYCL0") == ("intel", 0)
     assert backend_vendor("Vulkan0") == (None, 0) and backend_vendor("CPU") == (None, None)
+
+
+def test_ollamas_log_carries_its_childs_placement(tmp_path: Path) -> None:
+    # Ollama's server log (its "server config" line, tests/fixtures/ollama) followed by a child's load block as
+    # an Ollama 2025 log shows it (cuda-04, ollama #11986): the buffers per GPU come with the settings
+    from kvmon.sources.ollama import _for_active_model
+    from kvmon.sources.ollama_child import ollama_log_config
+
+    fixtures = Path(__file__).parent / "fixtures"
+    lines = [(fixtures / "ollama" / "server.log").read_text().splitlines()[0],
+             "llama_model_loader: loaded meta data with 24 key-value pairs and 291 tensors from "
+             "/usr/share/ollama/.ollama/models/blobs/sha256-abc (version GGUF V3 (latest))",
+             *(LOGS / "cuda-04-ollama-2025-08-multi-gpu.txt").read_text().splitlines()]
+    log = tmp_path / "ollama.log"
+    log.write_text("\n".join(lines) + "\n")
+    cfg, why = ollama_log_config(str(log))
+    assert why is None and cfg is not None
+    assert cfg.n_parallel == 2 and cfg.type_k == "q8_0"  # the server config line
+    assert set(cfg.model_buffer_bytes_by_device) == {"CUDA0", "CUDA2", "CPU_Mapped"} and cfg.offloaded_layers == 81
+    assert cfg.provenance["model_buffer_bytes_by_device"] == "log"
+    reasons: dict[str, str] = {}
+    same = _for_active_model(cfg, "/usr/share/ollama/.ollama/models/blobs/sha256-abc", reasons)
+    assert same is cfg and not reasons
+    other = _for_active_model(cfg, "/usr/share/ollama/.ollama/models/blobs/sha256-def", reasons)
+    assert other is not None and not other.model_buffer_bytes_by_device and other.n_parallel == 2
+    assert "another model" in reasons["log_placement"]

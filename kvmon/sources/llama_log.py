@@ -53,6 +53,8 @@ _CTX_FIELD = re.compile(
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
 _FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
+_MODEL_FILE = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from "
+                         r"(.+?)(?: \(version .*)?$")
 _LOADED = re.compile(r"(llama_server: model loaded|main: model loaded|server is listening|"
                      r"load_model: initializing, n_slots)")
 # llama_kv_cache_iswa: using full-size SWA cache (ref: ...); creating     SWA KV cache, size = 768 cells
@@ -99,6 +101,7 @@ class LlamaLogParser:
     compute_buffers: dict[str, int] = field(default_factory=dict)
     device_free: dict[str, int] = field(default_factory=dict)
     device_lines: DeviceLines = field(default_factory=DeviceLines)
+    model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
     loaded: bool = False  # the server said it finished loading
     lines_matched: int = 0
     _kv_sizes_in_block: int = 0
@@ -120,6 +123,10 @@ class LlamaLogParser:
             self.lines_matched += 1
         if _LOADED.search(line):
             self.loaded = True
+        m = _MODEL_FILE.search(line)
+        if m:
+            self.model_path = m.group(1).strip()
+            return
         m = _KV_SIZE.search(line)
         if m:
             size = _mib(m.group(1))
@@ -256,6 +263,7 @@ class LlamaLogParser:
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,
             "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
+            "model_path": self.model_path,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         maps = {
