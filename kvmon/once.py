@@ -46,6 +46,14 @@ def format_text(doc: dict[str, Any]) -> str:
         f"decode: {_fmt(doc['decode_tok_s'], ' tok/s')} (ceiling {_fmt(doc['ceiling_tok_s'], ' tok/s')}), "
         f"prefill: {_fmt(doc['prefill_tok_s'], ' tok/s')}",
     ]
+    if doc["ceiling_suspect"]:
+        lines.append(f"ceiling uncertain ({doc['ceiling_suspect']['input']}): {doc['ceiling_suspect']['message']}")
+    fc = doc["forecast"]
+    if fc["fit"]["form"]:
+        regime = fc["regime"]
+        since = f" since {regime['description']}" if regime["cause"] not in (None, "start") else ""
+        lines.append(f"forecast: {fc['fit']['form']} fit on {fc['fit']['points']} point(s){since}; "
+                     + ", ".join(f"{ms['context_tokens']:,}: {_fmt(ms['tok_s'], ' tok/s')}" for ms in fc["milestones"]))
     for g in doc["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name'] or '?'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")

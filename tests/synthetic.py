@@ -49,6 +49,8 @@ class SyntheticMonitor:
         ceiling = 2 * bw / (weights + kv_per_tok * ctx)
         decode = 1.0 / (a + b * ctx)
         curve = tuple((n, 2 * bw / (weights + kv_per_tok * n)) for n in range(0, self.n_ctx + 1, self.n_ctx // 32))
+        # the forecast the analysis would draw: the decode model itself, a ±10% band under the ceiling
+        forecast_curve = tuple((n, 1 / (a + b * n), 0.9 / (a + b * n), min(1.1 / (a + b * n), c)) for n, c in curve)
         kv_alloc = kv_per_tok * self.n_ctx
         left = self.n_ctx - ctx
         alerts: tuple[Alert, ...] = ()
@@ -82,8 +84,9 @@ class SyntheticMonitor:
             peak_bandwidth_bytes_per_s=bw, gpus=gpus, host=HostView(ram_total_bytes=64 * GIB,
                                                                       ram_available_bytes=40 * GIB),
             forecast=Forecast(tokens_until_ctx_full=left, seconds_until_ctx_full=left / decode, fit_a_s=a,
-                              fit_b_s_per_token=b, fit_points=seq,
-                              milestones=tuple(Milestone(m, 1 / (a + b * m)) for m in (8192, 32768))),
+                              fit_b_s_per_token=b, fit_points=seq, fit_form="bandwidth+attention",
+                              milestones=tuple(Milestone(m, 1 / (a + b * m)) for m in (8192, 32768)),
+                              curve=forecast_curve),
             alerts=alerts,
             provenance={"decode_tok_s": "measured", "ceiling_tok_s": "computed", "context_tokens": "measured",
                         "efficiency": "computed", "server_version": "measured", "model": "measured"},

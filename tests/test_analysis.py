@@ -358,11 +358,15 @@ def test_context_forecast_and_fitted_milestones() -> None:
 def test_milestones_fall_back_to_ceiling_times_efficiency() -> None:
     rates = FixedRates(decode=84.0)
     a = Analyzer(rate_tracker=rates)
-    s = a.update(reading(ctx=8192), gpus())  # one point: no fit yet
+    s = a.update(reading(ctx=8192), gpus())  # one point: the prior, the ceiling scaled by the measured efficiency
     eff = 84.0 / ceiling_8b(8192)
     ms = {m.context_tokens: m for m in s.forecast.milestones}
+    assert s.forecast.fit_form == "ceiling_scaled"
     assert ms[32768].tok_s == pytest.approx(ceiling_8b(32768) * eff)
-    assert ms[32768].low_tok_s is None
+    # a wide band, its fast end at most the ceiling
+    m = ms[32768]
+    assert m.low_tok_s is not None and m.high_tok_s is not None
+    assert m.low_tok_s < 0.5 * m.tok_s and m.tok_s < m.high_tok_s <= ceiling_8b(32768)
     assert s.provenance["forecast.milestones"] == "estimated"
 
 

@@ -65,13 +65,13 @@ def test_milestones_computed_once_per_fit(monkeypatch: pytest.MonkeyPatch) -> No
     from kvmon.core.analysis.forecasting import Forecaster
 
     calls: list[int] = []
-    real = Forecaster._milestones
+    real = Forecaster._predict
 
     def counting(self: Forecaster, *args: object) -> object:
         calls.append(1)
         return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Forecaster, "_milestones", counting)
+    monkeypatch.setattr(Forecaster, "_predict", counting)
     rates = FixedRates(decode=50.0)
     a = Analyzer(rate_tracker=rates)
     for i in range(20):  # a fit from the first points; a refit when the points grew by a quarter

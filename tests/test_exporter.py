@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import math
 import os
@@ -21,10 +22,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon import __version__
 from kvmon.cli import main as cli_main
+from kvmon.core.analysis import Analyzer
 from kvmon.core.report_prometheus import snapshot_families
 from kvmon.core.snapshot import (
     Alert,
     AlertLevel,
+    CeilingSuspect,
     Connection,
     ConnectionStatus,
     Forecast,
@@ -32,6 +35,7 @@ from kvmon.core.snapshot import (
     HostView,
     Milestone,
     ModelView,
+    Regime,
     SlotView,
     Snapshot,
 )
@@ -204,6 +208,25 @@ def test_families_carry_the_snapshot_values_and_leave_unknowns_out() -> None:
     assert all(math.isfinite(v) for series in m.values() for v in series.values())
 
 
+def test_families_carry_the_regime_the_fit_form_and_an_uncertain_ceiling() -> None:
+    s = _full_snapshot()
+    srv = {"backend": "llama-server", "model": "qwen"}
+    m = _render(s)
+    assert one(m, "kvmon_ceiling_uncertain", suspect="", **srv) == 0
+    fc = dataclasses.replace(s.forecast, fit_form="bandwidth", fit_points=9, fit_efficiency=0.7, fit_overhead_s=0.001,
+                             regime=Regime(2, "devices", "devices GPU 0 → GPU 0 + PCIe 0", 5.0, 1_700_000_005.0, 8600))
+    m = _render(dataclasses.replace(s, forecast=fc, efficiency=None,
+                                    ceiling_suspect=CeilingSuspect("bandwidth", "measured … exceeds …")))
+    assert one(m, "kvmon_ceiling_uncertain", suspect="bandwidth", **srv) == 1
+    assert "kvmon_efficiency_ratio" not in m
+    assert one(m, "kvmon_forecast_regime_info", regime="2", cause="devices", form="bandwidth", **srv) == 1
+    assert one(m, "kvmon_forecast_regime_start_timestamp_seconds", **srv) == 1_700_000_005.0
+    assert one(m, "kvmon_forecast_regime_start_context_tokens", **srv) == 8600
+    assert one(m, "kvmon_forecast_fit_points", **srv) == 9
+    assert one(m, "kvmon_forecast_fit_efficiency_ratio", **srv) == 0.7
+    assert one(m, "kvmon_forecast_fit_overhead_seconds", **srv) == 0.001
+
+
 def test_families_when_the_server_is_down_keep_gpus_and_drop_every_server_number() -> None:
     s = _full_snapshot(ConnectionStatus.UNREACHABLE)  # the analyser keeps the last model; none of it is exported
     m = _render(s)
@@ -302,8 +325,11 @@ def test_simulated_server_scraped_equals_the_snapshot_then_goes_down(exporter_on
     sim = SimServer("seed-3090x2", speed=20.0)
     url = sim.start()
     try:
-        monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml),
-                          server_pids=sim.server_pids)
+        # readings stamped with the simulator's clock (as the demo does): rates in simulated seconds, not 20× them
+        clock = sim.clock.now
+        monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0, clock=clock),
+                          NvmlSource(sim.nvml, clock=clock), analyzer=Analyzer(clock=clock),
+                          server_pids=sim.server_pids, clock=clock)
         e = serve_monitor(exporter_on, monitor)
         snap = e.poll_once()
         deadline = time.monotonic() + 15

@@ -16,10 +16,12 @@ from synthetic import SyntheticMonitor
 from kvmon.core.snapshot import (
     Alert,
     AlertLevel,
+    CeilingSuspect,
     Connection,
     ConnectionStatus,
     GpuView,
     HostView,
+    Regime,
     Snapshot,
 )
 from kvmon.gui.main_window import MainWindow
@@ -335,15 +337,21 @@ def test_reset_shows_connecting_then_the_same_alerts_again(window: MainWindow) -
     assert "context full" in window.alerts.label.text()
 
 
-def test_milestones_carry_the_forecast_once_the_fit_has_enough_points(window: MainWindow) -> None:
+def test_milestones_carry_the_forecast_and_the_curve_its_band(window: MainWindow) -> None:
     mon = SyntheticMonitor()
-    window.on_snapshot(mon.snapshot(3))  # 3 fit points: no forecast drawn, bare milestone labels
+    s = mon.snapshot(3)
+    window.on_snapshot(dataclasses.replace(s, forecast=dataclasses.replace(s.forecast, milestones=(), curve=())))
     line_8k = window.speed_context._milestone_lines[8192]
-    assert line_8k.label.format == "8K"
+    assert line_8k.label.format == "8K"  # no forecast yet: bare milestone labels, no curve
     assert window.speed_context.forecast.getData()[0] is None or len(window.speed_context.forecast.getData()[0]) == 0
-    window.on_snapshot(mon.snapshot(20))
-    assert line_8k.label.format == "8K\n~45 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192)
-    assert len(window.speed_context.forecast.getData()[0]) == 128
+    s = mon.snapshot(20)
+    window.on_snapshot(s)
+    assert line_8k.label.format == "8K\n~44.6 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192), as people read it
+    x, y = window.speed_context.forecast.getData()
+    assert len(x) == len(s.forecast.curve) and y[0] == pytest.approx(1 / 0.0175)
+    low, high = window.speed_context.forecast_low.getData()[1], window.speed_context.forecast_high.getData()[1]
+    assert np.all(low < y) and np.all(y < high)  # the 80% band around it
+    assert not window.speed_context.band.boundingRect().isEmpty()
 
 
 def test_a_refit_that_moves_the_forecast_less_than_a_pixel_or_two_is_not_redrawn(window: MainWindow) -> None:
@@ -352,11 +360,14 @@ def test_a_refit_that_moves_the_forecast_less_than_a_pixel_or_two_is_not_redrawn
     curve = window.speed_context.forecast
     y0 = curve.getData()[1].copy()
     fc = s.forecast
-    assert fc.fit_a_s is not None
-    window.on_snapshot(dataclasses.replace(s, seq=21, forecast=dataclasses.replace(fc, fit_a_s=fc.fit_a_s * 1.001)))
+
+    def scaled(k: float) -> tuple[tuple[int, float, float, float], ...]:
+        return tuple((n, t * k, lo * k, hi * k) for n, t, lo, hi in fc.curve)
+
+    window.on_snapshot(dataclasses.replace(s, seq=21, forecast=dataclasses.replace(fc, curve=scaled(0.999))))
     np.testing.assert_array_equal(curve.getData()[1], y0)  # 0.1 % slower: the same pixels
-    window.on_snapshot(dataclasses.replace(s, seq=22, forecast=dataclasses.replace(fc, fit_a_s=fc.fit_a_s * 1.1)))
-    assert curve.getData()[1][0] == pytest.approx(1.0 / (fc.fit_a_s * 1.1))
+    window.on_snapshot(dataclasses.replace(s, seq=22, forecast=dataclasses.replace(fc, curve=scaled(0.9))))
+    assert curve.getData()[1][0] == pytest.approx(fc.curve[0][1] * 0.9)
 
 
 def test_a_dark_light_switch_rebuilds_the_panels_and_keeps_the_session(qtbot, tmp_path: Path) -> None:
@@ -437,9 +448,9 @@ def test_the_dots_bounds_follow_their_data_and_the_view(window: MainWindow) -> N
 def test_the_depth_marker_keeps_the_last_measured_speed_while_idle(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(3)
     assert s.decode_tok_s is not None and s.ceiling_tok_s is not None
-    window.on_snapshot(dataclasses.replace(s, decode_tok_s=None))  # nothing measured yet: at the ceiling
+    window.on_snapshot(dataclasses.replace(s, decode_tok_s=None))  # nothing measured yet: the line, no dot
     here = window.speed_context.here
-    assert float(here.getData()[1][0]) == pytest.approx(s.ceiling_tok_s)
+    assert len(here.getData()[0]) == 0 and window.speed_context.here_line.isVisible()
     window.on_snapshot(dataclasses.replace(s, seq=4))
     assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
     window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=None))  # idle between replies
@@ -474,3 +485,34 @@ def test_a_poll_that_changes_nothing_shown_formats_nothing(window: MainWindow, m
     faster = dataclasses.replace(s, seq=s.seq + 2, decode_tok_s=(s.decode_tok_s or 0) + 5)
     window.on_snapshot(faster)
     assert "header" in calls and f"{faster.decode_tok_s:.1f} tok/s" in window.header.speed.text()
+
+
+def test_a_speed_above_the_ceiling_shows_the_ceiling_as_uncertain_never_a_percentage(window: MainWindow) -> None:
+    s = SyntheticMonitor().snapshot(5)
+    suspect = CeilingSuspect("placement", "measured 11.0 tok/s exceeds the computed ceiling of 10.9 tok/s, so …")
+    window.on_snapshot(dataclasses.replace(s, efficiency=None, ceiling_suspect=suspect))
+    eff = window.header.efficiency.text()
+    assert "ceiling uncertain" in eff and "placement" in eff and "%" not in eff
+    assert "?" in window.header.speed.text() and suspect.message in window.header.speed.toolTip()
+    window.on_snapshot(dataclasses.replace(s, seq=6))
+    assert "%" in window.header.efficiency.text() and "uncertain" not in window.header.efficiency.text()
+
+
+def test_a_new_regime_is_marked_and_the_points_before_it_are_faded(window: MainWindow) -> None:
+    mon = SyntheticMonitor()
+    first = Regime(1, "start", "first measurements", 0.0, 0.0, 1600)
+    for i in range(1, 6):
+        snap = mon.snapshot(i)
+        window.on_snapshot(dataclasses.replace(snap, forecast=dataclasses.replace(snap.forecast, regime=first)))
+    panel = window.speed_context
+    assert not panel.regime_line.isVisible() and panel.earlier.getData()[0].size == 0
+    s = mon.snapshot(6)
+    r = Regime(2, "reload", "reloaded; n_ctx 32,768 → 65,536", s.t_monotonic, s.t_wall, s.context_tokens)
+    for k in range(6, 9):
+        snap = mon.snapshot(k)
+        window.on_snapshot(dataclasses.replace(snap, forecast=dataclasses.replace(snap.forecast, regime=r)))
+    assert panel.regime_line.isVisible() and panel.regime_line.value() == s.context_tokens
+    assert panel.regime_line.label.format == "reloaded: forecast from here"
+    assert panel.earlier.getData()[0].size == 5 and panel.measured.getData()[0].size == 3
+    legend = [item.text for _sample, item in window.speed_context.plot.getPlotItem().legend.items]
+    assert "before this regime" in legend

@@ -19,10 +19,14 @@ from kvmon.core.report_json import snapshot_to_json
 from kvmon.core.snapshot import (
     Alert,
     AlertLevel,
+    CeilingSuspect,
     Connection,
     ConnectionStatus,
+    Forecast,
     GpuView,
+    Milestone,
     ModelView,
+    Regime,
     SlotView,
     Snapshot,
 )
@@ -201,3 +205,24 @@ def test_snapshot_to_json_empty_and_nonfinite() -> None:
     assert doc["model"]["name"] is None and doc["slots"] == [] and doc["gpus"] == []
     assert TOP_LEVEL <= set(doc)
     assert "—" in format_text(doc)
+
+
+def test_snapshot_to_json_carries_the_regime_the_fit_and_an_uncertain_ceiling() -> None:
+    fc = Forecast(fit_points=14, fit_form="bandwidth+attention", fit_efficiency=0.81, fit_overhead_s=0.002,
+                  fit_attention_factor=1.5,
+                  regime=Regime(2, "reload", "reloaded; n_ctx 32,768 → 131,072", 40.0, 1.7e9 + 40, 33426),
+                  milestones=(Milestone(65536, 4.9, 3.1, 7.5, 7.5),))
+    doc = snapshot_to_json(_snapshot(decode_tok_s=11.0, ceiling_tok_s=10.9, forecast=fc,
+                                     ceiling_suspect=CeilingSuspect("placement", "measured 11.0 tok/s exceeds …")))
+    json.dumps(doc, allow_nan=False)
+    assert doc["efficiency"] is None and doc["ceiling_uncertain"] is True
+    assert doc["ceiling_suspect"] == {"input": "placement", "message": "measured 11.0 tok/s exceeds …"}
+    assert doc["forecast"]["regime"] == {"index": 2, "cause": "reload", "description": "reloaded; n_ctx 32,768 → "
+                                         "131,072", "since_t_wall": 1.7e9 + 40, "since_context_tokens": 33426}
+    assert doc["forecast"]["fit"] == {"form": "bandwidth+attention", "points": 14, "efficiency": 0.81,
+                                      "overhead_s": 0.002, "attention_factor": 1.5, "reason": None}
+    text = format_text(doc)
+    assert "ceiling uncertain (placement)" in text and "bandwidth+attention fit on 14 point(s) since reloaded" in text
+    empty = snapshot_to_json(_snapshot())
+    assert empty["ceiling_uncertain"] is False and empty["ceiling_suspect"] is None
+    assert empty["forecast"]["regime"]["index"] is None and empty["forecast"]["fit"]["form"] is None

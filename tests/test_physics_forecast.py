@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from kvmon.physics.forecast import DecodeFit, fit_decode
+from kvmon.physics.forecast import DecodeFit, fit_decode, fit_decode_checked
 
 K = 1024
 TABLES: dict[str, list[tuple[int, float]]] = {
@@ -95,10 +95,13 @@ def test_too_few_or_bad_points_give_none(points: list[tuple[float, float]]) -> N
     assert fit_decode(points) is None
 
 
-def test_speed_rising_with_context_is_clamped() -> None:
-    fit = fit_decode([(0, 40.0), (1000, 41.0), (2000, 42.0)])
-    assert fit is not None and fit.slope_clamped and fit.b_s_per_token == 0
-    assert fit.predict(100_000).tok_s == pytest.approx(41.0, rel=0.03)
+def test_speed_rising_with_context_is_rejected_with_the_reason() -> None:
+    # a negative slope would reach zero time per token at some depth: no line, and why (never clamped flat)
+    fit, why = fit_decode_checked([(0, 40.0), (1000, 41.0), (2000, 42.0)])
+    assert fit is None and why is not None and "rises with depth" in why
+    assert fit_decode([(0, 40.0), (1000, 41.0), (2000, 42.0)]) is None
+    _fit, why = fit_decode_checked([(100, 50.0)])
+    assert why == "fewer than two measured context depths"
 
 
 def test_many_points_are_binned() -> None:
@@ -115,5 +118,5 @@ def test_context_at_a_speed() -> None:
     assert at_40 is not None and fit.predict(at_40).tok_s == pytest.approx(40.0)
     assert fit.context_at(100.0) is None  # faster than even an empty context
     assert fit.context_at(0) is None
-    flat = fit_decode([(0, 40.0), (1000, 41.0), (2000, 42.0)])
+    flat = fit_decode([(0, 40.0), (1000, 40.0), (2000, 40.0)])
     assert flat is not None and flat.context_at(30.0) is None  # never slows down

@@ -9,7 +9,7 @@ import pytest
 from synthetic import SyntheticMonitor
 
 from kvmon.core.points import MeasuredPoints, measured_point, model_key
-from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, SlotView, Snapshot
+from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, Regime, SlotView, Snapshot
 
 
 def test_a_point_is_a_measured_speed_at_a_known_depth_with_one_conversation_generating() -> None:
@@ -25,12 +25,29 @@ def test_a_point_is_a_measured_speed_at_a_known_depth_with_one_conversation_gene
 def test_the_model_changes_when_a_named_model_differs_and_never_for_an_unnamed_one() -> None:
     m = ModelView(name="a.gguf", arch="llama", weight_bytes=1, n_ctx=8192, kv_type_k="f16", kv_type_v="f16")
     assert model_key(None, ModelView()) is None
-    assert model_key("u", m) != model_key("u", dataclasses.replace(m, kv_type_v="q8_0"))
+    # another n_ctx or cache type is the same model in another regime (kvmon.core.analysis.regimes)
+    assert model_key("u", m) == model_key("u", dataclasses.replace(m, kv_type_v="q8_0", n_ctx=16384))
     assert model_key("u", m) != model_key("v", m)
     store = MeasuredPoints()
     assert store.observe_model(model_key("u", m)) is False  # the first model is no change
     assert store.observe_model(None) is False and store.model == model_key("u", m)
-    assert store.observe_model(model_key("u", dataclasses.replace(m, n_ctx=16384))) is True
+    assert store.observe_model(model_key("u", dataclasses.replace(m, name="b.gguf"))) is True
+    assert store.observe_model(model_key("u", dataclasses.replace(m, weight_bytes=2, name="b.gguf"))) is True
+
+
+def test_another_regime_of_the_same_model_keeps_its_points_as_earlier_ones() -> None:
+    store = MeasuredPoints()
+    snaps = _snaps(6)
+    for i, s in enumerate(snaps):
+        regime = 1 if i < 4 else 2
+        store.add(dataclasses.replace(s, forecast=dataclasses.replace(s.forecast, regime=Regime(index=regime))))
+    assert store.regime == 2
+    assert store.bins.points()[0].size == 2 and store.earlier_bins.points()[0].size == 4
+    assert len(store) == 6 and len(store.sample()) == 6  # the ring and the card keep the whole session
+    other = dataclasses.replace(snaps[-1], model=dataclasses.replace(snaps[-1].model, name="other"),
+                                forecast=dataclasses.replace(snaps[-1].forecast, regime=Regime(index=3)))
+    assert store.add(other) is True  # another model: everything starts again, earlier regimes too
+    assert store.bins.points()[0].size == 1 and store.earlier_bins.points()[0].size == 0
 
 
 def _snaps(n: int) -> list[Snapshot]:

@@ -5,6 +5,8 @@ The forecast fit (``kvmon.core.analysis``) reads the newest points, the speed-vs
 bin (``ContextBins``: a day of polls draws a few hundred dots, not 86,400), the history's time windows the points
 with their times, and the report card a sample of the whole session. All of them are fed by the same
 ``add(snapshot)``, and all of them start again when the model changes, so the dots and the fit never disagree.
+Within one model, the snapshots' regimes (``Forecast.regime``: a reload, another n_ctx, a spill) split the bins:
+``bins`` holds the current regime's points (the ones the fit reads), ``earlier_bins`` those of the regimes before.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ ModelKey = tuple[Any, ...]
 
 
 def model_key(url: str | None, model: ModelView) -> ModelKey | None:
-    """What "the model" is to the session's measurements: the server, the model's name, architecture and size, its
-    context and cache types (any of them changes the speed at a depth). None when nothing names a model (an idle
-    Ollama, a failed poll): that changes nothing."""
+    """What "the model" is to the session's measurements: the server, the model's name, architecture and size. None
+    when nothing names a model (an idle Ollama, a failed poll): that changes nothing. Another context size or cache
+    type is the same model in another regime (``kvmon.core.analysis.regimes``)."""
     if model.name is None:
         return None
-    return (url, model.name, model.arch, model.weight_bytes, model.n_ctx, model.kv_type_k, model.kv_type_v)
+    return (url, model.name, model.arch, model.weight_bytes)
 
 
 def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
@@ -88,6 +90,16 @@ class ContextBins:
         self._count[b] += 1
         self.version += 1
 
+    def merge(self, other: ContextBins) -> None:
+        """Add every measurement of ``other`` (same bin width) to these bins."""
+        if other._sum.size > self._sum.size:
+            grow = other._sum.size - self._sum.size
+            self._sum = np.concatenate([self._sum, np.zeros(grow)])
+            self._count = np.concatenate([self._count, np.zeros(grow, dtype=np.int64)])
+        self._sum[:other._sum.size] += other._sum
+        self._count[:other._count.size] += other._count
+        self.version += 1
+
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """(bin centre in tokens, mean tok/s) of the bins holding measurements."""
         nz = np.nonzero(self._count)[0]
@@ -108,8 +120,10 @@ class MeasuredPoints:
                  sample_max: int = SAMPLE_MAX) -> None:
         self.capacity = max(1, int(capacity))
         self.sample_max = sample_max
-        self.bins = ContextBins(bin_tokens)
+        self.bins = ContextBins(bin_tokens)  # the current regime's
+        self.earlier_bins = ContextBins(bin_tokens)  # the regimes before it, of this model
         self.model: ModelKey | None = None
+        self.regime = 0  # the snapshots' regime index the bins are of (0: none named yet)
         self.version = 0  # moves on every change
         self._data = np.empty((self.capacity, 3))  # a ring of (t, context, tok/s) rows
         self._t, self._ctx, self._tok_s = self._data[:, 0], self._data[:, 1], self._data[:, 2]  # its columns
@@ -132,14 +146,21 @@ class MeasuredPoints:
         changes nothing.
         """
         return self.add_poll(snap.server_read, snap.t_monotonic, snap.url, snap.model, snap.slots,
-                             snap.context_tokens, snap.decode_tok_s)
+                             snap.context_tokens, snap.decode_tok_s, snap.forecast.regime.index)
 
     def add_poll(self, server_read: bool, t_monotonic: float, url: str | None, model: ModelView,
-                 slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None) -> bool:
+                 slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None,
+                 regime: int = 0) -> bool:
         """``add`` from the fields a Snapshot is made of (the analysis feeds its poll before the Snapshot exists)."""
         if not server_read:
             return False
         changed = self.observe_model(model_key(url, model))
+        if regime and regime != self.regime:
+            if self.regime and not changed:  # the same model in another regime: its points so far are earlier ones
+                self.earlier_bins.merge(self.bins)
+                self.bins.clear()
+                self.version += 1
+            self.regime = regime
         point = measured_point(slots, context_tokens, decode_tok_s)
         if point is not None:
             self._append(t_monotonic, *point)
@@ -181,6 +202,8 @@ class MeasuredPoints:
         self._sample_ctx, self._sample_tok_s = array("d"), array("d")
         self._thin, self._seen = 1, 0
         self.bins.clear()
+        self.earlier_bins.clear()
+        self.regime = 0
         self.version += 1
 
     # -- reading

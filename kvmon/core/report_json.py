@@ -68,6 +68,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
     """The ``once --json`` document for ``snapshot``: plain JSON types only."""
     s = snapshot
     m = s.model
+    fc = s.forecast
+    regime = fc.regime
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kvmon_version": __version__,
@@ -113,6 +115,9 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "decode_rate_source": s.decode_rate_source,
         "ceiling_tok_s": s.ceiling_tok_s,
         "efficiency": s.efficiency,
+        "ceiling_uncertain": s.ceiling_suspect is not None,
+        "ceiling_suspect": None if s.ceiling_suspect is None else {"input": s.ceiling_suspect.input,
+                                                                    "message": s.ceiling_suspect.message},
         "kv_in_use_bytes": s.kv_in_use_bytes,
         "kv_allocated_bytes": s.kv_allocated_bytes,
         "bytes_read_per_token": s.bytes_read_per_token,
@@ -172,6 +177,21 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                  "high_tok_s": ms.high_tok_s, "ceiling_tok_s": ms.ceiling_tok_s}
                 for ms in s.forecast.milestones
             ],
+            "regime": {
+                "index": regime.index or None,
+                "cause": regime.cause,
+                "description": regime.description,
+                "since_t_wall": regime.since_t_wall,
+                "since_context_tokens": regime.since_context_tokens,
+            },
+            "fit": {
+                "form": fc.fit_form,
+                "points": fc.fit_points,
+                "efficiency": fc.fit_efficiency,
+                "overhead_s": fc.fit_overhead_s,
+                "attention_factor": fc.fit_attention_factor,
+                "reason": fc.fit_reason,
+            },
         },
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "provenance": dict(s.provenance),

@@ -69,7 +69,13 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str]) -> None:
       L, lv, s.prefill_tok_s)
     g("kvmon_ceiling_tokens_per_second", "Decode speed the memory bandwidth allows at the current context depth.",
       L, lv, s.ceiling_tok_s)
-    g("kvmon_efficiency_ratio", "Measured decode speed divided by the bandwidth ceiling.", L, lv, s.efficiency)
+    g("kvmon_efficiency_ratio", "Measured decode speed divided by the bandwidth ceiling; absent when the speed "
+      "exceeds the ceiling (then kvmon_ceiling_uncertain is 1).", L, lv, s.efficiency)
+    if s.ceiling_tok_s is not None:
+        suspect = s.ceiling_suspect
+        f.gauge("kvmon_ceiling_uncertain", "1 when the measured speed exceeds the ceiling, so one of its inputs "
+                "(suspect) is wrong; else 0.", (*L, "suspect"), (*lv, suspect.input if suspect else ""),
+                1 if suspect else 0)
     g("kvmon_context_tokens", "Positions in context of the deepest active conversation.", L, lv, s.context_tokens)
     g("kvmon_context_limit_tokens", "Context size of one slot (what one conversation can hold).", L, lv, m.n_ctx)
     g("kvmon_context_total_tokens", "KV cache cells allocated over all slots.", L, lv, m.n_ctx_total)
@@ -107,6 +113,21 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str]) -> None:
       fc.tokens_until_vram_full)
     g("kvmon_forecast_vram_full_seconds", "Seconds until VRAM runs out at the current pace.", L, lv,
       fc.seconds_until_vram_full)
+    r = fc.regime
+    if r.index:
+        f.gauge("kvmon_forecast_regime_info", "The current regime (what the speed depends on stayed the same since it "
+                "began) and the form of the forecast fitted on it (value always 1).", (*L, "regime", "cause", "form"),
+                (*lv, str(r.index), r.cause or "", fc.fit_form or ""), 1)
+        g("kvmon_forecast_regime_start_timestamp_seconds", "When the current regime began (Unix seconds).", L, lv,
+          r.since_t_wall)
+        g("kvmon_forecast_regime_start_context_tokens", "Context depth of the current regime's first measured point.",
+          L, lv, r.since_context_tokens)
+    g("kvmon_forecast_fit_points", "Measured points of the current regime the forecast is fitted on.", L, lv,
+      fc.fit_points)
+    g("kvmon_forecast_fit_efficiency_ratio", "Fraction of the peak bandwidth the forecast's fit reads the bytes at.",
+      L, lv, fc.fit_efficiency)
+    g("kvmon_forecast_fit_overhead_seconds", "The fit's fixed seconds per token beyond the bytes it reads.", L, lv,
+      fc.fit_overhead_s)
     seen: set[int] = set()
     for ms in fc.milestones:
         if ms.context_tokens in seen:  # one sample per label set

@@ -167,15 +167,46 @@ class Milestone:
 
 
 @dataclass(frozen=True)
+class Regime:
+    """A stretch of the session in which what decode speed depends on stayed the same (model, n_ctx, cache types,
+    slots, devices, placement, the server process): the forecast fits only the current one's points."""
+
+    index: int = 0  # 1, 2, ... in this session; 0 before the first
+    cause: str | None = None  # why it began: "start" | "model" | "n_ctx" | "cache_types" | "slots" | "devices" |
+    # "placement" | "reload"
+    description: str | None = None  # the same for people, e.g. "reloaded: n_ctx 32,768 → 131,072"
+    since_t_monotonic: float | None = None
+    since_t_wall: float | None = None
+    since_context_tokens: int | None = None  # the depth of its first poll (where the plot marks it)
+
+
+@dataclass(frozen=True)
 class Forecast:
     tokens_until_ctx_full: int | None = None
     seconds_until_ctx_full: float | None = None
     tokens_until_vram_full: int | None = None  # only when something else is eating VRAM
     seconds_until_vram_full: float | None = None
     fit_a_s: float | None = None  # time per token at empty context
-    fit_b_s_per_token: float | None = None  # extra time per token of context
-    fit_points: int = 0
+    fit_b_s_per_token: float | None = None  # extra time per token of context (beyond every sliding window)
+    fit_points: int = 0  # measured points of the current regime
     milestones: tuple[Milestone, ...] = ()
+    regime: Regime = field(default_factory=Regime)
+    # "ceiling_scaled" | "bandwidth" | "bandwidth+attention" (kvmon.physics.decode_model) | "context_linear"
+    fit_form: str | None = None
+    fit_efficiency: float | None = None  # the fraction of peak bandwidth the fit says the bytes are read at
+    fit_overhead_s: float | None = None  # fixed seconds per token beyond the bytes
+    fit_attention_factor: float | None = None  # extra seconds per second of KV read, growing with depth
+    fit_reason: str | None = None  # why there is no fit, or why it is the context-linear fallback
+    # (context tokens, tok/s, low, high) at the ceiling curve's depths: what the hero plot draws
+    curve: tuple[tuple[int, float, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class CeilingSuspect:
+    """Measured speed above the ceiling: one of the ceiling's inputs is wrong. Which one is most likely, and why."""
+
+    input: str  # "bandwidth" | "placement" | "weights_read_per_token" | "kv_in_use"
+    message: str
 
 
 @dataclass(frozen=True)
@@ -197,7 +228,8 @@ class Snapshot:
     decode_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | None
     ceiling_tok_s: float | None = None  # what the memory bus allows at context_tokens
     ceiling_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) up to n_ctx
-    efficiency: float | None = None  # decode ÷ ceiling
+    efficiency: float | None = None  # decode ÷ ceiling; None (with ceiling_suspect) when decode exceeds the ceiling
+    ceiling_suspect: CeilingSuspect | None = None  # set when the measured speed is above the ceiling
     kv_in_use_bytes: int | None = None
     kv_allocated_bytes: int | None = None
     bytes_read_per_token: float | None = None

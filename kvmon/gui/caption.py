@@ -41,7 +41,8 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     model = " ".join(b for b in (m.name or DASH, f"({m.quantization})" if m.quantization else "") if b)
     kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
     ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
-    speed = f"{fmt_tok_s(s.decode_tok_s)} of {fmt_tok_s(s.ceiling_tok_s)} ceiling ({fmt_percent(s.efficiency)})"
+    share = "ceiling uncertain" if s.ceiling_suspect is not None else fmt_percent(s.efficiency)
+    speed = f"{fmt_tok_s(s.decode_tok_s)} of {fmt_tok_s(s.ceiling_tok_s)} ceiling ({share})"
     backend = f"{s.backend} {s.server_version or ''}".strip() if s.backend else DASH
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
     return scrub(f"{model}{kv} · {gpu_text(s)} · {ctx} · {speed} · {backend} · {stamp} · {version}")

@@ -122,7 +122,8 @@ def plotted_series(panel: Any) -> list[tuple[str, np.ndarray, np.ndarray]]:
     used: set[str] = set()
     for i, item in enumerate(items):
         x, y = item.getData()
-        name = _name(item, next((a for a in ("prefill", "here", "measured", "decode", "ceiling", "forecast")
+        name = _name(item, next((a for a in ("prefill", "here", "measured", "decode", "ceiling", "forecast",
+                                              "forecast_low", "forecast_high", "earlier")
                                  if getattr(panel, a, None) is item), f"series{i}"))
         base, k = name, 2
         while name in used:

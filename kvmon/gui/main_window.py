@@ -96,7 +96,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
         self.header = HeaderPanel()
         self.header.set_banner(self._banner)
-        self.speed_context = SpeedContextPanel(self.bins)
+        self.speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.speed_time = SpeedTimePanel(self.history)
         self.memory = MemoryPanel()

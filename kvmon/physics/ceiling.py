@@ -43,12 +43,24 @@ def _valid(devices: Sequence[DeviceShare]) -> bool:
     return True
 
 
+def step_time_parts(devices: Sequence[DeviceShare]) -> tuple[float, float] | None:
+    """(seconds reading the weights, seconds per byte of KV) of one decode step at peak bandwidth; None if unknown.
+
+    A step at a depth where it reads ``kv`` bytes of KV takes ``weights_s + kv × kv_s_per_byte``.
+    """
+    if not _valid(devices):
+        return None
+    weights_s = sum(d.weight_bytes / float(d.bandwidth_bytes_per_s) for d in devices)  # type: ignore[arg-type]
+    kv_s_per_byte = sum(d.kv_fraction / float(d.bandwidth_bytes_per_s) for d in devices)  # type: ignore[arg-type]
+    return weights_s, kv_s_per_byte
+
+
 def step_time_s(devices: Sequence[DeviceShare], kv_bytes_read: float) -> float | None:
     """Seconds one decode step spends reading memory, or None when a bandwidth is unknown."""
-    if not _valid(devices) or kv_bytes_read < 0 or not math.isfinite(kv_bytes_read):
+    parts = step_time_parts(devices)
+    if parts is None or kv_bytes_read < 0 or not math.isfinite(kv_bytes_read):
         return None
-    return sum((d.weight_bytes + kv_bytes_read * d.kv_fraction) / float(d.bandwidth_bytes_per_s)  # type: ignore[arg-type]
-               for d in devices)
+    return parts[0] + kv_bytes_read * parts[1]
 
 
 def ceiling_tok_s(devices: Sequence[DeviceShare], kv_bytes_read: float) -> float | None:

@@ -1,8 +1,12 @@
-"""Forecast decode speed at deeper context from measured (context, tok/s) points.
+"""Forecast decode speed at deeper context from measured (context, tok/s) points, when the model's shape is unknown.
 
-Time per token is fitted as a + b·context (the roofline form: a = weights / effective bandwidth, b = KV bytes
-per token / effective bandwidth plus attention overhead), robustly (Theil–Sen), with an 80% prediction
-interval that widens with the distance from the measured contexts and with fewer points.
+Time per token is fitted as a + b·context (a straight line in depth), robustly (Theil–Sen), with an 80% prediction
+interval that widens with the distance from the measured contexts and with fewer points. With a shape and the
+devices, ``kvmon.physics.decode_model`` fits what the physics says varies instead (the bytes read at each depth);
+this line is its fallback, and the interval and point-cleaning helpers here serve both.
+
+A line whose speed rises with depth (negative slope) or whose time at empty context is not positive would give a
+zero or negative time per token somewhere: it is rejected, with the reason, never clamped.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8:
 _Z90 = 1.2816
 
 
-def _t_quantile(df: int) -> float:
+def t_quantile(df: int) -> float:
+    """The one-sided 0.90 quantile of Student's t with ``df`` degrees of freedom (two-sided 80% interval)."""
     if df in _T90:
         return _T90[df]
     # Cornish–Fisher expansion of the t quantile around the normal one (error < 0.001 for df > 10)
@@ -51,7 +56,6 @@ class DecodeFit:
     context_min: float = 0.0
     context_max: float = 0.0
     mean_time_s: float = 0.0
-    slope_clamped: bool = False  # the data showed speed rising with context; slope set to 0
 
     def time_s(self, context: float) -> float:
         """Fitted seconds per token at this depth."""
@@ -71,13 +75,14 @@ class DecodeFit:
         leverage = 1.0 + 1.0 / self.n_points
         if self.context_sxx > 0:
             leverage += (context - self.context_mean) ** 2 / self.context_sxx
-        half = _t_quantile(max(self.n_points - 2, 1)) * sd * math.sqrt(leverage)
+        half = t_quantile(max(self.n_points - 2, 1)) * sd * math.sqrt(leverage)
         t_low = max(t - half, t / 2)  # the fastest end is capped at twice the prediction
         t_high = t + half
         return Prediction(tok_s=1.0 / t, low_tok_s=1.0 / t_high, high_tok_s=1.0 / t_low)
 
 
-def _clean(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+def clean_points(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(context tokens, seconds per token) of the valid points: finite, context ≥ 0, speed > 0."""
     try:  # fast path: a well-formed sequence of pairs
         arr = np.asarray(points, dtype=float)
         if arr.ndim == 2 and arr.shape[1] == 2:
@@ -100,11 +105,12 @@ def _clean(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarra
     return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
 
 
-def _reduce(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if x.size <= MAX_FIT_POINTS:
+def reduce_points(x: np.ndarray, y: np.ndarray, max_points: int = MAX_FIT_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` points: equal-count bins over the depth-sorted points, medians of each."""
+    if x.size <= max_points:
         return x, y
     order = np.argsort(x, kind="stable")
-    n_bins = MAX_FIT_POINTS
+    n_bins = max_points
     usable = x.size // n_bins * n_bins  # equal bins over the sorted points; the few left over join the last
     xs, ys = x[order], y[order]
     xb = np.median(xs[:usable].reshape(n_bins, -1), axis=1)
@@ -115,20 +121,25 @@ def _reduce(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xb, yb
 
 
-def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:
-    """Fit (context tokens, decode tok/s) points; None with fewer than two distinct valid contexts."""
-    x, y = _reduce(*_clean(points))
+def fit_decode_checked(points: Sequence[tuple[float, float]]) -> tuple[DecodeFit | None, str | None]:
+    """(the line fitted to (context tokens, decode tok/s) points, None) or (None, why there is none).
+
+    No fit with fewer than two distinct valid contexts; a line that would give a zero or negative time per token at
+    some depth (speed rising with depth, or no time at empty context) is rejected.
+    """
+    x, y = reduce_points(*clean_points(points))
     if x.size < 2 or np.unique(x).size < 2:
-        return None
+        return None, "fewer than two measured context depths"
     i, j = np.triu_indices(x.size, k=1)
     dx = x[j] - x[i]
     keep = dx != 0
     slopes = (y[j] - y[i])[keep] / dx[keep]
     b = float(np.median(slopes))
-    clamped = b < 0
-    if clamped:
-        b = 0.0
+    if b < 0:
+        return None, "measured speed rises with depth: a line through it would reach zero time per token"
     a = float(np.median(y - b * x))
+    if not (a > 0 and math.isfinite(a) and math.isfinite(b)):
+        return None, "the fitted time per token at empty context is not positive"
     resid = y - (a + b * x)
     n = int(x.size)
     dof = max(n - 2, 1)
@@ -144,5 +155,9 @@ def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:
         context_min=float(np.min(x)),
         context_max=float(np.max(x)),
         mean_time_s=float(np.mean(y)),
-        slope_clamped=clamped,
-    )
+    ), None
+
+
+def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:
+    """The line fitted to (context tokens, decode tok/s) points; None when there is none (``fit_decode_checked``)."""
+    return fit_decode_checked(points)[0]

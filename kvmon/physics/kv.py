@@ -124,6 +124,14 @@ def _read_profile(shape: ModelShape, type_k: str, type_v: str) -> tuple[int, tup
     return unbounded, tuple(sorted(windowed.items()))
 
 
+def kv_read_profile(shape: ModelShape, type_k: str | None = "f16",
+                    type_v: str | None = "f16") -> tuple[int, tuple[tuple[int, int], ...]]:
+    """How the KV read per step grows with depth n: (bytes per token at any depth, ((window, bytes per token read
+    up to that window), ...)), so ``kv_bytes_in_use`` = unbounded·n + Σ bytes·min(n, window). Recurrent state does
+    not grow and is not in it."""
+    return _read_profile(shape, cache_type(type_k).name, cache_type(type_v).name)
+
+
 def kv_bytes_in_use(shape: ModelShape, context_tokens: float, type_k: str | None = "f16",
                     type_v: str | None = "f16") -> float:
     """KV bytes one decode step reads at this context depth: SWA/chunked layers capped at their window.

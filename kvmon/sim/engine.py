@@ -159,7 +159,7 @@ class SimEngine:
         room = max(1, ep.n_ctx // self.scenario.n_parallel - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)
-        steps = model.step_s(depths) * noise
+        steps = model.step_s(depths, noise)
         prefill_s = model.prefill_s(cache_n, prompt_n)
         times = start + prefill_s + np.cumsum(steps)
         req = SimRequest(self._new_task_id(), slot, origin, ep.index, t_arrive, start, cache_n, prompt_n,

@@ -3,7 +3,10 @@
 ``LoadedModel`` places layers on the scenario's GPUs (and on the CPU when they do not fit, as
 llama.cpp's ``--fit`` does), then answers: seconds per decode step at context depth n, seconds to
 prefill a prompt, bytes on each GPU, and PCIe bytes moved. The efficiency curve is calibrated so that
-the speeds at the scenario's anchor depths come out as measured (see ``kvmon.sim.scenarios``).
+the speeds at the scenario's anchor depths come out as measured (see ``kvmon.sim.scenarios``) on the scenario's own
+load (its n_ctx, with the other VRAM of its start); a later load (a reload with another n_ctx, layers moved to the
+CPU) keeps that efficiency and overhead on its own roofline. No step is ever faster than the roofline: the
+simulated server never beats its own memory bus, noise or not.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ def resolve_gpu(scenario: Scenario) -> GpuSpec:
     return spec
 
 
+def _start_other_vram(scenario: Scenario) -> int:
+    """VRAM another application holds on GPU 0 when the scenario starts (as ``SimEngine.other_vram_bytes(0)``)."""
+    pts = scenario.other_vram
+    return int(np.interp(0.0, [p[0] for p in pts], [float(p[1]) for p in pts])) if pts else 0
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where the layers went at load: per-GPU layer counts, layers on the CPU, and bytes per device."""
@@ -62,7 +71,8 @@ class Placement:
 class LoadedModel:
     """One load of the scenario's model with ``n_ctx`` cells; ``other_vram_bytes`` is what others hold then."""
 
-    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0) -> None:
+    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0, *,
+                 calibration: tuple[float, float, str] | None = None) -> None:
         from kvmon.physics.kv import kv_allocation
         from kvmon.physics.shape import ModelShape
         from kvmon.physics.weights import weight_bytes_read_per_token
@@ -91,7 +101,14 @@ class LoadedModel:
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
         self._e0, self._overhead = 1.0, 0.0
-        self._calibrate()
+        if calibration is None and (n_ctx != scenario.n_ctx or other_vram_bytes != _start_other_vram(scenario)):
+            ref = LoadedModel(scenario, scenario.n_ctx, _start_other_vram(scenario))
+            calibration = (ref._e0, ref._overhead, ref.calibration_note)
+        if calibration is None:
+            self._calibrate()
+        else:
+            self._e0, self._overhead, note = calibration
+            self.calibration_note = f"{note} (on the scenario's own load; kept for this one)"
 
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
@@ -184,8 +201,9 @@ class LoadedModel:
         self._e0 = min(1.0, max(0.05, e0))
         self._overhead = max(0.0, overhead)
 
-    def step_s(self, depths: np.ndarray) -> np.ndarray:
-        """Seconds per decode step at each depth (roofline / efficiency + attention overhead × depth)."""
+    def step_s(self, depths: np.ndarray, noise: float = 1.0) -> np.ndarray:
+        """Seconds per decode step at each depth ((roofline / efficiency + attention overhead × depth) × noise),
+        never below the roofline."""
         depths = np.asarray(depths, dtype=float)
         if len(depths) == 0:
             return depths
@@ -193,7 +211,7 @@ class LoadedModel:
         # the roofline is piecewise linear in depth (SWA caps): sample it and interpolate
         grid = np.unique(np.linspace(lo, hi, 9 if hi > lo else 1).round())
         roof = np.interp(depths, grid, self.roofline_step_s(grid))
-        return roof / self._e0 + self._overhead * depths
+        return np.maximum((roof / self._e0 + self._overhead * depths) * noise, roof)
 
     def decode_tok_s(self, depth: int) -> float:
         """Simulated decode speed at ``depth`` (no noise)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
-from kvmon.core.analysis import advice, alert_facts, ceiling, devices, gpu_views, placement, speeds
+from kvmon.core.analysis import advice, alert_facts, ceiling, devices, gpu_views, placement, regimes, speeds
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
@@ -23,7 +23,7 @@ from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.points import model_key
 from kvmon.core.rates import SlotRateTracker
-from kvmon.core.readings import GpuSetReading, HostReading, ServerReading, SourceFailure
+from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
 
 
@@ -43,11 +43,14 @@ class Analyzer:
         self._memo = PhysicsMemo()
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
-        self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points)
+        self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
+                                      self.settings.curve_points)
         self._seq = 0
         self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
         self._failure_since: float | None = None
         self._connected_since: float | None = None
+        self._reload_seen = False  # the server was loading (or its process changed) since the last reading
+        self._server_pids: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ public
 
@@ -58,6 +61,7 @@ class Analyzer:
         if self._settings_source is not None:
             self.settings = self._settings_source() or self.settings
         if isinstance(server, SourceFailure):
+            self._reload_seen = self._reload_seen or server.kind is FailureKind.MODEL_LOADING
             return self._failure(server, gpus, host)
         self._failure_since = None
         if self._connected_since is None:
@@ -81,6 +85,7 @@ class Analyzer:
         self._seq = 0
         self._last_ok = None
         self._failure_since = self._connected_since = None
+        self._reload_seen, self._server_pids = False, ()
 
     # ------------------------------------------------------------------ failures
 
@@ -114,7 +119,6 @@ class Analyzer:
         prov: dict[str, str] = {}
         reasons: dict[str, str] = dict(r.reasons)
         model, shape = model_view(r, memo, prov, reasons)
-        self._forecaster.observe_model(model_key(r.url, model))  # another model: its measurements start again
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
         rates = speeds.speeds(self._rates.update(r), r, prov, reasons)
         where = speeds.depth(r, rates.per_slot, prov, reasons)
@@ -137,10 +141,20 @@ class Analyzer:
                                       devs)
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
+        # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)
+        # begins a new regime, and the forecast's measurements start again
+        self._observe_regime(r, model, type_k, type_v, devices_now)
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
         efficiency = rates.decode / ceiling_now if rates.decode is not None and ceiling_now else None
-        if efficiency is not None:
+        suspect = None
+        if efficiency is not None and efficiency > 1.0:
+            # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
+            suspect = ceiling.suspect(rates.decode, ceiling_now, devices_now, place, gviews, model, prov)
+            reasons["efficiency"] = suspect.message
+            efficiency = None
+            self._forecaster.add_efficiency(1.0)
+        elif efficiency is not None:
             prov["efficiency"] = "computed"
             self._forecaster.add_efficiency(efficiency)
         bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
@@ -152,7 +166,7 @@ class Analyzer:
         self._forecaster.add(r, model, where.slots, where.context, rates.decode)
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
-                                       vfacts, prov)
+                                       vfacts, prov, reasons)
         cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
@@ -172,6 +186,7 @@ class Analyzer:
             backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
             context_tokens=where.context, decode_tok_s=rates.decode, prefill_tok_s=rates.prefill,
             decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
+            ceiling_suspect=suspect,
             kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
             bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
@@ -180,6 +195,19 @@ class Analyzer:
             extra={"placement": place.source},
         )
 
+    def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,
+                        shares: list[Any] | None) -> None:
+        """This poll's regime key, and whether the server reloaded (was loading, or its process changed) since."""
+        if r.state == "loading":
+            self._reload_seen = True
+            return
+        pids = tuple(sorted(r.server_pids))
+        reloaded = self._reload_seen or bool(pids and self._server_pids and pids != self._server_pids)
+        self._server_pids = pids or self._server_pids
+        self._reload_seen = False
+        key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,
+                                 model.kv_type_v and type_v, model.n_slots, shares)
+        self._forecaster.observe(key, reloaded=reloaded, t_monotonic=r.t_monotonic, t_wall=r.t_wall)
 
 def _host_bandwidth(user: float | None, host: HostReading | None) -> tuple[float | None, str | None]:
     """The host RAM's bandwidth: the user's from settings, else what the host source found, with its source."""

@@ -1,9 +1,12 @@
-"""Forecast scheduling: the session's measured points, the decode fit and when it is made again, and what it says
-(tokens and seconds until the context or VRAM is full, tok/s at the context milestones).
+"""Forecast scheduling: the current regime's measured points, the decode fit and when it is made again, and what it
+says (tokens and seconds until the context or VRAM is full, tok/s at the context milestones, the curve the hero
+plot draws).
 
-The robust fit costs tens of ms with hundreds of points, and each refit redraws the forecast: it is made on every
-new point while there are few, then when the points grew by a quarter or a minute has passed. Until there is a
-fit, the milestones are the ceiling times the session's median efficiency.
+The fit is ``kvmon.physics.decode_model`` (bytes read per token at each depth, bounded by the ceiling) when the
+model's shape and the devices are known, else the context-linear line of ``kvmon.physics.forecast`` (said so in
+``reasons``). It reads only the current regime's points (``kvmon.core.analysis.regimes``): a reload, another
+n_ctx or a spill starts it again. It is made on every new point while there are few, then when the points grew by a
+quarter or a minute has passed (each refit redraws the forecast).
 """
 
 from __future__ import annotations
@@ -14,16 +17,24 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from kvmon.core.alerts import GpuVramFacts
+from kvmon.core.analysis.ceiling import curve_depths
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker
 from kvmon.core.connection import reading_status
-from kvmon.core.points import MeasuredPoints, ModelKey
+from kvmon.core.points import MeasuredPoints
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import SERVER_READ_STATUSES, Forecast, Milestone, ModelView, SlotView
 from kvmon.physics import ceiling as ceiling_mod
+from kvmon.physics import decode_model
 from kvmon.physics import forecast as forecast_mod
 
 EFFICIENCIES_KEPT = 600
+Curve = tuple[tuple[int, float, float, float], ...]
+NO_SHAPE_FIT = ("model shape or device bandwidths unknown: fitted as a straight line in context depth, with no "
+                "ceiling to bound it")
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -31,39 +42,44 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 class Forecaster:
-    """The fit's session store and efficiencies, the fit itself and its schedule; one per analysed server."""
+    """The regime, its points and efficiencies, the fit itself and its schedule; one per analysed server."""
 
-    def __init__(self, memo: PhysicsMemo, milestones: Sequence[int], max_fit_points: int) -> None:
+    def __init__(self, memo: PhysicsMemo, milestones: Sequence[int], max_fit_points: int,
+                 curve_points: int = 48) -> None:
         self._memo = memo
         self._milestone_depths = tuple(milestones)
+        self._curve_points = curve_points
         self._points = MeasuredPoints(max_fit_points, sample_max=0)
         self._efficiencies: deque[float] = deque(maxlen=EFFICIENCIES_KEPT)
+        self.regimes = RegimeTracker()
         self._fit: Any = None
+        self._fit_reason: str | None = None
         self._fit_dirty = False  # a point came since the last fit
         self._fit_t: float | None = None  # when the fit was made, and on how many points
         self._fit_n = 0
 
     def reset(self) -> None:
-        """Forget the session: points, efficiencies, the fit."""
+        """Forget the session: the regimes, points, efficiencies, the fit."""
+        self.regimes.reset()
+        self._restart()
+
+    def _restart(self) -> None:
         self._points.clear()
-        self._forget()
+        self._efficiencies.clear()
+        self._fit, self._fit_reason, self._fit_dirty, self._fit_t = None, None, False, None
         self._fit_n = 0
 
-    def _forget(self) -> None:
-        self._efficiencies.clear()
-        self._fit, self._fit_dirty, self._fit_t = None, False, None
-
-    def observe_model(self, key: ModelKey | None) -> None:
-        """This poll's model: another one than measured so far starts the measurements again."""
-        if self._points.observe_model(key):
-            self._forget()
+    def observe(self, key: RegimeKey, *, reloaded: bool, t_monotonic: float, t_wall: float) -> None:
+        """This poll's regime key: when what the speed depends on changed, the measurements start again."""
+        if self.regimes.observe(key, reloaded=reloaded, t_monotonic=t_monotonic, t_wall=t_wall):
+            self._restart()
 
     def add_efficiency(self, efficiency: float) -> None:
-        """One poll's decode ÷ ceiling (the milestones use their median until there is a fit)."""
+        """One poll's decode ÷ ceiling (the prior's efficiency while no point is measured)."""
         self._efficiencies.append(efficiency)
 
     def median_efficiency(self) -> float | None:
-        """The median decode ÷ ceiling of this model's polls so far."""
+        """The median decode ÷ ceiling of this regime's polls so far."""
         return _median(list(self._efficiencies))
 
     def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
@@ -72,12 +88,29 @@ class Forecaster:
         version = self._points.version
         self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.t_monotonic, r.url, model, slots,
                               context, decode)
-        self._fit_dirty = self._fit_dirty or self._points.version != version
+        if self._points.version != version:
+            self._fit_dirty = True
+            self.regimes.mark_context(context)  # the regime's first measured depth: where the plot marks it
+
+    def _profile(self, devices: list[Any] | None, shape: Any, type_k: str, type_v: str) -> Any:
+        if devices is None or shape is None:
+            return None
+        return self._memo.get(shape, ("read_profile", tuple(devices), type_k, type_v),
+                              lambda: decode_model.ReadProfile.of(devices, shape, type_k, type_v))
+
+    def _refit(self, profile: Any) -> None:
+        points = self._points.latest()
+        if profile is not None:
+            self._fit = decode_model.fit_bytes(points, profile, self.median_efficiency())
+            self._fit_reason = None if self._fit is not None else "no decode speed measured yet in this regime"
+        else:
+            self._fit, why = forecast_mod.fit_decode_checked(points)
+            self._fit_reason = NO_SHAPE_FIT if self._fit is not None else f"{NO_SHAPE_FIT}; none yet: {why}"
 
     def forecast(self, now: float, model: ModelView, context: int | None, decode: float | None,
                  devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
-                 vfacts: Sequence[GpuVramFacts], prov: dict[str, str]) -> Forecast:
-        """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones."""
+                 vfacts: Sequence[GpuVramFacts], prov: dict[str, str], reasons: dict[str, str]) -> Forecast:
+        """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones and along the curve."""
         tokens_ctx = secs_ctx = None
         if model.n_ctx and context is not None:
             tokens_ctx = int(ceiling_mod.tokens_until_full(model.n_ctx, context))
@@ -89,47 +122,69 @@ class Forecaster:
                 secs_vram = f.seconds_until_full
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
-        # The robust fit costs tens of ms with hundreds of points, and each refit redraws the forecast: refit on
-        # every new point while there are few, then when the points grew by a quarter or a minute has passed.
+        profile = self._profile(devices, shape, type_k, type_v)
+        kind = "bytes" if profile is not None else "line"
         n_pts = len(self._points)
-        if self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.25 * self._fit_n
-                                or now - self._fit_t >= 60.0):
-            self._fit = forecast_mod.fit_decode(self._points.latest()) if n_pts >= 2 else None
+        stale_kind = self._fit is not None and (isinstance(self._fit, decode_model.BytesFit) != (kind == "bytes"))
+        stale_profile = isinstance(self._fit, decode_model.BytesFit) and self._fit.profile != profile
+        no_fit_yet = self._fit is None and profile is not None and self.median_efficiency() is not None
+        if (self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.25 * self._fit_n
+                                 or now - self._fit_t >= 60.0)) or stale_kind or stale_profile or no_fit_yet:
+            self._refit(profile)
             self._fit_dirty = False
             self._fit_t, self._fit_n = now, n_pts
         fit = self._fit
         milestones: tuple[Milestone, ...] = ()
-        if model.n_ctx:
+        curve: Curve = ()
+        if model.n_ctx and fit is not None:
             n_ctx = model.n_ctx
-            median_eff = self.median_efficiency() if fit is None else None
-            # the same fit, devices and cache types give the same milestones: computed once, not every poll
-            key = ("milestones", fit, None if devices is None else tuple(devices), type_k, type_v, n_ctx, median_eff)
-            milestones = self._memo.get(shape, key, lambda: self._milestones(n_ctx, fit, devices, shape, type_k,
-                                                                             type_v, median_eff))
+            # the same fit and n_ctx give the same milestones and curve: computed once, not every poll
+            milestones, curve = self._memo.get(shape, ("forecast", fit, n_ctx, self._curve_points),
+                                               lambda: self._predict(fit, n_ctx))
+        if self._fit_reason:
+            reasons["forecast"] = self._fit_reason
         if milestones:
-            prov["forecast.milestones"] = "computed" if fit is not None else "estimated"
+            prov["forecast.milestones"] = ("computed" if isinstance(fit, decode_model.BytesFit)
+                                           and fit.form != decode_model.FORM_CEILING_SCALED else "estimated")
+        bytes_fit = fit if isinstance(fit, decode_model.BytesFit) else None
+        line = fit if isinstance(fit, forecast_mod.DecodeFit) else None
         return Forecast(
             tokens_until_ctx_full=tokens_ctx, seconds_until_ctx_full=secs_ctx, tokens_until_vram_full=tokens_vram,
-            seconds_until_vram_full=secs_vram, fit_a_s=getattr(fit, "a_s", None),
-            fit_b_s_per_token=getattr(fit, "b_s_per_token", None), fit_points=len(self._points),
-            milestones=milestones,
+            seconds_until_vram_full=secs_vram,
+            fit_a_s=bytes_fit.a_s if bytes_fit else line.a_s if line else None,
+            fit_b_s_per_token=bytes_fit.slope_s_per_token if bytes_fit else line.b_s_per_token if line else None,
+            fit_points=n_pts, milestones=milestones, regime=self.regimes.regime,
+            fit_form=bytes_fit.form if bytes_fit else "context_linear" if line else None,
+            fit_efficiency=bytes_fit.efficiency if bytes_fit else None,
+            fit_overhead_s=bytes_fit.overhead_s if bytes_fit else None,
+            fit_attention_factor=bytes_fit.attention_factor if bytes_fit else None,
+            fit_reason=self._fit_reason, curve=curve,
         )
 
-    def _milestones(self, n_ctx: int, fit: Any, devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
-                    median_eff: float | None) -> tuple[Milestone, ...]:
-        """tok/s at each context milestone up to n_ctx: the fit's prediction, or the ceiling × median efficiency."""
-        out: list[Milestone] = []
-        for m in self._milestone_depths:
-            if m > n_ctx:
-                break
-            ceil_m = None
-            if devices is not None and shape is not None:
-                ceil_m = ceiling_mod.ceiling_tok_s(devices, self._memo.kv_in_use(shape, m, type_k, type_v))
-            if fit is not None:
-                pred = fit.predict(m)
-                if pred is None or pred.tok_s is None or not math.isfinite(pred.tok_s):
-                    continue
-                out.append(Milestone(m, float(pred.tok_s), pred.low_tok_s, pred.high_tok_s, ceil_m))
-            elif median_eff is not None and ceil_m:
-                out.append(Milestone(m, ceil_m * median_eff, None, None, ceil_m))
-        return tuple(out)
+    def _predict(self, fit: Any, n_ctx: int) -> tuple[tuple[Milestone, ...], Curve]:
+        """tok/s at each context milestone up to n_ctx, and along the curve's depths (with the ceiling, if known)."""
+        depths = [m for m in self._milestone_depths if m <= n_ctx]
+        along = curve_depths(n_ctx, self._curve_points)
+        if isinstance(fit, decode_model.BytesFit):
+            xs = np.asarray(depths + along, dtype=float)
+            tok_s, low, high = fit.predict_many(xs)
+            ceil = 1.0 / fit.profile.roofline_s(xs)
+        else:
+            preds = [fit.predict(float(d)) for d in depths + along]
+            tok_s = np.asarray([p.tok_s for p in preds])
+            low = np.asarray([p.low_tok_s for p in preds])
+            high = np.asarray([p.high_tok_s for p in preds])
+            ceil = None
+        k = len(depths)
+        milestones = tuple(Milestone(m, float(tok_s[i]), float(low[i]), float(high[i]),
+                                     None if ceil is None else float(ceil[i])) for i, m in enumerate(depths))
+        # the curve is for drawing: 4 significant digits (rounded down, so it stays under the ceiling) keep a
+        # recorded line ~2 KB shorter than full floats would
+        curve = tuple((d, _down4(tok_s[k + i]), _down4(low[k + i]), _down4(high[k + i])) for i, d in enumerate(along))
+        return milestones, curve
+
+
+def _down4(v: float) -> float:
+    """``v`` (> 0) rounded down to 4 significant digits."""
+    q = 10.0 ** (math.floor(math.log10(v)) - 3)
+    return float(f"{math.floor(v / q) * q:.4g}")

@@ -67,7 +67,7 @@ class HeaderPanel(QtWidgets.QFrame):
                tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind) for g in s.gpus),
                (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
                s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
-               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency)
+               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect)
         if key == self._key:
             return
         self._key = key
@@ -120,11 +120,21 @@ class HeaderPanel(QtWidgets.QFrame):
             unknown=s.kv_in_use_bytes is None))
         dec, ceil = s.decode_tok_s, s.ceiling_tok_s
         idle = dec is None and str(rs.get("decode_tok_s", "")).startswith("idle")
+        suspect = s.ceiling_suspect
+        # a speed above the ceiling means one of the ceiling's inputs is wrong: the ceiling shows as uncertain
+        ceiling_text = f"~{fmt.num_tok_s(ceil)}?" if suspect is not None else fmt.num_tok_s(ceil)
         self.speed.set(
             f"<b style='color:{theme.hex_color('decode')}'>{'idle' if idle else fmt.tok_s(dec)}</b>"
-            f" <span style='color:{theme.hex_color('ceiling')}'>of {fmt.num_tok_s(ceil)} ceiling</span>",
+            f" <span style='color:{theme.hex_color('ceiling')}'>of {ceiling_text} ceiling</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
-                             unknown=ceil is None))
-        self.efficiency.set(f"{fmt.percent(s.efficiency)} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
-            "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))
+                             unknown=ceil is None)
+            + (f"\nUncertain: {suspect.message}" if suspect is not None else ""))
+        if suspect is not None:
+            self.efficiency.set(
+                f"<span style='color:{theme.hex_color('warning')}'>ceiling uncertain</span>"
+                f" <span style='font-size:8pt'>suspect: {suspect.input.replace('_', ' ')}</span>",
+                f"Efficiency not shown: {suspect.message}")
+        else:
+            self.efficiency.set(f"{fmt.percent(s.efficiency)} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
+                "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))

@@ -1,4 +1,10 @@
-"""Speed vs context depth, the hero: measured points, ceiling curve, fitted forecast, milestones, you-are-here."""
+"""Speed vs context depth, the hero: measured points, ceiling curve, the forecast with its 80% band, milestones,
+where the current regime began, you-are-here.
+
+Everything drawn comes from the Snapshot (the forecast curve is the analysis's, ``Forecast.curve``) and from the
+session store's bins: the current regime's points in the decode colour, the earlier regimes' points of the same
+model faded (the fit ignores them).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,24 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.points import ContextBins
-from kvmon.core.snapshot import Snapshot
+from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, make_plot, nice_ceiling
 
-MIN_FORECAST_POINTS = 10  # a fit of a handful of points near one depth extrapolates wildly: not drawn
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
+REGIME_WORDS = {"n_ctx": "new n_ctx", "cache_types": "new cache types", "slots": "new slot count",
+                "devices": "new devices", "placement": "new placement", "reload": "reloaded"}
+BAND_ALPHA = 45
+REDRAW_FRACTION = 0.0025  # of the y axis: about a pixel of a 400-pixel plot
+BAND_EDGE_ALPHA = 110
+EARLIER_ALPHA = 90
+EARLIER_NAME = "before this regime"
 
 
-def forecast_curve(a_s: float, b_s_per_token: float, n_max: int, n_points: int = 128) -> tuple[np.ndarray, np.ndarray]:
-    """tok/s = 1 / (a + b·context) from the fitted decode model, sampled up to ``n_max`` tokens."""
-    x = np.linspace(0, n_max, n_points)
-    y = 1.0 / (a_s + b_s_per_token * x)
-    return x, y
+def regime_label(cause: str | None) -> str | None:
+    """The marker's text for a regime that began with ``cause``; None for the first one or another model's."""
+    word = REGIME_WORDS.get(cause or "")
+    return None if word is None else f"{word}: forecast from here"
 
 
 class Dots(pg.ScatterPlotItem):
@@ -51,17 +62,29 @@ class Dots(pg.ScatterPlotItem):
 class SpeedContextPanel(QtWidgets.QWidget):
     """Plot items made once; each refresh sets data only on the items whose inputs changed."""
 
-    def __init__(self, bins: ContextBins, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, bins: ContextBins, earlier: ContextBins | None = None,
+                 parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.bins = bins
+        self.earlier_bins = earlier if earlier is not None else ContextBins(bins.bin_tokens)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         pi = self.plot.getPlotItem()
         pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        edge = theme.color("forecast")
+        edge.setAlpha(BAND_EDGE_ALPHA)
+        self.forecast_low = pi.plot([], [], pen=pg.mkPen(edge, width=1))  # a pen (not None): the fill needs a path
+        self.forecast_high = pi.plot([], [], pen=pg.mkPen(edge, width=1))
+        band_color = theme.color("forecast")
+        band_color.setAlpha(BAND_ALPHA)
+        self.band = pg.FillBetweenItem(self.forecast_low, self.forecast_high, brush=pg.mkBrush(band_color))
+        pi.addItem(self.band)
         self.ceiling = add_curve(self.plot, "ceiling", "ceiling (memory bus)", width=2.0)
-        self.forecast = add_curve(self.plot, "forecast", "forecast (fit)", width=2.0)
+        self.forecast = add_curve(self.plot, "forecast", "forecast (80% band)", width=2.0)
+        self.earlier = Dots(size=4, pen=None, brush=theme.brush("muted", EARLIER_ALPHA))
+        pi.addItem(self.earlier)  # in the legend only while there are such points
         self.measured = Dots(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
         pi.addItem(self.measured)
         self.here = Dots(size=13, symbol="o", pen=pg.mkPen(theme.color("here"), width=2),
@@ -72,6 +95,11 @@ class SpeedContextPanel(QtWidgets.QWidget):
                                          labelOpts={"position": 0.55, "color": theme.foreground()})
         self.here_line.hide()
         pi.addItem(self.here_line)
+        regime_pen = pg.mkPen(theme.color("warning"), width=1, style=QtCore.Qt.PenStyle.DashDotLine)
+        self.regime_line = pg.InfiniteLine(angle=90, movable=False, pen=regime_pen, label="",
+                                           labelOpts={"position": 0.92, "color": theme.color("warning")})
+        self.regime_line.hide()
+        pi.addItem(self.regime_line)
         self._milestone_lines: dict[int, pg.InfiniteLine] = {}
         for i, m in enumerate(sorted(MILESTONES)):
             # labels of neighbouring milestones sit at three heights so that 8K / 32K / 64K never overlap
@@ -85,16 +113,18 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.setXRange(0, 8192)
         pi.setYRange(0, 1)
         self.plot.setToolTip("Measured decode speed (dots, averaged per 256 tokens of context), the ceiling the "
-                             "memory bandwidth allows (dashed, computed), and the fitted forecast (dotted).")
+                             "memory bandwidth allows (dashed, computed), and the forecast with its 80% band (dotted).")
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
-        # the dots and the two curves change rarely, the depth marker often: moving it repaints a strip across
-        # them, which their pixmaps then fill (a thousand dots are not drawn again for it)
-        for item in (self.measured, self.ceiling.curve, self.forecast.curve):
+        # the dots and the curves change rarely, the depth marker often: moving it repaints a strip across them,
+        # which their pixmaps then fill (a thousand dots are not drawn again for it)
+        for item in (self.measured, self.earlier, self.ceiling.curve, self.forecast.curve, self.band):
             cache_static(item)
         lay.addWidget(self.plot)
         self._keys: dict[str, object] = {}
+        self._earlier_in_legend = False
         self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
+        self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
 
     def reset(self) -> None:
         """A new session or model: draw everything afresh on the next snapshot (the marker's last speed goes)."""
@@ -107,32 +137,81 @@ class SpeedContextPanel(QtWidgets.QWidget):
         return True
 
     def _points(self) -> tuple[np.ndarray, np.ndarray]:
-        """The bins' (context, tok/s) points, looked up again only when the bins changed."""
+        """The current regime's (context, tok/s) points, looked up again only when the bins changed."""
         if self._points_cache[0] != self.bins.version:
             self._points_cache = (self.bins.version, *self.bins.points())
         return self._points_cache[1], self._points_cache[2]
 
+    def _earlier_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The earlier regimes' points of this model."""
+        if self._earlier_cache[0] != self.earlier_bins.version:
+            self._earlier_cache = (self.earlier_bins.version, *self.earlier_bins.points())
+        return self._earlier_cache[1], self._earlier_cache[2]
+
     def _y_max(self, s: Snapshot) -> float:
         ys = [y for _x, y in s.ceiling_curve[:1]]
-        _x, pts = self._points()
-        if pts.size:
-            ys.append(float(pts.max()))
-        if s.forecast.fit_a_s and s.forecast.fit_points >= MIN_FORECAST_POINTS:
-            ys.append(1.0 / s.forecast.fit_a_s)
+        for _x, pts in (self._points(), self._earlier_points()):
+            if pts.size:
+                ys.append(float(pts.max()))
+        if s.forecast.curve:
+            ys.append(max(hi for _n, _t, _lo, hi in s.forecast.curve))
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         return max(ys, default=1.0)
 
     def _marker_y(self, s: Snapshot, y_top: float) -> float | None:
         """The marker's height: the decode speed, moved only when it changed by more than 2 % of the axis (a few
         pixels; it wobbles by a token per second between polls, and each wobble would repaint the plot); while
-        idle the last measured speed stays (the ceiling until one was measured)."""
+        idle the last measured speed stays, and with nothing measured there is no dot (never the ceiling)."""
         prev = self._keys.get("here")
         y_prev = prev[1] if isinstance(prev, tuple) and isinstance(prev[1], float) else None
         if s.decode_tok_s is None:
-            return y_prev if y_prev is not None else s.ceiling_tok_s
+            return y_prev
         if y_prev is not None and abs(s.decode_tok_s - y_prev) <= 0.02 * y_top:
             return y_prev
         return float(s.decode_tok_s)
+
+    def _draw_forecast(self, fc: Forecast, y_top: float) -> None:
+        """The forecast curve and its band, drawn again only when some point of them moved by more than about a
+        pixel (``REDRAW_FRACTION`` of the axis): a refit that moves nothing visible repaints nothing."""
+        arr = np.asarray(fc.curve, dtype=float).reshape(-1, 4)
+        drawn = self._keys.get("forecast")
+        if isinstance(drawn, tuple) and drawn[0] == y_top and drawn[1].shape == arr.shape and (
+                not arr.size or (np.array_equal(drawn[1][:, 0], arr[:, 0])
+                                 and float(np.max(np.abs(drawn[1][:, 1:] - arr[:, 1:]))) <= REDRAW_FRACTION * y_top)):
+            return
+        self._keys["forecast"] = (y_top, arr)
+        if arr.size:
+            self.forecast.setData(arr[:, 0], arr[:, 1])
+            self.forecast_low.setData(arr[:, 0], arr[:, 2])
+            self.forecast_high.setData(arr[:, 0], arr[:, 3])
+        else:
+            for item in (self.forecast, self.forecast_low, self.forecast_high):
+                item.setData([], [])
+
+    def _draw_regime(self, s: Snapshot) -> None:
+        r = s.forecast.regime
+        label = regime_label(r.cause)
+        if not self._changed("regime", (r.index, r.since_context_tokens, label)):
+            return
+        if label is None or r.since_context_tokens is None:
+            self.regime_line.hide()
+            return
+        self.regime_line.setValue(r.since_context_tokens)
+        self.regime_line.show()  # first: a hidden line's label ignores a new text
+        self.regime_line.label.setFormat(label)
+        self.regime_line.setToolTip(f"A new regime began here ({r.description}): the forecast fits only the points "
+                                    "measured since; earlier ones are drawn faded.")
+
+    def _draw_milestones(self, fc: Forecast, x_max: int) -> None:
+        """Each visible milestone's label: its depth and the forecast there, as people read numbers."""
+        if not self._changed("milestones", (fc.milestones, x_max)):  # formatted only when the forecast moved
+            return
+        by_ctx = {m.context_tokens: m for m in fc.milestones}
+        labels = tuple((m, f"{fmt.ctx_label(m)}\n~{fmt.tok_s(by_ctx[m].tok_s)}" if m in by_ctx and m <= x_max
+                        else fmt.ctx_label(m)) for m in self._milestone_lines)
+        if self._changed("milestone_labels", labels):
+            for m, text in labels:
+                self._milestone_lines[m].label.setFormat(text)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the depth-related parts of a snapshot."""
@@ -153,20 +232,21 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if self._changed("y", y_top):
             self.plot.getPlotItem().setYRange(0, y_top, padding=0)
         fc = s.forecast
-        # Keys are rounded to what a pixel can show, so a refit that moves nothing visible repaints nothing.
-        fkey = None
-        if fc.fit_a_s and fc.fit_b_s_per_token is not None:  # both ends of the curve, to a percent of the axis
-            fkey = (round(100 / (fc.fit_a_s * y_top)),
-                    round(100 / ((fc.fit_a_s + fc.fit_b_s_per_token * x_max) * y_top)))
-        if self._changed("forecast", (fkey, x_max, fc.fit_points >= MIN_FORECAST_POINTS)):
-            if (fc.fit_a_s is not None and fc.fit_b_s_per_token is not None and fc.fit_a_s > 0
-                    and fc.fit_points >= MIN_FORECAST_POINTS):
-                self.forecast.setData(*forecast_curve(fc.fit_a_s, fc.fit_b_s_per_token, x_max))
-            else:
-                self.forecast.setData([], [])
+        self._draw_forecast(fc, y_top)
         x, y = self._points()
         if self._changed("bins", (x.size, self.bins.version // 10)):
             self.measured.setData(x, y)
+        ex, ey = self._earlier_points()
+        if self._changed("earlier", (ex.size, self.earlier_bins.version)):
+            self.earlier.setData(ex, ey)
+            legend = self.plot.getPlotItem().legend
+            if bool(ex.size) != self._earlier_in_legend:
+                if ex.size:
+                    legend.addItem(self.earlier, EARLIER_NAME)
+                else:
+                    legend.removeItem(self.earlier)
+                self._earlier_in_legend = bool(ex.size)
+        self._draw_regime(s)
         here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
                 self._marker_y(s, y_top))
         if self._changed("here", here):
@@ -180,20 +260,21 @@ class SpeedContextPanel(QtWidgets.QWidget):
                     self.here.setData([s.context_tokens], [here[1]])
                 self.here_line.setValue(s.context_tokens)
                 self.here_line.show()
-        enough = fc.fit_points >= MIN_FORECAST_POINTS
-        if self._changed("milestones", (fc.milestones, enough)):  # labels formatted only when the forecast moved
-            by_ctx = {m.context_tokens: m for m in fc.milestones} if enough else {}
-            labels = tuple((m, f"{fmt.ctx_label(m)}\n~{by_ctx[m].tok_s:.0f} tok/s" if m in by_ctx
-                            else fmt.ctx_label(m)) for m in self._milestone_lines)
-            if self._changed("milestone_labels", labels):
-                for m, text in labels:
-                    self._milestone_lines[m].label.setFormat(text)
-        if self._changed("tip", (fc.milestones, s.forecast.fit_points)):
-            lines = ["Measured decode speed (dots, mean per 256 tokens of context), ceiling (dashed, computed from "
-                     "bandwidth, weights and KV bytes per token), forecast (dotted, fit of this session: "
-                     f"{fc.fit_points} points)."]
-            for ms in fc.milestones:
-                lo = f" ({fmt.num_tok_s(ms.low_tok_s)}–{fmt.num_tok_s(ms.high_tok_s)})" if ms.low_tok_s else ""
-                lines.append(f"at {fmt.ctx_label(ms.context_tokens)}: ~{fmt.tok_s(ms.tok_s)}{lo}, "
-                             f"ceiling {fmt.tok_s(ms.ceiling_tok_s)}")
-            self.plot.setToolTip("\n".join(lines))
+        self._draw_milestones(fc, x_max)
+        if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index)):
+            self.plot.setToolTip(self._tooltip(fc))
+
+    @staticmethod
+    def _tooltip(fc: Forecast) -> str:
+        form = {"ceiling_scaled": "the ceiling times the efficiency measured so far (too few depths for a slope)",
+                "bandwidth": "bytes read per token at the measured efficiency plus a fixed overhead",
+                "bandwidth+attention": "bytes read per token plus attention work growing with depth",
+                "context_linear": "a straight line in depth (model shape or bandwidth unknown: no ceiling)"}
+        lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime), ceiling "
+                 "(dashed, computed from bandwidth, weights and KV bytes per token), forecast (dotted, with its 80% "
+                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime."]
+        for ms in fc.milestones:
+            lo = f" ({fmt.num_tok_s(ms.low_tok_s)}–{fmt.num_tok_s(ms.high_tok_s)})" if ms.low_tok_s else ""
+            lines.append(f"at {fmt.ctx_label(ms.context_tokens)}: ~{fmt.tok_s(ms.tok_s)}{lo}, "
+                         f"ceiling {fmt.tok_s(ms.ceiling_tok_s)}")
+        return "\n".join(lines)
