@@ -44,7 +44,8 @@ def _decoding_snapshot(m: object, deadline_s: float = 60.0) -> Snapshot:
 
 
 def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
-        llama_server: Callable[..., RealLlamaServer], qtbot) -> None:  # type: ignore[no-untyped-def]
+        llama_server: Callable[..., RealLlamaServer], qtbot, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a machine kvmon has not measured yet
     server = llama_server("llama", FLAGS)
     with open_monitor(server.url, log_path=str(server.log_path)) as m:
         idle = m.poll()  # every slot idle: the one-time host bandwidth probe runs now
