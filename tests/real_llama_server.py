@@ -25,6 +25,7 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
 
 MIB = 1024 * 1024
+LISTENING = "init: listening on "  # the server's last start-up line
 # llama_kv_cache: size =    4.00 MiB (  4096 cells,   4 layers,  1/1 seqs), K (f16):    2.00 MiB, V (f16):    2.00 MiB
 KV_LINE = re.compile(r"llama_kv_cache: size = +([0-9.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
                      r"K \((\w+)\): +([0-9.]+) MiB, V \((\w+)\): +([0-9.]+) MiB")
@@ -69,12 +70,21 @@ class RealLlamaServer:
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return self
+                    break
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
+        else:
+            self.stop()
+            raise ServerFailed(f"/health never answered 200; log: {self.log_tail()}")
+        # llama.cpp logs from a worker thread: on a busy machine the file can lag behind /health. Its lines come
+        # in order, so once the "listening on" line is there every load line (KV sizes included) is too.
+        while time.monotonic() < deadline:
+            if any(LISTENING in line for line in self.log_lines()):
+                return self
+            time.sleep(0.05)
         self.stop()
-        raise ServerFailed(f"/health never answered 200; log: {self.log_tail()}")
+        raise ServerFailed(f"the log never said the server was listening; log: {self.log_tail()}")
 
     def _read_line(self, deadline: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None
