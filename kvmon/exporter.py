@@ -2,8 +2,9 @@
 
 A poll thread runs ``Monitor.poll()`` every interval and keeps the latest Snapshot; a prometheus_client
 collector turns that Snapshot into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes
-``/metrics``. A scrape never touches the model server. Unknown values (None, NaN) are left out (an absent
-series), never exported as 0.
+``/metrics`` (``kvmon.scrape_server``: a few workers, the system's full backlog, one render per poll). A scrape never
+touches the model server. A server that cannot be read (or detected) yet is retried every interval; only a bad URL
+or address ends the command. Unknown values (None, NaN) are left out (an absent series), never exported as 0.
 Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this path.
 """
 
@@ -19,11 +20,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
 from typing import Any, TextIO
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -32,6 +31,7 @@ from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.report_prometheus import Families, snapshot_families
 from kvmon.core.snapshot import Snapshot
+from kvmon.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -39,7 +39,6 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 5.0
 INTERVAL_ENV = "KVMON_SERVE_INTERVAL"
 MIN_INTERVAL_S = 0.1
-
 
 
 def parse_listen(text: str | None) -> tuple[str, int]:
@@ -63,22 +62,6 @@ def interval_from_env(environ: dict[str, str] | None = None) -> float:
 
 
 # --------------------------------------------------------------------------- the exporter
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr for every scrape."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _MetricsServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _MetricsServer6(_MetricsServer):
-    address_family = socket.AF_INET6
 
 
 @dataclass(frozen=True)
@@ -114,9 +97,11 @@ class Exporter:
     """Polls a Monitor on a thread and serves the latest Snapshot at ``/metrics`` (prometheus_client)."""
 
     def __init__(self, monitor: Any = None, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.monitor.Monitor)."""
+                 clock: Callable[[], float] = time.monotonic, opener: Callable[[], Any] | None = None) -> None:
+        """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.monitor.Monitor). ``opener``:
+        makes the monitor when there is none yet; a SourceError from it is this poll's failure, retried next poll."""
         self.monitor = monitor
+        self.opener = opener
         self.interval_s = interval_s
         self._clock = clock
         self._state = PollState()
@@ -137,17 +122,23 @@ class Exporter:
         """The Snapshot the next scrape will show."""
         return self._state.snapshot
 
-    def listen(self, host: str = "127.0.0.1", port: int = 9464) -> tuple[str, int]:
-        """Bind and serve ``/metrics`` on a daemon thread; returns the bound (host, port). Raises OSError."""
+    def listen(self, host: str = "127.0.0.1", port: int = 9464, *, backlog: int = BACKLOG) -> tuple[str, int]:
+        """Bind and serve ``/metrics`` on a daemon thread (``kvmon.scrape_server``); returns the bound (host, port).
+        Raises OSError. ``backlog``: for ``bench/serve_load.py``, which compares the old one."""
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        server_class = _MetricsServer6 if family == socket.AF_INET6 else _MetricsServer
-        httpd = make_server(host, port, make_wsgi_app(self.registry), server_class, _QuietHandler)
+        httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._state), family=family,
+                             backlog=backlog)
         thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                   name="kvmon-serve-http", daemon=True)
         thread.start()
         self._httpd, self._http_thread = httpd, thread
         addr = httpd.server_address
         return str(addr[0]), int(addr[1])
+
+    @property
+    def socket(self) -> socket.socket | None:
+        """The listening socket, once listening."""
+        return self._httpd.socket if self._httpd is not None else None
 
     @property
     def metrics_url(self) -> str | None:
@@ -162,11 +153,19 @@ class Exporter:
         """Poll the Monitor once and make the result the one scrapes show. A kvmon bug becomes a failed state."""
         t0 = self._clock()
         errors = self._state.errors
+        prev = self._state.snapshot
+        if self.monitor is None and self.opener is not None:
+            try:
+                self.monitor = self.opener()
+            except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
+                snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
+                                        t_wall=time.time(), last=prev)
+                self._state = PollState(snap, self._state.polls + 1, errors, max(0.0, self._clock() - t0))
+                return snap
         try:
             snap: Snapshot = self.monitor.poll()
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
             errors += 1
-            prev = self._state.snapshot
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
                                     last=prev)
@@ -222,7 +221,9 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         on_ready: Callable[[Exporter], None] | None = None) -> int:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); exit 2 with a one-line reason for a bad address or URL.
 
-    ``stop`` and ``on_ready`` let a caller run this on a thread and learn the bound address.
+    A server that cannot be read or detected yet is no reason to stop: its failure is exported (``kvmon_up`` 0)
+    and detection is tried again every interval. ``stop`` and ``on_ready`` let a caller run this on a thread and
+    learn the bound address.
     """
     err = err or sys.stderr
     try:
@@ -230,25 +231,40 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         interval_s = interval_from_env()
     except ValueError as e:
         return _fail(str(e), err)
-    exporter = Exporter(interval_s=interval_s)
+    from kvmon.session import open_monitor, settings_from_args
+    from kvmon.sources.http import normalize_base_url, redact_url
+
+    url = getattr(args, "url", None)
+    try:
+        shown = redact_url(normalize_base_url(url)) if url else None  # a bad URL never gets better: refuse it now
+    except SourceError as e:
+        return _fail(e.failure.reason, err)
+    api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
+
+    def opener() -> Any:
+        return open_monitor(url, api_key=api_key, timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
+                            log_path=getattr(args, "log", None), settings=settings_from_args(args))
+
+    exporter = Exporter(interval_s=interval_s, opener=opener)
     try:
         exporter.listen(host, port)  # bind first: a taken port fails before the server is contacted
     except (OSError, OverflowError) as e:
         reason = getattr(e, "strerror", None) or str(e)
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
-    from kvmon.session import open_monitor, settings_from_args
-
-    api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
+    if not listen.is_loopback_host(host):
+        print(f"kvmon: listening on {host}: other machines can scrape these metrics (model names, speeds, GPU "
+              "memory); use --listen 127.0.0.1:PORT to keep them on this machine", file=err, flush=True)
     try:
-        monitor = open_monitor(getattr(args, "url", None), api_key=api_key,
-                               timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                               log_path=getattr(args, "log", None), settings=settings_from_args(args))
+        exporter.monitor = opener()
     except SourceError as e:
-        exporter.stop()
-        return _fail(e.failure.reason, err)
-    exporter.monitor = monitor
+        if e.failure.kind is FailureKind.BAD_URL:
+            exporter.stop()
+            return _fail(e.failure.reason, err)
+        print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s", file=err,
+              flush=True)
+    what = exporter.monitor.display_url if exporter.monitor is not None else shown
     exporter.start_polling()
-    print(f"kvmon: exporting {monitor.display_url or 'the server'} every {interval_s:g} s at "
+    print(f"kvmon: exporting {what or 'the first server found on this machine'} every {interval_s:g} s at "
           f"{exporter.metrics_url}", file=err, flush=True)
     if stop is not None:
         threading.Thread(target=lambda: (stop.wait(), exporter.request_stop()), daemon=True).start()
@@ -266,5 +282,6 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
         exporter.stop()
-        monitor.close()
+        if exporter.monitor is not None:
+            exporter.monitor.close()
     return EXIT_OK

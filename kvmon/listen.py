@@ -44,7 +44,7 @@ def parse_listen(text: str | None, default: str, *, blank_host: str | None = Non
             host = blank_host
     else:
         host, port_text = "127.0.0.1", raw
-    if not port_text.isdigit():
+    if not (port_text.isascii() and port_text.isdigit()):
         raise ListenAddressError(f"bad --listen address {raw!r}: port {port_text!r} is not a number")
     port = int(port_text)
     if port > 65535:

@@ -2,9 +2,11 @@
 
 The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.session`` builds it). A server failure
 becomes a Snapshot with that connection state; a GPU or host failure only blanks those parts, never the server
-reading. Typed on the source interfaces of ``kvmon.sources.base``; no source module is imported here. It also
-decides when the host's one-time bandwidth probe may run: only for a server on this machine, and only in a poll
-that found every slot idle (a probe competes with decode for the memory bus it measures).
+reading; a recording that cannot be written (a full disk) stops, and every later Snapshot carries the alert that
+says so, while the monitoring goes on. Typed on the source interfaces of ``kvmon.sources.base``; no source module
+is imported here. It also decides when the host's one-time bandwidth probe may run: only for a server on this
+machine, and only in a poll that found every slot idle (a probe competes with decode for the memory bus it
+measures).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from kvmon.core.alerts import with_recording_problem
 from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
@@ -50,6 +53,7 @@ class Monitor:
         self.host_source = host_source
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
+        self.recording_problem: str | None = None  # why the recorder stopped (it is not called again)
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
@@ -133,10 +137,22 @@ class Monitor:
         gpus = self._poll_gpus()
         host = self._poll_host()
         snap = self.analyzer.update(server, gpus, host)
+        problem = self._record(snap)
+        if problem:
+            snap = replace(snap, alerts=with_recording_problem(snap.alerts, problem))
         self.last_snapshot = snap
-        if self.recorder is not None:
-            self.recorder.record(snap)
         return snap
+
+    def _record(self, snap: Snapshot) -> str | None:
+        """Record ``snap``; why the recording stopped when it did (now or before), else None."""
+        if self.recorder is None:
+            return None
+        if self.recording_problem is None:
+            try:
+                self.recorder.record(snap)
+            except (OSError, ValueError) as exc:  # a full disk, a closed file: the recording's trouble only
+                self.recording_problem = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        return self.recording_problem or getattr(self.recorder, "problem", None)
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""

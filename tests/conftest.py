@@ -1,5 +1,6 @@
-"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``) and real llama.cpp
-servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``)."""
+"""Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``), real llama.cpp
+servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``), a keychain in memory
+for every test (``tests/memory_keyring.py``), and settings and cache folders of the test run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_http import FixtureServer
+from memory_keyring import MemoryKeyring, using_keyring
 from real_llama_server import RealLlamaServer
 from tiny_gguf import make_gguf
 
@@ -33,6 +35,13 @@ def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _keychain_in_memory() -> Iterator[None]:
+    """No test touches this machine's real keychain: each one gets an empty keychain in memory."""
+    with using_keyring(MemoryKeyring()):
+        yield
 
 
 @pytest.fixture

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -186,8 +190,77 @@ def test_a_body_cut_short_is_an_error_not_a_short_answer(serve: Callable[..., Ra
     assert e.value.failure.kind == FailureKind.UNREACHABLE
 
 
-def test_https_keeps_httpx_transport_and_this_one_refuses_it() -> None:
+def _self_signed(tmp: Path) -> tuple[Path, Path] | None:
+    """A certificate for 127.0.0.1 and its key, made with the openssl command (None when it is not installed)."""
+    if shutil.which("openssl") is None:
+        return None
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+class TlsServer(RawServer):
+    """The raw server behind TLS with a self-signed certificate."""
+
+    def __init__(self, answers: list[Answer], cert: Path, key: Path) -> None:
+        self._ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ctx.load_cert_chain(cert, key)
+        super().__init__(answers)
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    def _connection(self, conn: socket.socket) -> None:
+        try:
+            tls = self._ctx.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            conn.close()
+            return
+        super()._connection(tls)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    made = _self_signed(tmp_path_factory.mktemp("tls"))
+    if made is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    return made
+
+
+def test_https_checks_certificates_and_keeps_the_deadline(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server = TlsServer([ok()], cert, key)
+    untrusting = HttpClient(server.url, timeout_s=2.0)
+    with pytest.raises(SourceError) as e:
+        untrusting.get("/slots")  # self-signed: refused by the default checks, as httpx would refuse it
+    assert e.value.failure.kind == FailureKind.UNREACHABLE and "certificate" in e.value.failure.reason.lower()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    client = HttpClient(server.url, timeout_s=2.0, transport=KeepAliveTransport(tls=trusting))
+    assert client.get_json("/slots") == {"ok": True}
+    assert client.get_json("/slots") == {"ok": True} and server.connections <= 2  # kept over TLS too
+
+    def drip(conn: socket.socket, _request: bytes) -> bool:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
+            time.sleep(0.05)
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:  # the client gave up, as it should
+                return False
+        return False
+
+    slow = TlsServer([drip], cert, key)
+    client = HttpClient(slow.url, timeout_s=0.5, transport=KeepAliveTransport(tls=trusting))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(SourceError) as e:
+            client.get("/slots")
+        assert e.value.failure.kind == FailureKind.TIMEOUT and time.monotonic() - t0 < 3.0
+    finally:
+        client.close()
+        server.close()
+        slow.close()
+
+
+def test_other_schemes_are_refused() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
-        KeepAliveTransport().handle_request(httpx.Request("GET", "https://127.0.0.1:1/"))
-    client = HttpClient("https://127.0.0.1:1")
-    assert isinstance(client._transport, httpx.HTTPTransport)  # certificates and TLS stay with httpx
+        KeepAliveTransport().handle_request(httpx.Request("GET", "ftp://127.0.0.1:1/"))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LlamaLogParser
-from kvmon.sources.llama_parse import parse_metrics, parse_slot
+from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -22,7 +24,9 @@ json_values = st.recursive(
 slot_keys = st.sampled_from(["id", "n_ctx", "is_processing", "state", "next_token", "n_prompt_tokens", "n_past",
                              "n_prompt_tokens_processed", "n_prompt_tokens_cache", "id_task"])
 slots_like = st.dictionaries(slot_keys, json_values, max_size=10)
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=int(os.environ.get("KVMON_FUZZ_EXAMPLES", "80")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+pytestmark = pytest.mark.fuzz
 
 
 @FAST
@@ -41,7 +45,7 @@ def test_parse_slot_never_raises(raw: object) -> None:
 def test_parse_metrics_fails_only_with_caught_errors(text: str) -> None:
     try:
         out = parse_metrics(text)
-    except (ValueError, TypeError, IndexError, KeyError):
+    except MetricsTextError:
         return
     assert all(isinstance(v, float) for v in out.values())
 

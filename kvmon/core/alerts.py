@@ -415,3 +415,17 @@ class AlertEngine:
         self._conn.clear()
         self._last_messages = {}
         self.last_raised = ()
+
+
+RECORDING_FAILED = "recording_failed"
+
+
+def with_recording_problem(alerts: Sequence[Alert], problem: str) -> tuple[Alert, ...]:
+    """``alerts`` plus the one that says the recording stopped (the monitoring goes on), most severe first."""
+    alert = Alert(AlertLevel.WARNING, RECORDING_FAILED,
+                  f"Recording stopped: {problem}. The monitoring goes on; free space or pick another file, "
+                  "then record again.")
+    out = [a for a in alerts if a.code != RECORDING_FAILED]
+    out.append(alert)
+    out.sort(key=lambda a: -a.level.rank)
+    return tuple(out)

@@ -1,35 +1,141 @@
-"""JSON values as the numbers and strings they stand for: one rule for every reader of a server's JSON.
+"""Untrusted input as the values it stands for: the one rule for a server's JSON, Prometheus samples, log-line
+numbers and recording lines, so that no single bad value can stop a reader.
 
-A bool is never a number; NaN and the infinities are unknown; a float with a fraction is not an int (one with
-none is); a negative value is unknown, because counts, sizes, durations and rates never are, except where the
-field is ``signed`` (llama-server writes -1 on purpose: ``n_remain`` for "no limit", ``id_task`` for "no task").
-Unknown is ``None``, never 0. Used by the server sources and by ``kvmon proxy``.
+Numbers: a bool is never a number; NaN, the infinities and magnitudes past ``limit`` (64 bits: no server or file
+kvmon reads has wider integers) are unknown; a float with a fraction is not an int (one with none is); a negative
+value is unknown, because counts, sizes, durations and rates never are, except where the field is ``signed``
+(llama-server writes -1 on purpose: ``n_remain`` for "no limit", ``id_task`` for "no task"). Unknown is ``None``,
+never 0. Text: lone surrogates (what a JSON ``\\ud800`` escape or an undecodable file name gives, and what no
+encoder will write) become U+FFFD. ``parse_json`` applies both to a whole document and fails only with
+``InputError``. Physical bounds (how large a context or a rate can be) live in ``kvmon.core.bounds``.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any
 
+MAX_INT = 2**64 - 1  # the widest integer any source writes (GGUF's uint64, llama-server's counters)
+MAX_NUMBER = float(2**64)
 
-def json_float(value: Any, *, signed: bool = False) -> float | None:
-    """A finite number (non-negative unless ``signed``) as a float, else None."""
+
+class InputError(ValueError):
+    """Input from outside (a server's body, a line of a file) that cannot be read as a value at all."""
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+
+def json_float(value: Any, *, signed: bool = False, limit: float = MAX_NUMBER) -> float | None:
+    """A finite number within ``limit`` (non-negative unless ``signed``) as a float, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    f = float(value)
-    if not math.isfinite(f) or (f < 0 and not signed):
+    try:
+        f = float(value)
+    except OverflowError:  # an int too large for any float
+        return None
+    if not math.isfinite(f) or abs(f) > limit or (f < 0 and not signed):
         return None
     return f
 
 
-def json_int(value: Any, *, signed: bool = False) -> int | None:
-    """A whole number (non-negative unless ``signed``; ``5.0`` counts) as an int, else None."""
+def json_int(value: Any, *, signed: bool = False, limit: int = MAX_INT) -> int | None:
+    """A whole number within ``limit`` (non-negative unless ``signed``; ``5.0`` counts) as an int, else None."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value if signed or value >= 0 else None
-    f = json_float(value, signed=signed)
-    return int(f) if f is not None and f.is_integer() else None
+        if abs(value) > limit or (value < 0 and not signed):
+            return None
+        return value
+    f = json_float(value, signed=signed, limit=float(limit))
+    return int(f) if f is not None and f.is_integer() and abs(f) <= limit else None
+
+
+def text_int(text: str | None, *, limit: int = MAX_INT) -> int | None:
+    """Decimal digits (a log line's or a command line's number) as an int within ``limit``, else None."""
+    if text is None:
+        return None
+    t = text.strip()
+    if not t.isascii() or not t.isdigit() or len(t) > 20:
+        return None
+    n = int(t)
+    return n if n <= limit else None
+
+
+def text_float(text: str | None, *, limit: float = MAX_NUMBER) -> float | None:
+    """A decimal number (``32.00``) as a finite, non-negative float within ``limit``, else None."""
+    if text is None or len(text) > 64:
+        return None
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) and 0 <= f <= limit else None
+
+
+# ------------------------------------------------------------------------------------------------ text
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (a proper pair becomes its character)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def json_str(value: Any) -> str | None:
-    """A non-empty string, else None."""
-    return value if isinstance(value, str) and value else None
+    """A non-empty string (lone surrogates replaced), else None."""
+    return clean_text(value) if isinstance(value, str) and value else None
+
+
+# ------------------------------------------------------------------------------------------------ documents
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONG_DIGITS = re.compile(r"\d{20}")
+
+
+def _int_or_inf(digits: str) -> int | float:
+    """A JSON integer literal; one wider than 64 bits is infinite, i.e. unknown to every reader above."""
+    if len(digits.lstrip("-")) <= 20:
+        n = int(digits)
+        if abs(n) <= MAX_INT:
+            return n
+    return -math.inf if digits.startswith("-") else math.inf
+
+
+def _clean_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_tree(v) for k, v in value.items()}
+    return value
+
+
+def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """A JSON document from outside, as plain values under the rules above; raises InputError when it is not JSON.
+
+    Bytes are UTF-8 (undecodable bytes replaced); integers past 64 bits are infinite; nesting deeper than the
+    parser's stack is an InputError, not a RecursionError; every string, keys included, is valid text.
+    """
+    if isinstance(data, str):
+        text = data
+    else:
+        raw = bytes(data)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+    text = text.removeprefix("\ufeff")
+    try:
+        value = json.loads(text, parse_int=_int_or_inf) if _LONG_DIGITS.search(text) else json.loads(text)
+        if _SURROGATE_ESCAPE.search(text):
+            value = _clean_tree(value)
+    except RecursionError:
+        raise InputError("JSON nested too deeply to read") from None
+    except ValueError as e:  # JSONDecodeError, or an integer literal too long for int()
+        raise InputError(f"not JSON ({str(e)[:80]})") from None
+    return value

@@ -3,7 +3,8 @@
 llama-server's generation counters move only when a request ends and its tok/s gauges reset on every
 scrape, so the live rates come from per-slot counters in /slots (``n_decoded``, tokens held) between
 polls. A counter that falls (new request, server restart) restarts its rate; an idle slot gives
-``None`` ("no data"), never a measured 0.
+``None`` ("no data"), never a measured 0; a rise faster than physics allows (``kvmon.core.bounds``: a wrapped or
+zigzagging counter) restarts it too, and the sample says why there is no rate.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kvmon.core.bounds import MAX_DECODE_TOK_S, MAX_PREFILL_TOK_S
 from kvmon.core.readings import ServerReading, SlotReading
 
 DEFAULT_TAU_S = 2.0  # EWMA time constant: steady within a few polls, still follows a slowdown
@@ -21,12 +23,16 @@ class CounterRate:
     """Rate of a monotonically increasing counter with time-aware EWMA smoothing.
 
     ``update(t, value)`` returns the smoothed rate per second, or None until two samples exist. A
-    falling counter or a gap longer than ``max_gap_s`` restarts it; ``None`` input also restarts it.
+    falling counter or a gap longer than ``max_gap_s`` restarts it; ``None`` input also restarts it; so does a
+    rise faster than ``max_rate`` per second (``rejected`` then holds that impossible rate).
     """
 
-    def __init__(self, tau_s: float = DEFAULT_TAU_S, max_gap_s: float = MAX_GAP_S) -> None:
+    def __init__(self, tau_s: float = DEFAULT_TAU_S, max_gap_s: float = MAX_GAP_S,
+                 max_rate: float | None = None) -> None:
         self.tau_s = tau_s
         self.max_gap_s = max_gap_s
+        self.max_rate = max_rate
+        self.rejected: float | None = None  # the last interval's rate, when it was past max_rate
         self._t: float | None = None
         self._v: float | None = None
         self.rate: float | None = None
@@ -53,8 +59,13 @@ class CounterRate:
         if dv < 0 or dt > self.max_gap_s:  # counter reset (restart / new request) or a long pause
             self.rate = self.last_delta = self.last_dt = None
             return None
-        self.last_delta, self.last_dt = dv, dt
         inst = dv / dt
+        if self.max_rate is not None and inst > self.max_rate:
+            self.rate = self.last_delta = self.last_dt = None
+            self.rejected = inst
+            return None
+        self.rejected = None
+        self.last_delta, self.last_dt = dv, dt
         if self.rate is None:
             self.rate = inst
         else:
@@ -72,6 +83,12 @@ class RateSample:
     per_slot_decode_tok_s: dict[int, float | None] = field(default_factory=dict)
     source: str | None = None  # "slots" | "metrics" | None
     per_slot_prefill_tok_s: dict[int, float | None] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)  # why a rate is missing, when it was impossible
+
+
+def implausible(what: str, rate: float, bound: float) -> str:
+    """The reason for a rate withheld because it is past its physical bound."""
+    return f"{what} of {rate:.3g} tok/s is past any physical bound ({bound:,.0f} tok/s): a counter jumped; withheld"
 
 
 @dataclass
@@ -88,7 +105,8 @@ class SlotRateTracker:
     def __init__(self, tau_s: float = DEFAULT_TAU_S) -> None:
         self.tau_s = tau_s
         self._slots: dict[int, _SlotState] = {}
-        self._n_decode = CounterRate(tau_s)
+        self._reasons: dict[str, str] = {}
+        self._n_decode = CounterRate(tau_s, max_rate=MAX_DECODE_TOK_S)
         self._prompt_tokens = CounterRate(0.0)
         self._prompt_seconds = CounterRate(0.0)
         self._last_t: float | None = None
@@ -110,6 +128,7 @@ class SlotRateTracker:
 
         per_decode: dict[int, float | None] = {}
         per_prefill: dict[int, float | None] = {}
+        self._reasons = {}
         seen: set[int] = set()
         for slot in reading.slots:
             seen.add(slot.id)
@@ -128,6 +147,9 @@ class SlotRateTracker:
         # Counter-based fallbacks. n_decode_total counts llama_decode calls: with one slot that is one
         # generated token per call (plus one per prompt batch), so it only stands in for /slots then.
         nd = self._n_decode.update(t, metrics.get("n_decode_total"))
+        if self._n_decode.rejected is not None and not reading.slots:
+            self._reasons["decode_tok_s"] = implausible("n_decode_total's rate", self._n_decode.rejected,
+                                                        MAX_DECODE_TOK_S)
         if decode is None and not reading.slots and (reading.total_slots or 0) <= 1:
             if nd is not None and (self._n_decode.last_delta or 0) > 0:
                 decode, source = nd, "metrics"
@@ -138,18 +160,24 @@ class SlotRateTracker:
             dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
             if dtok and dsec and dtok > 0 and dsec > 0:
                 prefill = dtok / dsec  # the server's own prompt timing over the requests that finished
+                if prefill > MAX_PREFILL_TOK_S:
+                    self._reasons["prefill_tok_s"] = implausible("the prompt counters' rate", prefill,
+                                                                 MAX_PREFILL_TOK_S)
+                    prefill = None
         return RateSample(
             decode_tok_s=decode,
             prefill_tok_s=prefill,
             per_slot_decode_tok_s=per_decode,
             source=source,
             per_slot_prefill_tok_s=per_prefill,
+            reasons=self._reasons,
         )
 
     def _update_slot(self, t: float, slot: SlotReading) -> tuple[float | None, float | None]:
         st = self._slots.get(slot.id)
         if st is None or st.id_task != slot.id_task:
-            st = _SlotState(slot.id_task, CounterRate(self.tau_s), CounterRate(self.tau_s))
+            st = _SlotState(slot.id_task, CounterRate(self.tau_s, max_rate=MAX_DECODE_TOK_S),
+                            CounterRate(self.tau_s, max_rate=MAX_PREFILL_TOK_S))
             self._slots[slot.id] = st
         if not slot.processing:
             st.decode.reset()
@@ -161,12 +189,18 @@ class SlotRateTracker:
             st.decode.reset()
         st.last_decoded = slot.n_decoded
         decode_rate = st.decode.update(t, slot.n_decoded)
+        if st.decode.rejected is not None:
+            self._reasons["decode_tok_s"] = implausible(f"slot {slot.id}'s decode rate", st.decode.rejected,
+                                                        MAX_DECODE_TOK_S)
         d_decoded = st.decode.last_delta
         if decode_rate is not None and not d_decoded:
             # nothing generated since the last poll: prefill running, or /slots lagging; no decode data
             decode_rate = None
             st.decode.rate = None
         st.held.update(t, slot.context_tokens)
+        if st.held.rejected is not None:
+            self._reasons["prefill_tok_s"] = implausible(f"slot {slot.id}'s prompt rate", st.held.rejected,
+                                                         MAX_PREFILL_TOK_S)
         prefill: float | None = None
         grown, dt = st.held.last_delta, st.held.last_dt
         if grown is not None and dt and not d_decoded:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 # user:password@ in a URL, and key/token-like query parameters or header values
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _QUERY = re.compile(r"(?P<url>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
-_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s,;'\"<>]+")
-_KEYVAL = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)(\s*[:=]\s*|\s+)[^\s,;'\"<>]+")
+_BEARER = re.compile(r"(?i)\b(bearer|basic(?=\s+[A-Za-z0-9+/=]{8,}))(\s+)[^\s,;'\"<>]+")
+_KEYVAL = re.compile(r"(?i)\b(api[_-]?key|token|password|passwd|secret|authorization)(\s*[:=]\s*|\s+)"
+                     r"[^\s,;'\"<>]+")
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:

@@ -13,16 +13,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon import __version__
+from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import Snapshot
 
 SCHEMA_VERSION = 1
 
 
 def json_safe(value: Any) -> Any:
-    """JSON-safe plain values: enums to their value, NaN/inf to None, tuples to lists, keys to str."""
+    """JSON-safe plain values: enums to their value, NaN/inf to None, tuples to lists, keys to str, text valid
+    (a lone surrogate that slipped past the sources would stop the UTF-8 writer)."""
     if isinstance(value, enum.Enum):
         return json_safe(value.value)
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, str):
+        return clean_text(value)
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None

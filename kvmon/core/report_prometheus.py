@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kvmon import __version__
+from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import ConnectionStatus, GpuView, Snapshot
 
 SERVER_LABELS = ("backend", "model")
@@ -46,7 +47,7 @@ class Families:
         if fam is None:
             fam = GaugeMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
-        fam.add_metric(list(values), v)  # type: ignore[attr-defined]
+        fam.add_metric([clean_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
 
     def counter(self, name: str, doc: str, value: float) -> None:
         """A label-less counter (exported as ``name_total``)."""

@@ -32,7 +32,8 @@ MIN_GREY_SD = 5.0
 MIN_NON_BACKGROUND_FRACTION = 0.02
 #: The modules the self-test drives; a bundle missing one of them is broken.
 REQUIRED_MODULES = ("kvmon.gui.app", "kvmon.gui.main_window", "kvmon.gui.settings", "kvmon.sim.server",
-                    "kvmon.session", "kvmon.monitor", "kvmon.sources.detect", "kvmon.sources.nvml")
+                    "kvmon.session", "kvmon.monitor", "kvmon.sources.detect", "kvmon.sources.nvml", "kvmon.keystore",
+                    "keyring", "h11")
 
 
 class SelfTestError(RuntimeError):

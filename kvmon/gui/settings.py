@@ -1,11 +1,18 @@
 """Remembered settings (QSettings) and the settings dialog (connection, poll interval, memory bandwidths); the API
-key is stored only when the user asks."""
+key is remembered only when the user asks, in the system keychain (``kvmon.keystore``), and in the settings file
+only when there is no keychain and the user agreed, the file then readable by the user alone (mode 0600)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
+
+from kvmon.keystore import KeychainUnavailable, delete_secret, load_secret, save_secret
+
+KEY_IN_KEYCHAIN, KEY_IN_FILE, KEY_THIS_SESSION = "keychain", "settings file", "session"
 
 WINDOW_RANGES: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
 
@@ -38,22 +45,76 @@ class Settings:
 
     @property
     def api_key(self) -> str | None:
-        """The key for this session (or the remembered one); never logged."""
+        """The key for this session, else the remembered one (keychain, or the file where the user agreed to it);
+        never logged. A key an older kvmon left in the file moves into the keychain when there is one."""
         if self._session_api_key:
             return self._session_api_key
-        if self.remember_key:
-            v = str(self._get("connection/api_key", ""))
-            return v or None
-        return None
-
-    def set_api_key(self, key: str | None, remember: bool) -> None:
-        """Use ``key`` this session; store it on disk only when ``remember`` is ticked."""
-        self._session_api_key = key or None
-        self.qs.setValue("connection/remember_key", "true" if remember else "false")
-        if remember and key:
-            self.qs.setValue("connection/api_key", key)
-        else:
+        if not self.remember_key:
+            return None
+        in_file = str(self._get("connection/api_key", "")) or None
+        if self._get("connection/key_store", "") == KEY_IN_FILE:
+            return in_file
+        try:
+            kept = load_secret()
+            if kept is None and in_file:
+                save_secret(in_file)
+        except KeychainUnavailable:
+            return in_file  # an older kvmon's file, and no keychain to move it to: it stays where it was
+        if in_file:
             self.qs.remove("connection/api_key")
+            self.qs.setValue("connection/key_store", KEY_IN_KEYCHAIN)
+        return kept or in_file
+
+    def set_api_key(self, key: str | None, remember: bool, *, allow_plain_text: bool = False) -> str:
+        """Use ``key`` this session; remember it only when ``remember`` is ticked. Returns where it is kept
+        (``KEY_IN_KEYCHAIN``, ``KEY_IN_FILE``, ``KEY_THIS_SESSION``).
+
+        Without a keychain, raises KeychainUnavailable (the key is then used this session only) unless the user
+        agreed to the settings file (``allow_plain_text``).
+        """
+        self._session_api_key = key or None
+        if not (remember and key):
+            self._forget_remembered()
+            return KEY_THIS_SESSION
+        try:
+            save_secret(key)
+        except KeychainUnavailable:
+            if not allow_plain_text:
+                self._forget_remembered()
+                raise
+            self._owner_only()  # before the key is written: the file is never readable by others with it
+            self.qs.setValue("connection/remember_key", "true")
+            self.qs.setValue("connection/key_store", KEY_IN_FILE)
+            self.qs.setValue("connection/api_key", key)
+            self.sync()
+            return KEY_IN_FILE
+        self.qs.setValue("connection/remember_key", "true")
+        self.qs.setValue("connection/key_store", KEY_IN_KEYCHAIN)
+        self.qs.remove("connection/api_key")
+        return KEY_IN_KEYCHAIN
+
+    def _forget_remembered(self) -> None:
+        self.qs.setValue("connection/remember_key", "false")
+        self.qs.remove("connection/key_store")
+        self.qs.remove("connection/api_key")
+        try:
+            delete_secret()
+        except KeychainUnavailable:
+            pass  # nothing can be kept where there is no keychain
+
+    def _owner_only(self) -> None:
+        """Make the settings file (a file, not the Windows registry) readable and writable by its owner only."""
+        path = self.qs.fileName()
+        if not path or not os.path.isabs(path):
+            return
+        try:
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            if stat.S_IMODE(os.stat(path).st_mode) != 0o600:
+                os.chmod(path, 0o600)
+        except OSError:
+            pass  # a file system without modes (FAT, a network share): nothing more can be done here
 
     @property
     def interval_s(self) -> float:
@@ -103,8 +164,10 @@ class Settings:
         self.qs.setValue("view/geometry", v)
 
     def sync(self) -> None:
-        """Write to disk now."""
+        """Write to disk now (a file holding a key stays readable by its owner only)."""
         self.qs.sync()
+        if self.qs.contains("connection/api_key"):
+            self._owner_only()
 
 
 class SettingsDialog(QtWidgets.QDialog):
@@ -123,7 +186,9 @@ class SettingsDialog(QtWidgets.QDialog):
         self.api_key = QtWidgets.QLineEdit(settings.api_key or "")
         self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
         self.api_key.setPlaceholderText("only if the server was started with --api-key")
-        self.remember = QtWidgets.QCheckBox("remember the key on this computer")
+        self.remember = QtWidgets.QCheckBox("remember the key (in the system keychain)")
+        self.remember.setToolTip("Kept in the system keychain; where there is none, kvmon asks before it keeps the "
+                                 "key in its settings file, readable by you alone")
         self.remember.setChecked(settings.remember_key)
         self.interval = QtWidgets.QDoubleSpinBox()
         self.interval.setRange(0.2, 60.0)
@@ -190,12 +255,28 @@ class SettingsDialog(QtWidgets.QDialog):
         super().accept()
 
     def apply(self) -> None:
-        """Save the dialog's values into the settings."""
+        """Save the dialog's values into the settings; without a keychain, ask before a key goes to the file."""
         self.settings.url = self.url.text().strip()
-        self.settings.set_api_key(self.api_key.text().strip() or None, self.remember.isChecked())
+        key, remember = self.api_key.text().strip() or None, self.remember.isChecked()
+        try:
+            self.settings.set_api_key(key, remember)
+        except KeychainUnavailable as e:
+            if self.ask_plain_text(str(e)):
+                self.settings.set_api_key(key, remember, allow_plain_text=True)
         self.settings.interval_s = self.interval.value()
         self.settings.bandwidth_specs = self.bandwidth_specs()
         self.settings.sync()
+
+    def ask_plain_text(self, why: str) -> bool:
+        """Whether the user agrees to keep the key in the settings file, as there is no keychain."""
+        answer = QtWidgets.QMessageBox.question(
+            self, "No keychain for the API key",
+            f"kvmon keeps remembered keys in the system keychain, and there is none here ({why}).\n\n"
+            "Keep the key in kvmon's settings file instead? Only you can read that file, but the key is stored "
+            "there as plain text. Choose No to use the key for this session only.",
+            QtWidgets.QMessageBox.StandardButton.Yes | QtWidgets.QMessageBox.StandardButton.No,
+            QtWidgets.QMessageBox.StandardButton.No)
+        return answer == QtWidgets.QMessageBox.StandardButton.Yes
 
 
 def _host_placeholder(snapshot: Any) -> str:

@@ -2,7 +2,10 @@
 arrive (status line, headers, chunked framing and body untouched), while a ``Meter`` reads a copy of the body.
 
 ``GET /kvmon/stats`` on the proxy's own address answers the measurements (``kvmon.proxy.stats``) and is never
-forwarded. One asyncio loop serves every client connection; each keeps its own upstream connection.
+forwarded. One asyncio loop serves every client connection; each keeps its own upstream connection. Both
+directions are read along by h11 (``kvmon.proxy.framing``): a request with ambiguous framing is answered 400 and
+never forwarded, a head not finished in time 408, and an upstream that fails before answering (refused, reset,
+closed, a head that is no HTTP) 502 with the reason.
 
 Longer than most modules because relaying one exchange is one piece of work: the request pump, the response relay
 and the counters they update share the connection's state and the proxy's lock; the framing, the measuring, the
@@ -19,18 +22,20 @@ import socket
 import ssl
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
+
+import h11
 
 from kvmon.proxy import stats
 from kvmon.proxy.framing import (
     MAX_HEAD_BYTES,
-    READ_SIZE,
-    ChunkedDecoder,
     ClientGone,
     Head,
+    HeadTimeout,
+    MessageReader,
     ProtocolError,
     pipe_both,
-    read_head,
     send_error,
     send_json,
     to_client,
@@ -41,6 +46,8 @@ from kvmon.proxy.upstream import DEFAULT_UPSTREAM, Upstream, connect, probe_vers
 MAX_REQUEST_CAPTURE = 1024 * 1024  # request bytes kept to read "model" from
 RECENT_MAX = 50
 CONNECT_TIMEOUT_S = 5.0
+HEAD_TIMEOUT_S = 10.0  # a request head must be finished this long after its first byte
+IDLE_TIMEOUT_S = 300.0  # a kept-alive client connection with no request for this long is closed
 VERSION_RETRY_S = 10.0
 PROBE_TIMEOUT_S = 5.0
 
@@ -49,8 +56,11 @@ class ProxyServer:
     """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``serve()`` in a loop."""
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
-                 recent_max: int = RECENT_MAX, probe_version: bool = True) -> None:
+                 recent_max: int = RECENT_MAX, probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self.upstream = Upstream.parse(upstream)
+        self.head_timeout_s = head_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self.host = host
         self.port = port
         self._ids = itertools.count(1)
@@ -189,7 +199,7 @@ class ProxyServer:
     async def _probe(self) -> None:
         try:
             found = await asyncio.wait_for(probe_version(self.upstream, self._ssl), PROBE_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ProtocolError):
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ProtocolError, h11.ProtocolError):
             found = None
         finally:
             self._probing = False
@@ -203,6 +213,10 @@ class ProxyServer:
 
     # -- one client connection
 
+    def _upstream_error(self) -> None:
+        with self._lock:
+            self._totals["upstream_errors"] += 1
+
     async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
@@ -212,62 +226,62 @@ class ProxyServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        client = MessageReader(creader)
+        upstream: _Link | None = None
         try:
             while True:
                 try:
-                    head = await read_head(creader)
+                    head = await client.request_head(head_timeout_s=self.head_timeout_s,
+                                                     idle_timeout_s=self.idle_timeout_s)
+                except HeadTimeout as e:
+                    await send_error(cwriter, e.status, f"kvmon proxy: {e}")
+                    return
                 except ProtocolError as e:
-                    await send_error(cwriter, 400, f"kvmon proxy: bad request ({e})")
+                    await send_error(cwriter, e.status, f"kvmon proxy: bad request ({e})")
                     return
                 if head is None:
                     return
-                parts = head.first_line.split(" ")
-                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                    await send_error(cwriter, 400, "kvmon proxy: bad request line")
-                    return
-                method, target, version = parts
+                req = head.event
+                assert isinstance(req, h11.Request)
+                method, target = req.method.decode("ascii"), req.target.decode("latin-1")
+                version = "HTTP/" + req.http_version.decode("ascii")
                 if method == "GET" and target.split("?", 1)[0] == stats.STATS_PATH:
-                    await self._drain_body(creader, head)
+                    async for _ in client.body():
+                        pass
                     keep = await send_json(cwriter, 200, self.stats(), close=head.has_token("connection", "close"))
                     if not keep:
                         return
                     continue
                 if self._probe_version:
                     self._maybe_probe()
-                if upstream is None or upstream[1].is_closing() or upstream[0].at_eof():
+                if upstream is None or upstream.writer.is_closing() or upstream.reader.at_eof():
                     if upstream is not None:  # the upstream closed the idle connection
-                        upstream[1].close()
+                        upstream.writer.close()
                     try:
-                        upstream = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                        ureader, uwriter = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
                     except (OSError, asyncio.TimeoutError) as e:
-                        with self._lock:
-                            self._totals["upstream_errors"] += 1
+                        self._upstream_error()
                         reason = str(e) or type(e).__name__
                         await send_error(
                             cwriter, 502, f"kvmon proxy: cannot reach upstream {self.upstream.url} ({reason})"
                         )
                         return
-                    usock = upstream[1].get_extra_info("socket")
+                    upstream = _Link(ureader, uwriter, MessageReader(ureader))
+                    usock = uwriter.get_extra_info("socket")
                     if usock is not None:
                         with contextlib.suppress(OSError):
                             usock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                keep = await self._exchange(head, method, target, version, creader, cwriter, upstream)
+                keep = await self._exchange(head, method, target, version, client, creader, cwriter, upstream)
                 if not keep:
                     return
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly
             return
         finally:
             if upstream is not None:
-                upstream[1].close()
+                upstream.writer.close()
             cwriter.close()
-
-    async def _drain_body(self, reader: asyncio.StreamReader, head: Head) -> None:
-        length = head.get("content-length")
-        if length and length.isdigit():
-            await reader.readexactly(int(length))
 
     async def _exchange(
         self,
@@ -275,64 +289,54 @@ class ProxyServer:
         method: str,
         target: str,
         version: str,
+        client: MessageReader,
         creader: asyncio.StreamReader,
         cwriter: asyncio.StreamWriter,
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: _Link,
     ) -> bool:
         """Forward one request and relay its response; True if both connections may be reused."""
-        uwriter = upstream[1]
+        uwriter = upstream.writer
         meter = self._begin(method, target)
         raw_head = head.raw
         if self.upstream.prefix:
             raw_head = raw_head.replace(f" {target} ".encode("latin-1"),
                                         f" {self.upstream.prefix}{target} ".encode("latin-1"), 1)
         captured = bytearray()
+        assert isinstance(head.event, h11.Request)
+        upstream.messages.expect_response(head.event, request_sent=not head.has_body)
 
         async def pump_request() -> None:
-            uwriter.write(raw_head)
-            sent = len(raw_head)
-            te = head.get("transfer-encoding")
-            if te and "chunked" in te.lower():
-                dec = ChunkedDecoder()
-                while not dec.done:
-                    data = await creader.read(READ_SIZE)
-                    if not data:
-                        raise ConnectionResetError("client closed inside the request body")
-                    payload = dec.feed(data)
-                    if dec.extra:
-                        raise ProtocolError("pipelined request after a chunked body")
-                    uwriter.write(data)
-                    sent += len(data)
+            sent = 0
+            try:
+                uwriter.write(raw_head)
+                sent = len(raw_head)
+                await uwriter.drain()
+                async for raw, payload in client.body():
+                    if raw:
+                        uwriter.write(raw)
+                        sent += len(raw)
                     if len(captured) < MAX_REQUEST_CAPTURE:
                         captured.extend(payload[: MAX_REQUEST_CAPTURE - len(captured)])
                     await uwriter.drain()
-            else:
-                length_text = head.get("content-length")
-                remaining = int(length_text) if length_text and length_text.strip().isdigit() else 0
-                while remaining > 0:
-                    data = await creader.read(min(READ_SIZE, remaining))
-                    if not data:
-                        raise ConnectionResetError("client closed inside the request body")
-                    remaining -= len(data)
-                    uwriter.write(data)
-                    sent += len(data)
-                    if len(captured) < MAX_REQUEST_CAPTURE:
-                        captured.extend(data[: MAX_REQUEST_CAPTURE - len(captured)])
-                    await uwriter.drain()
-            await uwriter.drain()
+            except asyncio.IncompleteReadError:
+                raise ClientGone("client closed inside the request body") from None
+            except (ConnectionError, OSError) as e:
+                raise _UpstreamFailed(e) from None
+            finally:
+                with self._lock:
+                    self._totals["bytes_to_upstream"] += sent
+            upstream.messages.request_sent()
             if meter.model is None and captured:
                 meter.model = model_from_request(bytes(captured))
-            with self._lock:
-                self._totals["bytes_to_upstream"] += sent
 
         body_task = asyncio.ensure_future(pump_request())
         keep = False
         try:
-            keep = await self._relay_response(meter, head, method, version, upstream, creader, cwriter, body_task)
+            keep = await self._relay_response(meter, head, version, upstream, client, creader, cwriter, body_task)
         except ClientGone:
             meter.aborted, meter.abort_reason = True, "client disconnected"
             keep = False
-        except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError) as e:
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError, _UpstreamFailed) as e:
             if not meter.aborted:
                 meter.aborted, meter.abort_reason = True, abort_reason(e)
             keep = False
@@ -346,117 +350,124 @@ class ProxyServer:
             self._end(meter)
         return keep
 
+    async def _no_answer(self, cwriter: asyncio.StreamWriter, meter: Meter, why: str) -> bool:
+        """The upstream failed before a byte of its answer: the client gets a 502 saying why."""
+        self._upstream_error()
+        await send_error(cwriter, 502, f"kvmon proxy: upstream {self.upstream.url} {why}")
+        meter.aborted, meter.abort_reason = True, f"upstream {why}"
+        return False
+
     async def _relay_response(
         self,
         meter: Meter,
         req: Head,
-        method: str,
         req_version: str,
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: _Link,
+        client: MessageReader,
         creader: asyncio.StreamReader,
         cwriter: asyncio.StreamWriter,
         body_task: asyncio.Future[None],
     ) -> bool:
-        ureader, uwriter = upstream
+        umsg = upstream.messages
         sent = 0
         try:
             while True:
-                head_task = asyncio.ensure_future(read_head(ureader))
+                head_task = asyncio.ensure_future(umsg.response_head())
                 done, _ = await asyncio.wait({head_task, body_task}, return_when=asyncio.FIRST_COMPLETED)
                 if body_task in done and head_task not in done and body_task.exception() is not None:
                     head_task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await head_task
                     exc = body_task.exception()
                     assert exc is not None
+                    if isinstance(exc, _UpstreamFailed) and sent == 0:
+                        return await self._no_answer(cwriter, meter, f"failed before answering ({exc})")
                     meter.aborted, meter.abort_reason = True, abort_reason(exc)
                     return False
-                resp = await head_task
+                try:
+                    resp = await head_task
+                except (ConnectionError, OSError) as e:
+                    if sent == 0:
+                        return await self._no_answer(cwriter, meter, "reset the connection before answering "
+                                                                     f"({type(e).__name__})")
+                    raise
+                except ProtocolError as e:
+                    if sent == 0:
+                        return await self._no_answer(cwriter, meter, f"sent no HTTP answer ({e})")
+                    raise
                 if resp is None:
                     if sent == 0:
-                        with self._lock:
-                            self._totals["upstream_errors"] += 1
-                        await send_error(cwriter, 502, f"kvmon proxy: upstream {self.upstream.url} closed the "
-                                                        "connection without answering")
-                        meter.aborted, meter.abort_reason = True, "upstream closed without answering"
+                        return await self._no_answer(cwriter, meter, "closed the connection before answering")
                     return False
-                status_parts = resp.first_line.split(" ", 2)
-                try:
-                    status = int(status_parts[1])
-                except (IndexError, ValueError):
-                    raise ProtocolError(f"bad status line {resp.first_line[:60]!r}") from None
                 await to_client(cwriter, resp.raw)
                 sent += len(resp.raw)
-                if 100 <= status < 200 and status != 101:
+                if isinstance(resp.event, h11.InformationalResponse) and resp.status != 101:
                     continue  # interim (100 Continue, 103 Early Hints): the real answer follows
                 break
+            status = resp.status
             meter.set_response(status, resp.get("content-type"), resp.get("content-encoding"))
             if status == 101:  # protocol switch: plain two-way pipe from now on
                 await body_task
-                await pipe_both(creader, cwriter, ureader, uwriter)
+                if umsg.switched:
+                    rest = umsg.take_leftover()
+                    if rest:
+                        await to_client(cwriter, rest)
+                early = client.take_leftover()
+                if early:
+                    upstream.writer.write(early)
+                await pipe_both(creader, cwriter, upstream.reader, upstream.writer)
                 return False
-            no_body = method == "HEAD" or status in (204, 304)
-            te = resp.get("transfer-encoding")
-            cl = resp.get("content-length")
             keep = not (
                 resp.has_token("connection", "close")
                 or req.has_token("connection", "close")
                 or (req_version == "HTTP/1.0" and not req.has_token("connection", "keep-alive"))
                 or resp.first_line.startswith("HTTP/1.0")
             )
-            if no_body:
-                pass
-            elif te and "chunked" in te.lower():
-                dec = ChunkedDecoder()
-                framing_ok = True
-                while not dec.done:
-                    data = await ureader.read(READ_SIZE)
-                    if not data:
-                        meter.aborted, meter.abort_reason = True, "upstream closed mid-response"
-                        return False
-                    await to_client(cwriter, data)  # relay first: measuring must not delay the client
-                    sent += len(data)
-                    if framing_ok:
-                        try:
-                            payload = dec.feed(data)
-                        except ProtocolError:
-                            framing_ok, keep = False, False  # relay until close; the client judges the bytes
-                            meter.unparsed_lines += 1
-                            continue
-                        meter.feed(payload, time.monotonic())
-                if dec.extra:
-                    keep = False
-            elif cl is not None and cl.strip().isdigit():
-                remaining = int(cl)
-                while remaining > 0:
-                    data = await ureader.read(min(READ_SIZE, remaining))
-                    if not data:
-                        meter.aborted, meter.abort_reason = True, "upstream closed mid-response"
-                        return False
-                    remaining -= len(data)
-                    await to_client(cwriter, data)
-                    sent += len(data)
-                    meter.feed(data, time.monotonic())
-            else:  # body ends when the upstream closes
-                keep = False
-                while True:
-                    data = await ureader.read(READ_SIZE)
-                    if not data:
-                        break
-                    await to_client(cwriter, data)
-                    sent += len(data)
-                    meter.feed(data, time.monotonic())
+            async for raw, payload in umsg.body(relay_bad_framing=True):
+                if raw:
+                    await to_client(cwriter, raw)  # relay first: measuring must not delay the client
+                    sent += len(raw)
+                if payload:
+                    meter.feed(payload, time.monotonic())
+            if umsg.framing_broken:
+                keep = False  # relayed until the upstream closed; the client judges the bytes
+                meter.unparsed_lines += 1
             meter.finish_body(time.monotonic())
+            if umsg.has_leftover:
+                keep = False  # bytes past the answer: this connection cannot take another request
             if keep and not body_task.done():
                 keep = False  # the upstream answered before reading the whole request
             return keep
+        except asyncio.IncompleteReadError:
+            meter.aborted, meter.abort_reason = True, "upstream closed mid-response"
+            return False
         finally:
             with self._lock:
                 self._totals["bytes_to_client"] += sent
 
 
+class _UpstreamFailed(Exception):
+    """Writing the request to the upstream failed (it reset or closed the connection)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__)
+
+
+@dataclass
+class _Link:
+    """One kept upstream connection and the reader that follows its responses."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    messages: MessageReader
+
+
 def abort_reason(e: BaseException) -> str:
     """Why a relayed exchange ended early, in a few words."""
-    if isinstance(e, ConnectionError) and "client" in str(e):
+    if isinstance(e, ClientGone) or (isinstance(e, ConnectionError) and "client" in str(e)):
         return "client disconnected"
+    if isinstance(e, _UpstreamFailed):
+        return f"upstream connection lost ({e})"
     if isinstance(e, ConnectionError):
         return f"upstream connection lost ({e})"
     if isinstance(e, asyncio.IncompleteReadError):

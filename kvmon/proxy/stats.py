@@ -178,18 +178,28 @@ class ProxyView:
     now_unix: float | None
 
 
+def _records(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list field; anything else (a number, a string) holds none."""
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
 def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
-    """Read the document; raises SourceError(UNEXPECTED_BODY) if it is not one. Times are put on the reader's clock."""
+    """Read the document; raises SourceError(UNEXPECTED_BODY) if it is not one. Times are put on the reader's clock.
+
+    Whatever answers on the proxy's port is untrusted: every field goes through ``kvmon.core.jsonvals``, and a
+    field of the wrong type counts as absent, so an odd document gives fewer values, never an exception.
+    """
     if not isinstance(body, dict) or body.get("kvmon_proxy") != DOCUMENT_VERSION:
         raise SourceError(
             SourceFailure(FailureKind.UNEXPECTED_BODY, f"{STATS_PATH} is not a kvmon proxy document", STATS_PATH)
         )
     streams: list[ProxyStream] = []
-    for s in body.get("in_flight") or []:
-        if isinstance(s, dict) and json_int(s.get("id")) is not None:
+    for s in _records(body.get("in_flight")):
+        sid = json_int(s.get("id"))
+        if sid is not None:
             streams.append(
                 ProxyStream(
-                    id=int(s["id"]),
+                    id=sid,
                     model=json_str(s.get("model")),
                     tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
                     decode_tok_s=json_float(s.get("decode_tok_s")),
@@ -199,15 +209,16 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
     last_model: str | None = None
     prefill_reason: str | None = None
     now_unix = json_float(body.get("now_unix"))
-    recent = [r for r in body.get("recent") or [] if isinstance(r, dict) and r.get("stats_source")]
+    recent = [r for r in _records(body.get("recent")) if json_str(r.get("stats_source"))]
     if recent:
         r = max(recent, key=lambda r: json_float(r.get("finished_unix")) or 0.0)
         finished = json_float(r.get("finished_unix"))
         age = max(0.0, (now_unix or t_wall) - finished) if finished is not None else 0.0
         prompt_tokens = json_int(r.get("prompt_tokens"))
-        if r.get("prompt_tok_s") is None and r.get("prompt_tok_s_reason"):
+        withheld = json_str(r.get("prompt_tok_s_reason"))
+        if r.get("prompt_tok_s") is None and withheld:
             # The count includes cached tokens the duration does not cover: dividing would inflate prefill.
-            prefill_reason = str(r["prompt_tok_s_reason"])
+            prefill_reason = withheld
             prompt_tokens = None
         last = RequestStats(
             t_end=t_monotonic - age,

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import h11
+
+from kvmon.core.jsonvals import InputError, json_str, parse_json
 from kvmon.core.versions import parse_version
-from kvmon.proxy.framing import MAX_HEAD_BYTES, READ_SIZE, ChunkedDecoder, read_head
+from kvmon.proxy.framing import MAX_HEAD_BYTES, MessageReader
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
 PROBE_MAX_BODY_BYTES = 65536
@@ -71,34 +73,31 @@ async def probe_version(upstream: Upstream, tls: ssl.SSLContext | None) -> tuple
     reader, writer = await connect(upstream, tls)
     try:
         host = f"[{upstream.host}]" if ":" in upstream.host else upstream.host
-        writer.write(
-            f"GET {upstream.prefix}/api/version HTTP/1.1\r\nHost: {host}:{upstream.port}\r\n"
-            "User-Agent: kvmon-proxy\r\nAccept: application/json\r\nConnection: close\r\n\r\n".encode()
-        )
+        request = h11.Request(method="GET", target=f"{upstream.prefix}/api/version",
+                              headers=[("Host", f"{host}:{upstream.port}"), ("User-Agent", "kvmon-proxy"),
+                                       ("Accept", "application/json"), ("Connection", "close")])
+        sender = h11.Connection(h11.CLIENT)
+        writer.write(sender.send(request) + sender.send(h11.EndOfMessage()))
         await writer.drain()
-        head = await read_head(reader)
+        messages = MessageReader(reader)
+        messages.expect_response(request, request_sent=True)
+        head = await messages.response_head()
+        while head is not None and 100 <= head.status < 200:
+            head = await messages.response_head()
         if head is None:
             return None
-        te, cl = head.get("transfer-encoding"), head.get("content-length")
-        if te and "chunked" in te.lower():
-            dec, body = ChunkedDecoder(), b""
-            while not dec.done and len(body) < PROBE_MAX_BODY_BYTES:
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    break
-                body += dec.feed(data)
-        elif cl and cl.strip().isdigit():
-            body = await reader.readexactly(min(int(cl), PROBE_MAX_BODY_BYTES))
-        else:
-            body = await reader.read(PROBE_MAX_BODY_BYTES)
+        body = bytearray()
+        async for _, payload in messages.body():
+            body += payload
+            if len(body) > PROBE_MAX_BODY_BYTES:
+                break
     finally:
         writer.close()
-    parts = head.first_line.split(" ", 2)
     version = None
-    if len(parts) > 1 and parts[1] == "200":
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
-            obj = json.loads(body)
-            if isinstance(obj, dict) and isinstance(obj.get("version"), str):
-                version = obj["version"]
+    if head.status == 200:
+        with contextlib.suppress(InputError):
+            obj = parse_json(bytes(body[:PROBE_MAX_BODY_BYTES]))
+            if isinstance(obj, dict):
+                version = json_str(obj.get("version"))
     vt = parse_version(version)
     return ("ollama", version, vt) if vt is not None else ("other", None, None)

@@ -16,6 +16,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvmon.sources.localfile import open_regular
+
 MAX_FDINFO_BYTES = 64 * 1024
 _UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 _LINE = re.compile(r"^(drm-[A-Za-z0-9_.-]+):\s*(\S+)(?:\s+(\S+))?\s*$")
@@ -91,7 +93,7 @@ def server_gpu_memory(proc: Path, pids: Collection[int]) -> dict[str, dict[str, 
         readable = True
         for path in _drm_fds(proc, pid):
             try:
-                with open(path, "rb") as f:
+                with open_regular(path) as f:
                     text = f.read(MAX_FDINFO_BYTES).decode("utf-8", errors="replace")
             except OSError:
                 continue

@@ -3,6 +3,11 @@
 Only the key/value section and the tensor directory are walked; big tokenizer arrays are skipped
 without being decoded; tensor data is never touched. Value types and the magic come from the ``gguf``
 package. The result is a plain dict keyed exactly as GGUF names them ("llama.block_count", ...).
+
+The file may be hostile: it is opened through ``kvmon.sources.localfile`` (regular files only, never blocking),
+only its first ``MAX_HEADER_BYTES`` are parsed, arrays nest at most ``MAX_ARRAY_DEPTH`` levels and at most
+``MAX_VALUES`` keys and elements are decoded; past any bound the header is a ``GgufError``, the one error the
+reader raises for a bad file.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from kvmon.sources.localfile import open_regular
+
 MAX_KEPT_ARRAY = 4096  # per-layer arrays are kept; tokenizer vocabularies (tens of thousands) are skipped
+MAX_HEADER_BYTES = 512 * 1024 * 1024  # the biggest tokenizers take tens of MB; no header needs more than this
+MAX_ARRAY_DEPTH = 4  # GGUF files have flat arrays; gguf-py allows nesting, a deeper one is no model's
+MAX_VALUES = 2_000_000  # keys plus elements decoded one by one (numeric arrays are read whole)
 
 _SCALAR = {
     GGUFValueType.UINT8: "B",
@@ -56,7 +66,14 @@ class _Cursor:
         self.buf = buf
         self.pos = 0
         self.e = endian
-        self.size = len(buf)
+        self.size = min(len(buf), MAX_HEADER_BYTES)
+        self.values = 0
+
+    def count(self, n: int) -> None:
+        """Spend ``n`` of the header's budget of values decoded one by one."""
+        self.values += n
+        if self.values > MAX_VALUES:
+            raise GgufError(f"GGUF header holds more than {MAX_VALUES:,} values")
 
     def need(self, n: int) -> None:
         if n < 0 or self.pos + n > self.size:
@@ -82,7 +99,7 @@ class _Cursor:
         self.pos += n
 
 
-def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str]) -> Any:
+def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str], depth: int = 0) -> Any:
     try:
         t = GGUFValueType(vtype)
     except ValueError:
@@ -113,10 +130,14 @@ def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str])
             cur.pos = _skip_strings(cur, count, len_fmt)
             skipped.append(key)
             return None
+        cur.count(count)
         return [cur.string(len_fmt) for _ in range(count)]
     if count > MAX_KEPT_ARRAY:
         raise GgufError(f"nested GGUF array too long for key {key!r}")
-    return [_value(cur, et, len_fmt, key, skipped) for _ in range(count)]
+    if depth + 1 >= MAX_ARRAY_DEPTH:
+        raise GgufError(f"GGUF array for key {key!r} nested deeper than {MAX_ARRAY_DEPTH} levels")
+    cur.count(count)
+    return [_value(cur, et, len_fmt, key, skipped, depth + 1) for _ in range(count)]
 
 
 def _skip_strings(cur: _Cursor, count: int, len_fmt: str) -> int:
@@ -145,8 +166,9 @@ def _tensor_bytes(ggml_type: int, dims: list[int]) -> int | None:
 
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
-    """Parse the header of the GGUF at ``path``; raises GgufError (bad file) or OSError (cannot open)."""
-    with open(path, "rb") as f:
+    """Parse the header of the GGUF at ``path``; raises GgufError (bad file) or OSError (cannot open, or not a
+    regular file: ``kvmon.sources.localfile.NotARegularFile``)."""
+    with open_regular(path) as f:
         file_size = os.fstat(f.fileno()).st_size
         if file_size < 24:
             raise GgufError(f"not a GGUF file ({file_size} bytes)")
@@ -178,6 +200,7 @@ def _parse(buf: Any, file_size: int) -> GgufHeader:
         meta: dict[str, Any] = {}
         skipped: list[str] = []
         for _ in range(kv_count):
+            cur.count(1)
             key = cur.string(len_fmt)
             vtype = cur.unpack("I")
             meta[key] = _value(cur, vtype, len_fmt, key, skipped)

@@ -24,9 +24,11 @@ import psutil
 from kvmon.core.readings import HostReading
 from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name
 from kvmon.physics.host_memory import memory_kind, table_host_bandwidth
+from kvmon.sources.localfile import open_regular, read_tail
 from kvmon.sources.procs import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
+CACHE_MAX_BYTES = 64 * 1024  # the cache is one small JSON record
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
 DEFAULT_BENCH_REPEATS = 4
 UDEV_DMI_DB = "run/udev/data/+dmi:id"  # systemd's dmi_memory_id properties, readable without root
@@ -118,13 +120,14 @@ def _cpu_name(root: Path) -> str | None:
     if sys.platform == "darwin":
         return _apple_chip_name()
     try:
-        with open(root / "proc" / "cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() in ("model name", "Model"):
-                    return value.strip() or None
+        with open_regular(root / "proc" / "cpuinfo") as f:
+            text = f.read(256 * 1024).decode("utf-8", "replace")
     except OSError:
         return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("model name", "Model"):
+            return value.strip() or None
     return None
 
 
@@ -196,7 +199,7 @@ class HostSource:
         self._cache_loaded = True
         path = self.cache_path
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_tail(path, CACHE_MAX_BYTES).decode("utf-8", "replace")  # regular files only, never waiting
         except FileNotFoundError:
             self._measured_reason = ("host bandwidth not measured yet (kvmon measures it once, while no slot decodes; "
                                      "or set it in settings or with --bandwidth host=GB/s)")
@@ -243,8 +246,8 @@ class HostSource:
         if self._static is None:
             kind = mts = channels = None
             try:
-                with open(self._root / UDEV_DMI_DB, encoding="utf-8", errors="replace") as f:
-                    kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024))
+                with open_regular(self._root / UDEV_DMI_DB) as f:
+                    kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
             except OSError:
                 pass
             bw, how = table_host_bandwidth(kind, mts, channels)

@@ -1,21 +1,24 @@
-"""One small HTTP layer for every server source: explicit timeouts, capped bodies, typed failures.
+"""One small HTTP layer for every server source: one deadline per request, capped bodies, typed failures.
 
-Every failure becomes a ``SourceError`` carrying a ``SourceFailure`` whose reason is one human line
-and never contains the API key or URL credentials.
+Every failure becomes a ``SourceError`` carrying a ``SourceFailure`` whose reason is one human line and never
+contains the API key or URL credentials: a server's own error text is scrubbed (``kvmon.core.redact``) of the key
+this client sends and of anything that looks like a credential, since a server may echo the request back.
+JSON bodies are read by ``kvmon.core.jsonvals.parse_json``, the one rule for untrusted values.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from kvmon.core.jsonvals import InputError, parse_json
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
-from kvmon.sources.keepalive import KeepAliveTransport
+from kvmon.core.redact import scrub
+from kvmon.sources.keepalive import DEADLINE, KeepAliveTransport
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
 
@@ -66,9 +69,15 @@ class HttpResponse:
     status_code: int
     headers: dict[str, str]
     body: bytes
+    secrets: tuple[str, ...] = field(default=(), repr=False)  # what the request carried: never quoted back
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        """The body as JSON values (``parse_json``); raises InputError when it is not JSON."""
+        return parse_json(self.body)
+
+    def scrubbed(self, text: str) -> str:
+        """A text quoting this answer, without the request's secrets or anything credential-like."""
+        return scrub(text, self.secrets)
 
     @property
     def text(self) -> str:
@@ -90,15 +99,15 @@ class HttpClient:
         self.base_url = base_url.rstrip("/")
         self.display_url = redact_url(self.base_url)
         self._api_key = api_key
+        self._secrets = (api_key,) if api_key else ()
         self._max_body_bytes = max_body_bytes
         self._deadline_s = timeout_s
         headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 2.0))
-        if transport is None:  # plain HTTP (a local server): one kept connection over the standard library
-            plain = self.base_url.startswith("http://")
-            transport = KeepAliveTransport() if plain else httpx.HTTPTransport(trust_env=False)
+        if transport is None:  # one kept connection over the standard library, each request under its deadline
+            transport = KeepAliveTransport()
         self._transport: httpx.BaseTransport = transport
         self._client = httpx.Client(
             base_url=self.base_url,
@@ -123,8 +132,8 @@ class HttpClient:
     def request(self, method: str, path: str, *, json_body: Any = None) -> HttpResponse:
         """Send one request; network trouble and oversize bodies raise SourceError."""
         endpoint = path.split("?", 1)[0]
-        # httpx's timeouts are per read; a server that drips bytes must not hold a poll for longer than
-        # the whole-request deadline either.
+        # httpx's timeouts are per read; the transport holds connect, head and body to this one deadline (and
+        # the loop below checks it too, for any other transport a test may give).
         deadline = time.monotonic() + self._deadline_s
         try:
             url = self._urls.get(path)
@@ -133,7 +142,7 @@ class HttpClient:
                 if len(self._urls) < 64:
                     self._urls[path] = url
             req = httpx.Request(method, url, headers=self._headers, json=json_body,
-                                extensions={"timeout": self._timeouts})
+                                extensions={"timeout": self._timeouts, DEADLINE: deadline})
             resp = self._transport.handle_request(req)
             resp.request = req
             try:
@@ -153,7 +162,8 @@ class HttpClient:
                             )
                         )
                     chunks.append(chunk)
-                return HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, b"".join(chunks))
+                return HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
+                                    b"".join(chunks), self._secrets)
             finally:
                 resp.close()
         except httpx.TimeoutException:
@@ -180,6 +190,10 @@ class HttpClient:
             raise SourceError(
                 SourceFailure(FailureKind.UNREACHABLE, f"{self.display_url}{endpoint}: {_short(e)}", endpoint)
             ) from None
+        except UnicodeEncodeError:  # a request body (a model name) that is not valid text
+            raise SourceError(
+                SourceFailure(FailureKind.BAD_URL, f"{endpoint}: the request is not valid text", endpoint)
+            ) from None
 
     def get(self, path: str) -> HttpResponse:
         return self.request("GET", path)
@@ -197,18 +211,23 @@ def _short(e: BaseException) -> str:
 
 
 def error_message(resp: HttpResponse) -> str | None:
-    """The server's own error message from an OpenAI/llama-server style error body, if any."""
+    """The server's own error message from an OpenAI/llama-server style error body, if any: one line, at most
+    200 characters, scrubbed of the request's key and of anything credential-like (servers echo requests)."""
     try:
         body = resp.json()
-    except (ValueError, UnicodeDecodeError):
+    except InputError:
         return None
+    msg: Any = None
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"]
-        if isinstance(err, str):
-            return err
-    return None
+            msg = err["message"]
+        elif isinstance(err, str):
+            msg = err
+    if not msg:
+        return None
+    line = " ".join(str(msg).split())
+    return resp.scrubbed(line[:200] + ("…" if len(line) > 200 else ""))
 
 
 def raise_for_status(resp: HttpResponse, path: str, display_url: str) -> None:
@@ -238,14 +257,15 @@ def decode_json(resp: HttpResponse, path: str) -> Any:
     """Decode a JSON body or raise UNEXPECTED_BODY naming what came instead (HTML page, truncation, …)."""
     endpoint = path.split("?", 1)[0]
     try:
-        return json.loads(resp.body)
-    except (ValueError, UnicodeDecodeError):
+        return parse_json(resp.body)
+    except InputError as e:
         head = resp.body[:60].decode("utf-8", errors="replace").strip().replace("\n", " ")
-        what = "an HTML page" if head.lower().startswith(("<!doctype", "<html")) else f"{head!r}"
+        what = "an HTML page" if head.lower().startswith(("<!doctype", "<html")) else resp.scrubbed(f"{head!r}")
+        detail = "nested too deeply" if "nested" in str(e) else f"got {what}, {len(resp.body)} bytes"
         raise SourceError(
             SourceFailure(
                 FailureKind.UNEXPECTED_BODY,
-                f"{endpoint} did not return JSON (got {what}, {len(resp.body)} bytes)",
+                f"{endpoint} did not return JSON ({detail})",
                 endpoint,
                 resp.status_code,
             )

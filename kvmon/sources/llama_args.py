@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
@@ -83,12 +84,12 @@ class LlamaServerArgs:
 
 
 def _to_int(text: str | None) -> int | None:
+    """A command line's integer (``-1`` allowed: llama-server's "auto"/"never"); None when it is not one."""
     if text is None:
         return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
+    t = text.strip()
+    n = text_int(t.removeprefix("-"))
+    return None if n is None else -n if t.startswith("-") else n
 
 
 def _truthy(text: str) -> bool:

@@ -6,22 +6,29 @@ n_seq, flash attention, unified KV, and the compute devices it found (``kvmon.so
 may carry any prefix (timestamps, Ollama's ``msg=`` wrapper); a new load block (server restart) starts the facts
 afresh. Since May 2026 (build 9151) llama-server prints none of the placement lines unless started with ``-lv 4``
 or ``-v``: ``placement_hint`` says so when a log lacks them.
+
+A log is outside input: a line longer than ``MAX_LINE_CHARS`` or with a number no type holds is skipped and
+counted (``lines_rejected``), never fatal, and a log file is read through ``kvmon.sources.localfile`` (regular
+files only, never blocking, a bounded read per poll).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
+from kvmon.core.bounds import MAX_BYTES, MAX_CONTEXT_TOKENS
+from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.sources.llama_devices import DeviceLines
+from kvmon.sources.localfile import read_from
 
 MIB = 1024 * 1024
+MAX_LINE_CHARS = 64 * 1024  # llama.cpp's longest lines (the chat template) are a few KB
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 
 # a new server start / model load: forget what the previous one said
@@ -64,8 +71,22 @@ _FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
 _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
 
 
+class LogValueError(ValueError):
+    """A log line whose number is not a size, count or length any machine has."""
+
+
 def _mib(text: str) -> int:
-    return round(float(text) * MIB)
+    mib = text_float(text, limit=MAX_BYTES / MIB)
+    if mib is None:
+        raise LogValueError(f"{text[:20]!r} MiB is not a size")
+    return round(mib * MIB)
+
+
+def _int(text: str, limit: int = MAX_CONTEXT_TOKENS) -> int:
+    n = text_int(text, limit=limit)
+    if n is None:
+        raise LogValueError(f"{text[:20]!r} is not a count")
+    return n
 
 
 def _bool(text: str) -> bool | None:
@@ -104,17 +125,27 @@ class LlamaLogParser:
     model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
     loaded: bool = False  # the server said it finished loading
     lines_matched: int = 0
+    lines_rejected: int = 0  # too long, or a number no type holds: skipped
     _kv_sizes_in_block: int = 0
 
     def reset(self) -> None:
         """Forget everything: a new server start began in the log."""
         fresh = LlamaLogParser()
         for name in self.__dataclass_fields__:
-            if name != "lines_matched":
+            if name not in ("lines_matched", "lines_rejected"):
                 setattr(self, name, getattr(fresh, name))
 
     def feed(self, line: str) -> None:
-        """Take one log line; lines that say nothing kvmon needs are ignored."""
+        """Take one log line; lines that say nothing kvmon needs are ignored, unreadable ones counted."""
+        if len(line) > MAX_LINE_CHARS:
+            self.lines_rejected += 1
+            return
+        try:
+            self._feed(line)
+        except ValueError:  # LogValueError, or digits past what int() reads
+            self.lines_rejected += 1
+
+    def _feed(self, line: str) -> None:
         if _RESTART.search(line):
             if self._seen_anything():
                 self.reset()
@@ -133,7 +164,7 @@ class LlamaLogParser:
             # SWA models print two size lines (non-SWA and SWA caches): they add up
             self.kv_bytes_allocated = (self.kv_bytes_allocated or 0) + size if self._kv_sizes_in_block else size
             self._kv_sizes_in_block += 1
-            cells = int(m.group(2))
+            cells = _int(m.group(2))
             self.kv_cells = max(self.kv_cells or 0, cells)
             if m.group(6):
                 self.type_k, self.type_v = m.group(6).lower(), m.group(8).lower()
@@ -164,7 +195,7 @@ class LlamaLogParser:
             return
         m = _OFFLOADED.search(line)
         if m:
-            self.offloaded_layers, self.total_layers = int(m.group(1)), int(m.group(2))
+            self.offloaded_layers, self.total_layers = _int(m.group(1)), _int(m.group(2))
             self.lines_matched += 1
             return
         m = _CTX_FIELD.search(line)
@@ -174,16 +205,17 @@ class LlamaLogParser:
             return
         m = _SLOTS.search(line)
         if m:
-            self.n_parallel = int(m.group(1))
+            n_parallel, n_ctx_seq = _int(m.group(1)), _int(m.group(2))
+            self.n_parallel = n_parallel
             if m.group(3) is not None:
                 self.kv_unified = _bool(m.group(3))
             if self.n_ctx_seq is None:
-                self.n_ctx_seq = int(m.group(2))
+                self.n_ctx_seq = n_ctx_seq
             self.lines_matched += 1
             return
         m = _AUTO_PAR.search(line)
         if m:
-            self.n_parallel, self.kv_unified = int(m.group(1)), _bool(m.group(2))
+            self.n_parallel, self.kv_unified = _int(m.group(1)), _bool(m.group(2))
             self.lines_matched += 1
             return
         if _SWA_FULL.search(line):
@@ -197,7 +229,7 @@ class LlamaLogParser:
             return
         m = _FREE.search(line)
         if m:
-            self.device_free[m.group(1)] = int(m.group(3)) * MIB
+            self.device_free[m.group(1)] = _int(m.group(3), MAX_BYTES // MIB) * MIB
             self.lines_matched += 1
             return
         if _FA_ON.search(line):
@@ -208,7 +240,7 @@ class LlamaLogParser:
             self.lines_matched += 1
 
     def _ctx_field(self, name: str, value: str) -> None:
-        num = int(value) if value.isdigit() else None
+        num = text_int(value, limit=MAX_CONTEXT_TOKENS)
         if name == "n_ctx" and num is not None:
             self.n_ctx_total = num
         elif name in ("n_ctx_seq", "n_ctx_per_seq") and num is not None:
@@ -305,16 +337,18 @@ class LogFollower:
     """Follow a log file across polls: read only what was appended; start over when it is truncated.
 
     The path ``-`` means standard input (``llama-server ... 2>&1 | kvmon --log -``): a daemon thread
-    reads it line by line as the server writes.
+    reads it line by line as the server writes; undecodable bytes are replaced, a line past
+    ``MAX_LINE_CHARS`` is skipped, and only a closed or failing stream ends the thread (``error`` says why).
     """
 
     MAX_READ_BYTES = 16 * MIB  # per poll, so a huge log never stalls a poll
 
-    def __init__(self, path: str, stream: IO[str] | None = None) -> None:
+    def __init__(self, path: str, stream: IO[str] | IO[bytes] | None = None) -> None:
         self.path = path
         self.parser = LlamaLogParser()
         self._offset = 0
         self._partial = ""
+        self._skipping = False  # inside a line longer than MAX_LINE_CHARS: dropped up to its newline
         self.error: str | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -323,12 +357,26 @@ class LogFollower:
                                             name="kvmon-log-stdin")
             self._thread.start()
 
-    def _read_stream(self, stream: IO[str]) -> None:
+    def _read_stream(self, stream: IO[str] | IO[bytes]) -> None:
+        raw = getattr(stream, "buffer", None)  # the bytes under a text stream: decoded here, bad bytes replaced
+        source: IO[Any] = raw if raw is not None else stream
+        skipping = False
         try:
-            for line in stream:
+            while True:
+                piece = source.readline(MAX_LINE_CHARS + 1)
+                if not piece:
+                    return
+                text = piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece
+                ended = text.endswith("\n")
+                if skipping or (not ended and len(text) > MAX_LINE_CHARS):
+                    if not skipping:
+                        with self._lock:
+                            self.parser.lines_rejected += 1
+                    skipping = not ended
+                    continue
                 with self._lock:
-                    self.parser.feed(line.rstrip("\r\n"))
-        except (OSError, ValueError) as e:  # closed or undecodable input
+                    self.parser.feed(text.rstrip("\r\n"))
+        except (OSError, ValueError) as e:  # the stream was closed or failed
             self.error = f"cannot read the piped log: {e}"
 
     def placement_hint(self) -> str | None:
@@ -342,20 +390,23 @@ class LogFollower:
             with self._lock:
                 return self.parser.config()
         try:
-            size = os.path.getsize(self.path)
+            data, size = read_from(self.path, self._offset, self.MAX_READ_BYTES)
             if size < self._offset:  # truncated or replaced: a new run
-                self._offset, self._partial = 0, ""
+                self._offset, self._partial, self._skipping = 0, "", False
                 self.parser = LlamaLogParser()
-            if size > self._offset:
-                with open(self.path, "rb") as f:
-                    f.seek(self._offset)
-                    data = f.read(self.MAX_READ_BYTES)
+                data, size = read_from(self.path, 0, self.MAX_READ_BYTES)
+            if data:
                 self._offset += len(data)
-                text = self._partial + data.decode("utf-8", errors="replace")
-                lines = text.split("\n")
+                lines = (self._partial + data.decode("utf-8", errors="replace")).split("\n")
                 self._partial = lines.pop()
+                if self._skipping and lines:  # the rest of an overlong line, up to its newline
+                    lines.pop(0)
+                    self._skipping = False
                 for line in lines:
                     self.parser.feed(line.rstrip("\r"))
+                if len(self._partial) > MAX_LINE_CHARS:  # no newline in sight: drop it, and the rest of it
+                    self._partial, self._skipping = "", True
+                    self.parser.lines_rejected += 1
             self.error = None
         except OSError as e:
             self.error = f"cannot read log file: {e.strerror or type(e).__name__}"

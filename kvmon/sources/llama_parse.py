@@ -11,31 +11,47 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from kvmon.core.jsonvals import json_int
+from kvmon.core.jsonvals import json_float, json_int
 from kvmon.core.readings import Provenance, ServerConfig, SlotReading
 
 METRIC_PREFIX = "llamacpp:"
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped."""
+class MetricsTextError(ValueError):
+    """``/metrics`` answered something that is not Prometheus text."""
+
+
+def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, float]:
+    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped.
+
+    A counter whose value is not a finite, non-negative number within 64 bits is left out and named in
+    ``rejected``; text that is not Prometheus exposition raises MetricsTextError.
+    """
     from prometheus_client.parser import text_string_to_metric_families  # only needed once /metrics answers
 
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.type != "counter":
-            continue
-        for sample in family.samples:
-            if sample.labels:
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.type != "counter":
                 continue
-            name = sample.name
-            if name.startswith(METRIC_PREFIX):
-                name = name[len(METRIC_PREFIX) :]
-            if name.endswith("_created"):
-                continue
-            if name.endswith("_total") and sample.name not in text:  # parser added the suffix
-                name = name[: -len("_total")]
-            out[name] = float(sample.value)
+            for sample in family.samples:
+                if sample.labels:
+                    continue
+                name = sample.name
+                if name.startswith(METRIC_PREFIX):
+                    name = name[len(METRIC_PREFIX) :]
+                if name.endswith("_created"):
+                    continue
+                if name.endswith("_total") and sample.name not in text:  # parser added the suffix
+                    name = name[: -len("_total")]
+                value = json_float(sample.value)
+                if value is None:
+                    if rejected is not None:
+                        rejected.append(name)
+                    continue
+                out[name] = value
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # what the parser raises
+        raise MetricsTextError(str(e)[:120] or type(e).__name__) from None
     return out
 
 

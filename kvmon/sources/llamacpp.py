@@ -36,9 +36,10 @@ from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LogFollower
-from kvmon.sources.llama_parse import derive_totals, metrics_key, parse_metrics, parse_slot
+from kvmon.sources.llama_parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llama_process import LlamaServerProcess
 from kvmon.sources.model_file import ModelFiles
+from kvmon.sources.procs import is_local_host
 
 BACKEND = "llama-server"
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
@@ -76,7 +77,10 @@ class LlamaServerSource:
         model_metadata_override: Mapping[str, Any] | None = None,
         inspect_local_process: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        local_files: bool | None = None,
     ) -> None:
+        """``local_files``: whether the paths the server names (its model file) are files on this machine; by
+        default, when the server's host is this machine. A remote server's paths are never opened here."""
         self.base_url = normalize_base_url(base_url)
         self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
@@ -99,6 +103,7 @@ class LlamaServerSource:
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
         self._process = LlamaServerProcess(self._host, self._port, inspect=inspect_local_process)
+        self._local_files = is_local_host(self._host) if local_files is None else local_files
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
@@ -308,11 +313,15 @@ class LlamaServerSource:
                 return False, {}
             reasons["metrics"] = e.failure.reason
             return flag if isinstance(flag, bool) else None, {}
+        rejected: list[str] = []
         try:
-            return True, parse_metrics(resp.text)
-        except (ValueError, TypeError, IndexError, KeyError) as e:
+            metrics = parse_metrics(resp.text, rejected)
+        except MetricsTextError as e:
             reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
             return True, {}
+        if rejected:
+            reasons["metrics"] = f"/metrics: {', '.join(rejected[:5])} not a count kvmon can use (left out)"
+        return True, metrics
 
     # ---- model --------------------------------------------------------------------------------
 
@@ -326,8 +335,8 @@ class LlamaServerSource:
         if not entries:
             return False, None
         for e in entries:
-            if e["status"].get("value") == "loaded" and isinstance(e.get("id"), str):
-                return True, e["id"]
+            if e["status"].get("value") == "loaded" and json_str(e.get("id")):
+                return True, json_str(e.get("id"))
         return True, None
 
     def _v1_models(
@@ -382,9 +391,12 @@ class LlamaServerSource:
         shape_source = None
         arch = None
         metadata: dict[str, Any] | None = None
-        full_path = self._resolve_model_path(model_path)
+        full_path = self._resolve_model_path(model_path) if self._local_files else None
         file_key = None
-        if full_path is not None:
+        if model_path and not self._local_files:
+            reasons["model.shape"] = (f"model file {os.path.basename(model_path)!r} is on another machine (the "
+                                      "server's): kvmon reads model files only of servers on this one")
+        elif full_path is not None:
             header, gwhy, file_key = self._files.header(full_path)
             if header is not None:
                 metadata = dict(header.metadata)

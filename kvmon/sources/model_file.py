@@ -2,7 +2,9 @@
 built from its metadata (built once per version, and per source's metadata overrides).
 
 Both server sources read the model file here when they can: llama-server's ``-m`` (its ``/props`` model_path),
-Ollama's blob (its modelfile's ``FROM``). A file that cannot be read says why, naming only the file, not its folder.
+Ollama's blob (its modelfile's ``FROM``), and only for a server on this machine (the path names a file there).
+A file that cannot be read says why, naming only the file, not its folder; anything but a regular file is never
+opened (``kvmon.sources.localfile``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
+from kvmon.sources.localfile import regular_stat
 
 FileKey = tuple[str, int, int]  # path, size, modification time (ns): a new version of the file is a new key
 MAX_FILES = 8
@@ -23,7 +26,7 @@ def shape_of(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
 
     try:
         return ModelShape.from_gguf(metadata), None
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, ArithmeticError) as e:  # ShapeError is a ValueError
         return None, f"model shape not understood: {e}"
 
 
@@ -39,7 +42,7 @@ class ModelFiles:
         """(the file's GGUF header, why not, the file version's key); a file that cannot be statted has no key."""
         name = os.path.basename(path)
         try:
-            st = os.stat(path)
+            st = regular_stat(path)
         except OSError as e:
             return None, f"model file {name!r} not readable here ({e.strerror or 'error'})", None
         key = (path, st.st_size, int(st.st_mtime_ns))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
@@ -144,8 +145,8 @@ class OllamaSource:
     def _version(self) -> str | None:
         if self._state.version is None:
             body = self._client.get_json("/api/version")
-            if isinstance(body, dict) and isinstance(body.get("version"), str):
-                self._state.version = body["version"]
+            if isinstance(body, dict):
+                self._state.version = json_str(body.get("version"))
         return self._state.version
 
     def _show(self, model: OllamaModel, now: float) -> tuple[ShowInfo | None, str | None]:

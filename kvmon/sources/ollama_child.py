@@ -18,11 +18,13 @@ from typing import Any
 
 import psutil
 
+from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
 from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_parse import parse_slot
+from kvmon.sources.localfile import read_tail
 from kvmon.sources.procs import lookup_listening_process, process_cmdline
 
 _MODEL_FLAGS = ("--model", "-m")
@@ -149,9 +151,9 @@ def ollama_environment_config(environ: Mapping[str, str], source: Provenance = P
     if fa:
         fields["flash_attn"] = "on" if fa in ("1", "true", "on", "yes") else "off"
         prov["flash_attn"] = source
-    par = environ.get("OLLAMA_NUM_PARALLEL", "").strip()
-    if par.isdigit() and int(par) > 0:
-        fields["n_parallel"] = int(par)
+    par = text_int(environ.get("OLLAMA_NUM_PARALLEL", ""))
+    if par:
+        fields["n_parallel"] = par
         prov["n_parallel"] = source
     return ServerConfig(provenance=prov, **fields)
 
@@ -172,11 +174,7 @@ def parse_server_config_line(line: str) -> dict[str, str] | None:
 def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
     """Settings from the last "server config" line in Ollama's log (the tail is read), or (None, why)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            tail = f.read().decode("utf-8", errors="replace")
+        tail = read_tail(path, LOG_TAIL_BYTES).decode("utf-8", errors="replace")  # regular files only, no waiting
     except OSError as e:
         return None, f"Ollama log {path} not readable ({e.strerror or type(e).__name__})"
     lines = tail.splitlines()

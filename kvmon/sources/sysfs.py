@@ -19,6 +19,7 @@ from pathlib import Path
 from kvmon.core.readings import PcieLink
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
 from kvmon.sources.drm_fdinfo import server_gpu_memory
+from kvmon.sources.localfile import open_regular
 from kvmon.sources.procs import PidTreeCache
 
 MAX_SYSFS_BYTES = 64 * 1024  # sysfs attributes are one page; anything longer is not one
@@ -30,7 +31,7 @@ _GT_S_GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 def read_text(path: Path) -> str | None:
     """A sysfs file's text without the trailing newline, or None when it cannot be read."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # sysfs attributes are regular files; anything else is not read
             data = f.read(MAX_SYSFS_BYTES)
     except OSError:
         return None

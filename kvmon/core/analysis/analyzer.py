@@ -19,6 +19,7 @@ from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
+from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.points import model_key
@@ -115,6 +116,7 @@ class Analyzer:
     # ------------------------------------------------------------------ one poll
 
     def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
+        r = plausible_reading(r)  # a value past its physical bound is unknown (with its reason), never a fact
         st, memo, t = self.settings, self._memo, r.t_monotonic
         prov: dict[str, str] = {}
         reasons: dict[str, str] = dict(r.reasons)

@@ -28,12 +28,16 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
     out = Speeds(decode=getattr(sample, "decode_tok_s", None), prefill=getattr(sample, "prefill_tok_s", None),
                  per_slot=getattr(sample, "per_slot_decode_tok_s", None) or {},
                  source=getattr(sample, "source", None))
+    withheld: dict[str, str] = getattr(sample, "reasons", None) or {}  # rates past their physical bound
     if out.decode is not None:
         prov["decode_tok_s"] = "measured"
     else:
-        reasons["decode_tok_s"] = r.live_rate_unavailable_reason or "idle: no tokens generated since the last poll"
+        reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or r.live_rate_unavailable_reason
+                                   or "idle: no tokens generated since the last poll")
     if out.prefill is not None:
         prov["prefill_tok_s"] = "measured"
+    elif "prefill_tok_s" in withheld:
+        reasons["prefill_tok_s"] = withheld["prefill_tok_s"]
     return out
 
 

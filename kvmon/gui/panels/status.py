@@ -6,6 +6,7 @@ import time
 
 from PySide6 import QtWidgets
 
+from kvmon.core.alerts import RECORDING_FAILED
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.gui import theme
 from kvmon.gui.widgets import ValueLabel
@@ -36,6 +37,8 @@ class StatusPanel(QtWidgets.QStatusBar):
             self.addWidget(w)
         self.addPermanentWidget(self.recording)
         self._last_poll_monotonic: float | None = None
+        self._recording_path: str | None = None
+        self._recording_failed: str | None = None  # the alert's message while the recording is stopped by a fault
         self.set_recording(None)
 
     def update_snapshot(self, s: Snapshot) -> None:
@@ -49,6 +52,10 @@ class StatusPanel(QtWidgets.QStatusBar):
                             s.connection.reason or f"Connection: {st.value}")
         self.sources.set(sources_text(s), "Where the numbers come from: measured (server counters, NVML), computed "
                          "(physics), log, table, user settings")
+        failed = next((a.message for a in s.alerts if a.code == RECORDING_FAILED), None)
+        if failed != self._recording_failed:
+            self._recording_failed = failed
+            self.set_recording(self._recording_path)
         self._last_poll_monotonic = time.monotonic()
         self.tick()
 
@@ -62,8 +69,14 @@ class StatusPanel(QtWidgets.QStatusBar):
                         "Time since the last snapshot arrived from the poller thread")
 
     def set_recording(self, path: str | None) -> None:
-        """Show whether snapshots are being recorded (issue 8 plugs in here)."""
-        if path:
+        """Show whether snapshots are being recorded, and when a fault (a full disk) stopped the recording."""
+        if path != self._recording_path:
+            self._recording_failed = None  # a new recording (or none) starts clean
+        self._recording_path = path
+        if path and self._recording_failed:
+            self.recording.set(f"recording failed <span style='color:{theme.hex_color('critical')}'>●</span>",
+                               self._recording_failed)
+        elif path:
             self.recording.set(f"recording <span style='color:{theme.hex_color('spill')}'>●</span>",
                                f"Recording every snapshot to {path}")
         else:

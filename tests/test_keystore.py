@@ -1,0 +1,120 @@
+"""A remembered API key lives in the platform keychain (through ``keyring``); the settings file gets it only when
+there is no keychain and the user agreed, and then it is readable by the user alone (mode 0600).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+from kvmon.keystore import KeychainUnavailable
+from memory_keyring import MemoryKeyring, no_keychain, using_keyring
+
+KEY = "remembered-key-0451"
+
+
+@pytest.fixture
+def memory() -> Iterator[MemoryKeyring]:
+    backend = MemoryKeyring()
+    with using_keyring(backend):
+        yield backend
+
+
+@pytest.fixture
+def headless() -> Iterator[None]:
+    with using_keyring(no_keychain()):
+        yield
+
+
+def _settings(path: Path):
+    from kvmon.gui.settings import Settings
+
+    return Settings(str(path))
+
+
+def _file_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def test_a_remembered_key_goes_to_the_keychain_not_the_file(tmp_path: Path, memory: MemoryKeyring) -> None:
+    ini = tmp_path / "kvmon.ini"
+    s = _settings(ini)
+    assert s.set_api_key(KEY, remember=True) == "keychain"
+    s.sync()
+    assert KEY not in _file_text(ini)
+    assert KEY in memory.passwords.values()
+    again = _settings(ini)  # a later start of the app
+    assert again.api_key == KEY
+
+
+def test_forgetting_the_key_removes_it_from_the_keychain(tmp_path: Path, memory: MemoryKeyring) -> None:
+    s = _settings(tmp_path / "kvmon.ini")
+    s.set_api_key(KEY, remember=True)
+    assert s.set_api_key(KEY, remember=False) == "session"
+    assert memory.passwords == {}
+    assert _settings(tmp_path / "kvmon.ini").api_key is None
+
+
+def test_without_a_keychain_the_key_is_not_stored_unless_the_user_agrees(tmp_path: Path, headless: None) -> None:
+    ini = tmp_path / "kvmon.ini"
+    s = _settings(ini)
+    with pytest.raises(KeychainUnavailable):
+        s.set_api_key(KEY, remember=True)
+    s.sync()
+    assert KEY not in _file_text(ini)
+    assert s.api_key == KEY  # still used for this session
+    assert _settings(ini).api_key is None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_the_agreed_plain_text_fallback_is_readable_by_the_user_only(tmp_path: Path, headless: None) -> None:
+    ini = tmp_path / "kvmon.ini"
+    s = _settings(ini)
+    assert s.set_api_key(KEY, remember=True, allow_plain_text=True) == "settings file"
+    s.sync()
+    assert KEY in _file_text(ini)
+    assert stat.S_IMODE(os.stat(ini).st_mode) == 0o600
+    assert _settings(ini).api_key == KEY
+
+
+def test_an_old_plain_text_key_moves_into_the_keychain(tmp_path: Path, memory: MemoryKeyring) -> None:
+    ini = tmp_path / "kvmon.ini"
+    ini.write_text(f"[connection]\nremember_key=true\napi_key={KEY}\n", encoding="utf-8")
+    s = _settings(ini)
+    assert s.api_key == KEY
+    s.sync()
+    assert KEY not in _file_text(ini) and KEY in memory.passwords.values()
+
+
+def test_the_dialog_asks_before_plain_text(qtbot, tmp_path: Path, headless: None) -> None:
+    from PySide6 import QtCore, QtWidgets
+
+    from kvmon.gui.settings import SettingsDialog
+
+    ini = tmp_path / "kvmon.ini"
+    s = _settings(ini)
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.api_key.setText(KEY)
+    dlg.remember.setChecked(True)
+    asked: list[str] = []
+
+    def answer(button: QtWidgets.QMessageBox.StandardButton) -> None:
+        box = QtWidgets.QApplication.activeModalWidget()
+        assert isinstance(box, QtWidgets.QMessageBox)
+        asked.append(box.text())
+        box.button(button).click()
+
+    QtCore.QTimer.singleShot(100, lambda: answer(QtWidgets.QMessageBox.StandardButton.No))
+    dlg.apply()
+    assert asked and "keychain" in asked[0].lower()
+    assert KEY not in _file_text(ini)
+    QtCore.QTimer.singleShot(100, lambda: answer(QtWidgets.QMessageBox.StandardButton.Yes))
+    dlg.apply()
+    assert KEY in _file_text(ini)
