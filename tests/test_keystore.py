@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from kvmon.keystore import KeychainUnavailable
 from memory_keyring import MemoryKeyring, no_keychain, using_keyring
+
+from kvmon.keystore import KeychainUnavailable
 
 KEY = "remembered-key-0451"
 
