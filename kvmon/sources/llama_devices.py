@@ -21,10 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kvmon.core.bounds import MAX_BYTES
 from kvmon.core.device_names import canonical_device
+from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import LogDevice
 
 MIB = 1024 * 1024
+MAX_DEVICES = 64  # past any machine llama.cpp runs on; a log naming more is not a fact
 _CUDA_HEADER = re.compile(r"found (\d+) (CUDA|ROCm|MUSA|SYCL) devices")
 _CUDA_DEVICE = re.compile(r"(?:^|\s)Device (\d+): (.+?),\s+(?:compute capability|gfx\w+ \(0x)[^\n]*?"
                           r"(?:VRAM: (\d+) MiB)?(?: \((\d+) MiB free\))?\s*$")
@@ -44,6 +47,21 @@ _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
 _OLD_METAL_ERA = "ggml_metal_add_buffer"  # printed only before the December 2023 change of unit
 _PREFILTER = ("evice", "ggml_vulkan", "Vulkan", "GPU name", "nified", "WorkingSet", "SYCL", "MiB free", "|",
               "verbosity", "metal")
+
+
+def _size(text: str, unit: int = MIB) -> int:
+    """A printed size in ``unit`` as bytes; ValueError (the line is skipped and counted) past any machine."""
+    n = text_int(text, limit=MAX_BYTES // unit)
+    if n is None:
+        raise ValueError(f"{text[:20]!r} is not a size")
+    return n * unit
+
+
+def _number(text: str) -> float:
+    f = text_float(text, limit=MAX_BYTES / MIB)
+    if f is None:
+        raise ValueError(f"{text[:20]!r} is not a size")
+    return f
 
 
 @dataclass
@@ -71,6 +89,8 @@ class DeviceLines:
     def _dev(self, name: str) -> _Dev:
         name = canonical_device(name)
         if name not in self.found:
+            if len(self.found) >= MAX_DEVICES:
+                raise ValueError(f"more than {MAX_DEVICES} devices named")
             self.found[name] = _Dev(name)
         return self.found[name]
 
@@ -82,7 +102,7 @@ class DeviceLines:
             self._metal_ws_mib = True
         m = _VERBOSITY.search(line)
         if m:
-            self.verbosity = int(m.group(1))
+            self.verbosity = text_int(m.group(1), limit=99)
             return False
         m = _CUDA_HEADER.search(line)
         if m:
@@ -93,7 +113,7 @@ class DeviceLines:
             d = self._dev(f"{self._backend}{m.group(1)}")
             d.description = d.description or m.group(2).strip()
             if m.group(3):
-                d.total_bytes = int(m.group(3)) * MIB
+                d.total_bytes = _size(m.group(3))
             return True
         for rx in (_VK_DEVICE, _VK_OLD):
             m = rx.search(line)
@@ -117,19 +137,19 @@ class DeviceLines:
             if middle.startswith("(") and middle.endswith(")"):
                 middle = middle[1:-1]
             d.description = middle or d.description
-            d.free_bytes = int(m.group(3)) * MIB
+            d.free_bytes = _size(m.group(3))
             return True
         m = _LISTED.search(line)
         if m:
             d = self._dev(m.group(1))
             d.description = m.group(2).strip()
-            d.total_bytes, d.free_bytes = int(m.group(3)) * MIB, int(m.group(4)) * MIB
+            d.total_bytes, d.free_bytes = _size(m.group(3)), _size(m.group(4))
             return True
         m = _BREAKDOWN.search(line)
         if m:
             d = self._dev(m.group(1))
             d.description = d.description or m.group(2).strip()
-            d.total_bytes = d.total_bytes or int(m.group(3)) * MIB
+            d.total_bytes = d.total_bytes or _size(m.group(3))
             return True
         return self._metal(line) or self._sycl(line)
 
@@ -151,12 +171,12 @@ class DeviceLines:
         m = _METAL_WS.search(line)
         if m:
             self._dev("MTL0")
-            self._metal_ws = float(m.group(1).replace(",", "."))
+            self._metal_ws = _number(m.group(1).replace(",", "."))
             return True
         m = _METAL_PAIR.search(line)
         if m:
             self._dev("MTL0")
-            self._metal_pair_mib = float(m.group(1))
+            self._metal_pair_mib = _number(m.group(1))
             return True
         return False
 
@@ -169,9 +189,9 @@ class DeviceLines:
         cells = [c.strip() for c in m.group(3).split("|")]
         sized = [c for c in cells if c.endswith("M") and c[:-1].isdigit()]
         if sized:  # since December 2024: decimal MB with an M
-            d.total_bytes = int(sized[-1][:-1]) * 1_000_000
+            d.total_bytes = _size(sized[-1][:-1], 1_000_000)
         else:
-            plain = [int(c) for c in cells if c.isdigit() and int(c) >= 100_000_000]
+            plain = [n for c in cells if c.isdigit() and (n := _size(c, 1)) >= 100_000_000]
             if plain:
                 d.total_bytes = plain[-1]
         return True
