@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-## Set up and open the dashboard (auto-detects llama-server :8080 / Ollama :11434, else the demo).
+## Set up and open the dashboard (every llama-server, router, llama-swap and Ollama on this machine, else the demo).
 run: $(STAMP)
 	$(BIN)/python -m kvmon $(ARGS)
 

@@ -38,6 +38,9 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
     p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
+    p.add_argument("--devices", default=None, metavar="URL",
+                   help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
+                   "(http://HOST:9464)")
     _add_bandwidth_arg(p)
 
 
@@ -55,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_args(once)
     once.add_argument("--json", action="store_true", help="print the documented JSON document")
     once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
+    once.add_argument("--list", action="store_true",
+                      help="list every server found on this machine (processes, then the default ports) and exit")
 
     sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
@@ -94,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     parser.add_argument("--log", default=None, metavar="FILE",
                         help="the server's log file (start llama-server with -lv 4)")
+    parser.add_argument("--devices", default=None, metavar="URL",
+                        help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
     _add_bandwidth_arg(parser)
     return parser

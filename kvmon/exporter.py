@@ -243,7 +243,8 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
 
     def opener() -> Any:
         return open_monitor(url, api_key=api_key, timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                            log_path=getattr(args, "log", None), settings=settings_from_args(args))
+                            log_path=getattr(args, "log", None), settings=settings_from_args(args),
+                            devices_url=getattr(args, "devices", None))
 
     exporter = Exporter(interval_s=interval_s, opener=opener)
     try:

@@ -35,6 +35,75 @@ class SnapshotSink(Protocol):
     def close(self) -> None: ...
 
 
+def close_quietly(*parts: object) -> None:
+    """Close each part that is there; closing is best effort (a broken client must not stop the others)."""
+    for part in parts:
+        close = getattr(part, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception:  # closing is best effort
+            pass
+
+
+class DevicePoller:
+    """The GPU and host sources of one monitor, read once per poll for the server's processes (host at most every
+    ``host_interval_s``, and again when the processes change); their failures only blank their part."""
+
+    def __init__(self, gpu_source: GpuSource | None = None, host_source: HostSource | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S) -> None:
+        self.gpu_source = gpu_source
+        self.host_source = host_source
+        self._clock = clock
+        self.host_interval_s = host_interval_s
+        self._host_cache: tuple[float, tuple[int, ...], HostReading] | None = None  # (read at, pids, reading)
+
+    def poll_gpus(self, server_pids: tuple[int, ...]) -> GpuSetReading | None:
+        if self.gpu_source is None:
+            return None
+        try:
+            return self.gpu_source.poll(server_pids)
+        except Exception as exc:  # NVML lost mid-session, a driver reset: the GPU part goes blank
+            return GpuSetReading(t_monotonic=self._clock(),
+                                 unavailable_reason=f"GPU reading failed: {type(exc).__name__}: {exc}")
+
+    def poll_host(self, server_pids: tuple[int, ...]) -> HostReading | None:
+        if self.host_source is None:
+            return None
+        now = self._clock()
+        cached = self._host_cache
+        if cached is not None and cached[1] == server_pids and 0.0 <= now - cached[0] < self.host_interval_s:
+            return replace(cached[2], t_monotonic=now)  # the values of the last read, stamped now
+        self._host_cache = None
+        try:
+            reading = self.host_source.poll(server_pids)
+        except Exception as exc:
+            return HostReading(t_monotonic=self._clock(),
+                               reasons={"host": f"host reading failed: {type(exc).__name__}: {exc}"})
+        if isinstance(reading, HostReading):
+            self._host_cache = (now, server_pids, reading)
+        return reading
+
+    def probe_host_bandwidth(self) -> bool:
+        """Run the host source's one-time bandwidth probe if it has one and it is due; whether it ran. The caller
+        knows that nothing decodes; the next host reading carries the measurement."""
+        probe = self.host_source
+        if not isinstance(probe, BandwidthProbe):
+            return False
+        try:
+            if not probe.probe_due():
+                return False
+            probe.measure_bandwidth()
+        except Exception:  # a failed probe leaves the bandwidth unknown, with its reason
+            pass
+        self._host_cache = None
+        return True
+
+    def close(self) -> None:
+        close_quietly(self.gpu_source, self.host_source)
+
+
 class Monitor:
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
@@ -49,17 +118,26 @@ class Monitor:
         """
         self._clock = clock
         self.server_source = server_source
-        self.gpu_source = gpu_source
-        self.host_source = host_source
+        self.devices = DevicePoller(gpu_source, host_source, clock=clock, host_interval_s=host_interval_s)
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
         self.recording_problem: str | None = None  # why the recorder stopped (it is not called again)
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
-        self.host_interval_s = host_interval_s
-        self._host_cache: tuple[float, tuple[int, ...], HostReading] | None = None  # (read at, pids, reading)
         self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
+
+    @property
+    def gpu_source(self) -> GpuSource | None:
+        return self.devices.gpu_source
+
+    @property
+    def host_source(self) -> HostSource | None:
+        return self.devices.host_source
+
+    @property
+    def host_interval_s(self) -> float:
+        return self.devices.host_interval_s
 
     @property
     def backend(self) -> str:
@@ -81,32 +159,6 @@ class Monitor:
             self._server_pids = tuple(reading.server_pids)
         return reading
 
-    def _poll_gpus(self) -> GpuSetReading | None:
-        if self.gpu_source is None:
-            return None
-        try:
-            return self.gpu_source.poll(self._server_pids)
-        except Exception as exc:  # NVML lost mid-session, a driver reset: the GPU part goes blank
-            return GpuSetReading(t_monotonic=self._clock(),
-                                 unavailable_reason=f"GPU reading failed: {type(exc).__name__}: {exc}")
-
-    def _poll_host(self) -> HostReading | None:
-        if self.host_source is None:
-            return None
-        now = self._clock()
-        cached = self._host_cache
-        if cached is not None and cached[1] == self._server_pids and 0.0 <= now - cached[0] < self.host_interval_s:
-            return replace(cached[2], t_monotonic=now)  # the values of the last read, stamped now
-        self._host_cache = None
-        try:
-            reading = self.host_source.poll(self._server_pids)
-        except Exception as exc:
-            return HostReading(t_monotonic=self._clock(),
-                               reasons={"host": f"host reading failed: {type(exc).__name__}: {exc}"})
-        if isinstance(reading, HostReading):
-            self._host_cache = (now, self._server_pids, reading)
-        return reading
-
     def _server_idle_here(self, server: ServerReading | SourceFailure) -> bool:
         """Whether this poll found a server on this machine with every slot idle (nothing decoding)."""
         if not isinstance(server, ServerReading) or server.state not in ("ok", "idle"):
@@ -118,24 +170,15 @@ class Monitor:
 
     def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
         """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
-        probe = self.host_source
-        if not isinstance(probe, BandwidthProbe) or not self._server_idle_here(server):
-            return
-        try:
-            if not probe.probe_due():
-                return
-            probe.measure_bandwidth()
-        except Exception:  # a failed probe leaves the bandwidth unknown, with its reason
-            pass
-        self._host_cache = None  # the next host reading carries the measurement
-        self.probes_run += 1
+        if self._server_idle_here(server) and self.devices.probe_host_bandwidth():
+            self.probes_run += 1
 
     def poll(self) -> Snapshot:
         """Read every source once and return the analysed Snapshot (never raises for source trouble)."""
         server = self._poll_server()
         self._maybe_probe(server)
-        gpus = self._poll_gpus()
-        host = self._poll_host()
+        gpus = self.devices.poll_gpus(self._server_pids)
+        host = self.devices.poll_host(self._server_pids)
         snap = self.analyzer.update(server, gpus, host)
         problem = self._record(snap)
         if problem:
@@ -156,13 +199,7 @@ class Monitor:
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""
-        for src in (self.server_source, self.gpu_source, self.host_source, self.recorder):
-            if src is None:
-                continue
-            try:
-                src.close()
-            except Exception:  # closing is best effort
-                pass
+        close_quietly(self.server_source, self.devices, self.recorder)
 
     def __enter__(self) -> Monitor:
         return self

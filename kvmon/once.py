@@ -1,7 +1,8 @@
 """``kvmon once [URL] [--json]``: two polls about a second apart, one report, exit.
 
 Exit status 0 when the server was read; 2 (with a one-line reason on stderr) when it is unreachable,
-rejects the key, is still loading, or the URL is bad. No Qt is loaded on this path.
+rejects the key, is still loading, or the URL is bad. Without a URL it reads the first server found on this machine
+(``kvmon once --list`` lists them all). No Qt is loaded on this path.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def format_text(doc: dict[str, Any]) -> str:
         f"decode: {_fmt(doc['decode_tok_s'], ' tok/s')} (ceiling {_fmt(doc['ceiling_tok_s'], ' tok/s')}), "
         f"prefill: {_fmt(doc['prefill_tok_s'], ' tok/s')}",
     ]
+    sv = doc.get("serving")
+    if sv:
+        shown = f", showing {sv['followed']} ({sv['follow_reason']})" if sv["followed"] else ""
+        models = ", ".join(f"{m['name']} {m['status']}" + (f" {m['progress'] * 100:.0f} %" if m["progress"]
+                                                            is not None else "") for m in sv["models"])
+        from kvmon.core.serving import SERVING_LABELS
+
+        lines.insert(1, f"{SERVING_LABELS.get(sv['kind'], sv['kind'])}{shown}: {models or 'no models'}"
+                     + (f" — {sv['message']}" if sv["message"] else ""))
     if doc["ceiling_suspect"]:
         lines.append(f"ceiling uncertain ({doc['ceiling_suspect']['input']}): {doc['ceiling_suspect']['message']}")
     fc = doc["forecast"]
@@ -64,6 +74,45 @@ def format_text(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def found_to_json(found: Any) -> dict[str, Any]:
+    """One server of ``once --list --json``: where, what, how it was found, and why it does not answer."""
+    return {"url": found.url, "backend": found.backend, "label": found.label, "version": found.version,
+            "serving": found.summary, "found_by": found.how, "pid": found.pid, "answering": found.answering,
+            "reason": found.reason}
+
+
+def format_list(discovery: Any) -> str:
+    """``once --list``: one line per server found, processes first."""
+    if not discovery.found:
+        from kvmon.sources.discover import nothing_found_reason
+
+        return nothing_found_reason(discovery)
+    n = len(discovery.found)
+    lines = [f"{n} server{'s' if n != 1 else ''} found:"]
+    width = max(len(f.url) for f in discovery.found)
+    for f in discovery.found:
+        what = f.label + (f" {f.version}" if f.version else "")
+        detail = f.summary if f.answering and not f.reason else (f.reason or "not answering")
+        lines.append(f"  {f.url:<{width}}  {what}" + (f" — {detail}" if detail else "") + f"  [{f.how}]")
+    return "\n".join(lines)
+
+
+def run_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``kvmon once --list [--json]``: every server on this machine; 0 when one answers, else 2."""
+    from kvmon import __version__
+    from kvmon.session import find_servers
+
+    api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
+    found = find_servers(api_key=api_key, timeout_s=min(float(getattr(args, "timeout", 3.0) or 3.0), 2.0))
+    if getattr(args, "json", False):
+        doc = {"kvmon_version": __version__, "servers": [found_to_json(f) for f in found.found],
+               "looked_at": list(found.looked_at)}
+        out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(format_list(found) + "\n")
+    return EXIT_OK if found.answering() else EXIT_UNREADABLE
+
+
 def _fail(reason: str, err: TextIO) -> int:
     print(f"kvmon: {reason.splitlines()[0] if reason else 'server not readable'}", file=err)
     return EXIT_UNREADABLE
@@ -73,14 +122,28 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from kvmon.session import open_monitor, settings_from_args
+    if getattr(args, "list", False):
+        return run_list(args, out, err)
+    from kvmon.session import find_servers, open_monitor, settings_from_args
+    from kvmon.sources.discover import nothing_found_reason
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
+    timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
+    url, backend = getattr(args, "url", None), None
+    if url is None:  # the first server found; the others are named, and --list lists them
+        found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 2.0))
+        answering = found.answering()
+        if not answering:
+            return _fail(nothing_found_reason(found), err)
+        url, backend = answering[0].url, answering[0].backend
+        if len(answering) > 1:
+            others = ", ".join(f.url for f in answering[1:])
+            print(f"kvmon: reading {url} ({answering[0].label}); also found {others} (kvmon once --list)", file=err)
     try:
-        monitor = open_monitor(getattr(args, "url", None), api_key=api_key,
-                               timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                               log_path=getattr(args, "log", None), settings=settings_from_args(args))
+        monitor = open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
+                               backend=backend, devices_url=getattr(args, "devices", None),
+                               settings=settings_from_args(args))
     except SourceError as e:
         return _fail(e.failure.reason, err)
     with monitor:

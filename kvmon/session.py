@@ -20,11 +20,12 @@ from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.redact import scrub
 from kvmon.core.snapshot import Snapshot
+from kvmon.group_monitor import GroupMonitor
 from kvmon.monitor import Monitor
 from kvmon.sources.base import GpuSource, HostSource
 
-DEFAULT_CANDIDATES: tuple[str, ...] = ("http://127.0.0.1:8080", "http://127.0.0.1:11434")
-NO_SERVER_BANNER = "Demo: no server found on :8080 or :11434 — showing the simulator (start kvmon with a URL)"
+NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap or Ollama found on this machine — showing the simulator "
+                    "(start kvmon with a URL)")
 DEMO_SCENARIO = "seed-3090x2"
 
 
@@ -52,6 +53,22 @@ def detect(url: str, api_key: str | None, timeout_s: float) -> str | None:
     return backend if backend and backend != "unknown" else None
 
 
+def find_servers(*, api_key: str | None = None, timeout_s: float = 1.0,
+                 candidates: Sequence[str] | None = None) -> Any:
+    """Every server on this machine (``kvmon.sources.discover.Discovery``): the process table first, then the
+    backends' default ports; with ``candidates``, those URLs only, in order."""
+    from kvmon.sources import discover
+
+    if candidates is None:
+        return discover.discover(api_key=api_key, timeout_s=timeout_s)
+    found = []
+    for cand in candidates:
+        backend = detect(cand, api_key, timeout_s)
+        if backend is not None:
+            found.append(discover.Found(cand.rstrip("/"), backend, f"given {cand}"))
+    return discover.Discovery(tuple(found), (", ".join(candidates),))
+
+
 def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> GpuSource | None:
     """Every device source of this system (NVML, AMD and Intel sysfs, Apple); a machine with none says so."""
     from kvmon.sources.devices import default_device_sources
@@ -69,35 +86,69 @@ def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource 
     return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None, auto_probe=True)
 
 
+def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSource | None,
+                  settings: AnalyzerSettings | None = None, *, recorder: Any = None,
+                  clock: Callable[[], float] | None = None, server_pids: Sequence[int] = (),
+                  model_pids: Callable[[str], Sequence[int]] | None = None,
+                  settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
+    """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap).
+    ``settings_source``: asked before every poll for the settings the user has now."""
+    from kvmon.sources.base import ModelListSource
+
+    kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    if isinstance(source, ModelListSource):
+        return GroupMonitor(source, gpu_source, host_source, settings, recorder=recorder, model_pids=model_pids,
+                            settings_source=settings_source, **kw)
+    analyzer = Analyzer(settings, settings_source=settings_source, **kw)
+    return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids, **kw)
+
+
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
                  log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
-                 gpu: bool = True, host: bool = True, candidates: Sequence[str] = DEFAULT_CANDIDATES,
-                 recorder: Any = None, settings_source: Callable[[], AnalyzerSettings | None] | None = None
-                 ) -> Monitor:
-    """A Monitor on ``url``; with no URL, the first of llama-server :8080 and Ollama :11434 that answers.
+                 gpu: bool = True, host: bool = True, candidates: Sequence[str] | None = None,
+                 recorder: Any = None, backend: str | None = None, devices_url: str | None = None,
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
+    """A monitor on ``url``; with no URL, the first server found on this machine (``find_servers``).
 
-    Each candidate is asked once: the backend it answered as opens its source. Raises SourceError (UNREACHABLE)
-    when no URL is given and nothing answers on the candidates. ``recorder``: where every snapshot is recorded.
+    Each candidate is asked once: the backend it answered as opens its source (``backend`` skips the question).
+    Raises SourceError (UNREACHABLE) when no URL is given and nothing answers. ``recorder``: where every snapshot
+    is recorded. ``devices_url``: the ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on
+    another machine without one has no device readings, said so; this machine's are not its).
     ``settings_source``: the session's current settings, asked before every poll (see ``Session.settings``).
     """
     from kvmon.sources.detect import open_source
+    from kvmon.sources.discover import nothing_found_reason
 
-    backend: str | None = None
     if url is None:
-        for cand in candidates:
-            backend = detect(cand, api_key, timeout_s)
-            if backend is not None:
-                url = cand
-                break
-        else:
-            ports = " or ".join(c.rsplit(":", 1)[-1] for c in candidates)
-            raise SourceError(SourceFailure(
-                FailureKind.UNREACHABLE,
-                f"no llama-server or Ollama found on 127.0.0.1 port {ports}: give a URL, or try --demo"))
+        found = find_servers(api_key=api_key, timeout_s=timeout_s, candidates=candidates)
+        answering = found.answering()
+        if not answering:
+            raise SourceError(SourceFailure(FailureKind.UNREACHABLE, nothing_found_reason(found)))
+        url, backend = answering[0].url, answering[0].backend
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
-    return Monitor(source, default_gpu_source(nvml, settings) if gpu else None,
-                   default_host_source(settings) if host else None,
-                   Analyzer(settings, settings_source=settings_source), recorder=recorder)
+    gpu_src, host_src = device_sources(url, devices_url, settings=settings, nvml=nvml, gpu=gpu, host=host)
+    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source)
+
+
+def device_sources(url: str, devices_url: str | None, *, settings: AnalyzerSettings | None = None, nvml: Any = None,
+                   gpu: bool = True, host: bool = True) -> tuple[Any, Any]:
+    """(GPU source, host source) for a server at ``url``: a remote ``kvmon serve``'s when ``devices_url`` is given,
+    this machine's when the server runs here, else sources that say why there are no device readings."""
+    from urllib.parse import urlsplit
+
+    from kvmon.sources.http import normalize_base_url
+    from kvmon.sources.procs import is_local_host
+
+    if devices_url:
+        from kvmon.sources.remote_devices import RemoteDevices
+
+        remote = RemoteDevices(devices_url)
+        return (remote if gpu else None), (remote.host_source() if host else None)
+    if not is_local_host(urlsplit(normalize_base_url(url)).hostname):
+        from kvmon.sources.remote_devices import NoDevices, NoHost
+
+        return (NoDevices() if gpu else None), (NoHost() if host else None)
+    return (default_gpu_source(nvml, settings) if gpu else None), (default_host_source(settings) if host else None)
 
 
 # --------------------------------------------------------------------------------------------- recording
@@ -204,9 +255,17 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     ``recorder``: a RecordSwitch (the session's) or any recorder. ``start_at_s``: join the simulated story that
     many seconds in (documentation screenshots).
     """
+    from kvmon.sim.multi_scenarios import MultiScenario, get_multi_scenario
+
+    multi = get_multi_scenario(scenario) if isinstance(scenario, str) else scenario
+    if isinstance(multi, MultiScenario):
+        return _multi_demo_session(multi, banner, timeout_s=timeout_s, speed=speed, recorder=recorder,
+                                   faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s)
     from kvmon.sim.server import SimServer
 
-    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s)
+    # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
+    # its /slots, as it would on a real one
+    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
 
@@ -238,14 +297,48 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     return session
 
 
-def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
-                   recorder: RecordSwitch | None = None, settings: AnalyzerSettings | None = None) -> Session:
-    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect)."""
-    switch = recorder if recorder is not None else RecordSwitch(url)
+def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, speed: float, recorder: Any,
+                        faults: tuple[str, ...], analyzer_settings: AnalyzerSettings | None,
+                        start_at_s: float) -> Session:
+    """The simulated router or llama-swap (``kvmon.sim.multi``), monitored like a real one with its shared GPUs."""
+    from kvmon.sim.multi import MultiSim
+
+    sim = MultiSim(scenario, speed=speed, faults=faults, start_at_s=start_at_s)
+    url = sim.start()
+    switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
 
     def factory() -> MonitorLike:
+        from kvmon.sources.host import HostSource as PsutilHost
+        from kvmon.sources.llama_swap import LlamaSwapSource
+        from kvmon.sources.nvml import NvmlSource
+        from kvmon.sources.router import LlamaRouterSource
+
+        clock = sim.clock.now
+        cls: Any = LlamaRouterSource if scenario.kind == "router" else LlamaSwapSource
+        source = cls(url, timeout_s=timeout_s, clock=clock)
+        host = PsutilHost(scenario.host_bandwidth_bytes_per_s, clock=clock)
+        return GroupMonitor(source, NvmlSource(nvml=sim.nvml, clock=clock), host, analyzer_settings,
+                            recorder=recorder if recorder is not None else switch, clock=clock,
+                            model_pids=sim.model_pids, settings_source=session.current_settings)
+
+    session = Session(factory, banner or f"Demo: simulated {scenario.name}", url, [sim.stop], sim, switch,
+                      settings=analyzer_settings)
+    return session
+
+
+def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
+                   recorder: RecordSwitch | None = None, devices_url: str | None = None,
+                   backend: str | None = None, settings: AnalyzerSettings | None = None) -> Session:
+    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect). ``backend``: what it answered
+    as when it was found (the first monitor needs no question; a reconnect asks again)."""
+    switch = recorder if recorder is not None else RecordSwitch(url)
+    known = [backend]
+
+    def factory() -> MonitorLike:
+        first = known.pop() if known else None
         return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
-                            settings=session.settings, settings_source=session.current_settings)
+                            devices_url=devices_url, backend=first, settings=session.settings,
+                            settings_source=session.current_settings)
 
     session = Session(factory, None, url, recorder=switch, settings=settings)
     return session

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-lv", "--verbosity", type=int, default=3)
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("-fit", "--fit", choices=("on", "off"), default="on")
+    p.add_argument("-fitt", "--fit-target", default=None)  # MiB per device, one value broadcast
+    p.add_argument("-cram", "--cache-ram", type=int, default=None)  # MiB; -1 no limit, 0 off
+    p.add_argument("--sleep-idle-seconds", type=int, default=-1)
     return p
 
 
@@ -78,6 +81,14 @@ def params_from_args(a: argparse.Namespace):  # type: ignore[no-untyped-def]  # 
     p.verbosity = a.verbosity
     p.warmup = not a.no_warmup
     p.fit_params = a.fit == "on"
+    if a.fit_target is not None:
+        mib = [int(v) for v in a.fit_target.split(",")]
+        targets = list(p.fit_params_target)
+        p.fit_params_target = [mib[i if len(mib) > 1 else 0] * 1024 * 1024 if i < len(mib) or len(mib) == 1
+                               else t for i, t in enumerate(targets)]
+    if a.cache_ram is not None:
+        p.cache_ram_mib = a.cache_ram
+    p.sleep_idle_seconds = a.sleep_idle_seconds
     return p
 
 

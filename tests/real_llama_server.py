@@ -23,6 +23,7 @@ CHILD = Path(__file__).resolve().parent / "llama_server_child.py"
 LLAMA_CPP_BUILD = "b11549"  # what xllamacpp 2026.10.11549 embeds (its /props says b0-unknown: no build number set)
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
+LOG_SETTLE_S = 10.0  # how long a server that failed to start may take to write its reason to the log
 
 MIB = 1024 * 1024
 LISTENING = "init: listening on "  # the server's last start-up line
@@ -64,6 +65,7 @@ class RealLlamaServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         line = self._read_line(deadline)
         if not line.startswith("READY "):
+            self._wait_log_settled()
             self.stop()
             raise ServerFailed(f"{line.strip() or 'no answer'}; log: {self.log_tail()}")
         self.url = line.split(None, 1)[1].strip()
@@ -85,6 +87,25 @@ class RealLlamaServer:
             time.sleep(0.05)
         self.stop()
         raise ServerFailed(f"the log never said the server was listening; log: {self.log_tail()}")
+
+    def _wait_log_settled(self) -> None:
+        """A server that failed: its last log lines (the reason) may still be on the way from the log thread, which
+        a stop would cut short: let it exit on its own, and the file stop growing (at most LOG_SETTLE_S)."""
+        end = time.monotonic() + LOG_SETTLE_S
+        if self.proc is not None:
+            try:
+                self.proc.wait(LOG_SETTLE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        size, steady = -1, 0
+        while time.monotonic() < end and steady < 3:
+            try:
+                now = self.log_path.stat().st_size
+            except OSError:
+                return
+            steady = steady + 1 if now == size else 0
+            size = now
+            time.sleep(0.1)
 
     def _read_line(self, deadline: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None

@@ -192,3 +192,30 @@ def test_unknown_facts_do_not_alert() -> None:
     assert a.code == "ctx_full_soon" and "Context full" in a.message
     eng.reset()
     assert eng.update(AlertFacts(t_monotonic=3.0)) == ()
+
+
+def test_the_host_prompt_cache_is_said_when_it_may_outgrow_the_ram_available() -> None:
+    """llama-server keeps idle conversations in host RAM up to --cache-ram (8 GiB by default): advice with a limit
+    that fits when that is more than the RAM available; quiet once it fits; Ollama's child takes the variable."""
+    eng = AlertEngine(AlertThresholds(min_hold_s=0.0))
+
+    def alerts(limit: int | None, avail: int | None, backend: str = "llama-server", t: float = 0.0) -> list[str]:
+        f = AlertFacts(t_monotonic=t, backend=backend, prompt_cache_limit_bytes=limit, ram_available_bytes=avail)
+        return [a.message for a in eng.update(f) if a.code == "prompt_cache_ram"]
+
+    msgs = alerts(8 * GIB, 5 * GIB)
+    assert msgs == ["The host prompt cache may grow to 8.00 GiB (--cache-ram) with 5.00 GiB of RAM available: "
+                    "`--cache-ram 2560` keeps it within (0 turns it off)"]
+    assert alerts(8 * GIB, 32 * GIB, t=1.0) == []  # fits
+    assert alerts(-1, 64 * GIB, t=2.0)[0].startswith("The host prompt cache has no size limit (--cache-ram -1)")
+    assert alerts(0, 1 * GIB, t=3.0) == []  # off
+    assert alerts(None, 1 * GIB, t=4.0) == [] and alerts(8 * GIB, None, t=5.0) == []  # unknown: nothing said
+    assert "LLAMA_ARG_CACHE_RAM=" in alerts(8 * GIB, 2 * GIB, backend="ollama", t=6.0)[0]
+    held = AlertEngine(AlertThresholds(min_hold_s=0.0))
+    f = AlertFacts(t_monotonic=0.0, backend="llama-server", prompt_cache_limit_bytes=8 * GIB,
+                   ram_available_bytes=7 * GIB)
+    assert [a.level for a in held.update(f)] == [AlertLevel.INFO]
+    # raised: it clears only once the limit fits in 80 % of the RAM available (no flapping at the edge)
+    again = AlertFacts(t_monotonic=1.0, backend="llama-server", prompt_cache_limit_bytes=8 * GIB,
+                       ram_available_bytes=int(8.5 * GIB))
+    assert [a.code for a in held.update(again)] == ["prompt_cache_ram"]

@@ -45,7 +45,26 @@ def test_defaults() -> None:
     assert c.n_parallel is None and c.kv_unified is True  # -np auto turns unified KV on
     assert c.n_gpu_layers is None  # auto
     assert c.provenance["type_k"] == "default" and "n_ctx_total" not in c.provenance
-    assert (a.host, a.port) == ("127.0.0.1", 8080)
+    assert (a.host, a.port) == ("127.0.0.1", 9931)  # common.h `port = 9931` in b11549 (8080 before)
+    # the memory defaults of b11549's common.h: --fit on with 1 GiB left free per device, an 8 GiB host prompt cache
+    assert (c.fit, c.fit_target_bytes, c.prompt_cache_limit_bytes) == (True, (1024 * 1024**2,), 8192 * 1024**2)
+    assert c.provenance["fit"] == c.provenance["prompt_cache_limit_bytes"] == "default"
+
+
+def test_fit_and_host_prompt_cache_settings() -> None:
+    mib = 1024**2
+    c = parse_llama_server_args(["-fit", "off", "--fit-target", "256,512", "--cache-ram", "2048"]).config
+    assert (c.fit, c.fit_target_bytes, c.prompt_cache_limit_bytes) == (False, (256 * mib, 512 * mib), 2048 * mib)
+    assert c.provenance["fit_target_bytes"] == "command_line"
+    assert parse_llama_server_args(["-cram", "-1"]).config.prompt_cache_limit_bytes == -1  # no limit
+    assert parse_llama_server_args(["--cache-ram=0"]).config.prompt_cache_limit_bytes == 0  # off
+    assert parse_llama_server_args(["--fit=off"]).config.fit is False
+    assert parse_llama_server_args(["-fitt", "64/128"]).config.fit_target_bytes == (64 * mib, 128 * mib)
+    env = parse_llama_server_args([], {"LLAMA_ARG_CACHE_RAM": "1024", "LLAMA_ARG_FIT": "off"}).config
+    assert (env.prompt_cache_limit_bytes, env.fit) == (1024 * mib, False)
+    bad = parse_llama_server_args(["--cache-ram", "lots", "--fit-target", "x"])
+    assert bad.config.prompt_cache_limit_bytes == 8192 * mib  # the default stays, and the notes say why
+    assert "unreadable --cache-ram 'lots'" in bad.notes and "unreadable --fit-target 'x'" in bad.notes
 
 
 def test_old_flash_attn_switch_and_no_kvu() -> None:
@@ -70,7 +89,7 @@ def test_bad_values_give_notes_not_errors(argv: list[str]) -> None:
     a = parse_llama_server_args(argv)
     assert isinstance(a.config, ServerConfig)
     if argv != ["-np", "-1"]:
-        assert a.notes or a.port == 8080
+        assert a.notes or a.port == 9931  # an unreadable --port: the default one
     assert a.config.n_parallel is None
 
 

@@ -547,11 +547,12 @@ def test_props_is_reused_while_a_slot_generates_or_slots_was_just_asked(fixture_
 
 
 @pytest.mark.parametrize(("sleep_s", "gap_s", "props_reads"),
-                         [(-1, 3.0, 1), (300, 3.0, 4), (None, 3.0, 4), (300, 1.0, 1), (None, 1.0, 1)])
+                         [(-1, 3.0, 1), (None, 3.0, 4), (300, 1.0, 1), (None, 1.0, 1)])
 def test_an_idle_server_is_asked_for_props_only_when_it_may_have_fallen_asleep(
         fixture_server: FixtureServer, sleep_s: int | None, gap_s: float, props_reads: int) -> None:
     """/props goes before /slots while a server could be asleep: not when its command line says it never sleeps
-    (llama-server's default), nor within 2 s of the last /slots; otherwise (may sleep, or unknown) every poll."""
+    (llama-server's default), nor within 2 s of the last /slots; otherwise (may sleep, or unknown) every poll.
+    (A server known to sleep, idle for longer, is not asked /slots at all: the next test.)"""
     serve_llama_state(fixture_server, "idle")
     override = ServerConfig(sleep_idle_seconds=sleep_s) if sleep_s is not None else None
     now = [50.0]
@@ -625,3 +626,40 @@ def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None
     assert _metrics_key("", (later,)) != _metrics_key("", (slot(7, False, 900, 950),))  # the request ended
     assert _metrics_key("", (slot(7, False, 900),)) != _metrics_key("", (slot(8, False, 3),))  # came and went
     assert _metrics_key("", (later,)) != _metrics_key("?model=a", (later,))
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_an_idle_server_that_sleeps_when_idle_is_let_fall_asleep(fixture_server: FixtureServer,
+                                                                 metrics: bool) -> None:
+    """Every /slots request restarts the idle timer of --sleep-idle-seconds: after a few idle seconds kvmon stops
+    asking it, watching /metrics (no timer reset) for a request, or, without /metrics, looking again once the
+    server should have fallen asleep. The slots read last stand while /metrics shows nothing moved."""
+    from kvmon.sources.llama_sleep import QUIET_AFTER_S
+
+    serve_llama_state(fixture_server, "idle")
+    if not metrics:
+        fixture_server.set_capture("/props", "flags-off/props.default-flags.json")  # endpoint_metrics false
+        fixture_server.set_capture("/metrics", "flags-off/metrics.no-metrics-flag.txt")
+    now = [100.0]
+    src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False,
+                            config_override=ServerConfig(sleep_idle_seconds=60), clock=lambda: now[0])
+    try:
+        readings = []
+        for _ in range(12):  # 12 polls, 1 s apart
+            readings.append(src.poll())
+            now[0] += 1.0
+        slots_asked = _count(fixture_server, "/slots")
+        assert slots_asked == int(QUIET_AFTER_S), slots_asked  # idle since the first poll: 5 s later, quiet
+        quiet = readings[-1]
+        assert "so that the server can fall asleep after 60 s" in quiet.reasons["slots"]
+        assert bool(quiet.slots) is metrics  # with /metrics: nothing moved, the slots read last stand
+        if metrics:  # a request came: the counters moved, /slots is asked at once
+            serve_llama_state(fixture_server, "idle-after")
+            src.poll()
+            assert _count(fixture_server, "/slots") == slots_asked + 1
+        else:  # no /metrics: asked again only once it should be asleep (still awake: someone keeps it busy)
+            now[0] += 60.0
+            src.poll()
+            assert _count(fixture_server, "/slots") == slots_asked + 1
+    finally:
+        src.close()

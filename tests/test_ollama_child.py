@@ -211,3 +211,83 @@ def test_ollama_environment_settings() -> None:
     assert c.provenance["type_k"] is Provenance.USER
     empty = ollama_environment_config({"OLLAMA_NUM_PARALLEL": "lots"})
     assert empty.n_parallel is None and empty.type_k is None and empty.provenance == {}
+
+
+# Ollama v0.33.0-rc2, llm/llama_server.go startLlamaServer: the flags in the order it appends them, for a model at
+# the defaults (num_batch 512, no OLLAMA_KV_CACHE_TYPE, num_gpu -1: no -ngl) on a GPU with flash attention
+OLLAMA_ARGV = ["/usr/lib/ollama/llama-server", "--model", BLOB, "--port", "38421", "--host", "127.0.0.1",
+               "--no-webui", "--offline", "-c", "8192", "-np", "2", "--log-verbosity", "4", "--no-log-prefix",
+               "--no-log-timestamps", "--flash-attn", "auto", "-b", "512", "-ub", "512"]
+# an Ollama before 0.30 in a user's log (https://github.com/atineiatte/deep-research-at-home/issues/14):
+# msg="starting llama server" cmd="/mnt/data/ollama/bin/ollama runner --ollama-engine --model ... --port 35253"
+OLD_RUNNER = ["/mnt/data/ollama/bin/ollama", "runner", "--ollama-engine", "--model",
+              "/mnt/data/ollama/blobs/sha256-e8ad13eff07a78d89926e9e8b882317d082ef5bf9768ad7b50fcdbbcd63748de",
+              "--ctx-size", "8192", "--batch-size", "512", "--threads", "42", "--no-mmap", "--parallel", "2",
+              "--port", "35253"]
+
+
+def test_ollamas_own_command_line_is_matched_and_read() -> None:
+    from kvmon.sources.ollama_child import classify_child
+
+    assert classify_child(OLLAMA_ARGV) == ("model", None)
+    child = child_from_argv(11, 2.0, OLLAMA_ARGV)
+    assert child is not None and child.port == 38421
+    c = child.config
+    assert (c.n_ctx_total, c.n_parallel, c.flash_attn, c.n_batch, c.n_ubatch) == (8192, 2, "auto", 512, 512)
+    assert c.type_k == "f16" and c.provenance["type_k"] is Provenance.DEFAULT  # Ollama passed none: llama's f16
+    windows = ["C:\\Program Files\\Ollama\\lib\\ollama\\llama-server.exe", *OLLAMA_ARGV[1:]]
+    assert classify_child(windows)[0] == "model"
+
+
+@pytest.mark.parametrize(("argv", "kind", "words"), [
+    # discover/llama_server.go: the short-lived GPU probe
+    (["/usr/lib/ollama/llama-server", "--port", "51234", "--host", "127.0.0.1", "--no-webui", "--offline",
+      "--verbose"], "probe", "discover the GPUs"),
+    # x/mlxrunner/client.go: an MLX model
+    (["/usr/bin/ollama", "runner", "--mlx-engine", "--model", "qwen3:8b", "--port", "40001"], "mlx", "MLX"),
+    (OLD_RUNNER, "runner", "before 0.30"),
+    (["/opt/llama-server", "-m", "/m/x.gguf", "--port", "8081"], "llama-server", "no --model, --host"),
+    (["/usr/bin/ollama", "serve"], "other", None),
+])
+def test_every_other_child_is_named_in_the_reason(argv: list[str], kind: str, words: str | None) -> None:
+    from kvmon.sources.ollama_child import classify_child
+
+    got, why = classify_child(argv)
+    assert got == kind
+    assert (why is None) if words is None else (why is not None and words in why), why
+
+
+def test_the_simulated_ollama_runs_its_model_server_as_a_child_and_kvmon_reads_it() -> None:
+    """The simulator's Ollama starts a real llama-server child process with Ollama's flags; kvmon finds it under
+    the process listening on Ollama's port (this one) and reads its /slots; when it goes, the reason says so."""
+    import time
+
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.ollama_child import classify_child
+
+    sim = SimServer("ollama-partial", speed=5.0, ollama_child=True)
+    url = sim.start()
+    src = OllamaSource(url, timeout_s=3.0, proxy_url=f"http://127.0.0.1:{_dead_port()}")
+    try:
+        assert sim.child is not None and sim.child_port is not None
+        assert wait_until(lambda: _port_open(sim.child_port), 10)
+        import psutil
+
+        argv = psutil.Process(sim.child.pid).cmdline()
+        assert classify_child(argv) == ("model", None)
+        first = src.poll()
+        assert first.live_rate_source == "child_slots", first.live_rate_unavailable_reason
+        assert sim.child.pid in first.server_pids and first.config.n_ctx_total == 32768
+        assert first.config.provenance["n_ctx_total"] is Provenance.COMMAND_LINE
+        time.sleep(0.6)
+        second = src.poll()
+        assert second.slots and second.slots[0].n_decoded is not None
+        sim.child.kill()
+        sim.child.wait(5)
+        assert wait_until(lambda: not _port_open(sim.child_port or 0), 5)
+        gone = src.poll()
+    finally:
+        src.close()
+        sim.stop()
+    assert gone.live_rate_source is None
+    assert gone.live_rate_unavailable_reason and ENABLE_LIVE_RATE_HINT in gone.live_rate_unavailable_reason

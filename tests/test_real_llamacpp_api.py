@@ -136,11 +136,12 @@ def test_wrong_api_key_exits_2_and_the_right_one_reads(llama_server: Callable[..
 
 class DecodedSampler:
     """The test's own clock on the server: ``n_decoded`` of slot 0 from /slots every few ms, with the instant of
-    each read (the middle of the request, as kvmon stamps its own), to read the server's count at any moment."""
+    each read (the middle of the request, as kvmon stamps its own), to read the server's count at any moment, and
+    how far off that instant can be (half the request: the server answered somewhere inside it)."""
 
     def __init__(self, url: str, every_s: float = 0.01) -> None:
         self.url, self.every_s = url, every_s
-        self.samples: list[tuple[float, int, int]] = []  # (t, id_task, n_decoded)
+        self.samples: list[tuple[float, int, int, float]] = []  # (t, id_task, n_decoded, half the request, s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -149,9 +150,10 @@ class DecodedSampler:
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 slots = client.get(f"{self.url}/slots").json()
-                t = (t0 + time.monotonic()) / 2
+                t1 = time.monotonic()
                 if isinstance(slots, list) and slots and slots[0].get("is_processing"):
-                    self.samples.append((t, slots[0]["id_task"], slots[0]["next_token"][0]["n_decoded"]))
+                    self.samples.append(((t0 + t1) / 2, slots[0]["id_task"], slots[0]["next_token"][0]["n_decoded"],
+                                         (t1 - t0) / 2))
                 time.sleep(self.every_s)
 
     def __enter__(self) -> DecodedSampler:
@@ -162,12 +164,13 @@ class DecodedSampler:
         self._stop.set()
         self._thread.join(10)
 
-    def decoded_at(self, t: float) -> float:
-        """``n_decoded`` at ``t``, linear between the two samples around it."""
-        for (ta, task_a, na), (tb, task_b, nb) in zip(self.samples, self.samples[1:], strict=False):
+    def decoded_at(self, t: float) -> tuple[float, float]:
+        """``n_decoded`` at ``t``, linear between the two samples around it, and the larger of their timing
+        uncertainties (seconds)."""
+        for (ta, task_a, na, ea), (tb, task_b, nb, eb) in zip(self.samples, self.samples[1:], strict=False):
             if ta <= t <= tb:
                 assert task_a == task_b, "the request changed inside the window"
-                return na + (nb - na) * (t - ta) / (tb - ta)
+                return na + (nb - na) * (t - ta) / (tb - ta), max(ea, eb)
         raise AssertionError(f"no samples around t={t}")
 
 
@@ -176,20 +179,27 @@ def test_decode_rate_matches_the_server_within_3_percent(llama_server: Callable[
     monitor = open_monitor(server.url, gpu=False, host=False)
     with monitor, _generating(server.url, 30000) as done, DecodedSampler(server.url) as sampler:
         _wait_decoding(server.url, 500)
+        c0 = time.monotonic()
         first = monitor.poll()
+        poll0_s = time.monotonic() - c0
         t0 = monitor.last_reading.t_monotonic if monitor.last_reading else 0.0
-        # a window of seconds: each end's instant is known to half a /slots request (tens of ms when the
-        # machine is busy), which must stay well inside the 3 % being checked
         time.sleep(4.0)
+        c1 = time.monotonic()
         second = monitor.poll()
+        poll1_s = time.monotonic() - c1
         t1 = monitor.last_reading.t_monotonic if monitor.last_reading else 0.0
         time.sleep(0.05)  # a sample after the window's end
         assert not done.is_set(), "the generation ended inside the window"
     assert first.decode_tok_s is None  # one poll sets the baseline
     # the server's own count over kvmon's window (it slows as the context deepens, so the window must be the same)
-    server_rate = (sampler.decoded_at(t1) - sampler.decoded_at(t0)) / (t1 - t0)
+    (n0, e0), (n1, e1) = sampler.decoded_at(t0), sampler.decoded_at(t1)
+    server_rate = (n1 - n0) / (t1 - t0)
+    # each end's instant is known to half a /slots request, kvmon's (within its poll) and the sampler's: on a quiet
+    # machine a millisecond or two (≈0.1 % of the window), on a busy one tens of ms; that much is added to the 3 %
+    timing = (poll0_s / 2 + poll1_s / 2 + e0 + e1) / (t1 - t0)
     assert second.decode_tok_s is not None and second.decode_rate_source == "slots"
-    assert second.decode_tok_s == pytest.approx(server_rate, rel=0.03), (second.decode_tok_s, server_rate)
+    assert second.decode_tok_s == pytest.approx(server_rate, rel=0.03 + timing), (second.decode_tok_s, server_rate,
+                                                                                  timing)
 
 
 def test_a_restarted_server_gives_no_negative_or_spiking_rate(
@@ -213,7 +223,7 @@ def test_a_restarted_server_gives_no_negative_or_spiking_rate(
             t_prev, n_prev = time.monotonic(), _slot0(second.url)["next_token"][0]["n_decoded"]
             for _ in range(6):
                 after.append(monitor.poll().decode_tok_s)
-                time.sleep(0.2)
+                time.sleep(0.5)  # long enough that a busy machine's request latency is a small part of it
                 t, n = time.monotonic(), _slot0(second.url)["next_token"][0]["n_decoded"]
                 paces.append((n - n_prev) / (t - t_prev))
                 t_prev, n_prev = t, n
@@ -221,8 +231,9 @@ def test_a_restarted_server_gives_no_negative_or_spiking_rate(
     assert measured, after  # the new server's decoding is seen again
     assert all(r >= 0 for r in measured), after
     # kvmon's rate is a smoothed average of such paces, so never above the fastest one; a counter reset read as
-    # progress (the old server's count against the new one's) would be far outside
-    assert all(r <= 1.1 * max(paces) for r in measured), (after, paces)
+    # progress (the old server's count against the new one's) would be far outside; the 25 % is the timing noise
+    # of half-second windows on a busy machine
+    assert all(r <= 1.25 * max(paces) for r in measured), (after, paces)
 
 
 @pytest.mark.parametrize(("flags", "metrics", "live", "reasons"), [

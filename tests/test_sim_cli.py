@@ -85,3 +85,24 @@ def test_clock_accelerates_pauses_and_never_jumps() -> None:
         clock.advance(-1)
     with pytest.raises(ValueError):
         SimClock(0)
+
+
+@pytest.mark.parametrize(("scenario", "path", "key"), [("router", "/props", "role"), ("llama-swap", "/running",
+                                                                                      "running")])
+def test_the_router_and_llama_swap_run_alone(scenario: str, path: str, key: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    ready, stop = threading.Event(), threading.Event()
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(cli.run(_args(scenario=scenario, speed=5.0), ready=ready,
+                                                              stop=stop)), daemon=True)
+    t.start()
+    try:
+        assert ready.wait(10)
+        out = capsys.readouterr().out
+        url = next(w for w in out.split() if w.startswith("http://127.0.0.1:"))
+        assert key in httpx.get(url + path, timeout=5).json()
+        assert scenario in out
+    finally:
+        stop.set()
+        t.join(5)
+    assert result == [0]

@@ -46,6 +46,9 @@ class AlertThresholds:
     unified_clear_fraction: float = 0.85
     # Host swap growing over the trend window while the model lives in host or unified memory.
     swap_warn_growth_bytes: int = 256 * MIB
+    # Host prompt cache (--cache-ram): said when its limit is above the RAM available, until it fits in this share.
+    prompt_cache_clear_fraction: float = 0.8
+    prompt_cache_min_suggest_bytes: int = 256 * MIB
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class AlertFacts:
     swap_growth_bytes: int | None = None  # host swap growth over the trend window (model in host/unified memory)
     swap_used_bytes: int | None = None
     log_hint: str | None = None  # why the server's log cannot say where the model lives
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: -1 no limit, 0 off
+    ram_available_bytes: int | None = None
 
 
 RuleResult = tuple[AlertLevel | None, str, float | None]
@@ -317,6 +322,23 @@ def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | 
             float(best.freed_bytes))
 
 
+def rule_prompt_cache_ram(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """llama-server keeps idle conversations in a host-RAM prompt cache (--cache-ram, 8 GiB by default): say so
+    when it may grow past the RAM still available, with a limit that fits."""
+    limit, avail = f.prompt_cache_limit_bytes, f.ram_available_bytes
+    if limit is None or limit == 0 or avail is None or f.backend not in ("llama-server", "ollama"):
+        return None, "", None
+    keep = max(th.prompt_cache_min_suggest_bytes, (avail // 2) // (256 * MIB) * (256 * MIB))
+    raise_at = avail if current is None else int(avail * th.prompt_cache_clear_fraction)
+    if limit != -1 and limit <= raise_at:
+        return None, "", None
+    flag = (f"LLAMA_ARG_CACHE_RAM={keep // MIB} in Ollama's environment" if f.backend == "ollama"
+            else f"--cache-ram {keep // MIB}")
+    size = "has no size limit (--cache-ram -1)" if limit == -1 else f"may grow to {fmt_bytes(limit)} (--cache-ram)"
+    return (AlertLevel.INFO, f"The host prompt cache {size} with {fmt_bytes(avail)} of RAM available: `{flag}` "
+            "keeps it within (0 turns it off)", float(limit))
+
+
 _CONNECTION_MESSAGES = {
     "auth_rejected": "API key rejected: set the server's key in Settings (--api-key)",
     "bad_url": "Bad server URL",
@@ -370,6 +392,7 @@ class AlertEngine:
             ("log_verbosity", rule_log_hint),
             ("metrics_disabled", rule_metrics_disabled),
             ("kv_cache_advice", rule_cache_advice),
+            ("prompt_cache_ram", rule_prompt_cache_ram),
         )
 
     def update(self, facts: AlertFacts) -> tuple[Alert, ...]:

@@ -8,6 +8,7 @@ draws a gap, never a zero. The measured (context, tok/s) points are the session 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,17 @@ SERIES = (
 # Per-GPU series (name -> GpuView attribute).
 GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
               "achieved_bandwidth_bytes_per_s")
+MAX_EVENTS = 1000  # model loads, unloads, sleeps and follows kept for the plots (a router's day fits many times)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A moment the plots mark: a model loaded, unloaded, fell asleep or woke, or another one followed."""
+
+    t_wall: float
+    kind: str
+    model: str
+    message: str
 
 
 def _f(value: float | int | None) -> float:
@@ -113,6 +125,8 @@ class History:
         self._gpu = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
         self._gpu_index: dict[int, int] = {}  # GPU index -> column
         self.points.clear()
+        self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
+        self.events_added = 0  # how many were ever added (a panel keeps its own count to draw only new ones)
         self.appended = 0
 
     def __len__(self) -> int:
@@ -147,6 +161,10 @@ class History:
                     value = None
                 gpu_row[j, col] = _f(value)
         self.appended += 1
+        if snap.serving is not None:
+            for e in snap.serving.events:
+                self.events.append(Event(e.t_wall, e.kind, e.model, e.message))
+                self.events_added += 1
         return self.points.add(snap)
 
     def view(self, window_s: float | None = None) -> HistoryView:

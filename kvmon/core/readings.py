@@ -127,6 +127,9 @@ class ServerConfig:
     sleep_idle_seconds: int | None = None  # --sleep-idle-seconds: unloads the model when idle; -1 never; None unknown
     recurrent_bytes_allocated: int | None = None  # llama.cpp's own recurrent-state size line
     devices: tuple[LogDevice, ...] = ()  # the compute devices the log names, in the server's order
+    fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
+    fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "kv_bytes_per_token": m.kv_bytes_per_token,
             "kv_allocated_bytes": m.kv_allocated_bytes,
             "recurrent_state_bytes": m.recurrent_state_bytes,
+            "fit": m.fit,
+            "fit_target_bytes": list(m.fit_target_bytes) if m.fit_target_bytes is not None else None,
             "shape_note": m.shape_note,
         },
         "slots": [
@@ -169,6 +171,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "swap_used_bytes": s.host.swap_used_bytes,
             "in_ceiling": s.host.in_ceiling,
             "achieved_bandwidth_bytes_per_s": s.host.achieved_bandwidth_bytes_per_s,
+            "prompt_cache_limit_bytes": s.host.prompt_cache_limit_bytes,
         },
         "devices": devices(s),
         "forecast": {
@@ -197,8 +200,25 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "reason": fc.fit_reason,
             },
         },
+        "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "provenance": dict(s.provenance),
         "reasons": dict(s.reasons),
     }
     return json_safe(doc)  # type: ignore[no-any-return]
+
+
+def _serving(s: Snapshot) -> dict[str, Any] | None:
+    """A router's or llama-swap's models (null for a server with one model of its own)."""
+    v = s.serving
+    if v is None:
+        return None
+    return {
+        "kind": v.kind, "followed": v.followed, "follow_reason": v.follow_reason, "message": v.message,
+        "models": [{"name": m.name, "status": m.status, "progress": m.progress, "followed": m.followed,
+                    "processing": m.processing, "decode_tok_s": m.decode_tok_s, "context_tokens": m.context_tokens,
+                    "n_ctx": m.n_ctx, "n_slots": m.n_slots, "kv_allocated_bytes": m.kv_allocated_bytes,
+                    "kv_in_use_bytes": m.kv_in_use_bytes, "weight_bytes": m.weight_bytes, "note": m.note}
+                   for m in v.models],
+        "events": [{"t_wall": e.t_wall, "model": e.model, "kind": e.kind, "message": e.message} for e in v.events],
+    }

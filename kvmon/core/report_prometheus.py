@@ -160,6 +160,7 @@ def _gpu_metrics(f: Families, gv: GpuView) -> None:
     g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
     g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
       gv.other_processes_bytes)
+    g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", L, lv, gv.server_used_bytes)
     g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", L, lv,
       gv.peak_bandwidth_bytes_per_s)
     g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
 # A field with this metadata is live-only: the recorder leaves it out (it would repeat in every line).
@@ -83,6 +84,8 @@ class ModelView:
     kv_bytes_per_token: float | None = None  # per position of context, all layers, K+V
     kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load (capacity)
     recurrent_state_bytes: int | None = None
+    fit: bool | None = None  # --fit: context and offload not given were sized at load to fit device memory
+    fit_target_bytes: tuple[int, ...] | None = None  # what --fit leaves free per device (one value: every device)
     shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
     # the live model's shape, for the what-if calculator; not recorded, not compared
     shape: ModelShape | None = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
@@ -110,6 +113,7 @@ class GpuView:
     kv_in_use_bytes: int | None = None
     server_other_bytes: int | None = None
     other_processes_bytes: int | None = None
+    server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
     achieved_bandwidth_bytes_per_s: float | None = None
@@ -154,6 +158,7 @@ class HostView:
     achieved_bandwidth_bytes_per_s: float | None = None  # what decode reads from host RAM per second
     in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
     unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
+    prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -244,6 +249,7 @@ class Snapshot:
     provenance: Mapping[str, str] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events
 
     @property
     def server_read(self) -> bool:

@@ -1,8 +1,8 @@
-"""``kvmon [URL]``, ``kvmon --demo [SCENARIO]`` and ``kvmon replay FILE``: the app, the poller and the window.
+"""``kvmon [URL]``, ``kvmon --demo [SCENARIO]`` and ``kvmon replay FILE``: the app, the pollers and the window.
 
-Which server (with no URL: llama-server on :8080, then Ollama on :11434, else the built-in simulator, and the
-window says so) and how it is read is the session's business (``kvmon.session``); this module only wires a
-session to a window.
+Which servers (with no URL: every llama-server, router, llama-swap and Ollama found on this machine, each in its own
+tab; none: the built-in simulator, and the window says so) and how they are read is the business of
+``kvmon.servers`` and ``kvmon.session``; this module wires one poller per server to the window.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import os
 import sys
 from typing import Any
 
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
 from kvmon.gui.poller import Poller
-from kvmon.session import Session, choose_session, server_session
+from kvmon.servers import ServerSet, WatchedServer, choose_servers
+from kvmon.session import Session, server_session
+
+MAIN_KEY = "main"  # the one server of a window built on a single session
 
 HIDDEN_INTERVAL_S = 10.0  # poll interval while hidden or minimised: alerts and the tray still follow
 
@@ -41,67 +44,156 @@ def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:
     return with_bandwidths(AnalyzerSettings(), specs) if specs else None
 
 
-def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
-                 timeout_s: float = 3.0, cli_bandwidths: list[str] | None = None) -> tuple[Any, Poller]:
-    """The window and a started poller feeding it."""
-    from kvmon.gui.main_window import MainWindow
+class Controller(QtCore.QObject):
+    """One poller per watched server, wired to the window: snapshots in, the window's requests out (another server
+    shown, a model chosen, recording, settings, a server added or removed, hidden or shown)."""
 
-    if session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
-        session.settings = session_settings(settings, cli_bandwidths) or session.settings
+    def __init__(self, servers: ServerSet, win: Any, settings: Any, interval_s: float, *,
+                 timeout_s: float = 3.0, api_key: str | None = None, cli_bandwidths: list[str] | None = None
+                 ) -> None:
+        super().__init__(win)
+        self.servers = servers
+        self.win = win
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.api_key = api_key
+        self.pollers: dict[str, Poller] = {}
+        self.cli_bandwidths = cli_bandwidths
+        self._replaced: list[Session] = []  # sessions started since on a URL from Settings (they follow it too)
+        self.interval_s = interval_s
+        self.shown = True
+        self.started = False
+        self._server_key = (settings.url or None, settings.api_key)
+        for w in servers:
+            if w.session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
+                w.session.settings = self._analysis_settings() or w.session.settings
+            self._add_poller(w)
+        win.pause_toggled.connect(lambda p: [pl.set_paused(p) for pl in self.pollers.values()])
+        win.reconnect_requested.connect(lambda: self._current().reconnect())
+        win.settings_changed.connect(self._on_settings)
+        win.shown_changed.connect(self._on_shown)
+        win.record_requested.connect(self._on_record)
+        win.follow_requested.connect(lambda key, name: self.pollers[key].set_follow(name)
+                                     if key in self.pollers else None)
+        win.add_server_requested.connect(self.add_url)
+        win.remove_server_requested.connect(self.remove)
 
-    poller = Poller(session.factory, interval_s)
-    win = MainWindow(settings, banner=session.banner, tray=tray)
-    poller.snapshot.connect(win.on_snapshot)
-    win.pause_toggled.connect(poller.set_paused)
-    win.reconnect_requested.connect(poller.reconnect)
-    current: dict[str, Any] = {"interval_s": interval_s, "shown": True,
-                               "server": (settings.url or None, settings.api_key), "session": session}
+    def _current(self) -> Poller:
+        return self.pollers[self.win.current]
 
-    def apply_interval() -> None:
+    def _add_poller(self, w: WatchedServer) -> Poller:
+        poller = Poller(w.session.factory, self._interval())
+        poller.snapshot.connect(lambda snap, k=w.key: self.win.on_server_snapshot(k, snap))
+        self.pollers[w.key] = poller
+        if self.started:
+            poller.start()
+        return poller
+
+    def _interval(self) -> float:
         # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
-        i = current["interval_s"]
-        poller.set_interval(i if current["shown"] else max(i, HIDDEN_INTERVAL_S))
+        return self.interval_s if self.shown else max(self.interval_s, HIDDEN_INTERVAL_S)
 
-    def on_settings() -> None:
-        current["interval_s"] = settings.interval_s
-        apply_interval()
-        active: Session = current["session"]
-        if active.sim is None:
-            active.settings = session_settings(settings, cli_bandwidths)  # read by the next poll
-        key = (settings.url or None, settings.api_key)
-        if key != current.get("server"):
-            current["server"] = key
-            if settings.url and (settings.url != session.url or settings.api_key):
-                fresh = server_session(settings.url, api_key=settings.api_key, timeout_s=timeout_s, log_path=None,
-                                       recorder=session.recorder, settings=session_settings(settings, cli_bandwidths))
-                current["session"] = fresh
-                win.reset()
-                win.set_banner(None)
-                poller.set_factory(fresh.factory)
+    def _analysis_settings(self) -> Any:
+        return session_settings(self.settings, self.cli_bandwidths)
 
-    def on_shown(shown: bool) -> None:
-        current["shown"] = shown
-        apply_interval()
+    def start(self) -> None:
+        self.started = True
+        for p in self.pollers.values():
+            p.start()
 
-    def on_record(path: str | None) -> None:
-        rec = session.recorder
+    def stop(self) -> None:
+        for p in self.pollers.values():
+            p.stop()
+
+    def add_url(self, url: str) -> str | None:
+        """Watch another server: a tab, its own poller, history and recording; shown at once."""
+        try:
+            w = self.servers.add_url(url, api_key=self.api_key, timeout_s=self.timeout_s,
+                                     settings=self._analysis_settings())
+        except Exception as exc:  # a bad URL: said, nothing added
+            self.win.statusBar().showMessage(f"Cannot watch {url}: {exc}", 8000)
+            return None
+        if w.key not in self.pollers:
+            self.win.add_server(w.key, w.label)
+            self._add_poller(w)
+        self.win.select_server(w.key)
+        return w.key
+
+    def remove(self, key: str) -> None:
+        """Stop watching a server (never the last one)."""
+        if key not in self.pollers or len(self.pollers) == 1:
+            return
+        self.pollers.pop(key).stop()
+        self.win.remove_server(key)
+        self.servers.remove(key)
+
+    def _on_settings(self) -> None:
+        self.interval_s = self.settings.interval_s
+        for p in self.pollers.values():
+            p.set_interval(self._interval())
+        for session in [*(w.session for w in self.servers), *self._replaced]:
+            if session.sim is None:
+                session.settings = self._analysis_settings()  # read by the next poll
+        key = (self.settings.url or None, self.settings.api_key)
+        if key == self._server_key:
+            return
+        self._server_key = key
+        current = self.servers[self.win.current] if self.win.current in self.servers else None
+        url = self.settings.url
+        if url and current is not None and (url != current.session.url or self.settings.api_key):
+            fresh = server_session(url, api_key=self.settings.api_key, timeout_s=self.timeout_s, log_path=None,
+                                   recorder=current.session.recorder, settings=self._analysis_settings())
+            self._replaced.append(fresh)
+            self.win.reset()
+            self.win.set_banner(None)
+            self._current().set_factory(fresh.factory)
+
+    def _on_shown(self, shown: bool) -> None:
+        self.shown = shown
+        for p in self.pollers.values():
+            p.set_interval(self._interval())
+
+    def _on_record(self, path: str | None) -> None:
+        w = self.servers[self.win.current] if self.win.current in self.servers else None
+        if w is None:
+            return
+        rec = w.session.recorder
         if path is None:
             rec.stop()
-            win.set_recording(None)
+            self.win.set_recording(None)
             return
         try:
-            rec.start(path, session.url)
+            rec.start(path, w.session.url)
         except OSError as exc:
-            win.set_recording(None)
-            win.statusBar().showMessage(f"Cannot record to {path}: {exc.strerror or exc}", 8000)
+            self.win.set_recording(None)
+            self.win.statusBar().showMessage(f"Cannot record to {path}: {exc.strerror or exc}", 8000)
             return
-        win.set_recording(path)
+        self.win.set_recording(path)
 
-    win.settings_changed.connect(on_settings)
-    win.shown_changed.connect(on_shown)
-    win.record_requested.connect(on_record)
-    poller.snapshot.connect(win.tally.add)
-    return win, poller
+
+def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *, tray: bool = True,
+                         timeout_s: float = 3.0, api_key: str | None = None,
+                         cli_bandwidths: list[str] | None = None) -> tuple[Any, Controller]:
+    """The window with a tab per server (when several) and a controller whose pollers feed it (not yet started)."""
+    from kvmon.gui.main_window import MainWindow
+
+    first = servers.first
+    win = MainWindow(settings, banner=first.session.banner, tray=tray, label=first.label, key=first.key)
+    for w in list(servers)[1:]:
+        win.add_server(w.key, w.label, banner=w.session.banner)
+    ctl = Controller(servers, win, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
+                     cli_bandwidths=cli_bandwidths)
+    return win, ctl
+
+
+def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
+                 timeout_s: float = 3.0, cli_bandwidths: list[str] | None = None) -> tuple[Any, Poller]:
+    """The window on one session and its poller (not yet started; ``poller.start()``)."""
+    servers = ServerSet([WatchedServer(MAIN_KEY, "", session)])
+    win, ctl = build_servers_window(servers, settings, interval_s, tray=tray, timeout_s=timeout_s,
+                                    cli_bandwidths=cli_bandwidths)
+    win.controller = ctl  # kept with the window
+    return win, ctl.pollers[MAIN_KEY]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,21 +204,24 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or settings.api_key
     interval_s = float(getattr(args, "interval", None) or settings.interval_s)
+    if getattr(args, "devices", None) is None and settings.devices_url:
+        args.devices = settings.devices_url
     try:
-        session = choose_session(args, api_key)
+        servers = choose_servers(args, api_key)
     except Exception as exc:  # e.g. an unknown demo scenario
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2
-    win, poller = build_window(session, settings, interval_s, cli_bandwidths=getattr(args, "bandwidth", None))
+    win, ctl = build_servers_window(servers, settings, interval_s, api_key=api_key,
+                                    cli_bandwidths=getattr(args, "bandwidth", None))
     if getattr(args, "record", None):
         win.set_recording(args.record)
     win.show()
-    poller.start()
+    ctl.start()
     try:
         return app.exec()
     finally:
-        poller.stop()
-        session.close()
+        ctl.stop()
+        servers.close()
 
 
 def run_replay(args: argparse.Namespace) -> int:

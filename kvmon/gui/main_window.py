@@ -1,7 +1,9 @@
-"""The dashboard window: renders Snapshots from the poller into the panels; paints nothing while hidden.
+"""The dashboard window: renders Snapshots from the pollers into the panels; paints nothing while hidden.
 
-Layout: header; the speed-vs-context hero (with the what-if calculator on a second tab) beside speed over
-time, memory and bandwidth; alerts and advice; the status bar.
+Layout: the server tabs (when several servers are watched); header; the models of a router or llama-swap; the
+speed-vs-context hero (with the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
+alerts and advice; the status bar. Each server keeps its own history, report-card tally and recording
+(``ServerView``); the panels show the selected one.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.header import HeaderPanel
 from kvmon.gui.panels.memory import MemoryPanel
+from kvmon.gui.panels.models import ModelsPanel
 from kvmon.gui.panels.speed_context import SpeedContextPanel
 from kvmon.gui.panels.speed_time import SpeedTimePanel
 from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
+from kvmon.gui.server_tabs import ServerTabs, ServerView, WatchedServers
 from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
 from kvmon.gui.tray import Tray
 from kvmon.gui.whatif import WhatIfPanel
 
 AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
+MAIN = "main"  # the key of a window's first server
 
 
-class MainWindow(QtWidgets.QMainWindow):
+class MainWindow(WatchedServers, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     pause_toggled = QtCore.Signal(bool)
@@ -35,16 +40,21 @@ class MainWindow(QtWidgets.QMainWindow):
     reconnect_requested = QtCore.Signal()
     settings_changed = QtCore.Signal()
     record_requested = QtCore.Signal(object)  # a path to start recording to, or None to stop
+    follow_requested = QtCore.Signal(str, object)  # (server key, model name or None): which model to show
+    server_selected = QtCore.Signal(str)  # the server shown now
+    add_server_requested = QtCore.Signal(str)  # a URL to watch too
+    remove_server_requested = QtCore.Signal(str)  # a server key to stop watching
 
     def __init__(self, settings: Settings, *, banner: str | None = None, history: History | None = None,
-                 tray: bool = True, on_close: Callable[[], None] | None = None) -> None:
+                 tray: bool = True, on_close: Callable[[], None] | None = None, label: str = "",
+                 key: str = MAIN) -> None:
+        """``key``, ``label``: the first server's (more with ``add_server``)."""
         super().__init__()
         self.setWindowTitle("kvmon")
         self.settings = settings
-        self.history = history or History()
-        self.points = self.history.points  # the session store: the hero plot's bins, the report card's points
-        self.bins = self.points.bins
-        self.last: Snapshot | None = None
+        self.views: dict[str, ServerView] = {key: ServerView(key, label, history or History(), banner=banner)}
+        self.current = self._first = key
+        self._use_view(self.views[key])
         self.paused = False
         self.render_count = 0
         self._dirty = False
@@ -79,13 +89,28 @@ class MainWindow(QtWidgets.QMainWindow):
         if scheme != QtCore.Qt.ColorScheme.Unknown:
             self.apply_scheme(scheme == QtCore.Qt.ColorScheme.Dark)
 
-    def set_banner(self, text: str | None) -> None:
-        """The line above the header (demo notice, replay); kept across a theme rebuild."""
-        self._banner = text
-        self.header.set_banner(text)
+    def _use_view(self, v: ServerView) -> None:
+        """Point the window's state at one server's (the panels are built on it)."""
+        self.history = v.history
+        self.points = v.history.points  # the session store: the hero plot's bins, the report card's points
+        self.bins = self.points.bins
+        self.tally = v.tally
+        self.last = v.last
 
-    def set_recording(self, path: str | None) -> None:
-        """Show the recording state in the status bar; kept across a theme rebuild."""
+    def set_banner(self, text: str | None, key: str | None = None) -> None:
+        """The line above the header (demo notice, replay) of a server (the shown one by default)."""
+        view = self.views[key or self.current]
+        view.banner = text
+        if view.key == self.current:
+            self._banner = text
+            self.header.set_banner(text)
+
+    def set_recording(self, path: str | None, key: str | None = None) -> None:
+        """Show a server's recording state (the shown one by default); kept across a theme rebuild."""
+        view = self.views[key or self.current]
+        view.recording = path
+        if view.key != self.current:
+            return
         self._recording = path
         self.status.set_recording(path)
         act = getattr(self, "record_action", None)
@@ -93,9 +118,16 @@ class MainWindow(QtWidgets.QMainWindow):
             act.setChecked(bool(path))
 
     def _build_panels(self) -> None:
-        """Create the panels and layout (again after a dark/light switch: plot pens are fixed at creation)."""
+        """Create the panels and layout (again after a dark/light switch or another server: plot pens and the
+        history they draw are fixed at creation)."""
+        self.server_tabs = ServerTabs(self.views, self.current)
+        self.server_tabs.selected.connect(self.select_server)
+        self.server_tabs.close_requested.connect(self.remove_server_requested.emit)
         self.header = HeaderPanel()
         self.header.set_banner(self._banner)
+        self.models = ModelsPanel()
+        self.models.pinned = self.views[self.current].pinned
+        self.models.follow_requested.connect(self._follow)
         self.speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.speed_time = SpeedTimePanel(self.history)
@@ -129,7 +161,9 @@ class MainWindow(QtWidgets.QMainWindow):
         cl = QtWidgets.QVBoxLayout(central)
         cl.setContentsMargins(6, 4, 6, 2)
         cl.setSpacing(4)
+        cl.addWidget(self.server_tabs)
         cl.addWidget(self.header)
+        cl.addWidget(self.models)
         cl.addWidget(split, 1)
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
@@ -166,10 +200,8 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _make_menus(self) -> None:
         """File menu and toolbar: exports (PNG/SVG/CSV/clipboard), recording, report card, recording → CSV."""
-        from kvmon.core.summary import Tally
         from kvmon.gui import export
 
-        self.tally = Tally(self.points)  # fed by the app with every snapshot; the live report card reads it
         self.report_snapshots: Callable[[], Sequence[Snapshot]] | None = None  # set by replay
         menu = self.menuBar().addMenu("&File")
         bar = QtWidgets.QToolBar("Export", self)
@@ -185,6 +217,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.csv_action = self.exports.add("recording_csv", "Export recording as CSV…", self.save_recording_csv,
                                            menu)
         self.csv_action.setEnabled(False)
+        menu.addSeparator()
+        self.add_server_action = self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
         self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
@@ -285,23 +319,36 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @QtCore.Slot(object)
     def on_snapshot(self, s: Snapshot) -> None:
-        """Store every snapshot; render only when visible (otherwise mark dirty and render on show)."""
-        if self.history.append(s):  # another model: its measured points start again
+        """A snapshot of the window's first server (a single-server window, a replay)."""
+        self.on_server_snapshot(self._first, s)
+
+    def on_server_snapshot(self, key: str, s: Snapshot) -> None:
+        """Store every snapshot of every server; render the shown one only when visible (else mark it dirty)."""
+        view = self.views.get(key)
+        if view is None:
+            return  # a server just removed: its poller's last snapshot
+        shown = key == self.current
+        if view.history.append(s) and shown:  # another model: its measured points start again
             self.speed_context.reset()
+        view.tally.add(s)
+        view.last = s
+        self.server_tabs.paint(view)
+        if self.tray is not None:
+            self._update_tray(key, s)
+        if not shown:
+            return
         self.last = s
         self._ago.start(AGO_FIRST_TICK_MS)
-        if self.tray is not None:
-            self.tray.update_snapshot(s)
         if self.painting():
             self.render()
         else:
             self._dirty = True
 
     def reset(self) -> None:
-        """Forget the session (another server, or a replay): history, measured points, last snapshot."""
+        """Forget the shown server's session (another URL, or a replay): history, measured points, last snapshot."""
         self.history.clear()
         self.speed_context.reset()
-        self.last = None
+        self.last = self.views[self.current].last = None
         self._dirty = False
         self._show_connecting()
 
@@ -313,7 +360,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if changed:
             self.speed_context.reset()
         if snapshots:
-            self.last = snapshots[-1]
+            self.last = self.views[self.current].last = snapshots[-1]
             self._dirty = True
             if self.painting():
                 self.render()
@@ -326,6 +373,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._dirty = False
         self.render_count += 1
         self.header.update_snapshot(s)
+        self.models.update_snapshot(s)
         self.speed_context.update_snapshot(s)
         self.speed_time.refresh()
         self.memory.update_snapshot(s)

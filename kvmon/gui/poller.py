@@ -47,6 +47,7 @@ class PollWorker(QtCore.QObject):
         self._paused = False
         self._failures = 0
         self._seq = 0
+        self._follow: str | None = None  # the model of a router / llama-swap to show (None: the one chatted with)
 
     @QtCore.Slot()
     def start(self) -> None:
@@ -73,6 +74,7 @@ class PollWorker(QtCore.QObject):
         try:
             if self._monitor is None:
                 self._monitor = self._factory()
+                self._apply_follow()
             snap = self._monitor.poll()
             failed = snap.connection.status in FAILED
         except Exception as exc:  # a source bug or an open failure must not kill the thread
@@ -94,6 +96,20 @@ class PollWorker(QtCore.QObject):
             except Exception:  # closing a broken client must not raise into Qt
                 pass
             self._monitor = None
+
+    def _apply_follow(self) -> None:
+        follow = getattr(self._monitor, "follow", None)
+        if callable(follow):
+            follow(self._follow)
+
+    @QtCore.Slot(object)
+    def set_follow(self, name: str | None) -> None:
+        """Show this model of a router or llama-swap (None: the one being chatted with); polls at once."""
+        self._follow = name
+        self._apply_follow()
+        if self._timer is not None and not self._paused:
+            self._timer.stop()
+            self.poll_once()
 
     @QtCore.Slot(bool)
     def set_paused(self, paused: bool) -> None:
@@ -147,6 +163,7 @@ class Poller(QtCore.QObject):
     _interval = QtCore.Signal(float)
     _reconnect = QtCore.Signal()
     _factory = QtCore.Signal(object)
+    _follow = QtCore.Signal(object)
     _stop = QtCore.Signal()
 
     def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0,
@@ -162,6 +179,7 @@ class Poller(QtCore.QObject):
         self._interval.connect(self.worker.set_interval)
         self._reconnect.connect(self.worker.reconnect)
         self._factory.connect(self.worker.set_factory)
+        self._follow.connect(self.worker.set_follow)
         self._stop.connect(self.worker.stop)
         self.paused = False
 
@@ -185,6 +203,10 @@ class Poller(QtCore.QObject):
     def set_factory(self, factory: MonitorFactory) -> None:
         """Switch the worker to a new monitor factory (applied in the poll thread)."""
         self._factory.emit(factory)
+
+    def set_follow(self, name: str | None) -> None:
+        """Show this model of a router or llama-swap (None: the one being chatted with)."""
+        self._follow.emit(name)
 
     def stop(self, wait_ms: int = 15000) -> None:
         """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""

@@ -40,6 +40,15 @@ class Settings:
         self.qs.setValue("connection/url", v)
 
     @property
+    def devices_url(self) -> str:
+        """A ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on another machine)."""
+        return str(self._get("connection/devices_url", ""))
+
+    @devices_url.setter
+    def devices_url(self, v: str) -> None:
+        self.qs.setValue("connection/devices_url", v)
+
+    @property
     def remember_key(self) -> bool:
         return str(self._get("connection/remember_key", "false")).lower() == "true"
 
@@ -181,7 +190,7 @@ class SettingsDialog(QtWidgets.QDialog):
         self.settings = settings
         form = QtWidgets.QFormLayout(self)
         self.url = QtWidgets.QLineEdit(settings.url)
-        self.url.setPlaceholderText("auto: llama-server :8080, then Ollama :11434")
+        self.url.setPlaceholderText("auto: every server on this machine (llama-server :9931 or any port, Ollama, ...)")
         self.backend = QtWidgets.QLabel(f"auto-detected ({detected_backend or 'not connected'})")
         self.api_key = QtWidgets.QLineEdit(settings.api_key or "")
         self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
@@ -195,11 +204,16 @@ class SettingsDialog(QtWidgets.QDialog):
         self.interval.setSingleStep(0.5)
         self.interval.setSuffix(" s")
         self.interval.setValue(settings.interval_s)
+        self.devices = QtWidgets.QLineEdit(settings.devices_url)
+        self.devices.setPlaceholderText("a server on another machine: http://HOST:9464 (kvmon serve there)")
+        self.devices.setToolTip("The GPUs and RAM of the server's machine, read from a `kvmon serve` running there "
+                                "(its /metrics). Takes effect at the next start.")
         form.addRow("Server URL", self.url)
         form.addRow("Backend", self.backend)
         form.addRow("API key", self.api_key)
         form.addRow("", self.remember)
         form.addRow("Poll every", self.interval)
+        form.addRow("Device readings from", self.devices)
         self._add_bandwidths(form, snapshot)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
                                              | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
@@ -264,6 +278,7 @@ class SettingsDialog(QtWidgets.QDialog):
             if self.ask_plain_text(str(e)):
                 self.settings.set_api_key(key, remember, allow_plain_text=True)
         self.settings.interval_s = self.interval.value()
+        self.settings.devices_url = self.devices.text().strip()
         self.settings.bandwidth_specs = self.bandwidth_specs()
         self.settings.sync()
 

@@ -1,4 +1,5 @@
-"""Tray icon showing decode tok/s, and a desktop notification when an alert rises (when a tray exists)."""
+"""Tray icon showing decode tok/s (of the busiest server when several are watched), and a desktop notification when
+an alert of any of them rises (when a tray exists)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class Tray(QtCore.QObject):
         self.unavailable_reason = None if self.available else "the desktop has no system tray"
         self._text: str | None = None
         self._level: str | None = None
-        self._codes: frozenset[str] = frozenset()
+        self._tip: str | None = None
+        self._codes: dict[str, frozenset[str]] = {}  # per server: the warning-or-worse codes at its last poll
         self.notified: list[str] = []  # messages shown (kept for tests and the log)
         self.icon: QtWidgets.QSystemTrayIcon | None = None
         if self.available:
@@ -58,19 +60,30 @@ class Tray(QtCore.QObject):
             self.icon.show()
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Refresh the icon when its text or colour changes; notify rising alerts."""
+        """One server: its rising alerts notified, its speed on the icon."""
+        self.notify("main", s)
+        self.show_snapshot(s)
+
+    def show_snapshot(self, s: Snapshot, label: str | None = None) -> None:
+        """Draw this server's decode speed (and worst alert colour) on the icon; ``label`` names it."""
         worst = max(s.alerts, key=lambda a: a.level.rank, default=None)
         level = worst.level.value if worst is not None and worst.level.rank >= 1 else None
         text = tray_text(s.decode_tok_s)
-        if (text, level) != (self._text, self._level):
-            self._text, self._level = text, level
+        tip = (f"kvmon{': ' + label if label else ''}: {fmt.tok_s(s.decode_tok_s)} "
+               f"(ceiling {fmt.tok_s(s.ceiling_tok_s)})")
+        if (text, level, tip) != (self._text, self._level, self._tip):
+            self._text, self._level, self._tip = text, level, tip
             if self.icon is not None:
                 self.icon.setIcon(QtGui.QIcon(icon_pixmap(text, level)))
-                self.icon.setToolTip(f"kvmon: {fmt.tok_s(s.decode_tok_s)} (ceiling {fmt.tok_s(s.ceiling_tok_s)})")
-        for a in rising_alerts(self._codes, s.alerts):
-            self.notified.append(a.message)
+                self.icon.setToolTip(tip)
+
+    def notify(self, key: str, s: Snapshot, label: str | None = None) -> None:
+        """A desktop notification for each alert of this server that rose since its previous poll."""
+        for a in rising_alerts(self._codes.get(key, frozenset()), s.alerts):
+            message = f"{label}: {a.message}" if label else a.message
+            self.notified.append(message)
             if self.icon is not None:
                 kind = (QtWidgets.QSystemTrayIcon.MessageIcon.Critical if a.level is AlertLevel.CRITICAL
                         else QtWidgets.QSystemTrayIcon.MessageIcon.Warning)
-                self.icon.showMessage("kvmon", a.message, kind, 8000)
-        self._codes = frozenset(a.code for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank)
+                self.icon.showMessage("kvmon", message, kind, 8000)
+        self._codes[key] = frozenset(a.code for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank)

@@ -32,10 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def describe() -> str:
     """The scenarios and the fault syntax, for ``--fault list``."""
     from kvmon.sim import faults
+    from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
     from kvmon.sim.scenarios import SCENARIOS
 
     lines = ["Scenarios:"]
     lines += [f"  {name:16s} {s.description}" for name, s in SCENARIOS.items()]
+    lines += [f"  {name:16s} {s.description}" for name, s in MULTI_SCENARIOS.items()]
     lines += ["", "Faults:", faults.__doc__ or ""]
     return "\n".join(lines)
 
@@ -50,10 +52,22 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     if any(f.strip().lower() in ("list", "help") for f in fault_specs):
         print(describe())
         return 0
+    from kvmon.sim.multi_scenarios import get_multi_scenario
+
+    name = getattr(args, "scenario", "seed-3090x2")
+    multi = get_multi_scenario(name)
     try:
-        sim = SimServer(getattr(args, "scenario", "seed-3090x2"), speed=float(getattr(args, "speed", 1.0)),
-                        host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
-                        faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
+        if multi is not None:  # a router or llama-swap with its models
+            from kvmon.sim.multi import MultiSim
+
+            sim: Any = MultiSim(multi, speed=float(getattr(args, "speed", 1.0)),
+                                host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
+                                faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
+        else:  # a simulated Ollama runs its model server as a child process, found as a real one is
+            sim = SimServer(name, speed=float(getattr(args, "speed", 1.0)),
+                            host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
+                            faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
+                            ollama_child=True)
     except (FaultSyntaxError, SimSetupError, ValueError) as e:
         print(f"kvmon sim: {e}", file=sys.stderr)
         return 2
@@ -63,11 +77,13 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
         print(f"kvmon sim: cannot listen on {sim.host}:{sim.port}: {e.strerror or e}", file=sys.stderr)
         return 2
     s = sim.scenario
-    print(f"kvmon sim: {s.name} ({s.backend}) at {url}  speed ×{sim.clock.speed:g}", flush=True)
+    kind = getattr(s, "kind", None)
+    what = "llama-server router" if kind == "router" else kind or s.backend
+    print(f"kvmon sim: {s.name} ({what}) at {url}  speed ×{sim.clock.speed:g}", flush=True)
     print(f"  {s.description}", flush=True)
     if sim.faults.faults:
         print("  faults: " + ", ".join(fault_specs), flush=True)
-    if s.backend == "llama-server":
+    if s.backend == "llama-server" and kind is None:
         print(f"  server log (kvmon --log): {sim.log_path}", flush=True)
     print("  Ctrl-C to stop", flush=True)
     waiter = stop or threading.Event()

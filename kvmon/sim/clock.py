@@ -92,3 +92,34 @@ class SimClock:
                     remaining = 0.05
                 # wake at least every 50 ms to notice stop / advance()
                 self._wake.wait(min(remaining, 0.05))
+
+
+class OffsetClock:
+    """Another clock's time from ``t0`` on: a model server that a router or llama-swap starts later lives in the
+    same simulated time, counted from its own start."""
+
+    def __init__(self, base: SimClock, t0: float) -> None:
+        self.base = base
+        self.t0 = t0
+
+    @property
+    def speed(self) -> float:
+        return self.base.speed
+
+    def now(self) -> float:
+        return self.base.now() - self.t0
+
+    def wall(self) -> float:
+        return self.base.wall()
+
+    def start(self) -> None:
+        """The base clock runs the time: nothing to start."""
+
+    def advance(self, seconds: float) -> None:
+        self.base.advance(seconds)
+
+    def real_seconds_until(self, sim_t: float) -> float:
+        return self.base.real_seconds_until(sim_t + self.t0)
+
+    def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool:
+        return self.base.sleep_until(sim_t + self.t0, stop)

@@ -251,6 +251,11 @@ class SimEngine:
             self._requests = still
 
     # -- views ----------------------------------------------------------------------------------------
+    def busy_until(self) -> float:
+        """When the last request scheduled so far ends (0 before any): the server is idle from then on."""
+        with self.lock:
+            return max((self._slot_free_at(i) for i in range(self.scenario.n_parallel)), default=0.0)
+
     def slot_request(self, slot: int, now: float) -> SimRequest | None:
         """The request a slot shows at ``now``: the latest one that has started, in this server's lifetime."""
         ep = self.epoch_at(now).index

@@ -58,14 +58,31 @@ class SimGpus:
 
     def refresh(self, act: Activity, other_vram_bytes: int) -> None:
         """Set every GPU's fields from what the server does now (``act``) and what others hold."""
+        self.refresh_many([(self.server_pid, act)], other_vram_bytes)
+
+    def refresh_many(self, servers: list[tuple[int, Activity]], other_vram_bytes: int) -> None:
+        """Several model servers on the same GPUs (a router's or llama-swap's children, each its own process):
+        their memory adds up; utilisation, clocks and PCIe follow the busiest one."""
+        rank = {"decode": 3, "prefill": 2, "loading": 1}
+        if not servers:
+            for i in range(len(self.nvml.gpus)):
+                other = other_vram_bytes if i == 0 else 0
+                self.nvml.update(i, memory_used_bytes=other, processes=[(OTHER_APP_PID, other)] if other else [],
+                                 gpu_util_percent=0, mem_util_percent=0, mem_clock_mhz=IDLE_MEM_CLOCK_MHZ,
+                                 pcie_gen=1, pcie_rx_kb_s=20, pcie_tx_kb_s=20, power_mw=25_000, temperature_c=38)
+            return
+        act = max((a for _pid, a in servers), key=lambda a: rank.get(a.phase, 0))
         model = act.model
         busy = act.phase in ("prefill", "decode")
         rx_tok, tx_tok = model.pcie_decode_bytes_per_token()
         for i, gpu in enumerate(self.nvml.gpus):
             on_card = model.placement.gpu_layers[i] > 0
-            server = int(model.server_vram_bytes(i) * act.loading_fraction)
+            procs: list[tuple[int, int | None]] = []
+            for pid, a in servers:
+                if i < len(a.model.placement.gpu_layers):
+                    procs.append((pid, int(a.model.server_vram_bytes(i) * a.loading_fraction)))
+            server = sum(int(u or 0) for _p, u in procs)
             other = other_vram_bytes if i == 0 else 0
-            procs: list[tuple[int, int | None]] = [(self.server_pid, server)]
             if other:
                 procs.append((OTHER_APP_PID, other))
             total = gpu.memory_total_bytes

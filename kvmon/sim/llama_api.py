@@ -120,7 +120,8 @@ class LlamaApi:
                                    "supports_string_content": True, "supports_system_role": True,
                                    "supports_tool_calls": False, "supports_tools": False,
                                    "supports_typed_content": False},
-            "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False,
+            "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO,
+            "is_sleeping": bool(getattr(self.sim, "sleeping", False)),
             "cors_proxy_enabled": False,
         }
         return json_reply(body)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from kvmon.sim.ollama_child import CHILD_PREFIX
 from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
@@ -41,6 +42,7 @@ class OllamaApi:
         self.name = sim.scenario.model_alias
         self.digest = hashlib.sha256(self.name.encode()).hexdigest()
         self._last_used = 0.0
+        self._child: Any = None
 
     def _model(self) -> Any:
         model = self.sim.engine.epoch_at(self.sim.clock.now()).model
@@ -66,12 +68,22 @@ class OllamaApi:
             ("POST", "/api/generate"): lambda: self.generate(body or {}, chat=False),
             ("POST", "/v1/chat/completions"): lambda: self.v1_chat(body or {}),
         }
+        if path.startswith(CHILD_PREFIX):  # the simulated model server process asks its answers here
+            return self._child_api().handle(method, path[len(CHILD_PREFIX):] or "/", query, body)
         fn = routes.get((method, path))
         if fn is None:
             return Reply(404, b"404 page not found", "text/plain; charset=utf-8")
         if body is None:
             return json_reply({"error": "invalid character in request body"}, 400)
         return fn()
+
+    def _child_api(self) -> Any:
+        """The llama-server answers of Ollama's model server, from the same simulation."""
+        if self._child is None:
+            from kvmon.sim.llama_api import LlamaApi
+
+            self._child = LlamaApi(self.sim)
+        return self._child
 
     def _known(self, body: dict[str, Any]) -> Reply | None:
         name = body.get("model") or body.get("name")

@@ -160,9 +160,20 @@ class SimServer:
 
     def __init__(self, scenario: str | Scenario = "seed-3090x2", *, speed: float = 1.0, host: str = "127.0.0.1",
                  port: int = 0, faults: Iterable[str | Fault] = (), autoplay: bool = True,
-                 gpu_refresh_s: float = 0.1, files_dir: str | None = None, start_at_s: float = 0.0) -> None:
+                 gpu_refresh_s: float = 0.1, files_dir: str | None = None, start_at_s: float = 0.0,
+                 clock: Any = None, server_pid: int | None = None, ollama_child: bool = False) -> None:
+        """``clock``: another clock's time to live in (a router's or llama-swap's model servers); ``server_pid``:
+        the process id its simulated GPUs show for it (several model servers in one process); ``ollama_child``: a
+        simulated Ollama runs its model server as a real child process, as Ollama >= 0.30 does
+        (``kvmon.sim.ollama_child``)."""
+        self._want_child = ollama_child
+        self.child: Any = None  # that process, once started
+        self.child_port: int | None = None
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
-        self.clock = SimClock(speed, running=False)  # simulated time starts when serving starts
+        # simulated time starts when serving starts
+        self.clock: Any = clock if clock is not None else SimClock(speed, running=False)
+        self.sleeping = False  # idle sleep (a router's model): /props says is_sleeping, the model is unloaded
+        self._server_pid = server_pid
         self.faults = FaultPlan(parse_faults(list(faults)))
         self.gpus = SimGpus(self.scenario)
         # the files a real server leaves: the GGUF (header only) /props points at, and the -lv 4 log
@@ -209,16 +220,25 @@ class SimServer:
         self.port = int(httpd.server_address[1])
         serve = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                  name="kvmon-sim-http", daemon=True)
-        gpu = threading.Thread(target=self._gpu_loop, name="kvmon-sim-gpu", daemon=True)
-        self._threads = [serve, gpu]
+        self._threads = [serve]
+        if self.gpu_refresh_s > 0:  # a router's model server shares the router's GPUs: no thread of its own
+            self._threads.append(threading.Thread(target=self._gpu_loop, name="kvmon-sim-gpu", daemon=True))
         for t in self._threads:
             t.start()
         self.clock.start()
+        if self._want_child and self.scenario.backend == "ollama":
+            from kvmon.sim.ollama_child import start_child
+
+            self.child, self.child_port = start_child(self)
         return self.url
 
     def stop(self) -> None:
         """Stop serving; hung and streaming answers end at once; the simulator's own files are removed."""
         self.stopping.set()
+        if self.child is not None:
+            from kvmon.sim.ollama_child import stop_child
+
+            stop_child(self.child)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -275,7 +295,7 @@ class SimServer:
 
     @property
     def server_pids(self) -> tuple[int, ...]:
-        return (os.getpid(),)
+        return (self._server_pid or os.getpid(),)
 
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""

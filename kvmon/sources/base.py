@@ -12,6 +12,7 @@ from collections.abc import Collection
 from typing import Protocol, runtime_checkable
 
 from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
+from kvmon.core.serving import ListedModel, ModelListing
 
 
 @runtime_checkable
@@ -27,6 +28,31 @@ class ServerSource(Protocol):
 
     def close(self) -> None:
         """Release connections and files."""
+        ...
+
+
+@runtime_checkable
+class ModelListSource(Protocol):
+    """A server that serves several models, one child server each (llama-server's router mode, llama-swap).
+
+    ``list_models`` is one cheap request per poll and never loads, wakes or starts anything; ``model_source`` gives a
+    ``ServerSource`` for one running model (raises ``SourceError`` when that model cannot be read from here).
+    """
+
+    backend: str
+    display_url: str
+    kind: str  # kvmon.core.serving.ROUTER | LLAMA_SWAP
+
+    def list_models(self) -> ModelListing:
+        """The models and their status now; raises ``SourceError`` when the server cannot be read."""
+        ...
+
+    def model_source(self, model: ListedModel) -> ServerSource:
+        """A source for one running model."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and threads."""
         ...
 
 

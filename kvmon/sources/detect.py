@@ -1,94 +1,229 @@
-"""Which server answers at a URL (llama-server, Ollama, vLLM, another OpenAI-compatible one), and its source.
+"""Which server answers at a URL, and its source: the backends kvmon reads, each with its detection probe.
 
-llama-server's /v1/models also carries an Ollama-looking ``models`` list, so the answer rests on what
-only one backend has: llama-server's /props (and its ``Server: llama.cpp`` header), Ollama's
-/api/version, vLLM's /version and ``vllm:`` metrics; a bare /v1/models means "some OpenAI-compatible
-server".
+A backend is one entry in ``BACKENDS`` (its source module, the ports it listens on by default) and one probe in
+``PROBES`` (run in order over one set of answers, each path asked at most once). What only one backend has
+decides: llama-server's /props (a router's says ``"role": "router"``; a plain server's ``Server: llama.cpp``
+header), llama-swap's /running, Ollama's /api/version, vLLM's /version and ``vllm:`` metrics; a bare /v1/models
+means "some OpenAI-compatible server". llama-server's /v1/models also carries an Ollama-looking ``models`` list,
+and llama-swap has an /api/version too, so the order matters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
-from kvmon.sources.base import ServerSource
 from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, redact_url
 
 LLAMA_SERVER = "llama-server"
+LLAMA_ROUTER = "llama-router"  # llama-server started without a model: it loads models on demand, one child each
+LLAMA_SWAP = "llama-swap"
 OLLAMA = "ollama"
 VLLM = "vllm"
 OPENAI = "openai"
 UNKNOWN = "unknown"
 
 OLLAMA_PORT = 11434
+LLAMA_SERVER_PORT = 9931  # llama.cpp common/common.h `port = 9931` (b11549); 8080 before
+LLAMA_SERVER_OLD_PORT = 8080  # older llama-server builds, and llama-swap's default -listen
 _LLAMA_PROPS_KEYS = ("default_generation_settings", "total_slots", "build_info", "model_path")
 
 
-def _json(resp: HttpResponse, path: str) -> Any:
-    try:
-        return decode_json(resp, path)
-    except SourceError:
-        return None
+@dataclass(frozen=True)
+class Backend:
+    """A kind of server kvmon reads: what to call it, where its source is, where it listens by default."""
+
+    name: str
+    label: str
+    source: str | None  # "module:callable" (url, **options) -> source; None: detected but not read
+    ports: tuple[int, ...] = ()
 
 
-def _is_llama(resp: HttpResponse) -> bool:
+BACKENDS: Mapping[str, Backend] = {b.name: b for b in (
+    Backend(LLAMA_SERVER, "llama-server", "kvmon.sources.llamacpp:LlamaServerSource",
+            (LLAMA_SERVER_PORT, LLAMA_SERVER_OLD_PORT)),
+    Backend(LLAMA_ROUTER, "llama-server router", "kvmon.sources.router:LlamaRouterSource"),
+    Backend(LLAMA_SWAP, "llama-swap", "kvmon.sources.llama_swap:LlamaSwapSource", (LLAMA_SERVER_OLD_PORT,)),
+    Backend(OLLAMA, "Ollama", "kvmon.sources.ollama:OllamaSource", (OLLAMA_PORT,)),
+    Backend(VLLM, "vLLM", None),
+    Backend(OPENAI, "an OpenAI-compatible server", None),
+)}
+# where to look when no process on this machine says: in this order, each port once
+WELL_KNOWN_PORTS: tuple[int, ...] = tuple(dict.fromkeys(p for b in BACKENDS.values() for p in b.ports))
+
+
+class Answers:
+    """One server's answers to the detection requests: each path is asked at most once, in the order needed."""
+
+    def __init__(self, client: HttpClient) -> None:
+        self.client = client
+        self._got: dict[str, HttpResponse] = {}
+        self.auth_refused: SourceFailure | None = None
+
+    def get(self, path: str) -> HttpResponse:
+        """The answer on ``path`` (network failures raise SourceError)."""
+        resp = self._got.get(path)
+        if resp is None:
+            resp = self._got[path] = self.client.get(path)
+            if resp.status_code in (401, 403) and self.auth_refused is None:
+                self.auth_refused = SourceFailure(FailureKind.AUTH_REJECTED,
+                                                  f"API key rejected by {self.client.display_url}", path,
+                                                  resp.status_code)
+        return resp
+
+    def json(self, path: str, status: int = 200) -> Any:
+        """The JSON body on ``path`` when it answered ``status``, else None."""
+        resp = self.get(path)
+        if resp.status_code != status:
+            return None
+        try:
+            return decode_json(resp, path)
+        except SourceError:
+            return None
+
+
+def _is_router(a: Answers) -> bool:
+    body = a.json("/props")
+    return isinstance(body, Mapping) and body.get("role") == "router"
+
+
+def _is_llama(a: Answers) -> bool:
+    resp = a.get("/props")
     if "llama.cpp" in resp.headers.get("server", "").lower():
         return True
-    body = _json(resp, "/props")
-    if resp.status_code == 200 and isinstance(body, Mapping):
+    body = a.json("/props")
+    if isinstance(body, Mapping):
         return any(k in body for k in _LLAMA_PROPS_KEYS)
-    if resp.status_code == 503 and isinstance(body, Mapping):
+    body = a.json("/props", 503)
+    if isinstance(body, Mapping):
         err = body.get("error")
         return isinstance(err, Mapping) and err.get("type") == "unavailable_error"  # "Loading model"
     return False
 
 
+def _is_llama_swap(a: Answers) -> bool:
+    # internal/server/api.go handleRunning: {"running": [...]}; with apiKeys its 401 names the realm (auth.go)
+    resp = a.get("/running")
+    if resp.status_code in (401, 403):
+        return "llama-swap" in resp.headers.get("www-authenticate", "").lower()
+    body = a.json("/running")
+    return isinstance(body, Mapping) and isinstance(body.get("running"), list)
+
+
+def _is_ollama(a: Answers) -> bool:
+    body = a.json("/api/version")
+    return isinstance(body, Mapping) and isinstance(body.get("version"), str)
+
+
+def _is_vllm(a: Answers) -> bool:
+    body = a.json("/version")
+    if isinstance(body, Mapping) and "version" in body:
+        return True
+    resp = a.get("/metrics")
+    return resp.status_code == 200 and "vllm:" in resp.text[:200_000]
+
+
+def _v1_owner(a: Answers) -> str | None:
+    body = a.json("/v1/models")
+    if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
+        return None
+    data = body["data"]
+    return str(data[0].get("owned_by") or "") if data and isinstance(data[0], Mapping) else ""
+
+
+def _is_openai(a: Answers) -> bool:
+    return _v1_owner(a) is not None
+
+
+# In order: the first that holds names the backend. /v1/models answers for a proxy in front of any of them, so its
+# owner decides between llama-server, llama-swap, vLLM and "some OpenAI-compatible server" last.
+PROBES: tuple[tuple[str, Callable[[Answers], bool]], ...] = (
+    (LLAMA_ROUTER, _is_router),
+    (LLAMA_SERVER, _is_llama),
+    (LLAMA_SWAP, _is_llama_swap),
+    (OLLAMA, _is_ollama),
+    (VLLM, _is_vllm),
+    (LLAMA_SERVER, lambda a: _v1_owner(a) == "llamacpp"),
+    (LLAMA_SWAP, lambda a: _v1_owner(a) == "llama-swap"),
+    (VLLM, lambda a: _v1_owner(a) == "vllm"),
+    (OPENAI, _is_openai),
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What answers at a URL: the backend, its version and a few words on what it serves (for a list)."""
+
+    backend: str
+    version: str | None = None
+    summary: str | None = None
+
+
+def _summary(backend: str, a: Answers) -> tuple[str | None, str | None]:
+    """(version, summary) from the answers the probes already have (one more request at most)."""
+    try:
+        if backend in (LLAMA_SERVER, LLAMA_ROUTER):
+            props = a.json("/props")
+            props = props if isinstance(props, Mapping) else {}
+            version = json_str(props.get("build_info"))
+            if backend == LLAMA_SERVER:
+                return version, json_str(props.get("model_alias"))
+            body = a.json("/models")
+            data = body.get("data") if isinstance(body, Mapping) else None
+            if not isinstance(data, list):
+                return version, None
+            loaded = [str(m.get("id")) for m in data if isinstance(m, Mapping)
+                      and isinstance(m.get("status"), Mapping) and m["status"].get("value") in ("loaded", "loading")]
+            return version, f"{len(data)} models, {len(loaded)} loaded" + (f": {', '.join(loaded)}" if loaded else "")
+        if backend == LLAMA_SWAP:
+            body = a.json("/running")
+            running = body.get("running") if isinstance(body, Mapping) else None
+            names = [str(r.get("model")) for r in running or () if isinstance(r, Mapping)]
+            version = a.json("/api/version")
+            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
+            return v, (f"running: {', '.join(names)}" if names else "no model running")
+        if backend == OLLAMA:
+            version = a.json("/api/version")
+            ps = a.json("/api/ps")
+            names = [str(m.get("name")) for m in (ps.get("models") or ()) if isinstance(m, Mapping)] if isinstance(
+                ps, Mapping) else []
+            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
+            return v, (f"loaded: {', '.join(names)}" if names else "no model loaded")
+    except SourceError:
+        pass
+    return None, None
+
+
+def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, summary: bool = False) -> Identity:
+    """The backend at ``url`` (and, with ``summary``, its version and what it serves); raises SourceError when
+    nothing answers (UNREACHABLE / TIMEOUT / BAD_URL) or the server rejects the key on every probe."""
+    client = HttpClient(normalize_base_url(url), api_key=api_key, timeout_s=timeout_s)
+    try:
+        a = Answers(client)
+        a.get("/props")  # a network failure here means nothing is there: raise
+        for backend, probe in PROBES:
+            if probe(a):
+                version, words = _summary(backend, a) if summary else (None, None)
+                return Identity(backend, version, words)
+        if a.auth_refused is not None:
+            raise SourceError(a.auth_refused)
+        return Identity(UNKNOWN)
+    finally:
+        client.close()
+
+
 def detect_backend(url: str, api_key: str | None = None, timeout_s: float = 3.0) -> str:
-    """"llama-server" | "ollama" | "vllm" | "openai" | "unknown"; raises SourceError when nothing answers.
+    """The backend name at ``url`` (see ``BACKENDS``, or "unknown"); raises SourceError when nothing answers.
 
     Network failures raise (UNREACHABLE / TIMEOUT / BAD_URL); a server that rejects the key on every
     probe raises AUTH_REJECTED.
     """
-    base = normalize_base_url(url)
-    client = HttpClient(base, api_key=api_key, timeout_s=timeout_s)
-    auth_refused: SourceFailure | None = None
-    try:
-        resp = client.get("/props")  # network failure here means nothing is there: raise
-        if _is_llama(resp):
-            return LLAMA_SERVER
-        if resp.status_code in (401, 403):
-            auth_refused = SourceFailure(FailureKind.AUTH_REJECTED, f"API key rejected by {client.display_url}",
-                                         "/props", resp.status_code)
-        resp = client.get("/api/version")
-        body = _json(resp, "/api/version")
-        if resp.status_code == 200 and isinstance(body, Mapping) and isinstance(body.get("version"), str):
-            return OLLAMA
-        resp = client.get("/version")
-        body = _json(resp, "/version")
-        if resp.status_code == 200 and isinstance(body, Mapping) and "version" in body:
-            return VLLM
-        resp = client.get("/metrics")
-        if resp.status_code == 200 and "vllm:" in resp.text[:200_000]:
-            return VLLM
-        resp = client.get("/v1/models")
-        body = _json(resp, "/v1/models")
-        if resp.status_code == 200 and isinstance(body, Mapping) and isinstance(body.get("data"), list):
-            data = body["data"]
-            if data and isinstance(data[0], Mapping) and data[0].get("owned_by") == "llamacpp":
-                return LLAMA_SERVER
-            if data and isinstance(data[0], Mapping) and data[0].get("owned_by") == "vllm":
-                return VLLM
-            return OPENAI
-        if resp.status_code in (401, 403) and auth_refused is None:
-            auth_refused = SourceFailure(FailureKind.AUTH_REJECTED, f"API key rejected by {client.display_url}",
-                                         "/v1/models", resp.status_code)
-        if auth_refused is not None:
-            raise SourceError(auth_refused)
-        return UNKNOWN
-    finally:
-        client.close()
+    return identify(url, api_key, timeout_s).backend
 
 
 def backend_by_port(url: str) -> str:
@@ -104,10 +239,12 @@ def open_source(
     timeout_s: float = 3.0,
     log_path: str | None = None,
     backend: str | None = None,
-) -> ServerSource:
+) -> Any:
     """A source for ``url``: detected, or by port (11434 = Ollama) when the server does not answer yet.
 
-    Raises SourceError for a bad URL, or for a server kvmon cannot read (vLLM, other OpenAI-compatible).
+    A llama-server router or llama-swap gives a model-list source (``kvmon.sources.base.ModelListSource``), the
+    others a ``ServerSource``. Raises SourceError for a bad URL, or for a server kvmon cannot read (vLLM, other
+    OpenAI-compatible).
     """
     normalize_base_url(url)  # BAD_URL raises here
     if backend is None:
@@ -118,21 +255,16 @@ def open_source(
                 raise
             # down, hanging, loading or refusing the key: pick by port and let polls report the state
             backend = backend_by_port(url)
-    if backend == LLAMA_SERVER:
-        from kvmon.sources.llamacpp import LlamaServerSource
-
-        return LlamaServerSource(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path)
-    if backend == OLLAMA:
-        from kvmon.sources.ollama import OllamaSource
-
-        return OllamaSource(url, api_key=api_key, timeout_s=timeout_s)
-    shown = redact_url(normalize_base_url(url))
-    what = {VLLM: "a vLLM server", OPENAI: "an OpenAI-compatible server (not llama-server or Ollama)"}.get(
-        backend, "not a server kvmon knows"
-    )
-    raise SourceError(
-        SourceFailure(
+    spec = BACKENDS.get(backend)
+    if spec is None or spec.source is None:
+        shown = redact_url(normalize_base_url(url))
+        what = f"{spec.label}" if spec is not None else "not a server kvmon knows"
+        raise SourceError(SourceFailure(
             FailureKind.UNEXPECTED_BODY,
-            f"{shown} is {what}; kvmon reads llama-server and Ollama",
-        )
-    )
+            f"{shown} is {what}; kvmon reads llama-server (and its router mode), llama-swap and Ollama"))
+    module, _, name = spec.source.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    kwargs: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}
+    if backend == LLAMA_SERVER:
+        kwargs["log_path"] = log_path
+    return cls(url, **kwargs)

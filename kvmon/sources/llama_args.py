@@ -37,7 +37,12 @@ _VALUE_FLAGS: dict[str, str] = {
     "--host": "host",
     "--port": "port",
     "--sleep-idle-seconds": "sleep",
+    "-fitt": "fit_target",
+    "--fit-target": "fit_target",
+    "-cram": "cache_ram",
+    "--cache-ram": "cache_ram",
 }
+_FIT_FLAGS = ("-fit", "--fit")
 _ENV: dict[str, str] = {
     "LLAMA_ARG_CTX_SIZE": "ctx",
     "LLAMA_ARG_N_PARALLEL": "parallel",
@@ -52,6 +57,9 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_FLASH_ATTN": "fa",
     "LLAMA_ARG_KV_UNIFIED": "kvu",
     "LLAMA_ARG_SWA_FULL": "swa_full",
+    "LLAMA_ARG_FIT": "fit",
+    "LLAMA_ARG_FIT_TARGET": "fit_target",
+    "LLAMA_ARG_CACHE_RAM": "cache_ram",
 }
 _FA_FLAGS = ("-fa", "--flash-attn")
 _FA_WORDS = {
@@ -70,7 +78,10 @@ _KVU_OFF = ("-no-kvu", "--no-kv-unified")
 _SWA_FULL = ("--swa-full",)
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
+DEFAULT_PORT = 9931  # common/common.h `port = 9931` since the 2026 builds (b11549); 8080 before
+MIB = 1024 * 1024
+DEFAULT_FIT_TARGET_MIB = 1024  # common.h fit_params_target: 1 GiB left free on every device
+DEFAULT_CACHE_RAM_MIB = 8192  # common.h cache_ram_mib: the host prompt cache, 8 GiB
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,15 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
         elif flag in _SWA_FULL:
             raw["swa_full"], src["swa_full"] = "1", Provenance.COMMAND_LINE
+        elif flag in _FIT_FLAGS:  # -fit on|off (a bare -fit: on)
+            if eq:
+                raw["fit"] = inline
+            elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
+                raw["fit"] = args[i + 1]
+                i += 1
+            else:
+                raw["fit"] = "on"
+            src["fit"] = Provenance.COMMAND_LINE
         i += 1
 
     prov: dict[str, Provenance] = {}
@@ -215,6 +235,11 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         sleep_idle_seconds = 0
     mark("sleep_idle_seconds", "sleep")
 
+    fit, fit_target, cache_ram = _memory_settings(raw, notes)
+    mark("fit", "fit")
+    mark("fit_target_bytes", "fit_target")
+    mark("prompt_cache_limit_bytes", "cache_ram")
+
     host = raw.get("host") or DEFAULT_HOST
     port = _to_int(raw.get("port"))
     if port is None:
@@ -233,6 +258,33 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         swa_full=swa_full,
         model_path=model_path,
         sleep_idle_seconds=sleep_idle_seconds,
+        fit=fit,
+        fit_target_bytes=fit_target,
+        prompt_cache_limit_bytes=cache_ram,
         provenance=prov,
     )
     return LlamaServerArgs(config=config, host=host, port=port, notes=tuple(notes))
+
+
+def _memory_settings(raw: dict[str, str], notes: list[str]) -> tuple[bool, tuple[int, ...], int]:
+    """(--fit, --fit-target in bytes per device, --cache-ram in bytes: -1 no limit, 0 off), defaults filled in."""
+    fit_word = _FA_WORDS.get(raw.get("fit", "on").strip().lower())
+    if fit_word is None:
+        notes.append(f"unknown --fit setting {raw['fit']!r}")
+    fit = fit_word != "off"
+    target = (DEFAULT_FIT_TARGET_MIB * MIB,)
+    if "fit_target" in raw:  # MiB per device, separated by , or /; one value is every device's
+        parts = [p for p in raw["fit_target"].replace("/", ",").split(",") if p.strip()]
+        mib = [_to_int(p) for p in parts]
+        if mib and all(m is not None and m >= 0 for m in mib):
+            target = tuple(int(m) * MIB for m in mib if m is not None)
+        else:
+            notes.append(f"unreadable --fit-target {raw['fit_target']!r}")
+    cache = DEFAULT_CACHE_RAM_MIB * MIB
+    if "cache_ram" in raw:
+        mib_ram = _to_int(raw["cache_ram"])
+        if mib_ram is None or mib_ram < -1:
+            notes.append(f"unreadable --cache-ram {raw['cache_ram']!r}")
+        else:
+            cache = -1 if mib_ram == -1 else mib_ram * MIB
+    return fit, target, cache

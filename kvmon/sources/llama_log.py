@@ -69,6 +69,8 @@ _SWA_FULL = re.compile(r"llama_kv_cache_iswa: using full-size SWA cache")
 _SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +SWA KV cache, size = ([0-9]+) cells")
 _FA_ON = re.compile(r"(Flash Attention enabled|enabling flash_attn since)")
 _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is not compatible")
+# load_model: prompt cache is enabled, size limit: 8192 MiB | ... size limit: no limit | prompt cache is disabled
+_CACHE_RAM = re.compile(r"prompt cache is (?:enabled, size limit: (?:([0-9]+) MiB|(no limit))|(disabled))")
 
 
 class LogValueError(ValueError):
@@ -124,6 +126,7 @@ class LlamaLogParser:
     device_lines: DeviceLines = field(default_factory=DeviceLines)
     model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
     loaded: bool = False  # the server said it finished loading
+    prompt_cache_limit_bytes: int | None = None  # -1 no limit, 0 off
     lines_matched: int = 0
     lines_rejected: int = 0  # too long, or a number no type holds: skipped
     _kv_sizes_in_block: int = 0
@@ -232,6 +235,11 @@ class LlamaLogParser:
             self.device_free[m.group(1)] = _int(m.group(3), MAX_BYTES // MIB) * MIB
             self.lines_matched += 1
             return
+        m = _CACHE_RAM.search(line)
+        if m:
+            self.prompt_cache_limit_bytes = int(m.group(1)) * MIB if m.group(1) else -1 if m.group(2) else 0
+            self.lines_matched += 1
+            return
         if _FA_ON.search(line):
             self.flash_attn = "on"
             self.lines_matched += 1
@@ -296,6 +304,7 @@ class LlamaLogParser:
             "kv_bytes_allocated": self.kv_bytes_allocated,
             "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
             "model_path": self.model_path,
+            "prompt_cache_limit_bytes": self.prompt_cache_limit_bytes,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         maps = {

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -38,6 +38,7 @@ from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_log import LogFollower
 from kvmon.sources.llama_parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llama_process import LlamaServerProcess
+from kvmon.sources.llama_sleep import SleepCourtesy
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.procs import is_local_host
 
@@ -78,9 +79,17 @@ class LlamaServerSource:
         inspect_local_process: bool = True,
         clock: Callable[[], float] = time.monotonic,
         local_files: bool | None = None,
+        model_id: str | None = None,
+        process_port: int | None = None,
+        command_line: Sequence[str] | None = None,
     ) -> None:
-        """``local_files``: whether the paths the server names (its model file) are files on this machine; by
-        default, when the server's host is this machine. A remote server's paths are never opened here."""
+        """``model_id``: one model of a router (every per-model endpoint is asked with ``?model=<id>&autoload=false``,
+        so watching it never loads it). ``process_port``: where the model's own server process listens (a router's
+        child), for its argv, environment and pids on this machine. ``command_line``: the server's argv as another
+        process reports it (the router's ``/models`` args, llama-swap's ``cmd``), used when the process itself cannot
+        be read. ``local_files``: whether the paths the server names (its model file) are files on
+        this machine; by default, when the server's host is this machine. A remote server's paths are never opened
+        here."""
         self.base_url = normalize_base_url(base_url)
         self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
@@ -102,7 +111,12 @@ class LlamaServerSource:
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
-        self._process = LlamaServerProcess(self._host, self._port, inspect=inspect_local_process)
+        self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
+        self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
+        self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
+        self.model_id = model_id
+        self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
+        self._argv_config = parse_llama_server_args(list(command_line)[1:]).config if command_line else None
         self._local_files = is_local_host(self._host) if local_files is None else local_files
 
     def __repr__(self) -> str:
@@ -140,7 +154,7 @@ class LlamaServerSource:
         # failed one and every HEALTH_EVERY_POLLS polls (older builds say "loading" only there), not every time
         checked, self._health_due = self._health_due, True  # a poll that raises leaves it due
         memo, self._props_memo = self._props_memo, None  # a poll that raises reads /props again
-        if checked:
+        if checked and not self._model_query:  # a router's /health speaks for the router, not for one model
             self._check_health()
         # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
         slots_lately = self._slots_answered_at is not None and t_mono - self._slots_answered_at < SLOTS_KEEP_AWAKE_S
@@ -162,6 +176,13 @@ class LlamaServerSource:
 
     def _read_props(self, reasons: dict[str, str], checked: bool) -> tuple[Mapping[str, Any] | None, str]:
         """/props (in router mode, the loaded model's, with the query it needs); None: router without a model."""
+        if self._model_query:  # one model of a router: without its /props (not loaded, router gone) nothing is read
+            props = self._optional_json("/props" + self._model_query, reasons, "props")
+            if not isinstance(props, Mapping):
+                why = reasons.pop("props", None) or "/props did not return an object"
+                raise SourceError(SourceFailure(self._last_failure_kind or FailureKind.UNEXPECTED_BODY,
+                                                f"model {self.model_id}: {why}", "/props"))
+            return props, self._model_query
         props = self._optional_json("/props", reasons, "props")
         if props is None and not checked and self._last_failure_kind in (FailureKind.UNREACHABLE,
                                                                           FailureKind.TIMEOUT):
@@ -179,6 +200,9 @@ class LlamaServerSource:
         if props is not None and not isinstance(props, Mapping):
             reasons["props"] = "/props did not return an object"
             props = None
+        if isinstance(props, Mapping) and props.get("role") == "router":
+            raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY, f"{self.display_url} is a llama-server "
+                                            "router (no model of its own): open it as one", "/props"))
         return props or {}, q
 
     def _poll_after_props(self, props: Mapping[str, Any], q: str, reasons: dict[str, str], checked: bool,
@@ -192,10 +216,20 @@ class LlamaServerSource:
         slots: tuple[SlotReading, ...] = ()
         live_source: str | None = None
         live_reason: str | None = None
+        # idle on a server that sleeps when idle: /metrics (no task, no timer reset) says whether to ask /slots
+        pre_metrics: tuple[bool | None, dict[str, float]] | None = None
+        skip = False
+        if not sleeping and props.get("endpoint_slots") is not False and self._sleep.may_skip(t_mono):
+            pre_metrics = self._read_metrics(props, reasons, q, ())
+            skip = self._sleep.skip_slots(t_mono, pre_metrics[1] if pre_metrics[0] else None, sleeping)
         if sleeping:
             live_reason = "server is sleeping (not polling /slots, which would wake it)"
         elif props.get("endpoint_slots") is False:
             live_reason = "the /slots endpoint is off on this server (--no-slots)"
+        elif skip:
+            live_reason = reasons["slots"] = self._sleep.reason()
+            if self._sleep.watched_by_metrics:  # no request since the last /slots: those slots are still as read
+                slots = self._quiet_slots
         else:
             t0 = self._clock()
             raw_slots = self._optional_json("/slots" + q, reasons, "slots")
@@ -214,18 +248,21 @@ class LlamaServerSource:
                 self._slots_answered_at = t0
                 parsed = [parse_slot(s, reasons) for s in raw_slots]
                 slots = tuple(s for s in parsed if s is not None)
+                self._sleep.slots_read(t0, any(sl.processing for sl in slots))
+                self._quiet_slots = slots
                 if slots:
                     live_source = "slots"
 
-        metrics_enabled, metrics = self._read_metrics(props, reasons, q, slots)
+        metrics_enabled, metrics = pre_metrics or self._read_metrics(props, reasons, q, slots)
         self._busy = any(sl.processing for sl in slots)
         if live_source is None and not sleeping and "n_decode_total" in metrics:
             live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
 
-        model, model_reasons = self._model_info(props, unquote(q[len("?model="):]) if q else None)
+        model, model_reasons = self._model_info(props, self.model_id or (unquote(q[len("?model="):]) if q else None))
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
+        self._sleep.sleep_s = config.sleep_idle_seconds
 
         total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
@@ -450,6 +487,9 @@ class LlamaServerSource:
         """Defaults < local process argv/environment < log file < user settings, field by field."""
         layers: list[ServerConfig | None] = [_default_config()]
         proc_config, pids, proc_reasons = self._process.config()
+        if proc_config is None and self._argv_config is not None:
+            proc_config = self._argv_config  # the command line the router or llama-swap reports for this server
+            proc_reasons = {k: v for k, v in proc_reasons.items() if k != "config.process"}
         layers.append(proc_config)
         reasons.update(proc_reasons)
         if self._log is not None:

@@ -1,10 +1,14 @@
 """Find the llama-server that Ollama (>= 0.30) runs as a child process, and read it.
 
-Ollama starts ``llama-server --model <blob> --port <random> --host 127.0.0.1 -c <num_ctx × parallel>
--np <parallel> [--cache-type-k/-v T] [--flash-attn on|off|auto] ...`` for every loaded model. Its argv
-carries what Ollama's API hides (the GGUF file, total context, slots, KV cache type, flash attention),
-and its ``/slots`` gives the live decode counters Ollama itself never publishes. Found with psutil: the
-process listening on Ollama's port, then its descendants whose argv has ``--port`` and a model.
+Ollama builds its model server's command line in ``llm/llama_server.go`` (``startLlamaServer``, v0.33):
+``llama-server --model <blob> --port <random> --host 127.0.0.1 --no-webui --offline -c <num_ctx × parallel>
+-np <parallel> --log-verbosity 4 --no-log-prefix --no-log-timestamps [--cache-type-k/-v T] --flash-attn
+on|off|auto [-b N -ub N] [-ngl N] ...``, for every loaded model. Its argv carries what Ollama's API hides (the GGUF
+file, total context, slots, KV cache type, flash attention), and its ``/slots`` gives the live decode counters
+Ollama itself never publishes. Found with psutil: the process listening on Ollama's port, then its descendants
+whose argv is exactly that shape; every other child is named in the reason when none is (a GPU-discovery
+``llama-server --verbose`` without a model, an MLX model's ``ollama runner --mlx-engine``, an Ollama before 0.30
+running ``ollama runner``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from kvmon.sources.http import HttpClient
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_parse import parse_slot
 from kvmon.sources.localfile import read_tail
-from kvmon.sources.procs import lookup_listening_process, process_cmdline
+from kvmon.sources.procs import lookup_listening_process, process_cmdline, program
 
 _MODEL_FLAGS = ("--model", "-m")
 _PORT_FLAGS = ("--port",)
@@ -64,15 +68,39 @@ def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
     return None
 
 
+# the flags Ollama always gives its model server (startLlamaServer), each with a value where it takes one
+_OLLAMA_VALUE_FLAGS = ("--model", "--port", "--host", "-c", "-np")
+_OLLAMA_SWITCHES = ("--no-webui", "--offline")
+
+
+def classify_child(argv: Sequence[str]) -> tuple[str, str | None]:
+    """("model", None) for Ollama's model server; else (kind, why it is not one) for the reason when none is found.
+
+    kinds: "probe" (a GPU-discovery llama-server, no model), "mlx" (``ollama runner --mlx-engine``), "runner"
+    (``ollama runner`` of an Ollama before 0.30), "llama-server" (other flags), "other".
+    """
+    prog, args = program(argv)
+    stem = prog.removesuffix(".py")
+    if stem == "ollama" and args[:1] == ["runner"]:
+        if "--mlx-engine" in args:
+            return "mlx", "an MLX model runs in `ollama runner --mlx-engine` (no llama-server, no /slots)"
+        return "runner", "this Ollama runs models as `ollama runner` (before 0.30: no llama-server child)"
+    if not (stem.startswith("llama-server") or stem.startswith("llama_server")):
+        return "other", None
+    port = _flag_value(args, ("--port",))
+    if _flag_value(args, ("--model",)) is None and "--verbose" in args:
+        return "probe", "a llama-server Ollama started to discover the GPUs (no model; it exits at once)"
+    missing = [f for f in _OLLAMA_VALUE_FLAGS if _flag_value(args, (f,)) is None]
+    missing += [f for f in _OLLAMA_SWITCHES if f not in args]
+    if not missing and port is not None and port.isdigit() and _flag_value(args, ("--host",)) == "127.0.0.1":
+        return "model", None
+    return "llama-server", ("a llama-server child without the flags Ollama gives its model servers"
+                            + (f" (no {', '.join(missing)})" if missing else " (--host is not 127.0.0.1)"))
+
+
 def looks_like_llama_server(argv: Sequence[str]) -> bool:
-    """Whether an argv is a llama-server command line as Ollama builds it (``--port N`` and a model)."""
-    port = _flag_value(argv, _PORT_FLAGS)
-    if not (port and port.isdigit()):
-        return False
-    if _flag_value(argv, ("--model",)):
-        return True
-    short = _flag_value(argv, ("-m",))  # also python's -m: only a file path counts
-    return bool(short and ("/" in short or "\\" in short or short.lower().endswith(".gguf")))
+    """Whether an argv is a llama-server command line exactly as Ollama builds it."""
+    return classify_child(argv)[0] == "model"
 
 
 def child_from_argv(pid: int, create_time: float, argv: Sequence[str]) -> OllamaChild | None:
@@ -103,6 +131,7 @@ def find_children(ollama_port: int) -> tuple[int | None, list[OllamaChild], str 
         return proc.pid, [], f"children of Ollama (pid {proc.pid}) not readable ({type(e).__name__})"
     children: list[OllamaChild] = []
     unreadable = 0
+    others: list[str] = []
     for d in descendants:
         argv, _why = process_cmdline(d)
         if argv is None:
@@ -112,15 +141,20 @@ def find_children(ollama_port: int) -> tuple[int | None, list[OllamaChild], str 
             created = d.create_time()
         except psutil.Error:
             continue
-        child = child_from_argv(d.pid, created, argv)
+        kind, why = classify_child(argv)
+        child = child_from_argv(d.pid, created, argv) if kind == "model" else None
         if child is not None:
             children.append(child)
+        elif why and why not in others:
+            others.append(why)
     if children:
         return proc.pid, children, None
+    if others:
+        return proc.pid, [], f"no model server among Ollama's children (pid {proc.pid}): " + "; ".join(others)
     if unreadable:
         return proc.pid, [], f"{unreadable} child process(es) of Ollama (pid {proc.pid}) are not readable"
     return proc.pid, [], (
-        f"Ollama (pid {proc.pid}) runs no llama-server child (Ollama before 0.30, or no model loaded)"
+        f"Ollama (pid {proc.pid}) runs no llama-server child (no model loaded, or Ollama before 0.30)"
     )
 
 

@@ -8,15 +8,39 @@ server sources, the GPU source and the host source all ask here (one rule for "l
 
 from __future__ import annotations
 
+import re
 import socket
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import psutil
 
 from kvmon.listen import is_loopback_host
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
+_INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|bun|deno)(\.exe)?$")
+
+
+def _basename(path: str) -> str:
+    """The last part of a path written with / or \\ (a Windows command line read anywhere), lower-cased."""
+    return re.split(r"[\\/]", path)[-1].lower()
+
+
+def program(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(program name, its arguments) of a command line, lower-cased, without ``.exe``: ``python llama_server.py -m x``
+    is the script, not the interpreter (``python -m pkg.mod`` is ``mod``)."""
+    if not argv:
+        return "", []
+    base = _basename(str(argv[0]))
+    if _INTERPRETER.match(base):
+        rest = [str(a) for a in argv[1:]]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            rest.pop(0)
+        if rest and rest[0] == "-m" and len(rest) > 1:
+            return rest[1].rsplit(".", 1)[-1].lower(), rest[2:]
+        if rest:
+            return _basename(rest[0]), rest[1:]
+    return base.removesuffix(".exe"), [str(a) for a in argv[1:]]
 
 
 def _listening_on(conns: list, port: int) -> tuple[int | None, bool]:

@@ -83,6 +83,8 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         unified=_unified(p, d), swap_growth_bytes=d.swap_growth_bytes if in_ram else None,
         swap_used_bytes=host.swap_used_bytes if host else None,
         log_hint=d.log_hint if p.source not in ("log", "host_only") else None,
+        prompt_cache_limit_bytes=host.prompt_cache_limit_bytes if host else None,
+        ram_available_bytes=host.ram_available_bytes if host else None,
     )
 
 

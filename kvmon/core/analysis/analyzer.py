@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
@@ -161,8 +162,14 @@ class Analyzer:
             self._forecaster.add_efficiency(efficiency)
         bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
-        hview = gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
-                                    model=model, decode=rates.decode, kv_read_now=kv_read_now, gviews=gviews)
+        # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
+        hview = replace(gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
+                                            model=model, decode=rates.decode, kv_read_now=kv_read_now,
+                                            gviews=gviews),
+                        prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
+        if r.config.prompt_cache_limit_bytes is not None:
+            cp = r.config.provenance.get("prompt_cache_limit_bytes")
+            prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
         self._forecaster.add(r, model, where.slots, where.context, rates.decode)

@@ -46,6 +46,7 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
         out.append(GpuView(
             index=g.index, name=g.name, vram_total_bytes=g.vram_total_bytes, vram_used_bytes=g.vram_used_bytes,
             vram_free_bytes=g.vram_free_bytes, other_processes_bytes=g.other_processes_used_bytes,
+            server_used_bytes=g.server_used_bytes,
             peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, memory_busy_percent=g.memory_busy_percent,
             gpu_busy_percent=g.gpu_busy_percent, pcie_rx_bytes_per_s=g.pcie_rx_bytes_per_s,
             pcie_tx_bytes_per_s=g.pcie_tx_bytes_per_s, pcie_bandwidth_bytes_per_s=pcie_bw,

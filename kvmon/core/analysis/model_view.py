@@ -48,6 +48,10 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
     elif slot_ctx:
         n_ctx_total = max(slot_ctx) if unified else sum(slot_ctx)
         prov["n_ctx_total"] = "computed"
+    argv_read = cprov.get("model_path") == "command_line"  # the server's own command line was read
+    if cfg.fit and argv_read and cprov.get("n_ctx_total") not in ("command_line", "user") and n_ctx_total:
+        margin = f" to leave {_mib(cfg.fit_target_bytes)} free on each device" if cfg.fit_target_bytes else ""
+        reasons["n_ctx_total"] = f"-c not given: --fit chose the context at load{margin} (--fit-target)"
 
     alloc: int | None = None
     if cfg.kv_bytes_allocated is not None:
@@ -110,10 +114,15 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         n_ctx_train=(m.n_ctx_train if m and m.n_ctx_train else getattr(shape, "n_ctx_train", None)),
         n_slots=n_slots, kv_unified=unified, kv_type_k=type_k, kv_type_v=type_v, flash_attn=cfg.flash_attn,
         kv_bytes_per_token=kv_per_token, kv_allocated_bytes=alloc, recurrent_state_bytes=rec,
+        fit=cfg.fit, fit_target_bytes=cfg.fit_target_bytes,
         shape_note="; ".join(shape.notes) if shape is not None and getattr(shape, "notes", ()) else None,
         shape=shape if isinstance(shape, ModelShape) else None,
     )
     return view, shape
+
+
+def _mib(per_device: tuple[int, ...]) -> str:
+    return ", ".join(f"{b // (1024 * 1024)} MiB" for b in per_device)
 
 
 def cache_bytes(model: ModelView) -> int | None:

@@ -40,6 +40,9 @@ def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
         retry = f" (retry in {s.connection.retry_in_s:.0f} s)" if s.connection.retry_in_s else ""
         line = f"{text}{': ' + reason if reason else ''}{retry}"
         out.append((level, line, f"Connection: {s.connection.status.value}"))
+    serving = s.serving.message if s.serving is not None else None
+    if serving and not (st is not None and serving in (s.connection.reason or "")):
+        out.append(("info", serving, "The state of the router's (or llama-swap's) models"))
     for a in sorted_alerts(s.alerts):
         val = f"\nValue: {a.value:g}" if a.value is not None else ""
         out.append((a.level.value, a.message, f"{a.level.value} · {a.code}{val}"))
@@ -76,7 +79,7 @@ class AlertsPanel(QtWidgets.QGroupBox):
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the alert lines of one snapshot (made again only when the connection or an alert changed)."""
-        key = (s.connection, s.alerts, s.reasons.get("metrics"))
+        key = (s.connection, s.alerts, s.reasons.get("metrics"), s.serving.message if s.serving else None)
         if key == self._key:
             return
         self._key = key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
+from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.panels.memory import bandwidth_text
@@ -63,7 +64,8 @@ class HeaderPanel(QtWidgets.QFrame):
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the header fields of one snapshot; nothing is formatted when none of them changed (idle polls)."""
-        key = (s.backend, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
+        serving = s.serving.kind if s.serving is not None else None
+        key = (s.backend, serving, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
                tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind) for g in s.gpus),
                (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
                s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
@@ -72,7 +74,7 @@ class HeaderPanel(QtWidgets.QFrame):
             return
         self._key = key
         pv, rs, m = s.provenance, s.reasons, s.model
-        backend = s.backend or fmt.DASH
+        backend = SERVING_LABELS.get(serving, serving) if serving else s.backend or fmt.DASH
         version = f" {s.server_version}" if s.server_version else ""
         self.backend.set(f"<b>{backend}</b>{version}",
                          fmt.tip(f"Server backend and version at {s.url or fmt.DASH}", "server_version", pv, rs,

@@ -14,7 +14,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.history import History
+from kvmon.core.history import Event, History
 from kvmon.gui import theme
 from kvmon.gui.series import peak_decimate
 from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
@@ -24,6 +24,10 @@ MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) a
 STEPS_PER_WINDOW = 10  # the time axis moves on in steps of this fraction of the window
 MAX_APPEND = 60  # more new samples than this at once (a replay jump, a long pause): draw the window again
 ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, width and height in pixels
+# a model event's marker colour (theme quantities)
+EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "muted", "unloaded": "muted",
+                 "failed": "critical", "followed": "decode"}
+MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -150,6 +154,11 @@ class StripCurve(QtWidgets.QGraphicsItem):
         p.drawPath(self._path)
 
 
+def event_label(ev: Event) -> str:
+    """A marker's few words: "qwen3-8b loaded", "→ gemma-3-12b" (now shown)."""
+    return f"→ {ev.model}" if ev.kind == "followed" else f"{ev.model} {ev.kind}"
+
+
 class SpeedTimePanel(QtWidgets.QWidget):
     """Decode, prefill and ceiling curves fed from the history ring buffer; the window is 5 min, 1 h or the session.
 
@@ -196,6 +205,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         cache_static(pi.legend)
         cache_static(pi.titleLabel)
         lay.addWidget(self.plot)
+        self._markers: list[pg.InfiniteLine] = []  # model loads, unloads, sleeps, follows (a router, llama-swap)
+        self._events_seen = 0
 
     def curves(self) -> tuple[StripCurve, ...]:
         """The decode, prefill and ceiling curves."""
@@ -223,8 +234,44 @@ class SpeedTimePanel(QtWidgets.QWidget):
             curve.remap(main)
         self.prefill.remap(pf)
 
+    def markers(self) -> list[pg.InfiniteLine]:
+        """The event markers on the plot, oldest first."""
+        return list(self._markers)
+
+    def _sync_events(self) -> None:
+        """One dashed vertical line per model event since the last look, labelled with what happened."""
+        h = self.history
+        if h.events_added < self._events_seen:  # the history was cleared (another server, a replay)
+            for line in self._markers:
+                self.plot.removeItem(line)
+            self._markers, self._events_seen = [], 0
+        new = min(h.events_added - self._events_seen, len(h.events))
+        if new <= 0:
+            return
+        for ev in list(h.events)[-new:]:
+            colour = EVENT_COLOURS.get(ev.kind, "muted")
+            pen = pg.mkPen(theme.hex_color(colour), width=1, style=QtCore.Qt.PenStyle.DashLine)
+            # short labels low in the plot (clear of the legend and, mostly, of the curves), one above another:
+            # events often come close together (a load, then the follow); the tooltip says it whole
+            position = 0.06 + 0.07 * (len(self._markers) % 4)
+            line = pg.InfiniteLine(pos=ev.t_wall, angle=90, movable=False, pen=pen, label=event_label(ev),
+                                   labelOpts={"position": position, "color": theme.hex_color(colour),
+                                              "anchors": [(0, 0.5), (0, 0.5)]})
+            if line.label is not None:
+                font = line.label.textItem.font()
+                font.setPointSizeF(7.5)
+                line.label.setFont(font)
+            line.setToolTip(ev.message)
+            line.setZValue(5)
+            self.plot.addItem(line, ignoreBounds=True)
+            self._markers.append(line)
+        while len(self._markers) > MAX_MARKERS:
+            self.plot.removeItem(self._markers.pop(0))
+        self._events_seen = h.events_added
+
     def refresh(self) -> None:
         """Bring the curves up to the history: append the new samples, or draw the window again."""
+        self._sync_events()
         appended = self.history.appended
         if (appended, self.window_s) == self._drawn or len(self.history) == 0:
             return

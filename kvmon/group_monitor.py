@@ -1,0 +1,246 @@
+"""GroupMonitor: one poll of a server that serves several models (llama-server's router mode, llama-swap) → the
+Snapshot of the model being chatted with, carrying every model's status and numbers and this poll's events.
+
+Each running model is read by its own source and analysed by its own Analyzer (its own rates, KV, placement,
+alerts), the GPUs and the host once per poll for all of them, split per model by process. The model followed is
+the one the user chose, else the one generating, else the one used last (``kvmon.core.serving.choose_followed``).
+Loads, unloads, sleeps and wakes are compared between two listings and travel with the Snapshot (recorded, drawn).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from kvmon.core.analysis import Analyzer, AnalyzerSettings
+from kvmon.core.attribution import for_processes
+from kvmon.core.connection import failure_of
+from kvmon.core.readings import (
+    FailureKind,
+    GpuSetReading,
+    HostReading,
+    ServerReading,
+    SourceError,
+    SourceFailure,
+)
+from kvmon.core.serving import (
+    LOADED,
+    LOADING,
+    SLEEPING,
+    UNLOADING,
+    FollowState,
+    ListedModel,
+    ModelListing,
+    ServedModel,
+    ServingEvent,
+    ServingView,
+    choose_followed,
+    state_message,
+    status_word,
+    transition_events,
+)
+from kvmon.core.snapshot import AlertLevel, Snapshot
+from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly
+from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
+
+SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
+
+
+@dataclass
+class _Model:
+    """A running model: its source (None when it cannot be read from here), analyzer and last results."""
+
+    source: ServerSource | None
+    analyzer: Analyzer
+    note: str | None = None  # why it is not read
+    reading: ServerReading | None = None
+    snapshot: Snapshot | None = None
+
+
+class GroupMonitor:
+    """Polls a model-list source and every running model; ``poll()`` returns the followed model's Snapshot."""
+
+    def __init__(self, source: ModelListSource, gpu_source: GpuSource | None = None,
+                 host_source: HostSource | None = None, settings: AnalyzerSettings | None = None, *,
+                 recorder: SnapshotSink | None = None, clock: Callable[[], float] = time.monotonic,
+                 model_pids: Callable[[str], Sequence[int]] | None = None,
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+        """``model_pids``: a model's server processes when its source cannot find them (an in-process simulator).
+        ``settings_source``: asked before every poll for the settings the user has now (every model's analysis)."""
+        self.source = source
+        self.devices = DevicePoller(gpu_source, host_source, clock=clock)
+        self.settings = settings
+        self.recorder = recorder
+        self._clock = clock
+        self._model_pids = model_pids
+        self._settings_source = settings_source
+        # the Snapshot when no model can be shown
+        self._own = Analyzer(settings, clock=clock, settings_source=settings_source)
+        self._models: dict[str, _Model] = {}
+        self._previous: dict[str, ListedModel] | None = None
+        self._follow = FollowState()
+        self._pinned: str | None = None
+        self._seq = 0
+        self.last_snapshot: Snapshot | None = None
+        self.last_listing: ModelListing | None = None
+
+    @property
+    def backend(self) -> str:
+        return self.source.backend
+
+    @property
+    def display_url(self) -> str:
+        return self.source.display_url
+
+    def follow(self, name: str | None) -> None:
+        """Show this model from the next poll on (None: follow the one being chatted with again)."""
+        self._pinned = name or None
+
+    def model_snapshots(self) -> dict[str, Snapshot]:
+        """The last Snapshot of every running model that was read (for exporters that show all of them)."""
+        return {n: m.snapshot for n, m in self._models.items() if m.snapshot is not None}
+
+    # ------------------------------------------------------------------ the poll
+
+    def poll(self) -> Snapshot:
+        """Read the model list and every running model once (never raises for source trouble)."""
+        self._seq += 1
+        t, wall = self._clock(), time.time()
+        try:
+            listing = self.source.list_models()
+        except Exception as exc:  # the serving process itself is down, refuses the key, answers nonsense
+            failure = failure_of(exc, FailureKind.UNEXPECTED_BODY, "model list failed")
+            pids = self._pids()
+            snap = self._own.update(failure, self.devices.poll_gpus(pids), self.devices.poll_host(pids))
+            kind = getattr(self.source, "kind", "")
+            return self._emit(replace(snap, serving=ServingView(kind, message=failure.reason)))
+        self.last_listing = listing
+        events = transition_events(self._previous, listing.models, t, wall)
+        self._previous = {m.name: m for m in listing.models}
+        running = {m.name: m for m in listing.running()}
+        for name in [n for n in self._models if n not in running]:
+            self._drop(name)
+        for name, listed in running.items():
+            self._read(name, listed)
+        pids = self._pids()
+        gpus = self.devices.poll_gpus(pids)
+        host = self.devices.poll_host(pids)
+        busy = {n: (m.snapshot.decode_tok_s or 0.0) if m.snapshot is not None else 0.0
+                for n, m in self._models.items()
+                if m.reading is not None and any(s.processing for s in m.reading.slots)}
+        before = self._follow.followed
+        self._follow, followed, why = choose_followed(self._follow, listing.models, busy, self._pinned)
+        for name, m in self._models.items():
+            if m.reading is not None:
+                m.snapshot = m.analyzer.update(m.reading, for_processes(gpus, self._reading_pids(name, m.reading)),
+                                               host)
+        if followed is not None and followed != before and before is not None:
+            events.append(ServingEvent(t, wall, followed, "followed", f"following {followed} ({why})"))
+        shown = self._shown(followed, running, listing, gpus, host, t, wall)
+        view = ServingView(kind=listing.kind, models=tuple(self._served(m, followed) for m in listing.models),
+                           followed=followed, follow_reason=why, events=tuple(events),
+                           message=self._message(followed, running, listing))
+        return self._emit(replace(shown, serving=view))
+
+    def _emit(self, snap: Snapshot) -> Snapshot:
+        snap = replace(snap, seq=self._seq)
+        self.last_snapshot = snap
+        if self.recorder is not None:
+            self.recorder.record(snap)
+        return snap
+
+    def _read(self, name: str, listed: ListedModel) -> None:
+        """Poll one running model's own server (not while it loads or stops: there is nothing to read yet)."""
+        m = self._models.get(name)
+        if m is None:
+            source: ServerSource | None = None
+            note: str | None = None
+            try:
+                source = self.source.model_source(listed)
+            except SourceError as e:
+                note = e.failure.reason
+            m = self._models[name] = _Model(source, Analyzer(self.settings, clock=self._clock,
+                                                             settings_source=self._settings_source), note)
+        m.reading = None
+        if listed.status in (LOADING, UNLOADING) or m.source is None:
+            return
+        try:
+            m.reading = m.source.poll()
+            m.note = SLEEP_NOTE if m.reading.state == "sleeping" else None
+        except SourceError as e:
+            m.note = e.failure.reason
+        except Exception as e:  # a source bug: this model goes blank, the others go on
+            m.note = f"{name}: {type(e).__name__}: {e}"
+
+    def _drop(self, name: str) -> None:
+        close_quietly(self._models.pop(name).source)
+
+    def _reading_pids(self, name: str, r: ServerReading) -> tuple[int, ...]:
+        if r.server_pids:
+            return tuple(r.server_pids)
+        return tuple(self._model_pids(name)) if self._model_pids is not None else ()
+
+    def _pids(self) -> tuple[int, ...]:
+        pids: set[int] = set()
+        for name, m in self._models.items():
+            if m.reading is not None:
+                pids.update(self._reading_pids(name, m.reading))
+            elif self._model_pids is not None:
+                pids.update(self._model_pids(name))
+        return tuple(sorted(pids))
+
+    def _shown(self, followed: str | None, running: dict[str, ListedModel], listing: ModelListing,
+               gpus: GpuSetReading | None, host: HostReading | None, t: float, wall: float) -> Snapshot:
+        """The followed model's Snapshot; a loading or unreadable one says so; none: the serving process's state."""
+        m = self._models.get(followed) if followed is not None else None
+        if m is not None and m.snapshot is not None and m.reading is not None:
+            return m.snapshot
+        if m is not None and followed is not None:
+            listed = running[followed]
+            if listed.status == LOADING:
+                failure = SourceFailure(FailureKind.MODEL_LOADING, f"{followed} {status_word(listed)}")
+            else:
+                failure = SourceFailure(FailureKind.UNREACHABLE, m.note or f"{followed} {status_word(listed)}")
+            return m.analyzer.update(failure, for_processes(gpus, ()), host)
+        message = state_message(listing.kind, listing.models) or "no model to show"
+        reading = ServerReading(t_monotonic=t, t_wall=wall, backend=self.source.backend, url=self.display_url,
+                                server_version=listing.server_version, state="idle",
+                                reasons={**listing.reasons, "model": message})
+        return self._own.update(reading, gpus, host)
+
+    def _served(self, listed: ListedModel, followed: str | None) -> ServedModel:
+        m = self._models.get(listed.name)
+        s = m.snapshot if m is not None and m.reading is not None else None
+        note = m.note if m is not None else None
+        if s is None:
+            return ServedModel(listed.name, listed.status, listed.progress, listed.name == followed, note=note)
+        warnings = sum(1 for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank)
+        return ServedModel(
+            listed.name, SLEEPING if s.connection.status.value == "sleeping" and listed.status == LOADED
+            else listed.status, listed.progress, listed.name == followed,
+            processing=any(sl.processing for sl in s.slots), decode_tok_s=s.decode_tok_s,
+            context_tokens=s.context_tokens, n_ctx=s.model.n_ctx, n_slots=s.model.n_slots,
+            kv_allocated_bytes=s.kv_allocated_bytes, kv_in_use_bytes=s.kv_in_use_bytes,
+            weight_bytes=s.model.weight_bytes, alerts=warnings, note=note)
+
+    def _message(self, followed: str | None, running: dict[str, ListedModel], listing: ModelListing) -> str | None:
+        if followed is None:
+            return state_message(listing.kind, listing.models)
+        listed = running.get(followed)
+        if listed is not None and listed.status in (LOADING, SLEEPING, UNLOADING):
+            return f"{followed} {status_word(listed)}" + (" (idle; unloaded until the next request)"
+                                                          if listed.status == SLEEPING else "")
+        return None
+
+    def close(self) -> None:
+        """Close every model's source, the list source, the devices and the recorder (best effort)."""
+        for name in list(self._models):
+            self._drop(name)
+        close_quietly(self.source, self.devices, self.recorder)
+
+    def __enter__(self) -> GroupMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,178 @@
+"""The servers one window watches: what it keeps of each (``ServerView``) and a tab bar with one coloured tab per
+server (shown when there are two or more): its name and speed, red when it is not read, amber with a warning."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon.core.history import History
+from kvmon.core.snapshot import AlertLevel, Snapshot
+from kvmon.core.summary import Tally
+from kvmon.gui import theme
+from kvmon.gui.settings import WINDOW_RANGES
+
+
+@dataclass
+class ServerView:
+    """One watched server as the window keeps it: its history and tally, last snapshot, recording, chosen model."""
+
+    key: str
+    label: str
+    history: History
+    tally: Tally = field(init=False)
+    last: Snapshot | None = None
+    recording: str | None = None
+    banner: str | None = None
+    pinned: str | None = None  # the model of a router / llama-swap the user chose to see
+
+    def __post_init__(self) -> None:
+        self.tally = Tally(self.history.points)  # the live report card reads it
+
+
+def tab_colour(s: Snapshot | None) -> str:
+    """The theme colour of a server's tab: muted before a poll, critical when not read, else by its worst alert."""
+    if s is None:
+        return "muted"
+    if not s.server_read:
+        return "critical"
+    worst = max((a.level.rank for a in s.alerts), default=-1)
+    return "critical" if worst >= AlertLevel.CRITICAL.rank else "warning" if worst >= 1 else "ok"
+
+
+class ServerTabs(QtWidgets.QTabBar):
+    """One tab per server, keyed by the server's key; ``selected(key)`` when the user picks one."""
+
+    selected = QtCore.Signal(str)
+    close_requested = QtCore.Signal(str)
+
+    def __init__(self, views: Mapping[str, ServerView], current: str,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDocumentMode(True)
+        self.setExpanding(False)
+        for v in views.values():
+            self.add(v)
+        self.setCurrentIndex(list(views).index(current))
+        self.currentChanged.connect(self._picked)
+        self.tabCloseRequested.connect(lambda i: self.close_requested.emit(self.tabData(i)))
+        self._fit()
+
+    def _index(self, key: str) -> int:
+        return next((i for i in range(self.count()) if self.tabData(i) == key), -1)
+
+    def _fit(self) -> None:
+        self.setTabsClosable(self.count() > 1)
+        self.setVisible(self.count() > 1)
+
+    def add(self, v: ServerView) -> None:
+        i = self.addTab(v.label or v.key)
+        self.setTabData(i, v.key)
+        self.paint(v)
+        self._fit()
+
+    def remove(self, key: str) -> None:
+        i = self._index(key)
+        if i >= 0:
+            self.blockSignals(True)
+            self.removeTab(i)
+            self.blockSignals(False)
+        self._fit()
+
+    def paint(self, v: ServerView) -> None:
+        """The server's tab after a snapshot: its colour, its speed, its state on hover."""
+        i = self._index(v.key)
+        if i < 0:
+            return
+        s = v.last
+        self.setTabTextColor(i, QtGui.QColor(theme.hex_color(tab_colour(s))))
+        speed = f" · {s.decode_tok_s:.0f} tok/s" if s is not None and s.decode_tok_s else ""
+        self.setTabText(i, f"{v.label or v.key}{speed}")
+        state = (s.connection.reason or s.connection.status.value) if s is not None else "not polled yet"
+        self.setTabToolTip(i, f"{v.key}\n{state}")
+
+    def _picked(self, index: int) -> None:
+        key = self.tabData(index)
+        if isinstance(key, str):
+            QtCore.QTimer.singleShot(0, lambda: self.selected.emit(key))  # not inside the tab bar's own signal
+
+
+class WatchedServers:
+    """The window's part that manages its servers: add, remove, show one, choose a router's model, the tray.
+
+    Mixed into ``MainWindow``: it uses the window's views, panels, signals and rendering, which the window defines.
+    """
+
+    views: dict[str, ServerView]
+    current: str
+    server_tabs: ServerTabs
+    tray: Any
+    last: Snapshot | None
+    window_range: str
+
+    def add_server(self, key: str, label: str, banner: str | None = None) -> ServerView:
+        """Watch one more server: its own history, tally and recording; a tab appears (two or more)."""
+        if key in self.views:
+            return self.views[key]
+        view = self.views[key] = ServerView(key, label, History(), banner=banner)
+        self.server_tabs.add(view)
+        return view
+
+    def remove_server(self, key: str) -> None:
+        """Stop showing a server (the app stops its poller); another one is shown if it was."""
+        if key not in self.views or len(self.views) == 1:
+            return
+        del self.views[key]
+        self.server_tabs.remove(key)
+        if key == self.current:
+            self.select_server(next(iter(self.views)))
+
+    def select_server(self, key: str) -> None:
+        """Show another server: its history, points and last snapshot in every panel."""
+        if key not in self.views or key == self.current:
+            return
+        self.current = key
+        view = self.views[key]
+        self._use_view(view)
+        self._banner, self._recording = view.banner, view.recording
+        old = self.centralWidget()
+        self._build_panels()
+        if old is not None:
+            old.deleteLater()
+        self.speed_time.set_window(WINDOW_RANGES[self.window_range])
+        self.set_recording(view.recording)
+        if self.last is not None:
+            self.render()
+        else:
+            self._show_connecting()
+        self.server_selected.emit(key)
+
+    def _follow(self, name: str | None) -> None:
+        self.views[self.current].pinned = name
+        self.follow_requested.emit(self.current, name)
+
+    def ask_add_server(self) -> str | None:
+        """Ctrl+N: watch another server too (a URL); the app opens it."""
+        url, ok = QtWidgets.QInputDialog.getText(self, "Add server", "Server URL (llama-server, router, "
+                                                 "llama-swap or Ollama):", text="http://127.0.0.1:9931")
+        if ok and url.strip():
+            self.add_server_requested.emit(url.strip())
+            return url.strip()
+        return None
+
+    def _update_tray(self, key: str, s: Snapshot) -> None:
+        """The tray shows the busiest server (else the shown one) and tells rising alerts of every server."""
+        from kvmon.servers import busiest
+
+        assert self.tray is not None
+        many = len(self.views) > 1
+        label = self.views[key].label if many else None
+        self.tray.notify(key, s, label)
+        top = busiest({k: v.last for k, v in self.views.items()}) or self.current
+        top_view = self.views[top]
+        if top_view.last is not None:
+            self.tray.show_snapshot(top_view.last, top_view.label if many else None)
+

@@ -1,0 +1,148 @@
+"""llama-swap (a proxy that starts and stops one llama-server per model on demand): its models from ``/v1/models``
+and ``/running``, and one llama-server source per running model, read at the model's own upstream URL.
+
+Shapes as llama-swap writes them (mostlygeek/llama-swap ``internal/server/api.go``): ``/v1/models`` lists every
+model with ``status.value`` ``loaded`` or ``unloaded`` and ``meta.llamaswap.type`` (``model``, or an alias, peer,
+selector or profile entry); ``/running`` lists the processes not stopped with their ``state`` (``starting``,
+``ready``, ``stopping``, ``internal/process/process.go``), the resolved ``cmd`` and the ``proxy`` URL. Its own
+``/metrics`` carries host and GPU gauges only, no tokens. Requests under ``/upstream/<model>/`` START a stopped
+model, so kvmon never reads through them: a model's server is read at its ``proxy`` URL, and only while running.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kvmon.core import serving
+from kvmon.core.jsonvals import json_str
+from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+from kvmon.core.serving import ListedModel, ModelListing
+from kvmon.listen import is_loopback_host
+from kvmon.sources import procs
+from kvmon.sources.http import HttpClient, normalize_base_url
+from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llamacpp import LlamaServerSource
+
+_STATE = {"starting": serving.LOADING, "ready": serving.LOADED, "stopping": serving.UNLOADING,
+          "stopped": serving.UNLOADED, "shutdown": serving.UNLOADED}
+
+
+def parse_running(body: Any) -> dict[str, Mapping[str, Any]]:
+    """``/running`` as model id → its entry (state, cmd, proxy, ttl)."""
+    rows = body.get("running") if isinstance(body, Mapping) else None
+    out: dict[str, Mapping[str, Any]] = {}
+    for r in rows if isinstance(rows, list) else ():
+        if isinstance(r, Mapping) and json_str(r.get("model")):
+            out[str(r["model"])] = r
+    return out
+
+
+def parse_listing(models_body: Any, running_body: Any) -> tuple[list[ListedModel], list[str]]:
+    """Every configured model with its process state, command line and upstream URL."""
+    running = parse_running(running_body)
+    data = models_body.get("data") if isinstance(models_body, Mapping) else None
+    notes: list[str] = [] if isinstance(data, list) else ["/v1/models has no data list"]
+    names: list[str] = []
+    for raw in data if isinstance(data, list) else ():
+        if not isinstance(raw, Mapping) or not json_str(raw.get("id")):
+            continue
+        meta = raw.get("meta") if isinstance(raw.get("meta"), Mapping) else {}
+        swap = meta.get("llamaswap") if isinstance(meta.get("llamaswap"), Mapping) else {}
+        if swap.get("type", "model") != "model":  # aliases, peers, selectors and profiles are not processes
+            continue
+        names.append(str(raw["id"]))
+    names += [n for n in running if n not in names]
+    out: list[ListedModel] = []
+    for name in names:
+        r = running.get(name)
+        if r is None:
+            out.append(ListedModel(name, serving.UNLOADED))
+            continue
+        state = json_str(r.get("state")) or "unknown"
+        cmd = json_str(r.get("cmd")) or ""
+        try:
+            argv = tuple(shlex.split(cmd, comments=False))
+        except ValueError:
+            argv = ()
+            notes.append(f"{name}: cmd not readable as a command line")
+        out.append(ListedModel(name, _STATE.get(state, state), args=argv,
+                               upstream_url=json_str(r.get("proxy"))))
+    return out, notes
+
+
+class LlamaSwapSource:
+    """One llama-swap: ``list_models()`` each poll (``/v1/models`` + ``/running``), ``model_source()`` per model."""
+
+    backend = "llama-server"
+    kind = serving.LLAMA_SWAP
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
+        self.display_url = self._http.display_url
+        self._host = urlsplit(self.base_url).hostname or ""
+        self._local = procs.is_local_host(self._host)
+        self._version: str | None = None
+        self._models_at: tuple[float, Any] | None = None  # /v1/models changes only on a config reload
+
+    def __repr__(self) -> str:
+        return f"LlamaSwapSource({self.display_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def list_models(self) -> ModelListing:
+        """The configured models and the running processes now; raises SourceError when llama-swap cannot be read."""
+        running = self._http.get_json("/running")
+        now = self._clock()
+        if self._models_at is None or now - self._models_at[0] > 30.0:
+            self._models_at = (now, self._http.get_json("/v1/models"))
+            try:
+                v = self._http.get_json("/api/version")
+                self._version = json_str(v.get("version")) if isinstance(v, Mapping) else None
+            except SourceError:
+                self._version = None
+        models, notes = parse_listing(self._models_at[1], running)
+        return ModelListing(serving.LLAMA_SWAP, tuple(models), self._version,
+                            {"models": "; ".join(notes)} if notes else {})
+
+    def upstream_for(self, model: ListedModel) -> str:
+        """Where this model's server answers from here; raises SourceError when kvmon cannot reach it safely."""
+        if not model.upstream_url:
+            raise SourceError(SourceFailure(FailureKind.NOT_FOUND,
+                                            f"llama-swap gives no upstream URL for {model.name}"))
+        parts = urlsplit(model.upstream_url)
+        if self._local or not is_loopback_host(parts.hostname or ""):
+            return model.upstream_url
+        bind = parse_llama_server_args(list(model.args)[1:]).host if model.args else None
+        if bind in procs.WILDCARD_HOSTS:  # listening on every interface: reachable at llama-swap's address
+            netloc = f"[{self._host}]" if ":" in self._host else self._host
+            return urlunsplit((parts.scheme, f"{netloc}:{parts.port}", parts.path, "", ""))
+        raise SourceError(SourceFailure(
+            FailureKind.UNREACHABLE,
+            f"{model.name}'s server listens on llama-swap's own loopback ({model.upstream_url}): run kvmon on that "
+            "machine for its readings (kvmon does not read through /upstream/, which would start a stopped model)"))
+
+    def model_source(self, model: ListedModel) -> LlamaServerSource:
+        """A llama-server source on the model's upstream, with the command line llama-swap started it with."""
+        url = self.upstream_for(model)
+        key = _api_key(model.args)
+        return LlamaServerSource(url, api_key=key, timeout_s=self._timeout_s, command_line=model.args or None,
+                                 clock=self._clock)
+
+
+def _api_key(argv: tuple[str, ...]) -> str | None:
+    """The upstream server's own ``--api-key`` in its command line, if any (never shown)."""
+    for i, a in enumerate(argv):
+        if a == "--api-key" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--api-key="):
+            return a.split("=", 1)[1]
+    return None
