@@ -136,6 +136,9 @@ class GpuView:
     spill_total_bytes: int | None = None  # AMD GTT: system RAM the GPU maps; Apple: compressed memory (used only)
     spill_used_bytes: int | None = None
     server_spill_bytes: int | None = None
+    vendor_index: int | None = None  # its place among its vendor's devices (ROCm1 is AMD's second)
+    pci_bus_id: str | None = None  # "0000:0c:00.0"
+    memory_type: str | None = None  # "GDDR6", "LPDDR5X"
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
             source=g.source, memory_source="table" if table_size else "measured",
             working_set_limit_bytes=g.working_set_limit_bytes, working_set_source=g.working_set_source,
             spill_total_bytes=g.spill_total_bytes, spill_used_bytes=g.spill_used_bytes,
-            server_spill_bytes=g.server_spill_bytes,
+            server_spill_bytes=g.server_spill_bytes, vendor_index=g.vendor_index, pci_bus_id=g.pci_bus_id,
+            memory_type=g.memory_type,
         ))
     return tuple(out), None
 
