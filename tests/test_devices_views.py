@@ -64,7 +64,7 @@ def test_a_device_only_the_log_names_shows_what_the_log_said() -> None:
 def test_host_ram_is_a_device_with_its_bandwidth_and_the_spill_line() -> None:
     s = _snap(host=CPU_HOST)
     bar = host_bar(s)
-    assert bar is not None and bar.limit_line and "9.00 GiB of the model in RAM" in bar.note
+    assert bar is not None and bar.limit_line and "weights + KV 9.00 GiB of 64.0 GiB" in bar.note
     assert "62.0 GB/s (measured" in bar.note and "DDR5-6000" in bar.tip
     bw = host_bandwidth_bar(s)
     assert bw is not None and bw.total == 62e9 and bw.segments[0].value == 50e9 and "(81%)" in bw.note

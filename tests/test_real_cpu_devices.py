@@ -71,7 +71,7 @@ def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
     for w in (memory, bandwidth, header):
         qtbot.addWidget(w)
         w.update_snapshot(s)
-    assert [b.label for b in memory.bars.bars][-1] == "Host" and "of the model in RAM" in memory.bars.bars[-1].note
+    assert [b.label for b in memory.bars.bars][-1] == "Host" and "weights + KV" in memory.bars.bars[-1].note
     host_bw = bandwidth.bars.bars[-1]
     assert host_bw.label == "Host" and "measured" in host_bw.note and host_bw.segments
     assert "ceiling" in header.speed.text() and "— ceiling" not in header.speed.text()

@@ -134,7 +134,8 @@ def host_bar(s: Snapshot) -> Bar | None:
         segs.append(Segment("other_processes", used_other, f"Other host memory: {fmt.bytes_(used_other)}"))
     if h.ram_available_bytes:
         segs.append(Segment("free", float(h.ram_available_bytes), f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
-    what = f"{fmt.bytes_(in_host)} of the model in RAM" if in_host else \
+    held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes)) if b)
+    what = f"{held} {fmt.bytes_(in_host)} of {fmt.bytes_(h.ram_total_bytes)}" if in_host else \
         f"{fmt.bytes_(h.ram_total_bytes - (h.ram_available_bytes or 0))} of {fmt.bytes_(h.ram_total_bytes)} used"
     note = f"{what}\n{bandwidth_text(h)}"
     if h.swap_used_bytes:
