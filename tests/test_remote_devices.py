@@ -4,10 +4,12 @@ silent or not kvmon's."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_http import FixtureServer, closed_port_url
@@ -85,6 +87,23 @@ def test_a_monitor_of_a_remote_server_uses_the_remote_devices(remote: tuple[SimS
     assert snap.ceiling_curve  # the remote GPUs' bandwidth makes the ceiling
 
 
+@contextlib.contextmanager
+def _served(scenario: str, devices: Callable[[SimServer], Any]) -> Iterator[tuple[SimServer, Exporter]]:
+    """Another machine: a simulated server, its device source and host, and the `kvmon serve` beside them."""
+    sim = SimServer(scenario, speed=20.0)
+    url = sim.start()
+    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), devices(sim), sim.host_source(),
+                      server_pids=sim.server_pids)
+    exporter = Exporter(monitor, interval_s=3600.0)
+    exporter.listen("127.0.0.1", 0)
+    try:
+        yield sim, exporter
+    finally:
+        exporter.stop()
+        monitor.close()
+        sim.stop()
+
+
 def _read_back(exporter: Exporter) -> tuple[GpuSetReading, HostReading]:
     assert exporter.metrics_url is not None
     devices = RemoteDevices(exporter.metrics_url)
@@ -97,23 +116,13 @@ def _read_back(exporter: Exporter) -> tuple[GpuSetReading, HostReading]:
 def test_a_remote_macs_unified_memory_arrives_as_unified_memory() -> None:
     """A Mac serving a model: its one device is unified memory with the chip table's bandwidth and Metal's working-set
     limit; its RAM is the same memory, with the CPU's name."""
-    sim = SimServer("apple-m2max", speed=20.0)
-    url = sim.start()
-    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), sim.unified_memory_source(),
-                      sim.host_source(), server_pids=sim.server_pids)
-    exporter = Exporter(monitor, interval_s=3600.0)
-    exporter.listen("127.0.0.1", 0)
-    try:
+    with _served("apple-m2max", lambda sim: sim.unified_memory_source()) as (sim, exporter):
         there = exporter.poll_once()
         gpus, host = _read_back(exporter)
         assert exporter.metrics_url is not None
         gpu_src, host_src = device_sources("http://192.0.2.10:9931", exporter.metrics_url)
-        with Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), gpu_src, host_src) as here:
+        with Monitor(LlamaServerSource(sim.url, log_path=sim.log_path, timeout_s=2.0), gpu_src, host_src) as here:
             snap = here.poll()
-    finally:
-        exporter.stop()
-        monitor.close()
-        sim.stop()
     (theirs,) = there.gpus
     (mine,) = gpus.gpus
     assert (mine.kind, mine.vendor, mine.source) == ("unified_memory", "apple", theirs.source) and theirs.source
@@ -129,22 +138,12 @@ def test_a_remote_macs_unified_memory_arrives_as_unified_memory() -> None:
 
 def test_a_remote_amd_card_arrives_with_its_gtt_and_its_table_bandwidth(tmp_path: Path) -> None:
     """A Linux box with an RX 6900 XT (a real sysfs snapshot): the card's vendor, source, PCI bus id, GTT spill and
-    the table's bandwidth reach this side, so the server's ROCm0 is matched to it here."""
+    the table's bandwidth reach this side (the vendor index and bus id are what a log's ROCm0 is matched by)."""
     root = tmp_path / "rx6900xt"
     shutil.copytree(SYSFS / "rx6900xt", root, symlinks=True)
-    sim = SimServer("cpu-ddr5", speed=20.0)
-    url = sim.start()
-    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), AmdGpuSource(root),
-                      sim.host_source(), server_pids=sim.server_pids)
-    exporter = Exporter(monitor, interval_s=3600.0)
-    exporter.listen("127.0.0.1", 0)
-    try:
+    with _served("cpu-ddr5", lambda _sim: AmdGpuSource(root)) as (_sim, exporter):
         there = exporter.poll_once()
         gpus, host = _read_back(exporter)
-    finally:
-        exporter.stop()
-        monitor.close()
-        sim.stop()
     (theirs,) = there.gpus
     (mine,) = gpus.gpus
     assert (mine.kind, mine.vendor, mine.source, mine.vendor_index) == ("discrete_gpu", "amd", "amdgpu", 0)
