@@ -103,8 +103,8 @@ def decoding_server(tmp: Path) -> None:
         threading.Thread(target=lambda: (_decode_tok_s(server.url, prompt, 400), done.set()), daemon=True).start()
         time.sleep(0.5)
         with open_monitor(server.url, log_path=str(server.log_path)) as m:
-            m.host_source = HostSource(cache_dir=tmp / "guard", chip_name=None, system_root=tmp / "none",
-                                       auto_probe=True)
+            m.devices.host_source = HostSource(cache_dir=tmp / "guard", chip_name=None, system_root=tmp / "none",
+                                               auto_probe=True)
             during = 0
             while not done.is_set():
                 m.poll()
