@@ -10,6 +10,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.gui import theme
 from kvmon.keystore import KeychainUnavailable, delete_secret, load_secret, save_secret
 
 KEY_IN_KEYCHAIN, KEY_IN_FILE, KEY_THIS_SESSION = "keychain", "settings file", "session"
@@ -237,7 +238,7 @@ class SettingsDialog(QtWidgets.QDialog):
                                   "\nDEVICE=GB/s, comma-separated; DEVICE is kvmon's number (0, 1) or the server's "
                                   "name for it (CUDA0, ROCm0, Vulkan0, MTL0, RPC[host:port])")
         self.bw_error = QtWidgets.QLabel("")
-        self.bw_error.setStyleSheet("color: #c62828;")
+        self.bw_error.setStyleSheet(f"color: {theme.hex_color('critical')};")
         self.bw_error.hide()
         form.addRow("Host RAM (GB/s)", self.host_bw)
         form.addRow("Devices (GB/s)", self.device_bw)
