@@ -41,7 +41,7 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly
+from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly, idle_here
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
@@ -75,6 +75,7 @@ class GroupMonitor:
         self._clock = clock
         self._model_pids = model_pids
         self._settings_source = settings_source
+        self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
         # the Snapshot when no model can be shown
         self._own = Analyzer(settings, clock=clock, settings_source=settings_source)
         self._models: dict[str, _Model] = {}
@@ -123,6 +124,12 @@ class GroupMonitor:
             self._drop(name)
         for name, listed in running.items():
             self._read(name, listed)
+        # the host's one-time bandwidth probe, only while every running model is read and none decodes (or loads)
+        readings = [(n, m.reading) for n, m in self._models.items() if n in running]
+        if running and len(readings) == len(running) and all(
+                r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings) \
+                and self.devices.probe_host_bandwidth():
+            self.probes_run += 1
         pids = self._pids()
         gpus = self.devices.poll_gpus(pids)
         host = self.devices.poll_host(pids)

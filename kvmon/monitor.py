@@ -47,6 +47,17 @@ def close_quietly(*parts: object) -> None:
             pass
 
 
+def idle_here(server: ServerReading | SourceFailure, server_pids: Sequence[int]) -> bool:
+    """Whether a poll found a server on this machine with every slot idle (nothing decoding): the only time the
+    host's bandwidth probe may run, since it competes with decode for the memory bus it measures."""
+    if not isinstance(server, ServerReading) or server.state not in ("ok", "idle"):
+        return False
+    if not server.slots or any(s.processing for s in server.slots):
+        return False  # no slots read: whether it decodes is unknown, so it might
+    host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return bool(server_pids) or is_loopback_host(host)
+
+
 class DevicePoller:
     """The GPU and host sources of one monitor, read once per poll for the server's processes (host at most every
     ``host_interval_s``, and again when the processes change); their failures only blank their part."""
@@ -159,18 +170,9 @@ class Monitor:
             self._server_pids = tuple(reading.server_pids)
         return reading
 
-    def _server_idle_here(self, server: ServerReading | SourceFailure) -> bool:
-        """Whether this poll found a server on this machine with every slot idle (nothing decoding)."""
-        if not isinstance(server, ServerReading) or server.state not in ("ok", "idle"):
-            return False
-        if not server.slots or any(s.processing for s in server.slots):
-            return False  # no slots read: whether it decodes is unknown, so it might
-        host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-        return bool(self._server_pids) or is_loopback_host(host)
-
     def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
         """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
-        if self._server_idle_here(server) and self.devices.probe_host_bandwidth():
+        if idle_here(server, self._server_pids) and self.devices.probe_host_bandwidth():
             self.probes_run += 1
 
     def poll(self) -> Snapshot:
