@@ -41,7 +41,7 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly, idle_here
+from kvmon.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
@@ -126,6 +126,7 @@ class GroupMonitor:
             self._read(name, listed)
         # the host's one-time bandwidth probe, only while every running model is read and none decodes (or loads)
         readings = [(n, m.reading) for n, m in self._models.items() if n in running]
+        self.devices.note_busy_here(any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings))
         if running and len(readings) == len(running) and all(
                 r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings) \
                 and self.devices.probe_host_bandwidth():
