@@ -29,13 +29,15 @@ from kvmon.sources.remote_devices import NO_REMOTE_DEVICES, NoDevices, NoHost, R
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
 
-@pytest.fixture
-def remote() -> Iterator[tuple[SimServer, Exporter]]:
-    """The "other machine": a simulated server and the `kvmon serve` beside it, with the simulated GPUs."""
-    sim = SimServer("seed-3090x2", speed=20.0)
+@contextlib.contextmanager
+def _served(scenario: str, devices: Callable[[SimServer], Any], host: Callable[[SimServer], Any] | None = None
+            ) -> Iterator[tuple[SimServer, Exporter]]:
+    """Another machine: a simulated server, its device source and host (the simulated machine's unless given),
+    and the `kvmon serve` beside them."""
+    sim = SimServer(scenario, speed=20.0)
     url = sim.start()
-    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml),
-                      HostSource(64e9), server_pids=sim.server_pids)
+    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), devices(sim),
+                      host(sim) if host is not None else sim.host_source(), server_pids=sim.server_pids)
     exporter = Exporter(monitor, interval_s=3600.0)
     exporter.listen("127.0.0.1", 0)
     try:
@@ -44,6 +46,22 @@ def remote() -> Iterator[tuple[SimServer, Exporter]]:
         exporter.stop()
         monitor.close()
         sim.stop()
+
+
+def _read_back(exporter: Exporter) -> tuple[GpuSetReading, HostReading]:
+    assert exporter.metrics_url is not None
+    devices = RemoteDevices(exporter.metrics_url)
+    try:
+        return devices.poll(), devices.host_source().poll()
+    finally:
+        devices.close()
+
+
+@pytest.fixture
+def remote() -> Iterator[tuple[SimServer, Exporter]]:
+    """The "other machine": a simulated server and the `kvmon serve` beside it, with the simulated GPUs."""
+    with _served("seed-3090x2", lambda sim: NvmlSource(sim.nvml), lambda _sim: HostSource(64e9)) as there:
+        yield there
 
 
 def test_the_remote_exporters_gpus_and_host_are_read_back(remote: tuple[SimServer, Exporter]) -> None:
@@ -85,32 +103,6 @@ def test_a_monitor_of_a_remote_server_uses_the_remote_devices(remote: tuple[SimS
     assert snap.gpus_unavailable_reason is None and len(snap.gpus) == 2
     assert snap.gpus[0].weights_bytes and snap.gpus[0].bandwidth_source == there.gpus[0].bandwidth_source
     assert snap.ceiling_curve  # the remote GPUs' bandwidth makes the ceiling
-
-
-@contextlib.contextmanager
-def _served(scenario: str, devices: Callable[[SimServer], Any]) -> Iterator[tuple[SimServer, Exporter]]:
-    """Another machine: a simulated server, its device source and host, and the `kvmon serve` beside them."""
-    sim = SimServer(scenario, speed=20.0)
-    url = sim.start()
-    monitor = Monitor(LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0), devices(sim), sim.host_source(),
-                      server_pids=sim.server_pids)
-    exporter = Exporter(monitor, interval_s=3600.0)
-    exporter.listen("127.0.0.1", 0)
-    try:
-        yield sim, exporter
-    finally:
-        exporter.stop()
-        monitor.close()
-        sim.stop()
-
-
-def _read_back(exporter: Exporter) -> tuple[GpuSetReading, HostReading]:
-    assert exporter.metrics_url is not None
-    devices = RemoteDevices(exporter.metrics_url)
-    try:
-        return devices.poll(), devices.host_source().poll()
-    finally:
-        devices.close()
 
 
 def test_a_remote_macs_unified_memory_arrives_as_unified_memory() -> None:
