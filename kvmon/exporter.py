@@ -231,7 +231,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         interval_s = interval_from_env()
     except ValueError as e:
         return _fail(str(e), err)
-    from kvmon.session import open_monitor
+    from kvmon.session import open_monitor, settings_from_args
     from kvmon.sources.http import normalize_base_url, redact_url
 
     url = getattr(args, "url", None)
@@ -243,7 +243,8 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
 
     def opener() -> Any:
         return open_monitor(url, api_key=api_key, timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                            log_path=getattr(args, "log", None), devices_url=getattr(args, "devices", None))
+                            log_path=getattr(args, "log", None), settings=settings_from_args(args),
+                            devices_url=getattr(args, "devices", None))
 
     exporter = Exporter(interval_s=interval_s, opener=opener)
     try:

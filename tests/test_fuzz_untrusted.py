@@ -158,6 +158,9 @@ LOG_TEMPLATES = [
     "llama_context: n_ctx         = {1}", "load_tensors:   CUDA0 model buffer size = {0} MiB",
     "llama_kv_cache:   CUDA0 KV buffer size = {0} MiB", "srv    load_model: offloaded {1}/{1} layers to GPU",
     "initializing, n_slots = {1}, n_ctx_slot = {1}", "using device CUDA0 (NVIDIA X) - {1} MiB free",
+    "  Device {1}: NVIDIA X, compute capability 8.6, VMM: yes, VRAM: {1} MiB", "found {1} CUDA devices:",
+    "  - ROCm{1}   : AMD Radeon X ({1} MiB, {1} MiB free)", "ggml_metal_init: recommendedMaxWorkingSetSize = {0} MB",
+    "| {1}|[level_zero:gpu:0]| Intel X| 1.3| 512| 1024| 32| {1}M| 1.3.2|", "verbosity = {1} (adjust with",
 ]
 
 
@@ -171,6 +174,10 @@ def test_the_log_parser_never_raises(lines: list[str]) -> None:
     config = parser.config()
     for v in (config.n_ctx_total, config.kv_bytes_allocated, config.offloaded_layers):
         assert v is None or 0 <= v <= 2**64
+    for d in config.devices:
+        for v in (d.total_bytes, d.free_bytes, d.working_set_limit_bytes):
+            assert v is None or 0 <= v <= 2**60
+    parser.placement_hint()
 
 
 # ------------------------------------------------------------------------------------------------ GGUF
