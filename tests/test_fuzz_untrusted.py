@@ -1,7 +1,7 @@
 """Property tests of every reader of outside input: JSON bodies, /slots entries, /metrics text, Ollama's answers,
-the proxy's stats document, log lines, GGUF headers, recording lines and proxied request heads. Whatever comes in,
-each either gives values under the one rule (finite, within 64 bits, valid text) or fails with its documented
-error, never with anything else.
+the proxy's stats document, a remote exporter's device text, log lines, GGUF headers, recording lines and proxied
+request heads. Whatever comes in, each either gives values under the one rule (finite, within 64 bits, valid text) or
+fails with its documented error, never with anything else.
 
 A few hundred examples per test in CI (``KVMON_FUZZ_EXAMPLES``, default 200); ``bench/fuzz.py`` runs 10,000.
 """
@@ -31,6 +31,7 @@ from kvmon.sources.gguf_meta import GgufError, read_gguf_header
 from kvmon.sources.llama_log import LlamaLogParser
 from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
 from kvmon.sources.ollama_parse import parse_ps, parse_show
+from kvmon.sources.remote_devices import parse_exporter_text
 
 pytestmark = pytest.mark.fuzz
 
@@ -115,6 +116,28 @@ def test_parse_metrics_gives_finite_counters_or_its_error(lines: list[str]) -> N
     except MetricsTextError:
         return
     assert all(isinstance(v, float) and math.isfinite(v) and 0 <= v <= 2.0**64 for v in out.values())
+
+
+DEVICE_SERIES = st.sampled_from(["kvmon_gpu_vram_total_bytes", "kvmon_gpu_memory_busy_ratio", "kvmon_device_info",
+                                  "kvmon_gpu_pcie_bandwidth_bytes_per_second", "kvmon_host_ram_total_bytes",
+                                  "kvmon_last_poll_timestamp_seconds"])
+GPU_LABELS = st.one_of(st.sampled_from(["0", "1", "63", "64", "\u00b2", "-1", "99999999999999999999"]), any_text)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.tuples(DEVICE_SERIES, GPU_LABELS, METRIC_VALUES).map(
+    lambda s: f'{s[0]}{{gpu={json.dumps(s[1])},vendor_index={json.dumps(s[1])}}} {s[2]}'), any_text), max_size=8))
+def test_a_remote_exporter_gives_plausible_devices_or_value_error(lines: list[str]) -> None:
+    """A remote ``kvmon serve``'s text: devices with finite, non-negative values, or the parser's ValueError."""
+    try:
+        scrape = parse_exporter_text("\n".join(lines) + "\n", "remote")
+    except ValueError:
+        return
+    for gpu in scrape.gpus:
+        assert 0 <= gpu.index < 64
+        for v in (gpu.vram_total_bytes, gpu.memory_busy_percent, gpu.vendor_index):
+            assert v is None or (math.isfinite(v) and v >= 0)
+    assert all(math.isfinite(v) and v >= 0 for v in scrape.host.values())
 
 
 OLLAMA_KEYS = st.sampled_from(["models", "name", "model", "size", "size_vram", "digest", "details", "expires_at",

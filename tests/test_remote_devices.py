@@ -183,3 +183,28 @@ def test_an_exporter_gone_silent_or_foreign_is_a_clear_reason(fixture_server: Fi
         assert garbage.poll().unavailable_reason
     finally:
         garbage.close()
+
+
+@pytest.mark.parametrize("bad", ["+Inf", "NaN", "-5", "1e400"])
+def test_one_impossible_value_is_dropped_and_the_rest_of_the_machine_kept(fixture_server: FixtureServer,
+                                                                         bad: str) -> None:
+    """A remote exporter's infinite, NaN, negative or overflowing value drops that series with a reason; the GPU's
+    other readings and the host stay. Index labels that are not plain digits (``²``) name no device."""
+    text = (f'kvmon_gpu_vram_total_bytes{{gpu="0",gpu_name="A"}} {bad}\n'
+            'kvmon_gpu_vram_used_bytes{gpu="0",gpu_name="A"} 5e9\n'
+            'kvmon_gpu_vram_total_bytes{gpu="\u00b2",gpu_name="B"} 8e9\n'
+            'kvmon_device_info{gpu="0",vendor_index="\u00b2",kind="discrete"} 1\n'
+            f'kvmon_host_ram_total_bytes {bad}\n'
+            'kvmon_host_ram_available_bytes 3e10\n')
+    fixture_server.set("/metrics", 200, text, {"Content-Type": "text/plain"})
+    devices = RemoteDevices(fixture_server.url)
+    gpus = devices.poll()
+    assert gpus.unavailable_reason is None
+    assert [g.index for g in gpus.gpus] == [0]
+    gpu = gpus.gpus[0]
+    assert gpu.vram_total_bytes is None and "not a size" in gpu.reasons["vram_total_bytes"]
+    assert gpu.vram_used_bytes == 5_000_000_000 and gpu.vendor_index is None and gpu.kind == "discrete"
+    host = devices.host_source().poll()
+    assert host.ram_total_bytes is None and "not a size" in host.reasons["kvmon_host_ram_total_bytes"]
+    assert host.ram_available_bytes == 30_000_000_000
+    devices.close()
