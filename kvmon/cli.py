@@ -15,14 +15,33 @@ from kvmon import __version__
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
 
 
+def bandwidth_arg(text: str) -> str:
+    """``--bandwidth DEVICE=GB/s``, checked here so that a typo is a clear usage error, not a surprise later."""
+    from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth
+
+    try:
+        parse_bandwidth(text)
+    except BandwidthSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
+                   help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
+                        "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
+
+
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
     p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
-    p.add_argument("--log", default=None, metavar="FILE", help="the server's log file, for KV type and layers")
+    p.add_argument("--log", default=None, metavar="FILE",
+                   help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
     p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
     p.add_argument("--devices", default=None, metavar="URL",
                    help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
                    "(http://HOST:9464)")
+    _add_bandwidth_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
     parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
-    parser.add_argument("--log", default=None, metavar="FILE", help="the server's log file")
+    parser.add_argument("--log", default=None, metavar="FILE",
+                        help="the server's log file (start llama-server with -lv 4)")
     parser.add_argument("--devices", default=None, metavar="URL",
                         help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    _add_bandwidth_arg(parser)
     return parser
 
 

@@ -316,7 +316,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         interval_s = interval_from_env()
     except ValueError as e:
         return _fail(str(e), err)
-    from kvmon.session import open_monitor
+    from kvmon.session import open_monitor, settings_from_args
     from kvmon.sources.http import normalize_base_url, redact_url
 
     urls = [u for u in [getattr(args, "url", None), *(getattr(args, "urls", None) or [])] if u]
@@ -331,16 +331,18 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     fleet = len(urls) > 1
 
+    settings = settings_from_args(args)
+
     def opener_for(url: str | None) -> Callable[[], Any]:
         return lambda: open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
-                                    devices_url=getattr(args, "devices", None))
+                                    settings=settings, devices_url=getattr(args, "devices", None))
 
     devices = None
     if fleet:  # this machine's GPUs and host, once, whichever servers are local
         from kvmon.monitor import DevicePoller
         from kvmon.session import default_gpu_source, default_host_source
 
-        devices = DevicePoller(default_gpu_source(), default_host_source())
+        devices = DevicePoller(default_gpu_source(settings=settings), default_host_source(settings))
     exporter = Exporter(interval_s=interval_s, opener=opener_for(urls[0] if urls else None),
                         name=shown[0] if fleet else None, devices=devices)
     for url, name in zip(urls[1:], shown[1:], strict=True):

@@ -1,7 +1,7 @@
 """Property tests of every reader of outside input: JSON bodies, /slots entries, /metrics text, Ollama's answers,
-the proxy's stats document, log lines, GGUF headers, recording lines and proxied request heads. Whatever comes in,
-each either gives values under the one rule (finite, within 64 bits, valid text) or fails with its documented
-error, never with anything else.
+the proxy's stats document, a remote exporter's device text, log lines, GGUF headers, recording lines and proxied
+request heads. Whatever comes in, each either gives values under the one rule (finite, within 64 bits, valid text) or
+fails with its documented error, never with anything else.
 
 A few hundred examples per test in CI (``KVMON_FUZZ_EXAMPLES``, default 200); ``bench/fuzz.py`` runs 10,000.
 """
@@ -34,6 +34,7 @@ from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slo
 from kvmon.sources.lmstudio_parse import parse_v0, parse_v1
 from kvmon.sources.model_file import shape_of
 from kvmon.sources.ollama_parse import parse_ps, parse_show
+from kvmon.sources.remote_devices import parse_exporter_text
 from kvmon.sources.vllm_parse import parse_metrics as parse_vllm_metrics
 from kvmon.sources.vllm_parse import parse_models as parse_vllm_models
 
@@ -122,6 +123,28 @@ def test_parse_metrics_gives_finite_counters_or_its_error(lines: list[str]) -> N
     assert all(isinstance(v, float) and math.isfinite(v) and 0 <= v <= 2.0**64 for v in out.values())
 
 
+DEVICE_SERIES = st.sampled_from(["kvmon_gpu_vram_total_bytes", "kvmon_gpu_memory_busy_ratio", "kvmon_device_info",
+                                  "kvmon_gpu_pcie_bandwidth_bytes_per_second", "kvmon_host_ram_total_bytes",
+                                  "kvmon_last_poll_timestamp_seconds"])
+GPU_LABELS = st.one_of(st.sampled_from(["0", "1", "63", "64", "\u00b2", "-1", "99999999999999999999"]), any_text)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.tuples(DEVICE_SERIES, GPU_LABELS, METRIC_VALUES).map(
+    lambda s: f'{s[0]}{{gpu={json.dumps(s[1])},vendor_index={json.dumps(s[1])}}} {s[2]}'), any_text), max_size=8))
+def test_a_remote_exporter_gives_plausible_devices_or_value_error(lines: list[str]) -> None:
+    """A remote ``kvmon serve``'s text: devices with finite, non-negative values, or the parser's ValueError."""
+    try:
+        scrape = parse_exporter_text("\n".join(lines) + "\n", "remote")
+    except ValueError:
+        return
+    for gpu in scrape.gpus:
+        assert 0 <= gpu.index < 64
+        for v in (gpu.vram_total_bytes, gpu.memory_busy_percent, gpu.vendor_index):
+            assert v is None or (math.isfinite(v) and v >= 0)
+    assert all(math.isfinite(v) and v >= 0 for v in scrape.host.values())
+
+
 OLLAMA_KEYS = st.sampled_from(["models", "name", "model", "size", "size_vram", "digest", "details", "expires_at",
                                "context_length", "model_info", "tensors", "modelfile", "general.architecture",
                                "llama.block_count", "type", "shape", "parameter_size", "family"])
@@ -163,6 +186,9 @@ LOG_TEMPLATES = [
     "llama_context: n_ctx         = {1}", "load_tensors:   CUDA0 model buffer size = {0} MiB",
     "llama_kv_cache:   CUDA0 KV buffer size = {0} MiB", "srv    load_model: offloaded {1}/{1} layers to GPU",
     "initializing, n_slots = {1}, n_ctx_slot = {1}", "using device CUDA0 (NVIDIA X) - {1} MiB free",
+    "  Device {1}: NVIDIA X, compute capability 8.6, VMM: yes, VRAM: {1} MiB", "found {1} CUDA devices:",
+    "  - ROCm{1}   : AMD Radeon X ({1} MiB, {1} MiB free)", "ggml_metal_init: recommendedMaxWorkingSetSize = {0} MB",
+    "| {1}|[level_zero:gpu:0]| Intel X| 1.3| 512| 1024| 32| {1}M| 1.3.2|", "verbosity = {1} (adjust with",
 ]
 
 
@@ -176,6 +202,10 @@ def test_the_log_parser_never_raises(lines: list[str]) -> None:
     config = parser.config()
     for v in (config.n_ctx_total, config.kv_bytes_allocated, config.offloaded_layers):
         assert v is None or 0 <= v <= 2**64
+    for d in config.devices:
+        for v in (d.total_bytes, d.free_bytes, d.working_set_limit_bytes):
+            assert v is None or 0 <= v <= 2**60
+    parser.placement_hint()
 
 
 # ------------------------------------------------------------------------------------------------ GGUF

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,9 +21,13 @@ pytest.importorskip("kvmon.sim.server")
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceError
 from kvmon.sim.faults import DEFAULT_API_KEY
 from kvmon.sim.server import SimServer
+from kvmon.sources.amdgpu import AmdGpuSource
+from kvmon.sources.apple import AppleSource
 from kvmon.sources.base import GpuSource, HostSource, ServerSource
 from kvmon.sources.detect import open_source
+from kvmon.sources.devices import DeviceSources, default_device_sources
 from kvmon.sources.host import HostSource as PsutilHost
+from kvmon.sources.intel_gpu import IntelGpuSource
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.lmstudio import LmStudioSource
 from kvmon.sources.nvml import NvmlSource
@@ -180,7 +185,19 @@ def test_garbage_bodies_raise_only_source_errors(backend: str) -> None:
 def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
     sim = SimServer("seed-3090x2", autoplay=False)
     try:
-        gpus: list[GpuSource] = [NvmlSource(nvml=sim.nvml), NvmlSource()]  # the simulated GPUs; this machine's
+        fixtures = Path(__file__).parent / "fixtures"
+        apple = fixtures / "apple" / "sysctl-02-m4max-64gb-macos15-archspec.txt"
+
+        def recorded_mac(argv: object) -> str:  # answers every macOS tool from one recorded sysctl output
+            return apple.read_text()
+
+        gpus: list[GpuSource] = [
+            NvmlSource(nvml=sim.nvml), NvmlSource(),  # the simulated GPUs; this machine's
+            AmdGpuSource(fixtures / "sysfs" / "rx6900xt"), AmdGpuSource(), IntelGpuSource(fixtures / "sysfs" / "b580"),
+            IntelGpuSource(), AppleSource(run=recorded_mac, metal=None, platform="darwin"), AppleSource(),
+            DeviceSources([NvmlSource(nvml=sim.nvml), AmdGpuSource(fixtures / "sysfs" / "phoenix")]),
+            default_device_sources(),
+        ]
         hosts: list[HostSource] = [PsutilHost(), PsutilHost(50e9)]
         for g in gpus:
             assert isinstance(g, GpuSource)
@@ -196,3 +213,22 @@ def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
             h.close()
     finally:
         sim.stop()
+
+
+def test_device_sources_number_all_devices_and_keep_the_other_sources_when_one_fails() -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "sysfs"
+
+    class Broken:
+        def poll(self, server_pids: object = ()) -> GpuSetReading:
+            raise RuntimeError("driver bug")
+
+        def close(self) -> None:
+            pass
+
+    src = DeviceSources([AmdGpuSource(fixtures / "rx6900xt"), Broken(), IntelGpuSource(fixtures / "b580")])
+    r = src.poll()
+    assert [(g.index, g.vendor) for g in r.gpus] == [(0, "amd"), (1, "intel")] and r.unavailable_reason is None
+    none = DeviceSources([AmdGpuSource(fixtures / "b580"), IntelGpuSource(fixtures / "rx6900xt")]).poll()
+    assert none.gpus == () and none.unavailable_reason == "no AMD GPU (no amdgpu card in sysfs); no Intel Arc GPU"
+    assert "RuntimeError: driver bug" in (DeviceSources([Broken()]).poll().unavailable_reason or "")
+    src.close()

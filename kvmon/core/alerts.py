@@ -3,7 +3,8 @@
 Analysis gathers the facts of one poll into ``AlertFacts``; ``AlertEngine.update`` turns them into
 ``Alert``s. Every rule raises at one threshold and clears only past a second, safer one, and a raised
 alert is held for ``min_hold_s`` before it may clear or step down. Messages are computed from the
-numbers of this poll (how many tokens, how long, how many GiB) and say what to do.
+numbers of this poll (how many tokens, how long, how many GiB) and say what to do. Longer than most modules
+because the thresholds and every rule that reads them belong together: one place to see what kvmon warns about.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class AlertThresholds:
     advice_clear_freed_bytes: int = 512 * MIB
     # Connection: a failure must last this long before it is an alert (one slow poll is not).
     connection_raise_s: float = 3.0
+    # Unified memory (Apple Silicon): the model plus its caches against the GPU's working-set limit.
+    unified_warn_fraction: float = 0.90
+    unified_clear_fraction: float = 0.85
+    # Host swap growing over the trend window while the model lives in host or unified memory.
+    swap_warn_growth_bytes: int = 256 * MIB
     # Host prompt cache (--cache-ram): said when its limit is above the RAM available, until it fits in this share.
     prompt_cache_clear_fraction: float = 0.8
     prompt_cache_min_suggest_bytes: int = 256 * MIB
@@ -57,6 +63,16 @@ class GpuVramFacts:
     free_drop_bytes: int | None = None  # how much free VRAM fell over the window
     other_processes_growth_bytes: int | None = None  # growth of other processes over the window
     window_s: float | None = None
+
+
+@dataclass(frozen=True)
+class UnifiedFacts:
+    """One unified-memory device: what the model needs of it against the GPU's working-set limit."""
+
+    name: str
+    need_bytes: int  # weights + KV and recurrent caches + compute buffers on the device
+    limit_bytes: int
+    limit_source: str  # "metal" | "sysctl" | "log" | "estimated"
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,15 @@ class AlertFacts:
     kv_with_host_layers: bool = False  # the KV cache of the CPU layers lives in host RAM with them
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
+    cpu_only: bool = False  # every weight and the KV cache in host RAM: the CPU decodes
+    cpu_only_idle_gpu: str | None = None  # a GPU the server could use but does not (named in its log or read)
+    cpu_only_cap_tok_s: float | None = None
+    host_bandwidth_bytes_per_s: float | None = None
+    host_bandwidth_source: str | None = None
+    unified: tuple[UnifiedFacts, ...] = ()
+    swap_growth_bytes: int | None = None  # host swap growth over the trend window (model in host/unified memory)
+    swap_used_bytes: int | None = None
+    log_hint: str | None = None  # why the server's log cannot say where the model lives
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: -1 no limit, 0 off
     ram_available_bytes: int | None = None
 
@@ -218,6 +243,65 @@ def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel
     return level, msg, frac
 
 
+def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """The model runs on the CPU: worth a line always, a warning when a GPU sits idle beside it."""
+    if not f.cpu_only:
+        return None, "", None
+    bw = f.host_bandwidth_bytes_per_s
+    read = f"read at {bw / 1e9:.0f} GB/s ({f.host_bandwidth_source or 'unknown source'})" if bw else \
+        "read at a host bandwidth kvmon does not know yet (settings, --bandwidth host=GB/s)"
+    c = f.cpu_only_cap_tok_s
+    cap = f": the ceiling is ~{c:.0f} tok/s at this depth" if c and c >= 10 else \
+        f": the ceiling is ~{c:.1f} tok/s at this depth" if c else ""
+    if f.cpu_only_idle_gpu:
+        fix = "OLLAMA num_gpu / a smaller model" if f.backend == "ollama" else "raise -ngl (e.g. -ngl 99)"
+        return (AlertLevel.WARNING, f"Model runs on the CPU although {f.cpu_only_idle_gpu} is there: weights and "
+                f"KV cache in host RAM, {read}{cap}; {fix}", None)
+    return AlertLevel.INFO, f"Decoding on the CPU: weights and KV cache in host RAM, {read}{cap}", None
+
+
+def rule_unified_working_set(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Unified memory: the cliff is the GPU's working-set limit (then macOS pages and swaps), not PCIe."""
+    worst = max(f.unified, key=lambda u: u.need_bytes / u.limit_bytes if u.limit_bytes else 0.0, default=None)
+    if worst is None or not worst.limit_bytes:
+        return None, "", None
+    frac = worst.need_bytes / worst.limit_bytes
+    level: AlertLevel | None = None
+    if frac > 1.0:
+        level = AlertLevel.CRITICAL
+    elif frac >= th.unified_warn_fraction or (current is not None and frac >= th.unified_clear_fraction):
+        level = AlertLevel.WARNING
+    est = " (estimated: install pyobjc-framework-Metal to read it)" if worst.limit_source == "estimated" else ""
+    limit = f"{fmt_bytes(worst.limit_bytes)} GPU working-set limit on {worst.name}{est}"
+    if frac > 1.0:
+        head = f"Model and caches ({fmt_bytes(worst.need_bytes)}) exceed the {limit}: macOS pages GPU memory"
+    else:
+        head = (f"Model and caches need {fmt_bytes(worst.need_bytes)} of the {limit} "
+                f"({fmt_bytes(worst.limit_bytes - worst.need_bytes)} left)")
+    fix = ("lower num_ctx or use OLLAMA_KV_CACHE_TYPE=q8_0" if f.backend == "ollama"
+           else "lower -c or use -ctk q8_0 -ctv q8_0")
+    return level, f"{head}; past it decode slows sharply — {fix} (or raise iogpu.wired_limit_mb)", frac
+
+
+def rule_swap_growing(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Host swap grows while the model lives in host or unified memory: the weights or the cache are paged out."""
+    grow = f.swap_growth_bytes
+    if grow is None:
+        return None, "", None
+    limit = th.swap_warn_growth_bytes if current is None else th.swap_warn_growth_bytes // 4
+    level = AlertLevel.WARNING if grow >= limit else None
+    used = f" ({fmt_bytes(f.swap_used_bytes)} in use)" if f.swap_used_bytes else ""
+    return (level, f"Host swapping: swap grew {fmt_bytes(grow)} in the last minute{used} while the model lives in "
+            "RAM; close other applications or use a smaller model or context", float(grow))
+
+
+def rule_log_hint(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """The server's log was given but hides where the model lives (llama-server without -lv 4)."""
+    if not f.log_hint:
+        return None, "", None
+    return AlertLevel.INFO, f"Placement unknown: {f.log_hint}", None
+
+
 def rule_metrics_disabled(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """llama-server without --metrics: prefill speed and request counters are unavailable."""
     if f.backend != "llama-server" or f.metrics_enabled is not False:
@@ -305,6 +389,10 @@ class AlertEngine:
             ("vram_full_soon", rule_vram_full),
             ("kv_in_host", rule_kv_in_host),
             ("weights_in_host", rule_weights_in_host),
+            ("cpu_only", rule_cpu_only),
+            ("unified_working_set", rule_unified_working_set),
+            ("swap_growing", rule_swap_growing),
+            ("log_verbosity", rule_log_hint),
             ("metrics_disabled", rule_metrics_disabled),
             ("kv_cache_advice", rule_cache_advice),
             ("prompt_cache_ram", rule_prompt_cache_ram),

@@ -21,6 +21,8 @@ from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
 SERVER_LABELS = ("server", "backend", "model")
 GPU_LABELS = ("gpu", "gpu_name")
 SERVER_GPU_LABELS = ("server", "gpu", "gpu_name")  # one server's share of one GPU
+DEVICE_INFO_LABELS = ("kind", "vendor", "source", "log_name", "bandwidth_source", "working_set_source", "vendor_index",
+                      "pci_bus_id", "memory_type")
 
 
 def _num(value: Any) -> float | None:
@@ -169,6 +171,17 @@ def _gpu_metrics(f: Families, gv: GpuView) -> None:
       gv.pcie_bandwidth_bytes_per_s)
     g("kvmon_gpu_power_watts", "GPU power draw.", L, lv, gv.power_w)
     g("kvmon_gpu_temperature_celsius", "GPU temperature.", L, lv, gv.temperature_c)
+    g("kvmon_gpu_working_set_limit_bytes", "Unified memory: what the GPU may wire (Metal's working set).", L, lv,
+      gv.working_set_limit_bytes)
+    g("kvmon_gpu_spill_used_bytes", "AMD GTT (system RAM the GPU maps) or Apple's compressed memory in use.", L, lv,
+      gv.spill_used_bytes)
+    g("kvmon_gpu_spill_total_bytes", "AMD GTT: the system RAM the GPU may map.", L, lv, gv.spill_total_bytes)
+    f.gauge("kvmon_device_info", "A memory device: its kind, vendor, the source that read it, the server's name for "
+            "it, where its bandwidth and working-set limit come from, its place among its vendor's, its PCI bus id, "
+            "its memory type (value always 1).", (*L, *DEVICE_INFO_LABELS),
+            (*lv, gv.kind, gv.vendor or "", gv.source or "", gv.log_name or "", gv.bandwidth_source or "",
+             gv.working_set_source or "", "" if gv.vendor_index is None else str(gv.vendor_index),
+             gv.pci_bus_id or "", gv.memory_type or ""), 1)
 
 
 def _server_gpu_metrics(f: Families, server: str, gv: GpuView) -> None:
@@ -202,6 +215,22 @@ class Devices:
 
     gpus: tuple[GpuView, ...] = ()
     host: HostView | None = None
+
+
+def _host_metrics(f: Families, h: HostView) -> None:
+    """The host's own readings, once (RAM, swap, its CPU and memory, where its bandwidth comes from)."""
+    f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), h.ram_total_bytes)
+    f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), h.ram_available_bytes)
+    f.gauge("kvmon_host_swap_used_bytes", "Host swap in use.", (), (), h.swap_used_bytes)
+    f.gauge("kvmon_host_swap_total_bytes", "Host swap in total.", (), (), h.swap_total_bytes)
+    f.gauge("kvmon_host_bandwidth_measured_timestamp_seconds", "When the host bandwidth probe ran (Unix seconds).",
+            (), (), h.host_bandwidth_measured_at_unix_s)
+    if h.cpu_name or h.memory_type:
+        f.gauge("kvmon_host_info", "The host's CPU and the memory it reports (value always 1).",
+                ("cpu_name", "memory_type"), (h.cpu_name or "", h.memory_type or ""), 1)
+    if h.host_bandwidth_source:
+        f.gauge("kvmon_host_bandwidth_info", "Where the host bandwidth comes from (value always 1).", ("source",),
+                (h.host_bandwidth_source,), 1)
 
 
 def snapshot_families(snapshot: Snapshot | None, backend: str | None = None, server: str | None = None) -> list[Metric]:
@@ -251,6 +280,10 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
                 (w.server,), h.host_bandwidth_bytes_per_s)
         f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", L, (w.server,),
                 h.server_rss_bytes)
+        f.gauge("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second "
+                "(CPU layers, KV in RAM).", L, (w.server,), h.achieved_bandwidth_bytes_per_s)
+        f.gauge("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).", L,
+                (w.server,), int(h.in_ceiling) if up else None)
         counts: dict[tuple[str, str], int] = {}
         for a in s.alerts:
             key = (a.level.value, a.code)
@@ -261,6 +294,5 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
     for gv in device_gpus.values():
         _gpu_metrics(f, gv)
     if host is not None:
-        f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), host.ram_total_bytes)
-        f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), host.ram_available_bytes)
+        _host_metrics(f, host)
     return f.all()

@@ -268,7 +268,7 @@ class SimServer:
         model = epoch.model
         assert model is not None
         s = self.scenario
-        free = [model.gpu.vram_bytes - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
+        free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
         self.log.load_block(model, epoch.t_begin, model.gpu.name, free, self.model_path)
 
@@ -288,6 +288,21 @@ class SimServer:
     def nvml(self) -> Any:
         """The FakeNvml whose GPUs follow the simulation (pass it to kvmon's NVML source)."""
         return self.gpus.nvml
+
+    def unified_memory_source(self) -> Any:
+        """On a simulated Mac, the device source of its unified memory (``kvmon.sim.devices``); else None (its NVIDIA
+        GPUs are read through ``sim.nvml``, none on a CPU-only machine)."""
+        if self.scenario.device != "metal":
+            return None
+        from kvmon.sim.devices import SimUnifiedMemory
+
+        return SimUnifiedMemory(self)
+
+    def host_source(self) -> Any:
+        """The simulated machine's host RAM and its bandwidth (``kvmon.sim.devices``)."""
+        from kvmon.sim.devices import SimHost
+
+        return SimHost(self)
 
     @property
     def server_pids(self) -> tuple[int, ...]:

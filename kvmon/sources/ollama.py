@@ -254,6 +254,7 @@ class OllamaSource:
             log_config, log_reason = self._log_config()
             if log_config is None and log_reason:
                 reasons["log"] = log_reason
+            log_config = _for_active_model(log_config, show.blob_path if show else None, reasons)
         # Ollama's defaults < its log < what /api/ps measured < the child's argv and environment < the user
         config = merge_configs(OLLAMA_DEFAULTS, log_config, measured, child_config, self._override)
         if child_reading is not None:
@@ -355,3 +356,18 @@ class OllamaSource:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
                 raise
             return None  # /api/ps decides whether this is Ollama at all
+
+
+def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: dict[str, str]) -> ServerConfig | None:
+    """The log's placement (buffers, layers) only when its last load is the active model's file; the devices stay."""
+    if cfg is None or not cfg.model_path or not blob_path:
+        return cfg
+    if os.path.basename(cfg.model_path) == os.path.basename(blob_path):
+        return cfg
+    reasons["log_placement"] = "the Ollama log's last model load is another model's: its placement is not used"
+    prov = {k: v for k, v in cfg.provenance.items()
+            if k not in ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+                         "offloaded_layers", "total_layers", "model_path")}
+    return replace(cfg, model_buffer_bytes_by_device={}, kv_buffer_bytes_by_device={},
+                   compute_buffer_bytes_by_device={}, offloaded_layers=None, total_layers=None, model_path=None,
+                   provenance=prov)
