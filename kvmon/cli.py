@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvmon",
         description="Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom "
-        "for llama-server and Ollama.",
+        "for llama-server, Ollama, vLLM and LM Studio.",
     )
     parser.add_argument("--version", action="version", version=f"kvmon {__version__}")
     sub = parser.add_subparsers(dest="command")
@@ -61,12 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--list", action="store_true",
                       help="list every server found on this machine (processes, then the default ports) and exit")
 
-    sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
+    sim = sub.add_parser("sim", help="run a simulated server alone (llama-server, Ollama, vLLM, LM Studio)")
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
 
     add_sim_arguments(sim)
 
-    proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server)")
+    proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
     proxy.add_argument("--upstream", default="http://127.0.0.1:11434")
 
@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="headless Prometheus exporter of kvmon's readings")
     _add_connection_args(serve)
     serve.add_argument("--listen", default="127.0.0.1:9464")
+    serve.add_argument("--url", action="append", default=[], dest="urls", metavar="URL",
+                       help="one more server to watch (repeatable); every series carries its server label")
 
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",

@@ -24,8 +24,8 @@ from kvmon.group_monitor import GroupMonitor
 from kvmon.monitor import Monitor
 from kvmon.sources.base import GpuSource, HostSource
 
-NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap or Ollama found on this machine — showing the simulator "
-                    "(start kvmon with a URL)")
+NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine — "
+                    "showing the simulator (start kvmon with a URL)")
 DEMO_SCENARIO = "seed-3090x2"
 
 
@@ -261,13 +261,29 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     if isinstance(multi, MultiScenario):
         return _multi_demo_session(multi, banner, timeout_s=timeout_s, speed=speed, recorder=recorder,
                                    faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s)
+    from kvmon.sim.scenarios import get_scenario
     from kvmon.sim.server import SimServer
 
+    scen = get_scenario(scenario) if isinstance(scenario, str) else scenario
+    lmstudio = scen.backend == "lmstudio"
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
-    # its /slots, as it would on a real one
-    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True)
+    # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
+    sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
+                    autoplay=not lmstudio)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
+    cleanups: list[Callable[[], None]] = [sim.stop]
+    proxy_url: str | None = None
+    if lmstudio:
+        from kvmon.proxy.server import ProxyServer
+        from kvmon.sim.lmstudio_client import ScriptedChat
+
+        proxy = ProxyServer(url, port=0)
+        proxy.start()
+        proxy_url = proxy.url
+        chat = ScriptedChat(sim, proxy.url)
+        chat.start()
+        cleanups = [sim.stop, proxy.stop, chat.stop]  # run last first
 
     def factory() -> MonitorLike:
         from kvmon.sources.nvml import NvmlSource
@@ -279,6 +295,15 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             from kvmon.sources.ollama import OllamaSource
 
             server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
+        elif sim.scenario.backend == "vllm":
+            from kvmon.sources.vllm import VllmSource
+
+            server = VllmSource(url, timeout_s=timeout_s, clock=clock)
+        elif lmstudio:
+            from kvmon.sources.lmstudio import LmStudioSource
+
+            server = LmStudioSource(url, timeout_s=timeout_s, clock=clock, proxy_url=proxy_url,
+                                    models_dir=sim.api.models_dir)
         else:
             from kvmon.sources.llamacpp import LlamaServerSource
 
@@ -292,7 +317,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
                        clock=clock)
 
     name = getattr(sim.scenario, "name", str(scenario))
-    session = Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch,
+    session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
                       settings=analyzer_settings)
     return session
 

@@ -28,10 +28,15 @@ from kvmon.core.snapshot import Alert, AlertLevel, Connection, ConnectionStatus,
 from kvmon.proxy.framing import MessageReader, ProtocolError
 from kvmon.proxy.stats import parse_stats
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
+from kvmon.sources.hf_config import config_metadata
 from kvmon.sources.llama_log import LlamaLogParser
 from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
+from kvmon.sources.lmstudio_parse import parse_v0, parse_v1
+from kvmon.sources.model_file import shape_of
 from kvmon.sources.ollama_parse import parse_ps, parse_show
 from kvmon.sources.remote_devices import parse_exporter_text
+from kvmon.sources.vllm_parse import parse_metrics as parse_vllm_metrics
+from kvmon.sources.vllm_parse import parse_models as parse_vllm_models
 
 pytestmark = pytest.mark.fuzz
 
@@ -327,3 +332,60 @@ def test_a_request_head_is_read_or_refused_with_protocol_error(pieces: list[byte
             pass
 
     asyncio.run(go())
+
+
+VLLM_NAMES = st.sampled_from(["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:generation_tokens_total",
+                              "vllm:num_requests_running", "vllm:time_to_first_token_seconds_sum",
+                              "vllm:cache_config_info", "vllm:x"])
+VLLM_LABELS = st.dictionaries(st.sampled_from(["model_name", "engine", "num_gpu_blocks", "block_size", "cache_dtype",
+                                               "kv_cache_size_tokens"]),
+                              st.one_of(any_text, METRIC_VALUES), max_size=4)
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return "{" + inner + "}" if inner else ""
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.tuples(VLLM_NAMES, VLLM_LABELS, METRIC_VALUES)
+                          .map(lambda t: f"{t[0]}{_label_text(t[1])} {t[2]}"), any_text), max_size=8))
+def test_vllm_metrics_give_finite_values_never_an_exception(lines: list[str]) -> None:
+    page = parse_vllm_metrics("\n".join(lines) + "\n")
+    for m in page.models.values():
+        _valid(m.model_name)
+        for v in (m.kv_usage_fraction, m.requests_running, m.generation_tokens_total, m.prompt_tokens_total):
+            assert v is None or (math.isfinite(v) and v >= 0)
+    c = page.cache
+    for n in (c.num_gpu_blocks, c.block_size, c.kv_cache_size_tokens, c.capacity_tokens):
+        assert n is None or (isinstance(n, int) and 0 <= n)
+
+
+MODEL_KEYS = st.sampled_from(["data", "models", "id", "key", "root", "parent", "max_model_len", "loaded_instances",
+                              "config", "context_length", "parallel", "flash_attention", "offload_kv_cache_to_gpu",
+                              "quantization", "name", "size_bytes", "state", "compatibility_type", "model_type",
+                              "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                              "head_dim", "text_config", "layer_types", "sliding_window"])
+
+
+@FUZZ
+@given(json_values(MODEL_KEYS))
+def test_vllm_lmstudio_and_hf_answers_give_values_never_an_exception(raw: Any) -> None:
+    body = parse_json(_wire(raw))
+    cards, _ = parse_vllm_models(body)
+    for c in cards:
+        _valid(c.id)
+        assert c.max_model_len is None or 0 <= c.max_model_len <= MAX_INT
+    for parse in (parse_v1, parse_v0):
+        models, _ = parse(body)
+        for m in models:
+            _valid(m.key)
+            assert m.size_bytes is None or 0 <= m.size_bytes <= MAX_INT
+            for i in m.instances:
+                assert i.context_length is None or 0 <= i.context_length <= MAX_INT
+                assert i.flash_attention in (None, True, False)
+    md, why, _ = config_metadata(body)
+    assert (md is None) == (why is not None)
+    if md is not None:
+        shape, why = shape_of(md)  # a shape, or the reason why not: never an exception
+        assert (shape is None) == (why is not None)

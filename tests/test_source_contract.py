@@ -1,8 +1,8 @@
 """The source contract (``kvmon.sources.base``), run against every source on the simulator over real HTTP.
 
-Each server source (llama-server, Ollama) must: say its backend; show a URL without credentials; return an
-immutable, timestamped ServerReading whose unknowns are None with a reason; raise only SourceError, typed, for a
-server it cannot read (gone, key refused, garbage); and close twice without harm. The GPU and host sources must
+Each server source (llama-server, Ollama, vLLM, LM Studio) must: say its backend; show a URL without credentials;
+return an immutable, timestamped ServerReading whose unknowns are None with a reason; raise only SourceError, typed,
+for a server it cannot read (gone, key refused, garbage); and close twice without harm. The GPU and host sources must
 never raise from a poll. New sources join the parametrisation and pass the same tests.
 """
 
@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -28,13 +29,26 @@ from kvmon.sources.devices import DeviceSources, default_device_sources
 from kvmon.sources.host import HostSource as PsutilHost
 from kvmon.sources.intel_gpu import IntelGpuSource
 from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.lmstudio import LmStudioSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.vllm import VllmSource
+
+# the simulated LM Studio's models folder, by port (LM Studio does not say where its model file is)
+_MODELS_DIRS: dict[int, str] = {}
+
+
+def _lmstudio(url: str, **kw: object) -> LmStudioSource:
+    folder = _MODELS_DIRS.get(urlsplit(url).port or 0)
+    return LmStudioSource(url, timeout_s=2.0, models_dir=folder, **kw)  # type: ignore[arg-type]
+
 
 # backend -> (scenario, how to make its source for a URL)
 SERVER_SOURCES: dict[str, tuple[str, Callable[..., ServerSource]]] = {
     "llama-server": ("seed-3090x2", lambda url, **kw: LlamaServerSource(url, timeout_s=2.0, **kw)),
     "ollama": ("ollama-partial", lambda url, **kw: OllamaSource(url, timeout_s=2.0, **kw)),
+    "vllm": ("vllm", lambda url, **kw: VllmSource(url, timeout_s=2.0, **kw)),
+    "lmstudio": ("lmstudio", _lmstudio),
 }
 
 
@@ -46,6 +60,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 def _sim(backend: str, *faults: str) -> SimServer:
     sim = SimServer(SERVER_SOURCES[backend][0], speed=20.0, faults=faults, start_at_s=60.0)
     sim.start()
+    if backend == "lmstudio":
+        _MODELS_DIRS[sim.port] = sim.api.models_dir
     return sim
 
 

@@ -218,6 +218,9 @@ def rule_kv_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | No
         head += f": decode capped at ~{f.kv_host_cap_tok_s:.0f} tok/s by {via}"
     if f.backend == "ollama":
         fix = "free VRAM, lower num_ctx or use a smaller cache type (OLLAMA_KV_CACHE_TYPE=q8_0)"
+    elif f.backend == "lmstudio":
+        fix = ("turn on \"Offload KV cache to GPU memory\" in the model's load settings, or free VRAM and lower "
+               "its context length")
     else:
         fix = "free VRAM, lower -c or use a smaller cache type (-ctk q8_0 -ctv q8_0)"
     msg = f"{head}; {fix}"

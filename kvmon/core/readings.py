@@ -130,6 +130,7 @@ class ServerConfig:
     fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
     fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    kv_offload: bool | None = None  # KV cache on the GPU (True) or kept in host RAM (False: LM Studio's setting)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class ServerReading:
 
     t_monotonic: float
     t_wall: float
-    backend: str  # "llama-server" | "ollama" | "vllm" | "openai" | "unknown"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio" | "openai" | "unknown"
     url: str  # never carries credentials
     server_version: str | None = None
     state: str = "ok"  # "ok" | "loading" | "sleeping" | "idle"
@@ -186,6 +187,11 @@ class ServerReading:
     last_request: RequestStats | None = None
     server_pids: tuple[int, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why unknown/partial
+    # a server with one pooled KV cache and no per-conversation slots (vLLM): the fraction of the pool's
+    # config.n_ctx_total tokens that running requests hold, and how many requests run and wait
+    kv_in_use_fraction: float | None = None
+    requests_running: int | None = None
+    requests_waiting: int | None = None
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class Scenario:
 
     name: str
     description: str
-    backend: str  # "llama-server" | "ollama"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio"
     preset_keys: tuple[str, ...]  # first key found in kvmon.physics.presets.PRESETS is used
     model_alias: str  # what the server calls the model (file name, or Ollama "name:tag")
     gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM); unused for a CPU-only machine
@@ -90,6 +90,8 @@ class Scenario:
     seed: int = 3
     initial_load_s: float = 0.0
     ollama_version: str = "0.33.0"
+    vllm_metric_names: str = "v1"  # "v0": the names older vLLM wrote (gpu_cache_usage_perc, no engine label)
+    lmstudio_version: str = "0.4.1"  # before "0.4": REST v0 only (/api/v1/ answers 404)
     device: str = "cuda"  # "cuda" (NVIDIA GPUs, read through the fake NVML) | "metal" (Apple unified memory) | "cpu"
     host_ram_bytes: int = 64 * 1024**3  # the simulated machine's RAM
     cpu_name: str = "AMD Ryzen 9 7950X 16-Core Processor"
@@ -157,6 +159,40 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.0e-9,
             script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
                               generated_tokens=300, think_s=8.0),
+        ),
+        Scenario(
+            name="vllm",
+            description="vLLM 0.33 serving Qwen3-8B (fp16 weights at the preset's size, --max-model-len 32768) on an "
+            "RTX 4090: one KV pool of 65,536 tokens in 16-token blocks for two concurrent requests; a chat grows "
+            "to 30K tokens",
+            backend="vllm",
+            preset_keys=("qwen3-8b",),
+            model_alias="Qwen/Qwen3-8B",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=65536,
+            n_parallel=2,
+            decode_anchors=((0, 150.0), (32768, 95.0)),
+            prefill_tok_s_empty=12000.0,
+            prefill_slowdown_s_per_token=1.0e-9,
+            script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
+                              generated_tokens=400, think_s=4.0),
+        ),
+        Scenario(
+            name="lmstudio",
+            description="LM Studio 0.4 with gemma-3-12b Q4_K_M (llama.cpp engine), 16K context, flash attention, "
+            "KV cache on the GPU, on a 16 GiB RTX 4060 Ti; speeds seen through `kvmon proxy`",
+            backend="lmstudio",
+            preset_keys=("gemma-3-12b",),
+            model_alias="google/gemma-3-12b",
+            gpu_name="RTX 4060 Ti",
+            n_gpus=1,
+            n_ctx=16384,
+            decode_anchors=((0, 33.0), (16384, 27.0)),
+            prefill_tok_s_empty=700.0,
+            prefill_slowdown_s_per_token=3.0e-9,
+            script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
+                              generated_tokens=300, think_s=6.0),
         ),
         Scenario(
             name="cpu-ddr5",

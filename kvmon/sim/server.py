@@ -202,6 +202,14 @@ class SimServer:
             from kvmon.sim.ollama_api import OllamaApi
 
             self.api: Any = OllamaApi(self)
+        elif self.scenario.backend == "vllm":
+            from kvmon.sim.vllm_api import VllmApi
+
+            self.api = VllmApi(self)
+        elif self.scenario.backend == "lmstudio":
+            from kvmon.sim.lmstudio_api import LmStudioApi
+
+            self.api = LmStudioApi(self)
         else:
             from kvmon.sim.llama_api import LlamaApi
 
@@ -249,6 +257,9 @@ class SimServer:
             remove_sim_dir(self.files_dir)
 
     def _request_ended(self, r: SimRequest) -> None:
+        ended = getattr(getattr(self, "api", None), "request_ended", None)
+        if ended is not None:  # a backend that keeps per-request figures (vLLM's latency histograms)
+            ended(r)
         self.log.write(r.t_end, request_end_lines(r.id_task, r.slot, r.prompt_n, r.prefill_s, r.predicted_n,
                                                   r.predicted_s, r.context_tokens(r.t_end)))
 

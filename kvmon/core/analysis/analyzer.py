@@ -149,6 +149,8 @@ class Analyzer:
         self._observe_regime(r, model, type_k, type_v, devices_now)
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
+        if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
+            ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
         efficiency = rates.decode / ceiling_now if rates.decode is not None and ceiling_now else None
         suspect = None
         if efficiency is not None and efficiency > 1.0:

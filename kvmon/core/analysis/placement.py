@@ -87,6 +87,20 @@ def _from_log(p: Placement, r: ServerReading, devs: Devices) -> None:
 
 def place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used: Mapping[int, int | None],
           *, no_gpu_here: bool = False) -> Placement:
+    """``_place``, then a server that says its KV cache stays in host RAM (``config.kv_offload`` False, LM Studio's
+    setting) has all of it there."""
+    p = _place(r, weight_bytes, devs, server_used, no_gpu_here=no_gpu_here)
+    if r.config.kv_offload is False and not r.config.kv_buffer_bytes_by_device:
+        p.kv_gpu = {}
+        p.kv_host = 1.0
+        p.kv_follows_layers = False
+        p.note = "; ".join(x for x in (p.note, "the server keeps the KV cache in host RAM (not offloaded to the GPU)")
+                           if x)
+    return p
+
+
+def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used: Mapping[int, int | None],
+           *, no_gpu_here: bool = False) -> Placement:
     """Split resident weights and KV over devices and host: log buffers, then Ollama, then process memory.
 
     ``server_used``: what the device sources say the server holds on each read device (by index).
