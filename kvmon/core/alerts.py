@@ -139,6 +139,11 @@ def _approx_tokens(n: float) -> str:
     return fmt_count(n)
 
 
+# How a user gives a conversation more context, in the words of each backend (llama-server's -c otherwise)
+CONTEXT_SETTING = {"ollama": "num_ctx", "vllm": "--max-model-len",
+                   "lmstudio": "the context length in the model's load settings"}
+
+
 def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """Context nearly full: warn by tokens left or by time left at the current rate."""
     left, n_ctx, ctx = f.tokens_until_ctx_full, f.n_ctx, f.context_tokens
@@ -161,15 +166,16 @@ def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     if current == AlertLevel.CRITICAL and left <= th.ctx_critical_tokens + th.ctx_clear_margin_tokens // 4:
         level = AlertLevel.CRITICAL
     where = f" in slot {f.slot_id}" if f.slot_id is not None else ""
+    knob = CONTEXT_SETTING.get(f.backend or "", "-c")
     if left <= 0:
         msg = (f"Context full{where} ({fmt_count(n_ctx)} tokens): the server will truncate or stop; "
-               "start a new chat or restart with a larger -c")
+               f"start a new chat or restart with a larger {knob}")
     else:
         when = ""
         if secs is not None and f.decode_tok_s:
             when = f" ({fmt_duration(secs)} at {f.decode_tok_s:.0f} tok/s)"
         msg = (f"Context full{where} in ~{_approx_tokens(left)} tokens{when}: "
-               f"{fmt_count(ctx)} of {fmt_count(n_ctx)} used; start a new chat or raise -c")
+               f"{fmt_count(ctx)} of {fmt_count(n_ctx)} used; start a new chat or raise {knob}")
     return level, msg, float(left)
 
 
