@@ -181,6 +181,15 @@ def test_model_folder_reads(tmp_path: Path) -> None:
     assert "not readable here" in (read_model(str(tmp_path)).why_not or "")
 
 
+def test_a_relative_root_is_the_servers_and_not_looked_up_here(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's ``root`` relative to its own working directory names nothing kvmon can find from its own."""
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert model_folder("models/qwen", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
+    assert model_folder(str(tmp_path / "models" / "qwen"), {}) == str(tmp_path / "models" / "qwen")
+
+
 def test_repo_id_found_in_the_local_hub_cache(tmp_path: Path) -> None:
     snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc123"
     snap.mkdir(parents=True)

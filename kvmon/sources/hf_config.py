@@ -57,9 +57,10 @@ def hub_cache_dirs(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def model_folder(root: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The folder holding ``config.json`` for vLLM's ``root``: a path, or a repo id found in the local HF cache."""
-    if os.path.isdir(root):
-        return root
+    """The folder holding ``config.json`` for vLLM's ``root``: an absolute path, or a repo id found in the local HF
+    cache. A relative path is the server's, relative to a working directory kvmon does not know: not looked up."""
+    if os.path.isabs(root):
+        return root if os.path.isdir(root) else None
     if "/" not in root or root.startswith(("/", ".")) or root.count("/") != 1:
         return None
     name = "models--" + root.replace("/", "--")

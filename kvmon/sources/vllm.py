@@ -67,7 +67,7 @@ class VllmSource:
         parts = urlsplit(self.base_url)
         self._local = procs.is_local_host(parts.hostname or "")
         self._port = parts.port or DEFAULT_PORT
-        self._model_dir = model_dir
+        self._model_dir = os.path.abspath(model_dir) if model_dir else None  # the user's, from kvmon's folder
         self._cards_at: float | None = None
         self._cards: list[ModelCard] = []
         self._card_notes: list[str] = []
