@@ -15,14 +15,33 @@ from kvmon import __version__
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
 
 
+def bandwidth_arg(text: str) -> str:
+    """``--bandwidth DEVICE=GB/s``, checked here so that a typo is a clear usage error, not a surprise later."""
+    from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth
+
+    try:
+        parse_bandwidth(text)
+    except BandwidthSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
+                   help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
+                        "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
+
+
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
     p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
-    p.add_argument("--log", default=None, metavar="FILE", help="the server's log file, for KV type and layers")
+    p.add_argument("--log", default=None, metavar="FILE",
+                   help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
     p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
     p.add_argument("--devices", default=None, metavar="URL",
                    help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
                    "(http://HOST:9464)")
+    _add_bandwidth_arg(p)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kvmon",
         description="Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom "
-        "for llama-server and Ollama.",
+        "for llama-server, Ollama, vLLM and LM Studio.",
     )
     parser.add_argument("--version", action="version", version=f"kvmon {__version__}")
     sub = parser.add_subparsers(dest="command")
@@ -61,13 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--list", action="store_true",
                       help="list every server found on this machine (processes, then the default ports) and exit")
 
-    sim = sub.add_parser("sim", help="run the simulated llama-server / Ollama alone")
+    sim = sub.add_parser("sim", help="run a simulated server alone (llama-server, Ollama, vLLM, LM Studio)")
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
 
     add_sim_arguments(sim)
     sim.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
-    proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server)")
+    proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
     proxy.add_argument("--upstream", default="http://127.0.0.1:11434")
 
@@ -91,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="headless Prometheus exporter of kvmon's readings")
     _add_connection_args(serve)
     serve.add_argument("--listen", default="127.0.0.1:9464")
+    serve.add_argument("--url", action="append", default=[], dest="urls", metavar="URL",
+                       help="one more server to watch (repeatable); every series carries its server label")
 
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
@@ -99,10 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
     parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
-    parser.add_argument("--log", default=None, metavar="FILE", help="the server's log file")
+    parser.add_argument("--log", default=None, metavar="FILE",
+                        help="the server's log file (start llama-server with -lv 4)")
     parser.add_argument("--devices", default=None, metavar="URL",
                         help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    _add_bandwidth_arg(parser)
     parser.help_tail = _scenarios_help
     return parser
 

@@ -1,7 +1,9 @@
-"""``kvmon serve [URL] --listen 127.0.0.1:9464``: a headless Prometheus exporter of kvmon's Snapshot.
+"""``kvmon serve [URL] [--url URL ...] --listen 127.0.0.1:9464``: a headless Prometheus exporter of kvmon's Snapshots.
 
-A poll thread runs ``Monitor.poll()`` every interval and keeps the latest Snapshot; a prometheus_client
-collector turns that Snapshot into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes
+Each watched server has its own poll thread running ``Monitor.poll()`` every interval and keeping the latest
+Snapshot; every series of a server carries its ``server`` label (its URL, no credentials). With several servers this
+machine's GPUs and host are read once, on a thread of their own. A prometheus_client collector turns the Snapshots
+into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes
 ``/metrics`` (``kvmon.scrape_server``: a few workers, the system's full backlog, one render per poll). A scrape never
 touches the model server. A server that cannot be read (or detected) yet is retried every interval; only a bad URL
 or address ends the command. Unknown values (None, NaN) are left out (an absent series), never exported as 0.
@@ -19,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
@@ -29,7 +31,7 @@ from prometheus_client.registry import Collector
 from kvmon import listen
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
-from kvmon.core.report_prometheus import Families, snapshot_families
+from kvmon.core.report_prometheus import Devices, Families, Watched, fleet_families
 from kvmon.core.snapshot import Snapshot
 from kvmon.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
 
@@ -74,59 +76,111 @@ class PollState:
     last_poll_duration_s: float | None = None
 
 
-class SnapshotCollector(Collector):
-    """A prometheus_client collector that renders the latest Snapshot; it never polls the server itself."""
+@dataclass
+class Target:
+    """One watched server: its monitor (or how to make one), the name its series carry (None: the Snapshot's URL)
+    and what its polls gave."""
 
-    def __init__(self, state: Callable[[], PollState], backend: Callable[[], str | None] = lambda: None) -> None:
-        self._state = state
-        self._backend = backend
+    monitor: Any = None
+    opener: Callable[[], Any] | None = None
+    name: str | None = None
+    state: PollState = field(default_factory=PollState)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a scrape renders: each target's (name, state, backend) and this machine's devices; made once per poll."""
+
+    targets: tuple[tuple[str | None, PollState, str | None], ...] = ()
+    devices: Devices | None = None
+
+
+class SnapshotCollector(Collector):
+    """A prometheus_client collector that renders the latest View; it never polls a server itself."""
+
+    def __init__(self, view: Callable[[], View]) -> None:
+        self._view = view
 
     def collect(self) -> Iterator[Metric]:
-        st = self._state()  # one reference: a poll finishing mid-scrape cannot mix two Snapshots
-        yield from snapshot_families(st.snapshot, self._backend())
+        v = self._view()  # one reference: a poll finishing mid-scrape cannot mix two Snapshots
+        watched = [Watched(name if name is not None else (st.snapshot.url if st.snapshot else "") or "",
+                           st.snapshot, backend) for name, st, backend in v.targets]
+        yield from fleet_families(watched, v.devices)
+        states = [st for _, st, _ in v.targets]
+        durations = [st.last_poll_duration_s for st in states if st.last_poll_duration_s is not None]
         f = Families()
-        f.counter("kvmon_exporter_polls", "Polls of the model server since the exporter started.", st.polls)
+        f.counter("kvmon_exporter_polls", "Polls of the model servers since the exporter started.",
+                  sum(st.polls for st in states))
         f.counter("kvmon_exporter_poll_errors", "Polls that failed inside kvmon (a bug, not the server).",
-                  st.errors)
-        f.gauge("kvmon_exporter_poll_duration_seconds", "How long the last poll took.", (), (),
-                st.last_poll_duration_s)
+                  sum(st.errors for st in states))
+        f.gauge("kvmon_exporter_poll_duration_seconds", "How long the slowest last poll took.", (), (),
+                max(durations) if durations else None)
         yield from f.all()
 
 
 class Exporter:
-    """Polls a Monitor on a thread and serves the latest Snapshot at ``/metrics`` (prometheus_client)."""
+    """Polls one Monitor per watched server (each on its own thread, so a hung one delays no other) and, for a
+    fleet, this machine's devices, and serves the latest Snapshots at ``/metrics`` (prometheus_client)."""
 
     def __init__(self, monitor: Any = None, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic, opener: Callable[[], Any] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, opener: Callable[[], Any] | None = None,
+                 name: str | None = None, devices: Any = None) -> None:
         """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.monitor.Monitor). ``opener``:
-        makes the monitor when there is none yet; a SourceError from it is this poll's failure, retried next poll."""
-        self.monitor = monitor
-        self.opener = opener
+        makes the monitor when there is none yet; a SourceError from it is this poll's failure, retried next poll.
+        ``devices``: a ``kvmon.monitor.DevicePoller`` for this machine's GPUs and host, read on their own (then the
+        GPU and host series come from it, not from the servers' Snapshots). ``add_target`` watches more servers."""
+        self.targets: list[Target] = [Target(monitor, opener, name)]
+        self.devices = devices
         self.interval_s = interval_s
         self._clock = clock
-        self._state = PollState()
+        self._lock = threading.Lock()
+        self._devices_view: Devices | None = None
+        self._view = View()
+        self._refresh_view()
         self._stop = threading.Event()
-        self._poll_thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._httpd: Any = None
         self._http_thread: threading.Thread | None = None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(lambda: self._state,
-                                                 lambda: getattr(self.monitor, "backend", None)))
+        self.registry.register(SnapshotCollector(lambda: self._view))
+
+    def add_target(self, monitor: Any = None, opener: Callable[[], Any] | None = None,
+                   name: str | None = None) -> Target:
+        """Watch one more server (before ``start_polling``)."""
+        t = Target(monitor, opener, name)
+        self.targets.append(t)
+        self._refresh_view()
+        return t
+
+    @property
+    def monitor(self) -> Any:
+        """The first target's monitor."""
+        return self.targets[0].monitor
+
+    @monitor.setter
+    def monitor(self, value: Any) -> None:
+        self.targets[0].monitor = value
 
     @property
     def state(self) -> PollState:
-        return self._state
+        """The first target's state."""
+        return self.targets[0].state
 
     @property
     def latest(self) -> Snapshot | None:
-        """The Snapshot the next scrape will show."""
-        return self._state.snapshot
+        """The first target's Snapshot the next scrape will show."""
+        return self.targets[0].state.snapshot
+
+    def _refresh_view(self) -> None:
+        with self._lock:
+            self._view = View(tuple((t.name, t.state, getattr(t.monitor, "backend", None)) for t in self.targets),
+                              self._devices_view)
 
     def listen(self, host: str = "127.0.0.1", port: int = 9464, *, backlog: int = BACKLOG) -> tuple[str, int]:
         """Bind and serve ``/metrics`` on a daemon thread (``kvmon.scrape_server``); returns the bound (host, port).
         Raises OSError. ``backlog``: for ``bench/serve_load.py``, which compares the old one."""
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._state), family=family,
+        httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._view), family=family,
                              backlog=backlog)
         thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                   name="kvmon-serve-http", daemon=True)
@@ -150,60 +204,91 @@ class Exporter:
         return f"http://{shown}:{port}/metrics"
 
     def poll_once(self) -> Snapshot:
-        """Poll the Monitor once and make the result the one scrapes show. A kvmon bug becomes a failed state."""
+        """Poll every target (and the devices) once; the first target's Snapshot. A kvmon bug becomes a failed
+        state."""
+        for t in self.targets[1:]:
+            self._poll_target(t)
+        self._poll_devices()
+        return self._poll_target(self.targets[0])
+
+    def _poll_target(self, target: Target) -> Snapshot:
         t0 = self._clock()
-        errors = self._state.errors
-        prev = self._state.snapshot
-        if self.monitor is None and self.opener is not None:
+        errors = target.state.errors
+        prev = target.state.snapshot
+        if target.monitor is None and target.opener is not None:
             try:
-                self.monitor = self.opener()
+                target.monitor = target.opener()
             except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
                 snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
                                         t_wall=time.time(), last=prev)
-                self._state = PollState(snap, self._state.polls + 1, errors, max(0.0, self._clock() - t0))
+                target.state = PollState(snap, target.state.polls + 1, errors, max(0.0, self._clock() - t0))
+                self._refresh_view()
                 return snap
         try:
-            snap: Snapshot = self.monitor.poll()
+            snap: Snapshot = target.monitor.poll()
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
             errors += 1
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
                                     last=prev)
-        self._state = PollState(snap, self._state.polls + 1, errors, max(0.0, self._clock() - t0))
+        target.state = PollState(snap, target.state.polls + 1, errors, max(0.0, self._clock() - t0))
+        self._refresh_view()
         return snap
 
-    def _loop(self) -> None:
+    def _poll_devices(self) -> None:
+        if self.devices is None:
+            return
+        from kvmon.core.analysis import gpu_views
+        from kvmon.core.analysis.placement import Placement
+
+        gviews, _why = gpu_views.gpu_views(self.devices.poll_gpus(()), {})
+        host = self.devices.poll_host(())
+        self._devices_view = Devices(gviews, gpu_views.host_view(host, Placement(), None) if host else None)
+        self._refresh_view()
+
+    def _loop(self, poll: Callable[[], object]) -> None:
         while not self._stop.is_set():
             t0 = self._clock()
-            self.poll_once()
+            poll()
             self._stop.wait(max(0.0, self.interval_s - (self._clock() - t0)))
 
     def start_polling(self) -> None:
-        """Start the poll thread (the first poll is at once)."""
-        if self._poll_thread is not None:
+        """Start one poll thread per target (and one for the devices); the first polls are at once."""
+        if self._threads:
             return
-        self._poll_thread = threading.Thread(target=self._loop, name="kvmon-serve-poll", daemon=True)
-        self._poll_thread.start()
+        loops: list[Callable[[], object]] = [lambda t=t: self._poll_target(t) for t in self.targets]
+        if self.devices is not None:
+            loops.append(self._poll_devices)
+        for i, poll in enumerate(loops):
+            th = threading.Thread(target=self._loop, args=(poll,), name=f"kvmon-serve-poll-{i}", daemon=True)
+            th.start()
+            self._threads.append(th)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until stop() is called (or the timeout passes); True when stopped."""
         return self._stop.wait(timeout_s)
 
     def request_stop(self) -> None:
-        """Ask the poll thread and wait() to end (safe from a signal handler)."""
+        """Ask the poll threads and wait() to end (safe from a signal handler)."""
         self._stop.set()
 
     def stop(self) -> None:
-        """Stop polling and serving; the Monitor is the caller's to close."""
+        """Stop polling and serving; the Monitors are the caller's to close."""
         self._stop.set()
-        if self._poll_thread is not None:
-            self._poll_thread.join(timeout=max(5.0, self.interval_s))
+        for th in self._threads:
+            th.join(timeout=max(5.0, self.interval_s))
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             if self._http_thread is not None:
                 self._http_thread.join(timeout=2)
             self._httpd = None
+
+    def close_monitors(self) -> None:
+        """Close every target's monitor and the devices (best effort)."""
+        from kvmon.monitor import close_quietly
+
+        close_quietly(*(t.monitor for t in self.targets if t.monitor is not None), self.devices)
 
     def __enter__(self) -> Exporter:
         return self
@@ -231,40 +316,61 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         interval_s = interval_from_env()
     except ValueError as e:
         return _fail(str(e), err)
-    from kvmon.session import open_monitor
+    from kvmon.session import open_monitor, settings_from_args
     from kvmon.sources.http import normalize_base_url, redact_url
 
-    url = getattr(args, "url", None)
-    try:
-        shown = redact_url(normalize_base_url(url)) if url else None  # a bad URL never gets better: refuse it now
+    urls = [u for u in [getattr(args, "url", None), *(getattr(args, "urls", None) or [])] if u]
+    try:  # a bad URL never gets better: refuse it now
+        shown = [redact_url(normalize_base_url(u)) for u in urls]
     except SourceError as e:
         return _fail(e.failure.reason, err)
+    if len(set(shown)) < len(shown):
+        return _fail("the same server is given twice: " + ", ".join(sorted({u for u in shown if shown.count(u) > 1})),
+                     err)
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
+    timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
+    fleet = len(urls) > 1
 
-    def opener() -> Any:
-        return open_monitor(url, api_key=api_key, timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
-                            log_path=getattr(args, "log", None), devices_url=getattr(args, "devices", None))
+    settings = settings_from_args(args)
 
-    exporter = Exporter(interval_s=interval_s, opener=opener)
+    def opener_for(url: str | None) -> Callable[[], Any]:
+        return lambda: open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
+                                    settings=settings, devices_url=getattr(args, "devices", None))
+
+    devices = None
+    if fleet:  # this machine's GPUs and host, once, whichever servers are local
+        from kvmon.monitor import DevicePoller
+        from kvmon.session import default_gpu_source, default_host_source
+
+        devices = DevicePoller(default_gpu_source(settings=settings), default_host_source(settings))
+    exporter = Exporter(interval_s=interval_s, opener=opener_for(urls[0] if urls else None),
+                        name=shown[0] if fleet else None, devices=devices)
+    for url, name in zip(urls[1:], shown[1:], strict=True):
+        exporter.add_target(opener=opener_for(url), name=name)
     try:
         exporter.listen(host, port)  # bind first: a taken port fails before the server is contacted
     except (OSError, OverflowError) as e:
         reason = getattr(e, "strerror", None) or str(e)
+        exporter.close_monitors()
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
     if not listen.is_loopback_host(host):
         print(f"kvmon: listening on {host}: other machines can scrape these metrics (model names, speeds, GPU "
               "memory); use --listen 127.0.0.1:PORT to keep them on this machine", file=err, flush=True)
-    try:
-        exporter.monitor = opener()
-    except SourceError as e:
-        if e.failure.kind is FailureKind.BAD_URL:
-            exporter.stop()
-            return _fail(e.failure.reason, err)
-        print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s", file=err,
-              flush=True)
-    what = exporter.monitor.display_url if exporter.monitor is not None else shown
+    for t in exporter.targets:
+        try:
+            t.monitor = t.opener() if t.opener is not None else t.monitor
+        except SourceError as e:
+            if e.failure.kind is FailureKind.BAD_URL:
+                exporter.stop()
+                exporter.close_monitors()
+                return _fail(e.failure.reason, err)
+            print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s", file=err,
+                  flush=True)
+    what = ", ".join(t.monitor.display_url if t.monitor is not None else (t.name or (shown[0] if shown else ""))
+                     for t in exporter.targets)
     exporter.start_polling()
-    print(f"kvmon: exporting {what or 'the first server found on this machine'} every {interval_s:g} s at "
+    print(f"kvmon: exporting {what or 'the first server found on this machine'}"
+          f"{' and this machine' + chr(39) + 's devices' if fleet else ''} every {interval_s:g} s at "
           f"{exporter.metrics_url}", file=err, flush=True)
     if stop is not None:
         threading.Thread(target=lambda: (stop.wait(), exporter.request_stop()), daemon=True).start()
@@ -282,6 +388,5 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
         exporter.stop()
-        if exporter.monitor is not None:
-            exporter.monitor.close()
+        exporter.close_monitors()
     return EXIT_OK

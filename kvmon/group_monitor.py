@@ -41,7 +41,7 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import DevicePoller, SnapshotSink, close_quietly
+from kvmon.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
@@ -64,15 +64,20 @@ class GroupMonitor:
     def __init__(self, source: ModelListSource, gpu_source: GpuSource | None = None,
                  host_source: HostSource | None = None, settings: AnalyzerSettings | None = None, *,
                  recorder: SnapshotSink | None = None, clock: Callable[[], float] = time.monotonic,
-                 model_pids: Callable[[str], Sequence[int]] | None = None) -> None:
-        """``model_pids``: a model's server processes when its source cannot find them (an in-process simulator)."""
+                 model_pids: Callable[[str], Sequence[int]] | None = None,
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+        """``model_pids``: a model's server processes when its source cannot find them (an in-process simulator).
+        ``settings_source``: asked before every poll for the settings the user has now (every model's analysis)."""
         self.source = source
         self.devices = DevicePoller(gpu_source, host_source, clock=clock)
         self.settings = settings
         self.recorder = recorder
         self._clock = clock
         self._model_pids = model_pids
-        self._own = Analyzer(settings, clock=clock)  # the Snapshot when no model can be shown
+        self._settings_source = settings_source
+        self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
+        # the Snapshot when no model can be shown
+        self._own = Analyzer(settings, clock=clock, settings_source=settings_source)
         self._models: dict[str, _Model] = {}
         self._previous: dict[str, ListedModel] | None = None
         self._follow = FollowState()
@@ -119,6 +124,13 @@ class GroupMonitor:
             self._drop(name)
         for name, listed in running.items():
             self._read(name, listed)
+        # the host's one-time bandwidth probe, only while every running model is read and none decodes (or loads)
+        readings = [(n, m.reading) for n, m in self._models.items() if n in running]
+        self.devices.note_busy_here(any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings))
+        if running and len(readings) == len(running) and all(
+                r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings) \
+                and self.devices.probe_host_bandwidth():
+            self.probes_run += 1
         pids = self._pids()
         gpus = self.devices.poll_gpus(pids)
         host = self.devices.poll_host(pids)
@@ -156,7 +168,8 @@ class GroupMonitor:
                 source = self.source.model_source(listed)
             except SourceError as e:
                 note = e.failure.reason
-            m = self._models[name] = _Model(source, Analyzer(self.settings, clock=self._clock), note)
+            m = self._models[name] = _Model(source, Analyzer(self.settings, clock=self._clock,
+                                                             settings_source=self._settings_source), note)
         m.reading = None
         if listed.status in (LOADING, UNLOADING) or m.source is None:
             return

@@ -4,12 +4,16 @@ The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.sessio
 becomes a Snapshot with that connection state; a GPU or host failure only blanks those parts, never the server
 reading; a recording that cannot be written (a full disk) stops, and every later Snapshot carries the alert that
 says so, while the monitoring goes on. Typed on the source interfaces of ``kvmon.sources.base``; no source module
-is imported here.
+is imported here. It also decides when the host's one-time bandwidth probe may run: only for a server on this
+machine, and only in a poll that found every slot idle while no other monitor of this process lately found its
+server here busy (a probe competes with decode for the memory bus it measures).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -19,8 +23,10 @@ from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
-from kvmon.sources.base import GpuSource, HostSource, ServerSource
+from kvmon.listen import is_loopback_host
+from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
 
+BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
 
 
@@ -42,6 +48,57 @@ def close_quietly(*parts: object) -> None:
             close()
         except Exception:  # closing is best effort
             pass
+
+
+def _here(server: ServerReading, server_pids: Sequence[int]) -> bool:
+    host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return bool(server_pids) or is_loopback_host(host)
+
+
+def idle_here(server: ServerReading | SourceFailure, server_pids: Sequence[int]) -> bool:
+    """Whether a poll found a server on this machine with every slot idle (nothing decoding): the only time the
+    host's bandwidth probe may run, since it competes with decode for the memory bus it measures."""
+    if not isinstance(server, ServerReading) or server.state not in ("ok", "idle"):
+        return False
+    if not server.slots or any(s.processing for s in server.slots):
+        return False  # no slots read: whether it decodes is unknown, so it might
+    return _here(server, server_pids)
+
+
+def busy_here(server: ServerReading | SourceFailure, server_pids: Sequence[int]) -> bool:
+    """Whether a poll found a server on this machine that decodes, loads, or might (its slots unread)."""
+    if not isinstance(server, ServerReading) or server.state == "sleeping" or not _here(server, server_pids):
+        return False
+    return not idle_here(server, server_pids)
+
+
+class _LocalActivity:
+    """Which of this process's monitors lately found their server busy on this machine: with several servers in one
+    window, one idle server's monitor must not run the probe while another server here decodes. A monitor that
+    stopped polling (or was dropped) no longer counts after ``BUSY_FORGET_S``."""
+
+    def __init__(self) -> None:
+        self._busy: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()  # poller -> when seen busy
+        self._lock = threading.Lock()
+
+    def note(self, poller: object, busy: bool) -> None:
+        with self._lock:
+            if busy:
+                self._busy[poller] = time.monotonic()
+            else:
+                self._busy.pop(poller, None)
+
+    def others_busy(self, poller: object) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            return any(p is not poller and 0.0 <= now - t < BUSY_FORGET_S for p, t in self._busy.items())
+
+    def forget(self, poller: object) -> None:
+        with self._lock:
+            self._busy.pop(poller, None)
+
+
+LOCAL_ACTIVITY = _LocalActivity()
 
 
 class DevicePoller:
@@ -82,7 +139,28 @@ class DevicePoller:
             self._host_cache = (now, server_pids, reading)
         return reading
 
+    def note_busy_here(self, busy: bool) -> None:
+        """Whether this poll found the server busy on this machine (the other monitors' probes wait for it)."""
+        LOCAL_ACTIVITY.note(self, busy)
+
+    def probe_host_bandwidth(self) -> bool:
+        """Run the host source's one-time bandwidth probe if it has one and it is due, and no other monitor of this
+        process lately found its server busy here; whether it ran. The caller knows that its own server is idle;
+        the next host reading carries the measurement."""
+        probe = self.host_source
+        if not isinstance(probe, BandwidthProbe) or LOCAL_ACTIVITY.others_busy(self):
+            return False
+        try:
+            if not probe.probe_due():
+                return False
+            probe.measure_bandwidth()
+        except Exception:  # a failed probe leaves the bandwidth unknown, with its reason
+            pass
+        self._host_cache = None
+        return True
+
     def close(self) -> None:
+        LOCAL_ACTIVITY.forget(self)
         close_quietly(self.gpu_source, self.host_source)
 
 
@@ -107,6 +185,7 @@ class Monitor:
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
+        self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
 
     @property
     def gpu_source(self) -> GpuSource | None:
@@ -140,9 +219,16 @@ class Monitor:
             self._server_pids = tuple(reading.server_pids)
         return reading
 
+    def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
+        """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
+        self.devices.note_busy_here(busy_here(server, self._server_pids))
+        if idle_here(server, self._server_pids) and self.devices.probe_host_bandwidth():
+            self.probes_run += 1
+
     def poll(self) -> Snapshot:
         """Read every source once and return the analysed Snapshot (never raises for source trouble)."""
         server = self._poll_server()
+        self._maybe_probe(server)
         gpus = self.devices.poll_gpus(self._server_pids)
         host = self.devices.poll_host(self._server_pids)
         snap = self.analyzer.update(server, gpus, host)

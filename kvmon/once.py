@@ -124,7 +124,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     err = err or sys.stderr
     if getattr(args, "list", False):
         return run_list(args, out, err)
-    from kvmon.session import find_servers, open_monitor
+    from kvmon.session import find_servers, open_monitor, settings_from_args
     from kvmon.sources.discover import nothing_found_reason
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
@@ -142,7 +142,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"kvmon: reading {url} ({answering[0].label}); also found {others} (kvmon once --list)", file=err)
     try:
         monitor = open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
-                               backend=backend, devices_url=getattr(args, "devices", None))
+                               backend=backend, devices_url=getattr(args, "devices", None),
+                               settings=settings_from_args(args))
     except SourceError as e:
         return _fail(e.failure.reason, err)
     with monitor:

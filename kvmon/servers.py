@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.snapshot import AlertLevel, Snapshot
 from kvmon.session import (
     DEMO_SCENARIO,
@@ -21,6 +22,7 @@ from kvmon.session import (
     demo_session,
     find_servers,
     server_session,
+    settings_from_args,
 )
 
 
@@ -74,13 +76,13 @@ class ServerSet:
         return self._servers.setdefault(server.key, server)
 
     def add_url(self, url: str, *, api_key: str | None = None, timeout_s: float = 3.0, log_path: str | None = None,
-                devices_url: str | None = None) -> WatchedServer:
+                devices_url: str | None = None, settings: AnalyzerSettings | None = None) -> WatchedServer:
         """Watch the server at ``url`` too (its kind is asked when its first monitor opens)."""
         from kvmon.sources.http import normalize_base_url
 
         norm = normalize_base_url(url)
         session = server_session(norm, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                                 recorder=RecordSwitch(norm), devices_url=devices_url)
+                                 recorder=RecordSwitch(norm), devices_url=devices_url, settings=settings)
         return self.add(WatchedServer(norm, short_label(norm, "server"), session, "given"))
 
     def remove(self, key: str) -> None:
@@ -118,25 +120,27 @@ def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
     devices_url = getattr(args, "devices", None)
+    settings = settings_from_args(args)  # --bandwidth DEVICE=GB/s
     servers = ServerSet()
     if getattr(args, "demo", None):
         session = demo_session(args.demo, None, timeout_s=timeout_s, recorder=RecordSwitch(),
                                start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
-                               speed=float(getattr(args, "speed", 1.0) or 1.0))
+                               speed=float(getattr(args, "speed", 1.0) or 1.0), analyzer_settings=settings)
         servers.add(WatchedServer(f"demo:{args.demo}", f"demo {args.demo}", session, "demo"))
     elif getattr(args, "url", None):
         w = servers.add_url(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                            devices_url=devices_url)
+                            devices_url=devices_url, settings=settings)
         w.how = "given"
     else:
         found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 1.0))
         for f in sorted(found.found, key=lambda f: not f.answering):  # the ones that answer first
             session = server_session(f.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
                                      recorder=RecordSwitch(f.url), devices_url=devices_url,
-                                     backend=f.backend if f.answering else None)
+                                     backend=f.backend if f.answering else None, settings=settings)
             servers.add(WatchedServer(f.url, short_label(f.url, f.label), session, f.how))
         if not len(servers):
-            session = demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=RecordSwitch())
+            session = demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=RecordSwitch(),
+                                   analyzer_settings=settings)
             servers.add(WatchedServer(f"demo:{DEMO_SCENARIO}", "demo", session, "demo"))
     for w in servers:
         w.session.recorder.url = w.session.url

@@ -24,8 +24,8 @@ from kvmon.group_monitor import GroupMonitor
 from kvmon.monitor import Monitor
 from kvmon.sources.base import GpuSource, HostSource
 
-NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap or Ollama found on this machine — showing the simulator "
-                    "(start kvmon with a URL)")
+NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine — "
+                    "showing the simulator (start kvmon with a URL)")
 DEMO_SCENARIO = "seed-3090x2"
 
 
@@ -70,13 +70,11 @@ def find_servers(*, api_key: str | None = None, timeout_s: float = 1.0,
 
 
 def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> GpuSource | None:
-    """NVML for the GPUs (None when the module is missing); a machine without NVIDIA says so in its reading."""
-    try:
-        from kvmon.sources.nvml import NvmlSource
-    except ImportError:
-        return None
+    """Every device source of this system (NVML, AMD and Intel sysfs, Apple); a machine with none says so."""
+    from kvmon.sources.devices import default_device_sources
+
     user = dict(settings.gpu_bandwidth_bytes_per_s) if settings else None
-    return NvmlSource(nvml, user_bandwidth_bytes_per_s=user)
+    return default_device_sources(nvml, user)
 
 
 def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource | None:
@@ -85,35 +83,38 @@ def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource 
         from kvmon.sources.host import HostSource as PsutilHost
     except ImportError:
         return None
-    return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None)
+    return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None, auto_probe=True)
 
 
 def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSource | None,
                   settings: AnalyzerSettings | None = None, *, recorder: Any = None,
                   clock: Callable[[], float] | None = None, server_pids: Sequence[int] = (),
-                  model_pids: Callable[[str], Sequence[int]] | None = None) -> Monitor | GroupMonitor:
-    """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap)."""
+                  model_pids: Callable[[str], Sequence[int]] | None = None,
+                  settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
+    """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap).
+    ``settings_source``: asked before every poll for the settings the user has now."""
     from kvmon.sources.base import ModelListSource
 
     kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
     if isinstance(source, ModelListSource):
         return GroupMonitor(source, gpu_source, host_source, settings, recorder=recorder, model_pids=model_pids,
-                            **kw)
-    analyzer = Analyzer(settings, **kw)
+                            settings_source=settings_source, **kw)
+    analyzer = Analyzer(settings, settings_source=settings_source, **kw)
     return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids, **kw)
 
 
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
                  log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
                  gpu: bool = True, host: bool = True, candidates: Sequence[str] | None = None,
-                 recorder: Any = None, backend: str | None = None,
-                 devices_url: str | None = None) -> Monitor | GroupMonitor:
+                 recorder: Any = None, backend: str | None = None, devices_url: str | None = None,
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
     """A monitor on ``url``; with no URL, the first server found on this machine (``find_servers``).
 
     Each candidate is asked once: the backend it answered as opens its source (``backend`` skips the question).
     Raises SourceError (UNREACHABLE) when no URL is given and nothing answers. ``recorder``: where every snapshot
     is recorded. ``devices_url``: the ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on
     another machine without one has no device readings, said so; this machine's are not its).
+    ``settings_source``: the session's current settings, asked before every poll (see ``Session.settings``).
     """
     from kvmon.sources.detect import open_source
     from kvmon.sources.discover import nothing_found_reason
@@ -126,7 +127,7 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
         url, backend = answering[0].url, answering[0].backend
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
     gpu_src, host_src = device_sources(url, devices_url, settings=settings, nvml=nvml, gpu=gpu, host=host)
-    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder)
+    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source)
 
 
 def device_sources(url: str, devices_url: str | None, *, settings: AnalyzerSettings | None = None, nvml: Any = None,
@@ -228,6 +229,12 @@ class Session:
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     sim: Any = None
     recorder: RecordSwitch = field(default_factory=RecordSwitch)
+    # what the analysis reads each poll: the command line's, updated when the user changes settings (bandwidths)
+    settings: AnalyzerSettings | None = None
+
+    def current_settings(self) -> AnalyzerSettings | None:
+        """The settings the next poll is analysed with (a monitor asks before every poll)."""
+        return self.settings
 
     def close(self) -> None:
         """Stop the simulator and anything else started for this session, then the recording."""
@@ -254,16 +261,31 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     if isinstance(multi, MultiScenario):
         return _multi_demo_session(multi, banner, timeout_s=timeout_s, speed=speed, recorder=recorder,
                                    faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s)
+    from kvmon.sim.scenarios import get_scenario
     from kvmon.sim.server import SimServer
 
+    scen = get_scenario(scenario) if isinstance(scenario, str) else scenario
+    lmstudio = scen.backend == "lmstudio"
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
-    # its /slots, as it would on a real one
-    sim = SimServer(scenario, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True)
+    # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
+    sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
+                    autoplay=not lmstudio)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
+    cleanups: list[Callable[[], None]] = [sim.stop]
+    proxy_url: str | None = None
+    if lmstudio:
+        from kvmon.proxy.server import ProxyServer
+        from kvmon.sim.lmstudio_client import ScriptedChat
+
+        proxy = ProxyServer(url, port=0)
+        proxy.start()
+        proxy_url = proxy.url
+        chat = ScriptedChat(sim, proxy.url)
+        chat.start()
+        cleanups = [sim.stop, proxy.stop, chat.stop]  # run last first
 
     def factory() -> MonitorLike:
-        from kvmon.sources.host import HostSource as PsutilHost
         from kvmon.sources.nvml import NvmlSource
 
         # every reading is stamped with the simulator's clock, so rates, trends and alert hold times are in
@@ -273,18 +295,31 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             from kvmon.sources.ollama import OllamaSource
 
             server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
+        elif sim.scenario.backend == "vllm":
+            from kvmon.sources.vllm import VllmSource
+
+            server = VllmSource(url, timeout_s=timeout_s, clock=clock)
+        elif lmstudio:
+            from kvmon.sources.lmstudio import LmStudioSource
+
+            server = LmStudioSource(url, timeout_s=timeout_s, clock=clock, proxy_url=proxy_url,
+                                    models_dir=sim.api.models_dir)
         else:
             from kvmon.sources.llamacpp import LlamaServerSource
 
             server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
-        # the simulated machine's RAM bandwidth stands in for the value a user sets in settings
-        host = PsutilHost(sim.scenario.host_bandwidth_bytes_per_s, clock=clock)
-        return Monitor(server, NvmlSource(nvml=sim.nvml, clock=clock), host,
-                       Analyzer(analyzer_settings, clock=clock), recorder=recorder if recorder is not None else switch,
-                       server_pids=sim.server_pids, clock=clock)
+        # the simulated machine's devices and RAM: its GPUs through the fake NVML (none on a CPU-only machine),
+        # or its unified memory on a simulated Mac; its RAM bandwidth as the probe would have measured it
+        devices = sim.unified_memory_source() or NvmlSource(nvml=sim.nvml, clock=clock)
+        return Monitor(server, devices, sim.host_source(),
+                       Analyzer(analyzer_settings, clock=clock, settings_source=session.current_settings),
+                       recorder=recorder if recorder is not None else switch, server_pids=sim.server_pids,
+                       clock=clock)
 
     name = getattr(sim.scenario, "name", str(scenario))
-    return Session(factory, banner or f"Demo: simulated {name}", url, [sim.stop], sim, switch)
+    session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
+                      settings=analyzer_settings)
+    return session
 
 
 def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, speed: float, recorder: Any,
@@ -309,14 +344,16 @@ def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, 
         host = PsutilHost(scenario.host_bandwidth_bytes_per_s, clock=clock)
         return GroupMonitor(source, NvmlSource(nvml=sim.nvml, clock=clock), host, analyzer_settings,
                             recorder=recorder if recorder is not None else switch, clock=clock,
-                            model_pids=sim.model_pids)
+                            model_pids=sim.model_pids, settings_source=session.current_settings)
 
-    return Session(factory, banner or f"Demo: simulated {scenario.name}", url, [sim.stop], sim, switch)
+    session = Session(factory, banner or f"Demo: simulated {scenario.name}", url, [sim.stop], sim, switch,
+                      settings=analyzer_settings)
+    return session
 
 
 def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
                    recorder: RecordSwitch | None = None, devices_url: str | None = None,
-                   backend: str | None = None) -> Session:
+                   backend: str | None = None, settings: AnalyzerSettings | None = None) -> Session:
     """Monitor a real server at ``url`` (auto-detected when None, on every reconnect). ``backend``: what it answered
     as when it was found (the first monitor needs no question; a reconnect asks again)."""
     switch = recorder if recorder is not None else RecordSwitch(url)
@@ -325,9 +362,11 @@ def server_session(url: str | None, *, api_key: str | None, timeout_s: float, lo
     def factory() -> MonitorLike:
         first = known.pop() if known else None
         return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
-                            devices_url=devices_url, backend=first)
+                            devices_url=devices_url, backend=first, settings=session.settings,
+                            settings_source=session.current_settings)
 
-    return Session(factory, None, url, recorder=switch)
+    session = Session(factory, None, url, recorder=switch, settings=settings)
+    return session
 
 
 def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
@@ -339,14 +378,16 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
     switch = RecordSwitch()
+    settings = settings_from_args(args)
     if getattr(args, "demo", None):
         session = demo_session(args.demo, None, timeout_s=timeout_s, recorder=switch,
                                start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
-                               speed=float(getattr(args, "speed", 1.0) or 1.0))
+                               speed=float(getattr(args, "speed", 1.0) or 1.0), analyzer_settings=settings)
     elif args.url:
-        session = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch)
+        session = server_session(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                                 settings=settings)
     else:
-        session = _detected_session(api_key, timeout_s, log_path, switch)
+        session = _detected_session(api_key, timeout_s, log_path, switch, settings)
     switch.url = session.url
     path = getattr(args, "record", None)
     if path:
@@ -358,18 +399,31 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     return session
 
 
-def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch) -> Session:
+def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch,
+                      settings: AnalyzerSettings | None = None) -> Session:
     """The first server that answers on this machine (its monitor is the session's first), else the demo."""
+    session = Session(lambda: None, None, None, recorder=switch, settings=settings)  # its factory follows
     try:
         first = open_monitor(None, api_key=api_key, timeout_s=min(timeout_s, 1.0), log_path=log_path,
-                             recorder=switch)
+                             recorder=switch, settings=settings, settings_source=session.current_settings)
     except SourceError:
-        return demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=switch)
+        return demo_session(DEMO_SCENARIO, NO_SERVER_BANNER, timeout_s=timeout_s, recorder=switch,
+                            analyzer_settings=settings)
     pending: list[MonitorLike] = [first]
     later = server_session(first.display_url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                           recorder=switch)
+                           recorder=switch, settings=settings)
 
     def factory() -> MonitorLike:
+        later.settings = session.settings  # what the user set since (the dialog changes the session's settings)
         return pending.pop() if pending else later.factory()
 
-    return Session(factory, None, first.display_url, recorder=switch)
+    session.factory, session.url = factory, first.display_url
+    return session
+
+
+def settings_from_args(args: argparse.Namespace) -> AnalyzerSettings | None:
+    """The analysis settings the command line asks for (``--bandwidth DEVICE=GB/s``, repeatable), or None."""
+    from kvmon.core.analysis.settings import with_bandwidths
+
+    specs = list(getattr(args, "bandwidth", None) or [])
+    return with_bandwidths(AnalyzerSettings(), specs) if specs else None

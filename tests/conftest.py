@@ -1,6 +1,6 @@
 """Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``), real llama.cpp
-servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``), and a keychain in memory
-for every test (``tests/memory_keyring.py``)."""
+servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``), a keychain in memory
+for every test (``tests/memory_keyring.py``), and settings and cache folders of the test run."""
 
 from __future__ import annotations
 
@@ -16,6 +16,25 @@ from helpers_http import FixtureServer
 from memory_keyring import MemoryKeyring, using_keyring
 from real_llama_server import RealLlamaServer
 from tiny_gguf import make_gguf
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """kvmon's settings and caches (the host bandwidth measurement among them) go to a folder of this test run,
+    never the user's: platformdirs follows the XDG variables, and child processes inherit them."""
+    import os
+
+    base = tmp_path_factory.mktemp("user-dirs")
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    os.environ["XDG_CONFIG_HOME"], os.environ["XDG_CACHE_HOME"] = str(base / "config"), str(base / "cache")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(autouse=True)

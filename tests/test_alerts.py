@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
 from kvmon.core.snapshot import AlertLevel
 from kvmon.core.units import GIB
@@ -242,3 +244,15 @@ def test_the_host_prompt_cache_is_said_when_it_may_outgrow_the_ram_available() -
     again = AlertFacts(t_monotonic=1.0, backend="llama-server", prompt_cache_limit_bytes=8 * GIB,
                        ram_available_bytes=int(8.5 * GIB))
     assert [a.code for a in held.update(again)] == ["prompt_cache_ram"]
+
+
+@pytest.mark.parametrize(("backend", "knob"), [("llama-server", "-c"), (None, "-c"), ("ollama", "num_ctx"),
+                                               ("vllm", "--max-model-len"), ("lmstudio", "context length")])
+def test_context_full_names_the_backends_own_setting(backend: str | None, knob: str) -> None:
+    """The fix for a full context is said in the words of the server that has it (never -c to an Ollama user)."""
+    for ctx, n_ctx in ((7_900, 8_192), (8_192, 8_192)):
+        f = AlertFacts(t_monotonic=0.0, backend=backend, n_ctx=n_ctx, context_tokens=ctx,
+                       tokens_until_ctx_full=n_ctx - ctx)
+        (a,) = AlertEngine().update(f)
+        assert a.code == "ctx_full_soon" and knob in a.message, a.message
+        assert backend in (None, "llama-server") or "-c" not in a.message.split(), a.message

@@ -129,15 +129,36 @@ def test_idle_has_no_speed_but_a_ceiling() -> None:
     assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192))
 
 
-def test_no_gpu_means_no_ceiling_with_a_reason() -> None:
+def test_no_gpu_on_a_remote_server_means_no_ceiling_with_a_reason() -> None:
+    # a server elsewhere: this machine's devices say nothing about where its model lives
+    remote = {"url": "http://10.0.0.5:8080"}
     a = Analyzer(rate_tracker=FixedRates(decode=40.0))
-    s = a.update(reading(), GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded"))
+    s = a.update(replace(reading(), **remote),
+                 GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded"))
     assert s.ceiling_tok_s is None and s.ceiling_curve == () and s.efficiency is None
     assert s.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
     assert s.gpus == () and s.gpus_unavailable_reason == "no NVIDIA GPU: driver not loaded"
     assert s.decode_tok_s == 40.0
-    s2 = Analyzer(rate_tracker=FixedRates()).update(reading(), None)
+    s2 = Analyzer(rate_tracker=FixedRates()).update(reading(), None)  # no device source at all: nothing inferred
     assert s2.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
+
+
+def test_no_gpu_on_this_machine_means_the_cpu_decodes_at_host_bandwidth() -> None:
+    none = GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded; no AMD GPU")
+    s = Analyzer(rate_tracker=FixedRates(decode=4.0)).update(reading(), none)
+    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_HOST_BANDWIDTH
+    assert s.extra["placement"] == "no_gpu" and "runs on the CPU" in s.reasons["placement"]
+    host = HostReading(t_monotonic=0.0, ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB,
+                       host_bandwidth_bytes_per_s=60e9, host_bandwidth_source="measured")
+    s = Analyzer(rate_tracker=FixedRates(decode=4.0)).update(reading(), none, host)
+    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 60e9))
+    assert s.efficiency == pytest.approx(4.0 / ceiling_8b(8192, 60e9))
+    assert s.host.in_ceiling and s.host.host_bandwidth_source == "measured"
+    assert s.host.weights_in_host_bytes == L8B.weight_bytes and s.host.kv_in_host_bytes == 4 * GIB
+    assert s.host.achieved_bandwidth_bytes_per_s == pytest.approx(4.0 * (L8B.weight_bytes + KV_PER_TOKEN_8B * 8192))
+    (alert,) = [a for a in s.alerts if a.code == "cpu_only"]
+    assert alert.level is AlertLevel.INFO and "60 GB/s (measured)" in alert.message
+    assert not any(a.code in ("kv_in_host", "weights_in_host") for a in s.alerts)
 
 
 def test_unknown_gpu_bandwidth_and_the_user_setting() -> None:

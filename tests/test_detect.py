@@ -11,6 +11,7 @@ from helpers_http import FixtureServer, serve_llama_state
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.detect import detect_backend, open_source
 from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.vllm import VllmSource
 
 KEY = "test-key-123"
 
@@ -63,9 +64,9 @@ def test_vllm_by_metrics(fixture_server: FixtureServer) -> None:
     fixture_server.set("/metrics", 200, "# HELP vllm:num_requests_running x\nvllm:num_requests_running 0\n",
                        {"Content-Type": "text/plain"})
     assert detect_backend(fixture_server.url, None, 1.0) == "vllm"
-    with pytest.raises(SourceError) as e:
-        open_source(fixture_server.url, timeout_s=1.0)
-    assert "vLLM" in e.value.failure.reason
+    src = open_source(fixture_server.url, timeout_s=1.0)
+    assert isinstance(src, VllmSource)
+    src.close()
 
 
 def test_other_openai_compatible(fixture_server: FixtureServer) -> None:
@@ -153,3 +154,53 @@ def test_url_credentials_never_shown(fixture_server: FixtureServer) -> None:
     r = src.poll()
     assert "secretpw" not in json.dumps(r.url) and "secretpw" not in src.display_url
     src.close()
+
+
+@pytest.mark.parametrize(("scenario", "backend", "cls", "summary"), [
+    ("vllm", "vllm", "VllmSource", "serving: Qwen/Qwen3-8B"),
+    ("lmstudio", "lmstudio", "LmStudioSource", "loaded: google/gemma-3-12b"),
+])
+def test_simulated_vllm_and_lmstudio(scenario: str, backend: str, cls: str, summary: str) -> None:
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.detect import identify
+
+    with SimServer(scenario) as sim:
+        ident = identify(sim.url, None, 2.0, summary=True)
+        assert (ident.backend, ident.summary) == (backend, summary)
+        assert ident.version == ("0.33.0" if backend == "vllm" else None)
+        src = open_source(sim.url, timeout_s=2.0)
+        try:
+            assert type(src).__name__ == cls and src.poll().backend == backend
+        finally:
+            src.close()
+
+
+def test_lmstudio_before_04_by_its_v0_list(fixture_server: FixtureServer) -> None:
+    fixture_server.set("/api/v0/models", 200, '{"object":"list","data":[{"id":"m","compatibility_type":"gguf",'
+                       '"state":"loaded"}]}')
+    assert detect_backend(fixture_server.url, None, 1.0) == "lmstudio"
+
+
+def test_ports_name_their_backend() -> None:
+    from kvmon.sources.detect import backend_by_port
+
+    assert [backend_by_port(f"http://127.0.0.1:{p}") for p in (8000, 1234, 11434, 9931)] == [
+        "vllm", "lmstudio", "ollama", "llama-server"]
+
+
+def test_lmstudio_with_a_token_is_picked_by_its_port() -> None:
+    """LM Studio 0.4 with "Require Authentication" answers 401 everywhere: its port names it, its source says why."""
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.lmstudio import LmStudioSource
+
+    with SimServer("lmstudio", faults=["auth"]) as sim:
+        with pytest.raises(SourceError) as e:
+            detect_backend(sim.url, None, 2.0)
+        assert e.value.failure.kind == FailureKind.AUTH_REJECTED
+        src = LmStudioSource(sim.url, api_key="wrong")
+        try:
+            with pytest.raises(SourceError) as e2:
+                src.poll()
+        finally:
+            src.close()
+        assert e2.value.failure.kind == FailureKind.AUTH_REJECTED

@@ -122,7 +122,14 @@ def test_command_lines_are_classified() -> None:
     assert env_port is not None and env_port[1] == (7000,)
     assert classify(["llama-server"], {"LLAMA_ARG_MODEL": "/m/x.gguf"})[0] == detect.LLAMA_SERVER  # type: ignore[index]
     assert classify(["ollama", "serve"], {"OLLAMA_HOST": "127.0.0.1:11500"})[1] == (11500,)  # type: ignore[index]
-    assert detect.WELL_KNOWN_PORTS == (9931, 8080, 11434)  # llama.cpp b11549's default first, then the older one
+    # llama.cpp b11549's default first, then the older one, Ollama's, vLLM's and LM Studio's
+    assert detect.WELL_KNOWN_PORTS == (9931, 8080, 11434, 8000, 1234)
+    assert classify(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8001", "--host", "0.0.0.0"]) == (
+        detect.VLLM, (8001,), "0.0.0.0")
+    assert classify(["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == (
+        detect.VLLM, (8000,), "127.0.0.1")
+    assert classify(["/opt/LM Studio/lm-studio"]) == (detect.LMSTUDIO, (1234,), "127.0.0.1")
+    assert classify(["vllm", "bench"]) is None
     # Ollama's model server, by its whole command line (llm/llama_server.go): read through Ollama, even when its
     # parent cannot be read; a llama-server someone started with a few of those flags is still listed
     from kvmon.sources.discover import _ollamas_own
@@ -210,11 +217,22 @@ def test_once_list_names_every_server_and_how_it_was_found(scripts: dict[str, st
         assert json.loads(out)["url"] == f"http://127.0.0.1:{port}"
     monkeypatch.setattr(disc, "discover", lambda **kw: real(**{**kw, "ports": (), "process_iter": lambda: []}))
     rc, out, err = _once("--list")
-    assert rc == 2 and out.startswith("no llama-server, router, llama-swap or Ollama found: looked at the process")
+    nothing = "no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found"
+    assert rc == 2 and out.startswith(nothing + ": looked at the process")
     rc, out, err = _once("--json")
-    assert rc == 2 and out == "" and err.startswith("kvmon: no llama-server, router, llama-swap or Ollama found")
+    assert rc == 2 and out == "" and err.startswith("kvmon: " + nothing)
 
 
 def test_fixture_paths_exist() -> None:
     assert (LLAMA_FIXTURES / "props.idle.json").exists() and (FIX / "ollama" / "version.json").exists()
     assert os.path.exists(FIX / "llama-router" / "models.loaded.json")
+
+
+def test_discover_finds_simulated_vllm_and_lmstudio_on_their_ports() -> None:
+    from kvmon.sim.server import SimServer
+    from kvmon.sources.discover import discover
+
+    with SimServer("vllm") as v, SimServer("lmstudio") as lms:
+        found = discover(ports=[v.port, lms.port], processes=False, timeout_s=2.0)
+    got = {(f.url, f.backend, f.summary) for f in found.answering()}
+    assert got == {(v.url, "vllm", "serving: Qwen/Qwen3-8B"), (lms.url, "lmstudio", "loaded: google/gemma-3-12b")}

@@ -1,7 +1,7 @@
 """Property tests of every reader of outside input: JSON bodies, /slots entries, /metrics text, Ollama's answers,
-the proxy's stats document, log lines, GGUF headers, recording lines and proxied request heads. Whatever comes in,
-each either gives values under the one rule (finite, within 64 bits, valid text) or fails with its documented
-error, never with anything else.
+the proxy's stats document, a remote exporter's device text, log lines, GGUF headers, recording lines and proxied
+request heads. Whatever comes in, each either gives values under the one rule (finite, within 64 bits, valid text) or
+fails with its documented error, never with anything else.
 
 A few hundred examples per test in CI (``KVMON_FUZZ_EXAMPLES``, default 200); ``bench/fuzz.py`` runs 10,000.
 """
@@ -28,9 +28,15 @@ from kvmon.core.snapshot import Alert, AlertLevel, Connection, ConnectionStatus,
 from kvmon.proxy.framing import MessageReader, ProtocolError
 from kvmon.proxy.stats import parse_stats
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
+from kvmon.sources.hf_config import config_metadata
 from kvmon.sources.llama_log import LlamaLogParser
 from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
+from kvmon.sources.lmstudio_parse import parse_v0, parse_v1
+from kvmon.sources.model_file import shape_of
 from kvmon.sources.ollama_parse import parse_ps, parse_show
+from kvmon.sources.remote_devices import parse_exporter_text
+from kvmon.sources.vllm_parse import parse_metrics as parse_vllm_metrics
+from kvmon.sources.vllm_parse import parse_models as parse_vllm_models
 
 pytestmark = pytest.mark.fuzz
 
@@ -117,6 +123,28 @@ def test_parse_metrics_gives_finite_counters_or_its_error(lines: list[str]) -> N
     assert all(isinstance(v, float) and math.isfinite(v) and 0 <= v <= 2.0**64 for v in out.values())
 
 
+DEVICE_SERIES = st.sampled_from(["kvmon_gpu_vram_total_bytes", "kvmon_gpu_memory_busy_ratio", "kvmon_device_info",
+                                  "kvmon_gpu_pcie_bandwidth_bytes_per_second", "kvmon_host_ram_total_bytes",
+                                  "kvmon_last_poll_timestamp_seconds"])
+GPU_LABELS = st.one_of(st.sampled_from(["0", "1", "63", "64", "\u00b2", "-1", "99999999999999999999"]), any_text)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.tuples(DEVICE_SERIES, GPU_LABELS, METRIC_VALUES).map(
+    lambda s: f'{s[0]}{{gpu={json.dumps(s[1])},vendor_index={json.dumps(s[1])}}} {s[2]}'), any_text), max_size=8))
+def test_a_remote_exporter_gives_plausible_devices_or_value_error(lines: list[str]) -> None:
+    """A remote ``kvmon serve``'s text: devices with finite, non-negative values, or the parser's ValueError."""
+    try:
+        scrape = parse_exporter_text("\n".join(lines) + "\n", "remote")
+    except ValueError:
+        return
+    for gpu in scrape.gpus:
+        assert 0 <= gpu.index < 64
+        for v in (gpu.vram_total_bytes, gpu.memory_busy_percent, gpu.vendor_index):
+            assert v is None or (math.isfinite(v) and v >= 0)
+    assert all(math.isfinite(v) and v >= 0 for v in scrape.host.values())
+
+
 OLLAMA_KEYS = st.sampled_from(["models", "name", "model", "size", "size_vram", "digest", "details", "expires_at",
                                "context_length", "model_info", "tensors", "modelfile", "general.architecture",
                                "llama.block_count", "type", "shape", "parameter_size", "family"])
@@ -158,6 +186,9 @@ LOG_TEMPLATES = [
     "llama_context: n_ctx         = {1}", "load_tensors:   CUDA0 model buffer size = {0} MiB",
     "llama_kv_cache:   CUDA0 KV buffer size = {0} MiB", "srv    load_model: offloaded {1}/{1} layers to GPU",
     "initializing, n_slots = {1}, n_ctx_slot = {1}", "using device CUDA0 (NVIDIA X) - {1} MiB free",
+    "  Device {1}: NVIDIA X, compute capability 8.6, VMM: yes, VRAM: {1} MiB", "found {1} CUDA devices:",
+    "  - ROCm{1}   : AMD Radeon X ({1} MiB, {1} MiB free)", "ggml_metal_init: recommendedMaxWorkingSetSize = {0} MB",
+    "| {1}|[level_zero:gpu:0]| Intel X| 1.3| 512| 1024| 32| {1}M| 1.3.2|", "verbosity = {1} (adjust with",
 ]
 
 
@@ -171,6 +202,10 @@ def test_the_log_parser_never_raises(lines: list[str]) -> None:
     config = parser.config()
     for v in (config.n_ctx_total, config.kv_bytes_allocated, config.offloaded_layers):
         assert v is None or 0 <= v <= 2**64
+    for d in config.devices:
+        for v in (d.total_bytes, d.free_bytes, d.working_set_limit_bytes):
+            assert v is None or 0 <= v <= 2**60
+    parser.placement_hint()
 
 
 # ------------------------------------------------------------------------------------------------ GGUF
@@ -297,3 +332,60 @@ def test_a_request_head_is_read_or_refused_with_protocol_error(pieces: list[byte
             pass
 
     asyncio.run(go())
+
+
+VLLM_NAMES = st.sampled_from(["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:generation_tokens_total",
+                              "vllm:num_requests_running", "vllm:time_to_first_token_seconds_sum",
+                              "vllm:cache_config_info", "vllm:x"])
+VLLM_LABELS = st.dictionaries(st.sampled_from(["model_name", "engine", "num_gpu_blocks", "block_size", "cache_dtype",
+                                               "kv_cache_size_tokens"]),
+                              st.one_of(any_text, METRIC_VALUES), max_size=4)
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return "{" + inner + "}" if inner else ""
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.tuples(VLLM_NAMES, VLLM_LABELS, METRIC_VALUES)
+                          .map(lambda t: f"{t[0]}{_label_text(t[1])} {t[2]}"), any_text), max_size=8))
+def test_vllm_metrics_give_finite_values_never_an_exception(lines: list[str]) -> None:
+    page = parse_vllm_metrics("\n".join(lines) + "\n")
+    for m in page.models.values():
+        _valid(m.model_name)
+        for v in (m.kv_usage_fraction, m.requests_running, m.generation_tokens_total, m.prompt_tokens_total):
+            assert v is None or (math.isfinite(v) and v >= 0)
+    c = page.cache
+    for n in (c.num_gpu_blocks, c.block_size, c.kv_cache_size_tokens, c.capacity_tokens):
+        assert n is None or (isinstance(n, int) and 0 <= n)
+
+
+MODEL_KEYS = st.sampled_from(["data", "models", "id", "key", "root", "parent", "max_model_len", "loaded_instances",
+                              "config", "context_length", "parallel", "flash_attention", "offload_kv_cache_to_gpu",
+                              "quantization", "name", "size_bytes", "state", "compatibility_type", "model_type",
+                              "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                              "head_dim", "text_config", "layer_types", "sliding_window"])
+
+
+@FUZZ
+@given(json_values(MODEL_KEYS))
+def test_vllm_lmstudio_and_hf_answers_give_values_never_an_exception(raw: Any) -> None:
+    body = parse_json(_wire(raw))
+    cards, _ = parse_vllm_models(body)
+    for c in cards:
+        _valid(c.id)
+        assert c.max_model_len is None or 0 <= c.max_model_len <= MAX_INT
+    for parse in (parse_v1, parse_v0):
+        models, _ = parse(body)
+        for m in models:
+            _valid(m.key)
+            assert m.size_bytes is None or 0 <= m.size_bytes <= MAX_INT
+            for i in m.instances:
+                assert i.context_length is None or 0 <= i.context_length <= MAX_INT
+                assert i.flash_attention in (None, True, False)
+    md, why, _ = config_metadata(body)
+    assert (md is None) == (why is not None)
+    if md is not None:
+        shape, why = shape_of(md)  # a shape, or the reason why not: never an exception
+        assert (shape is None) == (why is not None)

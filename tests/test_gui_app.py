@@ -44,7 +44,8 @@ def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyP
     session = choose_session(args, None)
     try:
         assert session.banner == NO_SERVER_BANNER and session.sim is not None
-        assert "Demo: no llama-server, router, llama-swap or Ollama found on this machine" in session.banner
+        assert ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine"
+                in session.banner)
         assert session.url and session.url.startswith("http://127.0.0.1:")
     finally:
         session.close()

@@ -50,6 +50,7 @@ def server() -> Iterator[tuple[int, int]]:
 
 
 def _src(tmp_path: Path, **kw: object) -> HostSource:
+    kw.setdefault("system_root", tmp_path / "no-udev")  # this machine's udev database must not decide a test
     return HostSource(cache_dir=tmp_path, chip_name=None, **kw)  # type: ignore[arg-type]
 
 
@@ -149,3 +150,71 @@ def test_user_value_wins_then_apple_table(tmp_path: Path) -> None:
     assert (apple.host_bandwidth_bytes_per_s, apple.host_bandwidth_source) == (400e9, "table")
     pc = HostSource(cache_dir=tmp_path, chip_name="AMD Ryzen 9 7950X").poll()
     assert (pc.host_bandwidth_bytes_per_s, pc.host_bandwidth_source) == (5e10, "measured")
+
+
+# udev's DMI properties as systemd's dmi_memory_id writes them (E:MEMORY_DEVICE_<n>_<KEY>=<value>, one line each),
+# carrying the modules of a real Ryzen 9 7950X board (dmidecode in github.com/cyring/CoreFreq/issues/378): four slots,
+# two populated with DDR5 rated 4800 MT/s and running 6000, one per channel (P0 CHANNEL A / B).
+UDEV_7950X = """\
+E:MEMORY_ARRAY_NUM_DEVICES=4
+E:MEMORY_DEVICE_0_PRESENT=0
+E:MEMORY_DEVICE_0_LOCATOR=DIMM 0
+E:MEMORY_DEVICE_0_BANK_LOCATOR=P0 CHANNEL A
+E:MEMORY_DEVICE_1_PRESENT=1
+E:MEMORY_DEVICE_1_SIZE=17179869184
+E:MEMORY_DEVICE_1_LOCATOR=DIMM 1
+E:MEMORY_DEVICE_1_BANK_LOCATOR=P0 CHANNEL A
+E:MEMORY_DEVICE_1_TYPE=DDR5
+E:MEMORY_DEVICE_1_SPEED_MTS=4800
+E:MEMORY_DEVICE_1_CONFIGURED_SPEED_MTS=6000
+E:MEMORY_DEVICE_2_PRESENT=0
+E:MEMORY_DEVICE_2_BANK_LOCATOR=P0 CHANNEL B
+E:MEMORY_DEVICE_3_PRESENT=1
+E:MEMORY_DEVICE_3_SIZE=17179869184
+E:MEMORY_DEVICE_3_BANK_LOCATOR=P0 CHANNEL B
+E:MEMORY_DEVICE_3_TYPE=DDR5
+E:MEMORY_DEVICE_3_SPEED_MTS=4800
+E:MEMORY_DEVICE_3_CONFIGURED_SPEED_MTS=6000
+"""
+
+
+def _udev_root(tmp_path: Path, text: str) -> Path:
+    root = tmp_path / "root"
+    (root / "run" / "udev" / "data").mkdir(parents=True)
+    (root / "run" / "udev" / "data" / "+dmi:id").write_text(text)
+    (root / "proc").mkdir()
+    (root / "proc" / "cpuinfo").write_text("processor\t: 0\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n")
+    return root
+
+
+def test_reported_memory_gives_a_table_bandwidth_until_measured(tmp_path: Path) -> None:
+    src = HostSource(cache_dir=tmp_path, chip_name=None, system_root=_udev_root(tmp_path, UDEV_7950X))
+    r = src.poll()
+    # DDR5-6000 on two 64-bit channels: 96 GB/s peak
+    assert (r.host_bandwidth_bytes_per_s, r.host_bandwidth_source) == (96e9, "table")
+    assert "DDR5-6000 × 2 channels" in (r.host_bandwidth_note or "") and "not measured" in (r.host_bandwidth_note or "")
+    assert r.memory_type == "DDR5-6000" and r.cpu_name == "AMD Ryzen 9 7950X 16-Core Processor"
+    bw = src.measure_bandwidth(size_bytes=4 * MIB, repeats=1)
+    m = src.poll()
+    assert (m.host_bandwidth_bytes_per_s, m.host_bandwidth_source) == (bw, "measured")
+    assert m.host_bandwidth_measured_at_unix_s is not None and m.host_bandwidth_note is None
+
+
+def test_udev_without_a_memory_type_is_no_table_figure(tmp_path: Path) -> None:
+    # systemd before 255 wrote "<OUT OF SPEC>" for DDR5 (github.com/systemd/systemd/issues/30857)
+    text = UDEV_7950X.replace("TYPE=DDR5", "TYPE=<OUT OF SPEC>")
+    r = HostSource(cache_dir=tmp_path, chip_name=None, system_root=_udev_root(tmp_path, text)).poll()
+    assert r.host_bandwidth_bytes_per_s is None and "kind and speed" in r.reasons["host_bandwidth_bytes_per_s"]
+
+
+def test_probe_is_due_once_and_only_when_nothing_else_knows(tmp_path: Path) -> None:
+    root = tmp_path / "no-udev"
+    assert not HostSource(cache_dir=tmp_path, chip_name=None, system_root=root).probe_due()  # not asked to
+    src = HostSource(cache_dir=tmp_path, chip_name=None, system_root=root, auto_probe=True)
+    assert src.probe_due()
+    src.measure_bandwidth(size_bytes=4 * MIB, repeats=1)
+    assert not src.probe_due()
+    # another process on this machine finds the measurement and does not measure again
+    assert not HostSource(cache_dir=tmp_path, chip_name=None, system_root=root, auto_probe=True).probe_due()
+    assert not HostSource(60e9, cache_dir=tmp_path / "x", chip_name=None, auto_probe=True).probe_due()  # user's
+    assert not HostSource(cache_dir=tmp_path / "y", chip_name="Apple M2 Max", auto_probe=True).probe_due()  # table

@@ -257,3 +257,46 @@ def test_a_zigzag_counter_gives_no_impossible_rate() -> None:
     rates = [s.decode_tok_s for s in snaps]
     assert all(r is None or r < 1e6 for r in rates), rates
     assert any("decode_tok_s" in s.reasons and "bound" in s.reasons["decode_tok_s"] for s in snaps)
+
+
+# ------------------------------------------------------------------------------------------------ vLLM, LM Studio
+
+
+def test_a_hostile_vllm_page_leaves_once_working() -> None:
+    """Bytes that are not UTF-8 in the model name (a lone surrogate in the JSON), a 400-digit counter, a usage of
+    12 and a broken line: each makes only its own value unknown, and ``once`` prints valid UTF-8 JSON."""
+    server = FixtureServer()
+    name = "qwen\udcff"  # written out below as the raw byte 0xff
+    page = "\n".join([
+        f'vllm:num_requests_running{{engine="0",model_name="{name}"}} 1',
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="{name}"}} 12',
+        f'vllm:generation_tokens_total{{engine="0",model_name="{name}"}} {"9" * 400}',
+        f'vllm:prompt_tokens_total{{engine="0",model_name="{name}"}} 5',
+        'vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",'
+        'num_gpu_blocks="99999999999999999999999"} 1',
+        'vllm:num_requests_waiting{engine="0" garbage',
+    ]) + "\n"
+    server.set("/metrics", 200, page.encode("utf-8", "surrogateescape"), {"Content-Type": "text/plain"})
+    server.set("/version", 200, '{"version":"0.33.0"}')
+    server.set("/v1/models", 200, json.dumps({"data": [{"id": "qwen\ud800", "root": "/nowhere",
+                                                        "max_model_len": 10**30}]}))
+    rc, out, _ = _once_on(server)
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["backend"] == "vllm" and doc["model"]["name"] == "qwen\ufffd"
+    assert doc["model"]["n_ctx_total"] is None and doc["model"]["n_ctx"] is None
+
+
+def test_a_hostile_lmstudio_list_leaves_once_working() -> None:
+    server = FixtureServer()
+    body = {"models": [{"type": "llm", "key": "m\udfff", "architecture": 7, "size_bytes": 10**400,
+                        "loaded_instances": [{"id": "m", "config": {"context_length": -4, "parallel": "lots",
+                                                                      "flash_attention": "yes",
+                                                                      "offload_kv_cache_to_gpu": None}}],
+                        "max_context_length": 1e400}]}
+    server.set("/api/v1/models", 200, json.dumps(body).replace("1e+400", "1e400"))
+    rc, out, _ = _once_on(server)
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["backend"] == "lmstudio" and doc["model"]["name"] == "m\ufffd"
+    assert doc["model"]["n_ctx_total"] is None and doc["model"]["weight_bytes"] is None

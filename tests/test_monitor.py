@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,46 @@ def test_host_read_again_after_a_failure_or_new_server_pids() -> None:
     now[0] = 2.0
     assert m.poll().host.server_rss_bytes == 3 * GIB
     assert host.pids == [(1,), (1,), (7,)]
+
+
+def test_the_host_bandwidth_probe_runs_once_and_never_while_a_slot_decodes(fixture_server: FixtureServer,
+                                                                          tmp_path: Path) -> None:
+    from kvmon.sources.host import HostSource
+
+    host = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    serve_llama_state(fixture_server, "generating")  # a slot is decoding: the probe would steal its bandwidth
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), None, host, host_interval_s=0.0) as m:
+        for _ in range(3):
+            s = m.poll()
+        assert m.probes_run == 0 and s.host.host_bandwidth_bytes_per_s is None
+        serve_llama_state(fixture_server, "idle")
+        s = m.poll()
+        assert m.probes_run == 1 and s.host.host_bandwidth_bytes_per_s is not None
+        for _ in range(3):
+            m.poll()
+        assert m.probes_run == 1  # once per machine: it is remembered
+    again = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    with Monitor(LlamaServerSource(fixture_server.url, timeout_s=2.0), None, again) as m2:
+        assert m2.poll().host.host_bandwidth_bytes_per_s == s.host.host_bandwidth_bytes_per_s and m2.probes_run == 0
+
+
+def test_no_probe_while_another_watched_server_on_this_machine_decodes(
+        fixture_server_factory: Callable[[], FixtureServer], tmp_path: Path) -> None:
+    """Several servers in one window: the idle one's monitor waits until the one that decodes is idle too (both
+    share this machine's memory bus), then probes once."""
+    from kvmon.sources.host import HostSource
+
+    busy, idle = fixture_server_factory(), fixture_server_factory()
+    serve_llama_state(busy, "generating")
+    serve_llama_state(idle, "idle")
+    host = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    with Monitor(LlamaServerSource(busy.url, timeout_s=2.0), None, None) as decoding, \
+            Monitor(LlamaServerSource(idle.url, timeout_s=2.0), None, host, host_interval_s=0.0) as waiting:
+        for _ in range(3):
+            decoding.poll()
+            waiting.poll()
+        assert waiting.probes_run == 0
+        serve_llama_state(busy, "idle")
+        decoding.poll()
+        s = waiting.poll()
+        assert waiting.probes_run == 1 and s.host.host_bandwidth_source == "measured"

@@ -37,6 +37,10 @@ def _gpus() -> list[FakeGpu]:
     ]
 
 
+# What a GPU is known to be whatever fails: its place, kind, vendor and which source read it.
+IDENTITY = ("index", "kind", "vendor", "source", "vendor_index")
+
+
 def _flat(g: GpuReading) -> dict[str, Any]:
     d = dataclasses.asdict(g)
     pcie = d.pop("pcie")
@@ -98,6 +102,7 @@ def test_memory_pcie_and_gpm_follow_the_fake_over_time() -> None:
 AFFECTS: dict[str, set[str]] = {
     "nvmlDeviceGetName": {"name"},
     "nvmlDeviceGetUUID": {"uuid"},
+    "nvmlDeviceGetPciInfo": {"pci_bus_id", "pci_device_id"},
     "nvmlDeviceGetMemoryInfo": {"vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes"},
     "nvmlDeviceGetUtilizationRates": {"gpu_busy_percent", "memory_busy_percent"},
     "nvmlDeviceGetClockInfo": {"mem_clock_mhz"},
@@ -171,7 +176,7 @@ def test_gpu_lost_in_any_call_degrades_that_gpu_only(fname: str) -> None:
     assert g0.vram_used_bytes == 18 * GIB and g0.reasons.keys() == {"dram_bandwidth_util_percent"}
     assert g1.index == 1 and g1.name in (None, "NVIDIA H200")
     after = _flat(g1)
-    assert all(after[k] is None for k in after if k not in ("index", "name", "uuid")), after
+    assert all(after[k] is None for k in after if k not in ("name", "uuid", *IDENTITY)), after
     assert "lost" in g1.reasons["vram_used_bytes"] and "lost" in g1.reasons["power_w"]
 
 
@@ -387,7 +392,7 @@ def test_no_handle_for_one_gpu_leaves_the_others(code: int) -> None:
     gpus = _gpus()
     gpus[0].failing["nvmlDeviceGetHandleByIndex"] = code
     g0, g1 = NvmlSource(FakeNvml(gpus)).poll().gpus
-    assert g0.index == 0 and all(v is None for k, v in _flat(g0).items() if k != "index")
+    assert g0.index == 0 and all(v is None for k, v in _flat(g0).items() if k not in IDENTITY)
     assert "no handle for GPU 0" in g0.reasons["vram_used_bytes"]
     assert g1.vram_used_bytes == 100 * GIB
 
@@ -401,3 +406,14 @@ def test_gpm_nan_is_unknown_with_a_reason() -> None:
     g1 = src.poll((4242,)).gpus[1]
     assert g1.dram_bandwidth_util_percent is None
     assert "NaN" in g1.reasons["dram_bandwidth_util_percent"]
+
+
+def test_device_identity_kind_vendor_and_pci_bus_id() -> None:
+    # NVML's bus id has an 8-digit domain ("00000000:01:00.0"); llama.cpp and Linux print four ("0000:01:00.0")
+    fake = FakeNvml([FakeGpu(pci_bus_id="00000000:0A:00.0", pci_device_id=0x268410DE)])
+    (g,) = NvmlSource(fake).poll().gpus
+    assert (g.kind, g.vendor, g.source, g.vendor_index) == ("discrete_gpu", "nvidia", "nvml", 0)
+    assert g.pci_bus_id == "0000:0a:00.0" and g.pci_device_id == "10de:2684"
+    # a part with no memory bus of its own (NVML: 0 bits) shares the host's RAM
+    (u,) = NvmlSource(FakeNvml([FakeGpu(name="NVIDIA GB10", bus_width_bits=0, pci_bus_id=None)])).poll().gpus
+    assert u.kind == "unified_memory" and u.pci_bus_id is None and u.reasons["pci_bus_id"]

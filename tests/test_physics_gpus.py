@@ -27,6 +27,13 @@ from kvmon.physics.gpus import GB, KNOWN_GPUS, lookup_gpu, pcie_bandwidth_bytes_
         ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
         ("Apple M2 Max", "Apple M2 Max"),
         ("Apple M4 Pro", "Apple M4 Pro"),
+        ("Apple M2", "Apple M2"),  # the base chip, not its Max
+        ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX"),
+        ("AMD Radeon RX 7900 XT", "Radeon RX 7900 XT"),  # not the XTX
+        ("AMD Radeon RX 7600 XT", "Radeon RX 7600 XT"),
+        ("AMD Instinct MI300X", "Instinct MI300X"),
+        ("Intel(R) Arc(TM) A770 Graphics", "Arc A770"),
+        ("Intel(R) Arc(TM) Pro B60 Graphics", "Arc Pro B60"),
     ],
 )
 def test_lookup_by_reported_name(reported: str, table_name: str) -> None:
@@ -34,8 +41,8 @@ def test_lookup_by_reported_name(reported: str, table_name: str) -> None:
     assert spec is not None and spec.name == table_name
 
 
-@pytest.mark.parametrize("reported", ["NVIDIA GeForce RTX 4090 Laptop GPU", "Quadro RTX 6000", "Apple M2", "", None,
-                                      "AMD Radeon RX 7900 XTX"])
+@pytest.mark.parametrize("reported", ["NVIDIA GeForce RTX 4090 Laptop GPU", "Quadro RTX 6000", "Apple M6", "", None,
+                                      "AMD Radeon RX 5700 XT", "Intel(R) UHD Graphics 770", "AMD Radeon Graphics"])
 def test_unknown_or_different_parts_are_not_guessed(reported: str | None) -> None:
     assert lookup_gpu(reported) is None
 

@@ -169,3 +169,33 @@ def test_once_on_a_router_names_its_models_and_the_one_shown(router: MultiSim) -
         assert kvmon_main(["once", router.url, "--interval", "0"]) == 0
     assert "llama-server router, showing qwen3-8b" in out.getvalue().splitlines()[1]
     assert router.autoloads == []
+
+
+def test_the_host_probe_runs_once_in_router_mode_and_only_while_no_model_decodes(router: MultiSim,
+                                                                                tmp_path: Path) -> None:
+    """The one-time host bandwidth probe is a monitor's, in router mode too: run in a poll where every running model
+    was read idle, never while one loads or generates, once."""
+    from kvmon.sources.host import HostSource
+
+    clock = router.clock.now
+    host = HostSource(cache_dir=tmp_path, chip_name=None, system_root=tmp_path / "none", auto_probe=True)
+    mon = GroupMonitor(LlamaRouterSource(router.url, timeout_s=5.0, clock=clock), None, host, clock=clock,
+                       model_pids=router.model_pids)
+    busy_when_probed: list[bool] = []
+    try:
+        while router.clock.now() < 40.0 and mon.probes_run == 0:
+            router.clock.advance(0.5)
+            router.tick()
+            s = mon.poll()
+            if mon.probes_run:
+                models = s.serving.models if s.serving else ()
+                busy_when_probed.append(any(m.processing or m.status != "loaded" for m in models
+                                            if m.status not in ("unloaded", "sleeping")))
+        for _ in range(5):
+            router.clock.advance(0.5)
+            router.tick()
+            s = mon.poll()
+    finally:
+        mon.close()
+    assert mon.probes_run == 1 and busy_when_probed == [False]
+    assert s.host.host_bandwidth_source == "measured" and s.host.host_bandwidth_bytes_per_s

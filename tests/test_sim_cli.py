@@ -131,3 +131,37 @@ def test_the_router_and_llama_swap_run_alone(scenario: str, path: str, key: str,
         stop.set()
         t.join(5)
     assert result == [0]
+
+
+@pytest.mark.parametrize(("scenario", "kind", "log_name"), [("seed-3090x2", "discrete_gpu", "CUDA0"),
+                                                            ("apple-m2max", "unified_memory", "MTL0")])
+def test_kvmon_url_with_the_sims_log_alone_gets_a_ceiling(scenario: str, kind: str, log_name: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvmon sim` prints its server log; `kvmon once URL --log FILE` on a machine whose device sources read none of
+    the simulated devices gets them, their bandwidth and so the ceiling from that log alone."""
+    import contextlib
+    import io
+    import json
+
+    from kvmon.cli import main
+
+    ready, stop = threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: cli.run(_args(scenario=scenario, speed=20.0, start_at=60.0), ready=ready,
+                                                stop=stop), daemon=True)
+    t.start()
+    try:
+        assert ready.wait(10)
+        out = capsys.readouterr().out
+        url = next(w for w in out.split() if w.startswith("http://127.0.0.1:"))
+        log = out.split("server log (kvmon --log): ", 1)[1].split()[0]
+        doc_out = io.StringIO()
+        with contextlib.redirect_stdout(doc_out):
+            rc = main(["once", url, "--log", log, "--json", "--interval", "0.5"])
+    finally:
+        stop.set()
+        t.join(5)
+    assert rc == 0
+    doc = json.loads(doc_out.getvalue())
+    named = [g for g in doc["gpus"] if g["log_name"] == log_name]
+    assert named and named[0]["kind"] == kind and named[0]["peak_bandwidth_bytes_per_s"]
+    assert doc["ceiling_tok_s"] and doc["ceiling_tok_s"] > 0

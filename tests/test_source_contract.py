@@ -1,8 +1,8 @@
 """The source contract (``kvmon.sources.base``), run against every source on the simulator over real HTTP.
 
-Each server source (llama-server, Ollama) must: say its backend; show a URL without credentials; return an
-immutable, timestamped ServerReading whose unknowns are None with a reason; raise only SourceError, typed, for a
-server it cannot read (gone, key refused, garbage); and close twice without harm. The GPU and host sources must
+Each server source (llama-server, Ollama, vLLM, LM Studio) must: say its backend; show a URL without credentials;
+return an immutable, timestamped ServerReading whose unknowns are None with a reason; raise only SourceError, typed,
+for a server it cannot read (gone, key refused, garbage); and close twice without harm. The GPU and host sources must
 never raise from a poll. New sources join the parametrisation and pass the same tests.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -19,17 +21,34 @@ pytest.importorskip("kvmon.sim.server")
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceError
 from kvmon.sim.faults import DEFAULT_API_KEY
 from kvmon.sim.server import SimServer
+from kvmon.sources.amdgpu import AmdGpuSource
+from kvmon.sources.apple import AppleSource
 from kvmon.sources.base import GpuSource, HostSource, ServerSource
 from kvmon.sources.detect import open_source
+from kvmon.sources.devices import DeviceSources, default_device_sources
 from kvmon.sources.host import HostSource as PsutilHost
+from kvmon.sources.intel_gpu import IntelGpuSource
 from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.lmstudio import LmStudioSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.vllm import VllmSource
+
+# the simulated LM Studio's models folder, by port (LM Studio does not say where its model file is)
+_MODELS_DIRS: dict[int, str] = {}
+
+
+def _lmstudio(url: str, **kw: object) -> LmStudioSource:
+    folder = _MODELS_DIRS.get(urlsplit(url).port or 0)
+    return LmStudioSource(url, timeout_s=2.0, models_dir=folder, **kw)  # type: ignore[arg-type]
+
 
 # backend -> (scenario, how to make its source for a URL)
 SERVER_SOURCES: dict[str, tuple[str, Callable[..., ServerSource]]] = {
     "llama-server": ("seed-3090x2", lambda url, **kw: LlamaServerSource(url, timeout_s=2.0, **kw)),
     "ollama": ("ollama-partial", lambda url, **kw: OllamaSource(url, timeout_s=2.0, **kw)),
+    "vllm": ("vllm", lambda url, **kw: VllmSource(url, timeout_s=2.0, **kw)),
+    "lmstudio": ("lmstudio", _lmstudio),
 }
 
 
@@ -41,6 +60,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 def _sim(backend: str, *faults: str) -> SimServer:
     sim = SimServer(SERVER_SOURCES[backend][0], speed=20.0, faults=faults, start_at_s=60.0)
     sim.start()
+    if backend == "lmstudio":
+        _MODELS_DIRS[sim.port] = sim.api.models_dir
     return sim
 
 
@@ -164,7 +185,19 @@ def test_garbage_bodies_raise_only_source_errors(backend: str) -> None:
 def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
     sim = SimServer("seed-3090x2", autoplay=False)
     try:
-        gpus: list[GpuSource] = [NvmlSource(nvml=sim.nvml), NvmlSource()]  # the simulated GPUs; this machine's
+        fixtures = Path(__file__).parent / "fixtures"
+        apple = fixtures / "apple" / "sysctl-02-m4max-64gb-macos15-archspec.txt"
+
+        def recorded_mac(argv: object) -> str:  # answers every macOS tool from one recorded sysctl output
+            return apple.read_text()
+
+        gpus: list[GpuSource] = [
+            NvmlSource(nvml=sim.nvml), NvmlSource(),  # the simulated GPUs; this machine's
+            AmdGpuSource(fixtures / "sysfs" / "rx6900xt"), AmdGpuSource(), IntelGpuSource(fixtures / "sysfs" / "b580"),
+            IntelGpuSource(), AppleSource(run=recorded_mac, metal=None, platform="darwin"), AppleSource(),
+            DeviceSources([NvmlSource(nvml=sim.nvml), AmdGpuSource(fixtures / "sysfs" / "phoenix")]),
+            default_device_sources(),
+        ]
         hosts: list[HostSource] = [PsutilHost(), PsutilHost(50e9)]
         for g in gpus:
             assert isinstance(g, GpuSource)
@@ -180,3 +213,22 @@ def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
             h.close()
     finally:
         sim.stop()
+
+
+def test_device_sources_number_all_devices_and_keep_the_other_sources_when_one_fails() -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "sysfs"
+
+    class Broken:
+        def poll(self, server_pids: object = ()) -> GpuSetReading:
+            raise RuntimeError("driver bug")
+
+        def close(self) -> None:
+            pass
+
+    src = DeviceSources([AmdGpuSource(fixtures / "rx6900xt"), Broken(), IntelGpuSource(fixtures / "b580")])
+    r = src.poll()
+    assert [(g.index, g.vendor) for g in r.gpus] == [(0, "amd"), (1, "intel")] and r.unavailable_reason is None
+    none = DeviceSources([AmdGpuSource(fixtures / "b580"), IntelGpuSource(fixtures / "rx6900xt")]).poll()
+    assert none.gpus == () and none.unavailable_reason == "no AMD GPU (no amdgpu card in sysfs); no Intel Arc GPU"
+    assert "RuntimeError: driver bug" in (DeviceSources([Broken()]).poll().unavailable_reason or "")
+    src.close()

@@ -3,7 +3,8 @@
 Analysis gathers the facts of one poll into ``AlertFacts``; ``AlertEngine.update`` turns them into
 ``Alert``s. Every rule raises at one threshold and clears only past a second, safer one, and a raised
 alert is held for ``min_hold_s`` before it may clear or step down. Messages are computed from the
-numbers of this poll (how many tokens, how long, how many GiB) and say what to do.
+numbers of this poll (how many tokens, how long, how many GiB) and say what to do. Longer than most modules
+because the thresholds and every rule that reads them belong together: one place to see what kvmon warns about.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class AlertThresholds:
     advice_clear_freed_bytes: int = 512 * MIB
     # Connection: a failure must last this long before it is an alert (one slow poll is not).
     connection_raise_s: float = 3.0
+    # Unified memory (Apple Silicon): the model plus its caches against the GPU's working-set limit.
+    unified_warn_fraction: float = 0.90
+    unified_clear_fraction: float = 0.85
+    # Host swap growing over the trend window while the model lives in host or unified memory.
+    swap_warn_growth_bytes: int = 256 * MIB
     # Host prompt cache (--cache-ram): said when its limit is above the RAM available, until it fits in this share.
     prompt_cache_clear_fraction: float = 0.8
     prompt_cache_min_suggest_bytes: int = 256 * MIB
@@ -57,6 +63,16 @@ class GpuVramFacts:
     free_drop_bytes: int | None = None  # how much free VRAM fell over the window
     other_processes_growth_bytes: int | None = None  # growth of other processes over the window
     window_s: float | None = None
+
+
+@dataclass(frozen=True)
+class UnifiedFacts:
+    """One unified-memory device: what the model needs of it against the GPU's working-set limit."""
+
+    name: str
+    need_bytes: int  # weights + KV and recurrent caches + compute buffers on the device
+    limit_bytes: int
+    limit_source: str  # "metal" | "sysctl" | "log" | "estimated"
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,15 @@ class AlertFacts:
     kv_type_assumed: bool = False  # kv_type is the default, taken because the server does not say
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
+    cpu_only: bool = False  # every weight and the KV cache in host RAM: the CPU decodes
+    cpu_only_idle_gpu: str | None = None  # a GPU the server could use but does not (named in its log or read)
+    cpu_only_cap_tok_s: float | None = None
+    host_bandwidth_bytes_per_s: float | None = None
+    host_bandwidth_source: str | None = None
+    unified: tuple[UnifiedFacts, ...] = ()
+    swap_growth_bytes: int | None = None  # host swap growth over the trend window (model in host/unified memory)
+    swap_used_bytes: int | None = None
+    log_hint: str | None = None  # why the server's log cannot say where the model lives
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: -1 no limit, 0 off
     ram_available_bytes: int | None = None
 
@@ -116,6 +141,11 @@ def _approx_tokens(n: float) -> str:
     if n >= 100:
         return fmt_count(round(n, -1))
     return fmt_count(n)
+
+
+# How a user gives a conversation more context, in the words of each backend (llama-server's -c otherwise)
+CONTEXT_SETTING = {"ollama": "num_ctx", "vllm": "--max-model-len",
+                   "lmstudio": "the context length in the model's load settings"}
 
 
 def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
@@ -140,15 +170,16 @@ def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     if current == AlertLevel.CRITICAL and left <= th.ctx_critical_tokens + th.ctx_clear_margin_tokens // 4:
         level = AlertLevel.CRITICAL
     where = f" in slot {f.slot_id}" if f.slot_id is not None else ""
+    knob = CONTEXT_SETTING.get(f.backend or "", "-c")
     if left <= 0:
         msg = (f"Context full{where} ({fmt_count(n_ctx)} tokens): the server will truncate or stop; "
-               "start a new chat or restart with a larger -c")
+               f"start a new chat or restart with a larger {knob}")
     else:
         when = ""
         if secs is not None and f.decode_tok_s:
             when = f" ({fmt_duration(secs)} at {f.decode_tok_s:.0f} tok/s)"
         msg = (f"Context full{where} in ~{_approx_tokens(left)} tokens{when}: "
-               f"{fmt_count(ctx)} of {fmt_count(n_ctx)} used; start a new chat or raise -c")
+               f"{fmt_count(ctx)} of {fmt_count(n_ctx)} used; start a new chat or raise {knob}")
     return level, msg, float(left)
 
 
@@ -206,6 +237,9 @@ SMALLER_CACHE = {"f32": "q8_0", "f16": "q8_0", "bf16": "q8_0", "q8_0": "q4_0"}
 def _kv_in_host_fix(f: AlertFacts) -> str:
     """What to do about KV in host RAM: free VRAM, a smaller context, and a smaller cache type only from what the
     cache is (or, when kvmon could not see it, said as a condition)."""
+    if f.backend == "lmstudio":
+        return ("turn on \"Offload KV cache to GPU memory\" in the model's load settings, or free VRAM and lower "
+                "its context length")
     ollama = f.backend == "ollama"
     base = "free VRAM, lower num_ctx" if ollama else "free VRAM, lower -c"
     current = f.kv_type or "f16"
@@ -232,6 +266,65 @@ def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel
     msg = (f"Model partly in host RAM: {fmt_bytes(host)} of {fmt_bytes(total)} ({frac:.0%}) on the CPU{kv}{cap}; "
            f"{hint}")
     return level, msg, frac
+
+
+def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """The model runs on the CPU: worth a line always, a warning when a GPU sits idle beside it."""
+    if not f.cpu_only:
+        return None, "", None
+    bw = f.host_bandwidth_bytes_per_s
+    read = f"read at {bw / 1e9:.0f} GB/s ({f.host_bandwidth_source or 'unknown source'})" if bw else \
+        "read at a host bandwidth kvmon does not know yet (settings, --bandwidth host=GB/s)"
+    c = f.cpu_only_cap_tok_s
+    cap = f": the ceiling is ~{c:.0f} tok/s at this depth" if c and c >= 10 else \
+        f": the ceiling is ~{c:.1f} tok/s at this depth" if c else ""
+    if f.cpu_only_idle_gpu:
+        fix = "OLLAMA num_gpu / a smaller model" if f.backend == "ollama" else "raise -ngl (e.g. -ngl 99)"
+        return (AlertLevel.WARNING, f"Model runs on the CPU although {f.cpu_only_idle_gpu} is there: weights and "
+                f"KV cache in host RAM, {read}{cap}; {fix}", None)
+    return AlertLevel.INFO, f"Decoding on the CPU: weights and KV cache in host RAM, {read}{cap}", None
+
+
+def rule_unified_working_set(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Unified memory: the cliff is the GPU's working-set limit (then macOS pages and swaps), not PCIe."""
+    worst = max(f.unified, key=lambda u: u.need_bytes / u.limit_bytes if u.limit_bytes else 0.0, default=None)
+    if worst is None or not worst.limit_bytes:
+        return None, "", None
+    frac = worst.need_bytes / worst.limit_bytes
+    level: AlertLevel | None = None
+    if frac > 1.0:
+        level = AlertLevel.CRITICAL
+    elif frac >= th.unified_warn_fraction or (current is not None and frac >= th.unified_clear_fraction):
+        level = AlertLevel.WARNING
+    est = " (estimated: install pyobjc-framework-Metal to read it)" if worst.limit_source == "estimated" else ""
+    limit = f"{fmt_bytes(worst.limit_bytes)} GPU working-set limit on {worst.name}{est}"
+    if frac > 1.0:
+        head = f"Model and caches ({fmt_bytes(worst.need_bytes)}) exceed the {limit}: macOS pages GPU memory"
+    else:
+        head = (f"Model and caches need {fmt_bytes(worst.need_bytes)} of the {limit} "
+                f"({fmt_bytes(worst.limit_bytes - worst.need_bytes)} left)")
+    fix = ("lower num_ctx or use OLLAMA_KV_CACHE_TYPE=q8_0" if f.backend == "ollama"
+           else "lower -c or use -ctk q8_0 -ctv q8_0")
+    return level, f"{head}; past it decode slows sharply — {fix} (or raise iogpu.wired_limit_mb)", frac
+
+
+def rule_swap_growing(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """Host swap grows while the model lives in host or unified memory: the weights or the cache are paged out."""
+    grow = f.swap_growth_bytes
+    if grow is None:
+        return None, "", None
+    limit = th.swap_warn_growth_bytes if current is None else th.swap_warn_growth_bytes // 4
+    level = AlertLevel.WARNING if grow >= limit else None
+    used = f" ({fmt_bytes(f.swap_used_bytes)} in use)" if f.swap_used_bytes else ""
+    return (level, f"Host swapping: swap grew {fmt_bytes(grow)} in the last minute{used} while the model lives in "
+            "RAM; close other applications or use a smaller model or context", float(grow))
+
+
+def rule_log_hint(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """The server's log was given but hides where the model lives (llama-server without -lv 4)."""
+    if not f.log_hint:
+        return None, "", None
+    return AlertLevel.INFO, f"Placement unknown: {f.log_hint}", None
 
 
 def rule_metrics_disabled(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
@@ -324,6 +417,10 @@ class AlertEngine:
             ("vram_full_soon", rule_vram_full),
             ("kv_in_host", rule_kv_in_host),
             ("weights_in_host", rule_weights_in_host),
+            ("cpu_only", rule_cpu_only),
+            ("unified_working_set", rule_unified_working_set),
+            ("swap_growing", rule_swap_growing),
+            ("log_verbosity", rule_log_hint),
             ("metrics_disabled", rule_metrics_disabled),
             ("kv_cache_advice", rule_cache_advice),
             ("prompt_cache_ram", rule_prompt_cache_ram),

@@ -34,6 +34,8 @@ _CONFIG = (("n_ctx_total", MAX_CONTEXT_TOKENS, "a context", "tokens"),
 _READING = (("total_slots", MAX_SLOTS, "a slot count", "slots"),
             ("weight_bytes_vram", MAX_BYTES, "weights in VRAM", "bytes"),
             ("weight_bytes_host", MAX_BYTES, "weights in host RAM", "bytes"))
+_POOL = (("requests_running", MAX_SLOTS * 1024, "a running request count", "requests"),
+         ("requests_waiting", 2**32, "a waiting request count", "requests"))
 _MODEL = (("weight_bytes", MAX_BYTES, "a model", "bytes"),
           ("n_ctx_train", MAX_CONTEXT_TOKENS, "a training context", "tokens"),
           ("n_params", MAX_BYTES, "a parameter count", "parameters"))
@@ -82,7 +84,11 @@ def plausible_reading(r: ServerReading) -> ServerReading:
     """``r`` with every value past its physical bound made unknown, each with its reason in ``reasons``."""
     reasons: dict[str, str] = {}
     slots = tuple(_slot(s, reasons) for s in r.slots)
-    changes = _past(r, _READING, reasons)
+    changes = _past(r, _READING + _POOL, reasons)
+    frac = r.kv_in_use_fraction
+    if frac is not None and not 0.0 <= frac <= 1.0:
+        reasons["kv_in_use_fraction"] = f"a KV cache usage of {frac:.3g} is impossible (a fraction, 0 to 1)"
+        changes["kv_in_use_fraction"] = None
     config = _config(r.config, reasons)
     if r.model is not None and (model_changes := _past(r.model, _MODEL, reasons)):
         changes["model"] = dataclasses.replace(r.model, **model_changes)  # type: ignore[arg-type]

@@ -10,11 +10,17 @@ zigzagging counter) restarts it too, and the sample says why there is no rate.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvmon.core.bounds import MAX_DECODE_TOK_S, MAX_PREFILL_TOK_S
 from kvmon.core.readings import ServerReading, SlotReading
 
+# the step counters of a server that counts tokens as its engine makes them (vLLM), by their exposed names
+STEP_GENERATED = "generation_tokens_total"
+# per finished request, summed: prompt tokens computed and the seconds their prefill took (vLLM's histograms)
+PREFILL_TOKENS_SUM = "request_prefill_kv_computed_tokens_sum"
+PREFILL_SECONDS_SUM = "request_prefill_time_seconds_sum"
 DEFAULT_TAU_S = 2.0  # EWMA time constant: steady within a few polls, still follows a slowdown
 MAX_GAP_S = 30.0  # a longer gap between polls (paused, suspended) restarts the rates
 
@@ -109,6 +115,12 @@ class SlotRateTracker:
         self._n_decode = CounterRate(tau_s, max_rate=MAX_DECODE_TOK_S)
         self._prompt_tokens = CounterRate(0.0)
         self._prompt_seconds = CounterRate(0.0)
+        # a server that counts every engine step's tokens (vLLM): a batch's generation is bounded like batched
+        # prompt processing, not like one conversation's decode
+        self._generated = CounterRate(tau_s, max_rate=MAX_PREFILL_TOK_S)
+        self._prefill_tokens = CounterRate(0.0)
+        self._prefill_seconds = CounterRate(0.0)
+        self._was_running = False
         self._last_t: float | None = None
 
     def reset(self) -> None:
@@ -117,6 +129,10 @@ class SlotRateTracker:
         self._n_decode.reset()
         self._prompt_tokens.reset()
         self._prompt_seconds.reset()
+        self._generated.reset()
+        self._prefill_tokens.reset()
+        self._prefill_seconds.reset()
+        self._was_running = False
         self._last_t = None
 
     def update(self, reading: ServerReading) -> RateSample:
@@ -144,6 +160,8 @@ class SlotRateTracker:
             source = reading.live_rate_source if reading.live_rate_source not in (None, "metrics") else "slots"
 
         metrics = reading.metrics or {}
+        if STEP_GENERATED in metrics and not reading.slots:
+            return self._step_rates(t, metrics, reading.requests_running)
         # Counter-based fallbacks. n_decode_total counts llama_decode calls: with one slot that is one
         # generated token per call (plus one per prompt batch), so it only stands in for /slots then.
         nd = self._n_decode.update(t, metrics.get("n_decode_total"))
@@ -172,6 +190,35 @@ class SlotRateTracker:
             per_slot_prefill_tok_s=per_prefill,
             reasons=self._reasons,
         )
+
+    def _step_rates(self, t: float, metrics: Mapping[str, float], running: int | None) -> RateSample:
+        """Decode from a counter that moves every engine step (vLLM's generated tokens): its rate over an interval
+        with a request running at both ends (one that began or ended inside would average in idle or prefill
+        time), None while it stands (idle), restarted when it falls. Prefill from the server's own timing of the
+        requests that finished in the interval (prompt tokens computed / seconds of prefill)."""
+        was_running, self._was_running = self._was_running, bool(running)
+        if not (was_running and running):
+            self._generated.rate = None
+        rate = self._generated.update(t, metrics.get(STEP_GENERATED))
+        if not (was_running and running):
+            rate = None
+        if self._generated.rejected is not None:
+            self._reasons["decode_tok_s"] = implausible(f"{STEP_GENERATED}'s rate", self._generated.rejected,
+                                                        MAX_PREFILL_TOK_S)
+        decode = rate if rate is not None and (self._generated.last_delta or 0) > 0 else None
+        if decode is None:
+            self._generated.rate = None  # the next movement starts a fresh average, not one blended with idle time
+        self._prefill_tokens.update(t, metrics.get(PREFILL_TOKENS_SUM))
+        self._prefill_seconds.update(t, metrics.get(PREFILL_SECONDS_SUM))
+        prefill = None
+        dtok, dsec = self._prefill_tokens.last_delta, self._prefill_seconds.last_delta
+        if dtok and dsec and dtok > 0 and dsec > 0:
+            prefill = dtok / dsec
+            if prefill > MAX_PREFILL_TOK_S:
+                self._reasons["prefill_tok_s"] = implausible("the prefill timing's rate", prefill, MAX_PREFILL_TOK_S)
+                prefill = None
+        return RateSample(decode_tok_s=decode, prefill_tok_s=prefill, source="metrics" if decode is not None else None,
+                          reasons=self._reasons)
 
     def _update_slot(self, t: float, slot: SlotReading) -> tuple[float | None, float | None]:
         st = self._slots.get(slot.id)

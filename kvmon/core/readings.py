@@ -26,6 +26,14 @@ class FailureKind(str, enum.Enum):
     SERVER_ERROR = "server_error"
 
 
+class DeviceKind(str, enum.Enum):
+    """What a memory device is: its own VRAM behind a bus, memory shared with the CPU, or the CPU's RAM itself."""
+
+    DISCRETE_GPU = "discrete_gpu"
+    UNIFIED_MEMORY = "unified_memory"  # Apple Silicon, AMD APUs: the GPU computes from system RAM
+    HOST_RAM = "host_ram"
+
+
 class Provenance(str, enum.Enum):
     """Where a number came from; every figure on screen can say it."""
 
@@ -76,6 +84,23 @@ class SlotReading:
 
 
 @dataclass(frozen=True)
+class LogDevice:
+    """A compute device as the server's log names it (device list at start, ``using device …``, Metal's init).
+
+    ``name`` is llama.cpp's: ``CUDA0``, ``ROCm1``, ``Vulkan0``, ``MTL0`` (older builds ``Metal``), ``SYCL0``,
+    ``RPC[host:port]``. Sizes are what the log printed at load (free memory then, not now).
+    """
+
+    name: str
+    description: str | None = None  # "NVIDIA GeForce RTX 3090", "AMD Radeon RX 7900 XTX", "Apple M1 Max"
+    pci_bus_id: str | None = None  # "0000:01:00.0" (CUDA/HIP builds since 2025-09)
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    unified_memory: bool | None = None  # Vulkan "uma: 1", Metal "has unified memory = true"
+    working_set_limit_bytes: int | None = None  # Metal's recommendedMaxWorkingSetSize
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Settings no endpoint shows: learnt from the command line, environment, log or user."""
 
@@ -101,9 +126,11 @@ class ServerConfig:
     n_ctx_per_slot: int | None = None  # one conversation's context (Ollama /api/ps context_length)
     sleep_idle_seconds: int | None = None  # --sleep-idle-seconds: unloads the model when idle; -1 never; None unknown
     recurrent_bytes_allocated: int | None = None  # llama.cpp's own recurrent-state size line
+    devices: tuple[LogDevice, ...] = ()  # the compute devices the log names, in the server's order
     fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
     fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    kv_offload: bool | None = None  # KV cache on the GPU (True) or kept in host RAM (False: LM Studio's setting)
 
 
 @dataclass(frozen=True)
@@ -148,7 +175,7 @@ class ServerReading:
 
     t_monotonic: float
     t_wall: float
-    backend: str  # "llama-server" | "ollama" | "vllm" | "openai" | "unknown"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio" | "openai" | "unknown"
     url: str  # never carries credentials
     server_version: str | None = None
     state: str = "ok"  # "ok" | "loading" | "sleeping" | "idle"
@@ -166,6 +193,11 @@ class ServerReading:
     last_request: RequestStats | None = None
     server_pids: tuple[int, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why unknown/partial
+    # a server with one pooled KV cache and no per-conversation slots (vLLM): the fraction of the pool's
+    # config.n_ctx_total tokens that running requests hold, and how many requests run and wait
+    kv_in_use_fraction: float | None = None
+    requests_running: int | None = None
+    requests_waiting: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +219,14 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuReading:
-    """One GPU at poll time; every field may be None with a reason in ``reasons``."""
+    """One memory device at poll time, from any device source; every field may be None with a reason in ``reasons``.
+
+    The one reading every device source returns (NVML, amdgpu and Intel sysfs, Apple's sysctl and Metal): ``kind``
+    says what it is, ``vram_*`` is the memory the device computes from (for unified memory: the RAM it shares),
+    ``peak_bandwidth_bytes_per_s`` with ``bandwidth_source`` (``nvml``/``driver``: the driver's clock × bus width,
+    ``table``, ``user``, ``measured``). ``index`` is the device's place among all devices of the poll;
+    ``vendor_index`` its place among its vendor's (CUDA1 is NVIDIA's second, ROCm0 AMD's first).
+    """
 
     index: int
     name: str | None = None
@@ -213,7 +252,22 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] | None = None
     server_used_bytes: int | None = None
     other_processes_used_bytes: int | None = None
+    kind: str = DeviceKind.DISCRETE_GPU.value
+    vendor: str | None = None  # "nvidia" | "amd" | "intel" | "apple"
+    source: str | None = None  # the device source: "nvml" | "amdgpu" | "xe" | "i915" | "apple"
+    vendor_index: int | None = None
+    pci_bus_id: str | None = None  # "0000:0c:00.0"
+    pci_device_id: str | None = None  # "1002:73bf"
+    memory_type: str | None = None  # "GDDR6", "LPDDR5X"
+    spill_total_bytes: int | None = None  # AMD GTT: system RAM the GPU maps (where allocations go when VRAM is full)
+    spill_used_bytes: int | None = None
+    server_spill_bytes: int | None = None  # the server's own share of that
+    working_set_limit_bytes: int | None = None  # unified memory: what the GPU may wire (Metal's working set)
+    working_set_source: str | None = None  # "metal" | "sysctl" | "estimated"
     reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+DeviceReading = GpuReading  # the general name: one reading per memory device, whatever its kind
 
 
 @dataclass(frozen=True)
@@ -226,12 +280,18 @@ class HostReading:
     server_rss_bytes: int | None = None
     host_bandwidth_bytes_per_s: float | None = None
     host_bandwidth_source: str | None = None  # "user" | "measured" | "table"
+    host_bandwidth_measured_at_unix_s: float | None = None  # when the probe ran (source "measured")
+    host_bandwidth_note: str | None = None  # how a table figure was made ("DDR5-5600 × 2 channels …")
+    memory_type: str | None = None  # "DDR5-5600" as the system reports it
+    cpu_name: str | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
+
+    kind = DeviceKind.HOST_RAM.value  # host RAM is a device too: the analysis shows it beside the GPUs
 
 
 @dataclass(frozen=True)
 class GpuSetReading:
-    """All GPUs at one instant; ``unavailable_reason`` set when there is no NVIDIA GPU/driver."""
+    """All devices of the device sources at one instant; ``unavailable_reason`` set when there is none (why)."""
 
     t_monotonic: float
     gpus: tuple[GpuReading, ...] = ()

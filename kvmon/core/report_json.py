@@ -37,6 +37,37 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def devices(s: Snapshot) -> list[dict[str, Any]]:
+    """Every memory device of the snapshot in one shape: each GPU or unified-memory device, then host RAM.
+
+    ``id`` is ``gpu<N>`` (N as in ``gpus[]``) or ``host``; ``in_ceiling`` says whether decode reads from it; on Apple
+    Silicon host RAM and the unified device are the same memory (``unified_with`` names it).
+    """
+    out: list[dict[str, Any]] = []
+    for g in s.gpus:
+        out.append({
+            "id": f"gpu{g.index}", "kind": g.kind, "name": g.name, "vendor": g.vendor, "source": g.source,
+            "log_name": g.log_name, "total_bytes": g.vram_total_bytes, "used_bytes": g.vram_used_bytes,
+            "free_bytes": g.vram_free_bytes, "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
+            "bandwidth_source": g.bandwidth_source, "weights_bytes": g.weights_bytes,
+            "kv_allocated_bytes": g.kv_allocated_bytes,
+            "in_ceiling": bool(g.weights_bytes or g.kv_allocated_bytes),
+            "working_set_limit_bytes": g.working_set_limit_bytes,
+        })
+    h = s.host
+    used = h.ram_total_bytes - h.ram_available_bytes if h.ram_total_bytes is not None and \
+        h.ram_available_bytes is not None else None
+    out.append({
+        "id": "host", "kind": "host_ram", "name": h.cpu_name, "vendor": None, "source": "host", "log_name": None,
+        "total_bytes": h.ram_total_bytes, "used_bytes": used, "free_bytes": h.ram_available_bytes,
+        "peak_bandwidth_bytes_per_s": h.host_bandwidth_bytes_per_s, "bandwidth_source": h.host_bandwidth_source,
+        "weights_bytes": h.weights_in_host_bytes, "kv_allocated_bytes": h.kv_in_host_bytes,
+        "in_ceiling": h.in_ceiling, "working_set_limit_bytes": None,
+        "unified_with": None if h.unified_with is None else f"gpu{h.unified_with}",
+    })
+    return out
+
+
 def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
     """The ``once --json`` document for ``snapshot``: plain JSON types only."""
     s = snapshot
@@ -111,6 +142,16 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "weights_bytes": g.weights_bytes,
                 "kv_allocated_bytes": g.kv_allocated_bytes,
                 "other_processes_bytes": g.other_processes_bytes,
+                "kind": g.kind,
+                "vendor": g.vendor,
+                "source": g.source,
+                "log_name": g.log_name,
+                "memory_source": g.memory_source,
+                "working_set_limit_bytes": g.working_set_limit_bytes,
+                "working_set_source": g.working_set_source,
+                "spill_total_bytes": g.spill_total_bytes,
+                "spill_used_bytes": g.spill_used_bytes,
+                "achieved_bandwidth_bytes_per_s": g.achieved_bandwidth_bytes_per_s,
             }
             for g in s.gpus
         ],
@@ -121,8 +162,19 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "weights_in_host_bytes": s.host.weights_in_host_bytes,
             "kv_in_host_bytes": s.host.kv_in_host_bytes,
             "server_rss_bytes": s.host.server_rss_bytes,
+            "kind": "host_ram",
+            "cpu_name": s.host.cpu_name,
+            "memory_type": s.host.memory_type,
+            "host_bandwidth_bytes_per_s": s.host.host_bandwidth_bytes_per_s,
+            "host_bandwidth_source": s.host.host_bandwidth_source,
+            "host_bandwidth_measured_at_unix_s": s.host.host_bandwidth_measured_at_unix_s,
+            "swap_total_bytes": s.host.swap_total_bytes,
+            "swap_used_bytes": s.host.swap_used_bytes,
+            "in_ceiling": s.host.in_ceiling,
+            "achieved_bandwidth_bytes_per_s": s.host.achieved_bandwidth_bytes_per_s,
             "prompt_cache_limit_bytes": s.host.prompt_cache_limit_bytes,
         },
+        "devices": devices(s),
         "forecast": {
             "tokens_until_ctx_full": s.forecast.tokens_until_ctx_full,
             "seconds_until_ctx_full": s.forecast.seconds_until_ctx_full,

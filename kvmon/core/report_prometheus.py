@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kvmon import __version__
 from kvmon.core.jsonvals import clean_text
-from kvmon.core.snapshot import ConnectionStatus, GpuView, Snapshot
+from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
 
-SERVER_LABELS = ("backend", "model")
+SERVER_LABELS = ("server", "backend", "model")
 GPU_LABELS = ("gpu", "gpu_name")
+SERVER_GPU_LABELS = ("server", "gpu", "gpu_name")  # one server's share of one GPU
+DEVICE_INFO_LABELS = ("kind", "vendor", "source", "log_name", "bandwidth_source", "working_set_source", "vendor_index",
+                      "pci_bus_id", "memory_type")
 
 
 def _num(value: Any) -> float | None:
@@ -59,7 +63,7 @@ class Families:
         return list(self._by_name.values())
 
 
-def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str]) -> None:
+def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
     """The server's readings and kvmon's numbers derived from them; only called when the server was read."""
     m = s.model
     g = f.gauge
@@ -147,7 +151,7 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str]) -> None:
 
 
 def _gpu_metrics(f: Families, gv: GpuView) -> None:
-    """One GPU's readings (these stay valid while the model server is down)."""
+    """One GPU's own readings, once per device (these stay valid while a model server is down)."""
     lv = (str(gv.index), gv.name or "")
     g = f.gauge
     L = GPU_LABELS
@@ -155,16 +159,8 @@ def _gpu_metrics(f: Families, gv: GpuView) -> None:
     g("kvmon_gpu_vram_total_bytes", "GPU memory in total.", L, lv, gv.vram_total_bytes)
     g("kvmon_gpu_vram_used_bytes", "GPU memory in use (all processes).", L, lv, gv.vram_used_bytes)
     g("kvmon_gpu_vram_free_bytes", "GPU memory free.", L, lv, gv.vram_free_bytes)
-    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
-    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
-    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
-    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
-      gv.other_processes_bytes)
-    g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", L, lv, gv.server_used_bytes)
     g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", L, lv,
       gv.peak_bandwidth_bytes_per_s)
-    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,
-      gv.achieved_bandwidth_bytes_per_s)
     g("kvmon_gpu_memory_busy_ratio", "Fraction of time the GPU memory was busy.", L, lv,
       None if busy is None else busy / 100.0)
     g("kvmon_gpu_busy_ratio", "Fraction of time the GPU was busy.", L, lv,
@@ -175,44 +171,128 @@ def _gpu_metrics(f: Families, gv: GpuView) -> None:
       gv.pcie_bandwidth_bytes_per_s)
     g("kvmon_gpu_power_watts", "GPU power draw.", L, lv, gv.power_w)
     g("kvmon_gpu_temperature_celsius", "GPU temperature.", L, lv, gv.temperature_c)
+    g("kvmon_gpu_working_set_limit_bytes", "Unified memory: what the GPU may wire (Metal's working set).", L, lv,
+      gv.working_set_limit_bytes)
+    g("kvmon_gpu_spill_used_bytes", "AMD GTT (system RAM the GPU maps) or Apple's compressed memory in use.", L, lv,
+      gv.spill_used_bytes)
+    g("kvmon_gpu_spill_total_bytes", "AMD GTT: the system RAM the GPU may map.", L, lv, gv.spill_total_bytes)
+    f.gauge("kvmon_device_info", "A memory device: its kind, vendor, the source that read it, the server's name for "
+            "it, where its bandwidth and working-set limit come from, its place among its vendor's, its PCI bus id, "
+            "its memory type (value always 1).", (*L, *DEVICE_INFO_LABELS),
+            (*lv, gv.kind, gv.vendor or "", gv.source or "", gv.log_name or "", gv.bandwidth_source or "",
+             gv.working_set_source or "", "" if gv.vendor_index is None else str(gv.vendor_index),
+             gv.pci_bus_id or "", gv.memory_type or ""), 1)
 
 
-def snapshot_families(snapshot: Snapshot | None, backend: str | None = None) -> list[Metric]:
+def _server_gpu_metrics(f: Families, server: str, gv: GpuView) -> None:
+    """One server's share of one GPU: its weights, KV cache and processes there, the bandwidth its decode reaches."""
+    lv = (server, str(gv.index), gv.name or "")
+    g = f.gauge
+    L = SERVER_GPU_LABELS
+    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
+    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
+    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
+    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
+      gv.other_processes_bytes)
+    g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", L, lv, gv.server_used_bytes)
+    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,
+      gv.achieved_bandwidth_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One watched server as the exporter shows it: its name (the URL, no credentials), its last Snapshot (None:
+    not polled yet) and its backend when no Snapshot says."""
+
+    server: str
+    snapshot: Snapshot | None
+    backend: str | None = None
+
+
+@dataclass(frozen=True)
+class Devices:
+    """This machine's GPUs and host RAM, read apart from any server (``kvmon serve`` watching remote servers)."""
+
+    gpus: tuple[GpuView, ...] = ()
+    host: HostView | None = None
+
+
+def _host_metrics(f: Families, h: HostView) -> None:
+    """The host's own readings, once (RAM, swap, its CPU and memory, where its bandwidth comes from)."""
+    f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), h.ram_total_bytes)
+    f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), h.ram_available_bytes)
+    f.gauge("kvmon_host_swap_used_bytes", "Host swap in use.", (), (), h.swap_used_bytes)
+    f.gauge("kvmon_host_swap_total_bytes", "Host swap in total.", (), (), h.swap_total_bytes)
+    f.gauge("kvmon_host_bandwidth_measured_timestamp_seconds", "When the host bandwidth probe ran (Unix seconds).",
+            (), (), h.host_bandwidth_measured_at_unix_s)
+    if h.cpu_name or h.memory_type:
+        f.gauge("kvmon_host_info", "The host's CPU and the memory it reports (value always 1).",
+                ("cpu_name", "memory_type"), (h.cpu_name or "", h.memory_type or ""), 1)
+    if h.host_bandwidth_source:
+        f.gauge("kvmon_host_bandwidth_info", "Where the host bandwidth comes from (value always 1).", ("source",),
+                (h.host_bandwidth_source,), 1)
+
+
+def snapshot_families(snapshot: Snapshot | None, backend: str | None = None, server: str | None = None) -> list[Metric]:
     """The metric families for one Snapshot (None: not polled yet). Pure: no I/O, no clock.
 
     When the server was not read, only ``kvmon_up`` 0, GPU, host and alert series are given: no stale speed.
     """
+    name = server if server is not None else (snapshot.url if snapshot is not None else "") or ""
+    return fleet_families([Watched(name, snapshot, backend)])
+
+
+def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -> list[Metric]:
+    """The metric families of every watched server, each labelled ``server``, and of the devices once each.
+
+    The GPUs and host RAM come from ``devices`` when given (this machine, read on its own), else from the servers'
+    Snapshots (the first to show a GPU index gives its readings); each server's share of a GPU is its own series.
+    """
     f = Families()
     f.gauge("kvmon_build_info", "kvmon's version (value always 1).", ("version",), (__version__,), 1)
-    s = snapshot
-    status = s.connection.status.value if s is not None else ConnectionStatus.CONNECTING.value
-    up = s is not None and s.server_read
-    be = (s.backend if s is not None else None) or backend or ""
-    f.gauge("kvmon_up", "1 when the model server was read at the last poll, else 0; status says why.",
-            ("backend", "status"), (be, status), 1 if up else 0)
-    if s is None:
-        return f.all()
-    f.gauge("kvmon_last_poll_timestamp_seconds", "Wall-clock time of the last poll (Unix seconds).", (), (),
-            s.t_wall)
-    if up:
-        _server_metrics(f, s, (be, s.model.name or ""))
-    for gv in s.gpus:
+    device_gpus: dict[int, GpuView] = {g.index: g for g in devices.gpus} if devices is not None else {}
+    host = devices.host if devices is not None else None
+    for w in watched:
+        s = w.snapshot
+        status = s.connection.status.value if s is not None else ConnectionStatus.CONNECTING.value
+        up = s is not None and s.server_read
+        be = (s.backend if s is not None else None) or w.backend or ""
+        f.gauge("kvmon_up", "1 when the model server was read at the last poll, else 0; status says why.",
+                ("server", "backend", "status"), (w.server, be, status), 1 if up else 0)
+        if s is None:
+            continue
+        f.gauge("kvmon_last_poll_timestamp_seconds", "Wall-clock time of the last poll (Unix seconds).",
+                ("server",), (w.server,), s.t_wall)
+        if up:
+            _server_metrics(f, s, (w.server, be, s.model.name or ""))
+        for gv in s.gpus:
+            if devices is None:
+                device_gpus.setdefault(gv.index, gv)
+            _server_gpu_metrics(f, w.server, gv)
+        h = s.host
+        if devices is None and host is None:
+            host = h
+        L = ("server",)
+        f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", L, (w.server,),
+                h.weights_in_host_bytes)
+        f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", L, (w.server,), h.kv_in_host_bytes)
+        f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", L,
+                (w.server,), h.host_bandwidth_bytes_per_s)
+        f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", L, (w.server,),
+                h.server_rss_bytes)
+        f.gauge("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second "
+                "(CPU layers, KV in RAM).", L, (w.server,), h.achieved_bandwidth_bytes_per_s)
+        f.gauge("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).", L,
+                (w.server,), int(h.in_ceiling) if up else None)
+        counts: dict[tuple[str, str], int] = {}
+        for a in s.alerts:
+            key = (a.level.value, a.code)
+            counts[key] = counts.get(key, 0) + 1
+        for (level, code), n in sorted(counts.items()):
+            f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("server", "level", "code"),
+                    (w.server, level, code), n)
+    for gv in device_gpus.values():
         _gpu_metrics(f, gv)
-    h = s.host
-    f.gauge("kvmon_host_ram_total_bytes", "Host RAM in total.", (), (), h.ram_total_bytes)
-    f.gauge("kvmon_host_ram_available_bytes", "Host RAM available.", (), (), h.ram_available_bytes)
-    f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", (), (),
-            h.weights_in_host_bytes)
-    f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", (), (), h.kv_in_host_bytes)
-    f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", (), (),
-            h.host_bandwidth_bytes_per_s)
-    f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", (), (),
-            h.server_rss_bytes)
-    counts: dict[tuple[str, str], int] = {}
-    for a in s.alerts:
-        key = (a.level.value, a.code)
-        counts[key] = counts.get(key, 0) + 1
-    for (level, code), n in sorted(counts.items()):
-        f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("level", "code"),
-                (level, code), n)
+    if host is not None:
+        _host_metrics(f, host)
     return f.all()

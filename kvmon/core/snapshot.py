@@ -126,17 +126,44 @@ class GpuView:
     power_w: float | None = None
     temperature_c: float | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
+    # what the device is and who read it: a discrete GPU or unified memory, from telemetry or only the server's log
+    kind: str = "discrete_gpu"  # "discrete_gpu" | "unified_memory"
+    vendor: str | None = None  # "nvidia" | "amd" | "intel" | "apple"
+    source: str | None = None  # "nvml" | "amdgpu" | "xe" | "i915" | "apple" | "log" (named only in the log)
+    log_name: str | None = None  # the server's name for it: "CUDA0", "ROCm1", "Vulkan0", "MTL0"
+    memory_source: str | None = None  # where the VRAM figures come from: "measured" | "log" | "table"
+    working_set_limit_bytes: int | None = None  # unified memory: the GPU's cliff (Metal's working set)
+    working_set_source: str | None = None  # "metal" | "sysctl" | "log" | "estimated"
+    spill_total_bytes: int | None = None  # AMD GTT: system RAM the GPU maps; Apple: compressed memory (used only)
+    spill_used_bytes: int | None = None
+    server_spill_bytes: int | None = None
+    vendor_index: int | None = None  # its place among its vendor's devices (ROCm1 is AMD's second)
+    pci_bus_id: str | None = None  # "0000:0c:00.0"
+    memory_type: str | None = None  # "GDDR6", "LPDDR5X"
 
 
 @dataclass(frozen=True)
 class HostView:
+    """Host RAM as a device: its size and use, its bandwidth and where that came from, what of the model is there."""
+
     ram_total_bytes: int | None = None
     ram_available_bytes: int | None = None
-    weights_in_host_bytes: int | None = None  # partial offload
+    weights_in_host_bytes: int | None = None  # partial offload, or all of a CPU-only server's
     kv_in_host_bytes: int | None = None
     host_bandwidth_bytes_per_s: float | None = None
     server_rss_bytes: int | None = None
+    host_bandwidth_source: str | None = None  # "user" | "measured" | "table" | None
+    host_bandwidth_measured_at_unix_s: float | None = None
+    host_bandwidth_note: str | None = None
+    swap_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    memory_type: str | None = None  # "DDR5-6000"
+    cpu_name: str | None = None
+    achieved_bandwidth_bytes_per_s: float | None = None  # what decode reads from host RAM per second
+    in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
+    unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""What-if calculator, without Qt: a GPU (live or from the table) × a model (live or a preset) × context × cache type
-→ the ceiling curve, the KV cache size and whether weights + cache fit in VRAM, from the physics package.
+"""What-if calculator, without Qt: a device (live, a GPU from the NVIDIA, AMD or Intel tables, an Apple chip, a CPU's
+memory system) × a model (live or a preset) × context × cache type → the ceiling curve, the KV cache size and whether
+weights + cache fit in its memory, from the physics package.
 
 The dashboard's what-if panel (``kvmon.gui.whatif``) shows it; anything else that has a Snapshot may ask it too.
 """
@@ -14,7 +15,9 @@ import numpy as np
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import fmt_bytes
+from kvmon.physics.apple_chips import apple_bin_specs
 from kvmon.physics.gpus import KNOWN_GPUS
+from kvmon.physics.host_memory import HOST_MEMORY_PRESETS
 from kvmon.physics.shape import ModelShape
 
 
@@ -30,12 +33,14 @@ class LiveModel:
 
 @dataclass(frozen=True)
 class GpuChoice:
-    """A device for the calculator: name, peak bandwidth and VRAM; ``source`` is 'live' or 'table'."""
+    """A device for the calculator: name, peak bandwidth and memory; ``source`` is 'live' or 'table'; ``group``
+    what kind of device ("live", "NVIDIA", "AMD", "Intel", "Apple", "CPU")."""
 
     name: str
     bandwidth_bytes_per_s: float
     vram_bytes: int
     source: str
+    group: str = "NVIDIA"
 
 
 @dataclass(frozen=True)
@@ -84,19 +89,37 @@ def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight
                         fits=over <= 0, over_bytes=max(0, over), max_context_fitting=max_ctx)
 
 
+_GROUPS = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
+
+
 def table_gpus() -> list[GpuChoice]:
-    """Every GPU in the one GPU table."""
-    return [GpuChoice(g.name, g.bandwidth_bytes_per_s, g.vram_bytes, "table") for g in KNOWN_GPUS]
+    """The calculator's presets: every GPU of the NVIDIA, AMD and Intel tables, every Apple chip and bin, and the
+    common CPU memory systems (DDR4 / DDR5 × channels)."""
+    out = [GpuChoice(g.name, g.bandwidth_bytes_per_s, g.vram_bytes, "table", _GROUPS[g.vendor])
+           for g in KNOWN_GPUS if g.vendor in _GROUPS]
+    out += [GpuChoice(g.name, g.bandwidth_bytes_per_s, g.vram_bytes, "table", "Apple") for g in apple_bin_specs()]
+    out += [GpuChoice(f"{p.name} ({p.bandwidth_bytes_per_s / 1e9:.0f} GB/s peak, {p.ram_bytes // 1024**3} GB RAM)",
+                      p.bandwidth_bytes_per_s, p.ram_bytes, "table", "CPU") for p in HOST_MEMORY_PRESETS]
+    return out
 
 
 def live_gpu(s: Snapshot | None) -> GpuChoice | None:
-    """The first GPU of the live snapshot, when its bandwidth and VRAM are known."""
-    if s is None or not s.gpus:
+    """The live device: the first GPU or unified memory when its bandwidth and size are known, else the host's RAM
+    when the model runs on the CPU and its bandwidth is known."""
+    if s is None:
         return None
-    g = s.gpus[0]
-    if g.peak_bandwidth_bytes_per_s is None or g.vram_total_bytes is None:
-        return None
-    return GpuChoice(f"live: {g.name or 'GPU 0'}", g.peak_bandwidth_bytes_per_s, g.vram_total_bytes, "live")
+    if s.gpus:
+        g = s.gpus[0]
+        if g.peak_bandwidth_bytes_per_s is None or g.vram_total_bytes is None:
+            return None
+        size = g.working_set_limit_bytes if g.kind == "unified_memory" and g.working_set_limit_bytes else \
+            g.vram_total_bytes
+        return GpuChoice(f"live: {g.name or 'GPU 0'}", g.peak_bandwidth_bytes_per_s, size, "live", "live")
+    h = s.host
+    if h.host_bandwidth_bytes_per_s and h.ram_total_bytes:
+        what = " · ".join(x for x in (h.memory_type, f"{h.host_bandwidth_bytes_per_s / 1e9:.0f} GB/s") if x)
+        return GpuChoice(f"live: CPU ({what})", h.host_bandwidth_bytes_per_s, h.ram_total_bytes, "live", "live")
+    return None
 
 
 def live_model(s: Snapshot | None) -> LiveModel | None:

@@ -35,12 +35,22 @@ def ensure_app(argv: list[str] | None = None) -> QtWidgets.QApplication:
     return app  # type: ignore[return-value]
 
 
+def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:
+    """The analysis settings of the dashboard: the bandwidths from Settings, then the command line's (they win)."""
+    from kvmon.core.analysis import AnalyzerSettings
+    from kvmon.core.analysis.settings import with_bandwidths
+
+    specs = [*settings.bandwidth_specs, *(cli_specs or [])]
+    return with_bandwidths(AnalyzerSettings(), specs) if specs else None
+
+
 class Controller(QtCore.QObject):
     """One poller per watched server, wired to the window: snapshots in, the window's requests out (another server
     shown, a model chosen, recording, settings, a server added or removed, hidden or shown)."""
 
     def __init__(self, servers: ServerSet, win: Any, settings: Any, interval_s: float, *,
-                 timeout_s: float = 3.0, api_key: str | None = None) -> None:
+                 timeout_s: float = 3.0, api_key: str | None = None, cli_bandwidths: list[str] | None = None
+                 ) -> None:
         super().__init__(win)
         self.servers = servers
         self.win = win
@@ -48,11 +58,15 @@ class Controller(QtCore.QObject):
         self.timeout_s = timeout_s
         self.api_key = api_key
         self.pollers: dict[str, Poller] = {}
+        self.cli_bandwidths = cli_bandwidths
+        self._replaced: list[Session] = []  # sessions started since on a URL from Settings (they follow it too)
         self.interval_s = interval_s
         self.shown = True
         self.started = False
         self._server_key = (settings.url or None, settings.api_key)
         for w in servers:
+            if w.session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
+                w.session.settings = self._analysis_settings() or w.session.settings
             self._add_poller(w)
         win.pause_toggled.connect(lambda p: [pl.set_paused(p) for pl in self.pollers.values()])
         win.reconnect_requested.connect(lambda: self._current().reconnect())
@@ -79,6 +93,9 @@ class Controller(QtCore.QObject):
         # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
         return self.interval_s if self.shown else max(self.interval_s, HIDDEN_INTERVAL_S)
 
+    def _analysis_settings(self) -> Any:
+        return session_settings(self.settings, self.cli_bandwidths)
+
     def start(self) -> None:
         self.started = True
         for p in self.pollers.values():
@@ -91,7 +108,8 @@ class Controller(QtCore.QObject):
     def add_url(self, url: str) -> str | None:
         """Watch another server: a tab, its own poller, history and recording; shown at once."""
         try:
-            w = self.servers.add_url(url, api_key=self.api_key, timeout_s=self.timeout_s)
+            w = self.servers.add_url(url, api_key=self.api_key, timeout_s=self.timeout_s,
+                                     settings=self._analysis_settings())
         except Exception as exc:  # a bad URL: said, nothing added
             self.win.statusBar().showMessage(f"Cannot watch {url}: {exc}", 8000)
             return None
@@ -113,6 +131,9 @@ class Controller(QtCore.QObject):
         self.interval_s = self.settings.interval_s
         for p in self.pollers.values():
             p.set_interval(self._interval())
+        for session in [*(w.session for w in self.servers), *self._replaced]:
+            if session.sim is None:
+                session.settings = self._analysis_settings()  # read by the next poll
         key = (self.settings.url or None, self.settings.api_key)
         if key == self._server_key:
             return
@@ -121,7 +142,8 @@ class Controller(QtCore.QObject):
         url = self.settings.url
         if url and current is not None and (url != current.session.url or self.settings.api_key):
             fresh = server_session(url, api_key=self.settings.api_key, timeout_s=self.timeout_s, log_path=None,
-                                   recorder=current.session.recorder)
+                                   recorder=current.session.recorder, settings=self._analysis_settings())
+            self._replaced.append(fresh)
             self.win.reset()
             self.win.set_banner(None)
             self._current().set_factory(fresh.factory)
@@ -150,7 +172,8 @@ class Controller(QtCore.QObject):
 
 
 def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *, tray: bool = True,
-                         timeout_s: float = 3.0, api_key: str | None = None) -> tuple[Any, Controller]:
+                         timeout_s: float = 3.0, api_key: str | None = None,
+                         cli_bandwidths: list[str] | None = None) -> tuple[Any, Controller]:
     """The window with a tab per server (when several) and a controller whose pollers feed it (not yet started)."""
     from kvmon.gui.main_window import MainWindow
 
@@ -158,15 +181,17 @@ def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *
     win = MainWindow(settings, banner=first.session.banner, tray=tray, label=first.label, key=first.key)
     for w in list(servers)[1:]:
         win.add_server(w.key, w.label, banner=w.session.banner)
-    ctl = Controller(servers, win, settings, interval_s, timeout_s=timeout_s, api_key=api_key)
+    ctl = Controller(servers, win, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
+                     cli_bandwidths=cli_bandwidths)
     return win, ctl
 
 
 def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
-                 timeout_s: float = 3.0) -> tuple[Any, Poller]:
+                 timeout_s: float = 3.0, cli_bandwidths: list[str] | None = None) -> tuple[Any, Poller]:
     """The window on one session and its poller (not yet started; ``poller.start()``)."""
     servers = ServerSet([WatchedServer(MAIN_KEY, "", session)])
-    win, ctl = build_servers_window(servers, settings, interval_s, tray=tray, timeout_s=timeout_s)
+    win, ctl = build_servers_window(servers, settings, interval_s, tray=tray, timeout_s=timeout_s,
+                                    cli_bandwidths=cli_bandwidths)
     win.controller = ctl  # kept with the window
     return win, ctl.pollers[MAIN_KEY]
 
@@ -186,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # e.g. an unknown demo scenario
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2
-    win, ctl = build_servers_window(servers, settings, interval_s, api_key=api_key)
+    win, ctl = build_servers_window(servers, settings, interval_s, api_key=api_key,
+                                    cli_bandwidths=getattr(args, "bandwidth", None))
     if getattr(args, "record", None):
         win.set_recording(args.record)
     win.show()

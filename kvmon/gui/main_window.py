@@ -290,7 +290,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
 
     def open_settings(self) -> SettingsDialog:
         """Ctrl+,: the connection dialog (non-modal, so polling and painting go on)."""
-        dlg = SettingsDialog(self.settings, self.last.backend if self.last else None, self)
+        dlg = SettingsDialog(self.settings, self.last.backend if self.last else None, self, snapshot=self.last)
         dlg.accepted.connect(lambda: (dlg.apply(), self.settings_changed.emit()))
         dlg.open()
         return dlg

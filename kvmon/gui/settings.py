@@ -1,14 +1,16 @@
-"""Remembered settings (QSettings) and the connection dialog; the API key is remembered only when the user asks,
-in the system keychain (``kvmon.keystore``), and in the settings file only when there is no keychain and the user
-agreed, the file then readable by the user alone (mode 0600)."""
+"""Remembered settings (QSettings) and the settings dialog (connection, poll interval, memory bandwidths); the API
+key is remembered only when the user asks, in the system keychain (``kvmon.keystore``), and in the settings file
+only when there is no keychain and the user agreed, the file then readable by the user alone (mode 0600)."""
 
 from __future__ import annotations
 
 import os
 import stat
+from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.gui import theme
 from kvmon.keystore import KeychainUnavailable, delete_secret, load_secret, save_secret
 
 KEY_IN_KEYCHAIN, KEY_IN_FILE, KEY_THIS_SESSION = "keychain", "settings file", "session"
@@ -140,6 +142,24 @@ class Settings:
         self.qs.setValue("poll/interval_s", float(v))
 
     @property
+    def bandwidth_specs(self) -> list[str]:
+        """The bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936); unreadable ones are dropped."""
+        from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth, split_specs
+
+        out = []
+        for spec in split_specs(str(self._get("bandwidth/specs", ""))):
+            try:
+                parse_bandwidth(spec)
+            except BandwidthSpecError:
+                continue
+            out.append(spec)
+        return out
+
+    @bandwidth_specs.setter
+    def bandwidth_specs(self, specs: list[str]) -> None:
+        self.qs.setValue("bandwidth/specs", ", ".join(specs))
+
+    @property
     def window_range(self) -> str:
         v = str(self._get("view/window_range", "5 min"))
         return v if v in WINDOW_RANGES else "5 min"
@@ -185,10 +205,11 @@ class Settings:
 
 
 class SettingsDialog(QtWidgets.QDialog):
-    """URL, API key (masked; 'remember' unticked by default), poll interval."""
+    """URL, API key (masked; 'remember' unticked by default), poll interval, and the memory bandwidths the hardware
+    cannot report: the host RAM's (else measured once) and any device's by number or by the server's name."""
 
     def __init__(self, settings: Settings, detected_backend: str | None = None,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, snapshot: Any = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("kvmon settings")
         self.settings = settings
@@ -218,11 +239,59 @@ class SettingsDialog(QtWidgets.QDialog):
         form.addRow("", self.remember)
         form.addRow("Poll every", self.interval)
         form.addRow("Device readings from", self.devices)
+        self._add_bandwidths(form, snapshot)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
                                              | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _add_bandwidths(self, form: QtWidgets.QFormLayout, snapshot: Any) -> None:
+        from kvmon.core.analysis.settings import parse_bandwidth
+
+        specs = self.settings.bandwidth_specs
+        host = next((parse_bandwidth(x)[1] for x in specs if parse_bandwidth(x)[0] == "host"), None)
+        others = [x for x in specs if parse_bandwidth(x)[0] != "host"]
+        self.host_bw = QtWidgets.QLineEdit("" if host is None else f"{host / 1e9:g}")
+        self.host_bw.setPlaceholderText(_host_placeholder(snapshot))
+        self.host_bw.setToolTip("Host RAM bandwidth in GB/s. Empty: kvmon measures it once (a streaming copy, "
+                                "while no slot decodes), else uses the memory the system reports")
+        self.device_bw = QtWidgets.QLineEdit(", ".join(others))
+        self.device_bw.setPlaceholderText(_device_placeholder(snapshot))
+        self.device_bw.setToolTip("Devices' peak bandwidth in GB/s, for a GPU kvmon's tables lack or to override them:"
+                                  "\nDEVICE=GB/s, comma-separated; DEVICE is kvmon's number (0, 1) or the server's "
+                                  "name for it (CUDA0, ROCm0, Vulkan0, MTL0, RPC[host:port])")
+        self.bw_error = QtWidgets.QLabel("")
+        self.bw_error.setStyleSheet(f"color: {theme.hex_color('critical')};")
+        self.bw_error.hide()
+        form.addRow("Host RAM (GB/s)", self.host_bw)
+        form.addRow("Devices (GB/s)", self.device_bw)
+        form.addRow("", self.bw_error)
+
+    def bandwidth_specs(self) -> list[str]:
+        """The bandwidths as typed, checked; raises BandwidthSpecError (shown in the dialog) for one it cannot read."""
+        from kvmon.core.analysis.settings import parse_bandwidth, split_specs
+
+        specs = []
+        host = self.host_bw.text().strip().removesuffix("GB/s").strip()
+        if host:
+            specs.append(f"host={host}")
+        specs += split_specs(self.device_bw.text())
+        for spec in specs:
+            parse_bandwidth(spec)
+        return specs
+
+    def accept(self) -> None:
+        """Close only when every bandwidth reads as DEVICE=GB/s; otherwise say which one does not."""
+        from kvmon.core.analysis.settings import BandwidthSpecError
+
+        try:
+            self.bandwidth_specs()
+        except BandwidthSpecError as exc:
+            self.bw_error.setText(str(exc))
+            self.bw_error.show()
+            return
+        super().accept()
 
     def apply(self) -> None:
         """Save the dialog's values into the settings; without a keychain, ask before a key goes to the file."""
@@ -235,6 +304,7 @@ class SettingsDialog(QtWidgets.QDialog):
                 self.settings.set_api_key(key, remember, allow_plain_text=True)
         self.settings.interval_s = self.interval.value()
         self.settings.devices_url = self.devices.text().strip()
+        self.settings.bandwidth_specs = self.bandwidth_specs()
         self.settings.sync()
 
     def ask_plain_text(self, why: str) -> bool:
@@ -247,3 +317,23 @@ class SettingsDialog(QtWidgets.QDialog):
             QtWidgets.QMessageBox.StandardButton.Yes | QtWidgets.QMessageBox.StandardButton.No,
             QtWidgets.QMessageBox.StandardButton.No)
         return answer == QtWidgets.QMessageBox.StandardButton.Yes
+
+
+def _host_placeholder(snapshot: Any) -> str:
+    """What the host bandwidth is now, for the empty field: "measured 62 GB/s on 2026-05-02", or how it will be."""
+    import time as _time
+
+    h = getattr(snapshot, "host", None)
+    if h is None or not h.host_bandwidth_bytes_per_s:
+        return "empty: measured once by kvmon"
+    when = ""
+    if h.host_bandwidth_source == "measured" and h.host_bandwidth_measured_at_unix_s:
+        when = f" on {_time.strftime('%Y-%m-%d', _time.localtime(h.host_bandwidth_measured_at_unix_s))}"
+    return f"{h.host_bandwidth_source or 'now'}: {h.host_bandwidth_bytes_per_s / 1e9:.0f} GB/s{when}"
+
+
+def _device_placeholder(snapshot: Any) -> str:
+    gpus = getattr(snapshot, "gpus", ()) or ()
+    known = [f"{g.log_name or g.index}={g.peak_bandwidth_bytes_per_s / 1e9:.0f} ({g.bandwidth_source})"
+             for g in gpus if g.peak_bandwidth_bytes_per_s]
+    return ", ".join(known) if known else "e.g. CUDA0=936, 1=1008"

@@ -1,5 +1,6 @@
-"""The what-if panel: pickers for GPU (live or from the table), model (live or a preset), context and cache type,
-and the calculator's answer (``kvmon.core.whatif``): the ceiling curve, the KV cache size and the fit verdict.
+"""The what-if panel: pickers for the device (live, a GPU of the NVIDIA, AMD or Intel tables, an Apple chip, a CPU's
+DDR4/DDR5 memory), model (live or a preset), context and cache type, and the calculator's answer
+(``kvmon.core.whatif``): the ceiling curve, the KV cache size and the fit verdict.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ class WhatIfPanel(QtWidgets.QWidget):
         self.model = ElidingCombo()
         self.context = QtWidgets.QComboBox()
         self.cache = QtWidgets.QComboBox()
+        group = None
         for g in self._gpus:
+            if group is not None and g.group != group:
+                self.gpu.insertSeparator(self.gpu.count())
+            group = g.group
             self.gpu.addItem(g.name, g)
         for key, p in self._presets.items():
             self.model.addItem(f"{p.display_name} ({p.quantization})", key)
@@ -58,7 +63,7 @@ class WhatIfPanel(QtWidgets.QWidget):
         for c in CACHE_CHOICES:
             if c in CACHE_TYPES:
                 self.cache.addItem(c, c)
-        form.addRow("GPU", self.gpu)
+        form.addRow("Device", self.gpu)
         form.addRow("Model", self.model)
         form.addRow("Context", self.context)
         form.addRow("KV cache type", self.cache)
@@ -120,6 +125,12 @@ class WhatIfPanel(QtWidgets.QWidget):
         if changed:
             self.recompute()
 
+    @staticmethod
+    def _fit_tip(gpu: GpuChoice | None) -> str:
+        where = {"CPU": "host RAM", "Apple": "unified memory (the GPU may wire ~2/3 to 3/4 of it)"}.get(
+            gpu.group if gpu else "", "VRAM")
+        return f"Weights + KV allocation vs {where} (compute buffers not counted)"
+
     def recompute(self) -> None:
         """Run the calculator for the current picks and show the answer."""
         gpu: GpuChoice | None = self.gpu.currentData()
@@ -149,11 +160,11 @@ class WhatIfPanel(QtWidgets.QWidget):
         if r.fits:
             self.verdict.set(f"<span style='color:{theme.hex_color('ok')}'>fits</span> · up to "
                              f"{fmt.tokens(r.max_context_fitting)} before spilling",
-                             "Weights + KV allocation vs VRAM (compute buffers not counted)")
+                             self._fit_tip(gpu))
         else:
             self.verdict.set(f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
                              f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits",
-                             "Weights + KV allocation vs VRAM (compute buffers not counted)")
+                             self._fit_tip(gpu))
         if r.curve:
             arr = np.asarray(r.curve, dtype=float)
             self.curve.setData(arr[:, 0], arr[:, 1])

@@ -47,6 +47,10 @@ CACHE_TYPES: dict[str, CacheType] = {
     )
 }
 
+# Element types other servers keep their KV cache in that llama.cpp does not take for -ctk/-ctv: vLLM's
+# --kv-cache-dtype fp8 (fp8_e4m3, fp8_e5m2, ...) stores one byte per value (vllm/utils/torch_utils.py).
+OTHER_CACHE_TYPES: dict[str, CacheType] = {t.name: t for t in (CacheType("fp8", 1, 1),)}
+
 DEFAULT_CACHE_TYPE = "f16"
 
 
@@ -54,7 +58,7 @@ def cache_type(name: str | None) -> CacheType:
     """Look a cache type up by name (case-insensitive); ``None`` means llama.cpp's default, f16."""
     key = (name or DEFAULT_CACHE_TYPE).strip().lower()
     try:
-        return CACHE_TYPES[key]
+        return CACHE_TYPES[key] if key in CACHE_TYPES else OTHER_CACHE_TYPES[key]
     except KeyError:
         known = ", ".join(CACHE_TYPES)
         raise UnknownCacheType(f"unknown KV cache type {name!r}; llama.cpp accepts {known}") from None

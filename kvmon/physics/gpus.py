@@ -1,34 +1,30 @@
 """The one table of known GPUs and unified-memory chips: published peak bandwidth and memory.
 
-Used when the hardware cannot say (no NVML, unified memory) and to check NVML's clock × bus width; and the one
-rule that chooses a device's peak bandwidth from the user's value, the driver's and the table
+NVIDIA's rows are here; AMD's (``gpus_amd``), Intel's (``gpus_intel``) and Apple's (``apple_chips``) live beside
+it, one module per vendor, and ``KNOWN_GPUS`` is all of them. Used when the hardware cannot say (no NVML, AMD
+and Intel sysfs, unified memory, a GPU named only in the server's log) and to check a driver's clock × bus width;
+and the one rule that chooses a device's peak bandwidth from the user's value, the driver's and the table
 (``choose_peak_bandwidth``). Also PCIe link bandwidth by generation, for the spill cliff.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
-GB = 1_000_000_000
-GIB = 1024**3
+from kvmon.physics.apple_chips import apple_specs
+from kvmon.physics.gpu_spec import GB, GIB, GpuSpec
+from kvmon.physics.gpus_amd import AMD_GPUS
+from kvmon.physics.gpus_intel import INTEL_GPUS
+
+__all__ = ["BANDWIDTH_TOLERANCE", "GB", "GIB", "KNOWN_GPUS", "GpuSpec", "choose_peak_bandwidth", "lookup_gpu",
+           "lookup_pci", "pcie_bandwidth_bytes_per_s"]
+
 # The driver's figure (clock × bus width) and the table may disagree by this much before the table is preferred.
 BANDWIDTH_TOLERANCE = 0.10
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    """A device's published peak memory bandwidth and memory size."""
-
-    name: str
-    bandwidth_bytes_per_s: float
-    vram_bytes: int
-    memory: str
-    unified_memory: bool = False
-
-
-KNOWN_GPUS: tuple[GpuSpec, ...] = (
+NVIDIA_GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("RTX 3060", 360 * GB, 12 * GIB, "GDDR6 15 Gbps, 192-bit"),
     GpuSpec("RTX 3060 Ti", 448 * GB, 8 * GIB, "GDDR6 14 Gbps, 256-bit"),
     GpuSpec("RTX 3070", 448 * GB, 8 * GIB, "GDDR6 14 Gbps, 256-bit"),
@@ -64,34 +60,31 @@ KNOWN_GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("H100", 3350 * GB, 80 * GIB, "HBM3, 5120-bit (SXM)"),
     GpuSpec("H200", 4800 * GB, 141 * GB, "HBM3e"),
     GpuSpec("L40S", 864 * GB, 48 * GIB, "GDDR6 18 Gbps ECC, 384-bit"),
-    GpuSpec("Apple M1 Max", 400 * GB, 64 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M1 Ultra", 800 * GB, 128 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M2 Pro", 200 * GB, 32 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M2 Max", 400 * GB, 96 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M2 Ultra", 800 * GB, 192 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M3 Max", 400 * GB, 128 * GIB, "unified LPDDR5 (40-core GPU)", unified_memory=True),
-    GpuSpec("Apple M3 Ultra", 819 * GB, 512 * GIB, "unified LPDDR5", unified_memory=True),
-    GpuSpec("Apple M4 Pro", 273 * GB, 64 * GIB, "unified LPDDR5X", unified_memory=True),
-    GpuSpec("Apple M4 Max", 546 * GB, 128 * GIB, "unified LPDDR5X (40-core GPU)", unified_memory=True),
 )
+
+KNOWN_GPUS: tuple[GpuSpec, ...] = NVIDIA_GPUS + AMD_GPUS + INTEL_GPUS + apple_specs()
 
 
 def _norm(name: str) -> str:
     n = name.lower()
-    n = re.sub(r"\b(nvidia|geforce|tesla|apple)\b", " ", n)
+    n = re.sub(r"\((r|tm)\)", " ", n)
+    n = re.sub(r"\b(nvidia|geforce|tesla|apple|amd|intel)\b", " ", n)
     n = re.sub(r"[^a-z0-9]+", " ", n)
     return " ".join(n.split())
 
 
-_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "pro", "ultra"})
+# A word right after the table name's last word that the table name lacks means another part ("RTX 4070 Ti" is
+# not an "RTX 4070", "RX 7900 XTX" not an "RX 7900 XT", "M2 Max" not an "M2").
+_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "pro", "ultra", "xt", "xtx", "gre"})
 
 
 def lookup_gpu(name: str | None) -> GpuSpec | None:
     """The table entry for a device name as NVML or the OS reports it, or None when unknown.
 
-    "NVIDIA GeForce RTX 4090" → RTX 4090; "NVIDIA A100-SXM4-80GB" → A100 80GB. The longest table name
-    whose words appear in order wins; a variant word right after the model number ("Ti", "SUPER",
-    "Laptop") that the table name lacks means a different part, so no match.
+    "NVIDIA GeForce RTX 4090" → RTX 4090; "NVIDIA A100-SXM4-80GB" → A100 80GB; "AMD Radeon RX 7900 XTX",
+    "Intel(R) Arc(TM) A770 Graphics", "Apple M2 Max" likewise. The longest table name whose words appear in
+    order wins; a variant word right after the table name's last word ("Ti", "SUPER", "Laptop", "XT", "Max")
+    that the table name lacks means a different part, so no match.
     """
     if not name:
         return None
@@ -119,14 +112,37 @@ def _lookup_normalised(norm_name: str) -> GpuSpec | None:
                     break
             if not ok:
                 continue
-            first_end = start + 1 if len(words) == 1 else start + 2
-            after = dev[first_end] if first_end < len(dev) else ""
+            after = dev[pos] if pos < len(dev) else ""
             if after in _VARIANT_WORDS and after not in words:
                 continue
             if len(words) > best_len:
                 best, best_len = spec, len(words)
             break
     return best
+
+
+def lookup_pci(pci_id: str | None, memory_bytes: int | None = None) -> GpuSpec | None:
+    """The table entry for a PCI ``vendor:device`` id ("1002:744c"), or None.
+
+    One id often covers several cards (744c: the 7900 XT, XTX and GRE): the memory size (within 15 %) picks
+    among them; cards left that share one bandwidth (73bf: 6800, 6800 XT, 6900 XT at 512 GB/s) give one entry
+    named after all of them, so the bandwidth is known without claiming which card it is. Different bandwidths
+    left over give None: that would be a guess.
+    """
+    if not pci_id:
+        return None
+    pid = pci_id.strip().lower().replace("0x", "")
+    cands = [g for g in KNOWN_GPUS if pid in g.pci_ids]
+    if memory_bytes:
+        cands = [g for g in cands if abs(g.vram_bytes - memory_bytes) <= 0.15 * g.vram_bytes]
+    if not cands or len({g.bandwidth_bytes_per_s for g in cands}) != 1:
+        return None
+    if len(cands) == 1:
+        return cands[0]
+    first = cands[0]
+    names = [c.name.removeprefix("Radeon ") if i else c.name for i, c in enumerate(cands)]  # "Radeon RX 6800 / RX …"
+    return GpuSpec(" / ".join(names), first.bandwidth_bytes_per_s, first.vram_bytes, first.memory,
+                   unified_memory=first.unified_memory, vendor=first.vendor, pci_ids=first.pci_ids)
 
 
 def choose_peak_bandwidth(name: str | None, driver_bytes_per_s: float | None,
@@ -137,7 +153,8 @@ def choose_peak_bandwidth(name: str | None, driver_bytes_per_s: float | None,
     lacks, a unified-memory chip, a tuned clock); then the driver's own figure (NVML's max memory clock × bus
     width), as long as the known-GPU table agrees within 10 % or has no entry (when they disagree the rating in
     the table is used and the note says why: some drivers report an "effective" clock, twice the real one); then
-    the table by name. Unified-memory chips are not GPUs here (their bandwidth is the host's).
+    the table by name. Unified-memory chips are not discrete GPUs here (their bandwidth comes from the chip table
+    by their sources, ``kvmon.physics.apple_chips``, or the host's).
     """
     if user_bytes_per_s is not None and user_bytes_per_s > 0:
         return float(user_bytes_per_s), "user", None

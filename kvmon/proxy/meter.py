@@ -50,7 +50,7 @@ class Meter:
     first_token_mono: float | None = None
     last_token_mono: float | None = None
     unparsed_lines: int = 0
-    stats_source: str | None = None  # "ollama" | "llama-server" | "openai_usage"
+    stats_source: str | None = None  # "ollama" | "llama-server" | "lmstudio" | "openai_usage"
     final: dict[str, Any] = field(default_factory=dict)
     aborted: bool = False
     abort_reason: str | None = None
@@ -146,8 +146,13 @@ class Meter:
             self.unparsed_lines += 1
 
     def _object(self, obj: dict[str, Any], now: float, *, streamed: bool) -> None:
+        if obj.get("type") == "chat.end" and isinstance(obj.get("result"), dict):
+            obj = obj["result"]  # LM Studio REST v1 streaming: the last event carries the whole answer
+            streamed = False
         if self.model is None and isinstance(obj.get("model"), str):
             self.model = obj["model"]
+        if self.model is None and isinstance(obj.get("model_instance_id"), str):
+            self.model = obj["model_instance_id"]
         if streamed and content_of(obj):
             self.chunks += 1
             if self.first_token_mono is None:
@@ -162,7 +167,22 @@ class Meter:
             self.stats_source = "llama-server"
             self.final = dict(timings)
         usage = obj.get("usage")
-        if isinstance(usage, dict) and usage and self.stats_source != "llama-server":
+        lm = obj.get("stats")
+        if isinstance(lm, dict) and "tokens_per_second" in lm:
+            # LM Studio: REST v0 stats{tokens_per_second, time_to_first_token, generation_time} beside OpenAI usage;
+            # REST v1 stats{input_tokens, total_output_tokens, tokens_per_second, time_to_first_token_seconds}
+            u = usage if isinstance(usage, dict) else {}
+            self.stats_source = "lmstudio"
+            self.final = {
+                "prompt_tokens": lm.get("input_tokens", u.get("prompt_tokens")),
+                "completion_tokens": lm.get("total_output_tokens", u.get("completion_tokens")),
+                "tokens_per_second": lm.get("tokens_per_second"),
+                "generation_time": lm.get("generation_time"),
+                "time_to_first_token": lm.get("time_to_first_token", lm.get("time_to_first_token_seconds")),
+                "model_load_time": lm.get("model_load_time_seconds"),
+            }
+            return
+        if isinstance(usage, dict) and usage and self.stats_source not in ("llama-server", "lmstudio"):
             self.stats_source = "openai_usage"
             details = usage.get("prompt_tokens_details")
             self.final = {

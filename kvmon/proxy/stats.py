@@ -80,6 +80,10 @@ def in_flight_record(m: Meter, now_mono: float) -> dict[str, Any]:
     }
 
 
+LMSTUDIO_PREFILL_REASON = ("LM Studio's time to first token covers the whole prompt, cached part included, and any "
+                           "model load: no prefill speed")
+
+
 def finished_record(m: Meter, upstream_kind: str | None,
                     upstream_version: tuple[int, ...] | None) -> dict[str, Any]:
     """A finished request's record in ``recent``: what its body said, and the rates that may be made of it."""
@@ -138,6 +142,16 @@ def finished_record(m: Meter, upstream_kind: str | None,
             out["decode_tok_s"], out["decode_tok_s_source"] = dn / (dms / 1000), "server"
         if pn is not None and dn is not None:
             out["context_tokens"] = (cn or 0) + pn + dn
+    elif m.stats_source == "lmstudio":
+        pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
+        gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
+        out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s)
+        if rate:
+            out["decode_tok_s"], out["decode_tok_s_source"] = rate, "server"
+        # time to first token holds the whole prompt (cached part included) and any model load: no prefill speed
+        out["prompt_tok_s_reason"] = LMSTUDIO_PREFILL_REASON
+        if pt is not None and ct is not None:
+            out["context_tokens"] = pt + ct
     elif m.stats_source == "openai_usage":
         pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
         cached = json_int(f.get("cached_tokens"))

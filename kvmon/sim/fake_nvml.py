@@ -61,6 +61,8 @@ class FakeGpu:
     dram_bw_util_percent: float | None = None
     pcie_tx_bytes_total: int | None = None
     pcie_rx_bytes_total: int | None = None
+    pci_bus_id: str | None = "00000000:01:00.0"  # NVML's form; None: the query is not supported
+    pci_device_id: int = 0x268410DE  # NVML's pciDeviceId: device << 16 | vendor (an RTX 4090)
 
 
 class _FakeHandle:
@@ -200,6 +202,14 @@ class FakeNvml:
         """The GPU's UUID string."""
         with self.lock:
             return self._gpu("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> SimpleNamespace:
+        """The PCI bus id (bytes, as NVML gives it) and ``pciDeviceId``; NotSupported when the GPU has no bus id."""
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
+            if gpu.pci_bus_id is None:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return SimpleNamespace(busId=gpu.pci_bus_id.encode(), pciDeviceId=gpu.pci_device_id)
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         """v1 (used includes reserved) or, with ``version``, v2 (used excludes reserved)."""

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from kvmon.sim.model import LoadedModel
+from kvmon.sim.scenarios import Scenario
 
 MIB = 1024 * 1024
 
@@ -64,20 +65,28 @@ class ServerLog:
 
     def load_block(self, model: LoadedModel, t_s: float, gpu_name: str, free_bytes: list[int],
                    model_path: str) -> None:
-        """The lines one model load prints at ``-lv 4``: devices, layers, buffers, context, KV, slots."""
+        """The lines one model load prints at ``-lv 4``: devices, layers, buffers, context, KV, slots.
+
+        The devices are named as the real backends name them (``ggml_cuda_init``'s list and ``using device
+        CUDA0 (…) (0000:01:00.0)``; Metal's ``GPU name: MTL0 (Apple M2 Max)`` and working set; a CPU-only build
+        names none and prints no "offloaded" line), so the log alone tells a monitor where the model lives.
+        """
         s = model.scenario
         a = model.allocation
         p = model.placement
+        dev = "MTL0" if s.device == "metal" else "CUDA"
+        names = [f"{dev}{i}" if dev == "CUDA" else dev for i in range(s.n_gpus)]
         lines = ["cmn  common_param: common_params_print_info: build 11549 (unknown) with GNU 12.2.0 for Linux x86_64"]
-        lines += [f"llama_model_load_from_file_impl: using device CUDA{i} (NVIDIA GeForce {gpu_name}) "
-                  f"(0000:{i + 1:02x}:00.0) - {free // MIB} MiB free" for i, free in enumerate(free_bytes)]
+        lines += self._device_lines(s, model, gpu_name, free_bytes)
         lines.append(f"llama_model_loader: loaded meta data with {len(model.preset.metadata)} key-value pairs "
                      f"from {model_path}")
-        lines.append(f"load_tensors: offloaded {sum(p.gpu_layers) + (0 if p.cpu_layers else 1)}/"
-                     f"{model.n_layers + 1} layers to GPU")
+        if s.device != "cpu":
+            lines.append(f"load_tensors: offloaded {sum(p.gpu_layers) + (0 if p.cpu_layers else 1)}/"
+                         f"{model.n_layers + 1} layers to GPU")
         for i, w in enumerate(p.weight_bytes_gpu):
             if w:
-                lines.append(f"load_tensors: {f'CUDA{i}':>12s} model buffer size = {w / MIB:10.2f} MiB")
+                buf = f"{names[i]}_Mapped" if dev == "MTL0" else names[i]
+                lines.append(f"load_tensors: {buf:>12s} model buffer size = {w / MIB:10.2f} MiB")
         lines.append(f"load_tensors: {'CPU_Mapped':>12s} model buffer size = "
                      f"{(p.weight_bytes_host + model.embedding_bytes) / MIB:10.2f} MiB")
         n_ctx = model.n_ctx
@@ -88,7 +97,7 @@ class ServerLog:
         kv = a.k_bytes + a.v_bytes
         for i, n in enumerate(p.gpu_layers):
             if n:
-                lines.append(f"llama_kv_cache: {f'CUDA{i}':>10s} KV buffer size = "
+                lines.append(f"llama_kv_cache: {names[i]:>10s} KV buffer size = "
                              f"{kv * n / model.n_layers / MIB:8.2f} MiB")
         if p.cpu_layers:
             lines.append(f"llama_kv_cache: {'CPU':>10s} KV buffer size = "
@@ -97,17 +106,41 @@ class ServerLog:
                      f"{s.n_parallel}/{s.n_parallel} seqs), K ({s.type_k}): {a.k_bytes / MIB:8.2f} MiB, "
                      f"V ({s.type_v}): {a.v_bytes / MIB:8.2f} MiB")
         if a.recurrent_bytes:
-            lines.append(f"llama_memory_recurrent: {'CUDA0':>10s} RS buffer size = {a.recurrent_bytes / MIB:8.2f} MiB")
+            rs_dev = names[0] if names else "CPU"
+            lines.append(f"llama_memory_recurrent: {rs_dev:>10s} RS buffer size = {a.recurrent_bytes / MIB:8.2f} MiB")
         if fa == "enabled":
             lines.append("resolve_fused_ops: Flash Attention enabled")
         for i, n in enumerate(p.gpu_layers):
             if n:
-                lines.append(f"sched_reserve: {f'CUDA{i}':>10s} compute buffer size = "
+                lines.append(f"sched_reserve: {names[i]:>10s} compute buffer size = "
                              f"{s.compute_buffer_bytes / MIB:8.2f} MiB")
+        if s.device == "cpu":
+            lines.append(f"sched_reserve: {'CPU':>10s} compute buffer size = {s.compute_buffer_bytes / MIB:8.2f} MiB")
         lines.append(f"srv    load_model: initializing, n_slots = {s.n_parallel}, "
                      f"n_ctx_slot = {n_ctx // s.n_parallel}, kv_unified = 'false'")
         lines.append("srv    load_model: model loaded")
         self.write(t_s, lines)
+
+    @staticmethod
+    def _device_lines(s: Scenario, model: LoadedModel, gpu_name: str, free_bytes: list[int]) -> list[str]:
+        """The device list a real build prints at start, then the devices the model load uses."""
+        if s.device == "cpu":
+            return []
+        if s.device == "metal":
+            ws = model.device_memory_bytes()
+            return ["ggml_metal_device_init: tensor API disabled for pre-M5 and pre-A19 devices",
+                    f"ggml_metal_device_init: GPU name:   MTL0 ({gpu_name})",
+                    "ggml_metal_device_init: has unified memory    = true",
+                    f"ggml_metal_device_init: recommendedMaxWorkingSetSize  = {ws / 1e6:8.2f} MB",
+                    f"llama_model_load_from_file_impl: using device MTL0 ({gpu_name}) (unknown id) - "
+                    f"{free_bytes[0] // MIB} MiB free"]
+        total = model.gpu.vram_bytes
+        lines = [f"ggml_cuda_init: found {s.n_gpus} CUDA devices (Total VRAM: {s.n_gpus * total // MIB} MiB):"]
+        lines += [f"  Device {i}: NVIDIA GeForce {gpu_name}, compute capability 8.6, VMM: yes, VRAM: "
+                  f"{total // MIB} MiB" for i in range(s.n_gpus)]
+        lines += [f"llama_model_load_from_file_impl: using device CUDA{i} (NVIDIA GeForce {gpu_name}) "
+                  f"(0000:{i + 1:02x}:00.0) - {free // MIB} MiB free" for i, free in enumerate(free_bytes)]
+        return lines
 
 
 def request_end_lines(id_task: int, slot: int, prompt_n: int, prompt_s: float, predicted_n: int,

@@ -42,7 +42,7 @@ class SimGpus:
         self.power_limit_mw = _POWER_LIMIT_W.get(self.spec.name, 300) * 1000
         self.server_pid = os.getpid()
         gpus = []
-        for i in range(scenario.n_gpus):
+        for i in range(scenario.n_gpus if scenario.device == "cuda" else 0):  # a Mac's or a CPU box's: none
             h = zlib.crc32(f"{scenario.name}/{i}".encode())
             uuid = f"GPU-{h:08x}-{i:04x}-4{h % 4096:03x}-8{(h >> 4) % 4096:03x}-{h:08x}{i:04x}"
             gpus.append(FakeGpu(
@@ -52,6 +52,7 @@ class SimGpus:
                 pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen, pcie_max_width=scenario.pcie_width,
                 pcie_tx_kb_s=0, pcie_rx_kb_s=0, gpu_util_percent=0, mem_util_percent=0, power_mw=25_000,
                 power_limit_mw=self.power_limit_mw, temperature_c=38, processes=[],
+                pci_bus_id=f"00000000:{i + 1:02X}:00.0",  # as the simulated log's "using device" lines name it
             ))
         self.nvml = FakeNvml(gpus)
 

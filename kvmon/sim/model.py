@@ -41,7 +41,9 @@ def resolve_preset(scenario: Scenario) -> Any:
 
 
 def resolve_gpu(scenario: Scenario) -> GpuSpec:
-    """The scenario's GPU from the one GPU table."""
+    """The scenario's GPU from the one GPU table; a CPU-only machine's "GPU" is its RAM (the host's bandwidth)."""
+    if scenario.device == "cpu":
+        return GpuSpec("CPU", scenario.host_bandwidth_bytes_per_s, scenario.host_ram_bytes, scenario.memory_type)
     spec = lookup_gpu(scenario.gpu_name)
     if spec is None:
         raise SimSetupError(f"scenario {scenario.name!r}: GPU {scenario.gpu_name!r} is not in kvmon's GPU table")
@@ -115,7 +117,7 @@ class LoadedModel:
         per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
         capacity: list[int] = []
         for i in range(s.n_gpus):
-            free = self.gpu.vram_bytes - s.cuda_context_bytes - s.compute_buffer_bytes
+            free = self.device_memory_bytes() - s.cuda_context_bytes - s.compute_buffer_bytes
             if i == 0:
                 free -= other_vram_bytes
             capacity.append(max(0, int(free // per_layer)))
@@ -156,9 +158,16 @@ class LoadedModel:
                                        frac, "host"))
         return devices
 
+    def device_memory_bytes(self) -> int:
+        """What one device can hold: its VRAM, or on unified memory what Metal lets the GPU wire."""
+        if self.scenario.device == "metal":
+            return int(self.scenario.host_ram_bytes * self.scenario.working_set_fraction)
+        return self.gpu.vram_bytes
+
     @property
     def partial_offload(self) -> bool:
-        return self.placement.cpu_layers > 0
+        """Some layers on GPUs and some on the CPU (a CPU-only machine offloads nothing: it is not partial)."""
+        return self.placement.cpu_layers > 0 and any(self.placement.gpu_layers)
 
     # -- timing -----------------------------------------------------------------------------------------
     def roofline_step_s(self, depths: np.ndarray) -> np.ndarray:

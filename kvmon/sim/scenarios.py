@@ -16,7 +16,9 @@ measured ``decode_anchors`` (depth, tok/s) from which ``kvmon.sim.model`` solves
 131K figures within 2%). Prefill time per prompt token is ``1/prefill_tok_s_empty +
 prefill_slowdown_s_per_token × depth`` (seed: 1550 → 513 tok/s over 262K). A few things are simplified
 and said so: noise is one seeded factor per turn; parallel slots do not slow each other; weights and KV
-split over devices in proportion to their layers.
+split over devices in proportion to their layers. ``cpu-ddr5`` and ``apple-m2max`` are the two machines with no
+discrete GPU: a desktop decoding from dual-channel DDR5, and an Apple M2 Max whose unified memory holds a 70B model
+close to Metal's working-set limit.
 """
 
 from __future__ import annotations
@@ -59,11 +61,11 @@ class Scenario:
 
     name: str
     description: str
-    backend: str  # "llama-server" | "ollama"
+    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio"
     preset_keys: tuple[str, ...]  # first key found in kvmon.physics.presets.PRESETS is used
     model_alias: str  # what the server calls the model (file name, or Ollama "name:tag")
-    gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM)
-    n_gpus: int
+    gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM); unused for a CPU-only machine
+    n_gpus: int  # 0: a CPU-only machine
     n_ctx: int  # -c: all slots together
     n_parallel: int = 1
     type_k: str = "f16"
@@ -88,6 +90,13 @@ class Scenario:
     seed: int = 3
     initial_load_s: float = 0.0
     ollama_version: str = "0.33.0"
+    vllm_metric_names: str = "v1"  # "v0": the names older vLLM wrote (gpu_cache_usage_perc, no engine label)
+    lmstudio_version: str = "0.4.1"  # before "0.4": REST v0 only (/api/v1/ answers 404)
+    device: str = "cuda"  # "cuda" (NVIDIA GPUs, read through the fake NVML) | "metal" (Apple unified memory) | "cpu"
+    host_ram_bytes: int = 64 * 1024**3  # the simulated machine's RAM
+    cpu_name: str = "AMD Ryzen 9 7950X 16-Core Processor"
+    memory_type: str = "DDR5-6000"
+    working_set_fraction: float = 0.75  # Metal's working-set limit as a share of RAM (what Metal reports, simulated)
     summary: str = ""  # one line for --help (else the description, shortened)
 
     def one_line(self, width: int = 78) -> str:
@@ -168,6 +177,80 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.0e-9,
             script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
                               generated_tokens=300, think_s=8.0),
+        ),
+        Scenario(
+            name="vllm",
+            description="vLLM 0.33 serving Qwen3-8B (fp16 weights at the preset's size, --max-model-len 32768) on an "
+            "RTX 4090: one KV pool of 65,536 tokens in 16-token blocks for two concurrent requests; a chat grows "
+            "to 30K tokens",
+            backend="vllm",
+            preset_keys=("qwen3-8b",),
+            model_alias="Qwen/Qwen3-8B",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=65536,
+            n_parallel=2,
+            decode_anchors=((0, 150.0), (32768, 95.0)),
+            prefill_tok_s_empty=12000.0,
+            prefill_slowdown_s_per_token=1.0e-9,
+            script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
+                              generated_tokens=400, think_s=4.0),
+        ),
+        Scenario(
+            name="lmstudio",
+            description="LM Studio 0.4 with gemma-3-12b Q4_K_M (llama.cpp engine), 16K context, flash attention, "
+            "KV cache on the GPU, on a 16 GiB RTX 4060 Ti; speeds seen through `kvmon proxy`",
+            backend="lmstudio",
+            preset_keys=("gemma-3-12b",),
+            model_alias="google/gemma-3-12b",
+            gpu_name="RTX 4060 Ti",
+            n_gpus=1,
+            n_ctx=16384,
+            decode_anchors=((0, 33.0), (16384, 27.0)),
+            prefill_tok_s_empty=700.0,
+            prefill_slowdown_s_per_token=3.0e-9,
+            script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
+                              generated_tokens=300, think_s=6.0),
+        ),
+        Scenario(
+            name="cpu-ddr5",
+            description="Llama-3.1-8B Q4_K_M on a CPU-only desktop (Ryzen 9 7950X, dual-channel DDR5-6000, 64 GiB): "
+            "weights and KV cache in host RAM, decode bound by the memory bus (about 62 GB/s measured)",
+            backend="llama-server",
+            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            gpu_name="",
+            n_gpus=0,
+            n_ctx=32768,
+            device="cpu",
+            decode_anchors=((0, 11.5), (32768, 6.2)),
+            prefill_tok_s_empty=120.0,
+            prefill_slowdown_s_per_token=2.0e-7,
+            host_bandwidth_bytes_per_s=62e9,
+            script=ChatScript(n_turns=30, first_prompt_tokens=400, target_context_tokens=30000,
+                              generated_tokens=250, think_s=6.0),
+        ),
+        Scenario(
+            name="apple-m2max",
+            description="Llama-3.1-70B Q4_K_M on an Apple M2 Max (64 GB unified memory, 400 GB/s) with a 24K "
+            "context: weights and KV cache share the RAM, close to Metal's 48 GiB working-set limit",
+            backend="llama-server",
+            preset_keys=("llama-3.1-70b", "llama3.1-70b"),
+            model_alias="Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf",
+            gpu_name="Apple M2 Max",
+            n_gpus=1,
+            n_ctx=24576,
+            device="metal",
+            decode_anchors=((0, 7.6), (24576, 6.1)),
+            prefill_tok_s_empty=95.0,
+            prefill_slowdown_s_per_token=1.0e-7,
+            host_bandwidth_bytes_per_s=400e9,
+            cuda_context_bytes=0,
+            compute_buffer_bytes=320 * 1024**2,
+            cpu_name="Apple M2 Max",
+            memory_type="LPDDR5",
+            script=ChatScript(n_turns=24, first_prompt_tokens=600, target_context_tokens=23000,
+                              generated_tokens=250, think_s=8.0),
         ),
     )
 }

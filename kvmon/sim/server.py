@@ -204,6 +204,14 @@ class SimServer:
             from kvmon.sim.ollama_api import OllamaApi
 
             self.api: Any = OllamaApi(self)
+        elif self.scenario.backend == "vllm":
+            from kvmon.sim.vllm_api import VllmApi
+
+            self.api = VllmApi(self)
+        elif self.scenario.backend == "lmstudio":
+            from kvmon.sim.lmstudio_api import LmStudioApi
+
+            self.api = LmStudioApi(self)
         else:
             from kvmon.sim.llama_api import LlamaApi
 
@@ -251,6 +259,9 @@ class SimServer:
             remove_sim_dir(self.files_dir)
 
     def _request_ended(self, r: SimRequest) -> None:
+        ended = getattr(getattr(self, "api", None), "request_ended", None)
+        if ended is not None:  # a backend that keeps per-request figures (vLLM's latency histograms)
+            ended(r)
         self.log.write(r.t_end, request_end_lines(r.id_task, r.slot, r.prompt_n, r.prefill_s, r.predicted_n,
                                                   r.predicted_s, r.context_tokens(r.t_end)))
 
@@ -259,7 +270,7 @@ class SimServer:
         model = epoch.model
         assert model is not None
         s = self.scenario
-        free = [model.gpu.vram_bytes - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
+        free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
         self.log.load_block(model, epoch.t_begin, model.gpu.name, free, self.model_path)
 
@@ -279,6 +290,21 @@ class SimServer:
     def nvml(self) -> Any:
         """The FakeNvml whose GPUs follow the simulation (pass it to kvmon's NVML source)."""
         return self.gpus.nvml
+
+    def unified_memory_source(self) -> Any:
+        """On a simulated Mac, the device source of its unified memory (``kvmon.sim.devices``); else None (its NVIDIA
+        GPUs are read through ``sim.nvml``, none on a CPU-only machine)."""
+        if self.scenario.device != "metal":
+            return None
+        from kvmon.sim.devices import SimUnifiedMemory
+
+        return SimUnifiedMemory(self)
+
+    def host_source(self) -> Any:
+        """The simulated machine's host RAM and its bandwidth (``kvmon.sim.devices``)."""
+        from kvmon.sim.devices import SimHost
+
+        return SimHost(self)
 
     @property
     def server_pids(self) -> tuple[int, ...]:

@@ -80,3 +80,16 @@ class HostSource(Protocol):
     def close(self) -> None:
         """Release what the source holds."""
         ...
+
+
+@runtime_checkable
+class BandwidthProbe(Protocol):
+    """A host source that can measure its own memory bandwidth once (``kvmon.sources.host.HostSource``)."""
+
+    def probe_due(self) -> bool:
+        """Whether the measurement is wanted now (allowed, nothing known yet, not tried)."""
+        ...
+
+    def measure_bandwidth(self) -> float:
+        """Measure now (well under a second), remember it for this machine and return bytes/s."""
+        ...

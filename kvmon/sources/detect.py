@@ -4,7 +4,8 @@ A backend is one entry in ``BACKENDS`` (its source module, the ports it listens 
 ``PROBES`` (run in order over one set of answers, each path asked at most once). What only one backend has
 decides: llama-server's /props (a router's says ``"role": "router"``; a plain server's ``Server: llama.cpp``
 header), llama-swap's /running, Ollama's /api/version, vLLM's /version and ``vllm:`` metrics; a bare /v1/models
-means "some OpenAI-compatible server". llama-server's /v1/models also carries an Ollama-looking ``models`` list,
+means "some OpenAI-compatible server". LM Studio's REST list (``/api/v1/models``, ``/api/v0/models``) is its own.
+llama-server's /v1/models also carries an Ollama-looking ``models`` list,
 and llama-swap has an /api/version too, so the order matters.
 """
 
@@ -25,10 +26,13 @@ LLAMA_ROUTER = "llama-router"  # llama-server started without a model: it loads 
 LLAMA_SWAP = "llama-swap"
 OLLAMA = "ollama"
 VLLM = "vllm"
+LMSTUDIO = "lmstudio"
 OPENAI = "openai"
 UNKNOWN = "unknown"
 
 OLLAMA_PORT = 11434
+VLLM_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
+LMSTUDIO_PORT = 1234  # every LM Studio example and `lms server status`
 LLAMA_SERVER_PORT = 9931  # llama.cpp common/common.h `port = 9931` (b11549); 8080 before
 LLAMA_SERVER_OLD_PORT = 8080  # older llama-server builds, and llama-swap's default -listen
 _LLAMA_PROPS_KEYS = ("default_generation_settings", "total_slots", "build_info", "model_path")
@@ -50,7 +54,8 @@ BACKENDS: Mapping[str, Backend] = {b.name: b for b in (
     Backend(LLAMA_ROUTER, "llama-server router", "kvmon.sources.router:LlamaRouterSource"),
     Backend(LLAMA_SWAP, "llama-swap", "kvmon.sources.llama_swap:LlamaSwapSource", (LLAMA_SERVER_OLD_PORT,)),
     Backend(OLLAMA, "Ollama", "kvmon.sources.ollama:OllamaSource", (OLLAMA_PORT,)),
-    Backend(VLLM, "vLLM", None),
+    Backend(VLLM, "vLLM", "kvmon.sources.vllm:VllmSource", (VLLM_PORT,)),
+    Backend(LMSTUDIO, "LM Studio", "kvmon.sources.lmstudio:LmStudioSource", (LMSTUDIO_PORT,)),
     Backend(OPENAI, "an OpenAI-compatible server", None),
 )}
 # where to look when no process on this machine says: in this order, each port once
@@ -120,6 +125,19 @@ def _is_ollama(a: Answers) -> bool:
     return isinstance(body, Mapping) and isinstance(body.get("version"), str)
 
 
+def _is_lmstudio(a: Answers) -> bool:
+    # REST v1 (0.4+): {"models": [{"key", "loaded_instances", ...}]}; REST v0 (0.3.6+): data[] with
+    # compatibility_type and state (lmstudio-ai/docs 1_developer/2_rest/list.md, endpoints.mdx)
+    body = a.json("/api/v1/models")
+    models = body.get("models") if isinstance(body, Mapping) else None
+    if isinstance(models, list) and all(isinstance(m, Mapping) and "key" in m for m in models):
+        return True
+    body = a.json("/api/v0/models")
+    data = body.get("data") if isinstance(body, Mapping) else None
+    return isinstance(data, list) and bool(data) and all(
+        isinstance(m, Mapping) and "compatibility_type" in m and "state" in m for m in data)
+
+
 def _is_vllm(a: Answers) -> bool:
     body = a.json("/version")
     if isinstance(body, Mapping) and "version" in body:
@@ -146,6 +164,7 @@ PROBES: tuple[tuple[str, Callable[[Answers], bool]], ...] = (
     (LLAMA_ROUTER, _is_router),
     (LLAMA_SERVER, _is_llama),
     (LLAMA_SWAP, _is_llama_swap),
+    (LMSTUDIO, _is_lmstudio),
     (OLLAMA, _is_ollama),
     (VLLM, _is_vllm),
     (LLAMA_SERVER, lambda a: _v1_owner(a) == "llamacpp"),
@@ -194,6 +213,24 @@ def _summary(backend: str, a: Answers) -> tuple[str | None, str | None]:
                 ps, Mapping) else []
             v = json_str(version.get("version")) if isinstance(version, Mapping) else None
             return v, (f"loaded: {', '.join(names)}" if names else "no model loaded")
+        if backend == VLLM:
+            version = a.json("/version")
+            body = a.json("/v1/models")
+            data = body.get("data") if isinstance(body, Mapping) else None
+            ids = [str(m.get("id")) for m in data or () if isinstance(m, Mapping) and not m.get("parent")]
+            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
+            return v, (f"serving: {', '.join(ids)}" if ids else None)
+        if backend == LMSTUDIO:
+            body = a.json("/api/v1/models")
+            models = body.get("models") if isinstance(body, Mapping) else None
+            if isinstance(models, list):
+                loaded = [str(m.get("key")) for m in models if isinstance(m, Mapping) and m.get("loaded_instances")]
+            else:
+                v0 = a.json("/api/v0/models")
+                data = v0.get("data") if isinstance(v0, Mapping) else None
+                loaded = [str(m.get("id")) for m in data or () if isinstance(m, Mapping)
+                          and m.get("state") == "loaded"]
+            return None, (f"loaded: {', '.join(loaded)}" if loaded else "no model loaded")
     except SourceError:
         pass
     return None, None
@@ -227,9 +264,10 @@ def detect_backend(url: str, api_key: str | None = None, timeout_s: float = 3.0)
 
 
 def backend_by_port(url: str) -> str:
-    """The backend a URL's port suggests (11434: Ollama), for a server that does not answer yet."""
+    """The backend a URL's port suggests (11434: Ollama, 8000: vLLM, 1234: LM Studio), for a server that does not
+    answer yet."""
     port = urlsplit(normalize_base_url(url)).port
-    return OLLAMA if port == OLLAMA_PORT else LLAMA_SERVER
+    return {OLLAMA_PORT: OLLAMA, VLLM_PORT: VLLM, LMSTUDIO_PORT: LMSTUDIO}.get(port or 0, LLAMA_SERVER)
 
 
 def open_source(
@@ -261,7 +299,8 @@ def open_source(
         what = f"{spec.label}" if spec is not None else "not a server kvmon knows"
         raise SourceError(SourceFailure(
             FailureKind.UNEXPECTED_BODY,
-            f"{shown} is {what}; kvmon reads llama-server (and its router mode), llama-swap and Ollama"))
+            f"{shown} is {what}; kvmon reads llama-server (and its router mode), llama-swap, Ollama, vLLM and "
+            "LM Studio"))
     module, _, name = spec.source.partition(":")
     cls = getattr(importlib.import_module(module), name)
     kwargs: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}

@@ -1,5 +1,6 @@
 """Find every model server on this machine: first from the process table (llama-server on any port, its router
-mode, llama-swap, Ollama), then on the ports they listen on by default; each candidate is asked what it is.
+mode, llama-swap, Ollama, ``vllm serve``, LM Studio), then on the ports they listen on by default; each candidate
+is asked what it is.
 
 A llama-server that Ollama, llama-swap or a router started is part of its parent and is not listed on its own.
 Where a process's sockets or command line are not readable (another user's), its port comes from its argv or
@@ -23,6 +24,7 @@ from kvmon.sources.procs import WILDCARD_HOSTS, program
 LOCALHOST = "127.0.0.1"
 _MODEL_FLAGS = ("-m", "--model", "-hf", "--hf-repo", "-hfr", "-mu", "--model-url", "-dr", "--docker-repo")
 _ROUTER_FLAGS = ("--models-dir", "--models-preset")
+LMSTUDIO_PROGRAMS = ("lm studio", "lm-studio", "lmstudio", "llmster")  # the desktop app and its headless daemon
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,12 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
         host, _, port_text = listen.rpartition(":")
         port = _int(port_text)
         return detect.LLAMA_SWAP, (port,) if port else (detect.LLAMA_SERVER_OLD_PORT,), host.strip("[]") or LOCALHOST
+    if (stem == "vllm" and args[:1] == ["serve"]) or (stem == "api_server" and any("vllm" in a for a in argv[:3])):
+        port = _int(_value(args, ("--port",)))
+        host = _value(args, ("--host",)) or LOCALHOST
+        return detect.VLLM, (port or detect.VLLM_PORT,), host
+    if stem in LMSTUDIO_PROGRAMS:  # its port is a setting, not a flag: the default, asked over HTTP
+        return detect.LMSTUDIO, (detect.LMSTUDIO_PORT,), LOCALHOST
     if stem == "ollama" and args[:1] == ["serve"]:
         hostport = env.get("OLLAMA_HOST", "")
         port = _int(hostport.rpartition(":")[2]) if ":" in hostport else None
@@ -191,8 +199,8 @@ def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None =
             host = bound
         elif host in WILDCARD_HOSTS or not host:
             host = LOCALHOST
-        guessed = not ports and argv_ports == detect.BACKENDS[detect.LLAMA_SERVER].ports and kind in (
-            detect.LLAMA_SERVER, detect.LLAMA_ROUTER)
+        guessed = not ports and ((argv_ports == detect.BACKENDS[detect.LLAMA_SERVER].ports and kind in (
+            detect.LLAMA_SERVER, detect.LLAMA_ROUTER)) or kind == detect.LMSTUDIO)
         out.append(ProcessCandidate(proc.pid, kind, ports or argv_ports, host, _short(argv), guessed=guessed))
     return sorted(out, key=lambda c: c.pid)
 
@@ -262,5 +270,5 @@ def discover(*, api_key: str | None = None, timeout_s: float = 1.0, ports: Seque
 
 def nothing_found_reason(d: Discovery) -> str:
     """The one line said when no server answers."""
-    return ("no llama-server, router, llama-swap or Ollama found: looked at " + " and ".join(d.looked_at)
-            + "; give a URL, or try --demo")
+    return ("no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found: looked at "
+            + " and ".join(d.looked_at) + "; give a URL, or try --demo")

@@ -1,8 +1,10 @@
 """Host telemetry through psutil: RAM and swap, the model server's resident memory, host memory bandwidth.
 
-Host bandwidth matters when layers or KV live in system RAM (CPU-only machines, spills) and on Apple
-unified memory. It comes from the user, else the known-chip table (Apple), else a short copy benchmark
-that runs only when asked (``HostSource.measure_bandwidth``) and is cached on disk per machine.
+Host RAM is a device too: where a CPU-only server keeps weights and KV, where layers of a partial offload and
+spilled KV live, and on Apple Silicon the unified memory itself. Its bandwidth comes from the user, else the
+chip table (Apple, by bin), else a short streaming-copy probe measured once per machine (well under a second;
+``kvmon.monitor.Monitor`` runs it only while no slot decodes) and kept in kvmon's settings folder with the date,
+else the peak of the memory the system reports (udev's DMI database, kind × speed × channels), labelled so.
 """
 
 from __future__ import annotations
@@ -20,21 +22,53 @@ from typing import Any
 import psutil
 
 from kvmon.core.readings import HostReading
-from kvmon.physics.gpus import lookup_gpu
-from kvmon.sources.localfile import read_tail
+from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name
+from kvmon.physics.host_memory import memory_kind, table_host_bandwidth
+from kvmon.sources.localfile import open_regular, read_tail
 from kvmon.sources.procs import PidTreeCache
 
 CACHE_FILE_NAME = "host_bandwidth.json"
 CACHE_MAX_BYTES = 64 * 1024  # the cache is one small JSON record
 DEFAULT_BENCH_BYTES = 128 * 1024**2  # per array (two arrays); the copy reads one and writes the other
 DEFAULT_BENCH_REPEATS = 4
+UDEV_DMI_DB = "run/udev/data/+dmi:id"  # systemd's dmi_memory_id properties, readable without root
 
 
 def default_cache_dir() -> Path:
-    """kvmon's per-user cache directory (platformdirs), where the measured bandwidth is kept."""
+    """kvmon's per-user settings directory (platformdirs), where the measured bandwidth is kept."""
     import platformdirs
 
-    return Path(platformdirs.user_cache_dir("kvmon", appauthor=False))
+    return Path(platformdirs.user_config_dir("kvmon", appauthor=False))
+
+
+def parse_dmi_memory(text: str) -> tuple[str | None, float | None, int | None, int]:
+    """udev's DMI properties (``E:MEMORY_DEVICE_<n>_<KEY>=<value>``) → (kind, MT/s, channels, modules).
+
+    The configured speed is the one the controller runs (the rated one is only the module's label); channels are
+    the distinct ``CHANNEL x`` bank locators where the firmware names them, else one per populated module.
+    """
+    slots: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        line = line.strip().removeprefix("E:").strip()
+        if not line.startswith("MEMORY_DEVICE_"):
+            continue
+        key, sep, value = line.partition("=")
+        index, _, name = key.removeprefix("MEMORY_DEVICE_").partition("_")
+        if sep and index.isdigit():
+            slots.setdefault(index, {})[name] = value.strip()
+    present = [d for d in slots.values() if d.get("SIZE", "0").isdigit() and int(d.get("SIZE", "0")) > 0]
+    kinds = {memory_kind(d.get("TYPE")) for d in present} - {None}
+    speeds = []
+    for d in present:
+        for key in ("CONFIGURED_SPEED_MTS", "SPEED_MTS"):
+            if d.get(key, "").isdigit() and int(d[key]) > 0:
+                speeds.append(int(d[key]))
+                break
+    banks = {d.get("BANK_LOCATOR", "").upper().split("CHANNEL")[-1].strip() for d in present
+             if "CHANNEL" in d.get("BANK_LOCATOR", "").upper()}
+    channels = len(banks) if banks else (len(present) or None)
+    kind = kinds.pop() if len(kinds) == 1 else None
+    return kind, float(min(speeds)) if speeds else None, channels, len(present)
 
 
 def machine_fingerprint() -> str:
@@ -66,23 +100,44 @@ def measure_copy_bandwidth_bytes_per_s(size_bytes: int = DEFAULT_BENCH_BYTES,
     return 2.0 * n * 8 / best
 
 
+def _sysctl(*names: str) -> list[str]:
+    try:
+        out = subprocess.run(["sysctl", "-n", *names], capture_output=True, text=True, timeout=2, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines()]
+
+
 def _apple_chip_name() -> str | None:
     if sys.platform != "darwin":
         return None
+    values = _sysctl("machdep.cpu.brand_string")
+    return values[0] if values and values[0] else None
+
+
+def _cpu_name(root: Path) -> str | None:
+    """The CPU's model name: /proc/cpuinfo on Linux, the brand string on macOS."""
+    if sys.platform == "darwin":
+        return _apple_chip_name()
     try:
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                             timeout=2, check=False)
-    except (OSError, subprocess.SubprocessError):
+        with open_regular(root / "proc" / "cpuinfo") as f:
+            text = f.read(256 * 1024).decode("utf-8", "replace")
+    except OSError:
         return None
-    name = out.stdout.strip()
-    return name or None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("model name", "Model"):
+            return value.strip() or None
+    return None
 
 
 class HostSource:
     """Reads RAM, swap and the server's RSS each poll; host bandwidth from user, table or a cached measurement.
 
-    ``cache_dir`` defaults to kvmon's user cache directory; tests pass a temporary one. ``chip_name``
-    overrides the detected Apple chip (e.g. "Apple M3 Max") for the table lookup.
+    ``cache_dir`` defaults to kvmon's user settings directory; tests pass a temporary one. ``chip_name``
+    overrides the detected Apple chip (e.g. "Apple M3 Max") for the table lookup. ``auto_probe``: whether
+    ``probe_due`` may ask for the one-time measurement (the session's host sources do; a plain one does not).
+    ``system_root`` is where ``/proc`` and ``/run/udev`` are read (tests give a fixture tree).
     """
 
     _CHIP_UNSET: Any = object()
@@ -94,17 +149,25 @@ class HostSource:
         cache_dir: str | os.PathLike[str] | None = None,
         chip_name: str | None = _CHIP_UNSET,
         include_child_processes: bool = True,
+        auto_probe: bool = False,
+        system_root: str | os.PathLike[str] = "/",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._user_bw = user_host_bandwidth_bytes_per_s
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._chip_name = chip_name
         self._include_children = include_child_processes
+        self.auto_probe = auto_probe
+        self._root = Path(system_root)
         self._pid_tree = PidTreeCache()
         self._clock = clock
         self._measured: float | None = None
+        self._measured_at: float | None = None
         self._measured_reason: str | None = None
         self._cache_loaded = False
+        self._probe_attempted = False
+        self._static: tuple[str | None, str | None, float | None, str | None] | None = None
+        self._apple_bw: tuple[float | None, str | None] | None = None
 
     # -- bandwidth -------------------------------------------------------------------------------------
     @property
@@ -115,10 +178,12 @@ class HostSource:
     def measure_bandwidth(self, size_bytes: int = DEFAULT_BENCH_BYTES, repeats: int = DEFAULT_BENCH_REPEATS
                           ) -> float:
         """Run the copy benchmark now (well under a second for the default size), cache and return it."""
+        self._probe_attempted = True
         bw = measure_copy_bandwidth_bytes_per_s(size_bytes, repeats)
         self._measured, self._measured_reason, self._cache_loaded = bw, None, True
+        self._measured_at = time.time()
         record = {"bandwidth_bytes_per_s": bw, "size_bytes": int(size_bytes), "repeats": int(repeats),
-                  "measured_at_unix_s": time.time(), "machine": machine_fingerprint()}
+                  "measured_at_unix_s": self._measured_at, "machine": machine_fingerprint()}
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_path.with_suffix(".tmp")
@@ -136,7 +201,8 @@ class HostSource:
         try:
             text = read_tail(path, CACHE_MAX_BYTES).decode("utf-8", "replace")  # regular files only, never waiting
         except FileNotFoundError:
-            self._measured_reason = "host bandwidth not measured yet (run the host bandwidth benchmark)"
+            self._measured_reason = ("host bandwidth not measured yet (kvmon measures it once, while no slot decodes; "
+                                     "or set it in settings or with --bandwidth host=GB/s)")
             return
         except OSError as exc:
             self._measured_reason = f"host bandwidth cache unreadable: {exc}"
@@ -155,25 +221,69 @@ class HostSource:
             self._measured_reason = "the cached host bandwidth is not a positive number: measure again"
             return
         self._measured = bw
+        at = record.get("measured_at_unix_s") if isinstance(record, dict) else None
+        self._measured_at = float(at) if isinstance(at, (int, float)) else None
 
     def _chip(self) -> str | None:
         if self._chip_name is HostSource._CHIP_UNSET:
             self._chip_name = _apple_chip_name()
         return self._chip_name
 
-    def _bandwidth(self, reasons: dict[str, str]) -> tuple[float | None, str | None]:
+    def _apple(self) -> tuple[float | None, str | None]:
+        """The Apple chip's bandwidth by bin (core counts from sysctl on a Mac, once), or (None, None) elsewhere."""
+        if self._apple_bw is None:
+            chip = self._chip()
+            if apple_chip_name(chip) is None:
+                self._apple_bw = (None, None)
+            else:
+                cores = _sysctl("hw.ncpu", "hw.perflevel0.physicalcpu") if sys.platform == "darwin" else []
+                ints = [int(c) if c.isdigit() else None for c in cores] + [None, None]
+                self._apple_bw = apple_bandwidth(chip, cpu_cores=ints[0], perf_cores=ints[1])
+        return self._apple_bw
+
+    def _system(self) -> tuple[str | None, str | None, float | None, str | None]:
+        """(CPU name, memory type, table bandwidth, how it was made), read once: none of it changes while running."""
+        if self._static is None:
+            kind = mts = channels = None
+            try:
+                with open_regular(self._root / UDEV_DMI_DB) as f:
+                    kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
+            except OSError:
+                pass
+            bw, how = table_host_bandwidth(kind, mts, channels)
+            mem = f"{kind}-{mts:.0f}" if kind and mts else kind
+            self._static = (_cpu_name(self._root), mem, bw, how)
+        return self._static
+
+    def probe_due(self) -> bool:
+        """Whether the one-time measurement should run now: allowed, no value the user set or the chip table has,
+        nothing measured on this machine yet, and not tried already in this process."""
+        if not self.auto_probe or self._probe_attempted or (self._user_bw is not None and self._user_bw > 0):
+            return False
+        if self._apple()[0] is not None:
+            return False
+        self._load_cache()
+        return self._measured is None
+
+    def _bandwidth(self, reasons: dict[str, str]) -> tuple[float | None, str | None, str | None]:
+        """(bytes/s, source, note): the user's, the chip table's, the measurement's, or the memory table's."""
         if self._user_bw is not None and self._user_bw > 0:
-            return float(self._user_bw), "user"
-        spec = lookup_gpu(self._chip())
-        if spec is not None and spec.unified_memory:
-            return spec.bandwidth_bytes_per_s, "table"
+            return float(self._user_bw), "user", None
+        apple_bw, apple_note = self._apple()
+        if apple_bw is not None:
+            return apple_bw, "table", apple_note
         self._load_cache()
         if self._measured is not None:
             if self._measured_reason:
                 reasons["host_bandwidth_bytes_per_s"] = self._measured_reason
-            return self._measured, "measured"
+            return self._measured, "measured", None
+        _cpu, _mem, table_bw, how = self._system()
+        if table_bw is not None:
+            return table_bw, "table", f"peak of the reported memory, not measured yet: {how}"
         reasons["host_bandwidth_bytes_per_s"] = self._measured_reason or "host bandwidth unknown"
-        return None, None
+        if how:
+            reasons["host_bandwidth_bytes_per_s"] += f"; {how}"
+        return None, None, None
 
     def close(self) -> None:
         """Nothing to release (psutil holds no handle between polls)."""
@@ -194,9 +304,11 @@ class HostSource:
         except Exception as exc:
             reasons["swap_total_bytes"] = reasons["swap_used_bytes"] = f"swap not readable: {exc}"
         values["server_rss_bytes"] = self._server_rss(server_pids, reasons)
-        bw, source = self._bandwidth(reasons)
+        bw, source, note = self._bandwidth(reasons)
+        cpu, mem, _bw, _how = self._system()
         return HostReading(t_monotonic=self._clock(), host_bandwidth_bytes_per_s=bw, host_bandwidth_source=source,
-                           reasons=reasons, **values)
+                           host_bandwidth_measured_at_unix_s=self._measured_at if source == "measured" else None,
+                           host_bandwidth_note=note, memory_type=mem, cpu_name=cpu, reasons=reasons, **values)
 
     def _server_rss(self, server_pids: Collection[int], reasons: dict[str, str]) -> int | None:
         key = "server_rss_bytes"

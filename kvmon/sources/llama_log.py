@@ -2,8 +2,10 @@
 
 The log is the only place that states what the server actually allocated: the KV cache size line (in its
 three historical spellings), offloaded layers, model / KV / compute buffer sizes per device, n_ctx,
-n_seq, flash attention, unified KV and the device free-memory lines. Lines may carry any prefix
-(timestamps, Ollama's ``msg=`` wrapper); a new load block (server restart) starts the facts afresh.
+n_seq, flash attention, unified KV, and the compute devices it found (``kvmon.sources.llama_devices``). Lines
+may carry any prefix (timestamps, Ollama's ``msg=`` wrapper); a new load block (server restart) starts the facts
+afresh. Since May 2026 (build 9151) llama-server prints none of the placement lines unless started with ``-lv 4``
+or ``-v``: ``placement_hint`` says so when a log lacks them.
 
 A log is outside input: a line longer than ``MAX_LINE_CHARS`` or with a number no type holds is skipped and
 counted (``lines_rejected``), never fatal, and a log file is read through ``kvmon.sources.localfile`` (regular
@@ -22,6 +24,7 @@ from typing import IO, Any
 from kvmon.core.bounds import MAX_BYTES, MAX_CONTEXT_TOKENS
 from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.sources.llama_devices import DeviceLines
 from kvmon.sources.localfile import read_from
 
 MIB = 1024 * 1024
@@ -36,7 +39,7 @@ _RESTART = re.compile(
 # llama_kv_cache_unified: size = ... (same shape, mid-late 2025)
 _KV_SIZE = re.compile(
     r"llama_kv_cache(?:_unified)?: +size = +" + _NUM + r" MiB \( *([0-9]+) cells, +([0-9]+) layers,"
-    r"(?: +([0-9]+)(?:/([0-9]+))? seqs)?\)(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
+    r"(?: +([0-9]+)(?:/ *([0-9]+))? seqs)?\)(?:, K \((\w+)\): +" + _NUM + r" MiB, V \((\w+)\): +" + _NUM + " MiB)?"
 )
 # until early 2025: llama_new_context_with_model: KV self size  =  X MiB, K (f16): X MiB, V (f16): X MiB
 _KV_SELF = re.compile(
@@ -44,8 +47,10 @@ _KV_SELF = re.compile(
 )
 # llama_memory_recurrent: size =    0.22 MiB (     4 cells,   4 layers,  4 seqs  0 rs_seq), R (f32): ..., S (f32): ...
 _RS_SIZE = re.compile(r"llama_memory_recurrent: +size = +" + _NUM + " MiB")
-_KV_BUF = re.compile(r"llama_kv_cache\w*: +(\S+) KV buffer size = +" + _NUM + " MiB")
-_MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) model buffer size = +" + _NUM + " MiB")
+# "init:" is the spring-2025 prefix (llama_kv_cache_unified::init), "llama_kv_cache_init:" the 2024 one
+_KV_BUF = re.compile(r"(?:llama_kv_cache\w*|init): +(\S+) KV buffer size = +" + _NUM + " MiB")
+# "model buffer size" since late 2024; 2024 builds printed "llm_load_tensors:        CPU buffer size = …"
+_MODEL_BUF = re.compile(r"(?:load_tensors|llm_load_tensors): +(\S+) (?:model )?buffer size = +" + _NUM + " MiB")
 _COMPUTE_BUF = re.compile(r": +(\S+) compute buffer size = +" + _NUM + " MiB")
 _OFFLOADED = re.compile(r"offloaded ([0-9]+)/([0-9]+) layers to GPU")
 _CTX_FIELD = re.compile(
@@ -55,6 +60,10 @@ _CTX_FIELD = re.compile(
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
 _FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
+_MODEL_FILE = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from "
+                         r"(.+?)(?: \(version .*)?$")
+_LOADED = re.compile(r"(llama_server: model loaded|main: model loaded|server is listening|"
+                     r"load_model: initializing, n_slots)")
 # llama_kv_cache_iswa: using full-size SWA cache (ref: ...); creating     SWA KV cache, size = 768 cells
 _SWA_FULL = re.compile(r"llama_kv_cache_iswa: using full-size SWA cache")
 _SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +SWA KV cache, size = ([0-9]+) cells")
@@ -114,6 +123,9 @@ class LlamaLogParser:
     kv_buffers: dict[str, int] = field(default_factory=dict)
     compute_buffers: dict[str, int] = field(default_factory=dict)
     device_free: dict[str, int] = field(default_factory=dict)
+    device_lines: DeviceLines = field(default_factory=DeviceLines)
+    model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
+    loaded: bool = False  # the server said it finished loading
     prompt_cache_limit_bytes: int | None = None  # -1 no limit, 0 off
     lines_matched: int = 0
     lines_rejected: int = 0  # too long, or a number no type holds: skipped
@@ -140,6 +152,14 @@ class LlamaLogParser:
         if _RESTART.search(line):
             if self._seen_anything():
                 self.reset()
+            return
+        if self.device_lines.feed(line):
+            self.lines_matched += 1
+        if _LOADED.search(line):
+            self.loaded = True
+        m = _MODEL_FILE.search(line)
+        if m:
+            self.model_path = m.group(1).strip()
             return
         m = _KV_SIZE.search(line)
         if m:
@@ -258,7 +278,8 @@ class LlamaLogParser:
         ``loading model`` line that follows them must not wipe them.
         """
         return bool(
-            self.kv_bytes_allocated is not None
+            self.loaded
+            or self.kv_bytes_allocated is not None
             or self.recurrent_bytes_allocated is not None
             or self.n_ctx_total is not None
             or self.model_buffers
@@ -282,6 +303,7 @@ class LlamaLogParser:
             "total_layers": self.total_layers,
             "kv_bytes_allocated": self.kv_bytes_allocated,
             "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
+            "model_path": self.model_path,
             "prompt_cache_limit_bytes": self.prompt_cache_limit_bytes,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
@@ -292,7 +314,24 @@ class LlamaLogParser:
             "device_free_bytes_by_device": dict(self.device_free),
         }
         prov.update({k: Provenance.LOG for k, v in maps.items() if v})
-        return ServerConfig(**values, **maps, provenance=prov)  # type: ignore[arg-type]
+        devices = self.device_lines.devices()
+        if devices:
+            prov["devices"] = Provenance.LOG
+        return ServerConfig(**values, **maps, devices=devices, provenance=prov)  # type: ignore[arg-type]
+
+    def placement_hint(self) -> str | None:
+        """Why this log cannot say where the model lives, when it cannot (None when it can, or cannot tell yet)."""
+        if self.model_buffers or self.kv_buffers or self.kv_bytes_allocated is not None:
+            return None
+        v = self.device_lines.verbosity
+        if v is not None and v < 4:
+            return (f"llama-server logs at verbosity {v}: its load_tensors and llama_kv_cache lines (where the model "
+                    "and KV cache live) are hidden; start it with -lv 4 and give kvmon that log")
+        if self.loaded:
+            return ("the log has no load_tensors or llama_kv_cache lines (where the model and KV cache live): "
+                    "llama-server builds since May 2026 print them only with -lv 4 or -v; give kvmon the log from "
+                    "the server's start")
+        return None
 
 
 def parse_llama_log(lines: Iterable[str]) -> ServerConfig:
@@ -348,6 +387,11 @@ class LogFollower:
                     self.parser.feed(text.rstrip("\r\n"))
         except (OSError, ValueError) as e:  # the stream was closed or failed
             self.error = f"cannot read the piped log: {e}"
+
+    def placement_hint(self) -> str | None:
+        """The parser's ``placement_hint`` for what was read so far."""
+        with self._lock:
+            return self.parser.placement_hint()
 
     def poll(self) -> ServerConfig:
         """Read new lines (if any) and return the current facts; an unreadable file sets ``error``."""

@@ -499,5 +499,8 @@ class LlamaServerSource:
             layers.append(self._log.poll())
             if self._log.error:
                 reasons["config.log"] = self._log.error
+            hint = self._log.placement_hint()
+            if hint:
+                reasons["log_placement"] = hint
         layers.append(self._config_override)
         return merge_configs(*layers), pids

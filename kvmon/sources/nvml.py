@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmon.core.readings import GpuProcess, GpuReading, GpuSetReading, PcieLink
+from kvmon.core.readings import DeviceKind, GpuProcess, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics import gpus
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
 from kvmon.sources.procs import PidTreeCache
@@ -62,7 +62,7 @@ PCIE_THROUGHPUT_BYTES_PER_KB = 1024
 _EMPTY_PROCESS_LIST_SUSPECT_BYTES = 512 * 1024**2
 
 _GPU_FIELDS: tuple[str, ...] = (
-    "name", "uuid", "vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes",
+    "name", "uuid", "pci_bus_id", "vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes",
     "gpu_busy_percent", "memory_busy_percent", "mem_clock_mhz", "mem_clock_max_mhz", "bus_width_bits",
     "peak_bandwidth_bytes_per_s", "dram_bandwidth_util_percent", "pcie.generation", "pcie.width",
     "pcie.max_generation", "pcie.max_width", "pcie.bandwidth_bytes_per_s", "pcie_tx_bytes_per_s",
@@ -70,12 +70,26 @@ _GPU_FIELDS: tuple[str, ...] = (
     "other_processes_used_bytes",
 )
 
+# Fields of the device reading that other device sources fill and NVML has no query for (GTT spill, unified
+# memory's working set, memory type): always None here, and not a gap to explain.
+FIELDS_NOT_READ: frozenset[str] = frozenset({"memory_type", "spill_total_bytes", "spill_used_bytes",
+                                             "server_spill_bytes", "working_set_limit_bytes", "working_set_source"})
+
 
 def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_bits: int | None) -> float | None:
     """Peak DRAM bandwidth from NVML's max memory clock: 2 × MHz × 1e6 × bus bits / 8 (None when unknown)."""
     if not mem_clock_max_mhz or not bus_width_bits or mem_clock_max_mhz <= 0 or bus_width_bits <= 0:
         return None
     return 2.0 * float(mem_clock_max_mhz) * 1e6 * float(bus_width_bits) / 8.0
+
+
+def pci_bus_id(nvml_bus_id: Any) -> str | None:
+    """NVML's "00000000:01:00.0" as llama.cpp and Linux print it: "0000:01:00.0" (lower case)."""
+    text = _text(nvml_bus_id).strip().strip("\x00").lower()
+    parts = text.split(":")
+    if len(parts) != 3:
+        return text or None
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
 
 
 def choose_peak_bandwidth(
@@ -125,6 +139,7 @@ class _DeviceState:
     handle: Any = None
     name: str | None = None
     uuid: str | None = None
+    pci: tuple[str | None, str | None] | None = None  # (bus id, vendor:device), read once
     skip: dict[str, str] = field(default_factory=dict)  # fname -> permanent reason
     memory_v2: bool = True
     pcie_counters: bool | None = None  # cumulative PCIe byte counters (field values) supported?
@@ -281,7 +296,8 @@ class NvmlSource:
                     if _nvml_code(exc) == _GPU_IS_LOST:
                         raise _Lost(_describe(exc)) from exc
                     r.fail(_GPU_FIELDS, f"no handle for GPU {index}: {_describe(exc)}")
-                    return GpuReading(index=index, reasons=r.reasons)
+                    return GpuReading(index=index, reasons=r.reasons, vendor="nvidia", source="nvml",
+                                      vendor_index=index)
             self._read_fields(index, r, server_pids, server_known)
         except _Lost as lost:
             state.handle = None  # ask again next time: a reset GPU comes back with a new handle
@@ -289,7 +305,8 @@ class NvmlSource:
             r.values.clear()
             r.reasons.clear()
             r.fail(tuple(f for f in _GPU_FIELDS if f not in ("name", "uuid")), str(lost))
-            return GpuReading(index=index, name=state.name, uuid=state.uuid, reasons=r.reasons)
+            return GpuReading(index=index, name=state.name, uuid=state.uuid, reasons=r.reasons, vendor="nvidia",
+                              source="nvml", vendor_index=index)
         v = r.values
         pcie = PcieLink(
             generation=v.get("pcie.generation"), width=v.get("pcie.width"),
@@ -297,7 +314,11 @@ class NvmlSource:
             bandwidth_bytes_per_s=v.get("pcie.bandwidth_bytes_per_s"),
         )
         plain = {k: val for k, val in v.items() if not k.startswith("pcie.")}
-        return GpuReading(index=index, pcie=pcie, reasons=dict(r.reasons), **plain)
+        # a GPU with no memory bus of its own (NVML says 0 bits: GB10 and other NVLink-C2C parts) shares the RAM
+        kind = DeviceKind.UNIFIED_MEMORY if "unified" in r.reasons.get("bus_width_bits", "") else \
+            DeviceKind.DISCRETE_GPU
+        return GpuReading(index=index, pcie=pcie, reasons=dict(r.reasons), kind=kind.value, vendor="nvidia",
+                          source="nvml", vendor_index=index, **plain)
 
     def _read_fields(self, index: int, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
         nvml, state, v, h = self._nvml, r.state, r.values, r.state.handle
@@ -309,6 +330,18 @@ class NvmlSource:
             uuid = r.call(("uuid",), "nvmlDeviceGetUUID", h)
             state.uuid = None if uuid is None else _text(uuid)
         v["uuid"] = state.uuid
+        pci_fields = ("pci_bus_id", "pci_device_id")
+        if state.pci is None:
+            info = r.call(pci_fields, "nvmlDeviceGetPciInfo", h)
+            if info is None:
+                state.pci = (None, None)
+                state.skip.setdefault("nvmlDeviceGetPciInfo", r.reasons.get("pci_bus_id", "no PCI info"))
+            else:
+                dev_id = int(getattr(info, "pciDeviceId", 0) or 0)
+                state.pci = (pci_bus_id(info.busId), f"{dev_id & 0xFFFF:04x}:{dev_id >> 16:04x}" if dev_id else None)
+        elif state.pci[0] is None:
+            r.fail(pci_fields, state.skip.get("nvmlDeviceGetPciInfo", "NVML gave no PCI bus id for this GPU"))
+        v["pci_bus_id"], v["pci_device_id"] = state.pci
 
         self._read_memory(r)
 

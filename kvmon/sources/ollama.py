@@ -27,7 +27,7 @@ from kvmon.core.readings import (
     SlotReading,
     SourceError,
 )
-from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
+from kvmon.proxy.stats import ProxyView
 from kvmon.sources import procs
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
@@ -41,6 +41,7 @@ from kvmon.sources.ollama_parse import (
     parse_show,
     pick_active,
 )
+from kvmon.sources.proxy_reader import ProxyReader
 
 DEFAULT_PORT = 11434
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
@@ -48,24 +49,11 @@ ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11
 SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies
 SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
-PROXY_TIMEOUT_S = 0.5
 OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
 # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
 # one KV stream per slot (the bottom config layer).
 OLLAMA_DEFAULTS = ServerConfig(n_parallel=OLLAMA_DEFAULT_NUM_PARALLEL, kv_unified=False,
                                provenance={"n_parallel": Provenance.DEFAULT, "kv_unified": Provenance.DEFAULT})
-
-
-def _same_endpoint(a: str, b: str) -> bool:
-    """Whether two URLs name the same server (``localhost`` and ``127.0.0.1`` count as the same)."""
-    try:
-        pa, pb = urlsplit(a), urlsplit(b)
-        ha, hb = (pa.hostname or ""), (pb.hostname or "")
-        ports = (pa.port or DEFAULT_PORT, pb.port or DEFAULT_PORT)
-    except ValueError:
-        return False
-    same_host = ha == hb or (procs.is_local_host(ha) and procs.is_local_host(hb))
-    return same_host and ports[0] == ports[1]
 
 
 # ---------------------------------------------------------------------------------------------- the source
@@ -109,9 +97,7 @@ class OllamaSource:
         self._show_client = HttpClient(
             self.base_url, api_key=api_key, timeout_s=max(timeout_s, 10.0), max_body_bytes=SHOW_MAX_BODY_BYTES
         )
-        self._proxy_explicit = proxy_url is not None
-        self._proxy_url = normalize_base_url(proxy_url) if proxy_url else DEFAULT_PROXY_URL
-        self._proxy_client: HttpClient | None = None
+        self._proxy_reader = ProxyReader(proxy_url, DEFAULT_PROXY_URL, self.base_url, DEFAULT_PORT)
         self._state = _State()
         self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
@@ -135,8 +121,7 @@ class OllamaSource:
         """Close HTTP clients (and the child's source, if one was opened)."""
         self._client.close()
         self._show_client.close()
-        if self._proxy_client is not None:
-            self._proxy_client.close()
+        self._proxy_reader.close()
         if self._child_tracker is not None:
             self._child_tracker.close()
 
@@ -199,17 +184,7 @@ class OllamaSource:
         return parse_show(decode_json(resp, "/api/show"), verbose=verbose)
 
     def _proxy(self, t_mono: float, t_wall: float) -> tuple[ProxyView | None, str | None]:
-        if self._proxy_client is None:
-            self._proxy_client = HttpClient(self._proxy_url, timeout_s=PROXY_TIMEOUT_S)
-        try:
-            view = parse_stats(self._proxy_client.get_json(STATS_PATH), t_mono, t_wall)
-        except SourceError as e:
-            if self._proxy_explicit:
-                return None, f"kvmon proxy at {redact_url(self._proxy_url)}: {e.failure.reason}"
-            return None, None
-        if view.upstream and not _same_endpoint(view.upstream, self.base_url):
-            return None, f"the kvmon proxy at {redact_url(self._proxy_url)} forwards to {view.upstream}, not here"
-        return view, None
+        return self._proxy_reader.read(t_mono, t_wall)
 
     # -- the poll
 
@@ -279,6 +254,7 @@ class OllamaSource:
             log_config, log_reason = self._log_config()
             if log_config is None and log_reason:
                 reasons["log"] = log_reason
+            log_config = _for_active_model(log_config, show.blob_path if show else None, reasons)
         # Ollama's defaults < its log < what /api/ps measured < the child's argv and environment < the user
         config = merge_configs(OLLAMA_DEFAULTS, log_config, measured, child_config, self._override)
         if child_reading is not None:
@@ -380,3 +356,18 @@ class OllamaSource:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
                 raise
             return None  # /api/ps decides whether this is Ollama at all
+
+
+def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: dict[str, str]) -> ServerConfig | None:
+    """The log's placement (buffers, layers) only when its last load is the active model's file; the devices stay."""
+    if cfg is None or not cfg.model_path or not blob_path:
+        return cfg
+    if os.path.basename(cfg.model_path) == os.path.basename(blob_path):
+        return cfg
+    reasons["log_placement"] = "the Ollama log's last model load is another model's: its placement is not used"
+    prov = {k: v for k, v in cfg.provenance.items()
+            if k not in ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+                         "offloaded_layers", "total_layers", "model_path")}
+    return replace(cfg, model_buffer_bytes_by_device={}, kv_buffer_bytes_by_device={},
+                   compute_buffer_bytes_by_device={}, offloaded_layers=None, total_layers=None, model_path=None,
+                   provenance=prov)

@@ -24,6 +24,7 @@ import psutil
 
 from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
+from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llama_args import parse_llama_server_args
 from kvmon.sources.llama_parse import parse_slot
@@ -210,11 +211,34 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
         tail = read_tail(path, LOG_TAIL_BYTES).decode("utf-8", errors="replace")  # regular files only, no waiting
     except OSError as e:
         return None, f"Ollama log {path} not readable ({e.strerror or type(e).__name__})"
-    for line in reversed(tail.splitlines()):
+    lines = tail.splitlines()
+    placement = _child_placement(lines)
+    for line in reversed(lines):
         env = parse_server_config_line(line)
         if env is not None:
-            return ollama_environment_config(env, Provenance.LOG), None
+            return merge_configs(ollama_environment_config(env, Provenance.LOG), placement), None
+    if placement is not None:
+        return placement, None
     return None, f"no \"server config\" line in the Ollama log {path}"
+
+
+def _child_placement(lines: list[str]) -> ServerConfig | None:
+    """Where the last model Ollama loaded lives, from its llama-server child's lines in Ollama's log (Ollama starts
+    the child with -lv 4, so its device list, buffers and KV lines are there): only the placement fields, and
+    ``model_path`` so that the caller can tell whether that load is the active model's."""
+    from kvmon.sources.llama_log import LlamaLogParser
+
+    parser = LlamaLogParser()
+    for line in lines:
+        parser.feed(line)
+    cfg = parser.config()
+    keep = ("devices", "model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+            "offloaded_layers", "total_layers", "model_path")
+    values = {k: getattr(cfg, k) for k in keep}
+    if not (values["model_buffer_bytes_by_device"] or values["devices"]):
+        return None
+    prov = {k: v for k, v in cfg.provenance.items() if k in keep}
+    return ServerConfig(**values, provenance=prov)
 
 
 def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:

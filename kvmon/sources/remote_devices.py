@@ -1,5 +1,6 @@
-"""Device readings of another machine: the GPUs and host RAM that a ``kvmon serve`` running beside a remote model
-server exports at its ``/metrics`` (``kvmon.core.report_prometheus``), read back as kvmon's own readings.
+"""Device readings of another machine: the GPUs, unified memory and host RAM that a ``kvmon serve`` running beside a
+remote model server exports at its ``/metrics`` (``kvmon.core.report_prometheus``), read back as kvmon's own
+readings: each device with its kind, vendor, the source that read it there and where its bandwidth came from.
 
 When the model server is on another machine this machine's GPUs say nothing about it, so kvmon reads the devices
 there, from one URL (``--devices http://that-host:9464``); without one it says that it cannot see them, rather
@@ -8,13 +9,16 @@ than showing the local ones. One scrape serves the GPU and the host reading of t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from kvmon.core.bounds import MAX_BYTES
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, PcieLink, SourceError
 from kvmon.sources.http import HttpClient, normalize_base_url, raise_for_status
 
+MAX_DEVICES = 64  # an exporter listing more is not describing a machine
 SCRAPE_REUSE_S = 0.5  # the GPU and host parts of one poll share a scrape
 STALE_AFTER_S = 60.0  # the remote exporter polls every few seconds; a sample this old is not "now"
 NO_REMOTE_DEVICES = ("the model server runs on another machine: its GPUs are not this machine's; run `kvmon serve` "
@@ -34,9 +38,17 @@ _GPU_FIELDS: Mapping[str, tuple[str, float]] = {
     "kvmon_gpu_pcie_tx_bytes_per_second": ("pcie_tx_bytes_per_s", 1.0),
     "kvmon_gpu_power_watts": ("power_w", 1.0),
     "kvmon_gpu_temperature_celsius": ("temperature_c", 1.0),
+    "kvmon_gpu_working_set_limit_bytes": ("working_set_limit_bytes", 1.0),
+    "kvmon_gpu_spill_used_bytes": ("spill_used_bytes", 1.0),
+    "kvmon_gpu_spill_total_bytes": ("spill_total_bytes", 1.0),
 }
 _INT_FIELDS = frozenset({"vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "server_used_bytes",
-                         "other_processes_used_bytes"})
+                         "other_processes_used_bytes", "working_set_limit_bytes", "spill_used_bytes",
+                         "spill_total_bytes"})
+# kvmon_device_info labels → GpuReading fields (an empty label is unknown)
+_INFO_FIELDS: Mapping[str, str] = {"kind": "kind", "vendor": "vendor", "source": "source",
+                                   "bandwidth_source": "bandwidth_source", "working_set_source": "working_set_source",
+                                   "pci_bus_id": "pci_bus_id", "memory_type": "memory_type"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,21 @@ class Scrape:
     gpus: tuple[GpuReading, ...] = ()
     host: Mapping[str, float] = field(default_factory=dict)
     last_poll_wall: float | None = None
+    host_labels: Mapping[str, str] = field(default_factory=dict)  # bandwidth source, CPU name, memory type
+    dropped: Mapping[str, str] = field(default_factory=dict)  # series → why its value was not taken
+
+
+def _index(label: str | None) -> int | None:
+    """A device index label as a number: ASCII digits below MAX_DEVICES, else None (not a device kvmon exports)."""
+    if label is None or not (label.isascii() and label.isdigit()) or len(label) > 6:
+        return None
+    index = int(label)
+    return index if index < MAX_DEVICES else None
+
+
+def _usable(value: float) -> bool:
+    """Every device series is a size, a rate, a ratio, a temperature or a time: finite, not negative, bounded."""
+    return math.isfinite(value) and 0.0 <= value <= MAX_BYTES
 
 
 def parse_exporter_text(text: str, source: str) -> Scrape:
@@ -53,30 +80,63 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
     from prometheus_client.parser import text_string_to_metric_families
 
     by_index: dict[int, dict[str, object]] = {}
+    info: dict[int, Mapping[str, str]] = {}
     host: dict[str, float] = {}
+    host_labels: dict[str, str] = {}
     last: float | None = None
+    dropped: dict[str, str] = {}  # host and other series
+    gpu_dropped: dict[int, dict[str, str]] = {}  # per GPU: field → why
     for fam in text_string_to_metric_families(text):
         for sample in fam.samples:
-            name, labels, value = sample.name, sample.labels, float(sample.value)
+            name, labels = sample.name, sample.labels
+            try:
+                value = float(sample.value)
+            except OverflowError:  # an integer literal past any float
+                value = math.inf
+            gpu = _index(labels.get("gpu"))
+            if not _usable(value):  # one impossible value is dropped, never the whole machine's readings
+                why = f"{source} sent {value!r} for {name}: not a size, rate or time (dropped)"
+                if gpu is not None and name in _GPU_FIELDS:
+                    gpu_dropped.setdefault(gpu, {})[_GPU_FIELDS[name][0]] = why
+                else:
+                    dropped[name] = why
+                continue
             if name == "kvmon_last_poll_timestamp_seconds":
                 last = value
+            elif name == "kvmon_host_bandwidth_info":
+                host_labels["bandwidth_source"] = labels.get("source", "")
+            elif name == "kvmon_host_info":
+                host_labels.update({k: labels.get(k, "") for k in ("cpu_name", "memory_type")})
             elif name.startswith("kvmon_host_") or name == "kvmon_server_rss_bytes":
                 host[name] = value
-            elif name in _GPU_FIELDS and "gpu" in labels and labels["gpu"].isdigit():
-                g = by_index.setdefault(int(labels["gpu"]), {"name": labels.get("gpu_name") or None})
+            elif name == "kvmon_device_info" and gpu is not None:
+                info[gpu] = labels
+            elif name in _GPU_FIELDS and gpu is not None:
+                g = by_index.setdefault(gpu, {"name": labels.get("gpu_name") or None})
                 attr, scale = _GPU_FIELDS[name]
                 g[attr] = int(value) if attr in _INT_FIELDS else value * scale
-            elif name == "kvmon_gpu_pcie_bandwidth_bytes_per_second" and labels.get("gpu", "").isdigit():
-                by_index.setdefault(int(labels["gpu"]), {"name": labels.get("gpu_name") or None})["pcie"] = \
+            elif name == "kvmon_gpu_pcie_bandwidth_bytes_per_second" and gpu is not None:
+                by_index.setdefault(gpu, {"name": labels.get("gpu_name") or None})["pcie"] = \
                     PcieLink(bandwidth_bytes_per_s=value)
     gpus = []
     for index, values in sorted(by_index.items()):
+        labels = info.get(index, {})
+        if labels.get("source") == "log":
+            continue  # a device only the server's log names there: no reading (this side's log names it again)
         reasons = {"source": f"read from {source}"}
         if "server_used_bytes" not in values:
             reasons["server_used_bytes"] = f"{source} does not say which GPU memory is the model server's"
-        bw = "remote" if values.get("peak_bandwidth_bytes_per_s") is not None else None
-        gpus.append(GpuReading(index=index, bandwidth_source=bw, reasons=reasons, **values))  # type: ignore[arg-type]
-    return Scrape(tuple(gpus), host, last)
+        values.update({attr: labels[k] for k, attr in _INFO_FIELDS.items() if labels.get(k)})
+        vendor_index = _index(labels.get("vendor_index"))
+        if vendor_index is not None:
+            values["vendor_index"] = vendor_index
+        reasons.update(gpu_dropped.get(index, {}))
+        if values.get("peak_bandwidth_bytes_per_s") is None:
+            values.pop("bandwidth_source", None)
+        elif "bandwidth_source" not in values:  # an exporter that does not say where it came from
+            values["bandwidth_source"] = "remote"
+        gpus.append(GpuReading(index=index, reasons=reasons, **values))  # type: ignore[arg-type]
+    return Scrape(tuple(gpus), host, last, host_labels, dropped)
 
 
 class RemoteDevices:
@@ -152,11 +212,18 @@ class RemoteHost:
             return int(h[name]) if name in h else None
 
         bw = h.get("kvmon_host_bandwidth_bytes_per_second")
+        labels = scrape.host_labels
         return HostReading(t_monotonic=t, ram_total_bytes=i("kvmon_host_ram_total_bytes"),
                            ram_available_bytes=i("kvmon_host_ram_available_bytes"),
+                           swap_total_bytes=i("kvmon_host_swap_total_bytes"),
+                           swap_used_bytes=i("kvmon_host_swap_used_bytes"),
                            server_rss_bytes=i("kvmon_server_rss_bytes"), host_bandwidth_bytes_per_s=bw,
-                           host_bandwidth_source="remote" if bw is not None else None,
-                           reasons={"host": f"read from {self.devices.display_url}"})
+                           host_bandwidth_source=(labels.get("bandwidth_source") or "remote") if bw is not None
+                           else None,
+                           host_bandwidth_measured_at_unix_s=h.get("kvmon_host_bandwidth_measured_timestamp_seconds"),
+                           memory_type=labels.get("memory_type") or None, cpu_name=labels.get("cpu_name") or None,
+                           reasons={"host": f"read from {self.devices.display_url}",
+                                    **scrape.dropped})
 
     def close(self) -> None:
         """The devices object owns the connection."""

@@ -13,6 +13,10 @@ from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import advice as advice_mod
 
+# servers whose KV pool fills the memory it is given (a cheaper type holds more tokens, frees nothing), or whose
+# cache type is not a command-line flag kvmon can name
+NO_TYPE_ADVICE = ("vllm", "lmstudio")
+
 
 def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
                  ceiling_now: float | None, decode: float | None, context: int | None, *, memo: PhysicsMemo,
@@ -31,6 +35,8 @@ def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[A
 def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
                   ceiling_now: float | None, decode: float | None, context: int | None, memo: PhysicsMemo,
                   advice_types: Sequence[str], median_eff: float | None) -> tuple[CacheAdvice, ...]:
+    if r.backend in NO_TYPE_ADVICE:
+        return ()
     if shape is None or not model.n_ctx_total or model.kv_type_k is None or model.kv_type_v is None:
         return ()
     ollama = r.backend == "ollama"

@@ -14,14 +14,15 @@ from dataclasses import replace
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
-from kvmon.core.analysis import advice, alert_facts, ceiling, gpu_views, placement, regimes, speeds
+from kvmon.core.analysis import advice, alert_facts, ceiling, devices, gpu_views, placement, regimes, speeds
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
 from kvmon.core.analysis.settings import AnalyzerSettings
-from kvmon.core.analysis.vram_trend import VramTrend
+from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
+from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.points import model_key
 from kvmon.core.rates import SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
@@ -32,13 +33,18 @@ class Analyzer:
     """Turns each poll's readings into a Snapshot; keep one per monitored server."""
 
     def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
-                 alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic,
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+        """``settings_source``: asked before every poll for the settings the user has now (the dashboard's dialog
+        changes bandwidths while polling goes on); its None keeps the settings as they are."""
         self.settings = settings or AnalyzerSettings()
+        self._settings_source = settings_source
         self._clock = clock  # for failures that come with no reading to take a time from
         self._rates = rate_tracker if rate_tracker is not None else SlotRateTracker()
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
         self._memo = PhysicsMemo()
         self._trend = VramTrend(self.settings.thresholds)
+        self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
                                       self.settings.curve_points)
         self._seq = 0
@@ -54,6 +60,8 @@ class Analyzer:
                host: HostReading | None = None) -> Snapshot:
         """Analyse one poll. A SourceFailure gives a Snapshot with that connection state and no speeds."""
         self._seq += 1
+        if self._settings_source is not None:
+            self.settings = self._settings_source() or self.settings
         if isinstance(server, SourceFailure):
             self._reload_seen = self._reload_seen or server.kind is FailureKind.MODEL_LOADING
             return self._failure(server, gpus, host)
@@ -74,6 +82,7 @@ class Analyzer:
         self.alerts.reset()
         self._memo.clear()
         self._trend.clear()
+        self._swap.clear()
         self._forecaster.reset()
         self._seq = 0
         self._last_ok = None
@@ -118,26 +127,35 @@ class Analyzer:
         where = speeds.depth(r, rates.per_slot, prov, reasons)
         kv_in_use, kv_read_now = speeds.kv_now(r, shape, where.context, type_k, type_v, memo, prov)
 
-        # the GPUs, where the model lives, and the devices the ceiling sums time over
+        # the devices (read ones, then the ones only the log names), where the model lives, and the devices the
+        # ceiling sums time over
         gviews, greason = gpu_views.gpu_views(gpus, st.gpu_bandwidth_bytes_per_s)
         self._trend.track(t, gpus)
-        place = placement.place(r, model.weight_bytes, gpus)
+        placeholder = not gviews and bool(r.weight_bytes_vram) and not devices.log_names(r.config)
+        devs = devices.assemble(gviews, gpus, r.config, st, greason, gpu_placeholder=placeholder)
+        host_bw, host_src = _host_bandwidth(st.host_bandwidth_bytes_per_s, host)
+        gviews = gpu_views.with_host_bandwidth(devs.views, host_bw, host_src)
+        devs = devices.Devices(gviews, devs.by_name)
+        no_gpu_here = gpus is not None and not gviews and _local(r)
+        place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus), no_gpu_here=no_gpu_here)
         if place.note:
             reasons["placement"] = place.note
-        placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device)
-        host_bw = st.host_bandwidth_bytes_per_s or (host.host_bandwidth_bytes_per_s if host else None)
-        devices, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
+        placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,
+                                      devs)
+        devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
         # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)
         # begins a new regime, and the forecast's measurements start again
-        self._observe_regime(r, model, type_k, type_v, devices)
-        ceiling_now, curve = ceiling.ceiling(devices, dev_reason, shape, model, kv_read_now, type_k, type_v,
+        self._observe_regime(r, model, type_k, type_v, devices_now)
+        ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
+        if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
+            ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
         efficiency = rates.decode / ceiling_now if rates.decode is not None and ceiling_now else None
         suspect = None
         if efficiency is not None and efficiency > 1.0:
             # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
-            suspect = ceiling.suspect(rates.decode, ceiling_now, devices, place, gviews, model, prov)
+            suspect = ceiling.suspect(rates.decode, ceiling_now, devices_now, place, gviews, model, prov)
             reasons["efficiency"] = suspect.message
             efficiency = None
             self._forecaster.add_efficiency(1.0)
@@ -145,25 +163,34 @@ class Analyzer:
             prov["efficiency"] = "computed"
             self._forecaster.add_efficiency(efficiency)
         bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
-        gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus)
-
-        # what follows from the session so far: this poll's point joins the fit's store, then the forecast
-        self._forecaster.add(r, model, where.slots, where.context, rates.decode)
-        vfacts = self._trend.facts(gviews)
-        fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices, shape, type_k, type_v,
-                                       vfacts, prov, reasons)
-        cheaper = advice.cache_advice(r, model, shape, devices, ceiling_now, rates.decode, where.context, memo=memo,
-                                      advice_types=st.advice_types,
-                                      median_efficiency=self._forecaster.median_efficiency())
-        slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
+        gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
         # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
-        hview = replace(gpu_views.host_view(host, place, cache_bytes(model)),
+        hview = replace(gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
+                                            model=model, decode=rates.decode, kv_read_now=kv_read_now,
+                                            gviews=gviews),
                         prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
         if r.config.prompt_cache_limit_bytes is not None:
             cp = r.config.provenance.get("prompt_cache_limit_bytes")
             prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
+
+        # what follows from the session so far: this poll's point joins the fit's store, then the forecast
+        self._forecaster.add(r, model, where.slots, where.context, rates.decode)
+        vfacts = self._trend.facts(gviews)
+        fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
+                                       vfacts, prov, reasons)
+        cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
+                                      advice_types=st.advice_types,
+                                      median_efficiency=self._forecaster.median_efficiency())
+        slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
+        compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
+                   if is_device_buffer(d)}
+        dfacts = alert_facts.DeviceFacts(
+            gviews=gviews, host=hview, cache_bytes=cache_bytes(model),
+            compute_by_index={k: v for k, v in compute.items() if k is not None},
+            swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
+            log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper, host=hview)
+                                          ceiling_now, cheaper, dfacts)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
@@ -180,7 +207,7 @@ class Analyzer:
         )
 
     def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,
-                        devices: list[Any] | None) -> None:
+                        shares: list[Any] | None) -> None:
         """This poll's regime key, and whether the server reloaded (was loading, or its process changed) since."""
         if r.state == "loading":
             self._reload_seen = True
@@ -190,5 +217,21 @@ class Analyzer:
         self._server_pids = pids or self._server_pids
         self._reload_seen = False
         key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,
-                                 model.kv_type_v and type_v, model.n_slots, devices)
+                                 model.kv_type_v and type_v, model.n_slots, shares)
         self._forecaster.observe(key, reloaded=reloaded, t_monotonic=r.t_monotonic, t_wall=r.t_wall)
+
+def _host_bandwidth(user: float | None, host: HostReading | None) -> tuple[float | None, str | None]:
+    """The host RAM's bandwidth: the user's from settings, else what the host source found, with its source."""
+    if user:
+        return user, "user"
+    if host is not None and host.host_bandwidth_bytes_per_s:
+        return host.host_bandwidth_bytes_per_s, host.host_bandwidth_source
+    return None, None
+
+
+def _local(r: ServerReading) -> bool:
+    """Whether the server runs on this machine (its processes were found, or it listens on loopback)."""
+    if r.server_pids:
+        return True
+    host = r.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]").lower()
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")

@@ -46,6 +46,21 @@ def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, m
     return ceiling_now, curve
 
 
+def batch_ceiling(devices: list[Any] | None, kv_in_use_bytes: int | None, n_running: int | None,
+                  prov: dict[str, str], reasons: dict[str, str]) -> float | None:
+    """All running requests of a pooled KV cache (vLLM) decoding together: each engine step reads the weights once
+    and every request's KV, and gives each request one token, so the bus allows n / step time tokens a second."""
+    if devices is None or kv_in_use_bytes is None or not n_running or n_running < 2:
+        return None
+    one_step = ceiling_mod.ceiling_tok_s(devices, float(kv_in_use_bytes))
+    if one_step is None:
+        return None
+    prov["ceiling_tok_s"] = "computed"
+    reasons["ceiling_tok_s"] = (f"for the {n_running} requests decoding together: each step reads the weights once "
+                                "and all their KV cache (one conversation's depth is not reported)")
+    return one_step * n_running
+
+
 @dataclass(frozen=True)
 class Bandwidth:
     """Bytes one token reads, the bandwidth the measured speed implies, the peak at the ceiling, the headroom."""

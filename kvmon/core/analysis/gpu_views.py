@@ -1,6 +1,7 @@
-"""The GPUs and the host as the Snapshot shows them: each GPU's peak bandwidth (the user's value, else what the GPU
-source chose by ``kvmon.physics.gpus.choose_peak_bandwidth``, else the table), its VRAM split into weights, KV
-cache, the server's other buffers and other processes, and what of the model lives in host RAM.
+"""The devices and the host as the Snapshot shows them: each device's peak bandwidth (the user's value, else what
+the device source chose by ``kvmon.physics.gpus.choose_peak_bandwidth``, else the table; an integrated GPU without
+one reads the host's), its memory split into weights, KV cache, the server's other buffers and other processes,
+and host RAM as a device of its own: what of the model lives there and what decode reads from it.
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.model_view import cache_bytes
-from kvmon.core.analysis.placement import Placement, device_gpu_index
+from kvmon.core.analysis.placement import Placement
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH
+from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
 from kvmon.core.snapshot import GpuView, HostView, ModelView
 from kvmon.physics.gpus import choose_peak_bandwidth, pcie_bandwidth_bytes_per_s
@@ -38,7 +41,8 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
             g.pcie.max_generation or g.pcie.generation, g.pcie.max_width or g.pcie.width)
         reasons = dict(g.reasons)
         if bw is None:
-            reasons["peak_bandwidth_bytes_per_s"] = NO_GPU_BANDWIDTH
+            reasons.setdefault("peak_bandwidth_bytes_per_s", NO_GPU_BANDWIDTH)
+        table_size = "table" in reasons.get("vram_total_bytes", "") and g.vram_total_bytes is not None
         out.append(GpuView(
             index=g.index, name=g.name, vram_total_bytes=g.vram_total_bytes, vram_used_bytes=g.vram_used_bytes,
             vram_free_bytes=g.vram_free_bytes, other_processes_bytes=g.other_processes_used_bytes,
@@ -46,17 +50,46 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
             peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, memory_busy_percent=g.memory_busy_percent,
             gpu_busy_percent=g.gpu_busy_percent, pcie_rx_bytes_per_s=g.pcie_rx_bytes_per_s,
             pcie_tx_bytes_per_s=g.pcie_tx_bytes_per_s, pcie_bandwidth_bytes_per_s=pcie_bw,
-            power_w=g.power_w, temperature_c=g.temperature_c, reasons=reasons,
+            power_w=g.power_w, temperature_c=g.temperature_c, reasons=reasons, kind=g.kind, vendor=g.vendor,
+            source=g.source, memory_source="table" if table_size else "measured",
+            working_set_limit_bytes=g.working_set_limit_bytes, working_set_source=g.working_set_source,
+            spill_total_bytes=g.spill_total_bytes, spill_used_bytes=g.spill_used_bytes,
+            server_spill_bytes=g.server_spill_bytes, vendor_index=g.vendor_index, pci_bus_id=g.pci_bus_id,
+            memory_type=g.memory_type,
         ))
     return tuple(out), None
 
 
+def server_used(gpus: GpuSetReading | None) -> dict[int, int | None]:
+    """What the device sources say the server holds on each read device, by index."""
+    if gpus is None or gpus.unavailable_reason:
+        return {}
+    return {g.index: g.server_used_bytes for g in gpus.gpus}
+
+
+def with_host_bandwidth(gviews: tuple[GpuView, ...], host_bw: float | None, host_source: str | None
+                        ) -> tuple[GpuView, ...]:
+    """Unified-memory devices with no bandwidth of their own (an APU's integrated GPU) read the host's RAM."""
+    if not host_bw:
+        return gviews
+    out = []
+    for g in gviews:
+        if g.kind == "unified_memory" and g.peak_bandwidth_bytes_per_s is None:
+            reasons = dict(g.reasons)
+            reasons["peak_bandwidth_bytes_per_s"] = (f"an integrated GPU reads system RAM: the host's bandwidth "
+                                                     f"({host_source or 'unknown source'})")
+            g = replace(g, peak_bandwidth_bytes_per_s=host_bw, bandwidth_source="host", reasons=reasons)
+        out.append(g)
+    return tuple(out)
+
+
 def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_in_use: int | None,
                decode: float | None, kv_read_now: float | None, r: ServerReading,
-               gpus: GpuSetReading | None) -> tuple[GpuView, ...]:
-    """Stacked VRAM per GPU: weights / KV allocated (in use) / server compute and other / others / free."""
-    compute = {device_gpu_index(d): b for d, b in r.config.compute_buffer_bytes_by_device.items()}
-    server_used = {g.index: g.server_used_bytes for g in gpus.gpus} if gpus is not None else {}
+               gpus: GpuSetReading | None, devs: Devices) -> tuple[GpuView, ...]:
+    """Stacked memory per device: weights / KV allocated (in use) / server compute and other / others / free."""
+    compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
+               if is_device_buffer(d)}
+    server_used_by_index = server_used(gpus)
     resident = sum(p.weights_gpu.values()) + p.weights_host_read
     out = []
     for g in gviews:
@@ -66,7 +99,7 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
         kv_alloc = int(cache * frac) if cache is not None and frac else None
         kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
         other = None
-        sv = server_used.get(g.index)
+        sv = server_used_by_index.get(g.index)
         if sv is not None and w is not None:
             other = max(0, int(sv - w - (kv_alloc or 0)))
         elif compute.get(g.index) is not None:
@@ -81,14 +114,31 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
     return tuple(out)
 
 
-def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None) -> HostView:
-    """Host RAM, and what of the model (weights, KV) lives there."""
+def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, host_bw: float | None = None,
+              host_bw_source: str | None = None, model: ModelView | None = None, decode: float | None = None,
+              kv_read_now: float | None = None, gviews: tuple[GpuView, ...] = ()) -> HostView:
+    """Host RAM as a device: its size and use, its bandwidth, what of the model lives there and is read from it."""
     kv_host = int(kv_alloc * (p.kv_host + sum(p.kv_pcie.values()))) if kv_alloc is not None else None
+    in_ceiling = p.weights_host_read > 0 or p.kv_host > 0
+    achieved = None
+    if in_ceiling and decode is not None and model is not None and model.weight_bytes_read_per_token is not None:
+        stored = sum(p.weights_gpu.values()) + p.weights_host
+        scale = min(1.0, model.weight_bytes_read_per_token / stored) if stored > 0 else 0.0
+        achieved = decode * (p.weights_host_read * scale + (kv_read_now or 0.0) * p.kv_host)
+    unified = next((g.index for g in gviews if g.kind == "unified_memory" and g.vendor == "apple"), None)
+    reasons = dict(host.reasons) if host else {"host": "host not read"}
     return HostView(
         ram_total_bytes=host.ram_total_bytes if host else None,
         ram_available_bytes=host.ram_available_bytes if host else None,
         weights_in_host_bytes=int(p.weights_host) if p.weights_host else None,
         kv_in_host_bytes=kv_host if kv_host else None,
-        host_bandwidth_bytes_per_s=host.host_bandwidth_bytes_per_s if host else None,
+        host_bandwidth_bytes_per_s=host_bw if host_bw else (host.host_bandwidth_bytes_per_s if host else None),
         server_rss_bytes=host.server_rss_bytes if host else None,
+        host_bandwidth_source=host_bw_source if host_bw else (host.host_bandwidth_source if host else None),
+        host_bandwidth_measured_at_unix_s=host.host_bandwidth_measured_at_unix_s if host else None,
+        host_bandwidth_note=host.host_bandwidth_note if host else None,
+        swap_total_bytes=host.swap_total_bytes if host else None,
+        swap_used_bytes=host.swap_used_bytes if host else None,
+        memory_type=host.memory_type if host else None, cpu_name=host.cpu_name if host else None,
+        achieved_bandwidth_bytes_per_s=achieved, in_ceiling=in_ceiling, unified_with=unified, reasons=reasons,
     )

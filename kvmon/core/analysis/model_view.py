@@ -40,6 +40,9 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
     elif cfg.n_ctx_total and n_slots:
         n_ctx = cfg.n_ctx_total if unified else cfg.n_ctx_total // max(1, n_slots)
         prov["n_ctx"] = cprov.get("n_ctx_total", "log")
+    elif cfg.n_ctx_per_slot:  # one request's limit where the cache is one pool (vLLM's max_model_len)
+        n_ctx = cfg.n_ctx_per_slot
+        prov["n_ctx"] = cprov.get("n_ctx_per_slot", "measured")
     else:
         reasons["n_ctx"] = "the server did not report its context size"
     n_ctx_total = cfg.n_ctx_total

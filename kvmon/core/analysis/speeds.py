@@ -59,6 +59,14 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
     pool = active or tuple(s for s in r.slots if s.context_tokens is not None)
     deepest = max(pool, key=lambda s: s.context_tokens or 0) if pool else None
     context = deepest.context_tokens if deepest else None
+    pooled = pooled_tokens(r)
+    if context is None and pooled is not None:
+        if r.requests_running == 1:  # the one running request holds the pool's referenced blocks
+            prov["context_tokens"] = "computed"
+            return Depth(slots, None, pooled)
+        reasons["context_tokens"] = (f"{r.requests_running} requests share the KV pool: one conversation's depth is "
+                                     "not reported" if r.requests_running else "idle: no request running")
+        return Depth(slots, None, None)
     if context is None and r.last_request is not None and r.last_request.context_tokens is not None:
         context = r.last_request.context_tokens
         prov["context_tokens"] = "measured"
@@ -66,23 +74,37 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
         prov["context_tokens"] = "measured"
     else:
         reasons["context_tokens"] = ("the server does not report per-conversation context"
-                                     + (" (run `kvmon proxy` to see it)" if r.backend == "ollama"
+                                     + (" (run `kvmon proxy` to see it)" if r.backend in ("ollama", "lmstudio")
                                         else " (enable /slots)"))
     return Depth(slots, deepest, context)
+
+
+def pooled_tokens(r: ServerReading) -> int | None:
+    """Tokens a pooled KV cache (vLLM) holds for its running requests: the usage fraction × the pool's size."""
+    if r.slots or r.kv_in_use_fraction is None or not r.config.n_ctx_total:
+        return None
+    return round(r.kv_in_use_fraction * r.config.n_ctx_total)
 
 
 def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str, memo: PhysicsMemo,
            prov: dict[str, str]) -> tuple[int | None, float | None]:
     """(KV bytes all slots hold now, KV bytes one token reads at the deepest depth); None when unknown."""
     kv_in_use = kv_read_now = None
+    pooled = pooled_tokens(r)
+    if pooled is not None and r.config.kv_bytes_allocated is not None and r.kv_in_use_fraction is not None:
+        kv_in_use = round(r.kv_in_use_fraction * r.config.kv_bytes_allocated)
+        prov["kv_in_use_bytes"] = "computed"
+        if shape is not None and context is not None:
+            kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
+        return kv_in_use, kv_read_now
     if shape is not None:
         depths = [s.context_tokens for s in r.slots if s.context_tokens]
         if not depths and context:
             depths = [context]
         if depths:
             kv_in_use = int(sum(memo.kv_in_use(shape, d, type_k, type_v) for d in depths))
-        elif context is not None or r.slots:
-            kv_in_use = 0  # the slots are there and hold nothing
+        elif context is not None or (r.slots and all(s.context_tokens is not None for s in r.slots)):
+            kv_in_use = 0  # the slots are there and hold nothing (a slot whose holding is unknown says nothing)
         if kv_in_use is not None:
             prov["kv_in_use_bytes"] = "computed"
         if context is not None:

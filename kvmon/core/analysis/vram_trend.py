@@ -84,3 +84,30 @@ class VramTrend:
                                     vram_total_bytes=g.vram_total_bytes, seconds_until_full=secs,
                                     free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span))
         return tuple(out)
+
+
+class SwapTrend:
+    """Host swap in use over the trend window: how much it grew (a model or cache in RAM being paged out)."""
+
+    def __init__(self, thresholds: AlertThresholds) -> None:
+        self.thresholds = thresholds
+        self._t: deque[float] = deque()
+        self._used: deque[int] = deque()
+
+    def clear(self) -> None:
+        """Forget every sample (a new session)."""
+        self._t.clear()
+        self._used.clear()
+
+    def track(self, t: float, swap_used_bytes: int | None) -> int | None:
+        """Add this poll's swap use; the growth over the window (from its lowest point), or None while too short."""
+        if swap_used_bytes is None:
+            return None
+        self._t.append(t)
+        self._used.append(int(swap_used_bytes))
+        while self._t and self._t[0] < t - self.thresholds.vram_trend_window_s:
+            self._t.popleft()
+            self._used.popleft()
+        if len(self._t) < 3 or self._t[-1] - self._t[0] < self.thresholds.vram_trend_min_span_s:
+            return None
+        return max(0, self._used[-1] - min(self._used))

@@ -1,4 +1,5 @@
-"""Bandwidth: achieved vs peak GB/s per GPU, memory busy %, PCIe RX/TX — the signature of a spill."""
+"""Bandwidth: achieved vs peak GB/s per device (GPUs, unified memory, host RAM when decode reads it), memory busy
+%, PCIe RX/TX — the signature of a spill."""
 
 from __future__ import annotations
 
@@ -7,32 +8,63 @@ from PySide6 import QtWidgets
 from kvmon.core.snapshot import GpuView, Snapshot
 from kvmon.gui import fmt
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+from kvmon.gui.panels.memory import bandwidth_text, device_label
+
+_PEAK_SOURCES = {"nvml": "NVML clock × bus width", "table": "kvmon's table", "user": "your setting",
+                 "host": "the host's RAM", "measured": "measured"}
 
 
 def bandwidth_bar(g: GpuView) -> Bar | None:
-    """Achieved memory bandwidth against the GPU's peak, or None when the peak is unknown."""
+    """Achieved memory bandwidth against the device's peak, or None when the peak is unknown."""
     peak = g.peak_bandwidth_bytes_per_s
     if peak is None or peak <= 0:
         return None
     ach = g.achieved_bandwidth_bytes_per_s
+    src = _PEAK_SOURCES.get(g.bandwidth_source or "", g.bandwidth_source or "unknown source")
     segs: tuple[Segment, ...] = ()
     if ach is not None and ach > 0:
         segs = (Segment("bandwidth", min(ach, peak), f"Achieved: {fmt.gb_s(ach)} (computed: decode tok/s × "
-                        f"bytes read per token)\nPeak: {fmt.gb_s(peak)} ({g.bandwidth_source or 'unknown source'})"),)
+                        f"bytes read per token)\nPeak: {fmt.gb_s(peak)} ({src})"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
-    note = (f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\nbusy {fmt.percent_value(g.memory_busy_percent)} · "
-            f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}")
-    tip = (f"GPU {g.index}: achieved {fmt.gb_s(ach)} of peak {fmt.gb_s(peak)} "
-           f"(peak from {g.bandwidth_source or 'unknown'})\n"
-           f"Memory busy {fmt.percent_value(g.memory_busy_percent)} (NVML duty cycle, not bandwidth)\n"
-           f"PCIe RX {fmt.gb_s(g.pcie_rx_bytes_per_s)} / TX {fmt.gb_s(g.pcie_tx_bytes_per_s)} "
-           f"of {fmt.gb_s(g.pcie_bandwidth_bytes_per_s)} link (measured)"
+    if g.kind == "unified_memory" or g.source == "log":
+        second = f"peak: {src}"
+    else:
+        second = (f"busy {fmt.percent_value(g.memory_busy_percent)} · "
+                  f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}")
+    note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\n{second}"
+    tip = (f"{g.name or device_label(g)}: achieved {fmt.gb_s(ach)} of peak {fmt.gb_s(peak)} (peak from {src})\n"
+           + (f"Memory busy {fmt.percent_value(g.memory_busy_percent)} (duty cycle, not bandwidth)\n"
+              f"PCIe RX {fmt.gb_s(g.pcie_rx_bytes_per_s)} / TX {fmt.gb_s(g.pcie_tx_bytes_per_s)} "
+              f"of {fmt.gb_s(g.pcie_bandwidth_bytes_per_s)} link (measured)" if g.kind != "unified_memory" else
+              "Unified memory: the CPU and the GPU share this bus")
            + ("" if ach is not None else f"\nAchieved unknown: {g.reasons.get('achieved_bandwidth', 'idle')}"))
-    return Bar(f"GPU {g.index}", float(peak), segs, note, tip=tip)
+    return Bar(device_label(g), float(peak), segs, note, tip=tip)
+
+
+def host_bandwidth_bar(s: Snapshot) -> Bar | None:
+    """Host RAM's row when decode reads from it: achieved against the host's bandwidth, or why that is unknown."""
+    h = s.host
+    if not h.in_ceiling:
+        return None
+    peak = h.host_bandwidth_bytes_per_s
+    ach = h.achieved_bandwidth_bytes_per_s
+    if not peak:
+        return Bar("Host", 1.0, (), f"read by decode\n{bandwidth_text(h)}", limit_line=False,
+                   tip="Decode reads weights or KV from host RAM, but the host's bandwidth is unknown: kvmon measures "
+                       "it once while no slot decodes; or set it in Settings or with --bandwidth host=GB/s")
+    segs: tuple[Segment, ...] = ()
+    if ach is not None and ach > 0:
+        segs = (Segment("host", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
+                        f"Peak: {bandwidth_text(h)}"),)
+    pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+    note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
+    tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
+           + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else ""))
+    return Bar("Host", float(peak), segs, note, tip=tip)
 
 
 class BandwidthPanel(QtWidgets.QGroupBox):
-    """One bar per GPU: achieved bandwidth as a share of the peak; the note carries busy % and PCIe traffic."""
+    """One bar per device: achieved bandwidth as a share of the peak; the note carries busy % and PCIe traffic."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Bandwidth", parent)
@@ -44,13 +76,18 @@ class BandwidthPanel(QtWidgets.QGroupBox):
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render bandwidth figures of one snapshot; nothing is formatted when no figure it shows changed."""
+        h = s.host
         key = (tuple((g.index, g.peak_bandwidth_bytes_per_s, g.achieved_bandwidth_bytes_per_s, g.bandwidth_source,
                       g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
-                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth")) for g in s.gpus),
+                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind) for g in s.gpus),
+               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s),
                s.gpus_unavailable_reason)
         if key == self._key:
             return
         self._key = key
-        rows = tuple(b for b in (bandwidth_bar(g) for g in s.gpus) if b is not None)
-        empty = f"No bandwidth readings: {s.gpus_unavailable_reason or 'peak bandwidth unknown'}"
-        self.bars.set_bars(rows, empty)
+        rows = [b for b in (bandwidth_bar(g) for g in s.gpus) if b is not None]
+        hb = host_bandwidth_bar(s)
+        if hb is not None:
+            rows.append(hb)
+        why = s.reasons.get("ceiling_tok_s") or s.gpus_unavailable_reason or "peak bandwidth unknown"
+        self.bars.set_bars(tuple(rows), f"No bandwidth readings: {why}")

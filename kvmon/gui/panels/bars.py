@@ -21,7 +21,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Bar:
-    """A labelled bar from 0 to ``total`` with a right-hand note; ``limit_line`` draws the spill/peak line."""
+    """A labelled bar from 0 to ``total`` with a right-hand note; ``limit_line`` draws the spill/peak line, at the
+    bar's end or (``limit_at``) where the cliff is inside it: unified memory's GPU working-set limit."""
 
     label: str
     total: float
@@ -29,6 +30,7 @@ class Bar:
     note: str = ""
     limit_line: bool = True
     tip: str = ""
+    limit_at: float | None = None
 
 
 class BarsWidget(QtWidgets.QWidget):
@@ -54,7 +56,7 @@ class BarsWidget(QtWidgets.QWidget):
         def q(v: float, total: float) -> int:
             return round(1000 * v / total) if total > 0 else 0
 
-        return tuple((b.label, b.note, b.limit_line,
+        return tuple((b.label, b.note, b.limit_line, None if b.limit_at is None else q(b.limit_at, b.total),
                       tuple((s.quantity, q(s.value, b.total), round(1000 * s.shade_fraction)) for s in b.segments))
                      for b in bars)
 
@@ -160,8 +162,10 @@ class BarsWidget(QtWidgets.QWidget):
                     p.drawRect(QtCore.QRectF(x, y, w * min(1.0, seg.shade_fraction), h))
                 x += w
             if bar.limit_line:
+                at = bar.total if bar.limit_at is None or bar.total <= 0 else min(bar.total, bar.limit_at)
+                lx = label_w + round(bar_w * at / bar.total) if bar.total > 0 else label_w + bar_w
                 p.setPen(QtGui.QPen(theme.color("spill"), 2))
-                p.drawLine(label_w + bar_w, y - 2, label_w + bar_w, y + h + 2)
+                p.drawLine(lx, y - 2, lx, y + h + 2)
             p.setPen(fg)
             p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
                        QtCore.Qt.AlignmentFlag.AlignVCenter,

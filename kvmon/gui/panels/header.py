@@ -8,6 +8,7 @@ from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.labels import ValueLabel
+from kvmon.gui.panels.memory import bandwidth_text
 
 
 def _params(n: int | None) -> str | None:
@@ -70,7 +71,8 @@ class HeaderPanel(QtWidgets.QFrame):
         """Render the header fields of one snapshot; nothing is formatted when none of them changed (idle polls)."""
         serving = s.serving.kind if s.serving is not None else None
         key = (s.backend, serving, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
-               tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source) for g in s.gpus),
+               tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind) for g in s.gpus),
+               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
                s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
                s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect)
         if key == self._key:
@@ -90,14 +92,27 @@ class HeaderPanel(QtWidgets.QFrame):
                                + (f"\nKV cache {m.kv_type_k or '?'}/{m.kv_type_v or '?'}" if m.kv_type_k else "")
                                + (f"\n{m.shape_note}" if m.shape_note else ""), "model", pv, rs,
                                unknown=m.name is None))
+        h = s.host
         if s.gpus:
-            names = [g.name or f"GPU {g.index}" for g in s.gpus]
+            names = [g.name or g.log_name or f"GPU {g.index}" for g in s.gpus]
             gtext = f"{len(names)}× {names[0]}" if len(set(names)) == 1 and len(names) > 1 else " + ".join(names)
-            gtip = "\n".join(f"GPU {g.index}: {g.name or fmt.DASH}, peak {fmt.gb_s(g.peak_bandwidth_bytes_per_s)}"
-                             f" ({g.bandwidth_source or 'unknown source'})" for g in s.gpus)
-        else:
+            if h.in_ceiling:
+                gtext += " + CPU"
+            gtip = "\n".join(f"{'unified memory' if g.kind == 'unified_memory' else f'GPU {g.index}'}: "
+                             f"{g.name or fmt.DASH}, peak {fmt.gb_s(g.peak_bandwidth_bytes_per_s)} "
+                             f"({g.bandwidth_source or 'unknown source'})"
+                             + (" — named in the server's log, not read here" if g.source == "log" else "")
+                             for g in s.gpus)
+            if h.in_ceiling:
+                gtip += f"\nhost RAM: read by decode at {bandwidth_text(h)}"
+        elif not h.in_ceiling:
             gtext = "no GPU data"
             gtip = f"GPU readings unavailable: {s.gpus_unavailable_reason or 'no GPU source'}"
+        else:
+            gtext = "CPU" + (f" · {h.memory_type}" if h.memory_type else "") + \
+                (f" · {fmt.gb_s(h.host_bandwidth_bytes_per_s)}" if h.host_bandwidth_bytes_per_s else "")
+            gtip = (f"No GPU: {s.gpus_unavailable_reason or 'no device source'}\nhost: {h.cpu_name or fmt.DASH}, "
+                    f"{h.memory_type or 'memory type not reported'}, bandwidth {bandwidth_text(h)}")
         self.gpus.set(gtext, gtip)
         ctx = fmt.tokens(s.context_tokens).removesuffix(" tokens")
         self.context.set(f"context <b>{ctx}</b> of {fmt.tokens(m.n_ctx)}"

@@ -1,16 +1,25 @@
-"""Memory per GPU: weights / KV allocated (in-use shaded) / server compute & other / other processes / free.
+"""Memory per device: weights / KV allocated (in-use shaded) / server compute & other / other processes / free.
 
-The red line at the end of each bar is where the next allocation spills; host RAM appears when anything lives there.
+Every device is a bar: a discrete GPU's VRAM (the red line at its end is where the next allocation spills), unified
+memory (the line at the GPU's working-set limit: past it macOS pages GPU memory), a device only the server's log
+names (what the log said at load), and host RAM when the model or its cache lives there or there is no GPU (the line
+at its end: swap).
 """
 
 from __future__ import annotations
 
+import time
+
 from PySide6 import QtWidgets
 
-from kvmon.core.snapshot import GpuView, Snapshot
+from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 
+_SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe": "Intel xe", "i915": "Intel i915",
+            "apple": "measured (vm_stat)", "log": "the server's log at load", "none": "not read"}
+_WORKING_SET = {"metal": "Metal", "sysctl": "iogpu.wired_limit_mb", "log": "the server's log",
+                "estimated": "estimated"}
 # the bars' colours in words, in the order they are stacked
 LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "KV in use"),
           ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
@@ -29,11 +38,12 @@ def _seg(quantity: str, value: float | None, what: str, source: str | None = Non
     return Segment(quantity, float(value), f"{what}: {fmt.bytes_(value)}{src}")
 
 
-def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
-    """The stacked VRAM bar of one GPU, or None when its total is unknown."""
-    total = g.vram_total_bytes
-    if total is None or total <= 0:
-        return None
+def device_label(g: GpuView) -> str:
+    """The bar's short label: "GPU 0", "Unified" (a Mac's or an APU's memory)."""
+    return "Unified" if g.kind == "unified_memory" else f"GPU {g.index}"
+
+
+def _model_segments(g: GpuView, s: Snapshot) -> list[Segment]:
     kv = _seg("kv_allocated", g.kv_allocated_bytes, "KV cache allocated", "computed (llama.cpp allocation rules)")
     if kv is not None and g.kv_in_use_bytes is not None and g.kv_allocated_bytes:
         frac = g.kv_in_use_bytes / g.kv_allocated_bytes
@@ -43,34 +53,90 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
         _seg("weights", g.weights_bytes, "Model weights", s.provenance.get("weight_bytes")),
         kv,
         _seg("server_other", g.server_other_bytes, "Server compute buffers and other"),
-        _seg("other_processes", g.other_processes_bytes, "Other processes", "measured (NVML)"),
+        _seg("other_processes", g.other_processes_bytes, "Other processes", _SOURCES.get(g.source or "", None)),
     ]
-    segs = [p for p in parts if p is not None]
+    return [p for p in parts if p is not None]
+
+
+def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
+    """The stacked memory bar of one device, or None when nothing of it is known."""
+    segs = _model_segments(g, s)
     known = sum(p.value for p in segs)
+    total = g.vram_total_bytes
+    name = g.name or g.log_name or f"GPU {g.index}"
+    if total is None or total <= 0:
+        if known <= 0:
+            return None
+        why = g.reasons.get("vram_total_bytes", "its memory size is not known")
+        return Bar(device_label(g), known, tuple(segs), f"{fmt.bytes_(known)} of the model\nsize unknown",
+                   limit_line=False, tip=f"{name}: {why}")
     if g.vram_used_bytes is not None and g.vram_used_bytes - known > total * 0.005:
         rest = g.vram_used_bytes - known
         segs.append(Segment("server_other", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
                             + (g.reasons.get("vram_split") or "the split needs the server's process id")))
     free = g.vram_free_bytes
     if free is not None and free > 0:
-        segs.append(Segment("free", float(free), f"Free VRAM: {fmt.bytes_(free)} (measured, NVML)"))
-    note = f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\nfree {fmt.bytes_(free)}"
-    if s.forecast.seconds_until_vram_full is not None:  # another program's growth: a time, not your tokens
+        when = " when the model loaded (the server's log)" if g.source == "log" else ""
+        segs.append(Segment("free", float(free), f"Free: {fmt.bytes_(free)}{when} "
+                            f"({_SOURCES.get(g.source or '', 'measured')})"))
+    if g.source == "log":
+        note = f"{fmt.bytes_(known)} of the model\nof {fmt.bytes_(total)} · from the log"
+    else:
+        note = f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\nfree {fmt.bytes_(free)}"
+    if g.kind == "unified_memory" and g.working_set_limit_bytes:
+        ws = _WORKING_SET.get(g.working_set_source or "", g.working_set_source or "")
+        est = " (estimated)" if g.working_set_source == "estimated" else ""
+        note = (f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\n"
+                f"GPU limit {fmt.bytes_(g.working_set_limit_bytes)}{est} · free {fmt.bytes_(free)}")
+        tip = (f"{name}: unified memory, {fmt.bytes_(total)} shared by CPU and GPU.\nThe red line is the GPU's "
+               f"working-set limit ({fmt.bytes_(g.working_set_limit_bytes)}, {ws}): what the model and its cache "
+               "need past it, macOS pages out — decode slows sharply.")
+        return Bar(device_label(g), float(total), tuple(segs), note, tip=tip,
+                   limit_at=float(g.working_set_limit_bytes))
+    if g.spill_used_bytes and g.vendor == "amd":
+        note += f" · GTT {fmt.bytes_(g.spill_used_bytes)}"
+    elif s.forecast.seconds_until_vram_full is not None:  # another program's growth: a time, not your tokens
         note += f" · full in ~{fmt.duration(s.forecast.seconds_until_vram_full)}"
-    tip = (f"GPU {g.index} {g.name or ''}: used {fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}"
-           "\nThe red line is the end of VRAM: what grows past it spills to host RAM over PCIe.")
-    return Bar(f"GPU {g.index}", float(total), tuple(segs), note, tip=tip)
+    gtt = (f"\nGTT (system RAM the GPU maps; where allocations go when VRAM is full): "
+           f"{fmt.bytes_(g.spill_used_bytes)} of {fmt.bytes_(g.spill_total_bytes)}"
+           if g.vendor == "amd" and g.spill_total_bytes else "")
+    tip = (f"GPU {g.index} {name}: used {fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}"
+           f"{' (the server log at load; no live reading)' if g.source == 'log' else ''}"
+           f"\nThe red line is the end of VRAM: what grows past it spills to host RAM over PCIe.{gtt}")
+    return Bar(device_label(g), float(total), tuple(segs), note, tip=tip)
+
+
+def host_shown(s: Snapshot) -> bool:
+    """Host RAM is a device bar when decode reads from it, when nothing lives on a GPU, or when part of the model is
+    there (on Apple Silicon the unified bar is that same RAM)."""
+    h = s.host
+    if not h.ram_total_bytes:
+        return False
+    if h.in_ceiling or not s.gpus:
+        return True
+    return bool((h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)) and h.unified_with is None
+
+
+def bandwidth_text(h: HostView) -> str:
+    """The host bandwidth and where it came from, for notes and tooltips."""
+    if not h.host_bandwidth_bytes_per_s:
+        return "bandwidth unknown (Settings, --bandwidth host=GB/s)"
+    src = h.host_bandwidth_source or "unknown source"
+    if src == "measured" and h.host_bandwidth_measured_at_unix_s:
+        src = f"measured {time.strftime('%Y-%m-%d', time.localtime(h.host_bandwidth_measured_at_unix_s))}"
+    return f"{fmt.gb_s(h.host_bandwidth_bytes_per_s)} ({src})"
 
 
 def host_bar(s: Snapshot) -> Bar | None:
-    """Host RAM when the model or the KV cache lives partly there (partial offload or spill)."""
-    h = s.host
-    in_host = (h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)
-    if in_host <= 0 or not h.ram_total_bytes:
+    """Host RAM as a device: the model's weights and KV there, other memory, available; the red line is swap."""
+    if not host_shown(s):
         return None
+    h = s.host
+    assert h.ram_total_bytes is not None
+    in_host = (h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)
     segs = [x for x in (
-        _seg("weights", h.weights_in_host_bytes, "Weights in host RAM"),
-        _seg("kv_allocated", h.kv_in_host_bytes, "KV cache in host RAM"),
+        _seg("weights", h.weights_in_host_bytes, "Weights in host RAM", "the server's log or Ollama"),
+        _seg("kv_allocated", h.kv_in_host_bytes, "KV cache in host RAM", "computed"),
     ) if x is not None]
     used_other = h.ram_total_bytes - (h.ram_available_bytes or 0) - in_host
     if h.ram_available_bytes is not None and used_other > 0:
@@ -81,15 +147,22 @@ def host_bar(s: Snapshot) -> Bar | None:
         free = min(float(h.ram_available_bytes), float(room))
         if free > 0:
             segs.append(Segment("free", free, f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
-    bw = h.host_bandwidth_bytes_per_s
-    note = (f"{fmt.bytes_(in_host)} of the model in host RAM\n"
-            + (f"read at {fmt.gb_s(bw)}" if bw else "host bandwidth unknown (settings)"))
-    return Bar("Host", float(h.ram_total_bytes), tuple(segs), note, limit_line=False,
-               tip="Host RAM: layers or KV cache here run at host/PCIe bandwidth — the spill cliff.")
+    held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes)) if b)
+    what = f"{held} {fmt.bytes_(in_host)} of {fmt.bytes_(h.ram_total_bytes)}" if in_host else \
+        f"{fmt.bytes_(h.ram_total_bytes - (h.ram_available_bytes or 0))} of {fmt.bytes_(h.ram_total_bytes)} used"
+    note = f"{what}\n{bandwidth_text(h)}"
+    if h.swap_used_bytes:
+        note += f" · swap {fmt.bytes_(h.swap_used_bytes)}"
+    mem = " · ".join(x for x in (h.cpu_name, h.memory_type) if x)
+    tip = (f"Host RAM{': ' + mem if mem else ''}, {fmt.bytes_(h.ram_total_bytes)}; bandwidth {bandwidth_text(h)}"
+           + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
+           + "\nLayers or KV cache here are read at host bandwidth. The red line is the end of RAM: past it the "
+             "system swaps.")
+    return Bar("Host", float(h.ram_total_bytes), tuple(segs), note, tip=tip)
 
 
 class MemoryPanel(QtWidgets.QGroupBox):
-    """One bar per GPU plus host RAM when used; repainted only when a number changed."""
+    """One bar per device plus host RAM when it matters; repainted only when a number changed."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Memory", parent)
@@ -100,17 +173,18 @@ class MemoryPanel(QtWidgets.QGroupBox):
         self.legend = QtWidgets.QLabel(legend_html())
         self.legend.setWordWrap(True)  # a narrow window: two lines rather than a cut
         self.legend.setStyleSheet("font-size: 8pt;")
-        self.legend.setToolTip("What the colours of the bars are. The red line is the end of VRAM: what grows "
-                               "past it spills to host RAM.")
+        self.legend.setToolTip("What the colours of the bars are. The red line is where the next allocation "
+                               "spills: the end of VRAM (to host RAM), of RAM (to swap), or a Mac's GPU limit.")
         lay.addWidget(self.legend)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render VRAM (and host RAM) of one snapshot; nothing is formatted when no figure it shows changed."""
+        """Render the devices' memory of one snapshot; nothing is formatted when no figure it shows changed."""
         key = (tuple((g.index, g.name, g.vram_total_bytes, g.vram_used_bytes, g.vram_free_bytes, g.weights_bytes,
                       g.kv_allocated_bytes, g.kv_in_use_bytes, g.server_other_bytes, g.other_processes_bytes,
-                      g.reasons.get("vram_split")) for g in s.gpus),
-               s.host if (s.host.weights_in_host_bytes or s.host.kv_in_host_bytes) else None,
+                      g.reasons.get("vram_split"), g.kind, g.source, g.working_set_limit_bytes, g.spill_used_bytes)
+                     for g in s.gpus),
+               s.host if host_shown(s) else None,
                s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
         if key == self._key:
             return
@@ -119,5 +193,5 @@ class MemoryPanel(QtWidgets.QGroupBox):
         hb = host_bar(s)
         if hb is not None:
             rows.append(hb)
-        empty = f"No GPU memory readings: {s.gpus_unavailable_reason or 'no GPU source'}"
+        empty = f"No memory readings: {s.gpus_unavailable_reason or 'no device source'}"
         self.bars.set_bars(tuple(rows), empty)

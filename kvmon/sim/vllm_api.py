@@ -1,0 +1,280 @@
+"""The HTTP API of the simulated vLLM (``kvmon.sim.server.SimServer`` with a ``vllm`` scenario).
+
+Shaped like vLLM's OpenAI-compatible server: ``GET /metrics`` in Prometheus text, written by prometheus_client as
+vLLM's is (``vllm/entrypoints/serve/instrumentator/metrics.py``), with the V1 engine's names, help texts, labels
+``engine`` and ``model_name`` and histogram buckets (``vllm/v1/metrics/loggers.py``, ``buckets.py``), or, for a
+scenario with ``vllm_metric_names="v0"``, the older names without ``engine`` (``gpu_cache_usage_perc``,
+``time_per_output_token_seconds``); ``vllm:cache_config_info`` with the cache config as labels; ``GET /v1/models``
+one card with ``root`` and ``max_model_len`` (``vllm/entrypoints/openai/models/serving.py``); ``GET /version``;
+``GET /health`` an empty 200; ``POST /v1/chat/completions`` and ``/v1/completions`` with OpenAI ``usage``.
+
+The pool is the scenario's ``n_ctx`` tokens in blocks of 16 (vLLM's default ``--block-size``); a running request
+holds ceil(tokens / 16) blocks, and usage is held / (blocks − 1), as ``vllm/v1/core/block_pool.py`` counts it. The
+model folder vLLM names as ``root`` is written by the simulator: an HF ``config.json`` of the scenario's preset and
+a sparse ``model.safetensors`` the size of its weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kvmon.sim.reply import Reply, estimate_tokens, json_reply, token_text
+from kvmon.sim.served import ServedSimulation
+
+VERSION = "0.33.0"
+BLOCK_SIZE = 16  # vllm/config/cache.py DEFAULT_BLOCK_SIZE
+# vllm/v1/metrics/buckets.py
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)
+_HF_KEYS = (("block_count", "num_hidden_layers"), ("embedding_length", "hidden_size"),
+            ("attention.head_count", "num_attention_heads"), ("attention.head_count_kv", "num_key_value_heads"),
+            ("attention.key_length", "head_dim"), ("feed_forward_length", "intermediate_size"),
+            ("context_length", "max_position_embeddings"), ("vocab_size", "vocab_size"))
+
+
+def write_model_folder(folder: str, metadata: dict[str, Any], weight_bytes: int, dtype: str = "float16") -> None:
+    """An HF model folder for a preset: ``config.json`` from its GGUF keys, a sparse weights file of its size."""
+    arch = str(metadata["general.architecture"])
+    cfg: dict[str, Any] = {"architectures": [arch.capitalize() + "ForCausalLM"], "model_type": arch,
+                           "torch_dtype": dtype}
+    for gguf, hf in _HF_KEYS:
+        v = metadata.get(f"{arch}.{gguf}")
+        if v is not None:
+            cfg[hf] = v
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.truncate(weight_bytes)  # sparse: its size is the weights', its blocks are none
+
+
+class _Hist:
+    """One histogram's buckets, sum and count."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, v: float, n: int = 1) -> None:
+        i = next((k for k, b in enumerate(self.bounds) if v <= b), len(self.bounds))
+        self.counts[i] += n
+        self.sum += v * n
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, acc = [], 0
+        for b, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+            acc += c
+            out.append(("+Inf" if b == math.inf else repr(float(b)), float(acc)))
+        return out
+
+
+class VllmApi:
+    """Routes one request of the simulated vLLM."""
+
+    def __init__(self, sim: ServedSimulation) -> None:
+        self.sim = sim
+        self.old_names = getattr(sim.scenario, "vllm_metric_names", "v1") == "v0"
+        self._lock = threading.Lock()
+        self._ttft = _Hist(TTFT_BUCKETS)
+        self._itl = _Hist(ITL_BUCKETS)
+        self._prefill_s = _Hist(REQUEST_LATENCY_BUCKETS)
+        self._prefill_tokens = _Hist(self._token_buckets())
+        self._epoch = 0
+        self.root = os.path.join(getattr(sim, "files_dir", ""), sim.scenario.model_alias.replace("/", "--"))
+        model = sim.engine.epoch_at(0.0).model
+        write_model_folder(self.root, dict(model.preset.metadata), int(model.weight_bytes))
+
+    def _token_buckets(self) -> tuple[float, ...]:
+        """1, 2, 5, 10, 20, 50, ... up to the context limit (vllm/v1/metrics/buckets.py request_tokens)."""
+        out: list[float] = []
+        exp = 0
+        limit = self.sim.scenario.n_ctx
+        while True:
+            for m in (1, 2, 5):
+                v = m * 10**exp
+                if v > limit:
+                    return tuple(out)
+                out.append(float(v))
+            exp += 1
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return max(2, self.sim.scenario.n_ctx // BLOCK_SIZE)
+
+    def max_model_len(self, now: float) -> int:
+        return int(self.sim.engine.slot_ctx(now))
+
+    def request_ended(self, r: Any) -> None:
+        """A request finished: its first-token time and its steps go into the histograms."""
+        if r.aborted_at is not None or not len(r.token_times):
+            return
+        with self._lock:
+            self._ttft.observe(float(r.token_times[0]) - r.t_arrive)
+            self._prefill_s.observe(r.prefill_s)
+            self._prefill_tokens.observe(r.prompt_n)
+            steps = len(r.token_times) - 1
+            if steps > 0:
+                self._itl.observe((float(r.token_times[-1]) - float(r.token_times[0])) / steps, steps)
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None) -> Reply:
+        if method == "GET" and path == "/health":
+            return Reply(200, b"", "application/json")
+        if method == "GET" and path == "/metrics":
+            return Reply(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if method == "GET" and path == "/v1/models":
+            return json_reply(self.models())
+        if method == "GET" and path == "/version":
+            return json_reply({"version": VERSION})
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            if body is None:
+                return json_reply({"error": {"message": "invalid JSON body", "type": "BadRequestError",
+                                             "code": 400}}, 400)
+            return self.complete(body, chat=path.endswith("chat/completions"))
+        return json_reply({"detail": "Not Found"}, 404)
+
+    def models(self) -> dict[str, Any]:
+        now = self.sim.clock.now()
+        created = int(self.sim.clock.wall())
+        name = self.sim.scenario.model_alias
+        return {"object": "list", "data": [{
+            "id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.root,
+            "parent": None, "max_model_len": self.max_model_len(now),
+            "permission": [{"id": "modelperm-sim", "object": "model_permission", "created": created,
+                            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                            "organization": "*", "group": None, "is_blocking": False}]}]}
+
+    # -- /metrics -------------------------------------------------------------------------------------
+    def values(self, now: float) -> dict[str, float]:
+        """The engine's numbers at ``now``: step counters, requests, blocks in use."""
+        eng = self.sim.engine
+        with eng.lock:
+            eng.advance(now)
+            ep = eng.epoch_at(now)
+            live = eng.live_requests(now)
+            c = ep.counters
+            running = [r for r in live if r.is_processing(now)]
+            held = sum(math.ceil(r.context_tokens(now) / BLOCK_SIZE) for r in running)
+            return {
+                "prompt_tokens": c["prompt_tokens_total"] + sum(r.prompt_processed(now) for r in live),
+                "generation_tokens": c["tokens_predicted_total"] + sum(r.n_decoded(now) for r in live),
+                "running": float(len(running)),
+                "waiting": float(sum(1 for r in live if r.is_deferred(now))),
+                "usage": min(1.0, held / (self.num_gpu_blocks - 1)),
+                "epoch": float(ep.index),
+            }
+
+    def metrics_text(self) -> str:
+        now = self.sim.clock.now()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Page(self, now))
+        return generate_latest(registry).decode()
+
+    def families(self, now: float) -> list[Metric]:
+        v = self.values(now)
+        with self._lock:
+            if int(v["epoch"]) != self._epoch:  # a restart: the histograms start again, as the counters do
+                self._epoch = int(v["epoch"])
+                self._ttft, self._itl = _Hist(TTFT_BUCKETS), _Hist(ITL_BUCKETS)
+                self._prefill_s = _Hist(REQUEST_LATENCY_BUCKETS)
+                self._prefill_tokens = _Hist(self._token_buckets())
+            ttft, itl, pre_s, pre_n = self._ttft, self._itl, self._prefill_s, self._prefill_tokens
+        name = self.sim.scenario.model_alias
+        labels = ["model_name"] if self.old_names else ["engine", "model_name"]
+        lv = [name] if self.old_names else ["0", name]
+
+        def gauge(n: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"vllm:{n}", doc, labels=labels)
+            g.add_metric(lv, value)
+            return g
+
+        def counter(n: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(f"vllm:{n}", doc, labels=labels)
+            c.add_metric(lv, value)
+            return c
+
+        def hist(n: str, doc: str, h: _Hist) -> HistogramMetricFamily:
+            fam = HistogramMetricFamily(f"vllm:{n}", doc, labels=labels)
+            fam.add_metric(lv, h.buckets(), h.sum)
+            return fam
+
+        usage = "gpu_cache_usage_perc" if self.old_names else "kv_cache_usage_perc"
+        itl_name = "time_per_output_token_seconds" if self.old_names else "inter_token_latency_seconds"
+        out: list[Metric] = [
+            gauge("num_requests_running", "Number of requests in model execution batches.", v["running"]),
+            gauge("num_requests_waiting", "Number of requests waiting to be processed.", v["waiting"]),
+            gauge(usage, "KV-cache usage. 1 means 100 percent usage.", v["usage"]),
+            counter("num_preemptions", "Cumulative number of preemption from the engine.", 0.0),
+            counter("prompt_tokens", "Number of prefill tokens processed.", v["prompt_tokens"]),
+            counter("generation_tokens", "Number of generation tokens processed.", v["generation_tokens"]),
+            hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft),
+            hist(itl_name, "Histogram of inter-token latency in seconds.", itl),
+        ]
+        if not self.old_names:
+            sleep = GaugeMetricFamily("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is "
+                                      "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep "
+                                      "level 1; discard_all = 1 means sleep level 2.",
+                                      labels=[*labels, "sleep_state"])
+            for state, v in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+                sleep.add_metric([*lv, state], v)
+            out.append(sleep)
+            out += [hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+                         pre_s),
+                    hist("request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill "
+                         "(excluding cached tokens).", pre_n)]
+        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                 labels=["block_size", "cache_dtype", "enable_prefix_caching", "engine",
+                                         "gpu_memory_utilization", "kv_cache_size_tokens", "num_cpu_blocks",
+                                         "num_gpu_blocks"])
+        info.add_metric([str(BLOCK_SIZE), "auto", "True", "0", "0.92", str(self.num_gpu_blocks * BLOCK_SIZE),
+                         "None", str(self.num_gpu_blocks)], 1.0)
+        out.append(info)
+        return out
+
+    # -- requests -------------------------------------------------------------------------------------
+    def complete(self, body: dict[str, Any], *, chat: bool) -> Reply:
+        if chat:
+            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+            text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+        else:
+            text = str(body.get("prompt", ""))
+        prompt = max(1, estimate_tokens(text))
+        n_predict = int(body.get("max_tokens") or 64)
+        req = self.sim.engine.submit(prompt, n_predict, {"stream": False})
+        while self.sim.clock.now() < req.t_end:
+            if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping):
+                break
+        content = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": content},
+                                   "finish_reason": "length"} if chat
+                                  else {"index": 0, "text": content, "finish_reason": "length"})
+        return json_reply({"id": f"cmpl-{req.id_task}", "object": "chat.completion" if chat else "text_completion",
+                           "created": int(time.time()), "model": self.sim.scenario.model_alias, "choices": [choice],
+                           "usage": {"prompt_tokens": req.prompt_n + req.cache_n,
+                                     "completion_tokens": req.predicted_n,
+                                     "total_tokens": req.prompt_n + req.cache_n + req.predicted_n}})
+
+
+class _Page(Collector):
+    """The families of one scrape, rendered by prometheus_client as vLLM's own page is."""
+
+    def __init__(self, api: VllmApi, now: float) -> None:
+        self.api, self.now = api, now
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.api.families(self.now)

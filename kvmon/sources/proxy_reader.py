@@ -1,0 +1,58 @@
+"""The ``kvmon proxy`` in front of a server that has no live counters of its own (Ollama, LM Studio): its
+``/kvmon/stats`` document read each poll, used only when the proxy forwards to that very server.
+
+A proxy that is not there is no failure unless the user named it (then the reason is shown); one that forwards
+elsewhere is not this server's.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from kvmon.core.readings import SourceError
+from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
+from kvmon.sources import procs
+from kvmon.sources.http import HttpClient, normalize_base_url, redact_url
+
+PROXY_TIMEOUT_S = 0.5
+
+
+def same_endpoint(a: str, b: str, default_port: int) -> bool:
+    """Whether two URLs name the same server (``localhost`` and ``127.0.0.1`` count as the same)."""
+    try:
+        pa, pb = urlsplit(a), urlsplit(b)
+        ha, hb = (pa.hostname or ""), (pb.hostname or "")
+        ports = (pa.port or default_port, pb.port or default_port)
+    except ValueError:
+        return False
+    same_host = ha == hb or (procs.is_local_host(ha) and procs.is_local_host(hb))
+    return same_host and ports[0] == ports[1]
+
+
+class ProxyReader:
+    """Reads the proxy at ``proxy_url`` (the default one unless ``explicit``) for the server at ``server_url``."""
+
+    def __init__(self, proxy_url: str | None, default_proxy_url: str, server_url: str, default_port: int) -> None:
+        self.explicit = proxy_url is not None
+        self.url = normalize_base_url(proxy_url) if proxy_url else default_proxy_url
+        self._server_url = server_url
+        self._default_port = default_port
+        self._client: HttpClient | None = None
+
+    def read(self, t_mono: float, t_wall: float) -> tuple[ProxyView | None, str | None]:
+        """(the proxy's view, None) or (None, why not when that is worth saying)."""
+        if self._client is None:
+            self._client = HttpClient(self.url, timeout_s=PROXY_TIMEOUT_S)
+        try:
+            view = parse_stats(self._client.get_json(STATS_PATH), t_mono, t_wall)
+        except SourceError as e:
+            if self.explicit:
+                return None, f"kvmon proxy at {redact_url(self.url)}: {e.failure.reason}"
+            return None, None
+        if view.upstream and not same_endpoint(view.upstream, self._server_url, self._default_port):
+            return None, f"the kvmon proxy at {redact_url(self.url)} forwards to {view.upstream}, not here"
+        return view, None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()

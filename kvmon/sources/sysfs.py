@@ -1,0 +1,156 @@
+"""Reading Linux's sysfs for the GPU sources: small text files that may be missing, unreadable or odd.
+
+``DrmCard`` is one ``/sys/class/drm/cardN`` with its PCI device directory; ``drm_cards`` lists them under a root
+(``/`` on a real machine, a fixture tree in tests), ``pci_link`` reads a device's PCIe link, ``SysfsGpuSource`` is
+what the AMD and Intel sources share. Every read returns
+``None`` when the file is absent or unparsable: a field kvmon cannot read is unknown, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvmon.core.readings import PcieLink
+from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
+from kvmon.sources.drm_fdinfo import server_gpu_memory
+from kvmon.sources.localfile import open_regular
+from kvmon.sources.procs import PidTreeCache
+
+MAX_SYSFS_BYTES = 64 * 1024  # sysfs attributes are one page; anything longer is not one
+_CARD = re.compile(r"^card(\d+)$")
+# the PCI core's speed strings (drivers/pci/pci-sysfs.c): "16.0 GT/s PCIe"; the generation each one is
+_GT_S_GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def read_text(path: Path) -> str | None:
+    """A sysfs file's text without the trailing newline, or None when it cannot be read."""
+    try:
+        with open_regular(path) as f:  # sysfs attributes are regular files; anything else is not read
+            data = f.read(MAX_SYSFS_BYTES)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace").rstrip("\n")
+
+
+def read_int(path: Path, base: int = 10) -> int | None:
+    """A sysfs file holding one integer ("17163091968", "0x1002" with base 16), or None."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), base)
+    except ValueError:
+        return None
+
+
+def read_hex_id(path: Path, digits: int = 4) -> str | None:
+    """"0x744c" → "744c" (PCI vendor and device files; revisions have two digits: "0xc8" → "c8"), or None."""
+    value = read_int(path, 16)
+    return None if value is None else f"{value:0{digits}x}"
+
+
+def link_generation(speed: str | None) -> int | None:
+    """"16.0 GT/s PCIe" → 4; None for "Unknown" or anything else."""
+    if not speed:
+        return None
+    m = re.match(r"\s*([0-9.]+)\s*GT/s", speed)
+    if not m:
+        return None
+    return _GT_S_GENERATION.get(float(m.group(1)))
+
+
+def pci_link(device_dir: Path) -> PcieLink:
+    """The device's current and maximum PCIe link, and the one-direction bandwidth of the maximum."""
+    gen = link_generation(read_text(device_dir / "current_link_speed"))
+    width = read_int(device_dir / "current_link_width")
+    max_gen = link_generation(read_text(device_dir / "max_link_speed"))
+    max_width = read_int(device_dir / "max_link_width")
+    bw = pcie_bandwidth_bytes_per_s(max_gen or gen, max_width or width)
+    return PcieLink(generation=gen, width=width or None, max_generation=max_gen, max_width=max_width or None,
+                    bandwidth_bytes_per_s=bw)
+
+
+@dataclass(frozen=True)
+class DrmCard:
+    """One DRM card: its number, its PCI device directory and what ``uevent`` says (driver, ids, slot)."""
+
+    number: int
+    device_dir: Path
+    driver: str | None
+    pci_id: str | None  # "1002:744c"
+    slot: str | None  # "0000:03:00.0"
+    revision: str | None  # "c8"
+
+
+def _uevent(device_dir: Path) -> dict[str, str]:
+    text = read_text(device_dir / "uevent") or ""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def drm_cards(root: Path, drivers: tuple[str, ...]) -> list[DrmCard]:
+    """The ``cardN`` entries under ``root/sys/class/drm`` whose driver is one of ``drivers``, by card number."""
+    base = root / "sys" / "class" / "drm"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    cards = []
+    for name in names:
+        m = _CARD.match(name)
+        if not m:
+            continue
+        dev = base / name / "device"
+        ev = _uevent(dev)
+        driver = ev.get("DRIVER")
+        if driver not in drivers:
+            continue
+        pci_id = ev.get("PCI_ID", "").lower() or None
+        if pci_id is None:
+            vendor, device = read_hex_id(dev / "vendor"), read_hex_id(dev / "device")
+            pci_id = f"{vendor}:{device}" if vendor and device else None
+        cards.append(DrmCard(int(m.group(1)), dev, driver, pci_id, ev.get("PCI_SLOT_NAME", "").lower() or None,
+                             read_hex_id(dev / "revision", 2)))
+    return sorted(cards, key=lambda c: (c.slot or "", c.number))
+
+
+class SysfsGpuSource:
+    """What the sysfs GPU sources share: the root they read under, when to look for cards again, and the model
+    server's own GPU memory from its DRM fdinfo (by PCI slot)."""
+
+    CARD_RESCAN_S = 30.0  # cards come and go rarely (eGPU, driver reload): look again this often
+
+    def __init__(self, root: str | Path = "/", *, include_child_processes: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = Path(root)
+        self._include_children = include_child_processes
+        self._pid_tree = PidTreeCache()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._scanned_at: float | None = None
+
+    def close(self) -> None:
+        """Nothing is held open between polls."""
+
+    def _rescan_due(self) -> bool:
+        """Whether the card list should be read again (first poll, or older than ``CARD_RESCAN_S``)."""
+        now = self._clock()
+        if self._scanned_at is not None and 0.0 <= now - self._scanned_at < self.CARD_RESCAN_S:
+            return False
+        self._scanned_at = now
+        return True
+
+    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, bool]:
+        """(bytes by PCI slot and region the server holds, or None when unreadable; whether the server is known)."""
+        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        return (server_gpu_memory(self.root / "proc", pids) if pids else None), bool(pids)

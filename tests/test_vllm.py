@@ -1,0 +1,381 @@
+"""vLLM: /metrics and /v1/models parsed (new and old names, data-parallel engines, bad lines), the model's shape
+from an HF config.json, and the source over real HTTP against the simulated vLLM, through the Analyzer."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers_http import FixtureServer
+
+from kvmon.core.analysis import Analyzer
+from kvmon.core.rates import SlotRateTracker
+from kvmon.core.readings import FailureKind, ServerConfig, ServerReading, SourceError
+from kvmon.physics.kv import kv_bytes_per_token
+from kvmon.physics.shape import ModelShape
+from kvmon.sim.scenarios import get_scenario
+from kvmon.sim.server import SimServer
+from kvmon.sources.hf_config import config_dtype, config_metadata, model_folder, read_model
+from kvmon.sources.nvml import NvmlSource
+from kvmon.sources.vllm import VllmSource, kv_type_of
+from kvmon.sources.vllm_parse import parse_metrics, parse_models
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+MODEL = "Qwen/Qwen3-8B"
+
+
+def _text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+
+def test_v1_page() -> None:
+    page = parse_metrics(_text("metrics.v1.txt"))
+    m = page.models[MODEL]
+    assert page.has_vllm and not page.notes
+    assert (m.kv_usage_fraction, m.kv_usage_name) == (0.25, "vllm:kv_cache_usage_perc")
+    assert (m.requests_running, m.requests_waiting) == (1.0, 2.0)
+    assert (m.prompt_tokens_total, m.generation_tokens_total) == (184320.0, 52011.0)
+    assert m.itl is not None and m.itl.name == "inter_token_latency_seconds" and m.itl.count == 51911.0
+    assert m.ttft is not None and m.ttft.mean_s == pytest.approx(0.125)
+    assert m.prefill_time is not None and m.prefill_time.sum_s == pytest.approx(7.36)
+    c = page.cache
+    assert (c.num_gpu_blocks, c.block_size, c.cache_dtype, c.kv_cache_size_tokens) == (27428, 16, "auto", 438848)
+    assert c.capacity_tokens == 438848  # vLLM's own count wins over blocks × block size
+    assert c.num_cpu_blocks is None and c.gpu_memory_utilization == 0.92
+
+
+def test_v0_names_without_engine_label() -> None:
+    m = parse_metrics(_text("metrics.v0.txt")).models[MODEL]
+    assert (m.kv_usage_fraction, m.kv_usage_name) == (0.25, "vllm:gpu_cache_usage_perc")
+    assert m.itl is not None and m.itl.name == "time_per_output_token_seconds"
+    assert m.prefix_cache_hits_total == 96256.0
+    assert m.engines == 1
+
+
+def test_data_parallel_engines_add_up() -> None:
+    page = parse_metrics(_text("metrics.dp2.txt"))
+    m = page.models[MODEL]
+    assert m.engines == 2
+    assert m.generation_tokens_total == 2 * 52011.0 and m.requests_running == 2.0
+    assert m.kv_usage_fraction == pytest.approx(0.5)  # the mean of 0.25 and 0.75: equal pools
+    assert page.cache.num_gpu_blocks == 2 * 27428 and page.cache.capacity_tokens == 2 * 438848
+
+
+def test_one_bad_line_loses_only_itself() -> None:
+    text = _text("metrics.v1.txt").replace(
+        'vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B"} 2.0',
+        'vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B" 2.0 garbage')
+    page = parse_metrics(text)
+    m = page.models[MODEL]
+    assert m.requests_waiting is None and m.generation_tokens_total == 52011.0
+    assert any("not readable as Prometheus samples" in n for n in page.notes)
+
+
+@pytest.mark.parametrize("value", ["NaN", "-3", "+Inf"])
+def test_impossible_values_are_unknown(value: str) -> None:
+    text = _text("metrics.v1.txt").replace(
+        'vllm:generation_tokens_total{engine="0",model_name="Qwen/Qwen3-8B"} 52011.0',
+        f'vllm:generation_tokens_total{{engine="0",model_name="Qwen/Qwen3-8B"}} {value}')
+    page = parse_metrics(text)
+    assert page.models[MODEL].generation_tokens_total is None
+    assert any("generation_tokens_total" in n for n in page.notes)
+
+
+def test_cache_config_before_the_engine_is_sized() -> None:
+    text = 'vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",num_gpu_blocks="None"} 1.0\n'
+    c = parse_metrics(text).cache
+    assert c.num_gpu_blocks is None and c.capacity_tokens is None and c.cache_dtype == "fp8"
+
+
+def test_cache_config_disagreeing_engines_is_not_read() -> None:
+    text = ('vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="10"} 1.0\n'
+            'vllm:cache_config_info{block_size="32",engine="1",num_gpu_blocks="10"} 1.0\n')
+    page = parse_metrics(text)
+    assert page.cache.capacity_tokens is None and any("differs between engines" in n for n in page.notes)
+
+
+def test_not_a_vllm_page() -> None:
+    page = parse_metrics("# HELP x y\nx 1\n")
+    assert not page.has_vllm and not page.models
+
+
+def test_models_skip_adapters() -> None:
+    cards, notes = parse_models(json.loads(_text("v1-models.json")))
+    assert [(c.id, c.root, c.max_model_len) for c in cards] == [(MODEL, "/models/Qwen3-8B", 40960)]
+    assert not notes
+    assert parse_models({"data": "x"}) == ([], ["/v1/models has no data list"])
+    assert parse_models({"data": [{"id": 5}, "x"]})[1] == ["/v1/models has an entry without an id"] * 2
+
+
+@pytest.mark.parametrize(("cache", "model", "want"), [
+    ("auto", "bf16", "bf16"), ("fp8", None, "fp8"), ("fp8_e5m2", None, "fp8"), ("bfloat16", None, "bf16"),
+    ("float16", None, "f16"), ("auto", None, None), ("weird", None, None), (None, "bf16", None)])
+def test_cache_dtype(cache: str | None, model: str | None, want: str | None) -> None:
+    got, why = kv_type_of(cache, model)
+    assert got == want
+    assert (why is None) == (want is not None)
+
+
+# ------------------------------------------------------------------------------------------------ HF config
+
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16", "sliding_window": None,
+            "use_sliding_window": False}
+
+
+def test_config_shape_is_vllms_page() -> None:
+    md, why, arch = config_metadata(QWEN3_8B)
+    assert why is None and arch == "qwen3"
+    shape = ModelShape.from_gguf(md)
+    # vllm/v1/kv_cache_interface.py: 2 × KV heads × head size × dtype bytes, per layer and token
+    assert kv_bytes_per_token(shape, "bf16", "bf16").total == 36 * 2 * 8 * 128 * 2
+    assert shape.n_ctx_train == 40960 and config_dtype(QWEN3_8B) == "bf16"
+
+
+def test_config_without_kv_heads_is_multi_head() -> None:
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16}
+    shape = ModelShape.from_gguf(config_metadata(cfg)[0])
+    assert kv_bytes_per_token(shape, "f16", "f16").total == 4 * 2 * 16 * 128 * 2
+
+
+def test_multimodal_config_reads_its_text_part() -> None:
+    cfg = {"model_type": "llava", "text_config": dict(QWEN3_8B), "torch_dtype": "float16"}
+    md, why, _ = config_metadata(cfg)
+    assert why is None and md is not None and md["qwen3.block_count"] == 36
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"kv_lora_rank": 512}, "latent"), ({"layer_types": ["sliding_attention", "full_attention"]}, "per layer"),
+    ({"sliding_window": 4096}, "sliding-window"), ({"layers_block_type": ["mamba", "attention"]}, "hybrid"),
+    ({"attention_chunk_size": 8192}, "chunked")])
+def test_configs_kvmon_does_not_size(extra: dict, words: str) -> None:
+    md, why, _ = config_metadata({**QWEN3_8B, "use_sliding_window": None, **extra})
+    assert md is None and why is not None and words in why
+
+
+@pytest.mark.parametrize("cfg", [{"model_type": "llama"}, [], "x", {"num_hidden_layers": True, "hidden_size": 1}])
+def test_bad_configs_say_why(cfg: object) -> None:
+    md, why, _ = config_metadata(cfg)
+    assert md is None and why
+
+
+def test_model_folder_reads(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    with open(tmp_path / "model-00001-of-00002.safetensors", "wb") as f:
+        f.truncate(1000)
+    with open(tmp_path / "model-00002-of-00002.safetensors", "wb") as f:
+        f.truncate(24)
+    m = read_model(str(tmp_path))
+    assert m.metadata is not None and m.weight_bytes == 1024 and m.dtype == "bf16"
+    (tmp_path / "config.json").write_text("{not json")
+    assert "not readable JSON" in (read_model(str(tmp_path)).why_not or "")
+    (tmp_path / "config.json").unlink()
+    assert "not readable here" in (read_model(str(tmp_path)).why_not or "")
+
+
+def test_a_relative_root_is_the_servers_and_not_looked_up_here(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's ``root`` relative to its own working directory names nothing kvmon can find from its own."""
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert model_folder("models/qwen", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
+    assert model_folder(str(tmp_path / "models" / "qwen"), {}) == str(tmp_path / "models" / "qwen")
+
+
+def test_repo_id_found_in_the_local_hub_cache(tmp_path: Path) -> None:
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(QWEN3_8B))
+    assert model_folder("Qwen/Qwen3-8B", {"HF_HUB_CACHE": str(tmp_path / "hub")}) == str(snap)
+    assert model_folder("Qwen/Other", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
+    assert model_folder("../../etc", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
+
+
+# ------------------------------------------------------------------------------------------------ rates
+
+
+def _reading(t: float, generated: float | None, running: int, prefill: tuple[float, float] | None = None
+             ) -> ServerReading:
+    metrics = {} if generated is None else {"generation_tokens_total": generated}
+    if prefill is not None:
+        metrics["request_prefill_kv_computed_tokens_sum"], metrics["request_prefill_time_seconds_sum"] = prefill
+    return ServerReading(t_monotonic=t, t_wall=t, backend="vllm", url="http://x", metrics=metrics,
+                         requests_running=running, config=ServerConfig())
+
+
+def test_step_counter_rates_and_reset() -> None:
+    tr = SlotRateTracker(tau_s=0.0)
+    assert tr.update(_reading(0.0, 0.0, 1)).decode_tok_s is None  # baseline
+    assert tr.update(_reading(1.0, 100.0, 1)).decode_tok_s == pytest.approx(100.0)
+    assert tr.update(_reading(2.0, 300.0, 1)).decode_tok_s == pytest.approx(200.0)
+    assert tr.update(_reading(3.0, 10.0, 1)).decode_tok_s is None  # restarted server: the counter fell
+    assert tr.update(_reading(4.0, 110.0, 1)).decode_tok_s == pytest.approx(100.0)
+    assert tr.update(_reading(5.0, 110.0, 0)).decode_tok_s is None  # idle
+    assert tr.update(_reading(6.0, 500.0, 1)).decode_tok_s is None  # began inside the interval: not a rate
+    s = tr.update(_reading(7.0, 600.0, 1, (1000.0, 0.5)))
+    assert s.decode_tok_s == pytest.approx(100.0) and s.source == "metrics"
+    assert tr.update(_reading(8.0, 700.0, 1, (3000.0, 1.0))).prefill_tok_s == pytest.approx(4000.0)
+
+
+# ------------------------------------------------------------------------------------------------ the source
+
+
+def _poll_until(src: VllmSource, sim: SimServer, cond, timeout_s: float = 20.0) -> list:
+    an = Analyzer(clock=sim.clock.now)
+    gpus = NvmlSource(nvml=sim.nvml, clock=sim.clock.now)
+    snaps = []
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        snap = an.update(src.poll(), gpus.poll(sim.server_pids))
+        snaps.append(snap)
+        if cond(snaps):
+            break
+        time.sleep(0.15)
+    return snaps
+
+
+def test_source_on_the_simulated_vllm() -> None:
+    with SimServer("vllm", speed=4.0) as sim:
+        src = VllmSource(sim.url, clock=sim.clock.now)
+        try:
+            snaps = _poll_until(src, sim, lambda ss: any(s.decode_tok_s and s.ceiling_tok_s for s in ss)
+                                and any(s.prefill_tok_s for s in ss))
+            r = src.poll()
+        finally:
+            src.close()
+    assert r.backend == "vllm" and r.server_version == "0.33.0" and r.model is not None
+    assert r.model.name == MODEL and r.model.shape_source == "hf_config"
+    per_token = 36 * 2 * 8 * 128 * 2  # Qwen3-8B, fp16 (cache_dtype auto, the folder's torch_dtype)
+    assert r.config.n_ctx_total == 65536 and r.config.kv_bytes_allocated == 65536 * per_token
+    assert r.config.type_k == "f16" and r.config.n_ctx_per_slot == 32768
+    s = next(s for s in snaps if s.decode_tok_s and s.ceiling_tok_s)
+    assert s.kv_allocated_bytes == 65536 * per_token and s.model.n_ctx == 32768
+    assert s.kv_in_use_bytes and s.context_tokens and s.provenance["context_tokens"] == "computed"
+    assert 0.3 < (s.efficiency or 0) < 1.0  # the simulator's speed sits below the bus ceiling
+    assert any(x.prefill_tok_s and 8000 < x.prefill_tok_s < 14000 for x in snaps)  # the scenario's ~12,000 tok/s
+    assert s.model.weight_bytes == sim.engine.epoch_at(0).model.weight_bytes
+
+
+def test_old_vllm_names_over_http() -> None:
+    scenario = replace(get_scenario("vllm"), vllm_metric_names="v0")
+    with SimServer(scenario, speed=4.0) as sim:
+        src = VllmSource(sim.url, clock=sim.clock.now)
+        try:
+            snaps = _poll_until(src, sim, lambda ss: any(s.kv_in_use_bytes for s in ss))
+        finally:
+            src.close()
+        assert "gpu_cache_usage_perc" in sim.api.metrics_text()
+    assert any(s.kv_in_use_bytes for s in snaps)
+
+
+def test_no_model_folder_says_why(fixture_server: FixtureServer) -> None:
+    fixture_server.set("/metrics", 200, _text("metrics.v1.txt"), {"Content-Type": "text/plain"})
+    fixture_server.set("/v1/models", 200, _text("v1-models.json"))
+    fixture_server.set("/version", 200, '{"version":"0.33.0"}')
+    src = VllmSource(fixture_server.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.model is not None and r.model.shape is None and r.config.kv_bytes_allocated is None
+    assert "not found on this machine" in r.reasons["model_shape"]
+    assert "cache_dtype is auto" in r.reasons["kv_type"]
+    assert r.config.n_ctx_total == 438848 and r.kv_in_use_fraction == 0.25 and r.requests_running == 1
+    snap = Analyzer().update(r)
+    assert snap.kv_allocated_bytes is None and snap.kv_in_use_bytes is None and snap.context_tokens == 109712
+
+
+@pytest.mark.parametrize(("status", "kind"), [(401, FailureKind.AUTH_REJECTED), (500, FailureKind.SERVER_ERROR)])
+def test_metrics_refused(fixture_server: FixtureServer, status: int, kind: FailureKind) -> None:
+    fixture_server.set("/metrics", status, '{"error":"Unauthorized"}')
+    src = VllmSource(fixture_server.url)
+    try:
+        with pytest.raises(SourceError) as e:
+            src.poll()
+    finally:
+        src.close()
+    assert e.value.failure.kind == kind
+
+
+def test_usage_past_one_is_unknown(fixture_server: FixtureServer) -> None:
+    text = _text("metrics.v1.txt").replace('model_name="Qwen/Qwen3-8B"} 0.25', 'model_name="Qwen/Qwen3-8B"} 7.5')
+    fixture_server.set("/metrics", 200, text, {"Content-Type": "text/plain"})
+    src = VllmSource(fixture_server.url)
+    try:
+        snap = Analyzer().update(src.poll())
+    finally:
+        src.close()
+    assert snap.kv_in_use_bytes is None and snap.context_tokens is None
+    assert "impossible" in snap.reasons["kv_in_use_fraction"]
+
+
+def test_demo() -> None:
+    from kvmon.session import demo_session
+
+    session = demo_session("vllm", None, speed=4.0)
+    mon = session.factory()
+    try:
+        seen = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(s.decode_tok_s and s.efficiency for s in seen):
+            seen.append(mon.poll())
+            time.sleep(0.2)
+        assert any(s.decode_tok_s and s.efficiency for s in seen)
+        assert seen[-1].backend == "vllm" and seen[-1].gpus and seen[-1].kv_allocated_bytes
+    finally:
+        mon.close()
+        session.close()
+
+
+def test_a_sleeping_engine_reads_as_sleeping(fixture_server: FixtureServer) -> None:
+    lines = "".join(f'vllm:engine_sleep_state{{engine="0",model_name="{MODEL}",sleep_state="{s}"}} {v}\n'
+                    for s, v in (("awake", 0.0), ("weights_offloaded", 1.0), ("discard_all", 0.0)))
+    assert parse_metrics(lines).models[MODEL].awake is False
+    awake = lines.replace('sleep_state="awake"} 0.0', 'sleep_state="awake"} 1.0')
+    assert parse_metrics(awake).models[MODEL].awake is True
+    assert parse_metrics(_text("metrics.v1.txt")).models[MODEL].awake is None  # older servers have no such series
+    fixture_server.set("/metrics", 200, _text("metrics.v1.txt") + lines, {"Content-Type": "text/plain"})
+    src = VllmSource(fixture_server.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.state == "sleeping" and "asleep" in r.reasons["state"]
+    assert Analyzer().update(r).connection.status.value == "sleeping"
+
+
+def test_several_requests_decoding_together_have_a_batch_ceiling(fixture_server: FixtureServer) -> None:
+    """Two requests running: one step reads the weights once and both requests' KV, and gives two tokens."""
+    from kvmon.core.readings import GpuReading, GpuSetReading
+    from kvmon.physics.gpus import lookup_gpu
+
+    text = _text("metrics.v1.txt").replace('vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 1.0',
+                                           'vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 2.0')
+    fixture_server.set("/metrics", 200, text, {"Content-Type": "text/plain"})
+    src = VllmSource(fixture_server.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    shape = ModelShape.from_gguf(config_metadata(QWEN3_8B)[0])
+    per_token = kv_bytes_per_token(shape, "bf16", "bf16").total
+    r = replace(r, model=replace(r.model, shape=shape, weight_bytes=16 * 10**9),
+                config=replace(r.config, type_k="bf16", type_v="bf16", kv_bytes_allocated=438848 * per_token))
+    gpu = GpuReading(index=0, name="NVIDIA H100 80GB HBM3", vram_total_bytes=80 * 2**30, vram_used_bytes=74 * 2**30,
+                     vram_free_bytes=6 * 2**30)
+    snap = Analyzer().update(r, GpuSetReading(t_monotonic=r.t_monotonic, gpus=(gpu,)))
+    assert snap.context_tokens is None and "2 requests" in snap.reasons["context_tokens"]
+    assert snap.kv_in_use_bytes == round(0.25 * 438848 * per_token)
+    spec = lookup_gpu("H100")
+    assert spec is not None
+    one = 1.0 / ((16 * 10**9 + snap.kv_in_use_bytes) / spec.bandwidth_bytes_per_s)
+    assert snap.ceiling_tok_s == pytest.approx(2 * one, rel=0.02)
+    assert "decoding together" in snap.reasons["ceiling_tok_s"]
