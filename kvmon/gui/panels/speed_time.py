@@ -188,7 +188,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._ranges: tuple[tuple[float, float], float, float] | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Speed over time", "", None, "speed", "tok/s")
+        self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
         pi = self.plot.getPlotItem()
         pi.hideAxis("bottom")  # the lane under it carries the time axis
         self.plot.setMinimumHeight(MIN_CHART_HEIGHT)
