@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvmon import __version__
 
@@ -44,9 +44,28 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     _add_bandwidth_arg(p)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help may end with text made only when help is asked (``help_tail``): the scenario
+    list loads the simulator's tables, which ``kvmon --version`` and every normal start do without."""
+
+    help_tail: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.help_tail is not None:
+            self.epilog = self.help_tail()
+            self.formatter_class = argparse.RawDescriptionHelpFormatter
+        return super().format_help()
+
+
+def _scenarios_help() -> str:
+    from kvmon.sim.scenarios import scenarios_help
+
+    return scenarios_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, documented in the README."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvmon",
         description="Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom "
         "for llama-server, Ollama, vLLM and LM Studio.",
@@ -65,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
 
     add_sim_arguments(sim)
+    sim.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
@@ -95,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
-                        help="open the dashboard on the built-in simulator")
+                        help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
+                             "are listed below)")
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
     parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
@@ -105,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
     _add_bandwidth_arg(parser)
+    parser.help_tail = _scenarios_help
     return parser
 
 
@@ -147,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvmon.gui.selftest import run as run_self_test
 
         return run_self_test(args)
+    from kvmon.gui.qtplatform import window_problem
+
+    status = window_problem()  # no display, or Qt's platform plugin lacks system libraries: say which, exit 2
+    if status is not None:
+        return status
     from kvmon.gui.app import run as run_gui
 
     return run_gui(args)

@@ -126,7 +126,7 @@ def test_vram_full_message_and_levels() -> None:
     assert eng.update(vram(0.0, 400.0)) == ()
     (a,) = eng.update(vram(1.0, 100.0))
     assert a.level is AlertLevel.WARNING
-    assert "VRAM full in ~" in a.message and "other processes grew 1.20 GiB in the last minute" in a.message
+    assert "VRAM full in ~" in a.message and "another program took 1.20 GiB in the last minute" in a.message
     assert "GPU 0 (RTX 4090)" in a.message
     (a,) = eng.update(vram(2.0, 45.0))
     assert a.level is AlertLevel.CRITICAL and "45 s" in a.message
@@ -156,6 +156,29 @@ def test_spill_partial_offload_metrics_and_advice_messages() -> None:
     assert by["metrics_disabled"].message.startswith("/metrics is disabled: start llama-server with --metrics")
     assert by["metrics_disabled"].level is AlertLevel.INFO
     assert by["kv_cache_advice"].message == "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here and free 3.10 GiB"
+
+
+def test_advice_and_the_spill_fix_follow_what_is_known_of_the_cache_type() -> None:
+    adv = CacheAdvice("q8_0", "q8_0", "-ctk q8_0 -ctv q8_0", int(7.5 * GIB), None, None, assumed_type="f16",
+                      assumed_why="kvmon cannot see the server's -ctk/-ctv")
+    (a,) = AlertEngine().update(AlertFacts(t_monotonic=0.0, backend="llama-server", advice=(adv,)))
+    assert a.message == ("If your KV cache is f16 (kvmon cannot see the server's -ctk/-ctv), `-ctk q8_0 -ctv q8_0` "
+                         "would free 7.50 GiB")
+
+    def fix(**kw: object) -> str:
+        f = AlertFacts(t_monotonic=0.0, kv_host_fraction=0.5, kv_host_bytes=GIB, **kw)  # type: ignore[arg-type]
+        (alert,) = AlertEngine().update(f)
+        return alert.message.split("; ", 1)[1]
+
+    assert fix(backend="llama-server", kv_type="f16") == \
+        "free VRAM, lower -c or use a smaller cache type (`-ctk q8_0 -ctv q8_0`)"
+    assert fix(backend="llama-server", kv_type="q8_0") == \
+        "free VRAM, lower -c or use a smaller cache type (`-ctk q4_0 -ctv q4_0`)"
+    assert fix(backend="llama-server", kv_type="q4_0") == "free VRAM, lower -c"
+    assert fix(backend="llama-server", kv_type="f16", kv_type_assumed=True) == \
+        "free VRAM, lower -c, or, if your cache is f16, use `-ctk q8_0 -ctv q8_0`"
+    assert fix(backend="ollama", kv_type="f16") == \
+        "free VRAM, lower num_ctx or use a smaller cache type (`OLLAMA_KV_CACHE_TYPE=q8_0`)"
 
 
 def test_partial_offload_ollama() -> None:

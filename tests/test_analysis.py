@@ -395,7 +395,7 @@ def test_vram_alert_rises_before_free_vram_runs_out() -> None:
         alert = next((x for x in s.alerts if x.code == "vram_full_soon"), None)
         if alert is not None and raised_at is None:
             raised_at = i
-            assert "other processes grew" in alert.message and "in the last" in alert.message
+            assert "another program took" in alert.message and "in the last" in alert.message
             assert s.forecast.seconds_until_vram_full == pytest.approx(free / grow, rel=0.05)
             assert s.forecast.tokens_until_vram_full == pytest.approx(38.0 * free / grow, rel=0.05)
     assert raised_at is not None
@@ -432,6 +432,22 @@ def test_cache_type_advice() -> None:
     assert adv.message == f"`-ctk q8_0 -ctv q8_0 -fa on` would give ~{tok_s:.0f} tok/s here and free " \
         f"{freed / GIB:.2f} GiB"
     assert adv.level is AlertLevel.INFO
+
+
+def test_cache_type_advice_on_an_assumed_cache_type_is_said_as_a_condition() -> None:
+    """kvmon cannot see the cache type (no command line, log or setting): f16 is assumed, and the advice must not
+    tell a server that may already run q8_0 to switch to q8_0 as a fact."""
+    s = Analyzer(rate_tracker=FixedRates(decode=60.0)).update(
+        reading(ctx=16384, config=ServerConfig(n_ctx_total=32768, n_parallel=1, flash_attn="on")), gpus())
+    assert s.provenance["kv_type"] == "default"
+    (adv,) = [x for x in s.alerts if x.code == "kv_cache_advice"]
+    assert adv.message.startswith("If your KV cache is f16 (kvmon cannot see the server's -ctk/-ctv: give it the "
+                                  "server's log with --log), `-ctk q8_0 -ctv q8_0` would ")
+    known = Analyzer(rate_tracker=FixedRates(decode=60.0)).update(
+        reading(ctx=16384, config=ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="q8_0", type_v="q8_0",
+                                               flash_attn="on")), gpus())
+    advice = [x.message for x in known.alerts if x.code == "kv_cache_advice"]
+    assert all("If your" not in m and "q8_0 -ctv q8_0" not in m for m in advice)
 
 
 def test_real_rate_tracker_from_slot_counters() -> None:

@@ -231,3 +231,30 @@ def test_caption_wraps_to_the_image_width(qtbot) -> None:
     assert out.width() == 300 and out.height() > 100 + 3 * 12  # several lines at this width
     assert "kvmon 0" in text or "kvmon " in text
     assert not math.isnan(float(out.height()))
+
+
+def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during_the_grab(
+        win: MainWindow, qtbot) -> None:
+    from PySide6 import QtCore
+
+    from kvmon.gui import fmt
+
+    first = win.last
+    assert first is not None and win.shown is first
+    later = dataclasses.replace(first, seq=first.seq + 1, decode_tok_s=12.345, efficiency=0.2)
+    QtCore.QTimer.singleShot(0, lambda: win.on_snapshot(later))  # delivered inside the grab's processEvents
+    _img, text = export.captioned(win, lambda: export.shown_snapshot(win))
+    assert win.shown is later
+    words = fmt.speed_words(later)
+    assert words.decode in win.header.speed.text() and text is not None and f"{words.decode} of" in text
+    assert f"({words.share})" in text and words.share in win.header.efficiency.text()
+
+
+def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWindow) -> None:
+    s = win.last
+    assert s is not None
+    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
+                               reasons={**s.reasons, "decode_tok_s": "idle: no slot is generating"})
+    win.on_snapshot(idle)
+    assert "idle" in win.header.speed.text()
+    assert "· idle of " in caption.caption_text(idle)

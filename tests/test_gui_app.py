@@ -134,3 +134,34 @@ def test_replay_of_a_missing_or_empty_file_is_a_clean_error(tmp_path: Path, caps
     empty.write_text("")
     assert run_replay(argparse.Namespace(file=str(empty))) == 2
     assert "kvmon:" in capsys.readouterr().err
+
+
+FIRST_FRAME = r"""
+import importlib.util, sys
+from PySide6 import QtCore, QtWidgets
+app = QtWidgets.QApplication(["kvmon"])
+from kvmon.gui import theme
+theme.apply(app)
+from kvmon.gui.main_window import MainWindow
+from kvmon.gui.settings import Settings
+win = MainWindow(Settings(sys.argv[1]), tray=False)
+win.resize(1280, 800)
+win.show()
+np = sys.modules.get("numpy")
+print("pyqtgraph before paint:", "pyqtgraph" in sys.modules)
+print("numpy loaded before paint:", np is not None and type(np) is not importlib.util._LazyModule)
+deadline = QtCore.QDeadlineTimer(20000)
+while win._speed_context is None and not deadline.hasExpired():
+    app.processEvents(QtCore.QEventLoop.ProcessEventsFlag.AllEvents, 50)
+print("plots made after paint:", win._speed_context is not None and win._speed_time is not None)
+"""
+
+
+def test_the_first_frame_needs_neither_the_plotting_library_nor_numpy(tmp_path: Path) -> None:
+    """The window paints before pyqtgraph and numpy load (start time); the plots are made right after."""
+    r = subprocess.run([sys.executable, "-c", FIRST_FRAME, str(tmp_path / "s.ini")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stderr
+    assert "pyqtgraph before paint: False" in r.stdout, r.stdout
+    assert "numpy loaded before paint: False" in r.stdout, r.stdout
+    assert "plots made after paint: True" in r.stdout, r.stdout

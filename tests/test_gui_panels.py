@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import (
@@ -118,6 +118,18 @@ def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used
     assert "3.00 GiB" in hb.note
 
 
+def test_host_bar_parts_never_add_up_to_more_than_the_ram() -> None:
+    """The model's mapped file counts as available RAM too: the bar's free part is what the bar has left."""
+    s = SyntheticMonitor().snapshot(1)
+    mapped = dataclasses.replace(s, host=HostView(ram_total_bytes=32 * GIB, ram_available_bytes=28 * GIB,
+                                                  weights_in_host_bytes=3 * GIB, kv_in_host_bytes=9 * GIB))
+    hb = host_bar(mapped)
+    assert hb is not None
+    assert sum(seg.value for seg in hb.segments) == pytest.approx(32 * GIB)
+    assert [seg.quantity for seg in hb.segments] == ["weights", "kv_allocated", "free"]
+    assert "28.0 GiB" in hb.segments[-1].tip  # the tooltip still says what the system reports available
+
+
 def test_bandwidth_panel_and_no_gpu_reason(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(5)
     window.on_snapshot(s)
@@ -148,6 +160,20 @@ def test_alerts_most_severe_first_and_connection_states() -> None:
                                                                      "--metrics"})
     assert lines_for(metrics) == [("info", "/metrics disabled: start llama-server with --metrics",
                                    "Why some counters are missing")]
+
+
+def test_inline_code_in_messages_is_set_as_code_not_backticks(window: MainWindow) -> None:
+    from kvmon.gui.tray import Tray
+
+    s = dataclasses.replace(SyntheticMonitor().snapshot(1), alerts=(
+        Alert(AlertLevel.WARNING, "kv_in_host", "KV cache in host RAM; use `-ctk q8_0 -ctv q8_0` <now>"),))
+    window.on_snapshot(s)
+    shown = window.alerts.label.text()
+    assert "`" not in shown and "&nbsp;-ctk q8_0 -ctv q8_0&nbsp;</code>" in shown and "&lt;now&gt;" in shown
+    assert "`" not in window.alerts.label.toolTip()
+    tray = Tray()
+    tray.update_snapshot(s)
+    assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <now>"]
 
 
 def test_nothing_painted_while_minimised_then_caught_up(window: MainWindow, qtbot) -> None:
@@ -516,3 +542,39 @@ def test_a_new_regime_is_marked_and_the_points_before_it_are_faded(window: MainW
     assert panel.earlier.getData()[0].size == 5 and panel.measured.getData()[0].size == 3
     legend = [item.text for _sample, item in window.speed_context.plot.getPlotItem().legend.items]
     assert "before this regime" in legend
+
+
+def test_the_status_bar_says_where_numbers_come_from_in_a_users_words() -> None:
+    import dataclasses
+
+    from synthetic import SyntheticMonitor
+
+    from kvmon.gui.panels.status import sources_text, sources_tip
+
+    s = SyntheticMonitor().snapshot(3)
+    s = dataclasses.replace(s, provenance={**s.provenance, "kv_type": "command_line"})
+    assert sources_text(s) == "cache type from the server's command line · rate from /slots · bandwidth from the driver"
+    assumed = dataclasses.replace(s, provenance={**s.provenance, "kv_type": "default"}, decode_rate_source="metrics")
+    assert sources_text(assumed).startswith("cache type assumed f16 (not visible) · rate from /metrics")
+    tip = sources_tip(s)
+    assert "decode speed: measured" in tip and "cache type: from the server's command line" in tip
+    for internal in ("command_line", "computed ·", "rate from slots"):
+        assert internal not in sources_text(s)
+
+
+def test_the_clock_axis_never_shows_fractions_of_a_second(qtbot) -> None:
+    import time as _time
+
+    from kvmon.gui.widgets import ClockAxis, make_plot
+
+    ax = ClockAxis(orientation="bottom")
+    plot = make_plot("t", "time", None, "speed", "tok/s", axis_items={"bottom": ax})
+    qtbot.addWidget(plot)
+    ax.fontMetrics = QtGui.QFontMetrics(QtGui.QFont())  # what a paint sets before asking for ticks
+    t0 = 1_764_000_044.0
+    for span in (2.0, 5.0, 30.0):
+        ticks = ax.tickValues(t0, t0 + span, 500)
+        strings = [s for spacing, vals in ticks for s in ax.tickStrings(vals, 1.0, spacing)]
+        assert strings and all("." not in s for s in strings), (span, strings)
+    assert _time.strftime("%H:%M:%S", _time.localtime(t0 + 1)) in [
+        s for spacing, vals in ax.tickValues(t0, t0 + 5, 500) for s in ax.tickStrings(vals, 1.0, spacing)]

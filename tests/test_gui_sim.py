@@ -67,7 +67,10 @@ def test_seed_run_panels_show_the_snapshot_numbers(qtbot, tmp_path: Path, runs) 
     assert s is not None and s.connection.status is ConnectionStatus.CONNECTED
     h = r.win.header
     assert "llama-server" in h.backend.text()
-    assert "Qwen3.5-27B-Q4_K_M.gguf" in h.model.text()
+    # the server says its -m path (no --alias): the header names the model by the GGUF's general.name
+    assert s.model.server_name is not None and s.model.server_name.endswith("/Qwen3.5-27B-Q4_K_M.gguf")
+    assert s.model.name == "Qwen3.5 27B"
+    assert h.model.text().startswith("Qwen3.5 27B <span") and "/" not in h.model.text().split("<")[0]
     assert h.gpus.text() == "2× NVIDIA GeForce RTX 3090"
     assert "of 262K tokens" in h.context.text()
     assert fmt.tokens(s.context_tokens).removesuffix(" tokens") in h.context.text()

@@ -66,3 +66,25 @@ def test_tooltip_and_unchanged_text(qtbot) -> None:
     assert label.set("context <b>1.20K</b> of 32.8K tokens", "measured") is True  # the tooltip is new
     assert label.toolTip() == "measured"
     assert label.set("context <b>1.20K</b> of 32.8K tokens", "measured") is False
+
+
+def test_an_eliding_label_shortens_only_what_does_not_fit_and_says_it_whole_on_hover(qtbot) -> None:
+    """Numbers of the same length are set without laying the text out; a narrower label then still elides
+    exactly (measured again), and a wider one shows the whole text again."""
+    label = ValueLabel("context <b>1.20K</b> of 32.8K tokens")  # on its own: its size is what the test sets
+    qtbot.addWidget(label)
+    label.show()
+    label.set_elide(True)
+    label.setToolTip("from /slots")
+    label.resize(400, label.height())
+    for n in ("1.23K", "1.24K", "9.99K"):
+        label.set(f"context <b>{n}</b> of 32.8K tokens")
+    assert not label.elided and label.shown_text() == "context <b>9.99K</b> of 32.8K tokens"
+    label.resize(80, label.height())
+    QtWidgets.QApplication.processEvents()
+    assert label.elided and label.shown_text().endswith("…")
+    assert label.inner().sizeHint().width() <= 80
+    assert "context 9.99K of 32.8K tokens" in label.toolTip() and "from /slots" in label.toolTip()
+    label.resize(400, label.height())
+    QtWidgets.QApplication.processEvents()
+    assert not label.elided and label.shown_text() == label.text() and label.toolTip() == "from /slots"

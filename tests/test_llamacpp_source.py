@@ -628,6 +628,22 @@ def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None
     assert _metrics_key("", (later,)) != _metrics_key("?model=a", (later,))
 
 
+@pytest.mark.parametrize(("server_name", "model_path", "general_name", "shown"), [
+    ("/home/me/models/Qwen3-8B-Q4_K_M.gguf", "/home/me/models/Qwen3-8B-Q4_K_M.gguf", "Qwen3 8B", "Qwen3 8B"),
+    ("/home/me/models/Qwen3-8B-Q4_K_M.gguf", "/home/me/models/Qwen3-8B-Q4_K_M.gguf", None, "Qwen3-8B-Q4_K_M.gguf"),
+    ("Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q4_K_M.gguf", None, "Qwen3-8B-Q4_K_M.gguf"),  # -m relative, no alias
+    ("coder", "/models/x.gguf", "Qwen3 8B", "coder"),  # an alias the user chose stays
+    (None, "C:\\models\\x.gguf", None, "x.gguf"),
+    ("/srv/m/y.gguf", None, "  ", "y.gguf"),
+    (None, None, None, None),
+])
+def test_the_model_is_named_for_people_never_by_a_path(server_name: str | None, model_path: str | None,
+                                                        general_name: str | None, shown: str | None) -> None:
+    from kvmon.sources.model_file import display_name
+
+    assert display_name(server_name, model_path, general_name) == shown
+
+
 @pytest.mark.parametrize("metrics", [True, False])
 def test_an_idle_server_that_sleeps_when_idle_is_let_fall_asleep(fixture_server: FixtureServer,
                                                                  metrics: bool) -> None:

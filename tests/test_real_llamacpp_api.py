@@ -120,6 +120,9 @@ def test_once_json_reads_the_real_server(llama_server: Callable[..., RealLlamaSe
     assert m["kv_allocated_bytes"] == 2 * 1024 * 1024  # llama_kv_cache: size = 2.00 MiB
     assert doc["provenance"]["kv_allocated_bytes"] == "log"
     assert doc["provenance"]["n_ctx"] == "measured"
+    # started with -m /full/path and no --alias: the server calls its model by that path, kvmon by general.name
+    assert m["server_name"].startswith("/") and m["server_name"].endswith(".gguf")
+    assert m["name"] == "tiny-llama"
 
 
 def test_wrong_api_key_exits_2_and_the_right_one_reads(llama_server: Callable[..., RealLlamaServer]) -> None:

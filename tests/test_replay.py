@@ -15,7 +15,7 @@ from synthetic import SyntheticMonitor
 
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
-from kvmon.gui import fmt
+from kvmon.gui import fmt, theme
 from kvmon.gui.app import build_window, replay_window, run_replay
 from kvmon.gui.replay import SPEEDS
 from kvmon.gui.settings import Settings
@@ -212,3 +212,23 @@ def test_record_to_an_unwritable_path_says_so(qtbot, tmp_path: Path) -> None:
     win.toggle_recording(str(tmp_path / "no" / "such" / "dir.jsonl"))
     assert not win.record_action.isChecked()
     assert "Cannot record" in win.statusBar().currentMessage()
+
+
+def test_the_status_bar_says_which_file_how_fast_and_where(qtbot, tmp_path: Path) -> None:
+    # 48:10 of recording, one snapshot every 10 s
+    snaps = [SyntheticMonitor(t0_wall=1e9, poll_dt_s=10.0).snapshot(i) for i in range(0, 290)]
+    win, ctl = replay_window(snaps, "Replay", Settings(str(tmp_path / "s.ini")), name="chat.jsonl")
+    qtbot.addWidget(win)
+    win.show()
+    assert win.status.connection.text() == "replaying chat.jsonl · 1× · 48:10 of 48:10 · paused"
+    assert not win.status.polled.isVisible()  # "polled N s ago" belongs to the recorded session, not to now
+    ctl.bar.speed_box.setCurrentIndex(SPEEDS.index(10.0))
+    ctl.seek(72)  # 720 s in
+    assert win.status.connection.text() == "replaying chat.jsonl · 10× · 12:00 of 48:10 · paused"
+    ctl.seek(0)  # backwards: the window is reset and loaded again, the words stay
+    assert win.status.connection.text().startswith("replaying chat.jsonl · 10× · 0:00 of 48:10")
+    ctl.play()
+    assert win.status.connection.text() == "replaying chat.jsonl · 10× · 0:00 of 48:10"
+    ctl.pause()
+    win.apply_scheme(not theme.is_dark())  # a rebuilt status bar
+    assert win.status.connection.text().startswith("replaying chat.jsonl · 10×")

@@ -87,6 +87,31 @@ def test_clock_accelerates_pauses_and_never_jumps() -> None:
         SimClock(0)
 
 
+@pytest.mark.parametrize("argv", [["--demo", "--help"], ["sim", "--help"], ["--help"]])
+def test_help_lists_every_scenario_one_line_each(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmon.cli import main
+    from kvmon.sim.scenarios import SCENARIOS
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    listed = out.split("scenarios:\n", 1)[1].splitlines()
+    for name in SCENARIOS:
+        (line,) = [ln for ln in listed if ln.split()[:1] == [name]]
+        assert len(line) <= 100 and len(line.split(None, 1)[1]) > 20
+
+
+def test_help_is_not_made_on_a_normal_start() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from kvmon.cli import build_parser; build_parser().parse_args(['--demo']); "
+            "assert 'kvmon.sim.scenarios' not in sys.modules, 'the scenario list loaded without --help'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
 @pytest.mark.parametrize(("scenario", "path", "key"), [("router", "/props", "role"), ("llama-swap", "/running",
                                                                                       "running")])
 def test_the_router_and_llama_swap_run_alone(scenario: str, path: str, key: str,

@@ -85,6 +85,8 @@ class CacheAdvice:
     freed_bytes: int
     tok_s: float | None  # predicted decode speed at the current depth with that type
     tok_s_now: float | None = None
+    assumed_type: str | None = None  # the cache type today, when kvmon could not see it and took the default
+    assumed_why: str | None = None  # why it could not see it
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ class AlertFacts:
     weight_bytes: int | None = None
     weights_host_cap_tok_s: float | None = None
     kv_with_host_layers: bool = False  # the KV cache of the CPU layers lives in host RAM with them
+    kv_type: str | None = None  # the K cache type today (None: unknown)
+    kv_type_assumed: bool = False  # kv_type is the default, taken because the server does not say
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
     cpu_only: bool = False  # every weight and the KV cache in host RAM: the CPU decodes
@@ -201,13 +205,13 @@ def rule_vram_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | Non
     window = fmt_duration(worst.window_s, approx=False) if worst.window_s else "the last minute"
     window = "the last minute" if worst.window_s and worst.window_s >= 50 else f"the last {window}"
     if worst.other_processes_growth_bytes is not None and worst.other_processes_growth_bytes >= 64 * MIB:
-        cause = f"other processes grew {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
+        cause = f"another program took {fmt_bytes(worst.other_processes_growth_bytes)} in {window}"
     elif worst.free_drop_bytes:  # a fall of 0 from first to last sample says nothing: use the trend wording
         cause = f"free VRAM fell {fmt_bytes(worst.free_drop_bytes)} in {window}"
     else:
         cause = "free VRAM is falling"
-    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}, {fmt_bytes(worst.vram_free_bytes)} left; "
-           "the KV cache or weights will spill to host RAM and decode will slow sharply")
+    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}; {fmt_bytes(worst.vram_free_bytes)} left. "
+           "Then the KV cache or weights spill to host RAM and decode slows sharply")
     return level, msg, secs
 
 
@@ -222,15 +226,30 @@ def rule_kv_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | No
     head = f"KV cache in host RAM ({amount}{frac:.0%})"
     if f.kv_host_cap_tok_s:
         head += f": decode capped at ~{f.kv_host_cap_tok_s:.0f} tok/s by {via}"
-    if f.backend == "ollama":
-        fix = "free VRAM, lower num_ctx or use a smaller cache type (OLLAMA_KV_CACHE_TYPE=q8_0)"
-    elif f.backend == "lmstudio":
-        fix = ("turn on \"Offload KV cache to GPU memory\" in the model's load settings, or free VRAM and lower "
-               "its context length")
-    else:
-        fix = "free VRAM, lower -c or use a smaller cache type (-ctk q8_0 -ctv q8_0)"
-    msg = f"{head}; {fix}"
+    msg = f"{head}; {_kv_in_host_fix(f)}"
     return level, msg, frac
+
+
+# the next smaller cache type worth suggesting from each type (none below 4 bits)
+SMALLER_CACHE = {"f32": "q8_0", "f16": "q8_0", "bf16": "q8_0", "q8_0": "q4_0"}
+
+
+def _kv_in_host_fix(f: AlertFacts) -> str:
+    """What to do about KV in host RAM: free VRAM, a smaller context, and a smaller cache type only from what the
+    cache is (or, when kvmon could not see it, said as a condition)."""
+    if f.backend == "lmstudio":
+        return ("turn on \"Offload KV cache to GPU memory\" in the model's load settings, or free VRAM and lower "
+                "its context length")
+    ollama = f.backend == "ollama"
+    base = "free VRAM, lower num_ctx" if ollama else "free VRAM, lower -c"
+    current = f.kv_type or "f16"
+    smaller = SMALLER_CACHE.get(current)
+    if smaller is None:
+        return base
+    flags = f"OLLAMA_KV_CACHE_TYPE={smaller}" if ollama else f"-ctk {smaller} -ctv {smaller}"
+    if f.kv_type is None or f.kv_type_assumed:
+        return f"{base}, or, if your cache is {current}, use `{flags}`"
+    return f"{base} or use a smaller cache type (`{flags}`)"
 
 
 def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
@@ -327,8 +346,11 @@ def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | 
         return None, "", None
     # a forecast: whole tokens per second (a tenth would be false precision, and would change every poll)
     speed = f"give ~{best.tok_s:.0f} tok/s here and " if best.tok_s else ""
-    return (AlertLevel.INFO, f"`{best.flags}` would {speed}free {fmt_bytes(best.freed_bytes)}",
-            float(best.freed_bytes))
+    claim = f"`{best.flags}` would {speed}free {fmt_bytes(best.freed_bytes)}"
+    if best.assumed_type is not None:  # said as a condition: the cache may already be smaller
+        why = f" ({best.assumed_why})" if best.assumed_why else ""
+        claim = f"If your KV cache is {best.assumed_type}{why}, {claim}"
+    return AlertLevel.INFO, claim, float(best.freed_bytes)
 
 
 def rule_prompt_cache_ram(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:

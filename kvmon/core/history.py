@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from kvmon.core.lazy import lazy_import
 from kvmon.core.points import MeasuredPoints
 from kvmon.core.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")  # loaded with the first poll, not with the window's first frame
 
 DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
 WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
@@ -66,13 +71,21 @@ class HistoryView:
 
 
 class _Ring:
-    """A preallocated 2-D ring of float64 rows."""
+    """A 2-D ring of float64 rows, allocated whole when first used."""
 
     def __init__(self, capacity: int, width: int) -> None:
-        self.data = np.full((capacity, width), np.nan)
+        self._data: np.ndarray | None = None
+        self.width = width
         self.capacity = capacity
         self.head = 0  # next row to write
         self.count = 0
+
+    @property
+    def data(self) -> np.ndarray:
+        """The rows (NaN where never written)."""
+        if self._data is None:
+            self._data = np.full((self.capacity, self.width), np.nan)
+        return self._data
 
     def append(self, row: np.ndarray | list[float]) -> None:
         """Write one row over the oldest."""
@@ -115,14 +128,13 @@ class History:
         self.capacity = capacity
         self.max_gpus = max_gpus
         self.points = MeasuredPoints(capacity)  # the session store: the plot's bins, the report card's sample
-        self._row = np.empty(2 + len(SERIES))
         self.clear()
 
     def clear(self) -> None:
         """Forget everything (a new session), the measured points too."""
         self._main = _Ring(self.capacity, 2 + len(SERIES))  # t, t_wall, series...
         # per-GPU columns are added as GPUs appear (float32: plenty for bytes and bytes/s on a plot)
-        self._gpu = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
+        self._gpu_data: np.ndarray | None = None  # made with the first poll
         self._gpu_index: dict[int, int] = {}  # GPU index -> column
         self.points.clear()
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
@@ -132,10 +144,21 @@ class History:
     def __len__(self) -> int:
         return self._main.count
 
+    @property
+    def _gpu(self) -> np.ndarray:
+        """[row, series, GPU column] (float32)."""
+        if self._gpu_data is None:
+            self._gpu_data = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
+        return self._gpu_data
+
+    @_gpu.setter
+    def _gpu(self, value: np.ndarray) -> None:
+        self._gpu_data = value
+
     def append(self, snap: Snapshot) -> bool:
         """Add one poll: O(1). No server → a NaN row (a gap in the plots). True when it showed another model
         (the measured points started again)."""
-        row = self._row
+        row = np.empty(2 + len(SERIES))
         row[0] = snap.t_monotonic
         row[1] = snap.t_wall
         up = snap.server_read

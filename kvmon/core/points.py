@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from kvmon.core.lazy import lazy_import
 from kvmon.core.snapshot import ModelView, SlotView, Snapshot
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")  # loaded with the first point, not with the window's first frame
 
 DEFAULT_CAPACITY = 24 * 3600  # points kept with their times: a day at 1 Hz
 BIN_TOKENS = 256
@@ -71,9 +75,29 @@ class ContextBins:
 
     def __init__(self, bin_tokens: int = BIN_TOKENS) -> None:
         self.bin_tokens = bin_tokens
-        self._sum = np.zeros(0)
-        self._count = np.zeros(0, dtype=np.int64)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # (sum, count) per bin, made when first used
         self.version = 0
+
+    @property
+    def _sum(self) -> np.ndarray:
+        return self._bins()[0]
+
+    @_sum.setter
+    def _sum(self, value: np.ndarray) -> None:
+        self._arrays = (value, self._bins()[1])
+
+    @property
+    def _count(self) -> np.ndarray:
+        return self._bins()[1]
+
+    @_count.setter
+    def _count(self, value: np.ndarray) -> None:
+        self._arrays = (self._bins()[0], value)
+
+    def _bins(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.zeros(0), np.zeros(0, dtype=np.int64))
+        return self._arrays
 
     def add(self, context_tokens: float | None, decode_tok_s: float | None) -> None:
         """Record one measured point; unknown values are ignored."""
@@ -107,8 +131,7 @@ class ContextBins:
 
     def clear(self) -> None:
         """Forget all points (a new model was loaded)."""
-        self._sum = np.zeros(0)
-        self._count = np.zeros(0, dtype=np.int64)
+        self._arrays = None
         self.version += 1
 
 
@@ -125,8 +148,7 @@ class MeasuredPoints:
         self.model: ModelKey | None = None
         self.regime = 0  # the snapshots' regime index the bins are of (0: none named yet)
         self.version = 0  # moves on every change
-        self._data = np.empty((self.capacity, 3))  # a ring of (t, context, tok/s) rows
-        self._t, self._ctx, self._tok_s = self._data[:, 0], self._data[:, 1], self._data[:, 2]  # its columns
+        self._ring: np.ndarray | None = None  # a ring of (t, context, tok/s) rows, made with the first point
         self._head = 0
         self._count = 0
         self._sample_ctx = array("d")  # the whole-session sample, in two compact columns
@@ -136,6 +158,12 @@ class MeasuredPoints:
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def _data(self) -> np.ndarray:
+        if self._ring is None:
+            self._ring = np.empty((self.capacity, 3))
+        return self._ring
 
     # -- feeding
 
@@ -178,7 +206,7 @@ class MeasuredPoints:
 
     def _append(self, t: float, context_tokens: float, tok_s: float) -> None:
         head = self._head
-        self._t[head], self._ctx[head], self._tok_s[head] = t, context_tokens, tok_s
+        self._data[head] = (t, context_tokens, tok_s)
         self._head = (head + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
         self.bins.add(context_tokens, tok_s)

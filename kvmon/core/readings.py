@@ -135,9 +135,15 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What is known about the loaded model; ``shape`` is a ``kvmon.physics.shape.ModelShape``."""
+    """What is known about the loaded model; ``shape`` is a ``kvmon.physics.shape.ModelShape``.
+
+    ``name`` is for people (an alias, the GGUF's ``general.name`` or the file name, never a path); ``server_name``
+    is what the server itself calls the model (llama-server: the alias, which is the ``-m`` path unless
+    ``--alias`` was given; Ollama: its tag).
+    """
 
     name: str | None = None
+    server_name: str | None = None
     arch: str | None = None
     n_params: int | None = None
     weight_bytes: int | None = None

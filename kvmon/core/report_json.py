@@ -84,6 +84,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "connection": {"status": s.connection.status, "reason": s.connection.reason},
         "model": {
             "name": m.name,
+            "server_name": m.server_name,
             "arch": m.arch,
             "n_params": m.n_params,
             "quantization": m.quantization,

@@ -66,7 +66,8 @@ class Alert:
 
 @dataclass(frozen=True)
 class ModelView:
-    name: str | None = None
+    name: str | None = None  # for people: never a path (see ModelInfo)
+    server_name: str | None = None  # the server's own name for it (may be the -m path)
     arch: str | None = None
     n_params: int | None = None
     quantization: str | None = None

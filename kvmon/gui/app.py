@@ -249,21 +249,29 @@ def run_replay(args: argparse.Namespace) -> int:
             return 2
         print(f"kvmon: wrote {n} rows to {csv_out}{skipped}")
         return 0
+    from kvmon.gui.qtplatform import window_problem
+
+    status = window_problem()
+    if status is not None:
+        return status
     app = ensure_app(sys.argv[:1])
-    win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}")
+    win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}",
+                              name=os.path.basename(args.file))
     win.show()
     return app.exec()
 
 
-def replay_window(snapshots: Any, banner: str | None, settings: Any = None) -> tuple[Any, Any]:
-    """A dashboard window (no polling, no tray) showing ``snapshots`` with the replay bar; (window, controller)."""
+def replay_window(snapshots: Any, banner: str | None, settings: Any = None, name: str = "recording"
+                  ) -> tuple[Any, Any]:
+    """A dashboard window (no polling, no tray) showing ``snapshots`` with the replay bar; (window, controller).
+    ``name``: the recording's file name, for the status bar."""
     from kvmon.gui import replay
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
 
     win = MainWindow(settings if settings is not None else Settings(), banner=banner, tray=False)
     win.record_action.setEnabled(False)  # nothing new to record in a replay
-    ctl = replay.attach(win, snapshots)
+    ctl = replay.attach(win, snapshots, name)
     win.report_snapshots = lambda: ctl.snapshots[: ctl.index + 1]
     win.csv_action.setEnabled(True)
     return win, ctl

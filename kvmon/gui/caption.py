@@ -14,7 +14,8 @@ from PySide6 import QtCore, QtGui
 from kvmon import __version__
 from kvmon.core.redact import scrub
 from kvmon.core.snapshot import Snapshot
-from kvmon.core.units import DASH, fmt_percent, fmt_tok_s, fmt_tokens
+from kvmon.core.units import DASH, fmt_tokens
+from kvmon.gui.fmt import speed_words
 
 __all__ = ["caption_text", "default_filename", "gpu_text", "scrub", "with_caption"]
 
@@ -41,8 +42,8 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     model = " ".join(b for b in (m.name or DASH, f"({m.quantization})" if m.quantization else "") if b)
     kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
     ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
-    share = "ceiling uncertain" if s.ceiling_suspect is not None else fmt_percent(s.efficiency)
-    speed = f"{fmt_tok_s(s.decode_tok_s)} of {fmt_tok_s(s.ceiling_tok_s)} ceiling ({share})"
+    w = speed_words(s)  # the header's words for the same snapshot
+    speed = f"{w.decode} of {w.ceiling} tok/s ceiling ({w.share})"
     backend = f"{s.backend} {s.server_version or ''}".strip() if s.backend else DASH
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
     return scrub(f"{model}{kv} · {gpu_text(s)} · {ctx} · {speed} · {backend} · {stamp} · {version}")

@@ -14,14 +14,16 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import caption, theme
+
+if TYPE_CHECKING:  # the plotting library loads with the first plot, not with the menus
+    import numpy as np
+    import pyqtgraph as pg
 
 # panel name (as on the command line) → MainWindow attribute
 PANEL_ATTRS = {"header": "header", "speed-vs-context": "speed_context", "speed-over-time": "speed_time",
@@ -71,15 +73,35 @@ def grab_image(widget: QtWidgets.QWidget) -> QtGui.QImage:
             lbl.setText(text)
 
 
-def captioned_image(widget: QtWidgets.QWidget, snap: Snapshot | None, *, with_caption: bool = True) -> QtGui.QImage:
-    """``grab_image`` plus the caption strip that says what the picture shows."""
+SnapshotArg = Snapshot | None | Callable[[], Snapshot | None]  # a snapshot, or how to get the one shown after a grab
+
+
+def _resolve(snap: SnapshotArg) -> Snapshot | None:
+    return snap() if callable(snap) else snap
+
+
+def shown_snapshot(win: Any) -> Snapshot | None:
+    """The snapshot a window's panels show now (a poll that arrived since but was not drawn is not it)."""
+    return getattr(win, "shown", getattr(win, "last", None))
+
+
+def captioned(widget: QtWidgets.QWidget, snap: SnapshotArg, *, with_caption: bool = True
+              ) -> tuple[QtGui.QImage, str | None]:
+    """``grab_image`` plus the caption strip, and the caption's text. ``snap`` may be a callable, asked after the
+    grab: a poll that arrives while the picture is taken must not give the caption other numbers than the header."""
     img = grab_image(widget)
     if not with_caption:
-        return img
-    return caption.with_caption(img, caption.caption_text(snap), dark=theme.is_dark())
+        return img, None
+    text = caption.caption_text(_resolve(snap))
+    return caption.with_caption(img, text, dark=theme.is_dark()), text
 
 
-def save_png(widget: QtWidgets.QWidget, path: str | Path, snap: Snapshot | None, *,
+def captioned_image(widget: QtWidgets.QWidget, snap: SnapshotArg, *, with_caption: bool = True) -> QtGui.QImage:
+    """``grab_image`` plus the caption strip that says what the picture shows."""
+    return captioned(widget, snap, with_caption=with_caption)[0]
+
+
+def save_png(widget: QtWidgets.QWidget, path: str | Path, snap: SnapshotArg, *,
              with_caption: bool = True) -> QtGui.QImage:
     """Write the widget as PNG (with caption); returns the image; raises ExportError when it cannot write."""
     img = captioned_image(widget, snap, with_caption=with_caption)
@@ -96,6 +118,8 @@ def copy_image(image: QtGui.QImage) -> None:
 # --- plots: data and SVG ------------------------------------------------------------------------------------
 def plot_of(panel: Any) -> pg.PlotWidget:
     """The PlotWidget of a plot panel (``panel.plot``)."""
+    import pyqtgraph as pg
+
     plot = getattr(panel, "plot", None)
     if not isinstance(plot, pg.PlotWidget):
         raise ExportError(f"{type(panel).__name__} has no plot")
@@ -109,6 +133,8 @@ def _name(item: Any, fallback: str) -> str:
 
 def plotted_series(panel: Any) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(name, x, y) of every data item on the panel's plot, including items on a second axis (``panel.prefill``)."""
+    import numpy as np
+
     plot = plot_of(panel)
     items: list[Any] = list(plot.getPlotItem().listDataItems())
     own = getattr(panel, "curves", None)  # a panel that draws its own curves (speed over time) lists them
@@ -223,7 +249,7 @@ def _svg_qt(widget: QtWidgets.QWidget) -> str:
     return bytes(buf.data().data()).decode("utf-8")
 
 
-def plot_svg_text(panel: Any, snap: Snapshot | None, *, engine: str = "auto") -> str:
+def plot_svg_text(panel: Any, snap: SnapshotArg, *, engine: str = "auto") -> str:
     """The panel's plot as SVG with the caption as a text line below it; ``engine``: auto | pyqtgraph | qt."""
     plot = plot_of(panel)
     text: str | None = None
@@ -236,7 +262,7 @@ def plot_svg_text(panel: Any, snap: Snapshot | None, *, engine: str = "auto") ->
     if text is None:
         with _no_item_caches(plot):  # cached items would go into the SVG as pictures, not as paths and text
             text = _svg_qt(plot)
-    return _add_svg_caption(caption.scrub(text), caption.caption_text(snap))
+    return _add_svg_caption(caption.scrub(text), caption.caption_text(_resolve(snap)))
 
 
 def _add_svg_caption(svg: str, line: str) -> str:
@@ -269,7 +295,7 @@ def _add_svg_caption(svg: str, line: str) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-def save_plot_svg(panel: Any, path: str | Path, snap: Snapshot | None, *, engine: str = "auto") -> str:
+def save_plot_svg(panel: Any, path: str | Path, snap: SnapshotArg, *, engine: str = "auto") -> str:
     """Write the panel's plot as SVG; returns the text."""
     text = plot_svg_text(panel, snap, engine=engine)
     try:
@@ -297,7 +323,10 @@ class ExportActions(QtCore.QObject):
         self.last_path: str | None = None
 
     def _snap(self) -> Snapshot | None:
-        return getattr(self.win, "last", None)
+        return shown_snapshot(self.win)
+
+    def _shown(self) -> Snapshot | None:  # asked after a grab: the numbers the picture shows
+        return shown_snapshot(self.win)
 
     def _say(self, text: str) -> None:
         self.win.statusBar().showMessage(caption.scrub(text), 6000)
@@ -309,7 +338,7 @@ class ExportActions(QtCore.QObject):
                                 "PNG image (*.png)")
         if not path:
             return None
-        return self._run(lambda: save_png(panel_widget(self.win, panel), path, self._snap()), path)
+        return self._run(lambda: save_png(panel_widget(self.win, panel), path, self._shown), path)
 
     def save_svg(self, panel: str, path: str | None = None) -> str | None:
         """A plot panel → SVG."""
@@ -317,7 +346,7 @@ class ExportActions(QtCore.QObject):
                                 "SVG image (*.svg)")
         if not path:
             return None
-        return self._run(lambda: save_plot_svg(panel_widget(self.win, panel), path, self._snap()), path)
+        return self._run(lambda: save_plot_svg(panel_widget(self.win, panel), path, self._shown), path)
 
     def save_csv(self, panel: str, path: str | None = None) -> str | None:
         """A plot panel's plotted data → CSV."""
@@ -329,7 +358,7 @@ class ExportActions(QtCore.QObject):
 
     def copy(self, panel: str | None = None) -> QtGui.QImage:
         """Window or panel (with caption) → clipboard."""
-        img = captioned_image(panel_widget(self.win, panel), self._snap())
+        img = captioned_image(panel_widget(self.win, panel), self._shown)
         copy_image(img)
         self._say("Copied the image to the clipboard")
         return img

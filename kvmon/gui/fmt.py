@@ -5,8 +5,12 @@ Unknown values render as "—"; the tooltip then gives the reason.
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvmon.core.units import (
     DASH,
@@ -18,8 +22,11 @@ from kvmon.core.units import (
     fmt_tokens,
 )
 
-__all__ = ["DASH", "bytes_", "ctx_label", "duration", "gb_s", "num_tok_s", "percent", "percent_value", "tip",
-           "tok_s", "tokens"]
+__all__ = ["DASH", "SpeedWords", "bytes_", "code_html", "ctx_label", "duration", "gb_s", "num_tok_s", "percent",
+           "percent_value", "plain", "speed_words", "tip", "tok_s", "tokens"]
+
+if TYPE_CHECKING:
+    from kvmon.core.snapshot import Snapshot
 
 tok_s = fmt_tok_s
 bytes_ = fmt_bytes
@@ -67,3 +74,39 @@ def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None 
         why = (reasons or {}).get(key) if key else None
         lines.append(f"Unknown: {why}" if why else "Unknown: not reported by the server or GPU")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SpeedWords:
+    """Decode vs ceiling as the header says it, for every place that repeats it (captions, report card)."""
+
+    decode: str  # "30.5 tok/s", "idle" (no slot decoding) or "—"
+    ceiling: str  # "44.7", "~44.7?" (uncertain: the speed is above it) or "—"
+    share: str  # "68%", "ceiling uncertain" or "—"
+    idle: bool
+    uncertain: bool
+
+
+def speed_words(s: Snapshot) -> SpeedWords:
+    """The header's words for a snapshot's decode speed, ceiling and efficiency."""
+    dec, ceil = s.decode_tok_s, s.ceiling_tok_s
+    idle = dec is None and str(s.reasons.get("decode_tok_s", "")).startswith("idle")
+    uncertain = s.ceiling_suspect is not None
+    return SpeedWords(decode="idle" if idle else fmt_tok_s(dec),
+                      ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
+                      share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
+                      idle=idle, uncertain=uncertain)
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def code_html(text: str, background: str | None = None) -> str:
+    """A message as rich text: escaped, with its `inline code` (commands, flags) set in a monospace font."""
+    bg = f" style='background-color:{background}'" if background else ""
+    return _CODE.sub(lambda m: f"<code{bg}>&nbsp;{m.group(1)}&nbsp;</code>", html.escape(text, quote=False))
+
+
+def plain(text: str) -> str:
+    """A message for plain-text places (notifications, tooltips): the backticks around code dropped."""
+    return _CODE.sub(lambda m: m.group(1), text)

@@ -3,12 +3,15 @@
 Layout: the server tabs (when several servers are watched); header; the models of a router or llama-swap; the
 speed-vs-context hero (with the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
 alerts and advice; the status bar. Each server keeps its own history, report-card tally and recording
-(``ServerView``); the panels show the selected one.
+(``ServerView``); the panels show the selected one. The two plots (and the plotting library) are made just after
+the first frame is painted, or when first asked for: the window is on screen in about the time a bare Qt window
+takes, and the plots are there before the first poll's answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -20,19 +23,39 @@ from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.header import HeaderPanel
 from kvmon.gui.panels.memory import MemoryPanel
 from kvmon.gui.panels.models import ModelsPanel
-from kvmon.gui.panels.speed_context import SpeedContextPanel
-from kvmon.gui.panels.speed_time import SpeedTimePanel
 from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
 from kvmon.gui.server_tabs import ServerTabs, ServerView, WatchedServers
-from kvmon.gui.settings import WINDOW_RANGES, Settings, SettingsDialog
+from kvmon.gui.settings import Settings, SettingsDialog
 from kvmon.gui.tray import Tray
-from kvmon.gui.whatif import WhatIfPanel
+from kvmon.gui.window_actions import WindowActions
+
+if TYPE_CHECKING:
+    from kvmon.gui.panels.speed_context import SpeedContextPanel
+    from kvmon.gui.panels.speed_time import SpeedTimePanel
+    from kvmon.gui.whatif import WhatIfPanel
 
 AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
 MAIN = "main"  # the key of a window's first server
 
 
-class MainWindow(WatchedServers, QtWidgets.QMainWindow):
+class PlotSlot(QtWidgets.QWidget):
+    """Where a plot panel goes: the plot's background until the plot is made (just after the first frame)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAutoFillBackground(True)
+        pal = self.palette()
+        pal.setColor(QtGui.QPalette.ColorRole.Window, QtGui.QColor(theme.background()))
+        self.setPalette(pal)
+        self.setMinimumHeight(120)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+
+    def put(self, panel: QtWidgets.QWidget) -> None:
+        self.layout().addWidget(panel)  # type: ignore[union-attr]
+
+
+class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     pause_toggled = QtCore.Signal(bool)
@@ -55,6 +78,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         self.views: dict[str, ServerView] = {key: ServerView(key, label, history or History(), banner=banner)}
         self.current = self._first = key
         self._use_view(self.views[key])
+        self.shown: Snapshot | None = None  # the snapshot the panels show (exports caption with its numbers)
         self.paused = False
         self.render_count = 0
         self._dirty = False
@@ -62,13 +86,18 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
 
         self._banner = banner
         self._recording: str | None = None
+        self._replay_status: str | None = None
+        self.installEventFilter(self)  # until the first frame is painted (then the plots are made)
+        self.window_range = settings.window_range
+        app = QtWidgets.QApplication.instance()
+        if settings.scheme != "system" and app is not None and theme.is_dark() != (settings.scheme == "dark"):
+            theme.apply(app, settings.scheme == "dark")  # type: ignore[arg-type]  # before the panels are made
         self._build_panels()
 
         self._show_connecting()
         self.tray = Tray(self) if tray else None
         if self.tray is not None:
             self.tray.activated.connect(self._raise)
-        self._make_shortcuts()
         self._make_menus()
         self.set_window_range(settings.window_range)
         geo = settings.geometry
@@ -86,7 +115,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
 
     @QtCore.Slot(QtCore.Qt.ColorScheme)
     def _scheme_changed(self, scheme: QtCore.Qt.ColorScheme) -> None:
-        if scheme != QtCore.Qt.ColorScheme.Unknown:
+        if scheme != QtCore.Qt.ColorScheme.Unknown and self.settings.scheme == "system":
             self.apply_scheme(scheme == QtCore.Qt.ColorScheme.Dark)
 
     def _use_view(self, v: ServerView) -> None:
@@ -117,6 +146,11 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         if act is not None:
             act.setChecked(bool(path))
 
+    def set_replay_status(self, text: str | None) -> None:
+        """A replay's position in the status bar, in place of the connection; kept across a theme rebuild."""
+        self._replay_status = text
+        self.status.set_replay(text)
+
     def _build_panels(self) -> None:
         """Create the panels and layout (again after a dark/light switch or another server: plot pens and the
         history they draw are fixed at creation)."""
@@ -125,31 +159,33 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         self.server_tabs.close_requested.connect(self.remove_server_requested.emit)
         self.header = HeaderPanel()
         self.header.set_banner(self._banner)
+        self.shown = None  # new panels show nothing yet
         self.models = ModelsPanel()
         self.models.pinned = self.views[self.current].pinned
         self.models.follow_requested.connect(self._follow)
-        self.speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
+        self._speed_context: SpeedContextPanel | None = None  # made by _build_plots
+        self._speed_time: SpeedTimePanel | None = None
+        self._hero_slot, self._time_slot = PlotSlot(), PlotSlot()
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
-        self.speed_time = SpeedTimePanel(self.history)
         self.memory = MemoryPanel()
         self.bandwidth = BandwidthPanel()
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
         self.setStatusBar(self.status)
         self.status.set_recording(self._recording)
-        if getattr(self, "window_range", None):
-            self.set_window_range(self.window_range)
+        if self._replay_status is not None:
+            self.status.set_replay(self._replay_status)
 
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self.speed_context, "Speed vs context")
+        self.tabs.addTab(self._hero_slot, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
-        right = QtWidgets.QWidget()
+        right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(4)
-        rl.addWidget(self.speed_time, 3)
+        rl.addWidget(self._time_slot, 3)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
@@ -157,6 +193,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         split.addWidget(right)
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
+        split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
         central = QtWidgets.QWidget()
         cl = QtWidgets.QVBoxLayout(central)
         cl.setContentsMargins(6, 4, 6, 2)
@@ -167,7 +204,45 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         cl.addWidget(split, 1)
         cl.addWidget(self.alerts)
         self.setCentralWidget(central)
+        if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off, the plots are made now
+            self._apply_panels()
+            self._build_plots()
 
+    def _build_plots(self) -> None:
+        """Make the two plot panels (loading the plotting library the first time) and put them in their slots."""
+        if self._speed_context is not None:
+            return
+        from kvmon.gui.panels.speed_context import SpeedContextPanel
+        from kvmon.gui.panels.speed_time import SpeedTimePanel
+
+        self._speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
+        self._hero_slot.put(self._speed_context)
+        self._speed_time = SpeedTimePanel(self.history)
+        self._time_slot.put(self._speed_time)
+        self.set_window_range(self.window_range)
+        if self.shown is not None and self.painting():
+            self.render()  # what the panels already show, now the plots too
+
+    @property
+    def speed_context(self) -> SpeedContextPanel:
+        """The speed-vs-context plot panel (made on first use)."""
+        self._build_plots()
+        assert self._speed_context is not None
+        return self._speed_context
+
+    @property
+    def speed_time(self) -> SpeedTimePanel:
+        """The speed-over-time plot panel (made on first use)."""
+        self._build_plots()
+        assert self._speed_time is not None
+        return self._speed_time
+
+    def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
+        """The window's first paint: make the plots right after it (then this filter goes)."""
+        if obj is self and e.type() == QtCore.QEvent.Type.Paint:
+            self.removeEventFilter(self)
+            QtCore.QTimer.singleShot(0, self._build_plots)
+        return False
 
     def apply_scheme(self, dark: bool) -> None:
         """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
@@ -179,28 +254,15 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         self._build_panels()
         if old is not None:
             old.deleteLater()
-        self.speed_time.set_window(WINDOW_RANGES[self.window_range])
         if self.last is not None:
             self.render()
         else:
             self._show_connecting()
 
     # --- actions ---------------------------------------------------------------------------------
-    def _make_shortcuts(self) -> None:
-        def sc(key: str | QtGui.QKeySequence, fn: Callable[[], object]) -> None:
-            s = QtGui.QShortcut(QtGui.QKeySequence(key), self)
-            s.activated.connect(fn)
-
-        sc("Ctrl+Q", self.close)  # one binding only: a second one for the same keys would make both ambiguous
-        sc("Space", self.toggle_pause)
-        sc("Ctrl+,", self.open_settings)
-        sc("F5", self.reconnect_requested.emit)
-        for i, name in enumerate(WINDOW_RANGES, start=1):
-            sc(str(i), lambda n=name: self.set_window_range(n))
-
     def _make_menus(self) -> None:
         """File menu and toolbar: exports (PNG/SVG/CSV/clipboard), recording, report card, recording → CSV."""
-        from kvmon.gui import export
+        from kvmon.gui import export, menus
 
         self.report_snapshots: Callable[[], Sequence[Snapshot]] | None = None  # set by replay
         menu = self.menuBar().addMenu("&File")
@@ -222,78 +284,9 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
         self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
-
-    def toggle_recording(self, path: str | None = None) -> None:
-        """Ctrl+R: start recording (asks for a file) or stop; the app does the writing."""
-        from kvmon.gui import caption, export
-
-        if self._recording:
-            self.record_requested.emit(None)
-            return
-        path = path or export.ask_path(self, "Record session to", caption.default_filename(self.last, "jsonl"),
-                                       "kvmon recording (*.jsonl)")
-        if path:
-            self.record_requested.emit(path)
-        else:
-            self.set_recording(self._recording)
-
-    def _session_snapshots(self) -> Sequence[Snapshot] | None:
-        return self.report_snapshots() if self.report_snapshots is not None else None
-
-    def save_report_card(self, path: str | None = None) -> str | None:
-        """Ctrl+Shift+R: the session's report card as PNG."""
-        from kvmon.core.summary import summarize
-        from kvmon.gui import caption, export, reportcard
-
-        path = path or export.ask_path(self, "Save report card",
-                                       caption.default_filename(self.last, "png", what="report"), "PNG (*.png)")
-        if not path:
-            return None
-        snaps = self._session_snapshots()
-        summary = summarize(snaps) if snaps is not None else self.tally.summary()
-        try:
-            reportcard.save_summary(summary, path)
-        except OSError as exc:
-            self.statusBar().showMessage(f"Report card failed: {exc}", 6000)
-            return None
-        self.statusBar().showMessage(f"Saved {path}", 6000)
-        return path
-
-    def save_recording_csv(self, path: str | None = None) -> str | None:
-        """The replayed recording as CSV (one row per snapshot)."""
-        from kvmon.core.recording_csv import write_csv
-        from kvmon.gui import caption, export
-
-        snaps = self._session_snapshots()
-        if snaps is None:
-            return None
-        path = path or export.ask_path(self, "Export recording as CSV", caption.default_filename(self.last, "csv"),
-                                       "CSV (*.csv)")
-        if not path:
-            return None
-        try:
-            write_csv(snaps, path)
-        except OSError as exc:
-            self.statusBar().showMessage(f"CSV export failed: {exc.strerror or exc}", 6000)
-            return None
-        self.statusBar().showMessage(f"Saved {path}", 6000)
-        return path
-
-    def toggle_pause(self) -> None:
-        """Space: pause or resume polling."""
-        self.paused = not self.paused
-        self.pause_toggled.emit(self.paused)
-        if self.paused:
-            self.status.connection.set("● paused (Space to resume)", "Polling is paused")
-
-    def set_window_range(self, name: str) -> None:
-        """1/2/3: the visible time window (5 min / 1 h / session)."""
-        if name not in WINDOW_RANGES:
-            return
-        self.window_range = name
-        self.settings.window_range = name
-        self.speed_time.set_window(WINDOW_RANGES[name])
-        self.speed_time.plot.getPlotItem().setTitle(f"Speed over time · {name}", size="9pt")
+        self.toolbar = bar
+        self.menus = menus.install(self, menu)  # View, Tools, Help, Quit and the tray's menu
+        self._apply_panels()
 
     def open_settings(self) -> SettingsDialog:
         """Ctrl+,: the connection dialog (non-modal, so polling and painting go on)."""
@@ -302,15 +295,19 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         dlg.open()
         return dlg
 
-    def _raise(self) -> None:
+    def raise_window(self) -> None:
+        """Show the window (from minimised, or behind others) and bring it to the front."""
         self.showNormal()
         self.raise_()
         self.activateWindow()
 
+    _raise = raise_window
+
     def _show_connecting(self) -> None:
         """Before the first snapshot: say that the first poll is under way."""
         self.alerts.show_text("● Connecting…", "The first poll of the server is under way")
-        self.status.connection.set("● connecting", "Waiting for the first snapshot")
+        if self.status.replaying is None:
+            self.status.connection.set("● connecting", "Waiting for the first snapshot")
 
     # --- rendering -------------------------------------------------------------------------------
     def painting(self) -> bool:
@@ -348,7 +345,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
         """Forget the shown server's session (another URL, or a replay): history, measured points, last snapshot."""
         self.history.clear()
         self.speed_context.reset()
-        self.last = self.views[self.current].last = None
+        self.last = self.shown = self.views[self.current].last = None
         self._dirty = False
         self._show_connecting()
 
@@ -372,6 +369,7 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
             return
         self._dirty = False
         self.render_count += 1
+        self.shown = s
         self.header.update_snapshot(s)
         self.models.update_snapshot(s)
         self.speed_context.update_snapshot(s)
@@ -386,6 +384,8 @@ class MainWindow(WatchedServers, QtWidgets.QMainWindow):
     def show_whatif(self) -> WhatIfPanel:
         """Switch to the what-if calculator, building it the first time."""
         if self.whatif is None:
+            from kvmon.gui.whatif import WhatIfPanel
+
             self.whatif = WhatIfPanel()
             self.tabs.blockSignals(True)
             self.tabs.removeTab(1)

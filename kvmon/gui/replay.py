@@ -24,6 +24,7 @@ class ReplayController(QtCore.QObject):
 
     position_changed = QtCore.Signal(int)
     playing_changed = QtCore.Signal(bool)
+    speed_changed = QtCore.Signal(float)
 
     def __init__(self, win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot]) -> None:
         super().__init__(win)
@@ -67,6 +68,7 @@ class ReplayController(QtCore.QObject):
         if self.playing:
             self._anchor = (time.monotonic(), self.times[self.index])
             self._schedule()
+        self.speed_changed.emit(self.speed)
 
     def play(self) -> None:
         """Start (or continue) playback; from the start when at the end."""
@@ -189,17 +191,36 @@ class ReplayBar(QtWidgets.QWidget):
         self.label.setText(f"{i + 1} / {len(self.ctl.snapshots)} · {stamp} · +{elapsed / 60:.1f} min")
 
 
-def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot]) -> ReplayController:
-    """Add the replay bar as a bottom toolbar of ``win`` with its shortcuts, and show the first snapshot."""
+def status_text(ctl: ReplayController, name: str) -> str:
+    """The status bar's words for where the replay is: 'replaying FILE · 10× · 12:04 of 48:10'."""
+    from kvmon.gui.panels.status import replay_text
+
+    i = max(ctl.index, 0)
+    return replay_text(name, ctl.speed, ctl.times[i] - ctl.times[0], ctl.times[-1] - ctl.times[0], ctl.playing)
+
+
+def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str = "recording") -> ReplayController:
+    """Add the replay bar as a bottom toolbar of ``win`` with its shortcuts, and show the first snapshot; the status
+    bar says which file (``name``), at what speed and where in it."""
     from PySide6 import QtGui
 
     ctl = ReplayController(win, snapshots)
+
+    def say(*_args: object) -> None:
+        win.set_replay_status(status_text(ctl, name))  # type: ignore[attr-defined]
+
+    ctl.position_changed.connect(say)
+    ctl.playing_changed.connect(say)
+    ctl.speed_changed.connect(say)
     bar = ReplayBar(ctl)
     tb = QtWidgets.QToolBar("Replay", win)
     tb.setObjectName("replay")
     tb.setMovable(False)
     tb.addWidget(bar)
     win.addToolBar(QtCore.Qt.ToolBarArea.BottomToolBarArea, tb)
+    win.extra_shortcuts = [("P", "Replay: play / pause"), ("Home", "Replay: jump to the start"),  # type: ignore[attr-defined]
+                           ("End", "Replay: jump to the end"), ("N", "Replay: next change in alerts"),
+                           ("Right", "Replay: one snapshot on"), ("Left", "Replay: one snapshot back")]
     for key, fn in (("P", ctl.toggle), ("Home", lambda: ctl.seek(0)),
                     ("End", lambda: ctl.seek(len(ctl.snapshots) - 1)), ("N", ctl.next_alert),
                     ("Right", lambda: ctl.seek(ctl.index + 1)), ("Left", lambda: ctl.seek(ctl.index - 1))):

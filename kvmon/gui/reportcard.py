@@ -18,6 +18,7 @@ from kvmon.core.snapshot import Snapshot
 from kvmon.core.summary import Summary, summarize
 from kvmon.core.units import DASH, fmt_bytes, fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
 from kvmon.gui import caption, theme
+from kvmon.gui.fmt import code_html
 
 CARD_SIZE = (1200, 760)
 
@@ -74,7 +75,8 @@ class ReportCard(QtWidgets.QFrame):
         lay.addLayout(body, 1)
         if sm.alerts:
             lines = [f"<span style='color:{theme.hex_color(a.level.value)}'>●</span> <b>{a.code}</b> "
-                     f"({a.level.value}, {a.count}×): {caption.scrub(a.message)}" for a in sm.alerts[:6]]
+                     f"({a.level.value}, {a.count}×): {code_html(caption.scrub(a.message), theme.hex_color('code'))}"
+                     for a in sm.alerts[:6]]
             more = f"<br>… and {len(sm.alerts) - 6} more" if len(sm.alerts) > 6 else ""
             alerts = QtWidgets.QLabel("<b>Alerts seen</b><br>" + "<br>".join(lines) + more)
         else:

@@ -19,8 +19,10 @@ PANEL_HELP = f"one panel only: {', '.join(PANELS)}"
 
 def run(args: argparse.Namespace) -> int:
     """Poll for ``--after`` seconds, then save the window (or one ``--panel``) as PNG; 0 on success."""
-    no_display = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    if "QT_QPA_PLATFORM" not in os.environ and no_display and sys.platform.startswith("linux"):
+    from kvmon.gui.qtplatform import startup_problem
+
+    # a capture needs no display: offscreen when there is none, or when the windowed platform cannot load here
+    if "QT_QPA_PLATFORM" not in os.environ and sys.platform.startswith("linux") and startup_problem() is not None:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     if args.panel is not None and args.panel not in PANELS:
         print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANELS)}", file=sys.stderr)
@@ -28,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from PySide6 import QtCore
 
     from kvmon.gui.app import build_window, ensure_app
-    from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png
+    from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
     from kvmon.session import choose_session
 
@@ -57,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
             with_caption = bool(getattr(args, "caption", True))
             if args.panel is None and with_caption:  # the whole picture, caption included, stays 1280×800
                 plain = grab_image(win)
-                full = captioned_image(win, win.last)
+                full = captioned_image(win, lambda: shown_snapshot(win))
                 extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
                 win.resize(1280, 800 - extra)
                 app.processEvents()
-            save_png(panel_widget(win, args.panel), args.output, win.last, with_caption=with_caption)
+            save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win), with_caption=with_caption)
         except ExportError as exc:
             error = str(exc)
     finally:

@@ -121,6 +121,11 @@ def self_test(out_path: Path, *, scenario: str = "seed-3090x2", min_polls: int =
               timeout_s: float = POLL_TIMEOUT_S) -> ImageStats:
     """The whole check; returns the rendered image's stats or raises SelfTestError saying what failed."""
     platform = _ensure_platform()
+    from kvmon.gui.qtplatform import startup_problem
+
+    problem = startup_problem()
+    if problem is not None:  # Qt would abort on loading its platform plugin: say what is missing instead
+        raise SelfTestError(problem.message.removeprefix("kvmon: "))
     modules = _import_required(REQUIRED_MODULES)
     from PySide6.QtGui import QIcon
 

@@ -16,6 +16,10 @@ from kvmon.keystore import KeychainUnavailable, delete_secret, load_secret, save
 KEY_IN_KEYCHAIN, KEY_IN_FILE, KEY_THIS_SESSION = "keychain", "settings file", "session"
 
 WINDOW_RANGES: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
+SCHEMES = ("system", "light", "dark")
+# the panels View ▸ Panels switches (name -> the words in the menu)
+PANELS: dict[str, str] = {"speed_time": "Speed over time", "memory": "Memory", "bandwidth": "Bandwidth",
+                          "alerts": "Alerts and advice", "toolbar": "Toolbar"}
 
 
 class Settings:
@@ -163,6 +167,26 @@ class Settings:
     @window_range.setter
     def window_range(self, v: str) -> None:
         self.qs.setValue("view/window_range", v)
+
+    @property
+    def scheme(self) -> str:
+        """View ▸ Theme: "system" (follow the desktop), "light" or "dark"."""
+        v = str(self._get("view/scheme", "system"))
+        return v if v in SCHEMES else "system"
+
+    @scheme.setter
+    def scheme(self, v: str) -> None:
+        self.qs.setValue("view/scheme", v if v in SCHEMES else "system")
+
+    @property
+    def hidden_panels(self) -> frozenset[str]:
+        """View ▸ Panels: the panels switched off (names from ``PANELS``)."""
+        v = str(self._get("view/hidden_panels", ""))
+        return frozenset(p for p in v.split(",") if p in PANELS)
+
+    @hidden_panels.setter
+    def hidden_panels(self, v: frozenset[str] | set[str]) -> None:
+        self.qs.setValue("view/hidden_panels", ",".join(sorted(p for p in v if p in PANELS)))
 
     @property
     def geometry(self) -> QtCore.QByteArray | None:

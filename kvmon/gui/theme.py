@@ -1,13 +1,16 @@
 """One colour per quantity, defined once, for every panel; follows the system's dark or light scheme.
 
-Panels ask ``theme.color("decode")`` or ``theme.pen("ceiling")`` and never spell a colour themselves.
+Panels ask ``theme.color("decode")`` or ``theme.pen("ceiling")`` and never spell a colour themselves. Qt only:
+the plotting library takes its defaults from ``plot_options()`` when the first plot is made (it is not loaded
+for the window's first frame).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
 
-import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 # Quantity -> (dark-scheme colour, light-scheme colour). The single source of colour truth.
@@ -34,6 +37,8 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "critical": ("#ef5350", "#c62828"),
     "ok": ("#66bb6a", "#2e7d32"),
     "muted": ("#90a4ae", "#607d8b"),
+    "code": ("#2e3338", "#eceff1"),  # the background of inline code (commands, flags) in messages
+    "legend": ("#262b30", "#f3f5f6"),  # a plot legend's box, in its own row outside the data
 }
 
 # Quantities drawn dashed wherever they appear.
@@ -44,6 +49,7 @@ DOTTED = frozenset({"forecast"})
 @dataclass
 class _State:
     dark: bool = True
+    system_dark: bool | None = None  # what the desktop asked for when kvmon started (before any override)
 
 
 _state = _State()
@@ -63,10 +69,24 @@ def detect_dark(app: QtWidgets.QApplication | None = None) -> bool:
     return window.lightness() < 128
 
 
+def system_dark(app: QtWidgets.QApplication | None = None) -> bool:
+    """The desktop's own choice: its colour scheme when it says one, else what it said when kvmon started (the
+    palette kvmon sets for a chosen scheme must not be mistaken for the desktop's)."""
+    app = app or QtWidgets.QApplication.instance()  # type: ignore[assignment]
+    if app is not None:
+        scheme = app.styleHints().colorScheme()
+        if scheme != QtCore.Qt.ColorScheme.Unknown:
+            return scheme == QtCore.Qt.ColorScheme.Dark
+    return _state.system_dark if _state.system_dark is not None else detect_dark(app)
+
+
 def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
-    """Set the scheme once at start-up: pyqtgraph background/foreground, antialiasing off, app palette."""
-    _state.dark = detect_dark(app) if dark is None else dark
-    pg.setConfigOptions(antialias=False, background=background(), foreground=foreground())
+    """Set the scheme (None: the desktop's): the app palette, and the plots' background and foreground."""
+    if _state.system_dark is None:
+        _state.system_dark = detect_dark(app)
+    _state.dark = system_dark(app) if dark is None else dark
+    if "pyqtgraph" in sys.modules:  # plots made from now on take the scheme's colours
+        sys.modules["pyqtgraph"].setConfigOptions(**plot_options())
     if _state.dark:
         pal = QtGui.QPalette()
         for role, c in (
@@ -87,6 +107,11 @@ def apply(app: QtWidgets.QApplication, dark: bool | None = None) -> None:
         app.setPalette(pal)
     else:
         app.setPalette(app.style().standardPalette())
+
+
+def plot_options() -> dict[str, Any]:
+    """pyqtgraph's defaults for the scheme: no antialiasing, the plot background and foreground."""
+    return {"antialias": False, "background": background(), "foreground": foreground()}
 
 
 def is_dark() -> bool:
@@ -118,7 +143,9 @@ def hex_color(quantity: str) -> str:
 
 def pen(quantity: str, width: float = 1.5) -> QtGui.QPen:
     """A cosmetic pen for a quantity; dashed for the ceiling, dotted for the forecast."""
-    p = pg.mkPen(color(quantity), width=width)
+    p = QtGui.QPen(color(quantity))
+    p.setWidthF(width)
+    p.setCosmetic(True)  # the width is in pixels at any zoom, as pyqtgraph's mkPen makes it
     if quantity in DASHED:
         p.setStyle(QtCore.Qt.PenStyle.DashLine)
     elif quantity in DOTTED:

@@ -54,10 +54,17 @@ class Tray(QtCore.QObject):
         self._codes: dict[str, frozenset[str]] = {}  # per server: the warning-or-worse codes at its last poll
         self.notified: list[str] = []  # messages shown (kept for tests and the log)
         self.icon: QtWidgets.QSystemTrayIcon | None = None
+        self.menu: QtWidgets.QMenu | None = None
         if self.available:
             self.icon = QtWidgets.QSystemTrayIcon(QtGui.QIcon(icon_pixmap("–")), self)
             self.icon.activated.connect(lambda _r: self.activated.emit())
             self.icon.show()
+
+    def set_menu(self, menu: QtWidgets.QMenu) -> None:
+        """The icon's right-click menu (Show, Pause, Record, Quit: the window's own actions)."""
+        self.menu = menu
+        if self.icon is not None:
+            self.icon.setContextMenu(menu)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """One server: its rising alerts notified, its speed on the icon."""
@@ -80,7 +87,8 @@ class Tray(QtCore.QObject):
     def notify(self, key: str, s: Snapshot, label: str | None = None) -> None:
         """A desktop notification for each alert of this server that rose since its previous poll."""
         for a in rising_alerts(self._codes.get(key, frozenset()), s.alerts):
-            message = f"{label}: {a.message}" if label else a.message
+            plain = fmt.plain(a.message)  # a notification is plain text: no backticks around code
+            message = f"{label}: {plain}" if label else plain
             self.notified.append(message)
             if self.icon is not None:
                 kind = (QtWidgets.QSystemTrayIcon.MessageIcon.Critical if a.level is AlertLevel.CRITICAL

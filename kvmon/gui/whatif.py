@@ -23,6 +23,7 @@ from kvmon.core.whatif import (
     table_gpus,
 )
 from kvmon.gui import fmt, theme
+from kvmon.gui.labels import ElidingCombo
 from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.shape import ModelShape
@@ -44,8 +45,8 @@ class WhatIfPanel(QtWidgets.QWidget):
         lay = QtWidgets.QHBoxLayout(self)
         form_box = QtWidgets.QWidget()
         form = QtWidgets.QFormLayout(form_box)
-        self.gpu = QtWidgets.QComboBox()
-        self.model = QtWidgets.QComboBox()
+        self.gpu = ElidingCombo()  # "live: NVIDIA GeForce RTX 4090" ends in "…" in a narrow window
+        self.model = ElidingCombo()
         self.context = QtWidgets.QComboBox()
         self.cache = QtWidgets.QComboBox()
         group = None

@@ -1,117 +1,22 @@
-"""Small shared widgets: a label that repaints only when its text changes, and a plot made the cheap way."""
+"""Small shared plot parts: a plot made the cheap way, axes for context and clock time, pixmap caches.
+
+``ValueLabel`` lives in ``kvmon.gui.labels`` (no plotting library) and is named here for older imports.
+"""
 
 from __future__ import annotations
 
 import math
 
 import pyqtgraph as pg
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
+from kvmon.gui.labels import ValueLabel
 
-
-class ValueLabel(QtWidgets.QWidget):
-    """A label whose ``set()`` repaints only itself: the layout is asked again only when the text needs more room.
-
-    A QLabel asks its parent's layout to recompute on every ``setText``: a re-layout of the whole panel (rich-text
-    height-for-width included) each poll. Here the label lives in a box without a layout; the box reports a
-    size hint that only grows (or shrinks when the text is much shorter), so a changing number repaints one
-    label and the neighbours do not jitter by a digit's width.
-    """
-
-    SHRINK_BELOW = 0.6  # a hint this much narrower than the reserved width gives the room back
-
-    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._label = QtWidgets.QLabel(text, self)
-        self._label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._tip = ""
-        self._hint = self._label.sizeHint()
-        self._min_hint = self._label.minimumSizeHint()
-        self._fit_len = len(text)
-
-    # --- the QLabel parts callers use ---------------------------------------------------------
-    def text(self) -> str:
-        return self._label.text()
-
-    def toolTip(self) -> str:
-        return self._label.toolTip()
-
-    def setToolTip(self, tip: str) -> None:
-        self._tip = tip
-        self._label.setToolTip(tip)
-
-    def setText(self, text: str) -> None:
-        self.set(text)
-
-    def setWordWrap(self, on: bool) -> None:
-        self._label.setWordWrap(on)
-        self._refit(force=True)
-
-    def setTextFormat(self, fmt: QtCore.Qt.TextFormat) -> None:
-        self._label.setTextFormat(fmt)
-        self._refit(force=True)
-
-    def setAlignment(self, align: QtCore.Qt.AlignmentFlag) -> None:
-        self._label.setAlignment(align)
-
-    # --- layout ---------------------------------------------------------------------------------
-    def sizeHint(self) -> QtCore.QSize:
-        return self._hint
-
-    def minimumSizeHint(self) -> QtCore.QSize:
-        return self._min_hint
-
-    def hasHeightForWidth(self) -> bool:
-        return self._label.wordWrap()
-
-    def heightForWidth(self, width: int) -> int:
-        return self._label.heightForWidth(width)
-
-    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
-        self._label.setGeometry(self.rect())
-        super().resizeEvent(e)
-
-    def changeEvent(self, e: QtCore.QEvent) -> None:
-        super().changeEvent(e)
-        if e.type() in (QtCore.QEvent.Type.FontChange, QtCore.QEvent.Type.StyleChange):
-            self._refit(force=True)  # a style sheet's font size changes the room the text needs
-
-    def _refit(self, force: bool = False) -> None:
-        """Ask the parent layout again only when the text no longer fits (or frees much of its room)."""
-        if self._label.wordWrap():  # only the height for the current width matters (a rich-text layout)
-            need = self._label.heightForWidth(self.width()) if self.width() > 0 else -1
-            if force or need != self.height():
-                self._hint, self._min_hint = self._label.sizeHint(), self._label.minimumSizeHint()
-                self.updateGeometry()
-            return
-        # Measuring rich text means laying it out: skip it while the text is no longer than the last one measured
-        # (numbers change, their length rarely does; the reserved room has a character's slack for wider glyphs).
-        n = len(self._label.text())
-        if not force and self.SHRINK_BELOW * self._fit_len <= n <= self._fit_len:
-            return
-        hint = self._label.sizeHint()
-        self._fit_len = n
-        grow = hint.width() > self._hint.width() or hint.height() != self._hint.height()
-        shrink = hint.width() < self._hint.width() * self.SHRINK_BELOW
-        if force or grow or shrink:
-            slack = self._label.fontMetrics().averageCharWidth()
-            self._hint = QtCore.QSize(hint.width() + slack, hint.height())
-            self._min_hint = self._label.minimumSizeHint()
-            self.updateGeometry()
-
-    def set(self, text: str, tooltip: str | None = None) -> bool:
-        """Update text/tooltip; returns True when something changed."""
-        changed = False
-        if text != self._label.text():
-            self._label.setText(text)
-            self._refit()
-            changed = True
-        if tooltip is not None and tooltip != self._tip:
-            self._tip = tooltip
-            self._label.setToolTip(tooltip)
-            changed = True
-        return changed
+__all__ = ["ClockAxis", "RowLegend", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static",
+           "legend_below", "make_plot", "nice_ceiling", "set_title"]
+TITLE_HEIGHT = 20  # a plot's 9 pt title row (pyqtgraph gives any title 30 px)
+LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them
 
 
 class TokenAxis(pg.AxisItem):
@@ -130,13 +35,105 @@ class TokenAxis(pg.AxisItem):
         return out
 
 
+class ClockAxis(pg.DateAxisItem):
+    """Local clock time, never finer than seconds: a short capture reads 12:04:44, not 44.500."""
+
+    def __init__(self, orientation: str = "bottom", **kwargs: object) -> None:
+        super().__init__(orientation, **kwargs)
+        self.zoomLevels.popitem()  # the millisecond level is the finest: drop it
+
+
+class RowLegend(pg.LegendItem):
+    """A legend on a filled box in a row of its own under the axis: it never covers the data. Its size comes from
+    its entries; the plot's layout places it (pyqtgraph's own legend sets its geometry itself, over the data)."""
+
+    def __init__(self, columns: int) -> None:
+        super().__init__(offset=None, horSpacing=14, verSpacing=-4, colCount=columns, labelTextSize="8pt",
+                         brush=theme.color("legend"), pen=theme.color("muted"), labelTextColor=theme.foreground())
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Maximum, QtWidgets.QSizePolicy.Policy.Fixed)
+        self.layout.setContentsMargins(4, 0, 4, 0)
+        self.max_columns = columns
+        self._room = 0.0
+
+    def addItem(self, item: object, name: str) -> None:
+        super().addItem(item, name)
+        self.fit(self._room)
+
+    def removeItem(self, item: object) -> None:
+        super().removeItem(item)
+        self.fit(self._room)
+
+    def fit(self, width: float) -> None:
+        """As many columns (up to ``max_columns``) as fit in ``width`` pixels: a narrow plot's legend wraps, and
+        never makes the plot wider than its window."""
+        self._room = width
+        for n in range(self.max_columns, 0, -1):
+            self._arrange(n)
+            need = self.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width() + 8
+            if n == 1 or width <= 0 or need <= width:
+                break
+        self.updateSize()
+
+    def _arrange(self, columns: int) -> None:
+        """Entries in reading order, ``columns`` to a row (sample, then its name)."""
+        self.columnCount = columns
+        for i in range(self.layout.count() - 1, -1, -1):
+            self.layout.removeAt(i)
+        for i, (sample, label) in enumerate(self.items):
+            row, col = divmod(i, columns)
+            self.layout.addItem(sample, row, 2 * col, alignment=QtCore.Qt.AlignmentFlag.AlignVCenter)
+            self.layout.addItem(label, row, 2 * col + 1)
+        self.rowCount = max(1, -(-len(self.items) // columns))
+
+    def watch(self, plot: pg.PlotWidget) -> None:
+        """Fit again whenever the plot's widget is resized (its width, not the plot item's: that one cannot
+        shrink below the legend it holds)."""
+        self._plot = plot
+        plot.installEventFilter(self)
+
+    def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
+        if e.type() == QtCore.QEvent.Type.Resize and obj is getattr(self, "_plot", None):
+            pi = self._plot.getPlotItem()  # the legend's column is the data's: the widget less the side axes
+            sides = sum(pi.getAxis(n).width() for n in ("left", "right") if pi.getAxis(n).isVisible())
+            self.fit(self._plot.width() - sides)
+        return False
+
+    def updateSize(self) -> None:
+        self.layout.activate()
+        self.updateGeometry()  # the plot's layout asks its size hint again
+
+    def sizeHint(self, which: QtCore.Qt.SizeHint, constraint: QtCore.QSizeF | None = None) -> QtCore.QSizeF:
+        hint = self.layout.effectiveSizeHint(which, constraint if constraint is not None else QtCore.QSizeF())
+        return QtCore.QSizeF(hint.width() + 6, hint.height() + 2)
+
+
+def legend_below(plot: pg.PlotWidget, columns: int) -> RowLegend:
+    """Put a :class:`RowLegend` under the plot's bottom axis; it is also ``plot.getPlotItem().legend``."""
+    pi = plot.getPlotItem()
+    legend = RowLegend(columns)
+    pi.layout.addItem(legend, LEGEND_ROW, 1, QtCore.Qt.AlignmentFlag.AlignHCenter)
+    pi.layout.setRowSpacing(3, 2)
+    pi.legend = legend
+    legend.watch(plot)
+    return legend
+
+
+def set_title(plot: pg.PlotWidget, title: str) -> None:
+    """The plot's title in 9 pt, in a row only as high as the text."""
+    item = plot.getPlotItem()
+    item.setTitle(title, size="9pt", color=theme.foreground())
+    item.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+
+
 def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_units: str | None,
               axis_items: dict[str, pg.AxisItem] | None = None) -> pg.PlotWidget:
     """A PlotWidget with units on both axes, no grid, no menu, fixed look: created once per panel."""
+    pg.setConfigOptions(**theme.plot_options())  # the scheme of the moment (a plot is made after a switch too)
     w = pg.PlotWidget(axisItems=axis_items)
     w.setBackground(theme.background())
     item = w.getPlotItem()
-    item.setTitle(title, size="9pt", color=theme.foreground())
+    if title:
+        set_title(w, title)
     item.setLabel("bottom", x_label, units=x_units)
     item.setLabel("left", y_label, units=y_units)
     item.setMenuEnabled(False)

@@ -20,7 +20,7 @@ FAULT_HELP = "inject a fault KIND[:VALUE][@T], repeatable: restart[:LOAD]@T, han
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``kvmon sim`` (the main parser may use this to document --fault fully)."""
-    p.add_argument("--scenario", default="seed-3090x2")
+    p.add_argument("--scenario", default="seed-3090x2", help="which simulated machine and chat (listed below)")
     p.add_argument("--port", type=int, default=0, help="0 = a random free port")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")

@@ -75,7 +75,8 @@ class LlamaApi:
     # -- helpers --------------------------------------------------------------------------------------
     @property
     def model_name(self) -> str:
-        return self.sim.scenario.model_alias
+        """What the server calls its model: a real llama-server started without --alias says its -m path."""
+        return self.sim.model_path
 
     def _ftype(self) -> str:
         quant = str(getattr(self.sim.engine.epoch_at(0).model.preset, "quantization", "")).upper()

@@ -190,7 +190,9 @@ class SimServer:
                                 on_request_end=self._request_ended)
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
-        write_gguf_header(self.model_path, dict(first.model.preset.metadata))
+        # general.name as real GGUFs have it: the model's name without the preset's note on its shape
+        write_gguf_header(self.model_path, {**first.model.preset.metadata,
+                                            "general.name": first.model.preset.display_name.split(" (")[0]})
         if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port

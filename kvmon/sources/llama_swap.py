@@ -135,7 +135,7 @@ class LlamaSwapSource:
         url = self.upstream_for(model)
         key = _api_key(model.args)
         return LlamaServerSource(url, api_key=key, timeout_s=self._timeout_s, command_line=model.args or None,
-                                 clock=self._clock)
+                                 clock=self._clock, model_name=model.name)
 
 
 def _api_key(argv: tuple[str, ...]) -> str | None:

@@ -39,7 +39,7 @@ from kvmon.sources.llama_log import LogFollower
 from kvmon.sources.llama_parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llama_process import LlamaServerProcess
 from kvmon.sources.llama_sleep import SleepCourtesy
-from kvmon.sources.model_file import ModelFiles
+from kvmon.sources.model_file import ModelFiles, display_name
 from kvmon.sources.procs import is_local_host
 
 BACKEND = "llama-server"
@@ -82,12 +82,14 @@ class LlamaServerSource:
         model_id: str | None = None,
         process_port: int | None = None,
         command_line: Sequence[str] | None = None,
+        model_name: str | None = None,
     ) -> None:
         """``model_id``: one model of a router (every per-model endpoint is asked with ``?model=<id>&autoload=false``,
         so watching it never loads it). ``process_port``: where the model's own server process listens (a router's
         child), for its argv, environment and pids on this machine. ``command_line``: the server's argv as another
         process reports it (the router's ``/models`` args, llama-swap's ``cmd``), used when the process itself cannot
-        be read. ``local_files``: whether the paths the server names (its model file) are files on
+        be read. ``model_name``: the name the user gave the model elsewhere (a llama-swap entry's), shown as an
+        alias is. ``local_files``: whether the paths the server names (its model file) are files on
         this machine; by default, when the server's host is this machine. A remote server's paths are never opened
         here."""
         self.base_url = normalize_base_url(base_url)
@@ -115,6 +117,7 @@ class LlamaServerSource:
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
         self.model_id = model_id
+        self._model_name = model_name or model_id  # a router's or llama-swap's name for it: the user's
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
         self._argv_config = parse_llama_server_args(list(command_line)[1:]).config if command_line else None
         self._local_files = is_local_host(self._host) if local_files is None else local_files
@@ -415,9 +418,7 @@ class LlamaServerSource:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
         meta = meta if isinstance(meta, Mapping) else {}
-        name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
-        if name is None and model_path:
-            name = os.path.basename(model_path)
+        server_name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
         quant = json_str(props.get("model_ftype")) or json_str(meta.get("ftype"))
         n_params = json_int(meta.get("n_params"))
         weight_bytes = json_int(meta.get("size"))
@@ -464,10 +465,12 @@ class LlamaServerSource:
                 n_ctx_train = json_int(metadata.get(f"{arch}.context_length"))
             if arch and n_embd is None:
                 n_embd = json_int(metadata.get(f"{arch}.embedding_length"))
-            name = name or json_str(metadata.get("general.name"))
+        general_name = json_str(metadata.get("general.name")) if metadata is not None else None
         return (
             ModelInfo(
-                name=name,
+                # a router's or llama-swap's name for the model is the one the user gave it (and asks for it by)
+                name=display_name(self._model_name or model_id or server_name, model_path, general_name),
+                server_name=server_name,
                 arch=arch,
                 n_params=n_params,
                 weight_bytes=weight_bytes,

@@ -16,6 +16,25 @@ from typing import Any
 from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
 from kvmon.sources.localfile import regular_stat
 
+
+def display_name(server_name: str | None, model_path: str | None, general_name: str | None = None) -> str | None:
+    """What the dashboard, captions and recordings call the model: never a path.
+
+    llama-server names a model by its ``--alias``, else by the ``-m`` path as given (often a full path); then the
+    GGUF's ``general.name`` is the model's name, else the file name. An alias the user chose stays.
+    """
+    if server_name and server_name != model_path and "/" not in server_name and "\\" not in server_name:
+        return server_name
+    if general_name and general_name.strip():
+        return general_name.strip()
+    for p in (model_path, server_name):
+        if p:
+            base = p.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+            if base:
+                return base
+    return None
+
+
 FileKey = tuple[str, int, int]  # path, size, modification time (ns): a new version of the file is a new key
 MAX_FILES = 8
 

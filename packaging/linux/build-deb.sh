@@ -75,7 +75,7 @@ GLIBC_MIN="$(find "$PKG/opt/kvmon" -type f \( -name '*.so*' -o -name kvmon \) -p
 DEPENDS="libc6 (>= ${GLIBC_MIN:-2.28}), libegl1, libgl1, libopengl0, libglib2.0-0, libfontconfig1, libfreetype6,
  libdbus-1-3, libx11-6, libx11-xcb1, libxcb1, libxkbcommon0, libxkbcommon-x11-0, libxcb-cursor0, libxcb-icccm4,
  libxcb-image0, libxcb-keysyms1, libxcb-randr0, libxcb-render0, libxcb-render-util0, libxcb-shape0, libxcb-shm0,
- libxcb-sync1, libxcb-xfixes0, libxcb-xinerama0, libxcb-xkb1, libxrender1, fonts-dejavu-core"
+ libxcb-sync1, libxcb-util1, libxcb-xfixes0, libxcb-xinerama0, libxcb-xkb1, libxrender1, fonts-dejavu-core"
 DEPENDS="$(echo "$DEPENDS" | tr -d '\n' | tr -s ' ')"
 INSTALLED_KB="$(du -sk --apparent-size "$PKG" | cut -f1)"
 cat > "$PKG/DEBIAN/control" <<EOF

@@ -51,6 +51,14 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
         shape, n_ctx=model.n_ctx_total, context_tokens=bucket * 256, current_type_k=model.kv_type_k,
         current_type_v=model.kv_type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
         n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types]))
+    # the server does not say its cache type (no command line, log or setting kvmon can read): llama.cpp's default
+    # was taken, and the advice says so rather than advise a server that may already run a smaller cache
+    assumed = r.config.type_k is None or r.config.type_v is None
+    assumed_type = model.kv_type_k if assumed else None
+    assumed_why = None
+    if assumed:
+        assumed_why = ("kvmon cannot see OLLAMA_KV_CACHE_TYPE" if ollama
+                       else "kvmon cannot see the server's -ctk/-ctv: give it the server's log with --log")
     out = []
     for opt in options:
         if opt.is_current or opt.vram_freed_bytes <= 0:
@@ -67,5 +75,6 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
             fa = " -fa on" if opt.needs_flash_attention and model.flash_attn in ("off", "disabled") else ""
             flags = f"-ctk {opt.type_k} -ctv {opt.type_v}{fa}"
         out.append(CacheAdvice(type_k=opt.type_k, type_v=opt.type_v, flags=flags,
-                               freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode))
+                               freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode,
+                               assumed_type=assumed_type, assumed_why=assumed_why))
     return tuple(out)

@@ -110,7 +110,8 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", "log")
 
     view = ModelView(
-        name=m.name if m else None, arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
+        name=m.name if m else None, server_name=(m.server_name or m.name) if m else None,
+        arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
         n_params=m.n_params if m else None, quantization=m.quantization if m else None,
         weight_bytes=weight_bytes, weight_bytes_read_per_token=read_per_token,
         n_layers=getattr(shape, "n_layers", None) or cfg.total_layers, n_ctx=n_ctx, n_ctx_total=n_ctx_total,

@@ -7,8 +7,8 @@ import html
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
-from kvmon.gui import theme
-from kvmon.gui.widgets import ValueLabel
+from kvmon.gui import fmt, theme
+from kvmon.gui.labels import ValueLabel
 
 STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
     ConnectionStatus.CONNECTING: ("info", "Connecting…"),
@@ -92,7 +92,8 @@ class AlertsPanel(QtWidgets.QGroupBox):
                            "Alerts rise with hysteresis when a threshold is crossed and computed advice applies.")
             return
         rows = []
+        code_bg = theme.hex_color("code")
         for level, text, _tip in lines:
             c = theme.hex_color(level)
-            rows.append(f"<span style='color:{c}'>{_ICON.get(level, '●')}</span> {html.escape(text)}")
-        self.label.set("<br>".join(rows), "\n".join(f"{t}: {tip}" for _l, t, tip in lines))
+            rows.append(f"<span style='color:{c}'>{_ICON.get(level, '●')}</span> {fmt.code_html(text, code_bg)}")
+        self.label.set("<br>".join(rows), "\n".join(f"{fmt.plain(t)}: {tip}" for _l, t, tip in lines))

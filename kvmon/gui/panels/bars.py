@@ -48,6 +48,7 @@ class BarsWidget(QtWidgets.QWidget):
         self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self.setMinimumHeight(self.ROW_H + 6)
         self.paint_count = 0
+        self._note_need: tuple[tuple[str, ...], int] = ((), 0)  # (the notes, the width their longest line needs)
 
     @staticmethod
     def visual_key(bars: tuple[Bar, ...]) -> tuple[object, ...]:
@@ -77,10 +78,30 @@ class BarsWidget(QtWidgets.QWidget):
         return self._bars
 
     def _geometry(self) -> tuple[int, int, int]:
+        """Label, bar and note widths: the notes get the room their longest line needs, up to 60 % of the row."""
         label_w = 56
-        note_w = max(150, int(self.width() * 0.45))
+        notes = tuple(b.note for b in self._bars)
+        if self._note_need[0] != notes:  # measured once per set of notes, not per paint or hover
+            fm = self.fontMetrics()
+            need = max((fm.horizontalAdvance(line) for n in notes for line in n.splitlines()), default=0) + 12
+            self._note_need = (notes, need)
+        note_w = max(150, min(self._note_need[1], int(self.width() * 0.6)))
         bar_w = max(40, self.width() - label_w - note_w - 12)
         return label_w, bar_w, note_w
+
+    def note_lines(self, bar: Bar, note_w: int | None = None) -> list[tuple[str, str]]:
+        """(shown, whole) for each line of a bar's note at the present width: a line too long ends in "…" (the
+        whole note is in the row's tooltip)."""
+        if note_w is None:
+            note_w = self._geometry()[2]
+        fm = self.fontMetrics()
+        return [(fm.elidedText(line, QtCore.Qt.TextElideMode.ElideRight, note_w), line)
+                for line in bar.note.splitlines()]
+
+    def row_tip(self, bar: Bar) -> str:
+        """The tooltip of a row outside its segments: the whole note when it is shown shortened, and the bar's."""
+        cut = any(shown != whole for shown, whole in self.note_lines(bar))
+        return "\n\n".join(t for t in ((bar.note if cut else ""), bar.tip or ("" if cut else bar.note)) if t)
 
     def _segment_at(self, pos: QtCore.QPoint) -> tuple[Bar, Segment | None] | None:
         label_w, bar_w, _ = self._geometry()
@@ -103,7 +124,7 @@ class BarsWidget(QtWidgets.QWidget):
                 QtWidgets.QToolTip.hideText()
             else:
                 bar, seg = hit
-                text = seg.tip if seg else bar.tip or bar.note
+                text = seg.tip if seg else self.row_tip(bar)
                 QtWidgets.QToolTip.showText(e.globalPos(), text, self)  # type: ignore[attr-defined]
             return True
         return super().event(e)
@@ -128,8 +149,10 @@ class BarsWidget(QtWidgets.QWidget):
                        bar.label)
             p.setPen(QtCore.Qt.PenStyle.NoPen)
             x = float(label_w)
+            end = float(label_w + bar_w)
             for seg in bar.segments:
                 w = bar_w * seg.value / bar.total if bar.total > 0 else 0.0
+                w = min(w, end - x)  # parts that add up to more than the total never run under the note
                 if w <= 0:
                     continue
                 p.setBrush(theme.brush(seg.quantity))
@@ -145,8 +168,14 @@ class BarsWidget(QtWidgets.QWidget):
                 p.drawLine(lx, y - 2, lx, y + h + 2)
             p.setPen(fg)
             p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
-                       QtCore.Qt.AlignmentFlag.AlignVCenter, bar.note)
+                       QtCore.Qt.AlignmentFlag.AlignVCenter,
+                       "\n".join(shown for shown, _ in self.note_lines(bar, note_w)))
         p.end()
+
+    def changeEvent(self, e: QtCore.QEvent) -> None:
+        super().changeEvent(e)
+        if e.type() == QtCore.QEvent.Type.FontChange:
+            self._note_need = ((), 0)  # measured again in the new font
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(500, max(1, len(self._bars)) * self.ROW_H + 6)

@@ -7,8 +7,8 @@ from PySide6 import QtWidgets
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
+from kvmon.gui.labels import ValueLabel
 from kvmon.gui.panels.memory import bandwidth_text
-from kvmon.gui.widgets import ValueLabel
 
 
 def _params(n: int | None) -> str | None:
@@ -40,15 +40,20 @@ class HeaderPanel(QtWidgets.QFrame):
         self.efficiency = ValueLabel()
         self.efficiency.setStyleSheet("font-size: 12pt;")
         for w in (self.backend, self.model, self.gpus, self.context, self.kv, self.banner):
-            w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+            # each takes the room its text needs while the window has it; a narrower window shortens them with
+            # "…" (the whole text on hover) instead of cutting them off
+            w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
+            w.set_elide(True)
         row0 = QtWidgets.QHBoxLayout()
         row0.setSpacing(16)
-        for w, stretch in ((self.backend, 2), (self.model, 4), (self.gpus, 3)):
-            row0.addWidget(w, stretch)
+        for w in (self.backend, self.model, self.gpus):
+            row0.addWidget(w)
+        row0.addStretch(1)
         row1 = QtWidgets.QHBoxLayout()
         row1.setSpacing(16)
         for w in (self.context, self.kv):
-            row1.addWidget(w, 1)
+            row1.addWidget(w)
+        row1.addStretch(1)
         grid.addWidget(self.banner, 0, 0, 1, 3)
         grid.addLayout(row0, 1, 0)
         grid.addLayout(row1, 2, 0)
@@ -121,13 +126,12 @@ class HeaderPanel(QtWidgets.QFrame):
             f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context", "kv_in_use_bytes", pv, rs,
             unknown=s.kv_in_use_bytes is None))
         dec, ceil = s.decode_tok_s, s.ceiling_tok_s
-        idle = dec is None and str(rs.get("decode_tok_s", "")).startswith("idle")
         suspect = s.ceiling_suspect
         # a speed above the ceiling means one of the ceiling's inputs is wrong: the ceiling shows as uncertain
-        ceiling_text = f"~{fmt.num_tok_s(ceil)}?" if suspect is not None else fmt.num_tok_s(ceil)
+        words = fmt.speed_words(s)
         self.speed.set(
-            f"<b style='color:{theme.hex_color('decode')}'>{'idle' if idle else fmt.tok_s(dec)}</b>"
-            f" <span style='color:{theme.hex_color('ceiling')}'>of {ceiling_text} ceiling</span>",
+            f"<b style='color:{theme.hex_color('decode')}'>{words.decode}</b>"
+            f" <span style='color:{theme.hex_color('ceiling')}'>of {words.ceiling} ceiling</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
                              unknown=ceil is None)
@@ -138,5 +142,5 @@ class HeaderPanel(QtWidgets.QFrame):
                 f" <span style='font-size:8pt'>suspect: {suspect.input.replace('_', ' ')}</span>",
                 f"Efficiency not shown: {suspect.message}")
         else:
-            self.efficiency.set(f"{fmt.percent(s.efficiency)} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
+            self.efficiency.set(f"{words.share} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
                 "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))

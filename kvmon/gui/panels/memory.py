@@ -13,13 +13,22 @@ import time
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
-from kvmon.gui import fmt
+from kvmon.gui import fmt, theme
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 
 _SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe": "Intel xe", "i915": "Intel i915",
             "apple": "measured (vm_stat)", "log": "the server's log at load", "none": "not read"}
 _WORKING_SET = {"metal": "Metal", "sysctl": "iogpu.wired_limit_mb", "log": "the server's log",
                 "estimated": "estimated"}
+# the bars' colours in words, in the order they are stacked
+LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "KV in use"),
+          ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
+
+
+def legend_html() -> str:
+    """The compact legend under the bars: a swatch in each colour and its word."""
+    return " &nbsp; ".join(f"<span style='color:{theme.hex_color(q)}'>■</span>&nbsp;{word.replace(' ', '&nbsp;')}"
+                          for q, word in LEGEND)
 
 
 def _seg(quantity: str, value: float | None, what: str, source: str | None = None) -> Segment | None:
@@ -86,8 +95,8 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
                    limit_at=float(g.working_set_limit_bytes))
     if g.spill_used_bytes and g.vendor == "amd":
         note += f" · GTT {fmt.bytes_(g.spill_used_bytes)}"
-    elif s.forecast.tokens_until_vram_full is not None:
-        note += f" · spill in {fmt.tokens(s.forecast.tokens_until_vram_full)}"
+    elif s.forecast.seconds_until_vram_full is not None:  # another program's growth: a time, not your tokens
+        note += f" · full in ~{fmt.duration(s.forecast.seconds_until_vram_full)}"
     gtt = (f"\nGTT (system RAM the GPU maps; where allocations go when VRAM is full): "
            f"{fmt.bytes_(g.spill_used_bytes)} of {fmt.bytes_(g.spill_total_bytes)}"
            if g.vendor == "amd" and g.spill_total_bytes else "")
@@ -133,7 +142,11 @@ def host_bar(s: Snapshot) -> Bar | None:
     if h.ram_available_bytes is not None and used_other > 0:
         segs.append(Segment("other_processes", used_other, f"Other host memory: {fmt.bytes_(used_other)}"))
     if h.ram_available_bytes:
-        segs.append(Segment("free", float(h.ram_available_bytes), f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
+        # available RAM may count the model's own mapped file again: the free part is what the bar has left
+        room = h.ram_total_bytes - in_host - max(used_other, 0)
+        free = min(float(h.ram_available_bytes), float(room))
+        if free > 0:
+            segs.append(Segment("free", free, f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
     held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes)) if b)
     what = f"{held} {fmt.bytes_(in_host)} of {fmt.bytes_(h.ram_total_bytes)}" if in_host else \
         f"{fmt.bytes_(h.ram_total_bytes - (h.ram_available_bytes or 0))} of {fmt.bytes_(h.ram_total_bytes)} used"
@@ -157,6 +170,12 @@ class MemoryPanel(QtWidgets.QGroupBox):
         lay.setContentsMargins(4, 4, 4, 4)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
+        self.legend = QtWidgets.QLabel(legend_html())
+        self.legend.setWordWrap(True)  # a narrow window: two lines rather than a cut
+        self.legend.setStyleSheet("font-size: 8pt;")
+        self.legend.setToolTip("What the colours of the bars are. The red line is where the next allocation "
+                               "spills: the end of VRAM (to host RAM), of RAM (to swap), or a Mac's GPU limit.")
+        lay.addWidget(self.legend)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
@@ -166,7 +185,7 @@ class MemoryPanel(QtWidgets.QGroupBox):
                       g.reasons.get("vram_split"), g.kind, g.source, g.working_set_limit_bytes, g.spill_used_bytes)
                      for g in s.gpus),
                s.host if host_shown(s) else None,
-               s.forecast.tokens_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
+               s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
         if key == self._key:
             return
         self._key = key

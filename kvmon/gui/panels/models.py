@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import html
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.serving import SERVING_LABELS, ServedModel, ServingView, status_word
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
+from kvmon.gui.labels import ValueLabel
 
 CHIP_MIN_WIDTH = 48  # px: a chip may be squeezed this far in a narrow window (its tooltip says it all)
 STATUS_COLOURS = {"loaded": "ok", "loading": "info", "sleeping": "muted", "unloading": "muted", "unloaded": "muted",
@@ -52,6 +53,47 @@ def chip_tip(m: ServedModel) -> str:
     return "\n".join(lines)
 
 
+class Chip(QtWidgets.QPushButton):
+    """A model's chip: squeezed in a narrow window, its text ends in "…" (the tooltip says it all)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._whole = ""
+
+    def set_whole_text(self, text: str) -> None:
+        """The chip's text; shown shortened when the chip is narrower than it."""
+        self._whole = text
+        self._fit()
+        self.updateGeometry()
+
+    def whole_text(self) -> str:
+        return self._whole
+
+    def sizeHint(self) -> QtCore.QSize:
+        hint = super().sizeHint()  # of the text shown: the whole one's instead
+        fm = self.fontMetrics()
+        return QtCore.QSize(hint.width() - fm.horizontalAdvance(self.text()) + fm.horizontalAdvance(self._whole),
+                            hint.height())
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._fit()
+
+    def showEvent(self, e: QtGui.QShowEvent) -> None:
+        super().showEvent(e)
+        self._fit()
+
+    def _fit(self) -> None:
+        if not self.isVisible():  # not laid out yet: its width says nothing
+            shown = self._whole
+        else:
+            fm = self.fontMetrics()
+            frame = super().sizeHint().width() - fm.horizontalAdvance(self.text())  # padding, border, margins
+            shown = fm.elidedText(self._whole, QtCore.Qt.TextElideMode.ElideRight, max(self.width() - frame, 0))
+        if shown != self.text():
+            self.setText(shown)
+
+
 class ModelsPanel(QtWidgets.QFrame):
     """A row of model chips; emits ``follow_requested(name)`` (or ``None`` to follow the chat again)."""
 
@@ -63,13 +105,13 @@ class ModelsPanel(QtWidgets.QFrame):
         self._row = QtWidgets.QHBoxLayout(self)
         self._row.setContentsMargins(8, 0, 8, 0)
         self._row.setSpacing(6)
-        self.title = QtWidgets.QLabel()
+        self.title = ValueLabel()
         self.title.setTextFormat(QtCore.Qt.TextFormat.RichText)
-        # a narrow window squeezes the row instead of growing: the title and the chips may be clipped
-        self.title.setMinimumWidth(0)
-        self.title.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
-        self._row.addWidget(self.title, 1)
-        self.chips: dict[str, QtWidgets.QPushButton] = {}
+        # a narrow window squeezes the title rather than the window: it ends in "…", said whole on hover
+        self.title.set_elide(True)
+        self.title.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
+        self._row.addWidget(self.title)  # its room first; the stretch after the chips takes the rest
+        self.chips: dict[str, Chip] = {}
         self._row.addStretch(1)
         self._key: object = None
         self.pinned: str | None = None  # the model the user chose (None: the one being chatted with)
@@ -95,7 +137,7 @@ class ModelsPanel(QtWidgets.QFrame):
         muted = theme.hex_color("muted")
         how = (f" · showing <b>{html.escape(v.followed)}</b> <span style='color:{muted}'>"
                f"({'chosen' if self.pinned else html.escape(v.follow_reason or '')})</span>" if v.followed else "")
-        self.title.setText(f"<b>{html.escape(label)}</b>{how}")
+        self.title.set(f"<b>{html.escape(label)}</b>{how}")
         names = [m.name for m in v.models]
         for name in [n for n in self.chips if n not in names]:
             chip = self.chips.pop(name)
@@ -104,7 +146,7 @@ class ModelsPanel(QtWidgets.QFrame):
         for i, m in enumerate(v.models):
             chip = self.chips.get(m.name)
             if chip is None:
-                chip = QtWidgets.QPushButton(self)
+                chip = Chip(self)
                 chip.setCheckable(True)
                 chip.setFlat(True)
                 chip.setFocusPolicy(QtCore.Qt.FocusPolicy.NoFocus)
@@ -113,7 +155,7 @@ class ModelsPanel(QtWidgets.QFrame):
                 self.chips[m.name] = chip
                 self._row.insertWidget(1 + i, chip)
             colour = theme.hex_color(STATUS_COLOURS.get(m.status, "muted"))
-            chip.setText(f"● {chip_text(m)}")
+            chip.set_whole_text(f"● {chip_text(m)}")
             chip.setToolTip(chip_tip(m))
             chip.setChecked(m.followed)
             weight = "bold" if m.followed else "normal"

@@ -15,7 +15,7 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.points import ContextBins
 from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, make_plot, nice_ceiling
+from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
 
 MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
 REGIME_WORDS = {"n_ctx": "new n_ctx", "cache_types": "new cache types", "slots": "new slot count",
@@ -72,7 +72,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        legend_below(self.plot, 2)
         edge = theme.color("forecast")
         edge.setAlpha(BAND_EDGE_ALPHA)
         self.forecast_low = pi.plot([], [], pen=pg.mkPen(edge, width=1))  # a pen (not None): the fill needs a path

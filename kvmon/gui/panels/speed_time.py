@@ -1,4 +1,5 @@
-"""Speed over time: decode and prefill tok/s with the ceiling (dashed) as a strip chart; gaps where none measured.
+"""Speed over time: decode tok/s with the ceiling (dashed) as a strip chart, prefill in a lane of its own below it;
+gaps where none measured.
 
 The clock-time axis stands still for a step (a tenth of the window) while each poll extends the curves to the
 right, so a poll repaints only the few pixels its new segments cover; when the newest sample reaches the right
@@ -17,7 +18,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.history import Event, History
 from kvmon.gui import theme
 from kvmon.gui.series import peak_decimate
-from kvmon.gui.widgets import cache_axis, cache_static, make_plot, nice_ceiling
+from kvmon.gui.widgets import ClockAxis, cache_static, legend_below, make_plot, nice_ceiling
 
 LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
@@ -27,6 +28,10 @@ ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, wid
 # a model event's marker colour (theme quantities)
 EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "muted", "unloaded": "muted",
                  "failed": "critical", "followed": "decode"}
+LANE_HEIGHT = 100  # the prefill lane, the time axis and the legend (pixels)
+LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
+MIN_CHART_HEIGHT = 72  # the speed chart above the lane, in a short window (pixels)
+AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
 MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
@@ -35,6 +40,11 @@ def step_s(span_s: float) -> float:
     """The axis step for a visible span: the round number of seconds at or below a tenth of it."""
     want = max(span_s, 1.0) / STEPS_PER_WINDOW
     return float(max((s for s in _NICE_STEPS_S if s <= want), default=_NICE_STEPS_S[0]))
+
+
+def lane_ticks(top: float) -> list[tuple[float, str]]:
+    """The prefill lane's few ticks: zero and the top of its scale (a lane is too low for more)."""
+    return [(0.0, "0"), (top, f"{top:g}")]
 
 
 def with_lead_ins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,33 +188,47 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._ranges: tuple[tuple[float, float], float, float] | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Speed over time", "time", None, "speed", "tok/s",
-                              axis_items={"bottom": pg.DateAxisItem(orientation="bottom")})
+        self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
         pi = self.plot.getPlotItem()
+        pi.hideAxis("bottom")  # the lane under it carries the time axis
+        self.plot.setMinimumHeight(MIN_CHART_HEIGHT)
         pi.vb.disableAutoRange()
-        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
         vb = pi.vb
         self.decode = StripCurve("decode", "decode", vb)
-        # Prefill runs 10-100× faster than decode: its own right-hand axis (own range) keeps decode readable.
-        self.prefill = StripCurve("prefill", "prefill", vb)
         self.ceiling = StripCurve("ceiling", "ceiling", vb)
-        right = pi.getAxis("right")
-        pi.showAxis("right")
-        right.unlinkFromView()
-        right.setLabel("prefill", units="tok/s", color=theme.hex_color("prefill"))
-        right.enableAutoSIPrefix(False)
-        cache_axis(right)
-        for curve, label in ((self.decode, "decode"), (self.prefill, "prefill (right axis)"),
-                             (self.ceiling, "ceiling")):
-            pi.legend.addItem(curve, label)
+        # Prefill runs 10-100x faster than decode: a lane of its own under the speed chart (its own scale, the same
+        # time), so that no prefill number ever reads against the decode axis or the ceiling
+        self.lane = make_plot("", "", None, "", None,
+                              axis_items={"bottom": ClockAxis(orientation="bottom")})  # the time axis of both
+        lane = self.lane.getPlotItem()
+        lane.setTitle(None)  # no axis name either: the legend and the colour name it (a name would not fit)
+        lane.vb.disableAutoRange()
+        lane.setXLink(pi)
+        lane.getAxis("left").setTicks([lane_ticks(1.0)])
+        lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
+        self.prefill = StripCurve("prefill", "prefill", lane.vb)
+        self.lane.setMinimumHeight(LANE_HEIGHT)
+        self.lane.setMaximumHeight(LANE_HEIGHT)
+        for ax in (pi.getAxis("left"), lane.getAxis("left")):
+            ax.setWidth(AXIS_WIDTH)  # the same width: both charts' times line up
+        legend = legend_below(self.lane, 3)
+        for curve, label in ((self.decode, "decode"), (self.ceiling, "ceiling"),
+                             (self.prefill, "prefill tok/s (own scale)")):
+            legend.addItem(curve, label)
         vb.sigResized.connect(self._remap)
-        self.plot.setToolTip("Decode and prefill tokens per second (measured from server counters) and the "
-                             "memory-bandwidth ceiling at the context depth of the moment (computed).\n"
+        lane.vb.sigResized.connect(self._remap)
+        self.plot.setToolTip("Decode tokens per second (measured from server counters) and the "
+                             "memory-bandwidth ceiling at the context depth of the moment (computed); prefill "
+                             "in the lane below, on its own scale.\n"
                              "Gaps: idle, or the server was unreachable. Each run of samples starts at the "
                              "poll before its first one (a rate is an average over the interval since then).")
-        cache_static(pi.legend)
+        self.lane.setToolTip("Prefill (prompt processing) tokens per second, measured from server counters: "
+                             "10 to 100 times decode, so on its own scale.")
+        cache_static(legend)
         cache_static(pi.titleLabel)
-        lay.addWidget(self.plot)
+        lay.setSpacing(0)
+        lay.addWidget(self.plot, 1)
+        lay.addWidget(self.lane, 0)
         self._markers: list[pg.InfiniteLine] = []  # model loads, unloads, sleeps, follows (a router, llama-swap)
         self._events_seen = 0
 
@@ -223,10 +247,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.refresh()
 
     def _mappings(self) -> tuple[ViewMap, ViewMap]:
-        vb = self.plot.getPlotItem().vb
+        vb, lane = self.plot.getPlotItem().vb, self.lane.getPlotItem().vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
         (x0, x1), y_max, pf_max = self._ranges if self._ranges is not None else ((0.0, 1.0), 1.0, 1.0)
-        return (x0, x1, 0.0, y_max, w, h), (x0, x1, 0.0, pf_max, w, h)
+        lane_top = pf_max * LANE_HEADROOM
+        return (x0, x1, 0.0, y_max, w, h), (x0, x1, 0.0, lane_top, max(lane.width(), 1.0), max(lane.height(), 1.0))
 
     def _remap(self) -> None:
         main, pf = self._mappings()
@@ -326,7 +351,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if old[1] != y_max:
             pi.setYRange(0.0, y_max, padding=0.0)
         if old[2] != pf_max:
-            pi.getAxis("right").setRange(0.0, pf_max)
+            self.lane.getPlotItem().setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
+            self.lane.getPlotItem().getAxis("left").setTicks([lane_ticks(pf_max)])
         self._ranges = ((left, right), y_max, pf_max)
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):

@@ -1,4 +1,7 @@
-"""Status bar: connection · polled N s ago · sources · recording ●."""
+"""Status bar: connection · polled N s ago · where the key numbers came from, in a user's words · recording ●.
+
+In a replay the first two give way to "replaying FILE · 10× · 12:04 of 48:10".
+"""
 
 from __future__ import annotations
 
@@ -9,19 +12,73 @@ from PySide6 import QtWidgets
 from kvmon.core.alerts import RECORDING_FAILED
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.gui import theme
-from kvmon.gui.widgets import ValueLabel
+from kvmon.gui.labels import ValueLabel
 
 JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older ones count seconds
 
+# where a number came from (Provenance values), as a person would say it
+PROVENANCE_WORDS = {
+    "measured": "measured", "computed": "computed by kvmon", "user": "from your settings",
+    "table": "from kvmon's GPU table", "log": "from the server's log", "command_line": "from the server's command line",
+    "default": "assumed (the server does not say)", "estimated": "estimated",
+}
+RATE_WORDS = {"slots": "rate from /slots", "metrics": "rate from /metrics",
+              "child_slots": "rate from Ollama's llama-server /slots", "proxy": "rate from kvmon proxy"}
+BANDWIDTH_WORDS = {"nvml": "bandwidth from the driver", "table": "bandwidth from kvmon's table",
+                   "user": "bandwidth from your settings", "measured": "bandwidth measured"}
+# the fields the tooltip lists, in the order a person reads the screen
+FIELD_WORDS = (("decode_tok_s", "decode speed"), ("prefill_tok_s", "prefill speed"),
+               ("ceiling_tok_s", "ceiling"), ("context_tokens", "context in use"), ("n_ctx", "context size"),
+               ("kv_type", "cache type"), ("kv_bytes_per_token", "KV bytes per token"),
+               ("kv_allocated_bytes", "KV cache allocated"), ("kv_in_use_bytes", "KV cache in use"),
+               ("weight_bytes", "weights"), ("weight_bytes_read_per_token", "weights read per token"),
+               ("peak_bandwidth_bytes_per_s", "peak bandwidth"), ("efficiency", "efficiency"))
+
 
 def sources_text(s: Snapshot) -> str:
-    """Which kinds of provenance the numbers on screen have, e.g. 'measured · computed · log'."""
-    kinds: list[str] = []
-    for v in s.provenance.values():
-        if v not in kinds:
-            kinds.append(v)
-    rate = f"rate from {s.decode_rate_source}" if s.decode_rate_source else None
-    return " · ".join([*(sorted(kinds)), *([rate] if rate else [])]) or "no sources yet"
+    """The facts a reader of the screen most needs the origin of, e.g. "cache type from the server's command
+    line · rate from /slots · bandwidth from the driver"."""
+    parts: list[str] = []
+    kv = s.provenance.get("kv_type")
+    if kv == "default":
+        parts.append(f"cache type assumed {s.model.kv_type_k or 'f16'} (not visible)")
+    elif kv:
+        parts.append(f"cache type {PROVENANCE_WORDS.get(kv, kv)}")
+    if s.decode_rate_source:
+        parts.append(RATE_WORDS.get(s.decode_rate_source, f"rate from {s.decode_rate_source}"))
+    bw = sorted({g.bandwidth_source for g in s.gpus if g.bandwidth_source})
+    if bw:
+        parts.append(" + ".join(BANDWIDTH_WORDS.get(b, f"bandwidth from {b}") for b in bw))
+    return " · ".join(parts) or "no sources yet"
+
+
+def sources_tip(s: Snapshot) -> str:
+    """Every figure's origin, one a line, in words."""
+    lines = ["Where the numbers come from:"]
+    for key, what in FIELD_WORDS:
+        src = s.provenance.get(key)
+        if src:
+            lines.append(f"  {what}: {PROVENANCE_WORDS.get(src, src)}")
+    if s.decode_rate_source:
+        lines.append(f"  decode {RATE_WORDS.get(s.decode_rate_source, s.decode_rate_source)}")
+    for g in s.gpus:
+        if g.bandwidth_source:
+            lines.append(f"  GPU {g.index} peak {BANDWIDTH_WORDS.get(g.bandwidth_source, g.bandwidth_source)}")
+    return "\n".join(lines)
+
+
+def clock_text(seconds: float) -> str:
+    """12:04, or 1:02:04 past an hour (a replay's position and length)."""
+    s = max(0, int(seconds))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def replay_text(name: str, speed: float, position_s: float, length_s: float, playing: bool) -> str:
+    """'replaying FILE · 10× · 12:04 of 48:10' (with '· paused' when stopped)."""
+    pause = "" if playing else " · paused"
+    return f"replaying {name} · {speed:g}× · {clock_text(position_s)} of {clock_text(length_s)}{pause}"
 
 
 class StatusPanel(QtWidgets.QStatusBar):
@@ -32,17 +89,35 @@ class StatusPanel(QtWidgets.QStatusBar):
         self.connection = ValueLabel()
         self.polled = ValueLabel()
         self.sources = ValueLabel()
+        self.sources.set_elide(True)
         self.recording = ValueLabel()
-        for w in (self.connection, self.polled, self.sources):
-            self.addWidget(w)
+        for w, stretch in ((self.connection, 0), (self.polled, 0), (self.sources, 1)):
+            self.addWidget(w, stretch)
         self.addPermanentWidget(self.recording)
         self._last_poll_monotonic: float | None = None
+        self.replaying: str | None = None  # the replay's status text, when this window replays a recording
         self._recording_path: str | None = None
         self._recording_failed: str | None = None  # the alert's message while the recording is stopped by a fault
         self.set_recording(None)
 
+    def set_replay(self, text: str | None) -> None:
+        """A replay's position in place of the connection and poll age (they belong to the recorded session)."""
+        self.replaying = text
+        if text is not None:
+            self.connection.set(text, "The recording's file, playback speed, and where in it the screen is")
+            self.polled.hide()
+        else:
+            self.polled.show()
+
     def update_snapshot(self, s: Snapshot) -> None:
         """Render connection state and sources of one snapshot."""
+        self.sources.set(sources_text(s), sources_tip(s))
+        failed = next((a.message for a in s.alerts if a.code == RECORDING_FAILED), None)
+        if failed != self._recording_failed:
+            self._recording_failed = failed
+            self.set_recording(self._recording_path)
+        if self.replaying is not None:
+            return
         st = s.connection.status
         c = theme.hex_color("ok" if s.server_read else "warning" if st in (ConnectionStatus.CONNECTING,
                                                                           ConnectionStatus.LOADING,
@@ -50,17 +125,13 @@ class StatusPanel(QtWidgets.QStatusBar):
         url = f" · {s.url}" if s.url else ""
         self.connection.set(f"<span style='color:{c}'>●</span> {st.value.replace('_', ' ')}{url}",
                             s.connection.reason or f"Connection: {st.value}")
-        self.sources.set(sources_text(s), "Where the numbers come from: measured (server counters, NVML), computed "
-                         "(physics), log, table, user settings")
-        failed = next((a.message for a in s.alerts if a.code == RECORDING_FAILED), None)
-        if failed != self._recording_failed:
-            self._recording_failed = failed
-            self.set_recording(self._recording_path)
         self._last_poll_monotonic = time.monotonic()
         self.tick()
 
     def tick(self) -> None:
         """Refresh the 'polled N s ago' text (called by the window's timer once a poll is late)."""
+        if self.replaying is not None:
+            return
         if self._last_poll_monotonic is None:
             self.polled.set("not polled yet")
             return
@@ -78,6 +149,6 @@ class StatusPanel(QtWidgets.QStatusBar):
                                self._recording_failed)
         elif path:
             self.recording.set(f"recording <span style='color:{theme.hex_color('spill')}'>●</span>",
-                               f"Recording every snapshot to {path}")
+                               f"Recording every snapshot to {path} (File ▸ Record session… to stop)")
         else:
-            self.recording.set("not recording", "Start with --record FILE.jsonl to record this session")
+            self.recording.set("not recording", "File ▸ Record session… (Ctrl+R), or start with --record FILE.jsonl")

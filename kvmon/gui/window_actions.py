@@ -1,0 +1,173 @@
+"""The window's menu actions: recording, the report card and CSV, pause, time range, scheme, panels, help.
+
+Mixed into ``MainWindow`` (as ``WatchedServers`` is): it uses the window's settings, panels, menus and signals,
+which the window defines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from PySide6 import QtGui, QtWidgets
+
+from kvmon.core.snapshot import Snapshot
+from kvmon.gui import theme
+from kvmon.gui.settings import WINDOW_RANGES, Settings
+
+
+class WindowActions:
+    """What the File, View and Help menus do (the window builds the menus and the panels)."""
+
+    settings: Settings
+    last: Snapshot | None
+    paused: bool
+    window_range: str
+    tally: Any
+    menus: Any
+    status: Any
+    report_snapshots: Callable[[], Sequence[Snapshot]] | None
+    _recording: str | None
+    _speed_time: Any
+    _time_slot: QtWidgets.QWidget
+    _right: QtWidgets.QWidget
+    memory: QtWidgets.QWidget
+    bandwidth: QtWidgets.QWidget
+    alerts: QtWidgets.QWidget
+
+    def toggle_recording(self, path: str | None = None) -> None:
+        """Ctrl+R: start recording (asks for a file) or stop; the app does the writing."""
+        from kvmon.gui import caption, export
+
+        if self._recording:
+            self.record_requested.emit(None)
+            return
+        path = path or export.ask_path(self, "Record session to", caption.default_filename(self.last, "jsonl"),
+                                       "kvmon recording (*.jsonl)")
+        if path:
+            self.record_requested.emit(path)
+        else:
+            self.set_recording(self._recording)
+
+    def _session_snapshots(self) -> Sequence[Snapshot] | None:
+        return self.report_snapshots() if self.report_snapshots is not None else None
+
+    def save_report_card(self, path: str | None = None) -> str | None:
+        """Ctrl+Shift+R: the session's report card as PNG."""
+        from kvmon.core.summary import summarize
+        from kvmon.gui import caption, export, reportcard
+
+        path = path or export.ask_path(self, "Save report card",
+                                       caption.default_filename(self.last, "png", what="report"), "PNG (*.png)")
+        if not path:
+            return None
+        snaps = self._session_snapshots()
+        summary = summarize(snaps) if snaps is not None else self.tally.summary()
+        try:
+            reportcard.save_summary(summary, path)
+        except OSError as exc:
+            self.statusBar().showMessage(f"Report card failed: {exc}", 6000)
+            return None
+        self.statusBar().showMessage(f"Saved {path}", 6000)
+        return path
+
+    def save_recording_csv(self, path: str | None = None) -> str | None:
+        """The replayed recording as CSV (one row per snapshot)."""
+        from kvmon.core.recording_csv import write_csv
+        from kvmon.gui import caption, export
+
+        snaps = self._session_snapshots()
+        if snaps is None:
+            return None
+        path = path or export.ask_path(self, "Export recording as CSV", caption.default_filename(self.last, "csv"),
+                                       "CSV (*.csv)")
+        if not path:
+            return None
+        try:
+            write_csv(snaps, path)
+        except OSError as exc:
+            self.statusBar().showMessage(f"CSV export failed: {exc.strerror or exc}", 6000)
+            return None
+        self.statusBar().showMessage(f"Saved {path}", 6000)
+        return path
+
+    def toggle_pause(self) -> None:
+        """Space: pause or resume polling."""
+        self.paused = not self.paused
+        self.pause_toggled.emit(self.paused)
+        act = self.menus.actions.get("pause") if hasattr(self, "menus") else None
+        if act is not None:
+            act.setChecked(self.paused)
+        if self.paused:
+            self.status.connection.set("● paused (Space to resume)", "Polling is paused")
+
+    def set_window_range(self, name: str) -> None:
+        """1/2/3: the visible time window (5 min / 1 h / session)."""
+        if name not in WINDOW_RANGES:
+            return
+        self.window_range = name
+        self.settings.window_range = name
+        if self._speed_time is not None:  # else the plot takes it when it is made
+            self._speed_time.set_window(WINDOW_RANGES[name])
+            from kvmon.gui.widgets import set_title
+
+            set_title(self._speed_time.plot, f"Speed over time · {name}")
+        act = self.menus.actions.get(f"range:{name}") if hasattr(self, "menus") else None
+        if act is not None:
+            act.setChecked(True)
+
+    def set_scheme(self, scheme: str) -> None:
+        """View ▸ Theme: follow the desktop, or light or dark whatever it says; remembered."""
+        self.settings.scheme = scheme
+        act = self.menus.actions.get(f"scheme:{self.settings.scheme}")
+        if act is not None:
+            act.setChecked(True)
+        self.apply_scheme(theme.system_dark() if self.settings.scheme == "system" else scheme == "dark")
+
+    def toggle_panel(self, name: str) -> None:
+        """View ▸ Panels: show or hide one panel (or the toolbar); remembered."""
+        hidden = set(self.settings.hidden_panels)
+        hidden.symmetric_difference_update({name})
+        self.settings.hidden_panels = hidden
+        self._apply_panels()
+
+    def _apply_panels(self) -> None:
+        hidden = self.settings.hidden_panels
+        for name, w in (("speed_time", self._time_slot), ("memory", self.memory), ("bandwidth", self.bandwidth),
+                        ("alerts", self.alerts)):
+            w.setVisible(name not in hidden)
+        self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)
+        tb = getattr(self, "toolbar", None)
+        if tb is not None:
+            tb.setVisible("toolbar" not in hidden)
+        for name in hidden | {"speed_time", "memory", "bandwidth", "alerts", "toolbar"}:
+            act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
+            if act is not None:
+                act.setChecked(name not in hidden)
+
+    # --- help --------------------------------------------------------------------------------------
+    def _help(self, title: str, text: str) -> QtWidgets.QDialog:
+        from kvmon.gui.help import HelpDialog
+
+        dlg = HelpDialog(title, text, self)
+        dlg.show()
+        return dlg
+
+    def show_shortcuts(self) -> QtWidgets.QDialog:
+        """Help ▸ Keyboard shortcuts: every action's keys (the replay's too, in a replay)."""
+        from kvmon.gui import help as help_mod
+
+        rows = help_mod.shortcut_rows(self.findChildren(QtGui.QAction), getattr(self, "extra_shortcuts", ()))
+        return self._help("Keyboard shortcuts", help_mod.shortcuts_html(rows))
+
+    def show_numbers_help(self) -> QtWidgets.QDialog:
+        """Help ▸ What the numbers mean."""
+        from kvmon.gui import help as help_mod
+
+        return self._help("What the numbers mean", help_mod.numbers_html())
+
+    def show_about(self) -> QtWidgets.QDialog:
+        """Help ▸ About kvmon."""
+        from kvmon.gui import help as help_mod
+
+        return self._help("About kvmon", help_mod.about_html())
