@@ -256,5 +256,6 @@ def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWind
     idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
                                reasons={**s.reasons, "decode_tok_s": "idle: no slot is generating"})
     win.on_snapshot(idle)
-    assert "idle" in win.header.speed.text()
-    assert "· idle of " in caption.caption_text(idle)
+    assert "idle" in win.header.speed.text() and "· ceiling " in win.header.speed.text()
+    assert win.header.efficiency.text() == ""  # no share while nothing decodes
+    assert "· idle · ceiling " in caption.caption_text(idle) and "(—)" not in caption.caption_text(idle)

@@ -53,8 +53,12 @@ def _check_screen(win, s: Snapshot) -> None:
     assert f"of {fmt.tokens(s.model.n_ctx)}" in h.context.text()
     if s.decode_tok_s is not None:
         assert fmt.tok_s(s.decode_tok_s) in h.speed.text()
-    assert f"of {fmt.num_tok_s(s.ceiling_tok_s)} ceiling" in h.speed.text()
-    assert fmt.percent(s.efficiency) in h.efficiency.text()
+    if fmt.speed_words(s).idle:  # nothing decodes: the ceiling at this depth, no share
+        assert f"· ceiling {fmt.num_tok_s(s.ceiling_tok_s)} tok/s here" in h.speed.text()
+        assert h.efficiency.text() == ""
+    else:
+        assert f"of {fmt.num_tok_s(s.ceiling_tok_s)} ceiling" in h.speed.text()
+        assert fmt.percent(s.efficiency) in h.efficiency.text()
     assert fmt.bytes_(s.kv_in_use_bytes) in h.kv.text()
     bars = win.memory.bars.bars
     for g, bar in zip(s.gpus, bars, strict=False):

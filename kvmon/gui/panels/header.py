@@ -129,9 +129,10 @@ class HeaderPanel(QtWidgets.QFrame):
         suspect = s.ceiling_suspect
         # a speed above the ceiling means one of the ceiling's inputs is wrong: the ceiling shows as uncertain
         words = fmt.speed_words(s)
+        ceiling_words = f"· ceiling {words.ceiling} tok/s here" if words.idle else f"of {words.ceiling} ceiling"
         self.speed.set(
             f"<b style='color:{theme.hex_color('decode')}'>{words.decode}</b>"
-            f" <span style='color:{theme.hex_color('ceiling')}'>of {words.ceiling} ceiling</span>",
+            f" <span style='color:{theme.hex_color('ceiling')}'>{ceiling_words}</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
                              unknown=ceil is None)
@@ -141,6 +142,8 @@ class HeaderPanel(QtWidgets.QFrame):
                 f"<span style='color:{theme.hex_color('warning')}'>ceiling uncertain</span>"
                 f" <span style='font-size:8pt'>suspect: {suspect.input.replace('_', ' ')}</span>",
                 f"Efficiency not shown: {suspect.message}")
+        elif words.idle:  # nothing decodes: no share to show (a lone dash read as a line beside the headline)
+            self.efficiency.set("", "Efficiency (measured decode ÷ ceiling) is shown while a conversation decodes")
         else:
             self.efficiency.set(f"{words.share} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(
                 "Efficiency: measured decode ÷ ceiling", "efficiency", pv, rs, unknown=s.efficiency is None))
