@@ -31,6 +31,7 @@ EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "m
 LANE_HEIGHT = 100  # the prefill lane, the time axis and the legend (pixels)
 LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
 MIN_CHART_HEIGHT = 72  # the speed chart above the lane, in a short window (pixels)
+ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much below the view (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
 MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -191,6 +192,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
         pi = self.plot.getPlotItem()
         pi.hideAxis("bottom")  # the lane under it carries the time axis
+        left, top, right, bottom = pi.layout.getContentsMargins()  # room under the view for the "0" label's lower half
+        pi.layout.setContentsMargins(left, top, right, max(bottom, ZERO_LABEL_ROOM))
         self.plot.setMinimumHeight(MIN_CHART_HEIGHT)
         pi.vb.disableAutoRange()
         vb = pi.vb
