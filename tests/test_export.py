@@ -108,9 +108,12 @@ def test_svg_parses_with_plotted_paths_and_caption(win: MainWindow, tmp_path: Pa
 
 
 def test_svg_of_speed_over_time(win: MainWindow, tmp_path: Path) -> None:
+    """The chart as on screen: decode and ceiling, the prefill lane with the time axis under it, the legend."""
     text = export.save_plot_svg(win.speed_time, tmp_path / "t.svg", win.last)
-    ET.fromstring(text)
+    root = ET.fromstring(text)
     assert "<path" in text or "<polyline" in text
+    texts = " ".join("".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert "decode" in texts and "ceiling" in texts and "prefill" in texts, texts[:300]
 
 
 @pytest.mark.parametrize("panel", ["speed-vs-context", "speed-over-time"])

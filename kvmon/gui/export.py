@@ -243,7 +243,10 @@ def _svg_qt(widget: QtWidgets.QWidget) -> str:
     gen.setTitle("kvmon")
     p = QtGui.QPainter(gen)
     try:
-        widget.render(p)
+        if isinstance(widget, QtWidgets.QGraphicsView):
+            widget.render(p)  # the view's scene, scaled to the page
+        else:
+            widget.render(p, QtCore.QPoint())  # a widget and its children (a chart and its lane) as laid out
     finally:
         p.end()
     return bytes(buf.data().data()).decode("utf-8")
@@ -253,7 +256,11 @@ def plot_svg_text(panel: Any, snap: SnapshotArg, *, engine: str = "auto") -> str
     """The panel's plot as SVG with the caption as a text line below it; ``engine``: auto | pyqtgraph | qt."""
     plot = plot_of(panel)
     text: str | None = None
-    if engine in ("auto", "pyqtgraph"):
+    lane = getattr(panel, "lane", None)  # a chart with a lane below it (speed over time): one picture of both
+    if lane is not None and engine == "auto":
+        with _no_item_caches(plot), _no_item_caches(lane):
+            text = _svg_qt(panel)  # the whole panel as on screen: chart, lane, time axis, legend
+    elif engine in ("auto", "pyqtgraph"):
         try:
             text = _svg_pyqtgraph(plot)
         except (ValueError, IndexError):  # pyqtgraph 0.14 with Qt ≥ 6.11: 'Z' in path data
