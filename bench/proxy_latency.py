@@ -22,52 +22,21 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ollama_upstream import CHUNKED_HEAD, RawUpstream  # noqa: E402
 
 
-class GatedUpstream:
+class GatedUpstream(RawUpstream):
     """Streams ``n`` NDJSON chunks per request, each only after the client confirmed the previous one."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.sent_at: list[float] = []
         self.go = threading.Semaphore(0)
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        f = conn.makefile("rb")
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            line = f.readline()
-            if not line:
-                return
-            head += line
-        path = head.split(b" ", 2)[1]
-        length = 0
-        for h in head.split(b"\r\n"):
-            if h.lower().startswith(b"content-length:"):
-                length = int(h.split(b":", 1)[1])
-        f.read(length)
-        if path == b"/api/version":
-            body = b'{"version":"0.33.0"}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                         b"Connection: close\r\n\r\n%s" % (len(body), body))
-            conn.close()
-            return
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+    def stream(self, conn: socket.socket, body: bytes) -> None:
+        conn.sendall(CHUNKED_HEAD)
         for i in range(self.n):
             self.go.acquire()
             line = json.dumps({"model": "bench", "created_at": "2026-11-30T18:00:00Z",
@@ -76,7 +45,6 @@ class GatedUpstream:
             self.sent_at.append(time.perf_counter())
             conn.sendall(payload)
         conn.sendall(b"0\r\n\r\n")
-        conn.close()
 
 
 def measure(port: int, up: GatedUpstream) -> list[float]:

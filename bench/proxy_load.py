@@ -25,50 +25,22 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ollama_upstream import CHUNKED_HEAD, RawUpstream  # noqa: E402
 
 
-class StreamingUpstream:
+class StreamingUpstream(RawUpstream):
     """Answers every POST with ``chunks`` stamped NDJSON chunks; ``written[stream]`` is every byte it sent."""
 
     def __init__(self, chunks: int, gap_s: float) -> None:
         self.chunks, self.gap_s = chunks, gap_s
         self.written: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(256)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(backlog=256)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        f = conn.makefile("rb")
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            line = f.readline()
-            if not line:
-                return
-            head += line
-        length = next((int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
-                       if h.lower().startswith(b"content-length:")), 0)
-        body = f.read(length)
-        if head.startswith(b"GET /api/version"):
-            data = b'{"version":"0.33.0"}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                         b"Connection: close\r\n\r\n%s" % (len(data), data))
-            conn.close()
-            return
+    def stream(self, conn: socket.socket, body: bytes) -> None:
         stream = json.loads(body)["stream"]
-        out = [b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"]
+        out = [CHUNKED_HEAD]
         conn.sendall(out[0])
         for k in range(self.chunks):
             if self.gap_s:
@@ -80,7 +52,6 @@ class StreamingUpstream:
             out.append(piece)
         out.append(b"0\r\n\r\n")
         conn.sendall(out[-1])
-        conn.close()
         with self._lock:
             self.written[stream] = b"".join(out)
 
