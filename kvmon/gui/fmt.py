@@ -86,6 +86,11 @@ class SpeedWords:
     idle: bool
     uncertain: bool
 
+    @property
+    def against(self) -> str:
+        """The ceiling beside the decode words: "of 44.7 ceiling", or while idle "· ceiling 44.7 tok/s here"."""
+        return f"· ceiling {self.ceiling} tok/s here" if self.idle else f"of {self.ceiling} ceiling"
+
 
 def speed_words(s: Snapshot) -> SpeedWords:
     """The header's words for a snapshot's decode speed, ceiling and efficiency."""

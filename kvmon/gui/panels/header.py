@@ -129,10 +129,9 @@ class HeaderPanel(QtWidgets.QFrame):
         suspect = s.ceiling_suspect
         # a speed above the ceiling means one of the ceiling's inputs is wrong: the ceiling shows as uncertain
         words = fmt.speed_words(s)
-        ceiling_words = f"· ceiling {words.ceiling} tok/s here" if words.idle else f"of {words.ceiling} ceiling"
         self.speed.set(
             f"<b style='color:{theme.hex_color('decode')}'>{words.decode}</b>"
-            f" <span style='color:{theme.hex_color('ceiling')}'>{ceiling_words}</span>",
+            f" <span style='color:{theme.hex_color('ceiling')}'>{words.against}</span>",
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
                              unknown=ceil is None)
