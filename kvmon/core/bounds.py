@@ -24,6 +24,8 @@ MAX_DECODE_TOK_S = 100_000.0
 MAX_PREFILL_TOK_S = 10_000_000.0
 # Memory sizes (weights, KV cache, buffers): an exbibyte is past any machine kvmon runs on.
 MAX_BYTES = 2**60
+# Memory devices on one machine (GPUs, unified memory, host RAM): a log or an exporter naming more is not a fact.
+MAX_DEVICES = 64
 
 
 # (field, bound, what it is, unit) for each kind of reading the bounds hold

@@ -12,10 +12,9 @@ import os
 import threading
 from typing import Any
 
+from kvmon.core.units import MIB
 from kvmon.sim.model import LoadedModel
 from kvmon.sim.scenarios import Scenario
-
-MIB = 1024 * 1024
 
 
 def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:

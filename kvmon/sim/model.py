@@ -20,8 +20,6 @@ import numpy as np
 from kvmon.physics.gpus import GpuSpec, lookup_gpu, pcie_bandwidth_bytes_per_s
 from kvmon.sim.scenarios import Scenario
 
-MIB = 1024**2
-
 
 class SimSetupError(ValueError):
     """A scenario names a model preset or GPU kvmon's tables do not know."""

@@ -19,13 +19,13 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading
+from kvmon.core.units import MIB
 from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name, estimated_working_set_bytes
 
 Runner = Callable[[Sequence[str]], "str | None"]
 SYSCTL_NAMES = ("hw.memsize", "machdep.cpu.brand_string", "hw.ncpu", "hw.perflevel0.physicalcpu",
                 "hw.perflevel1.physicalcpu", "hw.pagesize")
 STATIC_REREAD_S = 60.0  # the working-set limit follows `sysctl iogpu.wired_limit_mb=…`: look again this often
-MIB = 1024 * 1024
 _SYSCTL_LINE = re.compile(r"^([a-z0-9_.]+):\s*(.*)$")
 _VM_PAGE = re.compile(r"page size of (\d+) bytes")
 _VM_LINE = re.compile(r'^"?([A-Za-z][A-Za-z -]*[a-z])"?:\s+(\d+)\.?\s*$')

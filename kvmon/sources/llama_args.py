@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.core.units import MIB
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
 
@@ -79,7 +80,6 @@ _SWA_FULL = ("--swa-full",)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9931  # common/common.h `port = 9931` since the 2026 builds (b11549); 8080 before
-MIB = 1024 * 1024
 DEFAULT_FIT_TARGET_MIB = 1024  # common.h fit_params_target: 1 GiB left free on every device
 DEFAULT_CACHE_RAM_MIB = 8192  # common.h cache_ram_mib: the host prompt cache, 8 GiB
 

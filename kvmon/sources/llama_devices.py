@@ -21,13 +21,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kvmon.core.bounds import MAX_BYTES
+from kvmon.core.bounds import MAX_BYTES, MAX_DEVICES
 from kvmon.core.device_names import canonical_device
 from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import LogDevice
+from kvmon.core.units import MIB
 
-MIB = 1024 * 1024
-MAX_DEVICES = 64  # past any machine llama.cpp runs on; a log naming more is not a fact
 _CUDA_HEADER = re.compile(r"found (\d+) (CUDA|ROCm|MUSA|SYCL) devices")
 _CUDA_DEVICE = re.compile(r"(?:^|\s)Device (\d+): (.+?),\s+(?:compute capability|gfx\w+ \(0x)[^\n]*?"
                           r"(?:VRAM: (\d+) MiB)?(?: \((\d+) MiB free\))?\s*$")

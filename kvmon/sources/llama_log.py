@@ -24,10 +24,10 @@ from typing import IO, Any
 from kvmon.core.bounds import MAX_BYTES, MAX_CONTEXT_TOKENS
 from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.core.units import MIB
 from kvmon.sources.llama_devices import DeviceLines
 from kvmon.sources.localfile import read_from
 
-MIB = 1024 * 1024
 MAX_LINE_CHARS = 64 * 1024  # llama.cpp's longest lines (the chat template) are a few KB
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 

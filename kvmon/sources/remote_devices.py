@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from kvmon.core.bounds import MAX_BYTES
+from kvmon.core.bounds import MAX_BYTES, MAX_DEVICES
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, PcieLink, SourceError
 from kvmon.sources.http import HttpClient, normalize_base_url, raise_for_status
 
-MAX_DEVICES = 64  # an exporter listing more is not describing a machine
 SCRAPE_REUSE_S = 0.5  # the GPU and host parts of one poll share a scrape
 STALE_AFTER_S = 60.0  # the remote exporter polls every few seconds; a sample this old is not "now"
 NO_REMOTE_DEVICES = ("the model server runs on another machine: its GPUs are not this machine's; run `kvmon serve` "
