@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvmon.core.units import GIB
+
 
 @dataclass(frozen=True)
 class ChatScript:
@@ -113,8 +115,6 @@ def scenarios_help() -> str:
     width = max(len(n) for n in SCENARIOS) + 2
     return "scenarios:\n" + "\n".join(f"  {name:{width}}{s.one_line()}" for name, s in SCENARIOS.items())
 
-
-GIB = 1024**3
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
