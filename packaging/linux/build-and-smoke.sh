@@ -42,7 +42,7 @@ dpkg-query -W -f='${Status} ${Version}\n' kvmon | grep -q "install ok installed 
 # Run the installed program from a neutral place, with nothing pointing back at the checkout.
 SMOKE="$(mktemp -d)"
 trap 'rm -rf "$SMOKE"' EXIT
-run_clean() { (cd "$SMOKE" && env -u PYTHONPATH -u KVMON_RESOURCES -u DISPLAY -u WAYLAND_DISPLAY \
+run_clean() { (cd "$SMOKE" && env -u PYTHONPATH -u DISPLAY -u WAYLAND_DISPLAY \
   QT_QPA_PLATFORM=offscreen HOME="$SMOKE" "$@"); }
 
 step "installed kvmon --version"
@@ -56,7 +56,7 @@ run_clean kvmon --self-test || fail "the installed kvmon failed its self-test"
 
 if command -v xvfb-run >/dev/null; then
   step "installed kvmon --self-test on a real X server (Xvfb: the xcb platform and the Depends libraries)"
-  (cd "$SMOKE" && env -u QT_QPA_PLATFORM -u PYTHONPATH -u KVMON_RESOURCES HOME="$SMOKE" \
+  (cd "$SMOKE" && env -u QT_QPA_PLATFORM -u PYTHONPATH HOME="$SMOKE" \
     xvfb-run -a -s "-screen 0 1280x800x24" kvmon --self-test) || fail "the installed kvmon failed its self-test on X"
 else
   echo "xvfb-run not available: the X11 (xcb) self-test is skipped"
