@@ -4,9 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kvmon-installed
 
-.PHONY: run demo test lint bench package clean
+.PHONY: run demo test lint bench package wheel clean
 
-$(STAMP): pyproject.toml
+# The version lives in kvmon/__init__.py: a new one re-installs, so the installed metadata says it too.
+$(STAMP): pyproject.toml kvmon/__init__.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -34,6 +35,11 @@ bench: $(STAMP)
 package: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[package]'
 	PYTHON=$(BIN)/python packaging/linux/build-and-smoke.sh
+
+## Build the sdist and wheel, twine-check them, install the wheel with pipx outside the checkout and try it.
+wheel: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[package]'
+	PYTHON=$(BIN)/python packaging/python/build-and-smoke.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,3 +1,3 @@
 """kvmon: why your local LLM is getting slower, live."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

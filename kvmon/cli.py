@@ -1,4 +1,5 @@
-"""kvmon's one entry point: the dashboard by default, plus once/sim/proxy/screenshot/replay/serve.
+"""kvmon's one entry point: the dashboard by default, plus once/sim/proxy/screenshot/replay/serve, and the
+installation's own flags (--self-test, --install-desktop, --uninstall-desktop, --print-path, --version).
 
 Each subcommand's work lives in its own module, imported only when that subcommand runs, so that
 ``kvmon once`` never loads Qt and ``kvmon --version`` is instant.
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kvmon import __version__
+from kvmon.resources import NAMED
 
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
 
@@ -118,7 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
                              "are listed below)")
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
-    parser.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
+    install = parser.add_mutually_exclusive_group()
+    install.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
+    install.add_argument("--install-desktop", action="store_true",
+                         help="put this kvmon in your applications menu (Linux: a desktop entry and icons under "
+                              "$XDG_DATA_HOME or ~/.local/share), say what was written, and exit")
+    install.add_argument("--uninstall-desktop", action="store_true",
+                         help="remove what --install-desktop wrote, and exit")
+    install.add_argument("--print-path", choices=sorted(NAMED), default=None, metavar="NAME",
+                         help="print where this installation keeps a file and exit: grafana (the fleet dashboard), "
+                              "prometheus-rules (alerting rules), desktop, metainfo, icon, resources (the folder)")
     parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     parser.add_argument("--log", default=None, metavar="FILE",
                         help="the server's log file (start llama-server with -lv 4)")
@@ -128,6 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bandwidth_arg(parser)
     parser.help_tail = _scenarios_help
     return parser
+
+
+def _print_path(name: str) -> int:
+    """``kvmon --print-path NAME``: the file's absolute path on stdout (0), or why it is not there (1)."""
+    from kvmon.resources import named_path
+
+    path = named_path(name)
+    if path is None:
+        print(f"kvmon: {NAMED[name]} is missing from this installation's kvmon/resources", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,6 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvmon.exporter import run as run_serve
 
         return run_serve(args)
+    if args.print_path is not None:
+        return _print_path(args.print_path)
+    if args.install_desktop or args.uninstall_desktop:
+        from kvmon import desktop
+
+        return desktop.run_install() if args.install_desktop else desktop.run_uninstall()
     if args.self_test:
         from kvmon.gui.selftest import run as run_self_test
 

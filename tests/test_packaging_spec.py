@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_packaging import resource_files
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "packaging" / "pyinstaller" / "kvmon.spec"
@@ -94,10 +95,13 @@ def test_spec_analysis_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     (args, kw), = calls["Analysis"]
     entry = Path(args[0][0])
     assert entry.is_file() and "from kvmon.cli import main" in entry.read_text()
+    res = ROOT / "kvmon" / "resources"
     for src, dest in kw["datas"]:
-        assert Path(src).exists(), src
-        assert dest.startswith("resources")
-    assert any(dest == "resources/icons" for _, dest in kw["datas"])
+        assert Path(src).is_file(), src
+        assert dest == Path(src).parent.relative_to(ROOT).as_posix(), (src, dest)  # where the wheel puts it
+    shipped = set(resource_files())
+    assert {Path(src) for src, _ in kw["datas"]} == shipped
+    assert res / "grafana" / "kvmon-fleet.json" in shipped and res / "icons" / "png" / "kvmon-48.png" in shipped
     assert "pynvml" in kw["hiddenimports"] and "kvmon" in kw["hiddenimports"]
     assert ns["VERSION"] == __import__("kvmon").__version__
 
@@ -170,14 +174,16 @@ def test_spec_app_id_matches_metainfo() -> None:
     text = SPEC.read_text()
     app_id = re.search(r'APP_ID = "([^"]+)"', text)
     assert app_id is not None
-    assert f"<id>{app_id.group(1)}</id>" in (ROOT / "resources" / "kvmon.metainfo.xml").read_text()
+    assert f"<id>{app_id.group(1)}</id>" in (ROOT / "kvmon" / "resources" / "kvmon.metainfo.xml").read_text()
 
 
 # --- shell scripts and the other platforms -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("script", [LINUX / "build-deb.sh", LINUX / "build-and-smoke.sh",
-                                    ROOT / "packaging" / "macos" / "build-dmg.sh"])
+                                    ROOT / "packaging" / "macos" / "build-dmg.sh",
+                                    ROOT / "packaging" / "python" / "build-and-smoke.sh",
+                                    ROOT / "packaging" / "print-version"])
 def test_shell_scripts_parse_and_are_executable(script: Path) -> None:
     assert script.stat().st_mode & 0o111, f"{script.name} is not executable"
     out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
@@ -187,7 +193,8 @@ def test_shell_scripts_parse_and_are_executable(script: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_shellcheck() -> None:
-    scripts = [str(p) for p in (*LINUX.glob("*.sh"), *(ROOT / "packaging" / "macos").glob("*.sh"))]
+    scripts = [str(p) for p in (*LINUX.glob("*.sh"), *(ROOT / "packaging" / "macos").glob("*.sh"),
+                                *(ROOT / "packaging" / "python").glob("*.sh"), ROOT / "packaging" / "print-version")]
     out = subprocess.run(["shellcheck", "-S", "warning", *scripts], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout
 
@@ -211,7 +218,7 @@ def test_deb_declares_qt_system_libraries_and_fast_compression() -> None:
 def test_inno_setup_definition() -> None:
     text = (ROOT / "packaging" / "windows" / "kvmon.iss").read_text()
     for needle in ("AppId={{", "AppName=kvmon", "build\\bundle\\kvmon\\*", "recursesubdirs",
-                   "SetupIconFile={#Root}\\resources\\icons\\kvmon.ico", "{app}\\kvmon.exe"):
+                   "SetupIconFile={#Root}\\kvmon\\resources\\icons\\kvmon.ico", "{app}\\kvmon.exe"):
         assert needle in text, needle
     sections = set(re.findall(r"^\[(\w+)\]", text, re.M))
     assert {"Setup", "Files", "Icons"} <= sections
@@ -233,7 +240,7 @@ def test_release_workflow_builds_three_platforms() -> None:
 def test_smoke_checks_every_generated_icon_size() -> None:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_icons", ROOT / "resources" / "make-icons.py")
+    spec = importlib.util.spec_from_file_location("make_icons", ROOT / "packaging" / "make-icons.py")
     assert spec is not None and spec.loader is not None
     make_icons = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_icons)

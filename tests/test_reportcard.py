@@ -13,6 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
+import kvmon
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
 from kvmon.core.summary import summarize
 from kvmon.gui import reportcard
@@ -44,8 +45,8 @@ def test_card_texts_say_what_the_session_was(qtbot) -> None:
     card = reportcard.ReportCard(summarize(_snaps()))
     qtbot.addWidget(card)
     text = " ".join(lbl.text() for lbl in card.findChildren(QtWidgets.QLabel))
-    for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "ctx_full_soon", "kvmon 0.1",
-                   "Efficiency", "peak"):
+    for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "ctx_full_soon",
+                   f"kvmon {kvmon.__version__}", "Efficiency", "peak"):
         assert needle in text, needle
 
 

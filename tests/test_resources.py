@@ -1,17 +1,20 @@
-"""resources/: found at run time from a checkout, a bundle or an override; icons, desktop entry and metainfo valid."""
+"""kvmon/resources: found through importlib.resources in the package (checkout, wheel and bundle alike), every named
+file there; icons, desktop entry and metainfo valid."""
 
 from __future__ import annotations
 
 import configparser
+import importlib.resources
 import importlib.util
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -19,74 +22,85 @@ import kvmon
 from kvmon import resources
 
 ROOT = Path(__file__).resolve().parent.parent
-RES = ROOT / "resources"
+RES = ROOT / "kvmon" / "resources"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _make_resources(base: Path) -> Path:
-    (base / "icons").mkdir(parents=True)
-    (base / "icons" / "kvmon.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
-    return base
-
-
 def _load_make_icons() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_icons", RES / "make-icons.py")
+    spec = importlib.util.spec_from_file_location("make_icons", ROOT / "packaging" / "make-icons.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-# --- finding resources/ -------------------------------------------------------------------------------
+# --- finding the resources ---------------------------------------------------------------------------------
 
 
-def test_found_from_source_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(resources.ENV_VAR, raising=False)
-    monkeypatch.delattr(sys, "_MEIPASS", raising=False)
-    assert resources.resources_dir() == RES
+def test_found_in_the_package_through_importlib_resources() -> None:
+    assert resources.resources_dir() == RES == Path(str(importlib.resources.files("kvmon.resources")))
     assert resources.icon_path() == RES / "icons" / "kvmon.svg"
     assert resources.icon_path(48) == RES / "icons" / "png" / "kvmon-48.png"
     assert resources.resource_path("kvmon.desktop") == RES / "kvmon.desktop"
 
 
-def test_missing_file_and_size_give_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(resources.ENV_VAR, raising=False)
+def test_every_named_file_is_there() -> None:
+    assert set(resources.NAMED) == {"resources", "grafana", "prometheus-rules", "desktop", "metainfo", "icon"}
+    for name, relative in resources.NAMED.items():
+        path = resources.named_path(name)
+        assert path == RES / relative and path.exists(), name
+    with pytest.raises(KeyError):
+        resources.named_path("no-such-name")
+
+
+def test_icon_pngs_are_the_hicolor_sizes(qapp: object) -> None:
+    pngs = resources.icon_pngs()
+    assert tuple(pngs) == _load_make_icons().PNG_SIZES
+    assert all(p == RES / "icons" / "png" / f"kvmon-{s}.png" for s, p in pngs.items())
+
+
+def test_missing_file_and_size_give_none() -> None:
     assert resources.icon_path(13) is None
     assert resources.resource_path("no/such/file.txt") is None
 
 
-def test_bundle_dir_preferred_over_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(resources.ENV_VAR, raising=False)
-    _make_resources(tmp_path / "resources")
-    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
-    assert resources.resources_dir() == tmp_path / "resources"
-
-
-def test_env_override_wins_and_bad_override_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    override = _make_resources(tmp_path / "mine")
-    monkeypatch.setenv(resources.ENV_VAR, str(override))
-    assert resources.resources_dir() == override
-    monkeypatch.setenv(resources.ENV_VAR, str(tmp_path / "does-not-exist"))
-    assert resources.resources_dir() == RES
-
-
-def test_bundle_without_resources_falls_back_to_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(resources.ENV_VAR, raising=False)
-    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)  # no resources/ inside
-    assert resources.resources_dir() == RES
-
-
-def test_nothing_found_gives_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resources, "candidate_dirs", lambda: iter([tmp_path / "a", tmp_path / "b"]))
+def test_a_package_built_without_its_data_finds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a wheel of only the modules gave: no folder, no icon, no named file, no PNGs (and the self-test says so)."""
+    monkeypatch.setattr(resources, "_files", lambda name: tmp_path)
     assert resources.resources_dir() is None
-    assert resources.icon_path() is None
-    assert resources.icon_path(48) is None
-    assert resources.resource_path("kvmon.desktop") is None
+    assert resources.icon_path() is None and resources.icon_path(48) is None
+    assert resources.named_path("grafana") is None
+    assert resources.icon_pngs() == {}
 
 
-def test_installed_data_dir_is_a_candidate() -> None:
-    dirs = list(resources.candidate_dirs())
-    assert Path(sys.prefix) / "share" / "kvmon" / "resources" in dirs
+def test_the_self_test_says_the_resources_are_missing(qapp: object, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvmon.gui import selftest
+
+    monkeypatch.setattr(resources, "_files", lambda name: tmp_path)
+    with pytest.raises(selftest.SelfTestError, match=r"^kvmon/resources/icons/kvmon.svg is not in this installation"):
+        selftest.self_test(tmp_path / "x.png")
+
+
+def test_the_dashboard_windows_get_the_packaged_icon(qapp: Any) -> None:
+    from kvmon.gui import app as gui_app
+
+    before = qapp.windowIcon()
+    try:
+        gui_app._set_window_icon(qapp)
+        icon = qapp.windowIcon()
+        assert not icon.isNull() and not icon.pixmap(48, 48).isNull()
+    finally:
+        qapp.setWindowIcon(before)
+
+
+def test_a_zip_import_is_not_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Traversable inside a zip archive is no path Qt or a desktop entry could use: None, not a made-up path."""
+    archive = tmp_path / "kvmon.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("kvmon/resources/icons/kvmon.svg", "<svg xmlns='http://www.w3.org/2000/svg'/>")
+    monkeypatch.setattr(resources, "_files", lambda name: zipfile.Path(archive, "kvmon/resources/"))
+    assert resources.resources_dir() is None
 
 
 # --- icons ---------------------------------------------------------------------------------------------
@@ -96,7 +110,7 @@ def test_generated_icons_match_the_svg(qapp: object) -> None:
     make_icons = _load_make_icons()
     files = make_icons.build_all()
     stale = [str(p.relative_to(ROOT)) for p, data in files.items() if not p.exists() or p.read_bytes() != data]
-    assert not stale, f"run resources/make-icons.py: stale {stale}"
+    assert not stale, f"run packaging/make-icons.py: stale {stale}"
 
 
 def test_png_sizes_render_the_icon(qapp: object) -> None:
@@ -151,7 +165,7 @@ def test_make_icons_check_reports_stale(tmp_path: Path, qapp: object, monkeypatc
     monkeypatch.setattr(make_icons, "PNG_DIR", tmp_path / "png")
     monkeypatch.setattr(make_icons, "ICO", tmp_path / "kvmon.ico")
     monkeypatch.setattr(make_icons, "ICNS", tmp_path / "kvmon.icns")
-    monkeypatch.setattr(make_icons, "HERE", tmp_path)
+    monkeypatch.setattr(make_icons, "RESOURCES", tmp_path)
     assert make_icons.main(["--check"]) == 1
     assert "stale: png/kvmon-16.png" in capsys.readouterr().out
     assert make_icons.main([]) == 0

@@ -31,8 +31,21 @@ def ensure_app(argv: list[str] | None = None) -> QtWidgets.QApplication:
         app = QtWidgets.QApplication(argv or ["kvmon"])
         app.setApplicationName("kvmon")
         app.setOrganizationName("kvmon")
+        app.setDesktopFileName("kvmon")  # the window's app id on Wayland: its icon comes from kvmon.desktop
+        _set_window_icon(app)
         theme.apply(app)
     return app  # type: ignore[return-value]
+
+
+def _set_window_icon(app: QtWidgets.QApplication) -> None:
+    """Every window's icon is kvmon's packaged SVG (loaded when first drawn); none when the installation lacks it."""
+    from PySide6.QtGui import QIcon
+
+    from kvmon.resources import icon_path
+
+    icon = icon_path()
+    if icon is not None:
+        app.setWindowIcon(QIcon(str(icon)))
 
 
 def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:

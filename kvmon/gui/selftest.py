@@ -136,7 +136,8 @@ def self_test(out_path: Path, *, scenario: str = "seed-3090x2", min_polls: int =
     app = gui_app.ensure_app(["kvmon"])
     icon_file = icon_path()
     if icon_file is None:
-        raise SelfTestError("resources/icons/kvmon.svg not found (kvmon.resources found no resources folder)")
+        raise SelfTestError("kvmon/resources/icons/kvmon.svg is not in this installation (the package was built "
+                            "without its data files)")
     icon = QIcon(str(icon_file))
     if icon.isNull() or icon.pixmap(64, 64).isNull():
         raise SelfTestError(f"the app icon {icon_file} does not load (Qt's SVG icon engine missing?)")

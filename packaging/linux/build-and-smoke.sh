@@ -8,7 +8,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' kvmon/__init__.py)"
+VERSION="$("$ROOT/packaging/print-version")"
 ARCH="$(dpkg --print-architecture)"
 DEB="$ROOT/dist/kvmon_${VERSION}_${ARCH}.deb"
 TARBALL="$ROOT/dist/kvmon-${VERSION}-linux-${ARCH}.tar.gz"
@@ -42,7 +42,7 @@ dpkg-query -W -f='${Status} ${Version}\n' kvmon | grep -q "install ok installed 
 # Run the installed program from a neutral place, with nothing pointing back at the checkout.
 SMOKE="$(mktemp -d)"
 trap 'rm -rf "$SMOKE"' EXIT
-run_clean() { (cd "$SMOKE" && env -u PYTHONPATH -u KVMON_RESOURCES -u DISPLAY -u WAYLAND_DISPLAY \
+run_clean() { (cd "$SMOKE" && env -u PYTHONPATH -u DISPLAY -u WAYLAND_DISPLAY \
   QT_QPA_PLATFORM=offscreen HOME="$SMOKE" "$@"); }
 
 step "installed kvmon --version"
@@ -56,7 +56,7 @@ run_clean kvmon --self-test || fail "the installed kvmon failed its self-test"
 
 if command -v xvfb-run >/dev/null; then
   step "installed kvmon --self-test on a real X server (Xvfb: the xcb platform and the Depends libraries)"
-  (cd "$SMOKE" && env -u QT_QPA_PLATFORM -u PYTHONPATH -u KVMON_RESOURCES HOME="$SMOKE" \
+  (cd "$SMOKE" && env -u QT_QPA_PLATFORM -u PYTHONPATH HOME="$SMOKE" \
     xvfb-run -a -s "-screen 0 1280x800x24" kvmon --self-test) || fail "the installed kvmon failed its self-test on X"
 else
   echo "xvfb-run not available: the X11 (xcb) self-test is skipped"
@@ -89,10 +89,32 @@ else
   echo "appstreamcli: not available, skipped"
 fi
 
+step "installed kvmon --print-path: the Grafana dashboard and Prometheus rules ship with it"
+for name in grafana prometheus-rules; do
+  path="$(run_clean kvmon --print-path "$name")" || fail "kvmon --print-path $name failed"
+  case "$path" in /opt/kvmon/*) ;; *) fail "kvmon --print-path $name points outside the bundle: $path" ;; esac
+  [ -s "$path" ] || fail "kvmon --print-path $name: $path is missing or empty"
+  echo "$name: $path"
+done
+
 step "portable tarball --self-test"
 [ -f "$TARBALL" ] || fail "$TARBALL was not built"
 tar -C "$SMOKE" -xzf "$TARBALL"
-run_clean "$SMOKE/kvmon-${VERSION}/kvmon" --self-test || fail "the tarball's kvmon failed its self-test"
+TAR_KVMON="$SMOKE/kvmon-${VERSION}/kvmon"
+run_clean "$TAR_KVMON" --self-test || fail "the tarball's kvmon failed its self-test"
+
+step "portable tarball --install-desktop / --uninstall-desktop (a throw-away XDG data folder)"
+XDG="$SMOKE/xdg-data"
+run_clean env XDG_DATA_HOME="$XDG" "$TAR_KVMON" --install-desktop || fail "the tarball's --install-desktop failed"
+entry="$XDG/applications/kvmon.desktop"
+grep -qx "Exec=$TAR_KVMON" "$entry" || fail "$entry does not run $TAR_KVMON: $(grep '^Exec=' "$entry" | head -1)"
+[ -f "$XDG/icons/hicolor/48x48/apps/kvmon.png" ] || fail "--install-desktop wrote no 48px icon"
+if command -v desktop-file-validate >/dev/null; then
+  desktop-file-validate "$entry" || fail "desktop-file-validate rejects $entry"
+fi
+run_clean env XDG_DATA_HOME="$XDG" "$TAR_KVMON" --uninstall-desktop || fail "the tarball's --uninstall-desktop failed"
+left="$(find "$XDG" -name 'kvmon*')"
+[ -z "$left" ] || fail "--uninstall-desktop left: $left"
 
 step "done"
 echo "kvmon $VERSION: .deb $(( $(stat -c %s "$DEB") / 1024 / 1024 )) MiB, tarball" \

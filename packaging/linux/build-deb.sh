@@ -17,14 +17,14 @@ BUNDLE="$BUILD/bundle/kvmon"
 COMPRESS="${COMPRESS:-zstd}"
 MAX_DEB_BYTES=$((120 * 1024 * 1024))
 
-VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' kvmon/__init__.py)"
+VERSION="$("$ROOT/packaging/print-version")"
 ARCH="$(dpkg --print-architecture)"
-[ -n "$VERSION" ] || { echo "build-deb: no __version__ in kvmon/__init__.py" >&2; exit 1; }
+RES="$ROOT/kvmon/resources"
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "icons up to date with resources/icons/kvmon.svg"
-QT_QPA_PLATFORM=offscreen "$PYTHON" resources/make-icons.py --check
+step "icons up to date with kvmon/resources/icons/kvmon.svg"
+QT_QPA_PLATFORM=offscreen "$PYTHON" packaging/make-icons.py --check
 
 if [ "${SKIP_BUNDLE:-0}" != 1 ] || [ ! -x "$BUNDLE/kvmon" ]; then
   step "PyInstaller bundle -> $BUNDLE"
@@ -41,10 +41,10 @@ mkdir -p "$PKG/DEBIAN" "$PKG/opt" "$PKG/usr/bin" "$PKG/usr/share/applications" "
 cp -a "$BUNDLE" "$PKG/opt/kvmon"
 # The bootloader finds _internal/ through /proc/self/exe, so a symlink on the PATH is enough.
 ln -s ../../opt/kvmon/kvmon "$PKG/usr/bin/kvmon"
-install -m 0644 resources/kvmon.desktop "$PKG/usr/share/applications/kvmon.desktop"
-install -m 0644 resources/kvmon.metainfo.xml "$PKG/usr/share/metainfo/org.kvmon.kvmon.metainfo.xml"
-install -m 0644 resources/icons/kvmon.svg "$PKG/usr/share/icons/hicolor/scalable/apps/kvmon.svg"
-for png in resources/icons/png/kvmon-*.png; do
+install -m 0644 "$RES/kvmon.desktop" "$PKG/usr/share/applications/kvmon.desktop"
+install -m 0644 "$RES/kvmon.metainfo.xml" "$PKG/usr/share/metainfo/org.kvmon.kvmon.metainfo.xml"
+install -m 0644 "$RES/icons/kvmon.svg" "$PKG/usr/share/icons/hicolor/scalable/apps/kvmon.svg"
+for png in "$RES"/icons/png/kvmon-*.png; do
   size="$(basename "$png" .png)"; size="${size#kvmon-}"
   install -D -m 0644 "$png" "$PKG/usr/share/icons/hicolor/${size}x${size}/apps/kvmon.png"
 done
@@ -89,11 +89,14 @@ Recommends: libwayland-client0, libwayland-cursor0, libwayland-egl1
 Section: utils
 Priority: optional
 Description: live decode speed vs the memory-bandwidth ceiling for local LLM servers
- kvmon watches a running llama-server or Ollama and the GPU beside it. It shows
- decode tokens per second against the speed the memory bus allows at the current
- context depth, the KV cache in use and allocated, VRAM headroom per GPU, a
- forecast of the slowdown ahead, and warnings before the cache spills to host
- memory. A built-in simulated server (kvmon --demo) lets you try it without a model.
+ kvmon watches a running llama.cpp llama-server (also in router mode or behind
+ llama-swap), Ollama, vLLM or LM Studio and the machine beside it: NVIDIA, AMD
+ and Intel GPUs, Apple Silicon's unified memory, or the CPU and host RAM. It
+ shows decode tokens per second against the speed the memory bus allows at the
+ current context depth, the KV cache in use and allocated, the memory headroom
+ of every device, a forecast of the slowdown ahead, and warnings before the
+ cache or the model spills out of VRAM. A built-in simulated server
+ (kvmon --demo) lets you try it without a model.
 EOF
 
 step "dpkg-deb ($COMPRESS)"
@@ -114,6 +117,5 @@ TAR_TREE="$BUILD/tar/kvmon-${VERSION}"
 rm -rf "$BUILD/tar"
 mkdir -p "$TAR_TREE"
 cp -a "$BUNDLE/." "$TAR_TREE/"
-cp resources/kvmon.desktop resources/icons/kvmon.svg "$TAR_TREE/"
 tar -C "$BUILD/tar" --owner=0 --group=0 -czf "$TARBALL" "kvmon-${VERSION}"
 echo "$TARBALL: $(( $(stat -c %s "$TARBALL") / 1024 / 1024 )) MiB"

@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
-VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' kvmon/__init__.py)"
+VERSION="$("$ROOT/packaging/print-version")"
 ARCH="$(uname -m)"
 APP="$ROOT/build/bundle/kvmon.app"
 DMG="$ROOT/dist/kvmon-${VERSION}-macos-${ARCH}.dmg"

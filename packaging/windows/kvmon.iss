@@ -1,9 +1,10 @@
 ; Inno Setup 6 definition of the kvmon installer for Windows (x64), over the PyInstaller one-folder bundle.
-; Built by packaging\windows\build.ps1:  iscc /DAppVersion=0.1.0 packaging\windows\kvmon.iss
+; Built by packaging\windows\build.ps1, which passes kvmon's one version number (__version__ in kvmon\__init__.py):
+;   iscc /DAppVersion=<version> packaging\windows\kvmon.iss
 ; It expects the bundle in build\bundle\kvmon\ (relative to the repository root) and writes dist\*.exe.
 
 #ifndef AppVersion
-  #define AppVersion "0.1.0"
+  #error AppVersion is not defined: build with packaging\windows\build.ps1 (it reads kvmon\__init__.py)
 #endif
 #define Root "..\.."
 
@@ -13,7 +14,7 @@ AppName=kvmon
 AppVersion={#AppVersion}
 AppVerName=kvmon {#AppVersion}
 AppPublisher=kvmon developers
-AppComments=Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom for llama-server and Ollama
+AppComments=Live decode speed against the memory-bandwidth ceiling, KV cache and VRAM headroom for llama-server, Ollama, vLLM and LM Studio
 DefaultDirName={autopf}\kvmon
 DefaultGroupName=kvmon
 DisableProgramGroupPage=yes
@@ -22,7 +23,7 @@ ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 OutputDir={#Root}\dist
 OutputBaseFilename=kvmon-{#AppVersion}-windows-x64-setup
-SetupIconFile={#Root}\resources\icons\kvmon.ico
+SetupIconFile={#Root}\kvmon\resources\icons\kvmon.ico
 UninstallDisplayIcon={app}\kvmon.exe
 Compression=lzma2
 SolidCompression=yes

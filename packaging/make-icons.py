@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Render resources/icons/kvmon.svg into the hicolor PNG sizes, a Windows .ico and a macOS .icns.
+"""Render kvmon/resources/icons/kvmon.svg into the hicolor PNG sizes, a Windows .ico and a macOS .icns.
 
 The PNGs are drawn with Qt's own SVG renderer (QtSvg ships in PySide6-Essentials); the .ico and .icns
 are written here in pure Python because both formats can simply wrap PNG images.
-Run it after editing the SVG:  python resources/make-icons.py   (add --check to verify, not write).
+Run it after editing the SVG:  python packaging/make-icons.py   (add --check to verify, not write).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import struct
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SVG = HERE / "icons" / "kvmon.svg"
-PNG_DIR = HERE / "icons" / "png"
-ICO = HERE / "icons" / "kvmon.ico"
-ICNS = HERE / "icons" / "kvmon.icns"
+#: The package's resources folder, where the icons live (and ship in the wheel from).
+RESOURCES = Path(__file__).resolve().parent.parent / "kvmon" / "resources"
+SVG = RESOURCES / "icons" / "kvmon.svg"
+PNG_DIR = RESOURCES / "icons" / "png"
+ICO = RESOURCES / "icons" / "kvmon.ico"
+ICNS = RESOURCES / "icons" / "kvmon.icns"
 
 #: The hicolor theme sizes installed on Linux.
 PNG_SIZES: tuple[int, ...] = (16, 22, 24, 32, 48, 64, 128, 256, 512)
@@ -108,12 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
     if args.check:
         for p in stale:
-            print(f"stale: {p.relative_to(HERE)}")
+            print(f"stale: {p.relative_to(RESOURCES)}")
         return 1 if stale else 0
     PNG_DIR.mkdir(parents=True, exist_ok=True)
     for p, data in files.items():
         p.write_bytes(data)
-        print(f"wrote {p.relative_to(HERE)} ({len(data)} bytes)")
+        print(f"wrote {p.relative_to(RESOURCES)} ({len(data)} bytes)")
     return 0
 
 
