@@ -7,36 +7,40 @@ recurrent layers a fixed state that does not grow), a fraction f_d of it on devi
 bandwidth B_d. The roofline time is R(n) = R_w + x(n), with R_w = Σ W_d / B_d and x(n) = kv(n) · Σ f_d / B_d;
 the ceiling is 1 / R(n). Measured seconds per token are fitted as
 
-    t(n) = a + b · x(n),        a = c + R_w / η,        b = 1 / η + γ
+    t(n) = a + b · x(n),        a ≥ R_w,        b ≥ 1
 
-η ≤ 1 is the fraction of the bandwidth reached (the efficiency, an effective bandwidth η·B_d), c ≥ 0 a fixed
-per-token overhead (kernel launches, sampling, synchronisation), γ ≥ 0 attention compute that grows with depth
-beyond the bytes it reads. The forms:
+a is the step at empty context (the weights at the bandwidth reached, plus fixed overhead), b the seconds one
+second of peak-bandwidth KV read really costs (the read at the bandwidth reached, plus attention compute that
+grows with depth). Both bounds hold for every value the fit considers, so t(n) ≥ R(n) at every depth: the forecast
+and its band are never above the ceiling, and never a zero or negative time.
 
-- ``ceiling_scaled``: the ceiling curve times the efficiency measured so far, t = R(n) / η₀: nothing measured
-  yet (η₀ from the polls), or one depth bin (its level from the data, its slope from the ceiling).
-- ``bandwidth``: γ = 0, t = c + R(n)/η; the constraints are b ≥ 1 and a ≥ b·R_w (c ≥ 0).
-- ``bandwidth+attention``: the constraints are b ≥ 1 and a ≥ R_w (then η = max(1/b, R_w/a) and c, γ ≥ 0 follow).
+The fit is Bayesian in b. Its prior is the attention prior of the model's class (``kvmon.physics.attention_prior``,
+estimated from published sweeps): log b ~ Normal. Points are grouped into depth bins of ``BIN_TOKENS`` (median time
+per bin, at most ``MAX_BINS``); residuals are relative (timings jitter in proportion) and Huber-weighted, so a
+stalled sample barely moves the fit; their spread and the weights come from the free line through the points (what
+they say of themselves), at least ``attention_prior.FIT_SPREAD_FLOOR`` (what published sweeps' points show about
+their own lines). For each b on a grid in log b, a has a Gaussian conditional posterior (a weak prior centred on the
+ceiling times the measured efficiency, sd ``PRIOR_SD_LEVEL`` of it, cut at a = R_w), which gives that b's marginal
+likelihood in closed form; with the prior on log b that is the posterior over the grid, refined once around its
+mass. Two depths of a hybrid, where the KV is a small share of the step, then fix b through the prior; many depths
+spread over a large KV share fix it through the data.
 
-Every form has a ≥ R_w and b ≥ 1, so t(n) ≥ R(n) at every depth: the forecast is never above the ceiling, and
-never a zero or negative time.
+The forecast at each depth is the median, and the 80% band the 10% and 90% points, of t(n) over: b on its grid, a at
+stratified points of its conditional posterior, a relative timing jitter at the residual spread (at least
+``TIMING_NOISE_FRACTION``: the polls of one reply share their jitter, and a bin scatters that much), and a drift of the
+slope past the deepest fitted depth (slopes change with depth: log b moves by ``attention_prior.DRIFT_PER_DOUBLING``
+standard deviations per doubling of the KV read beyond it, estimated from the published sweeps). Each such t(n) is
+held at the roofline and rises with depth, so every quantile does too: the forecast and both edges of the band fall
+monotonically with depth (no bulge), and the fast edge never crosses the ceiling. The band so combines the fit's
+uncertainty, the residual spread and the prior's spread.
 
-The fit. Points are grouped into depth bins of ``BIN_TOKENS`` (median time per bin), at most ``MAX_BINS``. The
-residuals are relative (timings jitter in proportion; their spread is taken as at least ``TIMING_NOISE_FRACTION``,
-since the polls of one reply share its jitter), Huber-weighted (a stalled sample barely moves it), with a
-Gaussian prior centred on the ``ceiling_scaled`` curve (a₀ = R_w/η₀, b₀ = 1/η₀; sd ``PRIOR_SD_LEVEL`` and
-``PRIOR_SD_SLOPE`` of them), η₀ being the median measured efficiency: with few points the forecast is the ceiling
-times the efficiency with a wide band, and data narrows it. The posterior mean is projected onto the form's
-constraints (a two-parameter quadratic programme); the 80% interval combines the posterior covariance with the
-residual spread (at least ``TIMING_NOISE_FRACTION``), and its fast end is held at the ceiling.
+Forms (what the Snapshot calls the fit): ``ceiling_scaled`` with fewer than two depth bins (the level from the
+measured efficiency, the slope from the prior: a wide band); otherwise ``bandwidth`` when the fitted attention work
+beyond the bytes is under ``ATTENTION_SHARE`` of the KV read at the bandwidth reached, else ``bandwidth+attention``.
 
-The selection rule (by held-out error, not by eye): with three or more depth bins, the deepest third of them (at
-least one) is held out, both ``bandwidth`` and ``bandwidth+attention`` are fitted on the rest, and each is scored
-by its mean absolute relative error in tok/s on the held-out bins. The attention term is kept only when it cuts
-that error to at most ``ATTENTION_GAIN`` of the ``bandwidth`` form's and by at least ``ATTENTION_MIN_GAIN`` (half a
-percentage point); otherwise ``bandwidth``. With two bins there is nothing to hold out: the attention term is kept
-only when the ``bandwidth`` form misses them by more than ``IN_SAMPLE_MISS`` on average. The chosen form is then
-fitted on all the bins (``heldout_error`` keeps the scores).
+Where attention kernels change with depth (``attention_prior.KERNEL_SWITCH_TOKENS``: Metal), a slope measured at
+shallow depths says little past the switch: ``fit_bytes`` marks the fit valid only up to it (``valid_to_tokens``)
+until the session's own points reach beyond it; then they replace the class prior (a flat one in its place).
 """
 
 from __future__ import annotations
@@ -44,11 +48,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 
+from kvmon.physics.attention_prior import (
+    DRIFT_PER_DOUBLING,
+    FIT_SPREAD_FLOOR,
+    AttentionPrior,
+    attention_class,
+    prior_for,
+)
 from kvmon.physics.ceiling import DeviceShare, step_time_parts
-from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points, t_quantile
+from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points
 from kvmon.physics.kv import kv_read_profile
 from kvmon.physics.shape import ModelShape
 
@@ -60,23 +72,39 @@ FORMS = (FORM_CEILING_SCALED, FORM_BANDWIDTH, FORM_ATTENTION)
 BIN_TOKENS = 256
 MAX_BINS = 300
 PRIOR_SD_LEVEL = 0.5
-PRIOR_SD_SLOPE = 4.0
-ATTENTION_GAIN = 0.8
-ATTENTION_MIN_GAIN = 0.005
-IN_SAMPLE_MISS = 0.05
+ATTENTION_SHARE = 0.05
 HUBER_K = 1.345
-IRLS_ITERATIONS = 8
+IRLS_ITERATIONS = 4
+GRID_COARSE = 64
+GRID_FINE = 40
+GRID_SIGMAS = 4.0
+FLAT_LOG_SD = 3.0  # the prior once a session's own points replace it (kernels that change with depth)
+BAND = (0.10, 0.90)  # the 80% interval
+
+
+def _stratified_z(k: int) -> np.ndarray:
+    return np.array([NormalDist().inv_cdf(p) for p in (np.arange(k) + 0.5) / k])
+
+
+_A_PROBS = (np.arange(6) + 0.5) / 6  # stratified points of a's conditional posterior
+_JITTER_Z = _stratified_z(5)
+_DRIFT_Z = _stratified_z(5)
+# a slope's drift must keep every sample rising with depth: b·x·(x/x₀)^(τz/ln 2) rises while τ|z| < ln 2
+_DRIFT_MAX = 0.6 * math.log(2.0) / float(np.max(np.abs(_DRIFT_Z)))
+_WEIGHT_FLOOR = 1e-7  # grid nodes lighter than this share of the heaviest are dropped from the predictive
 
 
 @dataclass(frozen=True)
 class ReadProfile:
     """Seconds one step spends reading memory at depth n at peak bandwidth: ``weights_s + kv_s_per_byte × kv(n)``,
-    kv(n) = unbounded·n + Σ bytes·min(n, window) (the shape's KV read profile at the cache types in use)."""
+    kv(n) = unbounded·n + Σ bytes·min(n, window) (the shape's KV read profile at the cache types in use), and the
+    class of its attention (which prior the slope starts from)."""
 
     weights_s: float
     kv_s_per_byte: float
     kv_unbounded_bytes_per_token: float
     kv_windows: tuple[tuple[int, int], ...] = ()
+    attention_class: str = "gqa"
 
     @staticmethod
     def of(devices: Sequence[DeviceShare], shape: ModelShape, type_k: str | None,
@@ -89,7 +117,8 @@ class ReadProfile:
         if not (weights_s > 0 and math.isfinite(weights_s) and math.isfinite(kv_s_per_byte) and kv_s_per_byte >= 0):
             return None
         unbounded, windows = kv_read_profile(shape, type_k, type_v)
-        return ReadProfile(weights_s, kv_s_per_byte, float(unbounded), windows)
+        on_host = any(d.location == "host" and d.kv_fraction > 0 for d in devices)
+        return ReadProfile(weights_s, kv_s_per_byte, float(unbounded), windows, attention_class(shape, on_host))
 
     def kv_s(self, context_tokens: np.ndarray | float) -> np.ndarray:
         """Seconds reading the KV cache at each depth (at peak bandwidth)."""
@@ -107,21 +136,26 @@ class ReadProfile:
 
 @dataclass(frozen=True)
 class BytesFit:
-    """t(n) = a_s + b × kv_s(n) on ``profile``, of one form, with its posterior covariance and residual spread."""
+    """t(n) = a + b × kv_s(n) on ``profile``: the posterior over b on a grid (with a's conditional posterior at each
+    node) and the residual spread; ``a_s`` and ``b`` are its point estimates (the median b, a's mean there)."""
 
     form: str
     a_s: float
     b: float  # seconds per second of KV read at peak bandwidth (≥ 1)
-    var_a: float
-    cov_ab: float
-    var_b: float
+    log_b_nodes: tuple[float, ...]
+    node_weights: tuple[float, ...]
+    a_means: tuple[float, ...]
+    a_sds: tuple[float, ...]
     residual_sd_fraction: float
     n_bins: int
     profile: ReadProfile
     prior_efficiency: float
+    prior: AttentionPrior
     context_min: float = 0.0
     context_max: float = 0.0
-    heldout_error: tuple[tuple[str, float], ...] = ()  # (form, mean |relative error|) of the selection, if made
+    valid_to_tokens: float | None = None  # beyond this depth the kernels change and the slope is not trusted
+    drift_per_doubling: float = DRIFT_PER_DOUBLING
+    heldout_error: tuple[tuple[str, float], ...] = ()  # (what, mean |relative error|) on the deepest third
 
     @property
     def efficiency(self) -> float:
@@ -135,7 +169,7 @@ class BytesFit:
 
     @property
     def attention_factor(self) -> float:
-        """γ: extra seconds per second of KV read that grow with depth (attention compute); 0 in ``bandwidth``."""
+        """γ: extra seconds per second of KV read that grow with depth (attention compute beyond the bytes)."""
         return max(0.0, self.b - 1.0 / self.efficiency)
 
     @property
@@ -144,7 +178,7 @@ class BytesFit:
         return self.b * self.profile.kv_unbounded_bytes_per_token * self.profile.kv_s_per_byte
 
     def time_s(self, context_tokens: np.ndarray | float) -> np.ndarray:
-        """Fitted seconds per token at each depth, never below the roofline."""
+        """Point-estimate seconds per token at each depth, never below the roofline."""
         kv = self.profile.kv_s(context_tokens)
         return np.maximum(self.a_s + self.b * kv, self.profile.weights_s + kv)
 
@@ -154,15 +188,86 @@ class BytesFit:
         return Prediction(tok_s=float(tok_s[0]), low_tok_s=float(low[0]), high_tok_s=float(high[0]))
 
     def predict_many(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tok/s, low, high) at each depth, as ``predict``."""
-        kv = self.profile.kv_s(contexts)
-        roof = self.profile.weights_s + kv
-        t = np.maximum(self.a_s + self.b * kv, roof)
-        var = self.var_a + 2.0 * kv * self.cov_ab + kv * kv * self.var_b + (self.residual_sd_fraction * t) ** 2
-        half = t_quantile(max(self.n_bins - 2, 1)) * np.sqrt(np.maximum(var, 0.0))
-        t_fast = np.maximum(np.maximum(t - half, roof), t / 2)  # the fast end: at the ceiling at most
-        t_slow = t + half
-        return 1.0 / t, 1.0 / t_slow, 1.0 / t_fast
+        """(tok/s, low, high) at each depth: 1 / the median, 90% and 10% points of the predictive time."""
+        q = predictive_times(self, np.asarray(contexts, dtype=float), (0.5, BAND[1], BAND[0]))
+        return 1.0 / q[0], 1.0 / q[1], 1.0 / q[2]
+
+
+def predictive_times(fit: BytesFit, contexts: np.ndarray, probs: Sequence[float]) -> np.ndarray:
+    """Quantiles (rows, one per prob) of the predictive seconds per token at each depth (columns).
+
+    Every sample is max((a + b·d(n)·x(n))·(1 + ε), R(n)) with d(n) the slope's drift past the deepest fitted depth,
+    non-decreasing in n, so each weighted quantile is too; a running maximum over the sorted depths keeps that
+    exact against rounding.
+    """
+    n = np.asarray(contexts, dtype=float).ravel()
+    w = np.asarray(fit.node_weights)
+    keep = w >= _WEIGHT_FLOOR * w.max()
+    b = np.exp(np.asarray(fit.log_b_nodes)[keep])
+    w = w[keep] / w[keep].sum()
+    lo = fit.profile.weights_s
+    a = _truncated_normal_points(np.asarray(fit.a_means)[keep], np.asarray(fit.a_sds)[keep], lo)  # (J, K)
+    jitter = 1.0 + fit.residual_sd_fraction * _JITTER_Z  # (L,)
+    x = fit.profile.kv_s(n)  # (m,)
+    roof = lo + x
+    x_ref = float(fit.profile.kv_s(fit.context_max)) if fit.n_bins else 0.0
+    doublings = np.log2(np.maximum(x / x_ref, 1.0)) if x_ref > 0 else np.zeros_like(x)
+    tau = min(max(fit.drift_per_doubling, 0.0), _DRIFT_MAX)
+    drift = np.exp(tau * _DRIFT_Z[:, None] * doublings[None, :])  # (D, m)
+    bx = b[:, None, None] * drift[None, :, :] * x[None, None, :]  # (J, D, m)
+    t = a[:, :, None, None] + bx[:, None, :, :]  # (J, K, D, m)
+    t = t[:, :, :, None, :] * jitter[None, None, None, :, None]  # (J, K, D, L, m)
+    t = np.maximum(t, roof).reshape(-1, n.size)
+    per = _A_PROBS.size * _DRIFT_Z.size * jitter.size
+    weights = np.repeat(w, per) / per
+    out = np.empty((len(probs), n.size))
+    order = np.argsort(t, axis=0, kind="stable")
+    ts = np.take_along_axis(t, order, axis=0)
+    cw = np.cumsum(weights[order], axis=0)
+    for i, p in enumerate(probs):
+        idx = np.argmax(cw >= p - 1e-12, axis=0)  # the smallest time whose cumulative weight reaches p
+        out[i] = ts[idx, np.arange(n.size)]
+    by_depth = np.argsort(n, kind="stable")
+    out[:, by_depth] = np.maximum.accumulate(out[:, by_depth], axis=1)
+    return np.maximum(out, roof)
+
+
+def _ndtr(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z, dtype=float) / math.sqrt(2.0)))
+
+
+def _ndtri(p: np.ndarray) -> np.ndarray:
+    """The standard normal quantile (Acklam's rational approximation, relative error < 1.2e-9)."""
+    p = np.clip(np.asarray(p, dtype=float), 1e-15, 1 - 1e-15)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    out = np.empty_like(p)
+    low, high = p < 0.02425, p > 1 - 0.02425
+    mid = ~(low | high)
+    q = np.sqrt(-2 * np.log(p[low]))
+    out[low] = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    q = np.sqrt(-2 * np.log(1 - p[high]))
+    out[high] = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    q = p[mid] - 0.5
+    r = q * q
+    out[mid] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    return out
+
+
+def _truncated_normal_points(mean: np.ndarray, sd: np.ndarray, lower: float) -> np.ndarray:
+    """Stratified points (``_A_PROBS``) of Normal(mean, sd) cut below at ``lower``, one row per (mean, sd)."""
+    sd = np.maximum(sd, 1e-12)
+    f_lo = _ndtr((lower - mean) / sd)
+    p = f_lo[:, None] + _A_PROBS[None, :] * (1.0 - f_lo[:, None])
+    return np.maximum(mean[:, None] + sd[:, None] * _ndtri(p), lower)
 
 
 def _bins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,95 +294,117 @@ def _group_medians(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (vs[lo] + vs[hi]) / 2.0
 
 
-def _constraints(form: str, weights: float) -> list[tuple[np.ndarray, float]]:
-    """The form's constraints g·θ ≥ h on θ = (a, b), in units of the median step time."""
-    b_min = (np.array([0.0, 1.0]), 1.0)
-    if form == FORM_ATTENTION:
-        return [b_min, (np.array([1.0, 0.0]), weights)]
-    return [b_min, (np.array([1.0, -weights]), 0.0)]
-
-
-def _project(theta: np.ndarray, h: np.ndarray, cons: list[tuple[np.ndarray, float]]) -> np.ndarray:
-    """argmin (θ'−θ)ᵀ H (θ'−θ) subject to the constraints (every active set of a two-parameter problem)."""
-    def feasible(t: np.ndarray) -> bool:
-        return all(float(g @ t) >= lim - 1e-12 * max(1.0, abs(lim)) for g, lim in cons)
-
-    if feasible(theta):
-        return theta
-    h_inv = np.linalg.inv(h)
-    best: np.ndarray | None = None
-    best_cost = math.inf
-    candidates: list[np.ndarray] = []
-    for g, lim in cons:
-        hg = h_inv @ g
-        denom = float(g @ hg)
-        if denom > 0:
-            candidates.append(theta + hg * (lim - float(g @ theta)) / denom)
-    g_mat = np.array([g for g, _ in cons])
-    if abs(np.linalg.det(g_mat)) > 1e-15:
-        candidates.append(np.linalg.solve(g_mat, np.array([lim for _, lim in cons])))
-    for c in candidates:
-        if not feasible(c):
-            continue
-        d = c - theta
-        cost = float(d @ h @ d)
-        if cost < best_cost:
-            best, best_cost = c, cost
-    if best is None:  # cannot happen with these constraints (their vertex is feasible); be safe
-        best = np.array([max(theta[0], cons[1][1]), max(theta[1], 1.0)])
-    return best
-
-
 @dataclass(frozen=True)
-class _Solved:
-    theta: np.ndarray  # (a, b) in units of the median step time (b is dimensionless)
-    cov: np.ndarray
-    sd_fraction: float
+class _Posterior:
+    log_b: np.ndarray
+    weights: np.ndarray
+    a_mean: np.ndarray
+    a_sd: np.ndarray
 
 
-def _solve(x: np.ndarray, y: np.ndarray, weights_s: float, prior: tuple[float, float], form: str,
-           scale: float) -> _Solved:
-    """The constrained, Huber-weighted, prior-regularised relative least squares of one form (units of ``scale``)."""
-    u = 1.0 / y  # relative residual: 1 − (a + b·x)/y
-    design = np.column_stack((u, x * u))
-    a0, b0 = prior
-    prior_prec = np.diag([1.0 / (PRIOR_SD_LEVEL * a0) ** 2, 1.0 / (PRIOR_SD_SLOPE * b0) ** 2])
-    theta0 = np.array([a0, b0])
-    cons = _constraints(form, weights_s / scale)
+def _posterior(x: np.ndarray, y: np.ndarray, hub: np.ndarray, sd: float, weights_s: float, a0: float,
+               prior: AttentionPrior, log_b: np.ndarray) -> _Posterior:
+    """The posterior over the ``log_b`` grid (relative residuals 1 − (a + b·x)/y, spread ``sd``, Huber weights)
+    with a's Gaussian conditional posterior at each node, cut at a ≥ R_w (units of the median step)."""
+    u = 1.0 / y
+    sa = PRIOR_SD_LEVEL * a0
+    b = np.exp(log_b)
+    s = 1.0 - b[:, None] * (x * u)[None, :]  # (J, n): what a·u must explain
+    prec = float(np.sum(hub * u * u)) / sd**2 + 1.0 / sa**2
+    mean = (s @ (hub * u) / sd**2 + a0 / sa**2) / prec
+    quad = (s * s) @ hub / sd**2 + a0**2 / sa**2 - prec * mean**2
+    a_sd = 1.0 / math.sqrt(prec)
+    log_mass = np.log(np.maximum(_ndtr((mean - weights_s) / a_sd), 1e-300))  # the share of a above R_w
+    log_prior = -0.5 * ((log_b - prior.log_b_mean) / prior.log_b_sd) ** 2
+    logw = -0.5 * quad + log_mass + log_prior
+    w = np.exp(logw - logw.max())
+    return _Posterior(log_b, w / w.sum(), mean, np.full_like(mean, a_sd))
+
+
+def _grid(prior: AttentionPrior, hint_log_b: float | None, n: int = GRID_COARSE) -> np.ndarray:
+    top = prior.log_b_mean + GRID_SIGMAS * prior.log_b_sd
+    if hint_log_b is not None and math.isfinite(hint_log_b):
+        top = max(top, hint_log_b + 1.0)
+    return np.linspace(0.0, max(top, 0.5), n)
+
+
+def _refine(post: _Posterior) -> np.ndarray:
+    m = float(np.sum(post.weights * post.log_b))
+    s = math.sqrt(max(float(np.sum(post.weights * (post.log_b - m) ** 2)), 0.0))
+    step = float(post.log_b[1] - post.log_b[0]) if post.log_b.size > 1 else 0.1
+    half = max(GRID_SIGMAS * 1.5 * s, 2.0 * step)
+    return np.linspace(max(0.0, m - half), m + half, GRID_FINE)
+
+
+def _free_ab(x: np.ndarray, y: np.ndarray, hub: np.ndarray | None = None) -> tuple[float, float] | None:
+    """Unconstrained relative least squares of y ≈ a + b·x (a and b free); None with fewer than two depths."""
+    if x.size < 2 or float(np.ptp(x)) <= 0:
+        return None
+    u = 1.0 / y
+    w = np.ones_like(y) if hub is None else hub
+    design = np.column_stack((u, x * u)) * np.sqrt(w)[:, None]
+    coef, *_ = np.linalg.lstsq(design, np.sqrt(w), rcond=None)
+    return float(coef[0]), float(coef[1])
+
+
+def free_slope(points: Sequence[tuple[float, float]], profile: ReadProfile) -> float | None:
+    """b of the unconstrained relative least-squares line t = a + b·x(n) through (context tokens, tok/s) points:
+    what a sweep says its slope is, with no prior (how ``kvmon.physics.attention_prior`` is estimated)."""
+    n, y = clean_points(points)
+    n, y = _bins(n, y)
+    found = _free_ab(profile.kv_s(n), y)
+    return None if found is None else found[1]
+
+
+def _solve(x: np.ndarray, y: np.ndarray, weights_s: float, a0: float,
+           prior: AttentionPrior) -> tuple[_Posterior, float]:
+    """The grid posterior (coarse, then refined); the spread and Huber weights from the free line."""
     n = y.size
-    sd = TIMING_NOISE_FRACTION
+    sd = FIT_SPREAD_FLOOR
     hub = np.ones(n)
-    theta = theta0
-    h = prior_prec
-    for _ in range(IRLS_ITERATIONS):
-        wd = design * hub[:, None]
-        h = design.T @ wd / sd**2 + prior_prec
-        rhs = wd.sum(axis=0) / sd**2 + prior_prec @ theta0
-        previous = theta
-        theta = _project(np.linalg.solve(h, rhs), h, cons)
-        resid = 1.0 - design @ theta
-        if n > 2:
-            sd = max(TIMING_NOISE_FRACTION, float(math.sqrt(float(np.sum(hub * resid**2)) / (n - 2))))
-        limit = HUBER_K * sd
-        hub = np.minimum(1.0, limit / np.maximum(np.abs(resid), 1e-300))
-        if np.all(np.abs(theta - previous) <= 1e-9 * np.maximum(np.abs(theta), 1e-12)):
-            break  # converged: the weights no longer move it
-    return _Solved(theta, np.linalg.inv(h), sd)
+    free = _free_ab(x, y)
+    # judged by the free line (what the points say of themselves), not the posterior: a prior far from the data
+    # would otherwise widen the spread it is judged by, and win by that
+    for _ in range(IRLS_ITERATIONS if n > 2 else 0):
+        free = _free_ab(x, y, hub)
+        if free is None:
+            break
+        resid = 1.0 - (free[0] + free[1] * x) / y
+        sd = max(FIT_SPREAD_FLOOR, math.sqrt(float(np.sum(hub * resid**2)) / max(1.0, float(hub.sum()) - 2)))
+        hub = np.minimum(1.0, HUBER_K * sd / np.maximum(np.abs(resid), 1e-300))
+    hint = math.log(free[1]) if free is not None and free[1] > 1.0 else None
+    post = _posterior(x, y, hub, sd, weights_s, a0, prior, _grid(prior, hint))
+    post = _posterior(x, y, hub, sd, weights_s, a0, prior, _refine(post))
+    return post, sd
 
 
-def _fit(form: str, x: np.ndarray, y: np.ndarray, profile: ReadProfile, eff0: float, scale: float,
-         n_tokens: np.ndarray, heldout: tuple[tuple[str, float], ...] = ()) -> BytesFit:
+def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfile, eff0: float,
+         prior: AttentionPrior, valid_to: float | None) -> BytesFit:
+    scale = float(np.median(y)) if y.size else profile.weights_s / eff0
     w = profile.weights_s / scale
-    prior = (w / eff0, 1.0 / eff0)
-    s = _solve(x / scale, y / scale, profile.weights_s, prior, form, scale)
-    a, b = float(s.theta[0]) * scale, float(s.theta[1])
-    a = max(a, profile.weights_s)
-    b = max(b, 1.0)
-    return BytesFit(form=form, a_s=a, b=b, var_a=float(s.cov[0, 0]) * scale**2, cov_ab=float(s.cov[0, 1]) * scale,
-                    var_b=float(s.cov[1, 1]), residual_sd_fraction=max(s.sd_fraction, TIMING_NOISE_FRACTION),
-                    n_bins=int(y.size), profile=profile, prior_efficiency=eff0,
-                    context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
-                    context_max=float(n_tokens.max()) if n_tokens.size else 0.0, heldout_error=heldout)
+    a0 = w / eff0
+    if y.size:
+        post, sd = _solve(x / scale, y / scale, w, a0, prior)
+    else:  # the prior alone: the level from the polls' efficiency, the slope from the class
+        log_b = _grid(prior, None)
+        lw = -0.5 * ((log_b - prior.log_b_mean) / prior.log_b_sd) ** 2
+        wts = np.exp(lw - lw.max())
+        post = _Posterior(log_b, wts / wts.sum(), np.full_like(log_b, a0), np.full_like(log_b, PRIOR_SD_LEVEL * a0))
+        sd = TIMING_NOISE_FRACTION
+    j = min(int(np.searchsorted(np.cumsum(post.weights), 0.5)), post.log_b.size - 1)
+    b = max(1.0, math.exp(float(post.log_b[j])))
+    a = max(float(post.a_mean[j]) * scale, profile.weights_s)
+    fit = BytesFit(
+        form=FORM_CEILING_SCALED, a_s=a, b=b, log_b_nodes=tuple(float(v) for v in post.log_b),
+        node_weights=tuple(float(v) for v in post.weights), a_means=tuple(float(v) * scale for v in post.a_mean),
+        a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, TIMING_NOISE_FRACTION),
+        n_bins=int(y.size), profile=profile, prior_efficiency=eff0, prior=prior,
+        context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
+        context_max=float(n_tokens.max()) if n_tokens.size else 0.0, valid_to_tokens=valid_to)
+    if y.size < 2:
+        return fit
+    form = FORM_ATTENTION if fit.attention_factor * fit.efficiency >= ATTENTION_SHARE else FORM_BANDWIDTH
+    return replace(fit, form=form)
 
 
 def _mean_error(fit: BytesFit, n: np.ndarray, y: np.ndarray) -> float:
@@ -295,11 +422,14 @@ def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProf
 
 
 def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
-              prior_efficiency: float | None = None) -> BytesFit | None:
-    """Fit (context tokens, decode tok/s) points on ``profile``; the form chosen by the module's rule.
+              prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
+              prior: AttentionPrior | None = None) -> BytesFit | None:
+    """Fit (context tokens, decode tok/s) points on ``profile`` (see the module docstring).
 
     ``prior_efficiency``: the measured ÷ ceiling to scale the ceiling by when no point is given (the polls'
-    median); with points, their own median is used. None when there is neither.
+    median); with points, their own median is used. None when there is neither. ``kernel_switch_tokens``: the depth
+    past which these devices' attention kernels change; the fit is valid only up to it until a point lies beyond,
+    and then the session's points replace the class prior. ``prior``: the attention prior (default: the class's).
     """
     n_raw, y_raw = clean_points(points)
     n, y = _bins(n_raw, y_raw)
@@ -310,29 +440,19 @@ def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
     else:
         return None
     eff0 = min(1.0, max(eff0, 1e-3))
-    if n.size == 0:  # the prior alone: the ceiling scaled by the polls' efficiency
-        return BytesFit(FORM_CEILING_SCALED, profile.weights_s / eff0, 1.0 / eff0,
-                        (PRIOR_SD_LEVEL * profile.weights_s / eff0) ** 2, 0.0, (PRIOR_SD_SLOPE / eff0) ** 2,
-                        TIMING_NOISE_FRACTION, 0, profile, eff0)
-    scale = float(np.median(y))
-    x = profile.kv_s(n)
+    prior = prior or prior_for(profile.attention_class)
+    valid_to: float | None = None
+    if kernel_switch_tokens is not None:
+        if n.size and float(n.max()) > kernel_switch_tokens:  # the session went deeper: its points decide
+            prior = AttentionPrior(prior.attention_class, prior.log_b_mean, FLAT_LOG_SD)
+        else:
+            valid_to = float(kernel_switch_tokens)
     order = np.argsort(n, kind="stable")
-    n, y, x = n[order], y[order], x[order]
-    if n.size < 2:  # one depth: the level from the data, the shape from the ceiling
-        return replace(_fit(FORM_BANDWIDTH, x, y, profile, eff0, scale, n), form=FORM_CEILING_SCALED)
-    if n.size == 2:  # no held-out set: the attention term only if the bandwidth form cannot meet both depths
-        plain = _fit(FORM_BANDWIDTH, x, y, profile, eff0, scale, n)
-        miss = _mean_error(plain, n, y)
-        if miss <= IN_SAMPLE_MISS:
-            return replace(plain, heldout_error=((FORM_BANDWIDTH, miss),))
-        return _fit(FORM_ATTENTION, x, y, profile, eff0, scale, n, ((FORM_BANDWIDTH, miss),))
-    k = max(1, round(n.size / 3))
-    train = slice(0, n.size - k)
-    test = slice(n.size - k, n.size)
-    errors: list[tuple[str, float]] = []
-    for form in (FORM_BANDWIDTH, FORM_ATTENTION):
-        trial = _fit(form, x[train], y[train], profile, eff0, float(np.median(y[train])), n[train])
-        errors.append((form, _mean_error(trial, n[test], y[test])))
-    e_bw, e_att = errors[0][1], errors[1][1]
-    form = FORM_ATTENTION if (e_att <= ATTENTION_GAIN * e_bw and e_bw - e_att >= ATTENTION_MIN_GAIN) else FORM_BANDWIDTH
-    return _fit(form, x, y, profile, eff0, scale, n, tuple(errors))
+    n, y = n[order], y[order]
+    x = profile.kv_s(n)
+    fit = _fit(x, y, n, profile, eff0, prior, valid_to)
+    if n.size >= 3:  # how the same fit does on the deepest third when fitted on the rest (a diagnostic)
+        k = max(1, round(n.size / 3))
+        trial = _fit(x[:-k], y[:-k], n[:-k], profile, eff0, prior, valid_to)
+        fit = replace(fit, heldout_error=(("deepest_third", _mean_error(trial, n[-k:], y[-k:])),))
+    return fit
