@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvmon.physics.attention_prior import AttentionPrior, kernel_switch_tokens
+from kvmon.physics.attention_prior import AttentionPrior, kernel_switch
 from kvmon.physics.ceiling import DeviceShare
 from kvmon.physics.decode_model import ReadProfile, fit_bytes
 from kvmon.physics.forecast import fit_decode
@@ -64,7 +64,8 @@ def _bandwidth(hw: dict[str, Any]) -> float | None:
 def kernel_switch_of(sweep: dict[str, Any]) -> int | None:
     """The depth past which the sweep's device changes attention kernels (as the dashboard decides it), or None."""
     spec = lookup_gpu(sweep["hardware"].get("gpu_table"))
-    return kernel_switch_tokens([spec.vendor if spec else None])
+    found = kernel_switch([spec.vendor if spec else None])
+    return found.tokens if found else None
 
 
 def points_of(sweep: dict[str, Any]) -> list[tuple[float, float]]:
@@ -148,6 +149,7 @@ def evaluate(sweep: dict[str, Any], loo: bool = True) -> dict[str, Any]:
                    half_width_2x=got["half_width_2x"], skipped=got["skipped"],
                    valid_to_tokens=fit.valid_to_tokens)
         if loo and row["set"] == "in_sample" and got["skipped"] == 0:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
             from attention_prior import priors  # bench/attention_prior.py (it imports this module)
 
             table = priors(_all_sweeps(), exclude=sweep["id"])

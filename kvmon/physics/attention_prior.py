@@ -15,7 +15,7 @@ fix b; this prior does, per kind of attention:
 
 The numbers are estimated from the in-sample published sweeps of ``bench/data/depth_sweeps.json`` (``"set":
 "in_sample"``) by ``bench/attention_prior.py``, which prints how: every sweep with a model shape and a bandwidth,
-except those whose kernels change with depth (Metal, see ``KERNEL_SWITCH_TOKENS``), is fitted on all its points
+except those whose kernels change with depth (Metal, see ``KERNEL_SWITCHES``), is fitted on all its points
 with ``decode_model.free_slope`` (relative least squares, t = a + b·x, a and b free); per class, the prior on log b
 is the mean of those fitted log b, and its spread their standard deviation shrunk toward the spread of all the
 in-sample sweeps about their own class means (``POOLED_LOG_SD``), as if each class had seen ``PSEUDO_SWEEPS`` more
@@ -52,7 +52,22 @@ STAND_IN = {"mha": "gqa"}  # a class without in-sample sweeps borrows another's 
 # extend: Metal's flash-attention vector kernel (Apple GPUs) is tuned per KV length. Published: llama.cpp PR 26570
 # (M2 Ultra, Qwen3-0.6B: tg32 falls 240 → 144 tok/s from 0 to 8K, then 102 and 65 at 16K and 32K, far off the line
 # through 0–8K) and PR 13583 (Llama-3.2-1B: 211 tok/s at 1K, 115 at 8K before the head-size-64 vector kernel).
-KERNEL_SWITCH_TOKENS: dict[str, int] = {"apple": 8192}
+@dataclass(frozen=True)
+class KernelSwitch:
+    """Attention kernels that change with depth: on which backend, and past which depth."""
+
+    backend: str
+    tokens: int
+
+    @property
+    def note(self) -> str:
+        """What the forecast says instead of extrapolating past the switch."""
+        return (f"kernel-dependent beyond {self.tokens // 1024}K: {self.backend}'s attention kernels change with "
+                f"depth, so the slope measured so far does not carry past it; this session's own points past "
+                f"{self.tokens // 1024}K will replace the estimate")
+
+
+KERNEL_SWITCHES: dict[str, KernelSwitch] = {"apple": KernelSwitch("Metal", 8192)}  # by device vendor
 
 
 
@@ -88,10 +103,10 @@ def attention_class(shape: ModelShape, attention_on_host: bool = False) -> str:
     return "gqa"
 
 
-def kernel_switch_tokens(vendors: Iterable[str | None]) -> int | None:
-    """The depth beyond which these devices' attention kernels change (the smallest such), else None."""
-    depths = [KERNEL_SWITCH_TOKENS[v] for v in vendors if v in KERNEL_SWITCH_TOKENS]
-    return min(depths) if depths else None
+def kernel_switch(vendors: Iterable[str | None]) -> KernelSwitch | None:
+    """The earliest kernel switch among devices of these vendors, else None."""
+    found = [KERNEL_SWITCHES[v] for v in vendors if v in KERNEL_SWITCHES]
+    return min(found, key=lambda k: k.tokens) if found else None
 
 
 def estimate(samples: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, AttentionPrior]:

@@ -25,20 +25,20 @@ likelihood in closed form; with the prior on log b that is the posterior over th
 mass. Two depths of a hybrid, where the KV is a small share of the step, then fix b through the prior; many depths
 spread over a large KV share fix it through the data.
 
-The forecast at each depth is the median, and the 80% band the 10% and 90% points, of t(n) over: b on its grid, a at
-stratified points of its conditional posterior, a relative timing jitter at the residual spread (at least
-``TIMING_NOISE_FRACTION``: the polls of one reply share their jitter, and a bin scatters that much), and a drift of the
-slope past the deepest fitted depth (slopes change with depth: log b moves by ``attention_prior.DRIFT_PER_DOUBLING``
-standard deviations per doubling of the KV read beyond it, estimated from the published sweeps). Each such t(n) is
-held at the roofline and rises with depth, so every quantile does too: the forecast and both edges of the band fall
-monotonically with depth (no bulge), and the fast edge never crosses the ceiling. The band so combines the fit's
-uncertainty, the residual spread and the prior's spread.
+The forecast at each depth is the median, and the 80% band the 10% and 90% points, of t(n) over: b on its grid
+(the prior's spread and the fit's uncertainty), a's conditional posterior and a relative scatter of bins about the
+line at the residual spread (at least ``attention_prior.FIT_SPREAD_FLOOR``; ``TIMING_NOISE_FRACTION`` while nothing is
+measured), and a drift of the slope past the deepest fitted depth (slopes change with depth: log b moves by
+``attention_prior.DRIFT_PER_DOUBLING`` standard deviations per doubling of the KV read beyond it, estimated from the
+published sweeps). Each point of that mixture is held at the roofline and rises with depth, so every quantile does
+too: the forecast and both edges of the band fall monotonically with depth (no bulge), and the fast edge never
+crosses the ceiling.
 
 Forms (what the Snapshot calls the fit): ``ceiling_scaled`` with fewer than two depth bins (the level from the
 measured efficiency, the slope from the prior: a wide band); otherwise ``bandwidth`` when the fitted attention work
 beyond the bytes is under ``ATTENTION_SHARE`` of the KV read at the bandwidth reached, else ``bandwidth+attention``.
 
-Where attention kernels change with depth (``attention_prior.KERNEL_SWITCH_TOKENS``: Metal), a slope measured at
+Where attention kernels change with depth (``attention_prior.KERNEL_SWITCHES``: Metal), a slope measured at
 shallow depths says little past the switch: ``fit_bytes`` marks the fit valid only up to it (``valid_to_tokens``)
 until the session's own points reach beyond it; then they replace the class prior (a flat one in its place).
 """
@@ -74,9 +74,10 @@ MAX_BINS = 300
 PRIOR_SD_LEVEL = 0.5
 ATTENTION_SHARE = 0.05
 HUBER_K = 1.345
+ROBUST_MIN_BINS = 6
 IRLS_ITERATIONS = 4
 GRID_COARSE = 64
-GRID_FINE = 40
+GRID_FINE = 24
 GRID_SIGMAS = 4.0
 FLAT_LOG_SD = 3.0  # the prior once a session's own points replace it (kernels that change with depth)
 BAND = (0.10, 0.90)  # the 80% interval
@@ -86,12 +87,11 @@ def _stratified_z(k: int) -> np.ndarray:
     return np.array([NormalDist().inv_cdf(p) for p in (np.arange(k) + 0.5) / k])
 
 
-_A_PROBS = (np.arange(6) + 0.5) / 6  # stratified points of a's conditional posterior
-_JITTER_Z = _stratified_z(5)
+_SPREAD_Z = _stratified_z(5)  # stratified points of each node's normal (a's spread and the timing jitter)
 _DRIFT_Z = _stratified_z(5)
 # a slope's drift must keep every sample rising with depth: b·x·(x/x₀)^(τz/ln 2) rises while τ|z| < ln 2
 _DRIFT_MAX = 0.6 * math.log(2.0) / float(np.max(np.abs(_DRIFT_Z)))
-_WEIGHT_FLOOR = 1e-7  # grid nodes lighter than this share of the heaviest are dropped from the predictive
+_TAIL_WEIGHT = 2e-3  # the lightest grid nodes, together under this share, are left out of the predictive
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ class BytesFit:
     context_min: float = 0.0
     context_max: float = 0.0
     valid_to_tokens: float | None = None  # beyond this depth the kernels change and the slope is not trusted
+    past_kernel_switch: bool = False  # points past a kernel switch: the session's own slope, no class prior
     drift_per_doubling: float = DRIFT_PER_DOUBLING
-    heldout_error: tuple[tuple[str, float], ...] = ()  # (what, mean |relative error|) on the deepest third
 
     @property
     def efficiency(self) -> float:
@@ -196,78 +196,69 @@ class BytesFit:
 def predictive_times(fit: BytesFit, contexts: np.ndarray, probs: Sequence[float]) -> np.ndarray:
     """Quantiles (rows, one per prob) of the predictive seconds per token at each depth (columns).
 
-    Every sample is max((a + b·d(n)·x(n))·(1 + ε), R(n)) with d(n) the slope's drift past the deepest fitted depth,
-    non-decreasing in n, so each weighted quantile is too; a running maximum over the sorted depths keeps that
-    exact against rounding.
+    Per grid node of b and per drift point d(n) of the slope past the deepest fitted depth, the time is Normal with
+    mean m_a + b·d(n)·x(n) (a's conditional mean) and variance a's plus the jitter's (σ·mean)², taken at stratified
+    points; each point is held at the roofline (which is also where a's cut at R_w ends it). Every such point rises
+    with depth (σ·|z| < 1), so each weighted quantile does too; a running maximum over the sorted depths keeps that
+    exact against interpolation and rounding.
     """
     n = np.asarray(contexts, dtype=float).ravel()
     w = np.asarray(fit.node_weights)
-    keep = w >= _WEIGHT_FLOOR * w.max()
+    keep = _heavy_nodes(w)
     b = np.exp(np.asarray(fit.log_b_nodes)[keep])
     w = w[keep] / w[keep].sum()
     lo = fit.profile.weights_s
-    a = _truncated_normal_points(np.asarray(fit.a_means)[keep], np.asarray(fit.a_sds)[keep], lo)  # (J, K)
-    jitter = 1.0 + fit.residual_sd_fraction * _JITTER_Z  # (L,)
+    a_mean, a_sd = np.asarray(fit.a_means)[keep], np.asarray(fit.a_sds)[keep]  # a < R_w ends at the roofline
     x = fit.profile.kv_s(n)  # (m,)
     roof = lo + x
     x_ref = float(fit.profile.kv_s(fit.context_max)) if fit.n_bins else 0.0
     doublings = np.log2(np.maximum(x / x_ref, 1.0)) if x_ref > 0 else np.zeros_like(x)
     tau = min(max(fit.drift_per_doubling, 0.0), _DRIFT_MAX)
     drift = np.exp(tau * _DRIFT_Z[:, None] * doublings[None, :])  # (D, m)
-    bx = b[:, None, None] * drift[None, :, :] * x[None, None, :]  # (J, D, m)
-    t = a[:, :, None, None] + bx[:, None, :, :]  # (J, K, D, m)
-    t = t[:, :, :, None, :] * jitter[None, None, None, :, None]  # (J, K, D, L, m)
+    mean = a_mean[:, None, None] + b[:, None, None] * drift[None, :, :] * x[None, None, :]  # (J, D, m)
+    sd = np.sqrt(a_sd[:, None, None] ** 2 + (fit.residual_sd_fraction * mean) ** 2)
+    t = mean[:, :, None, :] + sd[:, :, None, :] * _SPREAD_Z[None, None, :, None]  # (J, D, Z, m)
     t = np.maximum(t, roof).reshape(-1, n.size)
-    per = _A_PROBS.size * _DRIFT_Z.size * jitter.size
+    per = _DRIFT_Z.size * _SPREAD_Z.size
     weights = np.repeat(w, per) / per
     out = np.empty((len(probs), n.size))
-    order = np.argsort(t, axis=0, kind="stable")
+    order = np.argsort(t, axis=0)
     ts = np.take_along_axis(t, order, axis=0)
-    cw = np.cumsum(weights[order], axis=0)
-    for i, p in enumerate(probs):
-        idx = np.argmax(cw >= p - 1e-12, axis=0)  # the smallest time whose cumulative weight reaches p
-        out[i] = ts[idx, np.arange(n.size)]
+    w_sorted = weights[order]
+    mid = np.cumsum(w_sorted, axis=0) - w_sorted / 2.0  # each point's cumulative weight at its middle
+    cols = np.arange(n.size)
+    last = ts.shape[0] - 1
+    for i, p in enumerate(probs):  # interpolated between points: a lone node's strata give its normal's quantiles
+        hi = np.minimum((mid < p).sum(axis=0), last)
+        lo_i = np.maximum(hi - 1, 0)
+        m_lo, m_hi = mid[lo_i, cols], mid[hi, cols]
+        frac = np.clip((p - m_lo) / np.where(m_hi > m_lo, m_hi - m_lo, 1.0), 0.0, 1.0)
+        out[i] = ts[lo_i, cols] + frac * (ts[hi, cols] - ts[lo_i, cols])
     by_depth = np.argsort(n, kind="stable")
     out[:, by_depth] = np.maximum.accumulate(out[:, by_depth], axis=1)
     return np.maximum(out, roof)
 
 
+def _heavy_nodes(w: np.ndarray) -> np.ndarray:
+    """The grid nodes that matter: all but the lightest ones whose weights add up to under ``_TAIL_WEIGHT``."""
+    order = np.argsort(w)
+    light = order[np.cumsum(w[order]) < _TAIL_WEIGHT * w.sum()]
+    keep = np.ones(w.size, dtype=bool)
+    keep[light] = False
+    return keep
+
+
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
 def _ndtr(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z, dtype=float) / math.sqrt(2.0)))
-
-
-def _ndtri(p: np.ndarray) -> np.ndarray:
-    """The standard normal quantile (Acklam's rational approximation, relative error < 1.2e-9)."""
-    p = np.clip(np.asarray(p, dtype=float), 1e-15, 1 - 1e-15)
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00)
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    out = np.empty_like(p)
-    low, high = p < 0.02425, p > 1 - 0.02425
-    mid = ~(low | high)
-    q = np.sqrt(-2 * np.log(p[low]))
-    out[low] = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
-    q = np.sqrt(-2 * np.log(1 - p[high]))
-    out[high] = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
-    q = p[mid] - 0.5
-    r = q * q
-    out[mid] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
-        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
-    return out
-
-
-def _truncated_normal_points(mean: np.ndarray, sd: np.ndarray, lower: float) -> np.ndarray:
-    """Stratified points (``_A_PROBS``) of Normal(mean, sd) cut below at ``lower``, one row per (mean, sd)."""
-    sd = np.maximum(sd, 1e-12)
-    f_lo = _ndtr((lower - mean) / sd)
-    p = f_lo[:, None] + _A_PROBS[None, :] * (1.0 - f_lo[:, None])
-    return np.maximum(mean[:, None] + sd[:, None] * _ndtri(p), lower)
+    """The standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, absolute error < 1.5e-7)."""
+    v = np.asarray(z, dtype=float) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + _ERF_P * np.abs(v))
+    poly = t * (_ERF_A[0] + t * (_ERF_A[1] + t * (_ERF_A[2] + t * (_ERF_A[3] + t * _ERF_A[4]))))
+    erf = 1.0 - poly * np.exp(-v * v)
+    return 0.5 * (1.0 + np.sign(v) * erf)
 
 
 def _bins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -370,7 +361,13 @@ def _solve(x: np.ndarray, y: np.ndarray, weights_s: float, a0: float,
         if free is None:
             break
         resid = 1.0 - (free[0] + free[1] * x) / y
-        sd = max(FIT_SPREAD_FLOOR, math.sqrt(float(np.sum(hub * resid**2)) / max(1.0, float(hub.sum()) - 2)))
+        # a robust scale (the median absolute deviation) once there are enough bins to tell an outlier from the
+        # rest, so one stalled sample cannot widen the spread it is judged by; the Huber weights then take it out
+        if n >= ROBUST_MIN_BINS:
+            spread = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+        else:
+            spread = math.sqrt(float(np.sum(hub * resid**2)) / max(1.0, float(hub.sum()) - 2))
+        sd = max(FIT_SPREAD_FLOOR, spread)
         hub = np.minimum(1.0, HUBER_K * sd / np.maximum(np.abs(resid), 1e-300))
     hint = math.log(free[1]) if free is not None and free[1] > 1.0 else None
     post = _posterior(x, y, hub, sd, weights_s, a0, prior, _grid(prior, hint))
@@ -386,18 +383,20 @@ def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfil
     if y.size:
         post, sd = _solve(x / scale, y / scale, w, a0, prior)
     else:  # the prior alone: the level from the polls' efficiency, the slope from the class
-        log_b = _grid(prior, None)
+        log_b = _grid(prior, None, GRID_FINE)
         lw = -0.5 * ((log_b - prior.log_b_mean) / prior.log_b_sd) ** 2
         wts = np.exp(lw - lw.max())
         post = _Posterior(log_b, wts / wts.sum(), np.full_like(log_b, a0), np.full_like(log_b, PRIOR_SD_LEVEL * a0))
         sd = TIMING_NOISE_FRACTION
-    j = min(int(np.searchsorted(np.cumsum(post.weights), 0.5)), post.log_b.size - 1)
-    b = max(1.0, math.exp(float(post.log_b[j])))
-    a = max(float(post.a_mean[j]) * scale, profile.weights_s)
+    # the point estimates: the posterior median of log b (interpolated between nodes), a's mean there
+    cdf = np.cumsum(post.weights) - post.weights / 2.0
+    log_b_med = float(np.interp(0.5, cdf, post.log_b))
+    b = max(1.0, math.exp(log_b_med))
+    a = max(float(np.interp(log_b_med, post.log_b, post.a_mean)) * scale, profile.weights_s)
     fit = BytesFit(
         form=FORM_CEILING_SCALED, a_s=a, b=b, log_b_nodes=tuple(float(v) for v in post.log_b),
         node_weights=tuple(float(v) for v in post.weights), a_means=tuple(float(v) * scale for v in post.a_mean),
-        a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, TIMING_NOISE_FRACTION),
+        a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, FIT_SPREAD_FLOOR),
         n_bins=int(y.size), profile=profile, prior_efficiency=eff0, prior=prior,
         context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
         context_max=float(n_tokens.max()) if n_tokens.size else 0.0, valid_to_tokens=valid_to)
@@ -451,8 +450,19 @@ def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
     n, y = n[order], y[order]
     x = profile.kv_s(n)
     fit = _fit(x, y, n, profile, eff0, prior, valid_to)
-    if n.size >= 3:  # how the same fit does on the deepest third when fitted on the rest (a diagnostic)
-        k = max(1, round(n.size / 3))
-        trial = _fit(x[:-k], y[:-k], n[:-k], profile, eff0, prior, valid_to)
-        fit = replace(fit, heldout_error=(("deepest_third", _mean_error(trial, n[-k:], y[-k:])),))
+    if kernel_switch_tokens is not None and valid_to is None:
+        fit = replace(fit, past_kernel_switch=True)
     return fit
+
+
+def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, **kw: object) -> float | None:
+    """Mean |forecast ÷ measured − 1| on the deepest third of the depth bins when fitted on the rest (the fit's
+    held-out check; ``kw`` as for ``fit_bytes``); None with fewer than three bins."""
+    n, y = _bins(*clean_points(points))
+    if n.size < 3:
+        return None
+    order = np.argsort(n, kind="stable")
+    n, y = n[order], y[order]
+    k = max(1, round(n.size / 3))
+    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, **kw)  # type: ignore[arg-type]
+    return None if trial is None else _mean_error(trial, n[-k:], y[-k:])
