@@ -155,3 +155,40 @@ def test_the_regime_is_kept_while_the_model_is_the_same_and_another_model_is_a_n
     other = ModelInfo(name="other.gguf", weight_bytes=L8B.weight_bytes, shape=SHAPE_8B)
     s = a.update(reading(3.0, ctx=100, model=other), gpus(3.0))
     assert s.forecast.regime.index == 2 and s.forecast.regime.cause == "model" and s.forecast.fit_points == 1
+
+
+def test_on_metal_the_forecast_stops_at_the_kernel_switch_until_the_session_goes_past_it() -> None:
+    """Metal's attention kernels change with depth: fitted on points short of 8K, the forecast gives no numbers past
+    8K and says why (reason, fit reason, ``valid_to_tokens``); once this session has measured past 8K its own points
+    set the slope and the forecast goes on to n_ctx."""
+    apple = gpu(name="Apple M2 Max", vendor="apple", bw=400e9)
+
+    def speed(c: int) -> float:
+        return 1 / (0.030 + 2e-6 * c)
+
+    def run(a: Analyzer, rates: FixedRates, t0: float, depths: range, *g: object):  # type: ignore[no-untyped-def]
+        s = None
+        for i, ctx in enumerate(depths):
+            rates.decode = speed(ctx)
+            s = a.update(reading(t0 + i, ctx=ctx), gpus(t0 + i, *g))  # type: ignore[arg-type]
+        assert s is not None
+        return s
+
+    rates = FixedRates()
+    a = Analyzer(rate_tracker=rates)
+    s = run(a, rates, 0.0, range(1000, 7000, 500), apple)
+    fc = s.forecast
+    assert fc.valid_to_tokens == 8192 and s.provenance["forecast.valid_to_tokens"] == "table"
+    assert "kernel-dependent beyond 8K" in s.reasons["forecast"] and fc.fit_reason == s.reasons["forecast"]
+    assert [m.context_tokens for m in fc.milestones] == [8192]
+    assert fc.curve and max(n for n, *_ in fc.curve) == 8192
+    s = run(a, rates, 20.0, range(7000, 12000, 500), apple)
+    fc = s.forecast
+    assert fc.valid_to_tokens is None and "forecast" not in s.reasons
+    assert fc.fit_reason is not None and "own points past 8K" in fc.fit_reason
+    assert [m.context_tokens for m in fc.milestones] == [8192, 16384, 32768]
+    assert fc.milestones[-1].tok_s == pytest.approx(speed(32768), rel=0.05)
+    # an NVIDIA card gets no such stop
+    other = FixedRates()
+    s = run(Analyzer(rate_tracker=other), other, 0.0, range(1000, 7000, 500))
+    assert s.forecast.valid_to_tokens is None and "forecast" not in s.reasons

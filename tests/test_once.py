@@ -220,7 +220,8 @@ def test_snapshot_to_json_carries_the_regime_the_fit_and_an_uncertain_ceiling() 
     assert doc["forecast"]["regime"] == {"index": 2, "cause": "reload", "description": "reloaded; n_ctx 32,768 → "
                                          "131,072", "since_t_wall": 1.7e9 + 40, "since_context_tokens": 33426}
     assert doc["forecast"]["fit"] == {"form": "bandwidth+attention", "points": 14, "efficiency": 0.81,
-                                      "overhead_s": 0.002, "attention_factor": 1.5, "reason": None}
+                                      "overhead_s": 0.002, "attention_factor": 1.5, "reason": None,
+                                      "valid_to_tokens": None}
     text = format_text(doc)
     assert "ceiling uncertain (placement)" in text and "bandwidth+attention fit on 14 point(s) since reloaded" in text
     empty = snapshot_to_json(_snapshot())

@@ -199,6 +199,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "overhead_s": fc.fit_overhead_s,
                 "attention_factor": fc.fit_attention_factor,
                 "reason": fc.fit_reason,
+                "valid_to_tokens": fc.valid_to_tokens,
             },
         },
         "serving": _serving(s),

@@ -205,9 +205,12 @@ class Forecast:
     fit_efficiency: float | None = None  # the fraction of peak bandwidth the fit says the bytes are read at
     fit_overhead_s: float | None = None  # fixed seconds per token beyond the bytes
     fit_attention_factor: float | None = None  # extra seconds per second of KV read, growing with depth
-    fit_reason: str | None = None  # why there is no fit, or why it is the context-linear fallback
+    # why there is no fit, why it is the context-linear fallback, or what limits it (kernels that change with depth)
+    fit_reason: str | None = None
     # (context tokens, tok/s, low, high) at the ceiling curve's depths: what the hero plot draws
     curve: tuple[tuple[int, float, float, float], ...] = ()
+    # the forecast stops here (short of n_ctx): past it the attention kernels change and the slope does not carry
+    valid_to_tokens: int | None = None
 
 
 @dataclass(frozen=True)

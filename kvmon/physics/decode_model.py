@@ -7,36 +7,40 @@ recurrent layers a fixed state that does not grow), a fraction f_d of it on devi
 bandwidth B_d. The roofline time is R(n) = R_w + x(n), with R_w = Σ W_d / B_d and x(n) = kv(n) · Σ f_d / B_d;
 the ceiling is 1 / R(n). Measured seconds per token are fitted as
 
-    t(n) = a + b · x(n),        a = c + R_w / η,        b = 1 / η + γ
+    t(n) = a + b · x(n),        a ≥ R_w,        b ≥ 1
 
-η ≤ 1 is the fraction of the bandwidth reached (the efficiency, an effective bandwidth η·B_d), c ≥ 0 a fixed
-per-token overhead (kernel launches, sampling, synchronisation), γ ≥ 0 attention compute that grows with depth
-beyond the bytes it reads. The forms:
+a is the step at empty context (the weights at the bandwidth reached, plus fixed overhead), b the seconds one
+second of peak-bandwidth KV read really costs (the read at the bandwidth reached, plus attention compute that
+grows with depth). Both bounds hold for every value the fit considers, so t(n) ≥ R(n) at every depth: the forecast
+and its band are never above the ceiling, and never a zero or negative time.
 
-- ``ceiling_scaled``: the ceiling curve times the efficiency measured so far, t = R(n) / η₀: nothing measured
-  yet (η₀ from the polls), or one depth bin (its level from the data, its slope from the ceiling).
-- ``bandwidth``: γ = 0, t = c + R(n)/η; the constraints are b ≥ 1 and a ≥ b·R_w (c ≥ 0).
-- ``bandwidth+attention``: the constraints are b ≥ 1 and a ≥ R_w (then η = max(1/b, R_w/a) and c, γ ≥ 0 follow).
+The fit is Bayesian in b. Its prior is the attention prior of the model's class (``kvmon.physics.attention_prior``,
+estimated from published sweeps): log b ~ Normal. Points are grouped into depth bins of ``BIN_TOKENS`` (median time
+per bin, at most ``MAX_BINS``); residuals are relative (timings jitter in proportion) and Huber-weighted, so a
+stalled sample barely moves the fit; their spread and the weights come from the free line through the points (what
+they say of themselves), at least ``attention_prior.FIT_SPREAD_FLOOR`` (what published sweeps' points show about
+their own lines). For each b on a grid in log b, a has a Gaussian conditional posterior (a weak prior centred on the
+ceiling times the measured efficiency, sd ``PRIOR_SD_LEVEL`` of it, cut at a = R_w), which gives that b's marginal
+likelihood in closed form; with the prior on log b that is the posterior over the grid, refined once around its
+mass. Two depths of a hybrid, where the KV is a small share of the step, then fix b through the prior; many depths
+spread over a large KV share fix it through the data.
 
-Every form has a ≥ R_w and b ≥ 1, so t(n) ≥ R(n) at every depth: the forecast is never above the ceiling, and
-never a zero or negative time.
+The forecast at each depth is the median, and the 80% band the 10% and 90% points, of t(n) over: b on its grid
+(the prior's spread and the fit's uncertainty), a's conditional posterior and a relative scatter of bins about the
+line at the residual spread (at least ``attention_prior.FIT_SPREAD_FLOOR``; ``TIMING_NOISE_FRACTION`` while nothing is
+measured), and a drift of the slope past the deepest fitted depth (slopes change with depth: log b moves by
+``attention_prior.DRIFT_PER_DOUBLING`` standard deviations per doubling of the KV read beyond it, estimated from the
+published sweeps). Each point of that mixture is held at the roofline and rises with depth, so every quantile does
+too: the forecast and both edges of the band fall monotonically with depth (no bulge), and the fast edge never
+crosses the ceiling.
 
-The fit. Points are grouped into depth bins of ``BIN_TOKENS`` (median time per bin), at most ``MAX_BINS``. The
-residuals are relative (timings jitter in proportion; their spread is taken as at least ``TIMING_NOISE_FRACTION``,
-since the polls of one reply share its jitter), Huber-weighted (a stalled sample barely moves it), with a
-Gaussian prior centred on the ``ceiling_scaled`` curve (a₀ = R_w/η₀, b₀ = 1/η₀; sd ``PRIOR_SD_LEVEL`` and
-``PRIOR_SD_SLOPE`` of them), η₀ being the median measured efficiency: with few points the forecast is the ceiling
-times the efficiency with a wide band, and data narrows it. The posterior mean is projected onto the form's
-constraints (a two-parameter quadratic programme); the 80% interval combines the posterior covariance with the
-residual spread (at least ``TIMING_NOISE_FRACTION``), and its fast end is held at the ceiling.
+Forms (what the Snapshot calls the fit): ``ceiling_scaled`` with fewer than two depth bins (the level from the
+measured efficiency, the slope from the prior: a wide band); otherwise ``bandwidth`` when the fitted attention work
+beyond the bytes is under ``ATTENTION_SHARE`` of the KV read at the bandwidth reached, else ``bandwidth+attention``.
 
-The selection rule (by held-out error, not by eye): with three or more depth bins, the deepest third of them (at
-least one) is held out, both ``bandwidth`` and ``bandwidth+attention`` are fitted on the rest, and each is scored
-by its mean absolute relative error in tok/s on the held-out bins. The attention term is kept only when it cuts
-that error to at most ``ATTENTION_GAIN`` of the ``bandwidth`` form's and by at least ``ATTENTION_MIN_GAIN`` (half a
-percentage point); otherwise ``bandwidth``. With two bins there is nothing to hold out: the attention term is kept
-only when the ``bandwidth`` form misses them by more than ``IN_SAMPLE_MISS`` on average. The chosen form is then
-fitted on all the bins (``heldout_error`` keeps the scores).
+Where attention kernels change with depth (``attention_prior.KERNEL_SWITCHES``: Metal), a slope measured at
+shallow depths says little past the switch: ``fit_bytes`` marks the fit valid only up to it (``valid_to_tokens``)
+until the session's own points reach beyond it; then they replace the class prior (a flat one in its place).
 """
 
 from __future__ import annotations
@@ -44,11 +48,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 
+from kvmon.physics.attention_prior import (
+    DRIFT_PER_DOUBLING,
+    FIT_SPREAD_FLOOR,
+    AttentionPrior,
+    attention_class,
+    prior_for,
+)
 from kvmon.physics.ceiling import DeviceShare, step_time_parts
-from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points, t_quantile
+from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points
 from kvmon.physics.kv import kv_read_profile
 from kvmon.physics.shape import ModelShape
 
@@ -60,23 +72,39 @@ FORMS = (FORM_CEILING_SCALED, FORM_BANDWIDTH, FORM_ATTENTION)
 BIN_TOKENS = 256
 MAX_BINS = 300
 PRIOR_SD_LEVEL = 0.5
-PRIOR_SD_SLOPE = 4.0
-ATTENTION_GAIN = 0.8
-ATTENTION_MIN_GAIN = 0.005
-IN_SAMPLE_MISS = 0.05
+ATTENTION_SHARE = 0.05
 HUBER_K = 1.345
-IRLS_ITERATIONS = 8
+ROBUST_MIN_BINS = 6
+IRLS_ITERATIONS = 4
+GRID_COARSE = 64
+GRID_FINE = 24
+GRID_SIGMAS = 4.0
+FLAT_LOG_SD = 3.0  # the prior once a session's own points replace it (kernels that change with depth)
+BAND = (0.10, 0.90)  # the 80% interval
+
+
+def _stratified_z(k: int) -> np.ndarray:
+    return np.array([NormalDist().inv_cdf(p) for p in (np.arange(k) + 0.5) / k])
+
+
+_SPREAD_Z = _stratified_z(5)  # stratified points of each node's normal (a's spread and the timing jitter)
+_DRIFT_Z = _stratified_z(5)
+# a slope's drift must keep every sample rising with depth: b·x·(x/x₀)^(τz/ln 2) rises while τ|z| < ln 2
+_DRIFT_MAX = 0.6 * math.log(2.0) / float(np.max(np.abs(_DRIFT_Z)))
+_TAIL_WEIGHT = 2e-3  # the lightest grid nodes, together under this share, are left out of the predictive
 
 
 @dataclass(frozen=True)
 class ReadProfile:
     """Seconds one step spends reading memory at depth n at peak bandwidth: ``weights_s + kv_s_per_byte × kv(n)``,
-    kv(n) = unbounded·n + Σ bytes·min(n, window) (the shape's KV read profile at the cache types in use)."""
+    kv(n) = unbounded·n + Σ bytes·min(n, window) (the shape's KV read profile at the cache types in use), and the
+    class of its attention (which prior the slope starts from)."""
 
     weights_s: float
     kv_s_per_byte: float
     kv_unbounded_bytes_per_token: float
     kv_windows: tuple[tuple[int, int], ...] = ()
+    attention_class: str = "gqa"
 
     @staticmethod
     def of(devices: Sequence[DeviceShare], shape: ModelShape, type_k: str | None,
@@ -89,7 +117,8 @@ class ReadProfile:
         if not (weights_s > 0 and math.isfinite(weights_s) and math.isfinite(kv_s_per_byte) and kv_s_per_byte >= 0):
             return None
         unbounded, windows = kv_read_profile(shape, type_k, type_v)
-        return ReadProfile(weights_s, kv_s_per_byte, float(unbounded), windows)
+        on_host = any(d.location == "host" and d.kv_fraction > 0 for d in devices)
+        return ReadProfile(weights_s, kv_s_per_byte, float(unbounded), windows, attention_class(shape, on_host))
 
     def kv_s(self, context_tokens: np.ndarray | float) -> np.ndarray:
         """Seconds reading the KV cache at each depth (at peak bandwidth)."""
@@ -107,21 +136,26 @@ class ReadProfile:
 
 @dataclass(frozen=True)
 class BytesFit:
-    """t(n) = a_s + b × kv_s(n) on ``profile``, of one form, with its posterior covariance and residual spread."""
+    """t(n) = a + b × kv_s(n) on ``profile``: the posterior over b on a grid (with a's conditional posterior at each
+    node) and the residual spread; ``a_s`` and ``b`` are its point estimates (the median b, a's mean there)."""
 
     form: str
     a_s: float
     b: float  # seconds per second of KV read at peak bandwidth (≥ 1)
-    var_a: float
-    cov_ab: float
-    var_b: float
+    log_b_nodes: tuple[float, ...]
+    node_weights: tuple[float, ...]
+    a_means: tuple[float, ...]
+    a_sds: tuple[float, ...]
     residual_sd_fraction: float
     n_bins: int
     profile: ReadProfile
     prior_efficiency: float
+    prior: AttentionPrior
     context_min: float = 0.0
     context_max: float = 0.0
-    heldout_error: tuple[tuple[str, float], ...] = ()  # (form, mean |relative error|) of the selection, if made
+    valid_to_tokens: float | None = None  # beyond this depth the kernels change and the slope is not trusted
+    past_kernel_switch: bool = False  # points past a kernel switch: the session's own slope, no class prior
+    drift_per_doubling: float = DRIFT_PER_DOUBLING
 
     @property
     def efficiency(self) -> float:
@@ -135,7 +169,7 @@ class BytesFit:
 
     @property
     def attention_factor(self) -> float:
-        """γ: extra seconds per second of KV read that grow with depth (attention compute); 0 in ``bandwidth``."""
+        """γ: extra seconds per second of KV read that grow with depth (attention compute beyond the bytes)."""
         return max(0.0, self.b - 1.0 / self.efficiency)
 
     @property
@@ -144,7 +178,7 @@ class BytesFit:
         return self.b * self.profile.kv_unbounded_bytes_per_token * self.profile.kv_s_per_byte
 
     def time_s(self, context_tokens: np.ndarray | float) -> np.ndarray:
-        """Fitted seconds per token at each depth, never below the roofline."""
+        """Point-estimate seconds per token at each depth, never below the roofline."""
         kv = self.profile.kv_s(context_tokens)
         return np.maximum(self.a_s + self.b * kv, self.profile.weights_s + kv)
 
@@ -154,15 +188,77 @@ class BytesFit:
         return Prediction(tok_s=float(tok_s[0]), low_tok_s=float(low[0]), high_tok_s=float(high[0]))
 
     def predict_many(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tok/s, low, high) at each depth, as ``predict``."""
-        kv = self.profile.kv_s(contexts)
-        roof = self.profile.weights_s + kv
-        t = np.maximum(self.a_s + self.b * kv, roof)
-        var = self.var_a + 2.0 * kv * self.cov_ab + kv * kv * self.var_b + (self.residual_sd_fraction * t) ** 2
-        half = t_quantile(max(self.n_bins - 2, 1)) * np.sqrt(np.maximum(var, 0.0))
-        t_fast = np.maximum(np.maximum(t - half, roof), t / 2)  # the fast end: at the ceiling at most
-        t_slow = t + half
-        return 1.0 / t, 1.0 / t_slow, 1.0 / t_fast
+        """(tok/s, low, high) at each depth: 1 / the median, 90% and 10% points of the predictive time."""
+        q = predictive_times(self, np.asarray(contexts, dtype=float), (0.5, BAND[1], BAND[0]))
+        return 1.0 / q[0], 1.0 / q[1], 1.0 / q[2]
+
+
+def predictive_times(fit: BytesFit, contexts: np.ndarray, probs: Sequence[float]) -> np.ndarray:
+    """Quantiles (rows, one per prob) of the predictive seconds per token at each depth (columns).
+
+    Per grid node of b and per drift point d(n) of the slope past the deepest fitted depth, the time is Normal with
+    mean m_a + b·d(n)·x(n) (a's conditional mean) and variance a's plus the jitter's (σ·mean)², taken at stratified
+    points; each point is held at the roofline (which is also where a's cut at R_w ends it). Every such point rises
+    with depth (σ·|z| < 1), so each weighted quantile does too; a running maximum over the sorted depths keeps that
+    exact against interpolation and rounding.
+    """
+    n = np.asarray(contexts, dtype=float).ravel()
+    w = np.asarray(fit.node_weights)
+    keep = _heavy_nodes(w)
+    b = np.exp(np.asarray(fit.log_b_nodes)[keep])
+    w = w[keep] / w[keep].sum()
+    lo = fit.profile.weights_s
+    a_mean, a_sd = np.asarray(fit.a_means)[keep], np.asarray(fit.a_sds)[keep]  # a < R_w ends at the roofline
+    x = fit.profile.kv_s(n)  # (m,)
+    roof = lo + x
+    x_ref = float(fit.profile.kv_s(fit.context_max)) if fit.n_bins else 0.0
+    doublings = np.log2(np.maximum(x / x_ref, 1.0)) if x_ref > 0 else np.zeros_like(x)
+    tau = min(max(fit.drift_per_doubling, 0.0), _DRIFT_MAX)
+    drift = np.exp(tau * _DRIFT_Z[:, None] * doublings[None, :])  # (D, m)
+    mean = a_mean[:, None, None] + b[:, None, None] * drift[None, :, :] * x[None, None, :]  # (J, D, m)
+    sd = np.sqrt(a_sd[:, None, None] ** 2 + (fit.residual_sd_fraction * mean) ** 2)
+    t = mean[:, :, None, :] + sd[:, :, None, :] * _SPREAD_Z[None, None, :, None]  # (J, D, Z, m)
+    t = np.maximum(t, roof).reshape(-1, n.size)
+    per = _DRIFT_Z.size * _SPREAD_Z.size
+    weights = np.repeat(w, per) / per
+    out = np.empty((len(probs), n.size))
+    order = np.argsort(t, axis=0)
+    ts = np.take_along_axis(t, order, axis=0)
+    w_sorted = weights[order]
+    mid = np.cumsum(w_sorted, axis=0) - w_sorted / 2.0  # each point's cumulative weight at its middle
+    cols = np.arange(n.size)
+    last = ts.shape[0] - 1
+    for i, p in enumerate(probs):  # interpolated between points: a lone node's strata give its normal's quantiles
+        hi = np.minimum((mid < p).sum(axis=0), last)
+        lo_i = np.maximum(hi - 1, 0)
+        m_lo, m_hi = mid[lo_i, cols], mid[hi, cols]
+        frac = np.clip((p - m_lo) / np.where(m_hi > m_lo, m_hi - m_lo, 1.0), 0.0, 1.0)
+        out[i] = ts[lo_i, cols] + frac * (ts[hi, cols] - ts[lo_i, cols])
+    by_depth = np.argsort(n, kind="stable")
+    out[:, by_depth] = np.maximum.accumulate(out[:, by_depth], axis=1)
+    return np.maximum(out, roof)
+
+
+def _heavy_nodes(w: np.ndarray) -> np.ndarray:
+    """The grid nodes that matter: all but the lightest ones whose weights add up to under ``_TAIL_WEIGHT``."""
+    order = np.argsort(w)
+    light = order[np.cumsum(w[order]) < _TAIL_WEIGHT * w.sum()]
+    keep = np.ones(w.size, dtype=bool)
+    keep[light] = False
+    return keep
+
+
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _ndtr(z: np.ndarray) -> np.ndarray:
+    """The standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, absolute error < 1.5e-7)."""
+    v = np.asarray(z, dtype=float) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + _ERF_P * np.abs(v))
+    poly = t * (_ERF_A[0] + t * (_ERF_A[1] + t * (_ERF_A[2] + t * (_ERF_A[3] + t * _ERF_A[4]))))
+    erf = 1.0 - poly * np.exp(-v * v)
+    return 0.5 * (1.0 + np.sign(v) * erf)
 
 
 def _bins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,95 +285,125 @@ def _group_medians(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (vs[lo] + vs[hi]) / 2.0
 
 
-def _constraints(form: str, weights: float) -> list[tuple[np.ndarray, float]]:
-    """The form's constraints g·θ ≥ h on θ = (a, b), in units of the median step time."""
-    b_min = (np.array([0.0, 1.0]), 1.0)
-    if form == FORM_ATTENTION:
-        return [b_min, (np.array([1.0, 0.0]), weights)]
-    return [b_min, (np.array([1.0, -weights]), 0.0)]
-
-
-def _project(theta: np.ndarray, h: np.ndarray, cons: list[tuple[np.ndarray, float]]) -> np.ndarray:
-    """argmin (θ'−θ)ᵀ H (θ'−θ) subject to the constraints (every active set of a two-parameter problem)."""
-    def feasible(t: np.ndarray) -> bool:
-        return all(float(g @ t) >= lim - 1e-12 * max(1.0, abs(lim)) for g, lim in cons)
-
-    if feasible(theta):
-        return theta
-    h_inv = np.linalg.inv(h)
-    best: np.ndarray | None = None
-    best_cost = math.inf
-    candidates: list[np.ndarray] = []
-    for g, lim in cons:
-        hg = h_inv @ g
-        denom = float(g @ hg)
-        if denom > 0:
-            candidates.append(theta + hg * (lim - float(g @ theta)) / denom)
-    g_mat = np.array([g for g, _ in cons])
-    if abs(np.linalg.det(g_mat)) > 1e-15:
-        candidates.append(np.linalg.solve(g_mat, np.array([lim for _, lim in cons])))
-    for c in candidates:
-        if not feasible(c):
-            continue
-        d = c - theta
-        cost = float(d @ h @ d)
-        if cost < best_cost:
-            best, best_cost = c, cost
-    if best is None:  # cannot happen with these constraints (their vertex is feasible); be safe
-        best = np.array([max(theta[0], cons[1][1]), max(theta[1], 1.0)])
-    return best
-
-
 @dataclass(frozen=True)
-class _Solved:
-    theta: np.ndarray  # (a, b) in units of the median step time (b is dimensionless)
-    cov: np.ndarray
-    sd_fraction: float
+class _Posterior:
+    log_b: np.ndarray
+    weights: np.ndarray
+    a_mean: np.ndarray
+    a_sd: np.ndarray
 
 
-def _solve(x: np.ndarray, y: np.ndarray, weights_s: float, prior: tuple[float, float], form: str,
-           scale: float) -> _Solved:
-    """The constrained, Huber-weighted, prior-regularised relative least squares of one form (units of ``scale``)."""
-    u = 1.0 / y  # relative residual: 1 − (a + b·x)/y
-    design = np.column_stack((u, x * u))
-    a0, b0 = prior
-    prior_prec = np.diag([1.0 / (PRIOR_SD_LEVEL * a0) ** 2, 1.0 / (PRIOR_SD_SLOPE * b0) ** 2])
-    theta0 = np.array([a0, b0])
-    cons = _constraints(form, weights_s / scale)
+def _posterior(x: np.ndarray, y: np.ndarray, hub: np.ndarray, sd: float, weights_s: float, a0: float,
+               prior: AttentionPrior, log_b: np.ndarray) -> _Posterior:
+    """The posterior over the ``log_b`` grid (relative residuals 1 − (a + b·x)/y, spread ``sd``, Huber weights)
+    with a's Gaussian conditional posterior at each node, cut at a ≥ R_w (units of the median step)."""
+    u = 1.0 / y
+    sa = PRIOR_SD_LEVEL * a0
+    b = np.exp(log_b)
+    s = 1.0 - b[:, None] * (x * u)[None, :]  # (J, n): what a·u must explain
+    prec = float(np.sum(hub * u * u)) / sd**2 + 1.0 / sa**2
+    mean = (s @ (hub * u) / sd**2 + a0 / sa**2) / prec
+    quad = (s * s) @ hub / sd**2 + a0**2 / sa**2 - prec * mean**2
+    a_sd = 1.0 / math.sqrt(prec)
+    log_mass = np.log(np.maximum(_ndtr((mean - weights_s) / a_sd), 1e-300))  # the share of a above R_w
+    log_prior = -0.5 * ((log_b - prior.log_b_mean) / prior.log_b_sd) ** 2
+    logw = -0.5 * quad + log_mass + log_prior
+    w = np.exp(logw - logw.max())
+    return _Posterior(log_b, w / w.sum(), mean, np.full_like(mean, a_sd))
+
+
+def _grid(prior: AttentionPrior, hint_log_b: float | None, n: int = GRID_COARSE) -> np.ndarray:
+    top = prior.log_b_mean + GRID_SIGMAS * prior.log_b_sd
+    if hint_log_b is not None and math.isfinite(hint_log_b):
+        top = max(top, hint_log_b + 1.0)
+    return np.linspace(0.0, max(top, 0.5), n)
+
+
+def _refine(post: _Posterior) -> np.ndarray:
+    m = float(np.sum(post.weights * post.log_b))
+    s = math.sqrt(max(float(np.sum(post.weights * (post.log_b - m) ** 2)), 0.0))
+    step = float(post.log_b[1] - post.log_b[0]) if post.log_b.size > 1 else 0.1
+    half = max(GRID_SIGMAS * 1.5 * s, 2.0 * step)
+    return np.linspace(max(0.0, m - half), m + half, GRID_FINE)
+
+
+def _free_ab(x: np.ndarray, y: np.ndarray, hub: np.ndarray | None = None) -> tuple[float, float] | None:
+    """Unconstrained relative least squares of y ≈ a + b·x (a and b free); None with fewer than two depths."""
+    if x.size < 2 or float(np.ptp(x)) <= 0:
+        return None
+    u = 1.0 / y
+    w = np.ones_like(y) if hub is None else hub
+    design = np.column_stack((u, x * u)) * np.sqrt(w)[:, None]
+    coef, *_ = np.linalg.lstsq(design, np.sqrt(w), rcond=None)
+    return float(coef[0]), float(coef[1])
+
+
+def free_slope(points: Sequence[tuple[float, float]], profile: ReadProfile) -> float | None:
+    """b of the unconstrained relative least-squares line t = a + b·x(n) through (context tokens, tok/s) points:
+    what a sweep says its slope is, with no prior (how ``kvmon.physics.attention_prior`` is estimated)."""
+    n, y = clean_points(points)
+    n, y = _bins(n, y)
+    found = _free_ab(profile.kv_s(n), y)
+    return None if found is None else found[1]
+
+
+def _solve(x: np.ndarray, y: np.ndarray, weights_s: float, a0: float,
+           prior: AttentionPrior) -> tuple[_Posterior, float]:
+    """The grid posterior (coarse, then refined); the spread and Huber weights from the free line."""
     n = y.size
-    sd = TIMING_NOISE_FRACTION
+    sd = FIT_SPREAD_FLOOR
     hub = np.ones(n)
-    theta = theta0
-    h = prior_prec
-    for _ in range(IRLS_ITERATIONS):
-        wd = design * hub[:, None]
-        h = design.T @ wd / sd**2 + prior_prec
-        rhs = wd.sum(axis=0) / sd**2 + prior_prec @ theta0
-        previous = theta
-        theta = _project(np.linalg.solve(h, rhs), h, cons)
-        resid = 1.0 - design @ theta
-        if n > 2:
-            sd = max(TIMING_NOISE_FRACTION, float(math.sqrt(float(np.sum(hub * resid**2)) / (n - 2))))
-        limit = HUBER_K * sd
-        hub = np.minimum(1.0, limit / np.maximum(np.abs(resid), 1e-300))
-        if np.all(np.abs(theta - previous) <= 1e-9 * np.maximum(np.abs(theta), 1e-12)):
-            break  # converged: the weights no longer move it
-    return _Solved(theta, np.linalg.inv(h), sd)
+    free = _free_ab(x, y)
+    # judged by the free line (what the points say of themselves), not the posterior: a prior far from the data
+    # would otherwise widen the spread it is judged by, and win by that
+    for _ in range(IRLS_ITERATIONS if n > 2 else 0):
+        free = _free_ab(x, y, hub)
+        if free is None:
+            break
+        resid = 1.0 - (free[0] + free[1] * x) / y
+        # a robust scale (the median absolute deviation) once there are enough bins to tell an outlier from the
+        # rest, so one stalled sample cannot widen the spread it is judged by; the Huber weights then take it out
+        if n >= ROBUST_MIN_BINS:
+            spread = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+        else:
+            spread = math.sqrt(float(np.sum(hub * resid**2)) / max(1.0, float(hub.sum()) - 2))
+        sd = max(FIT_SPREAD_FLOOR, spread)
+        hub = np.minimum(1.0, HUBER_K * sd / np.maximum(np.abs(resid), 1e-300))
+    hint = math.log(free[1]) if free is not None and free[1] > 1.0 else None
+    post = _posterior(x, y, hub, sd, weights_s, a0, prior, _grid(prior, hint))
+    post = _posterior(x, y, hub, sd, weights_s, a0, prior, _refine(post))
+    return post, sd
 
 
-def _fit(form: str, x: np.ndarray, y: np.ndarray, profile: ReadProfile, eff0: float, scale: float,
-         n_tokens: np.ndarray, heldout: tuple[tuple[str, float], ...] = ()) -> BytesFit:
+def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfile, eff0: float,
+         prior: AttentionPrior, valid_to: float | None) -> BytesFit:
+    scale = float(np.median(y)) if y.size else profile.weights_s / eff0
     w = profile.weights_s / scale
-    prior = (w / eff0, 1.0 / eff0)
-    s = _solve(x / scale, y / scale, profile.weights_s, prior, form, scale)
-    a, b = float(s.theta[0]) * scale, float(s.theta[1])
-    a = max(a, profile.weights_s)
-    b = max(b, 1.0)
-    return BytesFit(form=form, a_s=a, b=b, var_a=float(s.cov[0, 0]) * scale**2, cov_ab=float(s.cov[0, 1]) * scale,
-                    var_b=float(s.cov[1, 1]), residual_sd_fraction=max(s.sd_fraction, TIMING_NOISE_FRACTION),
-                    n_bins=int(y.size), profile=profile, prior_efficiency=eff0,
-                    context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
-                    context_max=float(n_tokens.max()) if n_tokens.size else 0.0, heldout_error=heldout)
+    a0 = w / eff0
+    if y.size:
+        post, sd = _solve(x / scale, y / scale, w, a0, prior)
+    else:  # the prior alone: the level from the polls' efficiency, the slope from the class
+        log_b = _grid(prior, None, GRID_FINE)
+        lw = -0.5 * ((log_b - prior.log_b_mean) / prior.log_b_sd) ** 2
+        wts = np.exp(lw - lw.max())
+        post = _Posterior(log_b, wts / wts.sum(), np.full_like(log_b, a0), np.full_like(log_b, PRIOR_SD_LEVEL * a0))
+        sd = TIMING_NOISE_FRACTION
+    # the point estimates: the posterior median of log b (interpolated between nodes), a's mean there
+    cdf = np.cumsum(post.weights) - post.weights / 2.0
+    log_b_med = float(np.interp(0.5, cdf, post.log_b))
+    b = max(1.0, math.exp(log_b_med))
+    a = max(float(np.interp(log_b_med, post.log_b, post.a_mean)) * scale, profile.weights_s)
+    fit = BytesFit(
+        form=FORM_CEILING_SCALED, a_s=a, b=b, log_b_nodes=tuple(float(v) for v in post.log_b),
+        node_weights=tuple(float(v) for v in post.weights), a_means=tuple(float(v) * scale for v in post.a_mean),
+        a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, FIT_SPREAD_FLOOR),
+        n_bins=int(y.size), profile=profile, prior_efficiency=eff0, prior=prior,
+        context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
+        context_max=float(n_tokens.max()) if n_tokens.size else 0.0, valid_to_tokens=valid_to)
+    if y.size < 2:
+        return fit
+    form = FORM_ATTENTION if fit.attention_factor * fit.efficiency >= ATTENTION_SHARE else FORM_BANDWIDTH
+    return replace(fit, form=form)
 
 
 def _mean_error(fit: BytesFit, n: np.ndarray, y: np.ndarray) -> float:
@@ -295,11 +421,14 @@ def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProf
 
 
 def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
-              prior_efficiency: float | None = None) -> BytesFit | None:
-    """Fit (context tokens, decode tok/s) points on ``profile``; the form chosen by the module's rule.
+              prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
+              prior: AttentionPrior | None = None) -> BytesFit | None:
+    """Fit (context tokens, decode tok/s) points on ``profile`` (see the module docstring).
 
     ``prior_efficiency``: the measured ÷ ceiling to scale the ceiling by when no point is given (the polls'
-    median); with points, their own median is used. None when there is neither.
+    median); with points, their own median is used. None when there is neither. ``kernel_switch_tokens``: the depth
+    past which these devices' attention kernels change; the fit is valid only up to it until a point lies beyond,
+    and then the session's points replace the class prior. ``prior``: the attention prior (default: the class's).
     """
     n_raw, y_raw = clean_points(points)
     n, y = _bins(n_raw, y_raw)
@@ -310,29 +439,30 @@ def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
     else:
         return None
     eff0 = min(1.0, max(eff0, 1e-3))
-    if n.size == 0:  # the prior alone: the ceiling scaled by the polls' efficiency
-        return BytesFit(FORM_CEILING_SCALED, profile.weights_s / eff0, 1.0 / eff0,
-                        (PRIOR_SD_LEVEL * profile.weights_s / eff0) ** 2, 0.0, (PRIOR_SD_SLOPE / eff0) ** 2,
-                        TIMING_NOISE_FRACTION, 0, profile, eff0)
-    scale = float(np.median(y))
-    x = profile.kv_s(n)
+    prior = prior or prior_for(profile.attention_class)
+    valid_to: float | None = None
+    if kernel_switch_tokens is not None:
+        if n.size and float(n.max()) > kernel_switch_tokens:  # the session went deeper: its points decide
+            prior = AttentionPrior(prior.attention_class, prior.log_b_mean, FLAT_LOG_SD)
+        else:
+            valid_to = float(kernel_switch_tokens)
     order = np.argsort(n, kind="stable")
-    n, y, x = n[order], y[order], x[order]
-    if n.size < 2:  # one depth: the level from the data, the shape from the ceiling
-        return replace(_fit(FORM_BANDWIDTH, x, y, profile, eff0, scale, n), form=FORM_CEILING_SCALED)
-    if n.size == 2:  # no held-out set: the attention term only if the bandwidth form cannot meet both depths
-        plain = _fit(FORM_BANDWIDTH, x, y, profile, eff0, scale, n)
-        miss = _mean_error(plain, n, y)
-        if miss <= IN_SAMPLE_MISS:
-            return replace(plain, heldout_error=((FORM_BANDWIDTH, miss),))
-        return _fit(FORM_ATTENTION, x, y, profile, eff0, scale, n, ((FORM_BANDWIDTH, miss),))
+    n, y = n[order], y[order]
+    x = profile.kv_s(n)
+    fit = _fit(x, y, n, profile, eff0, prior, valid_to)
+    if kernel_switch_tokens is not None and valid_to is None:
+        fit = replace(fit, past_kernel_switch=True)
+    return fit
+
+
+def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, **kw: object) -> float | None:
+    """Mean |forecast ÷ measured − 1| on the deepest third of the depth bins when fitted on the rest (the fit's
+    held-out check; ``kw`` as for ``fit_bytes``); None with fewer than three bins."""
+    n, y = _bins(*clean_points(points))
+    if n.size < 3:
+        return None
+    order = np.argsort(n, kind="stable")
+    n, y = n[order], y[order]
     k = max(1, round(n.size / 3))
-    train = slice(0, n.size - k)
-    test = slice(n.size - k, n.size)
-    errors: list[tuple[str, float]] = []
-    for form in (FORM_BANDWIDTH, FORM_ATTENTION):
-        trial = _fit(form, x[train], y[train], profile, eff0, float(np.median(y[train])), n[train])
-        errors.append((form, _mean_error(trial, n[test], y[test])))
-    e_bw, e_att = errors[0][1], errors[1][1]
-    form = FORM_ATTENTION if (e_att <= ATTENTION_GAIN * e_bw and e_bw - e_att >= ATTENTION_MIN_GAIN) else FORM_BANDWIDTH
-    return _fit(form, x, y, profile, eff0, scale, n, tuple(errors))
+    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, **kw)  # type: ignore[arg-type]
+    return None if trial is None else _mean_error(trial, n[-k:], y[-k:])

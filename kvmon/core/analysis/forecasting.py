@@ -4,7 +4,9 @@ plot draws).
 
 The fit is ``kvmon.physics.decode_model`` (bytes read per token at each depth, bounded by the ceiling) when the
 model's shape and the devices are known, else the context-linear line of ``kvmon.physics.forecast`` (said so in
-``reasons``). It reads only the current regime's points (``kvmon.core.analysis.regimes``): a reload, another
+``reasons``). On devices whose attention kernels change with depth (``kvmon.physics.attention_prior``: Metal) the
+forecast stops at the switch until the session has measured past it, and says so (``Forecast.valid_to_tokens``,
+the reason). It reads only the current regime's points (``kvmon.core.analysis.regimes``): a reload, another
 n_ctx or a spill starts it again. It is made on every new point while there are few, then when the points grew by a
 quarter or a minute has passed (each refit redraws the forecast).
 """
@@ -30,6 +32,7 @@ from kvmon.core.snapshot import SERVER_READ_STATUSES, Forecast, Milestone, Model
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import decode_model
 from kvmon.physics import forecast as forecast_mod
+from kvmon.physics.attention_prior import KernelSwitch, kernel_switch
 
 EFFICIENCIES_KEPT = 600
 Curve = tuple[tuple[int, float, float, float], ...]
@@ -57,6 +60,7 @@ class Forecaster:
         self._fit_dirty = False  # a point came since the last fit
         self._fit_t: float | None = None  # when the fit was made, and on how many points
         self._fit_n = 0
+        self._switch: KernelSwitch | None = None  # the kernel switch the fit was made for
 
     def reset(self) -> None:
         """Forget the session: the regimes, points, efficiencies, the fit."""
@@ -98,19 +102,29 @@ class Forecaster:
         return self._memo.get(shape, ("read_profile", tuple(devices), type_k, type_v),
                               lambda: decode_model.ReadProfile.of(devices, shape, type_k, type_v))
 
-    def _refit(self, profile: Any) -> None:
+    def _refit(self, profile: Any, switch: KernelSwitch | None) -> None:
         points = self._points.latest()
+        self._switch = switch
         if profile is not None:
-            self._fit = decode_model.fit_bytes(points, profile, self.median_efficiency())
+            self._fit = decode_model.fit_bytes(points, profile, self.median_efficiency(),
+                                               kernel_switch_tokens=switch.tokens if switch else None)
             self._fit_reason = None if self._fit is not None else "no decode speed measured yet in this regime"
+            if self._fit is not None and switch is not None:
+                self._fit_reason = (switch.note if self._fit.valid_to_tokens is not None else
+                                    f"fitted on this session's own points past {switch.tokens // 1024}K "
+                                    f"({switch.backend}'s attention kernels change with depth: no prior slope)")
         else:
             self._fit, why = forecast_mod.fit_decode_checked(points)
             self._fit_reason = NO_SHAPE_FIT if self._fit is not None else f"{NO_SHAPE_FIT}; none yet: {why}"
 
     def forecast(self, now: float, model: ModelView, context: int | None, decode: float | None,
                  devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
-                 vfacts: Sequence[GpuVramFacts], prov: dict[str, str], reasons: dict[str, str]) -> Forecast:
-        """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones and along the curve."""
+                 vfacts: Sequence[GpuVramFacts], prov: dict[str, str], reasons: dict[str, str],
+                 vendors: Sequence[str | None] = ()) -> Forecast:
+        """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones and along the curve.
+
+        ``vendors``: of the GPUs the model runs on (where attention kernels change with depth, the forecast stops
+        at the switch until this session's points pass it)."""
         tokens_ctx = secs_ctx = None
         if model.n_ctx and context is not None:
             tokens_ctx = int(ceiling_mod.tokens_until_full(model.n_ctx, context))
@@ -123,14 +137,17 @@ class Forecaster:
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
         profile = self._profile(devices, shape, type_k, type_v)
+        switch = kernel_switch(vendors)
         kind = "bytes" if profile is not None else "line"
         n_pts = len(self._points)
         stale_kind = self._fit is not None and (isinstance(self._fit, decode_model.BytesFit) != (kind == "bytes"))
         stale_profile = isinstance(self._fit, decode_model.BytesFit) and self._fit.profile != profile
         no_fit_yet = self._fit is None and profile is not None and self.median_efficiency() is not None
+        stale_switch = switch != self._switch
         if (self._fit_dirty and (n_pts < 16 or self._fit_t is None or n_pts >= 1.25 * self._fit_n
-                                 or now - self._fit_t >= 60.0)) or stale_kind or stale_profile or no_fit_yet:
-            self._refit(profile)
+                                 or now - self._fit_t >= 60.0)) or stale_kind or stale_profile or no_fit_yet \
+                or stale_switch:
+            self._refit(profile, switch)
             self._fit_dirty = False
             self._fit_t, self._fit_n = now, n_pts
         fit = self._fit
@@ -141,13 +158,18 @@ class Forecaster:
             # the same fit and n_ctx give the same milestones and curve: computed once, not every poll
             milestones, curve = self._memo.get(shape, ("forecast", fit, n_ctx, self._curve_points),
                                                lambda: self._predict(fit, n_ctx))
-        if self._fit_reason:
+        past_switch = isinstance(fit, decode_model.BytesFit) and fit.past_kernel_switch
+        if self._fit_reason and not past_switch:  # a note on the fit, not something unknown
             reasons["forecast"] = self._fit_reason
         if milestones:
             prov["forecast.milestones"] = ("computed" if isinstance(fit, decode_model.BytesFit)
                                            and fit.form != decode_model.FORM_CEILING_SCALED else "estimated")
         bytes_fit = fit if isinstance(fit, decode_model.BytesFit) else None
         line = fit if isinstance(fit, forecast_mod.DecodeFit) else None
+        valid_to = bytes_fit.valid_to_tokens if bytes_fit else None
+        valid_to = int(valid_to) if valid_to is not None and model.n_ctx and valid_to < model.n_ctx else None
+        if valid_to is not None:
+            prov["forecast.valid_to_tokens"] = "table"  # the kernel switch, from kvmon.physics.attention_prior
         return Forecast(
             tokens_until_ctx_full=tokens_ctx, seconds_until_ctx_full=secs_ctx, tokens_until_vram_full=tokens_vram,
             seconds_until_vram_full=secs_vram,
@@ -159,12 +181,17 @@ class Forecaster:
             fit_overhead_s=bytes_fit.overhead_s if bytes_fit else None,
             fit_attention_factor=bytes_fit.attention_factor if bytes_fit else None,
             fit_reason=self._fit_reason, curve=curve,
+            valid_to_tokens=valid_to,
         )
 
     def _predict(self, fit: Any, n_ctx: int) -> tuple[tuple[Milestone, ...], Curve]:
         """tok/s at each context milestone up to n_ctx, and along the curve's depths (with the ceiling, if known)."""
         depths = [m for m in self._milestone_depths if m <= n_ctx]
         along = curve_depths(n_ctx, self._curve_points)
+        limit = fit.valid_to_tokens if isinstance(fit, decode_model.BytesFit) else None
+        if limit is not None and limit < n_ctx:  # kernels change past it: no numbers beyond, the curve ends there
+            depths = [m for m in depths if m <= limit]
+            along = [d for d in along if d < limit] + [int(limit)]
         if isinstance(fit, decode_model.BytesFit):
             xs = np.asarray(depths + along, dtype=float)
             tok_s, low, high = fit.predict_many(xs)

@@ -1,5 +1,5 @@
 """Speed vs context depth, the hero: measured points, ceiling curve, the forecast with its 80% band, milestones,
-where the current regime began, you-are-here.
+where the current regime began, where the forecast stops (kernels that change with depth), you-are-here.
 
 Everything drawn comes from the Snapshot (the forecast curve is the analysis's, ``Forecast.curve``) and from the
 session store's bins: the current regime's points in the decode colour, the earlier regimes' points of the same
@@ -100,6 +100,11 @@ class SpeedContextPanel(QtWidgets.QWidget):
                                            labelOpts={"position": 0.92, "color": theme.color("warning")})
         self.regime_line.hide()
         pi.addItem(self.regime_line)
+        limit_pen = pg.mkPen(theme.color("forecast"), width=1, style=QtCore.Qt.PenStyle.DashDotDotLine)
+        self.limit_line = pg.InfiniteLine(angle=90, movable=False, pen=limit_pen, label="",
+                                          labelOpts={"position": 0.80, "color": theme.color("forecast")})
+        self.limit_line.hide()
+        pi.addItem(self.limit_line)
         self._milestone_lines: dict[int, pg.InfiniteLine] = {}
         for i, m in enumerate(sorted(MILESTONES)):
             # labels of neighbouring milestones sit at three heights so that 8K / 32K / 64K never overlap
@@ -202,6 +207,19 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self.regime_line.setToolTip(f"A new regime began here ({r.description}): the forecast fits only the points "
                                     "measured since; earlier ones are drawn faded.")
 
+    def _draw_limit(self, fc: Forecast, x_max: int) -> None:
+        """Where the forecast stops short of n_ctx (attention kernels that change with depth), and why."""
+        limit = fc.valid_to_tokens
+        if not self._changed("limit", (limit, x_max, fc.fit_reason)):
+            return
+        if limit is None or limit >= x_max:
+            self.limit_line.hide()
+            return
+        self.limit_line.setValue(limit)
+        self.limit_line.show()  # first: a hidden line's label ignores a new text
+        self.limit_line.label.setFormat(f"kernel-dependent\nbeyond {fmt.ctx_label(limit)}")
+        self.limit_line.setToolTip(f"No forecast past {fmt.ctx_label(limit)}: {fc.fit_reason or ''}".rstrip(": "))
+
     def _draw_milestones(self, fc: Forecast, x_max: int) -> None:
         """Each visible milestone's label: its depth and the forecast there, as people read numbers."""
         if not self._changed("milestones", (fc.milestones, x_max)):  # formatted only when the forecast moved
@@ -261,18 +279,24 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.here_line.setValue(s.context_tokens)
                 self.here_line.show()
         self._draw_milestones(fc, x_max)
-        if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index)):
+        self._draw_limit(fc, x_max)
+        if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index, fc.fit_reason)):
             self.plot.setToolTip(self._tooltip(fc))
 
     @staticmethod
     def _tooltip(fc: Forecast) -> str:
-        form = {"ceiling_scaled": "the ceiling times the efficiency measured so far (too few depths for a slope)",
+        form = {"ceiling_scaled": "the speed measured so far, slowing with depth as models of this kind do (too few "
+                                  "depths yet for a slope of its own)",
                 "bandwidth": "bytes read per token at the measured efficiency plus a fixed overhead",
                 "bandwidth+attention": "bytes read per token plus attention work growing with depth",
                 "context_linear": "a straight line in depth (model shape or bandwidth unknown: no ceiling)"}
         lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime), ceiling "
                  "(dashed, computed from bandwidth, weights and KV bytes per token), forecast (dotted, with its 80% "
-                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime."]
+                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime. "
+                 "The band widens with the fit's uncertainty, the timing jitter and how slopes drift past the depths "
+                 "measured."]
+        if fc.fit_reason and fc.fit_form != "context_linear":
+            lines.append(fc.fit_reason[0].upper() + fc.fit_reason[1:] + ".")
         for ms in fc.milestones:
             lo = f" ({fmt.num_tok_s(ms.low_tok_s)}–{fmt.num_tok_s(ms.high_tok_s)})" if ms.low_tok_s else ""
             lines.append(f"at {fmt.ctx_label(ms.context_tokens)}: ~{fmt.tok_s(ms.tok_s)}{lo}, "
