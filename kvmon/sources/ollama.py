@@ -175,6 +175,11 @@ class OllamaSource:
         if header is None:
             return None, None, why
         shape, swhy = self._files.shape(header.metadata, key)
+        if header.tensor_bytes is None:
+            name = os.path.basename(path)
+            empty = (f"model file {name!r}'s tensor directory lists no tensors" if header.tensor_count == 0
+                     else f"model file {name!r} holds a tensor of a type kvmon cannot size")
+            swhy = "; ".join(x for x in (empty, swhy) if x)
         return header.tensor_bytes, shape, swhy
 
     def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
