@@ -1,8 +1,8 @@
-"""Files a real llama-server leaves for a monitor to read: its log and the model's GGUF header.
+"""Files a real llama-server leaves for a monitor to read: its log and the model's GGUF file.
 
 The simulator writes both into a folder of its own, so kvmon's llama-server source reads the simulated
 server exactly as a real one: ``/props`` ``model_path`` points at a GGUF that holds the model's metadata
-(no tensors), and each (re)load appends the ``-lv 4`` load-time lines (layers offloaded, buffers per
+and its tensor directory (the data left as a hole in a sparse file), and each (re)load appends the ``-lv 4`` load-time lines (layers offloaded, buffers per
 device, the KV cache size line) to the log.
 """
 
@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from kvmon.core.units import MIB
 from kvmon.sim.model import LoadedModel
+from kvmon.sim.quantize import TypedTensor
 from kvmon.sim.scenarios import Scenario
 
 
-def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:
-    """A GGUF file with the model's metadata and no tensors (what kvmon reads: the header)."""
+def write_gguf_header(path: str, metadata: dict[str, Any], tensors: Sequence[TypedTensor] | None = None) -> None:
+    """A GGUF file with the model's metadata and, when given, its tensor directory: every tensor's name, shape and
+    type at the offset a real file has it, and the file as long as a real one (sparse: the data is never written,
+    so a 16 GB model takes no disk). Without ``tensors`` the directory is empty (a header only)."""
     import gguf
+    import numpy as np
 
     arch = str(metadata.get("general.architecture", "llama"))
     writer = gguf.GGUFWriter(path, arch)
+    for t in tensors or ():  # gguf-py takes the numpy order (outermost first); the file holds GGUF's
+        writer.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.n_bytes, t.ggml_type)
     for key, value in metadata.items():
         if key in ("general.architecture", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"):
             continue
@@ -38,8 +45,27 @@ def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:
             writer.add_array(key, list(value))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    align = writer.data_alignment
+    data_bytes = sum(-(-t.n_bytes // align) * align for t in tensors or ())
     writer.close()
+    with open(path, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        f.truncate(-(-end // align) * align + data_bytes)  # the data section, as a hole
+
+
+def gguf_metadata(model: LoadedModel) -> dict[str, Any]:
+    """The GGUF keys of the model's file: the preset's shape keys, ``general.name`` as real files have it (the model's
+    name, without the preset's note on its shape) and ``general.file_type`` (llama.cpp's number for its type)."""
+    import gguf
+
+    md: dict[str, Any] = {**model.preset.metadata, "general.name": model.preset.display_name.split(" (")[0]}
+    ftype = gguf.LlamaFileType.__members__.get("MOSTLY_" + model.quantization.upper())
+    if model.quantization.upper() == "F32":
+        ftype = gguf.LlamaFileType.ALL_F32
+    if ftype is not None:
+        md["general.file_type"] = int(ftype)
+    return md
 
 
 def _stamp(t_s: float) -> str:
@@ -168,15 +194,9 @@ def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
 
 
 def remove_sim_dir(path: str) -> None:
-    """Remove the simulator's folder (only the files it wrote); nothing happens if it is already gone."""
-    if not os.path.isdir(path):
-        return
-    for name in os.listdir(path):
-        try:
-            os.remove(os.path.join(path, name))
-        except OSError:
-            pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+    """Remove the simulator's folder (its own temporary folder, with the model folders it wrote); nothing happens if
+    it is already gone."""
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)

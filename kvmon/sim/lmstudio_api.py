@@ -40,7 +40,7 @@ class LmStudioApi:
         self.sim = sim
         self.v1 = tuple(int(x) for x in sim.scenario.lmstudio_version.split(".")[:2]) >= (0, 4)
         model = sim.engine.epoch_at(0.0).model
-        self.quant = str(model.preset.quantization)
+        self.quant = model.quantization
         self.key = sim.scenario.model_alias
         publisher, _, name = self.key.rpartition("/")
         self.models_dir = os.path.join(getattr(sim, "files_dir", ""), "models")

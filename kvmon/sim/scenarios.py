@@ -100,6 +100,8 @@ class Scenario:
     memory_type: str = "DDR5-6000"
     working_set_fraction: float = 0.75  # Metal's working-set limit as a share of RAM (what Metal reports, simulated)
     summary: str = ""  # one line for --help (else the description, shortened)
+    weights_type: str | None = None  # the served file's type ("BF16" for a checkpoint as published); None: the preset's
+    max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
 
     def one_line(self, width: int = 78) -> str:
         """The scenario in one line of at most ``width`` characters (``--demo --help``, ``sim --help``)."""

@@ -18,6 +18,7 @@ higher.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -31,7 +32,14 @@ from urllib.parse import parse_qsl
 from kvmon.sim.clock import SimClock
 from kvmon.sim.engine import Epoch, SimEngine
 from kvmon.sim.faults import Fault, FaultPlan, parse_faults
-from kvmon.sim.files import ServerLog, make_sim_dir, remove_sim_dir, request_end_lines, write_gguf_header
+from kvmon.sim.files import (
+    ServerLog,
+    gguf_metadata,
+    make_sim_dir,
+    remove_sim_dir,
+    request_end_lines,
+    write_gguf_header,
+)
 from kvmon.sim.gpu import SimGpus
 from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
 from kvmon.sim.requests import SimRequest
@@ -176,14 +184,13 @@ class SimServer:
         self._server_pid = server_pid
         self.faults = FaultPlan(parse_faults(list(faults)))
         self.gpus = SimGpus(self.scenario)
-        # the files a real server leaves: the GGUF (header only) /props points at, and the -lv 4 log
+        # the files a real server leaves: the GGUF /props points at (its tensor directory real, its data a hole),
+        # and the -lv 4 log
         self._own_dir = files_dir is None
         self.files_dir = files_dir or make_sim_dir()
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
-        self.model_path = os.path.join(self.files_dir, os.path.basename(self.scenario.model_alias.replace(":", "-")))
-        if not self.model_path.endswith(".gguf"):
-            self.model_path += ".gguf"
+        self.model_path = _model_file(self.files_dir, self.scenario)
         self.log_path = os.path.join(self.files_dir, "llama-server.log")
         self.log = ServerLog(self.log_path)
         self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
@@ -191,8 +198,7 @@ class SimServer:
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
         # general.name as real GGUFs have it: the model's name without the preset's note on its shape
-        write_gguf_header(self.model_path, {**first.model.preset.metadata,
-                                            "general.name": first.model.preset.display_name.split(" (")[0]})
+        write_gguf_header(self.model_path, gguf_metadata(first.model), first.model.tensors)
         if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port
@@ -350,3 +356,14 @@ class SimServer:
 def _has_key(headers: dict[str, str], key: str) -> bool:
     auth = headers.get("authorization", "")
     return auth == f"Bearer {key}" or headers.get("x-api-key") == key
+
+
+def _model_file(files_dir: str, scenario: Scenario) -> str:
+    """Where the model file lies: Ollama keeps it as a content-addressed blob (``models/blobs/sha256-<hex>``, what
+    its modelfile's ``FROM`` and its model server's ``--model`` name); the others as a ``.gguf`` named for it."""
+    if scenario.backend == "ollama":
+        digest = hashlib.sha256(scenario.model_alias.encode()).hexdigest()
+        os.makedirs(os.path.join(files_dir, "blobs"), exist_ok=True)
+        return os.path.join(files_dir, "blobs", f"sha256-{digest}")
+    path = os.path.join(files_dir, os.path.basename(scenario.model_alias.replace(":", "-")))
+    return path if path.endswith(".gguf") else path + ".gguf"
