@@ -2,8 +2,8 @@
 
 The simulator writes both into a folder of its own, so kvmon's llama-server source reads the simulated
 server exactly as a real one: ``/props`` ``model_path`` points at a GGUF that holds the model's metadata
-and its tensor directory (the data left as a hole in a sparse file), and each (re)load appends the ``-lv 4`` load-time lines (layers offloaded, buffers per
-device, the KV cache size line) to the log.
+and its tensor directory (the data left as a hole in a sparse file), and each (re)load appends the ``-lv 4``
+load-time lines (layers offloaded, buffers per device, the KV cache size line) to the log.
 """
 
 from __future__ import annotations
