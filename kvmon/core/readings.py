@@ -154,6 +154,7 @@ class ModelInfo:
     digest: str | None = None
     shape: Any = None  # ModelShape | None (kept Any to avoid an import cycle)
     shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
+    weight_bytes_source: Provenance | None = None  # how weight_bytes is known (None: measured, the server's word)
 
 
 @dataclass(frozen=True)
