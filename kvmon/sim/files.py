@@ -54,6 +54,30 @@ def write_gguf_header(path: str, metadata: dict[str, Any], tensors: Sequence[Typ
         f.truncate(-(-end // align) * align + data_bytes)  # the data section, as a hole
 
 
+def write_safetensors(path: str, tensors: Sequence[tuple[str, str, tuple[int, ...]]]) -> int:
+    """A safetensors file of ``(name, dtype, shape)`` tensors as the format lays it out (u64 header length, the JSON
+    header padded with spaces to 8 bytes, then the data back to back), the data a hole; returns its data bytes."""
+    import json
+    import struct
+
+    bits = {"BF16": 16, "F16": 16, "F32": 32, "I32": 32, "U8": 8, "I8": 8, "F8_E4M3": 8}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape in tensors:
+        n = 1
+        for d in shape:
+            n *= d
+        size = n * bits[dtype] // 8
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+    return offset
+
+
 def gguf_metadata(model: LoadedModel) -> dict[str, Any]:
     """The GGUF keys of the model's file: the preset's shape keys, ``general.name`` as real files have it (the model's
     name, without the preset's note on its shape) and ``general.file_type`` (llama.cpp's number for its type)."""
