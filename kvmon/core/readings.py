@@ -81,6 +81,7 @@ class SlotReading:
     id_task: int | None = None
     n_prompt_tokens_processed: int | None = None
     n_prompt_tokens_cache: int | None = None
+    context_estimated: bool = False  # context_tokens is a lower bound kvmon put together (a proxied stream), not read
 
 
 @dataclass(frozen=True)

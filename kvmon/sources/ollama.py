@@ -41,7 +41,7 @@ from kvmon.sources.ollama_parse import (
     parse_show,
     pick_active,
 )
-from kvmon.sources.proxy_reader import ProxyReader
+from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
 DEFAULT_PORT = 11434
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
@@ -268,17 +268,11 @@ class OllamaSource:
             kv_unified = child_reading.kv_unified
             rate_source = "child_slots"
         elif proxy is not None:
-            slots = tuple(
-                SlotReading(
-                    id=s.id,
-                    n_ctx=active.context_length,
-                    context_tokens=None,
-                    processing=True,
-                    n_decoded=s.tokens_so_far,
-                )
-                for s in proxy.in_flight
-                if s.model is None or names_match(s.model, active)
-            )
+            last_here = proxy.last if proxy.last_model is None or names_match(proxy.last_model, active) else None
+            slots, how = proxy_slots(proxy, active.context_length, lambda m: m is None or names_match(m, active),
+                                     last_here)
+            if how:
+                reasons["context_tokens"] = how
             rate_source = "proxy"
         else:
             why = "; ".join(r for r in (child_reason, proxy_reason) if r)
