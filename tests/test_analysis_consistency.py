@@ -143,3 +143,16 @@ def test_straight_line_is_not_drawn_past_twice_the_deepest_measured_depth() -> N
     assert all(m.context_tokens <= 2 * deepest for m in s.forecast.milestones)
     assert "twice the deepest" in s.reasons["forecast.milestones"] and "1,900" in s.reasons["forecast.milestones"]
     assert not any(m.context_tokens == 32768 for m in s.forecast.milestones)
+
+
+def test_no_forecast_under_a_ceiling_the_measured_speed_exceeds() -> None:
+    """A forecast bounded by a ceiling already exceeded would say the speed halves at the next milestone."""
+    rates = FixedRates()
+    a = Analyzer(rate_tracker=rates)
+    s = None
+    for i, ctx in enumerate(range(1000, 6000, 500)):
+        rates.decode = 400.0 - ctx / 100  # above the 4090's ~190 tok/s ceiling for this 8B model
+        s = a.update(reading(float(i), ctx), gpus(float(i)))
+    assert s is not None and s.ceiling_suspect is not None and s.efficiency is None
+    assert s.forecast.milestones == () and s.forecast.curve == ()
+    assert "exceeds that ceiling" in s.reasons["forecast.milestones"]

@@ -99,10 +99,15 @@ def _stamp(t_s: float) -> str:
 
 
 class ServerLog:
-    """Appends llama-server's log lines to ``path`` (thread-safe)."""
+    """Appends llama-server's log lines to ``path`` (thread-safe).
 
-    def __init__(self, path: str) -> None:
+    ``ollama``: the log is Ollama's ``server.log``: its own lines in Go's ``slog`` text format, and its model server's
+    lines as that child prints them to the stderr Ollama copies in (``--no-log-prefix --no-log-timestamps``).
+    """
+
+    def __init__(self, path: str, *, ollama: bool = False) -> None:
         self.path = path
+        self.ollama = ollama
         self._lock = threading.Lock()
         with open(path, "w", encoding="utf-8"):
             pass
@@ -110,7 +115,17 @@ class ServerLog:
     def write(self, t_s: float, lines: list[str]) -> None:
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             for ln in lines:
-                f.write(f"{_stamp(t_s)} I {ln}\n")
+                f.write(f"{ln}\n" if self.ollama else f"{_stamp(t_s)} I {ln}\n")
+
+    def ollama_line(self, source: str, msg: str, **attrs: str) -> None:
+        """One of Ollama's own lines: ``time=… level=INFO source=… msg="…" key="value"``."""
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+        extra = "".join(f' {k}="{v}"' for k, v in attrs.items())
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(f'time={stamp} level=INFO source={source} msg="{msg}"{extra}\n')
 
     def load_block(self, model: LoadedModel, t_s: float, gpu_name: str, free_bytes: list[int],
                    model_path: str) -> None:

@@ -191,8 +191,11 @@ class SimServer:
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
         self.model_path = _model_file(self.files_dir, self.scenario)
-        self.log_path = os.path.join(self.files_dir, "llama-server.log")
-        self.log = ServerLog(self.log_path)
+        ollama = self.scenario.backend == "ollama"  # Ollama's server.log holds its model server's lines too
+        self.log_path = os.path.join(self.files_dir, "server.log" if ollama else "llama-server.log")
+        self.log = ServerLog(self.log_path, ollama=ollama)
+        if ollama:
+            self._ollama_start_lines()
         self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
                                 on_request_end=self._request_ended)
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
@@ -278,7 +281,22 @@ class SimServer:
         s = self.scenario
         free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
+        if self.log.ollama:
+            from kvmon.sim.ollama_child import ollama_flags
+
+            port = self.child_port or 0
+            self.log.ollama_line("server.go:212", "starting llama server",
+                                 cmd=" ".join(["/usr/lib/ollama/llama-server", *ollama_flags(self, port)]))
         self.log.load_block(model, epoch.t_begin, model.gpu.name, free, self.model_path)
+
+    def _ollama_start_lines(self) -> None:
+        """What Ollama logs when it starts: its settings (``envconfig.Values()``) and where it listens."""
+        s = self.scenario
+        env = {"OLLAMA_CONTEXT_LENGTH": str(s.n_ctx // s.n_parallel), "OLLAMA_NUM_PARALLEL": str(s.n_parallel),
+               "OLLAMA_FLASH_ATTENTION": "true" if s.flash_attn == "on" else "false",
+               "OLLAMA_KV_CACHE_TYPE": "" if s.type_k == "f16" else s.type_k, "OLLAMA_KEEP_ALIVE": "5m0s"}
+        self.log.ollama_line("routes.go:1580", "server config",
+                             env="map[" + " ".join(f"{k}:{v}" for k, v in sorted(env.items())) + "]")
 
     def __enter__(self) -> SimServer:
         self.start()

@@ -288,6 +288,8 @@ class OllamaSource:
 
         model_path = config.model_path or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
+        if weight_bytes is not None and show is not None:
+            reasons["weight_bytes"] = f"summed from /api/show's tensor list ({show.n_tensors} tensors)"
         shape = show.shape if show else None
         shape_source = "ollama_show" if shape is not None else None
         if (weight_bytes is None or shape is None) and model_path and self._is_local:

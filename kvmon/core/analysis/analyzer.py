@@ -189,6 +189,7 @@ class Analyzer:
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons)
+        fc = consistency.forecast_under(fc, suspect, reasons)
         cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())

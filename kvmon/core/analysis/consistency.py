@@ -15,7 +15,8 @@ shows a contradiction as a fact:
   ``VRAM_SLACK_BYTES``): the rest is not shown as compute buffers; the server holds less than the weights and KV
   said to live there, or the parts with other programs exceed the card: the split is unknown.
 - **an efficiency above 100%**: measured speed above the ceiling means one of the ceiling's inputs is wrong; no
-  percentage is shown, and ``ceiling_suspect`` names the input most likely wrong.
+  percentage is shown, ``ceiling_suspect`` names the input most likely wrong, and the forecast (which stays under
+  that ceiling) is not drawn.
 """
 
 from __future__ import annotations
@@ -177,6 +178,16 @@ def efficiency(decode: float | None, ceiling_now: float | None, devices: Sequenc
         return None, suspect
     prov["efficiency"] = "computed"
     return eff, None
+
+
+def forecast_under(fc: Any, suspect: CeilingSuspect | None, reasons: dict[str, str]) -> Any:
+    """The forecast, without its milestones and curve when the ceiling they stay under is suspect: a speed bounded
+    by a ceiling the measured one already exceeds would contradict what is measured now."""
+    if suspect is None or not (fc.milestones or fc.curve):
+        return fc
+    reasons["forecast.milestones"] = ("unknown: the forecast stays under the ceiling, and the measured speed exceeds "
+                                      "that ceiling (one of its inputs is wrong, see the efficiency)")
+    return replace(fc, milestones=(), curve=())
 
 
 def ceiling_suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | None, place: Any,
