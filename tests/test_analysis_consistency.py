@@ -87,6 +87,12 @@ def test_kv_cache_larger_than_host_ram_is_unknown() -> None:
     assert s.model.kv_allocated_bytes is None and "host RAM" in s.reasons["kv_allocated_bytes"]
 
 
+def test_a_kv_cache_of_nothing_is_unknown() -> None:
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, kv_bytes_allocated=0)
+    s = Analyzer(rate_tracker=FixedRates(decode=60.0)).update(reading(config=cfg), gpus())
+    assert s.model.kv_allocated_bytes is None and "0 bytes" in s.reasons["kv_allocated_bytes"]
+
+
 # -- VRAM the parts do not explain ----------------------------------------------------------------------------
 
 

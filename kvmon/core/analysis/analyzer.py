@@ -150,7 +150,7 @@ class Analyzer:
         place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus), no_gpu_here=no_gpu_here)
         if place.note:
             reasons["placement"] = place.note
-        kv_why = consistency.kv_contradiction(cache_bytes(model), place.kv_gpu, place.kv_host, gviews, host)
+        kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
         if kv_why is not None:  # a cache larger than where it is said to live is not a size to draw
             model = consistency.without_kv(model, kv_why, prov, reasons)
         placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,

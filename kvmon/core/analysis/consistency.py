@@ -82,12 +82,15 @@ def choose_weights(candidates: Sequence[WeightCandidate], n_params: int | None
 # -- the KV cache against the devices it lives on ---------------------------------------------------------------
 
 
-def kv_contradiction(cache_bytes: int | None, kv_gpu: Mapping[int, float], kv_host: float,
+def kv_contradiction(model: ModelView, kv_gpu: Mapping[int, float], kv_host: float,
                      gviews: Sequence[GpuView], host: HostReading | None) -> str | None:
-    """Why a KV cache of ``cache_bytes`` cannot live where the placement puts it (``kv_gpu``: fractions per device
-    index, ``kv_host``: the fraction in host RAM), or None."""
-    if not cache_bytes:
+    """Why the model's KV cache (with a hybrid's recurrent state beside it) cannot live where the placement puts it
+    (``kv_gpu``: fractions per device index, ``kv_host``: the fraction in host RAM), or None."""
+    if model.kv_allocated_bytes is None:
         return None
+    if model.kv_allocated_bytes <= 0 and model.n_ctx_total:
+        return f"a KV cache of 0 bytes holds no context ({model.n_ctx_total:,} tokens): the cache size is wrong"
+    cache_bytes = model.kv_allocated_bytes + (model.recurrent_state_bytes or 0)
     by_index = {g.index: g for g in gviews}
     for idx, frac in sorted(kv_gpu.items()):
         g = by_index.get(idx)
