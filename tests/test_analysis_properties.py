@@ -42,7 +42,7 @@ NAMES = sorted(SCENARIOS)
 TOL = 1.03  # rounding in MiB log lines and per-device splits
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def loaded(name: str) -> LoadedModel:
     s = SCENARIOS[name]
     return LoadedModel(s, s.n_ctx)
@@ -124,7 +124,8 @@ def readings(name: str, p: Perturbation, t: float, depth: int) -> tuple[ServerRe
         unified = sc.device == "metal"
         gpus.append(GpuReading(
             index=i, name=m.gpu.name, vram_total_bytes=total_v, vram_used_bytes=server + others,
-            vram_free_bytes=total_v - server - others, peak_bandwidth_bytes_per_s=m.gpu.bandwidth_bytes_per_s * p.gpu_bw,
+            vram_free_bytes=total_v - server - others,
+            peak_bandwidth_bytes_per_s=m.gpu.bandwidth_bytes_per_s * p.gpu_bw,
             bandwidth_source="nvml", server_used_bytes=None if unified else server,
             other_processes_used_bytes=None if unified else others, vendor="apple" if unified else "nvidia",
             kind=(DeviceKind.UNIFIED_MEMORY if unified else DeviceKind.DISCRETE_GPU).value, vendor_index=i,
