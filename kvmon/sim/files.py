@@ -152,7 +152,7 @@ class ServerLog:
                 buf = f"{names[i]}_Mapped" if dev == "MTL0" else names[i]
                 lines.append(f"load_tensors: {buf:>12s} model buffer size = {w / MIB:10.2f} MiB")
         lines.append(f"load_tensors: {'CPU_Mapped':>12s} model buffer size = "
-                     f"{(p.weight_bytes_host + model.embedding_bytes) / MIB:10.2f} MiB")
+                     f"{(p.weight_bytes_host + model.host_embedding_bytes) / MIB:10.2f} MiB")
         n_ctx = model.n_ctx
         fa = {"on": "enabled", "off": "disabled"}.get(s.flash_attn, "auto")
         for name, value in (("n_ctx", n_ctx), ("n_ctx_seq", n_ctx // s.n_parallel), ("n_batch", 2048),

@@ -102,9 +102,10 @@ class LoadedModel:
             type_k=scenario.type_k, type_v=scenario.type_v,
         )
         self.kv_allocated_bytes = int(self.allocation.total_bytes)
-        # llama.cpp keeps the token embeddings in host memory and reads one row of them per token; a model whose
-        # output head is that same matrix reads all of it each token (llama.cpp puts a copy beside the last layer:
-        # simplified here to the one matrix, counted as read)
+        # a token reads one row of the token-embedding table, so the table is not part of the weights read; a model
+        # whose output head is that same matrix reads all of it each token (llama.cpp puts a copy beside the last
+        # layer: simplified here to the one matrix, counted as read). llama.cpp keeps the table in host memory,
+        # vLLM on the GPU with the rest
         if self.tensors is not None:
             tied = not any(t.name == "output.weight" for t in self.tensors)
             self.embedding_bytes = 0 if tied else next(t.n_bytes for t in self.tensors
@@ -117,6 +118,7 @@ class LoadedModel:
                                            vocab * self.shape.n_embd * bits_per_weight / 8))
         read = float(weight_bytes_read_per_token(self.shape, self.weight_bytes).bytes)
         self.weight_read_bytes = max(0.0, read - self.embedding_bytes)
+        self.host_embedding_bytes = self.embedding_bytes if scenario.embeddings_in_host else 0
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
@@ -133,7 +135,7 @@ class LoadedModel:
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
         s = self.scenario
-        layer_weights = self.weight_bytes - self.embedding_bytes
+        layer_weights = self.weight_bytes - self.host_embedding_bytes
         per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
         capacity: list[int] = []
         for i in range(s.n_gpus):

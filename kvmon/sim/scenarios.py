@@ -102,6 +102,7 @@ class Scenario:
     summary: str = ""  # one line for --help (else the description, shortened)
     weights_type: str | None = None  # the served file's type ("BF16" for a checkpoint as published); None: the preset's
     max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
+    embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
 
     def one_line(self, width: int = 78) -> str:
         """The scenario in one line of at most ``width`` characters (``--demo --help``, ``sim --help``)."""
@@ -196,6 +197,8 @@ SCENARIOS: dict[str, Scenario] = {
             n_ctx=40960,
             max_model_len=32768,
             weights_type="BF16",
+            embeddings_in_host=False,
+            compute_buffer_bytes=int(0.9 * GIB),  # activations and CUDA graphs: the rest of 0.92 × 24 GiB
             # llama.cpp on an RTX 4090 decodes Llama-3-8B F16 (16.06 GB) at 54.84 tok/s (tg 512) and 50.88 (tg 8192,
             # the mean depth ~4K) (XiongjieDai/GPU-Benchmarks-on-LLM-Inference); Qwen3-8B's 16.38 GB and 36 layers'
             # KV give 54 tok/s empty and 49.5 at 4K
