@@ -93,6 +93,17 @@ def test_a_kv_cache_of_nothing_is_unknown() -> None:
     assert s.model.kv_allocated_bytes is None and "0 bytes" in s.reasons["kv_allocated_bytes"]
 
 
+def test_a_recurrent_model_holds_no_kv_and_that_is_no_contradiction() -> None:
+    md = {"general.architecture": "mamba2", "mamba2.block_count": 4, "mamba2.embedding_length": 256,
+          "mamba2.ssm.conv_kernel": 4, "mamba2.ssm.state_size": 16, "mamba2.ssm.group_count": 1,
+          "mamba2.ssm.time_step_rank": 8, "mamba2.ssm.inner_size": 512}
+    m = ModelInfo(name="m", arch="mamba2", weight_bytes=10**7, shape=ModelShape.from_gguf(md))
+    cfg = ServerConfig(n_ctx_total=4096, n_parallel=1, kv_bytes_allocated=0)
+    s = Analyzer(rate_tracker=FixedRates(decode=60.0)).update(reading(model=m, config=cfg), gpus())
+    assert s.model.kv_bytes_per_token == 0 and s.model.kv_allocated_bytes == 0
+    assert "kv_allocated_bytes" not in s.reasons
+
+
 # -- VRAM the parts do not explain ----------------------------------------------------------------------------
 
 

@@ -88,7 +88,8 @@ def kv_contradiction(model: ModelView, kv_gpu: Mapping[int, float], kv_host: flo
     (``kv_gpu``: fractions per device index, ``kv_host``: the fraction in host RAM), or None."""
     if model.kv_allocated_bytes is None:
         return None
-    if model.kv_allocated_bytes <= 0 and model.n_ctx_total:
+    # a model of recurrent layers only (Mamba, RWKV) holds no KV cells: 0 bytes is its cache, not a contradiction
+    if model.kv_allocated_bytes <= 0 and model.n_ctx_total and (model.kv_bytes_per_token or 0) > 0:
         return f"a KV cache of 0 bytes holds no context ({model.n_ctx_total:,} tokens): the cache size is wrong"
     cache_bytes = model.kv_allocated_bytes + (model.recurrent_state_bytes or 0)
     by_index = {g.index: g for g in gviews}
