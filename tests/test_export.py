@@ -262,3 +262,14 @@ def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWind
     assert "idle" in win.header.speed.text() and "· ceiling " in win.header.speed.text()
     assert win.header.efficiency.text() == ""  # no share while nothing decodes
     assert "· idle · ceiling " in caption.caption_text(idle) and "(—)" not in caption.caption_text(idle)
+
+
+def test_idle_at_a_depth_nobody_reports_reads_idle_alone(win: MainWindow) -> None:
+    """vLLM between requests: the pool holds nothing, so no depth and no ceiling "here": "idle", not "ceiling —"."""
+    s = win.last
+    assert s is not None
+    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None, context_tokens=None,
+                               reasons={**s.reasons, "decode_tok_s": "idle: no request running"})
+    win.on_snapshot(idle)
+    assert "idle" in win.header.speed.text() and "ceiling" not in win.header.speed.text()
+    assert "· idle ·" in caption.caption_text(idle) and "ceiling —" not in caption.caption_text(idle)

@@ -175,7 +175,7 @@ def test_prometheus_scrapes_the_fleet(tmp_path: Path) -> None:
             assert up == {vllm.url: "1", llama.url: "1"}
             alloc = {r["metric"]["server"]: (r["metric"]["backend"], float(r["value"][1]))
                      for r in _query(base, "kvmon_kv_cache_allocated_bytes")}
-            assert alloc[vllm.url] == ("vllm", 65536 * 36 * 2 * 8 * 128 * 2)
+            assert alloc[vllm.url] == ("vllm", 40960 * 36 * 2 * 8 * 128 * 2)
             assert alloc[llama.url][0] == "llama-server" and alloc[llama.url][1] > 0
             models = {r["metric"]["server"]: r["metric"]["model"] for r in _query(base, "kvmon_model_info")}
             assert models[vllm.url] == "Qwen/Qwen3-8B"

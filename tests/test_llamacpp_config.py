@@ -247,6 +247,18 @@ def test_merge_configs_later_wins_with_provenance() -> None:
     assert m.model_path == "x" and m.provenance["model_path"] == "command_line"
 
 
+def test_a_layer_that_names_no_devices_keeps_the_ones_another_named() -> None:
+    """Ollama's log names the GPU; its child's argv names none: the merge keeps the log's (it lost them, and with
+    them the GPU's bandwidth and the ceiling)."""
+    from kvmon.core.readings import LogDevice
+
+    log = ServerConfig(devices=(LogDevice("CUDA0", "NVIDIA GeForce RTX 4060 Ti"),), provenance={"devices": "log"})  # type: ignore[dict-item]
+    argv = parse_llama_server_args(["llama-server", "-m", "x", "-c", "8192"]).config
+    m = merge_configs(log, argv)
+    assert [d.description for d in m.devices] == ["NVIDIA GeForce RTX 4060 Ti"] and m.provenance["devices"] == "log"
+    assert m.n_ctx_total == 8192
+
+
 def test_log_follower_reads_a_pipe() -> None:
     import io
 

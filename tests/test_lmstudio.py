@@ -129,7 +129,8 @@ def test_source_on_the_simulated_lmstudio() -> None:
         model = sim.engine.epoch_at(0.0).model
     assert r.backend == "lmstudio" and r.model is not None and r.model.name == "google/gemma-3-12b"
     assert r.model.shape_source == "gguf" and r.model.quantization == "Q4_K_M"
-    assert r.model.weight_bytes == model.weight_bytes  # the list's size_bytes (the sim's header has no tensors)
+    assert r.model.weight_bytes == model.weight_bytes  # summed from the GGUF's tensor directory
+    assert r.model.weight_bytes == pytest.approx(7.30e9, rel=0.005)  # gemma-3-12b-it Q4_K_M as published
     assert (r.config.n_ctx_total, r.config.flash_attn, r.config.kv_offload, r.config.n_batch) == (
         16384, "on", True, 512)
     assert r.live_rate_unavailable_reason == LIVE_RATE_HINT
@@ -238,11 +239,17 @@ def test_live_speed_through_the_proxy() -> None:
             live = [s for s in snaps if s.decode_tok_s is not None]
             assert live and all(s.decode_rate_source == "proxy" for s in live)
             assert 15 < live[-1].decode_tok_s < 60  # the scenario's ~33 tok/s, paced on a busy machine
+            # while the first reply streams its depth is what it generated so far (its prompt counts at its end)
+            assert live[-1].context_tokens and live[-1].provenance["context_tokens"] == "estimated"
+            assert "first reply ends" in live[-1].reasons["context_tokens"]
             t.join(30)
             assert got and b"chat.end" in got[0]
             r = src.poll()
             assert r.last_request is not None and r.last_request.predicted_tokens == 120
             assert r.last_request.context_tokens and r.last_request.context_tokens > 120
+            after = mon.poll()  # the reply's input + output tokens: the conversation's depth, measured
+            assert after.context_tokens == r.last_request.context_tokens
+            assert after.provenance["context_tokens"] == "measured"
         finally:
             mon.close()
             proxy.stop()
@@ -261,6 +268,8 @@ def test_demo_chats_through_the_proxy() -> None:
             time.sleep(0.2)
         live = [s for s in seen if s.decode_tok_s]
         assert live and live[-1].decode_rate_source == "proxy" and live[-1].backend == "lmstudio"
+        # the depth (the replies' stats) and so the ceiling are known whenever decode is: never "— ceiling"
+        assert all(s.context_tokens and s.ceiling_tok_s and s.efficiency and s.efficiency <= 1.0 for s in live)
     finally:
         mon.close()
         session.close()

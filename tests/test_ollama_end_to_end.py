@@ -67,3 +67,28 @@ def test_once_json_against_a_fake_ollama(ollama: OllamaFixture) -> None:
     assert doc["backend"] == "ollama" and doc["server_version"] == "0.33.0"
     assert doc["model"]["name"] == "llama3.1:8b" and doc["model"]["n_ctx"] == 8192
     assert doc["decode_tok_s"] is None
+
+
+def test_once_json_against_the_simulated_ollama_with_its_log() -> None:
+    """``kvmon sim --scenario ollama-partial`` then ``kvmon once URL --log <its server.log>``: the weights (its
+    /api/show tensors), where they live (the log's buffers: the GPU and host RAM) and the ceiling, under which the
+    measured speed sits. The host's bandwidth is the simulated machine's (this one's RAM is not the simulated)."""
+    from kvmon.sim.server import SimServer
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with SimServer("ollama-partial", ollama_child=True, start_at_s=4.0) as sim:  # in its first reply's decode
+        out = subprocess.run(
+            [sys.executable, "-m", "kvmon", "once", sim.url, "--json", "--log", sim.log_path, "--bandwidth",
+             "host=64", "--interval", "1.5", "--timeout", "3"],
+            capture_output=True, text=True, timeout=90, env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    m = doc["model"]
+    assert m["weight_bytes"] == pytest.approx(16.5e9, rel=0.005) and doc["provenance"]["weight_bytes"] == "measured"
+    assert "tensor list" in doc["reasons"]["weight_bytes"]
+    (g,) = doc["gpus"]
+    assert g["name"] == "NVIDIA GeForce RTX 4060 Ti" and g["peak_bandwidth_bytes_per_s"] == 288e9
+    assert g["weights_bytes"] and doc["host"]["weights_in_host_bytes"] > 2e9
+    assert doc["ceiling_tok_s"] and 0 < doc["efficiency"] <= 1.0
+    assert "weights_in_host" in {a["code"] for a in doc["alerts"]}
+    assert all(x["tok_s"] <= x["ceiling_tok_s"] for x in doc["forecast"]["milestones"])

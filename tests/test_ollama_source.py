@@ -455,3 +455,29 @@ def test_server_config_line_parser() -> None:
     line = 'level=INFO msg="server config" env="map[OLLAMA_KV_CACHE_TYPE: OLLAMA_NUM_PARALLEL:4 X:1]"'
     assert parse_server_config_line(line) == {"OLLAMA_KV_CACHE_TYPE": "", "OLLAMA_NUM_PARALLEL": "4"}
     assert parse_server_config_line('msg="Listening on 127.0.0.1:11434"') is None
+
+
+def test_empty_tensor_directory_is_unknown_weights_not_zero(ollama: OllamaFixture, tmp_path: Path) -> None:
+    """A model file whose tensor directory lists nothing says nothing of the weights: unknown, never 0 bytes."""
+    import gguf
+
+    blob = tmp_path / ("sha256-" + "ef" * 32)
+    w = gguf.GGUFWriter(str(blob), "gemma3")
+    w.add_block_count(62)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ollama.set_file("/api/ps", "ps.partial-offload.json")
+    show = json.loads(fixture_bytes("show.gemma3-27b.verbose.json"))
+    show["modelfile"] = f"FROM {blob}\n"
+    show["tensors"] = []  # an empty list is no more a size than an empty directory
+    ollama.set("/api/show", 200, json.dumps(show))
+    src = _source(ollama.url)
+    try:
+        r = src.poll()
+    finally:
+        src.close()
+    assert r.model is not None and r.model.weight_bytes is None
+    assert "lists no tensors" in r.reasons["model_file"]
+    assert "weights not known" in r.reasons["weight_bytes"]

@@ -98,3 +98,49 @@ def test_generate_non_stream_and_v1_chat(client: httpx.Client) -> None:
                                                  "messages": [{"role": "user", "content": "hi"}]})
     assert shape(r.json()) == shape(fixture("v1-chat.nonstream.json"))
     assert r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_show_lists_the_model_files_tensors_as_ollama_does(sim: SimServer, client: httpx.Client) -> None:
+    """Every GGUF model's /api/show has its tensors (name, type, shape innermost first), verbose or not, and a
+    modelfile whose FROM is the blob; the blob is a GGUF whose directory holds the same tensors at their sizes."""
+    import os
+
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from kvmon.sources.gguf_meta import read_gguf_header
+
+    body = client.post("/api/show", json={"model": "gemma3:27b"}).json()
+    tensors = body["tensors"]
+    assert shape(tensors[:1]) == shape(fixture("show.llama3.1-8b.json")["tensors"][:1])  # type: ignore[index]
+    names = {t["name"] for t in tensors}
+    assert {"token_embd.weight", "blk.61.ffn_down.weight", "output_norm.weight"} <= names
+    assert "output.weight" not in names  # gemma ties its output head to the token embedding
+
+    def size(t: dict[str, object]) -> int:
+        block, bytes_ = GGML_QUANT_SIZES[GGMLQuantizationType[str(t["type"])]]
+        n = 1
+        for d in t["shape"]:  # type: ignore[attr-defined]
+            n *= d
+        return n // block * bytes_
+
+    total = sum(size(t) for t in tensors)
+    # bartowski/google_gemma-3-27b-it-GGUF Q4_K_M (text weights): 16.5 GB
+    assert total == pytest.approx(16.5e9, rel=0.005)
+    assert body["model_info"]["general.parameter_count"] == 27_009_346_304
+    blob = body["modelfile"].split("\nFROM ", 1)[1].split("\n", 1)[0]
+    assert os.path.basename(blob).startswith("sha256-") and blob == sim.model_path
+    header = read_gguf_header(blob)
+    assert header.tensor_count == len(tensors) and header.tensor_bytes == total
+    assert os.stat(blob).st_blocks * 512 < 1 << 20  # sparse: the directory is real, the data never written
+
+
+def test_server_log_holds_ollamas_lines_and_its_model_servers(sim: SimServer) -> None:
+    from kvmon.sources.ollama_child import ollama_log_config
+
+    cfg, why = ollama_log_config(sim.log_path)
+    assert why is None and cfg is not None
+    assert [d.description for d in cfg.devices] == ["NVIDIA GeForce RTX 4060 Ti"]
+    model = sim.engine.epoch_at(0.0).model
+    assert sum(cfg.model_buffer_bytes_by_device.values()) == pytest.approx(model.weight_bytes, abs=2 * 2**20)
+    assert cfg.model_buffer_bytes_by_device["CPU_Mapped"] > 2e9  # the layers that did not fit
+    assert cfg.flash_attn == "on" and cfg.n_parallel == 1

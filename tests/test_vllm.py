@@ -168,13 +168,17 @@ def test_bad_configs_say_why(cfg: object) -> None:
 
 
 def test_model_folder_reads(tmp_path: Path) -> None:
+    from kvmon.sim.files import write_safetensors
+
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
-    with open(tmp_path / "model-00001-of-00002.safetensors", "wb") as f:
-        f.truncate(1000)
-    with open(tmp_path / "model-00002-of-00002.safetensors", "wb") as f:
-        f.truncate(24)
+    write_safetensors(str(tmp_path / "model-00001-of-00002.safetensors"),
+                      [("model.embed_tokens.weight", "BF16", (151936, 4096))])
+    write_safetensors(str(tmp_path / "model-00002-of-00002.safetensors"), [("model.norm.weight", "BF16", (4096,))])
     m = read_model(str(tmp_path))
-    assert m.metadata is not None and m.weight_bytes == 1024 and m.dtype == "bf16"
+    assert m.metadata is not None and m.dtype == "bf16" and m.storage == "BF16"
+    assert m.weight_bytes == (151936 * 4096 + 4096) * 2  # the headers' shapes × dtype, never the files' sizes
+    assert m.weights_note is not None and "2 safetensors headers" in m.weights_note
+    assert m.n_params is None  # this config gives no vocab_size or intermediate_size: no inventory to count
     (tmp_path / "config.json").write_text("{not json")
     assert "not readable JSON" in (read_model(str(tmp_path)).why_not or "")
     (tmp_path / "config.json").unlink()
@@ -253,15 +257,18 @@ def test_source_on_the_simulated_vllm() -> None:
             src.close()
     assert r.backend == "vllm" and r.server_version == "0.33.0" and r.model is not None
     assert r.model.name == MODEL and r.model.shape_source == "hf_config"
-    per_token = 36 * 2 * 8 * 128 * 2  # Qwen3-8B, fp16 (cache_dtype auto, the folder's torch_dtype)
-    assert r.config.n_ctx_total == 65536 and r.config.kv_bytes_allocated == 65536 * per_token
-    assert r.config.type_k == "f16" and r.config.n_ctx_per_slot == 32768
+    per_token = 36 * 2 * 8 * 128 * 2  # Qwen3-8B, bf16 (cache_dtype auto, the checkpoint's torch_dtype)
+    assert r.config.n_ctx_total == 40960 and r.config.kv_bytes_allocated == 40960 * per_token
+    assert r.config.type_k == "bf16" and r.config.n_ctx_per_slot == 32768
     s = next(s for s in snaps if s.decode_tok_s and s.ceiling_tok_s)
-    assert s.kv_allocated_bytes == 65536 * per_token and s.model.n_ctx == 32768
+    assert s.kv_allocated_bytes == 40960 * per_token and s.model.n_ctx == 32768
     assert s.kv_in_use_bytes and s.context_tokens and s.provenance["context_tokens"] == "computed"
     assert 0.3 < (s.efficiency or 0) < 1.0  # the simulator's speed sits below the bus ceiling
     assert any(x.prefill_tok_s and 8000 < x.prefill_tok_s < 14000 for x in snaps)  # the scenario's ~12,000 tok/s
-    assert s.model.weight_bytes == sim.engine.epoch_at(0).model.weight_bytes
+    # Qwen3-8B as published: 8,190,735,360 parameters in bf16 (its model.safetensors.index.json total_size)
+    assert s.model.weight_bytes == 16_381_470_720 and s.model.n_params == 8_190_735_360
+    assert s.model.quantization == "BF16" and "safetensors headers" in s.reasons["weight_bytes"]
+    assert 45 < (s.ceiling_tok_s or 0) < 62  # 1008 GB/s over 16.4 GB of weights and the KV in use
 
 
 def test_old_vllm_names_over_http() -> None:

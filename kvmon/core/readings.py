@@ -81,6 +81,7 @@ class SlotReading:
     id_task: int | None = None
     n_prompt_tokens_processed: int | None = None
     n_prompt_tokens_cache: int | None = None
+    context_estimated: bool = False  # context_tokens is a lower bound kvmon put together (a proxied stream), not read
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class ModelInfo:
     digest: str | None = None
     shape: Any = None  # ModelShape | None (kept Any to avoid an import cycle)
     shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
+    weight_bytes_source: Provenance | None = None  # how weight_bytes is known (None: measured, the server's word)
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,11 @@ class SpeedWords:
 
     @property
     def against(self) -> str:
-        """The ceiling beside the decode words: "of 44.7 ceiling", or while idle "· ceiling 44.7 tok/s here"."""
-        return f"· ceiling {self.ceiling} tok/s here" if self.idle else f"of {self.ceiling} ceiling"
+        """The ceiling beside the decode words: "of 44.7 ceiling", or while idle "· ceiling 44.7 tok/s here" (and
+        nothing while idle at a depth nobody reports: "idle", not a dash of a ceiling "here")."""
+        if self.idle:
+            return f"· ceiling {self.ceiling} tok/s here" if self.ceiling != DASH else ""
+        return f"of {self.ceiling} ceiling"
 
 
 def speed_words(s: Snapshot) -> SpeedWords:

@@ -24,6 +24,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "kv_in_use": ("#00796b", "#00796b"),
     "server_other": ("#8d6e63", "#a1887f"),
     "other_processes": ("#9e9e9e", "#757575"),
+    "unattributed": ("#9575cd", "#b39ddb"),  # memory in use that no part explains (shown as such, never as a part)
     "free": ("#37474f", "#e0e0e0"),
     "spill": ("#ef5350", "#c62828"),
     "host": ("#ffd54f", "#f9a825"),

@@ -83,7 +83,7 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     print(f"  {s.description}", flush=True)
     if sim.faults.faults:
         print("  faults: " + ", ".join(fault_specs), flush=True)
-    if s.backend == "llama-server" and kind is None:
+    if s.backend in ("llama-server", "ollama") and kind is None:
         print(f"  server log (kvmon --log): {sim.log_path}", flush=True)
     print("  Ctrl-C to stop", flush=True)
     waiter = stop or threading.Event()

@@ -76,7 +76,7 @@ class SimHost:
     def _host_resident(self) -> int:
         """With GPUs, what the server keeps in host RAM: its CPU layers, their KV and the token embeddings."""
         m = self.sim.engine.activity(self.sim.clock.now()).model
-        return int(m.placement.weight_bytes_host + m.placement.kv_bytes_host + m.embedding_bytes)
+        return int(m.placement.weight_bytes_host + m.placement.kv_bytes_host + m.host_embedding_bytes)
 
     def close(self) -> None:
         """Nothing to release."""

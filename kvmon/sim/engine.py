@@ -114,8 +114,11 @@ class SimEngine:
             return ep
 
     def slot_ctx(self, t: float) -> int:
-        """Context cells per slot of the server process alive at ``t``."""
-        return self.epoch_at(t).n_ctx // self.scenario.n_parallel
+        """Context one conversation may reach on the server process alive at ``t``: its cells per slot, at most the
+        scenario's ``max_model_len`` (vLLM's limit on one request, under its pool's size)."""
+        per_slot = self.epoch_at(t).n_ctx // self.scenario.n_parallel
+        cap = self.scenario.max_model_len
+        return min(per_slot, cap) if cap else per_slot
 
     def _next_epoch_begin(self, t: float) -> float | None:
         later = [e.t_begin for e in self._epochs if e.t_begin > t]
@@ -156,7 +159,7 @@ class SimEngine:
         ep = self.epoch_at(start)
         model = ep.model
         assert model is not None
-        room = max(1, ep.n_ctx // self.scenario.n_parallel - cache_n - prompt_n)
+        room = max(1, self.slot_ctx(start) - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)
         steps = model.step_s(depths, noise)

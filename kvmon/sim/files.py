@@ -1,28 +1,35 @@
-"""Files a real llama-server leaves for a monitor to read: its log and the model's GGUF header.
+"""Files a real llama-server leaves for a monitor to read: its log and the model's GGUF file.
 
 The simulator writes both into a folder of its own, so kvmon's llama-server source reads the simulated
 server exactly as a real one: ``/props`` ``model_path`` points at a GGUF that holds the model's metadata
-(no tensors), and each (re)load appends the ``-lv 4`` load-time lines (layers offloaded, buffers per
-device, the KV cache size line) to the log.
+and its tensor directory (the data left as a hole in a sparse file), and each (re)load appends the ``-lv 4``
+load-time lines (layers offloaded, buffers per device, the KV cache size line) to the log.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from kvmon.core.units import MIB
 from kvmon.sim.model import LoadedModel
+from kvmon.sim.quantize import TypedTensor
 from kvmon.sim.scenarios import Scenario
 
 
-def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:
-    """A GGUF file with the model's metadata and no tensors (what kvmon reads: the header)."""
+def write_gguf_header(path: str, metadata: dict[str, Any], tensors: Sequence[TypedTensor] | None = None) -> None:
+    """A GGUF file with the model's metadata and, when given, its tensor directory: every tensor's name, shape and
+    type at the offset a real file has it, and the file as long as a real one (sparse: the data is never written,
+    so a 16 GB model takes no disk). Without ``tensors`` the directory is empty (a header only)."""
     import gguf
+    import numpy as np
 
     arch = str(metadata.get("general.architecture", "llama"))
     writer = gguf.GGUFWriter(path, arch)
+    for t in tensors or ():  # gguf-py takes the numpy order (outermost first); the file holds GGUF's
+        writer.add_tensor_info(t.name, tuple(reversed(t.shape)), np.dtype(np.float32), t.n_bytes, t.ggml_type)
     for key, value in metadata.items():
         if key in ("general.architecture", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"):
             continue
@@ -38,8 +45,51 @@ def write_gguf_header(path: str, metadata: dict[str, Any]) -> None:
             writer.add_array(key, list(value))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    align = writer.data_alignment
+    data_bytes = sum(-(-t.n_bytes // align) * align for t in tensors or ())
     writer.close()
+    with open(path, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        f.truncate(-(-end // align) * align + data_bytes)  # the data section, as a hole
+
+
+def write_safetensors(path: str, tensors: Sequence[tuple[str, str, tuple[int, ...]]]) -> int:
+    """A safetensors file of ``(name, dtype, shape)`` tensors as the format lays it out (u64 header length, the JSON
+    header padded with spaces to 8 bytes, then the data back to back), the data a hole; returns its data bytes."""
+    import json
+    import struct
+
+    bits = {"BF16": 16, "F16": 16, "F32": 32, "I32": 32, "U8": 8, "I8": 8, "F8_E4M3": 8}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape in tensors:
+        n = 1
+        for d in shape:
+            n *= d
+        size = n * bits[dtype] // 8
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+    return offset
+
+
+def gguf_metadata(model: LoadedModel) -> dict[str, Any]:
+    """The GGUF keys of the model's file: the preset's shape keys, ``general.name`` as real files have it (the model's
+    name, without the preset's note on its shape) and ``general.file_type`` (llama.cpp's number for its type)."""
+    import gguf
+
+    md: dict[str, Any] = {**model.preset.metadata, "general.name": model.preset.display_name.split(" (")[0]}
+    ftype = gguf.LlamaFileType.__members__.get("MOSTLY_" + model.quantization.upper())
+    if model.quantization.upper() == "F32":
+        ftype = gguf.LlamaFileType.ALL_F32
+    if ftype is not None:
+        md["general.file_type"] = int(ftype)
+    return md
 
 
 def _stamp(t_s: float) -> str:
@@ -49,10 +99,15 @@ def _stamp(t_s: float) -> str:
 
 
 class ServerLog:
-    """Appends llama-server's log lines to ``path`` (thread-safe)."""
+    """Appends llama-server's log lines to ``path`` (thread-safe).
 
-    def __init__(self, path: str) -> None:
+    ``ollama``: the log is Ollama's ``server.log``: its own lines in Go's ``slog`` text format, and its model server's
+    lines as that child prints them to the stderr Ollama copies in (``--no-log-prefix --no-log-timestamps``).
+    """
+
+    def __init__(self, path: str, *, ollama: bool = False) -> None:
         self.path = path
+        self.ollama = ollama
         self._lock = threading.Lock()
         with open(path, "w", encoding="utf-8"):
             pass
@@ -60,7 +115,17 @@ class ServerLog:
     def write(self, t_s: float, lines: list[str]) -> None:
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             for ln in lines:
-                f.write(f"{_stamp(t_s)} I {ln}\n")
+                f.write(f"{ln}\n" if self.ollama else f"{_stamp(t_s)} I {ln}\n")
+
+    def ollama_line(self, source: str, msg: str, **attrs: str) -> None:
+        """One of Ollama's own lines: ``time=… level=INFO source=… msg="…" key="value"``."""
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+        extra = "".join(f' {k}="{v}"' for k, v in attrs.items())
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(f'time={stamp} level=INFO source={source} msg="{msg}"{extra}\n')
 
     def load_block(self, model: LoadedModel, t_s: float, gpu_name: str, free_bytes: list[int],
                    model_path: str) -> None:
@@ -87,7 +152,7 @@ class ServerLog:
                 buf = f"{names[i]}_Mapped" if dev == "MTL0" else names[i]
                 lines.append(f"load_tensors: {buf:>12s} model buffer size = {w / MIB:10.2f} MiB")
         lines.append(f"load_tensors: {'CPU_Mapped':>12s} model buffer size = "
-                     f"{(p.weight_bytes_host + model.embedding_bytes) / MIB:10.2f} MiB")
+                     f"{(p.weight_bytes_host + model.host_embedding_bytes) / MIB:10.2f} MiB")
         n_ctx = model.n_ctx
         fa = {"on": "enabled", "off": "disabled"}.get(s.flash_attn, "auto")
         for name, value in (("n_ctx", n_ctx), ("n_ctx_seq", n_ctx // s.n_parallel), ("n_batch", 2048),
@@ -168,15 +233,9 @@ def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
 
 
 def remove_sim_dir(path: str) -> None:
-    """Remove the simulator's folder (only the files it wrote); nothing happens if it is already gone."""
-    if not os.path.isdir(path):
-        return
-    for name in os.listdir(path):
-        try:
-            os.remove(os.path.join(path, name))
-        except OSError:
-            pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+    """Remove the simulator's folder (its own temporary folder, with the model folders it wrote); nothing happens if
+    it is already gone."""
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)

@@ -79,7 +79,7 @@ class LlamaApi:
         return self.sim.model_path
 
     def _ftype(self) -> str:
-        quant = str(getattr(self.sim.engine.epoch_at(0).model.preset, "quantization", "")).upper()
+        quant = str(getattr(self.sim.engine.epoch_at(0).model, "quantization", "")).upper()
         return FTYPES.get(quant, quant or "unknown")
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None) -> Reply:
@@ -181,7 +181,7 @@ class LlamaApi:
         md = model.preset.metadata
         arch = md.get("general.architecture", "")
         name = self.model_name
-        n_params = int(md.get("general.parameter_count") or model.weight_bytes * 8 / 4.85)
+        n_params = int(model.n_params or model.weight_bytes * 8 / 4.85)
         body = {
             "models": [{"name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
                         "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",

@@ -9,7 +9,7 @@ Shaped like the documentation's examples (lmstudio-ai/docs ``1_developer/2_rest/
 404 on every ``/api/v1/`` path (REST v1 came with 0.4.0).
 
 The model file LM Studio loaded sits under ``<files>/models/<publisher>/<name>-GGUF/`` (its folder layout), with
-the preset's GGUF header.
+the model's GGUF file (its real tensor directory, the data a hole).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
-from kvmon.sim.files import write_gguf_header
+from kvmon.sim.files import gguf_metadata, write_gguf_header
 from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
@@ -40,14 +40,14 @@ class LmStudioApi:
         self.sim = sim
         self.v1 = tuple(int(x) for x in sim.scenario.lmstudio_version.split(".")[:2]) >= (0, 4)
         model = sim.engine.epoch_at(0.0).model
-        self.quant = str(model.preset.quantization)
+        self.quant = model.quantization
         self.key = sim.scenario.model_alias
         publisher, _, name = self.key.rpartition("/")
         self.models_dir = os.path.join(getattr(sim, "files_dir", ""), "models")
         folder = os.path.join(self.models_dir, publisher or "local", f"{name}-GGUF")
         os.makedirs(folder, exist_ok=True)
         self.model_file = os.path.join(folder, f"{name}-{self.quant}.gguf")
-        write_gguf_header(self.model_file, dict(model.preset.metadata))
+        write_gguf_header(self.model_file, gguf_metadata(model), model.tensors)
         self._weights = int(model.weight_bytes)
         self._arch = str(model.preset.metadata.get("general.architecture", ""))
 

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from kvmon.physics.gpus import GpuSpec, lookup_gpu, pcie_bandwidth_bytes_per_s
+from kvmon.physics.tensors import parameter_count, tensor_inventory
+from kvmon.sim.quantize import TypedTensor, quantize
 from kvmon.sim.scenarios import Scenario
 
 
@@ -46,6 +48,13 @@ def resolve_gpu(scenario: Scenario) -> GpuSpec:
     if spec is None:
         raise SimSetupError(f"scenario {scenario.name!r}: GPU {scenario.gpu_name!r} is not in kvmon's GPU table")
     return spec
+
+
+def model_tensors(metadata: Any, file_type: str) -> tuple[TypedTensor, ...] | None:
+    """The model's tensors typed as a ``file_type`` file holds them; None for an architecture kvmon has no inventory
+    of (the preset's file size then stands for the weights)."""
+    inv = tensor_inventory(metadata)
+    return quantize(inv, file_type, metadata) if inv is not None else None
 
 
 def _start_other_vram(scenario: Scenario) -> int:
@@ -79,7 +88,13 @@ class LoadedModel:
         self.preset = resolve_preset(scenario)
         self.gpu = resolve_gpu(scenario)
         self.shape = ModelShape.from_gguf(self.preset.metadata)
-        self.weight_bytes = int(self.preset.weight_bytes)
+        # the checkpoint's tensors with their types (sizes as the file holds them), where kvmon knows the
+        # architecture's inventory; else the preset's file size stands for them
+        self.quantization = scenario.weights_type or str(self.preset.quantization)
+        self.tensors = model_tensors(self.preset.metadata, self.quantization)
+        self.weight_bytes = (sum(t.n_bytes for t in self.tensors) if self.tensors is not None
+                             else int(self.preset.weight_bytes))
+        self.n_params = parameter_count(self.preset.metadata)
         self.n_ctx = n_ctx
         self.n_layers = self.shape.n_layers
         self.allocation = kv_allocation(
@@ -87,14 +102,23 @@ class LoadedModel:
             type_k=scenario.type_k, type_v=scenario.type_v,
         )
         self.kv_allocated_bytes = int(self.allocation.total_bytes)
-        # llama.cpp keeps the token embeddings in host memory and reads one row of them per token
-        md = self.preset.metadata
-        n_params = float(md.get("general.parameter_count") or self.weight_bytes * 8 / 4.85)
-        bits_per_weight = self.weight_bytes * 8 / n_params
-        vocab = self.shape.vocab_size or 32000
-        self.embedding_bytes = int(min(0.25 * self.weight_bytes, vocab * self.shape.n_embd * bits_per_weight / 8))
+        # a token reads one row of the token-embedding table, so the table is not part of the weights read; a model
+        # whose output head is that same matrix reads all of it each token (llama.cpp puts a copy beside the last
+        # layer: simplified here to the one matrix, counted as read). llama.cpp keeps the table in host memory,
+        # vLLM on the GPU with the rest
+        if self.tensors is not None:
+            tied = not any(t.name == "output.weight" for t in self.tensors)
+            self.embedding_bytes = 0 if tied else next(t.n_bytes for t in self.tensors
+                                                       if t.name == "token_embd.weight")
+        else:
+            n_params = float(self.n_params or self.weight_bytes * 8 / 4.85)
+            bits_per_weight = self.weight_bytes * 8 / n_params
+            vocab = self.shape.vocab_size or 32000
+            self.embedding_bytes = int(min(0.25 * self.weight_bytes,
+                                           vocab * self.shape.n_embd * bits_per_weight / 8))
         read = float(weight_bytes_read_per_token(self.shape, self.weight_bytes).bytes)
         self.weight_read_bytes = max(0.0, read - self.embedding_bytes)
+        self.host_embedding_bytes = self.embedding_bytes if scenario.embeddings_in_host else 0
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
@@ -111,7 +135,7 @@ class LoadedModel:
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
         s = self.scenario
-        layer_weights = self.weight_bytes - self.embedding_bytes
+        layer_weights = self.weight_bytes - self.host_embedding_bytes
         per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
         capacity: list[int] = []
         for i in range(s.n_gpus):

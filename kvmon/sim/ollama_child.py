@@ -55,18 +55,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_argv(sim: Any, script: str, port: int) -> list[str]:
-    """Ollama's llama-server command line for the simulated model (the simulator's URL and the prefix go first, to
-    the script; the flags are Ollama's, in its order)."""
+def ollama_flags(sim: Any, port: int) -> list[str]:
+    """The flags Ollama gives its llama-server for the simulated model, in its order."""
     sc = sim.scenario
-    argv = [sys.executable, script, sim.url, CHILD_PREFIX,
-            "--model", sim.model_path, "--port", str(port), "--host", "127.0.0.1", "--no-webui", "--offline",
+    argv = ["--model", sim.model_path, "--port", str(port), "--host", "127.0.0.1", "--no-webui", "--offline",
             "-c", str(sc.n_ctx), "-np", str(sc.n_parallel),
             "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps"]
     if sc.type_k != "f16" or sc.type_v != "f16":  # OLLAMA_KV_CACHE_TYPE set: one type for K and V
         argv += ["--cache-type-k", sc.type_k, "--cache-type-v", sc.type_k]
-    argv += ["--flash-attn", sc.flash_attn, "-b", "512", "-ub", "512"]
-    return argv
+    return [*argv, "--flash-attn", sc.flash_attn, "-b", "512", "-ub", "512"]
+
+
+def child_argv(sim: Any, script: str, port: int) -> list[str]:
+    """Ollama's llama-server command line for the simulated model (the simulator's URL and the prefix go first, to
+    the script; the flags are Ollama's, in its order)."""
+    return [sys.executable, script, sim.url, CHILD_PREFIX, *ollama_flags(sim, port)]
 
 
 def start_child(sim: Any) -> tuple[subprocess.Popen[bytes], int]:

@@ -100,6 +100,9 @@ class Scenario:
     memory_type: str = "DDR5-6000"
     working_set_fraction: float = 0.75  # Metal's working-set limit as a share of RAM (what Metal reports, simulated)
     summary: str = ""  # one line for --help (else the description, shortened)
+    weights_type: str | None = None  # the served file's type ("BF16" for a checkpoint as published); None: the preset's
+    max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
+    embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
 
     def one_line(self, width: int = 78) -> str:
         """The scenario in one line of at most ``width`` characters (``--demo --help``, ``sim --help``)."""
@@ -180,17 +183,26 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="vllm",
-            description="vLLM 0.33 serving Qwen3-8B (fp16 weights at the preset's size, --max-model-len 32768) on an "
-            "RTX 4090: one KV pool of 65,536 tokens in 16-token blocks for two concurrent requests; a chat grows "
-            "to 30K tokens",
+            summary="vLLM serving Qwen3-8B in bf16 (16.4 GB of weights) on an RTX 4090; a chat grows to 30K",
+            description="vLLM 0.33 serving Qwen3-8B as published (bf16 safetensors, 16.4 GB of weights) with "
+            "--max-model-len 32768 on an RTX 4090: the memory left after the weights holds one KV pool of 40,960 "
+            "tokens in 16-token blocks; a chat grows to 30K tokens",
             backend="vllm",
             preset_keys=("qwen3-8b",),
             model_alias="Qwen/Qwen3-8B",
             gpu_name="RTX 4090",
             n_gpus=1,
-            n_ctx=65536,
-            n_parallel=2,
-            decode_anchors=((0, 150.0), (32768, 95.0)),
+            # vLLM's pool: 0.92 × 24 GiB less the weights (16.38 GB) and ~1.3 GB of activations and CUDA graphs
+            # leaves ~6 GB, 40,960 tokens at 144 KiB each (36 layers × 8 KV heads × 128 × K+V × 2 bytes)
+            n_ctx=40960,
+            max_model_len=32768,
+            weights_type="BF16",
+            embeddings_in_host=False,
+            compute_buffer_bytes=int(0.9 * GIB),  # activations and CUDA graphs: the rest of 0.92 × 24 GiB
+            # llama.cpp on an RTX 4090 decodes Llama-3-8B F16 (16.06 GB) at 54.84 tok/s (tg 512) and 50.88 (tg 8192,
+            # the mean depth ~4K) (XiongjieDai/GPU-Benchmarks-on-LLM-Inference); Qwen3-8B's 16.38 GB and 36 layers'
+            # KV give 54 tok/s empty and 49.5 at 4K
+            decode_anchors=((0, 54.0), (4096, 49.5)),
             prefill_tok_s_empty=12000.0,
             prefill_slowdown_s_per_token=1.0e-9,
             script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,

@@ -18,6 +18,7 @@ higher.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -31,7 +32,14 @@ from urllib.parse import parse_qsl
 from kvmon.sim.clock import SimClock
 from kvmon.sim.engine import Epoch, SimEngine
 from kvmon.sim.faults import Fault, FaultPlan, parse_faults
-from kvmon.sim.files import ServerLog, make_sim_dir, remove_sim_dir, request_end_lines, write_gguf_header
+from kvmon.sim.files import (
+    ServerLog,
+    gguf_metadata,
+    make_sim_dir,
+    remove_sim_dir,
+    request_end_lines,
+    write_gguf_header,
+)
 from kvmon.sim.gpu import SimGpus
 from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
 from kvmon.sim.requests import SimRequest
@@ -176,23 +184,24 @@ class SimServer:
         self._server_pid = server_pid
         self.faults = FaultPlan(parse_faults(list(faults)))
         self.gpus = SimGpus(self.scenario)
-        # the files a real server leaves: the GGUF (header only) /props points at, and the -lv 4 log
+        # the files a real server leaves: the GGUF /props points at (its tensor directory real, its data a hole),
+        # and the -lv 4 log
         self._own_dir = files_dir is None
         self.files_dir = files_dir or make_sim_dir()
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
-        self.model_path = os.path.join(self.files_dir, os.path.basename(self.scenario.model_alias.replace(":", "-")))
-        if not self.model_path.endswith(".gguf"):
-            self.model_path += ".gguf"
-        self.log_path = os.path.join(self.files_dir, "llama-server.log")
-        self.log = ServerLog(self.log_path)
+        self.model_path = _model_file(self.files_dir, self.scenario)
+        ollama = self.scenario.backend == "ollama"  # Ollama's server.log holds its model server's lines too
+        self.log_path = os.path.join(self.files_dir, "server.log" if ollama else "llama-server.log")
+        self.log = ServerLog(self.log_path, ollama=ollama)
+        if ollama:
+            self._ollama_start_lines()
         self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
                                 on_request_end=self._request_ended)
         first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         assert first.model is not None
         # general.name as real GGUFs have it: the model's name without the preset's note on its shape
-        write_gguf_header(self.model_path, {**first.model.preset.metadata,
-                                            "general.name": first.model.preset.display_name.split(" (")[0]})
+        write_gguf_header(self.model_path, gguf_metadata(first.model), first.model.tensors)
         if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port
@@ -272,7 +281,22 @@ class SimServer:
         s = self.scenario
         free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
+        if self.log.ollama:
+            from kvmon.sim.ollama_child import ollama_flags
+
+            port = self.child_port or 0
+            self.log.ollama_line("server.go:212", "starting llama server",
+                                 cmd=" ".join(["/usr/lib/ollama/llama-server", *ollama_flags(self, port)]))
         self.log.load_block(model, epoch.t_begin, model.gpu.name, free, self.model_path)
+
+    def _ollama_start_lines(self) -> None:
+        """What Ollama logs when it starts: its settings (``envconfig.Values()``) and where it listens."""
+        s = self.scenario
+        env = {"OLLAMA_CONTEXT_LENGTH": str(s.n_ctx // s.n_parallel), "OLLAMA_NUM_PARALLEL": str(s.n_parallel),
+               "OLLAMA_FLASH_ATTENTION": "true" if s.flash_attn == "on" else "false",
+               "OLLAMA_KV_CACHE_TYPE": "" if s.type_k == "f16" else s.type_k, "OLLAMA_KEEP_ALIVE": "5m0s"}
+        self.log.ollama_line("routes.go:1580", "server config",
+                             env="map[" + " ".join(f"{k}:{v}" for k, v in sorted(env.items())) + "]")
 
     def __enter__(self) -> SimServer:
         self.start()
@@ -350,3 +374,14 @@ class SimServer:
 def _has_key(headers: dict[str, str], key: str) -> bool:
     auth = headers.get("authorization", "")
     return auth == f"Bearer {key}" or headers.get("x-api-key") == key
+
+
+def _model_file(files_dir: str, scenario: Scenario) -> str:
+    """Where the model file lies: Ollama keeps it as a content-addressed blob (``models/blobs/sha256-<hex>``, what
+    its modelfile's ``FROM`` and its model server's ``--model`` name); the others as a ``.gguf`` named for it."""
+    if scenario.backend == "ollama":
+        digest = hashlib.sha256(scenario.model_alias.encode()).hexdigest()
+        os.makedirs(os.path.join(files_dir, "blobs"), exist_ok=True)
+        return os.path.join(files_dir, "blobs", f"sha256-{digest}")
+    path = os.path.join(files_dir, os.path.basename(scenario.model_alias.replace(":", "-")))
+    return path if path.endswith(".gguf") else path + ".gguf"

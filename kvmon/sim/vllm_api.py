@@ -10,8 +10,8 @@ one card with ``root`` and ``max_model_len`` (``vllm/entrypoints/openai/models/s
 
 The pool is the scenario's ``n_ctx`` tokens in blocks of 16 (vLLM's default ``--block-size``); a running request
 holds ceil(tokens / 16) blocks, and usage is held / (blocks − 1), as ``vllm/v1/core/block_pool.py`` counts it. The
-model folder vLLM names as ``root`` is written by the simulator: an HF ``config.json`` of the scenario's preset and
-a sparse ``model.safetensors`` the size of its weights.
+model folder vLLM names as ``root`` is written by the simulator as a Hugging Face checkpoint is published: its
+``config.json`` and safetensors shards with real headers (every tensor's name, dtype and shape), the data a hole.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvmon.sim.files import write_safetensors
 from kvmon.sim.reply import Reply, estimate_tokens, json_reply, token_text
 from kvmon.sim.served import ServedSimulation
 
@@ -44,13 +45,38 @@ _HF_KEYS = (("block_count", "num_hidden_layers"), ("embedding_length", "hidden_s
             ("attention.head_count", "num_attention_heads"), ("attention.head_count_kv", "num_key_value_heads"),
             ("attention.key_length", "head_dim"), ("feed_forward_length", "intermediate_size"),
             ("context_length", "max_position_embeddings"), ("vocab_size", "vocab_size"))
+# the GGUF tensor names of a llama-family checkpoint → the names its Hugging Face checkpoint has
+# (convert_hf_to_gguf.py's tensor map, read the other way)
+_HF_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+_HF_LAYER = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+             "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+             "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
+             "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
+             "attn_v.bias": "self_attn.v_proj.bias", "attn_q_norm.weight": "self_attn.q_norm.weight",
+             "attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
+             "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}
+SHARD_BYTES = 4_000_000_000  # the shard size the published Qwen checkpoints are cut at
+_TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
-def write_model_folder(folder: str, metadata: dict[str, Any], weight_bytes: int, dtype: str = "float16") -> None:
-    """An HF model folder for a preset: ``config.json`` from its GGUF keys, a sparse weights file of its size."""
+def hf_name(gguf_name: str) -> str:
+    """The Hugging Face name of a llama-family GGUF tensor (``blk.3.attn_q.weight`` → ``model.layers.3.self_attn.
+    q_proj.weight``); KeyError for a tensor the map does not know."""
+    if gguf_name in _HF_NAMES:
+        return _HF_NAMES[gguf_name]
+    _blk, layer, rest = gguf_name.split(".", 2)
+    return f"model.layers.{layer}.{_HF_LAYER[rest]}"
+
+
+def write_model_folder(folder: str, metadata: dict[str, Any], tensors: Sequence[Any], dtype: str) -> None:
+    """An HF model folder as vLLM reads it: ``config.json`` from the model's GGUF keys, the checkpoint's safetensors
+    shards (real headers: names, dtype, shapes outermost first; data a hole) and ``model.safetensors.index.json``."""
     arch = str(metadata["general.architecture"])
+    tied = not any(t.name == "output.weight" for t in tensors)
     cfg: dict[str, Any] = {"architectures": [arch.capitalize() + "ForCausalLM"], "model_type": arch,
-                           "torch_dtype": dtype}
+                           "torch_dtype": _TORCH_DTYPES[dtype], "tie_word_embeddings": tied,
+                           "use_sliding_window": False, "sliding_window": None}
     for gguf, hf in _HF_KEYS:
         v = metadata.get(f"{arch}.{gguf}")
         if v is not None:
@@ -58,8 +84,22 @@ def write_model_folder(folder: str, metadata: dict[str, Any], weight_bytes: int,
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=2)
-    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
-        f.truncate(weight_bytes)  # sparse: its size is the weights', its blocks are none
+    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for t in tensors:
+        if size >= SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append((hf_name(t.name), dtype, tuple(reversed(t.shape))))  # torch order: outermost first
+        size += t.n_bytes
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        total += write_safetensors(os.path.join(folder, name), shard)
+        weight_map.update({n: name for n, _d, _s in shard})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
 class _Hist:
@@ -97,7 +137,9 @@ class VllmApi:
         self._epoch = 0
         self.root = os.path.join(getattr(sim, "files_dir", ""), sim.scenario.model_alias.replace("/", "--"))
         model = sim.engine.epoch_at(0.0).model
-        write_model_folder(self.root, dict(model.preset.metadata), int(model.weight_bytes))
+        if model.tensors is None:
+            raise ValueError(f"the simulated vLLM serves models with a tensor inventory, not {model.preset.key}")
+        write_model_folder(self.root, dict(model.preset.metadata), model.tensors, model.quantization)
 
     def _token_buckets(self) -> tuple[float, ...]:
         """1, 2, 5, 10, 20, 50, ... up to the context limit (vllm/v1/metrics/buckets.py request_tokens)."""

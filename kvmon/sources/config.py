@@ -18,7 +18,8 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig) if f.name
 
 
 def _set(value: Any) -> bool:
-    return value is not None and not (isinstance(value, Mapping) and not value)
+    """Whether a layer sets this field: an empty mapping or sequence (no buffers, no devices) sets nothing."""
+    return value is not None and not (isinstance(value, (Mapping, tuple, list)) and not value)
 
 
 def merge_configs(*layers: ServerConfig | None) -> ServerConfig:

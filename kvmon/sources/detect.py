@@ -12,6 +12,7 @@ and llama-swap has an /api/version too, so the order matters.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -304,6 +305,6 @@ def open_source(
     module, _, name = spec.source.partition(":")
     cls = getattr(importlib.import_module(module), name)
     kwargs: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}
-    if backend == LLAMA_SERVER:
+    if log_path is not None and "log_path" in inspect.signature(cls).parameters:  # a server whose log kvmon reads
         kwargs["log_path"] = log_path
     return cls(url, **kwargs)

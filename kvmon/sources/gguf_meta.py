@@ -57,7 +57,7 @@ class GgufHeader:
     tensor_count: int
     file_size_bytes: int
     data_offset_bytes: int | None  # where tensor data starts
-    tensor_bytes: int | None  # sum of tensor sizes (the weights)
+    tensor_bytes: int | None  # sum of tensor sizes (the weights); None when the directory lists none or an unknown type
     skipped_keys: tuple[str, ...] = field(default=())  # arrays too long to keep (tokenizer vocabularies)
 
 
@@ -224,6 +224,8 @@ def _parse(buf: Any, file_size: int) -> GgufHeader:
             data_offset: int | None = -(-cur.pos // align) * align
         except GgufError:
             total, data_offset = None, None
+        if tensor_count == 0:  # a header with no tensors (metadata only) says nothing of the weights: not 0 bytes
+            total = None
         return GgufHeader(meta, version, tensor_count, file_size, data_offset, total, tuple(skipped))
     except struct.error as e:
         raise GgufError(f"GGUF header unreadable: {e}") from None

@@ -1,5 +1,5 @@
 """A Hugging Face model folder on this machine (the ``root`` vLLM reports for a model): its ``config.json`` as the
-model shape kvmon's physics reads, its dtype, and the size of its weight files.
+model shape kvmon's physics reads, its dtype, and its weights as the safetensors headers give them (never the data).
 
 vLLM sizes a layer's KV page from the HF config (``vllm/transformers_utils/config.py`` and
 ``model_arch_config_convertor.py``): KV heads from the first of ``num_key_value_heads``, ``num_kv_heads``,
@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.jsonvals import InputError, json_int, json_str, parse_json
-from kvmon.sources.localfile import read_from, regular_stat
+from kvmon.physics.tensors import parameter_count
+from kvmon.sources.localfile import read_from
+from kvmon.sources.safetensors_meta import folder_weights
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; more is not one
 # torch dtype names in config.json → the cache-type name kvmon's tables use for the same element size
@@ -36,7 +38,8 @@ _NOT_PLAIN = (("kv_lora_rank", "multi-head latent attention (MLA)"),
 
 @dataclass(frozen=True)
 class HfModel:
-    """What one HF model folder says: GGUF-keyed metadata for the shape (None + why), dtype, weight bytes."""
+    """What one HF model folder says: GGUF-keyed metadata for the shape (None + why), dtype, the weight bytes its
+    safetensors headers give (None + why), its parameter count and how its weights are stored."""
 
     folder: str
     metadata: Mapping[str, Any] | None
@@ -44,6 +47,10 @@ class HfModel:
     dtype: str | None  # bf16 | f16 | f32, or None when config.json does not say
     weight_bytes: int | None
     arch: str | None = None
+    weights_why: str | None = None  # why weight_bytes is unknown
+    weights_note: str | None = None  # how it was read ("3 safetensors headers, BF16")
+    n_params: int | None = None  # from the architecture's tensor inventory (computed), None when not covered
+    storage: str | None = None  # the weights' type for an estimate: the dtype (BF16), or the quantization method
 
 
 def hub_cache_dirs(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -133,19 +140,6 @@ def config_dtype(cfg: Any) -> str | None:
     return None
 
 
-def weight_file_bytes(folder: str) -> int | None:
-    """Bytes of the folder's ``*.safetensors`` files (the weights vLLM loads), None when there are none."""
-    total = 0
-    found = False
-    for path in glob.glob(os.path.join(glob.escape(folder), "*.safetensors")):
-        try:
-            total += regular_stat(path).st_size
-            found = True
-        except OSError:
-            continue
-    return total if found else None
-
-
 def read_model(folder: str) -> HfModel:
     """The model in ``folder``; a missing or unreadable ``config.json`` is a reason, never an exception."""
     path = os.path.join(folder, "config.json")
@@ -160,4 +154,15 @@ def read_model(folder: str) -> HfModel:
     except InputError as e:
         return HfModel(folder, None, f"config.json is not readable JSON: {e}", None, None)
     md, why, arch = config_metadata(cfg)
-    return HfModel(folder, md, why, config_dtype(cfg), weight_file_bytes(folder), arch)
+    dtype = config_dtype(cfg)
+    found = folder_weights(folder)
+    note = (f"summed from the {found.n_files} safetensors header{'s' * (found.n_files > 1)} of the model folder "
+            f"({found.n_tensors} tensors, {', '.join(found.dtypes)})") if found.weight_bytes is not None else None
+    c = _text_config(cfg) if isinstance(cfg, Mapping) else {}
+    tied = c.get("tie_word_embeddings", cfg.get("tie_word_embeddings") if isinstance(cfg, Mapping) else None)
+    n_params = parameter_count(md, tied=tied if isinstance(tied, bool) else False) if md else None
+    quant = c.get("quantization_config") or (cfg.get("quantization_config") if isinstance(cfg, Mapping) else None)
+    storage = (json_str(quant.get("quant_method")) if isinstance(quant, Mapping) else None) if quant else \
+        (dtype.upper() if dtype else None)
+    return HfModel(folder, md, why, dtype, found.weight_bytes, arch, weights_why=found.why_not, weights_note=note,
+                   n_params=n_params, storage=storage)

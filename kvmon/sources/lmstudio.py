@@ -32,7 +32,7 @@ from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.lmstudio_parse import Instance, LmModel, parse_v0, parse_v1
 from kvmon.sources.model_file import ModelFiles
-from kvmon.sources.proxy_reader import ProxyReader
+from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
 BACKEND = "lmstudio"
 DEFAULT_PORT = 1234
@@ -169,7 +169,7 @@ class LmStudioSource:
         model = ModelInfo(name=active.key, arch=active.arch, quantization=active.quantization,
                           weight_bytes=weight_bytes, n_ctx_train=active.max_context_length, path=path, shape=shape,
                           shape_source="gguf" if shape is not None else None)
-        slots, last, rate_source, rate_reason = self._live(proxy, proxy_reason, active, inst)
+        slots, last, rate_source, rate_reason = self._live(proxy, proxy_reason, active, inst, reasons)
         return ServerReading(
             t_monotonic=t, t_wall=t_wall, backend=BACKEND, url=self.display_url, model=model, slots=slots,
             config=config,
@@ -199,15 +199,16 @@ class LmStudioSource:
             n_batch=inst.eval_batch_size, kv_offload=inst.offload_kv_cache_to_gpu, model_path=path,
             provenance=prov)
 
-    def _live(self, proxy: ProxyView | None, proxy_reason: str | None, active: LmModel, inst: Instance
-              ) -> tuple[tuple[SlotReading, ...], RequestStats | None, str | None, str | None]:
-        """(the proxy's streams as slots, its last finished request, rate source, why no live rate)."""
+    def _live(self, proxy: ProxyView | None, proxy_reason: str | None, active: LmModel, inst: Instance,
+              reasons: dict[str, str]) -> tuple[tuple[SlotReading, ...], RequestStats | None, str | None, str | None]:
+        """(the proxy's streams as slots, at the conversation's depth the replies' stats give, its last finished
+        request, rate source, why no live rate)."""
         if proxy is None:
             return (), None, None, proxy_reason or LIVE_RATE_HINT
         mine = {active.key, inst.id}
-        slots = tuple(SlotReading(id=s.id, n_ctx=inst.context_length, context_tokens=None, processing=True,
-                                  n_decoded=s.tokens_so_far)
-                      for s in proxy.in_flight if s.model is None or s.model in mine)
         last = proxy.last if proxy.last_model is None or proxy.last_model in mine else None
+        slots, how = proxy_slots(proxy, inst.context_length, lambda m: m is None or m in mine, last)
+        if how:
+            reasons["context_tokens"] = how
         return slots, last, "proxy", None
 

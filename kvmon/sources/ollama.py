@@ -41,7 +41,7 @@ from kvmon.sources.ollama_parse import (
     parse_show,
     pick_active,
 )
-from kvmon.sources.proxy_reader import ProxyReader
+from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
 DEFAULT_PORT = 11434
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
@@ -175,6 +175,11 @@ class OllamaSource:
         if header is None:
             return None, None, why
         shape, swhy = self._files.shape(header.metadata, key)
+        if header.tensor_bytes is None:
+            name = os.path.basename(path)
+            empty = (f"model file {name!r}'s tensor directory lists no tensors" if header.tensor_count == 0
+                     else f"model file {name!r} holds a tensor of a type kvmon cannot size")
+            swhy = "; ".join(x for x in (empty, swhy) if x)
         return header.tensor_bytes, shape, swhy
 
     def _fetch_show(self, name: str, *, verbose: bool) -> ShowInfo:
@@ -263,17 +268,11 @@ class OllamaSource:
             kv_unified = child_reading.kv_unified
             rate_source = "child_slots"
         elif proxy is not None:
-            slots = tuple(
-                SlotReading(
-                    id=s.id,
-                    n_ctx=active.context_length,
-                    context_tokens=None,
-                    processing=True,
-                    n_decoded=s.tokens_so_far,
-                )
-                for s in proxy.in_flight
-                if s.model is None or names_match(s.model, active)
-            )
+            last_here = proxy.last if proxy.last_model is None or names_match(proxy.last_model, active) else None
+            slots, how = proxy_slots(proxy, active.context_length, lambda m: m is None or names_match(m, active),
+                                     last_here)
+            if how:
+                reasons["context_tokens"] = how
             rate_source = "proxy"
         else:
             why = "; ".join(r for r in (child_reason, proxy_reason) if r)
@@ -289,6 +288,8 @@ class OllamaSource:
 
         model_path = config.model_path or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
+        if weight_bytes is not None and show is not None:
+            reasons["weight_bytes"] = f"summed from /api/show's tensor list ({show.n_tensors} tensors)"
         shape = show.shape if show else None
         shape_source = "ollama_show" if shape is not None else None
         if (weight_bytes is None or shape is None) and model_path and self._is_local:

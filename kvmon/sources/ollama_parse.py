@@ -191,6 +191,7 @@ class ShowInfo:
     blob_path: str | None
     shape: Any  # ModelShape | None
     shape_reason: str | None
+    n_tensors: int = 0  # entries of the tensor list
 
 
 def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
@@ -247,4 +248,5 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
         blob_path=blob_path_from_modelfile(body.get("modelfile")),
         shape=shape,
         shape_reason=shape_reason,
+        n_tensors=len(body["tensors"]) if isinstance(body.get("tensors"), list) else 0,
     )

@@ -7,9 +7,10 @@ elsewhere is not this server's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from kvmon.core.readings import SourceError
+from kvmon.core.readings import RequestStats, SlotReading, SourceError
 from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
 from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, normalize_base_url, redact_url
@@ -56,3 +57,25 @@ class ProxyReader:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+def proxy_slots(proxy: ProxyView, n_ctx: int | None, mine: Callable[[str | None], bool],
+                last: RequestStats | None) -> tuple[tuple[SlotReading, ...], str | None]:
+    """The proxy's streams to this model as slots, each at the conversation's depth as far as the proxy can tell,
+    and how that depth is known (None when no stream is open).
+
+    A server that answers through the proxy only says a request's prompt and reply tokens when the reply ends; while
+    one streams, its depth is the last reply's input + output tokens plus what it has generated so far (its new
+    message is counted when it ends): a lower bound, marked estimated. Before any reply ended, only the tokens so far.
+    """
+    base = last.context_tokens if last is not None and last.context_tokens is not None else None
+    slots = tuple(SlotReading(id=s.id, n_ctx=n_ctx, context_tokens=(base or 0) + s.tokens_so_far, processing=True,
+                              n_decoded=s.tokens_so_far, context_estimated=True)
+                  for s in proxy.in_flight if mine(s.model))
+    if not slots:
+        return (), None
+    if base is None:
+        return slots, ("estimated: the tokens generated so far; the prompt's tokens are counted when the first reply "
+                       "ends (the proxy reads them from the server's final stats)")
+    return slots, (f"estimated: the last reply's input + output tokens ({base:,}, the proxy's stats) plus the tokens "
+                   "generated so far; the new message's tokens are counted when this reply ends")

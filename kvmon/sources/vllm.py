@@ -7,7 +7,9 @@ the step counters ``prompt_tokens_total`` / ``generation_tokens_total`` that the
 prefill and decode speeds. Bytes per token come from the model's shape (``kvmon.sources.hf_config`` for the HF
 folder vLLM names as the model's ``root``, or the GGUF file it serves) and the cache dtype; vLLM's page for a
 full-attention layer is 2 × KV heads × head size × dtype bytes per token (``vllm/v1/kv_cache_interface.py``), so
-the pool is capacity × that. Without a readable model folder those bytes are unknown, and say why.
+the pool is capacity × that. The weights are the checkpoint's, summed from its safetensors headers (never its data);
+without them, its parameter count and dtype let the analysis estimate them. Without a readable model folder those
+bytes are unknown, and say why.
 """
 
 from __future__ import annotations
@@ -157,6 +159,7 @@ class VllmSource:
         shape = None
         weight_bytes = None
         arch = None
+        n_params = storage = None
         model_dtype = hf.dtype if hf else None
         if hf is not None:
             arch = hf.arch
@@ -164,9 +167,9 @@ class VllmSource:
                 shape, why = self._files.shape(hf.metadata, None)
             else:
                 why = hf.why_not
-            weight_bytes = hf.weight_bytes
-            if weight_bytes is not None:
-                reasons["weight_bytes"] = "size of the model folder's safetensors files"
+            # the checkpoint's own size from its headers; else its parameters and dtype, for the analysis's estimate
+            weight_bytes, n_params, storage = hf.weight_bytes, hf.n_params, hf.storage
+            reasons["weight_bytes"] = hf.weights_note or f"weights not read: {hf.weights_why}"
         elif header is not None:
             shape, why = self._files.shape(header.metadata, None)
             weight_bytes = header.tensor_bytes
@@ -175,7 +178,7 @@ class VllmSource:
             reasons["model_shape"] = why or "model shape unknown"
         config = self._config(page, card, shape, model_dtype, reasons)
         model = ModelInfo(name=name, arch=arch or getattr(shape, "arch", None), weight_bytes=weight_bytes,
-                          n_ctx_train=getattr(shape, "n_ctx_train", None),
+                          n_params=n_params, quantization=storage, n_ctx_train=getattr(shape, "n_ctx_train", None),
                           path=(card.root if card else None), shape=shape,
                           shape_source=("hf_config" if hf is not None and shape is not None
                                         else "gguf" if shape is not None else None))

@@ -14,7 +14,17 @@ from dataclasses import replace
 from typing import Any
 
 from kvmon.core.alerts import AlertEngine
-from kvmon.core.analysis import advice, alert_facts, ceiling, devices, gpu_views, placement, regimes, speeds
+from kvmon.core.analysis import (
+    advice,
+    alert_facts,
+    ceiling,
+    consistency,
+    devices,
+    gpu_views,
+    placement,
+    regimes,
+    speeds,
+)
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
@@ -140,6 +150,9 @@ class Analyzer:
         place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus), no_gpu_here=no_gpu_here)
         if place.note:
             reasons["placement"] = place.note
+        kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
+        if kv_why is not None:  # a cache larger than where it is said to live is not a size to draw
+            model = consistency.without_kv(model, kv_why, prov, reasons)
         placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,
                                       devs)
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
@@ -151,19 +164,17 @@ class Analyzer:
                                              st.curve_points, memo, prov, reasons)
         if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
             ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
-        efficiency = rates.decode / ceiling_now if rates.decode is not None and ceiling_now else None
-        suspect = None
-        if efficiency is not None and efficiency > 1.0:
-            # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
-            suspect = ceiling.suspect(rates.decode, ceiling_now, devices_now, place, gviews, model, prov)
-            reasons["efficiency"] = suspect.message
-            efficiency = None
-            self._forecaster.add_efficiency(1.0)
-        elif efficiency is not None:
-            prov["efficiency"] = "computed"
-            self._forecaster.add_efficiency(efficiency)
+        # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
+        efficiency, suspect = consistency.efficiency(rates.decode, ceiling_now, devices_now, place, gviews, model,
+                                                     prov, reasons)
+        if efficiency is not None or suspect is not None:
+            self._forecaster.add_efficiency(efficiency if efficiency is not None else 1.0)
         bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
+        compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
+                   if is_device_buffer(d)}
+        compute_by_index = {k: v for k, v in compute.items() if k is not None}
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
+        gviews = consistency.vram_split(gviews, compute_by_index, reasons)  # the parts the measured memory denies
         # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
         hview = replace(gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
                                             model=model, decode=rates.decode, kv_read_now=kv_read_now,
@@ -178,15 +189,14 @@ class Analyzer:
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons, vendors=[g.vendor for g in gviews])
+        fc = consistency.forecast_under(fc, suspect, reasons)
         cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
-        compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
-                   if is_device_buffer(d)}
         dfacts = alert_facts.DeviceFacts(
             gviews=gviews, host=hview, cache_bytes=cache_bytes(model),
-            compute_by_index={k: v for k, v in compute.items() if k is not None},
+            compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,

@@ -1,19 +1,16 @@
-"""The ceiling: the decode speed the memory bus allows now and over every depth up to n_ctx, the bandwidth figures
-that follow (bytes read per token, achieved and peak bandwidth, headroom), and which of its inputs is suspect when a
-measured speed exceeds it.
+"""The ceiling: the decode speed the memory bus allows now and over every depth up to n_ctx, and the bandwidth figures
+that follow (bytes read per token, achieved and peak bandwidth, headroom). Which of its inputs is suspect when a
+measured speed exceeds it is decided with the other contradictions, in ``kvmon.core.analysis.consistency``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.snapshot import CeilingSuspect, GpuView, ModelView
+from kvmon.core.snapshot import ModelView
 from kvmon.physics import ceiling as ceiling_mod
-
-SLOW_DEVICE_SHARE = 0.25  # a host or PCIe device taking this much of the step time is the first suspect
 
 
 def curve_depths(n_ctx: int, n_points: int) -> list[int]:
@@ -85,51 +82,3 @@ def bandwidth(decode: float | None, model: ModelView, kv_read_now: float | None,
     if achieved is not None:
         prov["achieved_bandwidth_bytes_per_s"] = "computed"
     return Bandwidth(bytes_per_token, achieved, peak, headroom)
-
-
-def suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | None, place: Any, gviews: Sequence[GpuView],
-            model: ModelView, prov: Mapping[str, str]) -> CeilingSuspect:
-    """Measured ``decode`` above ``ceiling_now``: the ceiling input most likely wrong, the least sure one first.
-
-    A host or PCIe device that takes a large share of the step time (its bandwidth, or what it is taken to read);
-    a guessed split over GPUs; an estimated MoE weight read; a GPU bandwidth from the table or the user; an
-    incomplete model shape; else the bandwidth (the hardware reaches more than the figure used).
-    """
-    head = (f"measured {decode:.1f} tok/s exceeds the computed ceiling of {ceiling_now:.1f} tok/s, so the ceiling is "
-            "uncertain: ")
-    devs = list(devices or ())
-    step = sum((d.weight_bytes + d.kv_fraction) / d.bandwidth_bytes_per_s for d in devs
-               if d.bandwidth_bytes_per_s) or 0.0
-    for d in devs:
-        if d.location in ("host", "pcie") and d.bandwidth_bytes_per_s and step > 0:
-            share = (d.weight_bytes + d.kv_fraction) / d.bandwidth_bytes_per_s / step
-            if share >= SLOW_DEVICE_SHARE and d.weight_bytes > 0:
-                return CeilingSuspect("placement", head + (
-                    f"{d.name} is taken to read {d.weight_bytes / 1e9:.2f} GB of weights per token at "
-                    f"{d.bandwidth_bytes_per_s / 1e9:.0f} GB/s; its buffer may hold tensors read only in part (the "
-                    "token embeddings), or its bandwidth is higher than set"))
-            if share >= SLOW_DEVICE_SHARE:
-                return CeilingSuspect("bandwidth", head + (
-                    f"the KV cache on {d.name} is read at {d.bandwidth_bytes_per_s / 1e9:.0f} GB/s; that bandwidth "
-                    "is likely higher (set it in settings)"))
-    source = getattr(place, "source", None)
-    if source in ("even", "process"):
-        return CeilingSuspect("placement", head + (
-            f"the split of the model over GPUs is a guess ({getattr(place, 'note', None) or source}); the server's "
-            "log (--log) gives the real one"))
-    if prov.get("weight_bytes_read_per_token") == "estimated":
-        return CeilingSuspect("weights_read_per_token", head + (
-            "the weights read per token are an estimate (MoE routing, or no shape): fewer bytes are read than "
-            "assumed"))
-    guessed = [g for g in gviews if g.bandwidth_source in ("table", "user")]
-    if guessed:
-        g = guessed[0]
-        where = "the GPU table" if g.bandwidth_source == "table" else "your settings"
-        return CeilingSuspect("bandwidth", head + (
-            f"GPU {g.index}'s peak bandwidth comes from {where} ({(g.peak_bandwidth_bytes_per_s or 0) / 1e9:.0f} "
-            "GB/s); this card's may be higher"))
-    if model.shape is not None and model.shape.partial:
-        return CeilingSuspect("kv_in_use", head + (
-            f"the model's shape is incomplete ({model.shape_note or 'partial metadata'}): the KV bytes read per token "
-            "may be fewer"))
-    return CeilingSuspect("bandwidth", head + "the peak bandwidth used is below what this hardware reaches")

@@ -4,7 +4,8 @@ plot draws).
 
 The fit is ``kvmon.physics.decode_model`` (bytes read per token at each depth, bounded by the ceiling) when the
 model's shape and the devices are known, else the context-linear line of ``kvmon.physics.forecast`` (said so in
-``reasons``). On devices whose attention kernels change with depth (``kvmon.physics.attention_prior``: Metal) the
+``reasons``), which is drawn only up to twice the deepest measured depth: the milestones past it are unknown.
+On devices whose attention kernels change with depth (``kvmon.physics.attention_prior``: Metal) the
 forecast stops at the switch until the session has measured past it, and says so (``Forecast.valid_to_tokens``,
 the reason). It reads only the current regime's points (``kvmon.core.analysis.regimes``): a reload, another
 n_ctx or a spill starts it again. It is made on every new point while there are few, then when the points grew by a
@@ -35,6 +36,7 @@ from kvmon.physics import forecast as forecast_mod
 from kvmon.physics.attention_prior import KernelSwitch, kernel_switch
 
 EFFICIENCIES_KEPT = 600
+LINE_REACH = 2.0  # the context-linear fallback is drawn up to this many times the deepest measured depth
 Curve = tuple[tuple[int, float, float, float], ...]
 NO_SHAPE_FIT = ("model shape or device bandwidths unknown: fitted as a straight line in context depth, with no "
                 "ceiling to bound it")
@@ -155,9 +157,18 @@ class Forecaster:
         curve: Curve = ()
         if model.n_ctx and fit is not None:
             n_ctx = model.n_ctx
+            reach = n_ctx
+            if isinstance(fit, forecast_mod.DecodeFit):  # a line with no physics under it: only near its points
+                reach = min(n_ctx, int(LINE_REACH * fit.context_max))
+                beyond = [m for m in self._milestone_depths if reach < m <= n_ctx]
+                if beyond:
+                    reasons["forecast.milestones"] = (
+                        f"{', '.join(_k(m) for m in beyond)} unknown: a straight line fitted on depths up to "
+                        f"{int(fit.context_max):,} is not drawn past twice the deepest measured depth ({reach:,}); "
+                        "the model's shape and the devices' bandwidths would give a forecast to n_ctx")
             # the same fit and n_ctx give the same milestones and curve: computed once, not every poll
-            milestones, curve = self._memo.get(shape, ("forecast", fit, n_ctx, self._curve_points),
-                                               lambda: self._predict(fit, n_ctx))
+            milestones, curve = self._memo.get(shape, ("forecast", fit, n_ctx, reach, self._curve_points),
+                                               lambda: self._predict(fit, n_ctx, reach))
         past_switch = isinstance(fit, decode_model.BytesFit) and fit.past_kernel_switch
         if self._fit_reason and not past_switch:  # a note on the fit, not something unknown
             reasons["forecast"] = self._fit_reason
@@ -184,14 +195,16 @@ class Forecaster:
             valid_to_tokens=valid_to,
         )
 
-    def _predict(self, fit: Any, n_ctx: int) -> tuple[tuple[Milestone, ...], Curve]:
-        """tok/s at each context milestone up to n_ctx, and along the curve's depths (with the ceiling, if known)."""
-        depths = [m for m in self._milestone_depths if m <= n_ctx]
-        along = curve_depths(n_ctx, self._curve_points)
+    def _predict(self, fit: Any, n_ctx: int, reach: int) -> tuple[tuple[Milestone, ...], Curve]:
+        """tok/s at each context milestone up to ``reach`` (n_ctx, or less for a line), and along the curve's depths
+        (with the ceiling, if known)."""
         limit = fit.valid_to_tokens if isinstance(fit, decode_model.BytesFit) else None
-        if limit is not None and limit < n_ctx:  # kernels change past it: no numbers beyond, the curve ends there
-            depths = [m for m in depths if m <= limit]
-            along = [d for d in along if d < limit] + [int(limit)]
+        if limit is not None:  # kernels change past it: no numbers beyond, the curve ends there
+            reach = min(reach, int(limit))
+        depths = [m for m in self._milestone_depths if m <= reach]
+        along = [d for d in curve_depths(n_ctx, self._curve_points) if d < reach or (d == reach == n_ctx)]
+        if reach < n_ctx or not along or along[-1] != reach:
+            along.append(reach)
         if isinstance(fit, decode_model.BytesFit):
             xs = np.asarray(depths + along, dtype=float)
             tok_s, low, high = fit.predict_many(xs)
@@ -209,6 +222,11 @@ class Forecaster:
         # recorded line ~2 KB shorter than full floats would
         curve = tuple((d, _down4(tok_s[k + i]), _down4(low[k + i]), _down4(high[k + i])) for i, d in enumerate(along))
         return milestones, curve
+
+
+def _k(tokens: int) -> str:
+    """A milestone as people name it: 8192 → "8K"."""
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
 
 
 def _down4(v: float) -> float:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvmon.core.analysis import consistency
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
+from kvmon.physics import quant
 from kvmon.physics import weights as weights_mod
 from kvmon.physics.shape import ModelShape
 
@@ -66,21 +68,7 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
     else:
         reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
 
-    weight_bytes = m.weight_bytes if m is not None else None
-    if weight_bytes is not None:
-        prov["weight_bytes"] = "measured"
-    elif cfg.model_buffer_bytes_by_device:
-        weight_bytes = sum(cfg.model_buffer_bytes_by_device.values())
-        prov["weight_bytes"] = "log"
-    elif r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None \
-            and r.weight_bytes_vram + r.weight_bytes_host - alloc > 0:
-        # Ollama's loaded size holds weights + KV cache (+ compute graph): take the computed KV out
-        weight_bytes = int(r.weight_bytes_vram + r.weight_bytes_host - alloc)
-        prov["weight_bytes"] = "estimated"
-        reasons["weight_bytes"] = "the server's loaded size minus the computed KV cache (includes compute buffers)"
-    else:
-        reasons["weight_bytes"] = (r.reasons.get("weight_bytes") if r.reasons.get("weight_bytes")
-                                   else "model size not reported")
+    weight_bytes = _weights(r, alloc, prov, reasons)
 
     kv_per_token = rec = None
     read_per_token: float | None = None
@@ -123,6 +111,44 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         shape=shape if isinstance(shape, ModelShape) else None,
     )
     return view, shape
+
+
+def _weights(r: ServerReading, alloc: int | None, prov: dict[str, str], reasons: dict[str, str]) -> int | None:
+    """The model's weight bytes: the first of what the server or its file says, the log's model buffers, bits per
+    weight × parameters, the loaded size less the KV cache, that nothing contradicts (``consistency``)."""
+    m, cfg = r.model, r.config
+    cands: list[consistency.WeightCandidate] = []
+    if m is not None and m.weight_bytes is not None:
+        src = m.weight_bytes_source.value if m.weight_bytes_source is not None else "measured"
+        cands.append(consistency.WeightCandidate(m.weight_bytes, src, r.reasons.get("weight_bytes"),
+                                                 "the server's figure"))
+    if cfg.model_buffer_bytes_by_device:
+        cands.append(consistency.WeightCandidate(sum(cfg.model_buffer_bytes_by_device.values()), "log", None,
+                                                 "the log's model buffers"))
+    est, how = quant.estimated_weight_bytes(m.n_params if m else None, m.quantization if m else None)
+    if est is not None:
+        cands.append(consistency.WeightCandidate(est, "estimated", how, "bits per weight × parameters"))
+    if r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None:
+        # Ollama's loaded size holds weights + KV cache (+ compute graph): take the computed KV out
+        cands.append(consistency.WeightCandidate(
+            int(r.weight_bytes_vram + r.weight_bytes_host - alloc), "estimated",
+            "the server's loaded size minus the computed KV cache (includes compute buffers)",
+            "the loaded size less the KV cache"))
+    chosen, contradicted = consistency.choose_weights(cands, m.n_params if m else None)
+    against = "; ".join(f"{c}: contradicted" for c in contradicted)
+    if chosen is None:
+        reasons["weight_bytes"] = against or r.reasons.get("weight_bytes") or "model size not reported"
+        if against and est is None and how:
+            reasons["weight_bytes"] += f"; no estimate: {how}"
+        return None
+    prov["weight_bytes"] = chosen.provenance
+    how_chosen = chosen.how if chosen.provenance != "measured" or chosen.how else None
+    text = "; ".join(x for x in (against, how_chosen) if x)
+    if text:
+        reasons["weight_bytes"] = text
+    else:
+        reasons.pop("weight_bytes", None)
+    return chosen.weight_bytes
 
 
 def _mib(per_device: tuple[int, ...]) -> str:

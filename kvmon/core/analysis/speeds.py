@@ -71,7 +71,7 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
         context = r.last_request.context_tokens
         prov["context_tokens"] = "measured"
     elif context is not None:
-        prov["context_tokens"] = "measured"
+        prov["context_tokens"] = "estimated" if deepest is not None and deepest.context_estimated else "measured"
     else:
         reasons["context_tokens"] = ("the server does not report per-conversation context"
                                      + (" (run `kvmon proxy` to see it)" if r.backend in ("ollama", "lmstudio")

@@ -25,10 +25,14 @@ LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "K
           ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
 
 
-def legend_html() -> str:
+UNATTRIBUTED = ("unattributed", "not attributed")  # in the legend only while a bar has such a part
+
+
+def legend_html(unattributed: bool = False) -> str:
     """The compact legend under the bars: a swatch in each colour and its word."""
+    words = (*LEGEND, UNATTRIBUTED) if unattributed else LEGEND
     return " &nbsp; ".join(f"<span style='color:{theme.hex_color(q)}'>■</span>&nbsp;{word.replace(' ', '&nbsp;')}"
-                          for q, word in LEGEND)
+                          for q, word in words)
 
 
 def _seg(quantity: str, value: float | None, what: str, source: str | None = None) -> Segment | None:
@@ -72,7 +76,7 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
                    limit_line=False, tip=f"{name}: {why}")
     if g.vram_used_bytes is not None and g.vram_used_bytes - known > total * 0.005:
         rest = g.vram_used_bytes - known
-        segs.append(Segment("server_other", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
+        segs.append(Segment("unattributed", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
                             + (g.reasons.get("vram_split") or "the split needs the server's process id")))
     free = g.vram_free_bytes
     if free is not None and free > 0:
@@ -195,3 +199,4 @@ class MemoryPanel(QtWidgets.QGroupBox):
             rows.append(hb)
         empty = f"No memory readings: {s.gpus_unavailable_reason or 'no device source'}"
         self.bars.set_bars(tuple(rows), empty)
+        self.legend.setText(legend_html(any(p.quantity == UNATTRIBUTED[0] for b in rows for p in b.segments)))
