@@ -278,7 +278,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
         from kvmon.proxy.server import ProxyServer
         from kvmon.sim.lmstudio_client import ScriptedChat
 
-        proxy = ProxyServer(url, port=0)
+        proxy = ProxyServer(url, port=0, clock=sim.clock.now)  # replies timed in simulated seconds, as all else
         proxy.start()
         proxy_url = proxy.url
         chat = ScriptedChat(sim, proxy.url)
