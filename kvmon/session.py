@@ -231,6 +231,8 @@ class Session:
     recorder: RecordSwitch = field(default_factory=RecordSwitch)
     # what the analysis reads each poll: the command line's, updated when the user changes settings (bandwidths)
     settings: AnalyzerSettings | None = None
+    # a stepped demo's clients catching up with the simulated time now (the LM Studio demo's chat), before a poll
+    settle: Callable[[], None] = lambda: None
 
     def current_settings(self) -> AnalyzerSettings | None:
         """The settings the next poll is analysed with (a monitor asks before every poll)."""
@@ -322,6 +324,17 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     name = getattr(sim.scenario, "name", str(scenario))
     session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
                       settings=analyzer_settings)
+    if lmstudio:
+        session.settle = chat.settle
+    elif stepped and sim.child is not None:  # a simulated Ollama's model server: a real process, up in real time
+        from kvmon.sim.ollama_child import wait_ready
+
+        ready = [False]
+
+        def child_up() -> None:
+            ready[0] = ready[0] or wait_ready(sim.child, sim.child_port)
+
+        session.settle = child_up
     return session
 
 
@@ -363,10 +376,12 @@ def step_demo(session: Session, after_s: float, step_s: float) -> Iterator[Snaps
     sim.step(0.0)
     monitor = session.factory()
     try:
+        session.settle()
         yield monitor.poll()
         watched = 0.0
         while step_s > 0 and watched < after_s - 1e-9:
             sim.step(step_s)
+            session.settle()
             watched += step_s
             yield monitor.poll()
     finally:

@@ -58,9 +58,8 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     if any(f.strip().lower() in ("list", "help") for f in fault_specs):
         print(describe())
         return 0
-    from kvmon.sim.multi_scenarios import get_multi_scenario
-
     from kvmon.sim.catalog import check
+    from kvmon.sim.multi_scenarios import get_multi_scenario
 
     name = getattr(args, "scenario", "seed-3090x2")
     multi = get_multi_scenario(name)
