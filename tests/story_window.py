@@ -123,11 +123,12 @@ def _pump_until(app: QtWidgets.QApplication, done: Callable[[], bool], what: str
         time.sleep(0.001)
 
 
-def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (1280, 800),
+def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (1280, 800), scheme: str = "system",
                     on_poll: Callable[[object, Seen], None] | None = None) -> list[Seen]:
     """Open the dashboard on ``scenario`` joined ``watch.start_at_s`` in, poll every ``watch.step_s`` simulated
     seconds up to ``watch.until_s``, and return what the window showed after each poll (window and simulator are
-    closed at the end). ``on_poll(window, seen)`` may look at the window itself (a screenshot)."""
+    closed at the end). ``scheme``: the theme (View ▸ Theme); ``on_poll(window, seen)`` may look at the window
+    itself (a screenshot)."""
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.settings import Settings
     from kvmon.session import demo_session
@@ -140,7 +141,9 @@ def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (128
         sim = session.sim
         # simulated time stands still (stepped): only the steps below move it
         # the worker polls once when it starts, then only when asked (its own timer would wait an hour)
-        win, poller = build_window(session, Settings(os.path.join(scratch.name, "s.ini")), 3600.0, tray=False)
+        settings = Settings(os.path.join(scratch.name, "s.ini"))
+        settings.scheme = scheme
+        win, poller = build_window(session, settings, 3600.0, tray=False)
         win.resize(*size)
         win.set_window_range("session")
         win.show()
