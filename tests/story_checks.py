@@ -91,9 +91,8 @@ def simulated_speed(scenario: str, depth: int, after_s: float, model: str | None
 
 
 def window_state(s: Seen) -> str | None:
-    """The headline as the window says it: loading (the connection line or the status bar), idle, decoding."""
-    line = s.connection_line() or ""
-    if line.startswith("Model loading") or "● loading" in s.status:
+    """The headline as the window says it: the header's "loading", "idle" or a speed in tok/s."""
+    if s.speed.startswith("loading"):
         return LOADING
     if s.speed.startswith("idle"):
         return IDLE
