@@ -60,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _scenarios_help() -> str:
-    from kvmon.sim.scenarios import scenarios_help
+    from kvmon.sim.catalog import scenarios_help
 
     return scenarios_help()
 
@@ -75,15 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvmon {__version__}")
     sub = parser.add_subparsers(dest="command")
 
+    from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
+    from kvmon.sim.cli import seconds
+
     once = sub.add_parser("once", help="two polls ~1 s apart, print one reading and exit")
     _add_connection_args(once)
     once.add_argument("--json", action="store_true", help="print the documented JSON document")
     once.add_argument("--interval", type=float, default=1.0, help="seconds between the two polls")
     once.add_argument("--list", action="store_true",
                       help="list every server found on this machine (processes, then the default ports) and exit")
+    once.add_argument("--demo", default=None, metavar="SCENARIO",
+                      help="read the built-in simulator instead of a server (the scenarios: kvmon sim --help): the "
+                           "document the dashboard shows at that point of the story")
+    once.add_argument("--start-at", type=seconds, default=0.0, metavar="SECONDS",
+                      help="with --demo: join the story this many simulated seconds in")
+    once.add_argument("--after", type=seconds, default=None, metavar="SECONDS",
+                      help="with --demo: watch this many simulated seconds (a poll every --interval) before printing "
+                           "(default: one interval, two polls); no real waiting")
+    once.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     sim = sub.add_parser("sim", help="run a simulated server alone (llama-server, Ollama, vLLM, LM Studio)")
-    from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
 
     add_sim_arguments(sim)
     sim.help_tail = _scenarios_help  # type: ignore[attr-defined]
@@ -99,10 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     shot.add_argument("-o", "--output", required=True, help="PNG file to write")
     shot.add_argument("--panel", default=None, help="one panel only: header, speed-vs-context, speed-over-time, "
                       "memory, bandwidth, alerts, what-if")
-    shot.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+    shot.add_argument("--start-at", type=seconds, default=0.0, metavar="SECONDS",
                       help="with --demo: join the simulated session this many seconds in")
     shot.add_argument("--speed", type=float, default=1.0, help="with --demo: simulated seconds per real second")
     shot.add_argument("--no-caption", dest="caption", action="store_false", help="no caption strip below the image")
+    shot.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     replay = sub.add_parser("replay", help="open a recorded session in the dashboard")
     replay.add_argument("file", help="a .jsonl recording")
@@ -163,6 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = args_list.pop(0)
     args = parser.parse_args(args_list)
     args.url = url if args.command is None else getattr(args, "url", None)
+    demo = getattr(args, "demo", None)
+    if demo is not None and args.command in (None, "screenshot"):  # before a window or a display is looked for
+        from kvmon.sim.catalog import check
+
+        try:
+            check(demo)
+        except ValueError as exc:
+            print(f"kvmon: {exc}", file=sys.stderr)
+            return 2
 
     if args.command == "once":
         from kvmon.once import run as run_once

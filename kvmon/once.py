@@ -1,8 +1,9 @@
-"""``kvmon once [URL] [--json]``: two polls about a second apart, one report, exit.
+"""``kvmon once [URL | --demo SCENARIO] [--json]``: two polls about a second apart, one report, exit.
 
 Exit status 0 when the server was read; 2 (with a one-line reason on stderr) when it is unreachable,
 rejects the key, is still loading, or the URL is bad. Without a URL it reads the first server found on this machine
-(``kvmon once --list`` lists them all). No Qt is loaded on this path.
+(``kvmon once --list`` lists them all). With ``--demo`` it reads the built-in simulator at a point of its story
+(``--start-at``, ``--after``), as the dashboard shows it there. No Qt is loaded on this path.
 """
 
 from __future__ import annotations
@@ -118,12 +119,52 @@ def _fail(reason: str, err: TextIO) -> int:
     return EXIT_UNREADABLE
 
 
+def _print(snap: Snapshot, args: argparse.Namespace, out: TextIO) -> None:
+    doc = snapshot_to_json(snap)
+    if getattr(args, "json", False):
+        out.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        out.write(format_text(doc) + "\n")
+
+
+def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``kvmon once --demo S [--start-at T] [--after N]``: the simulator in-process, joined T simulated seconds in and
+    watched for N more (a poll every ``--interval`` simulated seconds, the clock moved on between polls, no real
+    waiting); then the document the dashboard shows at that point. It is printed in every state of the story,
+    loading included: that is what the window shows then."""
+    from kvmon.session import demo_session, settings_from_args, step_demo
+    from kvmon.sim.catalog import check
+
+    if getattr(args, "url", None):
+        return _fail(f"either a URL ({args.url}) or --demo, not both", err)
+    try:
+        name = check(args.demo)
+    except ValueError as e:
+        return _fail(str(e), err)
+    interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
+    after = getattr(args, "after", None)
+    after = interval if after is None else float(after)
+    session = demo_session(name, None, timeout_s=float(getattr(args, "timeout", 3.0) or 3.0),
+                           start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
+                           analyzer_settings=settings_from_args(args), stepped=True)
+    try:
+        *_, snap = step_demo(session, after, interval if interval > 0 else after)
+    finally:
+        session.close()
+    _print(snap, args, out)
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
     if getattr(args, "list", False):
         return run_list(args, out, err)
+    if getattr(args, "demo", None) is not None:
+        return run_demo(args, out, err)
+    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0):
+        return _fail("--start-at and --after are for --demo (a real server is read as it is now)", err)
     from kvmon.session import find_servers, open_monitor, settings_from_args
     from kvmon.sources.discover import nothing_found_reason
 
@@ -153,9 +194,5 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             snap = monitor.poll()
     if not snap.server_read:
         return _fail(snap.connection.reason or snap.connection.status.value, err)
-    doc = snapshot_to_json(snap)
-    if getattr(args, "json", False):
-        out.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-    else:
-        out.write(format_text(doc) + "\n")
+    _print(snap, args, out)
     return EXIT_OK

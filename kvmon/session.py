@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -231,6 +231,8 @@ class Session:
     recorder: RecordSwitch = field(default_factory=RecordSwitch)
     # what the analysis reads each poll: the command line's, updated when the user changes settings (bandwidths)
     settings: AnalyzerSettings | None = None
+    # a stepped demo's clients catching up with the simulated time now (the LM Studio demo's chat), before a poll
+    settle: Callable[[], None] = lambda: None
 
     def current_settings(self) -> AnalyzerSettings | None:
         """The settings the next poll is analysed with (a monitor asks before every poll)."""
@@ -248,19 +250,22 @@ class Session:
 
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
                  recorder: Any = None, faults: tuple[str, ...] = (), analyzer_settings: AnalyzerSettings | None = None,
-                 start_at_s: float = 0.0) -> Session:
+                 start_at_s: float = 0.0, stepped: bool = False) -> Session:
     """Start the simulator in-process (real HTTP on 127.0.0.1) and monitor it with its simulated GPUs.
 
-    ``scenario`` is a name from ``kvmon.sim.scenarios.SCENARIOS`` or a Scenario; ``session.sim`` is the server.
+    ``scenario`` is a name from ``kvmon.sim.catalog`` or a Scenario; ``session.sim`` is the server.
     ``recorder``: a RecordSwitch (the session's) or any recorder. ``start_at_s``: join the simulated story that
-    many seconds in (documentation screenshots).
+    many seconds in (documentation screenshots). ``stepped``: simulated time stands still but for ``sim.step``
+    (``step_demo``).
     """
+    from kvmon.sim.catalog import check
     from kvmon.sim.multi_scenarios import MultiScenario, get_multi_scenario
 
-    multi = get_multi_scenario(scenario) if isinstance(scenario, str) else scenario
+    multi = get_multi_scenario(check(scenario)) if isinstance(scenario, str) else scenario
     if isinstance(multi, MultiScenario):
         return _multi_demo_session(multi, banner, timeout_s=timeout_s, speed=speed, recorder=recorder,
-                                   faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s)
+                                   faults=faults, analyzer_settings=analyzer_settings, start_at_s=start_at_s,
+                                   stepped=stepped)
     from kvmon.sim.scenarios import get_scenario
     from kvmon.sim.server import SimServer
 
@@ -269,7 +274,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
     # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
     sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
-                    autoplay=not lmstudio)
+                    autoplay=not lmstudio, stepped=stepped)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
     cleanups: list[Callable[[], None]] = [sim.stop]
@@ -278,7 +283,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
         from kvmon.proxy.server import ProxyServer
         from kvmon.sim.lmstudio_client import ScriptedChat
 
-        proxy = ProxyServer(url, port=0)
+        proxy = ProxyServer(url, port=0, clock=sim.clock.now)  # replies timed in simulated seconds, as all else
         proxy.start()
         proxy_url = proxy.url
         chat = ScriptedChat(sim, proxy.url)
@@ -319,16 +324,27 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     name = getattr(sim.scenario, "name", str(scenario))
     session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
                       settings=analyzer_settings)
+    if lmstudio:
+        session.settle = chat.settle
+    elif stepped and sim.child is not None:  # a simulated Ollama's model server: a real process, up in real time
+        from kvmon.sim.ollama_child import wait_ready
+
+        ready = [False]
+
+        def child_up() -> None:
+            ready[0] = ready[0] or wait_ready(sim.child, sim.child_port)
+
+        session.settle = child_up
     return session
 
 
 def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, speed: float, recorder: Any,
                         faults: tuple[str, ...], analyzer_settings: AnalyzerSettings | None,
-                        start_at_s: float) -> Session:
+                        start_at_s: float, stepped: bool) -> Session:
     """The simulated router or llama-swap (``kvmon.sim.multi``), monitored like a real one with its shared GPUs."""
     from kvmon.sim.multi import MultiSim
 
-    sim = MultiSim(scenario, speed=speed, faults=faults, start_at_s=start_at_s)
+    sim = MultiSim(scenario, speed=speed, faults=faults, start_at_s=start_at_s, stepped=stepped)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
 
@@ -349,6 +365,27 @@ def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, 
     session = Session(factory, banner or f"Demo: simulated {scenario.name}", url, [sim.stop], sim, switch,
                       settings=analyzer_settings)
     return session
+
+
+def step_demo(session: Session, after_s: float, step_s: float) -> Iterator[Snapshot]:
+    """A demo's monitor polled at once, then every ``step_s`` simulated seconds until ``after_s`` have passed: the
+    simulated clock stands still between polls and moves on by one step before each (no real waiting, and nothing a
+    busy machine could shift; made with ``stepped=True`` it never ran, so every poll lands on its exact second).
+    What the window shows after as long, as ``kvmon once --demo S --after N`` prints it."""
+    sim = session.sim
+    sim.step(0.0)
+    monitor = session.factory()
+    try:
+        session.settle()
+        yield monitor.poll()
+        watched = 0.0
+        while step_s > 0 and watched < after_s - 1e-9:
+            sim.step(step_s)
+            session.settle()
+            watched += step_s
+            yield monitor.poll()
+    finally:
+        monitor.close()
 
 
 def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,

@@ -91,6 +91,17 @@ def test_clears_after_hold_when_a_new_chat_starts() -> None:
     assert codes(eng.update(ctx_facts(10.1, 200))) == []
 
 
+def test_a_pause_between_answers_does_not_clear_a_filling_context() -> None:
+    """Raised by time at 6,000 tokens left (under 2 min at 55 tok/s); the user then reads the answer for a minute (no
+    decode rate: no time left to compute) and the chat goes on: the context did not empty, so the warning stays."""
+    eng = AlertEngine()
+    ctx = 32768 - 6000
+    assert codes(eng.update(ctx_facts(0.0, ctx, decode=55.0))) == ["ctx_full_soon"]
+    for t in range(1, 60):  # reading, nothing decodes
+        assert codes(eng.update(ctx_facts(float(t), ctx, decode=None))) == ["ctx_full_soon"], t
+    assert codes(eng.update(ctx_facts(61.0, ctx + 300, decode=55.0))) == ["ctx_full_soon"]
+
+
 def test_critical_steps_down_only_past_its_clear_threshold() -> None:
     th = AlertThresholds(min_hold_s=0.0)
     eng = AlertEngine(th)

@@ -19,6 +19,7 @@ from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.gui import caption, export
+from kvmon.gui.labels import plain_text
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 
@@ -251,6 +252,22 @@ def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during
     words = fmt.speed_words(later)
     assert words.decode in win.header.speed.text() and text is not None and f"{words.decode} of" in text
     assert f"({words.share})" in text and words.share in win.header.efficiency.text()
+
+
+def test_a_loading_model_reads_loading_in_the_header_and_the_caption(win: MainWindow) -> None:
+    """While the model (re)loads there is no speed and no ceiling of this load yet: the headline says it loads,
+    not "— of — ceiling" with "— of ceiling" beside it."""
+    from kvmon.core.snapshot import Connection, ConnectionStatus
+
+    s = win.last
+    assert s is not None
+    loading = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None,
+                                  connection=Connection(ConnectionStatus.LOADING, reason="Loading model"))
+    win.on_snapshot(loading)
+    assert plain_text(win.header.speed.text()).strip() == "loading"
+    assert win.header.efficiency.text() == ""
+    text = caption.caption_text(loading)
+    assert "· loading ·" in text and "— of —" not in text and "(—)" not in text
 
 
 def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWindow) -> None:

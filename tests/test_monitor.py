@@ -170,7 +170,9 @@ def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
 
     sim = SimServer("spill-4090", speed=25.0, start_at_s=110.0)
     url = sim.start()
-    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0), NvmlSource(sim.nvml), server_pids=sim.server_pids)
+    clock = sim.clock.now  # readings on the simulated clock, as the demo stamps them: the trend's times are its own
+    m = Monitor(Src(url, log_path=sim.log_path, timeout_s=2.0, clock=clock), NvmlSource(sim.nvml, clock=clock),
+                server_pids=sim.server_pids, clock=clock)
     alert_at = ran_out_at = None
     message = ""
     try:

@@ -488,6 +488,19 @@ def test_the_reader_splits_pipelined_requests_exactly() -> None:
                                                                                         second)
 
 
+def test_meter_rate_leaves_out_the_tokens_that_came_at_once_with_the_first() -> None:
+    """Tokens that reach the proxy together (an upstream or a network that buffers) were made before they came: the
+    first burst starts the clock, and only the tokens after it count against the time since (10 a second here, not
+    19 over one second)."""
+    m = Meter(id=1, method="POST", path="/api/chat", started_unix=0.0, started_mono=0.0)
+    m.set_response(200, "application/x-ndjson", None)
+    line = b'{"message":{"content":"a"},"done":false}\n'
+    m.feed(line * 9, 1.0)  # nine at once
+    assert m.in_flight_rate() is None
+    m.feed(line * 10, 2.0)
+    assert m.in_flight_rate() == pytest.approx(10.0)
+
+
 def test_meter_handles_huge_and_split_lines() -> None:
     m = Meter(id=1, method="POST", path="/api/chat", started_unix=0.0, started_mono=0.0)
     m.set_response(200, "application/x-ndjson", None)

@@ -71,6 +71,17 @@ def test_the_model_generating_is_followed_then_the_one_used_last() -> None:
     assert gone[1] == A  # the one used last was unloaded: the loaded one
 
 
+def test_a_model_being_unloaded_is_not_followed() -> None:
+    """llama-swap swaps: the model chatted with is stopping because a request for another one came; that one loads.
+    The one leaving was stopped on purpose (not a server gone): the one coming is shown, and with nothing else
+    running, none (the serving process's own state)."""
+    used = FollowState(A, A)
+    swap = [ListedModel(A, serving.UNLOADING), ListedModel(B, serving.LOADING)]
+    assert choose_followed(used, swap, {})[1] == B
+    assert choose_followed(used, swap, {}, pinned=A)[1] == B
+    assert choose_followed(used, [ListedModel(A, serving.UNLOADING)], {})[1:] == (None, None)
+
+
 def _gpu(procs: tuple[GpuProcess, ...] | None, server: int | None = 0, other: int | None = 0) -> GpuSetReading:
     return GpuSetReading(t_monotonic=1.0, gpus=(GpuReading(index=0, processes=procs, server_used_bytes=server,
                                                            other_processes_used_bytes=other),))

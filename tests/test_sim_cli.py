@@ -87,19 +87,54 @@ def test_clock_accelerates_pauses_and_never_jumps() -> None:
         SimClock(0)
 
 
-@pytest.mark.parametrize("argv", [["--demo", "--help"], ["sim", "--help"], ["--help"]])
-def test_help_lists_every_scenario_one_line_each(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("columns", [60, 100, 160])
+@pytest.mark.parametrize("argv", [["--demo", "--help"], ["sim", "--help"], ["--help"], ["once", "--help"],
+                                  ["screenshot", "--help"]])
+def test_help_lists_every_scenario_in_full(argv: list[str], columns: int, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every scenario, the router and llama-swap ones too, with its whole description wrapped to the terminal's
+    width: nothing cut with "…"."""
     from kvmon.cli import main
-    from kvmon.sim.scenarios import SCENARIOS
+    from kvmon.sim.catalog import descriptions
 
+    monkeypatch.setenv("COLUMNS", str(columns))
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 0
-    out = capsys.readouterr().out
-    listed = out.split("scenarios:\n", 1)[1].splitlines()
-    for name in SCENARIOS:
-        (line,) = [ln for ln in listed if ln.split()[:1] == [name]]
-        assert len(line) <= 100 and len(line.split(None, 1)[1]) > 20
+    listed = capsys.readouterr().out.split("scenarios:\n", 1)[1]
+    assert "…" not in listed
+    assert all(len(line) <= columns for line in listed.splitlines()), max(listed.splitlines(), key=len)
+    words = " ".join(listed.split())
+    for name, text in descriptions().items():
+        assert f"{name} {' '.join(text.split())}" in words, name
+    assert {"router", "llama-swap"} <= set(descriptions())
+
+
+def test_an_unknown_scenario_is_refused_with_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmon.cli import main
+    from kvmon.sim.catalog import names
+
+    for argv in (["--demo", "nope"], ["screenshot", "--demo", "nope", "-o", "x.png"], ["once", "--demo", "nope"],
+                 ["sim", "--scenario", "nope"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "unknown scenario 'nope'" in err and "\n" not in err, (argv, err)
+        assert all(n in err for n in names()), (argv, err)
+
+
+@pytest.mark.parametrize("argv", [["once", "--demo", "vllm", "--start-at", "-5"], ["sim", "--start-at", "-1"],
+                                  ["screenshot", "--demo", "--start-at", "-0.5", "-o", "x.png"],
+                                  ["once", "--demo", "vllm", "--after", "nan"],
+                                  ["once", "--demo", "vllm", "--start-at", "soon"]])
+def test_a_negative_or_unreadable_time_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmon.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--start-at" in err or "--after" in err
+    assert "seconds" in err
 
 
 def test_help_is_not_made_on_a_normal_start() -> None:

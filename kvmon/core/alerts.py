@@ -31,6 +31,7 @@ class AlertThresholds:
     vram_trend_window_s: float = 60.0
     vram_trend_min_span_s: float = 3.0
     vram_trend_min_drop_bytes: int = 256 * MIB  # smaller drifts over the window are noise, not a trend
+    vram_trend_steady_s: float = 20.0  # free VRAM fell in each quarter of this long: a load's step or a blip is not
     vram_warn_seconds: float = 180.0
     vram_critical_seconds: float = 60.0
     vram_clear_seconds: float = 360.0
@@ -164,7 +165,8 @@ def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
         level = AlertLevel.WARNING
     elif current is not None and used >= th.ctx_warn_min_used_fraction and (
         left <= th.ctx_warn_tokens + th.ctx_clear_margin_tokens
-        or (secs is not None and secs <= 2 * th.ctx_warn_seconds)
+        or secs is None  # a pause between answers (no rate, no time left to say): the context did not empty
+        or secs <= 2 * th.ctx_warn_seconds
     ):
         level = AlertLevel.WARNING  # inside the hysteresis band: stay
     if current == AlertLevel.CRITICAL and left <= th.ctx_critical_tokens + th.ctx_clear_margin_tokens // 4:

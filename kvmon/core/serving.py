@@ -174,7 +174,8 @@ def choose_followed(state: FollowState, listing: Sequence[ListedModel], busy: Ma
 
     ``busy``: running models whose slots are processing now, with their decode rate (0 when not yet known).
     """
-    running = {m.name: m for m in listing if m.status in RUNNING_STATUSES}
+    # a model being unloaded was stopped on purpose (a swap, a ttl, an unload): it is not followed while it goes
+    running = {m.name: m for m in listing if m.status in RUNNING_STATUSES and m.status != UNLOADING}
     last_busy = state.last_busy
     if busy:
         last_busy = max(busy, key=lambda n: (busy[n], n))

@@ -43,7 +43,7 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
     ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
     w = speed_words(s)  # the header's words for the same snapshot
-    speed = " ".join(x for x in (w.decode, w.against) if x) + ("" if w.idle else f" ({w.share})")  # as the header
+    speed = " ".join(x for x in (w.decode, w.against) if x) + ("" if w.no_share else f" ({w.share})")  # as the header
     backend = f"{s.backend} {s.server_version or ''}".strip() if s.backend else DASH
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
     return scrub(f"{model}{kv} · {gpu_text(s)} · {ctx} · {speed} · {backend} · {stamp} · {version}")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvmon.core.snapshot import ConnectionStatus
 from kvmon.core.units import (
     DASH,
     fmt_bandwidth,
@@ -80,30 +81,40 @@ def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None 
 class SpeedWords:
     """Decode vs ceiling as the header says it, for every place that repeats it (captions, report card)."""
 
-    decode: str  # "30.5 tok/s", "idle" (no slot decoding) or "—"
+    decode: str  # "30.5 tok/s", "idle" (no slot decoding), "loading" (the model loads) or "—"
     ceiling: str  # "44.7", "~44.7?" (uncertain: the speed is above it) or "—"
     share: str  # "68%", "ceiling uncertain" or "—"
     idle: bool
     uncertain: bool
+    loading: bool = False  # the model (re)loads: no speed and no ceiling of this load yet
 
     @property
     def against(self) -> str:
         """The ceiling beside the decode words: "of 44.7 ceiling", or while idle "· ceiling 44.7 tok/s here" (and
-        nothing while idle at a depth nobody reports: "idle", not a dash of a ceiling "here")."""
+        nothing while idle at a depth nobody reports: "idle", not a dash of a ceiling "here"), nothing while the
+        model loads."""
+        if self.loading:
+            return ""
         if self.idle:
             return f"· ceiling {self.ceiling} tok/s here" if self.ceiling != DASH else ""
         return f"of {self.ceiling} ceiling"
+
+    @property
+    def no_share(self) -> bool:
+        """Nothing decodes (idle, loading): no efficiency to put beside the headline."""
+        return self.idle or self.loading
 
 
 def speed_words(s: Snapshot) -> SpeedWords:
     """The header's words for a snapshot's decode speed, ceiling and efficiency."""
     dec, ceil = s.decode_tok_s, s.ceiling_tok_s
-    idle = dec is None and str(s.reasons.get("decode_tok_s", "")).startswith("idle")
+    loading = dec is None and s.connection.status is ConnectionStatus.LOADING
+    idle = not loading and dec is None and str(s.reasons.get("decode_tok_s", "")).startswith("idle")
     uncertain = s.ceiling_suspect is not None
-    return SpeedWords(decode="idle" if idle else fmt_tok_s(dec),
+    return SpeedWords(decode="loading" if loading else "idle" if idle else fmt_tok_s(dec),
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
                       share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
-                      idle=idle, uncertain=uncertain)
+                      idle=idle, uncertain=uncertain, loading=loading)
 
 
 _CODE = re.compile(r"`([^`]+)`")

@@ -49,6 +49,7 @@ class Meter:
     chunks: int = 0  # content-bearing chunks (≈ tokens)
     first_token_mono: float | None = None
     last_token_mono: float | None = None
+    first_burst_chunks: int = 0  # the chunks that came at the first chunk's time (made before it: not timed)
     unparsed_lines: int = 0
     stats_source: str | None = None  # "ollama" | "llama-server" | "lmstudio" | "openai_usage"
     final: dict[str, Any] = field(default_factory=dict)
@@ -157,6 +158,8 @@ class Meter:
             self.chunks += 1
             if self.first_token_mono is None:
                 self.first_token_mono = now
+            if now == self.first_token_mono:
+                self.first_burst_chunks += 1
             self.last_token_mono = now
         if obj.get("done") is True and ("eval_count" in obj or "prompt_eval_count" in obj or "eval_duration" in obj):
             self.stats_source = "ollama"
@@ -194,11 +197,12 @@ class Meter:
     # -- reading
 
     def in_flight_rate(self) -> float | None:
-        """Tokens per second between the first and the latest content chunk; None below two chunks."""
+        """Tokens per second between the first and the latest content chunk; None below two chunks. The chunks that
+        came with the first (a buffered burst) are its start, not tokens made in the time since."""
         if self.chunks < 2 or self.first_token_mono is None or self.last_token_mono is None:
             return None
         span = self.last_token_mono - self.first_token_mono
-        return (self.chunks - 1) / span if span > 0 else None
+        return (self.chunks - self.first_burst_chunks) / span if span > 0 else None
 
     @property
     def generated(self) -> bool:

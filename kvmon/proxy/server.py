@@ -22,6 +22,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,11 @@ class ProxyServer:
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
                  recent_max: int = RECENT_MAX, probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: what the measured times are read from (the demo's simulated clock: its replies are timed in the
+        simulated seconds every other reading of the demo is stamped with)."""
         self.upstream = Upstream.parse(upstream)
+        self._clock = clock
         self.head_timeout_s = head_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.host = host
@@ -154,7 +158,7 @@ class ProxyServer:
 
     def stats(self) -> dict[str, Any]:
         """The measurements document served at ``/kvmon/stats`` (``kvmon.proxy.stats``)."""
-        now_mono, now_unix = time.monotonic(), time.time()
+        now_mono, now_unix = self._clock(), time.time()
         with self._lock:
             in_flight = [stats.in_flight_record(m, now_mono) for m in self._in_flight.values()]
             recent = list(self._recent)
@@ -166,7 +170,7 @@ class ProxyServer:
 
     def _begin(self, method: str, path: str) -> Meter:
         m = Meter(id=next(self._ids), method=method, path=path.split("?", 1)[0], started_unix=time.time(),
-                  started_mono=time.monotonic())
+                  started_mono=self._clock())
         with self._lock:
             self._in_flight[m.id] = m
             self._totals["requests"] += 1
@@ -428,11 +432,11 @@ class ProxyServer:
                     await to_client(cwriter, raw)  # relay first: measuring must not delay the client
                     sent += len(raw)
                 if payload:
-                    meter.feed(payload, time.monotonic())
+                    meter.feed(payload, self._clock())
             if umsg.framing_broken:
                 keep = False  # relayed until the upstream closed; the client judges the bytes
                 meter.unparsed_lines += 1
-            meter.finish_body(time.monotonic())
+            meter.finish_body(self._clock())
             if umsg.has_leftover:
                 keep = False  # bytes past the answer: this connection cannot take another request
             if keep and not body_task.done():

@@ -2,7 +2,7 @@
 
     kvmon sim --scenario spill-4090 --speed 10 --fault restart@120 --fault hang:5@200
 
-Scenarios: see ``kvmon.sim.scenarios.SCENARIOS``; ``--fault list`` prints the fault syntax
+Scenarios: see ``kvmon.sim.catalog`` (``kvmon sim --help`` lists them); ``--fault list`` prints the fault syntax
 (``kvmon.sim.faults``) and the scenarios, then exits.
 """
 
@@ -18,6 +18,17 @@ FAULT_HELP = "inject a fault KIND[:VALUE][@T], repeatable: restart[:LOAD]@T, han
     "auth[:KEY], garbage[:N][@T], drip[:BYTES_PER_S][@T]; T and N in simulated seconds ('--fault list' explains)"
 
 
+def seconds(text: str) -> float:
+    """A number of (simulated) seconds, zero or more: ``--start-at``, ``--after``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be 0 or more (got {text})")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``kvmon sim`` (the main parser may use this to document --fault fully)."""
     p.add_argument("--scenario", default="seed-3090x2", help="which simulated machine and chat (listed below)")
@@ -25,21 +36,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
     p.add_argument("--fault", action="append", default=[], help=FAULT_HELP)
-    p.add_argument("--start-at", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--start-at", type=seconds, default=0.0, metavar="SECONDS",
                    help="join the scenario this many simulated seconds in")
 
 
 def describe() -> str:
     """The scenarios and the fault syntax, for ``--fault list``."""
     from kvmon.sim import faults
-    from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
-    from kvmon.sim.scenarios import SCENARIOS
+    from kvmon.sim.catalog import scenarios_help
 
-    lines = ["Scenarios:"]
-    lines += [f"  {name:16s} {s.description}" for name, s in SCENARIOS.items()]
-    lines += [f"  {name:16s} {s.description}" for name, s in MULTI_SCENARIOS.items()]
-    lines += ["", "Faults:", faults.__doc__ or ""]
-    return "\n".join(lines)
+    return "\n".join([scenarios_help().replace("scenarios:", "Scenarios:", 1), "", "Faults:", faults.__doc__ or ""])
 
 
 def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Event | None = None) -> int:
@@ -52,11 +58,13 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     if any(f.strip().lower() in ("list", "help") for f in fault_specs):
         print(describe())
         return 0
+    from kvmon.sim.catalog import check
     from kvmon.sim.multi_scenarios import get_multi_scenario
 
     name = getattr(args, "scenario", "seed-3090x2")
     multi = get_multi_scenario(name)
     try:
+        check(name)
         if multi is not None:  # a router or llama-swap with its models
             from kvmon.sim.multi import MultiSim
 

@@ -4,6 +4,8 @@
 LM Studio has no counters of its own, so without a client going through the proxy there is no live speed to show;
 the simulated LM Studio runs with its own script off and this client sends each turn: the whole conversation so
 far (about four characters a token) and the answer length, then waits the think time, in simulated seconds.
+When the demo is stepped (``kvmon once --demo``, the story tests), ``settle`` waits until the client has done what
+is due by the simulated time now, so what it sends when does not depend on how fast threads run.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit
+
+SETTLE_TIMEOUT_S = 5.0  # real seconds a stepped demo waits for the client at most
+DELTA = b"event: message.delta"  # one generated token of a REST v1 stream
 
 
 class ScriptedChat:
@@ -25,6 +31,10 @@ class ScriptedChat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvmon-sim-chat", daemon=True)
         self.turns = 0
+        self._changed = threading.Condition()
+        self._waits_until: float | None = None  # asleep, or waiting on an answer, until this simulated time
+        self._answer: Any = None  # the answer being read (the simulator's request) and its tokens read so far
+        self._tokens_read = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -33,22 +43,62 @@ class ScriptedChat:
         self._stop.set()
         self._thread.join(timeout=3)
 
+    def settle(self) -> None:
+        """Wait until the client waits for a simulated time still to come (its think time, or the end of the answer
+        it reads) and has read every token of the answer made by now: everything due by now is sent and read."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        with self._changed:
+            while not self._stop.is_set() and self._thread.is_alive() and time.monotonic() < deadline and \
+                    not self._settled(self.sim.clock.now()):
+                self._changed.wait(0.005)
+
+    def _settled(self, now: float) -> bool:
+        if self._waits_until is None or self._waits_until <= now:
+            return False
+        return self._answer is None or self._tokens_read >= self._answer.n_decoded(now)
+
+    def _waiting(self, until: float | None) -> None:
+        with self._changed:
+            self._waits_until = until
+            self._changed.notify_all()
+
     def _turn(self, context_tokens: int, answer_tokens: int) -> None:
         body = {"model": self.sim.scenario.model_alias, "input": "word" * context_tokens, "stream": True,
                 "max_output_tokens": answer_tokens}
         conn = http.client.HTTPConnection(self._host, self._port, timeout=600)
         try:
             conn.request("POST", "/api/v1/chat", body=json.dumps(body), headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            while not self._stop.is_set() and resp.read(4096):
-                pass
+            resp = conn.getresponse()  # the server has taken the request: its answer's timeline is fixed
+            now = self.sim.clock.now()
+            req = self.sim.engine.slot_request(0, now)
+            with self._changed:
+                self._answer, self._tokens_read = req, 0
+            self._waiting(req.t_end if req is not None and req.t_end > now else None)
+            tail = b""
+            while not self._stop.is_set():
+                data = resp.read1(4096)
+                if not data:
+                    break
+                seen = tail + data
+                with self._changed:
+                    self._tokens_read += seen.count(DELTA) - tail.count(DELTA)
+                    self._changed.notify_all()
+                tail = seen[-len(DELTA):]
         finally:
             conn.close()
+            with self._changed:
+                self._answer = None
+            self._waiting(None)
+
+    def _sleep(self, seconds: float) -> bool:
+        clock = self.sim.clock
+        until = clock.now() + seconds
+        self._waiting(until)
+        return bool(clock.sleep_until(until, self._stop))
 
     def _run(self) -> None:
         script = self.sim.scenario.script
-        clock = self.sim.clock
-        if not clock.sleep_until(clock.now() + script.start_delay_s, self._stop):
+        if not self._sleep(script.start_delay_s):
             return
         while not self._stop.is_set():
             context = 0
@@ -56,13 +106,13 @@ class ScriptedChat:
                 context += script.user_tokens(turn)
                 try:
                     self._turn(context, script.generated_tokens)
-                except OSError:
+                except (OSError, http.client.HTTPException):  # the server went (or stops) mid-answer
                     if self._stop.wait(1.0):
                         return
                     continue
                 self.turns += 1
                 context += script.generated_tokens
-                if not clock.sleep_until(clock.now() + script.think_s, self._stop):
+                if not self._sleep(script.think_s):
                     return
             if not script.loop:
                 return

@@ -28,6 +28,7 @@ from kvmon.sim.server import SimServer, _Handler
 CHILD_PID_BASE = 4_100_000  # fake process ids of the model servers on the simulated GPUs
 UNLOAD_S = 0.5  # a stopping model server takes this long to exit
 TICK_S = 0.1  # real seconds between two looks at the plan, the sleep timers and the GPUs
+JOIN_STEP_S = 0.5  # simulated seconds between two looks when time is moved on at once (joining later, a step)
 
 
 @dataclass
@@ -86,8 +87,10 @@ class MultiSim:
     """A simulated router or llama-swap on 127.0.0.1 (random free port by default)."""
 
     def __init__(self, scenario: MultiScenario, *, speed: float = 1.0, host: str = "127.0.0.1", port: int = 0,
-                 start_at_s: float = 0.0, faults: Iterable[str] = ()) -> None:
+                 start_at_s: float = 0.0, faults: Iterable[str] = (), stepped: bool = False) -> None:
+        """``stepped``: simulated time never runs by itself, only ``step`` moves it (from ``start_at_s``)."""
         self.scenario = scenario
+        self.stepped = stepped
         self.clock = SimClock(speed, running=False)
         self.faults = FaultPlan(parse_faults(list(faults)))
         self.stopping = threading.Event()
@@ -124,10 +127,10 @@ class MultiSim:
         httpd.sim = self
         self._httpd = httpd
         self.port = int(httpd.server_address[1])
-        self.clock.start()
-        step = 0.5
+        if not self.stepped:
+            self.clock.start()
         while self.clock.now() < self._start_at_s:  # join the story later: the plan and timers run up to then
-            self.clock.advance(min(step, self._start_at_s - self.clock.now()))
+            self.clock.advance(min(JOIN_STEP_S, self._start_at_s - self.clock.now()))
             self.tick()
         self._threads = [threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                           name="kvmon-multisim-http", daemon=True),
@@ -246,6 +249,15 @@ class MultiSim:
         return out
 
     # -- time -----------------------------------------------------------------------------------------
+    def step(self, seconds: float) -> None:
+        """Stop simulated time running by itself and move it on ``seconds``, the plan and the timers run on the way
+        (half a second at a time, as when joining the story later)."""
+        self.clock.pause()
+        end = self.clock.now() + seconds
+        while self.clock.now() < end:
+            self.clock.advance(min(JOIN_STEP_S, end - self.clock.now()))
+            self.tick()
+
     def _tick_loop(self) -> None:
         while not self.stopping.wait(TICK_S):
             try:

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 CHILD_PREFIX = "/_kvmon_sim_child"  # where the simulated Ollama answers for its child (never on a real Ollama)
@@ -81,6 +82,21 @@ def start_child(sim: Any) -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen(child_argv(sim, script, port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     return proc, port
+
+
+def wait_ready(proc: subprocess.Popen[bytes] | None, port: int | None, timeout_s: float = 10.0) -> bool:
+    """Wait until the child listens on its port (a stepped demo's first poll must find it, as a real Ollama's child
+    is found once it has started); False when it did not within ``timeout_s`` or has exited."""
+    if proc is None or port is None:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.02)
+    return False
 
 
 def stop_child(proc: subprocess.Popen[bytes] | None) -> None:

@@ -99,24 +99,9 @@ class Scenario:
     cpu_name: str = "AMD Ryzen 9 7950X 16-Core Processor"
     memory_type: str = "DDR5-6000"
     working_set_fraction: float = 0.75  # Metal's working-set limit as a share of RAM (what Metal reports, simulated)
-    summary: str = ""  # one line for --help (else the description, shortened)
     weights_type: str | None = None  # the served file's type ("BF16" for a checkpoint as published); None: the preset's
     max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
     embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
-
-    def one_line(self, width: int = 78) -> str:
-        """The scenario in one line of at most ``width`` characters (``--demo --help``, ``sim --help``)."""
-        text = " ".join((self.summary or self.description).split())
-        if len(text) <= width:
-            return text
-        cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:")
-        return cut + "…"
-
-
-def scenarios_help() -> str:
-    """Every scenario, one line each: the epilog of ``kvmon --help`` (for --demo) and ``kvmon sim --help``."""
-    width = max(len(n) for n in SCENARIOS) + 2
-    return "scenarios:\n" + "\n".join(f"  {name:{width}}{s.one_line()}" for name, s in SCENARIOS.items())
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -124,7 +109,6 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             name="seed-3090x2",
-            summary="27B hybrid Q4_K_M on two RTX 3090s, q8_0 KV; a chat growing to 256K tokens",
             description="the seed's story: a 27B hybrid (Qwen3.5-style, 3 recurrent : 1 attention) Q4_K_M on two "
             "RTX 3090s, layer split, q8_0 KV with flash attention; 50 turns to 256K context",
             backend="llama-server",
@@ -144,7 +128,6 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="spill-4090",
-            summary="Llama 3.1 8B on an RTX 4090; another program takes VRAM, the reload spills",
             description="Llama-3.1-8B Q4_K_M on an RTX 4090 (24 GiB): another application's VRAM use rises until "
             "free VRAM runs out, then the model reloads with a 128K context that no longer fits: partial "
             "offload, layers on the CPU, PCIe traffic, the cliff",
@@ -166,7 +149,6 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="ollama-partial",
-            summary="Ollama gemma3:27b on a 16 GiB RTX 4060 Ti; part of the model on the CPU",
             description="Ollama 0.33 with gemma3:27b Q4_K_M and a 32K context on a 16 GiB RTX 4060 Ti: "
             "the model does not fit, so /api/ps shows size_vram < size (part of it runs on the CPU)",
             backend="ollama",
@@ -183,7 +165,6 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="vllm",
-            summary="vLLM serving Qwen3-8B in bf16 (16.4 GB of weights) on an RTX 4090; a chat grows to 30K",
             description="vLLM 0.33 serving Qwen3-8B as published (bf16 safetensors, 16.4 GB of weights) with "
             "--max-model-len 32768 on an RTX 4090: the memory left after the weights holds one KV pool of 40,960 "
             "tokens in 16-token blocks; a chat grows to 30K tokens",
@@ -269,7 +250,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def get_scenario(name: str) -> Scenario:
-    """The scenario called ``name``; ValueError listing the known names otherwise."""
+    """The single-model scenario called ``name``; ValueError otherwise (``kvmon.sim.catalog.check`` says every
+    known name, the router and llama-swap ones too)."""
     try:
         return SCENARIOS[name]
     except KeyError:

@@ -169,11 +169,14 @@ class SimServer:
     def __init__(self, scenario: str | Scenario = "seed-3090x2", *, speed: float = 1.0, host: str = "127.0.0.1",
                  port: int = 0, faults: Iterable[str | Fault] = (), autoplay: bool = True,
                  gpu_refresh_s: float = 0.1, files_dir: str | None = None, start_at_s: float = 0.0,
-                 clock: Any = None, server_pid: int | None = None, ollama_child: bool = False) -> None:
+                 clock: Any = None, server_pid: int | None = None, ollama_child: bool = False,
+                 stepped: bool = False) -> None:
         """``clock``: another clock's time to live in (a router's or llama-swap's model servers); ``server_pid``:
         the process id its simulated GPUs show for it (several model servers in one process); ``ollama_child``: a
         simulated Ollama runs its model server as a real child process, as Ollama >= 0.30 does
-        (``kvmon.sim.ollama_child``)."""
+        (``kvmon.sim.ollama_child``); ``stepped``: simulated time never runs by itself, only ``step`` moves it (it
+        stands at ``start_at_s`` when serving starts)."""
+        self.stepped = stepped
         self._want_child = ollama_child
         self.child: Any = None  # that process, once started
         self.child_port: int | None = None
@@ -244,7 +247,8 @@ class SimServer:
             self._threads.append(threading.Thread(target=self._gpu_loop, name="kvmon-sim-gpu", daemon=True))
         for t in self._threads:
             t.start()
-        self.clock.start()
+        if not self.stepped:
+            self.clock.start()
         if self._want_child and self.scenario.backend == "ollama":
             from kvmon.sim.ollama_child import start_child
 
@@ -333,6 +337,13 @@ class SimServer:
     @property
     def server_pids(self) -> tuple[int, ...]:
         return (self._server_pid or os.getpid(),)
+
+    def step(self, seconds: float) -> None:
+        """Stop simulated time running by itself and move it on ``seconds`` (a document or a test that steps through
+        a story poll by poll, with no real waiting and nothing left to chance); the GPUs follow at once."""
+        self.clock.pause()
+        self.clock.advance(seconds)
+        self.refresh_gpus()
 
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""

@@ -1,5 +1,7 @@
 """The free-VRAM trend: each GPU's free VRAM (and other processes' use) over the last minute, and when, at that
-pace, it runs out; the VRAM alert and the "VRAM full in" forecast read it.
+pace, it runs out; the VRAM alert and the "VRAM full in" forecast read it. A step in the server's own use (a load, a
+reload, another model of a router shown) starts the trend again, and only a steady fall counts (another program's
+load that stopped, or a moment's blip, is not VRAM running out).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ class _VramTrack:
     free: deque[float] = field(default_factory=deque)
     others: deque[float | None] = field(default_factory=deque)
     changed_at: float | None = None  # when free VRAM last differed from the sample before (all later ones equal)
+    server: float | None = None  # what the server itself held when this trend began
+
+    def restart(self) -> None:
+        """Forget the samples: the trend starts again from the next one."""
+        for col in (self.t, self.free, self.others):
+            col.clear()
+        self.changed_at = None
 
 
 class VramTrend:
@@ -45,6 +54,14 @@ class VramTrend:
             if g.vram_free_bytes is None:
                 continue
             tr = self._gpus.setdefault(g.index, _VramTrack())
+            server = float(g.server_used_bytes) if g.server_used_bytes is not None else None
+            if server is not None and (tr.server is None or
+                                       abs(server - tr.server) >= self.thresholds.vram_trend_min_drop_bytes):
+                # the server (re)loaded, unloaded, or another of its models is shown: a step of its own, not VRAM
+                # running out; what others take is measured again from here
+                if tr.server is not None:
+                    tr.restart()
+                tr.server = server
             others = float(g.other_processes_used_bytes) if g.other_processes_used_bytes is not None else None
             free = float(g.vram_free_bytes)
             if not tr.free or tr.free[-1] != free:
@@ -78,12 +95,23 @@ class VramTrend:
                     drop = int(max(0.0, fs[0] - fs[-1]))
                     if tr.others[0] is not None and tr.others[-1] is not None:
                         growth = int(tr.others[-1] - tr.others[0])
-                    if slope < 0 and -slope * span >= th.vram_trend_min_drop_bytes:
+                    if slope < 0 and -slope * span >= th.vram_trend_min_drop_bytes and _steady(tr, th):
                         secs = max(0.0, fs[-1] / -slope)
             out.append(GpuVramFacts(index=g.index, name=g.name, vram_free_bytes=g.vram_free_bytes,
                                     vram_total_bytes=g.vram_total_bytes, seconds_until_full=secs,
                                     free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span))
         return tuple(out)
+
+
+def _steady(tr: _VramTrack, th: AlertThresholds) -> bool:
+    """Free VRAM fell in each quarter of the last ``vram_trend_steady_s``: it is running out, not a step that stopped
+    (another program or model loading) nor a moment's blip."""
+    span = th.vram_trend_steady_s
+    if tr.t[-1] - tr.t[0] < span:
+        return False
+    ts, frees = np.fromiter(tr.t, float, len(tr.t)), np.fromiter(tr.free, float, len(tr.free))
+    at = np.interp(tr.t[-1] - span * np.array([1.0, 0.75, 0.5, 0.25, 0.0]), ts, frees)
+    return bool(np.all(np.diff(at) < 0))
 
 
 class SwapTrend:

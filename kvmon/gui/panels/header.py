@@ -74,7 +74,8 @@ class HeaderPanel(QtWidgets.QFrame):
                tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind) for g in s.gpus),
                (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
                s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
-               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect)
+               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
+               s.connection.status)
         if key == self._key:
             return
         self._key = key
@@ -141,7 +142,7 @@ class HeaderPanel(QtWidgets.QFrame):
                 f"<span style='color:{theme.hex_color('warning')}'>ceiling uncertain</span>"
                 f" <span style='font-size:8pt'>suspect: {suspect.input.replace('_', ' ')}</span>",
                 f"Efficiency not shown: {suspect.message}")
-        elif words.idle:  # nothing decodes: no share to show (a lone dash read as a line beside the headline)
+        elif words.no_share:  # nothing decodes: no share to show (a lone dash read as a line beside the headline)
             self.efficiency.set("", "Efficiency (measured decode ÷ ceiling) is shown while a conversation decodes")
         else:
             self.efficiency.set(f"{words.share} <span style='font-size:8pt'>of ceiling</span>", fmt.tip(

@@ -1,0 +1,50 @@
+"""Every built-in scenario by name, single-model (``kvmon.sim.scenarios``) and router / llama-swap
+(``kvmon.sim.multi_scenarios``): the one list the command line checks names against and prints in its help."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+
+def descriptions() -> dict[str, str]:
+    """Each scenario's name and its description, in the order the help lists them."""
+    from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
+    from kvmon.sim.scenarios import SCENARIOS
+
+    return {n: s.description for n, s in (*SCENARIOS.items(), *MULTI_SCENARIOS.items())}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(descriptions())
+
+
+def unknown(name: str) -> str:
+    """The error for a scenario name that is not built in: the known names, all of them."""
+    return f"unknown scenario {name!r}; known: {', '.join(names())}"
+
+
+def check(name: str) -> str:
+    """``name`` when it is a built-in scenario; ValueError listing the known ones otherwise."""
+    if name not in descriptions():
+        raise ValueError(unknown(name))
+    return name
+
+
+def scenarios_help(width: int | None = None) -> str:
+    """Every scenario with its whole description, wrapped to ``width`` (the terminal's when None) under its name:
+    the end of ``kvmon --help`` (for --demo) and of ``kvmon sim --help``."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    width = max(40, width - 2)  # argparse's own margin
+    items = descriptions()
+    pad = max(len(n) for n in items) + 4
+    lines = ["scenarios:"]
+    for name, text in items.items():
+        if width - pad >= 30:  # the description beside the name, its later lines under the first
+            lines += textwrap.wrap(" ".join(text.split()), width, initial_indent=f"  {name:<{pad - 2}}",
+                                   subsequent_indent=" " * pad, break_on_hyphens=False)
+        else:  # too narrow: the name on its own line, the description under it
+            lines.append(f"  {name}")
+            lines += textwrap.wrap(" ".join(text.split()), width, initial_indent="      ", subsequent_indent="      ",
+                                   break_on_hyphens=False)
+    return "\n".join(lines)
