@@ -13,6 +13,9 @@ from collections.abc import Callable, Sequence
 from kvmon import __version__
 
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
+TIMEOUT_S = 3.0
+TIMEOUT_HELP = ("seconds a poll waits on the server, all its requests together (default %(default)g); an endpoint "
+                "that hangs costs at most this once, then is asked with a short limit while the rest is read")
 
 
 def bandwidth_arg(text: str) -> str:
@@ -26,6 +29,17 @@ def bandwidth_arg(text: str) -> str:
     return text
 
 
+def timeout_arg(text: str) -> float:
+    """``--timeout SECONDS``: a number of seconds above 0 (a clear usage error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
                    help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
@@ -37,7 +51,7 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
-    p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
+    p.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
     p.add_argument("--devices", default=None, metavar="URL",
                    help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
                    "(http://HOST:9464)")
