@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
     proxy.add_argument("--upstream", default="http://127.0.0.1:11434")
+    from kvmon.proxy import UPSTREAM_TIMEOUT_S  # a constant only: no server code loads
+
+    proxy.add_argument("--upstream-timeout", type=float, default=UPSTREAM_TIMEOUT_S, metavar="SECONDS",
+                       help="the longest the upstream may take to begin its answer, or go quiet in the middle of one "
+                            "(default %(default)g s: loading a model and a long prompt come first); past it the "
+                            "client gets a 504 with the reason, or the rest of the answer is cut off; 0: no limit")
 
     shot = sub.add_parser("screenshot", help="headless capture of the dashboard")
     _add_connection_args(shot)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from kvmon import listen
 from kvmon.listen import is_loopback_host
+from kvmon.proxy import UPSTREAM_TIMEOUT_S
 from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import STATS_PATH
 from kvmon.proxy.upstream import DEFAULT_UPSTREAM
@@ -25,7 +26,11 @@ def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | N
     """``kvmon proxy --listen HOST:PORT --upstream URL``: serve until interrupted; 2 on bad arguments."""
     try:
         host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
-        server = ProxyServer(getattr(args, "upstream", DEFAULT_UPSTREAM) or DEFAULT_UPSTREAM, host=host, port=port)
+        limit = getattr(args, "upstream_timeout", UPSTREAM_TIMEOUT_S)
+        if limit is not None and not limit >= 0:  # also NaN
+            raise ValueError(f"--upstream-timeout {limit:g}: give seconds, 0 or more (0: no limit)")
+        server = ProxyServer(getattr(args, "upstream", DEFAULT_UPSTREAM) or DEFAULT_UPSTREAM, host=host, port=port,
+                             upstream_timeout_s=limit)
     except ValueError as e:
         print(f"kvmon proxy: {e}", file=sys.stderr)
         return 2
