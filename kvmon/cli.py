@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", default=None, metavar="URL",
                         help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    parser.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
     _add_bandwidth_arg(parser)
     parser.help_tail = _scenarios_help
     return parser

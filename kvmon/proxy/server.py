@@ -140,6 +140,10 @@ class ProxyServer:
             raise error[0]
         return self.url
 
+    async def close(self) -> None:
+        """Stop accepting and end every connection (in the running loop)."""
+        await self._shutdown()
+
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
