@@ -131,7 +131,8 @@ def test_ollama_show_waits_no_longer_than_the_users_timeout() -> None:
         HANGS.answered((src.base_url, "/api/show"))
     assert took < 1.5, f"one poll took {took:.1f} s"
     assert snap.server_read and snap.model.name == "llama3.1:8b"  # /api/ps was read: the rest goes on
-    assert "/api/show" in snap.reasons.get("shape", "") and "did not answer in time" in snap.reasons["shape"], snap.reasons
+    shape = snap.reasons.get("shape", "")
+    assert "/api/show" in shape and "did not answer in time" in shape, snap.reasons
 
 
 def test_a_poll_in_which_nothing_answered_is_a_timeout_not_a_reading(fixture_server: FixtureServer) -> None:

@@ -164,6 +164,7 @@ def test_a_hanging_server_costs_each_poll_at_most_its_timeout_and_the_window_sta
     """The real dashboard on a llama-server whose /metrics drips its head (the rest answers), or that stops
     answering altogether: polls keep coming, each within the timeout (the first after the server was asked which it
     is), the GUI thread never waits, and with one endpoint hanging the reading goes on without it."""
+    import itertools
     import time
 
     from hostile_matrix import HostileServer, llama_routes
@@ -193,10 +194,10 @@ def test_a_hanging_server_costs_each_poll_at_most_its_timeout_and_the_window_sta
         timer.stop()
         poller.stop()
         server.stop()
-    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 0.5, f"the GUI thread waited {max(gaps):.2f} s"
     times = [t0] + [t for t, _ in arrived]
-    waits = [b - a for a, b in zip(times, times[1:], strict=False)]
+    waits = [b - a for a, b in itertools.pairwise(times)]
     assert waits[0] < 2 * timeout_s + 1.0  # which server it is, then its first poll
     # later polls: the interval (or the failure backoff, up to its cap of 8 s) plus at most one timeout
     assert max(waits[1:]) < timeout_s + 1.0 + (8.0 if mode == "accept_stall" else interval_s), waits
