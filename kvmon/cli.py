@@ -15,6 +15,9 @@ from kvmon import __version__
 from kvmon.resources import NAMED
 
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
+TIMEOUT_S = 3.0
+TIMEOUT_HELP = ("seconds a poll waits on the server, all its requests together (default %(default)g); an endpoint "
+                "that hangs costs at most this once, then is asked with a short limit while the rest is read")
 
 
 def bandwidth_arg(text: str) -> str:
@@ -28,6 +31,17 @@ def bandwidth_arg(text: str) -> str:
     return text
 
 
+def timeout_arg(text: str) -> float:
+    """``--timeout SECONDS``: a number of seconds above 0 (a clear usage error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
                    help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
@@ -39,7 +53,7 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
-    p.add_argument("--timeout", type=float, default=3.0, help="per-request timeout in seconds")
+    p.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
     p.add_argument("--devices", default=None, metavar="URL",
                    help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
                    "(http://HOST:9464)")
@@ -102,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
     proxy.add_argument("--upstream", default="http://127.0.0.1:11434")
+    from kvmon.proxy import UPSTREAM_TIMEOUT_S  # a constant only: no server code loads
+
+    proxy.add_argument("--upstream-timeout", type=float, default=UPSTREAM_TIMEOUT_S, metavar="SECONDS",
+                       help="the longest the upstream may take to begin its answer, or go quiet in the middle of one "
+                            "(default %(default)g s: loading a model and a long prompt come first); past it the "
+                            "client gets a 504 with the reason, or the rest of the answer is cut off; 0: no limit")
 
     shot = sub.add_parser("screenshot", help="headless capture of the dashboard")
     _add_connection_args(shot)
@@ -148,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", default=None, metavar="URL",
                         help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
+    parser.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
     _add_bandwidth_arg(parser)
     parser.help_tail = _scenarios_help
     return parser

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import socket
 import sys
 import threading
@@ -33,6 +32,7 @@ from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.report_prometheus import Devices, Families, Watched, fleet_families
 from kvmon.core.snapshot import Snapshot
+from kvmon.endings import stop_on_signals
 from kvmon.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
 
 EXIT_OK = 0
@@ -356,37 +356,34 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
     if not listen.is_loopback_host(host):
         print(f"kvmon: listening on {host}: other machines can scrape these metrics (model names, speeds, GPU "
               "memory); use --listen 127.0.0.1:PORT to keep them on this machine", file=err, flush=True)
-    for t in exporter.targets:
-        try:
-            t.monitor = t.opener() if t.opener is not None else t.monitor
-        except SourceError as e:
-            if e.failure.kind is FailureKind.BAD_URL:
-                exporter.stop()
-                exporter.close_monitors()
-                return _fail(e.failure.reason, err)
-            print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s", file=err,
-                  flush=True)
-    what = ", ".join(t.monitor.display_url if t.monitor is not None else (t.name or (shown[0] if shown else ""))
-                     for t in exporter.targets)
-    exporter.start_polling()
-    print(f"kvmon: exporting {what or 'the first server found on this machine'}"
-          f"{' and this machine' + chr(39) + 's devices' if fleet else ''} every {interval_s:g} s at "
-          f"{exporter.metrics_url}", file=err, flush=True)
     if stop is not None:
         threading.Thread(target=lambda: (stop.wait(), exporter.request_stop()), daemon=True).start()
-    old_term = None
-    if threading.current_thread() is threading.main_thread():
-        old_term = signal.signal(signal.SIGTERM, lambda *_: exporter.request_stop())
-    try:
-        if on_ready is not None:
-            on_ready(exporter)
-        while not exporter.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
-        exporter.stop()
-        exporter.close_monitors()
+    # from here on SIGTERM and SIGINT only ask to stop: the polls end (each within its timeout), the socket closes
+    with stop_on_signals(exporter.request_stop):
+        try:
+            for t in exporter.targets:
+                if exporter.wait(0):
+                    break
+                try:
+                    t.monitor = t.opener() if t.opener is not None else t.monitor
+                except SourceError as e:
+                    if e.failure.kind is FailureKind.BAD_URL:
+                        return _fail(e.failure.reason, err)
+                    print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s",
+                          file=err, flush=True)
+            what = ", ".join(t.monitor.display_url if t.monitor is not None else (t.name or (shown[0] if shown
+                                                                                             else ""))
+                             for t in exporter.targets)
+            if not exporter.wait(0):
+                exporter.start_polling()
+                print(f"kvmon: exporting {what or 'the first server found on this machine'}"
+                      f"{' and this machine' + chr(39) + 's devices' if fleet else ''} every {interval_s:g} s at "
+                      f"{exporter.metrics_url}", file=err, flush=True)
+            if on_ready is not None:
+                on_ready(exporter)
+            while not exporter.wait(1.0):
+                pass
+        finally:
+            exporter.stop()
+            exporter.close_monitors()
     return EXIT_OK

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
 from kvmon.core.connection import failure_of
+from kvmon.core.deadline import current_deadline, poll_deadline
 from kvmon.core.readings import (
     FailureKind,
     GpuSetReading,
@@ -54,6 +55,7 @@ class _Model:
     source: ServerSource | None
     analyzer: Analyzer
     note: str | None = None  # why it is not read
+    failed: FailureKind = FailureKind.UNREACHABLE  # what kind of failure the note is
     reading: ServerReading | None = None
     snapshot: Snapshot | None = None
 
@@ -65,10 +67,13 @@ class GroupMonitor:
                  host_source: HostSource | None = None, settings: AnalyzerSettings | None = None, *,
                  recorder: SnapshotSink | None = None, clock: Callable[[], float] = time.monotonic,
                  model_pids: Callable[[str], Sequence[int]] | None = None,
-                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None,
+                 timeout_s: float | None = None) -> None:
         """``model_pids``: a model's server processes when its source cannot find them (an in-process simulator).
-        ``settings_source``: asked before every poll for the settings the user has now (every model's analysis)."""
+        ``settings_source``: asked before every poll for the settings the user has now (every model's analysis).
+        ``timeout_s``: the user's timeout, one deadline for every request of a poll, the list's and every model's."""
         self.source = source
+        self.timeout_s = timeout_s
         self.devices = DevicePoller(gpu_source, host_source, clock=clock)
         self.settings = settings
         self.recorder = recorder
@@ -105,7 +110,12 @@ class GroupMonitor:
     # ------------------------------------------------------------------ the poll
 
     def poll(self) -> Snapshot:
-        """Read the model list and every running model once (never raises for source trouble)."""
+        """Read the model list and every running model once, every request under one deadline (never raises for
+        source trouble)."""
+        with poll_deadline(self.timeout_s):
+            return self._poll()
+
+    def _poll(self) -> Snapshot:
         self._seq += 1
         t, wall = self._clock(), time.time()
         try:
@@ -173,13 +183,19 @@ class GroupMonitor:
         m.reading = None
         if listed.status in (LOADING, UNLOADING) or m.source is None:
             return
+        deadline = current_deadline()
+        mark = deadline.mark() if deadline is not None else None
+        m.failed = FailureKind.UNREACHABLE
         try:
             m.reading = m.source.poll()
             m.note = SLEEP_NOTE if m.reading.state == "sleeping" else None
         except SourceError as e:
-            m.note = e.failure.reason
+            m.note, m.failed = e.failure.reason, e.failure.kind
         except Exception as e:  # a source bug: this model goes blank, the others go on
             m.note = f"{name}: {type(e).__name__}: {e}"
+        nothing = deadline.read_nothing_since(mark) if deadline is not None and mark is not None else None
+        if m.reading is not None and nothing is not None:  # its server answered nothing in time: no reading
+            m.reading, m.note, m.failed = None, nothing, FailureKind.TIMEOUT
 
     def _drop(self, name: str) -> None:
         close_quietly(self._models.pop(name).source)
@@ -203,13 +219,16 @@ class GroupMonitor:
         """The followed model's Snapshot; a loading or unreadable one says so; none: the serving process's state."""
         m = self._models.get(followed) if followed is not None else None
         if m is not None and m.snapshot is not None and m.reading is not None:
-            return m.snapshot
+            if not listing.reasons:
+                return m.snapshot
+            return replace(m.snapshot, reasons={**m.snapshot.reasons,  # what the list did not say, too
+                                                **{f"serving.{k}": v for k, v in listing.reasons.items()}})
         if m is not None and followed is not None:
             listed = running[followed]
             if listed.status == LOADING:
                 failure = SourceFailure(FailureKind.MODEL_LOADING, f"{followed} {status_word(listed)}")
             else:
-                failure = SourceFailure(FailureKind.UNREACHABLE, m.note or f"{followed} {status_word(listed)}")
+                failure = SourceFailure(m.failed, m.note or f"{followed} {status_word(listed)}")
             return m.analyzer.update(failure, for_processes(gpus, ()), host)
         message = state_message(listing.kind, listing.models) or "no model to show"
         reading = ServerReading(t_monotonic=t, t_wall=wall, backend=self.source.backend, url=self.display_url,

@@ -21,6 +21,7 @@ from typing import Protocol
 from kvmon.core.alerts import with_recording_problem
 from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
+from kvmon.core.deadline import PollDeadline, poll_deadline
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
 from kvmon.listen import is_loopback_host
@@ -170,13 +171,16 @@ class Monitor:
     def __init__(self, server_source: ServerSource, gpu_source: GpuSource | None = None,
                  host_source: HostSource | None = None, analyzer: Analyzer | None = None, *,
                  recorder: SnapshotSink | None = None, server_pids: Sequence[int] = (),
-                 clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S,
+                 timeout_s: float | None = None) -> None:
         """``server_pids``: the server's processes when its source cannot find them (an in-process simulator).
 
         ``clock`` timestamps readings made here (failures); give the sources the same one. ``host_interval_s``:
         the host source is read at most this often (and again whenever the server's processes change).
+        ``timeout_s``: the user's timeout, one deadline for every request of a poll (``kvmon.core.deadline``).
         """
         self._clock = clock
+        self.timeout_s = timeout_s
         self.server_source = server_source
         self.devices = DevicePoller(gpu_source, host_source, clock=clock, host_interval_s=host_interval_s)
         self.analyzer = analyzer or Analyzer()
@@ -209,11 +213,14 @@ class Monitor:
         """The server's URL without credentials."""
         return self.server_source.display_url
 
-    def _poll_server(self) -> ServerReading | SourceFailure:
+    def _poll_server(self, deadline: PollDeadline | None = None) -> ServerReading | SourceFailure:
         try:
             reading = self.server_source.poll()
         except Exception as exc:  # a typed failure, or a source bug: neither may stop the dashboard
             return failure_of(exc, FailureKind.UNEXPECTED_BODY, "server source failed")
+        nothing = deadline.read_nothing_since() if deadline is not None else None
+        if nothing is not None:  # nothing answered: no reading, whatever the source made of its failures
+            return SourceFailure(FailureKind.TIMEOUT, nothing)
         self.last_reading = reading
         if reading.server_pids:
             self._server_pids = tuple(reading.server_pids)
@@ -226,11 +233,13 @@ class Monitor:
             self.probes_run += 1
 
     def poll(self) -> Snapshot:
-        """Read every source once and return the analysed Snapshot (never raises for source trouble)."""
-        server = self._poll_server()
-        self._maybe_probe(server)
-        gpus = self.devices.poll_gpus(self._server_pids)
-        host = self.devices.poll_host(self._server_pids)
+        """Read every source once, every request under one deadline, and return the analysed Snapshot (never
+        raises for source trouble)."""
+        with poll_deadline(self.timeout_s) as deadline:
+            server = self._poll_server(deadline)
+            self._maybe_probe(server)
+            gpus = self.devices.poll_gpus(self._server_pids)
+            host = self.devices.poll_host(self._server_pids)
         snap = self.analyzer.update(server, gpus, host)
         problem = self._record(snap)
         if problem:

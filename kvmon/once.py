@@ -1,5 +1,9 @@
 """``kvmon once [URL | --demo SCENARIO] [--json]``: two polls about a second apart, one report, exit.
 
+Each poll's requests share one deadline, ``--timeout`` (``kvmon.core.deadline``): whatever hangs, ``once`` ends
+within two timeouts, the interval and a little more. A first poll that ran out of time is followed by the second
+all the same: the endpoint that hung is then asked with a short limit, and the rest of the reading comes without it.
+
 Exit status 0 when the server was read; 2 (with a one-line reason on stderr) when it is unreachable,
 rejects the key, is still loading, or the URL is bad. Without a URL it reads the first server found on this machine
 (``kvmon once --list`` lists them all). With ``--demo`` it reads the built-in simulator at a point of its story
@@ -15,9 +19,10 @@ import sys
 import time
 from typing import Any, TextIO
 
+from kvmon.core.deadline import poll_deadline
 from kvmon.core.readings import SourceError
 from kvmon.core.report_json import snapshot_to_json
-from kvmon.core.snapshot import Snapshot
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -181,15 +186,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if len(answering) > 1:
             others = ", ".join(f.url for f in answering[1:])
             print(f"kvmon: reading {url} ({answering[0].label}); also found {others} (kvmon once --list)", file=err)
-    try:
-        monitor = open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
-                               backend=backend, devices_url=getattr(args, "devices", None),
-                               settings=settings_from_args(args))
-    except SourceError as e:
-        return _fail(e.failure.reason, err)
+    with poll_deadline(timeout_s):  # which server it is and the first reading share the first poll's deadline
+        try:
+            monitor = open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=getattr(args, "log", None),
+                                   backend=backend, devices_url=getattr(args, "devices", None),
+                                   settings=settings_from_args(args))
+        except SourceError as e:
+            return _fail(e.failure.reason, err)
+        try:
+            snap: Snapshot = monitor.poll()
+        except BaseException:
+            monitor.close()
+            raise
+    # a first poll that ran out of time (something listens, it did not answer in time): the second asks what hung
+    # with a short limit, so the rest of the reading comes if the server answers anything
     with monitor:
-        snap: Snapshot = monitor.poll()
-        if snap.server_read:
+        if snap.server_read or snap.connection.status is ConnectionStatus.TIMEOUT:
             time.sleep(interval)
             snap = monitor.poll()
     if not snap.server_read:

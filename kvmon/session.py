@@ -90,17 +90,20 @@ def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSo
                   settings: AnalyzerSettings | None = None, *, recorder: Any = None,
                   clock: Callable[[], float] | None = None, server_pids: Sequence[int] = (),
                   model_pids: Callable[[str], Sequence[int]] | None = None,
-                  settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
+                  settings_source: Callable[[], AnalyzerSettings | None] | None = None,
+                  timeout_s: float | None = None) -> Monitor | GroupMonitor:
     """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap).
-    ``settings_source``: asked before every poll for the settings the user has now."""
+    ``settings_source``: asked before every poll for the settings the user has now. ``timeout_s``: every poll's one
+    deadline."""
     from kvmon.sources.base import ModelListSource
 
     kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
     if isinstance(source, ModelListSource):
         return GroupMonitor(source, gpu_source, host_source, settings, recorder=recorder, model_pids=model_pids,
-                            settings_source=settings_source, **kw)
+                            settings_source=settings_source, timeout_s=timeout_s, **kw)
     analyzer = Analyzer(settings, settings_source=settings_source, **kw)
-    return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids, **kw)
+    return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids,
+                   timeout_s=timeout_s, **kw)
 
 
 def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: float = 3.0,
@@ -127,7 +130,8 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
         url, backend = answering[0].url, answering[0].backend
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
     gpu_src, host_src = device_sources(url, devices_url, settings=settings, nvml=nvml, gpu=gpu, host=host)
-    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source)
+    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source,
+                         timeout_s=timeout_s)
 
 
 def device_sources(url: str, devices_url: str | None, *, settings: AnalyzerSettings | None = None, nvml: Any = None,
@@ -319,7 +323,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
         return Monitor(server, devices, sim.host_source(),
                        Analyzer(analyzer_settings, clock=clock, settings_source=session.current_settings),
                        recorder=recorder if recorder is not None else switch, server_pids=sim.server_pids,
-                       clock=clock)
+                       clock=clock, timeout_s=timeout_s)
 
     name = getattr(sim.scenario, "name", str(scenario))
     session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
@@ -360,7 +364,8 @@ def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, 
         host = PsutilHost(scenario.host_bandwidth_bytes_per_s, clock=clock)
         return GroupMonitor(source, NvmlSource(nvml=sim.nvml, clock=clock), host, analyzer_settings,
                             recorder=recorder if recorder is not None else switch, clock=clock,
-                            model_pids=sim.model_pids, settings_source=session.current_settings)
+                            model_pids=sim.model_pids, settings_source=session.current_settings,
+                            timeout_s=timeout_s)
 
     session = Session(factory, banner or f"Demo: simulated {scenario.name}", url, [sim.stop], sim, switch,
                       settings=analyzer_settings)

@@ -155,3 +155,54 @@ def test_stop_waits_for_a_hung_poll_and_closes(qtbot) -> None:
     qtbot.wait(100)
     p.stop()
     assert not p.thread.isRunning() and mon.closed == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["slow_headers", "accept_stall"])
+def test_a_hanging_server_costs_each_poll_at_most_its_timeout_and_the_window_stays_responsive(
+        qtbot, tmp_path, mode: str) -> None:
+    """The real dashboard on a llama-server whose /metrics drips its head (the rest answers), or that stops
+    answering altogether: polls keep coming, each within the timeout (the first after the server was asked which it
+    is), the GUI thread never waits, and with one endpoint hanging the reading goes on without it."""
+    import itertools
+    import time
+
+    from hostile_matrix import HostileServer, llama_routes
+    from PySide6 import QtCore
+
+    from kvmon.gui.app import build_window
+    from kvmon.gui.settings import Settings
+    from kvmon.session import server_session
+
+    timeout_s, interval_s = 1.0, 0.2
+    server = HostileServer(llama_routes(), "/metrics", mode)
+    session = server_session(server.url, api_key=None, timeout_s=timeout_s, log_path=None)
+    win, poller = build_window(session, Settings(str(tmp_path / "s.ini")), interval_s, tray=False,
+                               timeout_s=timeout_s)
+    qtbot.addWidget(win)
+    arrived: list[tuple[float, Snapshot]] = []
+    poller.snapshot.connect(lambda s: arrived.append((time.monotonic(), s)))
+    ticks: list[float] = []
+    timer = QtCore.QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(20)
+    t0 = time.monotonic()
+    try:
+        poller.start()
+        qtbot.waitUntil(lambda: len(arrived) >= 4, timeout=20000)
+    finally:
+        timer.stop()
+        poller.stop()
+        server.stop()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.5, f"the GUI thread waited {max(gaps):.2f} s"
+    times = [t0] + [t for t, _ in arrived]
+    waits = [b - a for a, b in itertools.pairwise(times)]
+    assert waits[0] < 2 * timeout_s + 1.0  # which server it is, then its first poll
+    # later polls: the interval (or the failure backoff, up to its cap of 8 s) plus at most one timeout
+    assert max(waits[1:]) < timeout_s + 1.0 + (8.0 if mode == "accept_stall" else interval_s), waits
+    last = arrived[-1][1]
+    if mode == "slow_headers":
+        assert last.server_read and "/metrics" in last.reasons.get("metrics", ""), last.reasons
+    else:
+        assert last.connection.status is ConnectionStatus.TIMEOUT

@@ -119,3 +119,43 @@ def test_the_dialog_asks_before_plain_text(qtbot, tmp_path: Path, headless: None
     QtCore.QTimer.singleShot(100, lambda: answer(QtWidgets.QMessageBox.StandardButton.Yes))
     dlg.apply()
     assert KEY in _file_text(ini)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_an_old_key_file_others_can_read_is_made_the_users_alone_when_read_and_the_user_is_told(
+        tmp_path: Path, headless: None) -> None:
+    """A key an older kvmon wrote in a file with the umask's 0644, and no keychain to move it to: kept in the file
+    (the user agreed back then), but readable by the user alone from the first read on, and said so once."""
+    ini = tmp_path / "kvmon.ini"
+    ini.write_text(f"[connection]\nremember_key=true\napi_key={KEY}\n", encoding="utf-8")
+    os.chmod(ini, 0o644)
+    s = _settings(ini)
+    assert stat.S_IMODE(os.stat(ini).st_mode) == 0o600
+    assert len(s.notices) == 1 and "0644" in s.notices[0] and "0600" in s.notices[0] and str(ini) in s.notices[0]
+    assert KEY not in s.notices[0]
+    assert s.api_key == KEY
+    assert len(s.notices) == 1  # told once
+    assert _settings(ini).notices == []  # and not again on the next start
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_a_key_file_widened_later_is_fixed_when_kvmon_writes_it_again(tmp_path: Path, headless: None) -> None:
+    """Qt keeps a file's mode when it rewrites it: a file that became 0644 would stay so with the key in it."""
+    ini = tmp_path / "kvmon.ini"
+    s = _settings(ini)
+    s.set_api_key(KEY, remember=True, allow_plain_text=True)
+    os.chmod(ini, 0o644)  # a backup restored, a careless chmod
+    s.interval_s = 2.0
+    s.sync()
+    assert stat.S_IMODE(os.stat(ini).st_mode) == 0o600
+    assert KEY in _file_text(ini) and any("0644" in n for n in s.notices)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_a_settings_file_without_a_key_is_left_as_it_is(tmp_path: Path, headless: None) -> None:
+    ini = tmp_path / "kvmon.ini"
+    ini.write_text("[poll]\ninterval_s=2\n", encoding="utf-8")
+    os.chmod(ini, 0o644)
+    s = _settings(ini)
+    s.sync()
+    assert stat.S_IMODE(os.stat(ini).st_mode) == 0o644 and s.notices == []

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.endings import STOP_SIGNALS, catchable
 from kvmon.gui import theme
 from kvmon.gui.poller import Poller
 from kvmon.servers import ServerSet, WatchedServer, choose_servers
@@ -46,6 +49,57 @@ def _set_window_icon(app: QtWidgets.QApplication) -> None:
     icon = icon_path()
     if icon is not None:
         app.setWindowIcon(QIcon(str(icon)))
+
+
+QUIT_SIGNALS = (*STOP_SIGNALS, "SIGHUP")  # and the window's terminal closed
+
+
+def quit_on_signals(app: QtWidgets.QApplication) -> Callable[[], None]:
+    """End the app on ``QUIT_SIGNALS`` as closing its windows does (settings kept, the event loop ends, then the
+    caller stops the pollers and closes the recording); returns what puts the previous handlers back.
+
+    Python runs a signal handler only between its own bytecodes, and Qt's loop may wait in C for a long time: the
+    signal module writes a byte to a socket that a QSocketNotifier watches, so the loop wakes and the handler runs.
+    """
+    import signal
+    import socket
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    try:
+        old_fd = signal.set_wakeup_fd(writer.fileno())
+    except (ValueError, OSError):
+        reader.close()
+        writer.close()
+        return lambda: None
+    notifier = QtCore.QSocketNotifier(reader.fileno(), QtCore.QSocketNotifier.Type.Read, app)
+    notifier.activated.connect(lambda *_: _drain(reader))  # running Python here lets the handler run
+
+    def on_signal(*_: object) -> None:
+        QtCore.QTimer.singleShot(0, lambda: (app.closeAllWindows(), app.quit()))
+
+    old = {sig: signal.signal(sig, on_signal) for sig in catchable(QUIT_SIGNALS)}
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(old_fd)
+        notifier.setEnabled(False)
+        reader.close()
+        writer.close()
+
+    return restore
+
+
+def _drain(sock: Any) -> None:
+    try:
+        while sock.recv(64):
+            pass
+    except OSError:
+        pass
 
 
 def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:
@@ -225,16 +279,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2
     win, ctl = build_servers_window(servers, settings, interval_s, api_key=api_key,
+                                    timeout_s=float(getattr(args, "timeout", None) or 3.0),
                                     cli_bandwidths=getattr(args, "bandwidth", None))
     if getattr(args, "record", None):
         win.set_recording(args.record)
+    for note in settings.notices:  # e.g. a key file others could read, made the user's alone
+        print(f"kvmon: {note}", file=sys.stderr)
+        win.statusBar().showMessage(note, 20000)
+    restore = quit_on_signals(app)
     win.show()
     ctl.start()
     try:
         return app.exec()
     finally:
-        ctl.stop()
-        servers.close()
+        ctl.stop()  # each poller ends its poll (within the timeout) and closes its monitor
+        servers.close()  # and the recording: every line written is whole
+        restore()
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -270,8 +330,12 @@ def run_replay(args: argparse.Namespace) -> int:
     app = ensure_app(sys.argv[:1])
     win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}",
                               name=os.path.basename(args.file))
+    restore = quit_on_signals(app)
     win.show()
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        restore()
 
 
 def replay_window(snapshots: Any, banner: str | None, settings: Any = None, name: str = "recording"

@@ -31,6 +31,8 @@ class Settings:
         else:
             self.qs = QtCore.QSettings(path, QtCore.QSettings.Format.IniFormat)
         self._session_api_key: str | None = None
+        self.notices: list[str] = []  # what the user should be told once (a key file others could read, fixed)
+        self._guard_key_file()
 
     def _get(self, key: str, default: object) -> object:
         v = self.qs.value(key, default)
@@ -66,6 +68,8 @@ class Settings:
         if not self.remember_key:
             return None
         in_file = str(self._get("connection/api_key", "")) or None
+        if in_file:
+            self._guard_key_file()
         if self._get("connection/key_store", "") == KEY_IN_FILE:
             return in_file
         try:
@@ -116,19 +120,34 @@ class Settings:
         except KeychainUnavailable:
             pass  # nothing can be kept where there is no keychain
 
-    def _owner_only(self) -> None:
-        """Make the settings file (a file, not the Windows registry) readable and writable by its owner only."""
+    def _owner_only(self) -> int | None:
+        """Make the settings file (a file, not the Windows registry) readable and writable by its owner only; the
+        mode it had when that changed it, else None. Qt keeps a file's mode when it writes the file again, so a
+        mode once wider stays wider until this runs."""
         path = self.qs.fileName()
         if not path or not os.path.isabs(path):
-            return
+            return None
         try:
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            if stat.S_IMODE(os.stat(path).st_mode) != 0o600:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode != 0o600:
                 os.chmod(path, 0o600)
+                return mode
         except OSError:
             pass  # a file system without modes (FAT, a network share): nothing more can be done here
+        return None
+
+    def _guard_key_file(self) -> None:
+        """A settings file holding a key (an older kvmon's, or the agreed fallback) that others may read is made
+        the user's alone when it is read or written, and the user is told (``notices``)."""
+        if os.name != "posix" or not self.qs.contains("connection/api_key"):
+            return
+        mode = self._owner_only()
+        if mode is not None and mode & 0o077:
+            self.notices.append(f"the settings file {self.qs.fileName()} holds an API key and was readable by "
+                                f"others (mode {mode:04o}): it is now readable by you alone (0600)")
 
     @property
     def interval_s(self) -> float:
@@ -199,9 +218,9 @@ class Settings:
 
     def sync(self) -> None:
         """Write to disk now (a file holding a key stays readable by its owner only)."""
+        self._guard_key_file()  # before Qt writes it: the key never lands in a file others can read
         self.qs.sync()
-        if self.qs.contains("connection/api_key"):
-            self._owner_only()
+        self._guard_key_file()
 
 
 class SettingsDialog(QtWidgets.QDialog):

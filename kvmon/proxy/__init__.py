@@ -10,3 +10,7 @@ One job per module: ``framing`` (HTTP/1 heads and chunked bodies), ``meter`` (wh
 (where to forward, and which server it is), ``server`` (the proxy itself) and ``command`` (``kvmon proxy``).
 Nothing is imported here, so that reading the stats document does not load the server.
 """
+
+# The longest the upstream may take to begin its answer once it has the whole request (a model load and a long
+# prompt's prefill come before the first byte), and the longest an answer under way may go quiet: --upstream-timeout.
+UPSTREAM_TIMEOUT_S = 300.0

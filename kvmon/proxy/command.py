@@ -1,14 +1,18 @@
-"""``kvmon proxy --listen HOST:PORT --upstream URL``: the measuring proxy as a command, until interrupted."""
+"""``kvmon proxy --listen HOST:PORT --upstream URL``: the measuring proxy as a command, until SIGTERM or SIGINT
+(then its connections are closed, its socket too, and it exits 0)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable
 
 from kvmon import listen
+from kvmon.endings import catchable
 from kvmon.listen import is_loopback_host
+from kvmon.proxy import UPSTREAM_TIMEOUT_S
 from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import STATS_PATH
 from kvmon.proxy.upstream import DEFAULT_UPSTREAM
@@ -25,7 +29,11 @@ def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | N
     """``kvmon proxy --listen HOST:PORT --upstream URL``: serve until interrupted; 2 on bad arguments."""
     try:
         host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
-        server = ProxyServer(getattr(args, "upstream", DEFAULT_UPSTREAM) or DEFAULT_UPSTREAM, host=host, port=port)
+        limit = getattr(args, "upstream_timeout", UPSTREAM_TIMEOUT_S)
+        if limit is not None and not limit >= 0:  # also NaN
+            raise ValueError(f"--upstream-timeout {limit:g}: give seconds, 0 or more (0: no limit)")
+        server = ProxyServer(getattr(args, "upstream", DEFAULT_UPSTREAM) or DEFAULT_UPSTREAM, host=host, port=port,
+                             upstream_timeout_s=limit)
     except ValueError as e:
         print(f"kvmon proxy: {e}", file=sys.stderr)
         return 2
@@ -42,17 +50,24 @@ def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | N
                   file=sys.stderr, flush=True)
         if on_ready is not None:
             on_ready(server)
-        assert server._server is not None
-        async with server._server:
-            await server._server.serve_forever()
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in catchable():  # asked to stop: connections end, the socket closes, exit 0
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stopping.set)
+        try:
+            await stopping.wait()
+        finally:
+            await server.close()
 
     try:
         asyncio.run(main())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # where the loop cannot take signals itself
         return 0
     except SystemExit as e:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
             return 2
         raise
+    print("kvmon proxy: stopped", file=sys.stderr, flush=True)
     return 0

@@ -5,8 +5,9 @@ The proxy forwards raw bytes; ``MessageReader`` reads them along with a fresh h1
 back the raw bytes of the head and of each body piece (exactly what was received, up to the message's end) with
 the payload they carry. Bytes after a message's end stay for the next message (pipelining). Framing that h11
 accepts but a proxy forwarding raw bytes must not (a Content-Length given twice, Content-Length together with
-Transfer-Encoding, a folded header line) is refused too: the upstream could read the message another way
-(request smuggling). A head must arrive within its deadline once its first byte has.
+Transfer-Encoding, a folded header line, a request line or header ended by a bare LF instead of CRLF) is refused
+too: the upstream could read the message another way (request smuggling), or not at all. A head must arrive within
+its deadline once its first byte has; a body may go quiet for at most its idle time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +42,13 @@ class HeadTimeout(ProtocolError):
 
 class ClientGone(Exception):
     """The client closed its connection while the proxy was answering."""
+
+
+class Stalled(Exception):
+    """A peer sent nothing more for longer than it may, in the middle of a message."""
+
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")
 
 
 async def to_client(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -170,6 +179,8 @@ class MessageReader:
                 rest = conn.trailing_data[0]
                 head_raw = bytes(raw[: len(raw) - len(rest)])
                 headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()]
+                if conn.our_role is h11.SERVER and _BARE_LF.search(head_raw):
+                    raise ProtocolError(f"{who} ended a line of its request head with a bare LF (HTTP needs CRLF)")
                 _unambiguous(head_raw, who)
                 self._conn = conn
                 return Head(head_raw, event, headers)
@@ -194,11 +205,13 @@ class MessageReader:
                 started = loop.time()
             raw += data
 
-    async def body(self, *, relay_bad_framing: bool = False) -> AsyncIterator[tuple[bytes, bytes]]:
+    async def body(self, *, relay_bad_framing: bool = False,
+                   idle_timeout_s: float | None = None) -> AsyncIterator[tuple[bytes, bytes]]:
         """(raw bytes, payload) of the current message's body, piece by piece as it arrives, ending at the
         message's end; bytes past it are kept for the next message. Raises asyncio.IncompleteReadError when the
-        peer closed before the end, and ProtocolError on bad framing, unless ``relay_bad_framing``: then every
-        byte from there on comes as raw with no payload until the peer closes (``framing_broken`` is set)."""
+        peer closed before the end, Stalled when it sent nothing for ``idle_timeout_s``, and ProtocolError on bad
+        framing, unless ``relay_bad_framing``: then every byte from there on comes as raw with no payload until the
+        peer closes (``framing_broken`` is set)."""
         conn = self._conn
         assert conn is not None, "body() before a head"
         pending = conn.trailing_data[0]  # body bytes that came with the head
@@ -216,7 +229,7 @@ class MessageReader:
                     self.framing_broken = True
                     if payload:
                         yield b"", bytes(payload)
-                    async for raw in self._until_eof(pending):
+                    async for raw in self._until_eof(pending, idle_timeout_s):
                         yield raw, b""
                     return
                 if event is h11.NEED_DATA:
@@ -240,18 +253,24 @@ class MessageReader:
                 yield pending, bytes(payload)
             if conn.their_state is h11.SWITCHED_PROTOCOL:
                 return
-            data = await self.reader.read(READ_SIZE)
+            data = await self._read_within(idle_timeout_s)
             if not data:
                 self.eof = True
             pending = data
             conn.receive_data(data)
 
-    async def _until_eof(self, first: bytes) -> AsyncIterator[bytes]:
+    async def _until_eof(self, first: bytes, idle_timeout_s: float | None) -> AsyncIterator[bytes]:
         if first:
             yield first
-        while data := await self.reader.read(READ_SIZE):
+        while data := await self._read_within(idle_timeout_s):
             yield data
         self.eof = True
+
+    async def _read_within(self, idle_timeout_s: float | None) -> bytes:
+        try:
+            return await self._read(idle_timeout_s)
+        except asyncio.TimeoutError:
+            raise Stalled(f"sent nothing for {idle_timeout_s:g} s in the middle of its message") from None
 
     @property
     def has_leftover(self) -> bool:
@@ -295,7 +314,8 @@ async def pipe_both(
 
 async def send_json(writer: asyncio.StreamWriter, status: int, obj: Any, *, close: bool) -> bool:
     body = json.dumps(obj, separators=(",", ":")).encode()
-    reason = {200: "OK", 400: "Bad Request", 408: "Request Timeout", 502: "Bad Gateway"}.get(status, "Error")
+    reason = {200: "OK", 400: "Bad Request", 408: "Request Timeout", 502: "Bad Gateway",
+              504: "Gateway Timeout"}.get(status, "Error")
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"

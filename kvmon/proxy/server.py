@@ -4,8 +4,10 @@ arrive (status line, headers, chunked framing and body untouched), while a ``Met
 ``GET /kvmon/stats`` on the proxy's own address answers the measurements (``kvmon.proxy.stats``) and is never
 forwarded. One asyncio loop serves every client connection; each keeps its own upstream connection. Both
 directions are read along by h11 (``kvmon.proxy.framing``): a request with ambiguous framing is answered 400 and
-never forwarded, a head not finished in time 408, and an upstream that fails before answering (refused, reset,
-closed, a head that is no HTTP) 502 with the reason.
+never forwarded, a head not finished in time 408, an upstream that fails before answering (refused, reset,
+closed, a head that is no HTTP) 502 with the reason, and one that has not begun its answer ``upstream_timeout_s``
+after the request went to it whole 504 with the reason; an answer that goes quiet that long in the middle is cut
+off there (the bytes relayed stay as they were, and the client's connection is closed).
 
 Longer than most modules because relaying one exchange is one piece of work: the request pump, the response relay
 and the counters they update share the connection's state and the proxy's lock; the framing, the measuring, the
@@ -28,7 +30,7 @@ from typing import Any
 
 import h11
 
-from kvmon.proxy import stats
+from kvmon.proxy import UPSTREAM_TIMEOUT_S, stats
 from kvmon.proxy.framing import (
     MAX_HEAD_BYTES,
     ClientGone,
@@ -36,6 +38,7 @@ from kvmon.proxy.framing import (
     HeadTimeout,
     MessageReader,
     ProtocolError,
+    Stalled,
     pipe_both,
     send_error,
     send_json,
@@ -58,13 +61,16 @@ class ProxyServer:
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
                  recent_max: int = RECENT_MAX, probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:
-        """``clock``: what the measured times are read from (the demo's simulated clock: its replies are timed in the
-        simulated seconds every other reading of the demo is stamped with)."""
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, upstream_timeout_s: float | None = UPSTREAM_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``upstream_timeout_s``: see ``kvmon.proxy.UPSTREAM_TIMEOUT_S`` (None or 0: wait as long as the upstream
+        takes). ``clock``: what the measured times are read from (the demo's simulated clock: its replies are timed in
+        the simulated seconds every other reading of the demo is stamped with)."""
         self.upstream = Upstream.parse(upstream)
         self._clock = clock
         self.head_timeout_s = head_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.upstream_timeout_s = upstream_timeout_s or None
         self.host = host
         self.port = port
         self._ids = itertools.count(1)
@@ -136,6 +142,10 @@ class ProxyServer:
         if error:
             raise error[0]
         return self.url
+
+    async def close(self) -> None:
+        """Stop accepting and end every connection (in the running loop)."""
+        await self._shutdown()
 
     async def _shutdown(self) -> None:
         if self._server is not None:
@@ -354,12 +364,33 @@ class ProxyServer:
             self._end(meter)
         return keep
 
-    async def _no_answer(self, cwriter: asyncio.StreamWriter, meter: Meter, why: str) -> bool:
-        """The upstream failed before a byte of its answer: the client gets a 502 saying why."""
+    async def _no_answer(self, cwriter: asyncio.StreamWriter, meter: Meter, why: str, status: int = 502) -> bool:
+        """The upstream failed before a byte of its answer: the client gets a 502 (504: it took too long) saying
+        why."""
         self._upstream_error()
-        await send_error(cwriter, 502, f"kvmon proxy: upstream {self.upstream.url} {why}")
+        await send_error(cwriter, status, f"kvmon proxy: upstream {self.upstream.url} {why}")
         meter.aborted, meter.abort_reason = True, f"upstream {why}"
         return False
+
+    async def _wait_head(self, head_task: asyncio.Future[Head | None], body_task: asyncio.Future[None]) -> str:
+        """Wait for the upstream's next head: "head" (it came, or its reading failed), "body_failed" (sending the
+        request failed first) or "timeout" (no head ``upstream_timeout_s`` after the request went out whole: the
+        client's own upload time is not the upstream's)."""
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        while not head_task.done():
+            if body_task.done() and body_task.exception() is not None:
+                return "body_failed"
+            waiting: set[asyncio.Future[Any]] = {head_task} if body_task.done() else {head_task, body_task}
+            left = None
+            if self.upstream_timeout_s is not None and body_task.done():
+                left = max(0.0, self.upstream_timeout_s - (loop.time() - since))
+            done, _ = await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return "timeout"
+            if body_task in done and head_task not in done:
+                since = loop.time()  # the request is whole: the upstream's time starts now
+        return "head"
 
     async def _relay_response(
         self,
@@ -377,11 +408,18 @@ class ProxyServer:
         try:
             while True:
                 head_task = asyncio.ensure_future(umsg.response_head())
-                done, _ = await asyncio.wait({head_task, body_task}, return_when=asyncio.FIRST_COMPLETED)
-                if body_task in done and head_task not in done and body_task.exception() is not None:
+                waited = await self._wait_head(head_task, body_task)
+                if waited != "head":
                     head_task.cancel()
                     with contextlib.suppress(BaseException):
                         await head_task
+                if waited == "timeout":
+                    limit = f"did not answer within {self.upstream_timeout_s:g} s (--upstream-timeout)"
+                    if sent == 0:
+                        return await self._no_answer(cwriter, meter, limit, status=504)
+                    meter.aborted, meter.abort_reason = True, f"upstream {limit}"
+                    return False
+                if waited == "body_failed":
                     exc = body_task.exception()
                     assert exc is not None
                     if isinstance(exc, _UpstreamFailed) and sent == 0:
@@ -427,12 +465,17 @@ class ProxyServer:
                 or (req_version == "HTTP/1.0" and not req.has_token("connection", "keep-alive"))
                 or resp.first_line.startswith("HTTP/1.0")
             )
-            async for raw, payload in umsg.body(relay_bad_framing=True):
-                if raw:
-                    await to_client(cwriter, raw)  # relay first: measuring must not delay the client
-                    sent += len(raw)
-                if payload:
-                    meter.feed(payload, self._clock())
+            try:
+                async for raw, payload in umsg.body(relay_bad_framing=True, idle_timeout_s=self.upstream_timeout_s):
+                    if raw:
+                        await to_client(cwriter, raw)  # relay first: measuring must not delay the client
+                        sent += len(raw)
+                    if payload:
+                        meter.feed(payload, self._clock())
+            except Stalled as e:  # cut off here: what was relayed stays as it was, the client sees the close
+                self._upstream_error()
+                meter.aborted, meter.abort_reason = True, f"upstream {e}"
+                return False
             if umsg.framing_broken:
                 keep = False  # relayed until the upstream closed; the client judges the bytes
                 meter.unparsed_lines += 1

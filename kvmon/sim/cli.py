@@ -1,4 +1,4 @@
-"""``kvmon sim``: run one simulated server alone (for trying kvmon or any other client) until Ctrl-C.
+"""``kvmon sim``: run one simulated server alone (for trying kvmon or any other client) until Ctrl-C or SIGTERM.
 
     kvmon sim --scenario spill-4090 --speed 10 --fault restart@120 --fault hang:5@200
 
@@ -9,10 +9,11 @@ Scenarios: see ``kvmon.sim.catalog`` (``kvmon sim --help`` lists them); ``--faul
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 from typing import Any
+
+from kvmon.endings import stop_on_signals
 
 FAULT_HELP = "inject a fault KIND[:VALUE][@T], repeatable: restart[:LOAD]@T, hang:N[@T], loading:N[@T], " \
     "auth[:KEY], garbage[:N][@T], drip[:BYTES_PER_S][@T]; T and N in simulated seconds ('--fault list' explains)"
@@ -95,29 +96,16 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
         print(f"  server log (kvmon --log): {sim.log_path}", flush=True)
     print("  Ctrl-C to stop", flush=True)
     waiter = stop or threading.Event()
-    previous = _on_sigterm(waiter)
-    if ready is not None:
-        ready.set()
-    try:
-        while not waiter.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sim.stop()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with stop_on_signals(waiter.set):  # SIGTERM and SIGINT: stop serving, remove the simulator's files, exit 0
+        if ready is not None:
+            ready.set()
+        try:
+            while not waiter.wait(0.5):
+                pass
+        finally:
+            sim.stop()
+    print("kvmon sim: stopped", flush=True)
     return 0
-
-
-def _on_sigterm(stop: threading.Event) -> Any:
-    """Stop cleanly (and remove the simulator's files) on SIGTERM too; only possible on the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        return signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    except (ValueError, OSError):
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

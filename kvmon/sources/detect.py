@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvmon.core.deadline import poll_deadline
 from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, redact_url
@@ -239,18 +240,20 @@ def _summary(backend: str, a: Answers) -> tuple[str | None, str | None]:
 
 def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, summary: bool = False) -> Identity:
     """The backend at ``url`` (and, with ``summary``, its version and what it serves); raises SourceError when
-    nothing answers (UNREACHABLE / TIMEOUT / BAD_URL) or the server rejects the key on every probe."""
+    nothing answers (UNREACHABLE / TIMEOUT / BAD_URL) or the server rejects the key on every probe. Every probe
+    shares one deadline, ``timeout_s``."""
     client = HttpClient(normalize_base_url(url), api_key=api_key, timeout_s=timeout_s)
     try:
-        a = Answers(client)
-        a.get("/props")  # a network failure here means nothing is there: raise
-        for backend, probe in PROBES:
-            if probe(a):
-                version, words = _summary(backend, a) if summary else (None, None)
-                return Identity(backend, version, words)
-        if a.auth_refused is not None:
-            raise SourceError(a.auth_refused)
-        return Identity(UNKNOWN)
+        with poll_deadline(timeout_s):
+            a = Answers(client)
+            a.get("/props")  # a network failure here means nothing is there: raise
+            for backend, probe in PROBES:
+                if probe(a):
+                    version, words = _summary(backend, a) if summary else (None, None)
+                    return Identity(backend, version, words)
+            if a.auth_refused is not None:
+                raise SourceError(a.auth_refused)
+            return Identity(UNKNOWN)
     finally:
         client.close()
 

@@ -1,4 +1,10 @@
-"""One small HTTP layer for every server source: one deadline per request, capped bodies, typed failures.
+"""One small HTTP layer for every server source: one deadline per poll, capped bodies, typed failures.
+
+Each request must be answered within the client's timeout and, while a poll runs (``kvmon.core.deadline``), by the
+poll's deadline, which every request of the poll shares: a server that hangs costs the poll its timeout once, and
+the requests left after it fail at once, saying which request the time went to. An endpoint that hung (had its
+whole time and no answer) is remembered (``HANGS``): from then on it is asked with a short limit, so the rest of
+each reading goes on without it, and every so often with the whole time again, until it answers.
 
 Every failure becomes a ``SourceError`` carrying a ``SourceFailure`` whose reason is one human line and never
 contains the API key or URL credentials: a server's own error text is scrubbed (``kvmon.core.redact``) of the key
@@ -8,6 +14,7 @@ JSON bodies are read by ``kvmon.core.jsonvals.parse_json``, the one rule for unt
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,12 +22,59 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from kvmon.core.deadline import current_deadline
 from kvmon.core.jsonvals import InputError, parse_json
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.redact import scrub
 from kvmon.sources.keepalive import DEADLINE, KeepAliveTransport
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
+HANG_LIMIT_MIN_S = 0.25  # an endpoint that hung is asked with this limit (or a tenth of the timeout, if longer)
+HANG_LIMIT_FRACTION = 0.1
+HANG_RETRY_S = (5.0, 60.0)  # ... and with its whole time again after 5 s, doubling up to 60 s while it hangs
+FAIR_SHARE = 0.5  # a request that timed out with at least this share of the timeout had its chance: it hung
+
+
+@dataclass
+class _Hang:
+    retry_at: float  # when the endpoint gets its whole time again
+    backoff_s: float
+
+
+class HangMemory:
+    """The endpoints (base URL, path) that hung in this process: the limit each is asked with until it answers."""
+
+    def __init__(self) -> None:
+        self._hangs: dict[tuple[str, str], _Hang] = {}
+        self._lock = threading.Lock()
+
+    def limit_s(self, key: tuple[str, str], timeout_s: float, now: float) -> float | None:
+        """The short limit for an endpoint that hung (None: it gets its whole time, now or as it never hung)."""
+        with self._lock:
+            hang = self._hangs.get(key)
+        if hang is None or now >= hang.retry_at:
+            return None
+        return min(timeout_s, max(HANG_LIMIT_MIN_S, HANG_LIMIT_FRACTION * timeout_s))
+
+    def known(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            return key in self._hangs
+
+    def hung(self, key: tuple[str, str], now: float) -> None:
+        """The endpoint had its whole time and gave no answer."""
+        with self._lock:
+            old = self._hangs.get(key)
+            backoff = HANG_RETRY_S[0] if old is None else min(HANG_RETRY_S[1], old.backoff_s * 2)
+            self._hangs[key] = _Hang(now + backoff, backoff)
+            if len(self._hangs) > 512:  # endpoints of servers long gone
+                self._hangs.pop(next(iter(self._hangs)))
+
+    def answered(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._hangs.pop(key, None)
+
+
+HANGS = HangMemory()
 
 
 def redact_url(url: str) -> str:
@@ -129,12 +183,35 @@ class HttpClient:
     def close(self) -> None:
         self._client.close()
 
+    def hangs(self, path: str) -> bool:
+        """Whether this endpoint hung and has not answered since (it is asked with a short limit)."""
+        return HANGS.known((self.base_url, path.split("?", 1)[0]))
+
     def request(self, method: str, path: str, *, json_body: Any = None) -> HttpResponse:
-        """Send one request; network trouble and oversize bodies raise SourceError."""
+        """Send one request; network trouble, oversize bodies and no answer by the deadline raise SourceError."""
         endpoint = path.split("?", 1)[0]
         # httpx's timeouts are per read; the transport holds connect, head and body to this one deadline (and
         # the loop below checks it too, for any other transport a test may give).
-        deadline = time.monotonic() + self._deadline_s
+        start = time.monotonic()
+        deadline = start + self._deadline_s
+        poll = current_deadline()
+        by_poll = poll is not None and poll.at < deadline
+        if poll is not None and by_poll:
+            deadline = poll.at
+        hang_key = (self.base_url, endpoint)
+        limit = HANGS.limit_s(hang_key, self._deadline_s, start)
+        limited = limit is not None and start + limit < deadline
+        if limit is not None and limited:
+            deadline, by_poll = start + limit, False
+        if deadline <= start:
+            where = f"{self.display_url}{endpoint}"
+            seconds = poll.seconds if poll is not None else self._deadline_s
+            spent = poll.spent_on if poll is not None and poll.spent_on else "the requests before it"
+            why = (f"{where} not asked again: it did not answer in time in this poll ({seconds:g} s)"
+                   if spent == where else f"{where} not asked: this poll's {seconds:g} s went to waiting on {spent}")
+            if poll is not None:
+                poll.note_timeout(why)
+            raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint))
         try:
             url = self._urls.get(path)
             if url is None:
@@ -162,14 +239,19 @@ class HttpClient:
                             )
                         )
                     chunks.append(chunk)
-                return HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
-                                    b"".join(chunks), self._secrets)
+                answer = HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
+                                      b"".join(chunks), self._secrets)
             finally:
                 resp.close()
+            HANGS.answered(hang_key)
+            if poll is not None:
+                poll.note_answer()
+            return answer
         except httpx.TimeoutException:
-            raise SourceError(
-                SourceFailure(FailureKind.TIMEOUT, f"{self.display_url}{endpoint} did not answer in time", endpoint)
-            ) from None
+            why = self._timed_out(endpoint, start, deadline, limit if limited else None, by_poll)
+            if poll is not None:
+                poll.note_timeout(why)
+            raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint)) from None
         except httpx.ConnectError as e:
             raise SourceError(
                 SourceFailure(
@@ -194,6 +276,20 @@ class HttpClient:
             raise SourceError(
                 SourceFailure(FailureKind.BAD_URL, f"{endpoint}: the request is not valid text", endpoint)
             ) from None
+
+    def _timed_out(self, endpoint: str, start: float, deadline: float, limit: float | None, by_poll: bool) -> str:
+        """Why a request got no answer in time (and, when it had a fair chance, remember that it hung)."""
+        where = f"{self.display_url}{endpoint}"
+        if limit is not None:
+            return (f"{where} did not answer in time (it hung before: asked with a {limit:g} s limit until it "
+                    "answers again)")
+        had = max(0.0, deadline - start)
+        if had >= FAIR_SHARE * self._deadline_s:
+            HANGS.hung((self.base_url, endpoint), time.monotonic())
+        poll = current_deadline()
+        if by_poll and poll is not None and poll.spent_on is None:
+            poll.spent_on = where
+        return f"{where} did not answer in time ({had:.1f} s)"
 
     def get(self, path: str) -> HttpResponse:
         return self.request("GET", path)

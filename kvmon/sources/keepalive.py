@@ -31,6 +31,9 @@ import httpx
 
 READ_CHUNK_BYTES = 64 * 1024
 DEADLINE = "kvmon_deadline"  # request extension: the monotonic instant by which the whole answer must be in
+# request extension for a stream (server-sent events): DEADLINE holds for the head only, then each read of the body
+# waits at most this many seconds
+STREAM_IDLE = "kvmon_stream_idle_s"
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
@@ -50,6 +53,9 @@ class DeadlineReader(io.RawIOBase):
         left = self._conn.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the request's deadline passed")
+        idle = getattr(self._conn, "idle_s", None)
+        if idle is not None:
+            left = min(left, idle)
         self._sock.settimeout(None if math.isinf(left) else left)
         return self._raw.readinto(buffer)
 
@@ -73,6 +79,7 @@ class _DeadlineMixin:
     """An ``http.client`` connection whose responses are read under ``deadline`` (set before each request)."""
 
     deadline: float = math.inf
+    idle_s: float | None = None  # a stream's body: the longest one read may wait
 
     def response_class(self, sock: socket.socket, method: str | None = None, **kw: Any) -> http.client.HTTPResponse:
         return http.client.HTTPResponse(_DeadlineSocket(sock, self), method=method)  # type: ignore[arg-type]
@@ -137,6 +144,7 @@ class KeepAliveTransport(httpx.BaseTransport):
         self._origin: tuple[str, str, int] | None = None
         self._open_body: _Body | None = None  # the last response, until its body is closed
         self._lock = threading.Lock()
+        self._sock: socket.socket | None = None  # the last request's socket (abort() wakes a read blocked on it)
 
     def drop(self) -> None:
         """Close the connection; the next request opens a new one."""
@@ -146,6 +154,15 @@ class KeepAliveTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self.drop()
+
+    def abort(self) -> None:
+        """From another thread: end the request or stream now being read (its read fails at once)."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def body_closed(self, body: _Body) -> None:
         """The caller is done with a response: the connection can take the next request."""
@@ -202,7 +219,8 @@ class KeepAliveTransport(httpx.BaseTransport):
                 sock = conn.sock
                 if sock is None:  # pragma: no cover - connect() either sets it or raises
                     raise httpx.ConnectError(f"no connection to {host}:{port}")
-                conn.deadline = deadline
+                conn.deadline, conn.idle_s = deadline, None
+                self._sock = sock
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.drop()
@@ -229,6 +247,9 @@ class KeepAliveTransport(httpx.BaseTransport):
                 except OSError as e:
                     self.drop()
                     raise httpx.ReadError(e.strerror or str(e) or type(e).__name__) from None
+                idle = request.extensions.get(STREAM_IDLE)
+                if idle is not None:  # a stream: its head came in time; its body has no end, only a quiet limit
+                    conn.deadline, conn.idle_s = math.inf, float(idle)
                 if resp.will_close:
                     self._conn = None  # the response owns the socket now; it closes when read
                 self._open_body = _Body(resp, self)

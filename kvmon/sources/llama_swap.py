@@ -90,6 +90,7 @@ class LlamaSwapSource:
         self._host = urlsplit(self.base_url).hostname or ""
         self._local = procs.is_local_host(self._host)
         self._version: str | None = None
+        self._version_reason: str | None = None  # why the version is unknown (asked with the model list)
         self._models_at: tuple[float, Any] | None = None  # /v1/models changes only on a config reload
 
     def __repr__(self) -> str:
@@ -102,16 +103,30 @@ class LlamaSwapSource:
         """The configured models and the running processes now; raises SourceError when llama-swap cannot be read."""
         running = self._http.get_json("/running")
         now = self._clock()
+        reasons: dict[str, str] = {}
         if self._models_at is None or now - self._models_at[0] > 30.0:
-            self._models_at = (now, self._http.get_json("/v1/models"))
+            try:
+                self._models_at = (now, self._http.get_json("/v1/models"))
+            except SourceError as e:  # the running models still show; the configured ones are asked again
+                if e.failure.kind is FailureKind.AUTH_REJECTED:
+                    raise
+                reasons["configured"] = f"models not running unknown: {e.failure.reason}"
             try:
                 v = self._http.get_json("/api/version")
                 self._version = json_str(v.get("version")) if isinstance(v, Mapping) else None
-            except SourceError:
+            except SourceError as e:
                 self._version = None
-        models, notes = parse_listing(self._models_at[1], running)
-        return ModelListing(serving.LLAMA_SWAP, tuple(models), self._version,
-                            {"models": "; ".join(notes)} if notes else {})
+                self._version_reason = f"version unknown: {e.failure.reason}"
+            else:
+                self._version_reason = None
+        if self._version_reason:
+            reasons["version"] = self._version_reason
+        models, notes = parse_listing(self._models_at[1] if self._models_at else {"data": []}, running)
+        if self._models_at is None:
+            notes = [n for n in notes if "/v1/models" not in n]
+        if notes:
+            reasons["models"] = "; ".join(notes)
+        return ModelListing(serving.LLAMA_SWAP, tuple(models), self._version, reasons)
 
     def upstream_for(self, model: ListedModel) -> str:
         """Where this model's server answers from here; raises SourceError when kvmon cannot reach it safely."""

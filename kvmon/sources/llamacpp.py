@@ -158,7 +158,7 @@ class LlamaServerSource:
         checked, self._health_due = self._health_due, True  # a poll that raises leaves it due
         memo, self._props_memo = self._props_memo, None  # a poll that raises reads /props again
         if checked and not self._model_query:  # a router's /health speaks for the router, not for one model
-            self._check_health()
+            checked = self._check_health(reasons)
         # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
         slots_lately = self._slots_answered_at is not None and t_mono - self._slots_answered_at < SLOTS_KEEP_AWAKE_S
         awake = self._busy or self._never_sleeps or slots_lately
@@ -186,9 +186,11 @@ class LlamaServerSource:
                 raise SourceError(SourceFailure(self._last_failure_kind or FailureKind.UNEXPECTED_BODY,
                                                 f"model {self.model_id}: {why}", "/props"))
             return props, self._model_query
+        hung = self._http.hangs("/props")  # known to hang: the reading goes on without it, as after /health
         props = self._optional_json("/props", reasons, "props")
         if props is None and not checked and self._last_failure_kind in (FailureKind.UNREACHABLE,
-                                                                          FailureKind.TIMEOUT):
+                                                                          FailureKind.TIMEOUT) and not (
+                hung and self._last_failure_kind is FailureKind.TIMEOUT):
             raise SourceError(SourceFailure(self._last_failure_kind, reasons["props"], "/props"))
         q = ""  # router mode (no -m): every per-model endpoint needs ?model=<id>
         if props is None and self._last_failure_kind in (FailureKind.SERVER_ERROR, FailureKind.NOT_FOUND):
@@ -235,12 +237,13 @@ class LlamaServerSource:
                 slots = self._quiet_slots
         else:
             t0 = self._clock()
+            hung = self._http.hangs("/slots" + q)
             raw_slots = self._optional_json("/slots" + q, reasons, "slots")
             # the counters' instant: the middle of the /slots request, not the start of the poll
             t_mono = (t0 + self._clock()) / 2.0
             t_wall += t_mono - t_start
-            if raw_slots is None and reused and self._last_failure_kind in (FailureKind.UNREACHABLE,
-                                                                             FailureKind.TIMEOUT):
+            if raw_slots is None and reused and not hung and self._last_failure_kind in (FailureKind.UNREACHABLE,
+                                                                                         FailureKind.TIMEOUT):
                 # /slots is this poll's first request: a server gone or hung is a failure, as /props would say
                 raise SourceError(SourceFailure(self._last_failure_kind, reasons["slots"], "/slots"))
             if raw_slots is None:
@@ -296,9 +299,17 @@ class LlamaServerSource:
             reasons=reasons,
         )
 
-    def _check_health(self) -> None:
-        """/health: loading (503, or an older build's status text) and unreachable servers end the poll."""
-        resp = self._http.get("/health")
+    def _check_health(self, reasons: dict[str, str]) -> bool:
+        """/health: loading (503, or an older build's status text) and unreachable servers end the poll; a /health
+        known to hang is only a reason (then /props decides alone: False)."""
+        hung = self._http.hangs("/health")
+        try:
+            resp = self._http.get("/health")
+        except SourceError as e:
+            if hung and e.failure.kind is FailureKind.TIMEOUT:
+                reasons["health"] = e.failure.reason
+                return False
+            raise
         body: Any = None
         try:
             body = decode_json(resp, "/health")
@@ -309,14 +320,15 @@ class LlamaServerSource:
             raise SourceError(SourceFailure(FailureKind.MODEL_LOADING, f"{self.display_url} is loading the model",
                                             "/health", resp.status_code))
         if resp.status_code == 503 and isinstance(status, str) and "no slot" in status.lower():
-            return  # older builds: every slot busy, the server is fine
+            return True  # older builds: every slot busy, the server is fine
         if resp.status_code == 404:
-            return  # not all builds have it; /props decides
+            return True  # not all builds have it; /props decides
         if resp.status_code == 503 or resp.status_code in (401, 403):
             raise_for_status(resp, "/health", self.display_url)
         if isinstance(status, str) and status.lower() == "error":
             raise SourceError(SourceFailure(FailureKind.SERVER_ERROR, f"{self.display_url} reports an error state "
                                             "(model failed to load?)", "/health", resp.status_code))
+        return True
 
     def _read_metrics(
         self, props: Mapping[str, Any], reasons: dict[str, str], q: str = "", slots: tuple[SlotReading, ...] = ()

@@ -95,10 +95,11 @@ class OllamaSource:
         self._timeout_s = timeout_s
         self._client = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self._show_client = HttpClient(
-            self.base_url, api_key=api_key, timeout_s=max(timeout_s, 10.0), max_body_bytes=SHOW_MAX_BODY_BYTES
+            self.base_url, api_key=api_key, timeout_s=timeout_s, max_body_bytes=SHOW_MAX_BODY_BYTES
         )
         self._proxy_reader = ProxyReader(proxy_url, DEFAULT_PROXY_URL, self.base_url, DEFAULT_PORT)
         self._state = _State()
+        self._version_reason: str | None = None  # why /api/version was not read this poll
         self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
@@ -205,6 +206,8 @@ class OllamaSource:
         reasons: dict[str, str] = {}
         if notes:
             reasons["models"] = "; ".join(notes)
+        if self._version_reason:
+            reasons["server_version"] = self._version_reason
         proxy, proxy_reason = self._proxy(t_mono, t_wall)
         busy = [s.model for s in proxy.in_flight if s.model] if proxy else []
         active = pick_active(models, busy)
@@ -351,11 +354,15 @@ class OllamaSource:
         )
 
     def _version_safe(self) -> str | None:
+        hung = self._client.hangs("/api/version")  # known to hang: unknown, and /api/ps decides
+        self._version_reason = None
         try:
             return self._version()
         except SourceError as e:
-            if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.AUTH_REJECTED):
+            if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.AUTH_REJECTED) or (
+                    e.failure.kind is FailureKind.TIMEOUT and not hung):
                 raise
+            self._version_reason = f"version unknown: {e.failure.reason}"
             return None  # /api/ps decides whether this is Ollama at all
 
 

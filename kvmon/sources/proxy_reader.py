@@ -1,8 +1,8 @@
 """The ``kvmon proxy`` in front of a server that has no live counters of its own (Ollama, LM Studio): its
 ``/kvmon/stats`` document read each poll, used only when the proxy forwards to that very server.
 
-A proxy that is not there is no failure unless the user named it (then the reason is shown); one that forwards
-elsewhere is not this server's.
+A proxy that is not there is no failure unless the user named it (then the reason is shown); one that is there
+but does not answer in time is said to be so; one that forwards elsewhere is not this server's.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from kvmon.core.readings import RequestStats, SlotReading, SourceError
+from kvmon.core.readings import FailureKind, RequestStats, SlotReading, SourceError
 from kvmon.proxy.stats import STATS_PATH, ProxyView, parse_stats
 from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, normalize_base_url, redact_url
@@ -47,7 +47,7 @@ class ProxyReader:
         try:
             view = parse_stats(self._client.get_json(STATS_PATH), t_mono, t_wall)
         except SourceError as e:
-            if self.explicit:
+            if self.explicit or e.failure.kind is FailureKind.TIMEOUT:
                 return None, f"kvmon proxy at {redact_url(self.url)}: {e.failure.reason}"
             return None, None
         if view.upstream and not same_endpoint(view.upstream, self._server_url, self._default_port):

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from kvmon.core import serving
 from kvmon.core.jsonvals import json_float, json_int, json_str
-from kvmon.core.readings import SourceError
+from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LlamaServerSource
@@ -87,8 +87,8 @@ class LlamaRouterSource:
         self.display_url = self._http.display_url
         self._version: str | None = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._sse = SseFollower(self.base_url + "/models/sse", headers=headers, clock=clock) if follow_progress \
-            else None
+        self._sse = SseFollower(self.base_url + "/models/sse", headers=headers, clock=clock,
+                                timeout_s=timeout_s) if follow_progress else None
 
     def __repr__(self) -> str:
         return f"LlamaRouterSource({self.display_url!r})"
@@ -100,15 +100,20 @@ class LlamaRouterSource:
 
     def list_models(self) -> ModelListing:
         """The models and their status now; raises SourceError when the router cannot be read."""
-        if self._version is None:
-            props = self._http.get_json("/props")
-            self._version = json_str(props.get("build_info")) if isinstance(props, Mapping) else None
+        reasons: dict[str, str] = {}
+        if self._version is None:  # only the build: a /props that fails leaves it unknown, /models decides
+            try:
+                props = self._http.get_json("/props")
+                self._version = json_str(props.get("build_info")) if isinstance(props, Mapping) else None
+            except SourceError as e:
+                if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.UNREACHABLE):
+                    raise
+                reasons["version"] = f"build unknown: {e.failure.reason}"
         try:
             models, notes = parse_models(self._http.get_json("/models"))
         except SourceError:
             self._version = None  # asked again after a failure (a restart may bring another build)
             raise
-        reasons: dict[str, str] = {}
         if notes:
             reasons["models"] = "; ".join(notes)
         loading = any(m.status == serving.LOADING for m in models)
@@ -132,8 +137,9 @@ class LlamaRouterSource:
                 if status == "loading" and progress is not None:
                     m = ListedModel(m.name, m.status, progress, m.args, m.upstream_url, m.exit_code, m.aliases)
             out.append(m)
-        if self._sse.error and not any(m.progress is not None for m in out):
-            reasons["progress"] = f"load progress unknown: /models/sse {self._sse.error}"
+        if any(m.status == serving.LOADING and m.progress is None for m in out):
+            why = self._sse.error or ("has sent no progress yet" if self._sse.connected else "has not answered yet")
+            reasons["progress"] = f"load progress unknown: /models/sse {why}"
         return out
 
     def model_source(self, model: ListedModel) -> LlamaServerSource:

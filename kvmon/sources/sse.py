@@ -2,8 +2,9 @@
 llama-server router publishes only on ``GET /models/sse``.
 
 The stream is opened only while it is wanted (a model is loading) and closed otherwise, so an idle router sees no
-extra connection. Read timeouts are short and simply reconnect: the router sends no keep-alive pings, and a stop
-must not wait on a silent socket.
+extra connection. Its head must come within the timeout (one that drips it byte by byte is cut off there); a
+quiet stream is opened again after a short wait (the router sends no keep-alive pings); a stop (or no longer
+wanting it) ends the read at once, whatever the server sends or does not send.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 
 from kvmon.core.jsonvals import InputError, parse_json
+from kvmon.sources.keepalive import DEADLINE, STREAM_IDLE, KeepAliveTransport
 
 READ_TIMEOUT_S = 1.0
 RETRY_S = 2.0  # after the stream failed (refused, 404 on a build without it), try again no sooner
@@ -27,8 +29,11 @@ class SseFollower:
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None,
                  key: Callable[[Mapping[str, Any]], str | None] = lambda e: e.get("model"),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, timeout_s: float = 3.0) -> None:
+        """``timeout_s``: the longest the stream's head may take."""
         self.url = url
+        self._timeout_s = timeout_s
+        self._transport = KeepAliveTransport()
         self._headers = dict(headers or {})
         self._key = key
         self._clock = clock
@@ -48,8 +53,9 @@ class SseFollower:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="kvmon-sse", daemon=True)
                 self._thread.start()
-        else:
+        elif self._wanted.is_set():
             self._wanted.clear()
+            self._transport.abort()
 
     def latest(self) -> dict[str, tuple[float, Mapping[str, Any]]]:
         """key → (when it arrived, the event's JSON object)."""
@@ -72,19 +78,22 @@ class SseFollower:
                 self._latest[k] = (self._clock(), obj)
 
     def close(self) -> None:
-        """Stop reading (the thread ends within a read timeout)."""
+        """Stop reading: the read under way is ended, and the thread with it."""
         self._stop.set()
         self._wanted.clear()
+        self._transport.abort()
         t = self._thread
         if t is not None and t.is_alive() and t is not threading.current_thread():
             t.join(timeout=READ_TIMEOUT_S + 0.5)
 
     def _run(self) -> None:
-        timeout = httpx.Timeout(READ_TIMEOUT_S, connect=2.0)
-        with httpx.Client(timeout=timeout, trust_env=False, headers=self._headers) as client:
+        timeout = httpx.Timeout(READ_TIMEOUT_S, connect=min(2.0, self._timeout_s))
+        with httpx.Client(timeout=timeout, trust_env=False, headers=self._headers, transport=self._transport) as client:
             while self._wanted.is_set() and not self._stop.is_set():
                 try:
-                    with client.stream("GET", self.url, headers={"Accept": "text/event-stream"}) as resp:
+                    ext = {DEADLINE: time.monotonic() + self._timeout_s, STREAM_IDLE: READ_TIMEOUT_S}
+                    with client.stream("GET", self.url, headers={"Accept": "text/event-stream"},
+                                       extensions=ext) as resp:
                         if resp.status_code != 200:
                             self.error = f"{resp.status_code} from the event stream"
                             self._stop.wait(RETRY_S)
@@ -96,6 +105,9 @@ class SseFollower:
                             if not self._wanted.is_set() or self._stop.is_set():
                                 break
                 except httpx.ReadTimeout:
+                    if not self.connected:  # the head did not come in time
+                        self.error = f"sent no answer in {self._timeout_s:g} s"
+                        self._stop.wait(RETRY_S)
                     continue  # no event for a while: open the stream again (and notice a stop)
                 except httpx.HTTPError as e:
                     self.error = f"event stream failed ({type(e).__name__})"

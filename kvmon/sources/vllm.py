@@ -104,8 +104,9 @@ class VllmSource:
         try:
             v = decode_json(self._http.get("/version"), "/version")
             self._version = json_str(v.get("version")) if isinstance(v, Mapping) else None
-        except SourceError:
+        except SourceError as e:
             self._version = None
+            self._card_notes = [*self._card_notes, f"version unknown: {e.failure.reason}"]
 
     def _server_pids(self, now: float) -> tuple[int, ...]:
         """The process listening on the port (vLLM's engine processes are its children), when it runs here."""

@@ -1,0 +1,42 @@
+"""How kvmon's long-running commands end when told to: SIGTERM (a logout, ``systemctl stop``, a package upgrade) and
+SIGINT (Ctrl-C) only ask the command to stop; it then closes what it holds (the recording, its sockets, its
+pollers) and exits 0, never dying by the signal half-way through a write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[], None], names: tuple[str, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """While inside, each of these signals calls ``stop`` (which must only ask: set an event, schedule a quit);
+    the previous handlers come back on the way out. A signal this process was started with ignored (SIGINT under
+    ``nohup`` or in a shell's background job) stays ignored. Off the main thread (a test running a command)
+    nothing changes: Python takes signals there only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[signal.Signals, object] = {}
+    try:
+        for sig in catchable(names):
+            old[sig] = signal.signal(sig, lambda *_: stop())
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def catchable(names: tuple[str, ...] = STOP_SIGNALS) -> list[signal.Signals]:
+    """The signals of ``names`` this platform has and this process does not ignore."""
+    out = []
+    for name in names:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            out.append(sig)
+    return out
