@@ -66,7 +66,7 @@ def decoding_server(tmp: Path) -> None:
     from real_llama_server import RealLlamaServer
     from tiny_gguf import make_gguf
 
-    from kvmon.session import open_monitor
+    from kvmon.app.build import open_monitor
     from kvmon.sources.host import HostSource
 
     model = make_gguf("llama", tmp)

@@ -126,9 +126,9 @@ def main() -> int:
     import psutil
     from PySide6 import QtCore
 
+    from kvmon.app.session import Session
     from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
     from kvmon.gui.settings import Settings
-    from kvmon.session import Session
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 
     tmp = tempfile.mkdtemp(prefix="kvmon-bench-")
@@ -160,9 +160,9 @@ def main() -> int:
                 self.inner.close()  # type: ignore[attr-defined]
 
         def factory() -> object:
+            from kvmon.app.build import default_host_source
+            from kvmon.app.monitor import Monitor
             from kvmon.core.analysis import Analyzer
-            from kvmon.monitor import Monitor
-            from kvmon.session import default_host_source
             from kvmon.sources.detect import open_source
             from kvmon.sources.nvml import NvmlSource
 

@@ -34,11 +34,14 @@ MACHINE_FIELDS = ("ram_total_bytes", "ram_available_bytes", "server_rss_bytes")
 
 
 def _demo_session(scenario: str, faults: tuple[str, ...], start_at_s: float) -> Any:
-    """The demo session of this tree (``kvmon.session`` or, before it existed, ``kvmon.gui.app``)."""
+    """The demo session of this tree (``kvmon.app.demo``; before it ``kvmon.session``, then ``kvmon.gui.app``)."""
     try:
-        from kvmon.session import demo_session
+        from kvmon.app.demo import demo_session
     except ImportError:
-        from kvmon.gui.app import demo_session
+        try:
+            from kvmon.session import demo_session  # type: ignore[no-redef]
+        except ImportError:
+            from kvmon.gui.app import demo_session  # type: ignore[no-redef]
     return demo_session(scenario, None, faults=faults, start_at_s=start_at_s)
 
 

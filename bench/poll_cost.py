@@ -48,9 +48,9 @@ def main() -> int:
 
     from gui_cost import start_sim
 
+    from kvmon.app.build import default_host_source
+    from kvmon.app.monitor import Monitor
     from kvmon.core.analysis import Analyzer
-    from kvmon.monitor import Monitor
-    from kvmon.session import default_host_source
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
     from kvmon.sources.detect import open_source
     from kvmon.sources.nvml import NvmlSource

@@ -5,7 +5,7 @@ alerts), as ``kvmon serve`` would; N scrapers on loopback (one selector loop in 
 ``/metrics`` back to back, a new connection each, as Prometheus does when it scrapes through
 ``Connection: close``. Three servers in one run, so the figures compare: ``before`` (what ``kvmon serve`` used
 to run: wsgiref with a thread per scrape, the standard library's listen backlog of 5, every scrape rendered),
-``backlog`` (the same with the system's backlog) and ``after`` (``kvmon.scrape_server``: four workers, the
+``backlog`` (the same with the system's backlog) and ``after`` (``kvmon.cli.scrape_server``: four workers, the
 system's backlog, one render per poll). Target: p99 <= 50 ms at 50 scrapers.
 
 Usage: python bench/serve_load.py [--scrapers 50] [--seconds 8]
@@ -31,8 +31,8 @@ import socket, sys, threading, time
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
-from kvmon.exporter import Exporter
-from kvmon.session import demo_session
+from kvmon.cli.serve import Exporter
+from kvmon.app.demo import demo_session
 
 class Quiet(WSGIRequestHandler):
     def log_message(self, *a):

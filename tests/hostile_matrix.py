@@ -513,7 +513,7 @@ def run_case(backend: str, endpoint: str, mode: str | None, *, timeout_s: float,
     """``kvmon once URL --timeout T --interval I --json`` against one case; how long it took and what it said.
     A case with a proxy patches module constants: run it alone (``run_cases`` does)."""
     from kvmon.cli import build_parser
-    from kvmon.once import run
+    from kvmon.cli.once import run
 
     rig = BACKENDS[backend].rig(endpoint, mode)
     out, err = io.StringIO(), io.StringIO()

@@ -129,9 +129,9 @@ def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (128
     seconds up to ``watch.until_s``, and return what the window showed after each poll (window and simulator are
     closed at the end). ``scheme``: the theme (View ▸ Theme); ``on_poll(window, seen)`` may look at the window
     itself (a screenshot)."""
+    from kvmon.app.demo import demo_session
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.settings import Settings
-    from kvmon.session import demo_session
 
     app = ensure_app(["kvmon"])
     session = demo_session(scenario, None, start_at_s=watch.start_at_s, stepped=True)
@@ -177,12 +177,12 @@ def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (128
 
 def watch_in_once_json(scenario: str, watch: Watch) -> list[tuple[float, dict[str, object]]]:
     """The documents ``kvmon once --demo SCENARIO --start-at S --after N --interval STEP --json`` prints for every N
-    the watch reaches: the once command's own demo session and steps (``kvmon.session.step_demo``), each snapshot made
+    the watch reaches: the once command's own demo session and steps (``kvmon.app.demo.step_demo``), each snapshot made
     the JSON it prints, and read back."""
     import json
 
+    from kvmon.app.demo import demo_session, step_demo
     from kvmon.core.report_json import snapshot_to_json
-    from kvmon.session import demo_session, step_demo
 
     session = demo_session(scenario, None, start_at_s=watch.start_at_s, stepped=True)
     try:

@@ -14,9 +14,9 @@ from helpers_hostile import RawServer, drip_head
 from helpers_http import FixtureServer, serve_llama_state
 from test_ollama_helpers import OllamaFixture
 
+from kvmon.app.monitor import Monitor
 from kvmon.core.deadline import current_deadline, poll_deadline
 from kvmon.core.readings import FailureKind, SourceError
-from kvmon.monitor import Monitor
 from kvmon.sources.http import HANG_LIMIT_MIN_S, HANG_RETRY_S, HANGS, HangMemory, HttpClient
 from kvmon.sources.ollama import OllamaSource
 from kvmon.sources.sse import SseFollower

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import kvmon
-from kvmon import cli, desktop, resources
+from kvmon import cli, resources
+from kvmon.cli import desktop
 
 ROOT = Path(__file__).resolve().parent.parent
 ICON_SIZES = tuple(resources.icon_pngs())

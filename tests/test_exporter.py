@@ -21,8 +21,17 @@ from helpers_http import FixtureServer, serve_llama_state, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon import __version__
+from kvmon.app.monitor import Monitor
 from kvmon.cli import main as cli_main
+from kvmon.cli.serve import (
+    INTERVAL_ENV,
+    Exporter,
+    interval_from_env,
+    parse_listen,
+    run,
+)
 from kvmon.core.analysis import Analyzer
+from kvmon.core.locality import ListenAddressError
 from kvmon.core.report_prometheus import snapshot_families
 from kvmon.core.snapshot import (
     Alert,
@@ -39,15 +48,6 @@ from kvmon.core.snapshot import (
     SlotView,
     Snapshot,
 )
-from kvmon.exporter import (
-    INTERVAL_ENV,
-    Exporter,
-    interval_from_env,
-    parse_listen,
-    run,
-)
-from kvmon.listen import ListenAddressError
-from kvmon.monitor import Monitor
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 
@@ -312,7 +312,7 @@ def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, expor
 
 
 def test_serving_loads_no_qt() -> None:
-    code = ("import sys, kvmon.exporter, kvmon.monitor, kvmon.sources.llamacpp, kvmon.sources.ollama\n"
+    code = ("import sys, kvmon.cli.serve, kvmon.app.monitor, kvmon.sources.llamacpp, kvmon.sources.ollama\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'shiboken6')]\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -23,11 +23,11 @@ import yaml
 from helpers_http import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvmon.app.monitor import DevicePoller, Monitor
+from kvmon.cli.serve import Exporter
+from kvmon.cli.serve import run as run_serve
 from kvmon.core.alerts import AlertEngine, AlertThresholds
 from kvmon.core.analysis import Analyzer
-from kvmon.exporter import Exporter
-from kvmon.exporter import run as run_serve
-from kvmon.monitor import DevicePoller, Monitor
 from kvmon.sim.server import SimServer
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
@@ -46,7 +46,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 def exported_names() -> set[str]:
     """Every series name kvmon serve can export, read from the code that writes them (counters get ``_total``)."""
     names: set[str] = set()
-    for module in ("kvmon/core/report_prometheus.py", "kvmon/exporter.py"):
+    for module in ("kvmon/core/report_prometheus.py", "kvmon/cli/serve.py"):
         text = (ROOT / module).read_text()
         every = set(re.findall(r'\(\s*"(kvmon_[a-z0-9_]+)",', text))  # a family's name is its first argument
         counters = set(re.findall(r'counter\(\s*"(kvmon_[a-z0-9_]+)"', text))

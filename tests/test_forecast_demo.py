@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from kvmon.app.demo import demo_session
 from kvmon.core.snapshot import Snapshot
-from kvmon.session import demo_session
 
 
 def _polls(scenario: str, t_end: float, step_s: float = 1.0) -> Iterator[tuple[float, Snapshot]]:

@@ -16,11 +16,13 @@ pytest.importorskip("pytestqt")
 from PySide6 import QtGui
 from synthetic import SyntheticMonitor
 
+from kvmon.app.choose import choose_session
+from kvmon.app.demo import NO_SERVER_BANNER
+from kvmon.app.session import Session
 from kvmon.gui import app as gui_app
 from kvmon.gui.app import build_window
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.settings import Settings
-from kvmon.session import NO_SERVER_BANNER, Session, choose_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,11 +37,11 @@ def _free_port() -> int:
 
 def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("kvmon.sim.server")
-    import kvmon.session
+    import kvmon.app.choose
 
-    real = kvmon.session.open_monitor
+    real = kvmon.app.choose.open_monitor
     nobody = tuple(f"http://127.0.0.1:{_free_port()}" for _ in range(2))
-    monkeypatch.setattr(kvmon.session, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
+    monkeypatch.setattr(kvmon.app.choose, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
     args = argparse.Namespace(url=None, demo=None, timeout=1.0, log=None, record=None)
     session = choose_session(args, None)
     try:
@@ -101,7 +103,7 @@ def test_screenshot_command_writes_a_non_blank_png(tmp_path: Path) -> None:
 
 
 def test_screenshot_unknown_panel_is_a_clean_error(tmp_path: Path) -> None:
-    from kvmon.gui.screenshot import run
+    from kvmon.cli.screenshot import run
 
     args = argparse.Namespace(panel="nope", output=str(tmp_path / "x.png"))
     assert run(args) == 2

@@ -18,13 +18,13 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 
 from PySide6 import QtWidgets
 
+from kvmon.app.demo import demo_session
 from kvmon.gui.app import build_window
 from kvmon.gui.labels import ElidingCombo, ValueLabel, plain_text
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.panels.bars import BarsWidget
 from kvmon.gui.panels.models import Chip
 from kvmon.gui.settings import Settings
-from kvmon.session import demo_session
 
 SIZES = ((1024, 640), (1280, 800), (1920, 1080))
 

@@ -170,9 +170,9 @@ def test_a_hanging_server_costs_each_poll_at_most_its_timeout_and_the_window_sta
     from hostile_matrix import HostileServer, llama_routes
     from PySide6 import QtCore
 
+    from kvmon.app.choose import server_session
     from kvmon.gui.app import build_window
     from kvmon.gui.settings import Settings
-    from kvmon.session import server_session
 
     timeout_s, interval_s = 1.0, 0.2
     server = HostileServer(llama_routes(), "/metrics", mode)

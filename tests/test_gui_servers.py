@@ -13,12 +13,12 @@ pytest.importorskip("pytestqt")
 
 from synthetic import SyntheticMonitor
 
+from kvmon.app.servers import ServerSet, WatchedServer, busiest
+from kvmon.app.session import Session
 from kvmon.core.serving import ServedModel, ServingEvent, ServingView
 from kvmon.core.snapshot import Alert, AlertLevel, Snapshot
 from kvmon.gui.app import build_servers_window
 from kvmon.gui.settings import Settings
-from kvmon.servers import ServerSet, WatchedServer, busiest
-from kvmon.session import Session
 
 
 class RouterLike(SyntheticMonitor):

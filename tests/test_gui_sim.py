@@ -14,11 +14,12 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 
 from PySide6 import QtCore
 
+from kvmon.app.demo import demo_session
+from kvmon.app.session import Session
 from kvmon.core.snapshot import AlertLevel, ConnectionStatus, Snapshot
 from kvmon.gui import fmt
 from kvmon.gui.app import build_window
 from kvmon.gui.settings import Settings
-from kvmon.session import Session, demo_session
 
 GIB = 1024**3
 

@@ -18,7 +18,7 @@ import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 from test_gguf_meta import write_small_gguf
 
-from kvmon.once import run
+from kvmon.cli.once import run
 from kvmon.sources.llama_log import LogFollower
 from kvmon.sources.llamacpp import LlamaServerSource
 

@@ -18,9 +18,9 @@ from helpers_hostile import RawServer, drip_head
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 from test_ollama_helpers import OllamaFixture
 
+from kvmon.app.build import open_monitor
+from kvmon.cli.once import run
 from kvmon.core.recorder import Recorder, read_recording
-from kvmon.once import run
-from kvmon.session import open_monitor
 from kvmon.sources.ollama import OllamaSource
 
 KEY = "hostile-test-key-5150"

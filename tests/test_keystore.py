@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("PySide6")
 from memory_keyring import MemoryKeyring, no_keychain, using_keyring
 
-from kvmon.keystore import KeychainUnavailable
+from kvmon.app.keystore import KeychainUnavailable
 
 KEY = "remembered-key-0451"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmon.listen import ListenAddressError, is_loopback_host, parse_listen
+from kvmon.core.locality import ListenAddressError, is_loopback_host, parse_listen
 
 
 def test_a_blank_host_is_refused_unless_the_command_names_one() -> None:

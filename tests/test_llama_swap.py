@@ -10,10 +10,10 @@ import httpx
 import pytest
 from helpers_http import FixtureServer
 
+from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core import serving
 from kvmon.core.readings import SourceError
 from kvmon.core.serving import ListedModel
-from kvmon.group_monitor import GroupMonitor
 from kvmon.sim.multi import MultiSim
 from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
 from kvmon.sources.detect import LLAMA_SWAP, detect_backend, identify

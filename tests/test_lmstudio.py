@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers_http import FixtureServer, wait_until
 
+from kvmon.app.monitor import Monitor
 from kvmon.core.alerts import AlertThresholds
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import FailureKind, GpuReading, GpuSetReading, SourceError
-from kvmon.monitor import Monitor
 from kvmon.proxy.meter import Meter
 from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import LMSTUDIO_PREFILL_REASON, finished_record
@@ -256,7 +256,7 @@ def test_live_speed_through_the_proxy() -> None:
 
 
 def test_demo_chats_through_the_proxy() -> None:
-    from kvmon.session import demo_session
+    from kvmon.app.demo import demo_session
 
     session = demo_session("lmstudio", None, speed=4.0)
     mon = session.factory()

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, closed_port_url, serve_llama_state
 
+from kvmon.app.monitor import Monitor
 from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import ConnectionStatus
-from kvmon.monitor import Monitor
 from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource

@@ -39,7 +39,7 @@ def test_detected_as_ollama_and_opened_as_ollama_source(ollama: OllamaFixture) -
 
 
 def test_monitor_snapshot_from_ollama(ollama: OllamaFixture) -> None:
-    from kvmon.monitor import Monitor
+    from kvmon.app.monitor import Monitor
 
     src = OllamaSource(ollama.url, timeout_s=2.0, find_child=False, proxy_url="http://127.0.0.1:9")
     mon = Monitor(src)

@@ -15,6 +15,7 @@ import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 from test_gguf_meta import write_small_gguf
 
+from kvmon.cli.once import format_text, run
 from kvmon.core.report_json import snapshot_to_json
 from kvmon.core.snapshot import (
     Alert,
@@ -30,7 +31,6 @@ from kvmon.core.snapshot import (
     SlotView,
     Snapshot,
 )
-from kvmon.once import format_text, run
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sekrit-key-9876"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvmon.once import run
+from kvmon.cli.once import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import kvmon
-from kvmon import cli, desktop
+from kvmon import cli
+from kvmon.cli import desktop
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"

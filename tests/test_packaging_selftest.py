@@ -111,10 +111,11 @@ def _closed_port() -> int:
 def test_unreachable_server_fails_with_the_reason(qapp: object, monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
     """A session whose server refuses connections: the verdict names the status, after the timeout."""
-    import kvmon.session as session_mod
+    import kvmon.app.choose as choose_mod
+    import kvmon.app.demo as demo_mod
 
     url = f"http://127.0.0.1:{_closed_port()}"
-    monkeypatch.setattr(session_mod, "demo_session", lambda *a, **k: session_mod.server_session(
+    monkeypatch.setattr(demo_mod, "demo_session", lambda *a, **k: choose_mod.server_session(
         url, api_key=None, timeout_s=0.5, log_path=None))
     # On a very busy machine the first poll may not be back yet; when it is, the reason is the refusal.
     with pytest.raises(selftest.SelfTestError,

@@ -10,7 +10,7 @@ import time
 from helpers_http import wait_until
 from test_ollama_helpers import OllamaFixture, fixture_bytes
 
-from kvmon.monitor import Monitor
+from kvmon.app.monitor import Monitor
 from kvmon.proxy.server import ProxyServer
 from kvmon.sources.ollama import OllamaSource
 

@@ -19,7 +19,7 @@ import h11
 import pytest
 from helpers_http import wait_until
 
-from kvmon.proxy.command import parse_listen
+from kvmon.cli.proxy import parse_listen
 from kvmon.proxy.framing import MessageReader, ProtocolError
 from kvmon.proxy.meter import Meter
 from kvmon.proxy.server import ProxyServer
@@ -432,7 +432,7 @@ def test_binds_loopback_by_default_and_parses_listen() -> None:
 def test_run_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from kvmon.proxy.command import run
+    from kvmon.cli.proxy import run
 
     assert run(argparse.Namespace(listen="nonsense", upstream="http://127.0.0.1:11434")) == 2
     assert run(argparse.Namespace(listen="127.0.0.1:0", upstream="ftp://x")) == 2

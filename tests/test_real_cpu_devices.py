@@ -15,9 +15,9 @@ import httpx
 import pytest
 from real_llama_server import RealLlamaServer
 
+from kvmon.app.build import open_monitor
 from kvmon.cli import main as kvmon_main
 from kvmon.core.snapshot import Snapshot
-from kvmon.session import open_monitor
 
 FLAGS = ["-c", "4096", "-np", "1", "--metrics"]
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from real_llama_server import RealLlamaServer
 
+from kvmon.app.build import open_monitor
 from kvmon.cli import main as kvmon_main
-from kvmon.session import open_monitor
 from kvmon.sources.llama_parse import parse_metrics, parse_slot
 from kvmon.sources.llamacpp import LlamaServerSource
 

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from helpers_http import FixtureServer, serve_llama_state
 
+from kvmon.app.build import open_monitor
+from kvmon.app.choose import server_session
+from kvmon.app.record import RecordSwitch
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
-from kvmon.session import RecordSwitch, open_monitor, server_session
 
 FULL_DISK = "/dev/full"  # every write fails with ENOSPC: a real full disk, no mocking
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from helpers_http import FixtureServer, closed_port_url
 
+from kvmon.app.build import device_sources
+from kvmon.app.monitor import Monitor
+from kvmon.cli.serve import Exporter
 from kvmon.core.readings import GpuSetReading, HostReading
-from kvmon.exporter import Exporter
-from kvmon.monitor import Monitor
 from kvmon.physics.gpus import GB
-from kvmon.session import device_sources
 from kvmon.sim.server import SimServer
 from kvmon.sources.amdgpu import AmdGpuSource
 from kvmon.sources.host import HostSource

@@ -13,20 +13,21 @@ pytest.importorskip("pytestqt")
 
 from synthetic import SyntheticMonitor
 
+from kvmon.app.record import RecordSwitch
+from kvmon.app.session import Session
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.app import build_window, replay_window, run_replay
 from kvmon.gui.replay import SPEEDS
 from kvmon.gui.settings import Settings
-from kvmon.session import RecordSwitch, Session
 
 
 @pytest.fixture(scope="module")
 def sim_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real recording: the simulator over HTTP, polled by a Monitor that records every snapshot."""
     pytest.importorskip("kvmon.sim.server")
-    from kvmon.session import demo_session
+    from kvmon.app.demo import demo_session
 
     path = tmp_path_factory.mktemp("rec") / "sim.jsonl"
     rec = Recorder(path)
@@ -174,7 +175,7 @@ def test_header_only_recording_exits_2(tmp_path: Path) -> None:
 def test_record_toggle_writes_a_recording_and_survives_reconnects(qtbot, tmp_path: Path) -> None:
     switch = RecordSwitch()
 
-    class RecordingMonitor(SyntheticMonitor):  # records each poll through its recorder, as kvmon.monitor does
+    class RecordingMonitor(SyntheticMonitor):  # records each poll through its recorder, as kvmon.app.monitor does
         recorder = switch
 
         def poll(self) -> Snapshot:

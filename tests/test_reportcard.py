@@ -96,8 +96,8 @@ def test_final_speed_comes_from_the_last_decoding_snapshot() -> None:
 
 
 def test_live_report_card_covers_the_session_so_far(qtbot, tmp_path: Path) -> None:
+    from kvmon.app.session import Session
     from kvmon.gui.app import build_window
-    from kvmon.session import Session
 
     win, poller = build_window(Session(SyntheticMonitor), Settings(str(tmp_path / "s.ini")), 0.05, tray=False)
     qtbot.addWidget(win)

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from helpers_http import wait_until
 
+from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
-from kvmon.group_monitor import GroupMonitor
 from kvmon.sim.multi import MultiSim
 from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
 from kvmon.sources.nvml import NvmlSource

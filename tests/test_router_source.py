@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, read_capture, wait_until
 
+from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core import serving
 from kvmon.core.readings import SourceError
-from kvmon.group_monitor import GroupMonitor
 from kvmon.sources.detect import LLAMA_ROUTER, detect_backend, open_source
 from kvmon.sources.llamacpp import LlamaServerSource
 from kvmon.sources.router import LlamaRouterSource, parse_models, progress_of

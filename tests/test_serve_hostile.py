@@ -20,8 +20,8 @@ from helpers_http import LLAMA_FIXTURES, CannedResponse, FixtureServer, serve_ll
 from prometheus_client.parser import text_string_to_metric_families
 from test_ollama_helpers import OllamaFixture
 
-from kvmon.exporter import INTERVAL_ENV, Exporter, run
-from kvmon.session import open_monitor
+from kvmon.app.build import open_monitor
+from kvmon.cli.serve import INTERVAL_ENV, Exporter, run
 
 
 def _args(url: str | None, listen: str, timeout: float = 1.0) -> argparse.Namespace:

@@ -8,10 +8,10 @@ import argparse
 import pytest
 from helpers_http import FixtureServer, serve_llama_state
 
-import kvmon.servers as servers_mod
+import kvmon.app.servers as servers_mod
+from kvmon.app.demo import NO_SERVER_BANNER
+from kvmon.app.servers import ServerSet, choose_servers, short_label
 from kvmon.core.snapshot import ConnectionStatus
-from kvmon.servers import ServerSet, choose_servers, short_label
-from kvmon.session import NO_SERVER_BANNER
 from kvmon.sources.discover import Discovery, Found
 
 

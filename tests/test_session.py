@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from helpers_http import FixtureServer, closed_port_url, serve_llama_state
 
+from kvmon.app.build import open_monitor
+from kvmon.app.choose import choose_session
+from kvmon.app.record import RecordSwitch
+from kvmon.app.session import Session
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.recorder import read_recording
 from kvmon.core.snapshot import ConnectionStatus
-from kvmon.session import RecordSwitch, Session, choose_session, open_monitor
 
 
 def test_open_monitor_detects_llama_server(fixture_server: FixtureServer) -> None:

@@ -8,10 +8,10 @@ import time
 import pynvml
 import pytest
 
+from kvmon.app.demo import demo_session
+from kvmon.app.monitor import Monitor
 from kvmon.core.analysis import Analyzer
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import Monitor
-from kvmon.session import demo_session
 from kvmon.sim.fake_nvml import FakeNvml
 from kvmon.sim.server import SimServer
 from kvmon.sources.llamacpp import LlamaServerSource

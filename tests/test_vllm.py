@@ -325,7 +325,7 @@ def test_usage_past_one_is_unknown(fixture_server: FixtureServer) -> None:
 
 
 def test_demo() -> None:
-    from kvmon.session import demo_session
+    from kvmon.app.demo import demo_session
 
     session = demo_session("vllm", None, speed=4.0)
     mon = session.factory()

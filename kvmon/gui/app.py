@@ -2,7 +2,7 @@
 
 Which servers (with no URL: every llama-server, router, llama-swap and Ollama found on this machine, each in its own
 tab; none: the built-in simulator, and the window says so) and how they are read is the business of
-``kvmon.servers`` and ``kvmon.session``; this module wires one poller per server to the window.
+``kvmon.app.servers`` and ``kvmon.app``; this module wires one poller per server to the window.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from kvmon.endings import STOP_SIGNALS, catchable
+from kvmon.app.choose import server_session
+from kvmon.app.endings import STOP_SIGNALS, catchable
+from kvmon.app.servers import ServerSet, WatchedServer, choose_servers
+from kvmon.app.session import Session
 from kvmon.gui import theme
 from kvmon.gui.poller import Poller
-from kvmon.servers import ServerSet, WatchedServer, choose_servers
-from kvmon.session import Session, server_session
 
 MAIN_KEY = "main"  # the one server of a window built on a single session
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 from PySide6 import QtCore
 
+from kvmon.app.session import MonitorLike
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
-from kvmon.session import MonitorLike
 
 FAILED = frozenset({
     ConnectionStatus.UNREACHABLE, ConnectionStatus.TIMEOUT, ConnectionStatus.AUTH_REJECTED,

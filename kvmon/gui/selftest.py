@@ -32,8 +32,8 @@ MIN_GREY_SD = 5.0
 MIN_NON_BACKGROUND_FRACTION = 0.02
 #: The modules the self-test drives; a bundle missing one of them is broken.
 REQUIRED_MODULES = ("kvmon.gui.app", "kvmon.gui.main_window", "kvmon.gui.settings", "kvmon.sim.server",
-                    "kvmon.session", "kvmon.monitor", "kvmon.sources.detect", "kvmon.sources.nvml", "kvmon.keystore",
-                    "keyring", "h11")
+                    "kvmon.app.demo", "kvmon.app.monitor", "kvmon.sources.detect", "kvmon.sources.nvml",
+                    "kvmon.app.keystore",                     "keyring", "h11")
 
 
 class SelfTestError(RuntimeError):
@@ -151,7 +151,7 @@ def self_test(out_path: Path, *, scenario: str = "seed-3090x2", min_polls: int =
         # Settings in a throw-away file: the self-test never reads or changes the user's settings.
         settings = modules["kvmon.gui.settings"].Settings(str(Path(tmp) / "settings.ini"))
         try:
-            session = modules["kvmon.session"].demo_session(scenario, f"Self-test: simulated {scenario}",
+            session = modules["kvmon.app.demo"].demo_session(scenario, f"Self-test: simulated {scenario}",
                                                             speed=SIM_SPEED)
         except Exception as exc:
             raise SelfTestError(f"the simulator did not start: {type(exc).__name__}: {exc}") from exc

@@ -165,7 +165,7 @@ class WatchedServers:
 
     def _update_tray(self, key: str, s: Snapshot) -> None:
         """The tray shows the busiest server (else the shown one) and tells rising alerts of every server."""
-        from kvmon.servers import busiest
+        from kvmon.app.servers import busiest
 
         assert self.tray is not None
         many = len(self.views) > 1

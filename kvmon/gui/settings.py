@@ -1,5 +1,5 @@
 """Remembered settings (QSettings) and the settings dialog (connection, poll interval, memory bandwidths); the API
-key is remembered only when the user asks, in the system keychain (``kvmon.keystore``), and in the settings file
+key is remembered only when the user asks, in the system keychain (``kvmon.app.keystore``), and in the settings file
 only when there is no keychain and the user agreed, the file then readable by the user alone (mode 0600)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.app.keystore import KeychainUnavailable, delete_secret, load_secret, save_secret
 from kvmon.gui import theme
-from kvmon.keystore import KeychainUnavailable, delete_secret, load_secret, save_secret
 
 KEY_IN_KEYCHAIN, KEY_IN_FILE, KEY_THIS_SESSION = "keychain", "settings file", "session"
 

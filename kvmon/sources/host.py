@@ -3,7 +3,7 @@
 Host RAM is a device too: where a CPU-only server keeps weights and KV, where layers of a partial offload and
 spilled KV live, and on Apple Silicon the unified memory itself. Its bandwidth comes from the user, else the
 chip table (Apple, by bin), else a short streaming-copy probe measured once per machine (well under a second;
-``kvmon.monitor.Monitor`` runs it only while no slot decodes) and kept in kvmon's settings folder with the date,
+``kvmon.app.monitor.Monitor`` runs it only while no slot decodes) and kept in kvmon's settings folder with the date,
 else the peak of the memory the system reports (udev's DMI database, kind × speed × channels), labelled so.
 """
 

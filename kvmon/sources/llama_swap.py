@@ -19,9 +19,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kvmon.core import serving
 from kvmon.core.jsonvals import json_str
+from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.serving import ListedModel, ModelListing
-from kvmon.listen import is_loopback_host
 from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llama_args import parse_llama_server_args

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import psutil
 
-from kvmon.listen import is_loopback_host
+from kvmon.core.locality import is_loopback_host
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|bun|deno)(\.exe)?$")

@@ -106,7 +106,7 @@ def format_list(discovery: Any) -> str:
 def run_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kvmon once --list [--json]``: every server on this machine; 0 when one answers, else 2."""
     from kvmon import __version__
-    from kvmon.session import find_servers
+    from kvmon.app.detection import find_servers
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
     found = find_servers(api_key=api_key, timeout_s=min(float(getattr(args, "timeout", 3.0) or 3.0), 2.0))
@@ -137,7 +137,8 @@ def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     watched for N more (a poll every ``--interval`` simulated seconds, the clock moved on between polls, no real
     waiting); then the document the dashboard shows at that point. It is printed in every state of the story,
     loading included: that is what the window shows then."""
-    from kvmon.session import demo_session, settings_from_args, step_demo
+    from kvmon.app.demo import demo_session, step_demo
+    from kvmon.app.session import settings_from_args
     from kvmon.sim.catalog import check
 
     if getattr(args, "url", None):
@@ -170,7 +171,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return run_demo(args, out, err)
     if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0):
         return _fail("--start-at and --after are for --demo (a real server is read as it is now)", err)
-    from kvmon.session import find_servers, open_monitor, settings_from_args
+    from kvmon.app.build import open_monitor
+    from kvmon.app.detection import find_servers
+    from kvmon.app.session import settings_from_args
     from kvmon.sources.discover import nothing_found_reason
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None

@@ -3,9 +3,9 @@
 Each watched server has its own poll thread running ``Monitor.poll()`` every interval and keeping the latest
 Snapshot; every series of a server carries its ``server`` label (its URL, no credentials). With several servers this
 machine's GPUs and host are read once, on a thread of their own. A prometheus_client collector turns the Snapshots
-into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes
-``/metrics`` (``kvmon.scrape_server``: a few workers, the system's full backlog, one render per poll). A scrape never
-touches the model server. A server that cannot be read (or detected) yet is retried every interval; only a bad URL
+into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes ``/metrics``
+(``kvmon.cli.scrape_server``: a few workers, the system's full backlog, one render per poll). A scrape never touches
+the model server. A server that cannot be read (or detected) yet is retried every interval; only a bad URL
 or address ends the command. Unknown values (None, NaN) are left out (an absent series), never exported as 0.
 Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this path.
 """
@@ -27,13 +27,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from kvmon import listen
+from kvmon.app.endings import stop_on_signals
+from kvmon.cli.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
+from kvmon.core import locality
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.report_prometheus import Devices, Families, Watched, fleet_families
 from kvmon.core.snapshot import Snapshot
-from kvmon.endings import stop_on_signals
-from kvmon.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -44,8 +44,8 @@ MIN_INTERVAL_S = 0.1
 
 
 def parse_listen(text: str | None) -> tuple[str, int]:
-    """``--listen`` of ``kvmon serve`` (``kvmon.listen.parse_listen``); 127.0.0.1:9464 when not given."""
-    return listen.parse_listen(text, DEFAULT_LISTEN)
+    """``--listen`` of ``kvmon serve`` (``kvmon.core.locality.parse_listen``); 127.0.0.1:9464 when not given."""
+    return locality.parse_listen(text, DEFAULT_LISTEN)
 
 
 def interval_from_env(environ: dict[str, str] | None = None) -> float:
@@ -125,9 +125,9 @@ class Exporter:
     def __init__(self, monitor: Any = None, *, interval_s: float = DEFAULT_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic, opener: Callable[[], Any] | None = None,
                  name: str | None = None, devices: Any = None) -> None:
-        """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.monitor.Monitor). ``opener``:
+        """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.app.monitor.Monitor). ``opener``:
         makes the monitor when there is none yet; a SourceError from it is this poll's failure, retried next poll.
-        ``devices``: a ``kvmon.monitor.DevicePoller`` for this machine's GPUs and host, read on their own (then the
+        ``devices``: a ``kvmon.app.monitor.DevicePoller`` for this machine's GPUs and host, read on their own (then the
         GPU and host series come from it, not from the servers' Snapshots). ``add_target`` watches more servers."""
         self.targets: list[Target] = [Target(monitor, opener, name)]
         self.devices = devices
@@ -177,7 +177,7 @@ class Exporter:
                               self._devices_view)
 
     def listen(self, host: str = "127.0.0.1", port: int = 9464, *, backlog: int = BACKLOG) -> tuple[str, int]:
-        """Bind and serve ``/metrics`` on a daemon thread (``kvmon.scrape_server``); returns the bound (host, port).
+        """Bind and serve ``/metrics`` on a daemon thread (``kvmon.cli.scrape_server``); returns the bound (host, port).
         Raises OSError. ``backlog``: for ``bench/serve_load.py``, which compares the old one."""
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._view), family=family,
@@ -286,7 +286,7 @@ class Exporter:
 
     def close_monitors(self) -> None:
         """Close every target's monitor and the devices (best effort)."""
-        from kvmon.monitor import close_quietly
+        from kvmon.app.monitor import close_quietly
 
         close_quietly(*(t.monitor for t in self.targets if t.monitor is not None), self.devices)
 
@@ -316,7 +316,8 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         interval_s = interval_from_env()
     except ValueError as e:
         return _fail(str(e), err)
-    from kvmon.session import open_monitor, settings_from_args
+    from kvmon.app.build import open_monitor
+    from kvmon.app.session import settings_from_args
     from kvmon.sources.http import normalize_base_url, redact_url
 
     urls = [u for u in [getattr(args, "url", None), *(getattr(args, "urls", None) or [])] if u]
@@ -339,8 +340,8 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
 
     devices = None
     if fleet:  # this machine's GPUs and host, once, whichever servers are local
-        from kvmon.monitor import DevicePoller
-        from kvmon.session import default_gpu_source, default_host_source
+        from kvmon.app.build import default_gpu_source, default_host_source
+        from kvmon.app.monitor import DevicePoller
 
         devices = DevicePoller(default_gpu_source(settings=settings), default_host_source(settings))
     exporter = Exporter(interval_s=interval_s, opener=opener_for(urls[0] if urls else None),
@@ -353,7 +354,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         reason = getattr(e, "strerror", None) or str(e)
         exporter.close_monitors()
         return _fail(f"cannot listen on {host}:{port}: {reason}", err)
-    if not listen.is_loopback_host(host):
+    if not locality.is_loopback_host(host):
         print(f"kvmon: listening on {host}: other machines can scrape these metrics (model names, speeds, GPU "
               "memory); use --listen 127.0.0.1:PORT to keep them on this machine", file=err, flush=True)
     if stop is not None:

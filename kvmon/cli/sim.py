@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any
 
-from kvmon.endings import stop_on_signals
+from kvmon.app.endings import stop_on_signals
 
 FAULT_HELP = "inject a fault KIND[:VALUE][@T], repeatable: restart[:LOAD]@T, hang:N[@T], loading:N[@T], " \
     "auth[:KEY], garbage[:N][@T], drip[:BYTES_PER_S][@T]; T and N in simulated seconds ('--fault list' explains)"
@@ -109,7 +109,7 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kvmon.sim.cli``: the same as ``kvmon sim``."""
+    """``python -m kvmon.cli.sim``: the same as ``kvmon sim``."""
     p = argparse.ArgumentParser(prog="kvmon sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)

@@ -9,9 +9,9 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from kvmon import listen
-from kvmon.endings import catchable
-from kvmon.listen import is_loopback_host
+from kvmon.app.endings import catchable
+from kvmon.core import locality
+from kvmon.core.locality import is_loopback_host
 from kvmon.proxy import UPSTREAM_TIMEOUT_S
 from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import STATS_PATH
@@ -21,8 +21,8 @@ DEFAULT_LISTEN = "127.0.0.1:11435"
 
 
 def parse_listen(text: str | None) -> tuple[str, int]:
-    """``--listen`` of ``kvmon proxy`` (``kvmon.listen.parse_listen``): ``":PORT"`` listens on 127.0.0.1."""
-    return listen.parse_listen(text, DEFAULT_LISTEN, blank_host="127.0.0.1")
+    """``--listen`` of ``kvmon proxy`` (``kvmon.core.locality.parse_listen``): ``":PORT"`` listens on 127.0.0.1."""
+    return locality.parse_listen(text, DEFAULT_LISTEN, blank_host="127.0.0.1")
 
 
 def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Monitor: one poll of every source (server, GPUs, host) → one analysed Snapshot.
 
-The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.session`` builds it). A server failure
+The glue the dashboard's poller, ``once`` and the exporter share (``kvmon.app.build`` builds it). A server failure
 becomes a Snapshot with that connection state; a GPU or host failure only blanks those parts, never the server
 reading; a recording that cannot be written (a full disk) stops, and every later Snapshot carries the alert that
 says so, while the monitoring goes on. Typed on the source interfaces of ``kvmon.sources.base``; no source module
@@ -22,9 +22,9 @@ from kvmon.core.alerts import with_recording_problem
 from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
 from kvmon.core.deadline import PollDeadline, poll_deadline
+from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
-from kvmon.listen import is_loopback_host
 from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
 
 BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
@@ -32,7 +32,7 @@ HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them 
 
 
 class SnapshotSink(Protocol):
-    """Where a monitor records every snapshot (``kvmon.core.recorder.Recorder``, ``kvmon.session.RecordSwitch``)."""
+    """Where a monitor records every snapshot (``kvmon.core.recorder.Recorder``, ``kvmon.app.record.RecordSwitch``)."""
 
     def record(self, snap: Snapshot) -> None: ...
 

@@ -29,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from PySide6 import QtCore
 
+    from kvmon.app.choose import choose_session
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
-    from kvmon.session import choose_session
 
     app = ensure_app(["kvmon"])
     api_key = args.api_key or os.environ.get("KVMON_API_KEY")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from kvmon.app.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
 from kvmon.core.connection import failure_of
@@ -42,7 +43,6 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"

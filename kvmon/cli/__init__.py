@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvmon {__version__}")
     sub = parser.add_subparsers(dest="command")
 
-    from kvmon.sim.cli import add_arguments as add_sim_arguments  # argparse only: no server code loads
-    from kvmon.sim.cli import seconds
+    from kvmon.cli.sim import add_arguments as add_sim_arguments  # argparse only: no server code loads
+    from kvmon.cli.sim import seconds
 
     once = sub.add_parser("once", help="two polls ~1 s apart, print one reading and exit")
     _add_connection_args(once)
@@ -207,19 +207,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
     if args.command == "once":
-        from kvmon.once import run as run_once
+        from kvmon.cli.once import run as run_once
 
         return run_once(args)
     if args.command == "sim":
-        from kvmon.sim.cli import run as run_sim
+        from kvmon.cli.sim import run as run_sim
 
         return run_sim(args)
     if args.command == "proxy":
-        from kvmon.proxy.command import run as run_proxy
+        from kvmon.cli.proxy import run as run_proxy
 
         return run_proxy(args)
     if args.command == "screenshot":
-        from kvmon.gui.screenshot import run as run_screenshot
+        from kvmon.cli.screenshot import run as run_screenshot
 
         return run_screenshot(args)
     if args.command == "replay":
@@ -227,13 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_replay(args)
     if args.command == "serve":
-        from kvmon.exporter import run as run_serve
+        from kvmon.cli.serve import run as run_serve
 
         return run_serve(args)
     if args.print_path is not None:
         return _print_path(args.print_path)
     if args.install_desktop or args.uninstall_desktop:
-        from kvmon import desktop
+        from kvmon.cli import desktop
 
         return desktop.run_install() if args.install_desktop else desktop.run_uninstall()
     if args.self_test:

@@ -12,18 +12,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from kvmon.app.choose import server_session
+from kvmon.app.demo import DEMO_SCENARIO, NO_SERVER_BANNER, demo_session
+from kvmon.app.detection import find_servers
+from kvmon.app.record import RecordSwitch
+from kvmon.app.session import Session, settings_from_args
 from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.session import (
-    DEMO_SCENARIO,
-    NO_SERVER_BANNER,
-    RecordSwitch,
-    Session,
-    demo_session,
-    find_servers,
-    server_session,
-    settings_from_args,
-)
 
 
 @dataclass
