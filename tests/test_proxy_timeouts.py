@@ -16,7 +16,8 @@ from helpers_hostile import RawServer, drip_head, read_request_head
 from test_proxy_stream import Script, Upstream, chunk, get_stats, recv_all
 
 from kvmon.cli import build_parser
-from kvmon.proxy import UPSTREAM_TIMEOUT_S, command
+from kvmon.cli import proxy as command
+from kvmon.proxy import UPSTREAM_TIMEOUT_S
 from kvmon.proxy.server import ProxyServer
 
 LIMIT_S = 0.5

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from kvmon.sim import cli
+from kvmon.cli import sim as cli
 from kvmon.sim.clock import SimClock
 
 
