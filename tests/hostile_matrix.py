@@ -394,8 +394,8 @@ def _closed_port_url() -> str:
 
 def _proxy_modules() -> list[Any]:
     """The sources that read a ``kvmon proxy`` at a default address (patched: never a real one on this machine)."""
-    import kvmon.sources.lmstudio as lmstudio
-    import kvmon.sources.ollama as ollama
+    import kvmon.sources.lmstudio.source as lmstudio
+    import kvmon.sources.ollama.source as ollama
 
     return [ollama, lmstudio]
 

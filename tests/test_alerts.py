@@ -9,11 +9,12 @@ import pytest
 from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
 from kvmon.core.snapshot import AlertLevel
 from kvmon.core.units import GIB
+from kvmon.sources.backends import by_name
 
 
 def ctx_facts(t: float, ctx: int, n_ctx: int = 32768, decode: float | None = 38.0) -> AlertFacts:
     left = max(0, n_ctx - ctx)
-    return AlertFacts(t_monotonic=t, backend="llama-server", n_ctx=n_ctx, context_tokens=ctx,
+    return AlertFacts(t_monotonic=t, backend=by_name("llama-server"), n_ctx=n_ctx, context_tokens=ctx,
                       tokens_until_ctx_full=left, seconds_until_ctx_full=left / decode if decode else None,
                       decode_tok_s=decode, metrics_enabled=True)
 
@@ -155,7 +156,7 @@ def test_vram_noisy_trend_does_not_flap() -> None:
 
 def test_spill_partial_offload_metrics_and_advice_messages() -> None:
     eng = AlertEngine()
-    f = AlertFacts(t_monotonic=0.0, backend="llama-server", kv_host_fraction=0.25, kv_host_bytes=2 * GIB,
+    f = AlertFacts(t_monotonic=0.0, backend=by_name("llama-server"), kv_host_fraction=0.25, kv_host_bytes=2 * GIB,
                    kv_host_via="PCIe", kv_host_cap_tok_s=6.2, metrics_enabled=False,
                    advice=(CacheAdvice("q8_0", "q8_0", "-ctk q8_0 -ctv q8_0", int(3.1 * GIB), 51.4, 38.0),
                            CacheAdvice("q4_0", "q4_0", "-ctk q4_0 -ctv q4_0", int(4.5 * GIB), 60.0, 38.0)))
@@ -172,7 +173,7 @@ def test_spill_partial_offload_metrics_and_advice_messages() -> None:
 def test_advice_and_the_spill_fix_follow_what_is_known_of_the_cache_type() -> None:
     adv = CacheAdvice("q8_0", "q8_0", "-ctk q8_0 -ctv q8_0", int(7.5 * GIB), None, None, assumed_type="f16",
                       assumed_why="kvmon cannot see the server's -ctk/-ctv")
-    (a,) = AlertEngine().update(AlertFacts(t_monotonic=0.0, backend="llama-server", advice=(adv,)))
+    (a,) = AlertEngine().update(AlertFacts(t_monotonic=0.0, backend=by_name("llama-server"), advice=(adv,)))
     assert a.message == ("If your KV cache is f16 (kvmon cannot see the server's -ctk/-ctv), `-ctk q8_0 -ctv q8_0` "
                          "would free 7.50 GiB")
 
@@ -181,20 +182,24 @@ def test_advice_and_the_spill_fix_follow_what_is_known_of_the_cache_type() -> No
         (alert,) = AlertEngine().update(f)
         return alert.message.split("; ", 1)[1]
 
-    assert fix(backend="llama-server", kv_type="f16") == \
+    # the smaller type is the analysis's one rule (the types the user lets it suggest: q8_0 unless asked)
+    assert fix(backend=by_name("llama-server"), kv_type="f16", smaller_kv_type="q8_0") == \
         "free VRAM, lower -c or use a smaller cache type (`-ctk q8_0 -ctv q8_0`)"
-    assert fix(backend="llama-server", kv_type="q8_0") == \
+    assert fix(backend=by_name("llama-server"), kv_type="q8_0") == "free VRAM, lower -c"  # no q4_0 unasked
+    assert fix(backend=by_name("llama-server"), kv_type="q8_0", smaller_kv_type="q4_0") == \
         "free VRAM, lower -c or use a smaller cache type (`-ctk q4_0 -ctv q4_0`)"
-    assert fix(backend="llama-server", kv_type="q4_0") == "free VRAM, lower -c"
-    assert fix(backend="llama-server", kv_type="f16", kv_type_assumed=True) == \
+    assert fix(backend=by_name("llama-server"), kv_type="q4_0") == "free VRAM, lower -c"
+    assert fix(backend=by_name("llama-server"), kv_type="f16", kv_type_assumed=True, smaller_kv_type="q8_0") == \
         "free VRAM, lower -c, or, if your cache is f16, use `-ctk q8_0 -ctv q8_0`"
-    assert fix(backend="ollama", kv_type="f16") == \
-        "free VRAM, lower num_ctx or use a smaller cache type (`OLLAMA_KV_CACHE_TYPE=q8_0`)"
+    assert fix(backend=by_name("ollama"), kv_type="f16", smaller_kv_type="q8_0") == \
+        "free VRAM, lower num_ctx or use a smaller cache type " \
+        "(`OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1`)"
+    assert fix(backend=by_name("vllm"), kv_type="f16", smaller_kv_type="q8_0") == "free VRAM, lower --max-model-len"
 
 
 def test_partial_offload_ollama() -> None:
     eng = AlertEngine()
-    f = AlertFacts(t_monotonic=0.0, backend="ollama", weights_host_bytes=int(3.2 * GIB),
+    f = AlertFacts(t_monotonic=0.0, backend=by_name("ollama"), weights_host_bytes=int(3.2 * GIB),
                    weight_bytes=int(18.5 * GIB), weights_host_cap_tok_s=9.4)
     (a,) = eng.update(f)
     assert a.code == "weights_in_host" and a.level is AlertLevel.WARNING
@@ -236,7 +241,8 @@ def test_the_host_prompt_cache_is_said_when_it_may_outgrow_the_ram_available() -
     eng = AlertEngine(AlertThresholds(min_hold_s=0.0))
 
     def alerts(limit: int | None, avail: int | None, backend: str = "llama-server", t: float = 0.0) -> list[str]:
-        f = AlertFacts(t_monotonic=t, backend=backend, prompt_cache_limit_bytes=limit, ram_available_bytes=avail)
+        f = AlertFacts(t_monotonic=t, backend=by_name(backend),
+                      prompt_cache_limit_bytes=limit, ram_available_bytes=avail)
         return [a.message for a in eng.update(f) if a.code == "prompt_cache_ram"]
 
     msgs = alerts(8 * GIB, 5 * GIB)
@@ -246,23 +252,23 @@ def test_the_host_prompt_cache_is_said_when_it_may_outgrow_the_ram_available() -
     assert alerts(-1, 64 * GIB, t=2.0)[0].startswith("The host prompt cache has no size limit (--cache-ram -1)")
     assert alerts(0, 1 * GIB, t=3.0) == []  # off
     assert alerts(None, 1 * GIB, t=4.0) == [] and alerts(8 * GIB, None, t=5.0) == []  # unknown: nothing said
-    assert "LLAMA_ARG_CACHE_RAM=" in alerts(8 * GIB, 2 * GIB, backend="ollama", t=6.0)[0]
+    assert "LLAMA_ARG_CACHE_RAM=" in alerts(8 * GIB, 2 * GIB, backend=by_name("ollama"), t=6.0)[0]
     held = AlertEngine(AlertThresholds(min_hold_s=0.0))
-    f = AlertFacts(t_monotonic=0.0, backend="llama-server", prompt_cache_limit_bytes=8 * GIB,
+    f = AlertFacts(t_monotonic=0.0, backend=by_name("llama-server"), prompt_cache_limit_bytes=8 * GIB,
                    ram_available_bytes=7 * GIB)
     assert [a.level for a in held.update(f)] == [AlertLevel.INFO]
     # raised: it clears only once the limit fits in 80 % of the RAM available (no flapping at the edge)
-    again = AlertFacts(t_monotonic=1.0, backend="llama-server", prompt_cache_limit_bytes=8 * GIB,
+    again = AlertFacts(t_monotonic=1.0, backend=by_name("llama-server"), prompt_cache_limit_bytes=8 * GIB,
                        ram_available_bytes=int(8.5 * GIB))
     assert [a.code for a in held.update(again)] == ["prompt_cache_ram"]
 
 
-@pytest.mark.parametrize(("backend", "knob"), [("llama-server", "-c"), (None, "-c"), ("ollama", "num_ctx"),
+@pytest.mark.parametrize(("backend", "knob"), [("llama-server", "-c"), (None, "context size"), ("ollama", "num_ctx"),
                                                ("vllm", "--max-model-len"), ("lmstudio", "context length")])
 def test_context_full_names_the_backends_own_setting(backend: str | None, knob: str) -> None:
     """The fix for a full context is said in the words of the server that has it (never -c to an Ollama user)."""
     for ctx, n_ctx in ((7_900, 8_192), (8_192, 8_192)):
-        f = AlertFacts(t_monotonic=0.0, backend=backend, n_ctx=n_ctx, context_tokens=ctx,
+        f = AlertFacts(t_monotonic=0.0, backend=by_name(backend), n_ctx=n_ctx, context_tokens=ctx,
                        tokens_until_ctx_full=n_ctx - ctx)
         (a,) = AlertEngine().update(f)
         assert a.code == "ctx_full_soon" and knob in a.message, a.message

@@ -12,8 +12,8 @@ from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import GpuReading, GpuSetReading, ModelInfo, ServerConfig, ServerReading, SlotReading
 from kvmon.physics.kv import kv_allocation
 from kvmon.physics.shape import ModelShape
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_log import parse_llama_log
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import parse_llama_log
 
 MIB = 1024 * 1024
 GEMMA3 = ModelShape.from_gguf(metadata("gemma3"))  # 5 SWA layers (window 128) + 1 full, 2 KV heads × 32

@@ -13,7 +13,7 @@ from test_analysis import GIB, KV_PER_TOKEN_8B, L8B, FixedRates, reading
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerConfig
 from kvmon.core.snapshot import AlertLevel
-from kvmon.sources.llama_log import parse_llama_log
+from kvmon.sources.llamacpp.log import parse_llama_log
 
 LOGS = Path(__file__).parent / "fixtures" / "llama-server-logs"
 MIB = 1024 * 1024

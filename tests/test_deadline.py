@@ -18,7 +18,7 @@ from kvmon.app.monitor import Monitor
 from kvmon.core.deadline import current_deadline, poll_deadline
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.http import HANG_LIMIT_MIN_S, HANG_RETRY_S, HANGS, HangMemory, HttpClient
-from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.ollama.source import OllamaSource
 from kvmon.sources.sse import SseFollower
 
 
@@ -137,7 +137,7 @@ def test_ollama_show_waits_no_longer_than_the_users_timeout() -> None:
 
 def test_a_poll_in_which_nothing_answered_is_a_timeout_not_a_reading(fixture_server: FixtureServer) -> None:
     serve_llama_state(fixture_server, "generating")
-    from kvmon.sources.llamacpp import LlamaServerSource
+    from kvmon.sources.llamacpp.source import LlamaServerSource
 
     monitor = Monitor(LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False),
                       timeout_s=0.5)

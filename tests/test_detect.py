@@ -10,8 +10,8 @@ from helpers_http import FixtureServer, serve_llama_state
 
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.detect import detect_backend, open_source
-from kvmon.sources.llamacpp import LlamaServerSource
-from kvmon.sources.vllm import VllmSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.vllm.source import VllmSource
 
 KEY = "test-key-123"
 
@@ -191,7 +191,7 @@ def test_ports_name_their_backend() -> None:
 def test_lmstudio_with_a_token_is_picked_by_its_port() -> None:
     """LM Studio 0.4 with "Require Authentication" answers 401 everywhere: its port names it, its source says why."""
     from kvmon.sim.server import SimServer
-    from kvmon.sources.lmstudio import LmStudioSource
+    from kvmon.sources.lmstudio.source import LmStudioSource
 
     with SimServer("lmstudio", faults=["auth"]) as sim:
         with pytest.raises(SourceError) as e:

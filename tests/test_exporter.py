@@ -48,7 +48,7 @@ from kvmon.core.snapshot import (
     SlotView,
     Snapshot,
 )
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 
 GIB = 1024**3
@@ -312,7 +312,8 @@ def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, expor
 
 
 def test_serving_loads_no_qt() -> None:
-    code = ("import sys, kvmon.cli.serve, kvmon.app.monitor, kvmon.sources.llamacpp, kvmon.sources.ollama\n"
+    code = ("import sys, kvmon.cli.serve, kvmon.app.monitor\n"
+            "import kvmon.sources.llamacpp.source, kvmon.sources.ollama.source\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'shiboken6')]\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

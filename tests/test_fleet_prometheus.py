@@ -29,9 +29,9 @@ from kvmon.cli.serve import run as run_serve
 from kvmon.core.alerts import AlertEngine, AlertThresholds
 from kvmon.core.analysis import Analyzer
 from kvmon.sim.server import SimServer
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.vllm import VllmSource
+from kvmon.sources.vllm.source import VllmSource
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "kvmon" / "resources" / "prometheus" / "kvmon-rules.yml"  # kvmon --print-path prometheus-rules

@@ -29,14 +29,14 @@ from kvmon.proxy.framing import MessageReader, ProtocolError
 from kvmon.proxy.stats import parse_stats
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
 from kvmon.sources.hf_config import config_metadata
-from kvmon.sources.llama_log import LlamaLogParser
-from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
-from kvmon.sources.lmstudio_parse import parse_v0, parse_v1
+from kvmon.sources.llamacpp.log import LlamaLogParser
+from kvmon.sources.llamacpp.parse import MetricsTextError, parse_metrics, parse_slot
+from kvmon.sources.lmstudio.parse import parse_v0, parse_v1
 from kvmon.sources.model_file import shape_of
-from kvmon.sources.ollama_parse import parse_ps, parse_show
+from kvmon.sources.ollama.parse import parse_ps, parse_show
 from kvmon.sources.remote_devices import parse_exporter_text
-from kvmon.sources.vllm_parse import parse_metrics as parse_vllm_metrics
-from kvmon.sources.vllm_parse import parse_models as parse_vllm_models
+from kvmon.sources.vllm.parse import parse_metrics as parse_vllm_metrics
+from kvmon.sources.vllm.parse import parse_models as parse_vllm_models
 
 pytestmark = pytest.mark.fuzz
 

@@ -12,7 +12,7 @@ import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header, read_gguf_metadata
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 
 def write_small_gguf(path: Path, *, vocab: int = 20000, tensor_shape: tuple[int, int] = (64, 32)) -> None:

@@ -19,8 +19,8 @@ from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 from test_gguf_meta import write_small_gguf
 
 from kvmon.cli.once import run
-from kvmon.sources.llama_log import LogFollower
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.log import LogFollower
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 HUGE = "9" * 400
 

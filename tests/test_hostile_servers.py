@@ -21,7 +21,7 @@ from test_ollama_helpers import OllamaFixture
 from kvmon.app.build import open_monitor
 from kvmon.cli.once import run
 from kvmon.core.recorder import Recorder, read_recording
-from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.ollama.source import OllamaSource
 
 KEY = "hostile-test-key-5150"
 

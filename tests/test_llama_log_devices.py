@@ -13,7 +13,7 @@ import pytest
 
 from kvmon.core.device_names import backend_vendor, canonical_device, is_device_buffer
 from kvmon.core.readings import LogDevice
-from kvmon.sources.llama_log import LlamaLogParser
+from kvmon.sources.llamacpp.log import LlamaLogParser
 
 LOGS = Path(__file__).parent / "fixtures" / "llama-server-logs"
 MIB = 1024 * 1024
@@ -186,8 +186,8 @@ def test_which_buffers_are_devices_and_whose() -> None:
 def test_ollamas_log_carries_its_childs_placement(tmp_path: Path) -> None:
     # Ollama's server log (its "server config" line, tests/fixtures/ollama) followed by a child's load block as
     # an Ollama 2025 log shows it (cuda-04, ollama #11986): the buffers per GPU come with the settings
-    from kvmon.sources.ollama import _for_active_model
-    from kvmon.sources.ollama_child import ollama_log_config
+    from kvmon.sources.ollama.child import ollama_log_config
+    from kvmon.sources.ollama.source import _for_active_model
 
     fixtures = Path(__file__).parent / "fixtures"
     lines = [(fixtures / "ollama" / "server.log").read_text().splitlines()[0],

@@ -7,9 +7,9 @@ from helpers_http import LLAMA_FIXTURES
 
 from kvmon.core.readings import ServerConfig
 from kvmon.sources.config import merge_configs
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_log import LlamaLogParser, LogFollower, parse_llama_log
-from kvmon.sources.llama_process import looks_like_llama_server
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import LlamaLogParser, LogFollower, parse_llama_log
+from kvmon.sources.llamacpp.process import looks_like_llama_server
 
 MIB = 1024 * 1024
 

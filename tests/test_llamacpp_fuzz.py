@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvmon.sources.gguf_meta import GgufError, read_gguf_header
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_log import LlamaLogParser
-from kvmon.sources.llama_parse import MetricsTextError, parse_metrics, parse_slot
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import LlamaLogParser
+from kvmon.sources.llamacpp.parse import MetricsTextError, parse_metrics, parse_slot
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),

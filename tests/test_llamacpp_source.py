@@ -9,8 +9,8 @@ from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 
 from kvmon.core.readings import FailureKind, ServerConfig, SourceError
 from kvmon.sources.base import ServerSource
-from kvmon.sources.llama_parse import parse_metrics, parse_slot
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 
 def _source(server: FixtureServer, **kw: object) -> LlamaServerSource:
@@ -479,7 +479,7 @@ def test_router_mode_nothing_loaded(fixture_server: FixtureServer) -> None:
 
 def test_health_is_asked_on_the_first_poll_and_then_only_now_and_then(fixture_server: FixtureServer) -> None:
     """/props answers what /health would (loading, key, gone): one request less on most polls."""
-    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS
+    from kvmon.sources.llamacpp.source import HEALTH_EVERY_POLLS
 
     serve_llama_state(fixture_server, "idle")
     src = LlamaServerSource(fixture_server.url, timeout_s=2.0, inspect_local_process=False)
@@ -514,7 +514,7 @@ def test_props_is_reused_while_a_slot_generates_or_slots_was_just_asked(fixture_
     """A generating server is awake with its model fixed: /props is read again with /health, every tenth poll.
     Idle, a server that may sleep is asked /props before /slots unless /slots answered under 2 s ago (/slots is a
     task on its queue: it restarted the idle timer that --sleep-idle-seconds counts)."""
-    from kvmon.sources.llamacpp import HEALTH_EVERY_POLLS, REUSE_MAX_POLLS, SLOTS_KEEP_AWAKE_S
+    from kvmon.sources.llamacpp.source import HEALTH_EVERY_POLLS, REUSE_MAX_POLLS, SLOTS_KEEP_AWAKE_S
 
     assert HEALTH_EVERY_POLLS <= REUSE_MAX_POLLS + 1
     now = [1000.0]
@@ -614,7 +614,7 @@ def test_a_failed_poll_forgets_the_reused_answers(fixture_server: FixtureServer)
 
 def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None:
     from kvmon.core.readings import SlotReading
-    from kvmon.sources.llama_parse import metrics_key as _metrics_key
+    from kvmon.sources.llamacpp.parse import metrics_key as _metrics_key
 
     def slot(task: int | None, busy: bool, decoded: int | None, held: int | None = 10) -> SlotReading:
         return SlotReading(id=0, n_ctx=4096, context_tokens=held, processing=busy, n_decoded=decoded, id_task=task)
@@ -650,7 +650,7 @@ def test_an_idle_server_that_sleeps_when_idle_is_let_fall_asleep(fixture_server:
     """Every /slots request restarts the idle timer of --sleep-idle-seconds: after a few idle seconds kvmon stops
     asking it, watching /metrics (no timer reset) for a request, or, without /metrics, looking again once the
     server should have fallen asleep. The slots read last stand while /metrics shows nothing moved."""
-    from kvmon.sources.llama_sleep import QUIET_AFTER_S
+    from kvmon.sources.llamacpp.sleep import QUIET_AFTER_S
 
     serve_llama_state(fixture_server, "idle")
     if not metrics:

@@ -22,8 +22,8 @@ from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import LMSTUDIO_PREFILL_REASON, finished_record
 from kvmon.sim.scenarios import get_scenario
 from kvmon.sim.server import SimServer
-from kvmon.sources.lmstudio import LIVE_RATE_HINT, LmStudioSource, find_gguf
-from kvmon.sources.lmstudio_parse import parse_v0, parse_v1
+from kvmon.sources.lmstudio.parse import parse_v0, parse_v1
+from kvmon.sources.lmstudio.source import LIVE_RATE_HINT, LmStudioSource, find_gguf
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lmstudio"
 
@@ -183,8 +183,9 @@ def test_kv_kept_in_host_ram(fixture_server: FixtureServer, tmp_path: Path) -> N
 
 def test_kv_kept_in_host_ram_warns_with_its_fix() -> None:
     from kvmon.core.alerts import AlertFacts, rule_kv_in_host
+    from kvmon.sources.lmstudio import LMSTUDIO
 
-    level, msg, _ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend="lmstudio", kv_host_fraction=1.0,
+    level, msg, _ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend=LMSTUDIO, kv_host_fraction=1.0,
                                                kv_host_bytes=2**30), AlertThresholds(), None)
     assert level is not None and "Offload KV cache to GPU memory" in msg
 

@@ -14,7 +14,7 @@ from kvmon.core.readings import GpuSetReading, HostReading, ServerReading
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import ConnectionStatus
 from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 
 GIB = 1024**3
@@ -136,7 +136,7 @@ def test_recording_every_poll(fixture_server: FixtureServer, tmp_path: Path) -> 
 
 def test_simulated_two_gpu_server_end_to_end() -> None:
     from kvmon.sim.server import SimServer
-    from kvmon.sources.llamacpp import LlamaServerSource as Src
+    from kvmon.sources.llamacpp.source import LlamaServerSource as Src
 
     sim = SimServer("seed-3090x2", speed=20.0)
     url = sim.start()
@@ -166,7 +166,7 @@ def test_simulated_two_gpu_server_end_to_end() -> None:
 def test_spill_scenario_vram_alert_rises_30_simulated_seconds_early() -> None:
     """spill-4090: another app eats VRAM from t=120 s to 300 s; the alert must come ≥ 30 s before it runs out."""
     from kvmon.sim.server import SimServer
-    from kvmon.sources.llamacpp import LlamaServerSource as Src
+    from kvmon.sources.llamacpp.source import LlamaServerSource as Src
 
     sim = SimServer("spill-4090", speed=25.0, start_at_s=110.0)
     url = sim.start()

@@ -21,14 +21,14 @@ import pytest
 from helpers_http import wait_until
 
 from kvmon.core.readings import Provenance, ServerConfig
-from kvmon.sources.ollama import ENABLE_LIVE_RATE_HINT, OllamaSource
-from kvmon.sources.ollama_child import (
+from kvmon.sources.ollama.child import (
     OllamaChild,
     child_from_argv,
     choose_child,
     looks_like_llama_server,
     ollama_environment_config,
 )
+from kvmon.sources.ollama.source import ENABLE_LIVE_RATE_HINT, OllamaSource
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-667b0c1932bc6ffc593ed1d03f895bf2dc8dc6df21db3042284a6f4416b06a29"
@@ -227,7 +227,7 @@ OLD_RUNNER = ["/mnt/data/ollama/bin/ollama", "runner", "--ollama-engine", "--mod
 
 
 def test_ollamas_own_command_line_is_matched_and_read() -> None:
-    from kvmon.sources.ollama_child import classify_child
+    from kvmon.sources.ollama.child import classify_child
 
     assert classify_child(OLLAMA_ARGV) == ("model", None)
     child = child_from_argv(11, 2.0, OLLAMA_ARGV)
@@ -250,7 +250,7 @@ def test_ollamas_own_command_line_is_matched_and_read() -> None:
     (["/usr/bin/ollama", "serve"], "other", None),
 ])
 def test_every_other_child_is_named_in_the_reason(argv: list[str], kind: str, words: str | None) -> None:
-    from kvmon.sources.ollama_child import classify_child
+    from kvmon.sources.ollama.child import classify_child
 
     got, why = classify_child(argv)
     assert got == kind
@@ -263,7 +263,7 @@ def test_the_simulated_ollama_runs_its_model_server_as_a_child_and_kvmon_reads_i
     import time
 
     from kvmon.sim.server import SimServer
-    from kvmon.sources.ollama_child import classify_child
+    from kvmon.sources.ollama.child import classify_child
 
     sim = SimServer("ollama-partial", speed=5.0, ollama_child=True)
     url = sim.start()

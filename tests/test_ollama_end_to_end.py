@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_ollama_helpers import OllamaFixture
 
-from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.ollama.source import OllamaSource
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -154,7 +154,7 @@ class OllamaFixture:
 
 
 def test_parameter_size_parses_ollama_labels() -> None:
-    from kvmon.sources.ollama_parse import parse_parameter_size
+    from kvmon.sources.ollama.parse import parse_parameter_size
 
     assert parse_parameter_size("7.2B") == 7_200_000_000
     assert parse_parameter_size("137M") == 137_000_000
@@ -175,7 +175,7 @@ def test_version_and_cached_prompt_rule() -> None:
 
 
 def test_times_with_nanoseconds_and_offsets() -> None:
-    from kvmon.sources.ollama_parse import parse_time
+    from kvmon.sources.ollama.parse import parse_time
 
     a = parse_time("2026-11-30T18:42:10.123456789Z")
     b = parse_time("2024-06-04T14:38:31.83753-07:00")
@@ -185,7 +185,7 @@ def test_times_with_nanoseconds_and_offsets() -> None:
 
 
 def test_weight_bytes_from_tensor_list() -> None:
-    from kvmon.sources.ollama_parse import weight_bytes_from_tensors
+    from kvmon.sources.ollama.parse import weight_bytes_from_tensors
 
     t = [{"name": "a", "type": "F16", "shape": [4, 8]}, {"name": "b", "type": "Q4_K", "shape": [256, 2]}]
     assert weight_bytes_from_tensors(t) == 4 * 8 * 2 + 2 * 144
@@ -195,7 +195,7 @@ def test_weight_bytes_from_tensor_list() -> None:
 
 
 def test_blob_path_from_modelfile() -> None:
-    from kvmon.sources.ollama_parse import blob_path_from_modelfile
+    from kvmon.sources.ollama.parse import blob_path_from_modelfile
 
     body = json.loads(fixture_bytes("show.llama3.1-8b.json"))
     path = blob_path_from_modelfile(body["modelfile"])

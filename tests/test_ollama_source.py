@@ -11,7 +11,7 @@ import pytest
 from test_ollama_helpers import OllamaFixture, fixture_bytes
 
 from kvmon.core.readings import FailureKind, SourceError
-from kvmon.sources.ollama import ENABLE_LIVE_RATE_HINT, OllamaSource
+from kvmon.sources.ollama.source import ENABLE_LIVE_RATE_HINT, OllamaSource
 
 
 @pytest.fixture
@@ -450,7 +450,7 @@ def test_settings_from_the_ollama_log_and_the_user(ollama: OllamaFixture, tmp_pa
 
 
 def test_server_config_line_parser() -> None:
-    from kvmon.sources.ollama_child import parse_server_config_line
+    from kvmon.sources.ollama.child import parse_server_config_line
 
     line = 'level=INFO msg="server config" env="map[OLLAMA_KV_CACHE_TYPE: OLLAMA_NUM_PARALLEL:4 X:1]"'
     assert parse_server_config_line(line) == {"OLLAMA_KV_CACHE_TYPE": "", "OLLAMA_NUM_PARALLEL": "4"}

@@ -14,7 +14,7 @@ import pytest
 from helpers_http import LLAMA_FIXTURES
 
 from kvmon.sources import procs
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 CHILD = textwrap.dedent(
     """

@@ -12,7 +12,7 @@ from test_ollama_helpers import OllamaFixture, fixture_bytes
 
 from kvmon.app.monitor import Monitor
 from kvmon.proxy.server import ProxyServer
-from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.ollama.source import OllamaSource
 
 
 def test_dashboard_sees_the_live_rate_through_the_proxy() -> None:

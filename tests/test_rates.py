@@ -10,7 +10,7 @@ from helpers_http import LLAMA_FIXTURES
 
 from kvmon.core.rates import CounterRate, SlotRateTracker
 from kvmon.core.readings import ServerReading, SlotReading
-from kvmon.sources.llama_parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp.parse import parse_metrics, parse_slot
 
 # The README: the generating captures were taken about 2 s and 4 s into the stream (no Date headers).
 CAPTURE_GAP_S = 2.0

@@ -20,8 +20,8 @@ from real_llama_server import RealLlamaServer
 
 from kvmon.app.build import open_monitor
 from kvmon.cli import main as kvmon_main
-from kvmon.sources.llama_parse import parse_metrics, parse_slot
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.parse import parse_metrics, parse_slot
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 FLAGS = ["-c", "2048", "-np", "1", "--metrics", "--props"]
 # the counters this build's /metrics has (gauges are never kept: every scrape resets them)

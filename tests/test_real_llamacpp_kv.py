@@ -32,8 +32,8 @@ from kvmon.core.readings import ServerConfig
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH, KvAllocation, kv_allocation, pad_cells
 from kvmon.physics.shape import ModelShape
 from kvmon.sources.gguf_meta import read_gguf_metadata
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_log import parse_llama_log
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import parse_llama_log
 
 AUTO_PARALLEL = 4  # llama-server's -np auto
 

@@ -22,7 +22,7 @@ from kvmon.physics.gpus import GB
 from kvmon.sim.server import SimServer
 from kvmon.sources.amdgpu import AmdGpuSource
 from kvmon.sources.host import HostSource
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.remote_devices import NO_REMOTE_DEVICES, NoDevices, NoHost, RemoteDevices
 

@@ -18,7 +18,7 @@ from kvmon.core.snapshot import Snapshot
 from kvmon.sim.multi import MultiSim
 from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.router import LlamaRouterSource
+from kvmon.sources.router.source import LlamaRouterSource
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core import serving
 from kvmon.core.readings import SourceError
 from kvmon.sources.detect import LLAMA_ROUTER, detect_backend, open_source
-from kvmon.sources.llamacpp import LlamaServerSource
-from kvmon.sources.router import LlamaRouterSource, parse_models, progress_of
+from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.router.source import LlamaRouterSource, parse_models, progress_of
 from kvmon.sources.sse import SseFollower
 
 ROUTER = Path(__file__).resolve().parent / "fixtures" / "llama-router"

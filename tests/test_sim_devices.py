@@ -14,9 +14,9 @@ from kvmon.core.analysis import Analyzer
 from kvmon.core.snapshot import AlertLevel, Snapshot
 from kvmon.sim.fake_nvml import FakeNvml
 from kvmon.sim.server import SimServer
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.ollama import OllamaSource
+from kvmon.sources.ollama.source import OllamaSource
 
 
 def no_nvidia() -> NvmlSource:

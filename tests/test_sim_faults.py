@@ -12,7 +12,7 @@ from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sim.faults import Fault, FaultPlan, FaultSyntaxError, parse_fault, parse_faults
 from kvmon.sim.server import SimServer
 
-llamacpp = pytest.importorskip("kvmon.sources.llamacpp")
+llamacpp = pytest.importorskip("kvmon.sources.llamacpp.source")
 
 
 # -- syntax -------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_slow_drip_ends_in_a_timeout_not_a_stuck_poll() -> None:
 @pytest.mark.parametrize(("fault", "kind"), [("auth", FailureKind.AUTH_REJECTED), ("hang:30", FailureKind.TIMEOUT),
                                              ("garbage", FailureKind.UNEXPECTED_BODY)])
 def test_ollama_faults(fault: str, kind: FailureKind) -> None:
-    ollama = pytest.importorskip("kvmon.sources.ollama")
+    ollama = pytest.importorskip("kvmon.sources.ollama.source")
     with SimServer("ollama-partial", speed=1.0, faults=[fault]) as sim:
         src = ollama.OllamaSource(sim.url, timeout_s=0.3, find_child=False)
         try:

@@ -135,7 +135,7 @@ def test_show_lists_the_model_files_tensors_as_ollama_does(sim: SimServer, clien
 
 
 def test_server_log_holds_ollamas_lines_and_its_model_servers(sim: SimServer) -> None:
-    from kvmon.sources.ollama_child import ollama_log_config
+    from kvmon.sources.ollama.child import ollama_log_config
 
     cfg, why = ollama_log_config(sim.log_path)
     assert why is None and cfg is not None

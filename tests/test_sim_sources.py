@@ -11,7 +11,7 @@ from kvmon.core.readings import FailureKind, ServerReading, SourceError
 from kvmon.sim.scenarios import GIB, ChatScript, Reload, get_scenario
 from kvmon.sim.server import SimServer
 
-llamacpp = pytest.importorskip("kvmon.sources.llamacpp")
+llamacpp = pytest.importorskip("kvmon.sources.llamacpp.source")
 
 SEED = {0: 58.45, 8192: 55.69, 32768: 49.66, 65536: 42.83, 131072: 33.45, 262144: 22.68}
 
@@ -130,7 +130,7 @@ def test_spill_shows_partial_offload_pcie_traffic_and_the_cliff() -> None:
 
 
 def test_ollama_partial_shows_size_vram_below_size() -> None:
-    ollama = pytest.importorskip("kvmon.sources.ollama")
+    ollama = pytest.importorskip("kvmon.sources.ollama.source")
     with SimServer("ollama-partial", speed=20.0) as sim:
         src = ollama.OllamaSource(sim.url, timeout_s=5.0, find_child=False)
         try:

@@ -28,11 +28,11 @@ from kvmon.sources.detect import open_source
 from kvmon.sources.devices import DeviceSources, default_device_sources
 from kvmon.sources.host import HostSource as PsutilHost
 from kvmon.sources.intel_gpu import IntelGpuSource
-from kvmon.sources.llamacpp import LlamaServerSource
-from kvmon.sources.lmstudio import LmStudioSource
+from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.lmstudio.source import LmStudioSource
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.ollama import OllamaSource
-from kvmon.sources.vllm import VllmSource
+from kvmon.sources.ollama.source import OllamaSource
+from kvmon.sources.vllm.source import VllmSource
 
 # the simulated LM Studio's models folder, by port (LM Studio does not say where its model file is)
 _MODELS_DIRS: dict[int, str] = {}

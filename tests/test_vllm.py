@@ -20,8 +20,8 @@ from kvmon.sim.scenarios import get_scenario
 from kvmon.sim.server import SimServer
 from kvmon.sources.hf_config import config_dtype, config_metadata, model_folder, read_model
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.vllm import VllmSource, kv_type_of
-from kvmon.sources.vllm_parse import parse_metrics, parse_models
+from kvmon.sources.vllm.parse import parse_metrics, parse_models
+from kvmon.sources.vllm.source import VllmSource, kv_type_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 MODEL = "Qwen/Qwen3-8B"

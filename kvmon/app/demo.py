@@ -11,15 +11,22 @@ from kvmon.app.monitor import Monitor
 from kvmon.app.record import RecordSwitch
 from kvmon.app.session import MonitorLike, Session
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
+from kvmon.core.backend import Backend
 from kvmon.core.snapshot import Snapshot
+from kvmon.sources import backends
+from kvmon.sources.detect import source_class
 
 NO_SERVER_BANNER = ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine — "
                     "showing the simulator (start kvmon with a URL)")
-
-
-
 DEMO_SCENARIO = "seed-3090x2"
+# the kinds of the simulator's multi-model servers, as the backends that read them
+MULTI_KINDS = {"router": backends.ROUTER, "llama-swap": backends.LLAMA_SWAP}
 
+
+def scenario_backend(scenario: Any) -> Backend:
+    """The backend a simulated scenario serves as (a router's or llama-swap's kind, else its server's backend)."""
+    kind = getattr(scenario, "kind", None)
+    return MULTI_KINDS.get(kind) if kind in MULTI_KINDS else backends.by_name(scenario.backend)
 
 
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,
@@ -44,7 +51,8 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     from kvmon.sim.server import SimServer
 
     scen = get_scenario(scenario) if isinstance(scenario, str) else scenario
-    lmstudio = scen.backend == "lmstudio"
+    backend = scenario_backend(scen)
+    lmstudio = backend is backends.LMSTUDIO  # its chat comes through kvmon proxy: replies carry its only stats
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
     # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
     sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
@@ -70,23 +78,12 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
         # every reading is stamped with the simulator's clock, so rates, trends and alert hold times are in
         # simulated seconds at any --speed
         clock = sim.clock.now
-        if sim.scenario.backend == "ollama":
-            from kvmon.sources.ollama import OllamaSource
-
-            server: Any = OllamaSource(url, timeout_s=timeout_s, clock=clock)
-        elif sim.scenario.backend == "vllm":
-            from kvmon.sources.vllm import VllmSource
-
-            server = VllmSource(url, timeout_s=timeout_s, clock=clock)
-        elif lmstudio:
-            from kvmon.sources.lmstudio import LmStudioSource
-
-            server = LmStudioSource(url, timeout_s=timeout_s, clock=clock, proxy_url=proxy_url,
-                                    models_dir=sim.api.models_dir)
-        else:
-            from kvmon.sources.llamacpp import LlamaServerSource
-
-            server = LlamaServerSource(url, timeout_s=timeout_s, log_path=sim.log_path, clock=clock)
+        options: dict[str, Any] = {"timeout_s": timeout_s, "clock": clock}
+        if lmstudio:
+            options.update(proxy_url=proxy_url, models_dir=sim.api.models_dir)
+        elif backend is backends.LLAMA_SERVER:
+            options["log_path"] = sim.log_path
+        server: Any = source_class(backend)(url, **options)
         # the simulated machine's devices and RAM: its GPUs through the fake NVML (none on a CPU-only machine),
         # or its unified memory on a simulated Mac; its RAM bandwidth as the probe would have measured it
         devices = sim.unified_memory_source() or NvmlSource(nvml=sim.nvml, clock=clock)
@@ -125,13 +122,10 @@ def _multi_demo_session(scenario: Any, banner: str | None, *, timeout_s: float, 
 
     def factory() -> MonitorLike:
         from kvmon.sources.host import HostSource as PsutilHost
-        from kvmon.sources.llama_swap import LlamaSwapSource
         from kvmon.sources.nvml import NvmlSource
-        from kvmon.sources.router import LlamaRouterSource
 
         clock = sim.clock.now
-        cls: Any = LlamaRouterSource if scenario.kind == "router" else LlamaSwapSource
-        source = cls(url, timeout_s=timeout_s, clock=clock)
+        source = source_class(scenario_backend(scenario))(url, timeout_s=timeout_s, clock=clock)
         host = PsutilHost(scenario.host_bandwidth_bytes_per_s, clock=clock)
         return GroupMonitor(source, NvmlSource(nvml=sim.nvml, clock=clock), host, analyzer_settings,
                             recorder=recorder if recorder is not None else switch, clock=clock,

@@ -86,13 +86,15 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
         print(f"kvmon sim: cannot listen on {sim.host}:{sim.port}: {e.strerror or e}", file=sys.stderr)
         return 2
     s = sim.scenario
-    kind = getattr(s, "kind", None)
-    what = "llama-server router" if kind == "router" else kind or s.backend
+    from kvmon.app.demo import scenario_backend
+
+    backend = scenario_backend(s)
+    what = backend.label if getattr(s, "kind", None) else s.backend
     print(f"kvmon sim: {s.name} ({what}) at {url}  speed ×{sim.clock.speed:g}", flush=True)
     print(f"  {s.description}", flush=True)
     if sim.faults.faults:
         print("  faults: " + ", ".join(fault_specs), flush=True)
-    if s.backend in ("llama-server", "ollama") and kind is None:
+    if backend.reads_log:
         print(f"  server log (kvmon --log): {sim.log_path}", flush=True)
     print("  Ctrl-C to stop", flush=True)
     waiter = stop or threading.Event()

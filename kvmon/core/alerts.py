@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kvmon.core.backend import backend_of
 from kvmon.core.snapshot import Alert, AlertLevel
 from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration
+from kvmon.physics.cache_types import DEFAULT_CACHE_TYPE
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ class AlertFacts:
     kv_with_host_layers: bool = False  # the KV cache of the CPU layers lives in host RAM with them
     kv_type: str | None = None  # the K cache type today (None: unknown)
     kv_type_assumed: bool = False  # kv_type is the default, taken because the server does not say
+    smaller_kv_type: str | None = None  # the smaller cache type the user lets kvmon suggest (settings), this server
+
     metrics_enabled: bool | None = None
     advice: tuple[CacheAdvice, ...] = ()
     cpu_only: bool = False  # every weight and the KV cache in host RAM: the CPU decodes
@@ -145,10 +149,6 @@ def _approx_tokens(n: float) -> str:
 
 
 # How a user gives a conversation more context, in the words of each backend (llama-server's -c otherwise)
-CONTEXT_SETTING = {"ollama": "num_ctx", "vllm": "--max-model-len",
-                   "lmstudio": "the context length in the model's load settings"}
-
-
 def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """Context nearly full: warn by tokens left or by time left at the current rate."""
     left, n_ctx, ctx = f.tokens_until_ctx_full, f.n_ctx, f.context_tokens
@@ -172,7 +172,7 @@ def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     if current == AlertLevel.CRITICAL and left <= th.ctx_critical_tokens + th.ctx_clear_margin_tokens // 4:
         level = AlertLevel.CRITICAL
     where = f" in slot {f.slot_id}" if f.slot_id is not None else ""
-    knob = CONTEXT_SETTING.get(f.backend or "", "-c")
+    knob = backend_of(f.backend).context_setting
     if left <= 0:
         msg = (f"Context full{where} ({fmt_count(n_ctx)} tokens): the server will truncate or stop; "
                f"start a new chat or restart with a larger {knob}")
@@ -232,23 +232,18 @@ def rule_kv_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel | No
     return level, msg, frac
 
 
-# the next smaller cache type worth suggesting from each type (none below 4 bits)
-SMALLER_CACHE = {"f32": "q8_0", "f16": "q8_0", "bf16": "q8_0", "q8_0": "q4_0"}
-
-
 def _kv_in_host_fix(f: AlertFacts) -> str:
     """What to do about KV in host RAM: free VRAM, a smaller context, and a smaller cache type only from what the
-    cache is (or, when kvmon could not see it, said as a condition)."""
-    if f.backend == "lmstudio":
-        return ("turn on \"Offload KV cache to GPU memory\" in the model's load settings, or free VRAM and lower "
-                "its context length")
-    ollama = f.backend == "ollama"
-    base = "free VRAM, lower num_ctx" if ollama else "free VRAM, lower -c"
-    current = f.kv_type or "f16"
-    smaller = SMALLER_CACHE.get(current)
-    if smaller is None:
+    cache is (or, when kvmon could not see it, said as a condition) and only one the user lets kvmon suggest."""
+    b = backend_of(f.backend)
+    if b.kv_in_host_fix:
+        return b.kv_in_host_fix
+    base = f"free VRAM, lower {b.context_setting}"
+    current = f.kv_type or DEFAULT_CACHE_TYPE
+    smaller = f.smaller_kv_type
+    flags = b.cache_type_flags(smaller) if smaller and b.offers_cache_type(smaller) else None
+    if flags is None:
         return base
-    flags = f"OLLAMA_KV_CACHE_TYPE={smaller}" if ollama else f"-ctk {smaller} -ctv {smaller}"
     if f.kv_type is None or f.kv_type_assumed:
         return f"{base}, or, if your cache is {current}, use `{flags}`"
     return f"{base} or use a smaller cache type (`{flags}`)"
@@ -262,8 +257,9 @@ def rule_weights_in_host(f: AlertFacts, th: AlertThresholds, current: AlertLevel
     frac = host / total
     level = AlertLevel.WARNING if frac >= th.host_fraction_raise or (current is not None and host > 0) else None
     cap = f"; decode capped at ~{f.weights_host_cap_tok_s:.0f} tok/s" if f.weights_host_cap_tok_s else ""
-    hint = "a smaller context (num_ctx) or quantization would fit it" if f.backend == "ollama" else \
-        "raise -ngl if VRAM allows, or use a smaller quantization"
+    b = backend_of(f.backend)
+    smaller = f"a smaller context ({b.context_setting}) or quantization would fit it"
+    hint = f"raise {b.offload_setting} if VRAM allows, or {smaller}" if b.offload_setting else smaller
     kv = " with their KV cache" if f.kv_with_host_layers else ""
     msg = (f"Model partly in host RAM: {fmt_bytes(host)} of {fmt_bytes(total)} ({frac:.0%}) on the CPU{kv}{cap}; "
            f"{hint}")
@@ -281,7 +277,8 @@ def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     cap = f": the ceiling is ~{c:.0f} tok/s at this depth" if c and c >= 10 else \
         f": the ceiling is ~{c:.1f} tok/s at this depth" if c else ""
     if f.cpu_only_idle_gpu:
-        fix = "OLLAMA num_gpu / a smaller model" if f.backend == "ollama" else "raise -ngl (e.g. -ngl 99)"
+        offload = backend_of(f.backend).offload_setting
+        fix = f"raise {offload} or use a smaller model" if offload else "use a smaller model"
         return (AlertLevel.WARNING, f"Model runs on the CPU although {f.cpu_only_idle_gpu} is there: weights and "
                 f"KV cache in host RAM, {read}{cap}; {fix}", None)
     return AlertLevel.INFO, f"Decoding on the CPU: weights and KV cache in host RAM, {read}{cap}", None
@@ -305,8 +302,10 @@ def rule_unified_working_set(f: AlertFacts, th: AlertThresholds, current: AlertL
     else:
         head = (f"Model and caches need {fmt_bytes(worst.need_bytes)} of the {limit} "
                 f"({fmt_bytes(worst.limit_bytes - worst.need_bytes)} left)")
-    fix = ("lower num_ctx or use OLLAMA_KV_CACHE_TYPE=q8_0" if f.backend == "ollama"
-           else "lower -c or use -ctk q8_0 -ctv q8_0")
+    b = backend_of(f.backend)
+    smaller = f.smaller_kv_type
+    flags = b.cache_type_flags(smaller) if smaller and b.offers_cache_type(smaller) else None
+    fix = f"lower {b.context_setting}" + (f" or use {flags}" if flags else "")
     return level, f"{head}; past it decode slows sharply — {fix} (or raise iogpu.wired_limit_mb)", frac
 
 
@@ -331,9 +330,10 @@ def rule_log_hint(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
 
 def rule_metrics_disabled(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """llama-server without --metrics: prefill speed and request counters are unavailable."""
-    if f.backend != "llama-server" or f.metrics_enabled is not False:
+    b = backend_of(f.backend)
+    if b.metrics_setting is None or f.metrics_enabled is not False:
         return None, "", None
-    return (AlertLevel.INFO, "/metrics is disabled: start llama-server with --metrics "
+    return (AlertLevel.INFO, f"/metrics is disabled: start {b.label} with {b.metrics_setting} "
             "(prefill speed and request counters need it)", None)
 
 
@@ -359,14 +359,14 @@ def rule_prompt_cache_ram(f: AlertFacts, th: AlertThresholds, current: AlertLeve
     """llama-server keeps idle conversations in a host-RAM prompt cache (--cache-ram, 8 GiB by default): say so
     when it may grow past the RAM still available, with a limit that fits."""
     limit, avail = f.prompt_cache_limit_bytes, f.ram_available_bytes
-    if limit is None or limit == 0 or avail is None or f.backend not in ("llama-server", "ollama"):
+    setting = backend_of(f.backend).prompt_cache_setting
+    if limit is None or limit == 0 or avail is None or setting is None:
         return None, "", None
     keep = max(th.prompt_cache_min_suggest_bytes, (avail // 2) // (256 * MIB) * (256 * MIB))
     raise_at = avail if current is None else int(avail * th.prompt_cache_clear_fraction)
     if limit != -1 and limit <= raise_at:
         return None, "", None
-    flag = (f"LLAMA_ARG_CACHE_RAM={keep // MIB} in Ollama's environment" if f.backend == "ollama"
-            else f"--cache-ram {keep // MIB}")
+    flag = setting.format(mib=keep // MIB)
     size = "has no size limit (--cache-ram -1)" if limit == -1 else f"may grow to {fmt_bytes(limit)} (--cache-ram)"
     return (AlertLevel.INFO, f"The host prompt cache {size} with {fmt_bytes(avail)} of RAM available: `{flag}` "
             "keeps it within (0 turns it off)", float(limit))

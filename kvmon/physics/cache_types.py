@@ -5,6 +5,7 @@ The one table of cache-type sizes in kvmon (values from ggml's type traits).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -62,6 +63,16 @@ def cache_type(name: str | None) -> CacheType:
     except KeyError:
         known = ", ".join(CACHE_TYPES)
         raise UnknownCacheType(f"unknown KV cache type {name!r}; llama.cpp accepts {known}") from None
+
+
+def smaller_cache_type(current: str | None, suggested: Sequence[str]) -> str | None:
+    """The first of ``suggested`` (the types a user lets kvmon suggest, mildest first) that stores a value in fewer
+    bytes than ``current`` (None: llama.cpp's default); None when none does or a type is unknown."""
+    try:
+        now = bytes_per_element(current)
+        return next((t for t in suggested if bytes_per_element(t) < now), None)
+    except UnknownCacheType:
+        return None
 
 
 def bytes_per_element(name: str | None) -> float:

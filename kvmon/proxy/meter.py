@@ -52,6 +52,7 @@ class Meter:
     first_burst_chunks: int = 0  # the chunks that came at the first chunk's time (made before it: not timed)
     unparsed_lines: int = 0
     stats_source: str | None = None  # "ollama" | "llama-server" | "lmstudio" | "openai_usage"
+    server_timed: bool = False  # the reply carried the server's own timings: OpenAI usage does not replace them
     final: dict[str, Any] = field(default_factory=dict)
     aborted: bool = False
     abort_reason: str | None = None
@@ -167,7 +168,7 @@ class Meter:
                                                    "eval_duration", "total_duration", "load_duration")}
         timings = obj.get("timings")
         if isinstance(timings, dict) and ("predicted_n" in timings or "prompt_n" in timings):
-            self.stats_source = "llama-server"
+            self.stats_source, self.server_timed = "llama-server", True
             self.final = dict(timings)
         usage = obj.get("usage")
         lm = obj.get("stats")
@@ -175,7 +176,7 @@ class Meter:
             # LM Studio: REST v0 stats{tokens_per_second, time_to_first_token, generation_time} beside OpenAI usage;
             # REST v1 stats{input_tokens, total_output_tokens, tokens_per_second, time_to_first_token_seconds}
             u = usage if isinstance(usage, dict) else {}
-            self.stats_source = "lmstudio"
+            self.stats_source, self.server_timed = "lmstudio", True
             self.final = {
                 "prompt_tokens": lm.get("input_tokens", u.get("prompt_tokens")),
                 "completion_tokens": lm.get("total_output_tokens", u.get("completion_tokens")),
@@ -185,7 +186,7 @@ class Meter:
                 "model_load_time": lm.get("model_load_time_seconds"),
             }
             return
-        if isinstance(usage, dict) and usage and self.stats_source not in ("llama-server", "lmstudio"):
+        if isinstance(usage, dict) and usage and not self.server_timed:
             self.stats_source = "openai_usage"
             details = usage.get("prompt_tokens_details")
             self.final = {

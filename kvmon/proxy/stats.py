@@ -14,6 +14,7 @@ tokens), which it does describe correctly.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,79 @@ LMSTUDIO_PREFILL_REASON = ("LM Studio's time to first token covers the whole pro
                            "model load: no prefill speed")
 
 
+def _read_ollama(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str | None,
+                 upstream_version: tuple[int, ...] | None) -> None:
+    """The ollama dialect of a finished reply's stats into the record."""
+    pc, pd = json_int(f.get("prompt_eval_count")), json_float(f.get("prompt_eval_duration"))
+    ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
+    out.update(prompt_tokens=pc, predicted_tokens=ec)
+    out["prompt_seconds"] = pd / 1e9 if pd is not None else None
+    out["predicted_seconds"] = ed / 1e9 if ed is not None else None
+    if ec and ed:
+        out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
+    counts_cache = ollama_counts_cached_prompt(upstream_version)
+    if counts_cache is False:
+        if pc and pd:
+            out["prompt_tok_s"] = pc / (pd / 1e9)
+    elif pc:
+        out["prompt_tok_s_reason"] = CACHED_PROMPT_REASON if counts_cache else UNKNOWN_VERSION_REASON
+    if counts_cache and pc is not None:
+        out["context_tokens"] = pc + (ec or 0)
+
+
+def _read_llama_server(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str | None,
+                       upstream_version: tuple[int, ...] | None) -> None:
+    """The llama-server dialect of a finished reply's stats into the record."""
+    pn, pms = json_int(f.get("prompt_n")), json_float(f.get("prompt_ms"))
+    dn, dms = json_int(f.get("predicted_n")), json_float(f.get("predicted_ms"))
+    cn = json_int(f.get("cache_n"))
+    out.update(prompt_tokens=pn, cached_tokens=cn, predicted_tokens=dn)
+    out["prompt_seconds"] = pms / 1000 if pms is not None else None
+    out["predicted_seconds"] = dms / 1000 if dms is not None else None
+    if pn and pms:
+        out["prompt_tok_s"] = pn / (pms / 1000)
+    if dn and dms:
+        out["decode_tok_s"], out["decode_tok_s_source"] = dn / (dms / 1000), "server"
+    if pn is not None and dn is not None:
+        out["context_tokens"] = (cn or 0) + pn + dn
+
+
+def _read_lmstudio(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str | None,
+                   upstream_version: tuple[int, ...] | None) -> None:
+    """The lmstudio dialect of a finished reply's stats into the record."""
+    pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
+    gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
+    out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s)
+    if rate:
+        out["decode_tok_s"], out["decode_tok_s_source"] = rate, "server"
+    # time to first token holds the whole prompt (cached part included) and any model load: no prefill speed
+    out["prompt_tok_s_reason"] = LMSTUDIO_PREFILL_REASON
+    if pt is not None and ct is not None:
+        out["context_tokens"] = pt + ct
+
+
+def _read_openai_usage(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str | None,
+                       upstream_version: tuple[int, ...] | None) -> None:
+    """The openai_usage dialect of a finished reply's stats into the record."""
+    pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
+    cached = json_int(f.get("cached_tokens"))
+    out.update(prompt_tokens=pt, cached_tokens=cached, predicted_tokens=ct)
+    out["prompt_tok_s_reason"] = "OpenAI-style usage carries no timings"
+    # usage prompt_tokens includes cached ones on llama-server and Ollama >= 0.30
+    inclusive = (cached is not None or upstream_kind == "other"
+                 or bool(ollama_counts_cached_prompt(upstream_version)))
+    if pt is not None and ct is not None and inclusive:
+        out["context_tokens"] = pt + ct
+
+
+_DIALECTS: dict[str, Callable[[Mapping[str, Any], dict[str, Any], str | None, tuple[int, ...] | None], None]] = {
+    "ollama": _read_ollama,
+    "llama-server": _read_llama_server,
+    "lmstudio": _read_lmstudio,
+    "openai_usage": _read_openai_usage,
+}
+
+
 def finished_record(m: Meter, upstream_kind: str | None,
                     upstream_version: tuple[int, ...] | None) -> dict[str, Any]:
     """A finished request's record in ``recent``: what its body said, and the rates that may be made of it."""
@@ -112,56 +186,9 @@ def finished_record(m: Meter, upstream_kind: str | None,
         "decode_tok_s_source": None,
         "context_tokens": None,
     }
-    f = m.final
-    if m.stats_source == "ollama":
-        pc, pd = json_int(f.get("prompt_eval_count")), json_float(f.get("prompt_eval_duration"))
-        ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
-        out.update(prompt_tokens=pc, predicted_tokens=ec)
-        out["prompt_seconds"] = pd / 1e9 if pd is not None else None
-        out["predicted_seconds"] = ed / 1e9 if ed is not None else None
-        if ec and ed:
-            out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
-        counts_cache = ollama_counts_cached_prompt(upstream_version)
-        if counts_cache is False:
-            if pc and pd:
-                out["prompt_tok_s"] = pc / (pd / 1e9)
-        elif pc:
-            out["prompt_tok_s_reason"] = CACHED_PROMPT_REASON if counts_cache else UNKNOWN_VERSION_REASON
-        if counts_cache and pc is not None:
-            out["context_tokens"] = pc + (ec or 0)
-    elif m.stats_source == "llama-server":
-        pn, pms = json_int(f.get("prompt_n")), json_float(f.get("prompt_ms"))
-        dn, dms = json_int(f.get("predicted_n")), json_float(f.get("predicted_ms"))
-        cn = json_int(f.get("cache_n"))
-        out.update(prompt_tokens=pn, cached_tokens=cn, predicted_tokens=dn)
-        out["prompt_seconds"] = pms / 1000 if pms is not None else None
-        out["predicted_seconds"] = dms / 1000 if dms is not None else None
-        if pn and pms:
-            out["prompt_tok_s"] = pn / (pms / 1000)
-        if dn and dms:
-            out["decode_tok_s"], out["decode_tok_s_source"] = dn / (dms / 1000), "server"
-        if pn is not None and dn is not None:
-            out["context_tokens"] = (cn or 0) + pn + dn
-    elif m.stats_source == "lmstudio":
-        pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
-        gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
-        out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s)
-        if rate:
-            out["decode_tok_s"], out["decode_tok_s_source"] = rate, "server"
-        # time to first token holds the whole prompt (cached part included) and any model load: no prefill speed
-        out["prompt_tok_s_reason"] = LMSTUDIO_PREFILL_REASON
-        if pt is not None and ct is not None:
-            out["context_tokens"] = pt + ct
-    elif m.stats_source == "openai_usage":
-        pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
-        cached = json_int(f.get("cached_tokens"))
-        out.update(prompt_tokens=pt, cached_tokens=cached, predicted_tokens=ct)
-        out["prompt_tok_s_reason"] = "OpenAI-style usage carries no timings"
-        # usage prompt_tokens includes cached ones on llama-server and Ollama >= 0.30
-        inclusive = (cached is not None or upstream_kind == "other"
-                     or bool(ollama_counts_cached_prompt(upstream_version)))
-        if pt is not None and ct is not None and inclusive:
-            out["context_tokens"] = pt + ct
+    reader = _DIALECTS.get(m.stats_source or "")
+    if reader is not None:
+        reader(m.final, out, upstream_kind, upstream_version)
     if out["decode_tok_s"] is None and (rate := m.in_flight_rate()) is not None:
         out["decode_tok_s"], out["decode_tok_s_source"] = rate, "proxy_chunk_timing"
     return out

@@ -18,48 +18,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvmon.core.backend import Backend
 from kvmon.core.deadline import poll_deadline
 from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+from kvmon.sources import backends
 from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, redact_url
 
-LLAMA_SERVER = "llama-server"
-LLAMA_ROUTER = "llama-router"  # llama-server started without a model: it loads models on demand, one child each
-LLAMA_SWAP = "llama-swap"
-OLLAMA = "ollama"
-VLLM = "vllm"
-LMSTUDIO = "lmstudio"
-OPENAI = "openai"
+LLAMA_SERVER = backends.LLAMA_SERVER
+LLAMA_ROUTER = backends.ROUTER  # llama-server started without a model: it loads models on demand, one child each
+LLAMA_SWAP = backends.LLAMA_SWAP
+OLLAMA = backends.OLLAMA
+VLLM = backends.VLLM
+LMSTUDIO = backends.LMSTUDIO
+OPENAI = backends.OPENAI
 UNKNOWN = "unknown"
 
-OLLAMA_PORT = 11434
-VLLM_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
-LMSTUDIO_PORT = 1234  # every LM Studio example and `lms server status`
-LLAMA_SERVER_PORT = 9931  # llama.cpp common/common.h `port = 9931` (b11549); 8080 before
-LLAMA_SERVER_OLD_PORT = 8080  # older llama-server builds, and llama-swap's default -listen
+OLLAMA_PORT, VLLM_PORT, LMSTUDIO_PORT = OLLAMA.ports[0], VLLM.ports[0], LMSTUDIO.ports[0]
+LLAMA_SERVER_PORT, LLAMA_SERVER_OLD_PORT = LLAMA_SERVER.ports  # 9931 (b11549); 8080 before, and llama-swap's
 _LLAMA_PROPS_KEYS = ("default_generation_settings", "total_slots", "build_info", "model_path")
 
-
-@dataclass(frozen=True)
-class Backend:
-    """A kind of server kvmon reads: what to call it, where its source is, where it listens by default."""
-
-    name: str
-    label: str
-    source: str | None  # "module:callable" (url, **options) -> source; None: detected but not read
-    ports: tuple[int, ...] = ()
-
-
-BACKENDS: Mapping[str, Backend] = {b.name: b for b in (
-    Backend(LLAMA_SERVER, "llama-server", "kvmon.sources.llamacpp:LlamaServerSource",
-            (LLAMA_SERVER_PORT, LLAMA_SERVER_OLD_PORT)),
-    Backend(LLAMA_ROUTER, "llama-server router", "kvmon.sources.router:LlamaRouterSource"),
-    Backend(LLAMA_SWAP, "llama-swap", "kvmon.sources.llama_swap:LlamaSwapSource", (LLAMA_SERVER_OLD_PORT,)),
-    Backend(OLLAMA, "Ollama", "kvmon.sources.ollama:OllamaSource", (OLLAMA_PORT,)),
-    Backend(VLLM, "vLLM", "kvmon.sources.vllm:VllmSource", (VLLM_PORT,)),
-    Backend(LMSTUDIO, "LM Studio", "kvmon.sources.lmstudio:LmStudioSource", (LMSTUDIO_PORT,)),
-    Backend(OPENAI, "an OpenAI-compatible server", None),
-)}
+BACKENDS: Mapping[str, Backend] = {b.name: b for b in backends.ALL}
 # where to look when no process on this machine says: in this order, each port once
 WELL_KNOWN_PORTS: tuple[int, ...] = tuple(dict.fromkeys(p for b in BACKENDS.values() for p in b.ports))
 
@@ -274,6 +253,14 @@ def backend_by_port(url: str) -> str:
     return {OLLAMA_PORT: OLLAMA, VLLM_PORT: VLLM, LMSTUDIO_PORT: LMSTUDIO}.get(port or 0, LLAMA_SERVER)
 
 
+def source_class(backend: Backend) -> Any:
+    """The class that reads ``backend`` (imported only when asked: ``kvmon --version`` loads no source)."""
+    if backend.source is None:
+        raise ValueError(f"kvmon has no source for {backend.label}")
+    module, _, name = backend.source.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def open_source(
     url: str,
     *,
@@ -305,8 +292,7 @@ def open_source(
             FailureKind.UNEXPECTED_BODY,
             f"{shown} is {what}; kvmon reads llama-server (and its router mode), llama-swap, Ollama, vLLM and "
             "LM Studio"))
-    module, _, name = spec.source.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    cls = source_class(spec)
     kwargs: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s}
     if log_path is not None and "log_path" in inspect.signature(cls).parameters:  # a server whose log kvmon reads
         kwargs["log_path"] = log_path

@@ -160,7 +160,7 @@ def _short(argv: Sequence[str]) -> str:
 def _ollamas_own(argv: Sequence[str]) -> bool:
     """A llama-server with the whole command line Ollama gives its model server (its log flags included): read
     through Ollama (found on its own port), not listed alone, even when its parent cannot be read."""
-    from kvmon.sources.ollama_child import classify_child
+    from kvmon.sources.ollama.child import classify_child
 
     return classify_child(argv)[0] == "model" and "--no-log-prefix" in argv and "--no-log-timestamps" in argv
 

@@ -9,13 +9,10 @@ from typing import Any
 
 from kvmon.core.alerts import CacheAdvice
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import advice as advice_mod
-
-# servers whose KV pool fills the memory it is given (a cheaper type holds more tokens, frees nothing), or whose
-# cache type is not a command-line flag kvmon can name
-NO_TYPE_ADVICE = ("vllm", "lmstudio")
 
 
 def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
@@ -35,12 +32,13 @@ def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[A
 def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
                   ceiling_now: float | None, decode: float | None, context: int | None, memo: PhysicsMemo,
                   advice_types: Sequence[str], median_eff: float | None) -> tuple[CacheAdvice, ...]:
-    if r.backend in NO_TYPE_ADVICE:
+    backend = backend_of(r.backend)
+    # a pool that fills the memory it is given frees nothing; a cache type that is no setting cannot be advised
+    if backend.kv_pool_fills_memory or backend.cache_type_setting is None:
         return ()
     if shape is None or not model.n_ctx_total or model.kv_type_k is None or model.kv_type_v is None:
         return ()
-    ollama = r.backend == "ollama"
-    types = [t for t in advice_types if not ollama or t in ("q8_0", "q4_0")]
+    types = [t for t in advice_types if backend.offers_cache_type(t)]
     if not types:
         return ()
     depth = context or 0
@@ -57,8 +55,7 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
     assumed_type = model.kv_type_k if assumed else None
     assumed_why = None
     if assumed:
-        assumed_why = ("kvmon cannot see OLLAMA_KV_CACHE_TYPE" if ollama
-                       else "kvmon cannot see the server's -ctk/-ctv: give it the server's log with --log")
+        assumed_why = backend.hidden_cache_type_why
     out = []
     for opt in options:
         if opt.is_current or opt.vram_freed_bytes <= 0:
@@ -69,11 +66,8 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
                 tok_s = decode * (1.0 + opt.ceiling_change)
             elif median_eff is not None and ceiling_now:
                 tok_s = ceiling_now * (1.0 + opt.ceiling_change) * median_eff
-        if ollama:
-            flags = f"OLLAMA_KV_CACHE_TYPE={opt.type_k} OLLAMA_FLASH_ATTENTION=1"
-        else:
-            fa = " -fa on" if opt.needs_flash_attention and model.flash_attn in ("off", "disabled") else ""
-            flags = f"-ctk {opt.type_k} -ctv {opt.type_v}{fa}"
+        fa = opt.needs_flash_attention and model.flash_attn in ("off", "disabled")
+        flags = backend.cache_type_flags(opt.type_k, opt.type_v, needs_flash_attention=fa) or ""
         out.append(CacheAdvice(type_k=opt.type_k, type_v=opt.type_v, flags=flags,
                                freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode,
                                assumed_type=assumed_type, assumed_why=assumed_why))

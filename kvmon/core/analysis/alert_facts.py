@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from kvmon.core.alerts import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
 from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
+from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure
 from kvmon.core.snapshot import Forecast, GpuView, HostView, ModelView, Snapshot
+from kvmon.physics.cache_types import smaller_cache_type
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def _idle_gpu(p: Placement, d: DeviceFacts) -> str | None:
 def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | None, slot_id: int | None,
                   decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: Placement,
                   ceiling_now: float | None, advice: tuple[CacheAdvice, ...],
-                  dev: DeviceFacts | None = None) -> AlertFacts:
+                  dev: DeviceFacts | None = None, *, advice_types: Sequence[str] = ()) -> AlertFacts:
     """The facts of a poll that read the server: context left, VRAM trend, what lives in host RAM, the advice,
     and (``dev``) the devices': CPU-only decoding, unified memory's working set, swap, the log's hint."""
     # KV of layers that run on the CPU is part of the partial-offload alert; this one is for KV placed
@@ -58,14 +60,14 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
     # a CPU-only server (nothing on any GPU) has nothing to spill: host RAM is simply where it runs
     on_gpu = p.on_device
     d = dev or DeviceFacts()
-    cpu_only = not on_gpu and p.weights_host_read > 0 and p.source in ("host_only", "no_gpu", "ollama")
+    cpu_only = not on_gpu and p.weights_host_read > 0 and p.source in ("host_only", "no_gpu", "server_split")
     in_ram = cpu_only or p.weights_host_read > 0 or any(g.kind == "unified_memory" for g in d.gviews
                                                         if g.index in p.weights_gpu)
     host = d.host
     kv_known = on_gpu and (bool(p.kv_gpu) or kv_host_frac > 0)
     via = "PCIe" if p.kv_pcie else "host RAM"
     cap = ceiling_now if kv_host_frac > 0 else None
-    weights_host = int(p.weights_host_read) if p.source in ("ollama", "log") and on_gpu else None
+    weights_host = int(p.weights_host_read) if p.source in ("server_split", "log") and on_gpu else None
     return AlertFacts(
         t_monotonic=t, backend=r.backend, connected=True, n_ctx=model.n_ctx, context_tokens=context,
         slot_id=slot_id, tokens_until_ctx_full=fc.tokens_until_ctx_full,
@@ -77,6 +79,8 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,
         metrics_enabled=r.metrics_enabled, advice=advice, kv_type=model.kv_type_k,
         kv_type_assumed=r.config.type_k is None,
+        smaller_kv_type=smaller_cache_type(model.kv_type_k, [t for t in advice_types
+                                                             if backend_of(r.backend).offers_cache_type(t)]),
         cpu_only=cpu_only, cpu_only_idle_gpu=_idle_gpu(p, d) if cpu_only else None,
         cpu_only_cap_tok_s=ceiling_now if cpu_only else None,
         host_bandwidth_bytes_per_s=host.host_bandwidth_bytes_per_s if host else None,

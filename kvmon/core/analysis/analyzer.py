@@ -200,7 +200,7 @@ class Analyzer:
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper, dfacts)
+                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),

@@ -40,7 +40,8 @@ class Placement:
     kv_pcie: dict[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
     host_weights_read: bool = True  # False when the host buffer only holds the token embeddings
     kv_follows_layers: bool = False  # KV split inferred from the weights (no KV buffer lines)
-    # "log" | "ollama" | "process" | "single_gpu" | "even" | "host_only" (the log: nothing on a device) |
+    # "log" | "server_split" (the server said its VRAM/host split: Ollama's size_vram) | "process" | "single_gpu" |
+    # "even" | "host_only" (the log: nothing on a device) |
     # "no_gpu" (no device on this machine: the server runs on its CPU) | "unknown"
     source: str = "unknown"
     note: str | None = None
@@ -120,7 +121,7 @@ def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_use
         frac_host = r.weight_bytes_host / total if total else 0.0
         p.weights_host = weight_bytes * frac_host
         on_gpu = weight_bytes - p.weights_host
-        p.source = "ollama"
+        p.source = "server_split"
     views = list(devs.views)
     if not views:
         if on_gpu > 0 and no_gpu_here:
@@ -135,19 +136,19 @@ def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_use
         used = {g.index: server_used.get(g.index) for g in views}
         if len(views) == 1:
             p.weights_gpu[views[0].index] = on_gpu
-            p.source = p.source if p.source == "ollama" else "single_gpu"
+            p.source = p.source if p.source == "server_split" else "single_gpu"
         elif all(v is not None for v in used.values()) and sum(v or 0 for v in used.values()) > 0:
             tot = float(sum(v or 0 for v in used.values()))
             for i, v in used.items():
                 if v:
                     p.weights_gpu[i] = on_gpu * v / tot
-            p.source = p.source if p.source == "ollama" else "process"
+            p.source = p.source if p.source == "server_split" else "process"
             p.note = "weights split over GPUs by the server's memory on each"
         else:
             for g in views:
                 p.weights_gpu[g.index] = on_gpu / len(views)
             p.note = "weight split over GPUs unknown: assumed even"
-            p.source = p.source if p.source == "ollama" else "even"
+            p.source = p.source if p.source == "server_split" else "even"
     _kv_like_weights(p)
     return p
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SlotReading
 from kvmon.core.snapshot import SlotView
 
@@ -74,8 +75,7 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
         prov["context_tokens"] = "estimated" if deepest is not None and deepest.context_estimated else "measured"
     else:
         reasons["context_tokens"] = ("the server does not report per-conversation context"
-                                     + (" (run `kvmon proxy` to see it)" if r.backend in ("ollama", "lmstudio")
-                                        else " (enable /slots)"))
+                                     + backend_of(r.backend).depth_hint)
     return Depth(slots, deepest, context)
 
 

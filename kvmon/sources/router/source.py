@@ -22,7 +22,8 @@ from kvmon.core.jsonvals import json_float, json_int, json_str
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp import LLAMA_SERVER
+from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.sse import SseFollower
 
 PROGRESS_MAX_AGE_S = 10.0  # a progress event older than this no longer describes a load in progress
@@ -74,7 +75,7 @@ def progress_of(event: Mapping[str, Any]) -> tuple[str | None, float | None]:
 class LlamaRouterSource:
     """One llama-server router: ``list_models()`` each poll, ``model_source()`` for each running model."""
 
-    backend = "llama-server"
+    backend = LLAMA_SERVER  # each model is a llama-server: its words are llama-server's
     kind = serving.ROUTER
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,

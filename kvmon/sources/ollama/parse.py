@@ -1,7 +1,7 @@
 """What Ollama's endpoints answer, read into plain values: ``/api/ps`` (the loaded models and their VRAM/host split),
 ``/api/show`` (the model's GGUF metadata, tensors and modelfile), and the names and sizes Ollama writes.
 
-Parsing only: ``kvmon.sources.ollama`` asks the endpoints and builds the reading.
+Parsing only: ``kvmon.sources.ollama.source`` asks the endpoints and builds the reading.
 """
 
 from __future__ import annotations

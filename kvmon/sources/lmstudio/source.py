@@ -30,11 +30,12 @@ from kvmon.core.readings import (
 from kvmon.proxy.stats import ProxyView
 from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
-from kvmon.sources.lmstudio_parse import Instance, LmModel, parse_v0, parse_v1
+from kvmon.sources.lmstudio import LMSTUDIO
+from kvmon.sources.lmstudio.parse import Instance, LmModel, parse_v0, parse_v1
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
-BACKEND = "lmstudio"
+BACKEND = LMSTUDIO
 DEFAULT_PORT = 1234
 DEFAULT_PROXY_URL = "http://127.0.0.1:1235"
 LIVE_RATE_HINT = ("LM Studio has no live counters: run `kvmon proxy --listen 127.0.0.1:1235 --upstream "

@@ -24,8 +24,9 @@ from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, normalize_base_url
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llamacpp import LlamaServerSource
+from kvmon.sources.llamacpp import LLAMA_SERVER
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.source import LlamaServerSource
 
 _STATE = {"starting": serving.LOADING, "ready": serving.LOADED, "stopping": serving.UNLOADING,
           "stopped": serving.UNLOADED, "shutdown": serving.UNLOADED}
@@ -77,7 +78,7 @@ def parse_listing(models_body: Any, running_body: Any) -> tuple[list[ListedModel
 class LlamaSwapSource:
     """One llama-swap: ``list_models()`` each poll (``/v1/models`` + ``/running``), ``model_source()`` per model."""
 
-    backend = "llama-server"
+    backend = LLAMA_SERVER  # each model is a llama-server: its words are llama-server's
     kind = serving.LLAMA_SWAP
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,

@@ -27,9 +27,10 @@ from kvmon.sources import procs
 from kvmon.sources.hf_config import HfModel, model_folder, read_model
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.model_file import ModelFiles
-from kvmon.sources.vllm_parse import MetricsPage, ModelCard, ModelMetrics, parse_metrics, parse_models
+from kvmon.sources.vllm import VLLM
+from kvmon.sources.vllm.parse import MetricsPage, ModelCard, ModelMetrics, parse_metrics, parse_models
 
-BACKEND = "vllm"
+BACKEND = VLLM
 DEFAULT_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
 CARDS_EVERY_S = 30.0  # the served models change only on a restart
 # --kv-cache-dtype → kvmon's cache-type names (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE): fp8 and int8

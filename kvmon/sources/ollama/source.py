@@ -3,7 +3,7 @@
 Ollama publishes no running counters, so the live decode rate comes, best first, from the llama-server
 child that Ollama >= 0.30 runs (its ``/slots``), from ``kvmon proxy`` (``GET /kvmon/stats``), or is
 reported unavailable with how to enable it, never as 0. The endpoints' answers are parsed in
-``kvmon.sources.ollama_parse``, the child is found in ``kvmon.sources.ollama_child``, the proxy's document is
+``kvmon.sources.ollama.parse``, the child is found in ``kvmon.sources.ollama.child``, the proxy's document is
 read by ``kvmon.proxy.stats``.
 """
 
@@ -32,7 +32,8 @@ from kvmon.sources import procs
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
 from kvmon.sources.model_file import ModelFiles
-from kvmon.sources.ollama_parse import (
+from kvmon.sources.ollama import OLLAMA
+from kvmon.sources.ollama.parse import (
     OllamaModel,
     ShowInfo,
     names_match,
@@ -75,7 +76,7 @@ class _State:
 class OllamaSource:
     """Poll an Ollama server: ``/api/ps`` each poll, ``/api/version`` once, ``/api/show`` once per model digest."""
 
-    backend = "ollama"
+    backend = OLLAMA
 
     def __init__(
         self,
@@ -108,7 +109,7 @@ class OllamaSource:
         self._child_tracker: Any = None
         if find_child and self._is_local:
             try:
-                from kvmon.sources.ollama_child import ChildTracker
+                from kvmon.sources.ollama.child import ChildTracker
             except ImportError:  # pragma: no cover - ships with kvmon
                 self._child_tracker = None
             else:
@@ -164,7 +165,7 @@ class OllamaSource:
         except OSError as e:
             return None, f"Ollama log {self._log_path} not readable ({e.strerror or type(e).__name__})"
         if self._log_cache is None or self._log_cache[0] != mtime:
-            from kvmon.sources.ollama_child import ollama_log_config
+            from kvmon.sources.ollama.child import ollama_log_config
 
             config, why = ollama_log_config(self._log_path)
             self._log_cache = (mtime, config, why)

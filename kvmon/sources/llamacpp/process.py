@@ -13,7 +13,7 @@ import psutil
 
 from kvmon.core.readings import ServerConfig
 from kvmon.sources import procs
-from kvmon.sources.llama_args import parse_llama_server_args
+from kvmon.sources.llamacpp.args import parse_llama_server_args
 
 PROCESS_RECHECK_S = 30.0  # how often a server that was not found is looked for again
 PROCESS_ALIVE_CHECK_S = 5.0  # how often the known server process is checked to be still the same one

@@ -2,7 +2,7 @@
 
 The log is the only place that states what the server actually allocated: the KV cache size line (in its
 three historical spellings), offloaded layers, model / KV / compute buffer sizes per device, n_ctx,
-n_seq, flash attention, unified KV, and the compute devices it found (``kvmon.sources.llama_devices``). Lines
+n_seq, flash attention, unified KV, and the compute devices it found (``kvmon.sources.llamacpp.devices``). Lines
 may carry any prefix (timestamps, Ollama's ``msg=`` wrapper); a new load block (server restart) starts the facts
 afresh. Since May 2026 (build 9151) llama-server prints none of the placement lines unless started with ``-lv 4``
 or ``-v``: ``placement_hint`` says so when a log lacks them.
@@ -25,7 +25,7 @@ from kvmon.core.bounds import MAX_BYTES, MAX_CONTEXT_TOKENS
 from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.core.units import MIB
-from kvmon.sources.llama_devices import DeviceLines
+from kvmon.sources.llamacpp.devices import DeviceLines
 from kvmon.sources.localfile import read_from
 
 MAX_LINE_CHARS = 64 * 1024  # llama.cpp's longest lines (the chat template) are a few KB

@@ -2,7 +2,7 @@
 
 One poll of one server is one piece of work (what /props says decides whether /slots and /metrics are asked, and
 which model file is read), so it stays in one module a little over the usual length; the answers are parsed in
-``kvmon.sources.llama_parse``, the local process is read in ``kvmon.sources.llama_process``, the settings are
+``kvmon.sources.llamacpp.parse``, the local process is read in ``kvmon.sources.llamacpp.process``, the settings are
 layered in ``kvmon.sources.config`` and the model file read in ``kvmon.sources.model_file``.
 
 Accepts every known response shape (``state`` int or ``is_processing``; ``next_token`` object or
@@ -34,19 +34,20 @@ from kvmon.core.readings import (
 )
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_log import LogFollower
-from kvmon.sources.llama_parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
-from kvmon.sources.llama_process import LlamaServerProcess
-from kvmon.sources.llama_sleep import SleepCourtesy
+from kvmon.sources.llamacpp import LLAMA_SERVER
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import LogFollower
+from kvmon.sources.llamacpp.parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
+from kvmon.sources.llamacpp.process import LlamaServerProcess
+from kvmon.sources.llamacpp.sleep import SleepCourtesy
 from kvmon.sources.model_file import ModelFiles, display_name
 from kvmon.sources.procs import is_local_host
 
-BACKEND = "llama-server"
+BACKEND = LLAMA_SERVER
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
 # While a slot generates, the server is awake and its model fixed: the last /props answer stands for up to this
 # many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
-# answer stands as long (see kvmon.sources.llama_parse.metrics_key).
+# answer stands as long (see kvmon.sources.llamacpp.parse.metrics_key).
 REUSE_MAX_POLLS = 10
 # /slots (like /metrics) is a task on llama-server's queue, and every task restarts the idle timer that
 # --sleep-idle-seconds counts: within this long of the last /slots answer the server cannot have fallen asleep

@@ -2,7 +2,7 @@
 every known shape, what decides whether ``/metrics`` could have moved since the last poll, and the total context
 that ``/props`` and the slots imply when the command line did not say it.
 
-Parsing only: ``kvmon.sources.llamacpp`` asks the endpoints and builds the reading.
+Parsing only: ``kvmon.sources.llamacpp.source`` asks the endpoints and builds the reading.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
 from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
-from kvmon.sources.llama_args import parse_llama_server_args
-from kvmon.sources.llama_parse import parse_slot
+from kvmon.sources.llamacpp import LLAMA_SERVER
+from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.parse import parse_slot
 from kvmon.sources.localfile import read_tail
 from kvmon.sources.procs import lookup_listening_process, process_cmdline, program
 
@@ -226,7 +227,7 @@ def _child_placement(lines: list[str]) -> ServerConfig | None:
     """Where the last model Ollama loaded lives, from its llama-server child's lines in Ollama's log (Ollama starts
     the child with -lv 4, so its device list, buffers and KV lines are there): only the placement fields, and
     ``model_path`` so that the caller can tell whether that load is the active model's."""
-    from kvmon.sources.llama_log import LlamaLogParser
+    from kvmon.sources.llamacpp.log import LlamaLogParser
 
     parser = LlamaLogParser()
     for line in lines:
@@ -335,7 +336,7 @@ class ChildTracker:
         return ServerReading(
             t_monotonic=time.monotonic(),
             t_wall=time.time(),
-            backend="llama-server",
+            backend=LLAMA_SERVER,
             url=self._client.display_url,
             slots=slots,
             total_slots=len(slots) or None,
