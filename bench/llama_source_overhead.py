@@ -18,10 +18,10 @@ sys.path.insert(0, str(ROOT))
 
 import gguf  # noqa: E402
 import numpy as np  # noqa: E402
+from kvmon.sources.llamacpp.source.source.source import LlamaServerSource  # noqa: E402
 
 from kvmon.core.rates import SlotRateTracker  # noqa: E402
 from kvmon.sources.gguf_meta import read_gguf_header  # noqa: E402
-from kvmon.sources.llamacpp import LlamaServerSource  # noqa: E402
 
 CAPTURES = ROOT / "tests" / "fixtures" / "llama-server"
 ROUTES = {

@@ -122,7 +122,7 @@ def test_wheel_installed_elsewhere_finds_its_resources_and_passes_its_self_test(
     out = run("--print-path", "grafana")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == f"kvmon from {site / 'kvmon' / 'cli.py'}"
+    assert lines[0] == f"kvmon from {site / 'kvmon' / 'cli' / '__init__.py'}"
     assert Path(lines[1]) == site / "kvmon" / "resources" / "grafana" / "kvmon-fleet.json"
     out = run("--self-test")
     assert out.returncode == 0, out.stdout + out.stderr
