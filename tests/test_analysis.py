@@ -23,6 +23,7 @@ from kvmon.core.readings import (
 from kvmon.core.snapshot import AlertLevel, ConnectionStatus
 from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
+from kvmon.sources.backends import by_name
 
 GIB = 1024**3
 L8B = PRESETS["llama-3.1-8b"]
@@ -57,7 +58,8 @@ def reading(t: float = 0.0, ctx: int | None = 8192, *, n_ctx: int = 32768, proce
                                shape=SHAPE_8B)
     if slots is None:
         slots = (SlotReading(id=0, n_ctx=n_ctx, context_tokens=ctx, processing=processing),)
-    return ServerReading(t_monotonic=t, t_wall=1.8e9 + t, backend=backend, url="http://127.0.0.1:8080", model=model,
+    return ServerReading(t_monotonic=t, t_wall=1.8e9 + t, backend=by_name(backend), url="http://127.0.0.1:8080",
+                         model=model,
                          slots=slots, total_slots=len(slots), metrics_enabled=True,
                          config=config or ServerConfig(n_ctx_total=n_ctx, n_parallel=1), **kw)  # type: ignore[arg-type]
 
