@@ -28,8 +28,10 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from kvmon.app.endings import stop_on_signals
+from kvmon.app.store import EXPORTER_CAPACITY, PollState, SessionStore
 from kvmon.cli.scrape_server import BACKLOG, RenderedOnce, ScrapeServer
 from kvmon.core import locality
+from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.connection import failure_of, failure_snapshot
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.report_prometheus import Devices, Families, Watched, fleet_families
@@ -66,25 +68,20 @@ def interval_from_env(environ: dict[str, str] | None = None) -> float:
 # --------------------------------------------------------------------------- the exporter
 
 
-@dataclass(frozen=True)
-class PollState:
-    """What the poll thread last produced: the Snapshot, how many polls so far, how long the last took."""
-
-    snapshot: Snapshot | None = None
-    polls: int = 0
-    errors: int = 0
-    last_poll_duration_s: float | None = None
-
-
 @dataclass
 class Target:
     """One watched server: its monitor (or how to make one), the name its series carry (None: the Snapshot's URL)
-    and what its polls gave."""
+    and its session store (a scrape reads the last poll's state from it)."""
 
     monitor: Any = None
     opener: Callable[[], Any] | None = None
     name: str | None = None
-    state: PollState = field(default_factory=PollState)
+    store: SessionStore = field(default_factory=lambda: SessionStore(capacity=EXPORTER_CAPACITY))
+
+    @property
+    def state(self) -> PollState:
+        """The last poll's Snapshot and counts."""
+        return self.store.state
 
 
 @dataclass(frozen=True)
@@ -124,13 +121,15 @@ class Exporter:
 
     def __init__(self, monitor: Any = None, *, interval_s: float = DEFAULT_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic, opener: Callable[[], Any] | None = None,
-                 name: str | None = None, devices: Any = None) -> None:
+                 name: str | None = None, devices: Any = None, settings: AnalyzerSettings | None = None) -> None:
         """``monitor``: anything with ``poll() -> Snapshot`` and ``close()`` (kvmon.app.monitor.Monitor). ``opener``:
         makes the monitor when there is none yet; a SourceError from it is this poll's failure, retried next poll.
         ``devices``: a ``kvmon.app.monitor.DevicePoller`` for this machine's GPUs and host, read on their own (then the
-        GPU and host series come from it, not from the servers' Snapshots). ``add_target`` watches more servers."""
+        GPU and host series come from it, not from the servers' Snapshots); ``settings``: the user's bandwidths and
+        thresholds, applied to those devices as to a server's. ``add_target`` watches more servers."""
         self.targets: list[Target] = [Target(monitor, opener, name)]
         self.devices = devices
+        self.settings = settings if settings is not None else AnalyzerSettings()
         self.interval_s = interval_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -213,37 +212,37 @@ class Exporter:
 
     def _poll_target(self, target: Target) -> Snapshot:
         t0 = self._clock()
-        errors = target.state.errors
         prev = target.state.snapshot
+        error = False
         if target.monitor is None and target.opener is not None:
             try:
                 target.monitor = target.opener()
             except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
                 snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
                                         t_wall=time.time(), last=prev)
-                target.state = PollState(snap, target.state.polls + 1, errors, max(0.0, self._clock() - t0))
+                target.store.eat(snap, duration_s=max(0.0, self._clock() - t0))
                 self._refresh_view()
                 return snap
         try:
             snap: Snapshot = target.monitor.poll()
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
-            errors += 1
+            error = True
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
                                     last=prev)
-        target.state = PollState(snap, target.state.polls + 1, errors, max(0.0, self._clock() - t0))
+        target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=error)
         self._refresh_view()
         return snap
 
     def _poll_devices(self) -> None:
         if self.devices is None:
             return
-        from kvmon.core.analysis import gpu_views
-        from kvmon.core.analysis.placement import Placement
+        from kvmon.core.analysis.gpu_views import machine_views
 
-        gviews, _why = gpu_views.gpu_views(self.devices.poll_gpus(()), {})
+        gpus = self.devices.poll_gpus(())
         host = self.devices.poll_host(())
-        self._devices_view = Devices(gviews, gpu_views.host_view(host, Placement(), None) if host else None)
+        gviews, _why, hview = machine_views(gpus, host, self.settings)  # as the window shows them, bandwidths too
+        self._devices_view = Devices(gviews, hview if host else None)
         self._refresh_view()
 
     def _loop(self, poll: Callable[[], object]) -> None:
@@ -345,7 +344,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
 
         devices = DevicePoller(default_gpu_source(settings=settings), default_host_source(settings))
     exporter = Exporter(interval_s=interval_s, opener=opener_for(urls[0] if urls else None),
-                        name=shown[0] if fleet else None, devices=devices)
+                        name=shown[0] if fleet else None, devices=devices, settings=settings)
     for url, name in zip(urls[1:], shown[1:], strict=True):
         exporter.add_target(opener=opener_for(url), name=name)
     try:

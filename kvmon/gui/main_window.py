@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from kvmon.app.store import SessionStore
 from kvmon.core.history import History
 from kvmon.core.snapshot import Snapshot
+from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
@@ -75,7 +77,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         super().__init__()
         self.setWindowTitle("kvmon")
         self.settings = settings
-        self.views: dict[str, ServerView] = {key: ServerView(key, label, history or History(), banner=banner)}
+        self.views: dict[str, ServerView] = {key: ServerView(key, label, SessionStore(history), banner=banner)}
         self.current = self._first = key
         self._use_view(self.views[key])
         self.shown: Snapshot | None = None  # the snapshot the panels show (exports caption with its numbers)
@@ -120,11 +122,16 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
 
     def _use_view(self, v: ServerView) -> None:
         """Point the window's state at one server's (the panels are built on it)."""
-        self.history = v.history
-        self.points = v.history.points  # the session store: the hero plot's bins, the report card's points
+        self.store = v.store
+        self.history = v.store.history
+        self.points = v.store.points  # the hero plot's bins, the report card's points
         self.bins = self.points.bins
-        self.tally = v.tally
         self.last = v.last
+
+    @property
+    def tally(self) -> Tally:
+        """The shown server's report-card tally (its store's: replaced when the session is forgotten)."""
+        return self.store.tally
 
     def set_banner(self, text: str | None, key: str | None = None) -> None:
         """The line above the header (demo notice, replay) of a server (the shown one by default)."""
@@ -325,10 +332,8 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         if view is None:
             return  # a server just removed: its poller's last snapshot
         shown = key == self.current
-        if view.history.append(s) and shown:  # another model: its measured points start again
+        if view.store.eat(s) and shown:  # another model: its measured points start again
             self.speed_context.reset()
-        view.tally.add(s)
-        view.last = s
         self.server_tabs.paint(view)
         if self.tray is not None:
             self._update_tray(key, s)
@@ -343,21 +348,18 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
 
     def reset(self) -> None:
         """Forget the shown server's session (another URL, or a replay): history, measured points, last snapshot."""
-        self.history.clear()
+        self.store.clear()
         self.speed_context.reset()
-        self.last = self.shown = self.views[self.current].last = None
+        self.last = self.shown = None
         self._dirty = False
         self._show_connecting()
 
     def load(self, snapshots: Sequence[Snapshot]) -> None:
         """Take a whole recording at once: history and points first, one render at the end."""
-        changed = False
-        for s in snapshots:
-            changed = self.history.append(s) or changed  # another model on the way: its points started again
-        if changed:
+        if self.store.load(snapshots):  # another model on the way: its points started again
             self.speed_context.reset()
         if snapshots:
-            self.last = self.views[self.current].last = snapshots[-1]
+            self.last = snapshots[-1]
             self._dirty = True
             if self.painting():
                 self.render()

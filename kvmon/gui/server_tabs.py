@@ -9,6 +9,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from kvmon.app.store import SessionStore
 from kvmon.core.history import History
 from kvmon.core.snapshot import AlertLevel, Snapshot
 from kvmon.core.summary import Tally
@@ -18,19 +19,30 @@ from kvmon.gui.settings import WINDOW_RANGES
 
 @dataclass
 class ServerView:
-    """One watched server as the window keeps it: its history and tally, last snapshot, recording, chosen model."""
+    """One watched server as the window shows it: its session store, its tab's label and banner, its recording and
+    the model the user chose to see."""
 
     key: str
     label: str
-    history: History
-    tally: Tally = field(init=False)
-    last: Snapshot | None = None
+    store: SessionStore = field(default_factory=SessionStore)
     recording: str | None = None
     banner: str | None = None
     pinned: str | None = None  # the model of a router / llama-swap the user chose to see
 
-    def __post_init__(self) -> None:
-        self.tally = Tally(self.history.points)  # the live report card reads it
+    @property
+    def history(self) -> History:
+        """The store's plot history."""
+        return self.store.history
+
+    @property
+    def tally(self) -> Tally:
+        """The store's report-card tally."""
+        return self.store.tally
+
+    @property
+    def last(self) -> Snapshot | None:
+        """The store's newest Snapshot."""
+        return self.store.last
 
 
 def tab_colour(s: Snapshot | None) -> str:
@@ -117,7 +129,7 @@ class WatchedServers:
         """Watch one more server: its own history, tally and recording; a tab appears (two or more)."""
         if key in self.views:
             return self.views[key]
-        view = self.views[key] = ServerView(key, label, History(), banner=banner)
+        view = self.views[key] = ServerView(key, label, banner=banner)
         self.server_tabs.add(view)
         return view
 
