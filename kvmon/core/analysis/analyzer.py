@@ -106,14 +106,12 @@ class Analyzer:
         if self._failure_since is None:
             self._failure_since = t
         self._connected_since = None
-        gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
+        gviews, greason, hview = gpu_views.machine_views(gpus, host, self.settings)
         self._trend.track(t, gpus)
         facts = alert_facts.failure_facts(failure, t, self._last_ok, self._trend.facts(gviews))
         return failure_snapshot(failure, seq=self._seq, t_monotonic=t, t_wall=time.time(),
                                 since_t_monotonic=self._failure_since, last=self._last_ok, gpus=gviews,
-                                gpus_unavailable_reason=greason,
-                                host=gpu_views.host_view(host, placement.Placement(), None),
-                                alerts=self.alerts.update(facts))
+                                gpus_unavailable_reason=greason, host=hview, alerts=self.alerts.update(facts))
 
     def _degraded(self, r: ServerReading, gpus: GpuSetReading | None, why: str) -> Snapshot:
         gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
@@ -143,7 +141,7 @@ class Analyzer:
         self._trend.track(t, gpus)
         placeholder = not gviews and bool(r.weight_bytes_vram) and not devices.log_names(r.config)
         devs = devices.assemble(gviews, gpus, r.config, st, greason, gpu_placeholder=placeholder)
-        host_bw, host_src = _host_bandwidth(st.host_bandwidth_bytes_per_s, host)
+        host_bw, host_src = gpu_views.host_bandwidth(st.host_bandwidth_bytes_per_s, host)
         gviews = gpu_views.with_host_bandwidth(devs.views, host_bw, host_src)
         devs = devices.Devices(gviews, devs.by_name)
         no_gpu_here = gpus is not None and not gviews and _local(r)
@@ -229,15 +227,6 @@ class Analyzer:
         key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,
                                  model.kv_type_v and type_v, model.n_slots, shares)
         self._forecaster.observe(key, reloaded=reloaded, t_monotonic=r.t_monotonic, t_wall=r.t_wall)
-
-def _host_bandwidth(user: float | None, host: HostReading | None) -> tuple[float | None, str | None]:
-    """The host RAM's bandwidth: the user's from settings, else what the host source found, with its source."""
-    if user:
-        return user, "user"
-    if host is not None and host.host_bandwidth_bytes_per_s:
-        return host.host_bandwidth_bytes_per_s, host.host_bandwidth_source
-    return None, None
-
 
 def _local(r: ServerReading) -> bool:
     """Whether the server runs on this machine (its processes were found, or it listens on loopback)."""

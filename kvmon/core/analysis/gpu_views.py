@@ -12,11 +12,30 @@ from dataclasses import replace
 from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
-from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH
+from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, AnalyzerSettings
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
 from kvmon.core.snapshot import GpuView, HostView, ModelView
 from kvmon.physics.gpus import choose_peak_bandwidth, pcie_bandwidth_bytes_per_s
+
+
+def host_bandwidth(user: float | None, host: HostReading | None) -> tuple[float | None, str | None]:
+    """The host RAM's bandwidth: the user's from settings, else what the host source found, with its source."""
+    if user:
+        return user, "user"
+    if host is not None and host.host_bandwidth_bytes_per_s:
+        return host.host_bandwidth_bytes_per_s, host.host_bandwidth_source
+    return None, None
+
+
+def machine_views(gpus: GpuSetReading | None, host: HostReading | None, settings: AnalyzerSettings
+                  ) -> tuple[tuple[GpuView, ...], str | None, HostView]:
+    """This machine's devices with no model placed on them (a server not read, a fleet's own devices): each GPU
+    and the host with the user's bandwidths, as a poll of a server shows them; and why there is no GPU, if none."""
+    gviews, why = gpu_views(gpus, settings.gpu_bandwidth_bytes_per_s)
+    host_bw, host_src = host_bandwidth(settings.host_bandwidth_bytes_per_s, host)
+    gviews = with_host_bandwidth(gviews, host_bw, host_src)
+    return gviews, why, host_view(host, Placement(), None, host_bw=host_bw, host_bw_source=host_src, gviews=gviews)
 
 
 def gpu_bandwidth(g: GpuReading, user: float | None) -> tuple[float | None, str | None]:
