@@ -15,6 +15,8 @@ FORBIDDEN = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "httpx", "pynvml", "shibo
 
 
 def _imports(path: Path) -> list[str]:
+    """Every module a file imports, at any depth (inside functions too), ``from kvmon import x`` as ``kvmon.x``, and
+    the modules named to ``lazy_import`` / ``import_module``: none of them escapes the layer rules."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     names: list[str] = []
     for node in ast.walk(tree):
@@ -22,6 +24,12 @@ def _imports(path: Path) -> list[str]:
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
+            if node.module == "kvmon":
+                names.extend(f"kvmon.{alias.name}" for alias in node.names if not alias.name.startswith("__"))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("lazy_import", "import_module")):
+            names.append(node.args[0].value)
     return names
 
 
@@ -38,22 +46,44 @@ def test_pure_packages_import_no_qt_httpx_or_nvml(package: str) -> None:
     assert not offenders, "\n".join(offenders)
 
 
-# package -> the kvmon packages it must not import: the GUI renders Snapshots (the session builds its sources),
-# the simulator stands in for servers and GPUs (it must not lean on the code that reads them), and the proxy
-# serves the stats document that the sources read (never the other way round).
-LAYERS = {
-    "gui": ("kvmon.sources", "kvmon.sim"),
-    "sim": ("kvmon.sources",),
-    "proxy": ("kvmon.sources",),
-    "physics": ("kvmon.core", "kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy"),
-    "core": ("kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy"),
+def _under(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# package -> what it must not import. The GUI renders Snapshots: it may reach only the wiring (app), core, physics
+# and its own resources, never a source, the simulator or a command. The wiring is below the GUI and the commands.
+# The sources read servers and devices: never the wiring, the GUI, the simulator or the proxy's insides (only the
+# stats document it publishes, ``kvmon.proxy.stats``). The simulator stands in for servers and GPUs without leaning
+# on the code that reads them; the proxy serves its stats document to the sources, never the other way round.
+_GUI_MAY = ("kvmon.app", "kvmon.core", "kvmon.physics", "kvmon.gui", "kvmon.resources")
+LAYERS: dict[str, Callable[[str], bool]] = {
+    "gui": lambda n: _under(n, "kvmon") and n != "kvmon" and not _under(n, *_GUI_MAY),
+    "app": lambda n: _under(n, "kvmon.gui", "kvmon.cli"),
+    "sources": lambda n: _under(n, "kvmon.app", "kvmon.cli", "kvmon.gui", "kvmon.sim")
+    or (_under(n, "kvmon.proxy") and not _under(n, "kvmon.proxy.stats")),
+    "sim": lambda n: _under(n, "kvmon.sources", "kvmon.app", "kvmon.cli", "kvmon.gui"),
+    "proxy": lambda n: _under(n, "kvmon.sources", "kvmon.app", "kvmon.cli", "kvmon.gui", "kvmon.sim"),
+    "physics": lambda n: _under(n, "kvmon.core", "kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy",
+                                "kvmon.app", "kvmon.cli"),
+    "core": lambda n: _under(n, "kvmon.sources", "kvmon.sim", "kvmon.gui", "kvmon.proxy", "kvmon.app", "kvmon.cli"),
 }
 
 
 @pytest.mark.parametrize("package", sorted(LAYERS))
 def test_packages_keep_to_their_layer(package: str) -> None:
-    offenders = _offenders(package, lambda name: any(name == b or name.startswith(b + ".") for b in LAYERS[package]))
+    offenders = _offenders(package, LAYERS[package])
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_layer_rules_see_imports_inside_functions_and_lazy_ones(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from kvmon.sim import fake_nvml\n    from kvmon import sources\n"
+                 "    return lazy_import('kvmon.cli.once')\n", encoding="utf-8")
+    names = _imports(f)
+    assert {"kvmon.sim", "kvmon.sources", "kvmon.cli.once"} <= set(names)
+    assert all(LAYERS["gui"](n) for n in ("kvmon.sim", "kvmon.sources", "kvmon.cli.once"))
+    assert not any(LAYERS["gui"](n) for n in ("kvmon.app.store", "kvmon.core.snapshot", "kvmon", "numpy"))
+    assert LAYERS["sources"]("kvmon.proxy.server") and not LAYERS["sources"]("kvmon.proxy.stats")
 
 
 def test_no_relative_imports_hide_from_these_rules() -> None:
