@@ -18,6 +18,7 @@ from kvmon.app.detection import find_servers
 from kvmon.app.record import RecordSwitch
 from kvmon.app.session import Session, settings_from_args
 from kvmon.core.analysis import AnalyzerSettings
+from kvmon.core.severity import worst_alert
 from kvmon.core.snapshot import AlertLevel, Snapshot
 
 
@@ -98,7 +99,8 @@ def busiest(snapshots: Mapping[str, Snapshot | None]) -> str | None:
     for key, s in snapshots.items():
         if s is None:
             continue
-        worst = max((a.level.rank for a in s.alerts if a.level.rank >= AlertLevel.WARNING.rank), default=-1)
+        alert = worst_alert(s.alerts, at_least=AlertLevel.WARNING)
+        worst = alert.level.rank if alert is not None else -1
         rank = (s.decode_tok_s or 0.0, worst, key)
         if s.decode_tok_s is None and worst < 0:
             continue

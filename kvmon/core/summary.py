@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kvmon.core.points import MeasuredPoints
+from kvmon.core.severity import worse
 from kvmon.core.snapshot import AlertLevel, Snapshot
 
 
@@ -92,7 +93,7 @@ class Tally:
             if prev is None:
                 self.seen[a.code] = AlertSeen(a.code, a.level, 1, s.t_wall, a.message)
             else:
-                level = a.level if a.level.rank > prev.level.rank else prev.level
+                level = worse(prev.level, a.level) or a.level
                 self.seen[a.code] = AlertSeen(a.code, level, prev.count + 1, prev.first_wall, a.message)
         if self._own_points:
             self._points.add(s)

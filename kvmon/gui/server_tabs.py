@@ -11,6 +11,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.app.store import SessionStore
 from kvmon.core.history import History
+from kvmon.core.severity import worst_level
 from kvmon.core.snapshot import AlertLevel, Snapshot
 from kvmon.core.summary import Tally
 from kvmon.gui import theme
@@ -46,13 +47,14 @@ class ServerView:
 
 
 def tab_colour(s: Snapshot | None) -> str:
-    """The theme colour of a server's tab: muted before a poll, critical when not read, else by its worst alert."""
+    """The theme colour of a server's tab: muted before a poll and while only information stands (loading,
+    connecting, paused); else by the worst of its connection state and its alerts, as the alerts panel ranks them."""
     if s is None:
         return "muted"
-    if not s.server_read:
-        return "critical"
-    worst = max((a.level.rank for a in s.alerts), default=-1)
-    return "critical" if worst >= AlertLevel.CRITICAL.rank else "warning" if worst >= 1 else "ok"
+    level = worst_level(s)
+    if level is AlertLevel.CRITICAL or level is AlertLevel.WARNING:
+        return level.value
+    return "ok" if s.server_read else "muted"
 
 
 class ServerTabs(QtWidgets.QTabBar):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from kvmon.core.severity import worst_level
 from kvmon.core.snapshot import Alert, AlertLevel, Snapshot
 from kvmon.gui import fmt, theme
 
@@ -73,8 +74,8 @@ class Tray(QtCore.QObject):
 
     def show_snapshot(self, s: Snapshot, label: str | None = None) -> None:
         """Draw this server's decode speed (and worst alert colour) on the icon; ``label`` names it."""
-        worst = max(s.alerts, key=lambda a: a.level.rank, default=None)
-        level = worst.level.value if worst is not None and worst.level.rank >= 1 else None
+        worst = worst_level(s)  # a server gone colours the icon as a critical alert does
+        level = worst.value if worst is not None and worst.rank >= AlertLevel.WARNING.rank else None
         text = tray_text(s.decode_tok_s)
         tip = (f"kvmon{': ' + label if label else ''}: {fmt.tok_s(s.decode_tok_s)} "
                f"(ceiling {fmt.tok_s(s.ceiling_tok_s)})")

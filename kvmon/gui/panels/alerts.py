@@ -6,20 +6,14 @@ import html
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.labels import ValueLabel
 
+# the connection states the panel names, with their level (the one table in ``kvmon.core.severity``)
 STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
-    ConnectionStatus.CONNECTING: ("info", "Connecting…"),
-    ConnectionStatus.LOADING: ("info", "Model loading…"),
-    ConnectionStatus.SLEEPING: ("info", "Server sleeping (model unloaded)"),
-    ConnectionStatus.AUTH_REJECTED: ("critical", "API key rejected — set it in Settings (Ctrl+,)"),
-    ConnectionStatus.UNREACHABLE: ("critical", "Server gone — reconnecting"),
-    ConnectionStatus.TIMEOUT: ("warning", "Server not answering — reconnecting"),
-    ConnectionStatus.BAD_RESPONSE: ("warning", "Unexpected answer from the server"),
-    ConnectionStatus.BAD_URL: ("critical", "Bad URL — fix it in Settings (Ctrl+,)"),
-    ConnectionStatus.PAUSED: ("info", "Paused (Space to resume)"),
+    status: (entry[0].value, entry[1]) for status, entry in STATUS_SEVERITY.items() if entry is not None
 }
 
 _ICON = {"info": "●", "warning": "▲", "critical": "■"}

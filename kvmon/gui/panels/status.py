@@ -10,7 +10,8 @@ import time
 from PySide6 import QtWidgets
 
 from kvmon.core.alerts import RECORDING_FAILED
-from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.severity import status_level
+from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.labels import ValueLabel
 
@@ -119,9 +120,8 @@ class StatusPanel(QtWidgets.QStatusBar):
         if self.replaying is not None:
             return
         st = s.connection.status
-        c = theme.hex_color("ok" if s.server_read else "warning" if st in (ConnectionStatus.CONNECTING,
-                                                                          ConnectionStatus.LOADING,
-                                                                          ConnectionStatus.PAUSED) else "critical")
+        level = status_level(st)  # the same level the alerts panel and the tabs give this state
+        c = theme.hex_color("ok" if level is None else level.value)
         url = f" · {s.url}" if s.url else ""
         self.connection.set(f"<span style='color:{c}'>●</span> {st.value.replace('_', ' ')}{url}",
                             s.connection.reason or f"Connection: {st.value}")
