@@ -19,6 +19,10 @@ from kvmon.physics.shape import ModelShape
 TRANSIENT: Mapping[str, bool] = {"transient": True}
 
 
+# the context depths a forecast is given at (unless the user sets others) and the speed chart marks: one list
+MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+
+
 class AlertLevel(str, enum.Enum):
     INFO = "info"
     WARNING = "warning"

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kvmon.core.alerts import AlertThresholds
+from kvmon.core.snapshot import MILESTONES
 
-MILESTONES = (8192, 16384, 32768, 65536, 131072, 262144)
 NO_GPU_BANDWIDTH = "no GPU bandwidth known (set one in settings)"
 NO_HOST_BANDWIDTH = "host memory bandwidth unknown (set one in settings)"
 

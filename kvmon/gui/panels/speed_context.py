@@ -13,11 +13,10 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.points import ContextBins
-from kvmon.core.snapshot import Forecast, Snapshot
+from kvmon.core.snapshot import MILESTONES, Forecast, Snapshot  # a line at each depth the forecast gives
 from kvmon.gui import fmt, theme
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
 
-MILESTONES = (8192, 32768, 65536, 131072, 262144, 524288, 1048576)
 REGIME_WORDS = {"n_ctx": "new n_ctx", "cache_types": "new cache types", "slots": "new slot count",
                 "devices": "new devices", "placement": "new placement", "reload": "reloaded"}
 BAND_ALPHA = 45
@@ -107,7 +106,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.addItem(self.limit_line)
         self._milestone_lines: dict[int, pg.InfiniteLine] = {}
         for i, m in enumerate(sorted(MILESTONES)):
-            # labels of neighbouring milestones sit at three heights so that 8K / 32K / 64K never overlap
+            # labels of neighbouring milestones sit at three heights so that 8K / 16K / 32K never overlap
             line = pg.InfiniteLine(pos=m, angle=90, movable=False,
                                    pen=pg.mkPen(theme.color("milestone"), width=1, style=QtCore.Qt.PenStyle.DashLine),
                                    label=fmt.ctx_label(m),
