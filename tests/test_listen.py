@@ -24,3 +24,20 @@ def test_both_commands_refuse_the_same_bad_addresses(text: str) -> None:
 def test_loopback() -> None:
     assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]"))
     assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "192.168.1.5", "gpu-box", "", None))
+
+
+@pytest.mark.parametrize(("url", "here"), [
+    ("http://127.0.0.1:9931", True), ("http://127.0.0.2:9931", True), ("http://localhost:11434", True),
+    ("http://[::1]:8000", True), ("http://LOCALHOST:1234", True), ("http://192.168.1.5:9931", False),
+    ("http://gpu-box:9931", False), ("http://0.0.0.0:9931", False),
+])
+def test_every_place_that_asks_is_it_here_gets_one_answer(url: str, here: bool) -> None:
+    """The server list's label, the analysis ("on this machine") and discovery read the one rule."""
+    from kvmon.app.servers import short_label
+    from kvmon.core.analysis.analyzer import _local
+    from kvmon.core.readings import ServerReading
+
+    assert _local(ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url=url)) is here
+    port = url.rsplit(":", 1)[1]
+    assert (short_label(url, "llama-server") == f"llama-server :{port}") is here
+    assert is_loopback_host(url.split("://", 1)[1].rsplit(":", 1)[0]) is here

@@ -18,6 +18,7 @@ from kvmon.app.detection import find_servers
 from kvmon.app.record import RecordSwitch
 from kvmon.app.session import Session, settings_from_args
 from kvmon.core.analysis import AnalyzerSettings
+from kvmon.core.locality import is_loopback_host
 from kvmon.core.severity import worst_alert
 from kvmon.core.snapshot import AlertLevel, Snapshot
 
@@ -39,7 +40,7 @@ def short_label(url: str, backend_label: str) -> str:
         host, port = parts.hostname or "", parts.port
     except ValueError:
         return backend_label
-    where = f":{port}" if host in ("127.0.0.1", "localhost", "::1") else f"{host}:{port}"
+    where = f":{port}" if is_loopback_host(host) else f"{host}:{port}"
     return f"{backend_label} {where}"
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources import detect
 from kvmon.sources.procs import WILDCARD_HOSTS, program
@@ -241,7 +242,7 @@ def discover(*, api_key: str | None = None, timeout_s: float = 1.0, ports: Seque
         looked.append("the process table")
         for c in found:
             for port in c.ports:
-                key = ("local" if c.host in (LOCALHOST, "localhost", "::1") else c.host, port)
+                key = ("local" if is_loopback_host(c.host) else c.host, port)
                 if key in seen:
                     continue
                 seen.add(key)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import (
@@ -33,6 +34,7 @@ from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.device_names import canonical_device, is_device_buffer
+from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import model_key
 from kvmon.core.rates import SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
@@ -232,5 +234,7 @@ def _local(r: ServerReading) -> bool:
     """Whether the server runs on this machine (its processes were found, or it listens on loopback)."""
     if r.server_pids:
         return True
-    host = r.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]").lower()
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    try:
+        return is_loopback_host(urlsplit(r.url).hostname)
+    except ValueError:  # a URL the source took but this cannot split: not known to be here
+        return False
