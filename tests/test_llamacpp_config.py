@@ -294,3 +294,26 @@ def test_auto_parallel_line_before_loading_model_survives() -> None:
     ]
     c = parse_llama_log(lines)
     assert (c.n_parallel, c.kv_unified, c.n_ctx_total) == (4, True, 32768)
+
+
+@pytest.mark.parametrize(("line", "name", "desc", "pci", "free_mib"), [
+    ("llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce GTX 1080 Ti) (0000:03:00.0) - 8720 MiB free",
+     "CUDA0", "NVIDIA GeForce GTX 1080 Ti", "0000:03:00.0", 8720),
+    ("llama_load_model_from_file: using device ROCm0 (AMD Radeon RX 7900 XTX) - 1840 MiB free",
+     "ROCm0", "AMD Radeon RX 7900 XTX", None, 1840),
+    ("llama_model_load_from_file_impl: using device Vulkan0 (Radeon 8060S Graphics (RADV GFX1151)) - 87722 MiB free",
+     "Vulkan0", "Radeon 8060S Graphics (RADV GFX1151)", None, 87722),
+    ("llama_model_load_from_file_impl: using device SYCL0 (Intel(R) Arc(TM) A770 Graphics) (unknown id) - 15473 MiB "
+     "free", "SYCL0", "Intel(R) Arc(TM) A770 Graphics", None, 15473),
+    ("llama_model_load_from_file_impl: using device Metal (Apple M2 Max) - 49151 MiB free",
+     "MTL0", "Apple M2 Max", None, 49151),
+    ("llama_load_model_from_file: using device Metal (Apple M1 Pro)  10922 MiB free",  # no dash (older builds)
+     "MTL0", "Apple M1 Pro", None, 10922),
+])
+def test_one_reading_of_the_using_device_line(line: str, name: str, desc: str, pci: str | None,
+                                              free_mib: int) -> None:
+    """The device list and the free-memory map read the line through one parser and agree, Metal included."""
+    c = parse_llama_log([line])
+    assert c.device_free_bytes_by_device == {name: free_mib * MIB}
+    (dev,) = c.devices
+    assert (dev.name, dev.description, dev.pci_bus_id, dev.free_bytes) == (name, desc, pci, free_mib * MIB)

@@ -37,7 +37,9 @@ _METAL_PICK = re.compile(r"ggml_metal_init: picking default device: (.+?)\s*$")
 _METAL_UMA = re.compile(r"(?:has unified memory|hasUnifiedMemory)\s*=\s*(true|false)")
 _METAL_WS = re.compile(r"recommendedMaxWorkingSetSize\s*=\s*([0-9]+(?:[.,][0-9]+)?) MB")
 _METAL_PAIR = re.compile(r"ggml_backend_metal_buffer_from_ptr: allocated buffer, size = .*\(\s*[0-9.]+ / ([0-9.]+)\)")
-_USING = re.compile(r"using device (\S+) (.+) - (\d+) MiB free")
+# the one reading of "using device CUDA0 (NVIDIA …) (0000:01:00.0) - 7546 MiB free" in every era (with or without the
+# PCI id, the dash or the parentheses; Metal's "Metal" is MTL0 like its buffers)
+_USING = re.compile(r"using device (\S+) (.+?)(?: -)? +(\d+) MiB free")
 _ID_TAIL = re.compile(r"^(.*\)) \(((?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9]|unknown id)\)$")
 _LISTED = re.compile(r"(?:^|\s)(?:- )?([A-Za-z][A-Za-z_]*\d+)\s*: (.+) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _BREAKDOWN = re.compile(r"memory_breakdown_print: \|\s+- (\S+) \((.+?)\)\s*\|\s*(\d+) = (\d+) \+")
@@ -79,6 +81,7 @@ class DeviceLines:
     """Feed log lines in order; ``devices()`` lists what they named, in the server's order."""
 
     found: dict[str, _Dev] = field(default_factory=dict)
+    using_free_bytes: dict[str, int] = field(default_factory=dict)  # "using device … MiB free", by device
     verbosity: int | None = None
     _backend: str | None = None  # the backend of the last "found N X devices" header
     _metal_ws: float | None = None  # the working-set figure as printed (MB, or MiB in old logs)
@@ -136,7 +139,7 @@ class DeviceLines:
             if middle.startswith("(") and middle.endswith(")"):
                 middle = middle[1:-1]
             d.description = middle or d.description
-            d.free_bytes = _size(m.group(3))
+            d.free_bytes = self.using_free_bytes[d.name] = _size(m.group(3))
             return True
         m = _LISTED.search(line)
         if m:

@@ -59,7 +59,6 @@ _CTX_FIELD = re.compile(
 )
 _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:, kv_unified = '(\w+)')?")
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
-_FREE = re.compile(r"using device (\S+) \((.*)\)(?: -)? +([0-9]+) MiB free")
 _MODEL_FILE = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from "
                          r"(.+?)(?: \(version .*)?$")
 _LOADED = re.compile(r"(llama_server: model loaded|main: model loaded|server is listening|"
@@ -122,7 +121,6 @@ class LlamaLogParser:
     model_buffers: dict[str, int] = field(default_factory=dict)
     kv_buffers: dict[str, int] = field(default_factory=dict)
     compute_buffers: dict[str, int] = field(default_factory=dict)
-    device_free: dict[str, int] = field(default_factory=dict)
     device_lines: DeviceLines = field(default_factory=DeviceLines)
     model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
     loaded: bool = False  # the server said it finished loading
@@ -230,11 +228,6 @@ class LlamaLogParser:
                 self.swa_full = False
             self.lines_matched += 1
             return
-        m = _FREE.search(line)
-        if m:
-            self.device_free[m.group(1)] = _int(m.group(3), MAX_BYTES // MIB) * MIB
-            self.lines_matched += 1
-            return
         m = _CACHE_RAM.search(line)
         if m:
             self.prompt_cache_limit_bytes = int(m.group(1)) * MIB if m.group(1) else -1 if m.group(2) else 0
@@ -311,7 +304,7 @@ class LlamaLogParser:
             "model_buffer_bytes_by_device": dict(self.model_buffers),
             "kv_buffer_bytes_by_device": dict(self.kv_buffers),
             "compute_buffer_bytes_by_device": dict(self.compute_buffers),
-            "device_free_bytes_by_device": dict(self.device_free),
+            "device_free_bytes_by_device": dict(self.device_lines.using_free_bytes),
         }
         prov.update({k: Provenance.LOG for k, v in maps.items() if v})
         devices = self.device_lines.devices()
