@@ -126,12 +126,15 @@ def _cpu_per_poll(src: object, polls: int, pids: tuple[int, ...] = ()) -> float:
 
 def source_costs(polls: int) -> None:
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+    from kvmon.sim.permit import allow
     from kvmon.sources.amdgpu import AmdGpuSource
     from kvmon.sources.apple import AppleSource
     from kvmon.sources.devices import default_device_sources
     from kvmon.sources.host import HostSource
     from kvmon.sources.intel_gpu import IntelGpuSource
     from kvmon.sources.nvml import NvmlSource
+
+    allow("benchmark")  # its fake GPUs stand in for the machine
 
     recorded = (FIX / "apple" / "sysctl-02-m4max-64gb-macos15-archspec.txt").read_text()
     vm_stat = (FIX / "apple" / "vm_stat-01-m5pro-48gb-macos26.txt").read_text()

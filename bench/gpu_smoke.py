@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     fake = None
     if args.fake:
         from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+        from kvmon.sim.permit import allow
+
+        allow("benchmark")  # its fake GPUs stand in for the machine
 
         fake = FakeNvml([FakeGpu(memory_used_bytes=3 * GIB, memory_reserved_bytes=GIB // 2,
                                  processes=[(os.getpid(), 3 * GIB)]),

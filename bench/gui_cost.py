@@ -130,6 +130,9 @@ def main() -> int:
     from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
     from kvmon.gui.settings import Settings
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+    from kvmon.sim.permit import allow
+
+    allow("benchmark")  # its fake GPUs stand in for the machine
 
     tmp = tempfile.mkdtemp(prefix="kvmon-bench-")
     print("kvmon dashboard cost")

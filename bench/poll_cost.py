@@ -52,8 +52,11 @@ def main() -> int:
     from kvmon.app.monitor import Monitor
     from kvmon.core.analysis import Analyzer
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
+    from kvmon.sim.permit import allow
     from kvmon.sources.detect import open_source
     from kvmon.sources.nvml import NvmlSource
+
+    allow("benchmark")  # its fake GPUs stand in for the machine
 
     sim, url = start_sim(args.scenario)
     try:

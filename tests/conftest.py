@@ -17,6 +17,10 @@ from memory_keyring import MemoryKeyring, using_keyring
 from real_llama_server import RealLlamaServer
 from tiny_gguf import make_gguf
 
+from kvmon.sim import permit
+
+permit.allow("tests")  # the tests run the real device code on the simulator's doubles
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

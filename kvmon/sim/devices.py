@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading, HostReading
+from kvmon.sim.permit import require
 
 OTHER_RAM_BYTES = 6 * 1024**3  # what the simulated machine's other programs hold (desktop, browser)
 
@@ -31,6 +32,7 @@ class SimUnifiedMemory:
     """The simulated Mac's unified memory as one device (a double of the Apple device source)."""
 
     def __init__(self, sim: Any) -> None:
+        require("SimUnifiedMemory")
         self.sim = sim
 
     def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
@@ -58,6 +60,7 @@ class SimHost:
     """The simulated machine's RAM, swap and memory bandwidth (a double of the host source)."""
 
     def __init__(self, sim: Any) -> None:
+        require("SimHost")
         self.sim = sim
         self._measured_at = time.time() - 86_400.0  # as if the probe had run yesterday
 

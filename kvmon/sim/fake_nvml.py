@@ -20,6 +20,8 @@ from typing import Any
 
 import pynvml
 
+from kvmon.sim.permit import require
+
 _GPM_METRIC_SLOTS = 8
 
 
@@ -113,6 +115,7 @@ class FakeNvml:
 
     def __init__(self, gpus: list[FakeGpu], driver_version: str = "580.95.05",
                  clock: Callable[[], float] = time.monotonic) -> None:
+        require("FakeNvml")
         self.gpus = gpus
         self.driver_version = driver_version
         self.clock = clock  # seconds; field values carry it as a microsecond timestamp

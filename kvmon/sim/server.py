@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
 
+from kvmon.sim import permit
 from kvmon.sim.clock import SimClock
 from kvmon.sim.engine import Epoch, SimEngine
 from kvmon.sim.faults import Fault, FaultPlan, parse_faults
@@ -176,6 +177,7 @@ class SimServer:
         simulated Ollama runs its model server as a real child process, as Ollama >= 0.30 does
         (``kvmon.sim.ollama_child``); ``stepped``: simulated time never runs by itself, only ``step`` moves it (it
         stands at ``start_at_s`` when serving starts)."""
+        permit.allow("the simulator")  # its simulated GPUs and host are what the demo shows
         self.stepped = stepped
         self._want_child = ollama_child
         self.child: Any = None  # that process, once started
