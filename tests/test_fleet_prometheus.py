@@ -44,8 +44,11 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 
 def exported_names() -> set[str]:
-    """Every series name kvmon serve can export, read from the code that writes them (counters get ``_total``)."""
-    names: set[str] = set()
+    """Every series name kvmon serve can export, read from the code that writes them (counters get ``_total``) and
+    from the readings' one description."""
+    from kvmon.core.fields import PROMETHEUS_FIELDS
+
+    names: set[str] = {str(f.prometheus) for f in PROMETHEUS_FIELDS}
     for module in ("kvmon/core/report_prometheus.py", "kvmon/cli/serve.py"):
         text = (ROOT / module).read_text()
         every = set(re.findall(r'\(\s*"(kvmon_[a-z0-9_]+)",', text))  # a family's name is its first argument

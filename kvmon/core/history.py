@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvmon.core.fields import HISTORY_FIELDS
 from kvmon.core.lazy import lazy_import
 from kvmon.core.points import MeasuredPoints
 from kvmon.core.snapshot import Snapshot
@@ -24,16 +25,9 @@ else:
 DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
 WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
 
-# Scalar series taken from each Snapshot (name -> attribute).
-SERIES = (
-    "decode_tok_s",
-    "prefill_tok_s",
-    "ceiling_tok_s",
-    "context_tokens",
-    "efficiency",
-    "kv_in_use_bytes",
-    "achieved_bandwidth_bytes_per_s",
-)
+# Scalar series taken from each Snapshot: the readings described as history series (kvmon.core.fields)
+SERIES = tuple(f.name for f in HISTORY_FIELDS)
+_SERIES_GET = tuple(f.get for f in HISTORY_FIELDS)
 # Per-GPU series (name -> GpuView attribute).
 GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
               "achieved_bandwidth_bytes_per_s")
@@ -162,8 +156,8 @@ class History:
         row[0] = snap.t_monotonic
         row[1] = snap.t_wall
         up = snap.server_read
-        for i, name in enumerate(SERIES):
-            row[2 + i] = _f(getattr(snap, name)) if up else np.nan
+        for i, get in enumerate(_SERIES_GET):
+            row[2 + i] = _f(get(snap)) if up else np.nan
         head = self._main.head
         self._main.append(row)
         gpu_row = self._gpu[head]

@@ -13,14 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvmon.core.fields import CSV_FIELDS
 from kvmon.core.snapshot import Snapshot
-
-
-def _sum(values: Iterable[int | None]) -> int | None:
-    vs = list(values)
-    if not vs or any(v is None for v in vs):
-        return None
-    return sum(v for v in vs if v is not None)
 
 
 def _redact(url: str | None) -> str | None:
@@ -49,18 +43,7 @@ COLUMNS: tuple[tuple[str, Callable[[Snapshot], Any]], ...] = (
     ("backend", lambda s: s.backend),
     ("url", lambda s: _redact(s.url)),
     ("model", lambda s: s.model.name),
-    ("n_ctx", lambda s: s.model.n_ctx),
-    ("context_tokens", lambda s: s.context_tokens),
-    ("decode_tok_s", lambda s: s.decode_tok_s),
-    ("prefill_tok_s", lambda s: s.prefill_tok_s),
-    ("ceiling_tok_s", lambda s: s.ceiling_tok_s),
-    ("efficiency", lambda s: s.efficiency),
-    ("kv_in_use_bytes", lambda s: s.kv_in_use_bytes),
-    ("kv_allocated_bytes", lambda s: s.kv_allocated_bytes),
-    ("vram_used_bytes", lambda s: _sum(g.vram_used_bytes for g in s.gpus)),
-    ("vram_total_bytes", lambda s: _sum(g.vram_total_bytes for g in s.gpus)),
-    ("achieved_bandwidth_bytes_per_s", lambda s: s.achieved_bandwidth_bytes_per_s),
-    ("peak_bandwidth_bytes_per_s", lambda s: s.peak_bandwidth_bytes_per_s),
+    *((f.name, f.get) for f in CSV_FIELDS),  # the readings, as described once (kvmon.core.fields)
     ("alerts", lambda s: " ".join(f"{a.level.value}:{a.code}" for a in s.alerts)),
 )
 HEADER = tuple(name for name, _ in COLUMNS)

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kvmon import __version__
+from kvmon.core.fields import PROMETHEUS_FIELDS
 from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
 
@@ -68,36 +69,13 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
     m = s.model
     g = f.gauge
     L = SERVER_LABELS
-    g("kvmon_decode_tokens_per_second", "Measured decode (generation) speed; absent while idle.", L, lv,
-      s.decode_tok_s)
-    g("kvmon_prefill_tokens_per_second", "Measured prompt processing speed; absent when no prompt was processed.",
-      L, lv, s.prefill_tok_s)
-    g("kvmon_ceiling_tokens_per_second", "Decode speed the memory bandwidth allows at the current context depth.",
-      L, lv, s.ceiling_tok_s)
-    g("kvmon_efficiency_ratio", "Measured decode speed divided by the bandwidth ceiling; absent when the speed "
-      "exceeds the ceiling (then kvmon_ceiling_uncertain is 1).", L, lv, s.efficiency)
+    for fd in PROMETHEUS_FIELDS:  # the readings, as described once (kvmon.core.fields)
+        g(str(fd.prometheus), fd.help, L, lv, fd.get(s))
     if s.ceiling_tok_s is not None:
         suspect = s.ceiling_suspect
         f.gauge("kvmon_ceiling_uncertain", "1 when the measured speed exceeds the ceiling, so one of its inputs "
                 "(suspect) is wrong; else 0.", (*L, "suspect"), (*lv, suspect.input if suspect else ""),
                 1 if suspect else 0)
-    g("kvmon_context_tokens", "Positions in context of the deepest active conversation.", L, lv, s.context_tokens)
-    g("kvmon_context_limit_tokens", "Context size of one slot (what one conversation can hold).", L, lv, m.n_ctx)
-    g("kvmon_context_total_tokens", "KV cache cells allocated over all slots.", L, lv, m.n_ctx_total)
-    g("kvmon_slots", "Number of server slots (parallel conversations).", L, lv, m.n_slots)
-    g("kvmon_model_weight_bytes", "Size of the model's weights.", L, lv, m.weight_bytes)
-    g("kvmon_model_weight_read_bytes_per_token", "Weight bytes read per generated token (MoE: the active part).",
-      L, lv, m.weight_bytes_read_per_token)
-    g("kvmon_kv_cache_bytes_per_token", "KV cache bytes per position of context, all layers, K and V.", L, lv,
-      m.kv_bytes_per_token)
-    g("kvmon_kv_cache_allocated_bytes", "KV cache reserved at load (capacity).", L, lv, s.kv_allocated_bytes)
-    g("kvmon_kv_cache_in_use_bytes", "KV cache holding positions now in context.", L, lv, s.kv_in_use_bytes)
-    g("kvmon_read_bytes_per_token", "Bytes read from memory per generated token (weights plus KV in use).", L, lv,
-      s.bytes_read_per_token)
-    g("kvmon_achieved_bandwidth_bytes_per_second", "Memory bandwidth the measured decode speed implies.", L, lv,
-      s.achieved_bandwidth_bytes_per_s)
-    g("kvmon_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of the devices holding the model.", L, lv,
-      s.peak_bandwidth_bytes_per_s)
     if m.name is not None or m.arch is not None:
         f.gauge("kvmon_model_info", "The loaded model (value always 1).",
                 (*L, "arch", "quantization", "kv_type_k", "kv_type_v", "server_version"),

@@ -1,0 +1,91 @@
+"""The Snapshot's numeric readings described once: name, unit, help, how to read it, and where it is exported.
+
+The ``once --json`` document (its top-level readings), the Prometheus families, the CSV columns and the plots'
+history all read this table, so a reading has one name, one unit and one sentence of help everywhere, and a new
+reading is exported by adding one row. Readings that are not here (the connection, the model's names, the devices,
+the forecast) have structures of their own in each document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from kvmon.core.snapshot import Snapshot
+
+Unit = Literal["tokens", "tok/s", "ratio", "bytes", "bytes/token", "bytes/s", "count"]
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    """The total over every device, or None when any is unknown (a partial sum is not the machine's)."""
+    vs = list(values)
+    if not vs or any(v is None for v in vs):
+        return None
+    return sum(v for v in vs if v is not None)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One numeric reading of a Snapshot; None (unknown) stays None in every document."""
+
+    name: str  # the JSON key, the CSV column and the history series
+    unit: Unit
+    help: str  # one sentence for people (the Prometheus HELP line)
+    get: Callable[[Snapshot], float | int | None]
+    prometheus: str | None = None  # the family's name; None: not exported there
+    json: bool = False  # a top-level key of the once --json document (the model's are in its "model" object)
+    csv: bool = False
+    history: bool = False  # a series the plots draw over time
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("n_ctx", "tokens", "Context size of one slot (what one conversation can hold).",
+          lambda s: s.model.n_ctx, prometheus="kvmon_context_limit_tokens", csv=True),
+    Field("context_tokens", "tokens", "Positions in context of the deepest active conversation.",
+          lambda s: s.context_tokens, prometheus="kvmon_context_tokens", json=True, csv=True, history=True),
+    Field("decode_tok_s", "tok/s", "Measured decode (generation) speed; absent while idle.",
+          lambda s: s.decode_tok_s, prometheus="kvmon_decode_tokens_per_second", json=True, csv=True, history=True),
+    Field("prefill_tok_s", "tok/s", "Measured prompt processing speed; absent when no prompt was processed.",
+          lambda s: s.prefill_tok_s, prometheus="kvmon_prefill_tokens_per_second", json=True, csv=True,
+          history=True),
+    Field("ceiling_tok_s", "tok/s", "Decode speed the memory bandwidth allows at the current context depth.",
+          lambda s: s.ceiling_tok_s, prometheus="kvmon_ceiling_tokens_per_second", json=True, csv=True,
+          history=True),
+    Field("efficiency", "ratio", "Measured decode speed divided by the bandwidth ceiling; absent when the speed "
+          "exceeds the ceiling (then kvmon_ceiling_uncertain is 1).",
+          lambda s: s.efficiency, prometheus="kvmon_efficiency_ratio", json=True, csv=True, history=True),
+    Field("kv_in_use_bytes", "bytes", "KV cache holding positions now in context.",
+          lambda s: s.kv_in_use_bytes, prometheus="kvmon_kv_cache_in_use_bytes", json=True, csv=True, history=True),
+    Field("kv_allocated_bytes", "bytes", "KV cache reserved at load (capacity).",
+          lambda s: s.kv_allocated_bytes, prometheus="kvmon_kv_cache_allocated_bytes", json=True, csv=True),
+    Field("vram_used_bytes", "bytes", "VRAM in use on every device together (unknown when one is).",
+          lambda s: _sum(g.vram_used_bytes for g in s.gpus), csv=True),
+    Field("vram_total_bytes", "bytes", "VRAM of every device together (unknown when one is).",
+          lambda s: _sum(g.vram_total_bytes for g in s.gpus), csv=True),
+    Field("achieved_bandwidth_bytes_per_s", "bytes/s", "Memory bandwidth the measured decode speed implies.",
+          lambda s: s.achieved_bandwidth_bytes_per_s, prometheus="kvmon_achieved_bandwidth_bytes_per_second",
+          json=True, csv=True, history=True),
+    Field("peak_bandwidth_bytes_per_s", "bytes/s", "Peak memory bandwidth of the devices holding the model.",
+          lambda s: s.peak_bandwidth_bytes_per_s, prometheus="kvmon_peak_bandwidth_bytes_per_second", json=True,
+          csv=True),
+    Field("bytes_read_per_token", "bytes/token", "Bytes read from memory per generated token (weights plus KV in "
+          "use).", lambda s: s.bytes_read_per_token, prometheus="kvmon_read_bytes_per_token", json=True),
+    Field("n_ctx_total", "tokens", "KV cache cells allocated over all slots.",
+          lambda s: s.model.n_ctx_total, prometheus="kvmon_context_total_tokens"),
+    Field("n_slots", "count", "Number of server slots (parallel conversations).",
+          lambda s: s.model.n_slots, prometheus="kvmon_slots"),
+    Field("weight_bytes", "bytes", "Size of the model's weights.",
+          lambda s: s.model.weight_bytes, prometheus="kvmon_model_weight_bytes"),
+    Field("weight_bytes_read_per_token", "bytes/token", "Weight bytes read per generated token (MoE: the active "
+          "part).", lambda s: s.model.weight_bytes_read_per_token,
+          prometheus="kvmon_model_weight_read_bytes_per_token"),
+    Field("kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context, all layers, K and V.",
+          lambda s: s.model.kv_bytes_per_token, prometheus="kvmon_kv_cache_bytes_per_token"),
+)
+BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+
+JSON_FIELDS = tuple(f for f in FIELDS if f.json)
+CSV_FIELDS = tuple(f for f in FIELDS if f.csv)
+HISTORY_FIELDS = tuple(f for f in FIELDS if f.history)
+PROMETHEUS_FIELDS = tuple(f for f in FIELDS if f.prometheus)
