@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from kvmon.core.snapshot import (
+    Activity,
     Alert,
     AlertLevel,
     Connection,
@@ -78,6 +79,7 @@ class SyntheticMonitor:
                             kv_type_k="f16", kv_type_v="f16", kv_bytes_per_token=kv_per_tok,
                             kv_allocated_bytes=kv_alloc),
             slots=(SlotView(0, self.n_ctx, ctx, True, decode),), context_tokens=ctx, decode_tok_s=decode,
+            activity=Activity.DECODING,
             prefill_tok_s=(1450.0 - ctx * 0.01) if seq % 10 < 2 else None, decode_rate_source="slots",
             ceiling_tok_s=ceiling, ceiling_curve=curve,
             efficiency=decode / ceiling, kv_in_use_bytes=kv_per_tok * ctx, kv_allocated_bytes=kv_alloc,

@@ -257,11 +257,11 @@ def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during
 def test_a_loading_model_reads_loading_in_the_header_and_the_caption(win: MainWindow) -> None:
     """While the model (re)loads there is no speed and no ceiling of this load yet: the headline says it loads,
     not "— of — ceiling" with "— of ceiling" beside it."""
-    from kvmon.core.snapshot import Connection, ConnectionStatus
+    from kvmon.core.snapshot import Activity, Connection, ConnectionStatus
 
     s = win.last
     assert s is not None
-    loading = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None,
+    loading = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None, activity=Activity.LOADING,
                                   connection=Connection(ConnectionStatus.LOADING, reason="Loading model"))
     win.on_snapshot(loading)
     assert plain_text(win.header.speed.text()).strip() == "loading"
@@ -271,9 +271,11 @@ def test_a_loading_model_reads_loading_in_the_header_and_the_caption(win: MainWi
 
 
 def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWindow) -> None:
+    from kvmon.core.snapshot import Activity
+
     s = win.last
     assert s is not None
-    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
+    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None, activity=Activity.IDLE,
                                reasons={**s.reasons, "decode_tok_s": "idle: no slot is generating"})
     win.on_snapshot(idle)
     assert "idle" in win.header.speed.text() and "· ceiling " in win.header.speed.text()
@@ -285,8 +287,10 @@ def test_idle_at_a_depth_nobody_reports_reads_idle_alone(win: MainWindow) -> Non
     """vLLM between requests: the pool holds nothing, so no depth and no ceiling "here": "idle", not "ceiling —"."""
     s = win.last
     assert s is not None
+    from kvmon.core.snapshot import Activity
+
     idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None, context_tokens=None,
-                               reasons={**s.reasons, "decode_tok_s": "idle: no request running"})
+                               activity=Activity.IDLE, reasons={**s.reasons, "decode_tok_s": "idle: no request"})
     win.on_snapshot(idle)
     assert "idle" in win.header.speed.text() and "ceiling" not in win.header.speed.text()
     assert "· idle ·" in caption.caption_text(idle) and "ceiling —" not in caption.caption_text(idle)

@@ -14,6 +14,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import (
+    Activity,
     Alert,
     AlertLevel,
     CeilingSuspect,
@@ -81,13 +82,14 @@ def test_header_shows_the_snapshot_numbers(window: MainWindow) -> None:
 
 def test_unknown_numbers_show_a_dash_and_the_reason(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(3)
-    unknown = dataclasses.replace(s, decode_tok_s=None, efficiency=None,
+    unknown = dataclasses.replace(s, decode_tok_s=None, efficiency=None, activity=Activity.UNKNOWN,
                                   reasons={"decode_tok_s": "/slots is disabled: start llama-server with --slots"})
     window.on_snapshot(unknown)
     assert "—" in window.header.speed.text()
     assert "Unknown: /slots is disabled: start llama-server with --slots" in window.header.speed.toolTip()
     assert window.header.efficiency.text().startswith("—")
-    idle = dataclasses.replace(unknown, reasons={"decode_tok_s": "idle: no tokens generated since the last poll"})
+    idle = dataclasses.replace(unknown, activity=Activity.IDLE,
+                               reasons={"decode_tok_s": "idle: no tokens generated since the last poll"})
     window.on_snapshot(idle)
     assert ">idle<" in window.header.speed.text()
     assert "Unknown: idle: no tokens generated" in window.header.speed.toolTip()
@@ -154,7 +156,8 @@ def test_alerts_most_severe_first_and_connection_states() -> None:
     rejected = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.AUTH_REJECTED, "HTTP 401"))
     (level, text, _tip), = lines_for(rejected)
     assert level == "critical" and "API key rejected" in text and "HTTP 401" in text
-    loading = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.LOADING))
+    loading = dataclasses.replace(s, alerts=(), activity=Activity.LOADING,
+                                  connection=Connection(ConnectionStatus.LOADING))
     assert "Model loading" in lines_for(loading)[0][1]
     metrics = dataclasses.replace(s, alerts=(), reasons={"metrics": "/metrics disabled: start llama-server with "
                                                                      "--metrics"})

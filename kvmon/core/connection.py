@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
-from kvmon.core.snapshot import Alert, Connection, ConnectionStatus, GpuView, HostView, ModelView, Snapshot
+from kvmon.core.snapshot import Activity, Alert, Connection, ConnectionStatus, GpuView, HostView, ModelView, Snapshot
 
 FAILURE_STATUS = MappingProxyType({
     FailureKind.BAD_URL: ConnectionStatus.BAD_URL,
@@ -56,9 +56,11 @@ def failure_snapshot(failure: SourceFailure, *, seq: int, t_monotonic: float, t_
     ``last``: the last Snapshot that read the server; its backend, version, URL and model stay on screen.
     ``gpus``, ``host`` and ``alerts``: what the GPU and host sources still read, and the alerts they raise.
     """
+    status = connection_status_for(failure)
     return Snapshot(
         seq=seq, t_monotonic=t_monotonic, t_wall=t_wall,
-        connection=Connection(status=connection_status_for(failure), reason=failure.reason,
+        activity=Activity.LOADING if status is ConnectionStatus.LOADING else None,
+        connection=Connection(status=status, reason=failure.reason,
                               since_t_monotonic=since_t_monotonic, retry_in_s=retry_in_s),
         backend=last.backend if last else None, server_version=last.server_version if last else None,
         url=last.url if last else None, model=last.model if last else ModelView(),

@@ -192,6 +192,7 @@ class ServerReading:
     weight_bytes_host: int | None = None  # size - size_vram (partial offload)
     live_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | None
     live_rate_unavailable_reason: str | None = None
+    live_rate_idle: bool = False  # that reason is idleness (kvmon lets the server sleep), not a missing counter
     last_request: RequestStats | None = None
     server_pids: tuple[int, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why unknown/partial

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from kvmon import __version__
 from kvmon.core.jsonvals import MAX_INT, InputError, clean_text, parse_json
-from kvmon.core.snapshot import Snapshot
+from kvmon.core.snapshot import Activity, ConnectionStatus, Snapshot
 
 SCHEMA_VERSION = 1
 HEADER_KEY = "kvmon_recording"
@@ -181,11 +181,24 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
     if not isinstance(data, Mapping):
         raise RecordingLineError(f"{type(data).__name__} where a snapshot belongs")
     snap = typing.cast(Snapshot, from_plain(Snapshot, dict(data)))
+    if "activity" not in data:  # recorded before the activity was: read once from what those files say
+        snap = dataclasses.replace(snap, activity=_recorded_activity(snap))
     if not (math.isfinite(snap.t_wall) and 0.0 <= snap.t_wall <= MAX_T_WALL):
         raise RecordingLineError(f"t_wall {snap.t_wall!r} is no time a snapshot was taken")
     if not math.isfinite(snap.t_monotonic):
         raise RecordingLineError(f"t_monotonic {snap.t_monotonic!r} is no clock reading")
     return snap
+
+
+def _recorded_activity(s: Snapshot) -> Activity | None:
+    """The activity of a snapshot recorded without one (its decode rate, connection and the idle reason)."""
+    if s.connection.status is ConnectionStatus.LOADING:
+        return Activity.LOADING
+    if not s.server_read:
+        return None
+    if s.decode_tok_s is not None:
+        return Activity.DECODING
+    return Activity.IDLE if str(s.reasons.get("decode_tok_s", "")).startswith("idle") else Activity.UNKNOWN
 
 
 class Recorder:

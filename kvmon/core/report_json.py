@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon import __version__
+from kvmon.core.fields import JSON_FIELDS
 from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import Snapshot
 
@@ -116,20 +117,12 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             }
             for sl in s.slots
         ],
-        "context_tokens": s.context_tokens,
-        "decode_tok_s": s.decode_tok_s,
-        "prefill_tok_s": s.prefill_tok_s,
+        **{fd.name: fd.get(s) for fd in JSON_FIELDS},  # the readings, as described once (kvmon.core.fields)
+        "activity": s.activity,
         "decode_rate_source": s.decode_rate_source,
-        "ceiling_tok_s": s.ceiling_tok_s,
-        "efficiency": s.efficiency,
         "ceiling_uncertain": s.ceiling_suspect is not None,
         "ceiling_suspect": None if s.ceiling_suspect is None else {"input": s.ceiling_suspect.input,
                                                                     "message": s.ceiling_suspect.message},
-        "kv_in_use_bytes": s.kv_in_use_bytes,
-        "kv_allocated_bytes": s.kv_allocated_bytes,
-        "bytes_read_per_token": s.bytes_read_per_token,
-        "achieved_bandwidth_bytes_per_s": s.achieved_bandwidth_bytes_per_s,
-        "peak_bandwidth_bytes_per_s": s.peak_bandwidth_bytes_per_s,
         "gpus": [
             {
                 "index": g.index,

@@ -33,6 +33,15 @@ class AlertLevel(str, enum.Enum):
         return {"info": 0, "warning": 1, "critical": 2}[self.value]
 
 
+class Activity(str, enum.Enum):
+    """What the model server is doing in a poll that read it: the headline's state, decided once (in the analysis)."""
+
+    DECODING = "decoding"  # a decode rate was measured
+    IDLE = "idle"  # nothing is generating (the counters did not move, or kvmon waits so the server can sleep)
+    LOADING = "loading"  # the model (re)loads: no speed of this load yet
+    UNKNOWN = "unknown"  # no live rate, for a reason that is not idleness (no counters, a withheld rate)
+
+
 class ConnectionStatus(str, enum.Enum):
     CONNECTING = "connecting"
     CONNECTED = "connected"
@@ -240,6 +249,7 @@ class Snapshot:
     slots: tuple[SlotView, ...] = ()
     context_tokens: int | None = None  # the deepest active conversation
     decode_tok_s: float | None = None  # None while idle: no data, not 0
+    activity: Activity | None = None  # None: the server was not read in this poll
     prefill_tok_s: float | None = None
     decode_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | None
     ceiling_tok_s: float | None = None  # what the memory bus allows at context_tokens

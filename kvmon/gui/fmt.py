@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvmon.core.snapshot import ConnectionStatus
+from kvmon.core.snapshot import Activity
 from kvmon.core.units import (
     DASH,
     fmt_bandwidth,
@@ -108,8 +108,8 @@ class SpeedWords:
 def speed_words(s: Snapshot) -> SpeedWords:
     """The header's words for a snapshot's decode speed, ceiling and efficiency."""
     dec, ceil = s.decode_tok_s, s.ceiling_tok_s
-    loading = dec is None and s.connection.status is ConnectionStatus.LOADING
-    idle = not loading and dec is None and str(s.reasons.get("decode_tok_s", "")).startswith("idle")
+    loading = dec is None and s.activity is Activity.LOADING
+    idle = not loading and dec is None and s.activity is Activity.IDLE
     uncertain = s.ceiling_suspect is not None
     return SpeedWords(decode="loading" if loading else "idle" if idle else fmt_tok_s(dec),
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),

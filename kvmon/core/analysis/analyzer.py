@@ -38,7 +38,7 @@ from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import model_key
 from kvmon.core.rates import SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
-from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 
 
 class Analyzer:
@@ -119,7 +119,7 @@ class Analyzer:
         gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
         return Snapshot(
             seq=self._seq, t_monotonic=r.t_monotonic, t_wall=r.t_wall,
-            connection=Connection(ConnectionStatus.CONNECTED, reason=why), backend=r.backend,
+            connection=Connection(ConnectionStatus.CONNECTED, reason=why), activity=Activity.UNKNOWN, backend=r.backend,
             server_version=r.server_version, url=r.url, gpus=gviews, gpus_unavailable_reason=greason,
             reasons={"analysis": why},
         )
@@ -201,11 +201,13 @@ class Analyzer:
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
+        status = reading_status(r.state)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
-            connection=Connection(status=reading_status(r.state), since_t_monotonic=self._connected_since),
+            connection=Connection(status=status, since_t_monotonic=self._connected_since),
             backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
-            context_tokens=where.context, decode_tok_s=rates.decode, prefill_tok_s=rates.prefill,
+            context_tokens=where.context, decode_tok_s=rates.decode, activity=speeds.activity(rates, status),
+            prefill_tok_s=rates.prefill,
             decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
             ceiling_suspect=suspect,
             kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,

@@ -5,13 +5,13 @@ deepest active conversation, and the KV bytes in use and read per token at that 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SlotReading
-from kvmon.core.snapshot import SlotView
+from kvmon.core.snapshot import Activity, ConnectionStatus, SlotView
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class Speeds:
     prefill: float | None = None
     per_slot: Mapping[int, float | None] = field(default_factory=dict)
     source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics"
+    idle: bool = False  # no rate because nothing is generating (not because a counter is missing or withheld)
 
 
 def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> Speeds:
@@ -33,6 +34,8 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
     if out.decode is not None:
         prov["decode_tok_s"] = "measured"
     else:
+        idle = "decode_tok_s" not in withheld and (r.live_rate_unavailable_reason is None or r.live_rate_idle)
+        out = replace(out, idle=idle)
         reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or r.live_rate_unavailable_reason
                                    or "idle: no tokens generated since the last poll")
     if out.prefill is not None:
@@ -40,6 +43,15 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
     elif "prefill_tok_s" in withheld:
         reasons["prefill_tok_s"] = withheld["prefill_tok_s"]
     return out
+
+
+def activity(rates: Speeds, status: ConnectionStatus) -> Activity:
+    """The poll's one activity: loading, decoding (a rate was measured), idle, or unknown (no rate, not idle)."""
+    if status is ConnectionStatus.LOADING and rates.decode is None:
+        return Activity.LOADING
+    if rates.decode is not None:
+        return Activity.DECODING
+    return Activity.IDLE if rates.idle else Activity.UNKNOWN
 
 
 @dataclass(frozen=True)

@@ -228,12 +228,14 @@ class LlamaServerSource:
         if not sleeping and props.get("endpoint_slots") is not False and self._sleep.may_skip(t_mono):
             pre_metrics = self._read_metrics(props, reasons, q, ())
             skip = self._sleep.skip_slots(t_mono, pre_metrics[1] if pre_metrics[0] else None, sleeping)
+        waiting_idle = False
         if sleeping:
             live_reason = "server is sleeping (not polling /slots, which would wake it)"
         elif props.get("endpoint_slots") is False:
             live_reason = "the /slots endpoint is off on this server (--no-slots)"
         elif skip:
             live_reason = reasons["slots"] = self._sleep.reason()
+            waiting_idle = True
             if self._sleep.watched_by_metrics:  # no request since the last /slots: those slots are still as read
                 slots = self._quiet_slots
         else:
@@ -296,6 +298,7 @@ class LlamaServerSource:
             config=config,
             live_rate_source=live_source,
             live_rate_unavailable_reason=None if live_source else live_reason,
+            live_rate_idle=waiting_idle and not live_source,
             server_pids=pids,
             reasons=reasons,
         )
