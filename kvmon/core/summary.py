@@ -7,6 +7,7 @@ The report card (``kvmon.gui.reportcard``) draws it; anything with Snapshots may
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -64,7 +65,8 @@ class Tally:
         self.last_decoding: Snapshot | None = None  # the last snapshot with a decode speed (not idle)
         self.peak_ctx: int | None = None
         self.peak_dec: float | None = None
-        self.effs: list[float] = []
+        # packed doubles, not float objects: a day of them would pin the memory of every freed Snapshot near them
+        self.effs = array("d")
         self.curve: tuple[tuple[int, float], ...] = ()
         self.seen: dict[str, AlertSeen] = {}
 
