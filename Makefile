@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check kvmon tests bench
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	for b in bench/*.py; do QT_QPA_PLATFORM=offscreen $(BIN)/python $$b || exit 1; done
 
 ## Build the Linux bundle, .deb and tarball; install the .deb here with apt and self-test it (needs root).

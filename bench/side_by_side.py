@@ -1,0 +1,214 @@
+"""kvmon's dashboard beside llamastat on the same real llama-server: CPU per minute of each, in interleaved rounds.
+
+A real llama.cpp server (b11549, the ``xllamacpp`` wheel the tests use, a tiny random-weight llama GGUF, one
+thread) generates without pause; each round runs kvmon's dashboard (offscreen) and then llamastat (its terminal UI
+on a pseudo-terminal), each polling at 1 Hz, and measures the process's CPU seconds over ``--seconds`` after
+``--warmup``. kvmon's time is also split by thread (the GUI thread and the rest: poller and sources). Then
+``kvmon serve`` over the same window, and ``kvmon once`` per call. Prints the figures, the ratio and the budgets;
+exit status 1 when one is over it.
+
+    pip install -e '.[test,bench]'   # llamastat comes with the bench extra
+    python bench/side_by_side.py [--seconds 45] [--warmup 15] [--rounds 2]
+
+Budgets: dashboard ≤ 0.25 × llamastat and ≤ 0.15 CPU-s/min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pty
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the real-server fixture and the tiny GGUFs of the tests
+
+BUDGET_RATIO = 0.25
+BUDGET_CPU_S_PER_MIN = 0.15
+PROMPT = "The memory bus decides how fast a model can decode, because every token reads "
+
+
+class Generator:
+    """Keeps the server generating: one completion after another, until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.replies, self.tokens = url, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="generator", daemon=True)
+
+    def start(self) -> Generator:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=120.0) as c:
+            while not self._stop.is_set():
+                try:
+                    r = c.post(f"{self.url}/completion", json={"prompt": PROMPT, "n_predict": 1024,
+                                                               "temperature": 1.0, "cache_prompt": False})
+                    self.tokens += int(r.json().get("tokens_predicted") or 0)
+                    self.replies += 1
+                except (httpx.HTTPError, ValueError):
+                    time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=130)
+
+
+def _drain(fd: int) -> None:
+    """Read a pseudo-terminal's output until it closes, so the program on it never blocks on a full buffer."""
+    while True:
+        try:
+            if not os.read(fd, 65536):
+                return
+        except OSError:
+            return
+
+
+def start_kvmon(url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    return subprocess.Popen([sys.executable, "-m", "kvmon", url, "--interval", "1"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_llamastat(url: str) -> subprocess.Popen[bytes]:
+    master, slave = pty.openpty()
+    os.set_blocking(master, True)
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "48"}
+    proc = subprocess.Popen([sys.executable, "-m", "llamastat", "-u", url, "-i", "1"], env=env,
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    threading.Thread(target=_drain, args=(master,), daemon=True).start()
+    return proc
+
+
+def start_serve(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "kvmon", "serve", url, "--listen", f"127.0.0.1:{_free_port()}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu(p: psutil.Process) -> tuple[float, dict[int, float]]:
+    """The process's CPU seconds (user + system) and each thread's."""
+    t = p.cpu_times()
+    return t.user + t.system, {th.id: th.user_time + th.system_time for th in p.threads()}
+
+
+def measure(proc: subprocess.Popen[bytes], warmup_s: float, seconds: float) -> tuple[float, float, float]:
+    """CPU-s per minute of the whole process, of its main thread, and of its other threads, over ``seconds``."""
+    p = psutil.Process(proc.pid)
+    time.sleep(warmup_s)
+    if proc.poll() is not None:
+        raise RuntimeError(f"{p.name()} ended during the warm-up (status {proc.returncode})")
+    total0, threads0 = _cpu(p)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    total1, threads1 = _cpu(p)
+    minutes = (time.monotonic() - t0) / 60.0
+    main = threads1.get(proc.pid, 0.0) - threads0.get(proc.pid, 0.0)
+    total = total1 - total0
+    return total / minutes, main / minutes, (total - main) / minutes
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def once_cpu_s(url: str, calls: int) -> list[float]:
+    """CPU seconds of each ``kvmon once --json`` call (process start, two polls, the document)."""
+    out = []
+    for _ in range(calls):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = subprocess.run([sys.executable, "-m", "kvmon", "once", url, "--json"], capture_output=True, timeout=60)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if r.returncode != 0:
+            raise RuntimeError(f"kvmon once exited {r.returncode}: {r.stderr.decode()[-300:]}")
+        json.loads(r.stdout)
+        out.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=45.0, help="measured window per process and round")
+    ap.add_argument("--warmup", type=float, default=15.0, help="seconds each process runs before it is measured")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--once-calls", type=int, default=5)
+    args = ap.parse_args(argv)
+    if importlib.util.find_spec("llamastat") is None:
+        print("llamastat is not installed: pip install -e '.[bench]' (it is the bench extra)", file=sys.stderr)
+        return 2
+    from real_llama_server import RealLlamaServer
+    from tiny_gguf import make_gguf
+
+    work = Path(tempfile.mkdtemp(prefix="kvmon-side-"))
+    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
+    gen = Generator(server.url).start()
+    rows: list[tuple[str, float, float, float]] = []
+    try:
+        time.sleep(3)
+        t_gen, n_gen = time.monotonic(), gen.tokens
+        for r in range(1, args.rounds + 1):
+            for name, start in (("kvmon dashboard", start_kvmon), ("llamastat 0.3.0", start_llamastat)):
+                proc = start(server.url)
+                try:
+                    rows.append((f"{name} (round {r})", *measure(proc, args.warmup, args.seconds)))
+                finally:
+                    stop(proc)
+        proc = start_serve(server.url)
+        try:
+            serve = measure(proc, args.warmup, args.seconds)
+        finally:
+            stop(proc)
+        once = once_cpu_s(server.url, args.once_calls)
+        rate = (gen.tokens - n_gen) / (time.monotonic() - t_gen)
+    finally:
+        gen.stop()
+        server.stop()
+
+    print(f"kvmon beside llamastat on a real llama-server (llama.cpp b11549, tiny llama, 1 thread, generating "
+          f"~{rate:.0f} tok/s), 1 Hz, {args.seconds:.0f} s windows after {args.warmup:.0f} s")
+    print(f"  {'process':28s} {'CPU-s/min':>10s} {'main thread':>12s} {'other threads':>14s}")
+    for name, total, main_t, other in rows:
+        print(f"  {name:28s} {total:10.3f} {main_t:12.3f} {other:14.3f}")
+    print(f"  {'kvmon serve':28s} {serve[0]:10.3f} {serve[1]:12.3f} {serve[2]:14.3f}")
+    print(f"  kvmon once --json: median {statistics.median(once):.2f} CPU-s per call ({len(once)} calls)")
+    over = 0
+    for r in range(args.rounds):
+        k, ls = rows[2 * r][1], rows[2 * r + 1][1]
+        ratio = k / ls if ls > 0 else float("inf")
+        ok = ratio <= BUDGET_RATIO and k <= BUDGET_CPU_S_PER_MIN
+        over += not ok
+        print(f"  round {r + 1}: dashboard {ratio:.2f}× llamastat (budget ≤ {BUDGET_RATIO}×), {k:.3f} CPU-s/min "
+              f"(budget ≤ {BUDGET_CPU_S_PER_MIN}): {'within' if ok else 'OVER BUDGET'}")
+    print(f"  machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
