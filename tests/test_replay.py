@@ -237,3 +237,45 @@ def test_the_status_bar_says_which_file_how_fast_and_where(qtbot, tmp_path: Path
     ctl.pause()
     win.apply_scheme(not theme.is_dark())  # a rebuilt status bar
     assert win.status.connection.text().startswith("replaying chat.jsonl · 10×")
+
+
+def test_a_replay_leaves_the_snapshots_in_the_file(qtbot, sim_recording: Path, tmp_path: Path) -> None:
+    """``kvmon replay`` reads each snapshot again when it is shown, so a day's recording is not a day of Snapshots
+    in memory; the screen shows the same numbers as from a recording held in memory."""
+    from kvmon.core.recorder import RecordedSnapshots
+    from kvmon.gui.app import open_replay
+
+    held = read_recording(sim_recording).snapshots
+    lazy = read_recording(sim_recording, lazy=True).snapshots
+    assert isinstance(lazy, RecordedSnapshots) and len(lazy) == len(held)
+    opened, octl = open_replay(str(sim_recording), Settings(str(tmp_path / "o.ini")))  # filled as the file is read
+    qtbot.addWidget(opened)
+    assert octl.index == len(held) - 1 and opened.last == held[-1] and len(opened.history) == len(held)
+    assert list(lazy.times) == [s.t_wall for s in held]
+    assert [lazy.alert_codes(i) for i in range(len(lazy))] == [frozenset(a.code for a in s.alerts) for s in held]
+    assert list(lazy[2:5]) == list(held[2:5]) and lazy[-1] == held[-1]
+    win, ctl = replay_window(lazy, "Replay", Settings(str(tmp_path / "s.ini")))
+    qtbot.addWidget(win)
+    win.show()
+    for i in (len(held) - 1, 2, len(held) // 2):  # end, back, forward
+        ctl.seek(i)
+        assert win.last == held[i] and ctl.index == i
+        assert f"{i + 1} / {len(held)}" in ctl.bar.label.text()
+    assert len(win.history) == len(held) // 2 + 1
+
+
+def test_a_recording_cut_under_the_replay_stops_it_with_the_reason(qtbot, sim_recording: Path,
+                                                                    tmp_path: Path) -> None:
+    copy = tmp_path / "cut.jsonl"
+    copy.write_bytes(sim_recording.read_bytes())
+    lazy = read_recording(copy, lazy=True).snapshots
+    win, ctl = replay_window(lazy, "Replay", Settings(str(tmp_path / "s.ini")), name="cut.jsonl")
+    qtbot.addWidget(win)
+    win.show()
+    ctl.seek(0)
+    lines = copy.read_bytes().splitlines(keepends=True)
+    copy.write_bytes(b"".join(lines[:3]))  # the header and two snapshots left
+    ctl.seek(len(lazy) - 1)
+    assert ctl.index == 0  # it stays where the file still read
+    said = win.status.replaying or ""
+    assert said.startswith("replay stopped:") and "cut.jsonl changed on disk" in said

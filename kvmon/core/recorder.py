@@ -19,7 +19,8 @@ import math
 import time
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -108,64 +109,151 @@ def from_plain(tp: Any, value: Any) -> Any:
 
     Raises RecordingLineError when ``value`` does not fit ``tp``: every scalar is checked, text is made valid.
     """
+    return _converter(tp)(value)
+
+
+_Convert = Callable[[Any], Any]
+_CONVERTERS: dict[Any, _Convert] = {}
+
+
+def _converter(tp: Any) -> _Convert:
+    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
+    conv = _CONVERTERS.get(tp)
+    if conv is None:
+        conv = _CONVERTERS[tp] = _make_converter(tp)
+    return conv
+
+
+def _null(_value: Any) -> Any:
+    raise RecordingLineError("null where a value belongs")
+
+
+def _make_converter(tp: Any) -> _Convert:
     if tp is Any:
-        return value
+        return lambda v: v
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None:
-            if type(None) in args:
-                return None
-            raise RecordingLineError("null where a value belongs")
+        optional = type(None) in args
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
-            return from_plain(rest[0], value)
-        for a in rest:  # e.g. int | float: JSON's own type, when one fits
-            if isinstance(a, type) and isinstance(value, a) and not isinstance(value, bool):
-                return from_plain(a, value)
-        return from_plain(rest[-1], value)
-    if value is None:
-        raise RecordingLineError("null where a value belongs")
-    if tp in (int, float):
-        return _number(tp, value)
+            inner = _converter(rest[0])
+
+            def one(v: Any) -> Any:
+                if v is None:
+                    if optional:
+                        return None
+                    raise RecordingLineError("null where a value belongs")
+                return inner(v)
+            return one
+        choices = [(a, _converter(a)) for a in rest]
+        last = choices[-1][1]
+
+        def union(v: Any) -> Any:
+            if v is None:
+                if optional:
+                    return None
+                raise RecordingLineError("null where a value belongs")
+            for a, conv in choices:  # e.g. int | float: JSON's own type, when one fits
+                if isinstance(a, type) and isinstance(v, a) and not isinstance(v, bool):
+                    return conv(v)
+            return last(v)
+        return union
+    if tp is float:
+        def real(v: Any) -> Any:
+            if type(v) is float:  # what JSON gives (NaN and the infinities come tagged)
+                return v
+            return _null(v) if v is None else _number(float, v)
+        return real
+    if tp is int:
+        def integer(v: Any) -> Any:
+            if type(v) is int and -MAX_INT <= v <= MAX_INT:
+                return v
+            return _null(v) if v is None else _number(int, v)
+        return integer
     if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise RecordingLineError(f"{type(value).__name__} where a bool belongs")
+        def boolean(v: Any) -> Any:
+            if isinstance(v, bool):
+                return v
+            if v is None:
+                _null(v)
+            raise RecordingLineError(f"{type(v).__name__} where a bool belongs")
+        return boolean
     if tp is str:
-        if isinstance(value, str):
-            return clean_text(value)
-        raise RecordingLineError(f"{type(value).__name__} where text belongs")
+        def text(v: Any) -> Any:
+            if isinstance(v, str):
+                return clean_text(v)
+            if v is None:
+                _null(v)
+            raise RecordingLineError(f"{type(v).__name__} where text belongs")
+        return text
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(value, dict):
-            raise RecordingLineError(f"{type(value).__name__} where {tp.__name__} belongs")
         hints = _hints(tp)
-        kwargs = {f.name: from_plain(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
-        try:
-            return tp(**kwargs)
-        except TypeError as e:  # a required field missing
-            raise RecordingLineError(f"{tp.__name__}: {e}") from None
+        fields_ = [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(tp)]
+        cls = tp
+
+        def record(v: Any) -> Any:
+            if v is None:
+                _null(v)
+            if not isinstance(v, dict):
+                raise RecordingLineError(f"{type(v).__name__} where {cls.__name__} belongs")
+            kwargs = {name: conv(v[name]) for name, conv in fields_ if name in v}
+            try:
+                return cls(**kwargs)
+            except TypeError as e:  # a required field missing
+                raise RecordingLineError(f"{cls.__name__}: {e}") from None
+        return record
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except (ValueError, TypeError):
-            raise RecordingLineError(f"{value!r} is no {tp.__name__}") from None
+        def member(v: Any) -> Any:
+            if v is None:
+                _null(v)
+            try:
+                return tp(v)
+            except (ValueError, TypeError):
+                raise RecordingLineError(f"{v!r} is no {tp.__name__}") from None
+        return member
     if origin is tuple:
-        if not isinstance(value, list):
-            raise RecordingLineError(f"{type(value).__name__} where a list belongs")
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(from_plain(args[0], v) for v in value)
-        if len(value) != len(args):
-            raise RecordingLineError(f"{len(value)} items where {len(args)} belong")
-        return tuple(from_plain(a, v) for a, v in zip(args, value, strict=True))
+            item = _converter(args[0])
+
+            def items(v: Any) -> Any:
+                if not isinstance(v, list):
+                    if v is None:
+                        _null(v)
+                    raise RecordingLineError(f"{type(v).__name__} where a list belongs")
+                return tuple([item(x) for x in v])
+            return items
+        convs = [_converter(a) for a in args]
+        if len(convs) == 2:  # the (context, tok/s) pairs of a ceiling curve: many in every line
+            first, second = convs
+
+            def pair(v: Any) -> Any:
+                if type(v) is list and len(v) == 2:
+                    return first(v[0]), second(v[1])
+                return fixed(v)
+
+        def fixed(v: Any) -> Any:
+            if not isinstance(v, list):
+                if v is None:
+                    _null(v)
+                raise RecordingLineError(f"{type(v).__name__} where a list belongs")
+            if len(v) != len(convs):
+                raise RecordingLineError(f"{len(v)} items where {len(convs)} belong")
+            return tuple(c(x) for c, x in zip(convs, v, strict=True))
+        return pair if len(convs) == 2 else fixed
     if origin in (Mapping, dict, typing.Mapping, typing.Dict):  # noqa: UP006
-        if not isinstance(value, dict):
-            raise RecordingLineError(f"{type(value).__name__} where an object belongs")
         args = typing.get_args(tp)
-        vt = args[1] if len(args) == 2 else Any
-        return {clean_text(k): from_plain(vt, v) for k, v in value.items()}
-    return value
+        val = _converter(args[1] if len(args) == 2 else Any)
+
+        def mapping(v: Any) -> Any:
+            if not isinstance(v, dict):
+                if v is None:
+                    _null(v)
+                raise RecordingLineError(f"{type(v).__name__} where an object belongs")
+            return {clean_text(k): val(x) for k, x in v.items()}
+        return mapping
+    return lambda v: _null(v) if v is None else v
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
@@ -245,34 +333,52 @@ class Recording:
     """A recording read back: its header, the Snapshots, and the lines that could not be read."""
 
     header: Mapping[str, Any]
-    snapshots: tuple[Snapshot, ...]
+    snapshots: Sequence[Snapshot]  # a tuple, or with ``lazy`` the file's RecordedSnapshots
     skipped_lines: tuple[int, ...] = ()  # 1-based line numbers
     reasons: tuple[str, ...] = field(default=())
 
 
-def _lines(fh: IO[str]) -> Iterator[tuple[str, bool]]:
-    """(line, whole) for each line: one longer than MAX_LINE_CHARS comes as ("", False), unread past the limit."""
+def _lines(fh: IO[bytes]) -> Iterator[tuple[int, str, bool]]:
+    """(offset, line, whole) for each line: one longer than MAX_LINE_CHARS comes as "" and not whole, unread past
+    the limit. Bytes that are not UTF-8 read as U+FFFD."""
     while True:
-        line = fh.readline(MAX_LINE_CHARS + 1)
-        if not line:
+        offset = fh.tell()
+        raw = fh.readline(MAX_LINE_CHARS + 1)
+        if not raw:
             return
-        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
-            while (rest := fh.readline(MAX_LINE_CHARS + 1)) and not rest.endswith("\n"):
+        if len(raw) > MAX_LINE_CHARS and not raw.endswith(b"\n"):
+            while (rest := fh.readline(MAX_LINE_CHARS + 1)) and not rest.endswith(b"\n"):
                 pass
-            yield "", False
+            yield offset, "", False
             continue
-        yield line, True
+        yield offset, raw.decode("utf-8", errors="replace"), True
 
 
-def iter_recording(path: str | Path) -> Iterator[tuple[int, Snapshot | None, str | None]]:
-    """(line number, Snapshot or None, reason) for every line after the header; raises RecordingError."""
-    p = Path(path)
+def _open(p: Path) -> IO[bytes]:
     try:
-        fh = p.open("r", encoding="utf-8", errors="replace")
+        return p.open("rb")
     except OSError as exc:
         raise RecordingError(f"cannot open recording {p.name}: {exc.strerror or exc}") from None
-    with fh:
-        first = fh.readline(MAX_LINE_CHARS)
+
+
+def _line_snapshot(n: int, line: str, whole: bool) -> tuple[Snapshot | None, str | None]:
+    """Line ``n`` as a Snapshot, or None with the reason it is skipped."""
+    if not whole:
+        return None, f"line {n}: longer than {MAX_LINE_CHARS // (1024 * 1024)} MiB, not read"
+    if not line.endswith("\n"):
+        return None, f"line {n}: incomplete (the recording was cut off)"
+    try:
+        return snapshot_from_dict(parse_json(line)), None
+    except (InputError, RecordingLineError) as exc:
+        return None, f"line {n}: not a snapshot ({exc})"
+
+
+def _scan(path: str | Path) -> Iterator[tuple[int, int, Snapshot | None, str | None]]:
+    """(line number, offset, Snapshot or None, reason) for every line; line 1 is the header (its JSON as the
+    reason). Raises RecordingError for a file that is not a recording."""
+    p = Path(path)
+    with _open(p) as fh:
+        first = fh.readline(MAX_LINE_CHARS).decode("utf-8", errors="replace")
         try:
             header = parse_json(first)
         except InputError:
@@ -282,32 +388,108 @@ def iter_recording(path: str | Path) -> Iterator[tuple[int, Snapshot | None, str
         if not isinstance(header[HEADER_KEY], int) or header[HEADER_KEY] > SCHEMA_VERSION:
             raise RecordingError(f"{p.name} has recording schema {header[HEADER_KEY]!r}; "
                                  f"this kvmon reads up to {SCHEMA_VERSION}")
-        yield 1, None, json.dumps(header)
-        for n, (line, whole) in enumerate(_lines(fh), start=2):
-            if not whole:
-                yield n, None, f"line {n}: longer than {MAX_LINE_CHARS // (1024 * 1024)} MiB, not read"
-                continue
-            if not line.endswith("\n"):
-                yield n, None, f"line {n}: incomplete (the recording was cut off)"
-                continue
-            try:
-                yield n, snapshot_from_dict(parse_json(line)), None
-            except (InputError, RecordingLineError) as exc:
-                yield n, None, f"line {n}: not a snapshot ({exc})"
+        yield 1, 0, None, json.dumps(header)
+        for n, (offset, line, whole) in enumerate(_lines(fh), start=2):
+            snap, why = _line_snapshot(n, line, whole)
+            yield n, offset, snap, why
 
 
-def read_recording(path: str | Path) -> Recording:
-    """Every complete, well-formed Snapshot in the file, plus which lines were skipped and why."""
+def iter_recording(path: str | Path) -> Iterator[tuple[int, Snapshot | None, str | None]]:
+    """(line number, Snapshot or None, reason) for every line after the header; raises RecordingError."""
+    for n, _offset, snap, why in _scan(path):
+        yield n, snap, why
+
+
+def read_recording(path: str | Path, *, lazy: bool = False,
+                   each: Callable[[Snapshot], None] | None = None) -> Recording:
+    """Every complete, well-formed Snapshot in the file, plus which lines were skipped and why.
+
+    ``lazy``: the snapshots stay in the file (``RecordedSnapshots``: each read again when asked), so a day's
+    recording costs a few bytes a line in memory instead of its Snapshots; every line is still read once here.
+    ``each``: called with every Snapshot as it is read (a replay fills its window in the same pass).
+    """
     header: Mapping[str, Any] = {}
     snaps: list[Snapshot] = []
+    offsets, lines, times, codes = array("q"), array("q"), array("d"), array("I")
+    code_sets: dict[frozenset[str], int] = {}
     skipped: list[int] = []
     reasons: list[str] = []
-    for n, snap, why in iter_recording(path):
+    for n, offset, snap, why in _scan(path):
         if n == 1:
             header = json.loads(why or "{}")
-        elif snap is not None:
-            snaps.append(snap)
-        else:
+            continue
+        if snap is None:
             skipped.append(n)
             reasons.append(why or f"line {n}")
-    return Recording(header=header, snapshots=tuple(snaps), skipped_lines=tuple(skipped), reasons=tuple(reasons))
+            continue
+        if each is not None:
+            each(snap)
+        if lazy:
+            offsets.append(offset)
+            lines.append(n)
+            times.append(snap.t_wall)
+            codes.append(code_sets.setdefault(frozenset(a.code for a in snap.alerts), len(code_sets)))
+        else:
+            snaps.append(snap)
+    held: Sequence[Snapshot] = (RecordedSnapshots(Path(path), offsets, lines, times, codes, tuple(code_sets))
+                                if lazy else tuple(snaps))
+    return Recording(header=header, snapshots=held, skipped_lines=tuple(skipped), reasons=tuple(reasons))
+
+
+class RecordedSnapshots(Sequence[Snapshot]):
+    """A recording's Snapshots left in its file: each read again when asked (a slice is another such view).
+
+    What a replay needs without reading them (each one's time and alert codes) is kept beside the line offsets.
+    A file changed on disk since it was read raises RecordingError for the line that no longer reads.
+    """
+
+    def __init__(self, path: Path, offsets: array[int], lines: array[int], times: array[float],
+                 codes: array[int], code_sets: tuple[frozenset[str], ...]) -> None:
+        self.path = path
+        self._offsets, self._lines, self._times, self._codes = offsets, lines, times, codes
+        self._code_sets = code_sets
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @typing.overload
+    def __getitem__(self, i: int) -> Snapshot: ...
+
+    @typing.overload
+    def __getitem__(self, i: slice) -> RecordedSnapshots: ...
+
+    def __getitem__(self, i: int | slice) -> Snapshot | RecordedSnapshots:
+        if isinstance(i, slice):
+            return RecordedSnapshots(self.path, self._offsets[i], self._lines[i], self._times[i], self._codes[i],
+                                     self._code_sets)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("recorded snapshot index out of range")
+        with _open(self.path) as fh:
+            return self._read(fh, i)
+
+    def __iter__(self) -> Iterator[Snapshot]:
+        if not len(self):
+            return
+        with _open(self.path) as fh:
+            for i in range(len(self)):
+                yield self._read(fh, i)
+
+    def _read(self, fh: IO[bytes], i: int) -> Snapshot:
+        fh.seek(self._offsets[i])
+        got = next(_lines(fh), None)  # None: the file is shorter now
+        line, whole = (got[1], got[2]) if got is not None else ("", True)
+        snap, why = _line_snapshot(self._lines[i], line, whole)
+        if snap is None:
+            raise RecordingError(f"{self.path.name} changed on disk since it was opened: {why}")
+        return snap
+
+    @property
+    def times(self) -> Sequence[float]:
+        """Each snapshot's wall-clock time (Unix seconds), without reading it."""
+        return self._times
+
+    def alert_codes(self, i: int) -> frozenset[str]:
+        """The codes of snapshot ``i``'s alerts, without reading it."""
+        return self._code_sets[self._codes[i]]

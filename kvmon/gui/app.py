@@ -303,17 +303,17 @@ def run_replay(args: argparse.Namespace) -> int:
     and 1× / 10× / 60× playback; with ``--csv`` write the recording as CSV and exit instead."""
     from kvmon.core.recorder import RecordingError, read_recording
 
-    try:
-        rec = read_recording(args.file)
-    except (OSError, RecordingError) as exc:
-        print(f"kvmon: cannot replay {args.file}: {exc}", file=sys.stderr)
-        return 2
-    if not rec.snapshots:
-        print(f"kvmon: {args.file} holds no snapshots", file=sys.stderr)
-        return 2
-    skipped = f" ({len(rec.skipped_lines)} unreadable lines skipped)" if rec.skipped_lines else ""
     csv_out = getattr(args, "csv", None)
     if csv_out:
+        try:
+            rec = read_recording(args.file)
+        except (OSError, RecordingError) as exc:
+            print(f"kvmon: cannot replay {args.file}: {exc}", file=sys.stderr)
+            return 2
+        if not rec.snapshots:
+            print(f"kvmon: {args.file} holds no snapshots", file=sys.stderr)
+            return 2
+        skipped = f" ({len(rec.skipped_lines)} unreadable lines skipped)" if rec.skipped_lines else ""
         from kvmon.core.recording_csv import write_csv
 
         try:
@@ -329,8 +329,11 @@ def run_replay(args: argparse.Namespace) -> int:
     if status is not None:
         return status
     app = ensure_app(sys.argv[:1])
-    win, _ctl = replay_window(rec.snapshots, f"Replay of {os.path.basename(args.file)}{skipped}",
-                              name=os.path.basename(args.file))
+    try:
+        win, _ctl = open_replay(args.file)
+    except (OSError, RecordingError) as exc:
+        print(f"kvmon: cannot replay {args.file}: {exc}", file=sys.stderr)
+        return 2
     restore = quit_on_signals(app)
     win.show()
     try:
@@ -339,17 +342,53 @@ def run_replay(args: argparse.Namespace) -> int:
         restore()
 
 
+def open_replay(path: str, settings: Any = None) -> tuple[Any, Any]:
+    """The replay window of the recording at ``path``, filled as the file is read once; its snapshots stay in the
+    file (each read again when shown), so a day's recording is its history's columns in memory, not its Snapshots.
+    Raises RecordingError (not a recording, or no snapshot in it) or OSError."""
+    from kvmon.core.recorder import RecordingError, read_recording
+    from kvmon.gui.main_window import MainWindow
+    from kvmon.gui.settings import Settings
+
+    name = os.path.basename(path)
+    win = MainWindow(settings if settings is not None else Settings(), banner=f"Replay of {name}", tray=False)
+    batch: list[Any] = []
+
+    def take(s: Any) -> None:  # in batches: one render at the end, few Python objects alive at once
+        batch.append(s)
+        if len(batch) >= 1024:
+            win.load(batch)
+            batch.clear()
+
+    rec = read_recording(path, lazy=True, each=take)
+    if batch:
+        win.load(batch)
+        batch.clear()
+    if not rec.snapshots:
+        win.close()
+        raise RecordingError(f"{name} holds no snapshots")
+    if rec.skipped_lines:
+        win.set_banner(f"Replay of {name} ({len(rec.skipped_lines)} unreadable lines skipped)")
+    return win, _replay_controls(win, rec.snapshots, name, loaded=True)
+
+
 def replay_window(snapshots: Any, banner: str | None, settings: Any = None, name: str = "recording"
                   ) -> tuple[Any, Any]:
     """A dashboard window (no polling, no tray) showing ``snapshots`` with the replay bar; (window, controller).
     ``name``: the recording's file name, for the status bar."""
-    from kvmon.gui import replay
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
 
     win = MainWindow(settings if settings is not None else Settings(), banner=banner, tray=False)
+    return win, _replay_controls(win, snapshots, name)
+
+
+def _replay_controls(win: Any, snapshots: Any, name: str, *, loaded: bool = False) -> Any:
+    """The replay bar on ``win`` and what a replay window exports (the report card and CSV up to the playhead)."""
+    from kvmon.gui import replay
+
     win.record_action.setEnabled(False)  # nothing new to record in a replay
-    ctl = replay.attach(win, snapshots, name)
+    ctl = replay.attach(win, snapshots, name, loaded=loaded)
     win.report_snapshots = lambda: ctl.snapshots[: ctl.index + 1]
     win.csv_action.setEnabled(True)
-    return win, ctl
+    return ctl

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.core.recorder import RecordedSnapshots, RecordingError
 from kvmon.core.snapshot import Snapshot
 
 SPEEDS = (1.0, 10.0, 60.0)
@@ -25,14 +26,17 @@ class ReplayController(QtCore.QObject):
     position_changed = QtCore.Signal(int)
     playing_changed = QtCore.Signal(bool)
     speed_changed = QtCore.Signal(float)
+    failed = QtCore.Signal(str)  # the recording could no longer be read (changed on disk): why
 
     def __init__(self, win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot]) -> None:
         super().__init__(win)
         if not snapshots:
             raise ValueError("a replay needs at least one snapshot")
         self.win = win
-        self.snapshots = tuple(snapshots)
-        self.times = [s.t_wall for s in self.snapshots]
+        # a recording's snapshots stay in its file (each read again when shown); a list given in memory is kept
+        self.snapshots: Sequence[Snapshot] = snapshots if isinstance(snapshots, RecordedSnapshots) else tuple(snapshots)
+        self.times: Sequence[float] = (snapshots.times if isinstance(snapshots, RecordedSnapshots)
+                                       else [s.t_wall for s in self.snapshots])
         self.index = -1
         self.speed = SPEEDS[0]
         self._timer = QtCore.QTimer(self)
@@ -50,11 +54,16 @@ class ReplayController(QtCore.QObject):
         index = max(0, min(int(index), len(self.snapshots) - 1))
         if index == self.index:
             return
-        if index < self.index or self.index < 0:
-            self.win.reset()  # type: ignore[attr-defined]
-            self.win.load(self.snapshots[: index + 1])  # type: ignore[attr-defined]
-        else:
-            self.win.load(self.snapshots[self.index + 1: index + 1])  # type: ignore[attr-defined]
+        try:
+            if index < self.index or self.index < 0:
+                self.win.reset()  # type: ignore[attr-defined]
+                self.win.load(self.snapshots[: index + 1])  # type: ignore[attr-defined]
+            else:
+                self.win.load(self.snapshots[self.index + 1: index + 1])  # type: ignore[attr-defined]
+        except RecordingError as exc:  # the file changed under the replay: stop where it still read
+            self.pause()
+            self.failed.emit(str(exc))
+            return
         self.index = index
         if self._anchor is not None:
             self._anchor = (time.monotonic(), self.times[index])
@@ -99,7 +108,11 @@ class ReplayController(QtCore.QObject):
         self.seek(len(self.snapshots) - 1)
 
     def _codes(self, i: int) -> frozenset[str]:
-        return frozenset(a.code for a in self.snapshots[i].alerts) if i >= 0 else frozenset()
+        if i < 0:
+            return frozenset()
+        if isinstance(self.snapshots, RecordedSnapshots):
+            return self.snapshots.alert_codes(i)
+        return frozenset(a.code for a in self.snapshots[i].alerts)
 
     def _target_index(self) -> int:
         assert self._anchor is not None
@@ -185,9 +198,9 @@ class ReplayBar(QtWidgets.QWidget):
         self.slider.blockSignals(True)
         self.slider.setValue(i)
         self.slider.blockSignals(False)
-        s = self.ctl.snapshots[i]
-        elapsed = s.t_wall - self.ctl.times[0]
-        stamp = time.strftime("%H:%M:%S", time.localtime(s.t_wall))
+        t_wall = self.ctl.times[i]
+        elapsed = t_wall - self.ctl.times[0]
+        stamp = time.strftime("%H:%M:%S", time.localtime(t_wall))
         self.label.setText(f"{i + 1} / {len(self.ctl.snapshots)} · {stamp} · +{elapsed / 60:.1f} min")
 
 
@@ -199,9 +212,11 @@ def status_text(ctl: ReplayController, name: str) -> str:
     return replay_text(name, ctl.speed, ctl.times[i] - ctl.times[0], ctl.times[-1] - ctl.times[0], ctl.playing)
 
 
-def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str = "recording") -> ReplayController:
-    """Add the replay bar as a bottom toolbar of ``win`` with its shortcuts, and show the first snapshot; the status
-    bar says which file (``name``), at what speed and where in it."""
+def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str = "recording", *,
+           loaded: bool = False) -> ReplayController:
+    """Add the replay bar as a bottom toolbar of ``win`` with its shortcuts, and show the last snapshot; the status
+    bar says which file (``name``), at what speed and where in it. ``loaded``: the window already holds every
+    snapshot (it was filled while the file was read)."""
     from PySide6 import QtGui
 
     ctl = ReplayController(win, snapshots)
@@ -212,6 +227,7 @@ def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str 
     ctl.position_changed.connect(say)
     ctl.playing_changed.connect(say)
     ctl.speed_changed.connect(say)
+    ctl.failed.connect(lambda why: win.set_replay_status(f"replay stopped: {why}"))  # type: ignore[attr-defined]
     bar = ReplayBar(ctl)
     tb = QtWidgets.QToolBar("Replay", win)
     tb.setObjectName("replay")
@@ -227,5 +243,9 @@ def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str 
         sc = QtGui.QShortcut(QtGui.QKeySequence(key), win)
         sc.activated.connect(fn)
     ctl.bar = bar  # type: ignore[attr-defined]
-    ctl.seek(len(snapshots) - 1)  # open on the whole session, as recorded; Home goes back to the start
+    if loaded:
+        ctl.index = len(snapshots) - 1
+        ctl.position_changed.emit(ctl.index)
+    else:
+        ctl.seek(len(snapshots) - 1)  # open on the whole session, as recorded; Home goes back to the start
     return ctl
