@@ -346,6 +346,7 @@ def open_replay(path: str, settings: Any = None) -> tuple[Any, Any]:
     """The replay window of the recording at ``path``, filled as the file is read once; its snapshots stay in the
     file (each read again when shown), so a day's recording is its history's columns in memory, not its Snapshots.
     Raises RecordingError (not a recording, or no snapshot in it) or OSError."""
+    from kvmon.app.heap import release_freed_memory
     from kvmon.core.recorder import RecordingError, read_recording
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
@@ -364,6 +365,7 @@ def open_replay(path: str, settings: Any = None) -> tuple[Any, Any]:
     if batch:
         win.load(batch)
         batch.clear()
+    release_freed_memory()  # the Snapshots read and dropped: their memory back to the system
     if not rec.snapshots:
         win.close()
         raise RecordingError(f"{name} holds no snapshots")
