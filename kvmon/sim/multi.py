@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from kvmon.sim import permit
 from kvmon.sim.clock import OffsetClock, SimClock
 from kvmon.sim.faults import FaultPlan, parse_faults
 from kvmon.sim.gpu import SimGpus
@@ -89,6 +90,7 @@ class MultiSim:
     def __init__(self, scenario: MultiScenario, *, speed: float = 1.0, host: str = "127.0.0.1", port: int = 0,
                  start_at_s: float = 0.0, faults: Iterable[str] = (), stepped: bool = False) -> None:
         """``stepped``: simulated time never runs by itself, only ``step`` moves it (from ``start_at_s``)."""
+        permit.allow("the simulator")  # its simulated GPUs are what the demo shows
         self.scenario = scenario
         self.stepped = stepped
         self.clock = SimClock(speed, running=False)
