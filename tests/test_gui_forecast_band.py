@@ -84,6 +84,31 @@ def test_the_band_as_drawn_falls_with_depth_and_stays_under_the_ceiling(window: 
     assert not window.speed_context.limit_line.isVisible()
 
 
+def test_a_model_with_no_forecast_yet_shows_no_band(window: MainWindow, qtbot) -> None:
+    """A router that follows another model (no points of its own yet): the last model's band does not stay on
+    screen above the new model's ceiling (a fill between two emptied curves kept its old path)."""
+    import dataclasses
+
+    from kvmon.core.snapshot import Forecast
+
+    def speed(c: int) -> float:
+        return 1 / (0.0245 + 1.2e-7 * c)
+
+    card = gpu(name="NVIDIA RTX A6000", bw=768e9, total=48 * GIB, free=20 * GIB, server=27 * GIB)
+    s = _session([3000, 3300, 3600, 3900], speed, card)
+    window.on_snapshot(s)
+    qtbot.wait(50)
+    band = window.speed_context.band
+    assert band.isVisible() and not band.path().isEmpty()
+    other = dataclasses.replace(s, seq=s.seq + 1, forecast=Forecast())  # another model: nothing to forecast from
+    window.on_snapshot(other)
+    qtbot.wait(50)
+    assert not band.isVisible() or band.path().isEmpty()
+    window.on_snapshot(dataclasses.replace(s, seq=s.seq + 2))  # its own forecast again: the band comes back
+    qtbot.wait(50)
+    assert band.isVisible() and not band.path().isEmpty()
+
+
 def test_on_metal_the_panel_shows_where_the_forecast_stops(window: MainWindow, qtbot) -> None:
     apple = gpu(name="Apple M2 Max", vendor="apple", bw=400e9)
 

@@ -188,9 +188,12 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.forecast.setData(arr[:, 0], arr[:, 1])
             self.forecast_low.setData(arr[:, 0], arr[:, 2])
             self.forecast_high.setData(arr[:, 0], arr[:, 3])
+            self.band.show()
         else:
             for item in (self.forecast, self.forecast_low, self.forecast_high):
                 item.setData([], [])
+            # a fill between two empty curves keeps the path it had: hidden, or the last model's band stays on screen
+            self.band.hide()
 
     def _draw_regime(self, s: Snapshot) -> None:
         r = s.forecast.regime
