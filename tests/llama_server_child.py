@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-fitt", "--fit-target", default=None)  # MiB per device, one value broadcast
     p.add_argument("-cram", "--cache-ram", type=int, default=None)  # MiB; -1 no limit, 0 off
     p.add_argument("--sleep-idle-seconds", type=int, default=-1)
+    p.add_argument("--spec-type", default="none")  # one type: none, draft-simple, ngram-simple, ...
+    p.add_argument("-md", "--spec-draft-model", default=None)
+    p.add_argument("--spec-draft-n-max", type=int, default=None)
+    p.add_argument("--spec-synth-len", type=float, default=None)  # llama.cpp's synthetic acceptance (benchmarks)
     return p
 
 
@@ -89,6 +93,16 @@ def params_from_args(a: argparse.Namespace):  # type: ignore[no-untyped-def]  # 
     if a.cache_ram is not None:
         p.cache_ram_mib = a.cache_ram
     p.sleep_idle_seconds = a.sleep_idle_seconds
+    sp = p.speculative  # a copy: its fields are set, then it is given back (the draft's model path is shared)
+    kind = a.spec_type.upper().replace("-", "_")
+    sp.types = [getattr(xllamacpp.common_speculative_type, f"COMMON_SPECULATIVE_TYPE_{kind}")]
+    if a.spec_draft_model is not None:
+        sp.draft.mparams.path = a.spec_draft_model
+    if a.spec_draft_n_max is not None:
+        sp.draft.n_max = a.spec_draft_n_max
+    if a.spec_synth_len is not None:
+        sp.synth_len = a.spec_synth_len
+    p.speculative = sp
     return p
 
 

@@ -128,3 +128,36 @@ def test_on_metal_the_panel_shows_where_the_forecast_stops(window: MainWindow, q
     assert panel._milestone_lines[8192].label.format.startswith("8K\n~")
     assert panel._milestone_lines[32768].label.format == "32K"  # no number past the switch
     assert "kernel-dependent beyond 8k" in panel.plot.toolTip().lower()
+
+
+def test_speculation_draws_the_one_token_ceiling_beneath_the_lifted_one(window: MainWindow, qtbot) -> None:
+    import dataclasses
+
+    from kvmon.core.snapshot import SpeculativeView
+    from kvmon.gui.labels import plain_text
+
+    def speed(c: int) -> float:
+        return 1 / (0.0245 + 1.2e-7 * c)
+
+    card = gpu(name="NVIDIA RTX A6000", bw=768e9, total=48 * GIB, free=20 * GIB, server=27 * GIB)
+    s = _session([3000, 3300, 3600, 3900], speed, card)
+    k = 1.8
+    lifted = tuple((c, v * k) for c, v in s.ceiling_curve)
+    spec = SpeculativeView(drafts=50, draft_tokens=150, accepted_tokens=40, generated_tokens=90, tokens_per_step=k,
+                           acceptance_rate=40 / 150, one_token_ceiling_tok_s=s.ceiling_tok_s,
+                           one_token_curve=s.ceiling_curve)
+    speculating = dataclasses.replace(s, seq=s.seq + 1, ceiling_curve=lifted, speculative=spec,
+                                      ceiling_tok_s=(s.ceiling_tok_s or 0) * k)
+    window.on_snapshot(speculating)
+    qtbot.wait(50)
+    panel = window.speed_context
+    x1, y1 = (np.asarray(v, dtype=float) for v in panel.one_token.getData())
+    cx, cy = (np.asarray(v, dtype=float) for v in panel.ceiling.curve.getData())
+    assert x1.size and np.allclose(y1 * k, np.interp(x1, cx, cy), rtol=1e-3)
+    names = [label.text for _item, label in panel.plot.getPlotItem().legend.items]
+    assert "ceiling without speculation" in names
+    assert "(speculative ×1.80)" in plain_text(window.header.speed.text())
+    window.on_snapshot(dataclasses.replace(s, seq=s.seq + 2))  # no longer speculating
+    qtbot.wait(50)
+    assert panel.one_token.getData()[0] is None or len(panel.one_token.getData()[0]) == 0
+    assert "ceiling without speculation" not in [label.text for _i, label in panel.plot.getPlotItem().legend.items]

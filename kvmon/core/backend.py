@@ -42,6 +42,8 @@ _WORDS: dict[str, Any] = {
     "reads_log": False,
     # its KV pool fills the memory it is given: a cheaper cache type holds more tokens and frees nothing
     "kv_pool_fills_memory": False,
+    # the counter of generated tokens beside the speculation counts (speculative decoding's tokens per step)
+    "generated_tokens_counter": "tokens_predicted_total",
 }
 
 

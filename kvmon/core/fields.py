@@ -80,6 +80,14 @@ FIELDS: tuple[Field, ...] = (
     Field("weight_bytes_read_per_token", "bytes/token", "Weight bytes read per generated token (MoE: the active "
           "part).", lambda s: s.model.weight_bytes_read_per_token,
           prometheus="kvmon_model_weight_read_bytes_per_token"),
+    Field("speculative_tokens_per_step", "ratio", "Tokens each speculative target step yields (its own plus the "
+          "accepted drafted ones, since the server started); absent without speculative decoding.",
+          lambda s: s.speculative.tokens_per_step if s.speculative is not None else None,
+          prometheus="kvmon_speculative_tokens_per_step", csv=True),
+    Field("speculative_acceptance_ratio", "ratio", "Drafted tokens the target accepted, as a share of those drafted "
+          "(since the server started).",
+          lambda s: s.speculative.acceptance_rate if s.speculative is not None else None,
+          prometheus="kvmon_speculative_acceptance_ratio"),
     Field("kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context, all layers, K and V.",
           lambda s: s.model.kv_bytes_per_token, prometheus="kvmon_kv_cache_bytes_per_token"),
 )

@@ -82,6 +82,7 @@ class SlotReading:
     n_prompt_tokens_processed: int | None = None
     n_prompt_tokens_cache: int | None = None
     context_estimated: bool = False  # context_tokens is a lower bound kvmon put together (a proxied stream), not read
+    speculative: bool | None = None  # llama-server: the slot drafts tokens (speculative decoding)
 
 
 @dataclass(frozen=True)

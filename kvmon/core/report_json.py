@@ -195,6 +195,12 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "valid_to_tokens": fc.valid_to_tokens,
             },
         },
+        "speculative": None if s.speculative is None else {
+            "drafts": s.speculative.drafts, "draft_tokens": s.speculative.draft_tokens,
+            "accepted_tokens": s.speculative.accepted_tokens, "generated_tokens": s.speculative.generated_tokens,
+            "tokens_per_step": s.speculative.tokens_per_step, "acceptance_rate": s.speculative.acceptance_rate,
+            "one_token_ceiling_tok_s": s.speculative.one_token_ceiling_tok_s,
+        },
         "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "provenance": dict(s.provenance),

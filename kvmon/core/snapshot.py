@@ -227,6 +227,21 @@ class Forecast:
 
 
 @dataclass(frozen=True)
+class SpeculativeView:
+    """Speculative decoding as the server counts it since it started: drafts, drafted and accepted tokens, and the
+    tokens each target step yields (the factor on the one-token ceiling)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    generated_tokens: int
+    tokens_per_step: float | None = None
+    acceptance_rate: float | None = None  # accepted ÷ drafted
+    one_token_ceiling_tok_s: float | None = None  # the ceiling without speculation, at this depth
+    one_token_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) without speculation: its floor
+
+
+@dataclass(frozen=True)
 class CeilingSuspect:
     """Measured speed above the ceiling: one of the ceiling's inputs is wrong. Which one is most likely, and why."""
 
@@ -271,6 +286,7 @@ class Snapshot:
     reasons: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events
+    speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
 
     @property
     def server_read(self) -> bool:

@@ -87,6 +87,8 @@ class SpeedWords:
     idle: bool
     uncertain: bool
     loading: bool = False  # the model (re)loads: no speed and no ceiling of this load yet
+    speculative: str = ""  # " (speculative ×1.94)": the ceiling is lifted by the tokens each target step yields
+    speculating_uncounted: bool = False  # it speculates, and no reply has ended to count by how much
 
     @property
     def against(self) -> str:
@@ -95,14 +97,17 @@ class SpeedWords:
         model loads."""
         if self.loading:
             return ""
+        if self.speculating_uncounted:
+            return "· speculating: its ceiling is known once a reply ends"
         if self.idle:
-            return f"· ceiling {self.ceiling} tok/s here" if self.ceiling != DASH else ""
-        return f"of {self.ceiling} ceiling"
+            return f"· ceiling {self.ceiling} tok/s here{self.speculative}" if self.ceiling != DASH else ""
+        return f"of {self.ceiling} ceiling{self.speculative}"
 
     @property
     def no_share(self) -> bool:
-        """Nothing decodes (idle, loading): no efficiency to put beside the headline."""
-        return self.idle or self.loading
+        """Nothing decodes (idle, loading), or no ceiling yet to share (speculating, uncounted): no efficiency to put
+        beside the headline."""
+        return self.idle or self.loading or self.speculating_uncounted
 
 
 def speed_words(s: Snapshot) -> SpeedWords:
@@ -114,7 +119,11 @@ def speed_words(s: Snapshot) -> SpeedWords:
     return SpeedWords(decode="loading" if loading else "idle" if idle else fmt_tok_s(dec),
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
                       share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
-                      idle=idle, uncertain=uncertain, loading=loading)
+                      idle=idle, uncertain=uncertain, loading=loading,
+                      speculative=(f" (speculative ×{sp.tokens_per_step:.2f})"
+                                   if (sp := s.speculative) is not None and sp.tokens_per_step and ceil is not None
+                                   else ""),
+                      speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step)
 
 
 _CODE = re.compile(r"`([^`]+)`")

@@ -3,6 +3,8 @@
 Per token each device reads its weights and its share of the KV cache; devices of a layer split run one
 after the other, so their times add: tok/s ≤ 1 / Σ_d (weight_bytes_d + kv_bytes × kv_fraction_d) / bandwidth_d.
 Bytes held in host RAM count at host bandwidth (CPU layers) or at PCIe bandwidth (streamed): the spill cliff.
+With speculative decoding one target step reads the same bytes and yields the tokens it accepts plus its own, so
+the ceiling is that many times higher (a draft model's own reads would lower it again).
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ def ceiling_tok_s(devices: Sequence[DeviceShare], kv_bytes_read: float) -> float
     if t is None or t <= 0:
         return None
     return 1.0 / t
+
+
+def speculative_tokens_per_step(generated_tokens: float, accepted_tokens: float) -> float | None:
+    """Tokens a speculative target step yields on average: each step makes one token of its own plus the drafted
+    tokens it accepts, so steps = generated − accepted and tokens per step = generated ÷ steps. None when the
+    counts do not allow it (nothing generated, or more accepted than generated)."""
+    if not (math.isfinite(generated_tokens) and math.isfinite(accepted_tokens)):
+        return None
+    steps = generated_tokens - accepted_tokens
+    if generated_tokens <= 0 or accepted_tokens < 0 or steps <= 0:
+        return None
+    return generated_tokens / steps
 
 
 def ceiling_curve(

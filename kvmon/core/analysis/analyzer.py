@@ -24,6 +24,7 @@ from kvmon.core.analysis import (
     gpu_views,
     placement,
     regimes,
+    speculation,
     speeds,
 )
 from kvmon.core.analysis.forecasting import Forecaster
@@ -162,6 +163,9 @@ class Analyzer:
         self._observe_regime(r, model, type_k, type_v, devices_now)
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
+        # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
+        spec, ceiling_now, curve = speculation.lifted(speculation.speculation(r, reasons), ceiling_now, curve, prov,
+                                                      reasons)
         if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
             ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
         # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
@@ -189,7 +193,7 @@ class Analyzer:
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons, vendors=[g.vendor for g in gviews])
-        fc = consistency.forecast_under(fc, suspect, reasons)
+        fc = speculation.withheld(consistency.forecast_under(fc, suspect, reasons), spec, reasons)
         cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
@@ -215,7 +219,7 @@ class Analyzer:
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
-            extra={"placement": place.source},
+            extra={"placement": place.source}, speculative=spec,
         )
 
     def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,

@@ -23,6 +23,8 @@ BAND_ALPHA = 45
 REDRAW_FRACTION = 0.0025  # of the y axis: about a pixel of a 400-pixel plot
 BAND_EDGE_ALPHA = 110
 EARLIER_ALPHA = 90
+ONE_TOKEN_NAME = "ceiling without speculation"
+ONE_TOKEN_ALPHA = 120
 EARLIER_NAME = "before this regime"
 
 
@@ -81,6 +83,13 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self.band = pg.FillBetweenItem(self.forecast_low, self.forecast_high, brush=pg.mkBrush(band_color))
         pi.addItem(self.band)
         self.ceiling = add_curve(self.plot, "ceiling", "ceiling (memory bus)", width=2.0)
+        one_pen = theme.pen("ceiling", 1.0)
+        faint = one_pen.color()
+        faint.setAlpha(ONE_TOKEN_ALPHA)
+        one_pen.setColor(faint)
+        # with speculative decoding the ceiling above is lifted by the tokens per step; this is the one-token one
+        self.one_token = pi.plot([], [], pen=one_pen, connect="finite")
+        self._one_token_in_legend = False
         self.forecast = add_curve(self.plot, "forecast", "forecast (80% band)", width=2.0)
         self.earlier = Dots(size=4, pen=None, brush=theme.brush("muted", EARLIER_ALPHA))
         pi.addItem(self.earlier)  # in the legend only while there are such points
@@ -154,6 +163,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
 
     def _y_max(self, s: Snapshot) -> float:
         ys = [y for _x, y in s.ceiling_curve[:1]]
+        if s.speculative is not None:  # the one-token ceiling, drawn beneath (or alone before the first count)
+            ys.extend(y for _x, y in s.speculative.one_token_curve[:1])
         for _x, pts in (self._points(), self._earlier_points()):
             if pts.size:
                 ys.append(float(pts.max()))
@@ -173,6 +184,26 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if y_prev is not None and abs(s.decode_tok_s - y_prev) <= 0.02 * y_top:
             return y_prev
         return float(s.decode_tok_s)
+
+    def _draw_one_token(self, s: Snapshot) -> None:
+        """While the server speculates: the one-token ceiling beneath the lifted one (or alone, before the first
+        reply's counts lift it), in the legend only then."""
+        curve = s.speculative.one_token_curve if s.speculative is not None else ()
+        if not self._changed("one_token", curve):
+            return
+        if curve:
+            arr = np.asarray(curve, dtype=float)
+            self.one_token.setData(arr[:, 0], arr[:, 1])
+        else:
+            self.one_token.setData([], [])
+        shown = bool(curve)
+        if shown != self._one_token_in_legend:
+            legend = self.plot.getPlotItem().legend
+            if shown:
+                legend.addItem(self.one_token, ONE_TOKEN_NAME)
+            else:
+                legend.removeItem(self.one_token)
+            self._one_token_in_legend = shown
 
     def _draw_forecast(self, fc: Forecast, y_top: float) -> None:
         """The forecast curve and its band, drawn again only when some point of them moved by more than about a
@@ -247,6 +278,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.ceiling.setData(arr[:, 0], arr[:, 1])
             else:
                 self.ceiling.setData([], [])
+        self._draw_one_token(s)
         # the y axis first: the keys below are in fractions of it
         y_top = nice_ceiling(self._y_max(s) * 1.05)
         if self._changed("y", y_top):

@@ -96,6 +96,7 @@ def parse_slot(raw: Any, reasons: dict[str, str]) -> SlotReading | None:
         id_task=json_int(raw.get("id_task"), signed=True),  # -1: no task
         n_prompt_tokens_processed=json_int(raw.get("n_prompt_tokens_processed")),
         n_prompt_tokens_cache=json_int(raw.get("n_prompt_tokens_cache")),
+        speculative=raw["speculative"] if isinstance(raw.get("speculative"), bool) else None,
     )
 
 

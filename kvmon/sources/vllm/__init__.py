@@ -9,4 +9,5 @@ VLLM = Backend(
     ports=(8000,),  # vllm/entrypoints/common/cli_args.py: --port 8000
     context_setting="--max-model-len", offload_setting="--cpu-offload-gb",
     cache_type_setting="--kv-cache-dtype {type_k}", cache_types=("fp8",),
-    hidden_cache_type_why="kvmon cannot see vLLM's --kv-cache-dtype", kv_pool_fills_memory=True)
+    hidden_cache_type_why="kvmon cannot see vLLM's --kv-cache-dtype", kv_pool_fills_memory=True,
+    generated_tokens_counter="generation_tokens_total")

@@ -31,7 +31,11 @@ PREFIX_HITS = ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total")
 PREFIX_QUERIES = ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total")
 _SUMMED = {"num_requests_running": "requests_running", "num_requests_waiting": "requests_waiting",
            "prompt_tokens_total": "prompt_tokens_total", "generation_tokens_total": "generation_tokens_total",
-           "num_preemptions_total": "preemptions_total"}
+           "num_preemptions_total": "preemptions_total",
+           # speculative decoding (vllm/v1/spec_decode/metrics.py): drafts, drafted and accepted tokens
+           "spec_decode_num_drafts_total": "spec_drafts_total",
+           "spec_decode_num_draft_tokens_total": "spec_draft_tokens_total",
+           "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens_total"}
 MAX_BAD_LINES_SHOWN = 3
 
 
@@ -61,6 +65,9 @@ class ModelMetrics:
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
     preemptions_total: float | None = None
+    spec_drafts_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
     prefix_cache_hits_total: float | None = None
     prefix_cache_queries_total: float | None = None
     awake: bool | None = None  # vllm:engine_sleep_state{sleep_state="awake"}: False while the engine sleeps

@@ -237,7 +237,10 @@ def _counters(mm: ModelMetrics) -> dict[str, float]:
                        ("num_requests_running", mm.requests_running),
                        ("num_requests_waiting", mm.requests_waiting),
                        ("prefix_cache_hits_total", mm.prefix_cache_hits_total),
-                       ("prefix_cache_queries_total", mm.prefix_cache_queries_total)):
+                       ("prefix_cache_queries_total", mm.prefix_cache_queries_total),
+                       ("spec_decode_num_drafts_total", mm.spec_drafts_total),
+                       ("spec_decode_num_draft_tokens_total", mm.spec_draft_tokens_total),
+                       ("spec_decode_num_accepted_tokens_total", mm.spec_accepted_tokens_total)):
         if value is not None:
             out[key] = value
     for h in (mm.ttft, mm.itl, mm.prefill_time, mm.prefill_tokens):

@@ -1,0 +1,80 @@
+"""Speculative decoding from the server's own counters, and the ceiling it lifts.
+
+llama-server counts drafts, drafted tokens and accepted tokens (``spec_decode_*_total`` on ``/metrics``, moved
+when a reply ends) beside the tokens it generated (``tokens_predicted_total``); vLLM the same under the same names
+beside ``generation_tokens_total`` (each backend names its counter of generated tokens). Each target step reads the
+weights and the KV cache once and yields its own token plus the drafted ones it accepts, so the memory bus allows
+tokens-per-step times the one-token ceiling. A draft model's own reads are not counted (kvmon does not size the
+draft model yet): the speculative ceiling is an upper bound, and it says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvmon.core.backend import backend_of
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import Forecast, SpeculativeView
+from kvmon.physics.ceiling import speculative_tokens_per_step
+
+DRAFTS = "spec_decode_num_drafts_total"
+DRAFT_TOKENS = "spec_decode_num_draft_tokens_total"
+ACCEPTED = "spec_decode_num_accepted_tokens_total"
+
+
+def speculation(r: ServerReading, reasons: dict[str, str]) -> SpeculativeView | None:
+    """The server's speculation counts since it started, or None when it has drafted nothing (or says nothing)."""
+    m = r.metrics
+    drafts = m.get(DRAFTS)
+    if not drafts:
+        if any(sl.speculative for sl in r.slots):  # it speculates, and no reply has ended to count it yet
+            reasons["speculative"] = ("the server speculates (its slots say so); it counts acceptance when a reply "
+                                      "ends" + ("" if r.metrics_enabled else " on /metrics (start it with --metrics)"))
+            return SpeculativeView(drafts=0, draft_tokens=0, accepted_tokens=0,
+                                   generated_tokens=int(m.get(backend_of(r.backend).generated_tokens_counter, 0.0)))
+        return None
+    generated_name = backend_of(r.backend).generated_tokens_counter
+    draft_tokens, accepted, generated = m.get(DRAFT_TOKENS, 0.0), m.get(ACCEPTED, 0.0), m.get(generated_name, 0.0)
+    per_step = speculative_tokens_per_step(generated, accepted)
+    if per_step is None:
+        reasons["speculative"] = (f"the server's counts do not add up ({accepted:.0f} tokens accepted of "
+                                  f"{generated:.0f} generated): tokens per step unknown")
+    return SpeculativeView(drafts=int(drafts), draft_tokens=int(draft_tokens), accepted_tokens=int(accepted),
+                           generated_tokens=int(generated), tokens_per_step=per_step,
+                           acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None)
+
+
+def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple[tuple[int, float], ...],
+           prov: dict[str, str], reasons: dict[str, str]
+           ) -> tuple[SpeculativeView | None, float | None, tuple[tuple[int, float], ...]]:
+    """The ceiling and its curve with speculation's tokens per step (the one-token ceiling kept in ``spec``); while
+    the tokens per step are not known the ceiling is not either (the one-token one is only its floor)."""
+    if spec is None:
+        return spec, ceiling_now, curve
+    spec = replace(spec, one_token_ceiling_tok_s=ceiling_now, one_token_curve=curve)
+    k = spec.tokens_per_step
+    if k is None:
+        if ceiling_now is not None:
+            prov.pop("ceiling_tok_s", None)
+            reasons["ceiling_tok_s"] = (f"the server speculates and its tokens per step are not counted yet: the "
+                                        f"ceiling is above the one-token {ceiling_now:.1f} tok/s by a factor not known")
+        return spec, None, ()
+    if ceiling_now is not None:
+        prov["ceiling_tok_s"] = "computed"
+        reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "
+                                          f"started, so the ceiling is {k:.2f} × the one-token "
+                                          f"{ceiling_now:.1f} tok/s; a draft model's own reads are not counted "
+                                          "(an upper bound)")
+        ceiling_now = ceiling_now * k
+    return spec, ceiling_now, tuple((c, v * k) for c, v in curve)
+
+
+def withheld(fc: Forecast, spec: SpeculativeView | None, reasons: dict[str, str]) -> Forecast:
+    """The forecast without its speeds while the server speculates: it models one token per step, and how
+    acceptance changes with depth is not known, so its curve would contradict what is measured."""
+    if spec is None or not (fc.milestones or fc.curve):
+        return fc
+    per_step = f" ({spec.tokens_per_step:.2f} tokens per step)" if spec.tokens_per_step else ""
+    reasons["forecast.milestones"] = (f"unknown: the forecast models one token per step, and the server speculates"
+                                      f"{per_step}; how acceptance changes with depth is not known")
+    return replace(fc, milestones=(), curve=())

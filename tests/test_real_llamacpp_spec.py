@@ -1,0 +1,76 @@
+"""Speculative decoding on the real llama-server (b11549, the xllamacpp wheel): a tiny draft model (the target's own
+file) with llama.cpp's synthetic acceptance, read by ``kvmon once --json`` against the server's own counters."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from real_llama_server import RealLlamaServer
+from test_real_llamacpp_api import FLAGS, _generating, _run_kvmon, _wait_decoding
+from tiny_gguf import make_gguf
+
+from kvmon.sources.llamacpp.parse import parse_metrics
+
+pytest.importorskip("xllamacpp")
+
+
+def _speculating(llama_server: Callable[..., RealLlamaServer], tiny_gguf_dir: Path, synth: str) -> RealLlamaServer:
+    draft = make_gguf("llama", tiny_gguf_dir)  # the target's own file as its draft
+    return llama_server("llama", [*FLAGS, "--spec-type", "draft-simple", "-md", str(draft),
+                                  "--spec-synth-len", synth])
+
+
+def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Callable[..., RealLlamaServer],
+                                                             tiny_gguf_dir: Path) -> None:
+    server = _speculating(llama_server, tiny_gguf_dir, "2")
+    reply = httpx.post(f"{server.url}/completion", json={"prompt": "hello world", "n_predict": 96,
+                                                        "ignore_eos": True}, timeout=120).json()
+    t = reply["timings"]
+    assert t["draft_n"] > 0 and t["draft_n_accepted"] > 0  # the server did speculate
+    counters = parse_metrics(httpx.get(f"{server.url}/metrics", timeout=5).text)
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
+    assert rc == 0, err
+    doc = json.loads(out)
+    spec = doc["speculative"]
+    assert spec is not None
+    assert spec["drafts"] == counters["spec_decode_num_drafts_total"]
+    assert spec["draft_tokens"] == counters["spec_decode_num_draft_tokens_total"] == t["draft_n"]
+    assert spec["accepted_tokens"] == counters["spec_decode_num_accepted_tokens_total"] == t["draft_n_accepted"]
+    generated = counters["tokens_predicted_total"]
+    assert spec["generated_tokens"] == generated == t["predicted_n"] == 96
+    per_step = generated / (generated - spec["accepted_tokens"])
+    assert math.isclose(spec["tokens_per_step"], per_step) and 1.5 < per_step < 2.5  # synthetic length 2
+    assert math.isclose(spec["acceptance_rate"], spec["accepted_tokens"] / spec["draft_tokens"])
+    one = spec["one_token_ceiling_tok_s"]
+    assert one and math.isclose(doc["ceiling_tok_s"], one * per_step, rel_tol=1e-9)
+    assert "ceiling.speculative" in doc["reasons"] and "upper bound" in doc["reasons"]["ceiling.speculative"]
+    assert doc["forecast"]["milestones"] == []  # a one-token forecast is never drawn beside a speculative ceiling
+
+
+def test_the_speculative_ceiling_bounds_the_measured_speed(llama_server: Callable[..., RealLlamaServer],
+                                                          tiny_gguf_dir: Path) -> None:
+    server = _speculating(llama_server, tiny_gguf_dir, "3")
+    httpx.post(f"{server.url}/completion", json={"prompt": "hi", "n_predict": 32, "ignore_eos": True}, timeout=120)
+    with _generating(server.url, 1500):
+        _wait_decoding(server.url)
+        rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0.5")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["decode_tok_s"] is not None and doc["speculative"] is not None
+    assert doc["decode_tok_s"] <= doc["ceiling_tok_s"] and not doc["ceiling_uncertain"]
+    assert 0 < doc["efficiency"] <= 1
+    assert doc["forecast"]["milestones"] == []
+
+
+def test_a_server_that_does_not_speculate_says_nothing_of_it(llama_server: Callable[..., RealLlamaServer]) -> None:
+    server = llama_server("llama", FLAGS)
+    httpx.post(f"{server.url}/completion", json={"prompt": "hi", "n_predict": 16, "ignore_eos": True}, timeout=120)
+    rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["speculative"] is None and "ceiling.speculative" not in doc["reasons"]

@@ -1,0 +1,109 @@
+"""Speculative decoding's tokens per step, the ceiling it lifts and the forecast it withholds."""
+
+from __future__ import annotations
+
+import math
+
+from kvmon.core.analysis.speculation import lifted, speculation, withheld
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import Forecast, Milestone
+from kvmon.physics.ceiling import speculative_tokens_per_step
+
+
+def _reading(**metrics: float) -> ServerReading:
+    return ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url="http://127.0.0.1:9931",
+                         metrics=metrics)
+
+
+def test_tokens_per_step_from_generated_and_accepted() -> None:
+    assert speculative_tokens_per_step(96, 48) == 2.0  # 48 steps of one own token plus one accepted
+    assert speculative_tokens_per_step(100, 0) == 1.0
+    for bad in ((0, 0), (10, 10), (10, 11), (10, -1), (math.nan, 1)):
+        assert speculative_tokens_per_step(*bad) is None
+
+
+def test_the_counts_lift_the_ceiling_and_its_curve() -> None:
+    reasons: dict[str, str] = {}
+    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), reasons)
+    assert spec is not None and spec.tokens_per_step == 150 / 90 and spec.acceptance_rate == 0.5
+    prov: dict[str, str] = {}
+    spec2, ceiling, curve = lifted(spec, 30.0, ((0, 33.0), (8192, 30.0)), prov, reasons)
+    assert spec2 is not None and spec2.one_token_ceiling_tok_s == 30.0
+    assert math.isclose(ceiling or 0, 50.0) and [round(v, 6) for _, v in curve] == [55.0, 50.0]
+    assert "upper bound" in reasons["ceiling.speculative"]
+
+
+def test_no_drafts_no_speculation_and_counts_that_do_not_add_up_are_said() -> None:
+    reasons: dict[str, str] = {}
+    assert speculation(_reading(tokens_predicted_total=100), reasons) is None
+    assert speculation(_reading(spec_decode_num_drafts_total=0), reasons) is None and not reasons
+    odd = speculation(_reading(spec_decode_num_drafts_total=5, spec_decode_num_accepted_tokens_total=20,
+                               tokens_predicted_total=10), reasons)
+    assert odd is not None and odd.tokens_per_step is None and "do not add up" in reasons["speculative"]
+    assert lifted(odd, 30.0, (), {}, reasons)[1] is None  # no factor known: only the one-token floor is
+    assert "not counted yet" in reasons["ceiling_tok_s"]
+
+
+def test_the_one_token_forecast_is_withheld_while_the_server_speculates() -> None:
+    reasons: dict[str, str] = {}
+    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), reasons)
+    fc = Forecast(milestones=(Milestone(8192, 20.0, 18.0, 22.0, 30.0),), curve=((8192, 20.0, 18.0, 22.0),))
+    out = withheld(fc, spec, reasons)
+    assert out.milestones == () and out.curve == () and "speculates" in reasons["forecast.milestones"]
+    assert withheld(fc, None, {}) is fc
+
+
+def test_the_header_says_the_ceiling_is_speculative() -> None:
+    from dataclasses import replace
+
+    from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
+    from kvmon.gui.fmt import speed_words
+
+    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), {})
+    s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=Connection(ConnectionStatus.CONNECTED),
+                 decode_tok_s=42.0, activity=Activity.DECODING, ceiling_tok_s=50.0, efficiency=0.84, speculative=spec)
+    assert speed_words(s).against == "of 50.0 ceiling (speculative ×1.67)"
+    assert speed_words(replace(s, speculative=None)).against == "of 50.0 ceiling"
+    uncounted = replace(s, ceiling_tok_s=None, efficiency=None,
+                        speculative=replace(spec, tokens_per_step=None)) if spec is not None else s
+    w = speed_words(uncounted)
+    assert w.against == "· speculating: its ceiling is known once a reply ends" and w.no_share
+
+
+def test_a_server_that_speculates_before_any_reply_ended_has_no_ceiling_yet() -> None:
+    from kvmon.core.readings import SlotReading
+
+    r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url="http://127.0.0.1:9931",
+                      metrics_enabled=True, metrics={"spec_decode_num_drafts_total": 0.0},
+                      slots=(SlotReading(0, 4096, 1200, True, speculative=True),))
+    reasons: dict[str, str] = {}
+    spec = speculation(r, reasons)
+    assert spec is not None and spec.tokens_per_step is None and "when a reply ends" in reasons["speculative"]
+    prov = {"ceiling_tok_s": "computed"}
+    spec, ceiling, curve = lifted(spec, 30.0, ((0, 33.0),), prov, reasons)
+    assert ceiling is None and curve == () and "ceiling_tok_s" not in prov
+    assert spec is not None and spec.one_token_ceiling_tok_s == 30.0 and "not counted yet" in reasons["ceiling_tok_s"]
+
+
+def test_vllm_counts_speculation_under_the_same_names_beside_its_own_generated_counter() -> None:
+    from pathlib import Path
+
+    from kvmon.sources.vllm import VLLM
+    from kvmon.sources.vllm.parse import parse_metrics
+    from kvmon.sources.vllm.source import _counters
+
+    text = (Path(__file__).parent / "fixtures" / "vllm" / "metrics.v1.txt").read_text()
+    labels = '{engine="0",model_name="Qwen/Qwen3-8B"}'
+    text += "".join(f"# TYPE vllm:{n} counter\nvllm:{n}_total{labels} {v}\n" for n, v in (
+        ("spec_decode_num_drafts", 9000.0), ("spec_decode_num_draft_tokens", 27000.0),
+        ("spec_decode_num_accepted_tokens", 20000.0)))
+    mm = parse_metrics(text).models["Qwen/Qwen3-8B"]
+    assert (mm.spec_drafts_total, mm.spec_draft_tokens_total, mm.spec_accepted_tokens_total) == (9000, 27000, 20000)
+    r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend=VLLM, url="http://127.0.0.1:8000", metrics=_counters(mm))
+    spec = speculation(r, {})
+    assert spec is not None and spec.generated_tokens == 52011
+    assert math.isclose(spec.tokens_per_step or 0, 52011 / (52011 - 20000))
+    assert math.isclose(spec.acceptance_rate or 0, 20000 / 27000)
