@@ -225,13 +225,6 @@ def _make_converter(tp: Any) -> _Convert:
                 return tuple([item(x) for x in v])
             return items
         convs = [_converter(a) for a in args]
-        if len(convs) == 2:  # the (context, tok/s) pairs of a ceiling curve: many in every line
-            first, second = convs
-
-            def pair(v: Any) -> Any:
-                if type(v) is list and len(v) == 2:
-                    return first(v[0]), second(v[1])
-                return fixed(v)
 
         def fixed(v: Any) -> Any:
             if not isinstance(v, list):
@@ -241,7 +234,15 @@ def _make_converter(tp: Any) -> _Convert:
             if len(v) != len(convs):
                 raise RecordingLineError(f"{len(v)} items where {len(convs)} belong")
             return tuple(c(x) for c, x in zip(convs, v, strict=True))
-        return pair if len(convs) == 2 else fixed
+        if len(convs) != 2:
+            return fixed
+        first, second = convs
+
+        def pair(v: Any) -> Any:  # the (context, tok/s) pairs of a ceiling curve: many in every line
+            if type(v) is list and len(v) == 2:
+                return first(v[0]), second(v[1])
+            return fixed(v)
+        return pair
     if origin in (Mapping, dict, typing.Mapping, typing.Dict):  # noqa: UP006
         args = typing.get_args(tp)
         val = _converter(args[1] if len(args) == 2 else Any)

@@ -25,16 +25,16 @@ ACCEPTED = "spec_decode_num_accepted_tokens_total"
 def speculation(r: ServerReading, reasons: dict[str, str]) -> SpeculativeView | None:
     """The server's speculation counts since it started, or None when it has drafted nothing (or says nothing)."""
     m = r.metrics
+    generated = m.get(backend_of(r.backend).generated_tokens_counter, 0.0)
     drafts = m.get(DRAFTS)
     if not drafts:
         if any(sl.speculative for sl in r.slots):  # it speculates, and no reply has ended to count it yet
             reasons["speculative"] = ("the server speculates (its slots say so); it counts acceptance when a reply "
                                       "ends" + ("" if r.metrics_enabled else " on /metrics (start it with --metrics)"))
             return SpeculativeView(drafts=0, draft_tokens=0, accepted_tokens=0,
-                                   generated_tokens=int(m.get(backend_of(r.backend).generated_tokens_counter, 0.0)))
+                                   generated_tokens=int(generated))
         return None
-    generated_name = backend_of(r.backend).generated_tokens_counter
-    draft_tokens, accepted, generated = m.get(DRAFT_TOKENS, 0.0), m.get(ACCEPTED, 0.0), m.get(generated_name, 0.0)
+    draft_tokens, accepted = m.get(DRAFT_TOKENS, 0.0), m.get(ACCEPTED, 0.0)
     per_step = speculative_tokens_per_step(generated, accepted)
     if per_step is None:
         reasons["speculative"] = (f"the server's counts do not add up ({accepted:.0f} tokens accepted of "
