@@ -1,9 +1,11 @@
-"""The CPU cost of one ``Monitor.poll`` on the simulator, broken down by part (server source, GPUs, host, analysis).
+"""The CPU cost of one ``Monitor.poll``, broken down by part (server source, GPUs, host, analysis).
 
-The simulated server runs in its own process (``kvmon sim``) so only the monitor's own work is measured; the GPU
-source is the fake NVML with two GPUs, as in ``bench/gui_cost.py``. CPU is this thread's (``time.thread_time``).
+By default on the simulator, in its own process (``kvmon sim``) so only the monitor's own work is measured, with the
+fake NVML's two GPUs as in ``bench/gui_cost.py``. With ``--real``, on the real llama-server of the tests (xllamacpp,
+a tiny llama, generating without pause, as in ``bench/side_by_side.py``) with this machine's own device sources,
+as the dashboard reads it. CPU is this thread's (``time.thread_time``). Budget on the real server: median ≤ 1 ms.
 
-    python bench/poll_cost.py [--polls 120] [--interval 0.05] [--profile]
+    python bench/poll_cost.py [--real] [--polls 120] [--interval 0.05] [--profile]
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between polls (wall clock)")
     ap.add_argument("--scenario", default="seed-3090x2")
     ap.add_argument("--profile", action="store_true", help="also print the top functions by cumulative time")
+    ap.add_argument("--real", action="store_true", help="the real llama-server, generating, and this machine's devices")
     args = ap.parse_args()
+    if args.real:
+        return _real(args)
 
     from gui_cost import start_sim
 
@@ -67,56 +72,96 @@ def main() -> int:
         mon = Monitor(_Timed(open_source(url, backend="llama-server", timeout_s=3.0), parts["server source"]),
                       _Timed(NvmlSource(nvml=FakeNvml(gpus)), parts["GPU source"]),
                       _Timed(default_host_source(), parts["host source"]), analyzer)
-        real_update = analyzer.update
-
-        def timed_update(*a: object) -> object:
-            t0 = time.thread_time()
-            try:
-                return real_update(*a)  # type: ignore[arg-type]
-            finally:
-                parts["analysis"].append(time.thread_time() - t0)
-
-        analyzer.update = timed_update  # type: ignore[method-assign]
-        total: list[float] = []
-        for _ in range(10):
-            mon.poll()
-            time.sleep(args.interval)
-        for v in parts.values():
-            v.clear()
-        prof = None
-        if args.profile:
-            import cProfile
-
-            prof = cProfile.Profile()
-        for _ in range(args.polls):
-            t0 = time.thread_time()
-            if prof is not None:
-                prof.enable()
-            mon.poll()
-            if prof is not None:
-                prof.disable()
-            total.append(time.thread_time() - t0)
-            time.sleep(args.interval)
-        mon.close()
-        print(f"kvmon poll cost ({args.polls} polls on {args.scenario}, thread CPU)")
-        print(f"  {'part':16} {'median ms':>10} {'mean ms':>9} {'p95 ms':>8}")
-        for name, v in [*parts.items(), ("whole poll", total)]:
-            s = sorted(v)
-            p95 = s[min(len(s) - 1, int(len(s) * 0.95))] if s else float("nan")
-            reads = f"   ({len(s)} reads in {len(total)} polls)" if len(s) != len(total) else ""
-            print(f"  {name:16} {statistics.median(s) * 1e3:10.2f} {statistics.fmean(s) * 1e3:9.2f} {p95 * 1e3:8.2f}"
-                  f"{reads}")
-        print(f"  at 1 Hz: {statistics.fmean(total) * 60:.2f} CPU-s/min; at one poll per 5 s: "
-              f"{statistics.fmean(total) * 12:.2f} CPU-s/min")
-        print(f"  machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-        if prof is not None:
-            import pstats
-
-            pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
+        _measure(mon, analyzer, parts, args, args.scenario)
     finally:
         sim.terminate()
         sim.wait(10)
     return 0
+
+
+def _real(args: argparse.Namespace) -> int:
+    """The poll on the real llama-server while it generates, with the devices the dashboard would read here."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from real_llama_server import RealLlamaServer
+    from side_by_side import Generator
+    from tiny_gguf import make_gguf
+
+    from kvmon.app.build import default_gpu_source, default_host_source
+    from kvmon.app.monitor import Monitor
+    from kvmon.core.analysis import Analyzer
+    from kvmon.sources.detect import open_source
+
+    work = Path(tempfile.mkdtemp(prefix="kvmon-poll-"))
+    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
+    gen = Generator(server.url).start()
+    try:
+        parts: dict[str, list[float]] = {"server source": [], "GPU source": [], "host source": [], "analysis": []}
+        analyzer = Analyzer()
+        gpu, host = default_gpu_source(), default_host_source()
+        mon = Monitor(_Timed(open_source(server.url, timeout_s=3.0), parts["server source"]),
+                      _Timed(gpu, parts["GPU source"]) if gpu is not None else None,
+                      _Timed(host, parts["host source"]) if host is not None else None, analyzer)
+        _measure(mon, analyzer, parts, args, "the real llama-server, generating")
+    finally:
+        gen.stop()
+        server.stop()
+    return 0
+
+
+def _measure(mon: object, analyzer: object, parts: dict[str, list[float]], args: argparse.Namespace,
+             what: str) -> None:
+    """Poll ``mon`` (10 warm-up polls, then ``args.polls``) and print each part's thread CPU."""
+    real_update = analyzer.update  # type: ignore[attr-defined]
+
+    def timed_update(*a: object) -> object:
+        t0 = time.thread_time()
+        try:
+            return real_update(*a)  # type: ignore[arg-type]
+        finally:
+            parts["analysis"].append(time.thread_time() - t0)
+
+    analyzer.update = timed_update  # type: ignore[attr-defined]
+    total: list[float] = []
+    for _ in range(10):
+        mon.poll()  # type: ignore[attr-defined]
+        time.sleep(args.interval)
+    for v in parts.values():
+        v.clear()
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    for _ in range(args.polls):
+        t0 = time.thread_time()
+        if prof is not None:
+            prof.enable()
+        mon.poll()  # type: ignore[attr-defined]
+        if prof is not None:
+            prof.disable()
+        total.append(time.thread_time() - t0)
+        time.sleep(args.interval)
+    mon.close()  # type: ignore[attr-defined]
+    print(f"kvmon poll cost ({args.polls} polls on {what}, thread CPU)")
+    print(f"  {'part':16} {'median ms':>10} {'mean ms':>9} {'p95 ms':>8}")
+    for name, v in [*parts.items(), ("whole poll", total)]:
+        if not v:
+            print(f"  {name:16} (none on this machine)")
+            continue
+        s = sorted(v)
+        p95 = s[min(len(s) - 1, int(len(s) * 0.95))] if s else float("nan")
+        reads = f"   ({len(s)} reads in {len(total)} polls)" if len(s) != len(total) else ""
+        print(f"  {name:16} {statistics.median(s) * 1e3:10.2f} {statistics.fmean(s) * 1e3:9.2f} {p95 * 1e3:8.2f}"
+              f"{reads}")
+    print(f"  at 1 Hz: {statistics.fmean(total) * 60:.2f} CPU-s/min; at one poll per 5 s: "
+          f"{statistics.fmean(total) * 12:.2f} CPU-s/min")
+    print(f"  machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    if prof is not None:
+        import pstats
+
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Parsing only: ``kvmon.sources.llamacpp.source`` asks the endpoints and builds th
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,13 +22,70 @@ class MetricsTextError(ValueError):
     """``/metrics`` answered something that is not Prometheus text."""
 
 
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_PLAIN_SAMPLE = re.compile(rf"({_NAME}) (\S+)(?: -?[0-9]+)?\Z")
+_LABELLED_SAMPLE = re.compile(rf"{_NAME}\{{(?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n{{}}]*\",?)*\}} \S+(?: -?[0-9]+)?\Z")
+_COMMENT = re.compile(rf"# (?:HELP {_NAME}(?: .*)?|TYPE ({_NAME}) (counter|gauge|histogram|summary|untyped))\Z")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)\Z")
+
+
+def _plain_counters(text: str) -> list[tuple[str, float]] | None:
+    """The unlabelled counters of exposition text written the way llama-server writes it (each sample named as its
+    ``# TYPE`` line, one sample per line), in order; None for anything else (the full parser then decides).
+
+    A fast path: the full parser costs several times as much per poll, and llama-server's page is always this
+    simple; any line outside these few forms (an escape, a label with a quote in it, a sample named unlike its
+    family) sends the whole page to the full parser, so both read the same.
+    """
+    out: list[tuple[str, float]] = []
+    family: str | None = None
+    kind: str | None = None
+    declared: set[str] = set()
+    for line in text.split("\n"):
+        if not line:
+            continue
+        if line[0] == "#":
+            if not line.startswith(("# HELP ", "# TYPE ")):
+                if line.startswith(("#HELP", "#TYPE", "# HELP", "# TYPE")):
+                    return None
+                continue  # a comment
+            m = _COMMENT.match(line)
+            if m is None:
+                return None
+            if m.group(1) is not None:
+                if m.group(1) in declared:
+                    return None
+                declared.add(m.group(1))
+                family, kind = m.group(1), m.group(2)
+            continue
+        m = _PLAIN_SAMPLE.match(line)
+        if m is None:
+            if _LABELLED_SAMPLE.match(line) is None or line.split("{", 1)[0] != family:
+                return None
+            continue  # a labelled sample of the family just declared: not a plain counter
+        name, value = m.group(1), m.group(2)
+        if name != family or _FLOAT.match(value) is None or name.endswith("_created"):
+            return None  # (the full parser reads a ``_created`` sample as its family's creation time)
+        if kind == "counter":
+            out.append((name, float(value)))
+    return out
+
+
 def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, float]:
     """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped.
 
     A counter whose value is not a finite, non-negative number within 64 bits is left out and named in
     ``rejected``; text that is not Prometheus exposition raises MetricsTextError.
     """
-    from prometheus_client.parser import text_string_to_metric_families  # only needed once /metrics answers
+    plain = _plain_counters(text)
+    if plain is not None:
+        return _counters(plain, rejected)
+    return parse_metrics_fully(text, rejected)
+
+
+def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[str, float]:
+    """``parse_metrics`` by prometheus_client's parser alone: any exposition text, at several times the cost."""
+    from prometheus_client.parser import text_string_to_metric_families  # only needed for unusual pages
 
     out: dict[str, float] = {}
     try:
@@ -52,6 +110,22 @@ def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, flo
                 out[name] = value
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # what the parser raises
         raise MetricsTextError(str(e)[:120] or type(e).__name__) from None
+    return out
+
+
+def _counters(samples: list[tuple[str, float]], rejected: list[str] | None) -> dict[str, float]:
+    """The fast path's samples as ``parse_metrics`` gives them: prefix off, ``_created`` dropped, bad values named."""
+    out: dict[str, float] = {}
+    for full, raw in samples:
+        name = full[len(METRIC_PREFIX):] if full.startswith(METRIC_PREFIX) else full
+        if name.endswith("_created"):
+            continue
+        value = json_float(raw)
+        if value is None:
+            if rejected is not None:
+                rejected.append(name)
+            continue
+        out[name] = value
     return out
 
 
