@@ -273,3 +273,17 @@ def test_context_full_names_the_backends_own_setting(backend: str | None, knob: 
         (a,) = AlertEngine().update(f)
         assert a.code == "ctx_full_soon" and knob in a.message, a.message
         assert backend in (None, "llama-server") or "-c" not in a.message.split(), a.message
+
+
+def test_the_cpu_line_stands_while_the_context_grows() -> None:
+    """The CPU-only line names its ceiling to two figures: a ceiling that falls by a few tokens per second as the
+    context grows does not rewrite the line (and re-lay the alerts panel) every poll."""
+    def line(cap: float) -> str:
+        f = AlertFacts(t_monotonic=0.0, backend=by_name("llama-server"), cpu_only=True, cpu_only_cap_tok_s=cap,
+                       host_bandwidth_bytes_per_s=24e9, host_bandwidth_source="measured")
+        (a,) = AlertEngine().update(f)
+        return a.message
+
+    assert line(9165.0) == line(9154.0)
+    assert "the ceiling is ~9,200 tok/s at this depth" in line(9165.0)
+    assert "~5.3 tok/s" in line(5.33) and line(5.33) != line(4.1)

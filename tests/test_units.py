@@ -16,6 +16,7 @@ from kvmon.core.units import (
     fmt_duration,
     fmt_percent,
     fmt_tok_s,
+    fmt_tok_s_approx,
     fmt_tokens,
 )
 
@@ -67,7 +68,14 @@ def test_bandwidth_and_percent() -> None:
     assert fmt_percent(0.634, digits=1) == "63.4%"
 
 
+@pytest.mark.parametrize(("tok_s", "text"), [(9165, "~9,200 tok/s"), (9154, "~9,200 tok/s"), (42.7, "~43 tok/s"),
+                                              (5.33, "~5.3 tok/s"), (0.52, "~0.52 tok/s"), (99.6, "~100 tok/s"),
+                                              (0, "~0 tok/s")])
+def test_approximate_speed_has_two_figures(tok_s: float, text: str) -> None:
+    assert fmt_tok_s_approx(tok_s) == text
+
+
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf, -math.inf])
 def test_unknown_is_a_dash(bad: float | None) -> None:
-    for f in (fmt_tok_s, fmt_bytes, fmt_tokens, fmt_duration, fmt_bandwidth, fmt_percent, fmt_count):
+    for f in (fmt_tok_s, fmt_tok_s_approx, fmt_bytes, fmt_tokens, fmt_duration, fmt_bandwidth, fmt_percent, fmt_count):
         assert f(bad) == DASH

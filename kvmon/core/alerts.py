@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kvmon.core.backend import backend_of
 from kvmon.core.snapshot import Alert, AlertLevel
-from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration
+from kvmon.core.units import GIB, MIB, fmt_bytes, fmt_count, fmt_duration, fmt_tok_s_approx
 from kvmon.physics.cache_types import DEFAULT_CACHE_TYPE
 
 
@@ -273,9 +273,8 @@ def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     bw = f.host_bandwidth_bytes_per_s
     read = f"read at {bw / 1e9:.0f} GB/s ({f.host_bandwidth_source or 'unknown source'})" if bw else \
         "read at a host bandwidth kvmon does not know yet (settings, --bandwidth host=GB/s)"
-    c = f.cpu_only_cap_tok_s
-    cap = f": the ceiling is ~{c:.0f} tok/s at this depth" if c and c >= 10 else \
-        f": the ceiling is ~{c:.1f} tok/s at this depth" if c else ""
+    c = f.cpu_only_cap_tok_s  # two figures: the line stands while the context grows (the chart has the exact one)
+    cap = f": the ceiling is {fmt_tok_s_approx(c)} at this depth" if c else ""
     if f.cpu_only_idle_gpu:
         offload = backend_of(f.backend).offload_setting
         fix = f"raise {offload} or use a smaller model" if offload else "use a smaller model"

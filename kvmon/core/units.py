@@ -39,6 +39,19 @@ def fmt_tok_s(tok_s: float | None) -> str:
     return f"{_sig3(tok_s)} tok/s"
 
 
+def fmt_tok_s_approx(tok_s: float | None) -> str:
+    """A speed to two significant figures, for a sentence that should not change with every token: "~9,200 tok/s",
+    "~43 tok/s", "~5.3 tok/s"; "—" when unknown."""
+    if _unknown(tok_s):
+        return DASH
+    assert tok_s is not None
+    if tok_s == 0:
+        return "~0 tok/s"
+    digits = 1 - math.floor(math.log10(abs(tok_s)))
+    rounded = round(tok_s, digits)
+    return f"~{rounded:,.0f} tok/s" if digits <= 0 else f"~{rounded:.{digits}f} tok/s"
+
+
 def fmt_bytes(n_bytes: float | None) -> str:
     """Memory sizes in binary units: "6.55 GiB", "512 MiB", "4.00 KiB", "17 B"."""
     if _unknown(n_bytes):

@@ -66,6 +66,7 @@ class ServerTabs(QtWidgets.QTabBar):
     def __init__(self, views: Mapping[str, ServerView], current: str,
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        self._painted: dict[str, tuple[str, str, str]] = {}  # key -> (colour, text, tooltip) last set on its tab
         self.setDocumentMode(True)
         self.setExpanding(False)
         for v in views.values():
@@ -85,10 +86,12 @@ class ServerTabs(QtWidgets.QTabBar):
     def add(self, v: ServerView) -> None:
         i = self.addTab(v.label or v.key)
         self.setTabData(i, v.key)
+        self._painted.pop(v.key, None)
         self.paint(v)
         self._fit()
 
     def remove(self, key: str) -> None:
+        self._painted.pop(key, None)
         i = self._index(key)
         if i >= 0:
             self.blockSignals(True)
@@ -102,11 +105,17 @@ class ServerTabs(QtWidgets.QTabBar):
         if i < 0:
             return
         s = v.last
-        self.setTabTextColor(i, QtGui.QColor(theme.hex_color(tab_colour(s))))
+        colour = theme.hex_color(tab_colour(s))
         speed = f" · {s.decode_tok_s:.0f} tok/s" if s is not None and s.decode_tok_s else ""
-        self.setTabText(i, f"{v.label or v.key}{speed}")
+        text = f"{v.label or v.key}{speed}"
         state = (s.connection.reason or s.connection.status.value) if s is not None else "not polled yet"
-        self.setTabToolTip(i, f"{v.key}\n{state}")
+        tip = f"{v.key}\n{state}"
+        if self._painted.get(v.key) == (colour, text, tip):
+            return  # nothing on the tab changed: no relayout of the bar
+        self._painted[v.key] = (colour, text, tip)
+        self.setTabTextColor(i, QtGui.QColor(colour))
+        self.setTabText(i, text)
+        self.setTabToolTip(i, tip)
 
     def _picked(self, index: int) -> None:
         key = self.tabData(index)
