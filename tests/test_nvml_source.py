@@ -23,7 +23,7 @@ def _gpus() -> list[FakeGpu]:
             memory_used_bytes=18 * GIB, memory_reserved_bytes=400 * MIB, mem_clock_mhz=10501,
             mem_clock_max_mhz=10501, bus_width_bits=384, pcie_gen=1, pcie_width=16, pcie_max_gen=4,
             pcie_max_width=16, pcie_tx_kb_s=2000, pcie_rx_kb_s=3_000_000, gpu_util_percent=97,
-            mem_util_percent=81, power_mw=412_345, power_limit_mw=450_000, temperature_c=71,
+            mem_util_percent=81, power_mw=412_345, power_limit_mw=450_000, temperature_c=71, energy_mj=123_456_789,
             processes=[(4242, 16 * GIB), (777, 1 * GIB)], graphics_processes=[(777, 1 * GIB), (900, 300 * MIB)],
             dram_bw_util_percent=None,
         ),
@@ -31,7 +31,7 @@ def _gpus() -> list[FakeGpu]:
             name="NVIDIA H200", uuid="GPU-bbbb", memory_total_bytes=141 * GB, memory_used_bytes=100 * GIB,
             memory_reserved_bytes=600 * MIB, mem_clock_mhz=3201, mem_clock_max_mhz=3201, bus_width_bits=6144,
             pcie_gen=5, pcie_width=16, pcie_max_gen=5, pcie_max_width=16, gpu_util_percent=50,
-            mem_util_percent=40, power_mw=500_000, power_limit_mw=700_000, temperature_c=55,
+            mem_util_percent=40, power_mw=500_000, power_limit_mw=700_000, temperature_c=55, energy_mj=9_000_000,
             processes=[(4242, 90 * GIB)], dram_bw_util_percent=63.5, pcie_tx_kb_s=7, pcie_rx_kb_s=9,
         ),
     ]
@@ -70,6 +70,10 @@ def test_healthy_reading_has_every_field_in_its_unit() -> None:
     assert g0.pcie.bandwidth_bytes_per_s == pytest.approx(31.5e9, rel=0.01)  # at the max link, not idle gen 1
     assert g0.pcie_rx_bytes_per_s == 3_000_000 * 1024 and g0.pcie_tx_bytes_per_s == 2000 * 1024
     assert (g0.power_w, g0.power_limit_w, g0.temperature_c) == (pytest.approx(412.345), 450.0, 71.0)
+    assert g0.energy_j == pytest.approx(123_456.789)  # the driver's counter, mJ since it loaded
+    pre_volta = _poll_twice(FakeNvml([dataclasses.replace(_gpus()[0], energy_mj=None)])).gpus[0]
+    assert pre_volta.energy_j is None and "not supported" in pre_volta.reasons["energy_j"]  # no counter before Volta
+    assert pre_volta.power_w == pytest.approx(412.345)  # its power still is: kvmon integrates that instead
     assert g0.dram_bandwidth_util_percent is None and "GPM" in g0.reasons["dram_bandwidth_util_percent"]
     # process 777 is in both lists: its one allocation counts once
     assert g0.server_used_bytes == 16 * GIB and g0.other_processes_used_bytes == 1 * GIB + 300 * MIB
@@ -116,6 +120,7 @@ AFFECTS: dict[str, set[str]] = {
     "nvmlDeviceGetComputeRunningProcesses": {"server_used_bytes", "other_processes_used_bytes"},
     "nvmlDeviceGetGraphicsRunningProcesses": {"server_used_bytes", "other_processes_used_bytes"},
     "nvmlDeviceGetPowerUsage": {"power_w"},
+    "nvmlDeviceGetTotalEnergyConsumption": {"energy_j"},
     "nvmlDeviceGetEnforcedPowerLimit": {"power_limit_w"},
     "nvmlDeviceGetTemperature": {"temperature_c"},
     "nvmlGpmQueryDeviceSupport": {"dram_bandwidth_util_percent"},

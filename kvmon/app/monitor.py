@@ -129,7 +129,7 @@ class DevicePoller:
         now = self._clock()
         cached = self._host_cache
         if cached is not None and cached[1] == server_pids and 0.0 <= now - cached[0] < self.host_interval_s:
-            return replace(cached[2], t_monotonic=now)  # the values of the last read, stamped now
+            return self._fresh_energy(replace(cached[2], t_monotonic=now))  # the last read's values, stamped now
         self._host_cache = None
         try:
             reading = self.host_source.poll(server_pids)
@@ -139,6 +139,19 @@ class DevicePoller:
         if isinstance(reading, HostReading):
             self._host_cache = (now, server_pids, reading)
         return reading
+
+    def _fresh_energy(self, reading: HostReading) -> HostReading:
+        """A cached host reading with the CPU's energy counter read now (energy per interval needs every poll's)."""
+        read = getattr(self.host_source, "cpu_energy", None)
+        if read is None or reading.cpu_energy_j is None:
+            return reading
+        try:
+            energy, wrap, why = read()
+        except Exception:  # the counter went away: the interval is not counted
+            energy, wrap, why = None, None, "the CPU energy counter could not be read"
+        if why:
+            return replace(reading, cpu_energy_j=None, reasons={**reading.reasons, "cpu_energy_j": why})
+        return replace(reading, cpu_energy_j=energy, cpu_energy_range_j=wrap)
 
     def note_busy_here(self, busy: bool) -> None:
         """Whether this poll found the server busy on this machine (the other monitors' probes wait for it)."""

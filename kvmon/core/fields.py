@@ -14,7 +14,8 @@ from typing import Literal
 
 from kvmon.core.snapshot import Snapshot
 
-Unit = Literal["tokens", "tok/s", "ratio", "bytes", "bytes/token", "bytes/s", "count"]
+Unit = Literal["tokens", "tok/s", "ratio", "bytes", "bytes/token", "bytes/s", "count", "W", "J", "J/token",
+               "tokens/Wh"]
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -88,6 +89,18 @@ FIELDS: tuple[Field, ...] = (
           "(since the server started).",
           lambda s: s.speculative.acceptance_rate if s.speculative is not None else None,
           prometheus="kvmon_speculative_acceptance_ratio"),
+    Field("power_w", "W", "Power drawn now by the devices the model runs on (the CPU package's counts every process "
+          "on the CPU).", lambda s: s.energy.power_w if s.energy is not None else None,
+          prometheus="kvmon_power_watts", json=True, csv=True, history=True),
+    Field("energy_j", "J", "Energy the model's devices used while kvmon watched (the intervals every one of them "
+          "could be read).", lambda s: s.energy.energy_j if s.energy is not None else None,
+          prometheus="kvmon_energy_joules", json=True, csv=True),
+    Field("joules_per_token", "J/token", "Energy per generated token: the energy of the decoding intervals over the "
+          "tokens decoded in them, this session.", lambda s: s.energy.joules_per_token if s.energy is not None
+          else None, prometheus="kvmon_energy_joules_per_token", json=True, csv=True),
+    Field("tokens_per_wh", "tokens/Wh", "Generated tokens per watt-hour this session (3600 ÷ joules per token).",
+          lambda s: s.energy.tokens_per_wh if s.energy is not None else None,
+          prometheus="kvmon_tokens_per_watt_hour", json=True),
     Field("kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context, all layers, K and V.",
           lambda s: s.model.kv_bytes_per_token, prometheus="kvmon_kv_cache_bytes_per_token"),
 )

@@ -252,6 +252,7 @@ class GpuReading:
     pcie_rx_bytes_per_s: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    energy_j: float | None = None  # the device's energy counter (joules since some origin: driver load, boot)
     temperature_c: float | None = None
     processes: tuple[GpuProcess, ...] | None = None
     server_used_bytes: int | None = None
@@ -288,6 +289,8 @@ class HostReading:
     host_bandwidth_note: str | None = None  # how a table figure was made ("DDR5-5600 × 2 channels …")
     memory_type: str | None = None  # "DDR5-5600" as the system reports it
     cpu_name: str | None = None
+    cpu_energy_j: float | None = None  # the CPU package's energy counter (RAPL), joules since some origin
+    cpu_energy_range_j: float | None = None  # where that counter wraps to 0
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     kind = DeviceKind.HOST_RAM.value  # host RAM is a device too: the analysis shows it beside the GPUs

@@ -201,6 +201,11 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "tokens_per_step": s.speculative.tokens_per_step, "acceptance_rate": s.speculative.acceptance_rate,
             "one_token_ceiling_tok_s": s.speculative.one_token_ceiling_tok_s,
         },
+        "energy": None if s.energy is None else {
+            "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,
+            "joules_per_token": s.energy.joules_per_token, "tokens_per_wh": s.energy.tokens_per_wh,
+            "devices": list(s.energy.devices), "whole_cpu_package": s.energy.whole_cpu_package,
+        },
         "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "provenance": dict(s.provenance),

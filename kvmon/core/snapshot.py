@@ -242,6 +242,19 @@ class SpeculativeView:
 
 
 @dataclass(frozen=True)
+class EnergyView:
+    """What the model's devices draw and used while kvmon watched (``kvmon.core.analysis.energy``)."""
+
+    power_w: float | None = None  # the counted devices together, now
+    energy_j: float | None = None  # since kvmon began counting (the intervals every device could be read)
+    seconds: float = 0.0  # the time that energy covers
+    joules_per_token: float | None = None  # energy while decoding ÷ tokens decoded, the same intervals
+    tokens_per_wh: float | None = None
+    devices: tuple[str, ...] = ()  # what is counted: GPU names, "CPU package"
+    whole_cpu_package: bool = False  # the CPU package's counter includes every other process on the CPU
+
+
+@dataclass(frozen=True)
 class CeilingSuspect:
     """Measured speed above the ceiling: one of the ceiling's inputs is wrong. Which one is most likely, and why."""
 
@@ -287,6 +300,7 @@ class Snapshot:
     extra: Mapping[str, Any] = field(default_factory=dict)
     serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events
     speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
+    energy: EnergyView | None = None  # power and energy of the model's devices; None: not read (reasons["energy"])
 
     @property
     def server_read(self) -> bool:

@@ -52,6 +52,31 @@ def fmt_tok_s_approx(tok_s: float | None) -> str:
     return f"~{rounded:,.0f} tok/s" if digits <= 0 else f"~{rounded:.{digits}f} tok/s"
 
 
+def fmt_watts(watts: float | None) -> str:
+    """Power: "212 W", "38.5 W", "4.20 W"; "—" when unknown."""
+    if _unknown(watts):
+        return DASH
+    assert watts is not None
+    return f"{_sig3(watts)} W"
+
+
+def fmt_energy(joules: float | None) -> str:
+    """Energy as people meter it: "0.84 Wh", "12.5 Wh", "1.32 kWh"; "—" when unknown."""
+    if _unknown(joules):
+        return DASH
+    assert joules is not None
+    wh = joules / 3600.0
+    return f"{_sig3(wh / 1000.0)} kWh" if abs(wh) >= 1000 else f"{_sig3(wh)} Wh"
+
+
+def fmt_joules_per_token(j: float | None) -> str:
+    """Energy per token: "0.42 J/token", "12.5 J/token"; "—" when unknown."""
+    if _unknown(j):
+        return DASH
+    assert j is not None
+    return f"{_sig3(j)} J/token"
+
+
 def fmt_bytes(n_bytes: float | None) -> str:
     """Memory sizes in binary units: "6.55 GiB", "512 MiB", "4.00 KiB", "17 B"."""
     if _unknown(n_bytes):

@@ -22,6 +22,7 @@ from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
+from kvmon.gui.panels.energy import EnergyPanel
 from kvmon.gui.panels.header import HeaderPanel
 from kvmon.gui.panels.memory import MemoryPanel
 from kvmon.gui.panels.models import ModelsPanel
@@ -176,6 +177,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.whatif: WhatIfPanel | None = None  # built on first use: it costs start-up time
         self.memory = MemoryPanel()
         self.bandwidth = BandwidthPanel()
+        self.energy = EnergyPanel()
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
         self.setStatusBar(self.status)
@@ -195,6 +197,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         rl.addWidget(self._time_slot, 3)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
+        rl.addWidget(self.energy, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         split.addWidget(self.tabs)
         split.addWidget(right)
@@ -378,6 +381,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.speed_time.refresh()
         self.memory.update_snapshot(s)
         self.bandwidth.update_snapshot(s)
+        self.energy.update_snapshot(s)
         self.alerts.update_snapshot(s)
         self.status.update_snapshot(s)
         if self.whatif is not None and self.tabs.currentWidget() is self.whatif:

@@ -33,6 +33,7 @@ class WindowActions:
     _right: QtWidgets.QWidget
     memory: QtWidgets.QWidget
     bandwidth: QtWidgets.QWidget
+    energy: QtWidgets.QWidget
     alerts: QtWidgets.QWidget
 
     def toggle_recording(self, path: str | None = None) -> None:
@@ -134,13 +135,13 @@ class WindowActions:
     def _apply_panels(self) -> None:
         hidden = self.settings.hidden_panels
         for name, w in (("speed_time", self._time_slot), ("memory", self.memory), ("bandwidth", self.bandwidth),
-                        ("alerts", self.alerts)):
+                        ("energy", self.energy), ("alerts", self.alerts)):
             w.setVisible(name not in hidden)
-        self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)
+        self._right.setVisible(not {"speed_time", "memory", "bandwidth", "energy"} <= hidden)
         tb = getattr(self, "toolbar", None)
         if tb is not None:
             tb.setVisible("toolbar" not in hidden)
-        for name in hidden | {"speed_time", "memory", "bandwidth", "alerts", "toolbar"}:
+        for name in hidden | {"speed_time", "memory", "bandwidth", "energy", "alerts", "toolbar"}:
             act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
             if act is not None:
                 act.setChecked(name not in hidden)

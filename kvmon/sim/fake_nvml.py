@@ -55,6 +55,7 @@ class FakeGpu:
     mem_util_percent: int = 0
     power_mw: int = 30_000
     power_limit_mw: int = 450_000
+    energy_mj: int | None = None  # total energy since the driver loaded; None: the query is not supported (pre-Volta)
     temperature_c: int = 40
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     failing: dict[str, int] = field(default_factory=dict)
@@ -319,6 +320,14 @@ class FakeNvml:
         """Power draw in mW."""
         with self.lock:
             return int(self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        """Energy since the driver loaded, in mJ (Volta and later)."""
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
+            if gpu.energy_mj is None:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(gpu.energy_mj)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         """Enforced power limit in mW."""

@@ -53,16 +53,32 @@ class SimGpus:
                 pcie_tx_kb_s=0, pcie_rx_kb_s=0, gpu_util_percent=0, mem_util_percent=0, power_mw=25_000,
                 power_limit_mw=self.power_limit_mw, temperature_c=38, processes=[],
                 pci_bus_id=f"00000000:{i + 1:02X}:00.0",  # as the simulated log's "using device" lines name it
+                energy_mj=0,
             ))
         self.nvml = FakeNvml(gpus)
+        self._energy_at: float | None = None  # the simulated instant the energy counters were brought up to
 
-    def refresh(self, act: Activity, other_vram_bytes: int) -> None:
+    def refresh(self, act: Activity, other_vram_bytes: int, now: float | None = None) -> None:
         """Set every GPU's fields from what the server does now (``act``) and what others hold."""
-        self.refresh_many([(self.server_pid, act)], other_vram_bytes)
+        self.refresh_many([(self.server_pid, act)], other_vram_bytes, now)
 
-    def refresh_many(self, servers: list[tuple[int, Activity]], other_vram_bytes: int) -> None:
+    def _count_energy(self, now: float | None) -> None:
+        """Each GPU's energy counter moves by the power it drew since the last refresh (simulated seconds)."""
+        if now is None:
+            return
+        last, self._energy_at = self._energy_at, now
+        if last is None or now <= last:
+            return
+        for i, gpu in enumerate(self.nvml.gpus):
+            if gpu.energy_mj is not None:
+                self.nvml.update(i, energy_mj=gpu.energy_mj + round(gpu.power_mw * (now - last)))
+
+    def refresh_many(self, servers: list[tuple[int, Activity]], other_vram_bytes: int,
+                     now: float | None = None) -> None:
         """Several model servers on the same GPUs (a router's or llama-swap's children, each its own process):
-        their memory adds up; utilisation, clocks and PCIe follow the busiest one."""
+        their memory adds up; utilisation, clocks and PCIe follow the busiest one. ``now``: the simulated time,
+        which moves the energy counters by the power drawn until then."""
+        self._count_energy(now)
         rank = {"decode": 3, "prefill": 2, "loading": 1}
         if not servers:
             for i in range(len(self.nvml.gpus)):

@@ -295,7 +295,7 @@ class MultiSim:
                 if st in ("loading", "loaded", "unloading"):
                     acts.append((c.pid, c.server.engine.activity(c.server.clock.now())))
             other = 0
-            self.gpus.refresh_many(acts, other)
+            self.gpus.refresh_many(acts, other, now)
 
     def _note(self, name: str, c: Child, now: float) -> None:
         st = c.status(now)

@@ -350,7 +350,7 @@ class SimServer:
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""
         now = self.clock.now()
-        self.gpus.refresh(self.engine.activity(now), self.engine.other_vram_bytes(now))
+        self.gpus.refresh(self.engine.activity(now), self.engine.other_vram_bytes(now), now)
 
     def _gpu_loop(self) -> None:
         while not self.stopping.wait(self.gpu_refresh_s):

@@ -23,7 +23,7 @@ from pathlib import Path
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading
 from kvmon.physics.gpus import KNOWN_GPUS, GpuSpec, lookup_gpu, lookup_pci
 from kvmon.physics.gpus_amd import AMD_APU_PCI_IDS
-from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, pci_link, read_int, read_text
+from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, hwmon_power, pci_link, read_int, read_text
 
 AMDGPU_IDS_PATHS = ("usr/share/libdrm/amdgpu.ids", "opt/amdgpu/share/libdrm/amdgpu.ids")
 _MCLK = re.compile(r"^\s*(\d+):\s*(\d+)\s*Mhz\s*(\*)?", re.IGNORECASE)
@@ -170,6 +170,8 @@ class AmdGpuSource(SysfsGpuSource):
         mem_busy = read_int(dev / "mem_busy_percent")
         if mem_busy is None:
             reasons["memory_busy_percent"] = "mem_busy_percent is not offered for this card"
+        power_w, energy_j, power_why = hwmon_power(dev)
+        reasons.update(power_why)
         return GpuReading(
             index=c.vendor_index, name=c.name, vram_total_bytes=total, vram_used_bytes=used, vram_free_bytes=free,
             gpu_busy_percent=None if busy is None else float(busy),
@@ -178,6 +180,6 @@ class AmdGpuSource(SysfsGpuSource):
             pcie=pci_link(dev), server_used_bytes=server, other_processes_used_bytes=other, kind=c.kind.value,
             vendor="amd", source="amdgpu", vendor_index=c.vendor_index, pci_bus_id=c.card.slot,
             pci_device_id=c.card.pci_id, spill_total_bytes=spill_total, spill_used_bytes=spill_used,
-            server_spill_bytes=server_spill, reasons=reasons,
+            server_spill_bytes=server_spill, power_w=power_w, energy_j=energy_j, reasons=reasons,
         )
 

@@ -26,6 +26,7 @@ from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name
 from kvmon.physics.host_memory import memory_kind, table_host_bandwidth
 from kvmon.sources.localfile import open_regular, read_tail
 from kvmon.sources.procs import PidTreeCache
+from kvmon.sources.rapl import cpu_energy
 
 CACHE_FILE_NAME = "host_bandwidth.json"
 CACHE_MAX_BYTES = 64 * 1024  # the cache is one small JSON record
@@ -306,9 +307,17 @@ class HostSource:
         values["server_rss_bytes"] = self._server_rss(server_pids, reasons)
         bw, source, note = self._bandwidth(reasons)
         cpu, mem, _bw, _how = self._system()
+        energy, wrap, why = cpu_energy(self._root)
+        if why:
+            reasons["cpu_energy_j"] = why
         return HostReading(t_monotonic=self._clock(), host_bandwidth_bytes_per_s=bw, host_bandwidth_source=source,
                            host_bandwidth_measured_at_unix_s=self._measured_at if source == "measured" else None,
-                           host_bandwidth_note=note, memory_type=mem, cpu_name=cpu, reasons=reasons, **values)
+                           host_bandwidth_note=note, memory_type=mem, cpu_name=cpu, cpu_energy_j=energy,
+                           cpu_energy_range_j=wrap, reasons=reasons, **values)
+
+    def cpu_energy(self) -> tuple[float | None, float | None, str | None]:
+        """The CPU package's energy counter now (one file read: polled every time, unlike the rest of the host)."""
+        return cpu_energy(self._root)
 
     def _server_rss(self, server_pids: Collection[int], reasons: dict[str, str]) -> int | None:
         key = "server_rss_bytes"

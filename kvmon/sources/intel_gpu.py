@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics.gpus import GpuSpec, lookup_pci
-from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, pci_link, read_int
+from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, hwmon_power, pci_link, read_int
 
 _SWITCH_LINK = (1, 1)  # (generation, width) an Arc GPU reports for the switch inside the card
 NO_DEVICE_USE = ("Intel's driver gives device-wide VRAM use only to privileged processes (CAP_PERFMON): "
@@ -132,11 +132,13 @@ class IntelGpuSource(SysfsGpuSource):
         if link_why:
             reasons["pcie.bandwidth_bytes_per_s"] = link_why
         other = max(0, used - server) if used is not None and server is not None else None
+        power_w, energy_j, power_why = hwmon_power(dev)
+        reasons.update(power_why)
         return GpuReading(
             index=c.vendor_index, name=f"Intel Arc {c.spec.name.removeprefix('Arc ')}", vram_total_bytes=total,
             vram_used_bytes=used, vram_free_bytes=None if used is None or total is None else total - used,
             peak_bandwidth_bytes_per_s=c.spec.bandwidth_bytes_per_s, bandwidth_source="table", pcie=link,
             server_used_bytes=server, other_processes_used_bytes=other, kind=DeviceKind.DISCRETE_GPU.value,
             vendor="intel", source=c.card.driver, vendor_index=c.vendor_index, pci_bus_id=c.card.slot,
-            pci_device_id=c.card.pci_id, memory_type="GDDR6", reasons=reasons,
+            pci_device_id=c.card.pci_id, memory_type="GDDR6", power_w=power_w, energy_j=energy_j, reasons=reasons,
         )

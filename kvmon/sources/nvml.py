@@ -66,7 +66,7 @@ _GPU_FIELDS: tuple[str, ...] = (
     "gpu_busy_percent", "memory_busy_percent", "mem_clock_mhz", "mem_clock_max_mhz", "bus_width_bits",
     "peak_bandwidth_bytes_per_s", "dram_bandwidth_util_percent", "pcie.generation", "pcie.width",
     "pcie.max_generation", "pcie.max_width", "pcie.bandwidth_bytes_per_s", "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s", "power_w", "power_limit_w", "temperature_c", "processes", "server_used_bytes",
+    "pcie_rx_bytes_per_s", "power_w", "power_limit_w", "energy_j", "temperature_c", "processes", "server_used_bytes",
     "other_processes_used_bytes",
 )
 
@@ -372,6 +372,8 @@ class NvmlSource:
 
         power = r.call(("power_w",), "nvmlDeviceGetPowerUsage", h)
         v["power_w"] = None if power is None else power / 1000.0
+        energy = r.call(("energy_j",), "nvmlDeviceGetTotalEnergyConsumption", h)
+        v["energy_j"] = None if energy is None else energy / 1000.0
         limit = r.call(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h)
         v["power_limit_w"] = None if limit is None else limit / 1000.0
         temp = r.call(("temperature_c",), "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)

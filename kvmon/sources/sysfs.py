@@ -49,6 +49,36 @@ def read_int(path: Path, base: int = 10) -> int | None:
         return None
 
 
+def hwmon_power(device_dir: Path) -> tuple[float | None, float | None, dict[str, str]]:
+    """(power W, energy counter J, reasons) from the card's hwmon: ``power1_average`` or ``power1_input`` (µW) and
+    ``energy1_input`` (µJ), as amdgpu, xe and i915 publish them; a file that is there but not readable (root
+    only on some kernels) is said so, one that is not there too."""
+    reasons: dict[str, str] = {}
+    dirs = sorted((device_dir / "hwmon").glob("hwmon*")) if (device_dir / "hwmon").is_dir() else []
+    if not dirs:
+        why = "the driver offers no hwmon sensors for this card (no power or energy reading)"
+        return None, None, {"power_w": why, "energy_j": why}
+    power_w = energy_j = None
+    power_files = [d / n for d in dirs for n in ("power1_average", "power1_input")]
+    energy_files = [d / "energy1_input" for d in dirs]
+    for f in power_files:
+        uw = read_int(f)
+        if uw is not None and uw >= 0:
+            power_w = uw / 1e6
+            break
+    for f in energy_files:
+        uj = read_int(f)
+        if uj is not None and uj >= 0:
+            energy_j = uj / 1e6
+            break
+    for key, value, files in (("power_w", power_w, power_files), ("energy_j", energy_j, energy_files)):
+        if value is None:
+            there = [f for f in files if f.exists()]
+            reasons[key] = (f"{there[0]} is not readable by this user" if there else
+                            f"the card's hwmon has no {'power' if key == 'power_w' else 'energy'} file")
+    return power_w, energy_j, reasons
+
+
 def read_hex_id(path: Path, digits: int = 4) -> str | None:
     """"0x744c" → "744c" (PCI vendor and device files; revisions have two digits: "0xc8" → "c8"), or None."""
     value = read_int(path, 16)

@@ -21,12 +21,14 @@ from kvmon.core.analysis import (
     ceiling,
     consistency,
     devices,
+    energy,
     gpu_views,
     placement,
     regimes,
     speculation,
     speeds,
 )
+from kvmon.core.analysis.energy import EnergyMeter
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
@@ -66,6 +68,8 @@ class Analyzer:
         self._connected_since: float | None = None
         self._reload_seen = False  # the server was loading (or its process changed) since the last reading
         self._server_pids: tuple[int, ...] = ()
+        self._energy = EnergyMeter()
+        self._last_t: float | None = None  # the last analysed poll's instant (the energy interval's start)
 
     # ------------------------------------------------------------------ public
 
@@ -101,6 +105,8 @@ class Analyzer:
         self._last_ok = None
         self._failure_since = self._connected_since = None
         self._reload_seen, self._server_pids = False, ()
+        self._energy.reset()
+        self._last_t = None
 
     # ------------------------------------------------------------------ failures
 
@@ -206,6 +212,9 @@ class Analyzer:
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
         status = reading_status(r.state)
+        dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
+        used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,
+                                    reasons)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),
@@ -219,7 +228,7 @@ class Analyzer:
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
-            extra={"placement": place.source}, speculative=spec,
+            extra={"placement": place.source}, speculative=spec, energy=used,
         )
 
     def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,

@@ -1,0 +1,136 @@
+"""Energy: the power the model's devices draw, the energy they used while kvmon watched, and joules per generated
+token, from the devices' own counters where they have them and their power readings otherwise.
+
+A device counts when the model lives on it: a GPU holding the server's weights or cache, the CPU package when the
+CPU decodes layers (host RAM is in the ceiling; its counter, RAPL, measures the whole package: every process on the
+CPU, said so). Per
+interval between polls each counted device adds the rise of its energy counter (a counter that wraps adds its
+range; one that falls was reset, and that interval is not counted), or else its mean power over the interval. An
+interval in which one counted device could not be read is left out whole, tokens included: joules per token is
+energy over the decoding intervals divided by the tokens decoded in them, both over the same intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvmon.core.readings import GpuSetReading, HostReading
+from kvmon.core.snapshot import EnergyView, GpuView, HostView
+
+CPU_PACKAGE = "CPU package"
+J_PER_WH = 3600.0
+MAX_GAP_S = 30.0  # a longer gap between polls (a suspended machine, a stalled poll) is not integrated
+
+
+@dataclass(frozen=True)
+class DeviceEnergy:
+    """One counted device at one poll: its energy counter (J), where it wraps, and its power (W)."""
+
+    key: str
+    name: str
+    energy_j: float | None
+    power_w: float | None
+    range_j: float | None = None
+
+
+def counted_devices(gpus: GpuSetReading | None, host: HostReading | None, gviews: tuple[GpuView, ...],
+                    hview: HostView, reasons: dict[str, str]) -> list[DeviceEnergy] | None:
+    """The devices the model lives on, with their energy and power readings; None (with ``reasons["energy"]``)
+    when one of them reads neither, or the model's devices are not known."""
+    holds = {g.index for g in gviews if (g.weights_bytes or 0) > 0 or (g.kv_allocated_bytes or 0) > 0
+             or (g.server_used_bytes or 0) > 0}
+    out: list[DeviceEnergy] = []
+    for g in (gpus.gpus if gpus is not None else ()):
+        if g.index not in holds:
+            continue
+        name = g.name or f"GPU {g.index}"
+        if g.energy_j is None and g.power_w is None:
+            why = g.reasons.get("energy_j") or g.reasons.get("power_w") or "the driver reports neither"
+            reasons["energy"] = f"{name} reports no power or energy ({why})"
+            return None
+        out.append(DeviceEnergy(f"gpu{g.index}:{g.uuid or g.pci_bus_id or name}", name, g.energy_j, g.power_w))
+    if hview.in_ceiling:  # the CPU decodes layers of its own (not only the embedding lookup kept in host RAM)
+        if host is None or host.cpu_energy_j is None:
+            why = (host.reasons.get("cpu_energy_j") if host is not None else None) or "host not read"
+            reasons["energy"] = f"the model runs partly or wholly on the CPU, whose energy is not readable ({why})"
+            return None
+        out.append(DeviceEnergy("cpu", CPU_PACKAGE, host.cpu_energy_j, None, host.cpu_energy_range_j))
+    if not out:
+        reasons["energy"] = ("the devices the model runs on are not known" if not holds and not gviews else
+                             "no device the model runs on was read")
+        return None
+    return out
+
+
+class EnergyMeter:
+    """The session's energy over the polls: the last reading of each device, and the sums since the first."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, DeviceEnergy]] = {}  # key -> (t, reading)
+        self._keys: tuple[str, ...] = ()
+        self.energy_j = 0.0  # every counted interval
+        self.decode_energy_j = 0.0  # the intervals that decoded
+        self.decode_tokens = 0.0
+        self.seconds = 0.0  # the time the counted intervals cover
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _interval(self, t: float, d: DeviceEnergy) -> tuple[float | None, float | None]:
+        """(joules since the device's last reading, its power now) for one device."""
+        last = self._last.get(d.key)
+        power = d.power_w
+        if last is None:
+            return None, power
+        t0, prev = last
+        dt = t - t0
+        if not 0.0 < dt <= MAX_GAP_S:
+            return None, power
+        if d.energy_j is not None and prev.energy_j is not None:
+            rise = d.energy_j - prev.energy_j
+            if rise < 0:
+                if d.range_j is None or d.range_j <= 0:
+                    return None, power  # reset (a driver reload): this interval is unknown
+                rise += d.range_j  # wrapped once
+            return rise, power if power is not None else rise / dt
+        if d.power_w is not None and prev.power_w is not None:
+            return (d.power_w + prev.power_w) / 2.0 * dt, power
+        return None, power
+
+    def update(self, t: float, devices: list[DeviceEnergy] | None, decode_tok_s: float | None, dt_s: float | None,
+               reasons: dict[str, str]) -> EnergyView | None:
+        """Add this poll's interval (``dt_s`` since the last poll; ``decode_tok_s`` over it while decoding)."""
+        if devices is None:
+            self._last.clear()
+            return self.view(None, (), reasons) if self.seconds else None
+        keys = tuple(d.key for d in devices)
+        if keys != self._keys:  # another set of devices (the model moved): the sums go on from here
+            self._last.clear()
+            self._keys = keys
+        joules: list[float] = []
+        power: float | None = 0.0
+        for d in devices:
+            j, p = self._interval(t, d)
+            if j is not None:
+                joules.append(j)
+            power = None if p is None or power is None else power + p
+            self._last[d.key] = (t, d)
+        if len(joules) == len(devices) and dt_s is not None and dt_s > 0:
+            used = sum(joules)
+            self.energy_j += used
+            self.seconds += dt_s
+            if decode_tok_s is not None and decode_tok_s > 0:
+                self.decode_energy_j += used
+                self.decode_tokens += decode_tok_s * dt_s
+        elif self.seconds == 0.0:
+            reasons.setdefault("energy", "energy is counted from the second poll on (a counter needs two readings)")
+        return self.view(power, tuple(d.name for d in devices), reasons)
+
+    def view(self, power_w: float | None, names: tuple[str, ...], reasons: dict[str, str]) -> EnergyView:
+        per_token = self.decode_energy_j / self.decode_tokens if self.decode_tokens > 0 else None
+        if per_token is None and self.seconds > 0:
+            reasons.setdefault("energy.joules_per_token", "no token was decoded while the energy was counted")
+        return EnergyView(power_w=power_w, energy_j=self.energy_j if self.seconds > 0 else None,
+                          seconds=self.seconds, joules_per_token=per_token,
+                          tokens_per_wh=J_PER_WH / per_token if per_token else None, devices=names,
+                          whole_cpu_package=CPU_PACKAGE in names)

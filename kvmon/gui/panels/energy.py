@@ -1,0 +1,52 @@
+"""Energy: what the model's devices draw now, joules per generated token and tokens per watt-hour this session,
+and the energy used while kvmon watched; or why it is not known."""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import Snapshot
+from kvmon.core.units import DASH, fmt_count, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
+from kvmon.gui.labels import ValueLabel
+
+
+def energy_text(s: Snapshot) -> tuple[str, str]:
+    """(line, tooltip) for one snapshot."""
+    e = s.energy
+    if e is None:
+        why = s.reasons.get("energy") or "no device the model runs on reports its power"
+        return (f"not known: {why}", "kvmon reads power without root: NVML, amdgpu/xe/i915 hwmon, the CPU's RAPL "
+                "counter. " + why)
+    per_wh = f"{fmt_count(round(e.tokens_per_wh))} tokens/Wh" if e.tokens_per_wh else f"{DASH} tokens/Wh"
+    line = (f"{fmt_watts(e.power_w)} now · {fmt_joules_per_token(e.joules_per_token)} · {per_wh} · "
+            f"{fmt_energy(e.energy_j)} this session")
+    whole = ("\nThe CPU package's counter includes every process on the CPU, not only the model server."
+             if e.whole_cpu_package else "")
+    why = s.reasons.get("energy.joules_per_token") or s.reasons.get("energy")
+    tip = (f"Counted: {', '.join(e.devices)}, over {fmt_duration(e.seconds)}.\nJoules per token: the energy of the "
+           "intervals that decoded, over the tokens decoded in them (prefill of those intervals included)."
+           f"{whole}" + (f"\n{why}" if why else ""))
+    return line, tip
+
+
+class EnergyPanel(QtWidgets.QGroupBox):
+    """One line: power now · J/token · tokens/Wh · energy this session (formatted only when a figure changed)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Energy", parent)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(6, 2, 6, 4)
+        self.label = ValueLabel(DASH)
+        self.label.set_elide(True)
+        lay.addWidget(self.label)
+        self._key: object = None
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        e = s.energy
+        key = (None if e is None else (round(e.power_w or 0.0), e.joules_per_token and round(e.joules_per_token, 2),
+                                       e.energy_j and round(e.energy_j / 36.0), e.devices),
+               s.reasons.get("energy"))
+        if key == self._key:
+            return
+        self._key = key
+        self.label.set(*energy_text(s))
