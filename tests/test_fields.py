@@ -21,7 +21,7 @@ from kvmon.core.snapshot import ModelView, Snapshot
 NOT_READINGS = {"seq", "t_monotonic", "t_wall", "connection", "backend", "server_version", "url", "model", "slots",
                 "activity", "decode_rate_source", "ceiling_curve", "ceiling_suspect", "gpus",
                 "gpus_unavailable_reason", "host", "forecast", "alerts", "provenance", "reasons", "extra", "serving",
-                "speculative", "energy",  # structures: their numbers are fields of their own (power_w, …)
+                "speculative", "energy", "latency",  # structures: their numbers are fields of their own (power_w, …)
                 "bandwidth_headroom_fraction"}  # the last: a share the bandwidth panel draws, exported nowhere
 # numeric ModelView fields that are settings or shape, not readings (the "model" object carries them)
 MODEL_NOT_READINGS = {"n_params", "n_layers", "n_ctx_train", "recurrent_state_bytes", "kv_allocated_bytes",

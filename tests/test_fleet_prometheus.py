@@ -53,7 +53,9 @@ def exported_names() -> set[str]:
         text = (ROOT / module).read_text()
         every = set(re.findall(r'\(\s*"(kvmon_[a-z0-9_]+)",', text))  # a family's name is its first argument
         counters = set(re.findall(r'counter\(\s*"(kvmon_[a-z0-9_]+)"', text))
-        names |= (every - counters) | {n + "_total" for n in counters}
+        histograms = set(re.findall(r'histogram\(\s*"(kvmon_[a-z0-9_]+)"', text))
+        names |= (every - counters - histograms) | {n + "_total" for n in counters}
+        names |= {n + suffix for n in histograms for suffix in ("_bucket", "_sum", "_count")}
     return names
 
 

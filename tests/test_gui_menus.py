@@ -118,7 +118,7 @@ def test_panels_can_be_switched_off_and_stay_off(win: MainWindow) -> None:
     win.apply_scheme(not theme.is_dark())  # the panels are built again: the choice holds
     QtWidgets.QApplication.processEvents()  # a new central widget is shown by a queued call
     assert not shown(win.memory) and shown(win.bandwidth) and not win.menus.actions["panel:memory"].isChecked()
-    for name in ("speed_time", "bandwidth", "energy"):
+    for name in ("speed_time", "bandwidth", "latency", "energy"):
         win.menus.actions[f"panel:{name}"].trigger()
     assert not shown(win._right)  # nothing left on the right: the hero takes the width
     win.menus.actions["panel:memory"].trigger()

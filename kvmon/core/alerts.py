@@ -52,6 +52,8 @@ class AlertThresholds:
     # Host prompt cache (--cache-ram): said when its limit is above the RAM available, until it fits in this share.
     prompt_cache_clear_fraction: float = 0.8
     prompt_cache_min_suggest_bytes: int = 256 * MIB
+    # Prefill-bound: the last reply waited at least this long for its first token, and longer than it generated.
+    prefill_bound_min_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,10 @@ class AlertFacts:
     log_hint: str | None = None  # why the server's log cannot say where the model lives
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: -1 no limit, 0 off
     ram_available_bytes: int | None = None
+    last_ttft_s: float | None = None  # the last reply's time to first token (its prefill, as the server timed it)
+    last_generate_s: float | None = None  # and its seconds of generation
+    last_prompt_tokens: int | None = None
+    last_prefill_tok_s: float | None = None
 
 
 RuleResult = tuple[AlertLevel | None, str, float | None]
@@ -283,6 +289,18 @@ def rule_cpu_only(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
     return AlertLevel.INFO, f"Decoding on the CPU: weights and KV cache in host RAM, {read}{cap}", None
 
 
+def rule_prefill_bound(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
+    """The last reply spent longer on its prompt than on its answer: the wait is prefill (compute), not the bus."""
+    ttft, gen = f.last_ttft_s, f.last_generate_s
+    if ttft is None or gen is None or ttft < th.prefill_bound_min_s or ttft < gen:
+        return None, "", None
+    prompt = (f" ({f.last_prompt_tokens:,} prompt tokens at {f.last_prefill_tok_s:,.0f} tok/s)"
+              if f.last_prompt_tokens and f.last_prefill_tok_s else "")
+    return (AlertLevel.INFO, f"Prefill-bound: the last reply waited {ttft:.1f} s for its first token{prompt}, longer "
+            f"than the {gen:.1f} s it generated for; the prompt, not the memory bus, is the wait (an unchanged "
+            "conversation prefix stays cached; a larger batch size or flash attention speeds prefill up)", ttft)
+
+
 def rule_unified_working_set(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """Unified memory: the cliff is the GPU's working-set limit (then macOS pages and swaps), not PCIe."""
     worst = max(f.unified, key=lambda u: u.need_bytes / u.limit_bytes if u.limit_bytes else 0.0, default=None)
@@ -425,6 +443,7 @@ class AlertEngine:
             ("metrics_disabled", rule_metrics_disabled),
             ("kv_cache_advice", rule_cache_advice),
             ("prompt_cache_ram", rule_prompt_cache_ram),
+            ("prefill_bound", rule_prefill_bound),
         )
 
     def update(self, facts: AlertFacts) -> tuple[Alert, ...]:

@@ -15,7 +15,7 @@ from typing import Literal
 from kvmon.core.snapshot import Snapshot
 
 Unit = Literal["tokens", "tok/s", "ratio", "bytes", "bytes/token", "bytes/s", "count", "W", "J", "J/token",
-               "tokens/Wh"]
+               "tokens/Wh", "s"]
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -101,6 +101,14 @@ FIELDS: tuple[Field, ...] = (
     Field("tokens_per_wh", "tokens/Wh", "Generated tokens per watt-hour this session (3600 ÷ joules per token).",
           lambda s: s.energy.tokens_per_wh if s.energy is not None else None,
           prometheus="kvmon_tokens_per_watt_hour", json=True),
+    Field("ttft_p50_s", "s", "Median time to first token of the session's replies, as the server timed their prefill.",
+          lambda s: s.latency.ttft_p50_s if s.latency is not None else None, json=True, csv=True),
+    Field("ttft_p95_s", "s", "95th percentile of the session's times to first token.",
+          lambda s: s.latency.ttft_p95_s if s.latency is not None else None, json=True, csv=True),
+    Field("itl_p50_s", "s", "Median inter-token latency of the session's replies (each reply's seconds per token).",
+          lambda s: s.latency.itl_p50_s if s.latency is not None else None, json=True, csv=True),
+    Field("itl_p95_s", "s", "95th percentile of the session's inter-token latencies.",
+          lambda s: s.latency.itl_p95_s if s.latency is not None else None, json=True, csv=True),
     Field("kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context, all layers, K and V.",
           lambda s: s.model.kv_bytes_per_token, prometheus="kvmon_kv_cache_bytes_per_token"),
 )

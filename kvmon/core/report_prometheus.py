@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kvmon import __version__
+from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
 from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
@@ -60,6 +61,18 @@ class Families:
         fam.add_metric([], value)
         self._by_name[name] = fam
 
+    def histogram(self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], bounds: Sequence[float],
+                  cumulative: Sequence[int], sum_value: float) -> None:
+        """One labelled histogram: cumulative counts at ``bounds`` then +Inf (the count), and the sum."""
+        if len(cumulative) != len(bounds) + 1:
+            return
+        fam = self._by_name.get(name)
+        if fam is None:
+            fam = HistogramMetricFamily(name, doc, labels=list(labels))
+            self._by_name[name] = fam
+        buckets = [(f"{b:g}", c) for b, c in zip(bounds, cumulative[:-1], strict=True)] + [("+Inf", cumulative[-1])]
+        fam.add_metric([clean_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
+
     def all(self) -> list[Metric]:
         return list(self._by_name.values())
 
@@ -88,6 +101,12 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
         g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
         g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
         g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
+    lat = s.latency
+    if lat is not None:
+        f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "
+                    "server timed their prefill.", L, lv, TTFT_BUCKETS_S, lat.ttft_buckets, lat.ttft_sum_s)
+        f.histogram("kvmon_inter_token_latency_seconds", "Inter-token latency of the session's replies (each "
+                    "reply's seconds per token).", L, lv, ITL_BUCKETS_S, lat.itl_buckets, lat.itl_sum_s)
     fc = s.forecast
     g("kvmon_forecast_context_full_tokens", "Tokens until the context is full.", L, lv, fc.tokens_until_ctx_full)
     g("kvmon_forecast_context_full_seconds", "Seconds until the context is full at the current pace.", L, lv,

@@ -255,6 +255,31 @@ class EnergyView:
 
 
 @dataclass(frozen=True)
+class LatencyView:
+    """The session's replies as the server timed them (``kvmon.core.analysis.latency``): time to first token and
+    inter-token latency, the last reply's and percentiles over the session, with cumulative histogram counts."""
+
+    replies: int = 0
+    source: str | None = None  # "request timings" | "server counters" | "vLLM histograms (means per poll)"
+    ttft_last_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_last_s: float | None = None  # mean seconds per token of the last reply
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_mean_s: float | None = None
+    last_prompt_tokens: int | None = None  # the last reply's prompt tokens computed (not cached)
+    last_prefill_tok_s: float | None = None
+    last_generate_s: float | None = None  # the last reply's seconds of generation
+    ttft_buckets: tuple[int, ...] = ()  # cumulative counts at kvmon.core.analysis.latency.TTFT_BUCKETS_S, then +Inf
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    itl_buckets: tuple[int, ...] = ()  # the same at ITL_BUCKETS_S
+    itl_sum_s: float = 0.0
+    itl_count: int = 0
+
+
+@dataclass(frozen=True)
 class CeilingSuspect:
     """Measured speed above the ceiling: one of the ceiling's inputs is wrong. Which one is most likely, and why."""
 
@@ -301,6 +326,7 @@ class Snapshot:
     serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events
     speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
     energy: EnergyView | None = None  # power and energy of the model's devices; None: not read (reasons["energy"])
+    latency: LatencyView | None = None  # replies' time to first token and inter-token latency; None: none seen yet
 
     @property
     def server_read(self) -> bool:

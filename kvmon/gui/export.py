@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # the plotting library loads with the first plot, not with th
 
 # panel name (as on the command line) → MainWindow attribute
 PANEL_ATTRS = {"header": "header", "speed-vs-context": "speed_context", "speed-over-time": "speed_time",
-               "memory": "memory", "bandwidth": "bandwidth", "energy": "energy", "alerts": "alerts",
-               "what-if": "whatif"}
+               "memory": "memory", "bandwidth": "bandwidth", "replies": "latency", "energy": "energy",
+               "alerts": "alerts", "what-if": "whatif"}
 PLOT_PANELS = ("speed-vs-context", "speed-over-time")  # the panels with a plot: SVG and CSV exports
 SVG_NS = "http://www.w3.org/2000/svg"
 

@@ -24,6 +24,7 @@ from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.energy import EnergyPanel
 from kvmon.gui.panels.header import HeaderPanel
+from kvmon.gui.panels.latency import LatencyPanel
 from kvmon.gui.panels.memory import MemoryPanel
 from kvmon.gui.panels.models import ModelsPanel
 from kvmon.gui.panels.status import JUST_NOW_S, StatusPanel
@@ -178,6 +179,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.memory = MemoryPanel()
         self.bandwidth = BandwidthPanel()
         self.energy = EnergyPanel()
+        self.latency = LatencyPanel()
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
         self.setStatusBar(self.status)
@@ -197,7 +199,13 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         rl.addWidget(self._time_slot, 3)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
-        rl.addWidget(self.energy, 0)
+        self._replies_box = QtWidgets.QGroupBox("Replies and energy")  # one box, two lines: 1024×640 still fits
+        bl = QtWidgets.QVBoxLayout(self._replies_box)
+        bl.setContentsMargins(6, 2, 6, 4)
+        bl.setSpacing(2)
+        bl.addWidget(self.latency)
+        bl.addWidget(self.energy)
+        rl.addWidget(self._replies_box, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         split.addWidget(self.tabs)
         split.addWidget(right)
@@ -381,6 +389,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.speed_time.refresh()
         self.memory.update_snapshot(s)
         self.bandwidth.update_snapshot(s)
+        self.latency.update_snapshot(s)
         self.energy.update_snapshot(s)
         self.alerts.update_snapshot(s)
         self.status.update_snapshot(s)

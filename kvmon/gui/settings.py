@@ -19,7 +19,7 @@ WINDOW_RANGES: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "sessio
 SCHEMES = ("system", "light", "dark")
 # the panels View ▸ Panels switches (name -> the words in the menu)
 PANELS: dict[str, str] = {"speed_time": "Speed over time", "memory": "Memory", "bandwidth": "Bandwidth",
-                          "energy": "Energy", "alerts": "Alerts and advice", "toolbar": "Toolbar"}
+                          "latency": "Replies", "energy": "Energy", "alerts": "Alerts and advice", "toolbar": "Toolbar"}
 
 
 class Settings:

@@ -34,6 +34,8 @@ class WindowActions:
     memory: QtWidgets.QWidget
     bandwidth: QtWidgets.QWidget
     energy: QtWidgets.QWidget
+    latency: QtWidgets.QWidget
+    _replies_box: QtWidgets.QWidget
     alerts: QtWidgets.QWidget
 
     def toggle_recording(self, path: str | None = None) -> None:
@@ -135,13 +137,14 @@ class WindowActions:
     def _apply_panels(self) -> None:
         hidden = self.settings.hidden_panels
         for name, w in (("speed_time", self._time_slot), ("memory", self.memory), ("bandwidth", self.bandwidth),
-                        ("energy", self.energy), ("alerts", self.alerts)):
+                        ("latency", self.latency), ("energy", self.energy), ("alerts", self.alerts)):
             w.setVisible(name not in hidden)
-        self._right.setVisible(not {"speed_time", "memory", "bandwidth", "energy"} <= hidden)
+        self._replies_box.setVisible(not {"latency", "energy"} <= hidden)
+        self._right.setVisible(not {"speed_time", "memory", "bandwidth", "latency", "energy"} <= hidden)
         tb = getattr(self, "toolbar", None)
         if tb is not None:
             tb.setVisible("toolbar" not in hidden)
-        for name in hidden | {"speed_time", "memory", "bandwidth", "energy", "alerts", "toolbar"}:
+        for name in hidden | {"speed_time", "memory", "bandwidth", "latency", "energy", "alerts", "toolbar"}:
             act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
             if act is not None:
                 act.setChecked(name not in hidden)

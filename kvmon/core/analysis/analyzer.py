@@ -30,6 +30,7 @@ from kvmon.core.analysis import (
 )
 from kvmon.core.analysis.energy import EnergyMeter
 from kvmon.core.analysis.forecasting import Forecaster
+from kvmon.core.analysis.latency import LatencyTracker
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import cache_bytes, model_view
 from kvmon.core.analysis.settings import AnalyzerSettings
@@ -69,6 +70,7 @@ class Analyzer:
         self._reload_seen = False  # the server was loading (or its process changed) since the last reading
         self._server_pids: tuple[int, ...] = ()
         self._energy = EnergyMeter()
+        self._latency = LatencyTracker()
         self._last_t: float | None = None  # the last analysed poll's instant (the energy interval's start)
 
     # ------------------------------------------------------------------ public
@@ -106,6 +108,7 @@ class Analyzer:
         self._failure_since = self._connected_since = None
         self._reload_seen, self._server_pids = False, ()
         self._energy.reset()
+        self._latency.reset()
         self._last_t = None
 
     # ------------------------------------------------------------------ failures
@@ -211,6 +214,11 @@ class Analyzer:
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
+        latency = self._latency.update(r)
+        if latency is not None:
+            facts = replace(facts, last_ttft_s=latency.ttft_last_s, last_generate_s=latency.last_generate_s,
+                            last_prompt_tokens=latency.last_prompt_tokens,
+                            last_prefill_tok_s=latency.last_prefill_tok_s)
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
         used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,
@@ -228,7 +236,7 @@ class Analyzer:
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
-            extra={"placement": place.source}, speculative=spec, energy=used,
+            extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
         )
 
     def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,

@@ -29,16 +29,19 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
     return line, tip
 
 
-class EnergyPanel(QtWidgets.QGroupBox):
+class EnergyPanel(QtWidgets.QWidget):
     """One line: power now · J/token · tokens/Wh · energy this session (formatted only when a figure changed)."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__("Energy", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(6, 2, 6, 4)
+        super().__init__(parent)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        caption = QtWidgets.QLabel("Energy:")
+        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance("Replies: "))  # both lines start alike
+        lay.addWidget(caption)
         self.label = ValueLabel(DASH)
         self.label.set_elide(True)
-        lay.addWidget(self.label)
+        lay.addWidget(self.label, 1)
         self._key: object = None
 
     def update_snapshot(self, s: Snapshot) -> None:

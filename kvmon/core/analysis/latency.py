@@ -1,0 +1,168 @@
+"""Latency per reply: time to first token, the prompt's prefill rate and the inter-token latency of each reply, and
+their percentiles over the session, from what the server itself timed.
+
+Three ways in, best first. A finished request's own timings (``ServerReading.last_request``: kvmon's proxy, Ollama's
+and LM Studio's final chunk). llama-server's counters, which move when a prompt has been processed (``prompt_*``)
+and when a reply ends (``tokens_predicted_*``): each rise of the generation counters is a reply, with the prefill
+counted since the last one as its time to first token. vLLM's histograms (``time_to_first_token_seconds``,
+``inter_token_latency_seconds``): each poll's rise of their sums over the rise of their counts is the mean of the
+requests that finished meanwhile, kept as one observation per poll (vLLM's own buckets are not read). Times are the
+server's: the network and a request's wait in a queue before its prompt is processed are not in them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from kvmon.core.readings import ServerReading
+from kvmon.core.snapshot import LatencyView
+
+MAX_REPLIES = 4096  # the session's percentiles are over this many last replies
+# histogram bounds (seconds) for the exporter: time to first token and inter-token latency
+TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ITL_BUCKETS_S = (0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+VLLM_TTFT = ("time_to_first_token_seconds",)
+VLLM_ITL = ("inter_token_latency_seconds", "time_per_output_token_seconds")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One finished reply as the server timed it; None where it did not say."""
+
+    ttft_s: float | None = None  # prefill, as the server timed it (its time to first token)
+    prompt_tokens: float | None = None  # prompt tokens computed (not served from the cache)
+    itl_s: float | None = None  # mean seconds per generated token
+    generated_tokens: float | None = None
+    generate_s: float | None = None  # seconds spent generating
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None for none)."""
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def _count(counts: list[int], bounds: tuple[float, ...], value: float) -> None:
+    """Count ``value`` in every cumulative bucket (Prometheus ``le``) it falls under, the last being +Inf."""
+    for i in range(bisect.bisect_left(bounds, value), len(counts)):
+        counts[i] += 1
+
+
+class LatencyTracker:
+    """The session's replies: each new one from this poll's reading, and the percentiles over them."""
+
+    def __init__(self) -> None:
+        self._ttft: deque[float] = deque(maxlen=MAX_REPLIES)
+        self._itl: deque[float] = deque(maxlen=MAX_REPLIES)
+        self._ttft_sum = self._itl_sum = 0.0
+        self._ttft_n = self._itl_n = 0
+        self._ttft_counts = [0] * (len(TTFT_BUCKETS_S) + 1)  # cumulative, since the session began (never fall)
+        self._itl_counts = [0] * (len(ITL_BUCKETS_S) + 1)
+        self._last: Reply | None = None
+        self._counters: dict[str, float] | None = None
+        self._pending_prefill: tuple[float, float] | None = None  # (seconds, tokens) since the last reply
+        self._last_request_end: float | None = None
+        self._source: str | None = None
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _add(self, reply: Reply, source: str) -> None:
+        self._last, self._source = reply, source
+        if reply.ttft_s is not None and reply.ttft_s >= 0:
+            self._ttft.append(reply.ttft_s)
+            self._ttft_sum += reply.ttft_s
+            self._ttft_n += 1
+            _count(self._ttft_counts, TTFT_BUCKETS_S, reply.ttft_s)
+        if reply.itl_s is not None and reply.itl_s > 0:
+            self._itl.append(reply.itl_s)
+            self._itl_sum += reply.itl_s
+            self._itl_n += 1
+            _count(self._itl_counts, ITL_BUCKETS_S, reply.itl_s)
+
+    def _from_request(self, r: ServerReading) -> bool:
+        req = r.last_request
+        if req is None or req.t_end == self._last_request_end:
+            return req is not None
+        self._last_request_end = req.t_end
+        itl = (req.predicted_seconds / req.predicted_tokens
+               if req.predicted_seconds and req.predicted_tokens else None)
+        computed = (req.prompt_tokens - (req.cached_tokens or 0)) if req.prompt_tokens is not None else None
+        self._add(Reply(ttft_s=req.prompt_seconds, prompt_tokens=computed, itl_s=itl,
+                        generated_tokens=req.predicted_tokens, generate_s=req.predicted_seconds), "request timings")
+        return True
+
+    def _rises(self, m: dict[str, float], names: tuple[str, ...]) -> dict[str, float] | None:
+        """Each counter's rise since the last poll; None when one fell (the server restarted) or is new."""
+        last = self._counters
+        if last is None or any(n not in last for n in names):
+            return None
+        rises = {n: m[n] - last[n] for n in names}
+        return None if any(v < 0 for v in rises.values()) else rises
+
+    def _from_llama_counters(self, m: dict[str, float]) -> None:
+        names = ("prompt_seconds_total", "prompt_tokens_total", "tokens_predicted_seconds_total",
+                 "tokens_predicted_total")
+        if not all(n in m for n in names):
+            return
+        d = self._rises(m, names)
+        if d is None:
+            self._pending_prefill = None
+            return
+        if d["prompt_tokens_total"] > 0:  # prompts processed since the last poll (their time to first token)
+            s, n = self._pending_prefill or (0.0, 0.0)
+            self._pending_prefill = (s + d["prompt_seconds_total"], n + d["prompt_tokens_total"])
+        if d["tokens_predicted_total"] > 0 and d["tokens_predicted_seconds_total"] > 0:  # a reply ended
+            pre = self._pending_prefill
+            self._pending_prefill = None
+            self._add(Reply(ttft_s=pre[0] if pre else None, prompt_tokens=pre[1] if pre else None,
+                            itl_s=d["tokens_predicted_seconds_total"] / d["tokens_predicted_total"],
+                            generated_tokens=d["tokens_predicted_total"],
+                            generate_s=d["tokens_predicted_seconds_total"]), "server counters")
+
+    def _from_vllm_histograms(self, m: dict[str, float]) -> None:
+        means: dict[str, float | None] = {}
+        for key, candidates in (("ttft", VLLM_TTFT), ("itl", VLLM_ITL)):
+            means[key] = None
+            for name in candidates:
+                pair = (f"{name}_sum", f"{name}_count")
+                if all(p in m for p in pair):
+                    d = self._rises(m, pair)
+                    if d is not None and d[pair[1]] > 0:
+                        means[key] = d[pair[0]] / d[pair[1]]
+                    break
+        if means["ttft"] is not None or means["itl"] is not None:
+            self._add(Reply(ttft_s=means["ttft"], itl_s=means["itl"]), "vLLM histograms (means per poll)")
+
+    def update(self, r: ServerReading) -> LatencyView | None:
+        """Take this poll's new replies; the session's view (None before the first reply)."""
+        m = dict(r.metrics)
+        if not self._from_request(r):
+            if "tokens_predicted_total" in m:
+                self._from_llama_counters(m)
+            elif any(f"{n}_count" in m for n in (*VLLM_TTFT, *VLLM_ITL)):
+                self._from_vllm_histograms(m)
+        self._counters = m
+        return self.view()
+
+    def view(self) -> LatencyView | None:
+        if self._last is None:
+            return None
+        ttft, itl = sorted(self._ttft), sorted(self._itl)
+        last = self._last
+        prefill = (last.prompt_tokens / last.ttft_s if last.prompt_tokens and last.ttft_s else None)
+        return LatencyView(
+            replies=max(self._ttft_n, self._itl_n), source=self._source,
+            ttft_last_s=last.ttft_s, ttft_p50_s=_percentile(ttft, 0.5), ttft_p95_s=_percentile(ttft, 0.95),
+            itl_last_s=last.itl_s, itl_p50_s=_percentile(itl, 0.5), itl_p95_s=_percentile(itl, 0.95),
+            itl_mean_s=self._itl_sum / self._itl_n if self._itl_n else None,
+            last_prompt_tokens=int(last.prompt_tokens) if last.prompt_tokens is not None else None,
+            last_prefill_tok_s=prefill, last_generate_s=last.generate_s,
+            ttft_buckets=tuple(self._ttft_counts), ttft_sum_s=self._ttft_sum, ttft_count=self._ttft_n,
+            itl_buckets=tuple(self._itl_counts), itl_sum_s=self._itl_sum, itl_count=self._itl_n,
+        )

@@ -1,0 +1,64 @@
+"""Replies: time to first token and inter-token latency, the last reply's and the session's median and 95th
+percentile, as the server timed them; or why there is nothing yet."""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from kvmon.core.snapshot import LatencyView, Snapshot
+from kvmon.core.units import DASH, fmt_count
+from kvmon.gui.labels import ValueLabel
+
+
+def _s(v: float | None) -> str:
+    """Seconds as people read a wait: "0.78 s", "12.4 s"."""
+    if v is None:
+        return DASH
+    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
+
+
+def _ms(v: float | None) -> str:
+    return DASH if v is None else f"{v * 1000:.1f} ms"
+
+
+def latency_text(s: Snapshot) -> tuple[str, str]:
+    """(line, tooltip) for one snapshot."""
+    lat: LatencyView | None = s.latency
+    if lat is None:
+        return ("no reply has ended yet", "Time to first token and inter-token latency are counted when a reply "
+                "ends (llama-server's counters, vLLM's histograms, or the request's own timings through kvmon's "
+                "proxy).")
+    n = lat.replies
+    line = (f"first token {_s(lat.ttft_p50_s)} (p95 {_s(lat.ttft_p95_s)}) · {_ms(lat.itl_p50_s)}/token "
+            f"(p95 {_ms(lat.itl_p95_s)}) · {fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
+    prompt = (f" for {fmt_count(lat.last_prompt_tokens)} prompt tokens"
+              f" ({fmt_count(round(lat.last_prefill_tok_s))} tok/s)" if lat.last_prompt_tokens and
+              lat.last_prefill_tok_s else "")
+    tip = ("Medians and 95th percentiles over the session's replies.\n"
+           f"Last reply: first token after {_s(lat.ttft_last_s)}{prompt}, then {_ms(lat.itl_last_s)} per token.\n"
+           f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them).")
+    return line, tip
+
+
+class LatencyPanel(QtWidgets.QWidget):
+    """One line: time to first token and inter-token latency over the session (set only when a reply ended)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        caption = QtWidgets.QLabel("Replies:")
+        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance("Replies: "))  # both lines start alike
+        lay.addWidget(caption)
+        self.label = ValueLabel(DASH)
+        self.label.set_elide(True)
+        lay.addWidget(self.label, 1)
+        self._key: object = -1
+
+    def update_snapshot(self, s: Snapshot) -> None:
+        lat = s.latency
+        key = None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s)
+        if key == self._key:
+            return
+        self._key = key
+        self.label.set(*latency_text(s))

@@ -1,0 +1,175 @@
+"""Latency per reply: time to first token and inter-token latency from the request's own timings, llama-server's
+counters and vLLM's histograms; the session's percentiles; the exporter's histograms; the prefill-bound advice; and
+the real llama-server's own reply timings read back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvmon.core.alerts import AlertEngine, AlertFacts
+from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S, LatencyTracker
+from kvmon.core.readings import RequestStats, ServerReading
+from kvmon.core.snapshot import AlertLevel
+
+LLAMA = ("prompt_seconds_total", "prompt_tokens_total", "tokens_predicted_seconds_total", "tokens_predicted_total")
+
+
+def _r(metrics: dict[str, float] | None = None, last: RequestStats | None = None) -> ServerReading:
+    return ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url="http://x", metrics=metrics or {},
+                         last_request=last)
+
+
+def _llama(*values: float) -> ServerReading:
+    return _r(dict(zip(LLAMA, values, strict=True)))
+
+
+def test_llama_server_counters_make_one_reply_per_rise() -> None:
+    t = LatencyTracker()
+    assert t.update(_llama(0.0, 0.0, 0.0, 0.0)) is None  # the first reading: nothing has ended yet
+    assert t.update(_llama(0.5, 1000.0, 0.0, 0.0)) is None  # a prompt processed: its reply has not ended
+    v = t.update(_llama(0.5, 1000.0, 2.0, 100.0))  # the reply ends: 100 tokens in 2 s
+    assert v is not None and v.replies == 1 and v.source == "server counters"
+    assert (v.ttft_last_s, v.last_prompt_tokens, v.last_prefill_tok_s) == (0.5, 1000, 2000.0)
+    assert v.itl_last_s == pytest.approx(0.02) and v.last_generate_s == pytest.approx(2.0)
+    v = t.update(_llama(8.5, 9000.0, 3.0, 150.0))  # a long prompt, then a short answer, in one interval
+    assert v is not None and v.replies == 2 and v.ttft_last_s == pytest.approx(8.0)
+    assert (v.ttft_p50_s, v.ttft_p95_s) == (0.5, pytest.approx(8.0))
+    assert v.itl_count == 2 and v.itl_buckets[-1] == 2 and v.ttft_sum_s == pytest.approx(8.5)
+
+
+def test_a_restarted_server_starts_its_counters_again_without_a_reply() -> None:
+    t = LatencyTracker()
+    t.update(_llama(5.0, 5000.0, 10.0, 500.0))
+    assert t.update(_llama(0.1, 10.0, 0.0, 0.0)) is None  # fell: the server restarted
+    v = t.update(_llama(0.2, 20.0, 1.0, 50.0))
+    assert v is not None and v.replies == 1 and v.ttft_last_s == pytest.approx(0.1)
+
+
+def test_a_request_s_own_timings_count_once() -> None:
+    t = LatencyTracker()
+    req = RequestStats(t_end=10.0, prompt_tokens=3000, cached_tokens=1000, prompt_seconds=1.0, predicted_tokens=200,
+                       predicted_seconds=5.0)
+    v = t.update(_r(last=req))
+    assert v is not None and v.source == "request timings"
+    assert (v.ttft_last_s, v.last_prompt_tokens, v.last_prefill_tok_s, v.itl_last_s) == (1.0, 2000, 2000.0, 0.025)
+    assert t.update(_r(last=req)).replies == 1  # type: ignore[union-attr]  # the same request seen again
+
+
+def test_vllm_histograms_give_the_means_of_each_poll() -> None:
+    t = LatencyTracker()
+    base = {"time_to_first_token_seconds_sum": 1.0, "time_to_first_token_seconds_count": 4.0,
+            "inter_token_latency_seconds_sum": 2.0, "inter_token_latency_seconds_count": 100.0}
+    assert t.update(_r(base)) is None
+    v = t.update(_r({**base, "time_to_first_token_seconds_sum": 2.5, "time_to_first_token_seconds_count": 7.0,
+                     "inter_token_latency_seconds_sum": 5.0, "inter_token_latency_seconds_count": 200.0}))
+    assert v is not None and v.source.startswith("vLLM histograms")  # type: ignore[union-attr]
+    assert v.ttft_last_s == pytest.approx(0.5) and v.itl_last_s == pytest.approx(0.03)
+
+
+def test_percentiles_and_cumulative_buckets() -> None:
+    t = LatencyTracker()
+    for i in range(1, 101):  # 100 replies: TTFT 0.1 … 10 s
+        t.update(_r(last=RequestStats(t_end=float(i), prompt_seconds=i / 10, predicted_tokens=10,
+                                      predicted_seconds=0.1 * (1 + i % 3))))
+    v = t.view()
+    assert v is not None and v.replies == 100
+    assert (v.ttft_p50_s, v.ttft_p95_s) == (pytest.approx(5.0), pytest.approx(9.5))
+    assert len(v.ttft_buckets) == len(TTFT_BUCKETS_S) + 1 and v.ttft_buckets[-1] == 100
+    assert list(v.ttft_buckets) == sorted(v.ttft_buckets)  # cumulative
+    assert v.ttft_buckets[TTFT_BUCKETS_S.index(1.0)] == 10  # 0.1 … 1.0 s
+    assert len(v.itl_buckets) == len(ITL_BUCKETS_S) + 1
+
+
+def test_the_exporter_has_histograms_not_gauges() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kvmon.core.report_prometheus import snapshot_families
+    from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+
+    t = LatencyTracker()
+    t.update(_llama(0.0, 0.0, 0.0, 0.0))
+    t.update(_llama(0.7, 700.0, 1.0, 50.0))
+    s = Snapshot(seq=1, t_monotonic=0.0, t_wall=0.0, connection=Connection(ConnectionStatus.CONNECTED),
+                 url="http://x", latency=t.view())
+
+    class _One:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return snapshot_families(s, backend="llama-server", server="http://x")
+
+    reg = CollectorRegistry()
+    reg.register(_One())
+    text = generate_latest(reg).decode()
+    assert "# TYPE kvmon_time_to_first_token_seconds histogram" in text
+    assert 'kvmon_time_to_first_token_seconds_bucket{backend="llama-server",le="1",model="",server="http://x"} 1.0' \
+        in text
+    assert 'kvmon_time_to_first_token_seconds_bucket{backend="llama-server",le="0.5",model="",server="http://x"} 0.0' \
+        in text
+    assert "kvmon_inter_token_latency_seconds_count" in text and "kvmon_time_to_first_token_seconds_sum" in text
+
+
+def test_a_long_prompt_that_outlasts_its_answer_is_prefill_bound() -> None:
+    eng = AlertEngine()
+    facts = AlertFacts(t_monotonic=0.0, last_ttft_s=12.0, last_generate_s=4.0, last_prompt_tokens=24_000,
+                       last_prefill_tok_s=2000.0)
+    (a,) = eng.update(facts)
+    assert a.code == "prefill_bound" and a.level is AlertLevel.INFO
+    assert "waited 12.0 s for its first token (24,000 prompt tokens at 2,000 tok/s)" in a.message
+    assert "not the memory bus" in a.message
+    for ttft, gen in ((3.0, 1.0), (12.0, 20.0)):  # a short wait, or an answer longer than its prompt: not said
+        assert AlertEngine().update(AlertFacts(t_monotonic=0.0, last_ttft_s=ttft, last_generate_s=gen)) == ()
+
+
+# ---- the real llama-server ---------------------------------------------------------------------------------
+
+def test_the_real_servers_reply_timings_are_read_back(llama_server: Callable[..., object], tiny_gguf_dir: Path) -> None:
+    """Each reply's time to first token and per-token latency are the ones llama-server put in its own reply (its
+    counters and its reply's timings are two bookings of the same times: within 2 % of each other, seen here)."""
+    pytest.importorskip("xllamacpp")
+    from kvmon.app.build import open_monitor
+
+    server = llama_server("llama", ["-c", "2048", "--metrics"])
+    url = server.url  # type: ignore[attr-defined]
+    with open_monitor(url, gpu=False, host=False) as mon:
+        mon.poll()  # the counters before
+        timings = []
+        for n in (48, 96):
+            reply = httpx.post(f"{url}/completion", json={"prompt": "the memory bus " * 40, "n_predict": n,
+                                                          "ignore_eos": True, "cache_prompt": False},
+                               timeout=120).json()
+            timings.append(reply["timings"])
+            snap = mon.poll()
+            lat = snap.latency
+            assert lat is not None and lat.source == "server counters"
+            t = timings[-1]
+            assert math.isclose(lat.ttft_last_s, t["prompt_ms"] / 1000, rel_tol=0.02)
+            assert math.isclose(lat.itl_last_s, t["predicted_ms"] / t["predicted_n"] / 1000, rel_tol=0.02)
+            assert lat.last_prompt_tokens == t["prompt_n"]
+    assert lat.replies == 2
+    ttfts = sorted(t["prompt_ms"] / 1000 for t in timings)
+    assert math.isclose(lat.ttft_p95_s, ttfts[-1], rel_tol=0.02)
+
+
+def test_the_dashboard_shows_the_replies_line() -> None:
+    """The demo's chat turns end replies: the window says their first-token wait and per-token latency, and the
+    per-token figure agrees with the decode speed on the same screen."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from story_window import watch_in_window
+
+    from kvmon.sim.stories import Watch
+
+    seen: list[tuple[str, object]] = []
+    watch_in_window("seed-3090x2", Watch(20.0, 50.0, step_s=2.0),
+                    on_poll=lambda win, _s: seen.append((win.latency.label.text(), win.last)))  # type: ignore[attr-defined]
+    text, snap = seen[-1]
+    assert text.startswith("first token ") and "/token (p95 " in text and "repl" in text
+    lat = snap.latency  # type: ignore[attr-defined]
+    assert lat is not None and lat.itl_last_s is not None
+    decoded = [s.decode_tok_s for _t, s in seen if s.decode_tok_s]  # type: ignore[attr-defined]
+    assert decoded and 1 / lat.itl_last_s == pytest.approx(max(decoded), rel=0.1)
