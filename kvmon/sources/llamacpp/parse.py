@@ -67,6 +67,8 @@ def _plain_counters(text: str) -> list[tuple[str, float]] | None:
         if name != family or _FLOAT.match(value) is None or name.endswith("_created"):
             return None  # (the full parser reads a ``_created`` sample as its family's creation time)
         if kind == "counter":
+            if not name.endswith("_total") and f"{name}_total" in text:
+                return None  # the full parser names such a counter by whether its _total form is on the page
             out.append((name, float(value)))
     return out
 
