@@ -60,6 +60,7 @@ BENT = {
     "a tab": GENERATING + "# TYPE t counter\nt\t1\n",
     "a gauge": GENERATING + "# TYPE g gauge\ng 9\n",
     "a comment": GENERATING + "# just a note\n",
+    "empty braces": GENERATING + "# TYPE e counter\ne{} 4\n",
     "a counter whose _total form is declared too": GENERATING + "# TYPE a_total counter\n# TYPE a counter\na 1\n",
 }
 

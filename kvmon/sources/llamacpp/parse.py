@@ -24,7 +24,7 @@ class MetricsTextError(ValueError):
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _PLAIN_SAMPLE = re.compile(rf"({_NAME}) (\S+)(?: -?[0-9]+)?\Z")
-_LABELLED_SAMPLE = re.compile(rf"{_NAME}\{{(?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n{{}}]*\",?)*\}} \S+(?: -?[0-9]+)?\Z")
+_LABELLED_SAMPLE = re.compile(rf"{_NAME}\{{(?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n{{}}]*\",?)+\}} \S+(?: -?[0-9]+)?\Z")
 _COMMENT = re.compile(rf"# (?:HELP {_NAME}(?: .*)?|TYPE ({_NAME}) (counter|gauge|histogram|summary|untyped))\Z")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)\Z")
 
