@@ -91,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("memory", win.memory, "update_snapshot"), ("bandwidth", win.bandwidth, "update_snapshot"),
             ("alerts", win.alerts, "update_snapshot"), ("status", win.status, "update_snapshot"),
             ("status (1 s tick)", win.status, "tick"), ("server tab", win.server_tabs, "paint"),
-            ("session store", win.store, "eat"),
+            ("session store", win.store, "eat"), ("replies", win.latency, "update_snapshot"),
+            ("energy", win.energy, "update_snapshot"),
         ]:
             _wrap(obj, name, costs[label])
         renders: list[float] = []

@@ -64,6 +64,8 @@ class ValueLabel(QtWidgets.QWidget):
         super().__init__(parent)
         self._label = QtWidgets.QLabel(text, self)
         self._label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        # opaque: a new text repaints the label alone, not the panel and the window beneath it as well
+        self._label.setAutoFillBackground(True)
         self._text = text
         self._tip = ""
         self._elide = False
