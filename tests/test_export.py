@@ -198,6 +198,12 @@ def test_scrub_keeps_plain_urls() -> None:
     assert caption.scrub("at http://127.0.0.1:8080/v1 now") == "at http://127.0.0.1:8080/v1 now"
 
 
+@pytest.mark.parametrize("text", ["first token 0.78 s (p95 3.13 s) · 17.8 ms/token (p95 18.0 ms) · 2 replies",
+                                  "10.8 J/token · 334 tokens/Wh", "per token 12 ms", "the secret sauce"])
+def test_scrub_keeps_figures_beside_the_word_token(text: str) -> None:
+    assert caption.scrub(text) == text
+
+
 def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
     w = MainWindow(Settings(str(tmp_path / "s.ini")), tray=False)
     qtbot.addWidget(w)

@@ -110,3 +110,25 @@ def test_live_report_card_covers_the_session_so_far(qtbot, tmp_path: Path) -> No
     out = win.save_report_card(str(tmp_path / "live.png"))
     assert out and _colours(QtGui.QImage(out)) > 30
     assert win.tally.summary().peak_context_tokens == max(1200 + i * 400 for i in range(1, win.tally.n + 1))
+
+
+def test_card_says_the_sessions_replies_and_energy(qtbot, tmp_path: Path) -> None:
+    """The demo's two RTX 3090s: the card sums the session's replies and its energy per token, as the last snapshot
+    counts them (the dashboard's figures, not new ones)."""
+    from kvmon.app.demo import demo_session, step_demo
+
+    session = demo_session("seed-3090x2", None, start_at_s=0.0, stepped=True)
+    try:
+        snaps = list(step_demo(session, 60.0, 2.0))
+    finally:
+        session.close()
+    last = snaps[-1]
+    assert last.latency is not None and last.energy is not None and last.energy.joules_per_token
+    card = reportcard.ReportCard(summarize(snaps))
+    qtbot.addWidget(card)
+    text = " ".join(lbl.text() for lbl in card.findChildren(QtWidgets.QLabel))
+    assert "Replies" in text and "first token " in text and "/token (p95 " in text
+    assert f"{last.energy.joules_per_token:.1f} J/token" in text and "(2× NVIDIA GeForce RTX 3090)" in text
+    out = tmp_path / "card.png"
+    reportcard.save(snaps, out)
+    assert not QtGui.QImage(str(out)).isNull()

@@ -7,6 +7,7 @@ One place for number formatting so the dashboard, alerts, tray and ``once`` read
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 DASH = "—"
 KIB = 1024
@@ -75,6 +76,14 @@ def fmt_joules_per_token(j: float | None) -> str:
         return DASH
     assert j is not None
     return f"{_sig3(j)} J/token"
+
+
+def fmt_devices(names: Sequence[str]) -> str:
+    """Device names as people count them: "2× NVIDIA GeForce RTX 3090, CPU package" (first seen first)."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(f"{c}× {n}" if c > 1 else n for n, c in counts.items())
 
 
 def fmt_bytes(n_bytes: float | None) -> str:

@@ -16,9 +16,21 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.summary import Summary, summarize
-from kvmon.core.units import DASH, fmt_bytes, fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
+from kvmon.core.units import (
+    DASH,
+    fmt_bytes,
+    fmt_count,
+    fmt_devices,
+    fmt_duration,
+    fmt_energy,
+    fmt_joules_per_token,
+    fmt_percent,
+    fmt_tok_s,
+    fmt_tokens,
+)
 from kvmon.gui import caption, theme
 from kvmon.gui.fmt import code_html
+from kvmon.gui.panels.latency import latency_text
 
 CARD_SIZE = (1200, 760)
 
@@ -45,6 +57,13 @@ def _facts(sm: Summary) -> list[tuple[str, str]]:
     rows.append(("Decode", f"peak {fmt_tok_s(sm.peak_decode_tok_s)}{final}"))
     rows.append(("Efficiency", f"median {fmt_percent(sm.median_efficiency)}, last {fmt_percent(sm.final_efficiency)}"
                                " of the memory-bandwidth ceiling"))
+    if s is not None and s.latency is not None:  # the session's replies, as the last snapshot sums them
+        rows.append(("Replies", latency_text(s)[0]))
+    if s is not None and s.energy is not None and s.energy.energy_j is not None:
+        e = s.energy
+        per_wh = f" · {fmt_count(round(e.tokens_per_wh))} tokens/Wh" if e.tokens_per_wh else ""
+        rows.append(("Energy", f"{fmt_joules_per_token(e.joules_per_token)}{per_wh} · {fmt_energy(e.energy_j)} over "
+                               f"{fmt_duration(e.seconds)} ({fmt_devices(e.devices)})"))
     return rows
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import Snapshot
-from kvmon.core.units import DASH, fmt_count, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
+from kvmon.core.units import DASH, fmt_count, fmt_devices, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
 from kvmon.gui.labels import ValueLabel
 
 
@@ -23,7 +23,7 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
     whole = ("\nThe CPU package's counter includes every process on the CPU, not only the model server."
              if e.whole_cpu_package else "")
     why = s.reasons.get("energy.joules_per_token") or s.reasons.get("energy")
-    tip = (f"Counted: {', '.join(e.devices)}, over {fmt_duration(e.seconds)}.\nJoules per token: the energy of the "
+    tip = (f"Counted: {fmt_devices(e.devices)}, over {fmt_duration(e.seconds)}.\nJoules per token: the energy of the "
            "intervals that decoded, over the tokens decoded in them (prefill of those intervals included)."
            f"{whole}" + (f"\n{why}" if why else ""))
     return line, tip
