@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from kvmon.core.analysis.speculation import lifted, speculation, withheld
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import Forecast, Milestone
@@ -65,7 +67,7 @@ def test_the_header_says_the_ceiling_is_speculative() -> None:
                                 spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), {})
     s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=Connection(ConnectionStatus.CONNECTED),
                  decode_tok_s=42.0, activity=Activity.DECODING, ceiling_tok_s=50.0, efficiency=0.84, speculative=spec)
-    assert speed_words(s).against == "of 50.0 ceiling (speculative ×1.67)"
+    assert speed_words(s).against == "of 50.0 ceiling (speculative, 1.67 tokens/step)"
     assert speed_words(replace(s, speculative=None)).against == "of 50.0 ceiling"
     uncounted = replace(s, ceiling_tok_s=None, efficiency=None,
                         speculative=replace(spec, tokens_per_step=None)) if spec is not None else s
@@ -107,3 +109,31 @@ def test_vllm_counts_speculation_under_the_same_names_beside_its_own_generated_c
     assert spec is not None and spec.generated_tokens == 52011
     assert math.isclose(spec.tokens_per_step or 0, 52011 / (52011 - 20000))
     assert math.isclose(spec.acceptance_rate or 0, 20000 / 27000)
+
+
+def test_the_draft_models_reads_are_in_the_speculative_ceiling() -> None:
+    """A target step reads the target once (1/one-token seconds) and the draft once per drafted token, at the same
+    cost per byte: a 7B draft's 0.5 GB against an 8 GB step with 4 drafted tokens adds a quarter of a step."""
+    from kvmon.physics.ceiling import speculative_ceiling
+
+    assert speculative_ceiling(50.0, 2.5, 4.0, 0.5e9, 8e9) == pytest.approx(2.5 / (1 / 50 * 1.25))
+    assert speculative_ceiling(50.0, 2.5, 0.0, 0.5e9, 8e9) == pytest.approx(125.0)  # nothing drafted: k × one
+    assert speculative_ceiling(50.0, 2.0, 3.0, 8e9, 8e9) == pytest.approx(25.0)  # an equal draft: a loss
+    for bad in ((0.0, 2.0, 1.0, 1e9, 8e9), (50.0, 2.0, -1.0, 1e9, 8e9), (50.0, 2.0, 1.0, 1e9, 0.0),
+                (math.nan, 2.0, 1.0, 1e9, 8e9)):
+        assert speculative_ceiling(*bad) is None
+
+
+def test_a_draft_model_on_another_machine_leaves_an_upper_bound_and_says_why() -> None:
+    from kvmon.core.analysis.speculation import lifted
+    from kvmon.core.snapshot import SpeculativeView
+
+    spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
+    reasons: dict[str, str] = {}
+    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=None,
+                                  target_bytes_now=8e9)
+    assert ceiling == pytest.approx(200.0) and "an upper bound" in reasons["ceiling.speculative"]
+    assert out is not None and out.drafted_per_step == pytest.approx(2.0)
+    out, ceiling, curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=1_000_000_000,
+                                 target_bytes_now=8e9)
+    assert ceiling == pytest.approx(2.0 / (0.01 * 1.25)) and curve[0][1] == pytest.approx(ceiling)

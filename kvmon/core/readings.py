@@ -117,6 +117,7 @@ class ServerConfig:
     n_batch: int | None = None  # -b, capped at the context by llama.cpp
     swa_full: bool | None = None  # --swa-full: sliding-window layers keep the whole context
     model_path: str | None = None
+    draft_model_path: str | None = None  # -md: the draft model of speculative decoding
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None  # llama.cpp's own KV size line
@@ -157,6 +158,7 @@ class ModelInfo:
     shape: Any = None  # ModelShape | None (kept Any to avoid an import cycle)
     shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
     weight_bytes_source: Provenance | None = None  # how weight_bytes is known (None: measured, the server's word)
+    draft_weight_bytes: int | None = None  # speculative decoding's draft model: its weights (its GGUF's tensors)
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "accepted_tokens": s.speculative.accepted_tokens, "generated_tokens": s.speculative.generated_tokens,
             "tokens_per_step": s.speculative.tokens_per_step, "acceptance_rate": s.speculative.acceptance_rate,
             "one_token_ceiling_tok_s": s.speculative.one_token_ceiling_tok_s,
+            "draft_weight_bytes": s.speculative.draft_weight_bytes,
+            "drafted_per_step": s.speculative.drafted_per_step,
         },
         "energy": None if s.energy is None else {
             "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,

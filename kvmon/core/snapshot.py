@@ -239,6 +239,9 @@ class SpeculativeView:
     acceptance_rate: float | None = None  # accepted ÷ drafted
     one_token_ceiling_tok_s: float | None = None  # the ceiling without speculation, at this depth
     one_token_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) without speculation: its floor
+    draft_weight_bytes: int | None = None  # the draft model's weights, read once per drafted token (None: no draft
+    # model, as with n-gram lookup, or its size unknown: then the lifted ceiling is an upper bound)
+    drafted_per_step: float | None = None  # drafted tokens per target step
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class SpeedWords:
     idle: bool
     uncertain: bool
     loading: bool = False  # the model (re)loads: no speed and no ceiling of this load yet
-    speculative: str = ""  # " (speculative ×1.94)": the ceiling is lifted by the tokens each target step yields
+    speculative: str = ""  # " (speculative, 1.94 tokens/step)": the ceiling counts the tokens each target step yields
     speculating_uncounted: bool = False  # it speculates, and no reply has ended to count by how much
 
     @property
@@ -120,7 +120,7 @@ def speed_words(s: Snapshot) -> SpeedWords:
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
                       share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
                       idle=idle, uncertain=uncertain, loading=loading,
-                      speculative=(f" (speculative ×{sp.tokens_per_step:.2f})"
+                      speculative=(f" (speculative, {sp.tokens_per_step:.2f} tokens/step)"
                                    if (sp := s.speculative) is not None and sp.tokens_per_step and ceil is not None
                                    else ""),
                       speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step)

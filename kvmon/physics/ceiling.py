@@ -85,6 +85,21 @@ def speculative_tokens_per_step(generated_tokens: float, accepted_tokens: float)
     return generated_tokens / steps
 
 
+def speculative_ceiling(one_token_tok_s: float, tokens_per_step: float, drafted_per_step: float,
+                        draft_bytes_per_token: float, target_bytes_per_token: float) -> float | None:
+    """What the bus allows with speculation: a target step takes the one-token step's time (its weights and KV,
+    read once) plus a read of the draft's weights for each drafted token, at the same rate per byte as the target's,
+    and yields ``tokens_per_step`` tokens. None when an input is not a positive, finite number."""
+    vals = (one_token_tok_s, tokens_per_step, target_bytes_per_token)
+    if not all(math.isfinite(v) and v > 0 for v in vals) or not (
+            math.isfinite(drafted_per_step) and drafted_per_step >= 0 and math.isfinite(draft_bytes_per_token)
+            and draft_bytes_per_token >= 0):
+        return None
+    target_step_s = 1.0 / one_token_tok_s
+    draft_s = drafted_per_step * draft_bytes_per_token * target_step_s / target_bytes_per_token
+    return tokens_per_step / (target_step_s + draft_s)
+
+
 def ceiling_curve(
     devices: Sequence[DeviceShare],
     shape: ModelShape,

@@ -173,8 +173,10 @@ class Analyzer:
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
-        spec, ceiling_now, curve = speculation.lifted(speculation.speculation(r, reasons), ceiling_now, curve, prov,
-                                                      reasons)
+        target_now = (model.weight_bytes_read_per_token or 0) + (kv_read_now or 0) or None
+        spec, ceiling_now, curve = speculation.lifted(
+            speculation.speculation(r, reasons), ceiling_now, curve, prov, reasons,
+            draft_weight_bytes=r.model.draft_weight_bytes if r.model is not None else None, target_bytes_now=target_now)
         if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
             ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
         # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage

@@ -15,7 +15,7 @@ from dataclasses import replace
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import Forecast, SpeculativeView
-from kvmon.physics.ceiling import speculative_tokens_per_step
+from kvmon.physics.ceiling import speculative_ceiling, speculative_tokens_per_step
 
 DRAFTS = "spec_decode_num_drafts_total"
 DRAFT_TOKENS = "spec_decode_num_draft_tokens_total"
@@ -45,10 +45,13 @@ def speculation(r: ServerReading, reasons: dict[str, str]) -> SpeculativeView | 
 
 
 def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple[tuple[int, float], ...],
-           prov: dict[str, str], reasons: dict[str, str]
+           prov: dict[str, str], reasons: dict[str, str], *, draft_weight_bytes: int | None = None,
+           target_bytes_now: float | None = None,
            ) -> tuple[SpeculativeView | None, float | None, tuple[tuple[int, float], ...]]:
     """The ceiling and its curve with speculation's tokens per step (the one-token ceiling kept in ``spec``); while
-    the tokens per step are not known the ceiling is not either (the one-token one is only its floor)."""
+    the tokens per step are not known the ceiling is not either (the one-token one is only its floor). With the
+    draft model's weights (``draft_weight_bytes``) and the target's bytes per token at this depth, each drafted
+    token's read of the draft is in the step's time; without them the lifted ceiling is an upper bound."""
     if spec is None:
         return spec, ceiling_now, curve
     spec = replace(spec, one_token_ceiling_tok_s=ceiling_now, one_token_curve=curve)
@@ -59,14 +62,33 @@ def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple
             reasons["ceiling_tok_s"] = (f"the server speculates and its tokens per step are not counted yet: the "
                                         f"ceiling is above the one-token {ceiling_now:.1f} tok/s by a factor not known")
         return spec, None, ()
-    if ceiling_now is not None:
-        prov["ceiling_tok_s"] = "computed"
-        reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "
-                                          f"started, so the ceiling is {k:.2f} × the one-token "
-                                          f"{ceiling_now:.1f} tok/s; a draft model's own reads are not counted "
-                                          "(an upper bound)")
-        ceiling_now = ceiling_now * k
-    return spec, ceiling_now, tuple((c, v * k) for c, v in curve)
+    steps = spec.generated_tokens - spec.accepted_tokens
+    drafted = spec.draft_tokens / steps if steps > 0 else None
+    spec = replace(spec, drafted_per_step=drafted, draft_weight_bytes=draft_weight_bytes)
+    if ceiling_now is None:
+        return spec, None, tuple((c, v * k) for c, v in curve)
+    prov["ceiling_tok_s"] = "computed"
+    if draft_weight_bytes and drafted is not None and target_bytes_now and ceiling_now > 0:
+        # the draft's bytes cost what the target's cost at this depth, per byte (the same devices, the same bus)
+        per_byte_s = 1.0 / ceiling_now / target_bytes_now
+
+        def one(v: float) -> float:
+            t = 1.0 / v + drafted * draft_weight_bytes * per_byte_s
+            return k / t
+
+        now = speculative_ceiling(ceiling_now, k, drafted, draft_weight_bytes, target_bytes_now)
+        gb = draft_weight_bytes / 1e9
+        reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} "
+                                          f"drafted ones, each reading the draft model's {gb:.2f} GB of weights: "
+                                          f"{now or 0:.1f} tok/s against the one-token {ceiling_now:.1f} (the "
+                                          "draft's own KV cache reads are not counted)")
+        return spec, now, tuple((c, one(v)) for c, v in curve if v > 0)
+    why = ("no draft model (n-gram lookup or heads of the model's own)" if not draft_weight_bytes
+           else "the target's bytes per token are not known")
+    reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "
+                                      f"started, so the ceiling is {k:.2f} × the one-token {ceiling_now:.1f} tok/s; "
+                                      f"a draft model's own reads are not counted ({why}): an upper bound")
+    return spec, ceiling_now * k, tuple((c, v * k) for c, v in curve)
 
 
 def withheld(fc: Forecast, spec: SpeculativeView | None, reasons: dict[str, str]) -> Forecast:

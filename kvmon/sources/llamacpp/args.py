@@ -31,6 +31,8 @@ _VALUE_FLAGS: dict[str, str] = {
     "--n-gpu-layers": "ngl",
     "-m": "model",
     "--model": "model",
+    "-md": "model_draft",
+    "--model-draft": "model_draft",
     "-ub": "ubatch",
     "--ubatch-size": "ubatch",
     "-b": "batch",
@@ -51,6 +53,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_CACHE_TYPE_V": "type_v",
     "LLAMA_ARG_N_GPU_LAYERS": "ngl",
     "LLAMA_ARG_MODEL": "model",
+    "LLAMA_ARG_MODEL_DRAFT": "model_draft",
     "LLAMA_ARG_UBATCH": "ubatch",
     "LLAMA_ARG_BATCH": "batch",
     "LLAMA_ARG_HOST": "host",
@@ -225,6 +228,9 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     model_path = raw.get("model") or None
     if model_path:
         mark("model_path", "model")
+    draft_model_path = raw.get("model_draft") or None  # speculative decoding's draft model (-md)
+    if draft_model_path:
+        mark("draft_model_path", "model_draft")
 
     # idle sleep (the model unloaded after N idle seconds; -1, the default, never): an unreadable value is taken
     # as "may sleep", the safe side (polling /slots would wake a sleeping server)
@@ -257,6 +263,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         n_batch=n_batch,
         swa_full=swa_full,
         model_path=model_path,
+        draft_model_path=draft_model_path,
         sleep_idle_seconds=sleep_idle_seconds,
         fit=fit,
         fit_target_bytes=fit_target,
