@@ -175,6 +175,18 @@ def watch_in_window(scenario: str, watch: Watch, *, size: tuple[int, int] = (128
         scratch.cleanup()
 
 
+def demo_snapshots(scenario: str, start_at_s: float, seconds: float, step_s: float) -> list[Snapshot]:
+    """The snapshots of ``kvmon once --demo SCENARIO --start-at S`` polled every ``step_s`` simulated seconds for
+    ``seconds`` (the once command's own demo session and steps); the session is closed after."""
+    from kvmon.app.demo import demo_session, step_demo
+
+    session = demo_session(scenario, None, start_at_s=start_at_s, stepped=True)
+    try:
+        return list(step_demo(session, seconds, step_s))
+    finally:
+        session.close()
+
+
 def watch_in_once_json(scenario: str, watch: Watch) -> list[tuple[float, dict[str, object]]]:
     """The documents ``kvmon once --demo SCENARIO --start-at S --after N --interval STEP --json`` prints for every N
     the watch reaches: the once command's own demo session and steps (``kvmon.app.demo.step_demo``), each snapshot made

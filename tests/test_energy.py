@@ -194,16 +194,13 @@ def test_the_demo_says_its_energy_per_token_in_once_json(decoding_3090s) -> None
 
 
 def test_energy_in_the_exporter_the_csv_and_a_recording(decoding_3090s) -> None:  # type: ignore[no-untyped-def]
-    from kvmon.app.demo import demo_session, step_demo
+    from story_window import demo_snapshots
+
     from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
     from kvmon.core.recording_csv import to_csv_text
     from kvmon.core.report_prometheus import snapshot_families
 
-    session = demo_session("seed-3090x2", None, start_at_s=60.0, stepped=True)
-    try:
-        snaps = list(step_demo(session, 10.0, 2.0))
-    finally:
-        session.close()
+    snaps = demo_snapshots("seed-3090x2", 60.0, 10.0, 2.0)
     last = snaps[-1]
     assert last.energy is not None and last.energy.joules_per_token
     families = {m.name: m for m in snapshot_families(last)}

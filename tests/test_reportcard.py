@@ -115,13 +115,9 @@ def test_live_report_card_covers_the_session_so_far(qtbot, tmp_path: Path) -> No
 def test_card_says_the_sessions_replies_and_energy(qtbot, tmp_path: Path) -> None:
     """The demo's two RTX 3090s: the card sums the session's replies and its energy per token, as the last snapshot
     counts them (the dashboard's figures, not new ones)."""
-    from kvmon.app.demo import demo_session, step_demo
+    from story_window import demo_snapshots
 
-    session = demo_session("seed-3090x2", None, start_at_s=0.0, stepped=True)
-    try:
-        snaps = list(step_demo(session, 60.0, 2.0))
-    finally:
-        session.close()
+    snaps = demo_snapshots("seed-3090x2", 0.0, 60.0, 2.0)
     last = snaps[-1]
     assert last.latency is not None and last.energy is not None and last.energy.joules_per_token
     card = reportcard.ReportCard(summarize(snaps))

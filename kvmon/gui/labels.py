@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from kvmon.core.units import DASH
+
 ELLIPSIS = "…"
 _TOKENS = re.compile(r"<[^>]*>|&#?\w+;|[^<&]|&")  # tags, entities, single characters
 _scratch: list[QtWidgets.QLabel] = []  # one hidden label that measures candidate texts the way a QLabel draws them
@@ -247,6 +249,38 @@ class ValueLabel(QtWidgets.QWidget):
             self._apply_tip()
             changed = True
         return changed
+
+
+class CaptionedLine(QtWidgets.QWidget):
+    """A caption and one eliding value line ("Energy: 602 W now · …"), set again only when ``key(s)`` changed;
+    subclasses say the key and the (text, tooltip) of a snapshot."""
+
+    CAPTION = ""
+    CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        caption = QtWidgets.QLabel(self.CAPTION)
+        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM))
+        lay.addWidget(caption)
+        self.label = ValueLabel(DASH)
+        self.label.set_elide(True)
+        lay.addWidget(self.label, 1)
+        self._key: object = object()  # nothing shown yet: any key differs
+
+    def key(self, s: object) -> object:
+        raise NotImplementedError
+
+    def text(self, s: object) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def update_snapshot(self, s: object) -> None:
+        key = self.key(s)
+        if key != self._key:
+            self._key = key
+            self.label.set(*self.text(s))
 
 
 class ElidingCombo(QtWidgets.QComboBox):

@@ -68,12 +68,13 @@ class LatencyTracker:
         self._pending_prefill: tuple[float, float] | None = None  # (seconds, tokens) since the last reply
         self._last_request_end: float | None = None
         self._source: str | None = None
+        self._view: LatencyView | None = None  # made again only when a reply is added (it sorts the replies)
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
     def _add(self, reply: Reply, source: str) -> None:
-        self._last, self._source = reply, source
+        self._last, self._source, self._view = reply, source, None
         if reply.ttft_s is not None and reply.ttft_s >= 0:
             self._ttft.append(reply.ttft_s)
             self._ttft_sum += reply.ttft_s
@@ -151,12 +152,12 @@ class LatencyTracker:
         return self.view()
 
     def view(self) -> LatencyView | None:
-        if self._last is None:
-            return None
+        if self._last is None or self._view is not None:
+            return self._view
         ttft, itl = sorted(self._ttft), sorted(self._itl)
         last = self._last
         prefill = (last.prompt_tokens / last.ttft_s if last.prompt_tokens and last.ttft_s else None)
-        return LatencyView(
+        self._view = LatencyView(
             replies=max(self._ttft_n, self._itl_n), source=self._source,
             ttft_last_s=last.ttft_s, ttft_p50_s=_percentile(ttft, 0.5), ttft_p95_s=_percentile(ttft, 0.95),
             itl_last_s=last.itl_s, itl_p50_s=_percentile(itl, 0.5), itl_p95_s=_percentile(itl, 0.95),
@@ -166,3 +167,4 @@ class LatencyTracker:
             ttft_buckets=tuple(self._ttft_counts), ttft_sum_s=self._ttft_sum, ttft_count=self._ttft_n,
             itl_buckets=tuple(self._itl_counts), itl_sum_s=self._itl_sum, itl_count=self._itl_n,
         )
+        return self._view

@@ -69,20 +69,18 @@ def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple
         return spec, None, tuple((c, v * k) for c, v in curve)
     prov["ceiling_tok_s"] = "computed"
     if draft_weight_bytes and drafted is not None and target_bytes_now and ceiling_now > 0:
-        # the draft's bytes cost what the target's cost at this depth, per byte (the same devices, the same bus)
-        per_byte_s = 1.0 / ceiling_now / target_bytes_now
-
-        def one(v: float) -> float:
-            t = 1.0 / v + drafted * draft_weight_bytes * per_byte_s
-            return k / t
-
+        # the draft's bytes cost what the target's cost at this depth, per byte (the same devices, the same bus): at a
+        # depth whose one-token ceiling is v, the target's step reads ceiling_now × target_bytes_now ÷ v such bytes
+        budget = ceiling_now * target_bytes_now
+        lifted_curve = tuple((c, x) for c, v in curve if v > 0 and (
+            x := speculative_ceiling(v, k, drafted, draft_weight_bytes, budget / v)) is not None)
         now = speculative_ceiling(ceiling_now, k, drafted, draft_weight_bytes, target_bytes_now)
         gb = draft_weight_bytes / 1e9
         reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} "
                                           f"drafted ones, each reading the draft model's {gb:.2f} GB of weights: "
                                           f"{now or 0:.1f} tok/s against the one-token {ceiling_now:.1f} (the "
                                           "draft's own KV cache reads are not counted)")
-        return spec, now, tuple((c, one(v)) for c, v in curve if v > 0)
+        return spec, now, lifted_curve
     why = ("no draft model (n-gram lookup or heads of the model's own)" if not draft_weight_bytes
            else "the target's bytes per token are not known")
     reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "

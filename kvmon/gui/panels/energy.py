@@ -3,11 +3,9 @@ and the energy used while kvmon watched; or why it is not known."""
 
 from __future__ import annotations
 
-from PySide6 import QtWidgets
-
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import DASH, fmt_count, fmt_devices, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
-from kvmon.gui.labels import ValueLabel
+from kvmon.gui.labels import CaptionedLine
 
 
 def energy_text(s: Snapshot) -> tuple[str, str]:
@@ -29,27 +27,15 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
     return line, tip
 
 
-class EnergyPanel(QtWidgets.QWidget):
+class EnergyPanel(CaptionedLine):
     """One line: power now · J/token · tokens/Wh · energy this session (formatted only when a figure changed)."""
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        caption = QtWidgets.QLabel("Energy:")
-        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance("Replies: "))  # both lines start alike
-        lay.addWidget(caption)
-        self.label = ValueLabel(DASH)
-        self.label.set_elide(True)
-        lay.addWidget(self.label, 1)
-        self._key: object = None
+    CAPTION = "Energy:"
 
-    def update_snapshot(self, s: Snapshot) -> None:
+    def key(self, s: Snapshot) -> object:  # type: ignore[override]
         e = s.energy
-        key = (None if e is None else (round(e.power_w or 0.0), e.joules_per_token and round(e.joules_per_token, 2),
-                                       e.energy_j and round(e.energy_j / 36.0), e.devices),
-               s.reasons.get("energy"))
-        if key == self._key:
-            return
-        self._key = key
-        self.label.set(*energy_text(s))
+        return (None if e is None else (round(e.power_w or 0.0), e.joules_per_token and round(e.joules_per_token, 2),
+                                        e.energy_j and round(e.energy_j / 36.0), e.devices), s.reasons.get("energy"))
+
+    def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
+        return energy_text(s)

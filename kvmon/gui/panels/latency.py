@@ -3,11 +3,9 @@ percentile, as the server timed them; or why there is nothing yet."""
 
 from __future__ import annotations
 
-from PySide6 import QtWidgets
-
 from kvmon.core.snapshot import LatencyView, Snapshot
 from kvmon.core.units import DASH, fmt_count
-from kvmon.gui.labels import ValueLabel
+from kvmon.gui.labels import CaptionedLine
 
 
 def _s(v: float | None) -> str:
@@ -40,25 +38,14 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
     return line, tip
 
 
-class LatencyPanel(QtWidgets.QWidget):
+class LatencyPanel(CaptionedLine):
     """One line: time to first token and inter-token latency over the session (set only when a reply ended)."""
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        caption = QtWidgets.QLabel("Replies:")
-        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance("Replies: "))  # both lines start alike
-        lay.addWidget(caption)
-        self.label = ValueLabel(DASH)
-        self.label.set_elide(True)
-        lay.addWidget(self.label, 1)
-        self._key: object = -1
+    CAPTION = "Replies:"
 
-    def update_snapshot(self, s: Snapshot) -> None:
+    def key(self, s: Snapshot) -> object:  # type: ignore[override]
         lat = s.latency
-        key = None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s)
-        if key == self._key:
-            return
-        self._key = key
-        self.label.set(*latency_text(s))
+        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s)
+
+    def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
+        return latency_text(s)
