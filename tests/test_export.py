@@ -19,7 +19,7 @@ from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.gui import caption, export
-from kvmon.gui.labels import plain_text
+from kvmon.gui.labels import ValueLabel, plain_text
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 
@@ -219,8 +219,9 @@ def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
     seen: list[str] = []
     real_grab = QtWidgets.QWidget.grab
 
-    def spy(self, *a):  # what every label says at the moment the picture is taken
+    def spy(self, *a):  # what every label says at the moment the picture is taken (Qt's and kvmon's own)
         seen.extend(lbl.text() for lbl in self.findChildren(QtWidgets.QLabel))
+        seen.extend(lbl.text() for lbl in self.findChildren(ValueLabel))
         return real_grab(self, *a)
 
     QtWidgets.QMainWindow.grab = spy  # type: ignore[method-assign]
@@ -230,7 +231,7 @@ def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
         del QtWidgets.QMainWindow.grab
     assert seen and any("127.0.0.1:8080/v1" in t for t in seen)
     assert not [t for t in seen if SECRET in t]
-    assert any(SECRET in lbl.text() for lbl in w.findChildren(QtWidgets.QLabel))  # restored afterwards
+    assert any(SECRET in lbl.text() for lbl in w.findChildren(ValueLabel))  # restored afterwards
 
 
 def test_caption_wraps_to_the_image_width(qtbot) -> None:

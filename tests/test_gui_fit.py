@@ -35,7 +35,6 @@ def cut_off(win: MainWindow) -> list[str]:
     for lbl in win.findChildren(QtWidgets.QLabel):
         if not lbl.isVisibleTo(win) or not lbl.text():
             continue
-        owner = lbl.parent()
         if lbl.wordWrap():
             if lbl.heightForWidth(lbl.width()) > lbl.height() + 1:
                 found.append(f"wrapped label {lbl.height()} px high needs {lbl.heightForWidth(lbl.width())}: "
@@ -44,12 +43,19 @@ def cut_off(win: MainWindow) -> list[str]:
         need = lbl.sizeHint().width()
         if need <= lbl.width() + 1:
             continue
-        if isinstance(owner, ValueLabel) and owner.elided:
-            if plain_text(owner.text()) in lbl.toolTip():
-                continue  # shortened with "…" and said whole on hover
-            found.append(f"elided label without its text in the tooltip: {plain_text(owner.text())[:80]!r}")
-            continue
         found.append(f"label {lbl.width()} px wide needs {need}: {plain_text(lbl.text())[:80]!r}")
+    for val in win.findChildren(ValueLabel):  # the labels that draw their own text
+        if not val.isVisibleTo(win) or not val.text():
+            continue
+        room = val.contentsRect().width()
+        if val.elided:
+            if val.shown_width() > room + 1:
+                found.append(f"elided label {room} px wide draws {val.shown_width()}: {val.plain()[:80]!r}")
+            elif val.plain() not in val.toolTip():
+                found.append(f"elided label without its text in the tooltip: {val.plain()[:80]!r}")
+            continue
+        if val.text_width() > room + 1:
+            found.append(f"label {room} px wide needs {val.text_width()}: {val.plain()[:80]!r}")
     for button in win.findChildren(QtWidgets.QPushButton):
         if not button.isVisibleTo(win) or not button.text():
             continue

@@ -20,6 +20,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import caption, theme
+from kvmon.gui.labels import ValueLabel
 
 if TYPE_CHECKING:  # the plotting library loads with the first plot, not with the menus
     import numpy as np
@@ -55,9 +56,10 @@ def grab_image(widget: QtWidgets.QWidget) -> QtGui.QImage:
     its query must never reach a shared picture), then restored.
     """
     app = QtWidgets.QApplication.instance()
-    changed: list[tuple[QtWidgets.QLabel, str]] = []
-    labels = widget.findChildren(QtWidgets.QLabel)
-    if isinstance(widget, QtWidgets.QLabel):
+    changed: list[tuple[QtWidgets.QLabel | ValueLabel, str]] = []
+    labels: list[QtWidgets.QLabel | ValueLabel] = [*widget.findChildren(QtWidgets.QLabel),
+                                                   *widget.findChildren(ValueLabel)]
+    if isinstance(widget, QtWidgets.QLabel | ValueLabel):
         labels.append(widget)
     for lbl in labels:
         text = lbl.text()

@@ -23,7 +23,7 @@ from kvmon.core.whatif import (
     table_gpus,
 )
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import ElidingCombo
+from kvmon.gui.labels import ElidingCombo, WrapLabel
 from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.shape import ModelShape
@@ -69,8 +69,7 @@ class WhatIfPanel(QtWidgets.QWidget):
         form.addRow("KV cache type", self.cache)
         self.kv = ValueLabel()
         self.ceiling_at = ValueLabel()
-        self.verdict = ValueLabel()
-        self.verdict.setWordWrap(True)
+        self.verdict = WrapLabel()
         form.addRow("KV cache", self.kv)
         form.addRow("Ceiling at context", self.ceiling_at)
         form.addRow("Fits?", self.verdict)

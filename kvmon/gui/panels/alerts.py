@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import ValueLabel
+from kvmon.gui.labels import WrapLabel
 
 # the connection states the panel names, with their level (the one table in ``kvmon.core.severity``)
 STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
@@ -54,9 +54,7 @@ class AlertsPanel(QtWidgets.QGroupBox):
         super().__init__("Alerts and advice", parent)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(6, 2, 6, 4)
-        self.label = ValueLabel()
-        self.label.setTextFormat(QtCore.Qt.TextFormat.RichText)
-        self.label.setWordWrap(True)
+        self.label = WrapLabel()
         self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
         lay.addWidget(self.label)
         self._lines: list[tuple[str, str, str]] | None = None

@@ -106,7 +106,6 @@ class ModelsPanel(QtWidgets.QFrame):
         self._row.setContentsMargins(8, 0, 8, 0)
         self._row.setSpacing(6)
         self.title = ValueLabel()
-        self.title.setTextFormat(QtCore.Qt.TextFormat.RichText)
         # a narrow window squeezes the title rather than the window: it ends in "…", said whole on hover
         self.title.set_elide(True)
         self.title.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
