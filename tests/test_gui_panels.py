@@ -108,6 +108,29 @@ def test_memory_bar_stacks_weights_kv_other_free_and_shades_kv_in_use() -> None:
     assert "free 16.8 GiB" in bar.note.replace("\n", " ")
 
 
+def test_the_draft_model_has_its_part_of_each_bar_and_of_the_legend(window: MainWindow) -> None:
+    """Speculative decoding's draft model: its weights and KV cache in a part of their own, after the model's KV,
+    named in the legend only while a bar has one."""
+    s = SyntheticMonitor().snapshot(10)
+    window.on_snapshot(s)
+    assert "draft&nbsp;model" not in window.memory.legend.text()
+    model = dataclasses.replace(s.model, draft_name="llama-1b.gguf", draft_weight_bytes=GIB,
+                                draft_kv_type_k="q8_0", draft_kv_type_v="q8_0", draft_kv_allocated_bytes=GIB // 4)
+    g = dataclasses.replace(s.gpus[0], draft_bytes=GIB + GIB // 4)
+    drafted = dataclasses.replace(s, model=model, gpus=(g, *s.gpus[1:]),
+                                  host=dataclasses.replace(s.host, draft_in_host_bytes=GIB // 2))
+    bar = gpu_bar(drafted.gpus[0], drafted)
+    assert bar is not None
+    assert [seg.quantity for seg in bar.segments][:3] == ["weights", "kv_allocated", "draft"]
+    part = bar.segments[2]
+    assert part.value == GIB + GIB // 4
+    assert "llama-1b.gguf" in part.tip and "weights 1.00 GiB" in part.tip and "(q8_0/q8_0) 256 MiB" in part.tip
+    hb = host_bar(drafted)
+    assert hb is not None and hb.segments[0].quantity == "draft" and "draft 512 MiB" in hb.note
+    window.on_snapshot(drafted)
+    assert "draft&nbsp;model" in window.memory.legend.text()
+
+
 def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used() -> None:
     s = SyntheticMonitor().snapshot(1)
     assert gpu_bar(GpuView(index=0, name="x"), s) is None

@@ -53,12 +53,15 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
     drafted = spec["draft_tokens"] / steps
     assert math.isclose(spec["drafted_per_step"], drafted)
     draft = spec["draft_weight_bytes"]
-    assert draft == doc["model"]["weight_bytes"]  # its GGUF's tensors, the -md file's
+    assert draft == doc["model"]["weight_bytes"] == doc["model"]["draft"]["weight_bytes"]  # the -md file's tensors
+    # each drafted token reads the draft's weights and its KV cache at this depth (a llama: every position)
+    depth = doc["context_tokens"]
+    assert depth and spec["draft_bytes_per_token"] == draft + doc["model"]["draft"]["kv_bytes_per_token"] * depth
     target = doc["bytes_read_per_token"]
-    want = per_step / (1 / one + drafted * draft / target / one)
+    want = per_step / (1 / one + drafted * spec["draft_bytes_per_token"] / target / one)
     assert one and math.isclose(doc["ceiling_tok_s"], want, rel_tol=1e-6)
     assert doc["ceiling_tok_s"] < one  # reading the draft costs more than its accepted tokens bring
-    assert "drafted ones, each reading the draft model's" in doc["reasons"]["ceiling.speculative"]
+    assert "of KV cache at this depth" in doc["reasons"]["ceiling.speculative"]
     assert doc["forecast"]["milestones"] == []  # a one-token forecast is never drawn beside a speculative ceiling
 
 

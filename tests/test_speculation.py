@@ -124,16 +124,52 @@ def test_the_draft_models_reads_are_in_the_speculative_ceiling() -> None:
         assert speculative_ceiling(*bad) is None
 
 
+def _drafter(weight_bytes: int | None, shape: object = None, type_k: str = "f16"):  # type: ignore[no-untyped-def]
+    from kvmon.core.analysis.draft import DraftContext
+    from kvmon.core.analysis.memo import PhysicsMemo
+
+    return DraftContext(name="draft model 'd.gguf'", weight_bytes=weight_bytes, read_weight_bytes=weight_bytes,
+                        shape=shape, type_k=type_k, type_v=type_k, memo=PhysicsMemo())
+
+
 def test_a_draft_model_on_another_machine_leaves_an_upper_bound_and_says_why() -> None:
-    from kvmon.core.analysis.speculation import lifted
     from kvmon.core.snapshot import SpeculativeView
 
     spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
     reasons: dict[str, str] = {}
-    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=None,
+    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=_drafter(None),
                                   target_bytes_now=8e9)
     assert ceiling == pytest.approx(200.0) and "an upper bound" in reasons["ceiling.speculative"]
+    assert "size or shape is not known" in reasons["ceiling.speculative"]
     assert out is not None and out.drafted_per_step == pytest.approx(2.0)
-    out, ceiling, curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=1_000_000_000,
-                                 target_bytes_now=8e9)
-    assert ceiling == pytest.approx(2.0 / (0.01 * 1.25)) and curve[0][1] == pytest.approx(ceiling)
+    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=None, target_bytes_now=8e9)
+    assert ceiling == pytest.approx(200.0) and "no draft model (n-gram lookup)" in reasons["ceiling.speculative"]
+
+
+def test_the_draft_contexts_kv_reads_are_in_the_speculative_ceiling() -> None:
+    """Each drafted token reads the draft's weights and its KV cache at this depth: deeper, the draft costs more."""
+    from tiny_gguf import metadata
+
+    from kvmon.core.snapshot import SpeculativeView
+    from kvmon.physics.kv import kv_bytes_in_use
+    from kvmon.physics.shape import ModelShape
+
+    shape = ModelShape.from_gguf(metadata("llama-draft"))  # one layer, 2 KV heads of 32: 256 B per token in f16
+    spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
+    reasons: dict[str, str] = {}
+    curve = ((0, 100.0), (1_000_000, 50.0))
+    out, ceiling, lifted_curve = lifted(spec, 80.0, curve, {}, reasons, draft=_drafter(1_000_000_000, shape),
+                                        context_tokens=500_000, target_bytes_now=10e9)
+    kv_now = kv_bytes_in_use(shape, 500_000)
+    assert kv_now == 256 * 500_000
+    assert out is not None and out.draft_bytes_per_token == pytest.approx(1e9 + kv_now)
+    step = 1 / 80.0 * (1 + 2.0 * (1e9 + kv_now) / 10e9)  # two drafted tokens per step, each at the target's cost
+    assert ceiling == pytest.approx(2.0 / step)
+    budget = 80.0 * 10e9  # bytes per second: the target's cost per byte at every depth
+    for (c, v), (c2, x) in zip(curve, lifted_curve, strict=True):
+        d = 1e9 + kv_bytes_in_use(shape, c)
+        assert c2 == c and x == pytest.approx(2.0 / (1 / v + 2.0 * d / budget))
+    assert "KV cache at this depth" in reasons["ceiling.speculative"]
+    no_kv, *_ = lifted(spec, 80.0, curve, {}, {}, draft=_drafter(1_000_000_000, shape), context_tokens=0,
+                       target_bytes_now=10e9)
+    assert no_kv is not None and no_kv.draft_bytes_per_token == pytest.approx(1e9)

@@ -89,6 +89,19 @@ FIELDS: tuple[Field, ...] = (
           "(since the server started).",
           lambda s: s.speculative.acceptance_rate if s.speculative is not None else None,
           prometheus="kvmon_speculative_acceptance_ratio"),
+    Field("speculative_draft_read_bytes_per_token", "bytes/token", "Bytes one drafted token reads at the current "
+          "depth: the drafter's weights (a draft model's, or the model's MTP layers) and its KV cache in use.",
+          lambda s: s.speculative.draft_bytes_per_token if s.speculative is not None else None,
+          prometheus="kvmon_speculative_draft_read_bytes_per_token"),
+    Field("draft_weight_bytes", "bytes", "Weights of speculative decoding's draft model, held beside the model's "
+          "(absent without one; a model's own MTP layers are in its weights).",
+          lambda s: s.model.draft_weight_bytes, prometheus="kvmon_draft_model_weight_bytes"),
+    Field("draft_kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context of the draft context "
+          "(a draft model's or the MTP layers'), all its layers, K and V.",
+          lambda s: s.model.draft_kv_bytes_per_token, prometheus="kvmon_draft_kv_cache_bytes_per_token"),
+    Field("draft_kv_allocated_bytes", "bytes", "KV cache reserved at load for the draft context of speculative "
+          "decoding (the model's cells and sequences, the drafter's layers and cache types).",
+          lambda s: s.model.draft_kv_allocated_bytes, prometheus="kvmon_draft_kv_cache_allocated_bytes", csv=True),
     Field("power_w", "W", "Power drawn now by the devices the model runs on (the CPU package's counts every process "
           "on the CPU).", lambda s: s.energy.power_w if s.energy is not None else None,
           prometheus="kvmon_power_watts", json=True, csv=True, history=True),

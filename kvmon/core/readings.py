@@ -118,6 +118,12 @@ class ServerConfig:
     swa_full: bool | None = None  # --swa-full: sliding-window layers keep the whole context
     model_path: str | None = None
     draft_model_path: str | None = None  # -md: the draft model of speculative decoding
+    spec_types: tuple[str, ...] | None = None  # --spec-type: "draft-simple", "draft-mtp", "ngram-simple", ...
+    draft_type_k: str | None = None  # -ctkd / -ctvd: the draft context's KV cache types (default f16)
+    draft_type_v: str | None = None
+    draft_kv_bytes_allocated: int | None = None  # the log's KV size line of the draft context (a draft model's, MTP's)
+    draft_model_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # the draft model's weights
+    draft_kv_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # the draft context's KV
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None  # llama.cpp's own KV size line
@@ -159,6 +165,9 @@ class ModelInfo:
     shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
     weight_bytes_source: Provenance | None = None  # how weight_bytes is known (None: measured, the server's word)
     draft_weight_bytes: int | None = None  # speculative decoding's draft model: its weights (its GGUF's tensors)
+    draft_shape: Any = None  # the draft model's ModelShape (its KV cache), None when its file was not read
+    draft_name: str | None = None  # the draft model's file name (never a path)
+    mtp_weight_bytes: int | None = None  # the model's own multi-token-prediction layers (nextn), read per drafted token
 
 
 @dataclass(frozen=True)

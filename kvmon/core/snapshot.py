@@ -101,6 +101,14 @@ class ModelView:
     fit: bool | None = None  # --fit: context and offload not given were sized at load to fit device memory
     fit_target_bytes: tuple[int, ...] | None = None  # what --fit leaves free per device (one value: every device)
     shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
+    # speculative decoding's draft context, beside the model's: a draft model (-md) with its weights, or the model's
+    # own multi-token-prediction layers (draft-mtp, weights already the model's); its KV cache has the same cells
+    draft_name: str | None = None  # the draft model's file name, or "MTP layers"
+    draft_weight_bytes: int | None = None  # the draft model's weights in memory (None: no draft model, or unknown)
+    draft_kv_type_k: str | None = None
+    draft_kv_type_v: str | None = None
+    draft_kv_bytes_per_token: float | None = None  # the draft context's KV per position of context
+    draft_kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load for the draft context's KV
     # the live model's shape, for the what-if calculator; not recorded, not compared
     shape: ModelShape | None = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
 
@@ -127,6 +135,7 @@ class GpuView:
     kv_in_use_bytes: int | None = None
     server_other_bytes: int | None = None
     other_processes_bytes: int | None = None
+    draft_bytes: int | None = None  # speculative decoding's draft model here: its weights and its KV cache
     server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
@@ -163,6 +172,7 @@ class HostView:
     ram_available_bytes: int | None = None
     weights_in_host_bytes: int | None = None  # partial offload, or all of a CPU-only server's
     kv_in_host_bytes: int | None = None
+    draft_in_host_bytes: int | None = None  # speculative decoding's draft model here: its weights and its KV cache
     host_bandwidth_bytes_per_s: float | None = None
     server_rss_bytes: int | None = None
     host_bandwidth_source: str | None = None  # "user" | "measured" | "table" | None
@@ -239,9 +249,10 @@ class SpeculativeView:
     acceptance_rate: float | None = None  # accepted ÷ drafted
     one_token_ceiling_tok_s: float | None = None  # the ceiling without speculation, at this depth
     one_token_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) without speculation: its floor
-    draft_weight_bytes: int | None = None  # the draft model's weights, read once per drafted token (None: no draft
-    # model, as with n-gram lookup, or its size unknown: then the lifted ceiling is an upper bound)
+    draft_weight_bytes: int | None = None  # the drafter's weights, read once per drafted token: a draft model's or
+    # the model's MTP layers (None: no drafter, as with n-gram lookup, or its size unknown: an upper bound then)
     drafted_per_step: float | None = None  # drafted tokens per target step
+    draft_bytes_per_token: float | None = None  # what one drafted token reads at this depth: weights and draft KV
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,21 @@ llama-server counts drafts, drafted tokens and accepted tokens (``spec_decode_*_
 when a reply ends) beside the tokens it generated (``tokens_predicted_total``); vLLM the same under the same names
 beside ``generation_tokens_total`` (each backend names its counter of generated tokens). Each target step reads the
 weights and the KV cache once and yields its own token plus the drafted ones it accepts, so the memory bus allows
-tokens-per-step times the one-token ceiling. A draft model's own reads are not counted (kvmon does not size the
-draft model yet): the speculative ceiling is an upper bound, and it says so.
+tokens-per-step times the one-token ceiling, less the time the drafter takes: each drafted token reads the draft
+model's weights (or the model's MTP layers) and the draft context's KV cache at this depth
+(``kvmon.core.analysis.draft``). Without a drafter kvmon can size (n-gram lookup, a draft file it cannot read) the
+lifted ceiling is an upper bound, and it says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from kvmon.core.analysis.draft import DraftContext
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import Forecast, SpeculativeView
+from kvmon.core.units import fmt_bytes
 from kvmon.physics.ceiling import speculative_ceiling, speculative_tokens_per_step
 
 DRAFTS = "spec_decode_num_drafts_total"
@@ -45,13 +49,14 @@ def speculation(r: ServerReading, reasons: dict[str, str]) -> SpeculativeView | 
 
 
 def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple[tuple[int, float], ...],
-           prov: dict[str, str], reasons: dict[str, str], *, draft_weight_bytes: int | None = None,
-           target_bytes_now: float | None = None,
+           prov: dict[str, str], reasons: dict[str, str], *, draft: DraftContext | None = None,
+           context_tokens: int | None = None, target_bytes_now: float | None = None,
            ) -> tuple[SpeculativeView | None, float | None, tuple[tuple[int, float], ...]]:
     """The ceiling and its curve with speculation's tokens per step (the one-token ceiling kept in ``spec``); while
     the tokens per step are not known the ceiling is not either (the one-token one is only its floor). With the
-    draft model's weights (``draft_weight_bytes``) and the target's bytes per token at this depth, each drafted
-    token's read of the draft is in the step's time; without them the lifted ceiling is an upper bound."""
+    drafter (``draft``: a draft model, or the model's MTP layers) and the target's bytes per token at this depth,
+    each drafted token's read of the drafter's weights and of its KV cache at each depth is in the step's time;
+    without them the lifted ceiling is an upper bound."""
     if spec is None:
         return spec, ceiling_now, curve
     spec = replace(spec, one_token_ceiling_tok_s=ceiling_now, one_token_curve=curve)
@@ -64,28 +69,33 @@ def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple
         return spec, None, ()
     steps = spec.generated_tokens - spec.accepted_tokens
     drafted = spec.draft_tokens / steps if steps > 0 else None
-    spec = replace(spec, drafted_per_step=drafted, draft_weight_bytes=draft_weight_bytes)
+    depth = context_tokens or 0
+    read_now = draft.read_bytes(depth) if draft is not None else None
+    spec = replace(spec, drafted_per_step=drafted,
+                   draft_weight_bytes=draft.read_weight_bytes if draft is not None else None,
+                   draft_bytes_per_token=read_now)
     if ceiling_now is None:
         return spec, None, tuple((c, v * k) for c, v in curve)
     prov["ceiling_tok_s"] = "computed"
-    if draft_weight_bytes and drafted is not None and target_bytes_now and ceiling_now > 0:
+    if draft is not None and read_now and drafted is not None and target_bytes_now and ceiling_now > 0:
         # the draft's bytes cost what the target's cost at this depth, per byte (the same devices, the same bus): at a
         # depth whose one-token ceiling is v, the target's step reads ceiling_now × target_bytes_now ÷ v such bytes
         budget = ceiling_now * target_bytes_now
-        lifted_curve = tuple((c, x) for c, v in curve if v > 0 and (
-            x := speculative_ceiling(v, k, drafted, draft_weight_bytes, budget / v)) is not None)
-        now = speculative_ceiling(ceiling_now, k, drafted, draft_weight_bytes, target_bytes_now)
-        gb = draft_weight_bytes / 1e9
-        reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} "
-                                          f"drafted ones, each reading the draft model's {gb:.2f} GB of weights: "
-                                          f"{now or 0:.1f} tok/s against the one-token {ceiling_now:.1f} (the "
-                                          "draft's own KV cache reads are not counted)")
+        lifted_curve = tuple((c, x) for c, v in curve if v > 0 and (d := draft.read_bytes(c)) is not None and (
+            x := speculative_ceiling(v, k, drafted, d, budget / v)) is not None)
+        now = speculative_ceiling(ceiling_now, k, drafted, read_now, target_bytes_now)
+        kv_now = draft.kv_read_bytes(depth) or 0.0
+        reasons["ceiling.speculative"] = (
+            f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} drafted ones, each reading "
+            f"{draft.name}'s {fmt_bytes(draft.read_weight_bytes)} of weights and its {fmt_bytes(kv_now)} of KV "
+            f"cache at this depth: {now or 0:.1f} tok/s against the one-token {ceiling_now:.1f}")
         return spec, now, lifted_curve
-    why = ("no draft model (n-gram lookup or heads of the model's own)" if not draft_weight_bytes
+    why = ("no draft model (n-gram lookup)" if draft is None
+           else f"{draft.name}'s size or shape is not known" if not read_now
            else "the target's bytes per token are not known")
     reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "
                                       f"started, so the ceiling is {k:.2f} × the one-token {ceiling_now:.1f} tok/s; "
-                                      f"a draft model's own reads are not counted ({why}): an upper bound")
+                                      f"the drafter's own reads are not counted ({why}): an upper bound")
     return spec, ceiling_now * k, tuple((c, v * k) for c, v in curve)
 
 
