@@ -604,3 +604,17 @@ def test_the_clock_axis_never_shows_fractions_of_a_second(qtbot) -> None:
         assert strings and all("." not in s for s in strings), (span, strings)
     assert _time.strftime("%H:%M:%S", _time.localtime(t0 + 1)) in [
         s for spacing, vals in ax.tickValues(t0, t0 + 5, 500) for s in ax.tickStrings(vals, 1.0, spacing)]
+
+
+def test_acceptance_by_position_is_on_the_speed_tooltip_and_the_chart(window: MainWindow) -> None:
+    from kvmon.core.snapshot import SpeculativeView
+
+    s = SyntheticMonitor().snapshot(10)
+    spec = SpeculativeView(drafts=32, draft_tokens=96, accepted_tokens=30, generated_tokens=64,
+                           tokens_per_step=64 / 34, acceptance_rate=30 / 96, accepted_by_position=(16, 10, 4),
+                           acceptance_by_position=(0.5, 0.3125, 0.125), one_token_ceiling_tok_s=100.0)
+    window.on_snapshot(dataclasses.replace(s, speculative=spec))
+    want = "by draft position 1st 50%, 2nd 31%, 3rd 12% of drafts"
+    assert want in window.header.speed.toolTip()
+    assert want in window.speed_context.plot.toolTip()
+    assert "(speculative, 1.88 tokens/step)" in window.header.speed.text()

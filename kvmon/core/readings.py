@@ -47,6 +47,25 @@ class Provenance(str, enum.Enum):
     ESTIMATED = "estimated"
 
 
+# speculative decoding: drafted tokens accepted at each position of the draft (llama-server's and vLLM's counter,
+# labelled ``position``, 0 the first drafted token); a reading's ``metrics`` holds one key per position
+ACCEPTED_PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
+MAX_DRAFT_POSITIONS = 64  # no speculative decoder drafts more tokens per step than this
+
+
+def position_counter(name: str, position: int) -> str:
+    """The ``metrics`` key of counter ``name`` at one draft position: ``name{position="N"}``."""
+    return f'{name}{{position="{position}"}}'
+
+
+def position_counts(metrics: Mapping[str, float], name: str) -> tuple[float, ...]:
+    """Counter ``name`` at positions 0, 1, … as long as they run without a gap (empty when the server has none)."""
+    out: list[float] = []
+    while len(out) < MAX_DRAFT_POSITIONS and (v := metrics.get(position_counter(name, len(out)))) is not None:
+        out.append(v)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SourceFailure:
     """A typed failure with a one-line human reason (never contains credentials)."""

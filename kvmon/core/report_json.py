@@ -210,6 +210,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "draft_weight_bytes": s.speculative.draft_weight_bytes,
             "drafted_per_step": s.speculative.drafted_per_step,
             "draft_bytes_per_token": s.speculative.draft_bytes_per_token,
+            "accepted_by_position": list(s.speculative.accepted_by_position),
+            "acceptance_by_position": list(s.speculative.acceptance_by_position),
         },
         "energy": None if s.energy is None else {
             "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,

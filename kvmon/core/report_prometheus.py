@@ -101,6 +101,11 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
         g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
         g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
         g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
+    if s.speculative is not None:
+        for pos, rate in enumerate(s.speculative.acceptance_by_position):
+            g("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at this "
+              "position (0: the first drafted) the target accepted, as a share of all drafts, since the server "
+              "started.", (*L, "position"), (*lv, str(pos)), rate)
     lat = s.latency
     if lat is not None:
         f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "

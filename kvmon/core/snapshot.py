@@ -253,6 +253,11 @@ class SpeculativeView:
     # the model's MTP layers (None: no drafter, as with n-gram lookup, or its size unknown: an upper bound then)
     drafted_per_step: float | None = None  # drafted tokens per target step
     draft_bytes_per_token: float | None = None  # what one drafted token reads at this depth: weights and draft KV
+    # drafted tokens accepted at each position of the draft (0: the first drafted token), since the server started,
+    # and that count as a share of the drafts (the acceptance rate at each position); empty when the server does not
+    # count by position, or its counts do not add up to the accepted tokens (reasons["speculative.by_position"])
+    accepted_by_position: tuple[int, ...] = ()
+    acceptance_by_position: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ lifted ceiling is an upper bound, and it says so.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 from kvmon.core.analysis.draft import DraftContext
 from kvmon.core.backend import backend_of
-from kvmon.core.readings import ServerReading
+from kvmon.core.readings import ACCEPTED_PER_POSITION, ServerReading, position_counts
 from kvmon.core.snapshot import Forecast, SpeculativeView
 from kvmon.core.units import fmt_bytes
 from kvmon.physics.ceiling import speculative_ceiling, speculative_tokens_per_step
@@ -43,9 +44,29 @@ def speculation(r: ServerReading, reasons: dict[str, str]) -> SpeculativeView | 
     if per_step is None:
         reasons["speculative"] = (f"the server's counts do not add up ({accepted:.0f} tokens accepted of "
                                   f"{generated:.0f} generated): tokens per step unknown")
+    counts, rates = by_position(position_counts(m, ACCEPTED_PER_POSITION), drafts, accepted, reasons)
     return SpeculativeView(drafts=int(drafts), draft_tokens=int(draft_tokens), accepted_tokens=int(accepted),
                            generated_tokens=int(generated), tokens_per_step=per_step,
-                           acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None)
+                           acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
+                           accepted_by_position=counts, acceptance_by_position=rates)
+
+
+def by_position(counts: tuple[float, ...], drafts: float, accepted: float, reasons: dict[str, str]
+                ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Accepted drafted tokens at each draft position and their share of the drafts: the acceptance rate at each
+    position (the first drafted token of a draft is accepted in that share of drafts, the second in that, …). A
+    token at a position is accepted only after every one before it, so the counts fall with position and add up to
+    the accepted tokens; counts that do not are not shown, and say why."""
+    if not counts:
+        return (), ()
+    total = sum(counts)
+    falling = all(a >= b for a, b in pairwise(counts))
+    if abs(total - accepted) > 0.5 or not falling or counts[0] > drafts:
+        reasons["speculative.by_position"] = (
+            f"the server's counts by draft position ({', '.join(f'{c:.0f}' for c in counts)}) do not add up to its "
+            f"{accepted:.0f} accepted tokens in {drafts:.0f} drafts: acceptance by position not shown")
+        return (), ()
+    return tuple(int(c) for c in counts), tuple(c / drafts for c in counts)
 
 
 def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple[tuple[int, float], ...],
