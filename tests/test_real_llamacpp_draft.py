@@ -1,6 +1,7 @@
-"""The draft model's context on the real llama-server (b11549, the xllamacpp wheel): its KV cache as kvmon sizes it
-against the server's own ``llama_kv_cache: size`` line for the draft, its weights and KV in the memory kvmon
-shows, and its KV reads in the speculative ceiling."""
+"""The draft context on the real llama-server (b11549, the xllamacpp wheel), a draft model's (``-md``) or the model's
+own MTP layers' (``--spec-type draft-mtp``): its KV cache as kvmon sizes it against the server's own
+``llama_kv_cache: size`` line for the draft, its weights and KV in the memory kvmon shows, and its reads in the
+speculative ceiling."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from test_real_llamacpp_api import _run_kvmon
 from tiny_gguf import make_gguf
 
 from kvmon.sources.gguf_meta import read_gguf_header
+from kvmon.sources.llamacpp.draft import mtp_weight_bytes
 from kvmon.sources.llamacpp.log import parse_llama_log
 
 pytest.importorskip("xllamacpp")
@@ -86,3 +88,30 @@ def test_the_drafts_kv_reads_lower_the_speculative_ceiling(llama_server: Callabl
     assert math.isclose(doc["ceiling_tok_s"], with_kv, rel_tol=1e-6)
     assert doc["ceiling_tok_s"] < weights_only * (1 - 0.05)  # ~3,400 deep the draft's KV outweighs its weights
     assert t["predicted_per_second"] <= doc["ceiling_tok_s"]
+
+
+def test_the_models_own_mtp_layers_draft_with_their_own_kv_cache(llama_server: Callable[..., RealLlamaServer],
+                                                                  tiny_gguf_dir: Path) -> None:
+    """--spec-type draft-mtp on a model with one MTP layer (nextn_predict_layers = 1): llama-server gives that layer
+    a context of its own; kvmon sizes its KV to the server's own line, counts no second copy of its weights (they
+    are the model's), and puts one MTP layer's read per drafted token in the ceiling."""
+    server = llama_server("deepseek2-nextn", ["-c", "2048", "-np", "1", "--metrics", "--props", "--spec-type",
+                                              "draft-mtp", "--spec-synth-len", "2"])
+    model_line, mtp_line = server.kv_lines()
+    assert int(model_line.group(3)) == 3 and int(mtp_line.group(3)) == 1  # the trunk's 3 layers; the MTP layer
+    reply = httpx.post(f"{server.url}/completion", json={"prompt": "hello world", "n_predict": 96,
+                                                        "ignore_eos": True}, timeout=120).json()
+    assert reply["timings"]["draft_n"] > 0
+    doc = _once(server.url)
+    m, d, spec = doc["model"], doc["model"]["draft"], doc["speculative"]
+    assert mib_matches(m["kv_allocated_bytes"], model_line.group(1))
+    assert d["name"] == "the model's MTP layers" and mib_matches(d["kv_allocated_bytes"], mtp_line.group(1))
+    assert d["weight_bytes"] is None and doc["host"]["draft_in_host_bytes"] == d["kv_allocated_bytes"]
+    want = mtp_weight_bytes(read_gguf_header(server.model))
+    assert want and spec["draft_weight_bytes"] == want < m["weight_bytes"] / 2
+    depth = doc["context_tokens"]
+    assert spec["draft_bytes_per_token"] == want + d["kv_bytes_per_token"] * depth
+    one, k, drafted = spec["one_token_ceiling_tok_s"], spec["tokens_per_step"], spec["drafted_per_step"]
+    assert math.isclose(doc["ceiling_tok_s"], k / (1 / one + drafted * spec["draft_bytes_per_token"]
+                                                   / doc["bytes_read_per_token"] / one), rel_tol=1e-6)
+    assert "the model's MTP layers" in doc["reasons"]["ceiling.speculative"]

@@ -70,7 +70,7 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
     want = per_step / (1 / one + drafted * spec["draft_bytes_per_token"] / target / one)
     assert one and math.isclose(doc["ceiling_tok_s"], want, rel_tol=1e-6)
     assert doc["ceiling_tok_s"] < one  # reading the draft costs more than its accepted tokens bring
-    assert "of KV cache at this depth" in doc["reasons"]["ceiling.speculative"]
+    assert "of its KV cache at this depth" in doc["reasons"]["ceiling.speculative"]
     assert doc["forecast"]["milestones"] == []  # a one-token forecast is never drawn beside a speculative ceiling
 
 

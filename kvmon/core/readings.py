@@ -47,6 +47,11 @@ class Provenance(str, enum.Enum):
     ESTIMATED = "estimated"
 
 
+# speculative decoding's drafters, as every source says them (ServerConfig.drafter)
+DRAFT_MODEL = "draft_model"  # a draft model of its own (llama-server -md)
+MTP_LAYERS = "mtp_layers"  # the model's own multi-token-prediction layers (llama-server --spec-type draft-mtp)
+NGRAM = "ngram"  # n-gram lookup in the context: no weights read
+
 # speculative decoding: drafted tokens accepted at each position of the draft (llama-server's and vLLM's counter,
 # labelled ``position``, 0 the first drafted token); a reading's ``metrics`` holds one key per position
 ACCEPTED_PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
@@ -138,6 +143,7 @@ class ServerConfig:
     model_path: str | None = None
     draft_model_path: str | None = None  # -md: the draft model of speculative decoding
     spec_types: tuple[str, ...] | None = None  # --spec-type: "draft-simple", "draft-mtp", "ngram-simple", ...
+    drafter: str | None = None  # what drafts tokens: DRAFT_MODEL, MTP_LAYERS or NGRAM (None: none, or not known)
     draft_type_k: str | None = None  # -ctkd / -ctvd: the draft context's KV cache types (default f16)
     draft_type_v: str | None = None
     draft_kv_bytes_allocated: int | None = None  # the log's KV size line of the draft context (a draft model's, MTP's)

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.readings import ServerReading
+from kvmon.core.readings import MTP_LAYERS, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics.cache_types import cache_type
+from kvmon.physics.shape import ModelShape
 
 DEFAULT_TYPE = "f16"  # llama-server's draft cache types when -ctkd / -ctvd are not given
+MTP_NAME = "the model's MTP layers"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,16 @@ def draft_context(r: ServerReading, memo: PhysicsMemo, reasons: dict[str, str]) 
     cfg, m = r.config, r.model
     type_k = cfg.draft_type_k or DEFAULT_TYPE
     type_v = cfg.draft_type_v or DEFAULT_TYPE
+    if cfg.drafter == MTP_LAYERS:
+        shape = m.shape.mtp_shape() if m is not None and isinstance(m.shape, ModelShape) else None
+        read = m.mtp_weight_bytes if m is not None else None
+        if read is None or shape is None:
+            reasons["model.draft"] = ("the server drafts with the model's MTP layers (draft-mtp), and the model file's "
+                                      "nextn_predict_layers and their tensors are not read here: their reads and "
+                                      "KV cache are not known")
+        # their weights are the model's own (already in its weights): only their KV cache is memory of the draft's
+        return DraftContext(name=MTP_NAME, weight_bytes=None, read_weight_bytes=read, shape=shape, type_k=type_k,
+                            type_v=type_v, memo=memo)
     if cfg.draft_model_path or (m is not None and m.draft_name):
         return DraftContext(name=(m.draft_name if m is not None else None) or "draft model",
                             weight_bytes=m.draft_weight_bytes if m is not None else None,

@@ -107,11 +107,12 @@ def lifted(spec: SpeculativeView | None, ceiling_now: float | None, curve: tuple
         now = speculative_ceiling(ceiling_now, k, drafted, read_now, target_bytes_now)
         kv_now = draft.kv_read_bytes(depth) or 0.0
         reasons["ceiling.speculative"] = (
-            f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} drafted ones, each reading "
-            f"{draft.name}'s {fmt_bytes(draft.read_weight_bytes)} of weights and its {fmt_bytes(kv_now)} of KV "
-            f"cache at this depth: {now or 0:.1f} tok/s against the one-token {ceiling_now:.1f}")
+            f"speculative decoding: {k:.2f} tokens per target step and {drafted:.2f} drafted ones, each reading the "
+            f"drafter's weights ({draft.name}: {fmt_bytes(draft.read_weight_bytes)}) and {fmt_bytes(kv_now)} of its "
+            f"KV cache at this depth: {now or 0:.1f} tok/s against the one-token {ceiling_now:.1f}")
         return spec, now, lifted_curve
-    why = ("no draft model (n-gram lookup)" if draft is None
+    why = ("no draft model or MTP layers kvmon knows of: n-gram lookup, or a drafter the server's command line "
+           "does not show" if draft is None
            else f"{draft.name}'s size or shape is not known" if not read_now
            else "the target's bytes per token are not known")
     reasons["ceiling.speculative"] = (f"speculative decoding: {k:.2f} tokens per target step since the server "

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kvmon.core.jsonvals import text_int
-from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM, Provenance, ServerConfig
 from kvmon.core.units import MIB
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
@@ -249,6 +249,9 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     spec_types = _spec_types(raw.get("spec_type"), notes)
     if spec_types is not None:
         mark("spec_types", "spec_type")
+    drafter = _drafter(spec_types, draft_model_path)
+    if drafter is not None:
+        prov["drafter"] = Provenance.COMMAND_LINE
 
     # idle sleep (the model unloaded after N idle seconds; -1, the default, never): an unreadable value is taken
     # as "may sleep", the safe side (polling /slots would wake a sleeping server)
@@ -283,6 +286,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         model_path=model_path,
         draft_model_path=draft_model_path,
         spec_types=spec_types,
+        drafter=drafter,
         draft_type_k=types["draft_type_k"] or None,
         draft_type_v=types["draft_type_v"] or None,
         sleep_idle_seconds=sleep_idle_seconds,
@@ -304,6 +308,19 @@ def _spec_types(text: str | None, notes: list[str]) -> tuple[str, ...] | None:
         notes.append(f"unreadable --spec-type {text[:40]!r}")
         return None
     return words
+
+
+def _drafter(spec_types: tuple[str, ...] | None, draft_model_path: str | None) -> str | None:
+    """What drafts the tokens: a draft model (``-md``, or a ``draft-*`` type that loads one), the model's own MTP
+    layers (``draft-mtp``), n-gram lookup (``ngram-*``); None when the command line names no speculation."""
+    types = spec_types or ()
+    if "draft-mtp" in types:
+        return MTP_LAYERS
+    if draft_model_path or any(t.startswith("draft-") for t in types):
+        return DRAFT_MODEL
+    if any(t.startswith("ngram") for t in types):
+        return NGRAM
+    return None
 
 
 def _memory_settings(raw: dict[str, str], notes: list[str]) -> tuple[bool, tuple[int, ...], int]:

@@ -12,8 +12,30 @@ import dataclasses
 import os
 from collections.abc import Callable
 
+from gguf import Keys
+
+from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import ModelInfo, ServerConfig
+from kvmon.physics.mtp import mtp_bytes_read
+from kvmon.sources.gguf_meta import GgufHeader
 from kvmon.sources.model_file import ModelFiles
+
+
+def mtp_weight_bytes(header: GgufHeader) -> int | None:
+    """What one token drafted by the model's own multi-token-prediction layers reads (``<arch>.nextn_predict_layers``
+    > 0, the drafter of ``--spec-type draft-mtp``), from its tensor list; None for a model without them."""
+    meta = header.metadata
+    arch = json_str(meta.get(Keys.General.ARCHITECTURE))
+    if not arch:
+        return None
+    llm = Keys.LLM  # the keys as gguf-py (llama.cpp's own package) spells them: "{arch}.nextn_predict_layers", …
+    nextn = json_int(meta.get(llm.NEXTN_PREDICT_LAYERS.format(arch=arch)))
+    blocks = json_int(meta.get(llm.BLOCK_COUNT.format(arch=arch)))
+    if not nextn or not blocks:
+        return None
+    read = mtp_bytes_read(header.tensor_sizes, blocks, nextn, json_int(meta.get(llm.EXPERT_COUNT.format(arch=arch)))
+                          or 0, json_int(meta.get(llm.EXPERT_USED_COUNT.format(arch=arch))) or 0)
+    return read.bytes if read is not None else None
 
 
 def with_draft(model: ModelInfo, config: ServerConfig, files: ModelFiles, resolve: Callable[[str], str | None],

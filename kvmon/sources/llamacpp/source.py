@@ -36,7 +36,7 @@ from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
-from kvmon.sources.llamacpp.draft import with_draft
+from kvmon.sources.llamacpp.draft import mtp_weight_bytes, with_draft
 from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llamacpp.process import LlamaServerProcess
@@ -445,6 +445,7 @@ class LlamaServerSource:
 
         shape = None
         shape_source = None
+        mtp_bytes: int | None = None
         arch = None
         metadata: dict[str, Any] | None = None
         full_path = self._resolve_model_path(model_path) if self._local_files else None
@@ -457,6 +458,7 @@ class LlamaServerSource:
             if header is not None:
                 metadata = dict(header.metadata)
                 shape_source = "gguf"
+                mtp_bytes = mtp_weight_bytes(header)  # the model's own MTP layers (the draft-mtp drafter)
                 if weight_bytes is None and header.tensor_bytes is not None:
                     weight_bytes = header.tensor_bytes
             elif gwhy:
@@ -498,6 +500,7 @@ class LlamaServerSource:
                 path=model_path,
                 shape=shape,
                 shape_source=shape_source,
+                mtp_weight_bytes=mtp_bytes,
             ),
             reasons,
         )
