@@ -114,6 +114,13 @@ FIELDS: tuple[Field, ...] = (
     Field("tokens_per_wh", "tokens/Wh", "Generated tokens per watt-hour this session (3600 ÷ joules per token).",
           lambda s: s.energy.tokens_per_wh if s.energy is not None else None,
           prometheus="kvmon_tokens_per_watt_hour", json=True),
+    Field("last_reply_energy_j", "J", "Energy of the last reply: its own time (prefill and generation, as the server "
+          "timed it) × the power its devices drew meanwhile (an estimate: polls do not fall on its start and end).",
+          lambda s: s.energy.last_reply_energy_j if s.energy is not None else None,
+          prometheus="kvmon_last_reply_energy_joules", json=True, csv=True),
+    Field("last_reply_joules_per_token", "J/token", "Energy per generated token of the last reply: its energy over "
+          "its generated tokens.", lambda s: s.energy.last_reply_joules_per_token if s.energy is not None else None,
+          prometheus="kvmon_last_reply_energy_joules_per_token", json=True, csv=True),
     Field("ttft_p50_s", "s", "Median time to first token of the session's replies, as the server timed their prefill.",
           lambda s: s.latency.ttft_p50_s if s.latency is not None else None, json=True, csv=True),
     Field("ttft_p95_s", "s", "95th percentile of the session's times to first token.",

@@ -217,6 +217,11 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,
             "joules_per_token": s.energy.joules_per_token, "tokens_per_wh": s.energy.tokens_per_wh,
             "devices": list(s.energy.devices), "whole_cpu_package": s.energy.whole_cpu_package,
+            "last_reply_energy_j": s.energy.last_reply_energy_j,
+            "last_reply_joules_per_token": s.energy.last_reply_joules_per_token,
+            "last_reply_tokens_per_wh": (3600.0 / s.energy.last_reply_joules_per_token
+                                         if s.energy.last_reply_joules_per_token else None),
+            "last_reply_power_w": s.energy.last_reply_power_w,
         },
         "latency": None if s.latency is None else {
             k: getattr(s.latency, k) for k in ("replies", "source", "ttft_last_s", "ttft_p50_s", "ttft_p95_s",

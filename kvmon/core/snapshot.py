@@ -271,6 +271,11 @@ class EnergyView:
     tokens_per_wh: float | None = None
     devices: tuple[str, ...] = ()  # what is counted: GPU names, "CPU package"
     whole_cpu_package: bool = False  # the CPU package's counter includes every other process on the CPU
+    # the last reply: its own time (prefill + generation, the server's) × its devices' mean power over the busy
+    # intervals it spanned (an estimate), that over its generated tokens, and that power
+    last_reply_energy_j: float | None = None
+    last_reply_joules_per_token: float | None = None
+    last_reply_power_w: float | None = None
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,13 @@ class LatencyTracker:
         self._last_request_end: float | None = None
         self._source: str | None = None
         self._view: LatencyView | None = None  # made again only when a reply is added (it sorts the replies)
+        self.added: Reply | None = None  # the reply this poll added (its energy is counted), None when none ended
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
     def _add(self, reply: Reply, source: str) -> None:
-        self._last, self._source, self._view = reply, source, None
+        self._last, self._source, self._view, self.added = reply, source, None, reply
         if reply.ttft_s is not None and reply.ttft_s >= 0:
             self._ttft.append(reply.ttft_s)
             self._ttft_sum += reply.ttft_s
@@ -143,6 +144,7 @@ class LatencyTracker:
     def update(self, r: ServerReading) -> LatencyView | None:
         """Take this poll's new replies; the session's view (None before the first reply)."""
         m = dict(r.metrics)
+        self.added = None
         if not self._from_request(r):
             if "tokens_predicted_total" in m:
                 self._from_llama_counters(m)
