@@ -295,6 +295,9 @@ class LatencyView:
     last_prompt_tokens: int | None = None  # the last reply's prompt tokens computed (not cached)
     last_prefill_tok_s: float | None = None
     last_generate_s: float | None = None  # the last reply's seconds of generation
+    # the times to first token are lower bounds (and the prefill rate an upper one): llama-server's prompt counter,
+    # which they come from, leaves out a draft context's own prompt processing (reasons["latency.ttft"])
+    ttft_lower_bound: bool = False
     ttft_buckets: tuple[int, ...] = ()  # cumulative counts at kvmon.core.analysis.latency.TTFT_BUCKETS_S, then +Inf
     ttft_sum_s: float = 0.0
     ttft_count: int = 0

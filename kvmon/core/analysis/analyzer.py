@@ -222,7 +222,7 @@ class Analyzer:
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
-        latency = self._latency.update(r)
+        latency = self._latency.update(r, reasons, drafting=drafter is not None)
         if latency is not None:
             facts = replace(facts, last_ttft_s=latency.ttft_last_s, last_generate_s=latency.last_generate_s,
                             last_prompt_tokens=latency.last_prompt_tokens,

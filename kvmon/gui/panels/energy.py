@@ -37,6 +37,8 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
                    "its devices drew meanwhile, over its generated tokens (an estimate; with several replies at once "
                    "each is charged the whole power). A long prompt makes it more than the session's figure, which "
                    "counts the decoding intervals.")
+        if s.latency is not None and s.latency.ttft_lower_bound:
+            reply += " Its prefill time is a lower bound here (the server's counter leaves out the draft's)."
     else:
         reply = f"\n{s.reasons['energy.last_reply']}" if "energy.last_reply" in s.reasons else ""
     tip = (f"Counted: {fmt_devices(e.devices)}, over {fmt_duration(e.seconds)}.\nJoules per token: the energy of the "
