@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec-type", default="none")  # one type: none, draft-simple, ngram-simple, ...
     p.add_argument("-md", "--spec-draft-model", default=None)
     p.add_argument("--spec-draft-n-max", type=int, default=None)
+    p.add_argument("-ctkd", "--spec-draft-type-k", default=None)  # the draft context's KV cache types
+    p.add_argument("-ctvd", "--spec-draft-type-v", default=None)
     p.add_argument("--spec-synth-len", type=float, default=None)  # llama.cpp's synthetic acceptance (benchmarks)
     return p
 
@@ -100,6 +102,10 @@ def params_from_args(a: argparse.Namespace):  # type: ignore[no-untyped-def]  # 
         sp.draft.mparams.path = a.spec_draft_model
     if a.spec_draft_n_max is not None:
         sp.draft.n_max = a.spec_draft_n_max
+    if a.spec_draft_type_k is not None:
+        sp.draft.cache_type_k = getattr(xllamacpp.ggml_type, f"GGML_TYPE_{a.spec_draft_type_k.upper()}")
+    if a.spec_draft_type_v is not None:
+        sp.draft.cache_type_v = getattr(xllamacpp.ggml_type, f"GGML_TYPE_{a.spec_draft_type_v.upper()}")
     if a.spec_synth_len is not None:
         sp.synth_len = a.spec_synth_len
     p.speculative = sp

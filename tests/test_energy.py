@@ -220,10 +220,12 @@ def test_the_dashboard_shows_the_energy_line() -> None:
     from kvmon.sim.stories import Watch
 
     lines: list[str] = []
-    watch_in_window("seed-3090x2", Watch(60.0, 70.0, step_s=2.0),
+    watch_in_window("seed-3090x2", Watch(60.0, 80.0, step_s=2.0),
                     on_poll=lambda win, _seen: lines.append(win.energy.label.text()))  # type: ignore[attr-defined]
-    assert " W now · " in lines[-1] and " J/token · " in lines[-1] and "tokens/Wh" in lines[-1]
-    assert "Wh this session" in lines[-1]
+    before = next(x for x in lines if " J/token · " in x)  # no reply ended yet: the session's tokens per Wh
+    assert " W now · " in before and "tokens/Wh · " in before and "Wh this session" in before
+    # a reply ended: its J/token beside the session's (tokens per Wh goes to the tooltip, so the line still fits)
+    assert " W now · " in lines[-1] and " J/token (last reply " in lines[-1] and "Wh this session" in lines[-1]
 
 
 def test_a_cpu_only_server_without_readable_rapl_says_why_on_the_dashboard() -> None:
@@ -263,3 +265,67 @@ def test_the_cpu_counter_is_read_every_poll_while_the_rest_of_the_host_is_kept()
         host.energy_j += 50.0
         now[0] += 1.0
     assert host.polls == 1 and seen == [(100.0, 1 << 30), (150.0, 1 << 30), (200.0, 1 << 30)]
+
+
+def test_a_replys_energy_is_its_own_time_at_the_power_of_the_busy_intervals_it_spanned() -> None:
+    """Idle at 50 W, then busy at 300 W for three polls, then the reply ends: the server timed it at 0.5 s of prefill
+    and 2 s of generation for 100 tokens, so it used 300 W × 2.5 s = 750 J, 7.5 J per token; the idle interval's
+    power is not its."""
+    from kvmon.core.analysis.latency import Reply
+
+    m, reasons = EnergyMeter(), {}
+    m.update(0.0, [_gpu(0.0, 50.0)], None, None, reasons)
+    m.update(1.0, [_gpu(50.0, 50.0)], None, 1.0, reasons)  # idle
+    v = None
+    for i, t in enumerate((2.0, 3.0, 4.0)):
+        reply = Reply(ttft_s=0.5, generated_tokens=100, generate_s=2.0, itl_s=0.02) if i == 2 else None
+        v = m.update(t, [_gpu(50.0 + 300.0 * (t - 1.0), 300.0)], 50.0, 1.0, reasons, busy=True, reply=reply)
+    assert v is not None and v.last_reply_power_w == pytest.approx(300.0)
+    assert v.last_reply_energy_j == pytest.approx(750.0) and v.last_reply_joules_per_token == pytest.approx(7.5)
+    # the next reply: no busy interval read in between (its devices unread): not known, and said why
+    m.update(5.0, [_gpu(None, None)], 50.0, 1.0, reasons, busy=True)
+    v = m.update(6.0, [_gpu(None, None)], None, 1.0, reasons, reply=Reply(generate_s=1.0, generated_tokens=10))
+    assert v is not None and v.last_reply_energy_j is None and v.last_reply_joules_per_token is None
+    assert "power over it was not read" in reasons["energy.last_reply"]
+    reasons = {}
+    m.update(7.0, [_gpu(1000.0, 300.0)], 50.0, 1.0, reasons, busy=True)
+    m.update(8.0, [_gpu(1300.0, 300.0)], 50.0, 1.0, reasons, busy=True)
+    v = m.update(9.0, [_gpu(1600.0, 300.0)], 50.0, 1.0, reasons, reply=Reply(ttft_s=0.1, itl_s=0.02))  # vLLM's means
+    assert v is not None and v.last_reply_energy_j is None and "did not time it" in reasons["energy.last_reply"]
+
+
+def test_the_demo_says_each_replys_energy(decoding_3090s) -> None:  # type: ignore[no-untyped-def]
+    """The demo's replies: each one's energy is its prefill and generation time at the power of its cards, and its
+    joules per token that over its tokens, near the power over the speed while it decoded."""
+    seen = [d for _t, d in decoding_3090s if d["last_reply_energy_j"] is not None]
+    assert seen
+    for doc in seen:
+        e, lat = doc["energy"], doc["latency"]
+        assert isinstance(e, dict) and isinstance(lat, dict)
+        seconds = (lat["ttft_last_s"] or 0.0) + lat["last_generate_s"]
+        assert e["last_reply_energy_j"] == pytest.approx(e["last_reply_power_w"] * seconds)
+        tokens = lat["last_generate_s"] / lat["itl_last_s"]
+        assert doc["last_reply_joules_per_token"] == pytest.approx(doc["last_reply_energy_j"] / tokens, rel=1e-6)
+        assert e["last_reply_tokens_per_wh"] == pytest.approx(3600.0 / doc["last_reply_joules_per_token"])
+        # two 3090s at ~284 W each while decoding: the reply's power is theirs
+        assert e["last_reply_power_w"] == pytest.approx(2 * 284.0, rel=0.2)
+
+
+def test_the_last_replys_energy_in_the_exporter_the_csv_and_a_recording() -> None:
+    from story_window import demo_snapshots
+
+    from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
+    from kvmon.core.recording_csv import to_csv_text
+    from kvmon.core.report_prometheus import snapshot_families
+
+    snaps = demo_snapshots("seed-3090x2", 40.0, 40.0, 4.0)
+    last = snaps[-1]
+    assert last.energy is not None and last.energy.last_reply_energy_j and last.energy.last_reply_joules_per_token
+    families = {m.name: m for m in snapshot_families(last)}
+    assert families["kvmon_last_reply_energy_joules"].samples[0].value == pytest.approx(last.energy.last_reply_energy_j)
+    assert families["kvmon_last_reply_energy_joules_per_token"].samples[0].value == pytest.approx(
+        last.energy.last_reply_joules_per_token)
+    header, *rows = to_csv_text(snaps).splitlines()
+    col = header.split(",").index("last_reply_joules_per_token")
+    assert float(rows[-1].split(",")[col]) == pytest.approx(last.energy.last_reply_joules_per_token)
+    assert snapshot_from_dict(snapshot_to_dict(last)).energy == last.energy

@@ -108,6 +108,29 @@ def test_memory_bar_stacks_weights_kv_other_free_and_shades_kv_in_use() -> None:
     assert "free 16.8 GiB" in bar.note.replace("\n", " ")
 
 
+def test_the_draft_model_has_its_part_of_each_bar_and_of_the_legend(window: MainWindow) -> None:
+    """Speculative decoding's draft model: its weights and KV cache in a part of their own, after the model's KV,
+    named in the legend only while a bar has one."""
+    s = SyntheticMonitor().snapshot(10)
+    window.on_snapshot(s)
+    assert "draft&nbsp;model" not in window.memory.legend.text()
+    model = dataclasses.replace(s.model, draft_name="llama-1b.gguf", draft_weight_bytes=GIB,
+                                draft_kv_type_k="q8_0", draft_kv_type_v="q8_0", draft_kv_allocated_bytes=GIB // 4)
+    g = dataclasses.replace(s.gpus[0], draft_bytes=GIB + GIB // 4)
+    drafted = dataclasses.replace(s, model=model, gpus=(g, *s.gpus[1:]),
+                                  host=dataclasses.replace(s.host, draft_in_host_bytes=GIB // 2))
+    bar = gpu_bar(drafted.gpus[0], drafted)
+    assert bar is not None
+    assert [seg.quantity for seg in bar.segments][:3] == ["weights", "kv_allocated", "draft"]
+    part = bar.segments[2]
+    assert part.value == GIB + GIB // 4
+    assert "llama-1b.gguf" in part.tip and "weights 1.00 GiB" in part.tip and "(q8_0/q8_0) 256 MiB" in part.tip
+    hb = host_bar(drafted)
+    assert hb is not None and hb.segments[0].quantity == "draft" and "draft 512 MiB" in hb.note
+    window.on_snapshot(drafted)
+    assert "draft&nbsp;model" in window.memory.legend.text()
+
+
 def test_memory_bar_unknown_total_is_omitted_and_host_ram_appears_only_when_used() -> None:
     s = SyntheticMonitor().snapshot(1)
     assert gpu_bar(GpuView(index=0, name="x"), s) is None
@@ -581,3 +604,17 @@ def test_the_clock_axis_never_shows_fractions_of_a_second(qtbot) -> None:
         assert strings and all("." not in s for s in strings), (span, strings)
     assert _time.strftime("%H:%M:%S", _time.localtime(t0 + 1)) in [
         s for spacing, vals in ax.tickValues(t0, t0 + 5, 500) for s in ax.tickStrings(vals, 1.0, spacing)]
+
+
+def test_acceptance_by_position_is_on_the_speed_tooltip_and_the_chart(window: MainWindow) -> None:
+    from kvmon.core.snapshot import SpeculativeView
+
+    s = SyntheticMonitor().snapshot(10)
+    spec = SpeculativeView(drafts=32, draft_tokens=96, accepted_tokens=30, generated_tokens=64,
+                           tokens_per_step=64 / 34, acceptance_rate=30 / 96, accepted_by_position=(16, 10, 4),
+                           acceptance_by_position=(0.5, 0.3125, 0.125), one_token_ceiling_tok_s=100.0)
+    window.on_snapshot(dataclasses.replace(s, speculative=spec))
+    want = "by draft position 1st 50%, 2nd 31%, 3rd 12% of drafts"
+    assert want in window.header.speed.toolTip()
+    assert want in window.speed_context.plot.toolTip()
+    assert "(speculative, 1.88 tokens/step)" in window.header.speed.text()

@@ -149,9 +149,36 @@ def test_the_real_servers_reply_timings_are_read_back(llama_server: Callable[...
             assert math.isclose(lat.ttft_last_s, t["prompt_ms"] / 1000, rel_tol=0.02)
             assert math.isclose(lat.itl_last_s, t["predicted_ms"] / t["predicted_n"] / 1000, rel_tol=0.02)
             assert lat.last_prompt_tokens == t["prompt_n"]
-    assert lat.replies == 2
+    assert lat.replies == 2 and not lat.ttft_lower_bound
     ttfts = sorted(t["prompt_ms"] / 1000 for t in timings)
     assert math.isclose(lat.ttft_p95_s, ttfts[-1], rel_tol=0.02)
+
+
+def test_with_a_draft_the_counters_time_to_first_token_is_said_to_be_a_lower_bound(
+        llama_server: Callable[..., object], tiny_gguf_dir: Path) -> None:
+    """With a draft model llama-server's prompt counter leaves out the draft's own prompt processing, which its
+    reply's timings.prompt_ms has: kvmon's time to first token from the counters is at most the reply's, and it
+    says it is a lower bound, on the Replies line too."""
+    pytest.importorskip("xllamacpp")
+    from tiny_gguf import make_gguf
+
+    from kvmon.app.build import open_monitor
+    from kvmon.gui.panels.latency import latency_text
+
+    draft = make_gguf("llama", tiny_gguf_dir)  # the model's own file: its prompt processing is as long again
+    server = llama_server("llama", ["-c", "2048", "--metrics", "--spec-type", "draft-simple", "-md", str(draft)])
+    url = server.url  # type: ignore[attr-defined]
+    with open_monitor(url, gpu=False, host=False) as mon:
+        mon.poll()
+        reply = httpx.post(f"{url}/completion", json={"prompt": "the memory bus " * 100, "n_predict": 16,
+                                                      "ignore_eos": True, "cache_prompt": False}, timeout=120).json()
+        snap = mon.poll()
+    lat = snap.latency
+    assert lat is not None and lat.source == "server counters" and lat.ttft_lower_bound
+    assert lat.ttft_last_s is not None and lat.ttft_last_s < reply["timings"]["prompt_ms"] / 1000
+    assert "leaves out the draft's own prompt processing" in snap.reasons["latency.ttft"]
+    line, tip = latency_text(snap)
+    assert line.startswith("first token ≥") and "lower bounds" in tip
 
 
 def test_the_dashboard_shows_the_replies_line() -> None:

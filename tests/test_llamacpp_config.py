@@ -280,9 +280,11 @@ def test_draft_model_load_does_not_reset_and_restart_does() -> None:
         "llama_model_loader: loaded meta data with 25 key-value pairs",
         kv.format("8.00", "4.00", "4.00"),
     ]
-    assert parse_llama_log(lines).kv_bytes_allocated == 72 * MIB  # main + draft caches
+    c = parse_llama_log(lines)  # the model's cache and the draft's, each its own (both held by the server)
+    assert (c.kv_bytes_allocated, c.draft_kv_bytes_allocated) == (64 * MIB, 8 * MIB)
     restarted = [*lines, "0.00.001 I srv  llama_server: initializing ...", kv.format("16.00", "8.00", "8.00")]
-    assert parse_llama_log(restarted).kv_bytes_allocated == 16 * MIB
+    c = parse_llama_log(restarted)
+    assert (c.kv_bytes_allocated, c.draft_kv_bytes_allocated) == (16 * MIB, None)
 
 
 def test_auto_parallel_line_before_loading_model_survives() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +33,11 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
                                                         "ignore_eos": True}, timeout=120).json()
     t = reply["timings"]
     assert t["draft_n"] > 0 and t["draft_n_accepted"] > 0  # the server did speculate
-    counters = parse_metrics(httpx.get(f"{server.url}/metrics", timeout=5).text)
+    page = httpx.get(f"{server.url}/metrics", timeout=5).text
+    counters = parse_metrics(page)
+    per_pos_line = re.compile(r"^llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+                              r'\{position="(\d+)"\} (\S+)$', re.M)
+    per_pos = [int(float(v)) for _p, v in sorted((int(p), v) for p, v in per_pos_line.findall(page))]
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
     assert rc == 0, err
     doc = json.loads(out)
@@ -41,6 +46,10 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
     assert spec["drafts"] == counters["spec_decode_num_drafts_total"]
     assert spec["draft_tokens"] == counters["spec_decode_num_draft_tokens_total"] == t["draft_n"]
     assert spec["accepted_tokens"] == counters["spec_decode_num_accepted_tokens_total"] == t["draft_n_accepted"]
+    # acceptance at each draft position: the server's own counts (3 positions: --spec-draft-n-max 3 by default),
+    # each a share of the drafts
+    assert len(per_pos) == 3 and spec["accepted_by_position"] == per_pos and sum(per_pos) == spec["accepted_tokens"]
+    assert spec["acceptance_by_position"] == [n / spec["drafts"] for n in per_pos]
     generated = counters["tokens_predicted_total"]
     assert spec["generated_tokens"] == generated == t["predicted_n"] == 96
     per_step = generated / (generated - spec["accepted_tokens"])
@@ -53,12 +62,15 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
     drafted = spec["draft_tokens"] / steps
     assert math.isclose(spec["drafted_per_step"], drafted)
     draft = spec["draft_weight_bytes"]
-    assert draft == doc["model"]["weight_bytes"]  # its GGUF's tensors, the -md file's
+    assert draft == doc["model"]["weight_bytes"] == doc["model"]["draft"]["weight_bytes"]  # the -md file's tensors
+    # each drafted token reads the draft's weights and its KV cache at this depth (a llama: every position)
+    depth = doc["context_tokens"]
+    assert depth and spec["draft_bytes_per_token"] == draft + doc["model"]["draft"]["kv_bytes_per_token"] * depth
     target = doc["bytes_read_per_token"]
-    want = per_step / (1 / one + drafted * draft / target / one)
+    want = per_step / (1 / one + drafted * spec["draft_bytes_per_token"] / target / one)
     assert one and math.isclose(doc["ceiling_tok_s"], want, rel_tol=1e-6)
     assert doc["ceiling_tok_s"] < one  # reading the draft costs more than its accepted tokens bring
-    assert "drafted ones, each reading the draft model's" in doc["reasons"]["ceiling.speculative"]
+    assert "of its KV cache at this depth" in doc["reasons"]["ceiling.speculative"]
     assert doc["forecast"]["milestones"] == []  # a one-token forecast is never drawn beside a speculative ceiling
 
 

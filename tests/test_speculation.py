@@ -124,16 +124,158 @@ def test_the_draft_models_reads_are_in_the_speculative_ceiling() -> None:
         assert speculative_ceiling(*bad) is None
 
 
+def _drafter(weight_bytes: int | None, shape: object = None, type_k: str = "f16"):  # type: ignore[no-untyped-def]
+    from kvmon.core.analysis.draft import DraftContext
+    from kvmon.core.analysis.memo import PhysicsMemo
+
+    return DraftContext(name="draft model 'd.gguf'", weight_bytes=weight_bytes, read_weight_bytes=weight_bytes,
+                        shape=shape, type_k=type_k, type_v=type_k, memo=PhysicsMemo())
+
+
 def test_a_draft_model_on_another_machine_leaves_an_upper_bound_and_says_why() -> None:
-    from kvmon.core.analysis.speculation import lifted
     from kvmon.core.snapshot import SpeculativeView
 
     spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
     reasons: dict[str, str] = {}
-    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=None,
+    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=_drafter(None),
                                   target_bytes_now=8e9)
     assert ceiling == pytest.approx(200.0) and "an upper bound" in reasons["ceiling.speculative"]
+    assert "size or shape is not known" in reasons["ceiling.speculative"]
     assert out is not None and out.drafted_per_step == pytest.approx(2.0)
-    out, ceiling, curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft_weight_bytes=1_000_000_000,
-                                 target_bytes_now=8e9)
-    assert ceiling == pytest.approx(2.0 / (0.01 * 1.25)) and curve[0][1] == pytest.approx(ceiling)
+    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=None, target_bytes_now=8e9)
+    assert ceiling == pytest.approx(200.0)
+    assert "no draft model or MTP layers kvmon knows of" in reasons["ceiling.speculative"]
+
+
+def test_the_draft_contexts_kv_reads_are_in_the_speculative_ceiling() -> None:
+    """Each drafted token reads the draft's weights and its KV cache at this depth: deeper, the draft costs more."""
+    from tiny_gguf import metadata
+
+    from kvmon.core.snapshot import SpeculativeView
+    from kvmon.physics.kv import kv_bytes_in_use
+    from kvmon.physics.shape import ModelShape
+
+    shape = ModelShape.from_gguf(metadata("llama-draft"))  # one layer, 2 KV heads of 32: 256 B per token in f16
+    spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
+    reasons: dict[str, str] = {}
+    curve = ((0, 100.0), (1_000_000, 50.0))
+    out, ceiling, lifted_curve = lifted(spec, 80.0, curve, {}, reasons, draft=_drafter(1_000_000_000, shape),
+                                        context_tokens=500_000, target_bytes_now=10e9)
+    kv_now = kv_bytes_in_use(shape, 500_000)
+    assert kv_now == 256 * 500_000
+    assert out is not None and out.draft_bytes_per_token == pytest.approx(1e9 + kv_now)
+    step = 1 / 80.0 * (1 + 2.0 * (1e9 + kv_now) / 10e9)  # two drafted tokens per step, each at the target's cost
+    assert ceiling == pytest.approx(2.0 / step)
+    budget = 80.0 * 10e9  # bytes per second: the target's cost per byte at every depth
+    for (c, v), (c2, x) in zip(curve, lifted_curve, strict=True):
+        d = 1e9 + kv_bytes_in_use(shape, c)
+        assert c2 == c and x == pytest.approx(2.0 / (1 / v + 2.0 * d / budget))
+    assert "KV cache at this depth" in reasons["ceiling.speculative"]
+    no_kv, *_ = lifted(spec, 80.0, curve, {}, {}, draft=_drafter(1_000_000_000, shape), context_tokens=0,
+                       target_bytes_now=10e9)
+    assert no_kv is not None and no_kv.draft_bytes_per_token == pytest.approx(1e9)
+
+
+PER_POS_PAGE = """\
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 64
+# HELP llamacpp:spec_decode_num_draft_tokens_total Speculative: Total draft tokens generated
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 96
+# HELP llamacpp:spec_decode_num_accepted_tokens_total Speculative: Total draft tokens accepted by the target model
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total 30
+# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:spec_decode_num_drafts_total 32
+# HELP llamacpp:requests_processing Number of requests processing
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 0
+# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position
+# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 16
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 10
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 4
+"""
+
+
+def test_acceptance_by_position_is_read_both_ways_and_shared_by_drafts() -> None:
+    """llama-server's page as it writes it (its layout; these counts from a run with synthetic acceptance): the fast
+    path and the full parser read the per-position counter alike, and each position's share of the drafts is its
+    acceptance rate."""
+    from kvmon.sources.llamacpp.parse import parse_metrics, parse_metrics_fully
+
+    fast, full = parse_metrics(PER_POS_PAGE), parse_metrics_fully(PER_POS_PAGE)
+    assert fast == full and fast['spec_decode_num_accepted_tokens_per_pos_total{position="1"}'] == 10
+    reasons: dict[str, str] = {}
+    spec = speculation(_reading(**fast), reasons)
+    assert spec is not None and spec.accepted_by_position == (16, 10, 4)
+    assert spec.acceptance_by_position == pytest.approx((16 / 32, 10 / 32, 4 / 32))
+    assert "speculative.by_position" not in reasons
+    # a gap or a bent label is not a position; a page whose counts do not add up shows none, and says why
+    bent = PER_POS_PAGE.replace('{position="2"}', '{position="x2"}')
+    assert parse_metrics(bent) == parse_metrics_fully(bent) and len([k for k in parse_metrics(bent) if "pos" in k]) == 2
+    spec = speculation(_reading(**parse_metrics(bent)), reasons)
+    assert spec is not None and spec.accepted_by_position == () and spec.acceptance_by_position == ()
+    assert "do not add up to its 30 accepted tokens in 32 drafts" in reasons["speculative.by_position"]
+    rising = PER_POS_PAGE.replace('{position="0"} 16', '{position="0"} 4').replace('{position="2"} 4',
+                                                                                   '{position="2"} 16')
+    reasons = {}
+    spec = speculation(_reading(**parse_metrics(rising)), reasons)
+    assert spec is not None and spec.acceptance_by_position == () and "speculative.by_position" in reasons
+
+
+def test_vllm_acceptance_by_position_adds_up_over_its_engines() -> None:
+    from pathlib import Path
+
+    from kvmon.sources.vllm import VLLM
+    from kvmon.sources.vllm.parse import parse_metrics
+    from kvmon.sources.vllm.source import _counters
+
+    text = (Path(__file__).parent / "fixtures" / "vllm" / "metrics.v1.txt").read_text()
+    lines = ["# TYPE vllm:spec_decode_num_drafts counter", "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"]
+    for engine, (drafts, per_pos) in enumerate(((400, (300, 200)), (600, (500, 100)))):
+        labels = f'engine="{engine}",model_name="Qwen/Qwen3-8B"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {sum(per_pos)}"]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}} {n}'
+                  for p, n in enumerate(per_pos)]
+    lines.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="Qwen/Qwen3-8B",'
+                 'position="99"} 1')  # past any draft: left out, and noted
+    page = parse_metrics(text + "\n".join(lines) + "\n")
+    mm = page.models["Qwen/Qwen3-8B"]
+    assert mm.spec_accepted_per_position == (800, 300)
+    assert any("position that is not a draft's" in n for n in page.notes)
+    r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend=VLLM, url="http://127.0.0.1:8000", metrics=_counters(mm))
+    spec = speculation(r, {})
+    assert spec is not None and spec.acceptance_by_position == pytest.approx((0.8, 0.3))
+
+
+def test_acceptance_by_position_in_json_exporter_recording_and_on_screen() -> None:
+    import dataclasses
+    import json
+
+    from synthetic import SyntheticMonitor
+
+    from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
+    from kvmon.core.report_json import snapshot_to_json
+    from kvmon.core.report_prometheus import snapshot_families
+    from kvmon.core.snapshot import SpeculativeView
+    from kvmon.gui.fmt import speculation_text
+
+    spec = SpeculativeView(drafts=32, draft_tokens=96, accepted_tokens=30, generated_tokens=64,
+                           tokens_per_step=64 / 34, acceptance_rate=30 / 96, accepted_by_position=(16, 10, 4),
+                           acceptance_by_position=(0.5, 0.3125, 0.125))
+    s = dataclasses.replace(SyntheticMonitor().snapshot(3), speculative=spec)
+    doc = snapshot_to_json(s)
+    assert doc["speculative"]["accepted_by_position"] == [16, 10, 4]
+    assert doc["speculative"]["acceptance_by_position"] == [0.5, 0.3125, 0.125]
+    fam = {f.name: f for f in snapshot_families(s, backend="llama-server", server="http://127.0.0.1:8080")}
+    samples = fam["kvmon_speculative_acceptance_by_position_ratio"].samples
+    assert [(x.labels["position"], x.value) for x in samples] == [("0", 0.5), ("1", 0.3125), ("2", 0.125)]
+    back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s))))
+    assert back.speculative == spec
+    assert speculation_text(s) == ("Speculative decoding: 1.88 tokens per target step; 31% of drafted tokens "
+                                   "accepted; by draft position 1st 50%, 2nd 31%, 3rd 12% of drafts")

@@ -223,6 +223,8 @@ def _gemma4_all() -> Tensors:
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("llama", "llama", {**_BASE, "block_count": 4}, lambda: _trunk(4, _dense())),
+    Family("llama-draft", "llama", {**_BASE, "block_count": 1}, lambda: _trunk(1, _dense()),
+           notes=("one layer of the llama family's trunk: a draft model smaller than its target",)),
     Family("qwen3", "qwen3", {**_BASE, "block_count": 4}, lambda: _trunk(4, _dense(qk_norm=HEAD_DIM))),
     Family("qwen3moe", "qwen3moe", {**_BASE, **_MOE, "block_count": 4}, lambda: _trunk(
         4, lambda il, p: _norms(p, "attn_norm", "ffn_norm") | _attn(p, qk_norm=HEAD_DIM) | _moe(p))),

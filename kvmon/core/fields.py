@@ -89,6 +89,19 @@ FIELDS: tuple[Field, ...] = (
           "(since the server started).",
           lambda s: s.speculative.acceptance_rate if s.speculative is not None else None,
           prometheus="kvmon_speculative_acceptance_ratio"),
+    Field("speculative_draft_read_bytes_per_token", "bytes/token", "Bytes one drafted token reads at the current "
+          "depth: the drafter's weights (a draft model's, or the model's MTP layers) and its KV cache in use.",
+          lambda s: s.speculative.draft_bytes_per_token if s.speculative is not None else None,
+          prometheus="kvmon_speculative_draft_read_bytes_per_token"),
+    Field("draft_weight_bytes", "bytes", "Weights of speculative decoding's draft model, held beside the model's "
+          "(absent without one; a model's own MTP layers are in its weights).",
+          lambda s: s.model.draft_weight_bytes, prometheus="kvmon_draft_model_weight_bytes"),
+    Field("draft_kv_bytes_per_token", "bytes/token", "KV cache bytes per position of context of the draft context "
+          "(a draft model's or the MTP layers'), all its layers, K and V.",
+          lambda s: s.model.draft_kv_bytes_per_token, prometheus="kvmon_draft_kv_cache_bytes_per_token"),
+    Field("draft_kv_allocated_bytes", "bytes", "KV cache reserved at load for the draft context of speculative "
+          "decoding (the model's cells and sequences, the drafter's layers and cache types).",
+          lambda s: s.model.draft_kv_allocated_bytes, prometheus="kvmon_draft_kv_cache_allocated_bytes", csv=True),
     Field("power_w", "W", "Power drawn now by the devices the model runs on (the CPU package's counts every process "
           "on the CPU).", lambda s: s.energy.power_w if s.energy is not None else None,
           prometheus="kvmon_power_watts", json=True, csv=True, history=True),
@@ -101,6 +114,13 @@ FIELDS: tuple[Field, ...] = (
     Field("tokens_per_wh", "tokens/Wh", "Generated tokens per watt-hour this session (3600 ÷ joules per token).",
           lambda s: s.energy.tokens_per_wh if s.energy is not None else None,
           prometheus="kvmon_tokens_per_watt_hour", json=True),
+    Field("last_reply_energy_j", "J", "Energy of the last reply: its own time (prefill and generation, as the server "
+          "timed it) × the power its devices drew meanwhile (an estimate: polls do not fall on its start and end).",
+          lambda s: s.energy.last_reply_energy_j if s.energy is not None else None,
+          prometheus="kvmon_last_reply_energy_joules", json=True, csv=True),
+    Field("last_reply_joules_per_token", "J/token", "Energy per generated token of the last reply: its energy over "
+          "its generated tokens.", lambda s: s.energy.last_reply_joules_per_token if s.energy is not None else None,
+          prometheus="kvmon_last_reply_energy_joules_per_token", json=True, csv=True),
     Field("ttft_p50_s", "s", "Median time to first token of the session's replies, as the server timed their prefill.",
           lambda s: s.latency.ttft_p50_s if s.latency is not None else None, json=True, csv=True),
     Field("ttft_p95_s", "s", "95th percentile of the session's times to first token.",

@@ -47,6 +47,30 @@ class Provenance(str, enum.Enum):
     ESTIMATED = "estimated"
 
 
+# speculative decoding's drafters, as every source says them (ServerConfig.drafter)
+DRAFT_MODEL = "draft_model"  # a draft model of its own (llama-server -md)
+MTP_LAYERS = "mtp_layers"  # the model's own multi-token-prediction layers (llama-server --spec-type draft-mtp)
+NGRAM = "ngram"  # n-gram lookup in the context: no weights read
+
+# speculative decoding: drafted tokens accepted at each position of the draft (llama-server's and vLLM's counter,
+# labelled ``position``, 0 the first drafted token); a reading's ``metrics`` holds one key per position
+ACCEPTED_PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
+MAX_DRAFT_POSITIONS = 64  # no speculative decoder drafts more tokens per step than this
+
+
+def position_counter(name: str, position: int) -> str:
+    """The ``metrics`` key of counter ``name`` at one draft position: ``name{position="N"}``."""
+    return f'{name}{{position="{position}"}}'
+
+
+def position_counts(metrics: Mapping[str, float], name: str) -> tuple[float, ...]:
+    """Counter ``name`` at positions 0, 1, … as long as they run without a gap (empty when the server has none)."""
+    out: list[float] = []
+    while len(out) < MAX_DRAFT_POSITIONS and (v := metrics.get(position_counter(name, len(out)))) is not None:
+        out.append(v)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SourceFailure:
     """A typed failure with a one-line human reason (never contains credentials)."""
@@ -118,6 +142,13 @@ class ServerConfig:
     swa_full: bool | None = None  # --swa-full: sliding-window layers keep the whole context
     model_path: str | None = None
     draft_model_path: str | None = None  # -md: the draft model of speculative decoding
+    spec_types: tuple[str, ...] | None = None  # --spec-type: "draft-simple", "draft-mtp", "ngram-simple", ...
+    drafter: str | None = None  # what drafts tokens: DRAFT_MODEL, MTP_LAYERS or NGRAM (None: none, or not known)
+    draft_type_k: str | None = None  # -ctkd / -ctvd: the draft context's KV cache types (default f16)
+    draft_type_v: str | None = None
+    draft_kv_bytes_allocated: int | None = None  # the log's KV size line of the draft context (a draft model's, MTP's)
+    draft_model_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # the draft model's weights
+    draft_kv_buffer_bytes_by_device: Mapping[str, int] = field(default_factory=dict)  # the draft context's KV
     offloaded_layers: int | None = None
     total_layers: int | None = None
     kv_bytes_allocated: int | None = None  # llama.cpp's own KV size line
@@ -159,6 +190,9 @@ class ModelInfo:
     shape_source: str | None = None  # "gguf" | "ollama_show" | "v1_models" | "user"
     weight_bytes_source: Provenance | None = None  # how weight_bytes is known (None: measured, the server's word)
     draft_weight_bytes: int | None = None  # speculative decoding's draft model: its weights (its GGUF's tensors)
+    draft_shape: Any = None  # the draft model's ModelShape (its KV cache), None when its file was not read
+    draft_name: str | None = None  # the draft model's file name (never a path)
+    mtp_weight_bytes: int | None = None  # the model's own multi-token-prediction layers (nextn), read per drafted token
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def devices(s: Snapshot) -> list[dict[str, Any]]:
             "log_name": g.log_name, "total_bytes": g.vram_total_bytes, "used_bytes": g.vram_used_bytes,
             "free_bytes": g.vram_free_bytes, "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
             "bandwidth_source": g.bandwidth_source, "weights_bytes": g.weights_bytes,
-            "kv_allocated_bytes": g.kv_allocated_bytes,
+            "kv_allocated_bytes": g.kv_allocated_bytes, "draft_bytes": g.draft_bytes,
             "in_ceiling": bool(g.weights_bytes or g.kv_allocated_bytes),
             "working_set_limit_bytes": g.working_set_limit_bytes,
         })
@@ -63,7 +63,7 @@ def devices(s: Snapshot) -> list[dict[str, Any]]:
         "total_bytes": h.ram_total_bytes, "used_bytes": used, "free_bytes": h.ram_available_bytes,
         "peak_bandwidth_bytes_per_s": h.host_bandwidth_bytes_per_s, "bandwidth_source": h.host_bandwidth_source,
         "weights_bytes": h.weights_in_host_bytes, "kv_allocated_bytes": h.kv_in_host_bytes,
-        "in_ceiling": h.in_ceiling, "working_set_limit_bytes": None,
+        "draft_bytes": h.draft_in_host_bytes, "in_ceiling": h.in_ceiling, "working_set_limit_bytes": None,
         "unified_with": None if h.unified_with is None else f"gpu{h.unified_with}",
     })
     return out
@@ -106,6 +106,11 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "fit": m.fit,
             "fit_target_bytes": list(m.fit_target_bytes) if m.fit_target_bytes is not None else None,
             "shape_note": m.shape_note,
+            "draft": None if m.draft_name is None else {
+                "name": m.draft_name, "weight_bytes": m.draft_weight_bytes, "kv_type_k": m.draft_kv_type_k,
+                "kv_type_v": m.draft_kv_type_v, "kv_bytes_per_token": m.draft_kv_bytes_per_token,
+                "kv_allocated_bytes": m.draft_kv_allocated_bytes,
+            },
         },
         "slots": [
             {
@@ -134,6 +139,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "bandwidth_source": g.bandwidth_source,
                 "weights_bytes": g.weights_bytes,
                 "kv_allocated_bytes": g.kv_allocated_bytes,
+                "draft_bytes": g.draft_bytes,
                 "other_processes_bytes": g.other_processes_bytes,
                 "kind": g.kind,
                 "vendor": g.vendor,
@@ -154,6 +160,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "ram_available_bytes": s.host.ram_available_bytes,
             "weights_in_host_bytes": s.host.weights_in_host_bytes,
             "kv_in_host_bytes": s.host.kv_in_host_bytes,
+            "draft_in_host_bytes": s.host.draft_in_host_bytes,
             "server_rss_bytes": s.host.server_rss_bytes,
             "kind": "host_ram",
             "cpu_name": s.host.cpu_name,
@@ -202,16 +209,25 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             "one_token_ceiling_tok_s": s.speculative.one_token_ceiling_tok_s,
             "draft_weight_bytes": s.speculative.draft_weight_bytes,
             "drafted_per_step": s.speculative.drafted_per_step,
+            "draft_bytes_per_token": s.speculative.draft_bytes_per_token,
+            "accepted_by_position": list(s.speculative.accepted_by_position),
+            "acceptance_by_position": list(s.speculative.acceptance_by_position),
         },
         "energy": None if s.energy is None else {
             "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,
             "joules_per_token": s.energy.joules_per_token, "tokens_per_wh": s.energy.tokens_per_wh,
             "devices": list(s.energy.devices), "whole_cpu_package": s.energy.whole_cpu_package,
+            "last_reply_energy_j": s.energy.last_reply_energy_j,
+            "last_reply_joules_per_token": s.energy.last_reply_joules_per_token,
+            "last_reply_tokens_per_wh": (3600.0 / s.energy.last_reply_joules_per_token
+                                         if s.energy.last_reply_joules_per_token else None),
+            "last_reply_power_w": s.energy.last_reply_power_w,
         },
         "latency": None if s.latency is None else {
             k: getattr(s.latency, k) for k in ("replies", "source", "ttft_last_s", "ttft_p50_s", "ttft_p95_s",
                                                "itl_last_s", "itl_p50_s", "itl_p95_s", "itl_mean_s",
-                                               "last_prompt_tokens", "last_prefill_tok_s", "last_generate_s")
+                                               "last_prompt_tokens", "last_prefill_tok_s", "last_generate_s",
+                                               "ttft_lower_bound")
         },
         "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],

@@ -101,6 +101,11 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
         g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
         g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
         g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
+    if s.speculative is not None:
+        for pos, rate in enumerate(s.speculative.acceptance_by_position):
+            g("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at this "
+              "position (0: the first drafted) the target accepted, as a share of all drafts, since the server "
+              "started.", (*L, "position"), (*lv, str(pos)), rate)
     lat = s.latency
     if lat is not None:
         f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "
@@ -189,6 +194,8 @@ def _server_gpu_metrics(f: Families, server: str, gv: GpuView) -> None:
     g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
     g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
     g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
+    g("kvmon_gpu_draft_bytes", "Speculative decoding's draft model on this GPU: its weights and its KV cache.", L, lv,
+      gv.draft_bytes)
     g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
       gv.other_processes_bytes)
     g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", L, lv, gv.server_used_bytes)
@@ -273,6 +280,8 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
         f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", L, (w.server,),
                 h.weights_in_host_bytes)
         f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", L, (w.server,), h.kv_in_host_bytes)
+        f.gauge("kvmon_host_draft_bytes", "Speculative decoding's draft model in host RAM: its weights and its KV "
+                "cache.", L, (w.server,), h.draft_in_host_bytes)
         f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", L,
                 (w.server,), h.host_bandwidth_bytes_per_s)
         f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", L, (w.server,),

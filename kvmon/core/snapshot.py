@@ -101,6 +101,14 @@ class ModelView:
     fit: bool | None = None  # --fit: context and offload not given were sized at load to fit device memory
     fit_target_bytes: tuple[int, ...] | None = None  # what --fit leaves free per device (one value: every device)
     shape_note: str | None = None  # e.g. "unknown architecture 'foo': generic keys used"
+    # speculative decoding's draft context, beside the model's: a draft model (-md) with its weights, or the model's
+    # own multi-token-prediction layers (draft-mtp, weights already the model's); its KV cache has the same cells
+    draft_name: str | None = None  # the draft model's file name, or "MTP layers"
+    draft_weight_bytes: int | None = None  # the draft model's weights in memory (None: no draft model, or unknown)
+    draft_kv_type_k: str | None = None
+    draft_kv_type_v: str | None = None
+    draft_kv_bytes_per_token: float | None = None  # the draft context's KV per position of context
+    draft_kv_allocated_bytes: int | None = None  # what llama.cpp reserved at load for the draft context's KV
     # the live model's shape, for the what-if calculator; not recorded, not compared
     shape: ModelShape | None = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
 
@@ -127,6 +135,7 @@ class GpuView:
     kv_in_use_bytes: int | None = None
     server_other_bytes: int | None = None
     other_processes_bytes: int | None = None
+    draft_bytes: int | None = None  # speculative decoding's draft model here: its weights and its KV cache
     server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
@@ -163,6 +172,7 @@ class HostView:
     ram_available_bytes: int | None = None
     weights_in_host_bytes: int | None = None  # partial offload, or all of a CPU-only server's
     kv_in_host_bytes: int | None = None
+    draft_in_host_bytes: int | None = None  # speculative decoding's draft model here: its weights and its KV cache
     host_bandwidth_bytes_per_s: float | None = None
     server_rss_bytes: int | None = None
     host_bandwidth_source: str | None = None  # "user" | "measured" | "table" | None
@@ -239,9 +249,15 @@ class SpeculativeView:
     acceptance_rate: float | None = None  # accepted ÷ drafted
     one_token_ceiling_tok_s: float | None = None  # the ceiling without speculation, at this depth
     one_token_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) without speculation: its floor
-    draft_weight_bytes: int | None = None  # the draft model's weights, read once per drafted token (None: no draft
-    # model, as with n-gram lookup, or its size unknown: then the lifted ceiling is an upper bound)
+    draft_weight_bytes: int | None = None  # the drafter's weights, read once per drafted token: a draft model's or
+    # the model's MTP layers (None: no drafter, as with n-gram lookup, or its size unknown: an upper bound then)
     drafted_per_step: float | None = None  # drafted tokens per target step
+    draft_bytes_per_token: float | None = None  # what one drafted token reads at this depth: weights and draft KV
+    # drafted tokens accepted at each position of the draft (0: the first drafted token), since the server started,
+    # and that count as a share of the drafts (the acceptance rate at each position); empty when the server does not
+    # count by position, or its counts do not add up to the accepted tokens (reasons["speculative.by_position"])
+    accepted_by_position: tuple[int, ...] = ()
+    acceptance_by_position: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -255,6 +271,11 @@ class EnergyView:
     tokens_per_wh: float | None = None
     devices: tuple[str, ...] = ()  # what is counted: GPU names, "CPU package"
     whole_cpu_package: bool = False  # the CPU package's counter includes every other process on the CPU
+    # the last reply: its own time (prefill + generation, the server's) × its devices' mean power over the busy
+    # intervals it spanned (an estimate), that over its generated tokens, and that power
+    last_reply_energy_j: float | None = None
+    last_reply_joules_per_token: float | None = None
+    last_reply_power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +295,9 @@ class LatencyView:
     last_prompt_tokens: int | None = None  # the last reply's prompt tokens computed (not cached)
     last_prefill_tok_s: float | None = None
     last_generate_s: float | None = None  # the last reply's seconds of generation
+    # the times to first token are lower bounds (and the prefill rate an upper one): llama-server's prompt counter,
+    # which they come from, leaves out a draft context's own prompt processing (reasons["latency.ttft"])
+    ttft_lower_bound: bool = False
     ttft_buckets: tuple[int, ...] = ()  # cumulative counts at kvmon.core.analysis.latency.TTFT_BUCKETS_S, then +Inf
     ttft_sum_s: float = 0.0
     ttft_count: int = 0

@@ -126,6 +126,26 @@ def speed_words(s: Snapshot) -> SpeedWords:
                       speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step)
 
 
+def speculation_text(s: Snapshot) -> str:
+    """Speculative decoding in one line for tooltips: tokens per target step, acceptance, and acceptance at each
+    draft position ("1st 54%, 2nd 30%, 3rd 16% of drafts"); empty when the server does not speculate."""
+    sp = s.speculative
+    if sp is None:
+        return ""
+    if not sp.tokens_per_step:
+        return "Speculative decoding: counted when a reply ends"
+    text = (f"Speculative decoding: {sp.tokens_per_step:.2f} tokens per target step; "
+            f"{percent(sp.acceptance_rate)} of drafted tokens accepted")
+    if sp.acceptance_by_position:
+        text += "; by draft position " + ", ".join(f"{_ordinal(i + 1)} {percent(r)}" for i, r in
+                                                   enumerate(sp.acceptance_by_position)) + " of drafts"
+    return text
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 _CODE = re.compile(r"`([^`]+)`")
 
 

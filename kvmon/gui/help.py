@@ -44,6 +44,9 @@ def numbers_html() -> str:
          "In use: the cache of the tokens in context (read for every token: it decides speed). Allocated: what "
          "the server reserved at load for the whole context (it decides whether things fit)."),
         ("Weights", _swatch("weights"), "The model's tensors in this memory."),
+        ("Draft model", _swatch("draft"),
+         "Speculative decoding's draft model: its weights and its own KV cache (the model's context size, the "
+         "draft's layers and cache types), reserved at load beside the model's."),
         ("Server's other memory", _swatch("server_other"),
          "Compute buffers and the driver's share of the server process."),
         ("Other programs", _swatch("other_processes"), "Memory other programs (a browser, a game) hold on the GPU."),

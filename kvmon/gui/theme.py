@@ -22,6 +22,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "weights": ("#5c6bc0", "#3949ab"),
     "kv_allocated": ("#26a69a", "#80cbc4"),
     "kv_in_use": ("#00796b", "#00796b"),
+    "draft": ("#9fa8da", "#7986cb"),  # speculative decoding's draft model: its weights and its KV cache
     "server_other": ("#8d6e63", "#a1887f"),
     "other_processes": ("#9e9e9e", "#757575"),
     "unattributed": ("#9575cd", "#b39ddb"),  # memory in use that no part explains (shown as such, never as a part)

@@ -247,9 +247,12 @@ def shape_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
         layers = swa_layers(flags, window, AttentionKind.SWA)
 
     nextn = m.int("nextn_predict_layers", 0) or 0
+    mtp_layers: tuple[LayerShape, ...] = ()
     if 0 < nextn < n_layers:
         # multi-token-prediction layers at the end are not trunk layers: llama.cpp's main context filters them out
-        # of its KV cache (n_layer() = block_count - nextn_predict_layers), deepseek2 / GLM-4.7-Flash included
+        # of its KV cache (n_layer() = block_count - nextn_predict_layers), deepseek2 / GLM-4.7-Flash included; with
+        # --spec-type draft-mtp they are the drafter, and a context of their own caches them as they are
+        mtp_layers = tuple(layers[n_layers - nextn:])
         for il in range(n_layers - nextn, n_layers):
             layers[il] = LayerShape(il, AttentionKind.NONE)
         notes.append(f"last {nextn} layer(s) are multi-token-prediction layers without a KV cache")
@@ -280,6 +283,7 @@ def shape_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
         vocab_size=_vocab_size(metadata, m),
         key_length_mla=m.int("attention.key_length_mla"),
         value_length_mla=m.int("attention.value_length_mla"),
+        mtp_layers=mtp_layers,
     )
 
 

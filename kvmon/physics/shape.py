@@ -8,7 +8,7 @@ rules (``kvmon.physics._families``). The layer names are re-exported here, where
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from kvmon.physics.layers import (
@@ -46,6 +46,14 @@ class ModelShape:
     vocab_size: int | None = None
     key_length_mla: int | None = None  # MLA: per-head query/key length before compression (weights only)
     value_length_mla: int | None = None
+    mtp_layers: tuple[LayerShape, ...] = ()  # the multi-token-prediction layers (nextn) as they store KV of their own
+
+    def mtp_shape(self) -> ModelShape | None:
+        """The shape the MTP layers' own context caches (``--spec-type draft-mtp``), or None without such layers."""
+        if not self.mtp_layers:
+            return None
+        return replace(self, n_layers=len(self.mtp_layers), layers=self.mtp_layers, mtp_layers=(), partial=False,
+                       notes=())
 
     def __hash__(self) -> int:
         """Hash of all fields, computed once (shapes key the physics caches and are hashed often)."""

@@ -59,6 +59,8 @@ class GgufHeader:
     data_offset_bytes: int | None  # where tensor data starts
     tensor_bytes: int | None  # sum of tensor sizes (the weights); None when the directory lists none or an unknown type
     skipped_keys: tuple[str, ...] = field(default=())  # arrays too long to keep (tokenizer vocabularies)
+    # (name, bytes) of every tensor in the directory's order; empty when a size is unknown (an unknown type)
+    tensor_sizes: tuple[tuple[str, int], ...] = field(default=(), repr=False)
 
 
 class _Cursor:
@@ -208,9 +210,11 @@ def _parse(buf: Any, file_size: int) -> GgufHeader:
             meta.pop(k, None)
         # tensor directory: name, dims, type, offset
         total: int | None = 0
+        sizes: list[tuple[str, int]] | None = []
         try:
             for _ in range(tensor_count):
-                cur.skip_string(len_fmt)
+                cur.count(1)
+                name = cur.string(len_fmt)
                 n_dims = cur.unpack("I")
                 if n_dims > 8:
                     raise GgufError("implausible tensor rank")
@@ -219,14 +223,19 @@ def _parse(buf: Any, file_size: int) -> GgufHeader:
                 cur.unpack("Q")
                 size = _tensor_bytes(ttype, dims)
                 total = None if size is None or total is None else total + size
+                if size is None:
+                    sizes = None
+                elif sizes is not None:
+                    sizes.append((name, size))
             align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
             align = align if isinstance(align, int) and align > 0 else GGUF_DEFAULT_ALIGNMENT
             data_offset: int | None = -(-cur.pos // align) * align
         except GgufError:
-            total, data_offset = None, None
+            total, data_offset, sizes = None, None, None
         if tensor_count == 0:  # a header with no tensors (metadata only) says nothing of the weights: not 0 bytes
             total = None
-        return GgufHeader(meta, version, tensor_count, file_size, data_offset, total, tuple(skipped))
+        return GgufHeader(meta, version, tensor_count, file_size, data_offset, total, tuple(skipped),
+                          tuple(sizes or ()))
     except struct.error as e:
         raise GgufError(f"GGUF header unreadable: {e}") from None
 

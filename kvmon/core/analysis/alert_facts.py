@@ -23,6 +23,7 @@ class DeviceFacts:
     gviews: Sequence[GpuView] = ()
     host: HostView | None = None
     cache_bytes: int | None = None
+    draft_bytes: int | None = None  # a draft context's weights and KV (placed by ``Placement.draft_gpu``)
     compute_by_index: dict[int, int] | None = None
     swap_growth_bytes: int | None = None
     log_hint: str | None = None
@@ -34,7 +35,7 @@ def _unified(p: Placement, d: DeviceFacts) -> tuple[UnifiedFacts, ...]:
         if g.kind != "unified_memory" or not g.working_set_limit_bytes or g.index not in p.weights_gpu:
             continue
         need = (p.weights_gpu.get(g.index, 0.0) + (d.cache_bytes or 0) * p.kv_gpu.get(g.index, 0.0)
-                + (d.compute_by_index or {}).get(g.index, 0))
+                + (d.compute_by_index or {}).get(g.index, 0) + (d.draft_bytes or 0) * p.draft_gpu.get(g.index, 0.0))
         out.append(UnifiedFacts(g.name or f"GPU {g.index}", int(need), int(g.working_set_limit_bytes),
                                 g.working_set_source or "estimated"))
     return tuple(out)

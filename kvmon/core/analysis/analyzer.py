@@ -21,6 +21,7 @@ from kvmon.core.analysis import (
     ceiling,
     consistency,
     devices,
+    draft,
     energy,
     gpu_views,
     placement,
@@ -59,6 +60,7 @@ class Analyzer:
         self._rates = rate_tracker if rate_tracker is not None else SlotRateTracker()
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
         self._memo = PhysicsMemo()
+        self._draft_memo = PhysicsMemo()  # the draft model's shape: a memo of its own (one shape per memo)
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
@@ -100,6 +102,7 @@ class Analyzer:
             self._rates.reset()
         self.alerts.reset()
         self._memo.clear()
+        self._draft_memo.clear()
         self._trend.clear()
         self._swap.clear()
         self._forecaster.reset()
@@ -142,6 +145,8 @@ class Analyzer:
         prov: dict[str, str] = {}
         reasons: dict[str, str] = dict(r.reasons)
         model, shape = model_view(r, memo, prov, reasons)
+        drafter = draft.draft_context(r, self._draft_memo, reasons)  # speculative decoding's draft context
+        model = draft.with_draft(model, drafter, r, prov, reasons)
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
         rates = speeds.speeds(self._rates.update(r), r, prov, reasons)
         where = speeds.depth(r, rates.per_slot, prov, reasons)
@@ -158,13 +163,14 @@ class Analyzer:
         devs = devices.Devices(gviews, devs.by_name)
         no_gpu_here = gpus is not None and not gviews and _local(r)
         place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus), no_gpu_here=no_gpu_here)
+        placement.place_draft(place, r, devs)
         if place.note:
             reasons["placement"] = place.note
         kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
         if kv_why is not None:  # a cache larger than where it is said to live is not a size to draw
             model = consistency.without_kv(model, kv_why, prov, reasons)
         placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,
-                                      devs)
+                                      devs, draft.draft_bytes(model))
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
         # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)
@@ -175,8 +181,8 @@ class Analyzer:
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
         target_now = (model.weight_bytes_read_per_token or 0) + (kv_read_now or 0) or None
         spec, ceiling_now, curve = speculation.lifted(
-            speculation.speculation(r, reasons), ceiling_now, curve, prov, reasons,
-            draft_weight_bytes=r.model.draft_weight_bytes if r.model is not None else None, target_bytes_now=target_now)
+            speculation.speculation(r, reasons), ceiling_now, curve, prov, reasons, draft=drafter,
+            context_tokens=where.context, target_bytes_now=target_now)
         if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
             ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
         # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
@@ -210,21 +216,24 @@ class Analyzer:
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
         dfacts = alert_facts.DeviceFacts(
-            gviews=gviews, host=hview, cache_bytes=cache_bytes(model),
+            gviews=gviews, host=hview, cache_bytes=cache_bytes(model), draft_bytes=draft.draft_bytes(model),
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
-        latency = self._latency.update(r)
+        latency = self._latency.update(r, reasons, drafting=drafter is not None)
         if latency is not None:
             facts = replace(facts, last_ttft_s=latency.ttft_last_s, last_generate_s=latency.last_generate_s,
                             last_prompt_tokens=latency.last_prompt_tokens,
                             last_prefill_tok_s=latency.last_prefill_tok_s)
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
+        # the server is processing a request now: its slots say so, else its running requests, else its rates
+        busy = (any(sl.processing for sl in r.slots) if r.slots else (r.requests_running or 0) > 0
+                if r.requests_running is not None else bool(rates.decode or rates.prefill))
         used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,
-                                    reasons)
+                                    reasons, busy=busy, reply=self._latency.added)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),

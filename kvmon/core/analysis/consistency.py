@@ -132,7 +132,7 @@ def vram_split(gviews: Sequence[GpuView], compute_by_index: Mapping[int, int], r
             greasons = {**g.reasons, "vram_split": why}
             changes: dict[str, Any] = {"server_other_bytes": None, "reasons": greasons}
             if unknown == "all":
-                changes.update(weights_bytes=None, kv_allocated_bytes=None, kv_in_use_bytes=None)
+                changes.update(weights_bytes=None, kv_allocated_bytes=None, kv_in_use_bytes=None, draft_bytes=None)
             g = replace(g, **changes)
             reasons[f"gpu{g.index}.vram"] = f"GPU {g.index}: {why}"
         out.append(g)
@@ -144,7 +144,7 @@ def _split_contradiction(g: GpuView, compute: int | None) -> tuple[str | None, s
     w, kv = g.weights_bytes, g.kv_allocated_bytes
     if w is None and kv is None:
         return None, ""
-    parts = (w or 0) + (kv or 0)
+    parts = (w or 0) + (kv or 0) + (g.draft_bytes or 0)  # a draft model's weights and KV live beside them
     held = g.server_used_bytes
     if held is not None and parts > held * (1 + OVER_TOLERANCE) + 64 * 2**20:
         return (f"the server holds {_gb(held)} here (measured), less than the {_gb(parts)} of weights and KV cache "

@@ -57,7 +57,8 @@ def log_names(cfg: ServerConfig) -> list[str]:
     """Every device the log names, in order: its device lists first, then the devices its buffers are on."""
     out: list[str] = []
     buffers: Iterable[str] = [*cfg.model_buffer_bytes_by_device, *cfg.kv_buffer_bytes_by_device,
-                              *cfg.compute_buffer_bytes_by_device]
+                              *cfg.compute_buffer_bytes_by_device, *cfg.draft_model_buffer_bytes_by_device,
+                              *cfg.draft_kv_buffer_bytes_by_device]
     for name in [d.name for d in cfg.devices] + [b for b in buffers if is_device_buffer(b)]:
         c = canonical_device(name)
         if c not in out:

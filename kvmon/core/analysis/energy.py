@@ -8,12 +8,19 @@ interval between polls each counted device adds the rise of its energy counter (
 range; one that falls was reset, and that interval is not counted), or else its mean power over the interval. An
 interval in which one counted device could not be read is left out whole, tokens included: joules per token is
 energy over the decoding intervals divided by the tokens decoded in them, both over the same intervals.
+
+Per reply: polls do not fall on a reply's start and end, but the server times the reply itself (its prefill and its
+generation). A reply's energy is that time × the mean power its devices drew over the busy intervals since the last
+reply ended (an estimate, said so): the intervals busy at both ends when there are any (the ones the reply began and
+ended in hold idle time too), else every busy one; joules per token of the reply is that over its generated tokens.
+With several replies at once each is charged the devices' whole power.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvmon.core.analysis.latency import Reply
 from kvmon.core.readings import GpuSetReading, HostReading
 from kvmon.core.snapshot import EnergyView, GpuView, HostView
 
@@ -72,6 +79,13 @@ class EnergyMeter:
         self.decode_energy_j = 0.0  # the intervals that decoded
         self.decode_tokens = 0.0
         self.seconds = 0.0  # the time the counted intervals cover
+        self._busy_j = 0.0  # the busy intervals since the last reply ended: their energy and time (its power)
+        self._busy_s = 0.0
+        self._full_j = 0.0  # of those, the ones busy at both ends (no idle time in them)
+        self._full_s = 0.0
+        self._was_busy = False  # the server was busy at the last poll
+        self._reply: tuple[float, float | None, float] | None = None  # the last reply: (J, J/token, W)
+        self._reply_why: str | None = None  # why the last reply's energy is not known
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -97,11 +111,30 @@ class EnergyMeter:
             return (d.power_w + prev.power_w) / 2.0 * dt, power
         return None, power
 
+    def _reply_ended(self, reply: Reply) -> None:
+        """The reply that ended in this interval: its own time × the power of the busy intervals it spanned."""
+        j, s = (self._full_j, self._full_s) if self._full_s > 0 else (self._busy_j, self._busy_s)
+        power = j / s if s > 0 else None
+        self._busy_j = self._busy_s = self._full_j = self._full_s = 0.0
+        if power is None or reply.generate_s is None or reply.generate_s <= 0:
+            self._reply = None
+            self._reply_why = ("the last reply's energy is not known: " + (
+                "its devices' power over it was not read" if power is None else "the server did not time it"))
+            return
+        self._reply_why = None
+        joules = power * ((reply.ttft_s or 0.0) + reply.generate_s)
+        tokens = reply.generated_tokens
+        self._reply = (joules, joules / tokens if tokens else None, power)
+
     def update(self, t: float, devices: list[DeviceEnergy] | None, decode_tok_s: float | None, dt_s: float | None,
-               reasons: dict[str, str]) -> EnergyView | None:
-        """Add this poll's interval (``dt_s`` since the last poll; ``decode_tok_s`` over it while decoding)."""
+               reasons: dict[str, str], *, busy: bool = False, reply: Reply | None = None) -> EnergyView | None:
+        """Add this poll's interval (``dt_s`` since the last poll; ``decode_tok_s`` over it while decoding; ``busy``:
+        the server is processing a request at this poll; ``reply``: the reply that ended in the interval)."""
+        was_busy, self._was_busy = self._was_busy, busy
         if devices is None:
             self._last.clear()
+            self._busy_j = self._busy_s = self._full_j = self._full_s = 0.0
+            self._reply, self._reply_why = None, None
             return self.view(None, (), reasons) if self.seconds else None
         keys = tuple(d.key for d in devices)
         if keys != self._keys:  # another set of devices (the model moved): the sums go on from here
@@ -122,15 +155,27 @@ class EnergyMeter:
             if decode_tok_s is not None and decode_tok_s > 0:
                 self.decode_energy_j += used
                 self.decode_tokens += decode_tok_s * dt_s
+            if busy or was_busy or reply is not None:
+                self._busy_j += used
+                self._busy_s += dt_s
+            if busy and was_busy:
+                self._full_j += used
+                self._full_s += dt_s
         elif self.seconds == 0.0:
             reasons.setdefault("energy", "energy is counted from the second poll on (a counter needs two readings)")
+        if reply is not None:
+            self._reply_ended(reply)
         return self.view(power, tuple(d.name for d in devices), reasons)
 
     def view(self, power_w: float | None, names: tuple[str, ...], reasons: dict[str, str]) -> EnergyView:
         per_token = self.decode_energy_j / self.decode_tokens if self.decode_tokens > 0 else None
         if per_token is None and self.seconds > 0:
             reasons.setdefault("energy.joules_per_token", "no token was decoded while the energy was counted")
+        reply_j, reply_per_token, reply_w = self._reply or (None, None, None)
+        if self._reply_why:
+            reasons["energy.last_reply"] = self._reply_why
         return EnergyView(power_w=power_w, energy_j=self.energy_j if self.seconds > 0 else None,
                           seconds=self.seconds, joules_per_token=per_token,
                           tokens_per_wh=J_PER_WH / per_token if per_token else None, devices=names,
-                          whole_cpu_package=CPU_PACKAGE in names)
+                          whole_cpu_package=CPU_PACKAGE in names, last_reply_energy_j=reply_j,
+                          last_reply_joules_per_token=reply_per_token, last_reply_power_w=reply_w)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from kvmon.core.analysis.devices import Devices
+from kvmon.core.analysis.draft import draft_bytes
 from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, AnalyzerSettings
@@ -111,16 +112,18 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
     server_used_by_index = server_used(gpus)
     resident = sum(p.weights_gpu.values()) + p.weights_host_read
     out = []
+    drafted = draft_bytes(model)
     for g in gviews:
         w = p.weights_gpu.get(g.index)
         frac = p.kv_gpu.get(g.index)
         cache = cache_bytes(model)
         kv_alloc = int(cache * frac) if cache is not None and frac else None
         kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
+        draft = int(drafted * p.draft_gpu[g.index]) if drafted and p.draft_gpu.get(g.index) else None
         other = None
         sv = server_used_by_index.get(g.index)
         if sv is not None and w is not None:
-            other = max(0, int(sv - w - (kv_alloc or 0)))
+            other = max(0, int(sv - w - (kv_alloc or 0) - (draft or 0)))
         elif compute.get(g.index) is not None:
             other = int(compute[g.index])
         achieved = None
@@ -128,7 +131,7 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
             share = model.weight_bytes_read_per_token * w / resident
             achieved = decode * (share + (kv_read_now or 0.0) * (frac or 0.0))
         out.append(replace(g, weights_bytes=int(w) if w is not None else None, kv_allocated_bytes=kv_alloc,
-                           kv_in_use_bytes=kv_use, server_other_bytes=other,
+                           kv_in_use_bytes=kv_use, server_other_bytes=other, draft_bytes=draft,
                            achieved_bandwidth_bytes_per_s=achieved))
     return tuple(out)
 
@@ -138,6 +141,8 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
               kv_read_now: float | None = None, gviews: tuple[GpuView, ...] = ()) -> HostView:
     """Host RAM as a device: its size and use, its bandwidth, what of the model lives there and is read from it."""
     kv_host = int(kv_alloc * (p.kv_host + sum(p.kv_pcie.values()))) if kv_alloc is not None else None
+    drafted = draft_bytes(model) if model is not None else None
+    draft_host = int(drafted * p.draft_host) if drafted and p.draft_host > 0 else None
     in_ceiling = p.weights_host_read > 0 or p.kv_host > 0
     achieved = None
     if in_ceiling and decode is not None and model is not None and model.weight_bytes_read_per_token is not None:
@@ -151,6 +156,7 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
         ram_available_bytes=host.ram_available_bytes if host else None,
         weights_in_host_bytes=int(p.weights_host) if p.weights_host else None,
         kv_in_host_bytes=kv_host if kv_host else None,
+        draft_in_host_bytes=draft_host,
         host_bandwidth_bytes_per_s=host_bw if host_bw else (host.host_bandwidth_bytes_per_s if host else None),
         server_rss_bytes=host.server_rss_bytes if host else None,
         host_bandwidth_source=host_bw_source if host_bw else (host.host_bandwidth_source if host else None),

@@ -38,6 +38,8 @@ class Placement:
     kv_gpu: dict[int, float] = field(default_factory=dict)  # fractions of the KV cache
     kv_host: float = 0.0
     kv_pcie: dict[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
+    draft_gpu: dict[int, float] = field(default_factory=dict)  # fractions of the draft context's memory
+    draft_host: float = 0.0
     host_weights_read: bool = True  # False when the host buffer only holds the token embeddings
     kv_follows_layers: bool = False  # KV split inferred from the weights (no KV buffer lines)
     # "log" | "server_split" (the server said its VRAM/host split: Ollama's size_vram) | "process" | "single_gpu" |
@@ -98,6 +100,29 @@ def place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used
         p.note = "; ".join(x for x in (p.note, "the server keeps the KV cache in host RAM (not offloaded to the GPU)")
                            if x)
     return p
+
+
+def place_draft(p: Placement, r: ServerReading, devs: Devices) -> None:
+    """Where the draft context lives: the log's draft buffers (weights and KV by device) when it printed them, else
+    beside the model's weights, split as they are (llama-server offloads the draft like the model by default)."""
+    cfg = r.config
+    logged = {**cfg.draft_model_buffer_bytes_by_device}
+    for dev, nbytes in cfg.draft_kv_buffer_bytes_by_device.items():
+        logged[dev] = logged.get(dev, 0) + nbytes
+    total = float(sum(logged.values()))
+    if total > 0:
+        for dev, nbytes in logged.items():
+            if is_device_buffer(dev):
+                idx = devs.by_name[canonical_device(dev)]
+                p.draft_gpu[idx] = p.draft_gpu.get(idx, 0.0) + nbytes / total
+            else:
+                p.draft_host += nbytes / total
+        return
+    resident = sum(p.weights_gpu.values()) + p.weights_host
+    if resident <= 0:
+        return
+    p.draft_gpu = {i: w / resident for i, w in p.weights_gpu.items()}
+    p.draft_host = p.weights_host / resident
 
 
 def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used: Mapping[int, int | None],
@@ -165,8 +190,9 @@ def _kv_like_weights(p: Placement) -> None:
 
 
 def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int | None,
-                        cfg_compute: Mapping[str, int], devs: Devices) -> None:
-    """Driver system-memory fallback: what the server needs beyond the VRAM others leave is in host RAM."""
+                        cfg_compute: Mapping[str, int], devs: Devices, draft: int | None = None) -> None:
+    """Driver system-memory fallback: what the server needs beyond the VRAM others leave is in host RAM (the model's
+    weights, its KV cache, the compute buffers and a draft context's ``draft`` bytes on the device)."""
     if not kv_alloc:
         return
     compute = {devs.by_name.get(canonical_device(d)): b for d, b in cfg_compute.items() if is_device_buffer(d)}
@@ -174,7 +200,8 @@ def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int |
         if (g.kind != "discrete_gpu" or g.vram_total_bytes is None or g.other_processes_bytes is None
                 or g.index not in p.weights_gpu):
             continue
-        need = p.weights_gpu[g.index] + kv_alloc * p.kv_gpu.get(g.index, 0.0) + compute.get(g.index, 0)
+        need = (p.weights_gpu[g.index] + kv_alloc * p.kv_gpu.get(g.index, 0.0) + compute.get(g.index, 0)
+                + (draft or 0) * p.draft_gpu.get(g.index, 0.0))
         room = g.vram_total_bytes - g.other_processes_bytes
         over = need - room
         if over > 0 and p.kv_gpu.get(g.index):

@@ -75,7 +75,7 @@ class HeaderPanel(QtWidgets.QFrame):
                (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
                s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
                s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
-               s.connection.status)
+               s.connection.status, s.speculative)
         if key == self._key:
             return
         self._key = key
@@ -136,7 +136,8 @@ class HeaderPanel(QtWidgets.QFrame):
             fmt.tip("Decode speed now (generated tokens per second)", "decode_tok_s", pv, rs, unknown=dec is None)
             + "\n" + fmt.tip("Ceiling: what the memory bus allows at this context depth", "ceiling_tok_s", pv, rs,
                              unknown=ceil is None)
-            + (f"\nUncertain: {suspect.message}" if suspect is not None else ""))
+            + (f"\nUncertain: {suspect.message}" if suspect is not None else "")
+            + (f"\n{spec}" if (spec := fmt.speculation_text(s)) else ""))
         if suspect is not None:
             self.efficiency.set(
                 f"<span style='color:{theme.hex_color('warning')}'>ceiling uncertain</span>"

@@ -27,14 +27,18 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
                 "ends (llama-server's counters, vLLM's histograms, or the request's own timings through kvmon's "
                 "proxy).")
     n = lat.replies
-    line = (f"first token {_s(lat.ttft_p50_s)} (p95 {_s(lat.ttft_p95_s)}) · {_ms(lat.itl_p50_s)}/token "
-            f"(p95 {_ms(lat.itl_p95_s)}) · {fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
+    at_least = "≥" if lat.ttft_lower_bound else ""  # the counters leave out a draft's prompt processing
+    line = (f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)}) · "
+            f"{_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · {fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
     prompt = (f" for {fmt_count(lat.last_prompt_tokens)} prompt tokens"
-              f" ({fmt_count(round(lat.last_prefill_tok_s))} tok/s)" if lat.last_prompt_tokens and
-              lat.last_prefill_tok_s else "")
+              f" ({'at most ' if at_least else ''}{fmt_count(round(lat.last_prefill_tok_s))} tok/s)"
+              if lat.last_prompt_tokens and lat.last_prefill_tok_s else "")
+    why = s.reasons.get("latency.ttft")
     tip = ("Medians and 95th percentiles over the session's replies.\n"
-           f"Last reply: first token after {_s(lat.ttft_last_s)}{prompt}, then {_ms(lat.itl_last_s)} per token.\n"
-           f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them).")
+           f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then "
+           f"{_ms(lat.itl_last_s)} per token.\n"
+           f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them)."
+           + (f"\nTimes to first token are lower bounds: {why}." if at_least and why else ""))
     return line, tip
 
 
@@ -45,7 +49,7 @@ class LatencyPanel(CaptionedLine):
 
     def key(self, s: Snapshot) -> object:  # type: ignore[override]
         lat = s.latency
-        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s)
+        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s, lat.ttft_lower_bound)
 
     def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
         return latency_text(s)

@@ -1,4 +1,5 @@
-"""Memory per device: weights / KV allocated (in-use shaded) / server compute & other / other processes / free.
+"""Memory per device: weights / KV allocated (in-use shaded) / draft model / server compute & other / other
+processes / free.
 
 Every device is a bar: a discrete GPU's VRAM (the red line at its end is where the next allocation spills), unified
 memory (the line at the GPU's working-set limit: past it macOS pages GPU memory), a device only the server's log
@@ -26,11 +27,14 @@ LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "K
 
 
 UNATTRIBUTED = ("unattributed", "not attributed")  # in the legend only while a bar has such a part
+DRAFT = ("draft", "draft model")  # in the legend only while a bar has such a part (speculative decoding)
 
 
-def legend_html(unattributed: bool = False) -> str:
+def legend_html(unattributed: bool = False, draft: bool = False) -> str:
     """The compact legend under the bars: a swatch in each colour and its word."""
-    words = (*LEGEND, UNATTRIBUTED) if unattributed else LEGEND
+    words = (*LEGEND[:3], DRAFT, *LEGEND[3:]) if draft else LEGEND
+    if unattributed:
+        words = (*words, UNATTRIBUTED)
     return " &nbsp; ".join(f"<span style='color:{theme.hex_color(q)}'>■</span>&nbsp;{word.replace(' ', '&nbsp;')}"
                           for q, word in words)
 
@@ -47,6 +51,21 @@ def device_label(g: GpuView) -> str:
     return "Unified" if g.kind == "unified_memory" else f"GPU {g.index}"
 
 
+def draft_segment(value: int | None, s: Snapshot) -> Segment | None:
+    """The draft context of speculative decoding on one device: its part of the draft model's weights and KV cache,
+    with what the whole draft holds in the tooltip."""
+    m = s.model
+    if not value or value <= 0:
+        return None
+    parts = " and ".join(f"{what} {fmt.bytes_(b)}" for what, b in (
+        ("weights", m.draft_weight_bytes), (f"KV cache ({m.draft_kv_type_k}/{m.draft_kv_type_v})",
+                                            m.draft_kv_allocated_bytes)) if b)
+    src = s.provenance.get("draft_kv_allocated_bytes")
+    return Segment("draft", float(value), f"Speculative decoding's draft ({m.draft_name}) here: {fmt.bytes_(value)}"
+                   + (f"\nThe whole draft: {parts}" if parts else "")
+                   + (f"\nIts KV cache: {src} (the model's cells, the draft's layers and types)" if src else ""))
+
+
 def _model_segments(g: GpuView, s: Snapshot) -> list[Segment]:
     kv = _seg("kv_allocated", g.kv_allocated_bytes, "KV cache allocated", "computed (llama.cpp allocation rules)")
     if kv is not None and g.kv_in_use_bytes is not None and g.kv_allocated_bytes:
@@ -56,6 +75,7 @@ def _model_segments(g: GpuView, s: Snapshot) -> list[Segment]:
     parts = [
         _seg("weights", g.weights_bytes, "Model weights", s.provenance.get("weight_bytes")),
         kv,
+        draft_segment(g.draft_bytes, s),
         _seg("server_other", g.server_other_bytes, "Server compute buffers and other"),
         _seg("other_processes", g.other_processes_bytes, "Other processes", _SOURCES.get(g.source or "", None)),
     ]
@@ -118,7 +138,8 @@ def host_shown(s: Snapshot) -> bool:
         return False
     if h.in_ceiling or not s.gpus:
         return True
-    return bool((h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)) and h.unified_with is None
+    return bool((h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0) + (h.draft_in_host_bytes or 0)) and \
+        h.unified_with is None
 
 
 def bandwidth_text(h: HostView) -> str:
@@ -137,10 +158,11 @@ def host_bar(s: Snapshot) -> Bar | None:
         return None
     h = s.host
     assert h.ram_total_bytes is not None
-    in_host = (h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0)
+    in_host = (h.weights_in_host_bytes or 0) + (h.kv_in_host_bytes or 0) + (h.draft_in_host_bytes or 0)
     segs = [x for x in (
         _seg("weights", h.weights_in_host_bytes, "Weights in host RAM", "the server's log or Ollama"),
         _seg("kv_allocated", h.kv_in_host_bytes, "KV cache in host RAM", "computed"),
+        draft_segment(h.draft_in_host_bytes, s),
     ) if x is not None]
     used_other = h.ram_total_bytes - (h.ram_available_bytes or 0) - in_host
     if h.ram_available_bytes is not None and used_other > 0:
@@ -151,7 +173,8 @@ def host_bar(s: Snapshot) -> Bar | None:
         free = min(float(h.ram_available_bytes), float(room))
         if free > 0:
             segs.append(Segment("free", free, f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
-    held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes)) if b)
+    held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes),
+                                     ("draft", h.draft_in_host_bytes)) if b)
     what = f"{held} {fmt.bytes_(in_host)} of {fmt.bytes_(h.ram_total_bytes)}" if in_host else \
         f"{fmt.bytes_(h.ram_total_bytes - (h.ram_available_bytes or 0))} of {fmt.bytes_(h.ram_total_bytes)} used"
     note = f"{what}\n{bandwidth_text(h)}"
@@ -185,11 +208,13 @@ class MemoryPanel(QtWidgets.QGroupBox):
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the devices' memory of one snapshot; nothing is formatted when no figure it shows changed."""
         key = (tuple((g.index, g.name, g.vram_total_bytes, g.vram_used_bytes, g.vram_free_bytes, g.weights_bytes,
-                      g.kv_allocated_bytes, g.kv_in_use_bytes, g.server_other_bytes, g.other_processes_bytes,
+                      g.kv_allocated_bytes, g.kv_in_use_bytes, g.draft_bytes, g.server_other_bytes,
+                      g.other_processes_bytes,
                       g.reasons.get("vram_split"), g.kind, g.source, g.working_set_limit_bytes, g.spill_used_bytes)
                      for g in s.gpus),
                s.host if host_shown(s) else None,
-               s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason)
+               s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason,
+               (s.model.draft_name, s.model.draft_weight_bytes, s.model.draft_kv_allocated_bytes))
         if key == self._key:
             return
         self._key = key
@@ -199,4 +224,5 @@ class MemoryPanel(QtWidgets.QGroupBox):
             rows.append(hb)
         empty = f"No memory readings: {s.gpus_unavailable_reason or 'no device source'}"
         self.bars.set_bars(tuple(rows), empty)
-        self.legend.setText(legend_html(any(p.quantity == UNATTRIBUTED[0] for b in rows for p in b.segments)))
+        quantities = {p.quantity for b in rows for p in b.segments}
+        self.legend.setText(legend_html(UNATTRIBUTED[0] in quantities, DRAFT[0] in quantities))

@@ -314,8 +314,9 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.here_line.show()
         self._draw_milestones(fc, x_max)
         self._draw_limit(fc, x_max)
-        if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index, fc.fit_reason)):
-            self.plot.setToolTip(self._tooltip(fc))
+        spec = fmt.speculation_text(s)
+        if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index, fc.fit_reason, spec)):
+            self.plot.setToolTip(self._tooltip(fc) + (f"\n{spec}" if spec else ""))
 
     @staticmethod
     def _tooltip(fc: Forecast) -> str:

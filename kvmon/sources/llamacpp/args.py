@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kvmon.core.jsonvals import text_int
-from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM, Provenance, ServerConfig
 from kvmon.core.units import MIB
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
@@ -33,6 +33,14 @@ _VALUE_FLAGS: dict[str, str] = {
     "--model": "model",
     "-md": "model_draft",
     "--model-draft": "model_draft",
+    "--spec-draft-model": "model_draft",
+    "--spec-type": "spec_type",
+    "-ctkd": "draft_type_k",
+    "--spec-draft-type-k": "draft_type_k",
+    "--cache-type-k-draft": "draft_type_k",
+    "-ctvd": "draft_type_v",
+    "--spec-draft-type-v": "draft_type_v",
+    "--cache-type-v-draft": "draft_type_v",
     "-ub": "ubatch",
     "--ubatch-size": "ubatch",
     "-b": "batch",
@@ -54,6 +62,9 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_N_GPU_LAYERS": "ngl",
     "LLAMA_ARG_MODEL": "model",
     "LLAMA_ARG_MODEL_DRAFT": "model_draft",
+    "LLAMA_ARG_SPEC_TYPE": "spec_type",
+    "LLAMA_ARG_CACHE_TYPE_K_DRAFT": "draft_type_k",
+    "LLAMA_ARG_CACHE_TYPE_V_DRAFT": "draft_type_v",
     "LLAMA_ARG_UBATCH": "ubatch",
     "LLAMA_ARG_BATCH": "batch",
     "LLAMA_ARG_HOST": "host",
@@ -189,7 +200,11 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         prov["kv_unified"] = Provenance.DEFAULT
 
     types: dict[str, str] = {}
-    for field, key in (("type_k", "type_k"), ("type_v", "type_v")):
+    for field, key in (("type_k", "type_k"), ("type_v", "type_v"), ("draft_type_k", "draft_type_k"),
+                       ("draft_type_v", "draft_type_v")):
+        if key.startswith("draft") and key not in raw:  # the draft context's types: only when the line says them
+            types[field] = ""
+            continue
         name = raw.get(key, "f16").strip().lower()
         if name not in CACHE_TYPES:
             notes.append(f"unknown KV cache type {name!r}")
@@ -231,6 +246,12 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     draft_model_path = raw.get("model_draft") or None  # speculative decoding's draft model (-md)
     if draft_model_path:
         mark("draft_model_path", "model_draft")
+    spec_types = _spec_types(raw.get("spec_type"), notes)
+    if spec_types is not None:
+        mark("spec_types", "spec_type")
+    drafter = _drafter(spec_types, draft_model_path)
+    if drafter is not None:
+        prov["drafter"] = Provenance.COMMAND_LINE
 
     # idle sleep (the model unloaded after N idle seconds; -1, the default, never): an unreadable value is taken
     # as "may sleep", the safe side (polling /slots would wake a sleeping server)
@@ -264,6 +285,10 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         swa_full=swa_full,
         model_path=model_path,
         draft_model_path=draft_model_path,
+        spec_types=spec_types,
+        drafter=drafter,
+        draft_type_k=types["draft_type_k"] or None,
+        draft_type_v=types["draft_type_v"] or None,
         sleep_idle_seconds=sleep_idle_seconds,
         fit=fit,
         fit_target_bytes=fit_target,
@@ -271,6 +296,31 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         provenance=prov,
     )
     return LlamaServerArgs(config=config, host=host, port=port, notes=tuple(notes))
+
+
+def _spec_types(text: str | None, notes: list[str]) -> tuple[str, ...] | None:
+    """``--spec-type a,b``: the speculative decoders, as llama-server names them ("draft-mtp", "ngram-simple"); None
+    when the line does not say (llama-server's default is none, unless a draft model is given)."""
+    if text is None:
+        return None
+    words = tuple(w.strip().lower() for w in text.split(",") if w.strip())
+    if not words or any(not w.replace("-", "").replace("_", "").isalnum() or len(w) > 40 for w in words):
+        notes.append(f"unreadable --spec-type {text[:40]!r}")
+        return None
+    return words
+
+
+def _drafter(spec_types: tuple[str, ...] | None, draft_model_path: str | None) -> str | None:
+    """What drafts the tokens: a draft model (``-md``, or a ``draft-*`` type that loads one), the model's own MTP
+    layers (``draft-mtp``), n-gram lookup (``ngram-*``); None when the command line names no speculation."""
+    types = spec_types or ()
+    if "draft-mtp" in types:
+        return MTP_LAYERS
+    if draft_model_path or any(t.startswith("draft-") for t in types):
+        return DRAFT_MODEL
+    if any(t.startswith("ngram") for t in types):
+        return NGRAM
+    return None
 
 
 def _memory_settings(raw: dict[str, str], notes: list[str]) -> tuple[bool, tuple[int, ...], int]:

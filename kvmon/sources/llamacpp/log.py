@@ -61,6 +61,10 @@ _SLOTS = re.compile(r"initializing, n_slots = ([0-9]+), n_ctx_slot = ([0-9]+)(?:
 _AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = ([0-9]+) and kv_unified = (\w+)")
 _MODEL_FILE = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and \d+ tensors from "
                          r"(.+?)(?: \(version .*)?$")
+# the draft context of speculative decoding: a draft model's (its weights, KV and compute buffers follow) or the MTP
+# layers' context against the target model (its KV follows); its lines describe the draft, not the model
+_DRAFT_START = re.compile(r"loading draft model|creating MTP draft context")
+_DRAFT_END = re.compile(r"speculative decoding context initialized")
 _LOADED = re.compile(r"(llama_server: model loaded|main: model loaded|server is listening|"
                      r"load_model: initializing, n_slots)")
 # llama_kv_cache_iswa: using full-size SWA cache (ref: ...); creating     SWA KV cache, size = 768 cells
@@ -125,9 +129,17 @@ class LlamaLogParser:
     model_path: str | None = None  # the GGUF this load block read (llama_model_loader)
     loaded: bool = False  # the server said it finished loading
     prompt_cache_limit_bytes: int | None = None  # -1 no limit, 0 off
+    draft_kv_bytes_allocated: int | None = None  # the draft context's KV size line(s)
+    draft_type_k: str | None = None
+    draft_type_v: str | None = None
+    draft_model_buffers: dict[str, int] = field(default_factory=dict)
+    draft_kv_buffers: dict[str, int] = field(default_factory=dict)
+    draft_compute_buffers: dict[str, int] = field(default_factory=dict)
+    in_draft: bool = False  # between the draft context's first line and the end of the load
     lines_matched: int = 0
     lines_rejected: int = 0  # too long, or a number no type holds: skipped
     _kv_sizes_in_block: int = 0
+    _draft_kv_sizes: int = 0
 
     def reset(self) -> None:
         """Forget everything: a new server start began in the log."""
@@ -155,6 +167,14 @@ class LlamaLogParser:
             self.lines_matched += 1
         if _LOADED.search(line):
             self.loaded = True
+            self.in_draft = False
+        if _DRAFT_START.search(line):
+            self.in_draft = True
+            self.lines_matched += 1
+            return
+        if self.in_draft:
+            self._feed_draft(line)
+            return
         m = _MODEL_FILE.search(line)
         if m:
             self.model_path = m.group(1).strip()
@@ -240,6 +260,34 @@ class LlamaLogParser:
             self.flash_attn = "off"
             self.lines_matched += 1
 
+    def _feed_draft(self, line: str) -> None:
+        """A line of the draft context's load: its KV size and types, its weights', KV and compute buffers; its
+        context fields repeat the model's and its model file is the draft's, so neither changes the model's."""
+        if _DRAFT_END.search(line):
+            self.in_draft = False
+            return
+        m = _KV_SIZE.search(line)
+        if m:
+            size = _mib(m.group(1))
+            # a sliding-window draft prints two size lines: they add up
+            self.draft_kv_bytes_allocated = (self.draft_kv_bytes_allocated or 0) + size if self._draft_kv_sizes \
+                else size
+            self._draft_kv_sizes += 1
+            if m.group(6):
+                self.draft_type_k, self.draft_type_v = m.group(6).lower(), m.group(8).lower()
+            self.lines_matched += 1
+            return
+        for rx, target in ((_KV_BUF, self.draft_kv_buffers), (_MODEL_BUF, self.draft_model_buffers)):
+            m = rx.search(line)
+            if m:
+                target[m.group(1)] = target.get(m.group(1), 0) + _mib(m.group(2))
+                self.lines_matched += 1
+                return
+        m = _COMPUTE_BUF.search(line)
+        if m:
+            self.draft_compute_buffers[m.group(1)] = _mib(m.group(2))
+            self.lines_matched += 1
+
     def _ctx_field(self, name: str, value: str) -> None:
         num = text_int(value, limit=MAX_CONTEXT_TOKENS)
         if name == "n_ctx" and num is not None:
@@ -298,13 +346,21 @@ class LlamaLogParser:
             "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
             "model_path": self.model_path,
             "prompt_cache_limit_bytes": self.prompt_cache_limit_bytes,
+            "draft_kv_bytes_allocated": self.draft_kv_bytes_allocated,
+            "draft_type_k": self.draft_type_k,
+            "draft_type_v": self.draft_type_v,
         }
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
+        compute = dict(self.compute_buffers)  # the server's compute memory: the model's and the draft context's
+        for dev, nbytes in self.draft_compute_buffers.items():
+            compute[dev] = compute.get(dev, 0) + nbytes
         maps = {
             "model_buffer_bytes_by_device": dict(self.model_buffers),
             "kv_buffer_bytes_by_device": dict(self.kv_buffers),
-            "compute_buffer_bytes_by_device": dict(self.compute_buffers),
+            "compute_buffer_bytes_by_device": compute,
             "device_free_bytes_by_device": dict(self.device_lines.using_free_bytes),
+            "draft_model_buffer_bytes_by_device": dict(self.draft_model_buffers),
+            "draft_kv_buffer_bytes_by_device": dict(self.draft_kv_buffers),
         }
         prov.update({k: Provenance.LOG for k, v in maps.items() if v})
         devices = self.device_lines.devices()

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon.core.jsonvals import json_float, json_int
-from kvmon.core.readings import Provenance, ServerConfig, SlotReading
+from kvmon.core.readings import (
+    ACCEPTED_PER_POSITION,
+    Provenance,
+    ServerConfig,
+    SlotReading,
+    position_counter,
+)
 
 METRIC_PREFIX = "llamacpp:"
 
@@ -26,6 +32,9 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _PLAIN_SAMPLE = re.compile(rf"({_NAME}) (\S+)(?: -?[0-9]+)?\Z")
 _LABELLED_SAMPLE = re.compile(rf"{_NAME}\{{(?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n{{}}]*\",?)+\}} \S+(?: -?[0-9]+)?\Z")
 _COMMENT = re.compile(rf"# (?:HELP {_NAME}(?: .*)?|TYPE ({_NAME}) (counter|gauge|histogram|summary|untyped))\Z")
+_POSITION_SAMPLE = re.compile(r'\{position="([0-9]{1,3})"\} (\S+)(?: -?[0-9]+)?\Z')  # of the per-position counter
+_PER_POSITION = METRIC_PREFIX + ACCEPTED_PER_POSITION
+_POSITION = re.compile(r"[0-9]{1,3}")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)\Z")
 
 
@@ -62,7 +71,12 @@ def _plain_counters(text: str) -> list[tuple[str, float]] | None:
         if m is None:
             if _LABELLED_SAMPLE.match(line) is None or line.split("{", 1)[0] != family:
                 return None
-            continue  # a labelled sample of the family just declared: not a plain counter
+            if family == _PER_POSITION and kind == "counter":  # speculative decoding's acceptance by position
+                p = _POSITION_SAMPLE.match(line, len(family))
+                if p is None or _FLOAT.match(p.group(2)) is None:
+                    return None
+                out.append((_position_key(p.group(1)), float(p.group(2))))
+            continue  # another labelled sample of the family just declared: not a plain counter
         name, value = m.group(1), m.group(2)
         if name != family or _FLOAT.match(value) is None or name.endswith("_created"):
             return None  # (the full parser reads a ``_created`` sample as its family's creation time)
@@ -73,8 +87,15 @@ def _plain_counters(text: str) -> list[tuple[str, float]] | None:
     return out
 
 
+def _position_key(text: str) -> str:
+    """The metrics key of the per-position counter at ``text`` (a draft position as the page writes it)."""
+    return METRIC_PREFIX + position_counter(ACCEPTED_PER_POSITION, int(text))
+
+
 def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, float]:
-    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped.
+    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped. The one
+    labelled counter kept is speculative decoding's acceptance by draft position, one key per position
+    (``kvmon.core.readings.position_counter``).
 
     A counter whose value is not a finite, non-negative number within 64 bits is left out and named in
     ``rejected``; text that is not Prometheus exposition raises MetricsTextError.
@@ -95,9 +116,12 @@ def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[st
             if family.type != "counter":
                 continue
             for sample in family.samples:
-                if sample.labels:
-                    continue
                 name = sample.name
+                if sample.labels:
+                    pos = sample.labels.get("position", "")
+                    if name != _PER_POSITION or set(sample.labels) != {"position"} or not _POSITION.fullmatch(pos):
+                        continue
+                    name = _position_key(pos)
                 if name.startswith(METRIC_PREFIX):
                     name = name[len(METRIC_PREFIX) :]
                 if name.endswith("_created"):

@@ -36,6 +36,7 @@ from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.draft import mtp_weight_bytes, with_draft
 from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
 from kvmon.sources.llamacpp.process import LlamaServerProcess
@@ -270,7 +271,7 @@ class LlamaServerSource:
         model, model_reasons = self._model_info(props, self.model_id or (unquote(q[len("?model="):]) if q else None))
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
-        model = self._with_draft(model, config, reasons)
+        model = with_draft(model, config, self._files, self._resolve_model_path, self._local_files, reasons)
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
         self._sleep.sleep_s = config.sleep_idle_seconds
 
@@ -419,25 +420,6 @@ class LlamaServerSource:
         self._v1_cache = (key, entry, why)
         return entry, why
 
-    def _with_draft(self, model: ModelInfo, config: ServerConfig, reasons: dict[str, str]) -> ModelInfo:
-        """The draft model's weights (``-md``), from its GGUF header: speculation reads them once per drafted
-        token. Without them the speculative ceiling is an upper bound, and ``reasons["model.draft"]`` says why."""
-        path = config.draft_model_path
-        if not path:
-            return model
-        name = os.path.basename(path)
-        full = self._resolve_model_path(path) if self._local_files else None
-        if full is None:
-            where = "its folder is unknown" if self._local_files else "it is on the server's machine"
-            reasons["model.draft"] = f"draft model {name!r} is not read ({where}): its reads are not counted"
-            return model
-        header, why, _key = self._files.header(full)
-        if header is None or header.tensor_bytes is None:
-            why = why or f"draft model {name!r} has no tensor sizes"
-            reasons["model.draft"] = f"{why}: its reads are not counted"
-            return model
-        return dataclasses.replace(model, draft_weight_bytes=header.tensor_bytes)
-
     def _resolve_model_path(self, model_path: str | None) -> str | None:
         if not model_path:
             return None
@@ -463,6 +445,7 @@ class LlamaServerSource:
 
         shape = None
         shape_source = None
+        mtp_bytes: int | None = None
         arch = None
         metadata: dict[str, Any] | None = None
         full_path = self._resolve_model_path(model_path) if self._local_files else None
@@ -475,6 +458,7 @@ class LlamaServerSource:
             if header is not None:
                 metadata = dict(header.metadata)
                 shape_source = "gguf"
+                mtp_bytes = mtp_weight_bytes(header)  # the model's own MTP layers (the draft-mtp drafter)
                 if weight_bytes is None and header.tensor_bytes is not None:
                     weight_bytes = header.tensor_bytes
             elif gwhy:
@@ -516,6 +500,7 @@ class LlamaServerSource:
                 path=model_path,
                 shape=shape,
                 shape_source=shape_source,
+                mtp_weight_bytes=mtp_bytes,
             ),
             reasons,
         )

@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, text_float, text_int
+from kvmon.core.readings import ACCEPTED_PER_POSITION, MAX_DRAFT_POSITIONS, position_counter, position_counts
 
 PREFIX = "vllm:"
 # (what kvmon calls it, exposed names newest first)
@@ -68,6 +69,7 @@ class ModelMetrics:
     spec_drafts_total: float | None = None
     spec_draft_tokens_total: float | None = None
     spec_accepted_tokens_total: float | None = None
+    spec_accepted_per_position: tuple[float, ...] = ()  # accepted drafted tokens at positions 0, 1, …
     prefix_cache_hits_total: float | None = None
     prefix_cache_queries_total: float | None = None
     awake: bool | None = None  # vllm:engine_sleep_state{sleep_state="awake"}: False while the engine sleeps
@@ -160,6 +162,12 @@ def parse_metrics(text: str) -> MetricsPage:
             if labels.get("sleep_state") != "awake":
                 continue
             name = "engine_awake"
+        elif name == ACCEPTED_PER_POSITION:  # speculative decoding's acceptance, one series per draft position
+            pos = text_int(labels.get("position"))
+            if pos is None or pos >= MAX_DRAFT_POSITIONS:
+                notes.append(f"vllm:{name} for {model!r} has a position that is not a draft's")
+                continue
+            name = position_counter(name, pos)
         acc.setdefault(name, []).append(value)
     models = {m: _model(m, acc, len(engines.get(m, ()))) for m, acc in per.items()}
     return MetricsPage(models, _cache(cache_rows, notes), seen, tuple(notes))
@@ -192,7 +200,9 @@ def _model(name: str, acc: Mapping[str, list[float]], n_engines: int) -> ModelMe
         prefix_cache_hits_total=sum(hits) if hits else None,
         prefix_cache_queries_total=sum(queries) if queries else None,
         ttft=_hist(acc, TTFT), itl=_hist(acc, ITL), prefill_time=_hist(acc, PREFILL_TIME),
-        prefill_tokens=_hist(acc, PREFILL_TOKENS), **summed)
+        prefill_tokens=_hist(acc, PREFILL_TOKENS),
+        spec_accepted_per_position=position_counts({k: sum(v) for k, v in acc.items()}, ACCEPTED_PER_POSITION),
+        **summed)
 
 
 def _label_int(labels: Mapping[str, str], key: str) -> int | None:

@@ -21,7 +21,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvmon.core.jsonvals import json_str
-from kvmon.core.readings import ModelInfo, Provenance, ServerConfig, ServerReading, SourceError
+from kvmon.core.readings import (
+    ACCEPTED_PER_POSITION,
+    ModelInfo,
+    Provenance,
+    ServerConfig,
+    ServerReading,
+    SourceError,
+    position_counter,
+)
 from kvmon.physics import kv as kv_mod
 from kvmon.sources import procs
 from kvmon.sources.hf_config import HfModel, model_folder, read_model
@@ -243,6 +251,8 @@ def _counters(mm: ModelMetrics) -> dict[str, float]:
                        ("spec_decode_num_accepted_tokens_total", mm.spec_accepted_tokens_total)):
         if value is not None:
             out[key] = value
+    for pos, value in enumerate(mm.spec_accepted_per_position):
+        out[position_counter(ACCEPTED_PER_POSITION, pos)] = value
     for h in (mm.ttft, mm.itl, mm.prefill_time, mm.prefill_tokens):
         if h is not None:
             out[f"{h.name}_sum"] = h.sum_s
