@@ -235,7 +235,7 @@ def test_https_checks_certificates_and_keeps_the_deadline(certificate: tuple[Pat
         untrusting.get("/slots")  # self-signed: refused by the default checks, as httpx would refuse it
     assert e.value.failure.kind == FailureKind.UNREACHABLE and "certificate" in e.value.failure.reason.lower()
     trusting = ssl.create_default_context(cafile=str(cert))
-    client = HttpClient(server.url, timeout_s=2.0, transport=KeepAliveTransport(tls=trusting))
+    client = HttpClient(server.url, timeout_s=2.0, tls=trusting)
     assert client.get_json("/slots") == {"ok": True}
     assert client.get_json("/slots") == {"ok": True} and server.connections <= 2  # kept over TLS too
 
@@ -249,7 +249,7 @@ def test_https_checks_certificates_and_keeps_the_deadline(certificate: tuple[Pat
         return False
 
     slow = TlsServer([drip], cert, key)
-    client = HttpClient(slow.url, timeout_s=0.5, transport=KeepAliveTransport(tls=trusting))
+    client = HttpClient(slow.url, timeout_s=0.5, tls=trusting)
     t0 = time.monotonic()
     try:
         with pytest.raises(SourceError) as e:

@@ -14,19 +14,19 @@ JSON bodies are read by ``kvmon.core.jsonvals.parse_json``, the one rule for unt
 
 from __future__ import annotations
 
+import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from kvmon.core.deadline import current_deadline
 from kvmon.core.jsonvals import InputError, parse_json
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.redact import scrub
-from kvmon.sources.keepalive import DEADLINE, KeepAliveTransport
+from kvmon.sources.wire import ConnectFailed, ConnectTimedOut, TimedOut, TooLarge, Wire, WireError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
 HANG_LIMIT_MIN_S = 0.25  # an endpoint that hung is asked with this limit (or a tenth of the timeout, if longer)
@@ -139,7 +139,8 @@ class HttpResponse:
 
 
 class HttpClient:
-    """A thin httpx wrapper bound to one server; each call returns the whole (capped) body or raises."""
+    """Requests to one server over one kept connection (``kvmon.sources.wire``); each call returns the whole
+    (capped) body or raises SourceError. ``tls``: the certificate checks for ``https://`` (default: certifi's)."""
 
     def __init__(
         self,
@@ -148,7 +149,7 @@ class HttpClient:
         api_key: str | None = None,
         timeout_s: float = 3.0,
         max_body_bytes: int = MAX_BODY_BYTES,
-        transport: httpx.BaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.display_url = redact_url(self.base_url)
@@ -156,32 +157,29 @@ class HttpClient:
         self._secrets = (api_key,) if api_key else ()
         self._max_body_bytes = max_body_bytes
         self._deadline_s = timeout_s
+        self._connect_s = min(timeout_s, 2.0)
         headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 2.0))
-        if transport is None:  # one kept connection over the standard library, each request under its deadline
-            transport = KeepAliveTransport()
-        self._transport: httpx.BaseTransport = transport
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout,
-            follow_redirects=False,
-            transport=self._transport,
-            trust_env=False,
-        )
-        # Polls send requests straight to the client's transport with the client's headers and timeouts: the
-        # client's redirect, auth, cookie and hook layers (unused here) cost about a third of a request's CPU.
-        self._headers = httpx.Headers({**dict(self._client.headers), **headers})
-        self._timeouts = timeout.as_dict()
-        self._urls: dict[str, httpx.URL] = {}  # parsed once per path: a poll asks the same few paths again
+        parts = urlsplit(self.base_url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        self._prefix = parts.path.rstrip("/")  # a server mounted under a path (a reverse proxy's /llm)
+        scheme = parts.scheme or "http"
+        self._wire = Wire(scheme, parts.hostname or "", port or (443 if scheme == "https" else 80), tls=tls,
+                          headers=headers)
 
     def __repr__(self) -> str:  # never show the key
         return f"HttpClient({self.display_url!r}, api_key={'set' if self._api_key else 'none'})"
 
     def close(self) -> None:
-        self._client.close()
+        self._wire.close()
+
+    def abort(self) -> None:
+        """From another thread: end the request being read now."""
+        self._wire.abort()
 
     def hangs(self, path: str) -> bool:
         """Whether this endpoint hung and has not answered since (it is asked with a short limit)."""
@@ -190,8 +188,6 @@ class HttpClient:
     def request(self, method: str, path: str, *, json_body: Any = None) -> HttpResponse:
         """Send one request; network trouble, oversize bodies and no answer by the deadline raise SourceError."""
         endpoint = path.split("?", 1)[0]
-        # httpx's timeouts are per read; the transport holds connect, head and body to this one deadline (and
-        # the loop below checks it too, for any other transport a test may give).
         start = time.monotonic()
         deadline = start + self._deadline_s
         poll = current_deadline()
@@ -212,70 +208,38 @@ class HttpClient:
             if poll is not None:
                 poll.note_timeout(why)
             raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint))
+        target = self._prefix + ("" if path.startswith("/") else "/") + path
+        body = extra = None
+        if json_body is not None:
+            body = json.dumps(json_body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            extra = {"Content-Type": "application/json"}
         try:
-            url = self._urls.get(path)
-            if url is None:
-                url = httpx.URL(self.base_url + ("" if path.startswith("/") else "/") + path)
-                if len(self._urls) < 64:
-                    self._urls[path] = url
-            req = httpx.Request(method, url, headers=self._headers, json=json_body,
-                                extensions={"timeout": self._timeouts, DEADLINE: deadline})
-            resp = self._transport.handle_request(req)
-            resp.request = req
-            try:
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in resp.iter_bytes():
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("whole-request deadline passed")
-                    size += len(chunk)
-                    if size > self._max_body_bytes:
-                        raise SourceError(
-                            SourceFailure(
-                                FailureKind.UNEXPECTED_BODY,
-                                f"{endpoint} body larger than {self._max_body_bytes // (1024 * 1024)} MiB; not read",
-                                endpoint,
-                                resp.status_code,
-                            )
-                        )
-                    chunks.append(chunk)
-                answer = HttpResponse(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
-                                      b"".join(chunks), self._secrets)
-            finally:
-                resp.close()
-            HANGS.answered(hang_key)
-            if poll is not None:
-                poll.note_answer()
-            return answer
-        except httpx.TimeoutException:
+            got = self._wire.request(method, target, deadline=deadline, body=body, headers=extra,
+                                     connect_s=self._connect_s, max_body_bytes=self._max_body_bytes)
+        except (TimedOut, ConnectTimedOut):
             why = self._timed_out(endpoint, start, deadline, limit if limited else None, by_poll)
             if poll is not None:
                 poll.note_timeout(why)
             raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint)) from None
-        except httpx.ConnectError as e:
-            raise SourceError(
-                SourceFailure(
-                    FailureKind.UNREACHABLE,
-                    f"cannot connect to {self.display_url} ({_short(e)})",
-                    endpoint,
-                )
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-            raise SourceError(
-                SourceFailure(
-                    FailureKind.UNREACHABLE,
-                    f"{self.display_url}{endpoint} closed the connection ({_short(e)})",
-                    endpoint,
-                )
-            ) from None
-        except httpx.HTTPError as e:
-            raise SourceError(
-                SourceFailure(FailureKind.UNREACHABLE, f"{self.display_url}{endpoint}: {_short(e)}", endpoint)
-            ) from None
-        except UnicodeEncodeError:  # a request body (a model name) that is not valid text
+        except ConnectFailed as e:
+            raise SourceError(SourceFailure(FailureKind.UNREACHABLE,
+                                            f"cannot connect to {self.display_url} ({_short(e)})", endpoint)) from None
+        except TooLarge:
+            cap_mib = self._max_body_bytes // (1024 * 1024)
+            raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY,
+                                            f"{endpoint} body larger than {cap_mib} MiB; not read", endpoint)) from None
+        except WireError as e:  # dropped mid-answer, or what came back is not HTTP
+            raise SourceError(SourceFailure(
+                FailureKind.UNREACHABLE, f"{self.display_url}{endpoint} closed the connection ({_short(e)})",
+                endpoint)) from None
+        except (UnicodeEncodeError, ValueError):  # a request (a model name, a path) that is not valid text
             raise SourceError(
                 SourceFailure(FailureKind.BAD_URL, f"{endpoint}: the request is not valid text", endpoint)
             ) from None
+        HANGS.answered(hang_key)
+        if poll is not None:
+            poll.note_answer()
+        return HttpResponse(got.status, got.headers, got.body, self._secrets)
 
     def _timed_out(self, endpoint: str, start: float, deadline: float, limit: float | None, by_poll: bool) -> str:
         """Why a request got no answer in time (and, when it had a fair chance, remember that it hung)."""

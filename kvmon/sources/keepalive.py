@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from kvmon.sources.wire import tls_context
+
 READ_CHUNK_BYTES = 64 * 1024
 DEADLINE = "kvmon_deadline"  # request extension: the monotonic instant by which the whole answer must be in
 # request extension for a stream (server-sent events): DEADLINE holds for the head only, then each read of the body
@@ -91,15 +93,6 @@ class _Connection(_DeadlineMixin, http.client.HTTPConnection):
 
 class _TlsConnection(_DeadlineMixin, http.client.HTTPSConnection):
     pass
-
-
-def tls_context() -> ssl.SSLContext:
-    """Certificate checks as httpx makes them: certifi's bundle (the system's where certifi is missing)."""
-    try:
-        import certifi
-    except ImportError:  # pragma: no cover - httpx depends on certifi
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 class _Body(httpx.SyncByteStream):
