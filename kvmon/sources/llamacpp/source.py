@@ -32,6 +32,7 @@ from kvmon.core.readings import (
     SourceError,
     SourceFailure,
 )
+from kvmon.core.same import LastAnswer
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
@@ -118,6 +119,8 @@ class LlamaServerSource:
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
+        self._merged: LastAnswer[ServerConfig] = LastAnswer()  # the config layers merged, while they stand
+        self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
         self.model_id = model_id
         self._model_name = model_name or model_id  # a router's or llama-swap's name for it: the user's
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
@@ -278,7 +281,9 @@ class LlamaServerSource:
         total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
             total_slots = len(slots)
-        config = derive_totals(config, props, slots, total_slots)
+        slot_ctx = slots[0].n_ctx if slots else None
+        config = self._totals.get(lambda c, p, _n, t: derive_totals(c, p, slots, t), config, props, slot_ctx,
+                                  total_slots)
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
@@ -524,4 +529,4 @@ class LlamaServerSource:
             if hint:
                 reasons["log_placement"] = hint
         layers.append(self._config_override)
-        return merge_configs(*layers), pids
+        return self._merged.get(merge_configs, *layers), pids  # the same layers as the last poll: merged then
