@@ -25,6 +25,7 @@ from kvmon.core.snapshot import (
     Regime,
     Snapshot,
 )
+from kvmon.gui import theme
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.panels.alerts import lines_for
 from kvmon.gui.panels.memory import gpu_bar, host_bar
@@ -468,12 +469,42 @@ def test_the_depth_marker_ignores_a_wobble_but_follows_a_change(window: MainWind
     assert s.decode_tok_s is not None
     window.on_snapshot(s)
     here = window.speed_context.here
-    y0 = float(here.getData()[1][0])
+    y0 = here.position()[1]
     assert y0 == pytest.approx(s.decode_tok_s)
     window.on_snapshot(dataclasses.replace(s, seq=4, decode_tok_s=s.decode_tok_s + 0.4))
-    assert float(here.getData()[1][0]) == y0
+    assert here.position()[1] == y0
     window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=s.decode_tok_s * 0.8))
-    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s * 0.8)
+    assert here.position()[1] == pytest.approx(s.decode_tok_s * 0.8)
+
+
+def test_the_depth_marker_is_drawn_where_its_depth_and_speed_are(window: MainWindow) -> None:
+    """The dot sits at (context, decode speed) of the plot, the line runs the plot's height, and a move leaves
+    nothing behind."""
+    s = SyntheticMonitor().snapshot(3)
+    assert s.decode_tok_s is not None and s.context_tokens is not None
+    window.on_snapshot(s)
+    QtWidgets.QApplication.processEvents()
+    panel = window.speed_context
+    vb = panel.plot.getPlotItem().getViewBox()
+
+    def pixel(x: float, y: float) -> QtCore.QPoint:
+        return panel.plot.mapFromScene(vb.mapViewToScene(QtCore.QPointF(x, y)))
+
+    decode = theme.color("decode")
+
+    def dot_at(img: QtGui.QImage, at: QtCore.QPoint) -> bool:  # the decode colour fills the dot's middle
+        c = QtGui.QColor(img.pixel(at))
+        return abs(c.red() - decode.red()) + abs(c.green() - decode.green()) + abs(c.blue() - decode.blue()) < 40
+
+    at = pixel(s.context_tokens, s.decode_tok_s)
+    img = panel.plot.grab().toImage()
+    assert dot_at(img, at)
+    assert panel.here.boundingRect().height() == pytest.approx(vb.viewRect().height())  # the whole height
+    window.on_snapshot(dataclasses.replace(s, seq=4, context_tokens=s.context_tokens * 2,
+                                           decode_tok_s=s.decode_tok_s * 0.7))
+    QtWidgets.QApplication.processEvents()
+    img = panel.plot.grab().toImage()
+    assert dot_at(img, pixel(s.context_tokens * 2, s.decode_tok_s * 0.7)) and not dot_at(img, at)
 
 
 def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
@@ -502,11 +533,11 @@ def test_the_depth_marker_keeps_the_last_measured_speed_while_idle(window: MainW
     assert s.decode_tok_s is not None and s.ceiling_tok_s is not None
     window.on_snapshot(dataclasses.replace(s, decode_tok_s=None))  # nothing measured yet: the line, no dot
     here = window.speed_context.here
-    assert len(here.getData()[0]) == 0 and window.speed_context.here_line.isVisible()
+    assert here.position() == (s.context_tokens, None) and here.isVisible()
     window.on_snapshot(dataclasses.replace(s, seq=4))
-    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
+    assert here.position()[1] == pytest.approx(s.decode_tok_s)
     window.on_snapshot(dataclasses.replace(s, seq=5, decode_tok_s=None))  # idle between replies
-    assert float(here.getData()[1][0]) == pytest.approx(s.decode_tok_s)
+    assert here.position()[1] == pytest.approx(s.decode_tok_s)
 
 
 def test_polled_ago_ticks_only_once_polls_are_late(window: MainWindow, qtbot) -> None:

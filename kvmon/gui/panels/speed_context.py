@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.points import ContextBins
 from kvmon.core.snapshot import MILESTONES, Forecast, Snapshot  # a line at each depth the forecast gives
 from kvmon.gui import fmt, theme
+from kvmon.gui.panels.here_marker import HereMarker
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
 
 REGIME_WORDS = {"n_ctx": "new n_ctx", "cache_types": "new cache types", "slots": "new slot count",
@@ -95,14 +96,13 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.addItem(self.earlier)  # in the legend only while there are such points
         self.measured = Dots(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
         pi.addItem(self.measured)
-        self.here = Dots(size=13, symbol="o", pen=pg.mkPen(theme.color("here"), width=2),
-                                       brush=theme.brush("decode"))
-        pi.addItem(self.here)
         here_pen = pg.mkPen(theme.color("here"), width=1, style=QtCore.Qt.PenStyle.DotLine)
-        self.here_line = pg.InfiniteLine(angle=90, movable=False, pen=here_pen, label="you are here",
-                                         labelOpts={"position": 0.55, "color": theme.foreground()})
-        self.here_line.hide()
-        pi.addItem(self.here_line)
+        self.here = HereMarker(here_pen, pg.mkPen(theme.color("here"), width=2), theme.brush("decode"),
+                               QtGui.QColor(theme.foreground()))
+        pi.addItem(self.here, ignoreBounds=True)
+        vb = pi.getViewBox()
+        vb.sigTransformChanged.connect(self._view_changed)
+        vb.sigResized.connect(self._view_changed)
         regime_pen = pg.mkPen(theme.color("warning"), width=1, style=QtCore.Qt.PenStyle.DashDotLine)
         self.regime_line = pg.InfiniteLine(angle=90, movable=False, pen=regime_pen, label="",
                                            labelOpts={"position": 0.92, "color": theme.color("warning")})
@@ -138,6 +138,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._earlier_in_legend = False
         self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
         self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
+
+    def _view_changed(self, vb: pg.ViewBox) -> None:
+        """The marker's bounds follow the view's range and size (its shapes are in pixels)."""
+        self.here.view_changed(vb.viewRect(), tuple(vb.viewPixelSize()))  # type: ignore[arg-type]
 
     def reset(self) -> None:
         """A new session or model: draw everything afresh on the next snapshot (the marker's last speed goes)."""
@@ -303,15 +307,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self._marker_y(s, y_top))
         if self._changed("here", here):
             if s.context_tokens is None:
-                self.here.setData([], [])
-                self.here_line.hide()
+                self.here.hide()
             else:
-                if here[1] is None:
-                    self.here.setData([], [])
-                else:
-                    self.here.setData([s.context_tokens], [here[1]])
-                self.here_line.setValue(s.context_tokens)
-                self.here_line.show()
+                self.here.set(float(s.context_tokens), here[1])
+                self.here.show()
         self._draw_milestones(fc, x_max)
         self._draw_limit(fc, x_max)
         spec = fmt.speculation_text(s)
