@@ -104,6 +104,19 @@ def start_sim(scenario: str) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError(f"the simulator did not start: {proc.stderr.read() if proc.stderr else ''}")
 
 
+def bare_parts_mib() -> str:
+    """RSS of a bare PySide6 window, then with numpy and pyqtgraph imported, each in a fresh process: the floor under
+    any dashboard built on them."""
+    code = ("import os, psutil; os.environ.setdefault('QT_QPA_PLATFORM', 'offscreen'); "
+            "from PySide6 import QtWidgets; app = QtWidgets.QApplication([]); w = QtWidgets.QMainWindow(); "
+            "w.resize(1280, 800); w.show(); app.processEvents(); "
+            "r = lambda: psutil.Process().memory_info().rss / 2**20; "
+            "a = r(); import numpy, pyqtgraph; print(f'bare PySide6 window {a:.0f} MiB, with numpy and pyqtgraph "
+            "{r():.0f} MiB')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or f"(not measured: {out.stderr.strip()[-200:]})"
+
+
 def preload_day(win: object, interval_s: float) -> int:
     """24 h of snapshots, one per ``interval_s``, ending now; history and measured points."""
     from synthetic import SyntheticMonitor
@@ -111,7 +124,7 @@ def preload_day(win: object, interval_s: float) -> int:
     n = int(86_400 / interval_s)
     mon = SyntheticMonitor(tokens_per_poll=3, n_ctx=262144, t0_wall=time.time() - 86_400, poll_dt_s=interval_s,
                            t0_monotonic=time.monotonic() - 86_400)
-    win.load([mon.snapshot(i) for i in range(n)])  # type: ignore[attr-defined]
+    win.load(mon.snapshot(i) for i in range(n))  # type: ignore[attr-defined]  # one at a time, as a live day
     return n
 
 
@@ -126,6 +139,7 @@ def main() -> int:
     import psutil
     from PySide6 import QtCore
 
+    from kvmon.app.heap import release_freed_memory
     from kvmon.app.session import Session
     from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
     from kvmon.gui.settings import Settings
@@ -175,9 +189,12 @@ def main() -> int:
         app = ensure_app(["kvmon-bench"])
         win, poller = build_window(Session(factory, None, url), Settings(os.path.join(tmp, "b.ini")),
                                    args.interval, tray=False)
+        rss_empty = proc.memory_info().rss
         t = time.perf_counter()
         n = preload_day(win, args.interval)
         preload_s = time.perf_counter() - t
+        release_freed_memory()
+        rss_day = proc.memory_info().rss
         update_ms: list[float] = []
         original = win.on_snapshot
         poller.snapshot.disconnect()  # the window's own connection: each snapshot goes through timed() only, once
@@ -235,8 +252,11 @@ def main() -> int:
             p95 = ups[min(len(ups) - 1, int(len(ups) * 0.95))]
             print(f"  update time              median {statistics.median(ups):.1f} ms, p95 {p95:.1f} ms "
                   f"over {len(ups)} updates   (budget: median 5 ms)")
-        print(f"  RSS                      start {rss_start / 2**20:.0f} MiB, end {rss_end / 2**20:.0f} MiB "
-              f"({(rss_end - rss_start) / 2**20:+.1f} MiB)")
+        mib = 2**20
+        print(f"  RSS                      window before the day {rss_empty / mib:.0f} MiB, after the day "
+              f"{rss_day / mib:.0f} MiB (the day's history {(rss_day - rss_empty) / mib:+.1f} MiB); shown and polling: "
+              f"start {rss_start / mib:.0f} MiB, end {rss_end / mib:.0f} MiB ({(rss_end - rss_start) / mib:+.1f} MiB)")
+        print(f"  RSS of bare parts        {bare_parts_mib()}")
         print(f"  time to first paint      kvmon {fp_kvmon:.2f} s, bare PySide6 window {fp_bare:.2f} s")
         print(f"  machine                  {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         if census is not None:

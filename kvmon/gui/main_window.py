@@ -10,7 +10,7 @@ takes, and the plots are there before the first poll's answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -365,12 +365,20 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self._dirty = False
         self._show_connecting()
 
-    def load(self, snapshots: Sequence[Snapshot]) -> None:
-        """Take a whole recording at once: history and points first, one render at the end."""
-        if self.store.load(snapshots):  # another model on the way: its points started again
+    def load(self, snapshots: Iterable[Snapshot]) -> None:
+        """Take a whole recording at once: history and points first, one render at the end. A stream is eaten one
+        Snapshot at a time (the store keeps columns; no Snapshot but the last is held)."""
+        last: list[Snapshot] = []
+
+        def each() -> Iterator[Snapshot]:
+            for s in snapshots:
+                last[:] = (s,)
+                yield s
+
+        if self.store.load(each()):  # another model on the way: its points started again
             self.speed_context.reset()
-        if snapshots:
-            self.last = snapshots[-1]
+        if last:
+            self.last = last[0]
             self._dirty = True
             if self.painting():
                 self.render()
