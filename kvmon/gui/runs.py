@@ -143,6 +143,7 @@ class Fonts:
     def __init__(self, base: QtGui.QFont) -> None:
         self.base = base
         self._cache: dict[tuple[bool, bool, bool, float | None], tuple[QtGui.QFont, QtGui.QFontMetricsF]] = {}
+        self._widths: dict[Run, float] = {}  # the words around a number come back every poll: measured once
 
     def get(self, style: Style) -> tuple[QtGui.QFont, QtGui.QFontMetricsF]:
         key = (style.bold, style.italic, style.mono, style.point_size)
@@ -162,7 +163,12 @@ class Fonts:
         return hit
 
     def width(self, run: Run) -> float:
-        return self.get(run.style)[1].horizontalAdvance(run.text)
+        w = self._widths.get(run)
+        if w is None:
+            if len(self._widths) >= 512:
+                self._widths.clear()
+            w = self._widths[run] = self.get(run.style)[1].horizontalAdvance(run.text)
+        return w
 
 
 @dataclass(frozen=True)
