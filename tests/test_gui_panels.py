@@ -507,6 +507,38 @@ def test_the_depth_marker_is_drawn_where_its_depth_and_speed_are(window: MainWin
     assert dot_at(img, pixel(s.context_tokens * 2, s.decode_tok_s * 0.7)) and not dot_at(img, at)
 
 
+def test_the_header_sets_its_server_model_and_device_texts_only_when_they_change(window: MainWindow) -> None:
+    """A poll that moves only the live figures formats only those; another model sets the model text again."""
+    mon = SyntheticMonitor(tokens_per_poll=400)
+    window.on_snapshot(mon.poll())
+    calls: list[str] = []
+
+    def spy(label: object, name: str) -> None:
+        inner = label.set  # type: ignore[attr-defined]
+
+        def counted(*a: object, **k: object) -> bool:
+            calls.append(name)
+            return bool(inner(*a, **k))
+
+        label.set = counted  # type: ignore[attr-defined]
+
+    for name in ("model", "gpus", "backend", "context", "speed"):
+        spy(getattr(window.header, name), name)
+    try:
+        s = mon.poll()
+        window.on_snapshot(s)
+        assert "context" in calls and "speed" in calls
+        assert not {"model", "gpus", "backend"} & set(calls)
+        assert "context" in window.header.context.plain() and str(s.context_tokens)[:1] in window.header.context.plain()
+        calls.clear()
+        other = dataclasses.replace(s, seq=s.seq + 1, model=dataclasses.replace(s.model, name="another-model"))
+        window.on_snapshot(other)
+        assert "model" in calls and "another-model" in window.header.model.plain()
+    finally:
+        for name in ("model", "gpus", "backend", "context", "speed"):
+            del getattr(window.header, name).set
+
+
 def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
     from kvmon.gui.panels.speed_time import step_s
 

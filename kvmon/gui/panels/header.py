@@ -60,7 +60,8 @@ class HeaderPanel(QtWidgets.QFrame):
         grid.addWidget(self.speed, 1, 1, 2, 1)
         grid.addWidget(self.efficiency, 1, 2, 2, 1)
         grid.setColumnStretch(0, 1)
-        self._key: tuple[object, ...] | None = None  # what the labels show now
+        self._key: tuple[object, ...] | None = None  # the server, model and devices the labels show now
+        self._live: tuple[object, ...] | None = None  # ... and the live figures
 
     def set_banner(self, text: str | None) -> None:
         """A line that must be seen (e.g. the demo notice)."""
@@ -70,15 +71,23 @@ class HeaderPanel(QtWidgets.QFrame):
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the header fields of one snapshot; nothing is formatted when none of them changed (idle polls)."""
         serving = s.serving.kind if s.serving is not None else None
+        live = (s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
+                s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
+                s.connection.status, s.speculative, s.activity)
         key = (s.backend, serving, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
                tuple((g.index, g.name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind) for g in s.gpus),
-               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
-               s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
-               s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
-               s.connection.status, s.speculative)
-        if key == self._key:
+               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name))
+        if key == self._key:  # the server, model and devices as they were: only the live figures may move
+            if live != self._live:
+                self._live = live
+                self._update_live(s)
             return
-        self._key = key
+        self._key, self._live = key, live
+        self._update_identity(s, serving)
+        self._update_live(s)
+
+    def _update_identity(self, s: Snapshot, serving: str | None) -> None:
+        """The server, the model and the devices: set again only when one of them (or a reason) changed."""
         pv, rs, m = s.provenance, s.reasons, s.model
         backend = SERVING_LABELS.get(serving, serving) if serving else s.backend or fmt.DASH
         version = f" {s.server_version}" if s.server_version else ""
@@ -115,6 +124,10 @@ class HeaderPanel(QtWidgets.QFrame):
             gtip = (f"No GPU: {s.gpus_unavailable_reason or 'no device source'}\nhost: {h.cpu_name or fmt.DASH}, "
                     f"{h.memory_type or 'memory type not reported'}, bandwidth {bandwidth_text(h)}")
         self.gpus.set(gtext, gtip)
+
+    def _update_live(self, s: Snapshot) -> None:
+        """Context, KV in use, decode against the ceiling and the efficiency: what moves while a reply decodes."""
+        pv, rs, m = s.provenance, s.reasons, s.model
         ctx = fmt.tokens(s.context_tokens).removesuffix(" tokens")
         self.context.set(f"context <b>{ctx}</b> of {fmt.tokens(m.n_ctx)}"
                          + (f" · {len(s.slots)} slots" if len(s.slots) > 1 else ""), fmt.tip(
