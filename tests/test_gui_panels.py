@@ -572,6 +572,25 @@ def test_the_depth_marker_keeps_the_last_measured_speed_while_idle(window: MainW
     assert here.position()[1] == pytest.approx(s.decode_tok_s)
 
 
+def test_the_depth_marker_keeps_a_measured_speed_when_the_plot_is_made_again_while_idle(window: MainWindow) -> None:
+    """A theme switch makes the plots again: while idle, the dot shows the speed measured nearest this depth."""
+    mon = SyntheticMonitor(tokens_per_poll=300)
+    for _ in range(6):
+        window.on_snapshot(mon.poll())
+    s = mon.poll()
+    window.on_snapshot(s)
+    idle = dataclasses.replace(s, seq=s.seq + 1, decode_tok_s=None)
+    window.on_snapshot(idle)
+    dark = not theme.is_dark()
+    try:
+        window.apply_scheme(dark)
+        _x, y = window.speed_context.here.position()
+        _xs, ys = window.speed_context._points()
+        assert y is not None and y in {float(v) for v in ys}
+    finally:
+        window.apply_scheme(not dark)
+
+
 def test_polled_ago_ticks_only_once_polls_are_late(window: MainWindow, qtbot) -> None:
     mon = SyntheticMonitor(tokens_per_poll=100)
     window.on_snapshot(mon.poll())

@@ -184,7 +184,10 @@ class SpeedContextPanel(QtWidgets.QWidget):
         prev = self._keys.get("here")
         y_prev = prev[1] if isinstance(prev, tuple) and isinstance(prev[1], float) else None
         if s.decode_tok_s is None:
-            return y_prev
+            if y_prev is not None or s.context_tokens is None:
+                return y_prev
+            x, y = self._points()  # drawn afresh while idle (a theme switch): the speed measured nearest this depth
+            return float(y[int(np.argmin(np.abs(x - s.context_tokens)))]) if x.size else None
         if y_prev is not None and abs(s.decode_tok_s - y_prev) <= 0.02 * y_top:
             return y_prev
         return float(s.decode_tok_s)
