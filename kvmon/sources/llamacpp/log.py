@@ -203,16 +203,7 @@ class LlamaLogParser:
                 self.type_k, self.type_v = m.group(2).lower(), m.group(4).lower()
             self.lines_matched += 1
             return
-        for rx, target in ((_KV_BUF, self.kv_buffers), (_MODEL_BUF, self.model_buffers)):
-            m = rx.search(line)
-            if m:
-                target[m.group(1)] = target.get(m.group(1), 0) + _mib(m.group(2))
-                self.lines_matched += 1
-                return
-        m = _COMPUTE_BUF.search(line)
-        if m:
-            self.compute_buffers[m.group(1)] = _mib(m.group(2))
-            self.lines_matched += 1
+        if self._buffer(line, self.kv_buffers, self.model_buffers, self.compute_buffers):
             return
         m = _OFFLOADED.search(line)
         if m:
@@ -277,16 +268,23 @@ class LlamaLogParser:
                 self.draft_type_k, self.draft_type_v = m.group(6).lower(), m.group(8).lower()
             self.lines_matched += 1
             return
-        for rx, target in ((_KV_BUF, self.draft_kv_buffers), (_MODEL_BUF, self.draft_model_buffers)):
+        self._buffer(line, self.draft_kv_buffers, self.draft_model_buffers, self.draft_compute_buffers)
+
+    def _buffer(self, line: str, kv: dict[str, int], weights: dict[str, int], compute: dict[str, int]) -> bool:
+        """A KV, weights or compute buffer line (the model's or the draft's context's, by the maps given): KV and
+        weights buffers of a device add up, a compute buffer is its size; True when the line was one."""
+        for rx, target in ((_KV_BUF, kv), (_MODEL_BUF, weights)):
             m = rx.search(line)
             if m:
                 target[m.group(1)] = target.get(m.group(1), 0) + _mib(m.group(2))
                 self.lines_matched += 1
-                return
+                return True
         m = _COMPUTE_BUF.search(line)
         if m:
-            self.draft_compute_buffers[m.group(1)] = _mib(m.group(2))
+            compute[m.group(1)] = _mib(m.group(2))
             self.lines_matched += 1
+            return True
+        return False
 
     def _ctx_field(self, name: str, value: str) -> None:
         num = text_int(value, limit=MAX_CONTEXT_TOKENS)
