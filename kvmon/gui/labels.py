@@ -77,9 +77,6 @@ class ValueLabel(QtWidgets.QWidget):
         """The width of the text as drawn now (the elided prefix when cut), in pixels."""
         return int((self._shown or self._laid).width + 0.999)
 
-    def toolTip(self) -> str:
-        return super().toolTip()
-
     def setToolTip(self, tip: str) -> None:
         self._tip = tip
         self._apply_tip()

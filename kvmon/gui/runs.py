@@ -97,7 +97,7 @@ def parse(text: str) -> tuple[tuple[Run, ...], ...]:
                 return
         if line and line[-1].style == style:
             line[-1] = Run(line[-1].text + chunk, style)
-        elif chunk:
+        else:
             line.append(Run(chunk, style))
 
     for m in _TAG.finditer(text):

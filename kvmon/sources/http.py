@@ -177,10 +177,6 @@ class HttpClient:
     def close(self) -> None:
         self._wire.close()
 
-    def abort(self) -> None:
-        """From another thread: end the request being read now."""
-        self._wire.abort()
-
     def hangs(self, path: str) -> bool:
         """Whether this endpoint hung and has not answered since (it is asked with a short limit)."""
         return HANGS.known((self.base_url, path.split("?", 1)[0]))

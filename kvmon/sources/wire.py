@@ -138,15 +138,6 @@ class Wire:
             except OSError:
                 pass
 
-    def abort(self) -> None:
-        """From another thread: end the request being read now (its read fails at once)."""
-        sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def _connect(self, deadline: float, connect_s: float | None) -> socket.socket:
         left = deadline - time.monotonic()
         if left <= 0:
