@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kvmon.core.alerts import AlertEngine, AlertFacts
-from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S, LatencyTracker
+from kvmon.core.analysis.latency import ITL_BUCKETS_S, MAX_REPLIES, TTFT_BUCKETS_S, LatencyTracker
 from kvmon.core.readings import RequestStats, ServerReading
 from kvmon.core.snapshot import AlertLevel
 
@@ -83,6 +83,22 @@ def test_percentiles_and_cumulative_buckets() -> None:
     assert list(v.ttft_buckets) == sorted(v.ttft_buckets)  # cumulative
     assert v.ttft_buckets[TTFT_BUCKETS_S.index(1.0)] == 10  # 0.1 … 1.0 s
     assert len(v.itl_buckets) == len(ITL_BUCKETS_S) + 1
+
+
+def test_the_percentiles_are_over_the_last_replies_only() -> None:
+    """Past MAX_REPLIES, the oldest reply leaves the percentiles (kept sorted as they arrive, not sorted per reply)."""
+    t = LatencyTracker()
+    values = [((i * 7919) % 1000) / 100 for i in range(MAX_REPLIES + 500)]  # 0 … 9.99 s, out of order
+    for i, ttft in enumerate(values):
+        t.update(_r(last=RequestStats(t_end=float(i), prompt_seconds=ttft, predicted_tokens=10,
+                                      predicted_seconds=ttft / 100 + 0.01)))
+    v = t.view()
+    kept = sorted(values[-MAX_REPLIES:])
+    assert v is not None and v.replies == MAX_REPLIES + 500  # the count is the session's, the percentiles the last
+    assert v.ttft_p50_s == kept[math.ceil(0.5 * MAX_REPLIES) - 1]
+    assert v.ttft_p95_s == kept[math.ceil(0.95 * MAX_REPLIES) - 1]
+    itl = sorted(x / 100 / 10 + 0.001 for x in values[-MAX_REPLIES:])
+    assert v.itl_p95_s == pytest.approx(itl[math.ceil(0.95 * MAX_REPLIES) - 1])
 
 
 def test_the_exporter_has_histograms_not_gauges() -> None:

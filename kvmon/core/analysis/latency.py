@@ -61,12 +61,24 @@ def _count(counts: list[int], bounds: tuple[float, ...], value: float) -> None:
         counts[i] += 1
 
 
+def _keep(arrived: deque[float], ordered: list[float], value: float) -> None:
+    """Add ``value`` to the last MAX_REPLIES values (``arrived``) and to their sorted copy, the oldest leaving both."""
+    arrived.append(value)
+    bisect.insort(ordered, value)
+    if len(arrived) > MAX_REPLIES:
+        del ordered[bisect.bisect_left(ordered, arrived.popleft())]
+
+
 class LatencyTracker:
     """The session's replies: each new one from this poll's reading, and the percentiles over them."""
 
     def __init__(self) -> None:
-        self._ttft: deque[float] = deque(maxlen=MAX_REPLIES)
-        self._itl: deque[float] = deque(maxlen=MAX_REPLIES)
+        # the last MAX_REPLIES values in arrival order, and the same values kept sorted (a percentile is one index;
+        # sorting 4,096 values per reply cost more than the rest of the poll's analysis)
+        self._ttft: deque[float] = deque()
+        self._itl: deque[float] = deque()
+        self._ttft_sorted: list[float] = []
+        self._itl_sorted: list[float] = []
         self._ttft_sum = self._itl_sum = 0.0
         self._ttft_n = self._itl_n = 0
         self._ttft_counts = [0] * (len(TTFT_BUCKETS_S) + 1)  # cumulative, since the session began (never fall)
@@ -86,12 +98,12 @@ class LatencyTracker:
     def _add(self, reply: Reply, source: str) -> None:
         self._last, self._source, self._view, self.added = reply, source, None, reply
         if reply.ttft_s is not None and reply.ttft_s >= 0:
-            self._ttft.append(reply.ttft_s)
+            _keep(self._ttft, self._ttft_sorted, reply.ttft_s)
             self._ttft_sum += reply.ttft_s
             self._ttft_n += 1
             _count(self._ttft_counts, TTFT_BUCKETS_S, reply.ttft_s)
         if reply.itl_s is not None and reply.itl_s > 0:
-            self._itl.append(reply.itl_s)
+            _keep(self._itl, self._itl_sorted, reply.itl_s)
             self._itl_sum += reply.itl_s
             self._itl_n += 1
             _count(self._itl_counts, ITL_BUCKETS_S, reply.itl_s)
@@ -171,7 +183,7 @@ class LatencyTracker:
     def view(self) -> LatencyView | None:
         if self._last is None or self._view is not None:
             return self._view
-        ttft, itl = sorted(self._ttft), sorted(self._itl)
+        ttft, itl = self._ttft_sorted, self._itl_sorted
         last = self._last
         prefill = (last.prompt_tokens / last.ttft_s if last.prompt_tokens and last.ttft_s else None)
         self._view = LatencyView(
