@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,26 +26,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 def record(n: int) -> list[tuple[object, object, object]]:
     """``n`` readings (server, GPUs, host) of the real llama-server while it generates, half a second apart."""
-    from real_llama_server import RealLlamaServer
-    from side_by_side import Generator
-    from tiny_gguf import make_gguf
+    from side_by_side import busy_server
 
     from kvmon.app.build import default_gpu_source, default_host_source
     from kvmon.sources.detect import open_source
 
-    work = Path(tempfile.mkdtemp(prefix="kvmon-analysis-"))
-    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
-    gen = Generator(server.url).start()
-    src, gpu, host = open_source(server.url, timeout_s=3.0), default_gpu_source(), default_host_source()
     out = []
-    try:
-        for _ in range(n):
-            out.append((src.poll(), gpu.poll() if gpu else None, host.poll() if host else None))
-            time.sleep(0.5)
-    finally:
-        src.close()
-        gen.stop()
-        server.stop()
+    with busy_server("kvmon-analysis-") as (_work, url, _gen):
+        src, gpu, host = open_source(url, timeout_s=3.0), default_gpu_source(), default_host_source()
+        try:
+            for _ in range(n):
+                out.append((src.poll(), gpu.poll() if gpu else None, host.poll() if host else None))
+                time.sleep(0.5)
+        finally:
+            src.close()
     return out
 
 

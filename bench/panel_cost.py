@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -65,53 +64,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from gui_cost import paint_census
-    from real_llama_server import RealLlamaServer
-    from side_by_side import Generator
-    from tiny_gguf import make_gguf
+    from side_by_side import busy_server
 
     from kvmon.app.choose import server_session
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.settings import Settings
 
-    work = Path(tempfile.mkdtemp(prefix="kvmon-panels-"))
-    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
-    gen = Generator(server.url).start()
-    app = ensure_app(["kvmon"])
-    session = server_session(server.url, api_key=None, timeout_s=3.0, log_path=None)
-    win, poller = build_window(session, Settings(str(work / "s.ini")), args.interval, tray=False)
-    try:
-        win.resize(1280, 800)
-        win.show()
-        poller.start()
-        _run_for(app, args.warmup)
-        costs: dict[str, list[float]] = defaultdict(list)
-        for label, obj, name in [
-            ("header", win.header, "update_snapshot"), ("models", win.models, "update_snapshot"),
-            ("speed vs context", win.speed_context, "update_snapshot"), ("speed over time", win.speed_time, "refresh"),
-            ("memory", win.memory, "update_snapshot"), ("bandwidth", win.bandwidth, "update_snapshot"),
-            ("alerts", win.alerts, "update_snapshot"), ("status", win.status, "update_snapshot"),
-            ("status (1 s tick)", win.status, "tick"), ("server tab", win.server_tabs, "paint"),
-            ("session store", win.store, "eat"), ("replies", win.latency, "update_snapshot"),
-            ("energy", win.energy, "update_snapshot"),
-        ]:
-            _wrap(obj, name, costs[label])
-        renders: list[float] = []
-        _wrap(win, "render", renders)
-        census = paint_census() if args.paint_census else None
-        if census is not None:
-            app.installEventFilter(census)
-        visible = _run_for(app, args.seconds)
-        if census is not None:
-            app.removeEventFilter(census)
-        win.showMinimized()
-        app.processEvents()
-        minimised = _run_for(app, args.seconds)
-    finally:
-        poller.stop()
-        win.close()
-        session.close()
-        gen.stop()
-        server.stop()
+    with busy_server("kvmon-panels-") as (work, url, _gen):
+        app = ensure_app(["kvmon"])
+        session = server_session(url, api_key=None, timeout_s=3.0, log_path=None)
+        win, poller = build_window(session, Settings(str(work / "s.ini")), args.interval, tray=False)
+        try:
+            win.resize(1280, 800)
+            win.show()
+            poller.start()
+            _run_for(app, args.warmup)
+            costs: dict[str, list[float]] = defaultdict(list)
+            for label, obj, name in [
+                ("header", win.header, "update_snapshot"), ("models", win.models, "update_snapshot"),
+                ("speed vs context", win.speed_context, "update_snapshot"),
+                ("speed over time", win.speed_time, "refresh"),
+                ("memory", win.memory, "update_snapshot"), ("bandwidth", win.bandwidth, "update_snapshot"),
+                ("alerts", win.alerts, "update_snapshot"), ("status", win.status, "update_snapshot"),
+                ("status (1 s tick)", win.status, "tick"), ("server tab", win.server_tabs, "paint"),
+                ("session store", win.store, "eat"), ("replies", win.latency, "update_snapshot"),
+                ("energy", win.energy, "update_snapshot"),
+            ]:
+                _wrap(obj, name, costs[label])
+            renders: list[float] = []
+            _wrap(win, "render", renders)
+            census = paint_census() if args.paint_census else None
+            if census is not None:
+                app.installEventFilter(census)
+            visible = _run_for(app, args.seconds)
+            if census is not None:
+                app.removeEventFilter(census)
+            win.showMinimized()
+            app.processEvents()
+            minimised = _run_for(app, args.seconds)
+        finally:
+            poller.stop()
+            win.close()
+            session.close()
     per_min = 60.0 / args.seconds
     updates = sum(sum(v) for k, v in costs.items() if k not in ("session store", "server tab", "status (1 s tick)"))
     print(f"kvmon's GUI thread on the real llama-server (generating), 1280×800 offscreen, poll every "

@@ -81,32 +81,22 @@ def main() -> int:
 
 def _real(args: argparse.Namespace) -> int:
     """The poll on the real llama-server while it generates, with the devices the dashboard would read here."""
-    import tempfile
-
     sys.path.insert(0, str(ROOT / "tests"))
-    from real_llama_server import RealLlamaServer
-    from side_by_side import Generator
-    from tiny_gguf import make_gguf
+    from side_by_side import busy_server
 
     from kvmon.app.build import default_gpu_source, default_host_source
     from kvmon.app.monitor import Monitor
     from kvmon.core.analysis import Analyzer
     from kvmon.sources.detect import open_source
 
-    work = Path(tempfile.mkdtemp(prefix="kvmon-poll-"))
-    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
-    gen = Generator(server.url).start()
-    try:
+    with busy_server("kvmon-poll-") as (_work, url, _gen):
         parts: dict[str, list[float]] = {"server source": [], "GPU source": [], "host source": [], "analysis": []}
         analyzer = Analyzer()
         gpu, host = default_gpu_source(), default_host_source()
-        mon = Monitor(_Timed(open_source(server.url, timeout_s=3.0), parts["server source"]),
+        mon = Monitor(_Timed(open_source(url, timeout_s=3.0), parts["server source"]),
                       _Timed(gpu, parts["GPU source"]) if gpu is not None else None,
                       _Timed(host, parts["host source"]) if host is not None else None, analyzer)
         _measure(mon, analyzer, parts, args, "the real llama-server, generating")
-    finally:
-        gen.stop()
-        server.stop()
     return 0
 
 

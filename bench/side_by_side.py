@@ -29,7 +29,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -70,6 +71,23 @@ class Generator:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=130)
+
+
+@contextmanager
+def busy_server(prefix: str) -> Iterator[tuple[Path, str, Generator]]:
+    """The real llama-server of the tests (a tiny llama, ``-c 4096 --metrics``) generating without pause, for the
+    benches that measure kvmon beside a busy server: (a work folder, its URL, the generator); stopped on exit."""
+    from real_llama_server import RealLlamaServer
+    from tiny_gguf import make_gguf
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
+    gen = Generator(server.url).start()
+    try:
+        yield work, server.url, gen
+    finally:
+        gen.stop()
+        server.stop()
 
 
 def _drain(fd: int) -> None:
@@ -184,34 +202,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("llamastat") is None:
         print("llamastat is not installed: pip install -e '.[bench]' (it is the bench extra)", file=sys.stderr)
         return 2
-    from real_llama_server import RealLlamaServer
-    from tiny_gguf import make_gguf
-
-    work = Path(tempfile.mkdtemp(prefix="kvmon-side-"))
-    server = RealLlamaServer(make_gguf("llama", work), ["-c", "4096", "--metrics"], work / "server.log").start()
-    gen = Generator(server.url).start()
     rows: list[tuple[str, float, float, float]] = []
-    try:
+    with busy_server("kvmon-side-") as (work, url, gen):
         time.sleep(3)
         t_gen, n_gen = time.monotonic(), gen.tokens
         env = kvmon_env(work)
         for r in range(1, args.rounds + 1):
             for name, start in (("kvmon dashboard", start_kvmon), ("llamastat 0.3.0", start_llamastat)):
-                proc = start(server.url, env)
+                proc = start(url, env)
                 try:
                     rows.append((f"{name} (round {r})", *measure(proc, args.warmup, args.seconds)))
                 finally:
                     stop(proc)
-        proc = start_serve(server.url)
+        proc = start_serve(url)
         try:
             serve = measure(proc, args.warmup, args.seconds)
         finally:
             stop(proc)
-        once = once_cpu_s(server.url, args.once_calls)
+        once = once_cpu_s(url, args.once_calls)
         rate = (gen.tokens - n_gen) / (time.monotonic() - t_gen)
-    finally:
-        gen.stop()
-        server.stop()
 
     print(f"kvmon beside llamastat on a real llama-server (llama.cpp b11549, tiny llama, 1 thread, generating "
           f"~{rate:.0f} tok/s), 1 Hz, {args.seconds:.0f} s windows after {args.warmup:.0f} s")
