@@ -22,6 +22,7 @@ from kvmon.core.readings import (
 )
 
 METRIC_PREFIX = "llamacpp:"
+MAX_LAYOUT_LINES = 400  # a page this long keeps no layout (llama-server's has ~40 lines; the pattern would be large)
 
 
 class MetricsTextError(ValueError):
@@ -71,9 +72,11 @@ def _plain_counters(text: str) -> list[tuple[str, float]] | None:
         if m is None:
             if _LABELLED_SAMPLE.match(line) is None or line.split("{", 1)[0] != family:
                 return None
+            if _FLOAT.match(line[line.index("} ") + 2:].split(" ", 1)[0]) is None:
+                return None  # (the full parser fails the whole page on a value that is not a number)
             if family == _PER_POSITION and kind == "counter":  # speculative decoding's acceptance by position
                 p = _POSITION_SAMPLE.match(line, len(family))
-                if p is None or _FLOAT.match(p.group(2)) is None:
+                if p is None:
                     return None
                 out.append((_position_key(p.group(1)), float(p.group(2))))
             continue  # another labelled sample of the family just declared: not a plain counter
@@ -104,6 +107,60 @@ def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, flo
     if plain is not None:
         return _counters(plain, rejected)
     return parse_metrics_fully(text, rejected)
+
+
+class MetricsReader:
+    """``parse_metrics`` for one server's pages, which keep their shape from poll to poll: the last plain page's
+    layout (every line as it was, each value a number to be read) is kept as one pattern, and a page that matches it
+    whole is read by that one match. Only the numbers can differ from a page the fast path read, and those it reads
+    as numbers, so the answer is the same; any other page is read as ``parse_metrics`` reads it, and its layout kept.
+    """
+
+    def __init__(self) -> None:
+        self._layout: re.Pattern[str] | None = None
+        self._names: tuple[str, ...] = ()  # the counters the layout's groups hold, in order
+        self.layout_reads = 0  # pages read by the layout alone (for tests and benchmarks)
+
+    def read(self, text: str, rejected: list[str] | None = None) -> dict[str, float]:
+        """The counters of ``text`` (see ``parse_metrics``)."""
+        if self._layout is not None:
+            m = self._layout.fullmatch(text)
+            if m is not None:
+                self.layout_reads += 1
+                return _counters([(n, float(v)) for n, v in zip(self._names, m.groups(), strict=True)], rejected)
+        plain = _plain_counters(text)
+        if plain is None:
+            self._layout, self._names = None, ()
+            return parse_metrics_fully(text, rejected)
+        self._layout, self._names = _layout(text) if text.count("\n") <= MAX_LAYOUT_LINES else (None, ())
+        return _counters(plain, rejected)
+
+
+_VALUE = _FLOAT.pattern.removesuffix(r"\Z")
+_STAMP = "(?: -?[0-9]+)?"
+
+
+def _layout(text: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
+    """The pattern of a page ``_plain_counters`` read: each line as written, each sample's value (and timestamp) any
+    number; the counters it reads are groups, named in the tuple in page order."""
+    parts: list[str] = []
+    names: list[str] = []
+    family, kind = None, None
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            m = _COMMENT.match(line) if line else None
+            if m is not None and m.group(1) is not None:
+                family, kind = m.group(1), m.group(2)
+            parts.append(re.escape(line))
+            continue
+        plain = _PLAIN_SAMPLE.match(line)
+        start = len(plain.group(1)) + 1 if plain is not None else line.index("} ") + 2
+        counted = kind == "counter" and (plain is not None or family == _PER_POSITION)
+        if counted:
+            names.append(plain.group(1) if plain is not None else
+                         _position_key(line[line.index('"') + 1:line.index('"}')]))
+        parts.append(re.escape(line[:start]) + (f"({_VALUE})" if counted else f"(?:{_VALUE})") + _STAMP)
+    return re.compile("\n".join(parts)), tuple(names)
 
 
 def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[str, float]:

@@ -39,7 +39,7 @@ from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
 from kvmon.sources.llamacpp.draft import mtp_weight_bytes, with_draft
 from kvmon.sources.llamacpp.log import LogFollower
-from kvmon.sources.llamacpp.parse import MetricsTextError, derive_totals, metrics_key, parse_metrics, parse_slot
+from kvmon.sources.llamacpp.parse import MetricsReader, MetricsTextError, derive_totals, metrics_key, parse_slot
 from kvmon.sources.llamacpp.process import LlamaServerProcess
 from kvmon.sources.llamacpp.sleep import SleepCourtesy
 from kvmon.sources.model_file import ModelFiles, display_name
@@ -114,6 +114,7 @@ class LlamaServerSource:
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
+        self._metrics_reader = MetricsReader()  # /metrics keeps its shape: read by the last page's layout
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
@@ -378,7 +379,7 @@ class LlamaServerSource:
             return flag if isinstance(flag, bool) else None, {}
         rejected: list[str] = []
         try:
-            metrics = parse_metrics(resp.text, rejected)
+            metrics = self._metrics_reader.read(resp.text, rejected)
         except MetricsTextError as e:
             reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
             return True, {}
