@@ -97,3 +97,36 @@ def test_vram_standing_still_has_no_trend_and_a_fall_after_it_is_seen() -> None:
         s = a.update(reading(float(i)), gpus(float(i), gpu(free=8 * GIB - grow * (i - 119))))
     assert s.forecast.seconds_until_vram_full is not None
     assert s.forecast.seconds_until_vram_full < (8 * GIB - grow * 80) / grow * 2
+
+
+def test_the_model_view_is_made_again_only_when_what_it_reads_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll while a reply decodes hands over the same model and config: the view is the last poll's, with the same
+    provenance and reasons; another config, reason or slot size makes it again, with what that changes."""
+    from kvmon.core.analysis import model_view as mv
+    from kvmon.core.readings import ServerConfig
+
+    calls: list[int] = []
+    real = mv.model_view
+
+    def counting(*args: object) -> object:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mv, "model_view", counting)
+    model, config = _model(ModelShape.from_gguf(L8B.metadata)), ServerConfig(n_ctx_total=32768, n_parallel=1)
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    first = a.update(reading(0.0, model=model, config=config), gpus(0.0))
+    second = a.update(reading(1.0, ctx=8300, model=model, config=config), gpus(1.0))
+    assert len(calls) == 1
+    assert second.model is first.model and second.context_tokens == 8300
+    assert second.provenance["kv_bytes_per_token"] == first.provenance["kv_bytes_per_token"] == "computed"
+    noted = a.update(reading(2.0, model=model, config=config, reasons={"weight_bytes": "size hidden"}), gpus(2.0))
+    assert len(calls) == 2 and noted.reasons["weight_bytes"] == "size hidden"  # the reading's own reason stays
+    after = a.update(reading(3.0, model=model, config=config), gpus(3.0))
+    assert len(calls) == 3 and "weight_bytes" not in after.reasons
+    q8 = a.update(reading(4.0, model=model, config=ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="q8_0",
+                                                                 type_v="q8_0")), gpus(4.0))
+    assert len(calls) == 4 and q8.model.kv_type_k == "q8_0"
+    assert q8.model.kv_bytes_per_token == pytest.approx(first.model.kv_bytes_per_token * 34 / 64)
+    wider = a.update(reading(5.0, n_ctx=65536, model=model, config=config), gpus(5.0))
+    assert len(calls) == 5 and wider.model.n_ctx == 65536

@@ -176,3 +176,33 @@ def test_undecodable_bytes_on_a_piped_log_are_replaced_not_fatal() -> None:
     follower._thread.join(5)
     config = follower.poll()
     assert config.n_ubatch == 256 and follower.error is None
+
+
+def test_the_model_is_read_again_when_its_file_changes_and_only_then(tmp_path: Path) -> None:
+    """Polls of a server whose model file stands give the same model object (nothing parsed again); a file written
+    anew in its place (another size and time) is read again."""
+    import gguf
+
+    model = tmp_path / "tiny.gguf"
+    write_small_gguf(model)
+    server = _llama_with_model(str(model))
+    src = LlamaServerSource(server.url, timeout_s=1.0, local_files=True)
+    try:
+        first, second = src.poll(), src.poll()
+        assert first.model is not None and first.model is second.model
+        assert first.model.shape is not None and first.model.shape.n_layers == 4
+        w = gguf.GGUFWriter(str(model), "llama")  # another model in the same place: six layers
+        for add, value in ((w.add_block_count, 6), (w.add_context_length, 8192), (w.add_embedding_length, 256),
+                           (w.add_feed_forward_length, 512), (w.add_head_count, 4), (w.add_head_count_kv, 4)):
+            add(value)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.utime(model, ns=(10**18, 10**18))
+        third = src.poll()
+    finally:
+        src.close()
+        server.stop()
+    assert third.model is not None and third.model is not first.model
+    assert third.model.shape is not None and third.model.shape.n_layers == 6

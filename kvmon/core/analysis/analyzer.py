@@ -33,7 +33,7 @@ from kvmon.core.analysis.energy import EnergyMeter
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.latency import LatencyTracker
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.analysis.model_view import cache_bytes, model_view
+from kvmon.core.analysis.model_view import ModelViews, cache_bytes
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
@@ -61,6 +61,7 @@ class Analyzer:
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
         self._memo = PhysicsMemo()
         self._draft_memo = PhysicsMemo()  # the draft model's shape: a memo of its own (one shape per memo)
+        self._model_views = ModelViews()
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
@@ -103,6 +104,7 @@ class Analyzer:
         self.alerts.reset()
         self._memo.clear()
         self._draft_memo.clear()
+        self._model_views = ModelViews()
         self._trend.clear()
         self._swap.clear()
         self._forecaster.reset()
@@ -142,9 +144,7 @@ class Analyzer:
     def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
         r = plausible_reading(r)  # a value past its physical bound is unknown (with its reason), never a fact
         st, memo, t = self.settings, self._memo, r.t_monotonic
-        prov: dict[str, str] = {}
-        reasons: dict[str, str] = dict(r.reasons)
-        model, shape = model_view(r, memo, prov, reasons)
+        model, shape, prov, reasons = self._model_views.view(r, memo)
         drafter = draft.draft_context(r, self._draft_memo, reasons)  # speculative decoding's draft context
         model = draft.with_draft(model, drafter, r, prov, reasons)
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"

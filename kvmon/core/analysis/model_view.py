@@ -18,6 +18,28 @@ from kvmon.physics import weights as weights_mod
 from kvmon.physics.shape import ModelShape
 
 
+class ModelViews:
+    """``model_view`` made again only when what it reads changed: the reading's model and config (the same objects
+    while the server's answers stand), its reasons, slot sizes and loaded sizes. A poll while a reply decodes
+    changes none of them."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[Any, ...], ModelView, Any, dict[str, str], dict[str, str]] | None = None
+
+    def view(self, r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, dict[str, str], dict[str, str]]:
+        """(the model view, its shape, provenance, reasons: the reading's own and the view's); the dicts are new."""
+        key = (r.model, r.config, memo, r.reasons, r.total_slots, r.kv_unified, r.weight_bytes_vram,
+               r.weight_bytes_host, tuple(s.n_ctx for s in r.slots))
+        last = self._last
+        if last is None or not (all(a is b for a, b in zip(last[0][:3], key[:3], strict=True))
+                                and last[0][3:] == key[3:]):
+            prov: dict[str, str] = {}
+            reasons = dict(r.reasons)
+            view, shape = model_view(r, memo, prov, reasons)
+            last = self._last = (key, view, shape, prov, reasons)
+        return last[1], last[2], dict(last[3]), dict(last[4])
+
+
 def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
                reasons: dict[str, str]) -> tuple[ModelView, Any]:
     """The model as the Snapshot shows it, and its shape (None when unknown); provenance and reasons added."""

@@ -34,6 +34,7 @@ from kvmon.core.readings import (
 )
 from kvmon.core.same import LastAnswer
 from kvmon.sources.config import merge_configs, user_config
+from kvmon.sources.gguf_meta import GgufHeader
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
@@ -122,6 +123,7 @@ class LlamaServerSource:
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
         self._merged: LastAnswer[ServerConfig] = LastAnswer()  # the config layers merged, while they stand
         self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
+        self._described: LastAnswer[tuple[ModelInfo, dict[str, str]]] = LastAnswer()  # the model, while it stands
         self.model_id = model_id
         self._model_name = model_name or model_id  # a router's or llama-swap's name for it: the user's
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
@@ -435,9 +437,24 @@ class LlamaServerSource:
         return os.path.join(cwd, model_path) if cwd else None
 
     def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
-        reasons: dict[str, str] = {}
+        """The loaded model as /props, /v1/models and the model file's header say (the file is statted each poll);
+        built again only when one of them changed, else the last poll's (the same objects)."""
         model_path = json_str(props.get("model_path"))
         entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
+        full_path = self._resolve_model_path(model_path) if self._local_files else None
+        header: GgufHeader | None = None
+        gwhy = None
+        file_key: tuple[str, int, int] | None = None
+        if full_path is not None:
+            header, gwhy, file_key = self._files.header(full_path)
+        return self._described.get(self._describe_model, props, model_id, entry, why, model_path, full_path, header,
+                                   gwhy, *(file_key or (None, None, None)))
+
+    def _describe_model(self, props: Mapping[str, Any], model_id: str | None, entry: Mapping[str, Any] | None,
+                        why: str | None, model_path: str | None, full_path: str | None, header: GgufHeader | None,
+                        gwhy: str | None, *key: Any) -> tuple[ModelInfo, dict[str, str]]:
+        reasons: dict[str, str] = {}
+        file_key = key if key[0] is not None else None
         if why:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None
@@ -454,13 +471,10 @@ class LlamaServerSource:
         mtp_bytes: int | None = None
         arch = None
         metadata: dict[str, Any] | None = None
-        full_path = self._resolve_model_path(model_path) if self._local_files else None
-        file_key = None
         if model_path and not self._local_files:
             reasons["model.shape"] = (f"model file {os.path.basename(model_path)!r} is on another machine (the "
                                       "server's): kvmon reads model files only of servers on this one")
         elif full_path is not None:
-            header, gwhy, file_key = self._files.header(full_path)
             if header is not None:
                 metadata = dict(header.metadata)
                 shape_source = "gguf"
