@@ -5,7 +5,7 @@ fake NVML's two GPUs as in ``bench/gui_cost.py``. With ``--real``, on the real l
 a tiny llama, generating without pause, as in ``bench/side_by_side.py``) with this machine's own device sources,
 as the dashboard reads it. CPU is this thread's (``time.thread_time``). Budget on the real server: median ≤ 1 ms.
 
-    python bench/poll_cost.py [--real] [--polls 120] [--interval 0.05] [--profile]
+    python bench/poll_cost.py [--real] [--polls 120] [--interval 0.05] [--profile [--profile-sort tottime]]
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between polls (wall clock)")
     ap.add_argument("--scenario", default="seed-3090x2")
     ap.add_argument("--profile", action="store_true", help="also print the top functions by cumulative time")
+    ap.add_argument("--profile-sort", default="cumulative", help="pstats order of that list (e.g. tottime)")
+    ap.add_argument("--profile-dump", help="also write the profile to this file (for pstats)")
     ap.add_argument("--real", action="store_true", help="the real llama-server, generating, and this machine's devices")
     args = ap.parse_args()
     if args.real:
@@ -151,7 +153,9 @@ def _measure(mon: object, analyzer: object, parts: dict[str, list[float]], args:
     if prof is not None:
         import pstats
 
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+        pstats.Stats(prof).sort_stats(args.profile_sort).print_stats(45)
+        if args.profile_dump:
+            prof.dump_stats(args.profile_dump)
 
 
 if __name__ == "__main__":
