@@ -127,3 +127,69 @@ def test_net_connections_denied_falls_back(monkeypatch: pytest.MonkeyPatch) -> N
 def test_is_local_host() -> None:
     assert procs.is_local_host("127.0.0.1") and procs.is_local_host("localhost") and procs.is_local_host("[::1]")
     assert not procs.is_local_host("example.invalid") and not procs.is_local_host(None)
+
+
+TREE = textwrap.dedent(
+    """
+    import subprocess, sys, threading, time
+    if sys.argv[1] == "0":
+        time.sleep(30)
+    else:  # a child that has a child of its own, and one started from another thread
+        procs = [subprocess.Popen([sys.executable, __file__, str(int(sys.argv[1]) - 1)])]
+        threading.Thread(target=lambda: procs.append(subprocess.Popen([sys.executable, __file__, "0"]))).start()
+        print("up", flush=True)
+        time.sleep(30)
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"),
+                    reason="the kernel's per-thread children files (Linux)")
+def test_the_process_tree_from_proc_is_the_one_psutil_walks(tmp_path: Path) -> None:
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    top = subprocess.Popen([sys.executable, str(script), "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert top.stdout is not None and top.stdout.readline().strip() == "up"
+        walked: set[int] = set()
+        for _ in range(100):  # until the grandchildren are up too
+            walked = {top.pid, *(c.pid for c in psutil.Process(top.pid).children(recursive=True))}
+            if len(walked) == 5:
+                break
+            psutil.wait_procs([], timeout=0.05)
+        tree = procs._linux_tree(top.pid)
+        assert len(walked) == 5 and tree is not None and set(tree) == walked and tree[0] == top.pid
+        assert set(procs.process_tree_pids(top.pid)) == walked
+    finally:
+        for c in psutil.Process(top.pid).children(recursive=True):
+            c.kill()
+        top.kill()
+        top.wait(10)
+    assert procs._linux_tree(top.pid) == ()  # gone
+
+
+def _fake_proc(root: Path, tree: dict[int, dict[int, str]]) -> None:
+    """A /proc with ``pid → {tid: its children file}``."""
+    (root / "self" / "task").mkdir(parents=True)
+    for pid, threads in tree.items():
+        for tid, text in threads.items():
+            (root / str(pid) / "task" / str(tid)).mkdir(parents=True)
+            (root / str(pid) / "task" / str(tid) / "children").write_text(text)
+
+
+def test_children_files_are_read_per_thread_and_bad_ones_are_skipped(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, {10: {10: "11 ", 12: "13 14 "}, 11: {11: ""}, 13: {13: "nonsense"}, 14: {14: "15"}})
+    assert sorted(procs._linux_tree(10, str(tmp_path)) or ()) == [10, 11, 13, 14, 15]  # 15's files: gone
+    assert procs._linux_tree(99, str(tmp_path)) == ()  # no such process
+
+
+def test_a_kernel_without_children_files_leaves_the_tree_to_psutil(tmp_path: Path) -> None:
+    (tmp_path / "self" / "task").mkdir(parents=True)
+    (tmp_path / "10" / "task" / "10").mkdir(parents=True)  # the process is there, its children file is not
+    assert procs._linux_tree(10, str(tmp_path)) is None
+    assert procs._linux_tree(10, str(tmp_path / "none")) is None  # no /proc at all (macOS, Windows)
+
+
+def test_a_tree_that_loops_is_left_to_psutil(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, {20: {20: "21"}, 21: {21: "20"}})  # what no kernel writes: each the other's child
+    assert procs._linux_tree(20, str(tmp_path)) is None
