@@ -86,14 +86,14 @@ def cut_off(win: MainWindow) -> list[str]:
                 if shown != whole and whole not in bars.row_tip(bar):
                     found.append(f"{bar.label}: note line cut without a tooltip: {whole!r}")
     for panel in (win.speed_context, win.speed_time):
-        for plot in (panel.plot, getattr(panel, "lane", None)):
-            legend = plot.getPlotItem().legend if plot is not None else None
-            if legend is None or not legend.isVisible():
-                continue
-            rect = plot.mapFromScene(legend.sceneBoundingRect()).boundingRect()
-            if not plot.viewport().rect().adjusted(-1, -1, 1, 1).contains(rect):
-                found.append(f"legend of {type(panel).__name__} at {rect.getRect()} outside its plot "
-                             f"{plot.width()}×{plot.height()}")
+        plot = panel.plot
+        legend = plot.getPlotItem().legend
+        if legend is None or not legend.isVisible():
+            continue
+        rect = plot.mapFromScene(legend.sceneBoundingRect()).boundingRect()
+        if not plot.viewport().rect().adjusted(-1, -1, 1, 1).contains(rect):
+            found.append(f"legend of {type(panel).__name__} at {rect.getRect()} outside its plot "
+                         f"{plot.width()}×{plot.height()}")
     return found
 
 

@@ -249,7 +249,7 @@ def _svg_qt(widget: QtWidgets.QWidget) -> str:
         if isinstance(widget, QtWidgets.QGraphicsView):
             widget.render(p)  # the view's scene, scaled to the page
         else:
-            widget.render(p, QtCore.QPoint())  # a widget and its children (a chart and its lane) as laid out
+            widget.render(p, QtCore.QPoint())  # a widget and its children as laid out
     finally:
         p.end()
     return bytes(buf.data().data()).decode("utf-8")
@@ -259,10 +259,9 @@ def plot_svg_text(panel: Any, snap: SnapshotArg, *, engine: str = "auto") -> str
     """The panel's plot as SVG with the caption as a text line below it; ``engine``: auto | pyqtgraph | qt."""
     plot = plot_of(panel)
     text: str | None = None
-    lane = getattr(panel, "lane", None)  # a chart with a lane below it (speed over time): one picture of both
-    if lane is not None and engine == "auto":
-        with _no_item_caches(plot), _no_item_caches(lane):
-            text = _svg_qt(panel)  # the whole panel as on screen: chart, lane, time axis, legend
+    if getattr(panel, "lane", None) is not None and engine == "auto":  # a chart with a lane (speed over time)
+        with _no_item_caches(plot):
+            text = _svg_qt(plot)  # the whole view as on screen: chart, lane, time axis, legend
     elif engine in ("auto", "pyqtgraph"):
         try:
             text = _svg_pyqtgraph(plot)

@@ -14,7 +14,7 @@ from kvmon.gui import theme
 from kvmon.gui.labels import ValueLabel
 
 __all__ = ["ClockAxis", "RowLegend", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static",
-           "legend_below", "make_plot", "nice_ceiling", "set_title"]
+           "legend_below", "make_plot", "nice_ceiling", "plain_item", "set_title"]
 TITLE_HEIGHT = 20  # a plot's 9 pt title row (pyqtgraph gives any title 30 px)
 LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them
 
@@ -107,12 +107,13 @@ class RowLegend(pg.LegendItem):
         return QtCore.QSizeF(hint.width() + 6, hint.height() + 2)
 
 
-def legend_below(plot: pg.PlotWidget, columns: int) -> RowLegend:
-    """Put a :class:`RowLegend` under the plot's bottom axis; it is also ``plot.getPlotItem().legend``."""
+def legend_below(plot: pg.PlotWidget, columns: int, row: int = LEGEND_ROW) -> RowLegend:
+    """Put a :class:`RowLegend` under the plot's bottom axis (or in a later ``row`` of the plot item's layout, below
+    what a panel put there); it is also ``plot.getPlotItem().legend``."""
     pi = plot.getPlotItem()
     legend = RowLegend(columns)
-    pi.layout.addItem(legend, LEGEND_ROW, 1, QtCore.Qt.AlignmentFlag.AlignHCenter)
-    pi.layout.setRowSpacing(3, 2)
+    pi.layout.addItem(legend, row, 1, QtCore.Qt.AlignmentFlag.AlignHCenter)
+    pi.layout.setRowSpacing(row - 1, 2)
     pi.legend = legend
     legend.watch(plot)
     return legend
@@ -136,6 +137,13 @@ def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_uni
         set_title(w, title)
     item.setLabel("bottom", x_label, units=x_units)
     item.setLabel("left", y_label, units=y_units)
+    plain_item(item)
+    w.setMinimumHeight(120)
+    return w
+
+
+def plain_item(item: pg.PlotItem) -> None:
+    """A plot item's fixed look: no menu, buttons or grid; plain numbers on cached axes."""
     item.setMenuEnabled(False)
     item.hideButtons()
     item.showGrid(x=False, y=False)  # a grid roughly doubles paint time; the axes carry the numbers
@@ -143,8 +151,6 @@ def make_plot(title: str, x_label: str, x_units: str | None, y_label: str, y_uni
         ax = item.getAxis(name)
         ax.enableAutoSIPrefix(False)
         cache_axis(ax)
-    w.setMinimumHeight(120)
-    return w
 
 
 def nice_ceiling(v: float) -> float:

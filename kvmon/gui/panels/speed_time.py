@@ -18,7 +18,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.history import Event, History
 from kvmon.gui import theme
 from kvmon.gui.series import peak_decimate
-from kvmon.gui.widgets import ClockAxis, cache_static, legend_below, make_plot, nice_ceiling
+from kvmon.gui.widgets import TITLE_HEIGHT, ClockAxis, cache_static, legend_below, make_plot, nice_ceiling, plain_item
 
 LINE_WIDTH = 1.0
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
@@ -28,10 +28,14 @@ ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, wid
 # a model event's marker colour (theme quantities)
 EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "muted", "unloaded": "muted",
                  "failed": "critical", "followed": "decode"}
-LANE_HEIGHT = 100  # the prefill lane, the time axis and the legend (pixels)
+LANE_HEIGHT = 76  # the prefill lane and the time axis under it (pixels)
+LANE_MIN_HEIGHT = 52  # ... in a short view, where the speed chart keeps CHART_FLOOR pixels before the lane shrinks
+CHART_FLOOR = 40  # the speed chart's height that a short view keeps from the lane (pixels)
+LANE_ROW = 4  # the lane's row in the chart's layout (0 title, 1 top axis, 2 the chart, 3 its hidden bottom axis)
 LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
-MIN_CHART_HEIGHT = 72  # the speed chart above the lane, in a short window (pixels)
-ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much below the view (pixels)
+ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much above the lane (pixels)
+SHORT_CHART_HEIGHT = 64  # a speed chart lower than this (pixels) is given two ticks, 0 and its top
+LEGEND_MIN_VIEW_HEIGHT = 180  # a shorter view has no room for the legend under the lane (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
 MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -187,39 +191,43 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._drawn: tuple[int, float | None] = (-1, None)
         # (x range, y max, prefill y max) as last set on the axes and used to map the curves; None before a draw
         self._ranges: tuple[tuple[float, float], float, float] | None = None
+        self._chart_ticks: list[list[tuple[float, str]]] | None = None  # the speed chart's own ticks (a low chart)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        # Prefill runs 10-100x faster than decode: a lane of its own under the speed chart (its own scale, the same
+        # time), so that no prefill number ever reads against the decode axis or the ceiling. Both are items of one
+        # view (the lane a row of the chart's layout): a poll repaints one viewport, and a short window shares its
+        # height between them instead of cutting the time axis off
         self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
         pi = self.plot.getPlotItem()
         pi.hideAxis("bottom")  # the lane under it carries the time axis
-        left, top, right, bottom = pi.layout.getContentsMargins()  # room under the view for the "0" label's lower half
-        pi.layout.setContentsMargins(left, top, right, max(bottom, ZERO_LABEL_ROOM))
-        self.plot.setMinimumHeight(MIN_CHART_HEIGHT)
+        self.plot.setMinimumHeight(TITLE_HEIGHT + CHART_FLOOR + LANE_MIN_HEIGHT + 4)  # what a short view keeps
         pi.vb.disableAutoRange()
         vb = pi.vb
         self.decode = StripCurve("decode", "decode", vb)
         self.ceiling = StripCurve("ceiling", "ceiling", vb)
-        # Prefill runs 10-100x faster than decode: a lane of its own under the speed chart (its own scale, the same
-        # time), so that no prefill number ever reads against the decode axis or the ceiling
-        self.lane = make_plot("", "", None, "", None,
-                              axis_items={"bottom": ClockAxis(orientation="bottom")})  # the time axis of both
-        lane = self.lane.getPlotItem()
-        lane.setTitle(None)  # no axis name either: the legend and the colour name it (a name would not fit)
-        lane.vb.disableAutoRange()
-        lane.setXLink(pi)
-        lane.getAxis("left").setTicks([lane_ticks(1.0)])
-        lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
-        self.prefill = StripCurve("prefill", "prefill", lane.vb)
-        self.lane.setMinimumHeight(LANE_HEIGHT)
+        self.lane = pg.PlotItem(axisItems={"bottom": ClockAxis(orientation="bottom")})  # the time axis of both
+        plain_item(self.lane)
+        self.lane.setTitle(None)  # no axis name either: the legend and the colour name it (a name would not fit)
+        # no side margins: its left axis starts where the chart's does; the top one is room for the chart's "0"
+        self.lane.layout.setContentsMargins(0, ZERO_LABEL_ROOM, 0, 0)
+        self.lane.setMinimumHeight(LANE_HEIGHT)  # less in a short view (resizeEvent)
         self.lane.setMaximumHeight(LANE_HEIGHT)
-        for ax in (pi.getAxis("left"), lane.getAxis("left")):
+        pi.layout.addItem(self.lane, LANE_ROW, 0, 1, 3)
+        pi.layout.setRowStretchFactor(LANE_ROW, 1)
+        self.lane.vb.disableAutoRange()
+        self.lane.setXLink(pi)
+        self.lane.getAxis("left").setTicks([lane_ticks(1.0)])
+        self.lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
+        self.prefill = StripCurve("prefill", "prefill", self.lane.vb)
+        for ax in (pi.getAxis("left"), self.lane.getAxis("left")):
             ax.setWidth(AXIS_WIDTH)  # the same width: both charts' times line up
-        legend = legend_below(self.lane, 3)
+        legend = legend_below(self.plot, 3, row=LANE_ROW + 1)
         for curve, label in ((self.decode, "decode"), (self.ceiling, "ceiling"),
                              (self.prefill, "prefill tok/s (own scale)")):
             legend.addItem(curve, label)
         vb.sigResized.connect(self._remap)
-        lane.vb.sigResized.connect(self._remap)
+        self.lane.vb.sigResized.connect(self._remap)
         self.plot.setToolTip("Decode tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed); prefill "
                              "in the lane below, on its own scale.\n"
@@ -231,7 +239,6 @@ class SpeedTimePanel(QtWidgets.QWidget):
         cache_static(pi.titleLabel)
         lay.setSpacing(0)
         lay.addWidget(self.plot, 1)
-        lay.addWidget(self.lane, 0)
         self._markers: list[pg.InfiniteLine] = []  # model loads, unloads, sleeps, follows (a router, llama-swap)
         self._events_seen = 0
 
@@ -250,7 +257,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.refresh()
 
     def _mappings(self) -> tuple[ViewMap, ViewMap]:
-        vb, lane = self.plot.getPlotItem().vb, self.lane.getPlotItem().vb
+        vb, lane = self.plot.getPlotItem().vb, self.lane.vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
         (x0, x1), y_max, pf_max = self._ranges if self._ranges is not None else ((0.0, 1.0), 1.0, 1.0)
         lane_top = pf_max * LANE_HEADROOM
@@ -261,6 +268,36 @@ class SpeedTimePanel(QtWidgets.QWidget):
         for curve in (self.decode, self.ceiling):
             curve.remap(main)
         self.prefill.remap(pf)
+        self._fit_ticks()
+
+    def _fit_ticks(self) -> None:
+        """A chart too low for the axis's own ticks gets two, zero and its top (more would print over each other)."""
+        ax = self.plot.getPlotItem().getAxis("left")
+        y_max = self._ranges[1] if self._ranges is not None else 1.0
+        want = [lane_ticks(y_max)] if self.plot.getPlotItem().vb.height() < SHORT_CHART_HEIGHT else None
+        if want != self._chart_ticks:
+            self._chart_ticks = want
+            ax.setTicks(want)
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        """Share a short view's height: the legend goes first (the plot's tooltip names the lines), then the lane
+        shrinks to its floor, then the chart; the time axis is never cut off."""
+        super().resizeEvent(e)
+        pi = self.plot.getPlotItem()
+        height = e.size().height()
+        show = height >= LEGEND_MIN_VIEW_HEIGHT
+        changed = pi.legend is not None and pi.legend.isVisible() != show
+        if changed:
+            pi.legend.setVisible(show)
+        legend = pi.legend.geometry().height() if show and pi.legend is not None else 0.0
+        room = height - TITLE_HEIGHT - legend - 4  # the layout's margins and spacing
+        lane = min(float(LANE_HEIGHT), max(float(LANE_MIN_HEIGHT), room - CHART_FLOOR))
+        if self.lane.maximumHeight() != lane:
+            self.lane.setMinimumHeight(lane)
+            self.lane.setMaximumHeight(lane)
+            changed = True
+        if changed:  # the view sized the plot before these rows gave up their room: size it again, to the view
+            pi.setGeometry(QtCore.QRectF(0.0, 0.0, self.plot.width(), self.plot.height()))
 
     def markers(self) -> list[pg.InfiniteLine]:
         """The event markers on the plot, oldest first."""
@@ -353,9 +390,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
             pi.setXRange(left, right, padding=0.0)
         if old[1] != y_max:
             pi.setYRange(0.0, y_max, padding=0.0)
+            self._ranges = ((left, right), y_max, pf_max)
+            self._fit_ticks()
         if old[2] != pf_max:
-            self.lane.getPlotItem().setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
-            self.lane.getPlotItem().getAxis("left").setTicks([lane_ticks(pf_max)])
+            self.lane.setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
+            self.lane.getAxis("left").setTicks([lane_ticks(pf_max)])
         self._ranges = ((left, right), y_max, pf_max)
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
