@@ -4,8 +4,9 @@ A real llama.cpp server (b11549, the ``xllamacpp`` wheel the tests use, a tiny r
 thread) generates without pause; each round runs kvmon's dashboard (offscreen) and then llamastat (its terminal UI
 on a pseudo-terminal), each polling at 1 Hz, and measures the process's CPU seconds over ``--seconds`` after
 ``--warmup``. kvmon's time is also split by thread (the GUI thread and the rest: poller and sources). Then
-``kvmon serve`` over the same window, and ``kvmon once`` per call. Prints the figures, the ratio and the budgets;
-exit status 1 when one is over it.
+``kvmon serve`` over the same window, a bare PySide6 + pyqtgraph window that only repaints what a poll changes
+(``bench/bare_window.py``: the floor under any Qt dashboard of this kind), and ``kvmon once`` per call. Prints
+the figures, the ratio and the budgets; exit status 1 when one is over it.
 
     pip install -e '.[test,bench]'   # llamastat comes with the bench extra
     python bench/side_by_side.py [--seconds 45] [--warmup 15] [--rounds 2]
@@ -136,6 +137,12 @@ def start_llamastat(url: str, _env: dict[str, str]) -> subprocess.Popen[bytes]:
     return proc
 
 
+def start_bare(_url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The reference window (``bench/bare_window.py``): what the same repaints cost with nothing read or computed."""
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_window.py"), "--seconds", "0"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start_serve(url: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "kvmon", "serve", url, "--listen", f"127.0.0.1:{_free_port()}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -219,6 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve = measure(proc, args.warmup, args.seconds)
         finally:
             stop(proc)
+        proc = start_bare(url, env)
+        try:
+            bare = measure(proc, args.warmup, args.seconds)
+        finally:
+            stop(proc)
         once = once_cpu_s(url, args.once_calls)
         rate = (gen.tokens - n_gen) / (time.monotonic() - t_gen)
 
@@ -228,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, total, main_t, other in rows:
         print(f"  {name:28s} {total:10.3f} {main_t:12.3f} {other:14.3f}")
     print(f"  {'kvmon serve':28s} {serve[0]:10.3f} {serve[1]:12.3f} {serve[2]:14.3f}")
+    print(f"  {'bare Qt window (reference)':28s} {bare[0]:10.3f} {bare[1]:12.3f} {bare[2]:14.3f}"
+          "   4 labels + 2 curves set at 1 Hz, nothing read")
     print(f"  kvmon once --json: median {statistics.median(once):.2f} CPU-s per call ({len(once)} calls)")
     over = 0
     for r in range(args.rounds):
