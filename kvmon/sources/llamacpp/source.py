@@ -62,7 +62,8 @@ SLOTS_KEEP_AWAKE_S = 2.0
 @functools.cache
 def _default_config() -> ServerConfig:
     """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
-    without the argv they are guesses, so the log, the user or the slot count decide."""
+    without the argv they are guesses, so the log, the user or the slot count decide. Made once: the same object
+    every poll, so the merged config of unchanged layers is not merged again."""
     return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
 
 
