@@ -137,7 +137,7 @@ def start_llamastat(url: str, _env: dict[str, str]) -> subprocess.Popen[bytes]:
     return proc
 
 
-def start_bare(_url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_bare(env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The reference window (``bench/bare_window.py``): what the same repaints cost with nothing read or computed."""
     return subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_window.py"), "--seconds", "0"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve = measure(proc, args.warmup, args.seconds)
         finally:
             stop(proc)
-        proc = start_bare(url, env)
+        proc = start_bare(env)
         try:
             bare = measure(proc, args.warmup, args.seconds)
         finally:

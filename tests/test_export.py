@@ -117,6 +117,33 @@ def test_svg_of_speed_over_time(win: MainWindow, tmp_path: Path) -> None:
     assert "decode" in texts and "ceiling" in texts and "prefill" in texts, texts[:300]
 
 
+def _pixels(img: QtGui.QImage) -> np.ndarray:
+    img = img.convertToFormat(QtGui.QImage.Format.Format_RGB32)
+    rows = np.frombuffer(img.constBits(), np.uint8).reshape(img.height(), img.bytesPerLine())
+    return rows[:, : img.width() * 4].astype(int)
+
+
+def test_svg_of_speed_over_time_draws_back_as_on_screen(win: MainWindow, tmp_path: Path) -> None:
+    """Drawn back, the SVG is the view on screen (chart, lane, time axis, legend in their places): pyqtgraph's
+    exporter would put the lane's box and a dark block where they are not."""
+    from PySide6 import QtCore, QtSvg
+
+    view = win.speed_time.plot
+    text = export.save_plot_svg(win.speed_time, tmp_path / "t.svg", win.last)
+    with export._no_item_caches(view):
+        on_screen = _pixels(view.grab().toImage())
+    renderer = QtSvg.QSvgRenderer(QtCore.QByteArray(text.encode("utf-8")))
+    box = renderer.viewBoxF()
+    img = QtGui.QImage(int(box.width()), int(box.height()), QtGui.QImage.Format.Format_RGB32)
+    img.fill(QtGui.QColor("black"))
+    p = QtGui.QPainter(img)
+    renderer.render(p)
+    p.end()
+    drawn = _pixels(img)[: on_screen.shape[0], : on_screen.shape[1]]
+    assert drawn.shape == on_screen.shape  # the caption adds a line below, nothing else
+    assert float(np.abs(drawn - on_screen).mean()) < 6.0
+
+
 @pytest.mark.parametrize("panel", ["speed-vs-context", "speed-over-time"])
 def test_csv_round_trips_to_the_plotted_values(win: MainWindow, tmp_path: Path, panel: str) -> None:
     p = export.panel_widget(win, panel)

@@ -259,7 +259,7 @@ def plot_svg_text(panel: Any, snap: SnapshotArg, *, engine: str = "auto") -> str
     """The panel's plot as SVG with the caption as a text line below it; ``engine``: auto | pyqtgraph | qt."""
     plot = plot_of(panel)
     text: str | None = None
-    if getattr(panel, "lane", None) is not None and engine == "auto":  # a chart with a lane (speed over time)
+    if getattr(panel, "svg_as_shown", False) and engine == "auto":  # a view of its own items (speed over time)
         with _no_item_caches(plot):
             text = _svg_qt(plot)  # the whole view as on screen: chart, lane, time axis, legend
     elif engine in ("auto", "pyqtgraph"):

@@ -31,6 +31,7 @@ EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "m
 LANE_HEIGHT = 76  # the prefill lane and the time axis under it (pixels)
 LANE_MIN_HEIGHT = 52  # ... in a short view, where the speed chart keeps CHART_FLOOR pixels before the lane shrinks
 CHART_FLOOR = 40  # the speed chart's height that a short view keeps from the lane (pixels)
+LAYOUT_SLACK = 4  # the chart layout's margins and spacing around title, chart and lane (pixels)
 LANE_ROW = 4  # the lane's row in the chart's layout (0 title, 1 top axis, 2 the chart, 3 its hidden bottom axis)
 LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
 ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much above the lane (pixels)
@@ -183,6 +184,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
     """
 
     x_csv_label = "time (unix s)"
+    svg_as_shown = True  # its SVG is the view as Qt draws it: pyqtgraph's exporter misplaces the lane and its own items
 
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -201,7 +203,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
         pi = self.plot.getPlotItem()
         pi.hideAxis("bottom")  # the lane under it carries the time axis
-        self.plot.setMinimumHeight(TITLE_HEIGHT + CHART_FLOOR + LANE_MIN_HEIGHT + 4)  # what a short view keeps
+        self.plot.setMinimumHeight(TITLE_HEIGHT + CHART_FLOOR + LANE_MIN_HEIGHT + LAYOUT_SLACK)  # a short view keeps it
         pi.vb.disableAutoRange()
         vb = pi.vb
         self.decode = StripCurve("decode", "decode", vb)
@@ -290,7 +292,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if changed:
             pi.legend.setVisible(show)
         legend = pi.legend.geometry().height() if show and pi.legend is not None else 0.0
-        room = height - TITLE_HEIGHT - legend - 4  # the layout's margins and spacing
+        room = height - TITLE_HEIGHT - legend - LAYOUT_SLACK
         lane = min(float(LANE_HEIGHT), max(float(LANE_MIN_HEIGHT), room - CHART_FLOOR))
         if self.lane.maximumHeight() != lane:
             self.lane.setMinimumHeight(lane)
@@ -390,12 +392,12 @@ class SpeedTimePanel(QtWidgets.QWidget):
             pi.setXRange(left, right, padding=0.0)
         if old[1] != y_max:
             pi.setYRange(0.0, y_max, padding=0.0)
-            self._ranges = ((left, right), y_max, pf_max)
-            self._fit_ticks()
         if old[2] != pf_max:
             self.lane.setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
             self.lane.getAxis("left").setTicks([lane_ticks(pf_max)])
         self._ranges = ((left, right), y_max, pf_max)
+        if old[1] != y_max:
+            self._fit_ticks()  # a low chart's two ticks name the new top
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
             curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)
