@@ -369,6 +369,39 @@ def test_tray_notifies_only_rising_warning_alerts() -> None:
     assert tray_text(None) == "–" and tray_text(38.4) == "38"
 
 
+def test_tray_sends_the_icon_and_the_tip_only_when_each_changed(qtbot) -> None:
+    """The tip's tenths move most polls; the icon (a pixmap drawn and sent to the tray) only when its whole tok/s
+    or colour does."""
+
+    from kvmon.gui.tray import Tray
+
+    class CountingIcon(QtWidgets.QSystemTrayIcon):
+        def __init__(self) -> None:
+            super().__init__()
+            self.icons: list[QtGui.QIcon] = []
+            self.tips: list[str] = []
+
+        def setIcon(self, icon: QtGui.QIcon) -> None:
+            self.icons.append(icon)
+            super().setIcon(icon)
+
+        def setToolTip(self, tip: str) -> None:
+            self.tips.append(tip)
+            super().setToolTip(tip)
+
+    tray = Tray()
+    tray.icon = icon = CountingIcon()
+    base = SyntheticMonitor().snapshot(1)
+    for tok_s in (38.1, 38.2, 38.4, 38.4, 39.0):
+        tray.show_snapshot(dataclasses.replace(base, decode_tok_s=tok_s, alerts=()))
+    assert len(icon.icons) == 2  # 38, then 39
+    assert [t.split(": ")[1].split(" (")[0] for t in icon.tips] == ["38.1 tok/s", "38.2 tok/s", "38.4 tok/s",
+                                                                     "39.0 tok/s"]
+    tray.show_snapshot(dataclasses.replace(base, decode_tok_s=39.0, alerts=(
+        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full soon"),)))
+    assert len(icon.icons) == 3 and len(icon.tips) == 4  # the alert's colour: a new icon, the same tip
+
+
 def test_model_change_clears_measured_points(window: MainWindow) -> None:
     mon = SyntheticMonitor()
     for _ in range(5):

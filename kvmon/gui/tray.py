@@ -79,10 +79,15 @@ class Tray(QtCore.QObject):
         text = tray_text(s.decode_tok_s)
         tip = (f"kvmon{': ' + label if label else ''}: {fmt.tok_s(s.decode_tok_s)} "
                f"(ceiling {fmt.tok_s(s.ceiling_tok_s)})")
-        if (text, level, tip) != (self._text, self._level, self._tip):
-            self._text, self._level, self._tip = text, level, tip
+        # each goes to the desktop's tray (a D-Bus call there) only when it changed: the tip's tenths move most
+        # polls, the icon's whole tok/s less often, and a new icon is a pixmap drawn and sent
+        if (text, level) != (self._text, self._level):
+            self._text, self._level = text, level
             if self.icon is not None:
                 self.icon.setIcon(QtGui.QIcon(icon_pixmap(text, level)))
+        if tip != self._tip:
+            self._tip = tip
+            if self.icon is not None:
                 self.icon.setToolTip(tip)
 
     def notify(self, key: str, s: Snapshot, label: str | None = None) -> None:
