@@ -114,3 +114,36 @@ def test_a_short_view_keeps_the_time_axis_and_no_tick_labels_overlap(panel: Spee
     qtbot.waitUntil(lambda: panel.plot.height() == 320, timeout=2000)
     QtWidgets.QApplication.processEvents()
     assert pi.legend.isVisible() and _inside(panel, pi.legend) and _inside(panel, panel.lane.getAxis("bottom"))
+
+
+def test_an_empty_prefill_lane_says_so_instead_of_a_made_up_scale(panel: SpeedTimePanel, qtbot) -> None:
+    """With no prefill in the window the lane has a zero tick only and says why it is empty; the first prefill
+    sample gives it its scale (0 and a top above the sample) and the note goes; a window past it says so again."""
+    import dataclasses
+
+    mon = SyntheticMonitor()
+    quiet = [dataclasses.replace(mon.snapshot(i), prefill_tok_s=None) for i in range(30)]
+    for s in quiet:
+        panel.history.append(s)
+    panel.refresh()
+    qtbot.wait(20)
+    lane_axis = panel.lane.getAxis("left")
+    assert [text for _r, text in _tick_texts(lane_axis)] == ["0"]
+    assert panel.no_prefill.isVisible() and _inside(panel, panel.no_prefill)
+    assert panel.no_prefill.text() == "no prompt processed in this window"
+
+    x_range = panel.x_range()
+    panel.history.append(dataclasses.replace(mon.snapshot(30), prefill_tok_s=850.0))
+    panel.refresh()
+    qtbot.wait(20)
+    assert panel.x_range() == x_range  # the same window, drawn again for the lane's new scale
+    assert not panel.no_prefill.isVisible()
+    labels = [text for _r, text in _tick_texts(lane_axis)]
+    assert labels[0] == "0" and len(labels) == 2 and float(labels[1]) >= 850.0
+
+    for i in range(31, 41):
+        panel.history.append(dataclasses.replace(mon.snapshot(i), prefill_tok_s=None))
+    panel.set_window(5.0)  # a window of the last few seconds: the prefill sample is out of it
+    panel.refresh()
+    qtbot.wait(20)
+    assert panel.no_prefill.isVisible() and [text for _r, text in _tick_texts(lane_axis)] == ["0"]

@@ -36,6 +36,7 @@ LANE_ROW = 4  # the lane's row in the chart's layout (0 title, 1 top axis, 2 the
 LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
 ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much above the lane (pixels)
 SHORT_CHART_HEIGHT = 64  # a speed chart lower than this (pixels) is given two ticks, 0 and its top
+NO_PREFILL_TEXT = "no prompt processed in this window"
 LEGEND_MIN_VIEW_HEIGHT = 180  # a shorter view has no room for the legend under the lane (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
 MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
@@ -48,9 +49,10 @@ def step_s(span_s: float) -> float:
     return float(max((s for s in _NICE_STEPS_S if s <= want), default=_NICE_STEPS_S[0]))
 
 
-def lane_ticks(top: float) -> list[tuple[float, str]]:
-    """The prefill lane's few ticks: zero and the top of its scale (a lane is too low for more)."""
-    return [(0.0, "0"), (top, f"{top:g}")]
+def lane_ticks(top: float | None) -> list[tuple[float, str]]:
+    """The prefill lane's few ticks: zero and the top of its scale (a lane is too low for more); zero alone while
+    the window holds no prefill (a scale then would be made up)."""
+    return [(0.0, "0"), (top, f"{top:g}")] if top is not None else [(0.0, "0")]
 
 
 def with_lead_ins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,9 +221,17 @@ class SpeedTimePanel(QtWidgets.QWidget):
         pi.layout.setRowStretchFactor(LANE_ROW, 1)
         self.lane.vb.disableAutoRange()
         self.lane.setXLink(pi)
-        self.lane.getAxis("left").setTicks([lane_ticks(1.0)])
+        self.lane.getAxis("left").setTicks([lane_ticks(None)])
         self.lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
         self.prefill = StripCurve("prefill", "prefill", self.lane.vb)
+        # in the lane's own pixels (a child of its view box, not of the data): says why the lane is empty
+        self.no_prefill = QtWidgets.QGraphicsSimpleTextItem(NO_PREFILL_TEXT, self.lane.vb)
+        self.no_prefill.setBrush(theme.brush("muted"))
+        font = self.no_prefill.font()
+        font.setPointSizeF(8.0)
+        self.no_prefill.setFont(font)
+        self.no_prefill.setPos(6.0, 2.0)
+        self._prefill_seen = False  # whether the drawn window holds a prefill sample
         for ax in (pi.getAxis("left"), self.lane.getAxis("left")):
             ax.setWidth(AXIS_WIDTH)  # the same width: both charts' times line up
         legend = legend_below(self.plot, 3, row=LANE_ROW + 1)
@@ -360,9 +370,10 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if t[-1] >= x1 or (last is not None and t[0] <= last):  # right edge reached, clock went back
             return False
         dec, pf, ceil = (series[n].tolist() for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
+        pf_top = max((v for v in pf if math.isfinite(v)), default=None)
         if (max((v for v in dec + ceil if math.isfinite(v)), default=0.0) > y_max
-                or max((v for v in pf if math.isfinite(v)), default=0.0) > pf_max):
-            return False  # a new peak: the y axis must grow
+                or (pf_top is not None and (pf_top > pf_max or not self._prefill_seen))):
+            return False  # a new peak, or the window's first prefill: the lane gets its scale
         self.decode.append(t, dec)
         self.ceiling.append(t, ceil)
         self.prefill.append(t, pf)
@@ -384,7 +395,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
             left = right - self.window_s
         finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
         y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
-        pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if np.isfinite(pf).any() else 1.0
+        seen = bool(np.isfinite(pf).any())
+        pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if seen else 1.0
         pi = self.plot.getPlotItem()
         old = self._ranges or ((math.nan, math.nan), math.nan, math.nan)
         # each axis is told only when its own range moved: it lays out its ticks again
@@ -392,9 +404,11 @@ class SpeedTimePanel(QtWidgets.QWidget):
             pi.setXRange(left, right, padding=0.0)
         if old[1] != y_max:
             pi.setYRange(0.0, y_max, padding=0.0)
-        if old[2] != pf_max:
+        if old[2] != pf_max or seen != self._prefill_seen:
             self.lane.setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
-            self.lane.getAxis("left").setTicks([lane_ticks(pf_max)])
+            self.lane.getAxis("left").setTicks([lane_ticks(pf_max if seen else None)])
+            self.no_prefill.setVisible(not seen)
+            self._prefill_seen = seen
         self._ranges = ((left, right), y_max, pf_max)
         if old[1] != y_max:
             self._fit_ticks()  # a low chart's two ticks name the new top
