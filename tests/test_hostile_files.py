@@ -19,6 +19,7 @@ from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
 from test_gguf_meta import write_small_gguf
 
 from kvmon.cli.once import run
+from kvmon.core.readings import SourceError
 from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.source import LlamaServerSource
 
@@ -178,11 +179,17 @@ def test_undecodable_bytes_on_a_piped_log_are_replaced_not_fatal() -> None:
     assert config.n_ubatch == 256 and follower.error is None
 
 
-def test_the_model_is_read_again_when_its_file_changes_and_only_then(tmp_path: Path) -> None:
-    """Polls of a server whose model file stands give the same model object (nothing parsed again); a file written
-    anew in its place (another size and time) is read again."""
+def test_the_model_file_is_read_once_per_start_of_the_server(tmp_path: Path, monkeypatch) -> None:
+    """Polls of a running server give the same model object and stat its file no more (it loaded the file when it
+    started: one written anew in its place is not what it serves); after a failed poll (the server restarted,
+    reloaded or went away) the file is looked at again, and a new version of it is read."""
     import gguf
 
+    from kvmon.sources import model_file
+
+    stats: list[str] = []
+    real_stat = model_file.regular_stat
+    monkeypatch.setattr(model_file, "regular_stat", lambda p: stats.append(p) or real_stat(p))
     model = tmp_path / "tiny.gguf"
     write_small_gguf(model)
     server = _llama_with_model(str(model))
@@ -191,6 +198,7 @@ def test_the_model_is_read_again_when_its_file_changes_and_only_then(tmp_path: P
         first, second = src.poll(), src.poll()
         assert first.model is not None and first.model is second.model
         assert first.model.shape is not None and first.model.shape.n_layers == 4
+        assert stats == [str(model)]  # the first poll's stat only
         w = gguf.GGUFWriter(str(model), "llama")  # another model in the same place: six layers
         for add, value in ((w.add_block_count, 6), (w.add_context_length, 8192), (w.add_embedding_length, 256),
                            (w.add_feed_forward_length, 512), (w.add_head_count, 4), (w.add_head_count_kv, 4)):
@@ -200,9 +208,21 @@ def test_the_model_is_read_again_when_its_file_changes_and_only_then(tmp_path: P
         w.write_tensors_to_file()
         w.close()
         os.utime(model, ns=(10**18, 10**18))
-        third = src.poll()
+        third = src.poll()  # the same server, still serving the four layers it loaded
+        assert third.model is first.model and len(stats) == 1
+        loading = '{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
+        for path in ("/health", "/props", "/slots", "/metrics"):  # a real llama-server's answer while it loads
+            server.set(path, 503, loading)
+        with pytest.raises(SourceError):
+            src.poll()  # loading: the server is starting again
+        serve_llama_state(server, "generating")
+        props = json.loads((LLAMA_FIXTURES / "props.generating.json").read_text())
+        props["model_path"] = str(model)
+        server.set("/props", 200, json.dumps(props))
+        fourth = src.poll()
     finally:
         src.close()
         server.stop()
-    assert third.model is not None and third.model is not first.model
-    assert third.model.shape is not None and third.model.shape.n_layers == 6
+    assert len(stats) == 2
+    assert fourth.model is not None and fourth.model is not first.model
+    assert fourth.model.shape is not None and fourth.model.shape.n_layers == 6

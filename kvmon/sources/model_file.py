@@ -1,6 +1,9 @@
 """Model files on this machine: the GGUF header of each (read once per version of the file) and the model shape
 built from its metadata (built once per version, and per source's metadata overrides).
 
+A source that knows when its server started passes that start along: the file is then statted once per start, not
+per poll. A server reads its model when it starts; a file written anew in its place later is not what it serves.
+
 Both server sources read the model file here when they can: llama-server's ``-m`` (its ``/props`` model_path),
 Ollama's blob (its modelfile's ``FROM``), and only for a server on this machine (the path names a file there).
 A file that cannot be read says why, naming only the file, not its folder; anything but a regular file is never
@@ -10,7 +13,7 @@ opened (``kvmon.sources.localfile``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
@@ -37,6 +40,7 @@ def display_name(server_name: str | None, model_path: str | None, general_name: 
 
 FileKey = tuple[str, int, int]  # path, size, modification time (ns): a new version of the file is a new key
 MAX_FILES = 8
+Header = tuple[GgufHeader | None, str | None, FileKey | None]
 
 
 def shape_of(metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
@@ -56,9 +60,25 @@ class ModelFiles:
         self.max_files = max_files
         self._headers: dict[FileKey, tuple[GgufHeader | None, str | None]] = {}
         self._shapes: dict[FileKey | None, tuple[Any, str | None]] = {}
+        self._by_start: dict[tuple[str, Hashable], Header] = {}  # what each file was at a server's start
 
-    def header(self, path: str) -> tuple[GgufHeader | None, str | None, FileKey | None]:
-        """(the file's GGUF header, why not, the file version's key); a file that cannot be statted has no key."""
+    def header(self, path: str, start: Hashable | None = None) -> Header:
+        """(the file's GGUF header, why not, the file version's key); a file that cannot be statted has no key.
+
+        ``start``: the start of the server that loaded it (None: unknown, the file is statted each time). A file
+        that was read for this start is not statted again; one that could not be is tried again next time."""
+        if start is not None:
+            known = self._by_start.get((path, start))
+            if known is not None:
+                return known
+        found = self._header(path)
+        if start is not None and found[2] is not None:
+            while len(self._by_start) >= self.max_files:
+                self._by_start.pop(next(iter(self._by_start)))
+            self._by_start[(path, start)] = found
+        return found
+
+    def _header(self, path: str) -> Header:
         name = os.path.basename(path)
         try:
             st = regular_stat(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from gguf import Keys
 
@@ -39,9 +39,10 @@ def mtp_weight_bytes(header: GgufHeader) -> int | None:
 
 
 def with_draft(model: ModelInfo, config: ServerConfig, files: ModelFiles, resolve: Callable[[str], str | None],
-               local_files: bool, reasons: dict[str, str]) -> ModelInfo:
+               local_files: bool, reasons: dict[str, str], *, start: Hashable | None = None) -> ModelInfo:
     """``model`` with the draft model's weights, shape and file name (``config.draft_model_path``), as far as its
-    file can be read here; ``resolve`` turns the path the server was given into one on this machine."""
+    file can be read here; ``resolve`` turns the path the server was given into one on this machine; ``start``:
+    which start of the server this is (its files are read once per start)."""
     path = config.draft_model_path
     if not path:
         return model
@@ -52,7 +53,7 @@ def with_draft(model: ModelInfo, config: ServerConfig, files: ModelFiles, resolv
         where = "its folder is unknown" if local_files else "it is on the server's machine"
         reasons["model.draft"] = f"draft model {name!r} is not read ({where}): its reads and its KV cache are not known"
         return model
-    header, why, key = files.header(full)
+    header, why, key = files.header(full, start)
     if header is None or header.tensor_bytes is None:
         why = why or f"draft model {name!r} has no tensor sizes"
         reasons["model.draft"] = f"{why}: its reads and its KV cache are not known"

@@ -52,6 +52,7 @@ class LlamaServerProcess:
         self._checked_at: float | None = None  # when it was last looked for
         self._alive_at = 0.0  # when the known process was last seen running
         self._reason: str | None = None  # why none was found
+        self._cwd: tuple[psutil.Process, str | None] | None = None  # the found process's working directory
         self._facts: tuple[tuple[int, float | None], tuple[ServerConfig | None, tuple[int, ...],
                                                            dict[str, str]]] | None = None
 
@@ -77,10 +78,24 @@ class LlamaServerProcess:
         self._proc, self._reason = procs.lookup_listening_process(self.port)
         return self._proc
 
-    def cwd(self) -> str | None:
-        """The server's working directory (to resolve a relative ``-m``), or None."""
+    def identity(self) -> tuple[int, float] | None:
+        """(pid, start time) of the server process found here: another one is another start of the server."""
         proc = self.process()
-        return procs.process_cwd(proc) if proc is not None else None
+        if proc is None:
+            return None
+        try:
+            return proc.pid, proc.create_time()  # psutil keeps the start time it read when it found the process
+        except psutil.Error:
+            return None
+
+    def cwd(self) -> str | None:
+        """The server's working directory (to resolve a relative ``-m``), or None; read once per process."""
+        proc = self.process()
+        if proc is None:
+            return None
+        if self._cwd is None or self._cwd[0] is not proc:
+            self._cwd = (proc, procs.process_cwd(proc))
+        return self._cwd[1]
 
     def config(self) -> tuple[ServerConfig | None, tuple[int, ...], dict[str, str]]:
         """(what the server's argv/environment say, its pids, reasons): the command-line layer of the config."""

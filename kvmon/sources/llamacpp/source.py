@@ -127,6 +127,7 @@ class LlamaServerSource:
         self._described: LastAnswer[tuple[ModelInfo, dict[str, str]]] = LastAnswer()  # the model, while it stands
         self.model_id = model_id
         self._model_name = model_name or model_id  # a router's or llama-swap's name for it: the user's
+        self._failed_polls = 0
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
         self._argv_config = parse_llama_server_args(list(command_line)[1:]).config if command_line else None
         self._local_files = is_local_host(self._host) if local_files is None else local_files
@@ -160,6 +161,18 @@ class LlamaServerSource:
 
     def poll(self) -> ServerReading:
         """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
+        try:
+            return self._poll()
+        except SourceError:
+            self._failed_polls += 1  # the server may come back as another start of it: its files are read again
+            raise
+
+    def _server_start(self) -> tuple[tuple[int, float] | None, int]:
+        """Which start of the server this is, as far as can be told: its process here (pid, start time) and the
+        failed polls so far (a restart, a reload or a server gone between polls)."""
+        return self._process.identity(), self._failed_polls
+
+    def _poll(self) -> ServerReading:
         t_mono, t_wall = self._clock(), time.time()
         reasons: dict[str, str] = {}
         # /health answers what /props also shows (loading, key rejected, gone); ask it on the first poll, after a
@@ -278,7 +291,8 @@ class LlamaServerSource:
         model, model_reasons = self._model_info(props, self.model_id or (unquote(q[len("?model="):]) if q else None))
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
-        model = with_draft(model, config, self._files, self._resolve_model_path, self._local_files, reasons)
+        model = with_draft(model, config, self._files, self._resolve_model_path, self._local_files, reasons,
+                           start=self._server_start())
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
         self._sleep.sleep_s = config.sleep_idle_seconds
 
@@ -438,8 +452,8 @@ class LlamaServerSource:
         return os.path.join(cwd, model_path) if cwd else None
 
     def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
-        """The loaded model as /props, /v1/models and the model file's header say (the file is statted each poll);
-        built again only when one of them changed, else the last poll's (the same objects)."""
+        """The loaded model as /props, /v1/models and the model file's header say (the file is read once per start
+        of the server); built again only when one of them changed, else the last poll's (the same objects)."""
         model_path = json_str(props.get("model_path"))
         entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
         full_path = self._resolve_model_path(model_path) if self._local_files else None
@@ -447,7 +461,7 @@ class LlamaServerSource:
         gwhy = None
         file_key: tuple[str, int, int] | None = None
         if full_path is not None:
-            header, gwhy, file_key = self._files.header(full_path)
+            header, gwhy, file_key = self._files.header(full_path, self._server_start())
         return self._described.get(self._describe_model, props, model_id, entry, why, model_path, full_path, header,
                                    gwhy, *(file_key or (None, None, None)))
 
