@@ -114,6 +114,25 @@ def test_rapl_package_counter_and_its_wrap(tmp_path: Path) -> None:
     assert cpu_energy(tmp_path, "linux") == (pytest.approx(52745.862375), pytest.approx(262143.32885), None)
 
 
+def test_rapl_zones_are_listed_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
+    """Each poll reads the counters only: a second package appearing is counted from the next listing
+    (ZONES_RELIST_S later); a zone that goes makes the same read list them again."""
+    from kvmon.sources.rapl import ZONES_RELIST_S
+
+    now = [50.0]
+    zone = _rapl(tmp_path, "1000000")
+    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[0] == pytest.approx(1.0)
+    second = zone.parent / "intel-rapl:1"
+    second.mkdir()
+    (second / "energy_uj").write_text("2000000\n")
+    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[0] == pytest.approx(1.0)  # not listed yet
+    now[0] += ZONES_RELIST_S
+    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(3.0), None)  # two: no wrap
+    (second / "energy_uj").unlink()
+    second.rmdir()
+    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(1.0), pytest.approx(262143.32885))
+
+
 def test_no_rapl_and_macos_say_why(tmp_path: Path) -> None:
     assert "no RAPL energy counters" in cpu_energy(tmp_path, "linux")[2]
     assert "powermetrics, which needs root" in cpu_energy(tmp_path, "darwin")[2]
@@ -161,6 +180,31 @@ def test_hwmon_power_and_energy_as_amdgpu_xe_and_i915_publish_them(tmp_path: Pat
     assert hwmon_power(amd) == (33.0, None, {"energy_j": "the card's hwmon has no energy file"})
     assert hwmon_power(xe)[:2] == (None, pytest.approx(1234.56789))
     assert "no hwmon sensors" in hwmon_power(bare)[2]["power_w"]
+
+
+def test_hwmon_files_are_looked_for_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
+    """A poll reads the chosen files only: a file that appears is seen at the next look (HWMON_RELIST_S later); a
+    driver reload that renumbers the hwmon folder is followed in the same poll."""
+    from kvmon.sources.sysfs import HWMON_RELIST_S
+
+    now = [100.0]
+    dev = tmp_path / "card"
+    _hwmon(dev, power1_average="33000000")
+    assert hwmon_power(dev, clock=lambda: now[0])[:2] == (33.0, None)
+    (dev / "hwmon" / "hwmon3" / "energy1_input").write_text("5000000\n")  # readable from now on
+    (dev / "hwmon" / "hwmon3" / "power1_average").write_text("41000000\n")
+    now[0] += HWMON_RELIST_S - 1
+    power, energy, reasons = hwmon_power(dev, clock=lambda: now[0])
+    assert (power, energy) == (41.0, None) and "no energy file" in reasons["energy_j"]  # not looked for yet
+    now[0] += 1
+    assert hwmon_power(dev, clock=lambda: now[0]) == (41.0, 5.0, {})
+    (dev / "hwmon" / "hwmon3").rename(dev / "hwmon" / "hwmon4")  # the driver reloaded
+    assert hwmon_power(dev, clock=lambda: now[0]) == (41.0, 5.0, {})
+    for f in (dev / "hwmon" / "hwmon4").iterdir():
+        f.unlink()
+    (dev / "hwmon" / "hwmon4").rmdir()
+    power, energy, reasons = hwmon_power(dev, clock=lambda: now[0])
+    assert (power, energy) == (None, None) and "no hwmon sensors" in reasons["power_w"]
 
 
 # ---- end to end: the demo's two RTX 3090s ------------------------------------------------------------

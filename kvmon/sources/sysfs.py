@@ -49,34 +49,74 @@ def read_int(path: Path, base: int = 10) -> int | None:
         return None
 
 
-def hwmon_power(device_dir: Path) -> tuple[float | None, float | None, dict[str, str]]:
-    """(power W, energy counter J, reasons) from the card's hwmon: ``power1_average`` or ``power1_input`` (µW) and
-    ``energy1_input`` (µJ), as amdgpu, xe and i915 publish them; a file that is there but not readable (root
-    only on some kernels) is said so, one that is not there too."""
-    reasons: dict[str, str] = {}
+HWMON_RELIST_S = 30.0  # a card's hwmon files are looked for again this often (and when a chosen one stops reading)
+
+
+@dataclass(frozen=True)
+class _HwmonFiles:
+    """What one card's hwmon offers, as last looked for: the files to read and why a reading has none."""
+
+    at: float
+    power: Path | None
+    energy: Path | None
+    reasons: dict[str, str]
+
+
+_hwmon_files: dict[Path, _HwmonFiles] = {}
+
+
+def _find_hwmon_files(device_dir: Path, now: float) -> _HwmonFiles:
     dirs = sorted((device_dir / "hwmon").glob("hwmon*")) if (device_dir / "hwmon").is_dir() else []
     if not dirs:
         why = "the driver offers no hwmon sensors for this card (no power or energy reading)"
-        return None, None, {"power_w": why, "energy_j": why}
-    power_w = energy_j = None
-    power_files = [d / n for d in dirs for n in ("power1_average", "power1_input")]
-    energy_files = [d / "energy1_input" for d in dirs]
-    for f in power_files:
-        uw = read_int(f)
-        if uw is not None and uw >= 0:
-            power_w = uw / 1e6
-            break
-    for f in energy_files:
-        uj = read_int(f)
-        if uj is not None and uj >= 0:
-            energy_j = uj / 1e6
-            break
-    for key, value, files in (("power_w", power_w, power_files), ("energy_j", energy_j, energy_files)):
-        if value is None:
+        return _HwmonFiles(now, None, None, {"power_w": why, "energy_j": why})
+    chosen: dict[str, Path | None] = {}
+    reasons: dict[str, str] = {}
+    for key, files in (("power_w", [d / n for d in dirs for n in ("power1_average", "power1_input")]),
+                       ("energy_j", [d / "energy1_input" for d in dirs])):
+        chosen[key] = next((f for f in files if (v := read_int(f)) is not None and v >= 0), None)
+        if chosen[key] is None:
             there = [f for f in files if f.exists()]
             reasons[key] = (f"{there[0]} is not readable by this user" if there else
                             f"the card's hwmon has no {'power' if key == 'power_w' else 'energy'} file")
-    return power_w, energy_j, reasons
+    return _HwmonFiles(now, chosen["power_w"], chosen["energy_j"], reasons)
+
+
+def hwmon_power(device_dir: Path, clock: Callable[[], float] = time.monotonic) -> tuple[float | None, float | None,
+                                                                                        dict[str, str]]:
+    """(power W, energy counter J, reasons) from the card's hwmon: ``power1_average`` or ``power1_input`` (µW) and
+    ``energy1_input`` (µJ), as amdgpu, xe and i915 publish them; a file that is there but not readable (root
+    only on some kernels) is said so, one that is not there too.
+
+    Which files to read is looked for once every ``HWMON_RELIST_S`` (a poll then reads one or two files, not a
+    folder listing and a probe of each candidate), and again at once when a chosen file stops reading (a driver
+    reload renumbers the hwmon folders)."""
+    now = clock()
+    files = _hwmon_files.get(device_dir)
+    if files is None or now - files.at >= HWMON_RELIST_S:
+        files = _hwmon_files[device_dir] = _find_hwmon_files(device_dir, now)
+    values = _read_hwmon(files)
+    if values is None:  # a chosen file stopped reading: look again at once
+        files = _hwmon_files[device_dir] = _find_hwmon_files(device_dir, now)
+        values = _read_hwmon(files)
+    if values is None:
+        why = "the card's hwmon files stopped reading"
+        return None, None, {"power_w": why, "energy_j": why}
+    return values[0], values[1], dict(files.reasons)
+
+
+def _read_hwmon(files: _HwmonFiles) -> tuple[float | None, float | None] | None:
+    """(W, J) from the chosen files; None when one of them does not read as it did."""
+    out: list[float | None] = []
+    for path, scale in ((files.power, 1e6), (files.energy, 1e6)):
+        if path is None:
+            out.append(None)
+            continue
+        v = read_int(path)
+        if v is None or v < 0:
+            return None
+        out.append(v / scale)
+    return out[0], out[1]
 
 
 def read_hex_id(path: Path, digits: int = 4) -> str | None:
