@@ -378,7 +378,14 @@ def _write_gguf(path: Path) -> None:
     w.close()
 
 
-def test_local_model_file_fills_weights_and_shape(ollama: OllamaFixture, tmp_path: Path) -> None:
+def test_local_model_file_fills_weights_and_shape(ollama: OllamaFixture, tmp_path: Path, monkeypatch) -> None:
+    """The blob fills weights and shape when /api/show tells neither; it is read once per model digest (a blob
+    is named by its content): later polls neither read nor stat it."""
+    from kvmon.sources import model_file
+
+    stats: list[str] = []
+    real_stat = model_file.regular_stat
+    monkeypatch.setattr(model_file, "regular_stat", lambda p: stats.append(p) or real_stat(p))
     blob = tmp_path / ("sha256-" + "ab" * 32)
     _write_gguf(blob)
     ollama.set_file("/api/ps", "ps.partial-offload.json")  # gemma3: /api/show lists no tensors
@@ -390,8 +397,10 @@ def test_local_model_file_fills_weights_and_shape(ollama: OllamaFixture, tmp_pat
     try:
         r = src.poll()
         src.poll()
+        src.poll()
     finally:
         src.close()
+    assert stats == [str(blob)]
     m = r.model
     assert m is not None and m.path == str(blob)
     assert m.weight_bytes == 64 * 32 * 2 + 32 * 4

@@ -171,9 +171,10 @@ class OllamaSource:
             self._log_cache = (mtime, config, why)
         return self._log_cache[1], self._log_cache[2]
 
-    def _model_file(self, path: str) -> tuple[int | None, Any, str | None]:
-        """(weight bytes, shape, why not) from the model file's GGUF header (read once per version of the file)."""
-        header, why, key = self._files.header(path)
+    def _model_file(self, path: str, digest: str | None) -> tuple[int | None, Any, str | None]:
+        """(weight bytes, shape, why not) from the model file's GGUF header: read once per model digest (a blob is
+        named by its content, so one digest is one file), else once per version of the file."""
+        header, why, key = self._files.header(path, digest or None)
         if header is None:
             return None, None, why
         shape, swhy = self._files.shape(header.metadata, key)
@@ -298,7 +299,7 @@ class OllamaSource:
         shape_source = "ollama_show" if shape is not None else None
         if (weight_bytes is None or shape is None) and model_path and self._is_local:
             # The model file itself, when Ollama runs here and it is readable: exact weights and shape.
-            gguf_weights, gguf_shape, gguf_reason = self._model_file(model_path)
+            gguf_weights, gguf_shape, gguf_reason = self._model_file(model_path, active.digest)
             if weight_bytes is None and gguf_weights is not None:
                 weight_bytes = gguf_weights
                 reasons["weight_bytes"] = "summed from the model file's tensor directory"
