@@ -130,7 +130,7 @@ def test_an_empty_prefill_lane_says_so_instead_of_a_made_up_scale(panel: SpeedTi
     lane_axis = panel.lane.getAxis("left")
     assert [text for _r, text in _tick_texts(lane_axis)] == ["0"]
     assert panel.no_prefill.isVisible() and _inside(panel, panel.no_prefill)
-    assert panel.no_prefill.text() == "no prompt processed in this window"
+    assert panel.no_prefill.text() == "no prefill measured in this window"
 
     x_range = panel.x_range()
     panel.history.append(dataclasses.replace(mon.snapshot(30), prefill_tok_s=850.0))
