@@ -41,3 +41,40 @@ def test_a_recording_made_before_the_activity_existed_reads_the_same() -> None:
     assert snapshot_from_dict(old_fast).activity is Activity.DECODING
     # a new recording keeps what the analysis decided
     assert snapshot_from_dict(snapshot_to_dict(replace(base, activity=Activity.UNKNOWN))).activity is Activity.UNKNOWN
+
+
+def test_a_request_with_no_decode_speed_yet_is_processing_not_idle() -> None:
+    """A slot at work (its prompt, or the first poll of its decoding) gives no decode rate yet: that is not idleness.
+    Without slots, a running request says the same; with neither, the rates decide."""
+    from kvmon.core.analysis.speeds import PROCESSING_REASON, busy, speeds
+    from kvmon.core.rates import RateSample
+    from kvmon.core.readings import ServerReading, SlotReading
+
+    working = ServerReading(t_monotonic=1.0, t_wall=1.0, backend="llama-server", url="http://x",
+                            slots=(SlotReading(id=0, n_ctx=4096, processing=True, context_tokens=3748),),
+                            live_rate_source="slots")
+    reasons: dict[str, str] = {}
+    out = speeds(RateSample(decode_tok_s=None, prefill_tok_s=2048.0), working, {}, reasons)
+    assert out.processing and not out.idle and activity(out, ConnectionStatus.CONNECTED) is Activity.PROCESSING
+    assert reasons["decode_tok_s"] == PROCESSING_REASON
+    quiet = replace(working, slots=(SlotReading(id=0, n_ctx=4096, processing=False, context_tokens=3748),))
+    reasons = {}
+    out = speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), quiet, {}, reasons)
+    assert out.idle and not out.processing and reasons["decode_tok_s"].startswith("idle")
+    no_slots = replace(working, slots=())
+    assert busy(replace(no_slots, requests_running=1), None, None)
+    assert not busy(replace(no_slots, requests_running=0), None, 900.0)  # the server's own count decides
+    assert busy(no_slots, None, 900.0) and not busy(no_slots, None, None)
+    # no live counters at all: unknown, even with a slot at work (nothing says why there is no rate but that)
+    blind = replace(working, live_rate_source=None, live_rate_unavailable_reason="the /slots endpoint is off")
+    assert activity(speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), blind, {}, {}),
+                    ConnectionStatus.CONNECTED) is Activity.UNKNOWN
+
+
+def test_the_header_says_what_a_working_server_does() -> None:
+    s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=UP, activity=Activity.PROCESSING,
+                 ceiling_tok_s=56.0, prefill_tok_s=2048.0)
+    w = speed_words(s)
+    assert (w.decode, w.against, w.no_share, w.idle) == ("prompt 2,048 tok/s", "· decode ceiling 56.0 tok/s here", True,
+                                                          False)
+    assert speed_words(replace(s, prefill_tok_s=None)).decode == "busy"

@@ -256,3 +256,41 @@ def test_endpoints_turned_off_are_said_not_failed(llama_server: Callable[..., Re
     assert (r.state, r.metrics_enabled, r.live_rate_source) == ("ok", metrics, live)
     assert r.reasons == reasons
     assert len(r.slots) == (0 if "--no-slots" in flags else 1)
+
+
+def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLlamaServer]) -> None:
+    """While the real server reads a ~6,000-token prompt (a couple of seconds on one thread) its slot works and no
+    token is decoded yet: kvmon says "processing", with the prompt's speed where measured, never "idle"; then it
+    decodes."""
+    from kvmon.core.snapshot import Activity
+    from kvmon.core.units import fmt_tok_s
+    from kvmon.gui.fmt import speed_words
+
+    server = llama_server("llama", ["-c", "8192", "-np", "1", "-b", "256", "-ub", "256", "--metrics"])
+    prompt = " ".join(f"word{i}" for i in range(750))
+    replies: list[int] = []
+
+    def ask() -> None:
+        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": prompt, "n_predict": 300,
+                                                                    "cache_prompt": False}, timeout=300).status_code)
+
+    monitor = open_monitor(server.url, gpu=False, host=False)
+    seen: list[tuple[Activity, float | None, float | None, bool, str]] = []
+    with monitor:
+        monitor.poll()
+        asker = threading.Thread(target=ask)
+        asker.start()
+        while asker.is_alive():
+            s = monitor.poll()
+            seen.append((s.activity, s.decode_tok_s, s.prefill_tok_s, any(sl.processing for sl in s.slots),
+                         speed_words(s).decode))
+            time.sleep(0.15)
+        asker.join()
+    assert replies == [200]
+    working = [x for x in seen if x[3] and x[1] is None]  # the slot works, no decode speed yet: its prompt
+    assert len(working) >= 2, seen
+    assert all(a is Activity.PROCESSING for a, *_ in working), seen
+    assert not any(a is Activity.IDLE and busy for a, _d, _p, busy, _w in seen), seen
+    prompted = [(pf, words) for _a, _d, pf, _b, words in working if pf is not None]
+    assert prompted and all(words == f"prompt {fmt_tok_s(pf)}" for pf, words in prompted), prompted
+    assert any(a is Activity.DECODING for a, *_ in seen), seen

@@ -38,6 +38,9 @@ class Activity(str, enum.Enum):
 
     DECODING = "decoding"  # a decode rate was measured
     IDLE = "idle"  # nothing is generating (the counters did not move, or kvmon waits so the server can sleep)
+    # a request runs and no decode speed was measured since the last poll: its prompt is being processed, or its
+    # decoding has only begun (a speed needs two readings of it)
+    PROCESSING = "processing"
     LOADING = "loading"  # the model (re)loads: no speed of this load yet
     UNKNOWN = "unknown"  # no live rate, for a reason that is not idleness (no counters, a withheld rate)
 

@@ -81,7 +81,8 @@ def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None 
 class SpeedWords:
     """Decode vs ceiling as the header says it, for every place that repeats it (captions, report card)."""
 
-    decode: str  # "30.5 tok/s", "idle" (no slot decoding), "loading" (the model loads) or "—"
+    decode: str  # "30.5 tok/s", "idle" (no slot decoding), "loading" (the model loads), "prompt 2,041 tok/s" or
+    # "busy" (a request runs, no decode speed yet), or "—"
     ceiling: str  # "44.7", "~44.7?" (uncertain: the speed is above it) or "—"
     share: str  # "68%", "ceiling uncertain" or "—"
     idle: bool
@@ -89,6 +90,7 @@ class SpeedWords:
     loading: bool = False  # the model (re)loads: no speed and no ceiling of this load yet
     speculative: str = ""  # " (speculative, 1.94 tokens/step)": the ceiling counts the tokens each target step yields
     speculating_uncounted: bool = False  # it speculates, and no reply has ended to count by how much
+    processing: bool = False  # a request runs and no decode speed was measured yet (its prompt, or its start)
 
     @property
     def against(self) -> str:
@@ -99,15 +101,16 @@ class SpeedWords:
             return ""
         if self.speculating_uncounted:
             return "· speculating: its ceiling is known once a reply ends"
-        if self.idle:
-            return f"· ceiling {self.ceiling} tok/s here{self.speculative}" if self.ceiling != DASH else ""
+        if self.idle or self.processing:  # beside a prompt's speed, the ceiling says it is decode's
+            what = "decode ceiling" if self.processing else "ceiling"
+            return f"· {what} {self.ceiling} tok/s here{self.speculative}" if self.ceiling != DASH else ""
         return f"of {self.ceiling} ceiling{self.speculative}"
 
     @property
     def no_share(self) -> bool:
         """Nothing decodes (idle, loading), or no ceiling yet to share (speculating, uncounted): no efficiency to put
         beside the headline."""
-        return self.idle or self.loading or self.speculating_uncounted
+        return self.idle or self.processing or self.loading or self.speculating_uncounted
 
 
 def speed_words(s: Snapshot) -> SpeedWords:
@@ -115,15 +118,18 @@ def speed_words(s: Snapshot) -> SpeedWords:
     dec, ceil = s.decode_tok_s, s.ceiling_tok_s
     loading = dec is None and s.activity is Activity.LOADING
     idle = not loading and dec is None and s.activity is Activity.IDLE
+    processing = not loading and dec is None and s.activity is Activity.PROCESSING
     uncertain = s.ceiling_suspect is not None
-    return SpeedWords(decode="loading" if loading else "idle" if idle else fmt_tok_s(dec),
+    doing = (f"prompt {fmt_tok_s(s.prefill_tok_s)}" if s.prefill_tok_s is not None else "busy") if processing else None
+    return SpeedWords(decode="loading" if loading else "idle" if idle else doing or fmt_tok_s(dec),
                       ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
                       share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
                       idle=idle, uncertain=uncertain, loading=loading,
                       speculative=(f" (speculative, {sp.tokens_per_step:.2f} tokens/step)"
                                    if (sp := s.speculative) is not None and sp.tokens_per_step and ceil is not None
                                    else ""),
-                      speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step)
+                      speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step,
+                      processing=processing)
 
 
 def speculation_text(s: Snapshot) -> str:

@@ -229,11 +229,9 @@ class Analyzer:
                             last_prefill_tok_s=latency.last_prefill_tok_s)
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
-        # the server is processing a request now: its slots say so, else its running requests, else its rates
-        busy = (any(sl.processing for sl in r.slots) if r.slots else (r.requests_running or 0) > 0
-                if r.requests_running is not None else bool(rates.decode or rates.prefill))
         used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,
-                                    reasons, busy=busy, reply=self._latency.added)
+                                    reasons, busy=speeds.busy(r, rates.decode, rates.prefill),
+                                    reply=self._latency.added)
         return Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),

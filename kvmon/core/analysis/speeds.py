@@ -23,6 +23,20 @@ class Speeds:
     per_slot: Mapping[int, float | None] = field(default_factory=dict)
     source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics"
     idle: bool = False  # no rate because nothing is generating (not because a counter is missing or withheld)
+    processing: bool = False  # no decode rate, yet a request runs (its prompt is processed, or decoding just began)
+
+
+PROCESSING_REASON = ("a request is running, with no decode speed measured since the last poll: its prompt is being "
+                     "processed, or its decoding has only begun")
+
+
+def busy(r: ServerReading, decode_tok_s: float | None, prefill_tok_s: float | None) -> bool:
+    """Whether the server processes a request now: its slots say so, else its running requests, else its rates."""
+    if r.slots:
+        return any(sl.processing for sl in r.slots)
+    if r.requests_running is not None:
+        return r.requests_running > 0
+    return bool(decode_tok_s or prefill_tok_s)
 
 
 def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> Speeds:
@@ -34,10 +48,11 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
     if out.decode is not None:
         prov["decode_tok_s"] = "measured"
     else:
-        idle = "decode_tok_s" not in withheld and (r.live_rate_unavailable_reason is None or r.live_rate_idle)
-        out = replace(out, idle=idle)
-        reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or r.live_rate_unavailable_reason
-                                   or "idle: no tokens generated since the last poll")
+        live = "decode_tok_s" not in withheld and (r.live_rate_unavailable_reason is None or r.live_rate_idle)
+        running = live and busy(r, None, out.prefill)
+        out = replace(out, idle=live and not running, processing=running)
+        reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or (PROCESSING_REASON if running else None)
+                                   or r.live_rate_unavailable_reason or "idle: no tokens generated since the last poll")
     if out.prefill is not None:
         prov["prefill_tok_s"] = "measured"
     elif "prefill_tok_s" in withheld:
@@ -46,11 +61,14 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
 
 
 def activity(rates: Speeds, status: ConnectionStatus) -> Activity:
-    """The poll's one activity: loading, decoding (a rate was measured), idle, or unknown (no rate, not idle)."""
+    """The poll's one activity: loading, decoding (a rate was measured), processing (a request runs, no decode rate
+    yet), idle, or unknown (no rate, for another reason)."""
     if status is ConnectionStatus.LOADING and rates.decode is None:
         return Activity.LOADING
     if rates.decode is not None:
         return Activity.DECODING
+    if rates.processing:
+        return Activity.PROCESSING
     return Activity.IDLE if rates.idle else Activity.UNKNOWN
 
 
