@@ -23,7 +23,9 @@ from kvmon.core.units import (
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(38.24, "38.2 tok/s"), (4.567, "4.57 tok/s"), (204.88, "205 tok/s"), (1234.4, "1,234 tok/s"), (0.0, "0.00 tok/s")],
+    [(38.24, "38.2 tok/s"), (4.567, "4.57 tok/s"), (204.88, "205 tok/s"), (1234.4, "1,234 tok/s"), (0.0, "0.00 tok/s"),
+     (9.996, "10.0 tok/s"), (9.994, "9.99 tok/s"), (99.96, "100 tok/s"), (99.94, "99.9 tok/s"), (-9.996, "-10.0 tok/s"),
+     (999.6, "1,000 tok/s")],
 )
 def test_tok_s(value: float, text: str) -> None:
     assert fmt_tok_s(value) == text

@@ -21,11 +21,12 @@ def _unknown(value: float | None) -> bool:
 
 
 def _sig3(value: float) -> str:
-    """Three significant figures without trailing noise: 6.55, 38.2, 512, 1008."""
+    """Three significant figures without trailing noise: 6.55, 38.2, 512, 1008 (9.996 is 10.0, not 10.00: the
+    decimals follow the rounded value)."""
     a = abs(value)
-    if a >= 100:
+    if a >= 99.95:
         return f"{value:.0f}"
-    if a >= 10:
+    if a >= 9.995:
         return f"{value:.1f}"
     return f"{value:.2f}"
 
@@ -35,7 +36,7 @@ def fmt_tok_s(tok_s: float | None) -> str:
     if _unknown(tok_s):
         return DASH
     assert tok_s is not None
-    if abs(tok_s) >= 1000:
+    if abs(tok_s) >= 999.5:  # what rounds to 1,000 is written as 1,000
         return f"{tok_s:,.0f} tok/s"
     return f"{_sig3(tok_s)} tok/s"
 
