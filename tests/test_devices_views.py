@@ -170,3 +170,16 @@ def test_once_json_with_bandwidth_on_the_simulator(tmp_path: Path) -> None:
     assert rc == 0
     doc = json.loads(out.getvalue())
     assert all(d["bandwidth_source"] == "user" and d["peak_bandwidth_bytes_per_s"] == 500e9 for d in doc["gpus"])
+
+
+@pytest.mark.parametrize(("seconds", "says"), [(100.0, "full in ≈ 2 min"), (45.0, "full in 45 s")])
+def test_a_gpu_filling_says_when_once_approximate(seconds: float, says: str) -> None:
+    """The bar's note and the alert read alike: "full in ≈ 2 min" (never "~≈"), and an exact time under a minute."""
+    from dataclasses import replace
+
+    from kvmon.core.snapshot import Forecast
+
+    g = GpuView(index=0, name="NVIDIA GeForce RTX 4090", vram_total_bytes=24 * GIB, vram_used_bytes=16 * GIB,
+                vram_free_bytes=8 * GIB)
+    bar = gpu_bar(g, replace(_snap((g,)), forecast=Forecast(seconds_until_vram_full=seconds)))
+    assert bar is not None and bar.note.endswith(f"· {says}") and "~" not in bar.note

@@ -218,7 +218,7 @@ def rule_vram_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | Non
         cause = f"free VRAM fell {fmt_bytes(worst.free_drop_bytes)} in {window}"
     else:
         cause = "free VRAM is falling"
-    msg = (f"VRAM full in ~{fmt_duration(secs)} on {gpu}: {cause}; {fmt_bytes(worst.vram_free_bytes)} left. "
+    msg = (f"VRAM full in {fmt_duration(secs)} on {gpu}: {cause}; {fmt_bytes(worst.vram_free_bytes)} left. "
            "Then the KV cache or weights spill to host RAM and decode slows sharply")
     return level, msg, secs
 

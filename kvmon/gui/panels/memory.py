@@ -120,7 +120,7 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
     if g.spill_used_bytes and g.vendor == "amd":
         note += f" · GTT {fmt.bytes_(g.spill_used_bytes)}"
     elif s.forecast.seconds_until_vram_full is not None:  # another program's growth: a time, not your tokens
-        note += f" · full in ~{fmt.duration(s.forecast.seconds_until_vram_full)}"
+        note += f" · full in {fmt.duration(s.forecast.seconds_until_vram_full)}"  # "≈ 2 min", "45 s"
     gtt = (f"\nGTT (system RAM the GPU maps; where allocations go when VRAM is full): "
            f"{fmt.bytes_(g.spill_used_bytes)} of {fmt.bytes_(g.spill_total_bytes)}"
            if g.vendor == "amd" and g.spill_total_bytes else "")
