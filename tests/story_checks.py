@@ -192,7 +192,7 @@ def window_problems(scenario: str, seen: Sequence[Seen], m: Moment) -> list[str]
     out: list[str] = []
     at = f"at {s.t_s:.0f} s"
     if m.ceiling:
-        idle = s.speed.startswith("idle")
+        idle = s.speed.startswith(("idle", "busy", "prompt"))  # no decode speed: the ceiling "here" stands alone
         got = re.search(r"ceiling ([\d.,]+) tok/s here", s.speed) if idle else re.search(r"of ([\d.,]+) ceiling",
                                                                                           s.speed)
         if got is None:

@@ -179,7 +179,8 @@ class Analyzer:
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
-        target_now = (model.weight_bytes_read_per_token or 0) + (kv_read_now or 0) or None
+        read_now = placement.weights_read(place, model.weight_bytes_read_per_token)
+        target_now = (read_now or 0) + (kv_read_now or 0) or None
         spec, ceiling_now, curve = speculation.lifted(
             speculation.speculation(r, reasons), ceiling_now, curve, prov, reasons, draft=drafter,
             context_tokens=where.context, target_bytes_now=target_now)
@@ -190,7 +191,7 @@ class Analyzer:
                                                      prov, reasons)
         if efficiency is not None or suspect is not None:
             self._forecaster.add_efficiency(efficiency if efficiency is not None else 1.0)
-        bw = ceiling.bandwidth(rates.decode, model, kv_read_now, ceiling_now, prov)
+        bw = ceiling.bandwidth(rates.decode, read_now, kv_read_now, ceiling_now, prov)
         compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
                    if is_device_buffer(d)}
         compute_by_index = {k: v for k, v in compute.items() if k is not None}

@@ -68,12 +68,14 @@ class Bandwidth:
     headroom: float | None = None
 
 
-def bandwidth(decode: float | None, model: ModelView, kv_read_now: float | None, ceiling_now: float | None,
+def bandwidth(decode: float | None, weights_read: float | None, kv_read_now: float | None, ceiling_now: float | None,
               prov: dict[str, str]) -> Bandwidth:
-    """The bandwidth figures of this poll (computed from the speeds and the bytes per token)."""
+    """The bandwidth figures of this poll (computed from the speeds and the bytes per token). ``weights_read``: the
+    weight bytes a token reads where the model lives (``placement.weights_read``), as the ceiling counts them, so
+    that achieved ÷ peak is decode ÷ ceiling."""
     bytes_per_token = None
-    if model.weight_bytes_read_per_token is not None and kv_read_now is not None:
-        bytes_per_token = model.weight_bytes_read_per_token + kv_read_now
+    if weights_read is not None and kv_read_now is not None:
+        bytes_per_token = weights_read + kv_read_now
     achieved = decode * bytes_per_token if decode is not None and bytes_per_token is not None else None
     peak = bytes_per_token * ceiling_now if bytes_per_token is not None and ceiling_now else None
     headroom = 1.0 - achieved / peak if achieved is not None and peak else None

@@ -12,7 +12,7 @@ from dataclasses import replace
 from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.draft import draft_bytes
 from kvmon.core.analysis.model_view import cache_bytes
-from kvmon.core.analysis.placement import Placement
+from kvmon.core.analysis.placement import Placement, read_scale
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, AnalyzerSettings
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
@@ -128,7 +128,8 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
             other = int(compute[g.index])
         achieved = None
         if decode is not None and model.weight_bytes_read_per_token is not None and w is not None and resident:
-            share = model.weight_bytes_read_per_token * w / resident
+            # what this device reads per token, as the ceiling counts it (placement.devices)
+            share = w * read_scale(p, model.weight_bytes_read_per_token)
             achieved = decode * (share + (kv_read_now or 0.0) * (frac or 0.0))
         out.append(replace(g, weights_bytes=int(w) if w is not None else None, kv_allocated_bytes=kv_alloc,
                            kv_in_use_bytes=kv_use, server_other_bytes=other, draft_bytes=draft,
@@ -146,8 +147,7 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
     in_ceiling = p.weights_host_read > 0 or p.kv_host > 0
     achieved = None
     if in_ceiling and decode is not None and model is not None and model.weight_bytes_read_per_token is not None:
-        stored = sum(p.weights_gpu.values()) + p.weights_host
-        scale = min(1.0, model.weight_bytes_read_per_token / stored) if stored > 0 else 0.0
+        scale = read_scale(p, model.weight_bytes_read_per_token)
         achieved = decode * (p.weights_host_read * scale + (kv_read_now or 0.0) * p.kv_host)
     unified = next((g.index for g in gviews if g.kind == "unified_memory" and g.vendor == "apple"), None)
     reasons = dict(host.reasons) if host else {"host": "host not read"}

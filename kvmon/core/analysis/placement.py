@@ -210,6 +210,22 @@ def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int |
             p.kv_pcie[g.index] = frac
 
 
+def read_scale(p: Placement, read_per_token: float) -> float:
+    """The share of the stored weights one token reads (1 for dense, the active experts' share for MoE): a host
+    buffer that only holds the token embeddings is stored but not read."""
+    stored = sum(p.weights_gpu.values()) + p.weights_host
+    return min(1.0, read_per_token / stored) if stored > 0 else 0.0
+
+
+def weights_read(p: Placement, read_per_token: float | None) -> float | None:
+    """The weight bytes one token reads where the model lives: what the ceiling's devices read together, so that
+    the bytes per token, the achieved bandwidth and the ceiling are one account (None: unknown)."""
+    if read_per_token is None:
+        return None
+    resident = sum(p.weights_gpu.values()) + p.weights_host_read
+    return resident * read_scale(p, read_per_token) if resident > 0 else read_per_token
+
+
 def devices(p: Placement, read_per_token: float | None, gviews: Sequence[GpuView],
             host_bw: float | None) -> tuple[list[Any] | None, str | None]:
     """The ceiling's devices: the bytes each reads per token and its bandwidth; None with why when one is unknown."""
@@ -220,10 +236,7 @@ def devices(p: Placement, read_per_token: float | None, gviews: Sequence[GpuView
         if not gviews:
             return None, NO_GPU_BANDWIDTH
         return None, p.note or "where the model lives is unknown"
-    # the share of the resident weights one token reads (1 for dense, the active experts' share for MoE);
-    # a host buffer that only holds the token embeddings is resident but not read
-    stored = sum(p.weights_gpu.values()) + p.weights_host
-    scale = min(1.0, read_per_token / stored) if stored > 0 else 0.0
+    scale = read_scale(p, read_per_token)
     by_index = {g.index: g for g in gviews}
     out: list[Any] = []
     for idx in sorted(set(p.weights_gpu) | set(p.kv_gpu)):
