@@ -141,6 +141,35 @@ def test_the_interval_in_which_decoding_began_is_not_a_decode_sample() -> None:
     assert tr.update(_reading(2.0, one(4216, 120))).decode_tok_s == pytest.approx(100.0)
 
 
+def test_the_interval_in_which_decoding_began_is_no_prefill_sample_either() -> None:
+    """The prompt's last 2,048 tokens and 20 generated ones in one second: 2,068 tok/s of "prefill" from the slot
+    would blend the two (on the real server such intervals read 178–405 tok/s against ~2,000); the server's own
+    prompt timing for the finished prompt says it instead, and without it nothing does."""
+    tr = SlotRateTracker()
+
+    def one(held: int, decoded: int) -> tuple[SlotReading, ...]:
+        return (SlotReading(0, 8192, held, True, n_decoded=decoded, id_task=7),)
+
+    tr.update(_reading(0.0, one(2048, 0)))
+    assert tr.update(_reading(1.0, one(4116, 20))).prefill_tok_s is None
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, one(2048, 0), {"prompt_tokens_total": 0.0, "prompt_seconds_total": 0.0}))
+    s = tr.update(_reading(1.0, one(4116, 20), {"prompt_tokens_total": 4096.0, "prompt_seconds_total": 2.0}))
+    assert s.prefill_tok_s == pytest.approx(2048.0)
+
+
+def test_a_proxied_streams_depth_is_no_prefill() -> None:
+    """A depth kvmon put together from a proxy's stream grows when the proxy learns the last reply's stats, not as
+    the server processes a prompt (the LM Studio demo read "prompt 4 tok/s" from it)."""
+    tr = SlotRateTracker()
+
+    def proxied(held: int) -> tuple[SlotReading, ...]:
+        return (SlotReading(0, 8192, held, True, n_decoded=0, context_estimated=True),)
+
+    tr.update(_reading(0.0, proxied(0)))
+    assert tr.update(_reading(1.0, proxied(900))).prefill_tok_s is None
+
+
 def test_long_gap_restarts() -> None:
     tr = SlotRateTracker()
     tr.update(_reading(0.0, _slot(0, 10)))

@@ -230,6 +230,7 @@ class SlotRateTracker:
             st.decode.reset()
             st.held.reset()
             return None, None
+        prompt_only = not slot.n_decoded and not st.last_decoded  # no token generated at either end: all prompt
         if slot.n_decoded and not st.last_decoded:
             # decoding began since the last poll: that interval also held the prompt's processing, so its
             # average would understate decode speed; measure from this sample on
@@ -250,8 +251,11 @@ class SlotRateTracker:
                                                          MAX_PREFILL_TOK_S)
         prefill: float | None = None
         grown, dt = st.held.last_delta, st.held.last_dt
-        if grown is not None and dt and not d_decoded:
-            # tokens held grew while nothing was generated: the prompt is being processed
+        if grown is not None and dt and prompt_only and not slot.context_estimated:
+            # tokens held grew while nothing was generated, from one poll to the next: the prompt is being processed.
+            # An interval in which decoding began also held the first tokens and the wait before the prompt's last
+            # batch: the server's own prompt timing (/metrics) says that one. A depth kvmon put together (a proxied
+            # stream) grows by what the proxy learns, not by what the server processes.
             prefill = grown / dt if grown > 0 else None
         return decode_rate, prefill
 
