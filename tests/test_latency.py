@@ -216,3 +216,20 @@ def test_the_dashboard_shows_the_replies_line() -> None:
     assert lat is not None and lat.itl_last_s is not None
     decoded = [s.decode_tok_s for _t, s in seen if s.decode_tok_s]  # type: ignore[attr-defined]
     assert decoded and 1 / lat.itl_last_s == pytest.approx(max(decoded), rel=0.1)
+
+
+def test_replies_without_timings_say_so_not_zero_replies() -> None:
+    """The LM Studio demo's replies end through the proxy with token counts only: the line said "0 replies" beside
+    a conversation that had several. It says they ended untimed, and the lines with times are unchanged."""
+    from kvmon.app.demo import demo_session, step_demo
+    from kvmon.gui.panels.latency import latency_text
+
+    session = demo_session("lmstudio", None, start_at_s=100, stepped=True)
+    try:
+        ended = [s for s in step_demo(session, 20.0, 1.0) if s.latency is not None]
+    finally:
+        session.close()
+    assert ended and all(s.latency is not None and s.latency.replies == 0 for s in ended)
+    line, tip = latency_text(ended[-1])
+    assert line.startswith("replies ended, untimed") and "0 replies" not in line
+    assert "request timings" in tip

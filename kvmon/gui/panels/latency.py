@@ -27,6 +27,10 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
                 "ends (llama-server's counters, vLLM's histograms, or the request's own timings through kvmon's "
                 "proxy).")
     n = lat.replies
+    if n == 0:  # replies ended (the view is made when one does), and none came with a time
+        return ("replies ended, untimed: the server gave no first-token or per-token times",
+                f"The replies that ended ({lat.source or 'unknown source'}) gave no prompt or generation times: "
+                "the server did not put them in its answers (only token counts), so kvmon cannot time them.")
     at_least = "≥" if lat.ttft_lower_bound else ""  # the counters leave out a draft's prompt processing
     line = (f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)}) · "
             f"{_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · {fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
