@@ -89,7 +89,7 @@ class CacheAdvice:
     flags: str  # e.g. "-ctk q8_0 -ctv q8_0" or "OLLAMA_KV_CACHE_TYPE=q8_0"
     freed_bytes: int
     tok_s: float | None  # predicted decode speed at the current depth with that type
-    tok_s_now: float | None = None
+    tok_s_now: float | None = None  # today's on the same footing: measured, or while idle the forecast
     assumed_type: str | None = None  # the cache type today, when kvmon could not see it and took the default
     assumed_why: str | None = None  # why it could not see it
 
@@ -363,8 +363,12 @@ def rule_cache_advice(f: AlertFacts, th: AlertThresholds, current: AlertLevel | 
     best = next((a for a in f.advice if a.freed_bytes >= limit), None)
     if best is None:
         return None, "", None
-    # a forecast: whole tokens per second (a tenth would be false precision, and would change every poll)
-    speed = f"give ~{best.tok_s:.0f} tok/s here and " if best.tok_s else ""
+    # a forecast: whole tokens per second (a tenth would be false precision, and would change every poll), beside
+    # today's (one whole number alone read as no gain, or as the ceiling's)
+    speed, now = "", best.tok_s_now
+    if best.tok_s:
+        speed = (f"keep ~{best.tok_s:.0f} tok/s here and " if now and round(best.tok_s) == round(now) else
+                 f"give ~{best.tok_s:.0f} tok/s here{f' (~{now:.0f} now)' if now else ''} and ")
     claim = f"`{best.flags}` would {speed}free {fmt_bytes(best.freed_bytes)}"
     if best.assumed_type is not None:  # said as a condition: the cache may already be smaller
         why = f" ({best.assumed_why})" if best.assumed_why else ""

@@ -60,15 +60,16 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
     for opt in options:
         if opt.is_current or opt.vram_freed_bytes <= 0:
             continue
-        tok_s = None
+        tok_s = now = None  # with that type, and with today's, on the same footing (measured, or the forecast)
         if context is not None and opt.ceiling_change is not None:
             if decode is not None:
-                tok_s = decode * (1.0 + opt.ceiling_change)
+                now = decode
             elif median_eff is not None and ceiling_now:
-                tok_s = ceiling_now * (1.0 + opt.ceiling_change) * median_eff
+                now = ceiling_now * median_eff
+            tok_s = now * (1.0 + opt.ceiling_change) if now is not None else None
         fa = opt.needs_flash_attention and model.flash_attn in ("off", "disabled")
         flags = backend.cache_type_flags(opt.type_k, opt.type_v, needs_flash_attention=fa) or ""
         out.append(CacheAdvice(type_k=opt.type_k, type_v=opt.type_v, flags=flags,
-                               freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=decode,
+                               freed_bytes=int(opt.vram_freed_bytes), tok_s=tok_s, tok_s_now=now,
                                assumed_type=assumed_type, assumed_why=assumed_why))
     return tuple(out)
