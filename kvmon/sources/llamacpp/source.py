@@ -1,9 +1,9 @@
 """llama-server source: /health, /props, /slots, /metrics and /v1/models into one ``ServerReading``.
 
 One poll of one server is one piece of work (what /props says decides whether /slots and /metrics are asked, and
-which model file is read), so it stays in one module a little over the usual length; the answers are parsed in
-``kvmon.sources.llamacpp.parse``, the local process is read in ``kvmon.sources.llamacpp.process``, the settings are
-layered in ``kvmon.sources.config`` and the model file read in ``kvmon.sources.model_file``.
+which model file is read), so it stays in one module; the answers are parsed in ``kvmon.sources.llamacpp.parse``,
+the local process is read in ``kvmon.sources.llamacpp.process``, the settings are layered in
+``kvmon.sources.config`` and the model described in ``kvmon.sources.llamacpp.model``.
 
 Accepts every known response shape (``state`` int or ``is_processing``; ``next_token`` object or
 one-element array; with or without the ``n_prompt_tokens*`` fields and ``endpoint_*`` flags). Reads
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,7 +24,6 @@ from urllib.parse import quote, unquote, urlsplit
 from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import (
     FailureKind,
-    ModelInfo,
     ServerConfig,
     ServerReading,
     SlotReading,
@@ -34,16 +32,15 @@ from kvmon.core.readings import (
 )
 from kvmon.core.same import LastAnswer
 from kvmon.sources.config import merge_configs, user_config
-from kvmon.sources.gguf_meta import GgufHeader
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
-from kvmon.sources.llamacpp.draft import mtp_weight_bytes, with_draft
+from kvmon.sources.llamacpp.draft import with_draft
 from kvmon.sources.llamacpp.log import LogFollower
+from kvmon.sources.llamacpp.model import ModelDescriber
 from kvmon.sources.llamacpp.parse import MetricsReader, MetricsTextError, derive_totals, metrics_key, parse_slot
 from kvmon.sources.llamacpp.process import LlamaServerProcess
 from kvmon.sources.llamacpp.sleep import SleepCourtesy
-from kvmon.sources.model_file import ModelFiles, display_name
 from kvmon.sources.procs import is_local_host
 
 BACKEND = LLAMA_SERVER
@@ -105,7 +102,6 @@ class LlamaServerSource:
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._config_override = user_config(config_override)
-        self._model_override = dict(model_metadata_override) if model_metadata_override else None
         self._log = LogFollower(log_path) if log_path else None
         self._last_failure_kind: FailureKind | None = None
         self._metrics_unsupported = False  # remembered 501 on a build without the endpoint flag
@@ -117,20 +113,19 @@ class LlamaServerSource:
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
         self._metrics_reader = MetricsReader()  # /metrics keeps its shape: read by the last page's layout
-        self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
-        self._files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
         self._merged: LastAnswer[ServerConfig] = LastAnswer()  # the config layers merged, while they stand
         self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
-        self._described: LastAnswer[tuple[ModelInfo, dict[str, str]]] = LastAnswer()  # the model, while it stands
         self.model_id = model_id
-        self._model_name = model_name or model_id  # a router's or llama-swap's name for it: the user's
         self._failed_polls = 0
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
         self._argv_config = parse_llama_server_args(list(command_line)[1:]).config if command_line else None
         self._local_files = is_local_host(self._host) if local_files is None else local_files
+        # a router's or llama-swap's name for the model is the user's
+        self._model = ModelDescriber(self._optional_json, self._process, local_files=self._local_files,
+                                     model_override=model_metadata_override, model_name=model_name or model_id)
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
@@ -288,10 +283,11 @@ class LlamaServerSource:
         if live_source is None and not sleeping and "n_decode_total" in metrics:
             live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
 
-        model, model_reasons = self._model_info(props, self.model_id or (unquote(q[len("?model="):]) if q else None))
+        model, model_reasons = self._model.info(props, self.model_id or (unquote(q[len("?model="):]) if q else None),
+                                                self._server_start())
         reasons.update(model_reasons)
         config, pids = self._config(reasons)
-        model = with_draft(model, config, self._files, self._resolve_model_path, self._local_files, reasons,
+        model = with_draft(model, config, self._model.files, self._model.resolve, self._local_files, reasons,
                            start=self._server_start())
         self._never_sleeps = config.sleep_idle_seconds is not None and config.sleep_idle_seconds < 0
         self._sleep.sleep_s = config.sleep_idle_seconds
@@ -419,126 +415,6 @@ class LlamaServerSource:
             if e["status"].get("value") == "loaded" and json_str(e.get("id")):
                 return True, json_str(e.get("id"))
         return True, None
-
-    def _v1_models(
-        self, key: tuple[Any, ...], model_id: str | None = None
-    ) -> tuple[Mapping[str, Any] | None, str | None]:
-        """The /v1/models entry (``model_id``'s, else ``data[0]``), cached per model since it changes on reload."""
-        if self._v1_cache is not None and self._v1_cache[0] == key and self._v1_cache[1] is not None:
-            return self._v1_cache[1], self._v1_cache[2]
-        reasons: dict[str, str] = {}
-        body = self._optional_json("/v1/models", reasons, "v1_models")
-        entry: Mapping[str, Any] | None = None
-        why = reasons.get("v1_models")
-        if body is not None:
-            data = body.get("data") if isinstance(body, Mapping) else None
-            chosen = [e for e in data if isinstance(e, Mapping) and e.get("id") == model_id] if (
-                isinstance(data, list) and model_id) else []
-            if chosen:
-                entry = chosen[0]
-            elif isinstance(data, list) and data and isinstance(data[0], Mapping):
-                entry = data[0]
-            else:
-                why = "/v1/models has no data[0] entry"
-        self._v1_cache = (key, entry, why)
-        return entry, why
-
-    def _resolve_model_path(self, model_path: str | None) -> str | None:
-        if not model_path:
-            return None
-        if os.path.isabs(model_path):
-            return model_path
-        cwd = self._process.cwd()
-        return os.path.join(cwd, model_path) if cwd else None
-
-    def _model_info(self, props: Mapping[str, Any], model_id: str | None = None) -> tuple[ModelInfo, dict[str, str]]:
-        """The loaded model as /props, /v1/models and the model file's header say (the file is read once per start
-        of the server); built again only when one of them changed, else the last poll's (the same objects)."""
-        model_path = json_str(props.get("model_path"))
-        entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
-        full_path = self._resolve_model_path(model_path) if self._local_files else None
-        header: GgufHeader | None = None
-        gwhy = None
-        file_key: tuple[str, int, int] | None = None
-        if full_path is not None:
-            header, gwhy, file_key = self._files.header(full_path, self._server_start())
-        return self._described.get(self._describe_model, props, model_id, entry, why, model_path, full_path, header,
-                                   gwhy, *(file_key or (None, None, None)))
-
-    def _describe_model(self, props: Mapping[str, Any], model_id: str | None, entry: Mapping[str, Any] | None,
-                        why: str | None, model_path: str | None, full_path: str | None, header: GgufHeader | None,
-                        gwhy: str | None, *key: Any) -> tuple[ModelInfo, dict[str, str]]:
-        reasons: dict[str, str] = {}
-        file_key = key if key[0] is not None else None
-        if why:
-            reasons["v1_models"] = why
-        meta = entry.get("meta") if entry is not None else None
-        meta = meta if isinstance(meta, Mapping) else {}
-        server_name = json_str(props.get("model_alias")) or (json_str(entry.get("id")) if entry else None)
-        quant = json_str(props.get("model_ftype")) or json_str(meta.get("ftype"))
-        n_params = json_int(meta.get("n_params"))
-        weight_bytes = json_int(meta.get("size"))
-        n_ctx_train = json_int(meta.get("n_ctx_train"))
-        n_embd = json_int(meta.get("n_embd"))
-
-        shape = None
-        shape_source = None
-        mtp_bytes: int | None = None
-        arch = None
-        metadata: dict[str, Any] | None = None
-        if model_path and not self._local_files:
-            reasons["model.shape"] = (f"model file {os.path.basename(model_path)!r} is on another machine (the "
-                                      "server's): kvmon reads model files only of servers on this one")
-        elif full_path is not None:
-            if header is not None:
-                metadata = dict(header.metadata)
-                shape_source = "gguf"
-                mtp_bytes = mtp_weight_bytes(header)  # the model's own MTP layers (the draft-mtp drafter)
-                if weight_bytes is None and header.tensor_bytes is not None:
-                    weight_bytes = header.tensor_bytes
-            elif gwhy:
-                reasons["model.shape"] = gwhy
-        elif model_path:
-            reasons["model.shape"] = (
-                f"model file {os.path.basename(model_path)!r} is not on this machine (or its folder is unknown)"
-            )
-        else:
-            reasons["model.shape"] = "the server does not say which model file it loaded"
-        if self._model_override:
-            metadata = {**(metadata or {}), **self._model_override}
-            shape_source = "user"
-        if metadata is not None:
-            arch = json_str(metadata.get("general.architecture"))
-            # the same file header (path, size, mtime) gives the same shape (the overrides are fixed): built once
-            shape, swhy = self._files.shape(metadata, file_key)
-            if swhy:
-                reasons["model.shape"] = swhy
-                shape_source = None
-            else:
-                reasons.pop("model.shape", None)
-            if arch and n_ctx_train is None:
-                n_ctx_train = json_int(metadata.get(f"{arch}.context_length"))
-            if arch and n_embd is None:
-                n_embd = json_int(metadata.get(f"{arch}.embedding_length"))
-        general_name = json_str(metadata.get("general.name")) if metadata is not None else None
-        return (
-            ModelInfo(
-                # a router's or llama-swap's name for the model is the one the user gave it (and asks for it by)
-                name=display_name(self._model_name or model_id or server_name, model_path, general_name),
-                server_name=server_name,
-                arch=arch,
-                n_params=n_params,
-                weight_bytes=weight_bytes,
-                n_ctx_train=n_ctx_train,
-                n_embd=n_embd,
-                quantization=quant,
-                path=model_path,
-                shape=shape,
-                shape_source=shape_source,
-                mtp_weight_bytes=mtp_bytes,
-            ),
-            reasons,
-        )
 
     # ---- config -------------------------------------------------------------------------------
 
