@@ -69,8 +69,8 @@ class ModelDescriber:
         cwd = self._process.cwd()
         return os.path.join(cwd, model_path) if cwd else None
 
-    def info(self, props: Mapping[str, Any], model_id: str | None, start: Hashable | None) -> tuple[ModelInfo,
-                                                                                                dict[str, str]]:
+    def info(self, props: Mapping[str, Any], model_id: str | None,
+             start: Hashable | None) -> tuple[ModelInfo, dict[str, str]]:
         """The loaded model as /props, /v1/models and the model file's header say (the file is read once per
         ``start`` of the server); built again only when one of them changed, else the last poll's (the same
         objects)."""
