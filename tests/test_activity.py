@@ -65,6 +65,10 @@ def test_a_request_with_no_decode_speed_yet_is_processing_not_idle() -> None:
     assert busy(replace(no_slots, requests_running=1), None, None)
     assert not busy(replace(no_slots, requests_running=0), None, 900.0)  # the server's own count decides
     assert busy(no_slots, None, 900.0) and not busy(no_slots, None, None)
+    # ... but a prompt counted since the last poll, with nothing that says a request still runs, is not "processing"
+    reasons = {}
+    counted = speeds(RateSample(decode_tok_s=None, prefill_tok_s=900.0), no_slots, {}, reasons)
+    assert counted.idle and not counted.processing
     # no live counters at all: unknown, even with a slot at work (nothing says why there is no rate but that)
     blind = replace(working, live_rate_source=None, live_rate_unavailable_reason="the /slots endpoint is off")
     assert activity(speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), blind, {}, {}),

@@ -30,13 +30,20 @@ PROCESSING_REASON = ("a request is running, with no decode speed measured since 
                      "processed, or its decoding has only begun")
 
 
-def busy(r: ServerReading, decode_tok_s: float | None, prefill_tok_s: float | None) -> bool:
-    """Whether the server processes a request now: its slots say so, else its running requests, else its rates."""
+def request_running(r: ServerReading) -> bool | None:
+    """Whether a request is being processed now, as the server says it: its slots, else its running requests; None
+    when it says neither."""
     if r.slots:
         return any(sl.processing for sl in r.slots)
     if r.requests_running is not None:
         return r.requests_running > 0
-    return bool(decode_tok_s or prefill_tok_s)
+    return None
+
+
+def busy(r: ServerReading, decode_tok_s: float | None, prefill_tok_s: float | None) -> bool:
+    """Whether the server processes a request now: what it says (``request_running``), else whether it moved."""
+    running = request_running(r)
+    return running if running is not None else bool(decode_tok_s or prefill_tok_s)
 
 
 def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> Speeds:
@@ -49,7 +56,7 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
         prov["decode_tok_s"] = "measured"
     else:
         live = "decode_tok_s" not in withheld and (r.live_rate_unavailable_reason is None or r.live_rate_idle)
-        running = live and busy(r, None, out.prefill)
+        running = live and bool(request_running(r))  # what the server says: a prompt counted in between may be done
         out = replace(out, idle=live and not running, processing=running)
         reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or (PROCESSING_REASON if running else None)
                                    or r.live_rate_unavailable_reason or "idle: no tokens generated since the last poll")
