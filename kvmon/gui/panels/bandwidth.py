@@ -14,8 +14,22 @@ _PEAK_SOURCES = {"nvml": "NVML clock × bus width", "table": "kvmon's table", "u
                  "host": "the host's RAM", "measured": "measured"}
 
 
-def bandwidth_bar(g: GpuView) -> Bar | None:
-    """Achieved memory bandwidth against the device's peak, or None when the peak is unknown."""
+def readers(s: Snapshot) -> int:
+    """The devices a token's reads are split over (each GPU and the host that read part of it)."""
+    return sum(1 for g in s.gpus if g.achieved_bandwidth_bytes_per_s) + (1 if s.host.achieved_bandwidth_bytes_per_s
+                                                                         else 0)
+
+
+def _split_note(n: int) -> str:
+    """Why a device's share is less than the header's when several read in turn."""
+    return (f"\nThe model is split over {n} devices that read their parts in turn: each is busy for its part of a "
+            "token's step, so its share here is a part of the header's share of the ceiling (the whole step's)."
+            if n > 1 else "")
+
+
+def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
+    """Achieved memory bandwidth against the device's peak, or None when the peak is unknown; ``n_readers``: the
+    devices a token's reads are split over."""
     peak = g.peak_bandwidth_bytes_per_s
     if peak is None or peak <= 0:
         return None
@@ -37,7 +51,8 @@ def bandwidth_bar(g: GpuView) -> Bar | None:
               f"PCIe RX {fmt.gb_s(g.pcie_rx_bytes_per_s)} / TX {fmt.gb_s(g.pcie_tx_bytes_per_s)} "
               f"of {fmt.gb_s(g.pcie_bandwidth_bytes_per_s)} link (measured)" if g.kind != "unified_memory" else
               "Unified memory: the CPU and the GPU share this bus")
-           + ("" if ach is not None else f"\nAchieved unknown: {g.reasons.get('achieved_bandwidth', 'idle')}"))
+           + ("" if ach is not None else f"\nAchieved unknown: {g.reasons.get('achieved_bandwidth', 'idle')}")
+           + (_split_note(n_readers) if ach is not None else ""))
     return Bar(device_label(g), float(peak), segs, note, tip=tip)
 
 
@@ -59,7 +74,8 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
-           + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else ""))
+           + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
+           + (_split_note(readers(s)) if ach is not None else ""))
     return Bar("Host", float(peak), segs, note, tip=tip)
 
 
@@ -85,7 +101,8 @@ class BandwidthPanel(QtWidgets.QGroupBox):
         if key == self._key:
             return
         self._key = key
-        rows = [b for b in (bandwidth_bar(g) for g in s.gpus) if b is not None]
+        n = readers(s)
+        rows = [b for b in (bandwidth_bar(g, n) for g in s.gpus) if b is not None]
         hb = host_bandwidth_bar(s)
         if hb is not None:
             rows.append(hb)
