@@ -116,8 +116,8 @@ def test_rapl_package_counter_and_its_wrap(tmp_path: Path) -> None:
 
 def test_rapl_zones_are_listed_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
     """Each poll reads the counters only: a second package appearing is counted from the next listing
-    (ZONES_RELIST_S later); a zone that goes makes the same read list them again."""
-    from kvmon.sources.rapl import ZONES_RELIST_S
+    (RELIST_S later); a zone that goes makes the same read list them again."""
+    from kvmon.sources.sysfs import RELIST_S
 
     now = [50.0]
     zone = _rapl(tmp_path, "1000000")
@@ -126,7 +126,7 @@ def test_rapl_zones_are_listed_once_a_while_and_again_when_one_stops_reading(tmp
     second.mkdir()
     (second / "energy_uj").write_text("2000000\n")
     assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[0] == pytest.approx(1.0)  # not listed yet
-    now[0] += ZONES_RELIST_S
+    now[0] += RELIST_S
     assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(3.0), None)  # two: no wrap
     (second / "energy_uj").unlink()
     second.rmdir()
@@ -183,9 +183,9 @@ def test_hwmon_power_and_energy_as_amdgpu_xe_and_i915_publish_them(tmp_path: Pat
 
 
 def test_hwmon_files_are_looked_for_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
-    """A poll reads the chosen files only: a file that appears is seen at the next look (HWMON_RELIST_S later); a
+    """A poll reads the chosen files only: a file that appears is seen at the next look (RELIST_S later); a
     driver reload that renumbers the hwmon folder is followed in the same poll."""
-    from kvmon.sources.sysfs import HWMON_RELIST_S
+    from kvmon.sources.sysfs import RELIST_S
 
     now = [100.0]
     dev = tmp_path / "card"
@@ -193,7 +193,7 @@ def test_hwmon_files_are_looked_for_once_a_while_and_again_when_one_stops_readin
     assert hwmon_power(dev, clock=lambda: now[0])[:2] == (33.0, None)
     (dev / "hwmon" / "hwmon3" / "energy1_input").write_text("5000000\n")  # readable from now on
     (dev / "hwmon" / "hwmon3" / "power1_average").write_text("41000000\n")
-    now[0] += HWMON_RELIST_S - 1
+    now[0] += RELIST_S - 1
     power, energy, reasons = hwmon_power(dev, clock=lambda: now[0])
     assert (power, energy) == (41.0, None) and "no energy file" in reasons["energy_j"]  # not looked for yet
     now[0] += 1

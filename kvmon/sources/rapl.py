@@ -14,22 +14,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kvmon.sources.sysfs import read_int
+from kvmon.sources.sysfs import read_int, relisted
 
 POWERCAP = "sys/class/powercap"
 _PACKAGE_ZONE = re.compile(r"^intel-rapl:\d+$")  # a package; its sub-zones (cores, dram) are intel-rapl:N:M
-ZONES_RELIST_S = 30.0  # the package zones are listed again this often, and at once when one stops reading
 _zones: dict[Path, tuple[float, list[Path]]] = {}
 
 
-def _package_zones(base: Path, now: float, again: bool) -> tuple[list[Path], bool]:
-    """(the package zones, whether they were listed just now)."""
-    known = _zones.get(base)
-    if known is None or again or now - known[0] >= ZONES_RELIST_S:
-        zones = sorted(p for p in base.glob("intel-rapl:*") if _PACKAGE_ZONE.match(p.name)) if base.is_dir() else []
-        _zones[base] = (now, zones)
-        return zones, True
-    return known[1], False
+def _package_zones(base: Path) -> list[Path]:
+    return sorted(p for p in base.glob("intel-rapl:*") if _PACKAGE_ZONE.match(p.name)) if base.is_dir() else []
 
 
 def cpu_energy(root: Path | str = "/", platform: str = sys.platform,
@@ -37,16 +30,11 @@ def cpu_energy(root: Path | str = "/", platform: str = sys.platform,
     """(energy J, where it wraps J, reason when unknown): every CPU package's counter together; the wrap is known
     for one package only (two wrap at different moments: kvmon then skips the interval in which one did).
 
-    Read every poll (energy per interval needs each one's): the zones are listed once every ``ZONES_RELIST_S``,
-    and again at once when a listed zone does not read."""
+    Read every poll (energy per interval needs each one's): the zones are found as ``sysfs.relisted`` says."""
     if platform == "darwin":
         return None, None, "macOS reports CPU power only through powermetrics, which needs root"
-    base, now = Path(root) / POWERCAP, clock()
-    zones, listed = _package_zones(base, now, again=False)
-    found = _read_zones(zones)
-    if found[2] is not None and not listed:
-        found = _read_zones(_package_zones(base, now, again=True)[0])
-    return found
+    base = Path(root) / POWERCAP
+    return relisted(_zones, base, clock(), lambda: _package_zones(base), _read_zones, lambda found: found[2] is None)
 
 
 def _read_zones(zones: list[Path]) -> tuple[float | None, float | None, str | None]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from kvmon.core.readings import PcieLink
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
@@ -23,6 +24,8 @@ from kvmon.sources.localfile import open_regular
 from kvmon.sources.procs import PidTreeCache
 
 MAX_SYSFS_BYTES = 64 * 1024  # sysfs attributes are one page; anything longer is not one
+T = TypeVar("T")
+R = TypeVar("R")
 _CARD = re.compile(r"^card(\d+)$")
 # the PCI core's speed strings (drivers/pci/pci-sysfs.c): "16.0 GT/s PCIe"; the generation each one is
 _GT_S_GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -49,27 +52,43 @@ def read_int(path: Path, base: int = 10) -> int | None:
         return None
 
 
-HWMON_RELIST_S = 30.0  # a card's hwmon files are looked for again this often (and when a chosen one stops reading)
+RELIST_S = 30.0  # what a sysfs folder offers (hwmon files, RAPL zones) is looked for again this often
+
+
+def relisted(known: dict[Path, tuple[float, T]], folder: Path, now: float, find: Callable[[], T],
+             read: Callable[[T], R], ok: Callable[[R], bool]) -> R:
+    """``read`` what ``find`` last found in ``folder`` (kept in ``known``): found again every ``RELIST_S``, and at
+    once when a read of an older finding fails (a driver reload renumbers its folders), so that a poll reads its
+    one or two files, not a folder listing and a probe of each candidate."""
+    last = known.get(folder)
+    fresh = last is None or now - last[0] >= RELIST_S
+    if fresh:
+        last = known[folder] = (now, find())
+    assert last is not None
+    out = read(last[1])
+    if not ok(out) and not fresh:
+        known[folder] = (now, find())
+        out = read(known[folder][1])
+    return out
 
 
 @dataclass(frozen=True)
 class _HwmonFiles:
-    """What one card's hwmon offers, as last looked for: the files to read and why a reading has none."""
+    """What one card's hwmon offers: the files to read and why a reading has none."""
 
-    at: float
     power: Path | None
     energy: Path | None
     reasons: dict[str, str]
 
 
-_hwmon_files: dict[Path, _HwmonFiles] = {}
+_hwmon_files: dict[Path, tuple[float, _HwmonFiles]] = {}
 
 
-def _find_hwmon_files(device_dir: Path, now: float) -> _HwmonFiles:
+def _find_hwmon_files(device_dir: Path) -> _HwmonFiles:
     dirs = sorted((device_dir / "hwmon").glob("hwmon*")) if (device_dir / "hwmon").is_dir() else []
     if not dirs:
         why = "the driver offers no hwmon sensors for this card (no power or energy reading)"
-        return _HwmonFiles(now, None, None, {"power_w": why, "energy_j": why})
+        return _HwmonFiles(None, None, {"power_w": why, "energy_j": why})
     chosen: dict[str, Path | None] = {}
     reasons: dict[str, str] = {}
     for key, files in (("power_w", [d / n for d in dirs for n in ("power1_average", "power1_input")]),
@@ -79,44 +98,34 @@ def _find_hwmon_files(device_dir: Path, now: float) -> _HwmonFiles:
             there = [f for f in files if f.exists()]
             reasons[key] = (f"{there[0]} is not readable by this user" if there else
                             f"the card's hwmon has no {'power' if key == 'power_w' else 'energy'} file")
-    return _HwmonFiles(now, chosen["power_w"], chosen["energy_j"], reasons)
+    return _HwmonFiles(chosen["power_w"], chosen["energy_j"], reasons)
 
 
 def hwmon_power(device_dir: Path, clock: Callable[[], float] = time.monotonic) -> tuple[float | None, float | None,
                                                                                         dict[str, str]]:
     """(power W, energy counter J, reasons) from the card's hwmon: ``power1_average`` or ``power1_input`` (µW) and
     ``energy1_input`` (µJ), as amdgpu, xe and i915 publish them; a file that is there but not readable (root
-    only on some kernels) is said so, one that is not there too.
-
-    Which files to read is looked for once every ``HWMON_RELIST_S`` (a poll then reads one or two files, not a
-    folder listing and a probe of each candidate), and again at once when a chosen file stops reading (a driver
-    reload renumbers the hwmon folders)."""
-    now = clock()
-    files = _hwmon_files.get(device_dir)
-    if files is None or now - files.at >= HWMON_RELIST_S:
-        files = _hwmon_files[device_dir] = _find_hwmon_files(device_dir, now)
-    values = _read_hwmon(files)
-    if values is None:  # a chosen file stopped reading: look again at once
-        files = _hwmon_files[device_dir] = _find_hwmon_files(device_dir, now)
-        values = _read_hwmon(files)
-    if values is None:
+    only on some kernels) is said so, one that is not there too. Which files is looked for as ``relisted`` says."""
+    out = relisted(_hwmon_files, device_dir, clock(), lambda: _find_hwmon_files(device_dir), _read_hwmon,
+                   lambda o: o is not None)
+    if out is None:
         why = "the card's hwmon files stopped reading"
         return None, None, {"power_w": why, "energy_j": why}
-    return values[0], values[1], dict(files.reasons)
+    return out
 
 
-def _read_hwmon(files: _HwmonFiles) -> tuple[float | None, float | None] | None:
-    """(W, J) from the chosen files; None when one of them does not read as it did."""
+def _read_hwmon(files: _HwmonFiles) -> tuple[float | None, float | None, dict[str, str]] | None:
+    """(W, J, reasons) from the chosen files; None when one of them does not read as it did."""
     out: list[float | None] = []
-    for path, scale in ((files.power, 1e6), (files.energy, 1e6)):
+    for path in (files.power, files.energy):
         if path is None:
             out.append(None)
             continue
         v = read_int(path)
         if v is None or v < 0:
             return None
-        out.append(v / scale)
-    return out[0], out[1]
+        out.append(v / 1e6)  # µW, µJ
+    return out[0], out[1], dict(files.reasons)
 
 
 def read_hex_id(path: Path, digits: int = 4) -> str | None:
