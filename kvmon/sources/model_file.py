@@ -62,6 +62,12 @@ class ModelFiles:
         self._shapes: dict[FileKey | None, tuple[Any, str | None]] = {}
         self._by_start: dict[tuple[str, Hashable], Header] = {}  # what each file was at a server's start
 
+    def _keep(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
+        """``cache[key] = value``, the oldest entries dropped to keep at most ``max_files``."""
+        while len(cache) >= self.max_files:
+            cache.pop(next(iter(cache)))
+        cache[key] = value
+
     def header(self, path: str, start: Hashable | None = None) -> Header:
         """(the file's GGUF header, why not, the file version's key); a file that cannot be statted has no key.
 
@@ -73,9 +79,7 @@ class ModelFiles:
                 return known
         found = self._header(path)
         if start is not None and found[2] is not None:
-            while len(self._by_start) >= self.max_files:
-                self._by_start.pop(next(iter(self._by_start)))
-            self._by_start[(path, start)] = found
+            self._keep(self._by_start, (path, start), found)
         return found
 
     def _header(self, path: str) -> Header:
@@ -90,16 +94,12 @@ class ModelFiles:
                 found: tuple[GgufHeader | None, str | None] = (read_gguf_header(path), None)
             except (GgufError, OSError, ValueError) as e:
                 found = (None, f"model file {name!r} not readable: its GGUF header is unreadable ({e})")
-            while len(self._headers) >= self.max_files:
-                self._headers.pop(next(iter(self._headers)))
-            self._headers[key] = found
+            self._keep(self._headers, key, found)
         header, why = self._headers[key]
         return header, why, key
 
     def shape(self, metadata: Mapping[str, Any], key: FileKey | None) -> tuple[Any, str | None]:
         """The shape of ``metadata``, built once per ``key`` (the file version it came from; None: no file)."""
         if key not in self._shapes:
-            while len(self._shapes) >= self.max_files:
-                self._shapes.pop(next(iter(self._shapes)))
-            self._shapes[key] = shape_of(metadata)
+            self._keep(self._shapes, key, shape_of(metadata))
         return self._shapes[key]
