@@ -113,6 +113,8 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
     resident = sum(p.weights_gpu.values()) + p.weights_host_read
     out = []
     drafted = draft_bytes(model)
+    read = model.weight_bytes_read_per_token
+    scale = read_scale(p, read) if read is not None else None  # as the ceiling counts a device's reads
     for g in gviews:
         w = p.weights_gpu.get(g.index)
         frac = p.kv_gpu.get(g.index)
@@ -127,10 +129,8 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
         elif compute.get(g.index) is not None:
             other = int(compute[g.index])
         achieved = None
-        if decode is not None and model.weight_bytes_read_per_token is not None and w is not None and resident:
-            # what this device reads per token, as the ceiling counts it (placement.devices)
-            share = w * read_scale(p, model.weight_bytes_read_per_token)
-            achieved = decode * (share + (kv_read_now or 0.0) * (frac or 0.0))
+        if decode is not None and scale is not None and w is not None and resident:
+            achieved = decode * (w * scale + (kv_read_now or 0.0) * (frac or 0.0))
         out.append(replace(g, weights_bytes=int(w) if w is not None else None, kv_allocated_bytes=kv_alloc,
                            kv_in_use_bytes=kv_use, server_other_bytes=other, draft_bytes=draft,
                            achieved_bandwidth_bytes_per_s=achieved))
