@@ -149,7 +149,8 @@ def main() -> int:
 
     from kvmon.app.heap import release_freed_memory
     from kvmon.app.session import Session
-    from kvmon.gui.app import HIDDEN_INTERVAL_S, build_window, ensure_app
+    from kvmon.gui.app import build_window, ensure_app
+    from kvmon.gui.controller import HIDDEN_INTERVAL_S
     from kvmon.gui.settings import Settings
     from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
     from kvmon.sim.permit import allow

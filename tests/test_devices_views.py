@@ -153,7 +153,7 @@ def test_settings_dialog_keeps_bandwidths_and_refuses_a_bad_one(qtbot, tmp_path:
     dlg.apply()
     again = Settings(str(tmp_path / "s.ini"))
     assert again.bandwidth_specs == ["host=55", "CUDA0=936", "1=1008"]
-    from kvmon.gui.app import session_settings
+    from kvmon.gui.controller import session_settings
 
     st = session_settings(again, ["host=40"])
     assert st.host_bandwidth_bytes_per_s == 40e9 and st.device_bandwidth_bytes_per_s == {"CUDA0": 936e9}

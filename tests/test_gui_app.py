@@ -19,8 +19,8 @@ from synthetic import SyntheticMonitor
 from kvmon.app.choose import choose_session
 from kvmon.app.demo import NO_SERVER_BANNER
 from kvmon.app.session import Session
-from kvmon.gui import app as gui_app
 from kvmon.gui.app import build_window
+from kvmon.gui.controller import HIDDEN_INTERVAL_S
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.settings import Settings
 
@@ -67,7 +67,7 @@ def test_poller_slows_down_while_minimised(qtbot, tmp_path: Path) -> None:
     try:
         qtbot.waitUntil(lambda: win.last is not None, timeout=5000)
         win.showMinimized()
-        qtbot.waitUntil(lambda: poller.worker.interval_s == gui_app.HIDDEN_INTERVAL_S, timeout=3000)
+        qtbot.waitUntil(lambda: poller.worker.interval_s == HIDDEN_INTERVAL_S, timeout=3000)
         win.showNormal()
         qtbot.waitUntil(lambda: poller.worker.interval_s == 0.2, timeout=3000)
     finally:
@@ -167,3 +167,60 @@ def test_the_first_frame_needs_neither_the_plotting_library_nor_numpy(tmp_path: 
     assert "pyqtgraph before paint: False" in r.stdout, r.stdout
     assert "numpy loaded before paint: False" in r.stdout, r.stdout
     assert "plots made after paint: True" in r.stdout, r.stdout
+
+
+def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvmon URL``: the window is on screen saying "starting" before the servers are looked for and opened (that
+    and the analysis's modules take longer than the window); then it is the server's window, polling it."""
+    import kvmon.app.servers
+    from PySide6 import QtCore, QtWidgets
+
+    from kvmon.core.snapshot import ConnectionStatus
+    from kvmon.gui.app import run
+    from kvmon.gui.main_window import MainWindow
+
+    painted: list[MainWindow] = []
+
+    class PaintWatch(QtCore.QObject):
+        def eventFilter(self, obj: QtCore.QObject, ev: QtCore.QEvent) -> bool:
+            if isinstance(obj, MainWindow) and ev.type() == QtCore.QEvent.Type.Paint:
+                painted.append(obj)
+            return False
+
+    watch = PaintWatch()
+    app = QtWidgets.QApplication.instance()
+    app.installEventFilter(watch)
+    seen: dict[str, object] = {}
+    real = kvmon.app.servers.choose_servers
+
+    def choose(args: argparse.Namespace, api_key: str | None) -> object:
+        win = painted[0] if painted else None
+        seen["at choose"] = (win is not None and win.isVisible(), win.status.connection.text() if win else None,
+                             win.alerts.label.text() if win else None)
+        return real(args, api_key)
+
+    monkeypatch.setattr(kvmon.app.servers, "choose_servers", choose)
+    url = f"http://127.0.0.1:{_free_port()}"
+
+    def check() -> None:  # once the window shows the server's first poll, end the app
+        wins = [w for w in QtWidgets.QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.last]
+        if wins:
+            w = wins[0]
+            seen["after"] = (list(w.views), w.current, w.last.connection.status, w.status.connection.text())
+            w.close()
+            app.exit(0)
+
+    timer = QtCore.QTimer()
+    timer.timeout.connect(check)
+    timer.start(50)
+    args = argparse.Namespace(url=url, demo=None, timeout=1.0, log=None, record=None, interval=0.2, api_key=None,
+                              devices=None, bandwidth=None)
+    try:
+        assert run(args) == 0
+    finally:
+        timer.stop()
+        app.removeEventFilter(watch)
+    assert seen["at choose"] == (True, "● starting", "● Starting…")
+    views, current, status, text = seen["after"]  # type: ignore[misc]
+    assert len(views) == 1 and current == views[0] and url in views[0]
+    assert status is ConnectionStatus.UNREACHABLE and "starting" not in text

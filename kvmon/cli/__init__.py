@@ -31,6 +31,17 @@ def bandwidth_arg(text: str) -> str:
     return text
 
 
+def scenario_arg(text: str) -> str:
+    """The dashboard's ``--demo SCENARIO``: a built-in scenario, checked here so that a typo is a usage error said
+    before any window opens."""
+    from kvmon.sim.catalog import check
+
+    try:
+        return check(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def timeout_arg(text: str) -> float:
     """``--timeout SECONDS``: a number of seconds above 0 (a clear usage error otherwise)."""
     try:
@@ -148,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one more server to watch (repeatable); every series carries its server label")
 
     # The dashboard (no subcommand).
-    parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
+    parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO", type=scenario_arg,
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
                              "are listed below)")
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")

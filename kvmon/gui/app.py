@@ -12,20 +12,20 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6 import QtCore, QtWidgets
 
-from kvmon.app.choose import server_session
 from kvmon.app.endings import STOP_SIGNALS, catchable
-from kvmon.app.servers import ServerSet, WatchedServer, choose_servers
-from kvmon.app.session import Session
 from kvmon.gui import theme
-from kvmon.gui.poller import Poller
+
+if TYPE_CHECKING:
+    from kvmon.app.servers import ServerSet
+    from kvmon.app.session import Session
+    from kvmon.gui.controller import Controller
+    from kvmon.gui.poller import Poller
 
 MAIN_KEY = "main"  # the one server of a window built on a single session
-
-HIDDEN_INTERVAL_S = 10.0  # poll interval while hidden or minimised: alerts and the tray still follow
 
 
 def ensure_app(argv: list[str] | None = None) -> QtWidgets.QApplication:
@@ -103,140 +103,18 @@ def _drain(sock: Any) -> None:
         pass
 
 
-def session_settings(settings: Any, cli_specs: list[str] | None) -> Any:
-    """The analysis settings of the dashboard: the bandwidths from Settings, then the command line's (they win)."""
-    from kvmon.core.analysis import AnalyzerSettings
-    from kvmon.core.analysis.settings import with_bandwidths
+def watch_servers(win: Any, servers: ServerSet, settings: Any, interval_s: float, *, timeout_s: float = 3.0,
+                  api_key: str | None = None, cli_bandwidths: list[str] | None = None) -> Controller:
+    """Put ``servers`` in ``win`` (its first view becomes the first server's, a tab for each other one) and return
+    the controller whose pollers feed it (not yet started)."""
+    from kvmon.gui.controller import Controller
 
-    specs = [*settings.bandwidth_specs, *(cli_specs or [])]
-    return with_bandwidths(AnalyzerSettings(), specs) if specs else None
-
-
-class Controller(QtCore.QObject):
-    """One poller per watched server, wired to the window: snapshots in, the window's requests out (another server
-    shown, a model chosen, recording, settings, a server added or removed, hidden or shown)."""
-
-    def __init__(self, servers: ServerSet, win: Any, settings: Any, interval_s: float, *,
-                 timeout_s: float = 3.0, api_key: str | None = None, cli_bandwidths: list[str] | None = None
-                 ) -> None:
-        super().__init__(win)
-        self.servers = servers
-        self.win = win
-        self.settings = settings
-        self.timeout_s = timeout_s
-        self.api_key = api_key
-        self.pollers: dict[str, Poller] = {}
-        self.cli_bandwidths = cli_bandwidths
-        self._replaced: list[Session] = []  # sessions started since on a URL from Settings (they follow it too)
-        self.interval_s = interval_s
-        self.shown = True
-        self.started = False
-        self._server_key = (settings.url or None, settings.api_key)
-        for w in servers:
-            if w.session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
-                w.session.settings = self._analysis_settings() or w.session.settings
-            self._add_poller(w)
-        win.pause_toggled.connect(lambda p: [pl.set_paused(p) for pl in self.pollers.values()])
-        win.reconnect_requested.connect(lambda: self._current().reconnect())
-        win.settings_changed.connect(self._on_settings)
-        win.shown_changed.connect(self._on_shown)
-        win.record_requested.connect(self._on_record)
-        win.follow_requested.connect(lambda key, name: self.pollers[key].set_follow(name)
-                                     if key in self.pollers else None)
-        win.add_server_requested.connect(self.add_url)
-        win.remove_server_requested.connect(self.remove)
-
-    def _current(self) -> Poller:
-        return self.pollers[self.win.current]
-
-    def _add_poller(self, w: WatchedServer) -> Poller:
-        poller = Poller(w.session.factory, self._interval())
-        poller.snapshot.connect(lambda snap, k=w.key: self.win.on_server_snapshot(k, snap))
-        self.pollers[w.key] = poller
-        if self.started:
-            poller.start()
-        return poller
-
-    def _interval(self) -> float:
-        # Hidden or minimised: poll less often (alerts and the tray still follow, at most HIDDEN_INTERVAL_S late).
-        return self.interval_s if self.shown else max(self.interval_s, HIDDEN_INTERVAL_S)
-
-    def _analysis_settings(self) -> Any:
-        return session_settings(self.settings, self.cli_bandwidths)
-
-    def start(self) -> None:
-        self.started = True
-        for p in self.pollers.values():
-            p.start()
-
-    def stop(self) -> None:
-        for p in self.pollers.values():
-            p.stop()
-
-    def add_url(self, url: str) -> str | None:
-        """Watch another server: a tab, its own poller, history and recording; shown at once."""
-        try:
-            w = self.servers.add_url(url, api_key=self.api_key, timeout_s=self.timeout_s,
-                                     settings=self._analysis_settings())
-        except Exception as exc:  # a bad URL: said, nothing added
-            self.win.statusBar().showMessage(f"Cannot watch {url}: {exc}", 8000)
-            return None
-        if w.key not in self.pollers:
-            self.win.add_server(w.key, w.label)
-            self._add_poller(w)
-        self.win.select_server(w.key)
-        return w.key
-
-    def remove(self, key: str) -> None:
-        """Stop watching a server (never the last one)."""
-        if key not in self.pollers or len(self.pollers) == 1:
-            return
-        self.pollers.pop(key).stop()
-        self.win.remove_server(key)
-        self.servers.remove(key)
-
-    def _on_settings(self) -> None:
-        self.interval_s = self.settings.interval_s
-        for p in self.pollers.values():
-            p.set_interval(self._interval())
-        for session in [*(w.session for w in self.servers), *self._replaced]:
-            if session.sim is None:
-                session.settings = self._analysis_settings()  # read by the next poll
-        key = (self.settings.url or None, self.settings.api_key)
-        if key == self._server_key:
-            return
-        self._server_key = key
-        current = self.servers[self.win.current] if self.win.current in self.servers else None
-        url = self.settings.url
-        if url and current is not None and (url != current.session.url or self.settings.api_key):
-            fresh = server_session(url, api_key=self.settings.api_key, timeout_s=self.timeout_s, log_path=None,
-                                   recorder=current.session.recorder, settings=self._analysis_settings())
-            self._replaced.append(fresh)
-            self.win.reset()
-            self.win.set_banner(None)
-            self._current().set_factory(fresh.factory)
-
-    def _on_shown(self, shown: bool) -> None:
-        self.shown = shown
-        for p in self.pollers.values():
-            p.set_interval(self._interval())
-
-    def _on_record(self, path: str | None) -> None:
-        w = self.servers[self.win.current] if self.win.current in self.servers else None
-        if w is None:
-            return
-        rec = w.session.recorder
-        if path is None:
-            rec.stop()
-            self.win.set_recording(None)
-            return
-        try:
-            rec.start(path, w.session.url)
-        except OSError as exc:
-            self.win.set_recording(None)
-            self.win.statusBar().showMessage(f"Cannot record to {path}: {exc.strerror or exc}", 8000)
-            return
-        self.win.set_recording(path)
+    first = servers.first
+    win.name_first_server(first.key, first.label, first.session.banner)
+    for w in list(servers)[1:]:
+        win.add_server(w.key, w.label, banner=w.session.banner)
+    return Controller(servers, win, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
+                      cli_bandwidths=cli_bandwidths)
 
 
 def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *, tray: bool = True,
@@ -247,16 +125,15 @@ def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *
 
     first = servers.first
     win = MainWindow(settings, banner=first.session.banner, tray=tray, label=first.label, key=first.key)
-    for w in list(servers)[1:]:
-        win.add_server(w.key, w.label, banner=w.session.banner)
-    ctl = Controller(servers, win, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
-                     cli_bandwidths=cli_bandwidths)
-    return win, ctl
+    return win, watch_servers(win, servers, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
+                              cli_bandwidths=cli_bandwidths)
 
 
 def build_window(session: Session, settings: Any, interval_s: float, *, tray: bool = True,
                  timeout_s: float = 3.0, cli_bandwidths: list[str] | None = None) -> tuple[Any, Poller]:
     """The window on one session and its poller (not yet started; ``poller.start()``)."""
+    from kvmon.app.servers import ServerSet, WatchedServer
+
     servers = ServerSet([WatchedServer(MAIN_KEY, "", session)])
     win, ctl = build_servers_window(servers, settings, interval_s, tray=tray, timeout_s=timeout_s,
                                     cli_bandwidths=cli_bandwidths)
@@ -264,8 +141,15 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     return win, ctl.pollers[MAIN_KEY]
 
 
+START_FALLBACK_MS = 500  # a window not painted by then (started minimised, no compositor): the servers start anyway
+
+
 def run(args: argparse.Namespace) -> int:
-    """The dashboard; returns the exit status."""
+    """The dashboard; returns the exit status.
+
+    The window is shown first ("starting") and the servers are looked for and opened once it is painted: finding
+    them, the demo's simulator and the analysis's modules take longer than the window itself."""
+    from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
 
     app = ensure_app(sys.argv[:1])
@@ -274,27 +158,43 @@ def run(args: argparse.Namespace) -> int:
     interval_s = float(getattr(args, "interval", None) or settings.interval_s)
     if getattr(args, "devices", None) is None and settings.devices_url:
         args.devices = settings.devices_url
-    try:
-        servers = choose_servers(args, api_key)
-    except Exception as exc:  # e.g. an unknown demo scenario
-        print(f"kvmon: {exc}", file=sys.stderr)
-        return 2
-    win, ctl = build_servers_window(servers, settings, interval_s, api_key=api_key,
-                                    timeout_s=float(getattr(args, "timeout", None) or 3.0),
-                                    cli_bandwidths=getattr(args, "bandwidth", None))
-    if getattr(args, "record", None):
-        win.set_recording(args.record)
-    for note in settings.notices:  # e.g. a key file others could read, made the user's alone
-        print(f"kvmon: {note}", file=sys.stderr)
-        win.statusBar().showMessage(note, 20000)
+    win = MainWindow(settings, key=MAIN_KEY)
+    win.show_starting()
+    started: dict[str, Any] = {}
+
+    def start() -> None:
+        if started:
+            return
+        started["at"] = True
+        from kvmon.app.servers import choose_servers
+
+        try:
+            servers = started["servers"] = choose_servers(args, api_key)
+        except Exception as exc:  # e.g. the recording's file cannot be opened
+            print(f"kvmon: {exc}", file=sys.stderr)
+            app.exit(2)
+            return
+        ctl = started["controller"] = watch_servers(
+            win, servers, settings, interval_s, api_key=api_key,
+            timeout_s=float(getattr(args, "timeout", None) or 3.0), cli_bandwidths=getattr(args, "bandwidth", None))
+        if getattr(args, "record", None):
+            win.set_recording(args.record)
+        for note in settings.notices:  # e.g. a key file others could read, made the user's alone
+            print(f"kvmon: {note}", file=sys.stderr)
+            win.statusBar().showMessage(note, 20000)
+        ctl.start()
+
+    win.first_painted.connect(start)
+    QtCore.QTimer.singleShot(START_FALLBACK_MS, start)
     restore = quit_on_signals(app)
     win.show()
-    ctl.start()
     try:
         return app.exec()
     finally:
-        ctl.stop()  # each poller ends its poll (within the timeout) and closes its monitor
-        servers.close()  # and the recording: every line written is whole
+        if "controller" in started:
+            started["controller"].stop()  # each poller ends its poll (within the timeout) and closes its monitor
+        if "servers" in started:
+            started["servers"].close()  # and the recording: every line written is whole
         restore()
 
 

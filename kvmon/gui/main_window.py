@@ -71,6 +71,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
     server_selected = QtCore.Signal(str)  # the server shown now
     add_server_requested = QtCore.Signal(str)  # a URL to watch too
     remove_server_requested = QtCore.Signal(str)  # a server key to stop watching
+    first_painted = QtCore.Signal()  # the window's first frame is on screen (the app then opens its servers)
 
     def __init__(self, settings: Settings, *, banner: str | None = None, history: History | None = None,
                  tray: bool = True, on_close: Callable[[], None] | None = None, label: str = "",
@@ -256,10 +257,11 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         return self._speed_time
 
     def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
-        """The window's first paint: make the plots right after it (then this filter goes)."""
+        """The window's first paint: make the plots right after it, then say so (then this filter goes)."""
         if obj is self and e.type() == QtCore.QEvent.Type.Paint:
             self.removeEventFilter(self)
             QtCore.QTimer.singleShot(0, self._build_plots)
+            QtCore.QTimer.singleShot(0, self.first_painted.emit)
         return False
 
     def apply_scheme(self, dark: bool) -> None:
@@ -320,6 +322,13 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.activateWindow()
 
     _raise = raise_window
+
+    def show_starting(self) -> None:
+        """Before the servers are known (the window is shown first at start-up): say that they are being opened."""
+        why = "Finding and opening the servers to watch"
+        self.alerts.show_text("● Starting…", why)
+        if self.status.replaying is None:
+            self.status.connection.set("● starting", why)
 
     def _show_connecting(self) -> None:
         """Before the first snapshot: say that the first poll is under way."""

@@ -90,6 +90,15 @@ class ServerTabs(QtWidgets.QTabBar):
         self.paint(v)
         self._fit()
 
+    def rename(self, old: str, v: ServerView) -> None:
+        """The tab of ``old`` is now ``v``'s (its key and label)."""
+        self._painted.pop(old, None)
+        i = self._index(old)
+        if i >= 0:
+            self.setTabData(i, v.key)
+            self.setTabText(i, v.label or v.key)
+        self.paint(v)
+
     def remove(self, key: str) -> None:
         self._painted.pop(key, None)
         i = self._index(key)
@@ -131,6 +140,7 @@ class WatchedServers:
 
     views: dict[str, ServerView]
     current: str
+    _first: str
     server_tabs: ServerTabs
     tray: Any
     last: Snapshot | None
@@ -143,6 +153,24 @@ class WatchedServers:
         view = self.views[key] = ServerView(key, label, banner=banner)
         self.server_tabs.add(view)
         return view
+
+    def name_first_server(self, key: str, label: str, banner: str | None = None) -> None:
+        """The window's first server, named once it is known (the window is shown before it at start-up): its view
+        takes ``key`` and ``label`` and keeps what it holds."""
+        old = self._first
+        view = self.views.pop(old)
+        view.key, view.label = key, label
+        rest = dict(self.views)
+        self.views.clear()
+        self.views[key] = view
+        self.views.update(rest)
+        if self.current == old:
+            self.current = key
+        self._first = key
+        self.server_tabs.rename(old, view)
+        self.set_banner(banner, key)
+        if self.last is None:
+            self._show_connecting()
 
     def remove_server(self, key: str) -> None:
         """Stop showing a server (the app stops its poller); another one is shown if it was."""
