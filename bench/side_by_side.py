@@ -17,6 +17,7 @@ Budgets: dashboard ≤ 0.25 × llamastat and ≤ 0.15 CPU-s/min.
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import json
 import os
@@ -209,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("llamastat") is None:
         print("llamastat is not installed: pip install -e '.[bench]' (it is the bench extra)", file=sys.stderr)
         return 2
+    compileall.compile_dir(str(ROOT / "kvmon"), quiet=1)  # bytecode, as an installed kvmon has it (and llamastat)
     rows: list[tuple[str, float, float, float]] = []
     with busy_server("kvmon-side-") as (work, url, gen):
         time.sleep(3)
