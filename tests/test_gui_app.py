@@ -172,11 +172,11 @@ def test_the_first_frame_needs_neither_the_plotting_library_nor_numpy(tmp_path: 
 def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
     """``kvmon URL``: the window is on screen saying "starting" before the servers are looked for and opened (that
     and the analysis's modules take longer than the window); then it is the server's window, polling it."""
-    import kvmon.app.servers
     from PySide6 import QtCore, QtWidgets
 
+    import kvmon.app.servers
     from kvmon.core.snapshot import ConnectionStatus
-    from kvmon.gui.app import run
+    from kvmon.gui.app import Dashboard
     from kvmon.gui.main_window import MainWindow
 
     painted: list[MainWindow] = []
@@ -201,26 +201,37 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
 
     monkeypatch.setattr(kvmon.app.servers, "choose_servers", choose)
     url = f"http://127.0.0.1:{_free_port()}"
-
-    def check() -> None:  # once the window shows the server's first poll, end the app
-        wins = [w for w in QtWidgets.QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.last]
-        if wins:
-            w = wins[0]
-            seen["after"] = (list(w.views), w.current, w.last.connection.status, w.status.connection.text())
-            w.close()
-            app.exit(0)
-
-    timer = QtCore.QTimer()
-    timer.timeout.connect(check)
-    timer.start(50)
     args = argparse.Namespace(url=url, demo=None, timeout=1.0, log=None, record=None, interval=0.2, api_key=None,
                               devices=None, bandwidth=None)
+    failures: list[int] = []
+    dash = Dashboard(args, failures.append)
+    qtbot.addWidget(dash.win)
     try:
-        assert run(args) == 0
+        assert dash.win.isVisible() and dash.controller is None  # shown, its servers not yet opened
+        qtbot.waitUntil(lambda: dash.win.last is not None, timeout=10000)
     finally:
-        timer.stop()
+        dash.close()
         app.removeEventFilter(watch)
+    assert not failures
     assert seen["at choose"] == (True, "● starting", "● Starting…")
-    views, current, status, text = seen["after"]  # type: ignore[misc]
-    assert len(views) == 1 and current == views[0] and url in views[0]
-    assert status is ConnectionStatus.UNREACHABLE and "starting" not in text
+    w = dash.win
+    assert len(w.views) == 1 and w.current == next(iter(w.views)) and url in w.current
+    assert w.last.connection.status is ConnectionStatus.UNREACHABLE and "starting" not in w.status.connection.text()
+
+
+def test_a_dashboard_whose_servers_cannot_be_opened_says_why_and_fails(qtbot, tmp_path: Path, capsys) -> None:
+    """``--record`` into a folder that does not exist: said on stderr, and the app ends with status 2."""
+    from kvmon.gui.app import Dashboard
+
+    args = argparse.Namespace(url=f"http://127.0.0.1:{_free_port()}", demo=None, timeout=1.0, log=None,
+                              record=str(tmp_path / "no" / "such" / "rec.jsonl"), interval=0.2, api_key=None,
+                              devices=None, bandwidth=None)
+    failures: list[int] = []
+    dash = Dashboard(args, failures.append)
+    qtbot.addWidget(dash.win)
+    try:
+        qtbot.waitUntil(lambda: bool(failures), timeout=10000)
+    finally:
+        dash.close()
+    assert failures == [2] and dash.controller is None
+    assert "kvmon:" in capsys.readouterr().err

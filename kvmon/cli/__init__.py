@@ -31,17 +31,6 @@ def bandwidth_arg(text: str) -> str:
     return text
 
 
-def scenario_arg(text: str) -> str:
-    """The dashboard's ``--demo SCENARIO``: a built-in scenario, checked here so that a typo is a usage error said
-    before any window opens."""
-    from kvmon.sim.catalog import check
-
-    try:
-        return check(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def timeout_arg(text: str) -> float:
     """``--timeout SECONDS``: a number of seconds above 0 (a clear usage error otherwise)."""
     try:
@@ -159,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one more server to watch (repeatable); every series carries its server label")
 
     # The dashboard (no subcommand).
-    parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO", type=scenario_arg,
+    parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
                              "are listed below)")
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
@@ -256,6 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = window_problem()  # no display, or Qt's platform plugin lacks system libraries: say which, exit 2
     if status is not None:
         return status
+    if args.demo:  # an unknown scenario is said before any window opens
+        from kvmon.sim.catalog import check
+
+        try:
+            check(args.demo)
+        except ValueError as exc:
+            print(f"kvmon: {exc}", file=sys.stderr)
+            return 2
     from kvmon.gui.app import run as run_gui
 
     return run_gui(args)

@@ -144,38 +144,46 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
 START_FALLBACK_MS = 500  # a window not painted by then (started minimised, no compositor): the servers start anyway
 
 
-def run(args: argparse.Namespace) -> int:
-    """The dashboard; returns the exit status.
+class Dashboard:
+    """The dashboard's window, shown at once ("starting"), and its servers, opened once it is painted: looked for
+    (or the demo started), put in the window and polled. Finding them, the demo's simulator and the analysis's
+    modules take longer than the window itself. ``failed(status)`` when they cannot be opened."""
 
-    The window is shown first ("starting") and the servers are looked for and opened once it is painted: finding
-    them, the demo's simulator and the analysis's modules take longer than the window itself."""
-    from kvmon.gui.main_window import MainWindow
-    from kvmon.gui.settings import Settings
+    def __init__(self, args: argparse.Namespace, failed: Callable[[int], None]) -> None:
+        from kvmon.gui.main_window import MainWindow
+        from kvmon.gui.settings import Settings
 
-    app = ensure_app(sys.argv[:1])
-    settings = Settings()
-    api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or settings.api_key
-    interval_s = float(getattr(args, "interval", None) or settings.interval_s)
-    if getattr(args, "devices", None) is None and settings.devices_url:
-        args.devices = settings.devices_url
-    win = MainWindow(settings, key=MAIN_KEY)
-    win.show_starting()
-    started: dict[str, Any] = {}
+        self.args, self._failed = args, failed
+        self.settings = settings = Settings()
+        self.api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or settings.api_key
+        self.interval_s = float(getattr(args, "interval", None) or settings.interval_s)
+        if getattr(args, "devices", None) is None and settings.devices_url:
+            args.devices = settings.devices_url
+        self.win = MainWindow(settings, key=MAIN_KEY)
+        self.win.show_starting()
+        self.servers: ServerSet | None = None
+        self.controller: Controller | None = None
+        self._started = False
+        self.win.first_painted.connect(self.start)
+        QtCore.QTimer.singleShot(START_FALLBACK_MS, self.start)
+        self.win.show()
 
-    def start() -> None:
-        if started:
+    def start(self) -> None:
+        """Open the servers and start polling them (once)."""
+        if self._started:
             return
-        started["at"] = True
+        self._started = True
         from kvmon.app.servers import choose_servers
 
+        args, settings, win = self.args, self.settings, self.win
         try:
-            servers = started["servers"] = choose_servers(args, api_key)
+            servers = self.servers = choose_servers(args, self.api_key)
         except Exception as exc:  # e.g. the recording's file cannot be opened
             print(f"kvmon: {exc}", file=sys.stderr)
-            app.exit(2)
+            self._failed(2)
             return
-        ctl = started["controller"] = watch_servers(
-            win, servers, settings, interval_s, api_key=api_key,
+        ctl = self.controller = watch_servers(
+            win, servers, settings, self.interval_s, api_key=self.api_key,
             timeout_s=float(getattr(args, "timeout", None) or 3.0), cli_bandwidths=getattr(args, "bandwidth", None))
         if getattr(args, "record", None):
             win.set_recording(args.record)
@@ -184,17 +192,24 @@ def run(args: argparse.Namespace) -> int:
             win.statusBar().showMessage(note, 20000)
         ctl.start()
 
-    win.first_painted.connect(start)
-    QtCore.QTimer.singleShot(START_FALLBACK_MS, start)
+    def close(self) -> None:
+        """Stop the pollers (each ends its poll within the timeout and closes its monitor) and close the servers
+        (and the recording: every line written is whole)."""
+        if self.controller is not None:
+            self.controller.stop()
+        if self.servers is not None:
+            self.servers.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """The dashboard; returns the exit status."""
+    app = ensure_app(sys.argv[:1])
     restore = quit_on_signals(app)
-    win.show()
+    dash = Dashboard(args, app.exit)
     try:
         return app.exec()
     finally:
-        if "controller" in started:
-            started["controller"].stop()  # each poller ends its poll (within the timeout) and closes its monitor
-        if "servers" in started:
-            started["servers"].close()  # and the recording: every line written is whole
+        dash.close()
         restore()
 
 
