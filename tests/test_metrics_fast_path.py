@@ -84,6 +84,9 @@ def test_pages_bent_out_of_the_plain_form_read_the_same_both_ways(name: str) -> 
 def test_the_fast_path_reads_the_counters_and_drops_gauges() -> None:
     m = parse_metrics((LLAMA_FIXTURES / "metrics.generating-with-deferred.txt").read_text())
     assert "requests_deferred" not in m and m["n_decode_total"] > 0
+    assert m["requests_processing"] == 1  # the one gauge kept: whether a request runs (where /slots is not read)
+    idle = parse_metrics((LLAMA_FIXTURES / "metrics.idle.txt").read_text())
+    assert idle["requests_processing"] == 0 and "n_busy_slots_per_decode" not in idle
 
 
 LINE = st.one_of(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -84,9 +85,48 @@ def test_server_restart_resets_counters() -> None:
     s = tr.update(_reading(1.0, (), {"n_decode_total": 10.0, "prompt_tokens_total": 0, "prompt_seconds_total": 0},
                            total_slots=1))
     assert s.decode_tok_s is None and s.prefill_tok_s is None
-    s = tr.update(_reading(2.0, (), {"n_decode_total": 70.0, "prompt_tokens_total": 0, "prompt_seconds_total": 0},
+    s = tr.update(_reading(2.0, (), {"n_decode_total": 70.0, "prompt_tokens_total": 20, "prompt_seconds_total": 0.1},
+                           total_slots=1))
+    assert s.decode_tok_s is None and s.prefill_tok_s == pytest.approx(200.0)  # its prompt read: decoding began
+    s = tr.update(_reading(3.0, (), {"n_decode_total": 130.0, "prompt_tokens_total": 20, "prompt_seconds_total": 0.1},
                            total_slots=1))
     assert s.decode_tok_s == pytest.approx(60.0) and s.source == "metrics"
+
+
+def _counted(t: float, n_decode: float, prompt: float, predicted: float, running: int | None = None) -> ServerReading:
+    """A reading of a server without /slots: its counters (and its count of running requests, where it says it)."""
+    r = _reading(t, (), {"n_decode_total": n_decode, "prompt_tokens_total": prompt,
+                         "prompt_seconds_total": prompt / 1000, "tokens_predicted_total": predicted}, total_slots=1)
+    return dataclasses.replace(r, requests_running=running)
+
+
+@pytest.mark.parametrize("running", [None, 1])
+def test_n_decode_is_a_decode_speed_only_between_a_prompt_read_and_the_reply_end(running: int | None) -> None:
+    """n_decode_total counts a prompt's batches too: while a long prompt is read it moves ~8 times a second, which is
+    no decode speed. Generation runs from the prompt counter's move to the generated-token counter's; an interval
+    in which either moved is blended."""
+    tr = SlotRateTracker()
+    assert tr.update(_counted(0.0, 100, 500, 40, running)).decode_tok_s is None
+    for t, n in ((1.0, 108), (2.0, 116), (3.0, 124)):  # a long prompt's batches
+        s = tr.update(_counted(t, n, 500, 40, running))
+        assert s.decode_tok_s is None and s.prefill_tok_s is None
+    s = tr.update(_counted(4.0, 160, 6500, 40, running))  # the prompt read, decoding began inside the interval
+    assert s.decode_tok_s is None and s.prefill_tok_s == pytest.approx(1000.0)
+    s = tr.update(_counted(5.0, 210, 6500, 40, running))
+    assert s.decode_tok_s == pytest.approx(50.0) and s.source == "metrics"
+    assert tr.update(_counted(6.0, 260, 6500, 40, running)).decode_tok_s == pytest.approx(50.0)
+    assert tr.update(_counted(7.0, 290, 6500, 170, 0 if running else None)).decode_tok_s is None  # the reply ended
+    for t, n in ((8.0, 298), (9.0, 306)):  # the next request's prompt: batches again
+        assert tr.update(_counted(t, n, 6500, 170, running)).decode_tok_s is None
+
+
+def test_a_prompt_read_with_nothing_running_after_it_is_no_generation() -> None:
+    """A request read and ended inside one interval, the server's count at 0 after it: the counter's next moves are
+    another prompt's batches until that prompt is read."""
+    tr = SlotRateTracker()
+    tr.update(_counted(0.0, 100, 500, 40, 0))
+    assert tr.update(_counted(1.0, 120, 600, 50, 0)).decode_tok_s is None
+    assert tr.update(_counted(2.0, 128, 600, 50, 1)).decode_tok_s is None  # a new prompt's batches
 
 
 def test_metrics_fallback_only_with_one_slot() -> None:

@@ -294,3 +294,48 @@ def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLl
     prompted = [(pf, words) for _a, _d, pf, _b, words in working if pf is not None]
     assert prompted and all(words == f"prompt {fmt_tok_s(pf)}" for pf, words in prompted), prompted
     assert any(a is Activity.DECODING for a, *_ in seen), seen
+
+
+def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
+        llama_server: Callable[..., RealLlamaServer]) -> None:
+    """``--no-slots``: no slot says whether a request runs, but /metrics' ``requests_processing`` does. While the
+    real server reads a long prompt (no token decoded yet) kvmon says "processing" ("busy": the prompt's counters
+    move only when it is read), never "idle"; once the reply is done, "idle"."""
+    from kvmon.core.snapshot import Activity
+    from kvmon.gui.fmt import speed_words
+
+    server = llama_server("llama", ["-c", "8192", "-np", "1", "-b", "256", "-ub", "256", "--metrics", "--no-slots"])
+    prompt = " ".join(f"word{i}" for i in range(750))
+    replies: list[int] = []
+
+    def ask() -> None:
+        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": prompt, "n_predict": 200,
+                                                                    "cache_prompt": False}, timeout=300).status_code)
+
+    monitor = open_monitor(server.url, gpu=False, host=False)
+    seen: list[tuple[Activity, float | None, str]] = []
+    with monitor:
+        first = monitor.poll()
+        assert not first.slots and first.activity is not Activity.PROCESSING
+        asker = threading.Thread(target=ask)
+        asker.start()
+        while asker.is_alive():
+            s = monitor.poll()
+            if asker.is_alive():
+                seen.append((s.activity, s.decode_tok_s, speed_words(s).decode))
+            time.sleep(0.15)
+        asker.join()
+        after = [monitor.poll() for _ in range(2)][-1]
+    assert replies == [200]
+    while seen and seen[0][0] is Activity.IDLE:  # polls before the request reached the server
+        seen.pop(0)
+    undecoded = [x for x in seen if x[1] is None]
+    assert len(undecoded) >= 4, seen  # the prompt takes ~2 s here
+    assert not any(a is Activity.IDLE for a, *_ in seen), seen
+    assert all(a is Activity.PROCESSING and (words == "busy" or words.startswith("prompt "))
+               for a, _d, words in undecoded), seen
+    # every decode speed shown is a decode speed: the tiny model generates hundreds of tokens a second here, where
+    # the prompt's batches (~8 a second) were shown as "decode ~5 tok/s" before
+    assert any(a is Activity.DECODING for a, *_ in seen), seen
+    assert all(d > 50 for _a, d, _w in seen if d is not None), seen
+    assert after.activity is Activity.IDLE and speed_words(after).decode == "idle"

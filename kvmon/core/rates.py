@@ -115,6 +115,8 @@ class SlotRateTracker:
         self._n_decode = CounterRate(tau_s, max_rate=MAX_DECODE_TOK_S)
         self._prompt_tokens = CounterRate(0.0)
         self._prompt_seconds = CounterRate(0.0)
+        self._predicted = CounterRate(0.0)  # tokens of the requests that ended (moves when one ends)
+        self._generating = False  # a prompt was read since the last request ended: n_decode_total counts tokens
         # a server that counts every engine step's tokens (vLLM): a batch's generation is bounded like batched
         # prompt processing, not like one conversation's decode
         self._generated = CounterRate(tau_s, max_rate=MAX_PREFILL_TOK_S)
@@ -129,6 +131,8 @@ class SlotRateTracker:
         self._n_decode.reset()
         self._prompt_tokens.reset()
         self._prompt_seconds.reset()
+        self._predicted.reset()
+        self._generating = False
         self._generated.reset()
         self._prefill_tokens.reset()
         self._prefill_seconds.reset()
@@ -163,16 +167,21 @@ class SlotRateTracker:
         if STEP_GENERATED in metrics and not reading.slots:
             return self._step_rates(t, metrics, reading.requests_running)
         # Counter-based fallbacks. n_decode_total counts llama_decode calls: with one slot that is one
-        # generated token per call (plus one per prompt batch), so it only stands in for /slots then.
+        # generated token per call, and one per batch of a prompt, so it only stands in for /slots then, and only over
+        # an interval that was all generation (a long prompt's batches are not tokens: ~5 "tok/s" while it is read).
+        self._prompt_tokens.update(t, metrics.get("prompt_tokens_total"))
+        self._prompt_seconds.update(t, metrics.get("prompt_seconds_total"))
         nd = self._n_decode.update(t, metrics.get("n_decode_total"))
         if self._n_decode.rejected is not None and not reading.slots:
             self._reasons["decode_tok_s"] = implausible("n_decode_total's rate", self._n_decode.rejected,
                                                         MAX_DECODE_TOK_S)
+        generation = not reading.slots and self._all_generation(t, metrics, reading.requests_running)
         if decode is None and not reading.slots and (reading.total_slots or 0) <= 1:
-            if nd is not None and (self._n_decode.last_delta or 0) > 0:
+            if generation and nd is not None and (self._n_decode.last_delta or 0) > 0:
                 decode, source = nd, "metrics"
-        self._prompt_tokens.update(t, metrics.get("prompt_tokens_total"))
-        self._prompt_seconds.update(t, metrics.get("prompt_seconds_total"))
+            elif nd is not None:  # prompt batches (or a request's end) in this interval: the rate starts again
+                self._n_decode.reset()
+                self._n_decode.update(t, metrics.get("n_decode_total"))
         busy = any(s.processing for s in reading.slots) or not reading.slots
         if prefill is None and busy:  # all slots idle: no live data, whatever finished in between
             dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
@@ -190,6 +199,21 @@ class SlotRateTracker:
             per_slot_prefill_tok_s=per_prefill,
             reasons=self._reasons,
         )
+
+    def _all_generation(self, t: float, metrics: Mapping[str, float], running: int | None) -> bool:
+        """Whether the interval just ended was all generation, by llama-server's counters: its prompt counter moves
+        when a prompt has been read (decoding begins), its generated-token counter when a request ends. So a
+        request generates from the first until the second, and an interval in which either moved held a prompt's
+        batches or an end. ``running``: the server's count of requests being processed, where it says it."""
+        was = self._generating
+        self._predicted.update(t, metrics.get("tokens_predicted_total"))
+        read = (self._prompt_tokens.last_delta or 0) > 0
+        ended = (self._predicted.last_delta or 0) > 0
+        if read:  # a prompt read since the last poll: its request generates now, unless nothing runs any more
+            self._generating = running is None or running > 0
+        elif ended or running == 0:
+            self._generating = False
+        return was and self._generating and not read and not ended
 
     def _step_rates(self, t: float, metrics: Mapping[str, float], running: int | None) -> RateSample:
         """Decode from a counter that moves every engine step (vLLM's generated tokens): its rate over an interval

@@ -229,22 +229,27 @@ class SimEngine:
             self._play_script(now)
             still: list[SimRequest] = []
             for r in self._requests:
+                if not r.prompt_folded and r.t_prefill_end <= min(now, r.t_end):
+                    # llama-server adds a prompt to its prompt counters once it is read (decoding begins)
+                    r.prompt_folded = True
+                    ep = self._epochs[r.epoch]
+                    c, b = ep.counters, ep.bucket
+                    c["prompt_tokens_total"] += r.prompt_n
+                    c["prompt_tokens_cached_total"] += r.cache_n
+                    c["prompt_seconds_total"] += r.prefill_s
+                    b["pt"] += r.prompt_n
+                    b["ps"] += r.prefill_s
                 if r.t_end > now:
                     still.append(r)
                     continue
                 if r.aborted_at is None:
                     ep = self._epochs[r.epoch]
                     c = ep.counters
-                    c["prompt_tokens_total"] += r.prompt_n
-                    c["prompt_tokens_cached_total"] += r.cache_n
-                    c["prompt_seconds_total"] += r.prefill_s
                     c["tokens_predicted_total"] += r.predicted_n
                     c["tokens_predicted_seconds_total"] += r.predicted_s
                     ep.n_decode_done += r.prompt_batches + max(0, r.predicted_n - 1)
                     ep.n_tokens_max = max(ep.n_tokens_max, r.context_tokens(r.t_end))
                     b = ep.bucket
-                    b["pt"] += r.prompt_n
-                    b["ps"] += r.prefill_s
                     b["gt"] += r.predicted_n
                     b["gs"] += r.predicted_s
                     ep.busy_per_decode = 1.0

@@ -22,6 +22,8 @@ from kvmon.core.readings import (
 )
 
 METRIC_PREFIX = "llamacpp:"
+REQUESTS_PROCESSING = "requests_processing"  # the one gauge read: the requests being processed now (busy slots)
+_KEPT_GAUGES = frozenset({METRIC_PREFIX + REQUESTS_PROCESSING})
 MAX_LAYOUT_LINES = 400  # a page this long keeps no layout (llama-server's has ~40 lines; the pattern would be large)
 
 
@@ -87,6 +89,8 @@ def _plain_counters(text: str) -> list[tuple[str, float]] | None:
             if not name.endswith("_total") and f"{name}_total" in text:
                 return None  # the full parser names such a counter by whether its _total form is on the page
             out.append((name, float(value)))
+        elif kind == "gauge" and name in _KEPT_GAUGES:
+            out.append((name, float(value)))
     return out
 
 
@@ -96,8 +100,9 @@ def _position_key(text: str) -> str:
 
 
 def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, float]:
-    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped. The one
-    labelled counter kept is speculative decoding's acceptance by draft position, one key per position
+    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped but
+    ``requests_processing`` (whether a request runs, where /slots is not read). The one labelled counter kept is
+    speculative decoding's acceptance by draft position, one key per position
     (``kvmon.core.readings.position_counter``).
 
     A counter whose value is not a finite, non-negative number within 64 bits is left out and named in
@@ -155,7 +160,8 @@ def _layout(text: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
             continue
         plain = _PLAIN_SAMPLE.match(line)
         start = len(plain.group(1)) + 1 if plain is not None else line.index("} ") + 2
-        counted = kind == "counter" and (plain is not None or family == _PER_POSITION)
+        counted = (kind == "counter" and (plain is not None or family == _PER_POSITION)) or (
+            kind == "gauge" and plain is not None and plain.group(1) in _KEPT_GAUGES)
         if counted:
             names.append(plain.group(1) if plain is not None else
                          _position_key(line[line.index('"') + 1:line.index('"}')]))
@@ -170,7 +176,7 @@ def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[st
     out: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
-            if family.type != "counter":
+            if family.type != "counter" and not (family.type == "gauge" and family.name in _KEPT_GAUGES):
                 continue
             for sample in family.samples:
                 name = sample.name

@@ -38,7 +38,14 @@ from kvmon.sources.llamacpp.args import parse_llama_server_args
 from kvmon.sources.llamacpp.draft import with_draft
 from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.model import ModelDescriber
-from kvmon.sources.llamacpp.parse import MetricsReader, MetricsTextError, derive_totals, metrics_key, parse_slot
+from kvmon.sources.llamacpp.parse import (
+    REQUESTS_PROCESSING,
+    MetricsReader,
+    MetricsTextError,
+    derive_totals,
+    metrics_key,
+    parse_slot,
+)
 from kvmon.sources.llamacpp.process import LlamaServerProcess
 from kvmon.sources.llamacpp.sleep import SleepCourtesy
 from kvmon.sources.procs import is_local_host
@@ -279,6 +286,11 @@ class LlamaServerSource:
                     live_source = "slots"
 
         metrics_enabled, metrics = pre_metrics or self._read_metrics(props, reasons, q, slots)
+        processing = metrics.get(REQUESTS_PROCESSING)  # a gauge among the counters: whether a request runs now
+        if processing is not None:
+            metrics = {k: v for k, v in metrics.items() if k != REQUESTS_PROCESSING}
+        # where /slots answers, its slots say which requests run; else the server's own count of them
+        requests_running = int(processing) if processing is not None and not slots else None
         self._busy = any(sl.processing for sl in slots)
         if live_source is None and not sleeping and "n_decode_total" in metrics:
             live_source = "metrics"  # one slot: n_decode_total stands in (see kvmon.core.rates)
@@ -316,6 +328,7 @@ class LlamaServerSource:
             kv_unified=config.kv_unified,
             metrics_enabled=metrics_enabled,
             metrics=metrics,
+            requests_running=requests_running,
             config=config,
             live_rate_source=live_source,
             live_rate_unavailable_reason=None if live_source else live_reason,
