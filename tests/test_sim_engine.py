@@ -83,6 +83,23 @@ def test_a_second_request_waits_for_the_only_slot() -> None:
     assert m["tokens_predicted_total"] == 510 and m["prompt_tokens_total"] == 1200
 
 
+def test_the_prompt_counters_move_when_the_prompt_is_read_as_on_the_real_server() -> None:
+    """Measured on llama-server b11549 (1 slot, a 5,891-token prompt, 1,500 tokens asked): ``prompt_tokens_total``
+    stood at 0 through the prefill and moved to 5,891 as decoding began, ``tokens_predicted_total`` only at the
+    reply's end, and ``n_decode_total`` counted the prompt's batches (~11 a second) before the tokens."""
+    clock = SimClock(1.0, running=False)
+    eng = SimEngine(get_scenario("seed-3090x2"), clock, autoplay=False)
+    r = eng.submit(6000, 400, t=0.0)
+    mid_prefill = eng.metrics(r.t_start + r.prefill_s / 2)
+    assert mid_prefill["prompt_tokens_total"] == 0 and mid_prefill["n_decode_total"] > 0
+    decoding = eng.metrics((r.t_prefill_end + r.t_end) / 2)
+    assert decoding["prompt_tokens_total"] == r.prompt_n and decoding["prompt_seconds_total"] == pytest.approx(
+        r.prefill_s)
+    assert decoding["tokens_predicted_total"] == 0 and decoding["requests_processing"] == 1
+    done = eng.metrics(r.t_end + 1)
+    assert done["prompt_tokens_total"] == r.prompt_n and done["tokens_predicted_total"] == 400
+
+
 def test_parallel_slots_share_the_context_and_run_together() -> None:
     s = dataclasses.replace(get_scenario("spill-4090"), n_parallel=2)
     clock = SimClock(1.0, running=False)
