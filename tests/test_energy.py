@@ -133,6 +133,24 @@ def test_rapl_zones_are_listed_once_a_while_and_again_when_one_stops_reading(tmp
     assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(1.0), pytest.approx(262143.32885))
 
 
+def test_a_counter_that_cannot_be_read_is_not_a_reason_to_list_the_zones_again(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A counter that is there but unreadable (root only on most systems, or not a number) stays so until the next
+    listing: each read reads it, without listing the folder again; a counter that is gone lists them at once."""
+    import kvmon.sources.rapl as rapl
+
+    listings: list[Path] = []
+    real = rapl._package_zones
+    monkeypatch.setattr(rapl, "_package_zones", lambda base: listings.append(base) or real(base))
+    zone = _rapl(tmp_path, "lots")
+    for _ in range(5):
+        assert "does not hold a count" in cpu_energy(tmp_path, "linux", clock=lambda: 10.0)[2]
+    assert len(listings) == 1
+    (zone / "energy_uj").unlink()
+    assert "has no energy_uj counter" in cpu_energy(tmp_path, "linux", clock=lambda: 10.0)[2]
+    assert len(listings) == 2
+
+
 def test_no_rapl_and_macos_say_why(tmp_path: Path) -> None:
     assert "no RAPL energy counters" in cpu_energy(tmp_path, "linux")[2]
     assert "powermetrics, which needs root" in cpu_energy(tmp_path, "darwin")[2]

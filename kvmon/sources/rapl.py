@@ -30,27 +30,32 @@ def cpu_energy(root: Path | str = "/", platform: str = sys.platform,
     """(energy J, where it wraps J, reason when unknown): every CPU package's counter together; the wrap is known
     for one package only (two wrap at different moments: kvmon then skips the interval in which one did).
 
-    Read every poll (energy per interval needs each one's): the zones are found as ``sysfs.relisted`` says."""
+    Read every poll (energy per interval needs each one's): the zones are found as ``sysfs.relisted`` says, listed
+    again at once only when a zone's counter is gone (a counter readable by root only, as most systems ship it, is
+    no reason to list the folder again on every read)."""
     if platform == "darwin":
         return None, None, "macOS reports CPU power only through powermetrics, which needs root"
     base = Path(root) / POWERCAP
-    return relisted(_zones, base, clock(), lambda: _package_zones(base), _read_zones, lambda found: found[2] is None)
+    energy, wrap, why, _gone = relisted(_zones, base, clock(), lambda: _package_zones(base), _read_zones,
+                                        lambda found: not found[3])
+    return energy, wrap, why
 
 
-def _read_zones(zones: list[Path]) -> tuple[float | None, float | None, str | None]:
+def _read_zones(zones: list[Path]) -> tuple[float | None, float | None, str | None, bool]:
+    """(energy J, wrap J, reason, whether a zone or its counter is missing: a new listing may find them)."""
     if not zones:
-        return None, None, f"no RAPL energy counters on this system (/{POWERCAP})"
+        return None, None, f"no RAPL energy counters on this system (/{POWERCAP})", True  # (a module loaded later)
     total = 0.0
     for z in zones:
         path = z / "energy_uj"
         uj = read_int(path)
         if uj is None or uj < 0:
             if not path.exists():
-                return None, None, f"/{POWERCAP}/{z.name} has no energy_uj counter"
+                return None, None, f"/{POWERCAP}/{z.name} has no energy_uj counter", True
             if not os.access(path, os.R_OK, effective_ids=os.access in os.supports_effective_ids):
                 return None, None, (f"/{POWERCAP}/{z.name}/energy_uj is readable by root only on this system "
-                                    "(a udev rule or 'chmod a+r' on it lets kvmon read the CPU's energy)")
-            return None, None, f"/{POWERCAP}/{z.name}/energy_uj does not hold a count of microjoules"
+                                    "(a udev rule or 'chmod a+r' on it lets kvmon read the CPU's energy)"), False
+            return None, None, f"/{POWERCAP}/{z.name}/energy_uj does not hold a count of microjoules", False
         total += uj / 1e6
     wrap = read_int(zones[0] / "max_energy_range_uj") if len(zones) == 1 else None
-    return total, (wrap / 1e6 if wrap else None), None
+    return total, (wrap / 1e6 if wrap else None), None, False
