@@ -120,6 +120,19 @@ def test_n_decode_is_a_decode_speed_only_between_a_prompt_read_and_the_reply_end
         assert tr.update(_counted(t, n, 6500, 170, running)).decode_tok_s is None
 
 
+def test_after_a_restart_the_counters_say_nothing_of_the_phase_until_a_prompt_is_read() -> None:
+    """A server restarted while it generated: its counters start again, and the new server's first moves of
+    n_decode_total may be a prompt's batches; they are no decode speed until its prompt counter moves."""
+    tr = SlotRateTracker()
+    tr.update(_counted(0.0, 100, 500, 40))
+    tr.update(_counted(1.0, 150, 900, 40))  # a prompt read: generating
+    assert tr.update(_counted(2.0, 200, 900, 40)).decode_tok_s == pytest.approx(50.0)
+    assert tr.update(_counted(3.0, 4, 0, 0)).decode_tok_s is None  # restarted: counters back near 0
+    assert tr.update(_counted(4.0, 12, 0, 0)).decode_tok_s is None  # a prompt's batches, not 8 tok/s
+    assert tr.update(_counted(5.0, 60, 3000, 0)).decode_tok_s is None  # its prompt read inside this interval
+    assert tr.update(_counted(6.0, 110, 3000, 0)).decode_tok_s == pytest.approx(50.0)
+
+
 def test_a_prompt_read_with_nothing_running_after_it_is_no_generation() -> None:
     """A request read and ended inside one interval, the server's count at 0 after it: the counter's next moves are
     another prompt's batches until that prompt is read."""

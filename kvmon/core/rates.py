@@ -206,7 +206,11 @@ class SlotRateTracker:
         request generates from the first until the second, and an interval in which either moved held a prompt's
         batches or an end. ``running``: the server's count of requests being processed, where it says it."""
         was = self._generating
-        self._predicted.update(t, metrics.get("tokens_predicted_total"))
+        predicted = metrics.get("tokens_predicted_total")
+        self._predicted.update(t, predicted)
+        if self._prompt_tokens.last_delta is None or (predicted is not None and self._predicted.last_delta is None):
+            self._generating = False  # the counters' first reading, a restart or a long gap: the phase is not known
+            return False
         read = (self._prompt_tokens.last_delta or 0) > 0
         ended = (self._predicted.last_delta or 0) > 0
         if read:  # a prompt read since the last poll: its request generates now, unless nothing runs any more
