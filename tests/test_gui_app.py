@@ -176,6 +176,7 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
 
     import kvmon.app.servers
     from kvmon.core.snapshot import ConnectionStatus
+    from kvmon.gui import theme
     from kvmon.gui.app import Dashboard
     from kvmon.gui.main_window import MainWindow
 
@@ -208,6 +209,10 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
     qtbot.addWidget(dash.win)
     try:
         assert dash.win.isVisible() and dash.controller is None  # shown, its servers not yet opened
+        was_dark = theme.is_dark()
+        dash.win.apply_scheme(not was_dark)  # a theme switch rebuilds the panels: they still say "starting"
+        assert dash.win.alerts.label.text() == "● Starting…" and dash.win.status.connection.text() == "● starting"
+        dash.win.apply_scheme(was_dark)
         qtbot.waitUntil(lambda: dash.win.last is not None, timeout=10000)
     finally:
         dash.close()

@@ -92,6 +92,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self._banner = banner
         self._recording: str | None = None
         self._replay_status: str | None = None
+        self.starting = False  # shown before its servers are known (see show_starting)
         self.installEventFilter(self)  # until the first frame is painted (then the plots are made)
         self.window_range = settings.window_range
         app = QtWidgets.QApplication.instance()
@@ -324,14 +325,19 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
     _raise = raise_window
 
     def show_starting(self) -> None:
-        """Before the servers are known (the window is shown first at start-up): say that they are being opened."""
+        """Before the servers are known (the window is shown first at start-up): say that they are being opened
+        (until ``name_first_server``, also after a theme switch rebuilds the panels)."""
+        self.starting = True
         why = "Finding and opening the servers to watch"
         self.alerts.show_text("● Starting…", why)
         if self.status.replaying is None:
             self.status.connection.set("● starting", why)
 
     def _show_connecting(self) -> None:
-        """Before the first snapshot: say that the first poll is under way."""
+        """Before the first snapshot: say that the first poll is under way (or, at start-up, the servers' opening)."""
+        if self.starting:
+            self.show_starting()
+            return
         self.alerts.show_text("● Connecting…", "The first poll of the server is under way")
         if self.status.replaying is None:
             self.status.connection.set("● connecting", "Waiting for the first snapshot")

@@ -141,6 +141,7 @@ class WatchedServers:
     views: dict[str, ServerView]
     current: str
     _first: str
+    starting: bool
     server_tabs: ServerTabs
     tray: Any
     last: Snapshot | None
@@ -167,6 +168,7 @@ class WatchedServers:
         if self.current == old:
             self.current = key
         self._first = key
+        self.starting = False
         self.server_tabs.rename(old, view)
         self.set_banner(banner, key)
         if self.last is None:
