@@ -258,6 +258,23 @@ def test_endpoints_turned_off_are_said_not_failed(llama_server: Callable[..., Re
     assert len(r.slots) == (0 if "--no-slots" in flags else 1)
 
 
+LONG_PROMPT = " ".join(f"word{i}" for i in range(750))  # ~6,000 tokens: a couple of seconds on one thread
+
+
+def _long_prompt_server(llama_server: Callable[..., RealLlamaServer], *flags: str) -> RealLlamaServer:
+    """A one-slot server with small batches and /metrics: a long prompt takes it a couple of seconds."""
+    return llama_server("llama", ["-c", "8192", "-np", "1", "-b", "256", "-ub", "256", "--metrics", *flags])
+
+
+def _asker(server: RealLlamaServer, n_predict: int, replies: list[int]) -> threading.Thread:
+    """A thread that sends the long prompt once (nothing cached) and keeps the reply's status in ``replies``."""
+    def ask() -> None:
+        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": LONG_PROMPT, "n_predict": n_predict,
+                                                                    "cache_prompt": False}, timeout=300).status_code)
+
+    return threading.Thread(target=ask)
+
+
 def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLlamaServer]) -> None:
     """While the real server reads a ~6,000-token prompt (a couple of seconds on one thread) its slot works and no
     token is decoded yet: kvmon says "processing", with the prompt's speed where measured, never "idle"; then it
@@ -266,19 +283,13 @@ def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLl
     from kvmon.core.units import fmt_tok_s
     from kvmon.gui.fmt import speed_words
 
-    server = llama_server("llama", ["-c", "8192", "-np", "1", "-b", "256", "-ub", "256", "--metrics"])
-    prompt = " ".join(f"word{i}" for i in range(750))
+    server = _long_prompt_server(llama_server)
     replies: list[int] = []
-
-    def ask() -> None:
-        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": prompt, "n_predict": 300,
-                                                                    "cache_prompt": False}, timeout=300).status_code)
-
     monitor = open_monitor(server.url, gpu=False, host=False)
     seen: list[tuple[Activity, float | None, float | None, bool, str]] = []
     with monitor:
         monitor.poll()
-        asker = threading.Thread(target=ask)
+        asker = _asker(server, 300, replies)
         asker.start()
         while asker.is_alive():
             s = monitor.poll()
@@ -304,20 +315,14 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     from kvmon.core.snapshot import Activity
     from kvmon.gui.fmt import speed_words
 
-    server = llama_server("llama", ["-c", "8192", "-np", "1", "-b", "256", "-ub", "256", "--metrics", "--no-slots"])
-    prompt = " ".join(f"word{i}" for i in range(750))
+    server = _long_prompt_server(llama_server, "--no-slots")
     replies: list[int] = []
-
-    def ask() -> None:
-        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": prompt, "n_predict": 200,
-                                                                    "cache_prompt": False}, timeout=300).status_code)
-
     monitor = open_monitor(server.url, gpu=False, host=False)
     seen: list[tuple[Activity, float | None, str]] = []
     with monitor:
         first = monitor.poll()
         assert not first.slots and first.activity is not Activity.PROCESSING
-        asker = threading.Thread(target=ask)
+        asker = _asker(server, 200, replies)
         asker.start()
         while asker.is_alive():
             s = monitor.poll()
