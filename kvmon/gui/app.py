@@ -123,8 +123,7 @@ def build_servers_window(servers: ServerSet, settings: Any, interval_s: float, *
     """The window with a tab per server (when several) and a controller whose pollers feed it (not yet started)."""
     from kvmon.gui.main_window import MainWindow
 
-    first = servers.first
-    win = MainWindow(settings, banner=first.session.banner, tray=tray, label=first.label, key=first.key)
+    win = MainWindow(settings, tray=tray)  # its first view is named by watch_servers, as at start-up
     return win, watch_servers(win, servers, settings, interval_s, timeout_s=timeout_s, api_key=api_key,
                               cli_bandwidths=cli_bandwidths)
 
