@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import time
 
 import pytest
 
@@ -51,7 +53,9 @@ def test_a_poll_with_decode_and_prefill_repaints_one_viewport(panel: SpeedTimePa
     """Chart and lane are items of one scene: a poll that extends both curves paints one viewport, once."""
     assert panel.lane.scene() is panel.plot.scene()
     assert panel.findChildren(QtWidgets.QGraphicsView) == [panel.plot]  # one view for chart, lane and legend
-    mon = SyntheticMonitor()
+    # the clock starts a second past a whole five minutes, so that the measured poll stays inside the axis's step
+    # whatever the time of day (from the clock now, one run in thirty crossed it and redrew the window)
+    mon = SyntheticMonitor(t0_wall=math.floor(time.time() / 300) * 300 + 1)
     _feed(panel, mon, range(20))
     qtbot.wait(50)
     i = 20
@@ -59,6 +63,7 @@ def test_a_poll_with_decode_and_prefill_repaints_one_viewport(panel: SpeedTimePa
         _feed(panel, mon, range(i, i + 1))
         i += 1
     qtbot.wait(50)
+    assert i < 28, i  # (the step's end is at poll 29)
     counter = _ViewportPaints(panel.plot)
     QtWidgets.QApplication.instance().installEventFilter(counter)
     try:
