@@ -469,6 +469,20 @@ def test_real_rate_tracker_from_slot_counters() -> None:
     assert s.slots[0].decode_tok_s == pytest.approx(50.0)
 
 
+def test_replies_that_ended_between_polls_give_the_speed_but_no_point_at_this_depth() -> None:
+    """Short replies one after another: the speed is the server's timing of those that ended (shown, decoding,
+    compared with the ceiling), but they ran at their own depths, so the speed-vs-context fit gets no point."""
+    a = Analyzer()
+    s = None
+    for i in range(4):
+        slot = SlotReading(id=0, n_ctx=32768, context_tokens=8000, processing=True, n_decoded=20, id_task=i)
+        metrics = {"tokens_predicted_total": 500.0 * i, "tokens_predicted_seconds_total": 10.0 * i}
+        s = a.update(reading(float(i), slots=(slot,), metrics=metrics), gpus(float(i)))
+    assert s is not None and s.decode_tok_s == pytest.approx(50.0) and s.decode_rate_source == "replies"
+    assert s.activity.value == "decoding" and s.efficiency is not None
+    assert len(a._forecaster._points) == 0  # the fit's own store
+
+
 def test_device_names() -> None:
     assert device_gpu_index("CUDA0") == 0 and device_gpu_index("CUDA1") == 1 and device_gpu_index("Metal") == 0
     assert device_gpu_index("ROCm2") == 2 and device_gpu_index("Vulkan0") == 0

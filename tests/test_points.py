@@ -9,6 +9,7 @@ import pytest
 from synthetic import SyntheticMonitor
 
 from kvmon.core.points import MeasuredPoints, measured_point, model_key
+from kvmon.core.rates import ENDED_REPLIES
 from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, Regime, SlotView, Snapshot
 
 
@@ -20,6 +21,8 @@ def test_a_point_is_a_measured_speed_at_a_known_depth_with_one_conversation_gene
     assert measured_point((), 300, 50.0) == (300.0, 50.0)  # no slots (Ollama through the proxy): the total
     assert measured_point(one, None, 40.0) is None and measured_point(one, 4000, None) is None
     assert measured_point((), 300, float("nan")) is None
+    # the replies that ended between polls ran at their own depths: their speed is no point at this one
+    assert measured_point(one, 4000, 40.0, ENDED_REPLIES) is None
 
 
 def test_the_model_changes_when_a_named_model_differs_and_never_for_an_unnamed_one() -> None:

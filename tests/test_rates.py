@@ -252,3 +252,59 @@ def test_source_name_follows_the_reading() -> None:
                        live_rate_source="child_slots")
     s = tr.update(r1)
     assert s.decode_tok_s == pytest.approx(30.0) and s.source == "child_slots"
+
+
+def _ended(tokens: float, seconds: float) -> dict[str, float]:
+    """llama-server's counters of the replies that ended: tokens generated and the seconds spent generating them."""
+    return {"tokens_predicted_total": tokens, "tokens_predicted_seconds_total": seconds}
+
+
+def test_replies_shorter_than_a_poll_take_their_speed_from_the_servers_timing_of_them() -> None:
+    """Each poll finds another request (the last one ended in between): no slot counter spans two polls, so the
+    decode speed is the server's own timing of the replies that ended, while the next one runs."""
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(40, 120, task=1), _ended(0, 0.0)))
+    s = tr.update(_reading(1.0, _slot(30, 110, task=2), _ended(900, 0.25)))  # replies of 900 tokens in 0.25 s
+    assert s.decode_tok_s == pytest.approx(3600.0) and s.source == "replies"
+    s = tr.update(_reading(2.0, _slot(10, 90, task=3), _ended(1500, 0.45)))
+    assert s.decode_tok_s == pytest.approx(600 / 0.2)
+    # the same request at both ends: its own counter says the speed now
+    s = tr.update(_reading(3.0, _slot(410, 490, task=3), _ended(1500, 0.45)))
+    assert s.decode_tok_s == pytest.approx(400.0) and s.source == "slots"
+
+
+def test_no_ended_replies_speed_while_nothing_runs_or_several_requests_shared_the_interval() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(40, 120, task=1), _ended(0, 0.0)))
+    idle = tr.update(_reading(1.0, _slot(100, 180, task=1, processing=False), _ended(100, 0.05)))
+    assert idle.decode_tok_s is None  # it ended and nothing runs: idle, not a speed
+    two = SlotRateTracker()
+
+    def both(t: float, tasks: tuple[int, int], ended: dict[str, float]) -> ServerReading:
+        slots = tuple(SlotReading(id=i, n_ctx=4096, context_tokens=50, processing=True, n_decoded=5, id_task=task)
+                      for i, task in enumerate(tasks))
+        return _reading(t, slots, ended)
+
+    two.update(both(0.0, (1, 2), _ended(0, 0.0)))
+    s = two.update(both(1.0, (3, 4), _ended(800, 0.4)))
+    assert s.decode_tok_s is None  # two replies may have run side by side: their mean is no one stream's speed
+    assert s.source != "replies"
+
+
+def test_an_impossible_ended_replies_speed_is_withheld() -> None:
+    tr = SlotRateTracker()
+    tr.update(_reading(0.0, _slot(40, 120, task=1), _ended(0, 0.0)))
+    s = tr.update(_reading(1.0, _slot(30, 110, task=2), _ended(1e6, 0.5)))
+    assert s.decode_tok_s is None and "past any physical bound" in s.reasons["decode_tok_s"]
+
+
+def test_without_slots_an_ended_reply_gives_the_speed_while_the_server_says_one_runs() -> None:
+    def r(t: float, prompt: float, predicted: float, seconds: float, running: int) -> ServerReading:
+        m = {"prompt_tokens_total": prompt, "n_decode_total": predicted + prompt / 512, **_ended(predicted, seconds)}
+        return dataclasses.replace(_reading(t, (), m, total_slots=1), requests_running=running)
+
+    tr = SlotRateTracker()
+    tr.update(r(0.0, 100, 0, 0.0, 1))
+    s = tr.update(r(1.0, 200, 500, 0.2, 1))  # one reply ended, the next one's prompt was read
+    assert s.decode_tok_s == pytest.approx(2500.0) and s.source == "replies"
+    assert tr.update(r(2.0, 200, 900, 0.4, 0)).decode_tok_s is None  # nothing runs: idle

@@ -344,3 +344,44 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     assert any(a is Activity.DECODING for a, *_ in seen), seen
     assert all(d > 50 for _a, d, _w in seen if d is not None), seen
     assert after.activity is Activity.IDLE and speed_words(after).decode == "idle"
+
+
+def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed(
+        llama_server: Callable[..., RealLlamaServer]) -> None:
+    """Replies of 64 tokens one after another (tens of milliseconds each here): no slot counter spans two polls, so
+    before, kvmon said "busy" at every poll of a server generating thousands of tokens a second. The speed shown is
+    now the server's own timing of the replies that ended, and it lies among the speeds the server gave each
+    reply."""
+    from kvmon.core.snapshot import Activity
+    from kvmon.core.units import fmt_tok_s
+    from kvmon.gui.fmt import speed_words
+
+    server = llama_server("llama", FLAGS)
+    stop, speeds = threading.Event(), []
+
+    def ask() -> None:
+        while not stop.is_set():
+            body = {"prompt": "hello world", "n_predict": 64, "ignore_eos": True, "cache_prompt": False}
+            speeds.append(httpx.post(f"{server.url}/completion", json=body, timeout=60).json()["timings"]
+                          ["predicted_per_second"])
+
+    asker = threading.Thread(target=ask, daemon=True)
+    seen = []
+    with open_monitor(server.url, gpu=False, host=False) as monitor:
+        monitor.poll()
+        asker.start()
+        for _ in range(16):
+            time.sleep(0.4)
+            s = monitor.poll()
+            # a request runs now, and several ended since the last poll (tens of them a second, none spanning two)
+            seen.append((s.slots[0].processing, s.activity, s.decode_tok_s, s.decode_rate_source,
+                         speed_words(s).decode))
+        stop.set()
+        asker.join(60)
+    fresh = [x for x in seen if x[0]]
+    assert len(speeds) >= 20 and len(fresh) >= 3, seen
+    assert all(a is Activity.DECODING and src == "replies" and words == fmt_tok_s(d)
+               for _f, a, d, src, words in fresh), seen
+    # each shown speed is a mean over whole replies: within the fastest and the slowest the server timed
+    shown = [d for _f, _a, d, src, _w in seen if src == "replies"]
+    assert all(min(speeds) * 0.99 <= d <= max(speeds) * 1.01 for d in shown), (shown, min(speeds), max(speeds))

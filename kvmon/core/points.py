@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvmon.core.lazy import lazy_import
+from kvmon.core.rates import ENDED_REPLIES
 from kvmon.core.snapshot import ModelView, SlotView, Snapshot
 
 if TYPE_CHECKING:
@@ -41,14 +42,15 @@ def model_key(url: str | None, model: ModelView) -> ModelKey | None:
 
 
 def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
-                   decode_tok_s: float | None) -> tuple[float, float] | None:
+                   decode_tok_s: float | None, rate_source: str | None = None) -> tuple[float, float] | None:
     """This poll's (context tokens, decode tok/s) point, or None.
 
     A point is a measured decode speed at a known depth while at most one conversation generates (two at once share
     the memory bus: neither speed belongs to its depth alone); the speed is the deepest conversation's own when the
-    server reports one per slot.
+    server reports one per slot. The speed of replies that ended between polls ran at their own depths, not this
+    poll's: no point.
     """
-    if decode_tok_s is None or context_tokens is None:
+    if decode_tok_s is None or context_tokens is None or rate_source == ENDED_REPLIES:
         return None
     active: SlotView | None = None  # the one generating conversation
     deepest: SlotView | None = None  # the first of the deepest ones, when none generates
@@ -174,11 +176,12 @@ class MeasuredPoints:
         changes nothing.
         """
         return self.add_poll(snap.server_read, snap.t_monotonic, snap.url, snap.model, snap.slots,
-                             snap.context_tokens, snap.decode_tok_s, snap.forecast.regime.index)
+                             snap.context_tokens, snap.decode_tok_s, snap.forecast.regime.index,
+                             rate_source=snap.decode_rate_source)
 
     def add_poll(self, server_read: bool, t_monotonic: float, url: str | None, model: ModelView,
                  slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None,
-                 regime: int = 0) -> bool:
+                 regime: int = 0, *, rate_source: str | None = None) -> bool:
         """``add`` from the fields a Snapshot is made of (the analysis feeds its poll before the Snapshot exists)."""
         if not server_read:
             return False
@@ -189,7 +192,7 @@ class MeasuredPoints:
                 self.bins.clear()
                 self.version += 1
             self.regime = regime
-        point = measured_point(slots, context_tokens, decode_tok_s)
+        point = measured_point(slots, context_tokens, decode_tok_s, rate_source)
         if point is not None:
             self._append(t_monotonic, *point)
         return changed

@@ -21,6 +21,9 @@ STEP_GENERATED = "generation_tokens_total"
 # per finished request, summed: prompt tokens computed and the seconds their prefill took (vLLM's histograms)
 PREFILL_TOKENS_SUM = "request_prefill_kv_computed_tokens_sum"
 PREFILL_SECONDS_SUM = "request_prefill_time_seconds_sum"
+# the source of a decode speed taken from the replies that ended between two polls (their own timing, at the depths
+# they ran at, not this poll's)
+ENDED_REPLIES = "replies"
 DEFAULT_TAU_S = 2.0  # EWMA time constant: steady within a few polls, still follows a slowdown
 MAX_GAP_S = 30.0  # a longer gap between polls (paused, suspended) restarts the rates
 
@@ -87,7 +90,7 @@ class RateSample:
     decode_tok_s: float | None
     prefill_tok_s: float | None
     per_slot_decode_tok_s: dict[int, float | None] = field(default_factory=dict)
-    source: str | None = None  # "slots" | "metrics" | None
+    source: str | None = None  # "slots" | "metrics" | "replies" (the server's timing of the ones that ended) | None
     per_slot_prefill_tok_s: dict[int, float | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # why a rate is missing, when it was impossible
 
@@ -116,6 +119,8 @@ class SlotRateTracker:
         self._prompt_tokens = CounterRate(0.0)
         self._prompt_seconds = CounterRate(0.0)
         self._predicted = CounterRate(0.0)  # tokens of the requests that ended (moves when one ends)
+        self._predicted_seconds = CounterRate(0.0)  # the seconds those requests spent generating, by the server
+        self._active: set[int] = set()  # the slots processing at the last poll
         self._generating = False  # a prompt was read since the last request ended: n_decode_total counts tokens
         # a server that counts every engine step's tokens (vLLM): a batch's generation is bounded like batched
         # prompt processing, not like one conversation's decode
@@ -132,6 +137,8 @@ class SlotRateTracker:
         self._prompt_tokens.reset()
         self._prompt_seconds.reset()
         self._predicted.reset()
+        self._predicted_seconds.reset()
+        self._active = set()
         self._generating = False
         self._generated.reset()
         self._prefill_tokens.reset()
@@ -150,8 +157,13 @@ class SlotRateTracker:
         per_prefill: dict[int, float | None] = {}
         self._reasons = {}
         seen: set[int] = set()
+        # the slots that held a request at some time in the interval: processing at either end, or a new task
+        active, self._active = set(self._active), {sl.id for sl in reading.slots if sl.processing}
         for slot in reading.slots:
             seen.add(slot.id)
+            known = self._slots.get(slot.id)
+            if slot.processing or (known is not None and known.id_task != slot.id_task):
+                active.add(slot.id)
             d, p = self._update_slot(t, slot)
             per_decode[slot.id], per_prefill[slot.id] = d, p
         for gone in set(self._slots) - seen:
@@ -172,6 +184,8 @@ class SlotRateTracker:
         self._prompt_tokens.update(t, metrics.get("prompt_tokens_total"))
         self._prompt_seconds.update(t, metrics.get("prompt_seconds_total"))
         nd = self._n_decode.update(t, metrics.get("n_decode_total"))
+        self._predicted.update(t, metrics.get("tokens_predicted_total"))
+        self._predicted_seconds.update(t, metrics.get("tokens_predicted_seconds_total"))
         if self._n_decode.rejected is not None and not reading.slots:
             self._reasons["decode_tok_s"] = implausible("n_decode_total's rate", self._n_decode.rejected,
                                                         MAX_DECODE_TOK_S)
@@ -183,6 +197,12 @@ class SlotRateTracker:
                 self._n_decode.reset()
                 self._n_decode.update(t, metrics.get("n_decode_total"))
         busy = any(s.processing for s in reading.slots) or not reading.slots
+        one_stream = len(active) == 1 if reading.slots else (reading.total_slots or 0) <= 1 and bool(
+            reading.requests_running)
+        if decode is None and busy and one_stream:  # a reply ended in between, another runs: the ended one's speed
+            ended = self._ended_replies_rate()
+            if ended is not None:
+                decode, source = ended, ENDED_REPLIES
         if prefill is None and busy:  # all slots idle: no live data, whatever finished in between
             dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
             if dtok and dsec and dtok > 0 and dsec > 0:
@@ -207,7 +227,6 @@ class SlotRateTracker:
         batches or an end. ``running``: the server's count of requests being processed, where it says it."""
         was = self._generating
         predicted = metrics.get("tokens_predicted_total")
-        self._predicted.update(t, predicted)
         if self._prompt_tokens.last_delta is None or (predicted is not None and self._predicted.last_delta is None):
             self._generating = False  # the counters' first reading, a restart or a long gap: the phase is not known
             return False
@@ -218,6 +237,18 @@ class SlotRateTracker:
         elif ended or running == 0:
             self._generating = False
         return was and self._generating and not read and not ended
+
+    def _ended_replies_rate(self) -> float | None:
+        """The decode speed of the replies that ended in the interval just gone, by the server's own timing of them
+        (llama-server: generated tokens over the seconds spent generating them); None when none ended."""
+        dtok, dsec = self._predicted.last_delta, self._predicted_seconds.last_delta
+        if not (dtok and dsec and dtok > 0 and dsec > 0):
+            return None
+        rate = dtok / dsec
+        if rate > MAX_DECODE_TOK_S:
+            self._reasons["decode_tok_s"] = implausible("the ended replies' rate", rate, MAX_DECODE_TOK_S)
+            return None
+        return rate
 
     def _step_rates(self, t: float, metrics: Mapping[str, float], running: int | None) -> RateSample:
         """Decode from a counter that moves every engine step (vLLM's generated tokens): its rate over an interval

@@ -207,7 +207,7 @@ class Analyzer:
             prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
-        self._forecaster.add(r, model, where.slots, where.context, rates.decode)
+        self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.source)
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons, vendors=[g.vendor for g in gviews])

@@ -89,11 +89,11 @@ class Forecaster:
         return _median(list(self._efficiencies))
 
     def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
-            decode: float | None) -> None:
+            decode: float | None, rate_source: str | None = None) -> None:
         """This poll, as its Snapshot will show it: its point, if it has one, goes into the store the fit reads."""
         version = self._points.version
         self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.t_monotonic, r.url, model, slots,
-                              context, decode)
+                              context, decode, rate_source=rate_source)
         if self._points.version != version:
             self._fit_dirty = True
             self.regimes.mark_context(context)  # the regime's first measured depth: where the plot marks it

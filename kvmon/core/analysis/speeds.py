@@ -21,7 +21,7 @@ class Speeds:
     decode: float | None = None
     prefill: float | None = None
     per_slot: Mapping[int, float | None] = field(default_factory=dict)
-    source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics"
+    source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | "replies"
     idle: bool = False  # no rate because nothing is generating (not because a counter is missing or withheld)
     processing: bool = False  # no decode rate, yet a request runs (its prompt is processed, or decoding just began)
 

@@ -24,7 +24,8 @@ PROVENANCE_WORDS = {
     "default": "assumed (the server does not say)", "estimated": "estimated",
 }
 RATE_WORDS = {"slots": "rate from /slots", "metrics": "rate from /metrics",
-              "child_slots": "rate from Ollama's llama-server /slots", "proxy": "rate from kvmon proxy"}
+              "child_slots": "rate from Ollama's llama-server /slots", "proxy": "rate from kvmon proxy",
+              "replies": "rate of the replies that ended (server's timing)"}
 BANDWIDTH_WORDS = {"nvml": "bandwidth from the driver", "table": "bandwidth from kvmon's table",
                    "user": "bandwidth from your settings", "measured": "bandwidth measured"}
 # the fields the tooltip lists, in the order a person reads the screen
