@@ -12,7 +12,7 @@ from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure
-from kvmon.core.snapshot import Forecast, GpuView, HostView, ModelView, Snapshot
+from kvmon.core.snapshot import Forecast, GpuView, HostView, LatencyView, ModelView, Snapshot
 from kvmon.physics.cache_types import smaller_cache_type
 
 
@@ -52,9 +52,11 @@ def _idle_gpu(p: Placement, d: DeviceFacts) -> str | None:
 def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | None, slot_id: int | None,
                   decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: Placement,
                   ceiling_now: float | None, advice: tuple[CacheAdvice, ...],
-                  dev: DeviceFacts | None = None, *, advice_types: Sequence[str] = ()) -> AlertFacts:
+                  dev: DeviceFacts | None = None, *, advice_types: Sequence[str] = (),
+                  latency: LatencyView | None = None) -> AlertFacts:
     """The facts of a poll that read the server: context left, VRAM trend, what lives in host RAM, the advice,
-    and (``dev``) the devices': CPU-only decoding, unified memory's working set, swap, the log's hint."""
+    (``dev``) the devices': CPU-only decoding, unified memory's working set, swap, the log's hint; and the last
+    reply's times."""
     # KV of layers that run on the CPU is part of the partial-offload alert; this one is for KV placed
     # in host RAM on its own (-nkvo, the log's CPU KV buffer) or spilled over PCIe
     kv_host_frac = (0.0 if p.kv_follows_layers else p.kv_host) + sum(p.kv_pcie.values())
@@ -91,6 +93,10 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         log_hint=d.log_hint if p.source not in ("log", "host_only") else None,
         prompt_cache_limit_bytes=host.prompt_cache_limit_bytes if host else None,
         ram_available_bytes=host.ram_available_bytes if host else None,
+        last_ttft_s=latency.ttft_last_s if latency else None,
+        last_generate_s=latency.last_generate_s if latency else None,
+        last_prompt_tokens=latency.last_prompt_tokens if latency else None,
+        last_prefill_tok_s=latency.last_prefill_tok_s if latency else None,
     )
 
 

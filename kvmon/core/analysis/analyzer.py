@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -198,10 +197,9 @@ class Analyzer:
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
         gviews = consistency.vram_split(gviews, compute_by_index, reasons)  # the parts the measured memory denies
         # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
-        hview = replace(gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
-                                            model=model, decode=rates.decode, kv_read_now=kv_read_now,
-                                            gviews=gviews),
-                        prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
+        hview = gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
+                                    model=model, decode=rates.decode, kv_read_now=kv_read_now, gviews=gviews,
+                                    prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
         if r.config.prompt_cache_limit_bytes is not None:
             cp = r.config.provenance.get("prompt_cache_limit_bytes")
             prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
@@ -221,13 +219,9 @@ class Analyzer:
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
-        facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types)
         latency = self._latency.update(r, reasons, drafting=drafter is not None)
-        if latency is not None:
-            facts = replace(facts, last_ttft_s=latency.ttft_last_s, last_generate_s=latency.last_generate_s,
-                            last_prompt_tokens=latency.last_prompt_tokens,
-                            last_prefill_tok_s=latency.last_prefill_tok_s)
+        facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
+                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
         used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,

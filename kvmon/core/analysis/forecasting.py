@@ -14,8 +14,8 @@ quarter or a minute has passed (each refit redraws the forecast).
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -42,8 +42,12 @@ NO_SHAPE_FIT = ("model shape or device bandwidths unknown: fitted as a straight 
                 "ceiling to bound it")
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
+def _median(ordered: Sequence[float]) -> float | None:
+    """The median of values already in order (as ``statistics.median`` gives it)."""
+    n = len(ordered)
+    if not n:
+        return None
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 class Forecaster:
@@ -56,6 +60,7 @@ class Forecaster:
         self._curve_points = curve_points
         self._points = MeasuredPoints(max_fit_points, sample_max=0)
         self._efficiencies: deque[float] = deque(maxlen=EFFICIENCIES_KEPT)
+        self._sorted: list[float] = []  # the same values in order: the median without sorting them every poll
         self.regimes = RegimeTracker()
         self._fit: Any = None
         self._fit_reason: str | None = None
@@ -72,6 +77,7 @@ class Forecaster:
     def _restart(self) -> None:
         self._points.clear()
         self._efficiencies.clear()
+        self._sorted.clear()
         self._fit, self._fit_reason, self._fit_dirty, self._fit_t = None, None, False, None
         self._fit_n = 0
 
@@ -82,11 +88,16 @@ class Forecaster:
 
     def add_efficiency(self, efficiency: float) -> None:
         """One poll's decode ÷ ceiling (the prior's efficiency while no point is measured)."""
+        if not math.isfinite(efficiency):
+            return
+        if len(self._efficiencies) == self._efficiencies.maxlen:
+            del self._sorted[bisect.bisect_left(self._sorted, self._efficiencies[0])]
         self._efficiencies.append(efficiency)
+        bisect.insort(self._sorted, efficiency)
 
     def median_efficiency(self) -> float | None:
         """The median decode ÷ ceiling of this regime's polls so far."""
-        return _median(list(self._efficiencies))
+        return _median(self._sorted)
 
     def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
             decode: float | None, rate_source: str | None = None) -> None:

@@ -139,8 +139,10 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
 
 def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, host_bw: float | None = None,
               host_bw_source: str | None = None, model: ModelView | None = None, decode: float | None = None,
-              kv_read_now: float | None = None, gviews: tuple[GpuView, ...] = ()) -> HostView:
-    """Host RAM as a device: its size and use, its bandwidth, what of the model lives there and is read from it."""
+              kv_read_now: float | None = None, gviews: tuple[GpuView, ...] = (),
+              prompt_cache_limit_bytes: int | None = None) -> HostView:
+    """Host RAM as a device: its size and use, its bandwidth, what of the model lives there and is read from it,
+    and the limit of the prompt cache the server keeps there."""
     kv_host = int(kv_alloc * (p.kv_host + sum(p.kv_pcie.values()))) if kv_alloc is not None else None
     drafted = draft_bytes(model) if model is not None else None
     draft_host = int(drafted * p.draft_host) if drafted and p.draft_host > 0 else None
@@ -166,4 +168,5 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
         swap_used_bytes=host.swap_used_bytes if host else None,
         memory_type=host.memory_type if host else None, cpu_name=host.cpu_name if host else None,
         achieved_bandwidth_bytes_per_s=achieved, in_ceiling=in_ceiling, unified_with=unified, reasons=reasons,
+        prompt_cache_limit_bytes=prompt_cache_limit_bytes,
     )
