@@ -477,10 +477,13 @@ def test_replies_that_ended_between_polls_give_the_speed_but_no_point_at_this_de
     for i in range(4):
         slot = SlotReading(id=0, n_ctx=32768, context_tokens=8000, processing=True, n_decoded=20, id_task=i)
         metrics = {"tokens_predicted_total": 500.0 * i, "tokens_predicted_seconds_total": 10.0 * i}
-        s = a.update(reading(float(i), slots=(slot,), metrics=metrics), gpus(float(i)))
+        s = a.update(reading(float(i), slots=(slot,), metrics=metrics), gpus(float(i), gpu(energy_j=1e6 + 300.0 * i)))
     assert s is not None and s.decode_tok_s == pytest.approx(50.0) and s.decode_rate_source == "replies"
     assert s.activity.value == "decoding" and s.efficiency is not None
     assert len(a._forecaster._points) == 0  # the fit's own store
+    # nor an interval of decoding for the energy per token (it also held their prompts): the energy is counted
+    assert s.energy is not None and s.energy.energy_j == pytest.approx(900.0)
+    assert s.energy.joules_per_token is None and "no token was decoded" in s.reasons["energy.joules_per_token"]
 
 
 def test_device_names() -> None:

@@ -40,7 +40,7 @@ from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import model_key
-from kvmon.core.rates import SlotRateTracker
+from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 
@@ -224,7 +224,10 @@ class Analyzer:
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
-        used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), rates.decode, dt,
+        # energy per token counts intervals of decoding at the speed measured over them: replies that ended in an
+        # interval were timed over their generation only (the interval also held prompts), so it is no such interval
+        decoded = rates.decode if rates.source != ENDED_REPLIES else None
+        used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), decoded, dt,
                                     reasons, busy=speeds.busy(r, rates.decode, rates.prefill),
                                     reply=self._latency.added)
         return Snapshot(
