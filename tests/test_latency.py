@@ -42,6 +42,38 @@ def test_llama_server_counters_make_one_reply_per_rise() -> None:
     assert v.itl_count == 2 and v.itl_buckets[-1] == 2 and v.ttft_sum_s == pytest.approx(8.5)
 
 
+def _busy(t: float, *values: float, running: bool) -> ServerReading:
+    """llama-server's counters at ``t`` with its one slot processing a request (``running``) or idle."""
+    from kvmon.core.readings import SlotReading
+
+    slot = SlotReading(id=0, n_ctx=4096, context_tokens=100, processing=running, n_decoded=10 if running else None)
+    return ServerReading(t_monotonic=t, t_wall=t, backend="llama-server", url="http://x",
+                         metrics=dict(zip(LLAMA, values, strict=True)), slots=(slot,))
+
+
+def test_a_reply_that_ended_while_another_ran_is_no_one_replys_first_token_time() -> None:
+    """Short replies one after another: between two polls one ended and the next one's prompt was read (it runs at
+    the poll), and more may have come and gone. The counters' sums are no one reply's times: their time per token
+    is kept, their first-token time is not (it added two prompts' seconds up as one), and the count becomes a lower
+    bound, for a minute after; then one reply per rise again."""
+    from kvmon.core.analysis.latency import SEVERAL_MEMORY_S
+
+    t, reasons = LatencyTracker(), {}
+    t.update(_busy(0.0, 0.0, 0.0, 0.0, 0.0, running=True), reasons)
+    t.update(_busy(1.0, 0.05, 20.0, 0.0, 0.0, running=True), reasons)  # the first prompt read, decoding
+    v = t.update(_busy(2.0, 0.10, 40.0, 0.2, 400.0, running=True), reasons)  # it ended; the next one's prompt read
+    assert v is not None and v.replies_at_least and v.replies == 1
+    assert v.ttft_last_s is None and v.ttft_count == 0 and v.last_generate_s is None
+    assert v.itl_last_s == pytest.approx(0.2 / 400) and "faster than kvmon polls" in reasons["latency.replies"]
+    v = t.update(_busy(3.0, 0.10, 40.0, 0.5, 1000.0, running=False), reasons)  # ended, idle: one reply or more
+    assert v is not None and v.ttft_count == 0 and v.replies == 2 and v.replies_at_least
+    later = 3.0 + SEVERAL_MEMORY_S + 1
+    t.update(_busy(later, 0.30, 60.0, 0.5, 1000.0, running=True), reasons)  # a prompt read a minute later
+    v = t.update(_busy(later + 1, 0.30, 60.0, 0.9, 1400.0, running=False), reasons)
+    assert v is not None and v.ttft_last_s == pytest.approx(0.2) and v.ttft_count == 1
+    assert v.replies == 3 and v.replies_at_least  # the session's count stays a lower bound
+
+
 def test_a_restarted_server_starts_its_counters_again_without_a_reply() -> None:
     t = LatencyTracker()
     t.update(_llama(5.0, 5000.0, 10.0, 500.0))

@@ -346,7 +346,7 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     assert after.activity is Activity.IDLE and speed_words(after).decode == "idle"
 
 
-def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed(
+def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_false_reply_times(
         llama_server: Callable[..., RealLlamaServer]) -> None:
     """Replies of 64 tokens one after another (tens of milliseconds each here): no slot counter spans two polls, so
     before, kvmon said "busy" at every poll of a server generating thousands of tokens a second. The speed shown is
@@ -355,6 +355,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed(
     from kvmon.core.snapshot import Activity
     from kvmon.core.units import fmt_tok_s
     from kvmon.gui.fmt import speed_words
+    from kvmon.gui.panels.latency import latency_text
 
     server = llama_server("llama", FLAGS)
     stop, speeds = threading.Event(), []
@@ -376,6 +377,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed(
             # a request runs now, and several ended since the last poll (tens of them a second, none spanning two)
             seen.append((s.slots[0].processing, s.activity, s.decode_tok_s, s.decode_rate_source,
                          speed_words(s).decode))
+            last = s
         stop.set()
         asker.join(60)
     fresh = [x for x in seen if x[0]]
@@ -385,3 +387,12 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed(
     # each shown speed is a mean over whole replies: within the fastest and the slowest the server timed
     shown = [d for _f, _a, d, src, _w in seen if src == "replies"]
     assert all(min(speeds) * 0.99 <= d <= max(speeds) * 1.01 for d in shown), (shown, min(speeds), max(speeds))
+    # the replies line: what the counters added up between two polls was several replies, so no first-token time
+    # (it was the sum of their prompts' times, ~8 of them) and a count that is a lower bound; the time per token is
+    # the server's, within the replies' own
+    lat = last.latency
+    assert lat is not None and lat.replies_at_least and lat.ttft_p50_s is None and lat.itl_p50_s is not None
+    assert 0.99 / max(speeds) <= lat.itl_p50_s <= 1.01 / min(speeds), (lat, min(speeds), max(speeds))
+    line, tip = latency_text(last)
+    assert line.startswith("first token not split per reply · ") and f"≥ {lat.replies} replies" in line, line
+    assert "faster than kvmon polls" in tip

@@ -227,7 +227,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             k: getattr(s.latency, k) for k in ("replies", "source", "ttft_last_s", "ttft_p50_s", "ttft_p95_s",
                                                "itl_last_s", "itl_p50_s", "itl_p95_s", "itl_mean_s",
                                                "last_prompt_tokens", "last_prefill_tok_s", "last_generate_s",
-                                               "ttft_lower_bound")
+                                               "ttft_lower_bound", "replies_at_least")
         },
         "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],

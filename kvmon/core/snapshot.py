@@ -301,6 +301,9 @@ class LatencyView:
     # the times to first token are lower bounds (and the prefill rate an upper one): llama-server's prompt counter,
     # which they come from, leaves out a draft context's own prompt processing (reasons["latency.ttft"])
     ttft_lower_bound: bool = False
+    # some of the session's replies ended between two polls while another request ran: what the counters added up
+    # there may be several replies, so ``replies`` is a lower bound (reasons["latency.replies"])
+    replies_at_least: bool = False
     ttft_buckets: tuple[int, ...] = ()  # cumulative counts at kvmon.core.analysis.latency.TTFT_BUCKETS_S, then +Inf
     ttft_sum_s: float = 0.0
     ttft_count: int = 0

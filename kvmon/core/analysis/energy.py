@@ -119,7 +119,9 @@ class EnergyMeter:
         if power is None or reply.generate_s is None or reply.generate_s <= 0:
             self._reply = None
             self._reply_why = ("the last reply's energy is not known: " + (
-                "its devices' power over it was not read" if power is None else "the server did not time it"))
+                "its devices' power over it was not read" if power is None else
+                "several replies may have ended between two polls, so no one reply's time is known" if reply.several
+                else "the server did not time it"))
             return
         self._reply_why = None
         joules = power * ((reply.ttft_s or 0.0) + reply.generate_s)

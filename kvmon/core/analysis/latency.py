@@ -21,6 +21,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from kvmon.core.analysis.speeds import request_running
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import LatencyView
 
@@ -34,6 +35,13 @@ DRAFT_PREFILL_LEFT_OUT = ("llama-server's prompt counter leaves out the draft's 
                           "timings have it: 10-25 % more measured): times to first token from the counters are lower "
                           "bounds while it drafts with a draft model or MTP layers; through kvmon proxy each reply's "
                           "own timing is read")
+# A reply that ended while another request ran (one after another within a poll, or side by side) shows that the
+# counters' rise between two polls may hold several replies: for this long after, what they add up is not one reply.
+SEVERAL_MEMORY_S = 60.0
+SEVERAL_REPLIES = ("replies follow one another faster than kvmon polls (one ended while another was processed): "
+                   "what the server's counters add up between two polls may be several replies, so their times to "
+                   "first token are not split per reply and their count is a lower bound (per-token times stay "
+                   "true); through kvmon proxy each reply is timed on its own")
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class Reply:
     itl_s: float | None = None  # mean seconds per generated token
     generated_tokens: float | None = None
     generate_s: float | None = None  # seconds spent generating
+    several: bool = False  # what the counters added up between two polls, which may be several replies
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:
@@ -90,6 +99,8 @@ class LatencyTracker:
         self._source: str | None = None
         self._view: LatencyView | None = None  # made again only when a reply is added (it sorts the replies)
         self._lower_bound = False  # a time to first token in the session came from the counters while drafting
+        self._several_t: float | None = None  # when a reply last ended while another request was processed
+        self._several = False  # a sample of the session may hold several replies: the count is a lower bound
         self.added: Reply | None = None  # the reply this poll added (its energy is counted), None when none ended
 
     def reset(self) -> None:
@@ -97,6 +108,7 @@ class LatencyTracker:
 
     def _add(self, reply: Reply, source: str) -> None:
         self._last, self._source, self._view, self.added = reply, source, None, reply
+        self._several = self._several or reply.several
         if reply.ttft_s is not None and reply.ttft_s >= 0:
             _keep(self._ttft, self._ttft_sorted, reply.ttft_s)
             self._ttft_sum += reply.ttft_s
@@ -128,7 +140,9 @@ class LatencyTracker:
         rises = {n: m[n] - last[n] for n in names}
         return None if any(v < 0 for v in rises.values()) else rises
 
-    def _from_llama_counters(self, m: dict[str, float]) -> None:
+    def _from_llama_counters(self, m: dict[str, float], t: float, running: bool) -> None:
+        """The reply that ended since the last poll, from the counters' rises. ``running``: a request is processed
+        at this poll, so one ended while another ran, and this interval's prompts may be the other's."""
         names = ("prompt_seconds_total", "prompt_tokens_total", "tokens_predicted_seconds_total",
                  "tokens_predicted_total")
         if not all(n in m for n in names):
@@ -143,10 +157,15 @@ class LatencyTracker:
         if d["tokens_predicted_total"] > 0 and d["tokens_predicted_seconds_total"] > 0:  # a reply ended
             pre = self._pending_prefill
             self._pending_prefill = None
+            if running:
+                self._several_t = t
+            tokens, seconds = d["tokens_predicted_total"], d["tokens_predicted_seconds_total"]
+            if self._several_t is not None and t - self._several_t <= SEVERAL_MEMORY_S:
+                # one reply or several: their mean time per token is true, their sums are no one reply's times
+                self._add(Reply(itl_s=seconds / tokens, generated_tokens=tokens, several=True), "server counters")
+                return
             self._add(Reply(ttft_s=pre[0] if pre else None, prompt_tokens=pre[1] if pre else None,
-                            itl_s=d["tokens_predicted_seconds_total"] / d["tokens_predicted_total"],
-                            generated_tokens=d["tokens_predicted_total"],
-                            generate_s=d["tokens_predicted_seconds_total"]), "server counters")
+                            itl_s=seconds / tokens, generated_tokens=tokens, generate_s=seconds), "server counters")
 
     def _from_vllm_histograms(self, m: dict[str, float]) -> None:
         means: dict[str, float | None] = {}
@@ -170,7 +189,7 @@ class LatencyTracker:
         self.added = None
         if not self._from_request(r):
             if "tokens_predicted_total" in m:
-                self._from_llama_counters(m)
+                self._from_llama_counters(m, r.t_monotonic, bool(request_running(r)))
                 if drafting and self.added is not None and self.added.ttft_s is not None and not self._lower_bound:
                     self._lower_bound, self._view = True, None
             elif any(f"{n}_count" in m for n in (*VLLM_TTFT, *VLLM_ITL)):
@@ -178,6 +197,8 @@ class LatencyTracker:
         self._counters = m
         if self._lower_bound and reasons is not None:
             reasons["latency.ttft"] = DRAFT_PREFILL_LEFT_OUT
+        if self._several and reasons is not None:
+            reasons["latency.replies"] = SEVERAL_REPLIES
         return self.view()
 
     def view(self) -> LatencyView | None:
@@ -195,6 +216,6 @@ class LatencyTracker:
             last_prefill_tok_s=prefill, last_generate_s=last.generate_s,
             ttft_buckets=tuple(self._ttft_counts), ttft_sum_s=self._ttft_sum, ttft_count=self._ttft_n,
             itl_buckets=tuple(self._itl_counts), itl_sum_s=self._itl_sum, itl_count=self._itl_n,
-            ttft_lower_bound=self._lower_bound,
+            ttft_lower_bound=self._lower_bound, replies_at_least=self._several,
         )
         return self._view

@@ -32,8 +32,11 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
                 f"The replies that ended ({lat.source or 'unknown source'}) gave no prompt or generation times: "
                 "the server did not put them in its answers (only token counts), so kvmon cannot time them.")
     at_least = "≥" if lat.ttft_lower_bound else ""  # the counters leave out a draft's prompt processing
-    line = (f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)}) · "
-            f"{_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · {fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
+    several = s.reasons.get("latency.replies") if lat.replies_at_least else None
+    first = ("first token not split per reply" if several and lat.ttft_p50_s is None else
+             f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)})")
+    line = (f"{first} · {_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · "
+            f"{'≥ ' if lat.replies_at_least else ''}{fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
     prompt = (f" for {fmt_count(lat.last_prompt_tokens)} prompt tokens"
               f" ({'at most ' if at_least else ''}{fmt_count(round(lat.last_prefill_tok_s))} tok/s)"
               if lat.last_prompt_tokens and lat.last_prefill_tok_s else "")
@@ -42,7 +45,8 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
            f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then "
            f"{_ms(lat.itl_last_s)} per token.\n"
            f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them)."
-           + (f"\nTimes to first token are lower bounds: {why}." if at_least and why else ""))
+           + (f"\nTimes to first token are lower bounds: {why}." if at_least and why else "")
+           + (f"\nSeveral replies at once: {several}." if several else ""))
     return line, tip
 
 
@@ -53,7 +57,8 @@ class LatencyPanel(CaptionedLine):
 
     def key(self, s: Snapshot) -> object:  # type: ignore[override]
         lat = s.latency
-        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s, lat.ttft_lower_bound)
+        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s, lat.ttft_lower_bound,
+                                         lat.replies_at_least, lat.ttft_p50_s)
 
     def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
         return latency_text(s)
