@@ -132,3 +132,30 @@ def test_a_rising_alert_of_any_server_is_notified_with_its_name(qtbot, tmp_path:
         assert not any(n.startswith("server a:") for n in win.tray.notified)
     finally:
         ctl.stop()
+
+
+def test_one_servers_hidden_tab_is_not_relabelled_each_poll_and_says_its_speed_once_shown(qtbot) -> None:
+    """With one server the tab bar is hidden: its speed moves every poll and each new tab text lays the bar out
+    again, for nothing seen. When a second server comes, both tabs say their servers as they are then."""
+    from types import SimpleNamespace
+
+    from kvmon.core.snapshot import Connection, ConnectionStatus
+    from kvmon.gui.server_tabs import ServerTabs
+
+    def snap(tok_s: float) -> Snapshot:
+        return Snapshot(seq=1, t_monotonic=0.0, t_wall=0.0, connection=Connection(ConnectionStatus.CONNECTED),
+                        decode_tok_s=tok_s)
+
+    views = {"a": SimpleNamespace(key="a", label="server a", last=None)}
+    tabs = ServerTabs(views, "a")
+    qtbot.addWidget(tabs)
+    for tok_s in (40.0, 41.0, 42.0):
+        views["a"].last = snap(tok_s)
+        tabs.paint(views["a"])
+    assert tabs.isHidden() and tabs.tabText(0) == "server a"
+    views["b"] = SimpleNamespace(key="b", label="server b", last=snap(9.0))
+    tabs.add(views["b"])
+    assert not tabs.isHidden() and [tabs.tabText(i) for i in range(2)] == ["server a · 42 tok/s", "server b · 9 tok/s"]
+    views["a"].last = snap(43.0)
+    tabs.paint(views["a"])
+    assert tabs.tabText(0) == "server a · 43 tok/s"

@@ -66,7 +66,9 @@ class ServerTabs(QtWidgets.QTabBar):
     def __init__(self, views: Mapping[str, ServerView], current: str,
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        self._views = views  # the window's own (live) mapping: the tabs are painted again when the bar shows
         self._painted: dict[str, tuple[str, str, str]] = {}  # key -> (colour, text, tooltip) last set on its tab
+        self._shown = False  # two servers or more: the bar shows
         self.setDocumentMode(True)
         self.setExpanding(False)
         for v in views.values():
@@ -80,8 +82,14 @@ class ServerTabs(QtWidgets.QTabBar):
         return next((i for i in range(self.count()) if self.tabData(i) == key), -1)
 
     def _fit(self) -> None:
-        self.setTabsClosable(self.count() > 1)
-        self.setVisible(self.count() > 1)
+        shown = self.count() > 1
+        if shown and not self._shown:  # the tabs kept their labels while hidden: say each server as it is now
+            self._painted.clear()
+            for v in self._views.values():
+                self._paint(v)
+        self._shown = shown
+        self.setTabsClosable(shown)
+        self.setVisible(shown)
 
     def add(self, v: ServerView) -> None:
         i = self.addTab(v.label or v.key)
@@ -109,7 +117,12 @@ class ServerTabs(QtWidgets.QTabBar):
         self._fit()
 
     def paint(self, v: ServerView) -> None:
-        """The server's tab after a snapshot: its colour, its speed, its state on hover."""
+        """The server's tab after a snapshot: its colour, its speed, its state on hover; nothing while the bar is
+        hidden (one server: the speed moves every poll, and each new tab text lays the bar out again)."""
+        if self.count() > 1:
+            self._paint(v)
+
+    def _paint(self, v: ServerView) -> None:
         i = self._index(v.key)
         if i < 0:
             return
