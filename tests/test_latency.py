@@ -46,7 +46,7 @@ def _busy(t: float, *values: float, running: bool) -> ServerReading:
     """llama-server's counters at ``t`` with its one slot processing a request (``running``) or idle."""
     from kvmon.core.readings import SlotReading
 
-    slot = SlotReading(id=0, n_ctx=4096, context_tokens=100, processing=running, n_decoded=10 if running else None)
+    slot = SlotReading(id=0, n_ctx=4096, context_tokens=2000, processing=running, n_decoded=10 if running else None)
     return ServerReading(t_monotonic=t, t_wall=t, backend="llama-server", url="http://x",
                          metrics=dict(zip(LLAMA, values, strict=True)), slots=(slot,))
 
@@ -72,6 +72,17 @@ def test_a_reply_that_ended_while_another_ran_is_no_one_replys_first_token_time(
     v = t.update(_busy(later + 1, 0.30, 60.0, 0.9, 1400.0, running=False), reasons)
     assert v is not None and v.ttft_last_s == pytest.approx(0.2) and v.ttft_count == 1
     assert v.replies == 3 and v.replies_at_least  # the session's count stays a lower bound
+
+
+def test_more_tokens_than_the_slot_holds_are_several_replies_even_with_the_server_idle_at_both_polls() -> None:
+    """Replies that came and went between two polls with the slot idle at both: a reply's prompt and tokens are what
+    its slot then holds (plus one, measured on b11549), so more than that is more than one reply; as much is one."""
+    t = LatencyTracker()
+    t.update(_busy(0.0, 0.0, 0.0, 0.0, 0.0, running=False))
+    one = t.update(_busy(1.0, 0.05, 1500.0, 0.2, 501.0, running=False))  # 1,500 + 501 = held 2,000 + 1: one reply
+    assert one is not None and not one.replies_at_least and one.ttft_last_s == pytest.approx(0.05)
+    many = t.update(_busy(2.0, 0.15, 4500.0, 0.6, 1503.0, running=False))  # three times as much
+    assert many is not None and many.replies_at_least and many.ttft_last_s is None and many.ttft_count == 1
 
 
 def test_a_restarted_server_starts_its_counters_again_without_a_reply() -> None:

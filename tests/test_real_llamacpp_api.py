@@ -371,8 +371,8 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     with open_monitor(server.url, gpu=False, host=False) as monitor:
         monitor.poll()
         asker.start()
-        for _ in range(16):
-            time.sleep(0.4)
+        for _ in range(20):
+            time.sleep(0.37)
             s = monitor.poll()
             # a request runs now, and several ended since the last poll (tens of them a second, none spanning two)
             seen.append((s.slots[0].processing, s.activity, s.decode_tok_s, s.decode_rate_source,
@@ -381,7 +381,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
         stop.set()
         asker.join(60)
     fresh = [x for x in seen if x[0]]
-    assert len(speeds) >= 20 and len(fresh) >= 3, seen
+    assert len(speeds) >= 20 and len(fresh) >= 2, seen
     assert all(a is Activity.DECODING and src == "replies" and words == fmt_tok_s(d)
                for _f, a, d, src, words in fresh), seen
     # each shown speed is a mean over whole replies: within the fastest and the slowest the server timed
@@ -391,8 +391,11 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     # (it was the sum of their prompts' times, ~8 of them) and a count that is a lower bound; the time per token is
     # the server's, within the replies' own
     lat = last.latency
-    assert lat is not None and lat.replies_at_least and lat.ttft_p50_s is None and lat.itl_p50_s is not None
+    assert lat is not None and lat.replies_at_least and lat.itl_p50_s is not None
+    # every poll's counters held several replies (more tokens than the slot holds, or one ending while the next ran):
+    # no sum of their prompts' times is a first-token time
+    assert lat.ttft_count == 0, lat
     assert 0.99 / max(speeds) <= lat.itl_p50_s <= 1.01 / min(speeds), (lat, min(speeds), max(speeds))
     line, tip = latency_text(last)
-    assert line.startswith("first token not split per reply · ") and f"≥ {lat.replies} replies" in line, line
-    assert "faster than kvmon polls" in tip
+    assert f"≥ {lat.replies} replies" in line and "faster than kvmon polls" in tip, (line, tip)
+    assert line.startswith("first token not split per reply · "), line

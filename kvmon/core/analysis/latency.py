@@ -35,10 +35,12 @@ DRAFT_PREFILL_LEFT_OUT = ("llama-server's prompt counter leaves out the draft's 
                           "timings have it: 10-25 % more measured): times to first token from the counters are lower "
                           "bounds while it drafts with a draft model or MTP layers; through kvmon proxy each reply's "
                           "own timing is read")
-# A reply that ended while another request ran (one after another within a poll, or side by side) shows that the
-# counters' rise between two polls may hold several replies: for this long after, what they add up is not one reply.
+# A reply that ended while another request ran (one after another within a poll, or side by side), or more tokens read
+# and generated between two polls than one reply per slot holds, show that the counters' rise between two polls may
+# hold several replies: for this long after, what they add up is not one reply.
 SEVERAL_MEMORY_S = 60.0
-SEVERAL_REPLIES = ("replies follow one another faster than kvmon polls (one ended while another was processed): "
+SEVERAL_REPLIES = ("replies follow one another faster than kvmon polls (one ended while another was processed, or "
+                   "more tokens were read and generated between two polls than one reply per slot holds): "
                    "what the server's counters add up between two polls may be several replies, so their times to "
                    "first token are not split per reply and their count is a lower bound (per-token times stay "
                    "true); through kvmon proxy each reply is timed on its own")
@@ -76,6 +78,14 @@ def _keep(arrived: deque[float], ordered: list[float], value: float) -> None:
     bisect.insort(ordered, value)
     if len(arrived) > MAX_REPLIES:
         del ordered[bisect.bisect_left(ordered, arrived.popleft())]
+
+
+def _held(r: ServerReading) -> tuple[int, int] | None:
+    """The tokens the slots hold now (a reply's prompt and its tokens but the last, measured on b11549) and how many
+    slots; None without slots or where one does not say."""
+    if not r.slots or any(sl.context_tokens is None for sl in r.slots):
+        return None
+    return sum(sl.context_tokens or 0 for sl in r.slots), len(r.slots)
 
 
 class LatencyTracker:
@@ -140,9 +150,11 @@ class LatencyTracker:
         rises = {n: m[n] - last[n] for n in names}
         return None if any(v < 0 for v in rises.values()) else rises
 
-    def _from_llama_counters(self, m: dict[str, float], t: float, running: bool) -> None:
+    def _from_llama_counters(self, m: dict[str, float], t: float, running: bool, held: tuple[int, int] | None
+                             ) -> None:
         """The reply that ended since the last poll, from the counters' rises. ``running``: a request is processed
-        at this poll, so one ended while another ran, and this interval's prompts may be the other's."""
+        at this poll, so one ended while another ran, and this interval's prompts may be the other's. ``held``: the
+        tokens the slots hold now and how many slots (one reply per slot adds at most that many, plus one each)."""
         names = ("prompt_seconds_total", "prompt_tokens_total", "tokens_predicted_seconds_total",
                  "tokens_predicted_total")
         if not all(n in m for n in names):
@@ -157,7 +169,9 @@ class LatencyTracker:
         if d["tokens_predicted_total"] > 0 and d["tokens_predicted_seconds_total"] > 0:  # a reply ended
             pre = self._pending_prefill
             self._pending_prefill = None
-            if running:
+            # more prompt and generated tokens than the slots hold: more replies than slots came and went
+            more = held is not None and d["prompt_tokens_total"] + d["tokens_predicted_total"] > held[0] + held[1]
+            if running or more:
                 self._several_t = t
             tokens, seconds = d["tokens_predicted_total"], d["tokens_predicted_seconds_total"]
             if self._several_t is not None and t - self._several_t <= SEVERAL_MEMORY_S:
@@ -189,7 +203,7 @@ class LatencyTracker:
         self.added = None
         if not self._from_request(r):
             if "tokens_predicted_total" in m:
-                self._from_llama_counters(m, r.t_monotonic, bool(request_running(r)))
+                self._from_llama_counters(m, r.t_monotonic, bool(request_running(r)), _held(r))
                 if drafting and self.added is not None and self.added.ttft_s is not None and not self._lower_bound:
                     self._lower_bound, self._view = True, None
             elif any(f"{n}_count" in m for n in (*VLLM_TTFT, *VLLM_ITL)):
