@@ -200,17 +200,15 @@ class SlotRateTracker:
         one_stream = len(active) == 1 if reading.slots else (reading.total_slots or 0) <= 1 and bool(
             reading.requests_running)
         if decode is None and busy and one_stream:  # a reply ended in between, another runs: the ended one's speed
-            ended = self._ended_replies_rate()
+            # (llama-server: the tokens of the replies that ended over the seconds it spent generating them)
+            ended = self._timed(self._predicted, self._predicted_seconds, "decode_tok_s", "the ended replies' rate",
+                                MAX_DECODE_TOK_S)
             if ended is not None:
                 decode, source = ended, ENDED_REPLIES
         if prefill is None and busy:  # all slots idle: no live data, whatever finished in between
-            dtok, dsec = self._prompt_tokens.last_delta, self._prompt_seconds.last_delta
-            if dtok and dsec and dtok > 0 and dsec > 0:
-                prefill = dtok / dsec  # the server's own prompt timing over the requests that finished
-                if prefill > MAX_PREFILL_TOK_S:
-                    self._reasons["prefill_tok_s"] = implausible("the prompt counters' rate", prefill,
-                                                                 MAX_PREFILL_TOK_S)
-                    prefill = None
+            # the server's own prompt timing over the prompts read in the interval
+            prefill = self._timed(self._prompt_tokens, self._prompt_seconds, "prefill_tok_s",
+                                  "the prompt counters' rate", MAX_PREFILL_TOK_S)
         return RateSample(
             decode_tok_s=decode,
             prefill_tok_s=prefill,
@@ -238,15 +236,15 @@ class SlotRateTracker:
             self._generating = False
         return was and self._generating and not read and not ended
 
-    def _ended_replies_rate(self) -> float | None:
-        """The decode speed of the replies that ended in the interval just gone, by the server's own timing of them
-        (llama-server: generated tokens over the seconds spent generating them); None when none ended."""
-        dtok, dsec = self._predicted.last_delta, self._predicted_seconds.last_delta
+    def _timed(self, tokens: CounterRate, seconds: CounterRate, field: str, what: str, bound: float) -> float | None:
+        """Tokens over seconds, as the server timed the requests they belong to, over the interval just gone; None
+        when neither moved, or past ``bound`` (with the reason under ``field``)."""
+        dtok, dsec = tokens.last_delta, seconds.last_delta
         if not (dtok and dsec and dtok > 0 and dsec > 0):
             return None
         rate = dtok / dsec
-        if rate > MAX_DECODE_TOK_S:
-            self._reasons["decode_tok_s"] = implausible("the ended replies' rate", rate, MAX_DECODE_TOK_S)
+        if rate > bound:
+            self._reasons[field] = implausible(what, rate, bound)
             return None
         return rate
 
@@ -269,13 +267,8 @@ class SlotRateTracker:
             self._generated.rate = None  # the next movement starts a fresh average, not one blended with idle time
         self._prefill_tokens.update(t, metrics.get(PREFILL_TOKENS_SUM))
         self._prefill_seconds.update(t, metrics.get(PREFILL_SECONDS_SUM))
-        prefill = None
-        dtok, dsec = self._prefill_tokens.last_delta, self._prefill_seconds.last_delta
-        if dtok and dsec and dtok > 0 and dsec > 0:
-            prefill = dtok / dsec
-            if prefill > MAX_PREFILL_TOK_S:
-                self._reasons["prefill_tok_s"] = implausible("the prefill timing's rate", prefill, MAX_PREFILL_TOK_S)
-                prefill = None
+        prefill = self._timed(self._prefill_tokens, self._prefill_seconds, "prefill_tok_s", "the prefill timing's rate",
+                              MAX_PREFILL_TOK_S)
         return RateSample(decode_tok_s=decode, prefill_tok_s=prefill, source="metrics" if decode is not None else None,
                           reasons=self._reasons)
 
