@@ -245,6 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  {'bare Qt window (reference)':28s} {bare[0]:10.3f} {bare[1]:12.3f} {bare[2]:14.3f}"
           "   4 labels + 2 curves set at 1 Hz, nothing read")
     print(f"  kvmon once --json: median {statistics.median(once):.2f} CPU-s per call ({len(once)} calls)")
+    # what any dashboard of this stack costs before it shows anything of its own: the bare window's painting and
+    # kvmon's poller alone (serve: the same sources and analysis, no window)
+    floor = bare[0] + serve[0]
+    llamastat = statistics.fmean(row[1] for row in rows[1::2])
+    print(f"  floor: bare window + kvmon serve = {floor:.3f} CPU-s/min, {floor / llamastat:.2f}× llamastat's mean "
+          f"{llamastat:.3f} (budgets: ≤ {BUDGET_RATIO}× = {BUDGET_RATIO * llamastat:.3f}, ≤ {BUDGET_CPU_S_PER_MIN})")
     over = 0
     for r in range(args.rounds):
         k, ls = rows[2 * r][1], rows[2 * r + 1][1]
