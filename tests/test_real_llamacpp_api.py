@@ -348,7 +348,7 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
 
 def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_false_reply_times(
         llama_server: Callable[..., RealLlamaServer]) -> None:
-    """Replies of 64 tokens one after another (tens of milliseconds each here): no slot counter spans two polls, so
+    """Replies of 256 tokens one after another (tens of milliseconds each here): no slot counter spans two polls, so
     before, kvmon said "busy" at every poll of a server generating thousands of tokens a second. The speed shown is
     now the server's own timing of the replies that ended, and it lies among the speeds the server gave each
     reply."""
@@ -362,7 +362,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
 
     def ask() -> None:
         while not stop.is_set():
-            body = {"prompt": "hello world", "n_predict": 64, "ignore_eos": True, "cache_prompt": False}
+            body = {"prompt": "hello world", "n_predict": 256, "ignore_eos": True, "cache_prompt": False}
             speeds.append(httpx.post(f"{server.url}/completion", json=body, timeout=60).json()["timings"]
                           ["predicted_per_second"])
 
@@ -371,13 +371,15 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     with open_monitor(server.url, gpu=False, host=False) as monitor:
         monitor.poll()
         asker.start()
-        for _ in range(20):
+        for i in range(40):  # 20 polls, more while fewer than 3 found a reply running (a loaded machine)
             time.sleep(0.37)
             s = monitor.poll()
             # a request runs now, and several ended since the last poll (tens of them a second, none spanning two)
             seen.append((s.slots[0].processing, s.activity, s.decode_tok_s, s.decode_rate_source,
                          speed_words(s).decode))
             last = s
+            if i >= 19 and sum(1 for x in seen if x[0]) >= 3:
+                break
         stop.set()
         asker.join(60)
     fresh = [x for x in seen if x[0]]
@@ -388,7 +390,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     shown = [d for _f, _a, d, src, _w in seen if src == "replies"]
     assert all(min(speeds) * 0.99 <= d <= max(speeds) * 1.01 for d in shown), (shown, min(speeds), max(speeds))
     # the replies line: what the counters added up between two polls was several replies, so no first-token time
-    # (it was the sum of their prompts' times, ~8 of them) and a count that is a lower bound; the time per token is
+    # (it was the sum of their prompts' times, several of them) and a count that is a lower bound; the time per token is
     # the server's, within the replies' own
     lat = last.latency
     assert lat is not None and lat.replies_at_least and lat.itl_p50_s is not None
