@@ -733,3 +733,32 @@ def test_acceptance_by_position_is_on_the_speed_tooltip_and_the_chart(window: Ma
     assert want in window.header.speed.toolTip()
     assert want in window.speed_context.plot.toolTip()
     assert "(speculative, 1.88 tokens/step)" in window.header.speed.text()
+
+
+def test_a_narrower_window_moves_the_headline_below_the_names_rather_than_cut_them(window: MainWindow) -> None:
+    """Beside a chat the window is often half a screen wide: the server, model and GPU names and the context line
+    stay whole, the headline moving beside the context line and then below it; at full width it is beside both."""
+    mon = SyntheticMonitor(tokens_per_poll=500)
+    for _ in range(5):
+        window.on_snapshot(mon.poll())
+    h = window.header
+    whole = (h.backend, h.model, h.gpus, h.context, h.kv, h.speed, h.efficiency)
+    seen = {}
+    try:
+        for width, arrangement in ((1280, "wide"), (1024, "split"), (800, "stacked"), (1280, "wide")):
+            window.resize(width, 800)
+            for _ in range(3):
+                QtWidgets.QApplication.processEvents()
+            seen[width] = (h.arrangement, [w.plain() for w in whole if w.elided])
+            assert h.arrangement == arrangement and not [w for w in whole if w.elided], (width, seen)
+            window.on_snapshot(mon.poll())  # a poll keeps the arrangement: the labels' widths only grow
+            QtWidgets.QApplication.processEvents()
+            assert h.arrangement == arrangement, (width, seen)
+        # the headline sits beside the names at full width, below them in the narrowest window
+        window.resize(800, 800)
+        for _ in range(3):
+            QtWidgets.QApplication.processEvents()
+        assert h.speed.geometry().top() > h.context.geometry().bottom() - 1
+    finally:
+        window.resize(1280, 800)
+        QtWidgets.QApplication.processEvents()

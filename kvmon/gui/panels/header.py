@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
@@ -17,16 +17,25 @@ def _params(n: int | None) -> str | None:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
-class HeaderPanel(QtWidgets.QFrame):
-    """One dense line of the numbers a person glances at; every number has a tooltip with its source."""
+# (row, column, row span, column span) of the names, the live line and the headline, in each arrangement
+PLACES: dict[str, tuple[tuple[int, int, int, int], ...]] = {
+    # the names and the live line beside the headline, which spans both
+    "wide": ((1, 0, 1, 1), (2, 0, 1, 1), (1, 1, 2, 1)),
+    # the names across the window; the live line beside the headline below them
+    "split": ((1, 0, 1, 2), (2, 0, 1, 1), (2, 1, 1, 1)),
+    # a line each
+    "stacked": ((1, 0, 1, 2), (2, 0, 1, 2), (3, 0, 1, 2)),
+}
 
+
+class HeaderPanel(QtWidgets.QFrame):
+    """The numbers a person glances at, dense: the server, model and devices and the live context and KV beside the
+    headline (below it in a narrow window); every number has a tooltip with its source."""
+
+    SPACING = 16  # between the labels of a line, and between the lines and the headline beside them
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("header")
-        grid = QtWidgets.QGridLayout(self)
-        grid.setContentsMargins(8, 2, 8, 2)
-        grid.setHorizontalSpacing(16)
-        grid.setVerticalSpacing(0)
         self.banner = ValueLabel()
         self.banner.setStyleSheet(f"color: {theme.hex_color('warning')}; font-weight: bold;")
         self.banner.hide()
@@ -44,24 +53,58 @@ class HeaderPanel(QtWidgets.QFrame):
             # "…" (the whole text on hover) instead of cutting them off
             w.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
             w.set_elide(True)
-        row0 = QtWidgets.QHBoxLayout()
-        row0.setSpacing(16)
-        for w in (self.backend, self.model, self.gpus):
-            row0.addWidget(w)
-        row0.addStretch(1)
-        row1 = QtWidgets.QHBoxLayout()
-        row1.setSpacing(16)
-        for w in (self.context, self.kv):
-            row1.addWidget(w)
-        row1.addStretch(1)
-        grid.addWidget(self.banner, 0, 0, 1, 3)
-        grid.addLayout(row0, 1, 0)
-        grid.addLayout(row1, 2, 0)
-        grid.addWidget(self.speed, 1, 1, 2, 1)
-        grid.addWidget(self.efficiency, 1, 2, 2, 1)
+        # the server, model and devices; the context and KV; the headline: one line each, placed by ``_arrange``
+        self._lines: list[QtWidgets.QHBoxLayout] = []
+        self._line_labels = ((self.backend, self.model, self.gpus), (self.context, self.kv),
+                             (self.speed, self.efficiency))
+        for labels in self._line_labels:
+            line = QtWidgets.QHBoxLayout()
+            line.setSpacing(self.SPACING)
+            for w in labels:
+                line.addWidget(w)
+            line.addStretch(1)
+            self._lines.append(line)
+        self._grid = grid = QtWidgets.QGridLayout(self)
+        grid.setContentsMargins(8, 2, 8, 2)
+        grid.setHorizontalSpacing(self.SPACING)
+        grid.setVerticalSpacing(0)
+        grid.addWidget(self.banner, 0, 0, 1, 2)
         grid.setColumnStretch(0, 1)
+        self._layout = ""  # "wide", "split" or "stacked" (see _arrange)
+        self._place("wide")
         self._key: tuple[object, ...] | None = None  # the server, model and devices the labels show now
         self._live: tuple[object, ...] | None = None  # ... and the live figures
+
+    @property
+    def arrangement(self) -> str:
+        """How the lines are placed now: "wide", "split" or "stacked"."""
+        return self._layout
+
+    def _place(self, layout: str) -> None:
+        for line, cell in zip(self._lines, PLACES[layout], strict=True):
+            if self._layout:
+                self._grid.removeItem(line)
+                line.setParent(None)  # a layout joins another only without a parent
+            self._grid.addLayout(line, *cell)
+        self._layout = layout
+
+    def _arrange(self) -> None:
+        """Place the lines by the width they need whole: the names and the live figures beside the headline while
+        all fit (two lines), else the names across the window above the live line and the headline, else a line
+        each; only what the narrowest window cannot hold is cut with "…". kvmon beside a chat is often half a screen
+        wide. A label's width only grows, or shrinks when its text becomes much shorter (``ValueLabel``), so a
+        changing figure does not move the lines back and forth."""
+        names, live, head = (sum(w.sizeHint().width() for w in labels) + self.SPACING * (len(labels) - 1)
+                             for labels in self._line_labels)
+        m = self._grid.contentsMargins()
+        room = self.contentsRect().width() - m.left() - m.right() - self.SPACING
+        layout = ("wide" if max(names, live) + head <= room else "split" if live + head <= room else "stacked")
+        if layout != self._layout:
+            self._place(layout)
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._arrange()
 
     def set_banner(self, text: str | None) -> None:
         """A line that must be seen (e.g. the demo notice)."""
@@ -81,10 +124,12 @@ class HeaderPanel(QtWidgets.QFrame):
             if live != self._live:
                 self._live = live
                 self._update_live(s)
+                self._arrange()
             return
         self._key, self._live = key, live
         self._update_identity(s, serving)
         self._update_live(s)
+        self._arrange()
 
     def _update_identity(self, s: Snapshot, serving: str | None) -> None:
         """The server, the model and the devices: set again only when one of them (or a reason) changed."""
