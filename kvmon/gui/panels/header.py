@@ -33,6 +33,7 @@ class HeaderPanel(QtWidgets.QFrame):
     headline (below it in a narrow window); every number has a tooltip with its source."""
 
     SPACING = 16  # between the labels of a line, and between the lines and the headline beside them
+
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("header")
@@ -81,6 +82,7 @@ class HeaderPanel(QtWidgets.QFrame):
         return self._layout
 
     def _place(self, layout: str) -> None:
+        """Put the three lines in the cells ``PLACES[layout]`` gives them."""
         for line, cell in zip(self._lines, PLACES[layout], strict=True):
             if self._layout:
                 self._grid.removeItem(line)
