@@ -754,6 +754,12 @@ def test_a_narrower_window_moves_the_headline_below_the_names_rather_than_cut_th
             window.on_snapshot(mon.poll())  # a poll keeps the arrangement: the labels' widths only grow
             QtWidgets.QApplication.processEvents()
             assert h.arrangement == arrangement, (width, seen)
+        # a longer name at the same width: the label asks for room and the lines move, with no resize
+        s = mon.poll()
+        window.on_snapshot(dataclasses.replace(s, model=dataclasses.replace(s.model, name="M" * 60)))
+        for _ in range(3):
+            QtWidgets.QApplication.processEvents()
+        assert h.arrangement == "split" and not h.model.elided, h.arrangement
         # the headline sits beside the names at full width, below them in the narrowest window
         window.resize(800, 800)
         for _ in range(3):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
@@ -108,6 +108,12 @@ class HeaderPanel(QtWidgets.QFrame):
         super().resizeEvent(e)
         self._arrange()
 
+    def event(self, e: QtCore.QEvent) -> bool:
+        """A label asking for another width asks the layout again: the arrangement is checked then, not each poll."""
+        if e.type() == QtCore.QEvent.Type.LayoutRequest:
+            self._arrange()
+        return super().event(e)
+
     def set_banner(self, text: str | None) -> None:
         """A line that must be seen (e.g. the demo notice)."""
         self.banner.set(text or "")
@@ -126,12 +132,10 @@ class HeaderPanel(QtWidgets.QFrame):
             if live != self._live:
                 self._live = live
                 self._update_live(s)
-                self._arrange()
             return
         self._key, self._live = key, live
         self._update_identity(s, serving)
         self._update_live(s)
-        self._arrange()
 
     def _update_identity(self, s: Snapshot, serving: str | None) -> None:
         """The server, the model and the devices: set again only when one of them (or a reason) changed."""
