@@ -57,6 +57,29 @@ def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> 
     assert r.returncode == 2 and "unknown panel" in r.stderr
 
 
+def _mean_lightness(img: QtGui.QImage) -> float:
+    small = img.convertToFormat(QtGui.QImage.Format.Format_Grayscale8).scaled(160, 100)
+    return float(np.frombuffer(small.constBits(), dtype=np.uint8, count=small.sizeInBytes()).mean())
+
+
+def test_screenshot_at_a_size_and_in_a_theme(qtbot, tmp_path: Path) -> None:
+    """``--size`` gives the picture's size (caption included) and ``--theme`` its scheme; a bad size is refused."""
+    shots = {}
+    for scheme in ("dark", "light"):
+        out = tmp_path / f"{scheme}.png"
+        r = subprocess.run([sys.executable, "-m", "kvmon", "screenshot", "--demo", "cpu-ddr5", "--after", "2",
+                            "--size", "1024x640", "--theme", scheme, "-o", str(out)],
+                           capture_output=True, text=True, timeout=120, env=_no_display_env(), cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        shots[scheme] = QtGui.QImage(str(out))
+        assert (shots[scheme].width(), shots[scheme].height()) == (1024, 640)
+    assert _mean_lightness(shots["dark"]) < 100 < _mean_lightness(shots["light"])
+    r = subprocess.run([sys.executable, "-m", "kvmon", "screenshot", "--demo", "--size", "big", "-o",
+                        str(tmp_path / "x.png")], capture_output=True, text=True, timeout=60,
+                       env=_no_display_env(), cwd=ROOT)
+    assert r.returncode == 2 and "give a size like 1280x800" in r.stderr
+
+
 HIDPI_SCRIPT = """
 import sys
 sys.path.insert(0, "tests")  # the stand-in monitor (tests/synthetic.py); the script runs in the checkout

@@ -42,6 +42,18 @@ def timeout_arg(text: str) -> float:
     return value
 
 
+def window_size(text: str) -> tuple[int, int]:
+    """``--size WxH``: a window size in pixels, at least 400×300 (a clear usage error otherwise)."""
+    w, sep, h = text.lower().partition("x")
+    try:
+        size = (int(w), int(h)) if sep else None
+    except ValueError:
+        size = None
+    if size is None or size[0] < 400 or size[1] < 300 or max(size) > 8192:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size like 1280x800 (at least 400x300)")
+    return size
+
+
 def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
                    help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
@@ -134,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --demo: join the simulated session this many seconds in")
     shot.add_argument("--speed", type=float, default=1.0, help="with --demo: simulated seconds per real second")
     shot.add_argument("--no-caption", dest="caption", action="store_false", help="no caption strip below the image")
+    shot.add_argument("--size", type=window_size, default=(1280, 800), metavar="WxH",
+                      help="the window's size in pixels, caption included (default 1280x800)")
+    shot.add_argument("--theme", choices=("system", "light", "dark"), default="system",
+                      help="the colour scheme to draw in (default: the desktop's)")
     shot.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     replay = sub.add_parser("replay", help="open a recorded session in the dashboard")

@@ -3,7 +3,8 @@ dashboard, with the caption strip (model, GPU, context, tok/s, ceiling, kvmon ve
 
 Picks the offscreen platform itself when there is no display. Optional attributes read from ``args`` when the
 command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
-simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip).
+simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip), ``size``
+(the window's width and height, caption included) and ``theme`` ("system", "light" or "dark").
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     scratch = tempfile.TemporaryDirectory(prefix="kvmon-shot-")  # a capture never touches the user's settings
     settings = Settings(os.path.join(scratch.name, "screenshot.ini"))
+    settings.scheme = getattr(args, "theme", "system")
+    width, height = getattr(args, "size", (1280, 800))
     speed = float(getattr(args, "speed", 1.0) or 1.0)
     win, poller = build_window(session, settings, 1.0 if speed <= 1.0 else 0.25, tray=False)
-    win.resize(1280, 800)
+    win.resize(width, height)
     if args.after < 300:  # a short capture: the session range fills the time axis instead of a sliver
         win.set_window_range("session")
     win.show()
@@ -57,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         app.processEvents()
         try:
             with_caption = bool(getattr(args, "caption", True))
-            if args.panel is None and with_caption:  # the whole picture, caption included, stays 1280×800
+            if args.panel is None and with_caption:  # the whole picture, caption included, keeps its size
                 plain = grab_image(win)
                 full = captioned_image(win, lambda: shown_snapshot(win))
                 extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
-                win.resize(1280, 800 - extra)
+                win.resize(width, height - extra)
                 app.processEvents()
             save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win), with_caption=with_caption)
         except ExportError as exc:
