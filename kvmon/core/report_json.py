@@ -151,6 +151,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "spill_total_bytes": g.spill_total_bytes,
                 "spill_used_bytes": g.spill_used_bytes,
                 "achieved_bandwidth_bytes_per_s": g.achieved_bandwidth_bytes_per_s,
+                "step_share": g.step_share,
             }
             for g in s.gpus
         ],

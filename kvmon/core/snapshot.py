@@ -185,7 +185,9 @@ class GpuView:
     server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
-    achieved_bandwidth_bytes_per_s: float | None = None
+    achieved_bandwidth_bytes_per_s: float | None = None  # decode's reads here per second, over the whole step
+    # its share of each token's step (several devices read their layers in turn): it reads at achieved ÷ share then
+    step_share: float | None = None
     memory_busy_percent: float | None = None
     gpu_busy_percent: float | None = None
     pcie_rx_bytes_per_s: float | None = None

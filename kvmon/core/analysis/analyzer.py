@@ -46,7 +46,6 @@ from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerR
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 from kvmon.core.verdict import UNSEEN, DecodeMemory, before_what, decided
 
-
 # the alerts that stand on where the model lives: withdrawn when a measured speed refutes the guess
 PLACEMENT_ALERTS = frozenset({"cpu_only", "kv_in_host", "weights_in_host", "swap_growing", "unified_working_set"})
 
@@ -212,6 +211,9 @@ class Analyzer:
         compute_by_index = {k: v for k, v in compute.items() if k is not None}
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
         gviews = consistency.vram_split(gviews, compute_by_index, reasons)  # the parts the measured memory denies
+        shares = ceiling.step_shares(devices_now, kv_read_now) if len(devices_now or ()) > 1 else {}
+        if shares:  # layers split over devices: each reads its part in turn, at its own rate for its share
+            gviews = tuple(replace(g, step_share=shares.get(f"GPU {g.index}")) for g in gviews)
         # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
         hview = gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
                                     model=model, decode=rates.decode, kv_read_now=kv_read_now, gviews=gviews,

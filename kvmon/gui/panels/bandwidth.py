@@ -22,9 +22,9 @@ def readers(s: Snapshot) -> int:
 
 def _split_note(n: int) -> str:
     """Why a device's share is less than the header's when several read in turn."""
-    return (f"\nThe model is split over {n} devices that read their parts in turn: each is busy for its part of a "
-            "token's step, so its share here is a part of the header's share of the ceiling (the whole step's)."
-            if n > 1 else "")
+    return (f"\nThe model is split over {n} devices that read their layers in turn: each reads for its share of a "
+            "token's step, at the rate shown while its layers run (so it and the header's share of the ceiling tell "
+            "one story)." if n > 1 else "")
 
 
 def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
@@ -40,6 +40,10 @@ def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
         segs = (Segment("bandwidth", min(ach, peak), f"Achieved: {fmt.gb_s(ach)} (computed: decode tok/s × "
                         f"bytes read per token)\nPeak: {fmt.gb_s(peak)} ({src})"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+    if ach is not None and g.step_share and n_readers > 1:  # its layers run in turn: its rate while they run
+        ach = ach / g.step_share
+        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(g.step_share)} of each step"
+        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {fmt.gb_s(peak)}"),)
     if g.kind == "unified_memory" or g.source == "log":
         second = f"peak: {src}"
     else:
@@ -95,7 +99,8 @@ class BandwidthPanel(QtWidgets.QGroupBox):
         h = s.host
         key = (tuple((g.index, g.peak_bandwidth_bytes_per_s, g.achieved_bandwidth_bytes_per_s, g.bandwidth_source,
                       g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
-                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind) for g in s.gpus),
+                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind, g.step_share)
+                     for g in s.gpus),
                (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s),
                s.gpus_unavailable_reason)
         if key == self._key:
