@@ -91,14 +91,13 @@ def simulated_speed(scenario: str, depth: int, after_s: float, model: str | None
 
 
 def window_state(s: Seen) -> str | None:
-    """The headline as the window says it: the header's "loading", "idle" or a speed in tok/s."""
-    if s.speed.startswith("loading"):
-        return LOADING
-    if s.speed.startswith("idle"):
-        return IDLE
-    if re.match(r"^[\d.,]+ tok/s", s.speed):
+    """What the window says the server does: a speed measured now (the big number in the decode colour), the model
+    loading (the headline, or the alerts panel's connection line), else nothing decoding."""
+    if s.live and re.match(r"^[\d.,]+ tok/s$", s.speed):
         return DECODING
-    return None
+    if s.headline.startswith("Loading") or (s.connection_line() or "").startswith("Model loading"):
+        return LOADING
+    return IDLE
 
 
 def _number(text: str) -> float:
@@ -192,19 +191,19 @@ def window_problems(scenario: str, seen: Sequence[Seen], m: Moment) -> list[str]
     out: list[str] = []
     at = f"at {s.t_s:.0f} s"
     if m.ceiling:
-        idle = s.speed.startswith(("idle", "busy", "prompt"))  # no decode speed: the ceiling "here" stands alone
-        got = re.search(r"ceiling ([\d.,]+) tok/s here", s.speed) if idle else re.search(r"of ([\d.,]+) ceiling",
-                                                                                          s.speed)
+        idle = not s.live  # no decode speed now: the ceiling "here" beside the last one
+        got = re.search(r"ceiling ([\d.,]+) tok/s here", s.efficiency) if idle else \
+            re.search(r"of ([\d.,]+) ceiling", s.efficiency)
         if got is None:
-            out.append(f"{at}: no ceiling in the header ({s.speed!r})")
+            out.append(f"{at}: no ceiling in the header ({s.speed!r} {s.efficiency!r})")
         if not idle:
-            pct = re.match(r"(\d+)% of ceiling", s.efficiency)
+            pct = re.search(r"· (\d+)%$", s.efficiency)
             if pct is None or int(pct.group(1)) > 100:
                 out.append(f"{at}: efficiency {s.efficiency!r}, not a share of at most 100%")
     if m.ceiling_tok_s is not None:
-        got = re.search(r"(?:of|ceiling) ([\d.,]+)(?: tok/s here| ceiling)", s.speed)
+        got = re.search(r"(?:of|ceiling) ([\d.,]+)(?: tok/s here| ceiling)", s.efficiency)
         if got is None or not _in(_number(got.group(1)), m.ceiling_tok_s):
-            out.append(f"{at}: the header's ceiling {s.speed!r}, the story wants {m.ceiling_tok_s[0]:g}–"
+            out.append(f"{at}: the header's ceiling {s.efficiency!r}, the story wants {m.ceiling_tok_s[0]:g}–"
                        f"{m.ceiling_tok_s[1]:g} tok/s")
     for name, status in m.models:
         chip = s.chips.get(name, "")

@@ -240,14 +240,14 @@ def rule_unified_working_set(f: AlertFacts, th: AlertThresholds, current: AlertL
     # the limit, not free RAM, is the cliff: RAM may be free beyond it that the GPU may not use
     if frac > 1.0:
         head = f"Model and caches ({fmt_bytes(worst.need_bytes)}) exceed the {limit}: macOS pages GPU memory"
-        headline = (f"Over the GPU memory limit: model and caches need {fmt_bytes(worst.need_bytes)} of the "
-                    f"{fmt_bytes(worst.limit_bytes)} Metal allows")
+        headline = (f"Over the GPU memory limit: model and caches need {fmt_bytes(worst.need_bytes)}, more than the "
+                    f"{fmt_bytes(worst.limit_bytes)} Metal lets the GPU use")
     else:
         left = fmt_bytes(worst.limit_bytes - worst.need_bytes)
         head = (f"Model and caches need {fmt_bytes(worst.need_bytes)} of the {limit} ({left} left under the "
                 "limit, whatever RAM is free)")
         headline = (f"Near the GPU memory limit: model and caches need {fmt_bytes(worst.need_bytes)} of the "
-                    f"{fmt_bytes(worst.limit_bytes)} Metal allows ({left} left)")
+                    f"{fmt_bytes(worst.limit_bytes)} Metal lets the GPU use ({left} left under it)")
     b = backend_of(f.backend)
     smaller = f.smaller_kv_type
     flags = b.cache_type_flags(smaller) if smaller and b.offers_cache_type(smaller) else None

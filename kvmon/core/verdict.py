@@ -11,6 +11,7 @@ decodes) and the last one before the current regime began (the spill's "70 tok/s
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from kvmon.core.alert_types import ADVICE, CONNECTION
@@ -27,6 +28,8 @@ from kvmon.core.snapshot import (
 from kvmon.core.units import fmt_percent, fmt_tok_s, fmt_tok_s_approx, fmt_tokens
 from kvmon.core.words import suspect_words
 
+_LOADING = re.compile(r"^(\S+) loading(?: (\d+ ?%))?$")  # a router's "qwen3-8b loading 42 %"
+_BARE_LOADING = re.compile(r"^(model )?loading( model)?$", re.IGNORECASE)  # llama-server's 503 "Loading model"
 UNSEEN = "unseen"  # Snapshot.extra["placement"] when the speed says the model runs on a device kvmon cannot see
 
 # the short word of each condition, for places with little room (the compact view, the tray, the status bar)
@@ -86,8 +89,7 @@ def _connection(s: Snapshot) -> Verdict | None:
     elif st is ConnectionStatus.BAD_RESPONSE:
         sentence = f"Unexpected answer from the server: {reason or 'not one kvmon can read'}"
     elif st is ConnectionStatus.LOADING:
-        sentence = f"Loading: {reason}" if reason and "load" in reason.lower() else \
-            "Loading the model: its speed shows once it answers"
+        sentence = _loading(reason)
     elif st is ConnectionStatus.SLEEPING:
         sentence = "Asleep: the model is unloaded while idle and loads again on the next request"
     elif st is ConnectionStatus.CONNECTING:
@@ -95,6 +97,16 @@ def _connection(s: Snapshot) -> Verdict | None:
     else:
         sentence = "Paused: kvmon does not poll until you resume (Space)"
     return Verdict(VerdictLevel.of(level), STATUS_STATES.get(st, st.value), sentence, CONNECTION)
+
+
+def _loading(reason: str) -> str:
+    """"Loading gemma-3-12b (42 %): its speed shows once it answers", from the reason a loading server gives."""
+    named = _LOADING.match(reason)
+    if named is None:
+        return f"Loading: {reason}" if reason and "load" in reason.lower() and not _BARE_LOADING.match(reason) else \
+            "Loading the model: its speed shows once it answers"
+    progress = f" ({named.group(2)})" if named.group(2) else ""
+    return f"Loading {named.group(1)}{progress}: its speed shows once it answers"
 
 
 def _worst_alert(alerts: tuple[Alert, ...]) -> Alert | None:

@@ -87,7 +87,7 @@ def test_a_server_that_cannot_be_read_says_what_is_wrong() -> None:
     loading = failure_snapshot(SourceFailure(FailureKind.MODEL_LOADING, "qwen3-8b loading 42 %"), seq=1,
                                t_monotonic=0.0, t_wall=1.8e9)
     assert loading.verdict is not None and loading.verdict.level is VerdictLevel.INFO
-    assert loading.verdict.sentence == "Loading: qwen3-8b loading 42 %"
+    assert loading.verdict.sentence == "Loading qwen3-8b (42 %): its speed shows once it answers"
     # a connection that fails outranks an alert of its level held from before
     held = Alert(AlertLevel.CRITICAL, "kv_in_host", "…", headline="Spilled: …")
     assert decide(replace(s, alerts=(held,))).cause == "connection"
