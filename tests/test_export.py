@@ -305,7 +305,8 @@ def test_a_loading_model_keeps_the_last_speed_and_says_it_loads(win: MainWindow)
     assert win.header.efficiency.whole() == "last reply, 5.0 s ago"
     assert win.header.headline.whole() == "Loading the model: its speed shows once it answers"
     text = caption.caption_text(loading)
-    assert text.startswith("Loading the model: its speed shows once it answers · ") and "— of —" not in text and "(—)" not in text
+    assert text.startswith("Loading the model: its speed shows once it answers · ")
+    assert "— of —" not in text and "(—)" not in text
     assert f"· {fmt.tok_s(s.decode_tok_s)} last reply, 5.0 s ago ·" in text
 
 
