@@ -39,7 +39,7 @@ def numbers_html() -> str:
         ("Prefill speed", _swatch("prefill"),
          "Prompt tokens the server reads per second (needs llama-server's --metrics); 10–100× decode, so it has "
          "its own lane."),
-        ("Context", "", "Tokens the deepest conversation holds now, of what one slot can hold (n_ctx)."),
+        ("Context", "", "Tokens the deepest conversation holds now, of what one slot can hold (its context size)."),
         ("KV cache in use / allocated", f"{_swatch('kv_in_use')} {_swatch('kv_allocated')}",
          "In use: the cache of the tokens in context (read for every token: it decides speed). Allocated: what "
          "the server reserved at load for the whole context (it decides whether things fit)."),
