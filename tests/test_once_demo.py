@@ -65,8 +65,8 @@ def test_the_same_point_gives_the_same_document() -> None:
 def test_bad_input_exits_2_with_one_line_and_prints_nothing() -> None:
     for kw, words in ((dict(demo="nope"), "unknown scenario 'nope'; known: seed-3090x2"),
                       (dict(demo="vllm", url="http://127.0.0.1:8080"), "either a URL"),
-                      (dict(url="http://127.0.0.1:9", start_at=5.0), "--start-at and --after are for --demo"),
-                      (dict(url="http://127.0.0.1:9", after=5.0), "--start-at and --after are for --demo")):
+                      (dict(url="http://127.0.0.1:9", start_at=5.0), "--start-at, --after and --speed are for --demo"),
+                      (dict(url="http://127.0.0.1:9", after=5.0), "--start-at, --after and --speed are for --demo")):
         rc, out, err = _run(**kw)
         assert rc == 2 and out == "", kw
         assert words in err and err.count("\n") == 1, (kw, err)

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from kvmon.core.connection import failure_snapshot
@@ -184,30 +184,32 @@ def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    if getattr(args, "list", False):
-        return run_list(args, out, err)
-    if getattr(args, "demo", None) is not None:
-        return run_demo(args, out, err)
-    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0):
-        return _fail("--start-at and --after are for --demo (a real server is read as it is now)", err)
+@dataclass
+class FirstReading:
+    """What the first poll of the server the command line names (or the first found here) gave: the open monitor
+    and its Snapshot, the Snapshot of a server that could not be opened, or why no server was found at all."""
+
+    monitor: Any = None  # open (the caller closes it); None when the server could not be opened
+    snapshot: Snapshot | None = None
+    nothing: str | None = None  # no URL given and no server answers on this machine: why, in one line
+
+
+def first_reading(args: argparse.Namespace, err: TextIO) -> FirstReading:
+    """Open the server ``args`` names (``url``; else the first one answering on this machine) and poll it once,
+    under one deadline: what ``once`` and ``kvmon screenshot`` read before anything else."""
     from kvmon.app.build import open_monitor
     from kvmon.app.detection import find_servers
     from kvmon.app.session import settings_from_args
     from kvmon.sources.discover import nothing_found_reason
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
-    interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     url, backend = getattr(args, "url", None), None
     if url is None:  # the first server found; the others are named, and --list lists them
         found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 2.0))
         answering = found.answering()
         if not answering:
-            return _fail(nothing_found_reason(found), err)
+            return FirstReading(nothing=nothing_found_reason(found))
         url, backend = answering[0].url, answering[0].backend
         if len(answering) > 1:
             others = ", ".join(f.url for f in answering[1:])
@@ -218,13 +220,36 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                                    backend=backend, devices_url=getattr(args, "devices", None),
                                    settings=settings_from_args(args))
         except SourceError as e:
-            return _unread(failure_snapshot(e.failure, seq=1, t_monotonic=time.monotonic(), t_wall=time.time(),
-                                            url=scrub(url) if url else None), args, out, err)
+            return FirstReading(snapshot=failure_snapshot(e.failure, seq=1, t_monotonic=time.monotonic(),
+                                                          t_wall=time.time(), url=scrub(url) if url else None))
         try:
-            snap: Snapshot = monitor.poll()
+            snap = monitor.poll()
         except BaseException:
             monitor.close()
             raise
+    return FirstReading(monitor, replace(snap, url=snap.url or monitor.display_url))
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if getattr(args, "list", False):
+        return run_list(args, out, err)
+    if getattr(args, "demo", None) is not None:
+        return run_demo(args, out, err)
+    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0) or \
+            getattr(args, "speed", 1.0) != 1.0:
+        return _fail("--start-at, --after and --speed are for --demo (a real server is read as it is now)", err)
+    first = first_reading(args, err)
+    if first.nothing is not None:
+        return _fail(first.nothing, err)
+    monitor, snap = first.monitor, first.snapshot
+    if monitor is None:
+        assert snap is not None
+        return _unread(snap, args, out, err)
+    assert snap is not None
+    interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     # a first poll that ran out of time (something listens, it did not answer in time): the second asks what hung
     # with a short limit, so the rest of the reading comes if the server answers anything
     with monitor:

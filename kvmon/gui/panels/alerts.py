@@ -74,6 +74,7 @@ class AlertLine(QtWidgets.QWidget):
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self.text.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self.text.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
         self.setToolTip(tip)
         lay.addWidget(self.mark, 0)
         lay.addWidget(self.text, 1)
@@ -98,7 +99,7 @@ class AlertsPanel(QtWidgets.QGroupBox):
             w.deleteLater()
         self._rows = [AlertLine(level, text, tip) for level, text, tip in rows]
         for w in self._rows:
-            self._lay.addWidget(w)
+            self._lay.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignTop)
 
     def text(self) -> str:
         """The lines as they read, one per line."""
