@@ -225,6 +225,13 @@ def window_problems(scenario: str, seen: Sequence[Seen], m: Moment) -> list[str]
     out += [f"{at}: alert {c} not shown (shown: {sorted(x for x in codes if x)})" for c in m.alerts if c not in codes]
     if m.model is not None and not s.model.startswith(m.model):
         out.append(f"{at}: the header names {s.model!r}, the story wants {m.model!r}")
+    if m.level is not None:
+        from kvmon.gui import theme
+
+        if s.headline_colour != theme.hex_color(m.level):
+            out.append(f"{at}: the headline is coloured {s.headline_colour}, the story wants {m.level}'s "
+                       f"{theme.hex_color(m.level)} ({s.headline!r})")
+        out += [f"{at}: the headline {s.headline!r} does not say {w!r}" for w in m.says if w not in s.headline]
     if m.forecast is not None:
         fx, _fy = s.forecast
         if not fx.size:
@@ -394,6 +401,11 @@ def json_problems(scenario: str, docs: Sequence[tuple[float, dict[str, Any]]], m
         out += [f"{at}: {p}" for p in _bars_problems(json_bars(doc), m.bars)]
     codes = {a["code"] for a in doc["alerts"]}
     out += [f"{at}: alert {c} missing (alerts: {sorted(codes)})" for c in m.alerts if c not in codes]
+    if m.level is not None:
+        v = doc["verdict"]
+        if v["level"] != m.level:
+            out.append(f"{at}: verdict {v['level']} ({v['sentence']!r}), the story wants {m.level}")
+        out += [f"{at}: the verdict {v['sentence']!r} does not say {w!r}" for w in m.says if w not in v["sentence"]]
     if m.model is not None:
         name = doc["model"]["name"] or ""
         followed = (doc["serving"] or {}).get("followed") or ""
@@ -411,4 +423,26 @@ def json_problems(scenario: str, docs: Sequence[tuple[float, dict[str, Any]]], m
             return None if ms is None else ms["ceiling_tok_s"]
 
         out += _forecast_problems(at, t_s, doc["context_tokens"], m.forecast, value_at, ceiling_at, scenario, m.model)
+    return out
+
+
+def same_headline(scenario: str, seen: Sequence[Seen], docs: Sequence[tuple[float, dict[str, Any]]],
+                  m: Moment) -> list[str]:
+    """At a key moment the window's headline and ``once --json``'s verdict are one: the same sentence, the level's
+    colour."""
+    s = find_poll(seen, m, window_state)
+    found = find_poll(docs, m, lambda p: json_state(p[1]), t_of=lambda p: p[0])
+    if s is None or found is None:
+        return [f"{scenario}: no poll at {m.at_s:g} s in the {'window' if s is None else 'document'}"]
+    t, doc = found
+    if abs(t - s.t_s) > EPS_S:
+        return [f"the window's poll at {s.t_s:.0f} s, the document's at {t:.0f} s: not the same point"]
+    v = doc["verdict"]
+    out = []
+    if s.headline != v["sentence"]:
+        out.append(f"at {t:.0f} s the window says {s.headline!r}, once --json {v['sentence']!r}")
+    from kvmon.gui import theme
+
+    if s.headline_colour != theme.hex_color(v["level"]):
+        out.append(f"at {t:.0f} s the headline's colour {s.headline_colour} is not {v['level']}'s")
     return out

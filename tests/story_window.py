@@ -108,7 +108,7 @@ def read_window(win: object, t_s: float, snap: Snapshot) -> Seen:
 
 def _plain(text: str) -> str:
     """A label's text as it reads (a rich-text label's markup left out)."""
-    if not QtCore.Qt.mightBeRichText(text):
+    if not QtGui.Qt.mightBeRichText(text):
         return text
     return QtGui.QTextDocumentFragment.fromHtml(text).toPlainText()
 

@@ -286,6 +286,10 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(15.4, 15.9)),)),
             Moment("the forecast at 8K for gemma-3-12b", at_s=120.0, model="gemma-3-12b",
                    forecast=Forecast((8192,), within=0.10)),
+        ), alerts=(
+            # it fails 2 s after its load at 75 s, and the router lists it failed from then on: a standing warning
+            Alert("the broken model's failure, as long as it is listed", "model_failed", "warning", not_before_s=76.0,
+                  by_s=80.0),
         )),
     )),
     Story("llama-swap", (
