@@ -24,9 +24,9 @@ def test_the_header_reads_the_activity_not_the_reason_text() -> None:
     # a reason that happens to start with "idle" does not make the header say idle: the typed value does
     s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=UP, activity=Activity.UNKNOWN,
                  reasons={"decode_tok_s": "idle-looking words from a source"})
-    assert decide(s).state == "Connected" and hero(s).number == "—"
+    assert decide(s).state == "Connected" and hero(s).number == "— tok/s"
     idle = replace(s, activity=Activity.IDLE, reasons={"decode_tok_s": "no tokens generated since the last poll"})
-    assert decide(idle).state == "Idle" and hero(idle).number == "—"  # the big number is only ever a speed
+    assert decide(idle).state == "Idle" and hero(idle).number == "— tok/s"  # the big number is only ever a speed
     loading = replace(s, activity=Activity.LOADING, connection=Connection(ConnectionStatus.LOADING))
     assert decide(loading).state == "Loading" and hero(loading).against == "no reply measured yet"
 
@@ -80,7 +80,7 @@ def test_the_header_says_what_a_working_server_does() -> None:
     s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=UP, activity=Activity.PROCESSING,
                  ceiling_tok_s=56.0, prefill_tok_s=2048.0)
     h = hero(s)
-    assert (h.number, h.against, h.prompt, h.share) == ("—", "no reply measured yet · ceiling 56.0 tok/s here",
+    assert (h.number, h.against, h.prompt, h.share) == ("— tok/s", "no reply measured yet · ceiling 56.0 tok/s here",
                                                         "prompt 2,048 tok/s", "")
     assert decide(s).sentence == "Reading a prompt at 2,048 tok/s"
     started = decide(replace(s, prefill_tok_s=None))  # "busy" means GPU utilisation or nothing

@@ -197,7 +197,7 @@ def test_an_unreachable_url_says_so_in_the_window_and_in_once_json(qapp: Any, tm
         h = win.header
         assert h.headline.whole() == verdict["sentence"]
         assert h.headline.palette().color(QtGui.QPalette.ColorRole.WindowText).name() == theme.hex_color("critical")
-        assert h.speed.whole() == "—" and h.efficiency.whole() == "no reply measured yet"
+        assert h.speed.whole() == "— tok/s" and h.efficiency.whole() == "no reply measured yet"
         assert win.alerts.text().startswith("Server gone — reconnecting: cannot connect to")
     finally:
         poller.stop()

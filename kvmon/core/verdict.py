@@ -25,7 +25,7 @@ from kvmon.core.snapshot import (
     Verdict,
     VerdictLevel,
 )
-from kvmon.core.units import fmt_percent, fmt_tok_s, fmt_tok_s_approx, fmt_tokens
+from kvmon.core.units import fmt_percent, fmt_tok_s, fmt_tokens
 from kvmon.core.words import suspect_words
 
 _LOADING = re.compile(r"^(\S+) loading(?: (\d+ ?%))?$")  # a router's "qwen3-8b loading 42 %"
@@ -141,8 +141,8 @@ def _activity(s: Snapshot, where: str = "") -> Verdict:
         return Verdict(VerdictLevel.OK, state, f"Decoding{where} at {fmt_tok_s(dec)}; the ceiling is unknown"
                        + (f": {why}" if why else ""), "decoding")
     if act is Activity.IDLE:
-        there = f": up to {fmt_tok_s_approx(ceil).removeprefix('~')} there" if ceil is not None and \
-            s.context_tokens is not None else ""
+        # the ceiling as the big number's line says it: one figure, one way, on one screen
+        there = f": up to {fmt_tok_s(ceil)} there" if ceil is not None and s.context_tokens is not None else ""
         if s.context_tokens is None:
             return Verdict(VerdictLevel.OK, state, f"Idle{where}: no conversation in context", "idle")
         return Verdict(VerdictLevel.OK, state, f"Idle{where}{_depth(s)}{there}", "idle")
@@ -193,8 +193,9 @@ class DecodeMemory:
     def update(self, model: object, regime: int | None, decode: float | None, t_monotonic: float, t_wall: float,
                context_tokens: int | None) -> tuple[LastDecode | None, LastDecode | None]:
         """This poll's speed (None: nothing decoded); (the last measured, the last before this regime)."""
-        if model != self._model:
-            self.reset()
+        if model is not None and model != self._model:  # None: nothing names a model this poll, nothing changes
+            if self._model is not None:
+                self.reset()
             self._model = model
         if regime != self._regime:
             if self._regime is not None and self._last is not None:

@@ -27,8 +27,10 @@ STRIP_PAD_PX = 6
 
 
 def gpu_text(s: Snapshot) -> str:
-    """'2× RTX 3090', 'RTX 4090 + RTX 3060', or 'no GPU data'."""
+    """'2× RTX 3090', 'RTX 4090 + RTX 3060', 'CPU (DDR5-6000)' when the CPU decodes with no GPU, or 'no GPU data'."""
     names = [g.name or f"GPU {g.index}" for g in s.gpus]
+    if not names and s.host.in_ceiling:
+        return "CPU" + (f" ({s.host.memory_type})" if s.host.memory_type else "")
     if not names:
         return "no GPU data"
     if len(names) > 1 and len(set(names)) == 1:

@@ -83,7 +83,7 @@ class Hero:
     """The headline's big number, always decode tokens per second, and the words beside it: the header, the caption
     and the report card say the same."""
 
-    number: str  # "30.5 tok/s": measured at this poll, or the last one measured; "—" before any
+    number: str  # "30.5 tok/s": measured at this poll, or the last one measured; "— tok/s" before any
     live: bool  # measured at this poll (else shown dimmed, with its age)
     against: str  # "of 44.7 ceiling · 68%", "last reply, 12 s ago · ceiling 118 tok/s here", "no reply measured yet"
     prompt: str = ""  # the prompt's own slot: "prompt 6,346 tok/s", "last prompt 6,346 tok/s · first token 2.1 s"
@@ -125,7 +125,7 @@ def hero(s: Snapshot) -> Hero:
     last = s.last_decode
     here = f" · ceiling {num_tok_s(ceil)} tok/s here{spec}" if ceil is not None and s.activity is not Activity.LOADING \
         else ""
-    return Hero(fmt_tok_s(last.tok_s) if last is not None else DASH, False, _ago(s) + here, prompt)
+    return Hero(fmt_tok_s(last.tok_s) if last is not None else f"{DASH} tok/s", False, _ago(s) + here, prompt)
 
 
 def speculation_text(s: Snapshot) -> str:

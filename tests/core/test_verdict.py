@@ -57,7 +57,7 @@ def test_nothing_wrong_says_what_the_server_does() -> None:
     assert (v.level, v.state, v.cause) == (VerdictLevel.OK, "Decoding", "decoding")
     assert v.sentence == "64% of the memory-bus ceiling at 33.5K tokens"
     v = decide(snap(context_tokens=29_751, ceiling_tok_s=118.4))
-    assert v.sentence == "Idle at 29.8K tokens: up to 120 tok/s there" and v.level is VerdictLevel.OK
+    assert v.sentence == "Idle at 29.8K tokens: up to 118 tok/s there" and v.level is VerdictLevel.OK
     v = decide(snap(activity=Activity.PROCESSING, prefill_tok_s=6346.0))
     assert v.sentence == "Reading a prompt at 6,346 tok/s" and v.cause == "processing"
     # advice is a tip, never the headline

@@ -232,14 +232,19 @@ class Analyzer:
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
-        last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None, rates.decode,
-                                                   t, r.t_wall, where.context)
         dfacts = alert_facts.DeviceFacts(
             gviews=gviews, host=hview, cache_bytes=cache_bytes(model), draft_bytes=draft.draft_bytes(model),
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         latency = self._latency.update(r, reasons, drafting=drafter is not None)
+        # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
+        # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
+        ended = self._latency.added
+        replied = 1.0 / ended.itl_s if ended is not None and ended.itl_s else None
+        last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
+                                                   rates.decode if rates.decode is not None else replied, t, r.t_wall,
+                                                   where.context)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
         if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more

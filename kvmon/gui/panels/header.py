@@ -47,8 +47,9 @@ class Line(QtWidgets.QLabel):
         super().__init__(parent)
         self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._lines = lines
-        self.setWordWrap(lines > 1)
+        self._lines = lines  # lines of room: a longer text is broken between words by ``_fit``, not by Qt
+        if lines > 1:  # one line or two, it starts at the same place
+            self.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
         self._whole = ""
         self._tip = ""
         pol = QtWidgets.QSizePolicy.Policy
@@ -100,32 +101,33 @@ class Line(QtWidgets.QLabel):
             self._fix_height()
             self._fit()
 
-    def _fits(self, text: str, width: int) -> bool:
-        flags = QtCore.Qt.TextFlag.TextWordWrap
-        rect = self.fontMetrics().boundingRect(QtCore.QRect(0, 0, width, 100_000), int(flags), text)
-        return rect.height() <= self.fontMetrics().lineSpacing() * self._lines + 1
+    def _wrapped(self, text: str, width: int) -> str:
+        """``text`` broken into at most ``self._lines`` lines of ``width`` pixels, only between words (never inside
+        "tok/s"); the last line shortened with "…" when the rest does not fit."""
+        fm = self.fontMetrics()
+        lines: list[str] = []
+        words = text.split(" ")
+        while words and len(lines) < self._lines:
+            line = words.pop(0)
+            while words and fm.horizontalAdvance(f"{line} {words[0]}") <= width:
+                line = f"{line} {words.pop(0)}"
+            lines.append(line)
+        if words or (lines and fm.horizontalAdvance(lines[-1]) > width):
+            last = " ".join([lines.pop(), *words]) if lines else " ".join(words)
+            lines.append(fm.elidedText(last, QtCore.Qt.TextElideMode.ElideRight, width))
+        return "\n".join(lines)
 
     def _fit(self) -> None:
-        """Draw the whole text when it fits, else the longest start of it that does, with "…"."""
+        """Draw the whole text when it fits, else as much of it as does, ending in "…"."""
         width = max(1, self.width() - 2)
         text = self._whole
         if not self.isVisible() or width < 8:  # not laid out yet: whole, fitted when it gets its size
             shown = text
         elif self._lines == 1:
             shown = self.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
-        elif self._fits(text, width):
-            shown = text
-        else:  # the longest run of whole words that fits with "…"
-            words = text.split(" ")
-            lo, hi = 0, len(words)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if self._fits(" ".join(words[:mid]) + "…", width):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            shown = " ".join(words[:lo]) + "…"
-        cut = shown != text
+        else:
+            shown = self._wrapped(text, width)
+        cut = shown.replace("\n", " ") != text
         tip = "\n".join(x for x in (text if cut else "", self._tip) if x)
         if shown != super().text():
             self.setText(shown)

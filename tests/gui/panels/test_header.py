@@ -79,7 +79,7 @@ def test_the_big_number_is_always_decode_speed_dimmed_with_its_age_while_nothing
     assert header.prompt.whole() == ""
     never = decided(dataclasses.replace(base, activity=Activity.IDLE, last_decode=None))
     header.update_snapshot(never)
-    assert header.speed.whole() == "—" and header.efficiency.whole().startswith("no reply measured yet")
+    assert header.speed.whole() == "— tok/s" and header.efficiency.whole().startswith("no reply measured yet")
 
 
 def test_a_warning_colours_the_headline_and_the_rows_stay_put(header: HeaderPanel) -> None:
@@ -105,7 +105,7 @@ def test_a_server_that_cannot_be_read_says_so_in_the_headlines_place(header: Hea
     assert header.headline.whole().startswith("Cannot connect to http://127.0.0.1:1 (Connection refused). Is the "
                                               "server running?")
     assert colour(header.headline) == theme.hex_color("critical")
-    assert header.speed.whole() == "—" and header.efficiency.whole() == "no reply measured yet"
+    assert header.speed.whole() == "— tok/s" and header.efficiency.whole() == "no reply measured yet"
     # no row of dashes for what was never read
     assert [w.whole() for w in (header.backend, header.model, header.gpus, header.context, header.kv)] == [""] * 5
 
