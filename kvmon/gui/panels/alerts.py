@@ -58,27 +58,36 @@ def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
 class AlertLine(QtWidgets.QWidget):
     """One line: the level's mark in its colour, and the words in plain text (wrapped)."""
 
-    def __init__(self, level: str, text: str, tip: str, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         lay = QtWidgets.QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
-        self.mark = QtWidgets.QLabel(_ICON.get(level, "●"))
+        self.mark = QtWidgets.QLabel()
         self.mark.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self.mark.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop)
-        pal = self.mark.palette()
-        pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.hex_color(level)))
-        self.mark.setPalette(pal)
-        self.text = QtWidgets.QLabel(text)
+        self.text = QtWidgets.QLabel()
         self.text.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self.text.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         self.text.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
-        self.setToolTip(tip)
         lay.addWidget(self.mark, 0)
         lay.addWidget(self.text, 1)
-        self.level = level
+        self.level = ""
+
+    def set(self, level: str, text: str, tip: str) -> None:
+        """Show a line; each part is set only when it changed (a number in a message moves most polls)."""
+        if level != self.level:
+            self.level = level
+            self.mark.setText(_ICON.get(level, "●"))
+            pal = self.mark.palette()
+            pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.hex_color(level)))
+            self.mark.setPalette(pal)
+        if text != self.text.text():
+            self.text.setText(text)
+        if tip != self.toolTip():
+            self.setToolTip(tip)
 
 
 class AlertsPanel(QtWidgets.QGroupBox):
@@ -94,12 +103,17 @@ class AlertsPanel(QtWidgets.QGroupBox):
         self._key: tuple[object, ...] | None = None  # what the lines were made from
 
     def _show(self, rows: list[tuple[str, str, str]]) -> None:
-        for w in self._rows:
+        """The lines, in the widgets already there (new ones only for more lines than before)."""
+        while len(self._rows) > len(rows):
+            w = self._rows.pop()
             self._lay.removeWidget(w)
             w.deleteLater()
-        self._rows = [AlertLine(level, text, tip) for level, text, tip in rows]
-        for w in self._rows:
+        while len(self._rows) < len(rows):
+            w = AlertLine()
+            self._rows.append(w)
             self._lay.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        for w, (level, text, tip) in zip(self._rows, rows, strict=True):
+            w.set(level, text, tip)
 
     def text(self) -> str:
         """The lines as they read, one per line."""
