@@ -231,6 +231,7 @@ class HostView:
     memory_type: str | None = None  # "DDR5-6000"
     cpu_name: str | None = None
     achieved_bandwidth_bytes_per_s: float | None = None  # what decode reads from host RAM per second
+    step_share: float | None = None  # its share of each token's step beside other devices (as GpuView.step_share)
     in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
     unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off

@@ -218,6 +218,8 @@ class Analyzer:
         hview = gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
                                     model=model, decode=rates.decode, kv_read_now=kv_read_now, gviews=gviews,
                                     prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
+        if shares.get("host") is not None:
+            hview = replace(hview, step_share=shares["host"])
         if r.config.prompt_cache_limit_bytes is not None:
             cp = r.config.provenance.get("prompt_cache_limit_bytes")
             prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"

@@ -76,6 +76,10 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
         segs = (Segment("host", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
                         f"Peak: {bandwidth_text(h)}"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+    if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
+        ach = ach / h.step_share
+        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(h.step_share)} of each step"
+        segs = (Segment("host", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
            + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
@@ -101,7 +105,8 @@ class BandwidthPanel(QtWidgets.QGroupBox):
                       g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
                       g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind, g.step_share)
                      for g in s.gpus),
-               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s),
+               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s,
+                h.step_share),
                s.gpus_unavailable_reason)
         if key == self._key:
             return
