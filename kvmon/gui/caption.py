@@ -60,12 +60,12 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     h = hero(s)  # the header's big number and its words, for the same snapshot
     speed = f"{h.number} {h.against}".strip()
     news = s.verdict.sentence if s.verdict is not None and s.verdict.sentence else ""
-    server = " ".join(x for x in (server_label(s), s.server_version or "") if x) or DASH
+    server = " ".join(x for x in (server_label(s), s.server_version or "") if x)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
     parts = [news] if news else []
     if s.server_read or m.name:
         parts += [f"{model}{kv}", gpu_text(s), ctx, speed]
-    parts += [server, stamp, version]
+    parts += [x for x in (server, stamp, version) if x]
     return scrub(" · ".join(parts))
 
 

@@ -176,15 +176,15 @@ class HeaderPanel(QtWidgets.QFrame):
         grid.setContentsMargins(8, 2, 8, 2)
         grid.setHorizontalSpacing(self.SPACING)
         grid.setVerticalSpacing(0)
-        grid.addWidget(self.banner, 0, 0, 1, 2)
+        # the demo's notice leads the names' row (a row of its own would take the plots' room in a small window)
         names = QtWidgets.QHBoxLayout()
         names.setSpacing(6)
-        for w, stretch in ((self.backend, 0), (self.version, 0), (self.model, 0), (self.details, 0),
-                           (self.gpus, 0)):
-            names.addWidget(w, stretch)
+        for w in (self.banner, self.backend, self.version, self.model, self.details, self.gpus):
+            names.addWidget(w, 0)
         names.addStretch(1)
-        names.insertSpacing(2, self.SPACING - 6)
-        names.insertSpacing(6, self.SPACING - 6)
+        names.insertSpacing(1, self.SPACING - 6)
+        names.insertSpacing(4, self.SPACING - 6)
+        names.insertSpacing(8, self.SPACING - 6)
         grid.addLayout(names, 1, 0, 1, 2)
         grid.addWidget(self.headline, 2, 0, 2, 1)
         live = QtWidgets.QHBoxLayout()
