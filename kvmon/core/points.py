@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvmon.core.lazy import lazy_import
@@ -137,6 +138,17 @@ class ContextBins:
         self.version += 1
 
 
+@dataclass(frozen=True)
+class RegimeStep:
+    """How the speed changed when the current regime began: the last point measured before it, the n_ctx then, and
+    the regime's own first point (what the speed-vs-context plot says at the change: "reloaded with 128K: 70 → 7
+    tok/s"). None: not measured (nothing decoded before the change, or nothing since)."""
+
+    before_tok_s: float | None = None
+    before_n_ctx: int | None = None
+    after_tok_s: float | None = None
+
+
 class MeasuredPoints:
     """The session store: the newest ``capacity`` points with their times, the per-bin means of all of them and a
     thinned sample of the whole session (at most ``sample_max``), for the current model."""
@@ -149,6 +161,9 @@ class MeasuredPoints:
         self.earlier_bins = ContextBins(bin_tokens)  # the regimes before it, of this model
         self.model: ModelKey | None = None
         self.regime = 0  # the snapshots' regime index the bins are of (0: none named yet)
+        self.step: RegimeStep | None = None  # how the speed changed when the current regime began (None: the first)
+        self._n_ctx: int | None = None  # the current regime's n_ctx, as last seen
+        self._last_tok_s: float | None = None  # the newest point's speed
         self.version = 0  # moves on every change
         self._ring: np.ndarray | None = None  # a ring of (t, context, tok/s) rows, made with the first point
         self._head = 0
@@ -190,11 +205,16 @@ class MeasuredPoints:
             if self.regime and not changed:  # the same model in another regime: its points so far are earlier ones
                 self.earlier_bins.merge(self.bins)
                 self.bins.clear()
+                self.step = RegimeStep(self._last_tok_s, self._n_ctx)
                 self.version += 1
             self.regime = regime
+        if model.n_ctx is not None:
+            self._n_ctx = model.n_ctx
         point = measured_point(slots, context_tokens, decode_tok_s, rate_source)
         if point is not None:
             self._append(t_monotonic, *point)
+            if self.step is not None and self.step.after_tok_s is None:
+                self.step = RegimeStep(self.step.before_tok_s, self.step.before_n_ctx, point[1])
         return changed
 
     def observe_model(self, key: ModelKey | None) -> bool:
@@ -212,6 +232,7 @@ class MeasuredPoints:
         self._data[head] = (t, context_tokens, tok_s)
         self._head = (head + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
+        self._last_tok_s = tok_s
         self.bins.add(context_tokens, tok_s)
         if self.sample_max > 0:
             self._seen += 1
@@ -235,6 +256,7 @@ class MeasuredPoints:
         self.bins.clear()
         self.earlier_bins.clear()
         self.regime = 0
+        self.step, self._n_ctx, self._last_tok_s = None, None, None
         self.version += 1
 
     # -- reading
