@@ -65,7 +65,7 @@ class Seen:
     alerts: tuple[SeenAlert, ...]
     forecast: tuple[np.ndarray, np.ndarray]  # the forecast curve drawn on the speed-vs-context plot
     ceiling: tuple[np.ndarray, np.ndarray]  # the ceiling curve drawn there
-    milestones: dict[int, str] = field(default_factory=dict)  # each visible milestone line's label
+    milestones: dict[int, str] = field(default_factory=dict)  # the forecast's label at each milestone depth shown
     chips: dict[str, str] = field(default_factory=dict)  # a router's or llama-swap's model chips
 
     def bar(self, label: str) -> SeenBar | None:
@@ -97,7 +97,7 @@ def read_window(win: object, t_s: float, snap: Snapshot) -> Seen:
     panel = w.speed_context  # type: ignore[attr-defined]
     bars = tuple(SeenBar(b.label, _sum_parts(b.segments), b.note) for b in w.memory.bars.bars)  # type: ignore[attr-defined]
     alerts = tuple(SeenAlert(level, _alert_code(tip), plain_text(text)) for level, text, tip in w.alerts.lines)  # type: ignore[attr-defined]
-    milestones = {m: str(line.label.format) for m, line in panel._milestone_lines.items() if line.isVisible()}
+    milestones = panel.milestone_labels()
     models = w.models  # type: ignore[attr-defined]
     chips = {name: chip.whole_text() for name, chip in models.chips.items()} if models.isVisible() else {}
     return Seen(t_s, snap, plain_text(h.speed.text()), plain_text(h.efficiency.text()), plain_text(h.context.text()),
