@@ -267,25 +267,24 @@ def test_a_poll_extends_the_strip_chart_and_repaints_only_its_new_segment(window
     """Within a step the time axis stays and a poll repaints a sliver; at the right edge the axis steps on."""
     st = window.speed_time
     mon = SyntheticMonitor()
-    for i in range(30):
-        window.on_snapshot(mon.snapshot(i))
+    window.load([mon.snapshot(i) for i in range(330)])  # more than the 5-minute window: it scrolls
     st.refresh()
     x_range = st.x_range()
     width = st.plot.getPlotItem().vb.width()
     assert x_range[1] - x_range[0] == pytest.approx(300.0)
     n_before = len(st.decode.getData()[0])
-    snap = mon.snapshot(30)
+    snap = mon.snapshot(330)
     if snap.t_wall >= x_range[1]:  # this sample would step the axis: take the next step's first one instead
         window.on_snapshot(snap)
         st.refresh()
         x_range, n_before = st.x_range(), len(st.decode.getData()[0])
-        snap = mon.snapshot(31)
+        snap = mon.snapshot(331)
     window.on_snapshot(snap)
     st.refresh()
     assert st.x_range() == x_range and len(st.decode.getData()[0]) == n_before + 1
     assert st.decode.getData()[0][-1] == snap.t_wall
     assert 0 < st.decode.last_dirty.width() < width / 10
-    i = 32
+    i = 332
     while mon.snapshot(i).t_wall < x_range[1]:
         i += 1
     window.on_snapshot(mon.snapshot(i))  # past the right edge (after a gap of polls): the axis steps on

@@ -409,7 +409,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.header.update_snapshot(s)
         self.models.update_snapshot(s)
         self.speed_context.update_snapshot(s)
-        self.speed_time.refresh()
+        self.speed_time.refresh(s)
         self.memory.update_snapshot(s)
         self.bandwidth.update_snapshot(s)
         self.latency.update_snapshot(s)
