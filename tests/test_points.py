@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from synthetic import SyntheticMonitor
 
-from kvmon.core.points import MeasuredPoints, RegimeStep, measured_point, model_key
+from kvmon.core.points import ContextBins, MeasuredPoints, RegimeStep, measured_point, model_key
 from kvmon.core.rates import ENDED_REPLIES
 from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, Regime, SlotView, Snapshot
 
@@ -146,3 +146,17 @@ def test_a_new_regime_keeps_how_the_speed_changed() -> None:
                                 forecast=dataclasses.replace(snaps[-1].forecast, regime=Regime(index=3)))
     store.add(other)
     assert store.step is None
+
+
+def test_a_bins_point_sits_at_the_mean_depth_of_its_measurements() -> None:
+    """Never at the bin's centre: a dot there would stand ahead of the conversation that made it."""
+    bins = ContextBins(256)
+    for ctx, tok_s in ((3590.0, 50.0), (3600.0, 48.0), (5000.0, 40.0)):
+        bins.add(ctx, tok_s)
+    x, y = bins.points()
+    assert list(x) == [3595.0, 5000.0] and list(y) == [49.0, 40.0]
+    other = ContextBins(256)
+    other.add(3610.0, 46.0)
+    bins.merge(other)
+    x, y = bins.points()
+    assert x[0] == pytest.approx(3600.0) and y[0] == pytest.approx(48.0)
