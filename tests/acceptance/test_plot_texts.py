@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6 import QtWidgets
 from plot_texts import window_plot_problems
+from PySide6 import QtWidgets
 from story_window import watch_in_window
 
 from kvmon.sim.stories import STORIES

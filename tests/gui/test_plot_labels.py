@@ -42,8 +42,8 @@ def test_a_label_keeps_off_a_curve_when_it_can() -> None:
     got = place([Label("ms", 80.0, 13.0, around(200.0, 150.0, 80.0, 13.0, first="right"))], VIEW, soft=curve)["ms"]
     assert got is not None
     r = got[0]
-    covered = (curve[:, 0] >= r[0]) & (curve[:, 0] <= r[0] + r[2]) & (curve[:, 1] >= r[1]) & (curve[:, 1] <= r[1] + r[3])
-    assert not covered.any()
+    x_in = (curve[:, 0] >= r[0]) & (curve[:, 0] <= r[0] + r[2])
+    assert not (x_in & (curve[:, 1] >= r[1]) & (curve[:, 1] <= r[1] + r[3])).any()
 
 
 def test_a_label_stays_on_its_side_while_its_point_moves_a_little() -> None:

@@ -80,7 +80,7 @@ def test_the_time_axis_fits_the_data_and_grows_to_the_window(panel: SpeedTimePan
         panel.history.append(mon.snapshot(i))
         panel.refresh()
         x0, x1 = panel.x_range()
-        assert x0 <= mon.snapshot(0).t_wall or i > 250 and x1 - x0 == 300.0
+        assert x0 <= mon.snapshot(0).t_wall or (i > 250 and x1 - x0 == 300.0)
         assert mon.snapshot(i).t_wall < x1  # the newest sample is on the axis
         spans[i] = x1 - x0
     assert spans[9] <= 20.0 and spans[40] <= 60.0 and spans[100] <= 120.0 and spans[399] == 300.0
@@ -126,7 +126,7 @@ def test_events_never_print_over_each_other_and_say_everything_on_hover(panel: S
         panel.history.append(s)
     panel.refresh()
     x0, x1 = panel.x_range()
-    burst = _events(6, snaps[20].t_wall, 0.7) + [Event(x1 - 0.01, "loaded", "a-model-with-a-long-name-q4", "last")]
+    burst = [*_events(6, snaps[20].t_wall, 0.7), Event(x1 - 0.01, "loaded", "a-model-with-a-long-name-q4", "last")]
     for ev in burst:
         panel.history.events.append(ev)
         panel.history.events_added += 1
