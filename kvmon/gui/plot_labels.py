@@ -94,6 +94,8 @@ def place(labels: Sequence[Label], view: Rect, blocked: Iterable[Rect] = (), sof
     for lab in labels:
         best: tuple[float, Rect, int] | None = None
         for i, (x, y) in enumerate(lab.candidates):
+            if best is not None and i - KEEP_BONUS >= best[0]:
+                break  # no later candidate can cost less (covering points only adds)
             r = (x, y, lab.width, lab.height)
             if not inside(r, view) or any(overlaps(r, t, CLEARANCE_PX) for t in taken):
                 continue
@@ -108,19 +110,22 @@ def place(labels: Sequence[Label], view: Rect, blocked: Iterable[Rect] = (), sof
 
 def polyline_points(x: np.ndarray, y: np.ndarray, step_px: float = 4.0) -> np.ndarray:
     """Points every ``step_px`` or so along a polyline given in pixels (NaN breaks it): what a label must not cover."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2:
-        return np.column_stack([x[ok], y[ok]]) if ok.any() else NO_POINTS
-    out = [np.column_stack([x[ok], y[ok]])]
-    x0, y0, x1, y1 = x[:-1], y[:-1], x[1:], y[1:]
+    ends = np.column_stack([x[ok], y[ok]])
+    if x.size < 2:
+        return ends
+    dx, dy = np.diff(x), np.diff(y)
     seg_ok = ok[:-1] & ok[1:]
-    length = np.hypot(x1 - x0, y1 - y0)
-    long = seg_ok & (length > step_px)
-    for a, b, c, d, n in zip(x0[long], y0[long], x1[long], y1[long], (length[long] // step_px).astype(int),
-                             strict=True):
-        t = np.linspace(0.0, 1.0, n + 2)[1:-1]
-        out.append(np.column_stack([a + (c - a) * t, b + (d - b) * t]))
-    return np.concatenate(out)
+    n = np.where(seg_ok, np.hypot(dx, dy) // step_px, 0).astype(int)  # points inside each segment
+    total = int(n.sum())
+    if not total:
+        return ends
+    seg = np.repeat(np.arange(n.size), n)
+    k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    t = (k + 1) / (n[seg] + 1)
+    inner = np.column_stack([x[seg] + dx[seg] * t, y[seg] + dy[seg] * t])
+    return np.concatenate([ends, inner])
 
 
 class PlotText(QtWidgets.QGraphicsSimpleTextItem):

@@ -116,6 +116,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._updating = True  # while a snapshot is drawn (and while the plot is made): labels are placed at its end
         self._keys: dict[str, object] = {}
         self._data_version = 0  # moves whenever a curve or the dots change (what the labels keep clear of)
+        self._soft_cache: tuple[object, np.ndarray] = (None, np.empty((0, 2)))
         self._earlier_in_legend = False
         self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
         self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
@@ -208,23 +209,28 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._place_due = True
 
     def _soft_points(self, vb: pg.ViewBox) -> np.ndarray:
-        """The curves, dots and lines a label should rather not cover, in the view's pixels."""
-        parts = []
-        for item in (self.ceiling, self.forecast, self.one_token):
-            x, y = item.getData()
-            if x is not None and len(x):
-                parts.append(polyline_points(*to_pixels(vb, x, y)))
-        for dots in (self.measured, self.earlier):
-            x, y = dots.getData()
-            if x is not None and len(x):
-                parts.append(np.column_stack(to_pixels(vb, x, y)))
+        """The curves, dots and lines a label should rather not cover, in the view's pixels (the curves' and dots'
+        worked out again only when they or the view changed: the marker moves more often)."""
+        key = (self._data_version, tuple(map(tuple, vb.viewRange())), vb.width(), vb.height())
+        if self._soft_cache[0] != key:
+            parts = [np.empty((0, 2))]
+            for item in (self.ceiling, self.forecast, self.one_token):
+                x, y = item.getData()
+                if x is not None and len(x):
+                    parts.append(polyline_points(*to_pixels(vb, x, y)))
+            for dots in (self.measured, self.earlier):
+                x, y = dots.getData()
+                if x is not None and len(x):
+                    parts.append(np.column_stack(to_pixels(vb, x, y)))
+            self._soft_cache = (key, np.concatenate(parts))
+        parts = [self._soft_cache[1]]
         ys = np.arange(0.0, vb.height(), 4.0)
         for line in (self.here, self.regime_line, self.limit_line):
             if line.isVisible():
                 x = line.position()[0] if line is self.here else line.value()
                 px, _ = to_pixels(vb, np.array([x]), np.array([0.0]))
                 parts.append(np.column_stack([np.full(ys.size, px[0]), ys]))
-        return np.concatenate(parts) if parts else np.empty((0, 2))
+        return np.concatenate(parts)
 
     def _place_labels(self) -> None:
         """Put every text where it covers no other text, no dot, and stays in the view (see ``plot_labels``)."""
@@ -390,12 +396,12 @@ class SpeedContextPanel(QtWidgets.QWidget):
         """The forecast at each milestone depth in view: a ring on the curve and "64K ~4.85 tok/s" beside it, the
         depths ahead of the conversation first (they are what the forecast is for)."""
         ms = tuple((m.context_tokens, m.tok_s) for m in fc.milestones if m.context_tokens <= x_max)
-        if not self._changed("milestones", (ms, here is not None and here)):
+        ahead = sorted((m for m in ms if here is None or m[0] >= here), key=lambda m: m[0])
+        if not self._changed("milestones", (ms, len(ahead))):
             return
         self._data_version += 1
         for m in self._milestones:
             self.labels.drop(f"ms:{m}")
-        ahead = sorted((m for m in ms if here is None or m[0] >= here), key=lambda m: m[0])
         behind = sorted((m for m in ms if here is not None and m[0] < here), key=lambda m: -m[0])
         self._milestones = {}
         for depth, tok_s in (*ahead, *behind):
