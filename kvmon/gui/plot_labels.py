@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.snapshot import Activity, Snapshot
+from kvmon.core.snapshot import Activity, ConnectionStatus, Snapshot
 from kvmon.gui import theme
 
 Rect = tuple[float, float, float, float]  # left, top, width, height (pixels, y down)
@@ -31,12 +31,14 @@ AXIS_WIDTH = 56  # a plot's left axis, fixed: its numbers changing width never m
 
 @dataclass(frozen=True)
 class Label:
-    """A label to place: its size and its candidate top-left corners, best first (pixels)."""
+    """A label to place: its size and its candidate top-left corners, best first (pixels). An ``optional`` one is
+    shown only where it covers no curve point at all (a crowded plot leaves it out)."""
 
     key: str
     width: float
     height: float
     candidates: tuple[tuple[float, float], ...]
+    optional: bool = False
 
 
 def around(x: float, y: float, w: float, h: float, gap: float = GAP_PX, *, first: str = "right"
@@ -99,7 +101,10 @@ def place(labels: Sequence[Label], view: Rect, blocked: Iterable[Rect] = (), sof
             r = (x, y, lab.width, lab.height)
             if not inside(r, view) or any(overlaps(r, t, CLEARANCE_PX) for t in taken):
                 continue
-            cost = i + SOFT_COST * _hits(r, soft) - (KEEP_BONUS if last.get(lab.key) == i else 0.0)
+            hits = _hits(r, soft)
+            if hits and lab.optional:
+                continue
+            cost = i + SOFT_COST * hits - (KEEP_BONUS if last.get(lab.key) == i else 0.0)
             if best is None or cost < best[0]:
                 best = (cost, r, i)
         out[lab.key] = None if best is None else (best[1], best[2])
@@ -181,16 +186,22 @@ class DataLabels:
         self.texts: dict[str, PlotText] = {}
         self.anchors: dict[str, tuple[object, ...]] = {}
         self._choice: dict[str, int] = {}  # the candidate each text took last time
+        self._optional: set[str] = set()
 
     def set(self, key: str, text: str, anchor: tuple[object, ...], *, bold: bool = False,
-            color: QtGui.QColor | None = None) -> None:
-        """Show ``text`` for ``key`` near ``anchor`` (from the next ``place``)."""
+            color: QtGui.QColor | None = None, optional: bool = False) -> None:
+        """Show ``text`` for ``key`` near ``anchor`` (from the next ``place``); ``optional``: only where it covers
+        no curve."""
         item = self.texts.get(key)
         if item is None:
             item = self.texts[key] = PlotText(self.vb, plot_font(bold), color or self._color, self._background)
         if item.text() != text:
             item.setText(text)
         self.anchors[key] = anchor
+        if optional:
+            self._optional.add(key)
+        else:
+            self._optional.discard(key)
 
     def drop(self, key: str) -> None:
         """No text for ``key`` any more."""
@@ -206,7 +217,7 @@ class DataLabels:
 
     def key(self) -> tuple[object, ...]:
         """What the texts say and where they are anchored (placing again is due when it changes)."""
-        return tuple((k, self.texts[k].text(), a) for k, a in self.anchors.items())
+        return tuple((k, self.texts[k].text(), a, k in self._optional) for k, a in self.anchors.items())
 
     def _candidates(self, anchor: tuple[object, ...], w: float, h: float) -> tuple[tuple[float, float], ...]:
         vb = self.vb
@@ -226,7 +237,7 @@ class DataLabels:
     def place(self, blocked: Iterable[Rect], soft: np.ndarray) -> None:
         """Put each text (in the order set) where it covers no text placed before it and nothing ``blocked``,
         inside the view, covering as few ``soft`` points as it can; a text with no such place is hidden."""
-        labels = [Label(k, *self.texts[k].size(), self._candidates(a, *self.texts[k].size()))
+        labels = [Label(k, *self.texts[k].size(), self._candidates(a, *self.texts[k].size()), k in self._optional)
                   for k, a in self.anchors.items()]
         for key, got in place(labels, view_rect(self.vb), blocked, soft, self._choice).items():
             self.texts[key].put(None if got is None else got[0])
@@ -260,10 +271,10 @@ def empty_text(s: Snapshot | None, anything: bool) -> str | None:
     """What the plot says while it has nothing to draw (``anything``: a point or a curve); None when it has."""
     if anything:
         return None
+    if s is not None and (s.activity == Activity.LOADING or s.connection.status == ConnectionStatus.LOADING):
+        return "the model is loading"
     if s is None or not s.server_read:
         return WAITING_TEXT
-    if s.activity == Activity.LOADING:
-        return "the model is loading"
     if s.model.name is None:
         return "no model loaded"
     return "no decode measured yet"

@@ -68,3 +68,13 @@ def test_polyline_points_follow_the_line_and_break_at_gaps() -> None:
     pts = polyline_points(np.array([0.0, 100.0, np.nan, 200.0, 300.0]), np.array([0.0, 0.0, np.nan, 50.0, 50.0]))
     assert pts.shape[1] == 2 and len(pts) > 40
     assert not ((pts[:, 0] > 101.0) & (pts[:, 0] < 199.0)).any()  # nothing across the gap
+
+
+def test_an_optional_label_is_left_out_rather_than_put_over_a_curve() -> None:
+    """A label of lesser use (the forecast at a depth the conversation has passed) shows only where it covers no
+    curve; one that must show takes the least covered place."""
+    x = np.linspace(0.0, 400.0, 400)
+    band = np.concatenate([polyline_points(x, np.full(x.size, y)) for y in np.arange(0.0, 300.0, 6.0)])
+    cands = around(200.0, 150.0, 80.0, 13.0)
+    got = place([Label("must", 80.0, 13.0, cands), Label("may", 80.0, 13.0, cands, optional=True)], VIEW, soft=band)
+    assert got["must"] is not None and got["may"] is None

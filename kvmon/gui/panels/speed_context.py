@@ -404,10 +404,11 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.labels.drop(f"ms:{m}")
         behind = sorted((m for m in ms if here is not None and m[0] < here), key=lambda m: -m[0])
         self._milestones = {}
-        for depth, tok_s in (*ahead, *behind):
+        for depth, tok_s in (*ahead, *behind):  # those behind the conversation only where they cover no curve
             text = f"{fmt.ctx_label(depth)} ~{fmt.tok_s(tok_s)}"
             self._milestones[depth] = text
-            self.labels.set(f"ms:{depth}", text, ("point", float(depth), float(tok_s), MILESTONE_DOT_PX / 2, "above"))
+            self.labels.set(f"ms:{depth}", text, ("point", float(depth), float(tok_s), MILESTONE_DOT_PX / 2, "above"),
+                            optional=(depth, tok_s) not in ahead)
         if ms:
             arr = np.asarray(ms, dtype=float)
             self.milestone_dots.setData(arr[:, 0], arr[:, 1])

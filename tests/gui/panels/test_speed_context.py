@@ -48,7 +48,8 @@ def test_after_spill_4090_reloads_the_current_regime_sets_the_scale(qapp: Any) -
 
 
 def test_with_no_server_the_plots_say_they_wait_for_it(qapp: Any, tmp_path: Any) -> None:
-    """Before a snapshot and while no server answers: "waiting for the server" in the middle, no 0…1 axes."""
+    """Before a snapshot and while no server answers: "waiting for the server" in the middle, no 0…1 axes; while
+    the model loads, that."""
     from kvmon.gui.main_window import MainWindow
     from kvmon.gui.settings import Settings
 
@@ -68,6 +69,11 @@ def test_with_no_server_the_plots_say_they_wait_for_it(qapp: Any, tmp_path: Any)
         assert strip.empty.isVisible() and not strip.no_prefill.isVisible()
         for axis in (hero.plot.getPlotItem().getAxis("left"), strip.plot.getPlotItem().getAxis("left")):
             assert axis.style["showValues"] is False  # no made-up scale beside the words
+        loading = Snapshot(seq=2, t_monotonic=2.0, t_wall=1.7e9 + 1,
+                           connection=Connection(ConnectionStatus.LOADING, "loading the model"))
+        win.on_snapshot(loading)
+        qapp.processEvents()
+        assert hero.label_texts() == {"empty": "the model is loading"} and strip.empty.text() == "the model is loading"
         vb = hero.plot.getPlotItem().getViewBox()
         text = hero.labels.texts["empty"]
         centre = text.mapRectToItem(vb, text.boundingRect()).center()
