@@ -26,6 +26,7 @@ from kvmon.core.whatif import (
     table_gpus,
 )
 from kvmon.gui import fmt, theme
+from kvmon.gui.labels import ElidingCombo
 from kvmon.gui.plot_labels import style_axes
 from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
@@ -65,10 +66,10 @@ class WhatIfPanel(QtWidgets.QWidget):
         for f in (form, answer):
             f.setContentsMargins(0, 0, 0, 0)
             f.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        self.gpu = QtWidgets.QComboBox()
-        self.model = QtWidgets.QComboBox()
-        self.context = QtWidgets.QComboBox()
-        self.cache = QtWidgets.QComboBox()
+        self.gpu = ElidingCombo()  # "live: NVIDIA GeForce RTX 4090" ends in "…" in a narrow window
+        self.model = ElidingCombo()
+        self.context = ElidingCombo()
+        self.cache = ElidingCombo()
         group = None
         for g in self._gpus:
             if group is not None and g.group != group:
@@ -97,16 +98,15 @@ class WhatIfPanel(QtWidgets.QWidget):
         for cb in (self.gpu, self.model, self.context, self.cache):
             cb.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             cb.setMinimumContentsLength(14)
-        self._top.addWidget(form_box, 1)
-        self._top.addWidget(answer_box, 1)
+        self._top.addWidget(form_box, 3)
+        self._top.addWidget(answer_box, 2)
         self.plot = make_plot("What-if: ceiling vs context", "context", "tokens", "ceiling", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         style_axes(self.plot)
         self.curve = add_curve(self.plot, "ceiling", width=2.0)
         lay.addWidget(self.plot, 1)
         for cb in (self.gpu, self.model, self.context, self.cache):
-            cb.currentIndexChanged.connect(self.recompute)
-            cb.currentTextChanged.connect(cb.setToolTip)
+            cb.currentIndexChanged.connect(self.recompute)  # (each says its whole choice on hover)
         self.gpu.setToolTip(self.gpu.currentText())
         self.model.setToolTip(self.model.currentText())
         self.result: WhatIfResult | None = None
