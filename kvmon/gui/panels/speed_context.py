@@ -302,9 +302,12 @@ class SpeedContextPanel(QtWidgets.QWidget):
     def _marker_y(self, s: Snapshot, y_top: float) -> float | None:
         """The marker's height: the decode speed, moved only when it changed by more than 2 % of the axis (a few
         pixels; it wobbles by a token per second between polls, and each wobble would repaint the plot); while
-        idle the last measured speed stays, and with nothing measured there is no dot (never the ceiling)."""
+        idle the last measured speed stays, and with nothing measured there is no dot (never the ceiling, nor a
+        speed of the regime before)."""
         prev = self._keys.get("here")
         y_prev = prev[1] if isinstance(prev, tuple) and isinstance(prev[1], float) else None
+        if self._changed("here_regime", s.forecast.regime.index):
+            y_prev = None  # a speed of the regime before (a reload's first polls): not this one's
         if s.decode_tok_s is None:
             if y_prev is not None or s.context_tokens is None:
                 return y_prev
@@ -467,7 +470,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
             else:
                 self.here.set(float(s.context_tokens), here[1])
                 self.here.show()
-                anchor = (("point", float(s.context_tokens), here[1], DOT_PX / 2, "right") if here[1] is not None
+                seen = here[1] is not None and 0.0 <= here[1] <= y_top  # (a dot above the axis is not seen)
+                anchor = (("point", float(s.context_tokens), here[1], DOT_PX / 2, "right") if seen
                           else ("line_mid", float(s.context_tokens)))
                 self.labels.set("here", HERE_TEXT, anchor)
         self._draw_milestones(fc, x_max, None if s.context_tokens is None else float(s.context_tokens))

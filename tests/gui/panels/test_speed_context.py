@@ -20,13 +20,17 @@ from kvmon.sim.stories import Watch
 def test_after_spill_4090_reloads_the_current_regime_sets_the_scale(qapp: Any) -> None:
     """spill-4090 decodes at ~70 tok/s with a 32K context, then reloads with 128K and spills: ~7 tok/s. The y axis
     is the new regime's (its ceiling tops out near 20 tok/s), the ~70 tok/s points of before are above it, and
-    the regime's line says "reloaded with 128K: 70 → 7.0 tok/s"."""
+    the regime's line says "reloaded with 128K: 70 → 7.0 tok/s" (before its first point: "reloaded with 128K (was
+    70 tok/s)", and no dot at the old speed)."""
     seen: dict[str, Any] = {}
 
     def look(win: Any, shown: Any) -> None:
+        panel = win.speed_context
+        r = shown.snapshot.forecast.regime
+        if r.cause == "reload" and r.since_context_tokens is None and shown.snapshot.context_tokens is not None:
+            seen["reloading"] = (panel.label_texts(), panel.here.position())  # the prompt read again, no point yet
         if shown.t_s < 428:
             return
-        panel = win.speed_context
         (_x0, _x1), (y0, y1) = panel.plot.getPlotItem().getViewBox().viewRange()
         seen.update(y=(y0, y1), labels=panel.label_texts(), earlier=panel.earlier.getData()[1],
                     measured=panel.measured.getData()[1], ceiling=panel.ceiling.yData,
@@ -45,6 +49,10 @@ def test_after_spill_4090_reloads_the_current_regime_sets_the_scale(qapp: Any) -
     assert 60 <= before <= 85 and 5 <= after <= 9
     assert seen["line"] is not None and abs(seen["line"] - 33_000) < 1500 <= seen["context"] - 30_000
     assert seen["labels"]["here"] == "you are here" and "empty" not in seen["labels"]
+    # before the new regime's first point: the words at the top, and no dot at a speed of the regime before
+    first, marker = seen["reloading"]
+    assert re.fullmatch(r"reloaded with 128K \(was \d+ tok/s\)", first["regime"]), first
+    assert first["here"] == "you are here" and marker[1] is None
 
 
 def test_with_no_server_the_plots_say_they_wait_for_it(qapp: Any, tmp_path: Any) -> None:
