@@ -65,7 +65,7 @@ class Seen:
     alerts: tuple[SeenAlert, ...]
     forecast: tuple[np.ndarray, np.ndarray]  # the forecast curve drawn on the speed-vs-context plot
     ceiling: tuple[np.ndarray, np.ndarray]  # the ceiling curve drawn there
-    milestones: dict[int, str] = field(default_factory=dict)  # each visible milestone line's label
+    milestones: dict[int, str] = field(default_factory=dict)  # the forecast's label at each milestone depth shown
     chips: dict[str, str] = field(default_factory=dict)  # a router's or llama-swap's model chips
     headline: str = ""  # the verdict's sentence as the header draws it (whole)
     headline_colour: str = ""  # its colour, "#rrggbb"
@@ -95,7 +95,7 @@ def read_window(win: object, t_s: float, snap: Snapshot) -> Seen:
     bars = tuple(SeenBar(b.label, _sum_parts(b.segments), b.note) for b in w.memory.bars.bars)  # type: ignore[attr-defined]
     alerts = tuple(SeenAlert(level, code, text) for (level, text, _tip), code  # type: ignore[attr-defined]
                    in zip(w.alerts.lines, w.alerts.codes, strict=True))  # type: ignore[attr-defined]
-    milestones = {m: str(line.label.format) for m, line in panel._milestone_lines.items() if line.isVisible()}
+    milestones = panel.milestone_labels()
     models = w.models  # type: ignore[attr-defined]
     chips = {name: chip.whole_text() for name, chip in models.chips.items()} if models.isVisible() else {}
     colour = h.headline.palette().color(QtGui.QPalette.ColorRole.WindowText).name()

@@ -195,25 +195,24 @@ def test_a_poll_extends_the_strip_chart_and_repaints_only_its_new_segment(window
     """Within a step the time axis stays and a poll repaints a sliver; at the right edge the axis steps on."""
     st = window.speed_time
     mon = SyntheticMonitor()
-    for i in range(30):
-        window.on_snapshot(mon.snapshot(i))
+    window.load([mon.snapshot(i) for i in range(330)])  # more than the 5-minute window: it scrolls
     st.refresh()
     x_range = st.x_range()
     width = st.plot.getPlotItem().vb.width()
     assert x_range[1] - x_range[0] == pytest.approx(300.0)
     n_before = len(st.decode.getData()[0])
-    snap = mon.snapshot(30)
+    snap = mon.snapshot(330)
     if snap.t_wall >= x_range[1]:  # this sample would step the axis: take the next step's first one instead
         window.on_snapshot(snap)
         st.refresh()
         x_range, n_before = st.x_range(), len(st.decode.getData()[0])
-        snap = mon.snapshot(31)
+        snap = mon.snapshot(331)
     window.on_snapshot(snap)
     st.refresh()
     assert st.x_range() == x_range and len(st.decode.getData()[0]) == n_before + 1
     assert st.decode.getData()[0][-1] == snap.t_wall
     assert 0 < st.decode.last_dirty.width() < width / 10
-    i = 32
+    i = 332
     while mon.snapshot(i).t_wall < x_range[1]:
         i += 1
     window.on_snapshot(mon.snapshot(i))  # past the right edge (after a gap of polls): the axis steps on
@@ -357,12 +356,12 @@ def test_milestones_carry_the_forecast_and_the_curve_its_band(window: MainWindow
     mon = SyntheticMonitor()
     s = mon.snapshot(3)
     window.on_snapshot(dataclasses.replace(s, forecast=dataclasses.replace(s.forecast, milestones=(), curve=())))
-    line_8k = window.speed_context._milestone_lines[8192]
-    assert line_8k.label.format == "8K"  # no forecast yet: bare milestone labels, no curve
+    assert window.speed_context.milestone_labels() == {}  # no forecast yet: no milestone labels, no curve
     assert window.speed_context.forecast.getData()[0] is None or len(window.speed_context.forecast.getData()[0]) == 0
     s = mon.snapshot(20)
     window.on_snapshot(s)
-    assert line_8k.label.format == "8K\n~44.6 tok/s"  # 1 / (17.5 ms + 0.6 µs × 8,192), as people read it
+    # on its curve point: 1 / (17.5 ms + 0.6 µs × 8,192), as people read it
+    assert window.speed_context.milestone_labels()[8192] == "8K ~44.6 tok/s"
     x, y = window.speed_context.forecast.getData()
     assert len(x) == len(s.forecast.curve) and y[0] == pytest.approx(1 / 0.0175)
     low, high = window.speed_context.forecast_low.getData()[1], window.speed_context.forecast_high.getData()[1]
@@ -452,15 +451,22 @@ def test_the_depth_marker_is_drawn_where_its_depth_and_speed_are(window: MainWin
         c = QtGui.QColor(img.pixel(at))
         return abs(c.red() - decode.red()) + abs(c.green() - decode.green()) + abs(c.blue() - decode.blue()) < 40
 
+    ring = theme.color("here")
+
+    def ring_at(img: QtGui.QImage, at: QtCore.QPoint) -> bool:  # the dot's ring, clear of a measured point's dot
+        return any(abs(c.red() - ring.red()) + abs(c.green() - ring.green()) + abs(c.blue() - ring.blue()) < 90
+                   for c in (QtGui.QColor(img.pixel(at + QtCore.QPoint(dx, 0))) for dx in (5, 6)))
+
     at = pixel(s.context_tokens, s.decode_tok_s)
     img = panel.plot.grab().toImage()
-    assert dot_at(img, at)
+    assert dot_at(img, at) and ring_at(img, at)
     assert panel.here.boundingRect().height() == pytest.approx(vb.viewRect().height())  # the whole height
     window.on_snapshot(dataclasses.replace(s, seq=4, context_tokens=s.context_tokens * 2,
                                            decode_tok_s=s.decode_tok_s * 0.7))
     QtWidgets.QApplication.processEvents()
     img = panel.plot.grab().toImage()
-    assert dot_at(img, pixel(s.context_tokens * 2, s.decode_tok_s * 0.7)) and not dot_at(img, at)
+    new = pixel(s.context_tokens * 2, s.decode_tok_s * 0.7)
+    assert dot_at(img, new) and ring_at(img, new) and not ring_at(img, at)  # (the measured point stays at the first)
 
 
 def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
@@ -559,7 +565,8 @@ def test_a_new_regime_is_marked_and_the_points_before_it_are_faded(window: MainW
         snap = mon.snapshot(k)
         window.on_snapshot(dataclasses.replace(snap, forecast=dataclasses.replace(snap.forecast, regime=r)))
     assert panel.regime_line.isVisible() and panel.regime_line.value() == s.context_tokens
-    assert panel.regime_line.label.format == "reloaded: forecast from here"
+    before, after = mon.snapshot(5).decode_tok_s, mon.snapshot(6).decode_tok_s  # the last point before, the first since
+    assert panel.label_texts()["regime"] == f"reloaded: {before:.0f} → {after:.0f} tok/s"
     assert panel.earlier.getData()[0].size == 5 and panel.measured.getData()[0].size == 3
     legend = [item.text for _sample, item in window.speed_context.plot.getPlotItem().legend.items]
     assert "before this regime" in legend

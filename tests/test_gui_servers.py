@@ -102,7 +102,8 @@ def test_a_router_s_models_are_chips_and_a_click_chooses_the_model_shown(qtbot, 
         # the load event is a marker on speed over time
         qtbot.waitUntil(lambda: len(win.speed_time.markers()) == 1, timeout=5000)
         marker = win.speed_time.markers()[0]
-        assert marker.label is not None and marker.label.textItem.toPlainText() == "gemma-3-12b loaded"
+        assert marker.text == "gemma-3-12b loaded"
+        assert [t.text() for t in win.speed_time.events.texts()] == [marker.text]
         assert len(win.history.events) == 1
     finally:
         ctl.stop()

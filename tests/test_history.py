@@ -101,3 +101,22 @@ def test_clear() -> None:
     h.append(snap(0.0))
     h.clear()
     assert len(h) == 0 and len(h.view()) == 0
+
+
+def test_a_reload_is_an_event_of_the_plots_and_the_first_regime_is_not() -> None:
+    """A new regime after the first (a reload, another n_ctx, a spill) is marked where it began, in its own words."""
+    import dataclasses
+
+    from kvmon.core.snapshot import Forecast, Regime
+
+    h = History(capacity=10)
+    first = Forecast(regime=Regime(1, "start", "first measurements", 1.0, 1e9 + 1))
+    reload = Forecast(regime=Regime(2, "reload", "reloaded; n_ctx 32,768 → 131,072", 5.0, 1e9 + 5))
+    for t in range(1, 5):
+        h.append(dataclasses.replace(snap(float(t)), forecast=first))
+    assert h.events_added == 0
+    for t in range(5, 8):
+        h.append(dataclasses.replace(snap(float(t)), forecast=reload))
+    assert h.events_added == 1
+    ev = h.events[-1]
+    assert (ev.kind, ev.t_wall, ev.message) == ("reloaded", 1e9 + 5, "Reloaded: n_ctx 32,768 → 131,072")

@@ -1,4 +1,4 @@
-"""One milestone list: the forecast's depths and the speed chart's lines are the same, and no module keeps another."""
+"""One milestone list: the forecast's depths are the ones the speed chart labels, and no module keeps another."""
 
 from __future__ import annotations
 
@@ -14,15 +14,20 @@ from kvmon.core.snapshot import MILESTONES
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_forecast_is_given_at_every_depth_the_chart_marks(qtbot: object) -> None:
+def test_the_chart_marks_the_forecast_at_each_of_its_depths(qtbot: object) -> None:
+    """The chart labels the depths the forecast gives (within its axis), from the Snapshot: no list of its own."""
     pytest.importorskip("pytestqt")
+    from synthetic import SyntheticMonitor
+
     from kvmon.gui.panels.speed_context import SpeedContextPanel
 
     assert AnalyzerSettings().milestones == MILESTONES
     assert MILESTONES == tuple(sorted(MILESTONES)) and MILESTONES[0] == 8192 and MILESTONES[-1] == 1 << 20
     panel = SpeedContextPanel(ContextBins(256))
     qtbot.addWidget(panel)  # type: ignore[attr-defined]
-    assert tuple(panel._milestone_lines) == MILESTONES
+    s = SyntheticMonitor().snapshot(20)
+    panel.update_snapshot(s)
+    assert sorted(panel._milestones) == sorted(m.context_tokens for m in s.forecast.milestones) != []
 
 
 def test_no_module_keeps_a_milestone_list_of_its_own() -> None:

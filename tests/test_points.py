@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from synthetic import SyntheticMonitor
 
-from kvmon.core.points import MeasuredPoints, measured_point, model_key
+from kvmon.core.points import ContextBins, MeasuredPoints, RegimeStep, measured_point, model_key
 from kvmon.core.rates import ENDED_REPLIES
 from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, Regime, SlotView, Snapshot
 
@@ -123,3 +123,40 @@ def test_the_fit_and_the_plot_start_again_on_the_same_poll() -> None:
         plot.add(s)
         assert s.forecast.fit_points == len(plot), i  # the same points, restarted on the same poll
     assert len(plot) == 3
+
+
+def test_a_new_regime_keeps_how_the_speed_changed() -> None:
+    """The last speed measured before a reload, the n_ctx then, and the first speed measured after it: what the
+    speed-vs-context plot says at the change; none for the first regime, and none again with another model."""
+    store = MeasuredPoints()
+    snaps = _snaps(7)
+    before = snaps[3]
+    for i, s in enumerate(snaps):
+        regime = Regime(index=1 if i < 4 else 2, cause="start" if i < 4 else "reload")
+        n_ctx = 32768 if i < 4 else 131072
+        s = dataclasses.replace(s, model=dataclasses.replace(s.model, n_ctx=n_ctx),
+                                forecast=dataclasses.replace(s.forecast, regime=regime))
+        if i == 4:  # the reload's first poll: no speed yet
+            s = dataclasses.replace(s, decode_tok_s=None)
+        store.add(s)
+        if i == 3:
+            assert store.step is None  # the first regime: nothing to compare
+    assert store.step == RegimeStep(before.decode_tok_s, 32768, snaps[5].decode_tok_s)
+    other = dataclasses.replace(snaps[-1], model=dataclasses.replace(snaps[-1].model, name="other"),
+                                forecast=dataclasses.replace(snaps[-1].forecast, regime=Regime(index=3)))
+    store.add(other)
+    assert store.step is None
+
+
+def test_a_bins_point_sits_at_the_mean_depth_of_its_measurements() -> None:
+    """Never at the bin's centre: a dot there would stand ahead of the conversation that made it."""
+    bins = ContextBins(256)
+    for ctx, tok_s in ((3590.0, 50.0), (3600.0, 48.0), (5000.0, 40.0)):
+        bins.add(ctx, tok_s)
+    x, y = bins.points()
+    assert list(x) == [3595.0, 5000.0] and list(y) == [49.0, 40.0]
+    other = ContextBins(256)
+    other.add(3610.0, 46.0)
+    bins.merge(other)
+    x, y = bins.points()
+    assert x[0] == pytest.approx(3600.0) and y[0] == pytest.approx(48.0)

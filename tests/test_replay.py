@@ -280,3 +280,30 @@ def test_a_recording_cut_under_the_replay_stops_it_with_the_reason(qtbot, sim_re
     assert ctl.index == 0  # it stays where the file still read
     said = win.status.replaying or ""
     assert said.startswith("replay stopped:") and "cut.jsonl changed on disk" in said
+
+
+def test_a_click_on_the_slider_jumps_there_and_the_plot_shows_no_point_past_it(qtbot, tmp_path: Path) -> None:
+    """A click on the slider's groove goes to the time under the mouse (not ten snapshots on), and the speed-vs-
+    context plot then shows what the window showed at that time: no measured point deeper than the cursor."""
+    from PySide6 import QtCore, QtWidgets
+
+    snaps = [SyntheticMonitor(t0_wall=1e9, tokens_per_poll=150).snapshot(i) for i in range(1, 61)]
+    win, ctl = replay_window(snaps, "Replay", Settings(str(tmp_path / "s.ini")))
+    qtbot.addWidget(win)
+    win.resize(1280, 800)
+    win.show()
+    qtbot.waitExposed(win)
+    slider = ctl.bar.slider
+    ctl.seek(0)
+    opt = QtWidgets.QStyleOptionSlider()
+    slider.initStyleOption(opt)
+    groove = slider.style().subControlRect(QtWidgets.QStyle.ComplexControl.CC_Slider, opt,
+                                           QtWidgets.QStyle.SubControl.SC_SliderGroove, slider)
+    at = QtCore.QPoint(groove.left() + int(groove.width() * 0.75), groove.center().y())
+    qtbot.mouseClick(slider, QtCore.Qt.MouseButton.LeftButton, pos=at)
+    assert abs(ctl.index - 0.75 * (len(snaps) - 1)) <= 3, ctl.index  # there, not a page step (10) on
+    for i in (ctl.index, 20, 7):
+        ctl.seek(i)
+        x, _y = win.speed_context.measured.getData()
+        assert x is not None and len(x) and float(max(x)) <= snaps[i].context_tokens
+        assert win.speed_context.here.position()[0] == snaps[i].context_tokens

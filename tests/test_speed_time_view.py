@@ -14,7 +14,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.history import History
-from kvmon.gui.panels.speed_time import CHART_FLOOR, LEGEND_MIN_VIEW_HEIGHT, SpeedTimePanel
+from kvmon.gui.panels.speed_time import CHART_FLOOR, LEGEND_MIN_VIEW_HEIGHT, MIN_HEIGHT, SpeedTimePanel
 
 
 class _ViewportPaints(QtCore.QObject):
@@ -93,7 +93,7 @@ def _tick_texts(axis: QtWidgets.QGraphicsItem) -> list[tuple[QtCore.QRectF, str]
     return [(rect, text) for rect, _flags, text in specs[2]] if specs is not None else []
 
 
-@pytest.mark.parametrize("height", [320, LEGEND_MIN_VIEW_HEIGHT, LEGEND_MIN_VIEW_HEIGHT - 1, 130, 116])
+@pytest.mark.parametrize("height", [320, LEGEND_MIN_VIEW_HEIGHT, LEGEND_MIN_VIEW_HEIGHT - 1, 130, MIN_HEIGHT])
 def test_a_short_view_keeps_the_time_axis_and_no_tick_labels_overlap(panel: SpeedTimePanel, qtbot,
                                                                      height: int) -> None:
     """Height goes to the chart last: the legend is shown whole or not at all, the time axis is never cut off,
@@ -144,7 +144,9 @@ def test_an_empty_prefill_lane_says_so_instead_of_a_made_up_scale(panel: SpeedTi
     assert panel.x_range() == x_range  # the same window, drawn again for the lane's new scale
     assert not panel.no_prefill.isVisible()
     labels = [text for _r, text in _tick_texts(lane_axis)]
-    assert labels[0] == "0" and len(labels) == 2 and float(labels[1]) >= 850.0
+    top = labels[1].removesuffix(" tok/s")
+    assert labels[0] == "0" and len(labels) == 2 and labels[1].endswith(" tok/s")
+    assert (float(top[:-1]) * 1000 if top.endswith("K") else float(top)) >= 850.0
 
     for i in range(31, 41):
         panel.history.append(dataclasses.replace(mon.snapshot(i), prefill_tok_s=None))

@@ -107,11 +107,12 @@ def run(args: argparse.Namespace) -> int:
         app.processEvents()
         try:
             with_caption = bool(getattr(args, "caption", True))
-            if args.panel is None and with_caption:  # the whole picture, caption included, keeps its size
-                plain = grab_image(win)
-                full = captioned_image(win, lambda: shown_snapshot(win))
+            if args.panel is None and with_caption:  # the whole picture (the dashboard and the caption) keeps its size
+                dash = panel_widget(win, None)
+                plain = grab_image(dash)
+                full = captioned_image(dash, lambda: shown_snapshot(win))
                 extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
-                win.resize(width, height - extra)
+                win.resize(width, height - extra + win.height() - dash.height())  # less the caption, plus the menus
                 app.processEvents()
             save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win), with_caption=with_caption)
         except ExportError as exc:

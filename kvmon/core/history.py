@@ -32,11 +32,15 @@ _SERIES_GET = tuple(f.get for f in HISTORY_FIELDS)
 GPU_SERIES = ("vram_used_bytes", "vram_free_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
               "achieved_bandwidth_bytes_per_s")
 MAX_EVENTS = 1000  # model loads, unloads, sleeps and follows kept for the plots (a router's day fits many times)
+# a new regime (``Forecast.regime.cause``) marked as an event: the server reloaded, or what the speed depends on changed
+REGIME_EVENTS = {"reload": "reloaded", "model": "reloaded", "n_ctx": "changed", "cache_types": "changed",
+                 "slots": "changed", "devices": "changed", "placement": "changed"}
 
 
 @dataclass(frozen=True)
 class Event:
-    """A moment the plots mark: a model loaded, unloaded, fell asleep or woke, or another one followed."""
+    """A moment the plots mark: a model loaded, unloaded, fell asleep or woke, or another one followed; the server
+    reloaded, or what decode speed depends on changed (a new regime)."""
 
     t_wall: float
     kind: str
@@ -133,6 +137,7 @@ class History:
         self.points.clear()
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self.events_added = 0  # how many were ever added (a panel keeps its own count to draw only new ones)
+        self._regime = 0  # the regime index of the last poll
         self.appended = 0
 
     def __len__(self) -> int:
@@ -180,9 +185,21 @@ class History:
         self.appended += 1
         if snap.serving is not None:
             for e in snap.serving.events:
-                self.events.append(Event(e.t_wall, e.kind, e.model, e.message))
-                self.events_added += 1
+                self._event(Event(e.t_wall, e.kind, e.model, e.message))
+        r = snap.forecast.regime
+        if r.index and r.index != self._regime:
+            kind = REGIME_EVENTS.get(r.cause or "")
+            # a router's or llama-swap's model changes are their own events ("followed")
+            if self._regime and kind is not None and (r.cause != "model" or snap.serving is None):
+                words = r.description or kind
+                self._event(Event(r.since_t_wall or snap.t_wall, kind, snap.model.name or "",
+                                  words[:1].upper() + words[1:].replace(";", ":", 1)))
+            self._regime = r.index
         return self.points.add(snap)
+
+    def _event(self, e: Event) -> None:
+        self.events.append(e)
+        self.events_added += 1
 
     def view(self, window_s: float | None = None) -> HistoryView:
         """Rows of the last ``window_s`` seconds (None = the whole session kept), oldest first."""

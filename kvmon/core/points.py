@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvmon.core.lazy import lazy_import
@@ -73,33 +74,29 @@ def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
 
 
 class ContextBins:
-    """Measured decode speed averaged per context-depth bin: the hero plot's points, cheap at any history length."""
+    """Measured decode speed averaged per context-depth bin: the hero plot's points, cheap at any history length.
+    A bin's point sits at the mean depth of its measurements (never past the deepest of them: a dot drawn at the
+    bin's centre could stand ahead of the conversation)."""
 
     def __init__(self, bin_tokens: int = BIN_TOKENS) -> None:
         self.bin_tokens = bin_tokens
-        self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # (sum, count) per bin, made when first used
+        # per bin: the sum of speeds, the count, the sum of depths; made when first used
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.version = 0
 
-    @property
-    def _sum(self) -> np.ndarray:
-        return self._bins()[0]
-
-    @_sum.setter
-    def _sum(self, value: np.ndarray) -> None:
-        self._arrays = (value, self._bins()[1])
-
-    @property
-    def _count(self) -> np.ndarray:
-        return self._bins()[1]
-
-    @_count.setter
-    def _count(self, value: np.ndarray) -> None:
-        self._arrays = (self._bins()[0], value)
-
-    def _bins(self) -> tuple[np.ndarray, np.ndarray]:
+    def _bins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._arrays is None:
-            self._arrays = (np.zeros(0), np.zeros(0, dtype=np.int64))
+            self._arrays = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0))
         return self._arrays
+
+    def _grow(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        speeds, counts, depths = self._bins()
+        if size > speeds.size:
+            extra = size - speeds.size
+            self._arrays = (np.concatenate([speeds, np.zeros(extra)]),
+                            np.concatenate([counts, np.zeros(extra, dtype=np.int64)]),
+                            np.concatenate([depths, np.zeros(extra)]))
+        return self._bins()
 
     def add(self, context_tokens: float | None, decode_tok_s: float | None) -> None:
         """Record one measured point; unknown values are ignored."""
@@ -108,33 +105,43 @@ class ContextBins:
         if not (math.isfinite(context_tokens) and math.isfinite(decode_tok_s)) or context_tokens < 0:
             return
         b = int(context_tokens // self.bin_tokens)
-        if b >= self._sum.size:
-            grow = max(b + 1, 2 * self._sum.size)
-            self._sum = np.concatenate([self._sum, np.zeros(grow - self._sum.size)])
-            self._count = np.concatenate([self._count, np.zeros(grow - self._count.size, dtype=np.int64)])
-        self._sum[b] += decode_tok_s
-        self._count[b] += 1
+        speeds, counts, depths = self._bins()
+        if b >= speeds.size:
+            speeds, counts, depths = self._grow(max(b + 1, 2 * speeds.size))
+        speeds[b] += decode_tok_s
+        counts[b] += 1
+        depths[b] += context_tokens
         self.version += 1
 
     def merge(self, other: ContextBins) -> None:
         """Add every measurement of ``other`` (same bin width) to these bins."""
-        if other._sum.size > self._sum.size:
-            grow = other._sum.size - self._sum.size
-            self._sum = np.concatenate([self._sum, np.zeros(grow)])
-            self._count = np.concatenate([self._count, np.zeros(grow, dtype=np.int64)])
-        self._sum[:other._sum.size] += other._sum
-        self._count[:other._count.size] += other._count
+        theirs = other._bins()
+        mine = self._grow(theirs[0].size)
+        for a, b in zip(mine, theirs, strict=True):
+            a[:b.size] += b
         self.version += 1
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
-        """(bin centre in tokens, mean tok/s) of the bins holding measurements."""
-        nz = np.nonzero(self._count)[0]
-        return (nz + 0.5) * self.bin_tokens, self._sum[nz] / self._count[nz]
+        """(mean depth in tokens, mean tok/s) of the bins holding measurements, shallowest first."""
+        speeds, counts, depths = self._bins()
+        nz = np.nonzero(counts)[0]
+        return depths[nz] / counts[nz], speeds[nz] / counts[nz]
 
     def clear(self) -> None:
         """Forget all points (a new model was loaded)."""
         self._arrays = None
         self.version += 1
+
+
+@dataclass(frozen=True)
+class RegimeStep:
+    """How the speed changed when the current regime began: the last point measured before it, the n_ctx then, and
+    the regime's own first point (what the speed-vs-context plot says at the change: "reloaded with 128K: 70 → 7
+    tok/s"). None: not measured (nothing decoded before the change, or nothing since)."""
+
+    before_tok_s: float | None = None
+    before_n_ctx: int | None = None
+    after_tok_s: float | None = None
 
 
 class MeasuredPoints:
@@ -149,6 +156,9 @@ class MeasuredPoints:
         self.earlier_bins = ContextBins(bin_tokens)  # the regimes before it, of this model
         self.model: ModelKey | None = None
         self.regime = 0  # the snapshots' regime index the bins are of (0: none named yet)
+        self.step: RegimeStep | None = None  # how the speed changed when the current regime began (None: the first)
+        self._n_ctx: int | None = None  # the current regime's n_ctx, as last seen
+        self._last_tok_s: float | None = None  # the newest point's speed
         self.version = 0  # moves on every change
         self._ring: np.ndarray | None = None  # a ring of (t, context, tok/s) rows, made with the first point
         self._head = 0
@@ -190,11 +200,16 @@ class MeasuredPoints:
             if self.regime and not changed:  # the same model in another regime: its points so far are earlier ones
                 self.earlier_bins.merge(self.bins)
                 self.bins.clear()
+                self.step = RegimeStep(self._last_tok_s, self._n_ctx)
                 self.version += 1
             self.regime = regime
+        if model.n_ctx is not None:
+            self._n_ctx = model.n_ctx
         point = measured_point(slots, context_tokens, decode_tok_s, rate_source)
         if point is not None:
             self._append(t_monotonic, *point)
+            if self.step is not None and self.step.after_tok_s is None:
+                self.step = RegimeStep(self.step.before_tok_s, self.step.before_n_ctx, point[1])
         return changed
 
     def observe_model(self, key: ModelKey | None) -> bool:
@@ -212,6 +227,7 @@ class MeasuredPoints:
         self._data[head] = (t, context_tokens, tok_s)
         self._head = (head + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
+        self._last_tok_s = tok_s
         self.bins.add(context_tokens, tok_s)
         if self.sample_max > 0:
             self._seen += 1
@@ -235,6 +251,7 @@ class MeasuredPoints:
         self.bins.clear()
         self.earlier_bins.clear()
         self.regime = 0
+        self.step, self._n_ctx, self._last_tok_s = None, None, None
         self.version += 1
 
     # -- reading

@@ -1,5 +1,8 @@
 """Exports of what the dashboard shows: window or panel → PNG (with a caption strip), plot → SVG or CSV, clipboard.
 
+"The window" as a picture is its dashboard: the window less its menu bar, toolbars and status bar (a pressed button
+and a menu are no part of what is shared), with the caption strip below it.
+
 Every text written into an export passes ``caption.scrub`` (no credentials in a URL, no API key), and the
 default file name carries the model and a timestamp. ``install_actions`` adds the File/Export menu, a toolbar and
 shortcuts to a MainWindow.
@@ -20,7 +23,6 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import caption, theme
-from kvmon.gui.labels import ValueLabel
 
 if TYPE_CHECKING:  # the plotting library loads with the first plot, not with the menus
     import numpy as np
@@ -39,9 +41,10 @@ class ExportError(RuntimeError):
 
 
 def panel_widget(win: Any, name: str | None) -> QtWidgets.QWidget:
-    """The window (``None``) or one named panel; 'what-if' is built on demand."""
+    """The window's dashboard (``None``: the window without its menu bar, toolbars and status bar) or one named
+    panel; 'what-if' is built on demand."""
     if name is None:
-        return win
+        return win.centralWidget() if isinstance(win, QtWidgets.QMainWindow) else win
     if name not in PANEL_ATTRS:
         raise ExportError(f"unknown panel {name!r}; one of {', '.join(PANEL_ATTRS)}")
     if name == "what-if":
@@ -52,15 +55,14 @@ def panel_widget(win: Any, name: str | None) -> QtWidgets.QWidget:
 def grab_image(widget: QtWidgets.QWidget) -> QtGui.QImage:
     """The widget as an image at its screen's device pixel ratio (2× on a HiDPI screen).
 
-    Every label is scrubbed of credentials for the moment of the grab (a URL with user:password or a token in
-    its query must never reach a shared picture), then restored.
+    Every label (any widget with a ``text`` and a ``setText``) is scrubbed of credentials for the moment of the
+    grab (a URL with user:password or a token in its query must never reach a shared picture), then restored.
     """
     app = QtWidgets.QApplication.instance()
-    changed: list[tuple[QtWidgets.QLabel | ValueLabel, str]] = []
-    labels: list[QtWidgets.QLabel | ValueLabel] = [*widget.findChildren(QtWidgets.QLabel),
-                                                   *widget.findChildren(ValueLabel)]
-    if isinstance(widget, QtWidgets.QLabel | ValueLabel):
-        labels.append(widget)
+    changed: list[tuple[Any, str]] = []
+    labels = [w for w in (widget, *widget.findChildren(QtWidgets.QWidget))
+              if callable(getattr(w, "text", None)) and callable(getattr(w, "setText", None))
+              and not isinstance(w, QtWidgets.QLineEdit | QtWidgets.QTextEdit)]
     for lbl in labels:
         text = lbl.text()
         clean = caption.scrub(text)

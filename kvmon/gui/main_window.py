@@ -235,7 +235,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         from kvmon.gui.panels.speed_context import SpeedContextPanel
         from kvmon.gui.panels.speed_time import SpeedTimePanel
 
-        self._speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins)
+        self._speed_context = SpeedContextPanel(self.bins, self.points.earlier_bins, step=lambda: self.points.step)
         self._hero_slot.put(self._speed_context)
         self._speed_time = SpeedTimePanel(self.history)
         self._time_slot.put(self._speed_time)
@@ -409,7 +409,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.header.update_snapshot(s)
         self.models.update_snapshot(s)
         self.speed_context.update_snapshot(s)
-        self.speed_time.refresh()
+        self.speed_time.refresh(s)
         self.memory.update_snapshot(s)
         self.bandwidth.update_snapshot(s)
         self.latency.update_snapshot(s)

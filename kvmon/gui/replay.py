@@ -147,6 +147,16 @@ class ReplayController(QtCore.QObject):
         self._schedule()
 
 
+class JumpStyle(QtWidgets.QProxyStyle):
+    """The application's style, except that a click on a slider's groove jumps there (not a page step on)."""
+
+    def styleHint(self, hint: QtWidgets.QStyle.StyleHint, opt: QtWidgets.QStyleOption | None = None,
+                  widget: QtWidgets.QWidget | None = None, ret: QtWidgets.QStyleHintReturn | None = None) -> int:
+        if hint == QtWidgets.QStyle.StyleHint.SH_Slider_AbsoluteSetButtons:
+            return QtCore.Qt.MouseButton.LeftButton.value
+        return super().styleHint(hint, opt, widget, ret)
+
+
 class ReplayBar(QtWidgets.QWidget):
     """Slider, play/pause, speed, jumps and the recording time of the current snapshot."""
 
@@ -174,7 +184,10 @@ class ReplayBar(QtWidgets.QWidget):
             self.speed_box.addItem(f"{sp:g}×", sp)
         self.slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
         self.slider.setRange(0, len(ctl.snapshots) - 1)
-        self.slider.setToolTip("Time in the recording: drag to jump")
+        self.slider.setToolTip("Time in the recording: click or drag to jump")
+        self._style = JumpStyle()  # on the application's style, which it does not own
+        self._style.setParent(self.slider)
+        self.slider.setStyle(self._style)
         self.label = QtWidgets.QLabel()
         self.label.setMinimumWidth(220)
         for w in (self.start_btn, self.play_btn, self.alert_btn, self.end_btn, self.speed_box):

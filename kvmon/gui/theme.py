@@ -43,6 +43,9 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "legend": ("#262b30", "#f3f5f6"),  # a plot legend's box, in its own row outside the data
 }
 
+# The plots' small type size (points): their ticks, axis names, legends and the labels on the data.
+PLOT_TEXT_PT = 8.0
+
 # Quantities drawn dashed wherever they appear.
 DASHED = frozenset({"ceiling"})
 DOTTED = frozenset({"forecast"})

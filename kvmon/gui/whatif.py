@@ -1,6 +1,9 @@
 """The what-if panel: pickers for the device (live, a GPU of the NVIDIA, AMD or Intel tables, an Apple chip, a CPU's
 DDR4/DDR5 memory), model (live or a preset), context and cache type, and the calculator's answer
 (``kvmon.core.whatif``): the ceiling curve, the KV cache size and the fit verdict.
+
+The pickers and the answer sit above the plot (side by side in a wide panel, one above the other in a narrow one),
+so the plot has the panel's whole width at every window size.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.whatif import (
@@ -23,18 +26,30 @@ from kvmon.core.whatif import (
     table_gpus,
 )
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import ElidingCombo, WrapLabel
-from kvmon.gui.widgets import TokenAxis, ValueLabel, add_curve, make_plot, nice_ceiling
+from kvmon.gui.labels import ElidingCombo
+from kvmon.gui.plot_labels import style_axes
+from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.shape import ModelShape
 
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 CACHE_CHOICES = ("f16", "q8_0", "q4_0", "bf16", "q5_1", "q5_0", "q4_1", "iq4_nl", "f32")
 LIVE = "__live__"  # the model combo's data for the live model
+SIDE_BY_SIDE_PX = 600  # a panel at least this wide has the pickers and the answer side by side
+
+
+class Value(QtWidgets.QLabel):
+    """One answer of the calculator: plain text, the word-wrapped verdict, and where it comes from on hover."""
+
+    def set(self, text: str, tooltip: str | None = None) -> None:
+        if text != self.text():
+            self.setText(text)
+        if tooltip is not None and tooltip != self.toolTip():
+            self.setToolTip(tooltip)
 
 
 class WhatIfPanel(QtWidgets.QWidget):
-    """Pickers on the left, the ceiling curve and verdict on the right; recomputed on each change."""
+    """Pickers and the answer above, the ceiling curve below; recomputed on each change."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -42,13 +57,19 @@ class WhatIfPanel(QtWidgets.QWidget):
         self._live_model: LiveModel | None = None
         self._gpus = table_gpus()
         self._presets = presets()
-        lay = QtWidgets.QHBoxLayout(self)
-        form_box = QtWidgets.QWidget()
+        lay = QtWidgets.QVBoxLayout(self)
+        self._top = QtWidgets.QBoxLayout(QtWidgets.QBoxLayout.Direction.LeftToRight)
+        lay.addLayout(self._top)
+        form_box, answer_box = QtWidgets.QWidget(), QtWidgets.QWidget()
         form = QtWidgets.QFormLayout(form_box)
+        answer = QtWidgets.QFormLayout(answer_box)
+        for f in (form, answer):
+            f.setContentsMargins(0, 0, 0, 0)
+            f.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.gpu = ElidingCombo()  # "live: NVIDIA GeForce RTX 4090" ends in "…" in a narrow window
         self.model = ElidingCombo()
-        self.context = QtWidgets.QComboBox()
-        self.cache = QtWidgets.QComboBox()
+        self.context = ElidingCombo()
+        self.cache = ElidingCombo()
         group = None
         for g in self._gpus:
             if group is not None and g.group != group:
@@ -67,28 +88,37 @@ class WhatIfPanel(QtWidgets.QWidget):
         form.addRow("Model", self.model)
         form.addRow("Context", self.context)
         form.addRow("KV cache type", self.cache)
-        self.kv = ValueLabel()
-        self.ceiling_at = ValueLabel()
-        self.verdict = WrapLabel()
-        form.addRow("KV cache", self.kv)
-        form.addRow("Ceiling at context", self.ceiling_at)
-        form.addRow("Fits?", self.verdict)
+        self.kv = Value()
+        self.ceiling_at = Value()
+        self.verdict = Value()
+        self.verdict.setWordWrap(True)
+        answer.addRow("KV cache", self.kv)
+        answer.addRow("Ceiling at context", self.ceiling_at)
+        answer.addRow("Fits?", self.verdict)
         for cb in (self.gpu, self.model, self.context, self.cache):
             cb.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             cb.setMinimumContentsLength(14)
-        form_box.setMaximumWidth(300)
-        lay.addWidget(form_box)
+        self._top.addWidget(form_box, 3)
+        self._top.addWidget(answer_box, 2)
         self.plot = make_plot("What-if: ceiling vs context", "context", "tokens", "ceiling", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
+        style_axes(self.plot)
         self.curve = add_curve(self.plot, "ceiling", width=2.0)
         lay.addWidget(self.plot, 1)
         for cb in (self.gpu, self.model, self.context, self.cache):
-            cb.currentIndexChanged.connect(self.recompute)
-            cb.currentTextChanged.connect(cb.setToolTip)
+            cb.currentIndexChanged.connect(self.recompute)  # (each says its whole choice on hover)
         self.gpu.setToolTip(self.gpu.currentText())
         self.model.setToolTip(self.model.currentText())
         self.result: WhatIfResult | None = None
         self.recompute()
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        """Pickers and answer side by side in a wide panel, one above the other in a narrow one."""
+        super().resizeEvent(e)
+        want = (QtWidgets.QBoxLayout.Direction.LeftToRight if e.size().width() >= SIDE_BY_SIDE_PX
+                else QtWidgets.QBoxLayout.Direction.TopToBottom)
+        if self._top.direction() != want:
+            self._top.setDirection(want)
 
     def set_live(self, s: Snapshot) -> None:
         """Offer the live GPU and the live model as the first choices (once they are known)."""

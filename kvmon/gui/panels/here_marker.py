@@ -1,33 +1,25 @@
-""""You are here" on the speed-vs-context plot: a dotted line at the context depth across the plot, the decode speed
-as a dot on it, and the words beside the line, as one plain graphics item drawn in pixels.
+""""You are here" on the speed-vs-context plot: a dotted line at the context depth across the plot and the decode
+speed as a dot on it, as one plain graphics item drawn in pixels (its words are one of the plot's placed labels).
 
-The marker is what moves on the hero plot while a conversation decodes. As a line with a text label and a one-dot
-scatter (three plotting-library items) each move ran their Python bookkeeping (label placement, the scatter's data
-and bounds, view-change handlers) and their three paints; here a move is one bounds change and a paint of three
-shapes, and the strip it repaints is the same.
+The marker is what moves on the hero plot while a conversation decodes. As a line and a one-dot scatter
+(plotting-library items) each move ran their Python bookkeeping (the scatter's data and bounds, view-change
+handlers) and their paints; here a move is one bounds change and a paint of two shapes.
 """
 
 from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-TEXT = "you are here"
 DOT_PX = 13.0  # the dot's diameter
-LABEL_AT = 0.55  # the words' height, as a share of the plot's height from its foot
-GAP_PX = 4.0  # between the line and the words
 
 
 class HereMarker(QtWidgets.QGraphicsItem):
-    """Put in a plot's view box; ``set(x, y)`` moves it (``y`` None: the line and words without a dot), and
+    """Put in a plot's view box; ``set(x, y)`` moves it (``y`` None: the line without a dot), and
     ``view_changed`` follows the view's range and size (its bounds are in data units, its shapes in pixels)."""
 
-    def __init__(self, line_pen: QtGui.QPen, dot_pen: QtGui.QPen, dot_brush: QtGui.QBrush,
-                 text_color: QtGui.QColor) -> None:
+    def __init__(self, line_pen: QtGui.QPen, dot_pen: QtGui.QPen, dot_brush: QtGui.QBrush) -> None:
         super().__init__()
-        self._line_pen, self._dot_pen, self._dot_brush, self._text_color = line_pen, dot_pen, dot_brush, text_color
-        self._font = QtGui.QFont()
-        fm = QtGui.QFontMetricsF(self._font)
-        self._text_w, self._ascent = fm.horizontalAdvance(TEXT), fm.ascent()
+        self._line_pen, self._dot_pen, self._dot_brush = line_pen, dot_pen, dot_brush
         self._x: float | None = None
         self._y: float | None = None
         self._view = QtCore.QRectF(0.0, 0.0, 1.0, 1.0)  # the view's data range
@@ -59,11 +51,10 @@ class HereMarker(QtWidgets.QGraphicsItem):
     def _compute(self) -> QtCore.QRectF:
         if self._x is None:
             return QtCore.QRectF()
-        left = DOT_PX / 2 + 2
-        right = max(DOT_PX / 2 + 2, GAP_PX + self._text_w + 2)
+        half = DOT_PX / 2 + 2
         px_x = abs(self._px[0]) or 1.0
         top = min(self._view.top(), self._view.bottom())
-        return QtCore.QRectF(self._x - left * px_x, top, (left + right) * px_x, abs(self._view.height()))
+        return QtCore.QRectF(self._x - half * px_x, top, 2 * half * px_x, abs(self._view.height()))
 
     def boundingRect(self) -> QtCore.QRectF:
         return self._bounds
@@ -80,10 +71,6 @@ class HereMarker(QtWidgets.QGraphicsItem):
         p.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing, True)
         p.setPen(self._line_pen)
         p.drawLine(foot, head)
-        low, high = max(foot.y(), head.y()), min(foot.y(), head.y())
-        p.setPen(self._text_color)
-        p.setFont(self._font)
-        p.drawText(QtCore.QPointF(foot.x() + GAP_PX, low - LABEL_AT * (low - high) + self._ascent / 2), TEXT)
         if dot is not None:
             p.setPen(self._dot_pen)
             p.setBrush(self._dot_brush)

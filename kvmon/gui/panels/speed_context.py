@@ -1,25 +1,45 @@
-"""Speed vs context depth, the hero: measured points, ceiling curve, the forecast with its 80% band, milestones,
-where the current regime began, where the forecast stops (kernels that change with depth), you-are-here.
+"""Speed vs context depth, the hero: measured points, ceiling curve, the forecast with its 80% band, the forecast at
+each milestone depth on its curve point, where the current regime began, where the forecast stops (kernels that
+change with depth), you-are-here.
+
+The current regime fills the axes: its ceiling, forecast and points set the y range, while the points of earlier
+regimes of the same model (another n_ctx, a reload, a spill) are drawn faded and may run off the top. Where the
+regime began, a line says what changed and how the speed moved ("reloaded with 128K: 70 → 7.0 tok/s"). Every text on
+the data is placed by ``kvmon.gui.plot_labels.place``: none covers another, a dot, or leaves the view.
 
 Everything drawn comes from the Snapshot (the forecast curve is the analysis's, ``Forecast.curve``) and from the
-session store's bins: the current regime's points in the decode colour, the earlier regimes' points of the same
-model faded (the fit ignores them).
+session store (its bins, and how the speed changed at the regime's start).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.points import ContextBins
-from kvmon.core.snapshot import MILESTONES, Forecast, Snapshot  # a line at each depth the forecast gives
+from kvmon.core.points import ContextBins, RegimeStep
+from kvmon.core.snapshot import Forecast, Snapshot
+from kvmon.core.units import fmt_tok_s_approx
 from kvmon.gui import fmt, theme
-from kvmon.gui.panels.here_marker import HereMarker
+from kvmon.gui.panels.here_marker import DOT_PX, HereMarker
+from kvmon.gui.plot_labels import (
+    WAITING_TEXT,
+    DataLabels,
+    Rect,
+    dot_rect,
+    empty_text,
+    plain_legend,
+    polyline_points,
+    style_axes,
+    to_pixels,
+)
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
 
-REGIME_WORDS = {"n_ctx": "new n_ctx", "cache_types": "new cache types", "slots": "new slot count",
-                "devices": "new devices", "placement": "new placement", "reload": "reloaded"}
+REGIME_WORDS = {"n_ctx": "new context size", "cache_types": "new cache types", "slots": "new slot count",
+                "devices": "new devices", "placement": "moved in memory", "reload": "reloaded"}
+HERE_TEXT = "you are here"
 BAND_ALPHA = 45
 REDRAW_FRACTION = 0.0025  # of the y axis: about a pixel of a 400-pixel plot
 BAND_EDGE_ALPHA = 110
@@ -27,12 +47,29 @@ EARLIER_ALPHA = 90
 ONE_TOKEN_NAME = "ceiling without speculation"
 ONE_TOKEN_ALPHA = 120
 EARLIER_NAME = "before this regime"
+MILESTONE_DOT_PX = 7.0
 
 
-def regime_label(cause: str | None) -> str | None:
-    """The marker's text for a regime that began with ``cause``; None for the first one or another model's."""
+def _speed(v: float) -> str:
+    """A speed to two significant figures without its unit: "70", "7.0", "0.52"."""
+    return fmt_tok_s_approx(v).removeprefix("~").removesuffix(" tok/s")
+
+
+def regime_label(cause: str | None, n_ctx: int | None = None, step: RegimeStep | None = None) -> str | None:
+    """What the plot says where a regime began: what changed and how the speed moved ("reloaded with 128K: 70 → 7.0
+    tok/s"); None for the first regime or another model's (nothing to compare)."""
     word = REGIME_WORDS.get(cause or "")
-    return None if word is None else f"{word}: forecast from here"
+    if word is None:
+        return None
+    step = step or RegimeStep()
+    if n_ctx is not None and step.before_n_ctx is not None and n_ctx != step.before_n_ctx:
+        word = (f"reloaded with {fmt.ctx_label(n_ctx)}" if cause == "reload"
+                else f"context {fmt.ctx_label(step.before_n_ctx)} → {fmt.ctx_label(n_ctx)}")
+    if step.before_tok_s is not None and step.after_tok_s is not None:
+        return f"{word}: {_speed(step.before_tok_s)} → {_speed(step.after_tok_s)} tok/s"
+    if step.before_tok_s is not None:
+        return f"{word} (was {_speed(step.before_tok_s)} tok/s)"
+    return word
 
 
 class Dots(pg.ScatterPlotItem):
@@ -62,19 +99,34 @@ class Dots(pg.ScatterPlotItem):
 
 
 class SpeedContextPanel(QtWidgets.QWidget):
-    """Plot items made once; each refresh sets data only on the items whose inputs changed."""
+    """Plot items made once; each refresh sets data only on the items whose inputs changed, and places the labels
+    again only when what they name (or the view) changed."""
 
     def __init__(self, bins: ContextBins, earlier: ContextBins | None = None,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, *,
+                 step: Callable[[], RegimeStep | None] | None = None) -> None:
+        """``step``: how the speed changed when the current regime began (the session store's)."""
         super().__init__(parent)
         self.bins = bins
         self.earlier_bins = earlier if earlier is not None else ContextBins(bins.bin_tokens)
+        self._step_of = step or (lambda: None)
+        self._milestones: dict[int, str] = {}  # depth → its label, as shown
+        self._placed_key: object = None
+        self._place_due = False
+        self._updating = True  # while a snapshot is drawn (and while the plot is made): labels are placed at its end
+        self._keys: dict[str, object] = {}
+        self._data_version = 0  # moves whenever a curve or the dots change (what the labels keep clear of)
+        self._soft_cache: tuple[object, np.ndarray] = (None, np.empty((0, 2)))
+        self._earlier_in_legend = False
+        self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
+        self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
+        style_axes(self.plot)
         pi = self.plot.getPlotItem()
-        legend_below(self.plot, 2)
+        plain_legend(legend_below(self.plot, 2))
         edge = theme.color("forecast")
         edge.setAlpha(BAND_EDGE_ALPHA)
         self.forecast_low = pi.plot([], [], pen=pg.mkPen(edge, width=1))  # a pen (not None): the fill needs a path
@@ -96,33 +148,27 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.addItem(self.earlier)  # in the legend only while there are such points
         self.measured = Dots(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
         pi.addItem(self.measured)
+        # the forecast at each milestone depth, as a ring on the forecast curve (its label beside it)
+        self.milestone_dots = Dots(size=MILESTONE_DOT_PX, pen=pg.mkPen(theme.color("forecast"), width=1.5),
+                                   brush=pg.mkBrush(theme.background()))
+        self.milestone_dots.setZValue(5)
+        pi.addItem(self.milestone_dots)
         here_pen = pg.mkPen(theme.color("here"), width=1, style=QtCore.Qt.PenStyle.DotLine)
-        self.here = HereMarker(here_pen, pg.mkPen(theme.color("here"), width=2), theme.brush("decode"),
-                               QtGui.QColor(theme.foreground()))
+        self.here = HereMarker(here_pen, pg.mkPen(theme.color("here"), width=2), theme.brush("decode"))
         pi.addItem(self.here, ignoreBounds=True)
         vb = pi.getViewBox()
         vb.sigTransformChanged.connect(self._view_changed)
         vb.sigResized.connect(self._view_changed)
-        regime_pen = pg.mkPen(theme.color("warning"), width=1, style=QtCore.Qt.PenStyle.DashDotLine)
-        self.regime_line = pg.InfiniteLine(angle=90, movable=False, pen=regime_pen, label="",
-                                           labelOpts={"position": 0.92, "color": theme.color("warning")})
+        vb.sigResized.connect(self._view_moved)
+        vb.sigRangeChanged.connect(self._view_moved)
+        line_pen = pg.mkPen(theme.color("muted"), width=1, style=QtCore.Qt.PenStyle.DashDotLine)
+        self.regime_line = pg.InfiniteLine(angle=90, movable=False, pen=line_pen)
         self.regime_line.hide()
         pi.addItem(self.regime_line)
         limit_pen = pg.mkPen(theme.color("forecast"), width=1, style=QtCore.Qt.PenStyle.DashDotDotLine)
-        self.limit_line = pg.InfiniteLine(angle=90, movable=False, pen=limit_pen, label="",
-                                          labelOpts={"position": 0.80, "color": theme.color("forecast")})
+        self.limit_line = pg.InfiniteLine(angle=90, movable=False, pen=limit_pen)
         self.limit_line.hide()
         pi.addItem(self.limit_line)
-        self._milestone_lines: dict[int, pg.InfiniteLine] = {}
-        for i, m in enumerate(sorted(MILESTONES)):
-            # labels of neighbouring milestones sit at three heights so that 8K / 16K / 32K never overlap
-            line = pg.InfiniteLine(pos=m, angle=90, movable=False,
-                                   pen=pg.mkPen(theme.color("milestone"), width=1, style=QtCore.Qt.PenStyle.DashLine),
-                                   label=fmt.ctx_label(m),
-                                   labelOpts={"position": 0.05 + 0.11 * (i % 3), "color": theme.foreground()})
-            line.hide()
-            pi.addItem(line)
-            self._milestone_lines[m] = line
         pi.setXRange(0, 8192)
         pi.setYRange(0, 1)
         self.plot.setToolTip("Measured decode speed (dots, averaged per 256 tokens of context), the ceiling the "
@@ -134,21 +180,92 @@ class SpeedContextPanel(QtWidgets.QWidget):
         for item in (self.measured, self.earlier, self.ceiling.curve, self.forecast.curve, self.band):
             cache_static(item)
         lay.addWidget(self.plot)
-        self._keys: dict[str, object] = {}
-        self._earlier_in_legend = False
-        self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
-        self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
+        # the texts on the data, in the view box's pixels, placed together (``_place_labels``)
+        self.labels = DataLabels(vb, QtGui.QColor(theme.foreground()), QtGui.QColor(theme.background()))
+        self._show_empty(WAITING_TEXT)
+        self._updating = False
+
+    # --- texts on the data ------------------------------------------------------------------------------------
+    def label_texts(self) -> dict[str, str]:
+        """Every text shown on the data now, by key ("regime", "here", "limit", "ms:8192", "empty")."""
+        return self.labels.shown()
+
+    def milestone_labels(self) -> dict[int, str]:
+        """The forecast's label at each milestone depth shown ("64K ~4.85 tok/s")."""
+        shown = self.labels.shown()
+        return {m: shown[f"ms:{m}"] for m in self._milestones if f"ms:{m}" in shown}
+
+    def _show_empty(self, text: str | None) -> None:
+        """Say why the plot is empty ("waiting for the server") in its middle, with no numbers on its axes."""
+        if not self._changed("empty", text):
+            return
+        pi = self.plot.getPlotItem()
+        for name in ("left", "bottom"):
+            pi.getAxis(name).setStyle(showValues=text is None)
+        if text is None:
+            self.labels.drop("empty")
+        else:
+            self.labels.set("empty", text, ("center",), color=theme.color("muted"))
+        self._place_due = True
+
+    def _soft_points(self, vb: pg.ViewBox) -> np.ndarray:
+        """The curves, dots and lines a label should rather not cover, in the view's pixels (the curves' and dots'
+        worked out again only when they or the view changed: the marker moves more often)."""
+        key = (self._data_version, tuple(map(tuple, vb.viewRange())), vb.width(), vb.height())
+        if self._soft_cache[0] != key:
+            parts = [np.empty((0, 2))]
+            for item in (self.ceiling, self.forecast, self.one_token):
+                x, y = item.getData()
+                if x is not None and len(x):
+                    parts.append(polyline_points(*to_pixels(vb, x, y)))
+            for dots in (self.measured, self.earlier):
+                x, y = dots.getData()
+                if x is not None and len(x):
+                    parts.append(np.column_stack(to_pixels(vb, x, y)))
+            self._soft_cache = (key, np.concatenate(parts))
+        parts = [self._soft_cache[1]]
+        ys = np.arange(0.0, vb.height(), 4.0)
+        for line in (self.here, self.regime_line, self.limit_line):
+            if line.isVisible():
+                x = line.position()[0] if line is self.here else line.value()
+                px, _ = to_pixels(vb, np.array([x]), np.array([0.0]))
+                parts.append(np.column_stack([np.full(ys.size, px[0]), ys]))
+        return np.concatenate(parts)
+
+    def _place_labels(self) -> None:
+        """Put every text where it covers no other text, no dot, and stays in the view (see ``plot_labels``)."""
+        vb = self.plot.getPlotItem().getViewBox()
+        self._place_due = False
+        blocked: list[Rect] = []
+        hx, hy = self.here.position()
+        if self.here.isVisible() and hx is not None and hy is not None:
+            px, py = to_pixels(vb, np.array([hx]), np.array([hy]))
+            blocked.append(dot_rect(float(px[0]), float(py[0]), DOT_PX + 2))
+        mx, my = self.milestone_dots.getData()
+        if mx is not None and len(mx):
+            px, py = to_pixels(vb, mx, my)
+            blocked += [dot_rect(float(a), float(b), MILESTONE_DOT_PX + 2) for a, b in zip(px, py, strict=True)]
+        alone = set(self.labels.anchors) <= {"empty"}
+        self.labels.place(blocked, np.empty((0, 2)) if alone else self._soft_points(vb))
 
     def _view_changed(self, vb: pg.ViewBox) -> None:
         """The marker's bounds follow the view's range and size (its shapes are in pixels)."""
         self.here.view_changed(vb.viewRect(), tuple(vb.viewPixelSize()))  # type: ignore[arg-type]
 
+    def _view_moved(self, *_args: object) -> None:
+        """The view was resized or its range changed: the labels are placed again (at once, or at the end of the
+        snapshot being drawn)."""
+        self._place_due = True
+        if not self._updating:
+            self._place_labels()
+
+    # --- data -------------------------------------------------------------------------------------------------
     def reset(self) -> None:
         """A new session or model: draw everything afresh on the next snapshot (the marker's last speed goes)."""
         self._keys.clear()
 
     def _changed(self, name: str, key: object) -> bool:
-        if self._keys.get(name) == key:
+        if name in self._keys and self._keys[name] == key:
             return False
         self._keys[name] = key
         return True
@@ -166,23 +283,31 @@ class SpeedContextPanel(QtWidgets.QWidget):
         return self._earlier_cache[1], self._earlier_cache[2]
 
     def _y_max(self, s: Snapshot) -> float:
+        """The top of the current regime: its ceiling, forecast band, points and speeds (never an earlier regime's
+        points, which would squash this one under them)."""
         ys = [y for _x, y in s.ceiling_curve[:1]]
         if s.speculative is not None:  # the one-token ceiling, drawn beneath (or alone before the first count)
             ys.extend(y for _x, y in s.speculative.one_token_curve[:1])
-        for _x, pts in (self._points(), self._earlier_points()):
-            if pts.size:
-                ys.append(float(pts.max()))
+        _x, pts = self._points()
+        if pts.size:
+            ys.append(float(pts.max()))
         if s.forecast.curve:
             ys.append(max(hi for _n, _t, _lo, hi in s.forecast.curve))
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
+        if not ys:  # nothing of this regime yet (a reload's first polls): the earlier points keep the scale
+            _ex, ey = self._earlier_points()
+            ys.extend([float(ey.max())] if ey.size else [])
         return max(ys, default=1.0)
 
     def _marker_y(self, s: Snapshot, y_top: float) -> float | None:
         """The marker's height: the decode speed, moved only when it changed by more than 2 % of the axis (a few
         pixels; it wobbles by a token per second between polls, and each wobble would repaint the plot); while
-        idle the last measured speed stays, and with nothing measured there is no dot (never the ceiling)."""
+        idle the last measured speed stays, and with nothing measured there is no dot (never the ceiling, nor a
+        speed of the regime before)."""
         prev = self._keys.get("here")
         y_prev = prev[1] if isinstance(prev, tuple) and isinstance(prev[1], float) else None
+        if self._changed("here_regime", s.forecast.regime.index):
+            y_prev = None  # a speed of the regime before (a reload's first polls): not this one's
         if s.decode_tok_s is None:
             if y_prev is not None or s.context_tokens is None:
                 return y_prev
@@ -198,6 +323,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         curve = s.speculative.one_token_curve if s.speculative is not None else ()
         if not self._changed("one_token", curve):
             return
+        self._data_version += 1
         if curve:
             arr = np.asarray(curve, dtype=float)
             self.one_token.setData(arr[:, 0], arr[:, 1])
@@ -222,6 +348,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
                                  and float(np.max(np.abs(drawn[1][:, 1:] - arr[:, 1:]))) <= REDRAW_FRACTION * y_top)):
             return
         self._keys["forecast"] = (y_top, arr)
+        self._data_version += 1
         if arr.size:
             self.forecast.setData(arr[:, 0], arr[:, 1])
             self.forecast_low.setData(arr[:, 0], arr[:, 2])
@@ -234,18 +361,24 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.band.hide()
 
     def _draw_regime(self, s: Snapshot) -> None:
+        """The line where the current regime began, and the words of the change at its top."""
         r = s.forecast.regime
-        label = regime_label(r.cause)
+        label = regime_label(r.cause, s.model.n_ctx, self._step_of())
         if not self._changed("regime", (r.index, r.since_context_tokens, label)):
             return
-        if label is None or r.since_context_tokens is None:
+        if label is None:
             self.regime_line.hide()
+            self.labels.drop("regime")
+            return
+        if r.since_context_tokens is None:  # no point of it yet: the words alone, at the top left
+            self.regime_line.hide()
+            self.labels.set("regime", label, ("line", 0.0), bold=True)
             return
         self.regime_line.setValue(r.since_context_tokens)
-        self.regime_line.show()  # first: a hidden line's label ignores a new text
-        self.regime_line.label.setFormat(label)
+        self.regime_line.show()
         self.regime_line.setToolTip(f"A new regime began here ({r.description}): the forecast fits only the points "
                                     "measured since; earlier ones are drawn faded.")
+        self.labels.set("regime", label, ("line", float(r.since_context_tokens)), bold=True)
 
     def _draw_limit(self, fc: Forecast, x_max: int) -> None:
         """Where the forecast stops short of n_ctx (attention kernels that change with depth), and why."""
@@ -254,32 +387,52 @@ class SpeedContextPanel(QtWidgets.QWidget):
             return
         if limit is None or limit >= x_max:
             self.limit_line.hide()
+            self.labels.drop("limit")
             return
         self.limit_line.setValue(limit)
-        self.limit_line.show()  # first: a hidden line's label ignores a new text
-        self.limit_line.label.setFormat(f"kernel-dependent\nbeyond {fmt.ctx_label(limit)}")
+        self.limit_line.show()
         self.limit_line.setToolTip(f"No forecast past {fmt.ctx_label(limit)}: {fc.fit_reason or ''}".rstrip(": "))
+        self.labels.set("limit", f"kernel-dependent beyond {fmt.ctx_label(limit)}", ("line", float(limit)),
+                   color=theme.color("forecast"))
 
-    def _draw_milestones(self, fc: Forecast, x_max: int) -> None:
-        """Each visible milestone's label: its depth and the forecast there, as people read numbers."""
-        if not self._changed("milestones", (fc.milestones, x_max)):  # formatted only when the forecast moved
+    def _draw_milestones(self, fc: Forecast, x_max: int, here: float | None) -> None:
+        """The forecast at each milestone depth in view: a ring on the curve and "64K ~4.85 tok/s" beside it, the
+        depths ahead of the conversation first (they are what the forecast is for)."""
+        ms = tuple((m.context_tokens, m.tok_s) for m in fc.milestones if m.context_tokens <= x_max)
+        ahead = sorted((m for m in ms if here is None or m[0] >= here), key=lambda m: m[0])
+        if not self._changed("milestones", (ms, len(ahead))):
             return
-        by_ctx = {m.context_tokens: m for m in fc.milestones}
-        labels = tuple((m, f"{fmt.ctx_label(m)}\n~{fmt.tok_s(by_ctx[m].tok_s)}" if m in by_ctx and m <= x_max
-                        else fmt.ctx_label(m)) for m in self._milestone_lines)
-        if self._changed("milestone_labels", labels):
-            for m, text in labels:
-                self._milestone_lines[m].label.setFormat(text)
+        self._data_version += 1
+        for m in self._milestones:
+            self.labels.drop(f"ms:{m}")
+        behind = sorted((m for m in ms if here is not None and m[0] < here), key=lambda m: -m[0])
+        self._milestones = {}
+        for depth, tok_s in (*ahead, *behind):  # those behind the conversation only where they cover no curve
+            text = f"{fmt.ctx_label(depth)} ~{fmt.tok_s(tok_s)}"
+            self._milestones[depth] = text
+            self.labels.set(f"ms:{depth}", text, ("point", float(depth), float(tok_s), MILESTONE_DOT_PX / 2, "above"),
+                            optional=(depth, tok_s) not in ahead)
+        if ms:
+            arr = np.asarray(ms, dtype=float)
+            self.milestone_dots.setData(arr[:, 0], arr[:, 1])
+        else:
+            self.milestone_dots.setData([], [])
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the depth-related parts of a snapshot."""
+        self._updating = True
+        try:
+            self._update(s)
+        finally:
+            self._updating = False
+
+    def _update(self, s: Snapshot) -> None:
         n_ctx = s.model.n_ctx
         x_max = n_ctx or (max(s.context_tokens or 0, 8192))
         if self._changed("range", x_max):
             self.plot.getPlotItem().setXRange(0, x_max, padding=0.02)
-            for m, line in self._milestone_lines.items():
-                line.setVisible(m <= x_max)
         if self._changed("ceiling", s.ceiling_curve):
+            self._data_version += 1
             if s.ceiling_curve:
                 arr = np.asarray(s.ceiling_curve, dtype=float)
                 self.ceiling.setData(arr[:, 0], arr[:, 1])
@@ -294,9 +447,11 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._draw_forecast(fc, y_top)
         x, y = self._points()
         if self._changed("bins", (x.size, self.bins.version // 10)):
+            self._data_version += 1
             self.measured.setData(x, y)
         ex, ey = self._earlier_points()
         if self._changed("earlier", (ex.size, self.earlier_bins.version)):
+            self._data_version += 1
             self.earlier.setData(ex, ey)
             legend = self.plot.getPlotItem().legend
             if bool(ex.size) != self._earlier_in_legend:
@@ -311,11 +466,21 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if self._changed("here", here):
             if s.context_tokens is None:
                 self.here.hide()
+                self.labels.drop("here")
             else:
                 self.here.set(float(s.context_tokens), here[1])
                 self.here.show()
-        self._draw_milestones(fc, x_max)
+                seen = here[1] is not None and 0.0 <= here[1] <= y_top  # (a dot above the axis is not seen)
+                anchor = (("point", float(s.context_tokens), here[1], DOT_PX / 2, "right") if seen
+                          else ("line_mid", float(s.context_tokens)))
+                self.labels.set("here", HERE_TEXT, anchor)
+        self._draw_milestones(fc, x_max, None if s.context_tokens is None else float(s.context_tokens))
         self._draw_limit(fc, x_max)
+        self._show_empty(empty_text(s, bool(x.size or ex.size or s.ceiling_curve or fc.curve)))
+        placed = (self.labels.key(), self._data_version, y_top, x_max)
+        if placed != self._placed_key or self._place_due:
+            self._placed_key = placed
+            self._place_labels()
         spec = fmt.speculation_text(s)
         if self._changed("tip", (fc.milestones, fc.fit_points, fc.fit_form, fc.regime.index, fc.fit_reason, spec)):
             self.plot.setToolTip(self._tooltip(fc) + (f"\n{spec}" if spec else ""))

@@ -1,10 +1,10 @@
-"""Speed over time: decode tok/s with the ceiling (dashed) as a strip chart, prefill in a lane of its own below it;
-gaps where none measured.
+"""Speed over time: decode tok/s as a solid filled line with the ceiling dashed over it, the events (model loads,
+sleeps, follows, reloads) in a lane above, prefill in a small chart of its own below; gaps where nothing was measured.
 
-The clock-time axis stands still for a step (a tenth of the window) while each poll extends the curves to the
-right, so a poll repaints only the few pixels its new segments cover; when the newest sample reaches the right
-edge the axis steps on and the window is drawn again. Curves are kept in the view's pixel coordinates (mapped
-with numpy when drawn again), so a repaint strokes a path without a data-to-pixel transform.
+The time axis fits the data: at the start it spans what there is (a minute, two, five), and grows in round steps to
+the chosen window (5 min, 1 h) or with the session. Within a step the axis stands still while each poll extends the
+curves to the right, so a poll repaints only the few pixels its new segments cover; when the newest sample reaches
+the right edge the axis steps on and the window is drawn again.
 """
 
 from __future__ import annotations
@@ -15,31 +15,36 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.history import Event, History
+from kvmon.core.history import History
+from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
+from kvmon.gui.panels.event_lane import LANE_PX, EventLane
+from kvmon.gui.panels.strip_curve import StripCurve, ViewMap
+from kvmon.gui.plot_labels import PlotText, empty_text, plain_legend, plot_font, style_axes
 from kvmon.gui.series import peak_decimate
 from kvmon.gui.widgets import TITLE_HEIGHT, ClockAxis, cache_static, legend_below, make_plot, nice_ceiling, plain_item
 
-LINE_WIDTH = 1.0
+DECODE_WIDTH = 1.5
+DECODE_FILL_ALPHA = 55
+PREFILL_FILL_ALPHA = 120
 MAX_POINTS = 1200  # longer windows (an hour, a session: up to 86,400 samples) are peak-downsampled to this many
 STEPS_PER_WINDOW = 10  # the time axis moves on in steps of this fraction of the window
 MAX_APPEND = 60  # more new samples than this at once (a replay jump, a long pause): draw the window again
-ViewMap = tuple[float, float, float, float, float, float]  # x0, x1, y0, y1, width and height in pixels
-# a model event's marker colour (theme quantities)
-EVENT_COLOURS = {"loaded": "ok", "woke": "ok", "loading": "info", "sleeping": "muted", "unloaded": "muted",
-                 "failed": "critical", "followed": "decode"}
-LANE_HEIGHT = 76  # the prefill lane and the time axis under it (pixels)
-LANE_MIN_HEIGHT = 52  # ... in a short view, where the speed chart keeps CHART_FLOOR pixels before the lane shrinks
+MIN_SPAN_S = 20.0  # the shortest time axis: a few polls are not stretched over the whole width
+FIT_ROOM = 1.15  # a fitted axis spans this much more than the data, so it grows in steps, not at every poll
+LANE_HEIGHT = 62  # the prefill chart and the time axis under it (pixels)
+LANE_MIN_HEIGHT = 48  # ... in a short view, where the speed chart keeps CHART_FLOOR pixels before the lane shrinks
 CHART_FLOOR = 40  # the speed chart's height that a short view keeps from the lane (pixels)
 LAYOUT_SLACK = 4  # the chart layout's margins and spacing around title, chart and lane (pixels)
-LANE_ROW = 4  # the lane's row in the chart's layout (0 title, 1 top axis, 2 the chart, 3 its hidden bottom axis)
+EVENT_ROW = 1  # the event lane's row in the chart's layout (where the hidden top axis was)
+LANE_ROW = 4  # the prefill chart's row (0 title, 1 events, 2 the chart, 3 its hidden bottom axis)
 LANE_HEADROOM = 1.3  # the lane's scale reaches this far above its top tick: that label stays clear of the chart's
 ZERO_LABEL_ROOM = 8  # the speed chart has no bottom axis: its "0" label needs this much above the lane (pixels)
 SHORT_CHART_HEIGHT = 64  # a speed chart lower than this (pixels) is given two ticks, 0 and its top
 NO_PREFILL_TEXT = "no prefill measured in this window"  # not "no prompt": one may have gone unmeasured
 LEGEND_MIN_VIEW_HEIGHT = 180  # a shorter view has no room for the legend under the lane (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
-MAX_MARKERS = 200  # event markers kept on the plot (older ones are far left of any window)
+MIN_HEIGHT = TITLE_HEIGHT + LANE_PX + CHART_FLOOR + LANE_MIN_HEIGHT + LAYOUT_SLACK  # the view's least height (pixels)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -49,132 +54,42 @@ def step_s(span_s: float) -> float:
     return float(max((s for s in _NICE_STEPS_S if s <= want), default=_NICE_STEPS_S[0]))
 
 
-def lane_ticks(top: float | None) -> list[tuple[float, str]]:
-    """The prefill lane's few ticks: zero and the top of its scale (a lane is too low for more); zero alone while
-    the window holds no prefill (a scale then would be made up)."""
-    return [(0.0, "0"), (top, f"{top:g}")] if top is not None else [(0.0, "0")]
+def fitted_span_s(data_span_s: float, window_s: float | None) -> float:
+    """The time axis's span for data spanning ``data_span_s``: a round span a little longer (at least a minute),
+    at most the window."""
+    want = max(data_span_s * FIT_ROOM, MIN_SPAN_S)
+    span = float(next((s for s in _NICE_STEPS_S if s >= want), math.ceil(want / 86400) * 86400))
+    return span if window_s is None else min(span, window_s)
 
 
-def with_lead_ins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The polyline drawn for rate samples: each run of finite samples starts at the previous poll's time.
-
-    A rate sample is the average over the interval since the previous poll, so a run's first sample is drawn
-    flat over that interval; a lone sample between gaps (a reply that gave one decode sample) becomes a short
-    segment instead of a point a line cannot show. NaN stays NaN (a gap).
-    """
-    finite = np.isfinite(y)
-    if not finite.any():
-        return x, y
-    starts = np.nonzero(finite & ~np.concatenate(([False], finite[:-1])))[0]
-    step = float(np.median(np.diff(x))) if x.size > 1 else 0.0
-    lead_x = np.where(starts > 0, x[np.maximum(starts - 1, 0)], x[starts] - step)
-    return np.insert(x, starts, lead_x), np.insert(y, starts, y[starts])
-
-
-class StripCurve(QtWidgets.QGraphicsItem):
-    """One quantity's curve in a view's pixel coordinates: drawn again when the axes move, extended in between.
-
-    ``getData`` gives the samples (clock seconds, tok/s) for exports; ``drawn`` the polyline with its lead-ins
-    (data coordinates); ``last_dirty`` the region the last append asked to repaint (pixels). Appends are plain
-    Python floats kept in lists (a poll adds one sample; numpy's per-call cost would outweigh the work).
-    """
-
-    def __init__(self, quantity: str, name: str, parent: QtWidgets.QGraphicsItem) -> None:
-        super().__init__(parent)
-        self._pen = theme.pen(quantity, LINE_WIDTH)
-        self._pen.setCosmetic(True)
-        self.opts = {"pen": self._pen, "name": name, "antialias": False}  # what pyqtgraph's legend reads
-        self._name = name
-        self._path = QtGui.QPainterPath()
-        self._bounds = QtCore.QRectF()
-        self._x = self._y = self._dx = self._dy = np.empty(0)  # as last drawn in full
-        self._tail: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])  # appended since
-        self._last: tuple[float, bool] | None = None  # the newest sample's time and whether it was finite
-        self._map: ViewMap = (0.0, 1.0, 0.0, 1.0, 1.0, 1.0)
-        self.last_dirty = QtCore.QRectF()
-        self.setZValue(10)
-
-    def name(self) -> str:
-        return self._name
-
-    def getData(self) -> tuple[np.ndarray, np.ndarray]:  # pyqtgraph's name: exports read it
-        tx, ty, _dx, _dy = self._tail
-        return np.concatenate((self._x, tx)), np.concatenate((self._y, ty))
-
-    def drawn(self) -> tuple[np.ndarray, np.ndarray]:
-        """The polyline as drawn (with the lead-in of every run), in data coordinates."""
-        _tx, _ty, dx, dy = self._tail
-        return np.concatenate((self._dx, dx)), np.concatenate((self._dy, dy))
-
-    def set_data(self, x: np.ndarray, y: np.ndarray, mapping: ViewMap) -> None:
-        """Samples and the mapping (x range, y range, view size in pixels); the whole path is built again."""
-        self._x, self._y = x, y
-        self._dx, self._dy = with_lead_ins(x, y)
-        self._tail = ([], [], [], [])
-        self._last = (float(x[-1]), math.isfinite(float(y[-1]))) if x.size else None
-        self.remap(mapping)
-
-    def remap(self, mapping: ViewMap) -> None:
-        """The view was resized or its ranges changed: the same data, new pixels."""
-        self._dx, self._dy = self.drawn()
-        self._x, self._y = self.getData()
-        self._tail = ([], [], [], [])
-        self._map = mapping
-        bounds = QtCore.QRectF(0.0, 0.0, mapping[4], mapping[5])
-        if bounds != self._bounds:
-            self.prepareGeometryChange()
-            self._bounds = bounds
-        x0, x1, y0, y1, w, h = mapping
-        px = (self._dx - x0) * (w / (x1 - x0))
-        py = h - (self._dy - y0) * (h / (y1 - y0))
-        self._path = pg.arrayToQPath(px, py, connect="finite") if px.size else QtGui.QPainterPath()
-        self.update()
-
-    def append(self, xs: list[float], ys: list[float]) -> None:
-        """New samples after the last one, within the current ranges: extend the path, repaint only them."""
-        x0, x1, y0, y1, w, h = self._map
-        sx, sy = w / (x1 - x0), h / (y1 - y0)
-        tx, ty, dx, dy = self._tail
-        prev_x, prev_finite = self._last if self._last is not None else (xs[0], False)
-        dirty = QtCore.QRectF()
-        for x, y in zip(xs, ys, strict=True):
-            finite = math.isfinite(y)
-            if finite:
-                px, py = (x - x0) * sx, h - (y - y0) * sy
-                if prev_finite:
-                    start = self._path.currentPosition()
-                else:  # a run starts: flat from the previous poll
-                    start = QtCore.QPointF((prev_x - x0) * sx, py)
-                    self._path.moveTo(start)
-                    dx.append(prev_x)
-                    dy.append(y)
-                self._path.lineTo(px, py)
-                dirty = dirty.united(QtCore.QRectF(start, QtCore.QPointF(px, py)).normalized())
-            tx.append(x)
-            ty.append(y)
-            dx.append(x)
-            dy.append(y)
-            prev_x, prev_finite = x, finite
-        self._last = (prev_x, prev_finite)
-        if not dirty.isNull():
-            self.last_dirty = dirty.adjusted(-2.0, -2.0, 2.0, 2.0)
-            self.update(self.last_dirty)
-
-    def last_time(self) -> float | None:
-        """The newest sample's time (None before any)."""
-        return None if self._last is None else self._last[0]
-
-    def boundingRect(self) -> QtCore.QRectF:
-        return self._bounds
-
-    def paint(self, p: QtGui.QPainter, *_args: object) -> None:
-        p.setPen(self._pen)
-        p.drawPath(self._path)
+def time_range(t0: float, newest: float, window_s: float | None) -> tuple[float, float]:
+    """The time axis for samples from ``t0`` to ``newest``: fitted to them (from a round time at or before the
+    first) while they fit in the window, else the window ending a step after the newest."""
+    span = fitted_span_s(newest - t0, window_s)
+    while True:
+        step = step_s(span)
+        left = math.floor(t0 / step) * step
+        if newest < left + span:
+            return left, left + span
+        if window_s is not None and span >= window_s:
+            break
+        span = fitted_span_s(newest - left, window_s)
+    step = step_s(window_s)
+    right = (math.floor(newest / step) + 1) * step
+    return right - window_s, right
 
 
-def event_label(ev: Event) -> str:
-    """A marker's few words: "qwen3-8b loaded", "→ gemma-3-12b" (now shown)."""
-    return f"→ {ev.model}" if ev.kind == "followed" else f"{ev.model} {ev.kind}"
+def compact(v: float) -> str:
+    """A tick's number, short: 850, 1.5K, 12K."""
+    if v >= 1000:
+        return f"{v / 1000:.3g}K"
+    return f"{v:g}"
+
+
+def lane_ticks(top: float | None, unit: str = "") -> list[tuple[float, str]]:
+    """A low chart's few ticks: zero and the top of its scale (with ``unit``); zero alone while the window holds
+    nothing (a scale then would be made up)."""
+    return [(0.0, "0"), (top, f"{compact(top)}{unit}")] if top is not None else [(0.0, "0")]
 
 
 class SpeedTimePanel(QtWidgets.QWidget):
@@ -196,23 +111,32 @@ class SpeedTimePanel(QtWidgets.QWidget):
         # (x range, y max, prefill y max) as last set on the axes and used to map the curves; None before a draw
         self._ranges: tuple[tuple[float, float], float, float] | None = None
         self._chart_ticks: list[list[tuple[float, str]]] | None = None  # the speed chart's own ticks (a low chart)
+        self._events_key: tuple[int, tuple[float, float]] | None = None
+        self._empty: str | None = None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        # Prefill runs 10-100x faster than decode: a lane of its own under the speed chart (its own scale, the same
+        # Prefill runs 10-100x faster than decode: a chart of its own under the speed chart (its own scale, the same
         # time), so that no prefill number ever reads against the decode axis or the ceiling. Both are items of one
         # view (the lane a row of the chart's layout): a poll repaints one viewport, and a short window shares its
         # height between them instead of cutting the time axis off
-        self.plot = make_plot("Speed over time", "", None, "", "tok/s")  # "(tok/s)": a short chart has room for no more
+        self.plot = make_plot("Speed over time", "", None, "tok/s", None)
+        style_axes(self.plot, AXIS_WIDTH)
         pi = self.plot.getPlotItem()
         pi.hideAxis("bottom")  # the lane under it carries the time axis
-        self.plot.setMinimumHeight(TITLE_HEIGHT + CHART_FLOOR + LANE_MIN_HEIGHT + LAYOUT_SLACK)  # a short view keeps it
-        pi.vb.disableAutoRange()
         vb = pi.vb
-        self.decode = StripCurve("decode", "decode", vb)
+        vb.disableAutoRange()
+        self.decode = StripCurve("decode", "decode", vb, width=DECODE_WIDTH, fill_alpha=DECODE_FILL_ALPHA)
         self.ceiling = StripCurve("ceiling", "ceiling", vb)
+        self.ceiling.setZValue(11)  # the dashes over the decode fill
+        # the events' row above the chart, where its (hidden) top axis was
+        pi.layout.removeItem(pi.getAxis("top"))
+        self.events = EventLane(vb)
+        pi.layout.addItem(self.events, EVENT_ROW, 1)
         self.lane = pg.PlotItem(axisItems={"bottom": ClockAxis(orientation="bottom")})  # the time axis of both
         plain_item(self.lane)
-        self.lane.setTitle(None)  # no axis name either: the legend and the colour name it (a name would not fit)
+        self.lane.setTitle(None)  # no axis name either: the legend and its tick's unit name it
+        for name in ("left", "bottom"):
+            self.lane.getAxis(name).setStyle(tickFont=plot_font(), tickLength=-4)
         # no side margins: its left axis starts where the chart's does; the top one is room for the chart's "0"
         self.lane.layout.setContentsMargins(0, ZERO_LABEL_ROOM, 0, 0)
         self.lane.setMinimumHeight(LANE_HEIGHT)  # less in a short view (resizeEvent)
@@ -223,26 +147,28 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.lane.setXLink(pi)
         self.lane.getAxis("left").setTicks([lane_ticks(None)])
         self.lane.setYRange(0.0, LANE_HEADROOM, padding=0.0)
-        self.prefill = StripCurve("prefill", "prefill", self.lane.vb)
+        self.prefill = StripCurve("prefill", "prefill", self.lane.vb, fill_alpha=PREFILL_FILL_ALPHA)
+        bg = QtGui.QColor(theme.background())
         # in the lane's own pixels (a child of its view box, not of the data): says why the lane is empty
-        self.no_prefill = QtWidgets.QGraphicsSimpleTextItem(NO_PREFILL_TEXT, self.lane.vb)
-        self.no_prefill.setBrush(theme.brush("muted"))
-        font = self.no_prefill.font()
-        font.setPointSizeF(8.0)
-        self.no_prefill.setFont(font)
-        self.no_prefill.setPos(6.0, 2.0)
+        self.no_prefill = PlotText(self.lane.vb, plot_font(), theme.color("muted"), bg)
+        self.no_prefill.setText(NO_PREFILL_TEXT)
+        self.no_prefill.put((6.0, 2.0, 0.0, 0.0))
+        # what the chart says while it has nothing to draw ("waiting for the server"), in its middle
+        self.empty = PlotText(vb, plot_font(), theme.color("muted"), bg)
         self._prefill_seen = False  # whether the drawn window holds a prefill sample
         for ax in (pi.getAxis("left"), self.lane.getAxis("left")):
             ax.setWidth(AXIS_WIDTH)  # the same width: both charts' times line up
         legend = legend_below(self.plot, 3, row=LANE_ROW + 1)
+        plain_legend(legend)
         for curve, label in ((self.decode, "decode"), (self.ceiling, "ceiling"),
-                             (self.prefill, "prefill tok/s (own scale)")):
+                             (self.prefill, "prefill (own scale)")):
             legend.addItem(curve, label)
+        self.plot.setMinimumHeight(MIN_HEIGHT)
         vb.sigResized.connect(self._remap)
         self.lane.vb.sigResized.connect(self._remap)
         self.plot.setToolTip("Decode tokens per second (measured from server counters) and the "
                              "memory-bandwidth ceiling at the context depth of the moment (computed); prefill "
-                             "in the lane below, on its own scale.\n"
+                             "in the chart below, on its own scale; model loads, sleeps and reloads above.\n"
                              "Gaps: idle, or the server was unreachable. Each run of samples starts at the "
                              "poll before its first one (a rate is an average over the interval since then).")
         self.lane.setToolTip("Prefill (prompt processing) tokens per second, measured from server counters: "
@@ -251,8 +177,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         cache_static(pi.titleLabel)
         lay.setSpacing(0)
         lay.addWidget(self.plot, 1)
-        self._markers: list[pg.InfiniteLine] = []  # model loads, unloads, sleeps, follows (a router, llama-swap)
-        self._events_seen = 0
+        self._show_empty(empty_text(None, False))
 
     def curves(self) -> tuple[StripCurve, ...]:
         """The decode, prefill and ceiling curves."""
@@ -268,6 +193,10 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._drawn = (-1, None)
         self.refresh()
 
+    def markers(self) -> list[object]:
+        """The event marks shown, oldest first (each stands for one or more events)."""
+        return list(self.events.marks)
+
     def _mappings(self) -> tuple[ViewMap, ViewMap]:
         vb, lane = self.plot.getPlotItem().vb, self.lane.vb
         w, h = max(vb.width(), 1.0), max(vb.height(), 1.0)
@@ -281,6 +210,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
             curve.remap(main)
         self.prefill.remap(pf)
         self._fit_ticks()
+        self._place_empty()
 
     def _fit_ticks(self) -> None:
         """A chart too low for the axis's own ticks gets two, zero and its top (more would print over each other)."""
@@ -290,6 +220,26 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if want != self._chart_ticks:
             self._chart_ticks = want
             ax.setTicks(want)
+
+    def _show_empty(self, text: str | None) -> None:
+        """Say why the chart is empty ("waiting for the server"), with no numbers on its axes, or show them."""
+        if text == self._empty:
+            return
+        self._empty = text
+        for ax in (self.plot.getPlotItem().getAxis("left"), self.lane.getAxis("left"), self.lane.getAxis("bottom")):
+            ax.setStyle(showValues=text is None)
+        self.no_prefill.setVisible(text is None and not self._prefill_seen)
+        if text is not None:
+            self.empty.setText(text)
+        self._place_empty()
+
+    def _place_empty(self) -> None:
+        if self._empty is None:
+            self.empty.hide()
+            return
+        vb = self.plot.getPlotItem().vb
+        w, h = self.empty.size()
+        self.empty.put(((vb.width() - w) / 2, (vb.height() - h) / 2, w, h))
 
     def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
         """Share a short view's height: the legend goes first (the plot's tooltip names the lines), then the lane
@@ -302,7 +252,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if changed:
             pi.legend.setVisible(show)
         legend = pi.legend.geometry().height() if show and pi.legend is not None else 0.0
-        room = height - TITLE_HEIGHT - legend - LAYOUT_SLACK
+        room = height - TITLE_HEIGHT - LANE_PX - legend - LAYOUT_SLACK
         lane = min(float(LANE_HEIGHT), max(float(LANE_MIN_HEIGHT), room - CHART_FLOOR))
         if self.lane.maximumHeight() != lane:
             self.lane.setMinimumHeight(lane)
@@ -311,53 +261,35 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if changed:  # the view sized the plot before these rows gave up their room: size it again, to the view
             pi.setGeometry(QtCore.QRectF(0.0, 0.0, self.plot.width(), self.plot.height()))
 
-    def markers(self) -> list[pg.InfiniteLine]:
-        """The event markers on the plot, oldest first."""
-        return list(self._markers)
-
     def _sync_events(self) -> None:
-        """One dashed vertical line per model event since the last look, labelled with what happened."""
-        h = self.history
-        if h.events_added < self._events_seen:  # the history was cleared (another server, a replay)
-            for line in self._markers:
-                self.plot.removeItem(line)
-            self._markers, self._events_seen = [], 0
-        new = min(h.events_added - self._events_seen, len(h.events))
-        if new <= 0:
-            return
-        for ev in list(h.events)[-new:]:
-            colour = EVENT_COLOURS.get(ev.kind, "muted")
-            pen = pg.mkPen(theme.hex_color(colour), width=1, style=QtCore.Qt.PenStyle.DashLine)
-            # short labels low in the plot (clear of the legend and, mostly, of the curves), one above another:
-            # events often come close together (a load, then the follow); the tooltip says it whole
-            position = 0.06 + 0.07 * (len(self._markers) % 4)
-            line = pg.InfiniteLine(pos=ev.t_wall, angle=90, movable=False, pen=pen, label=event_label(ev),
-                                   labelOpts={"position": position, "color": theme.hex_color(colour),
-                                              "anchors": [(0, 0.5), (0, 0.5)]})
-            if line.label is not None:
-                font = line.label.textItem.font()
-                font.setPointSizeF(7.5)
-                line.label.setFont(font)
-            line.setToolTip(ev.message)
-            line.setZValue(5)
-            self.plot.addItem(line, ignoreBounds=True)
-            self._markers.append(line)
-        while len(self._markers) > MAX_MARKERS:
-            self.plot.removeItem(self._markers.pop(0))
-        self._events_seen = h.events_added
+        """The event lane follows the history's events and the time axis (laid out only when either changed)."""
+        key = (self.history.events_added, self.x_range())
+        if key != self._events_key:
+            self._events_key = key
+            self.events.set_events(list(self.history.events), self.x_range())
 
-    def refresh(self) -> None:
-        """Bring the curves up to the history: append the new samples, or draw the window again."""
-        self._sync_events()
+    def refresh(self, s: Snapshot | None = None) -> None:
+        """Bring the curves up to the history: append the new samples, or draw the window again. ``s``: the
+        snapshot shown (what the chart says while it has nothing to draw)."""
         appended = self.history.appended
-        if (appended, self.window_s) == self._drawn or len(self.history) == 0:
-            return
-        new = appended - self._drawn[0]
-        if self._drawn[1] == self.window_s and 0 < new <= MAX_APPEND and self._append(new):
+        if not len(self.history) and self._drawn[0] > 0:  # the history was cleared (another server, a replay)
+            main, pf = self._mappings()
+            for curve, mapping in ((self.decode, main), (self.ceiling, main), (self.prefill, pf)):
+                curve.set_data(np.empty(0), np.empty(0), mapping)
+            self._drawn = (0, self.window_s)
+        if (appended, self.window_s) != self._drawn and len(self.history):
+            new = appended - self._drawn[0]
+            if not (self._drawn[1] == self.window_s and 0 < new <= MAX_APPEND and self._append(new)):
+                self._redraw()
             self._drawn = (appended, self.window_s)
-            return
-        self._drawn = (appended, self.window_s)
-        self._redraw()
+        self._sync_events()
+        anything = self._anything()
+        if s is not None or anything or not len(self.history):  # else (no snapshot given) it says what it said
+            self._show_empty(empty_text(s, anything))
+
+    def _anything(self) -> bool:
+        """Whether the window holds a sample of any curve."""
+        return any(bool(np.isfinite(c.getData()[1]).any()) for c in self.curves())
 
     def _append(self, new: int) -> bool:
         """Extend the curves by the ``new`` newest samples if the axes can stay; False when they must move."""
@@ -384,15 +316,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         v = self.history.view(self.window_s)
         t = v.t_wall
         dec, pf, ceil = (v.series[n] for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
-        newest = float(t[-1])
-        if self.window_s is None:
-            step = step_s(newest - float(t[0]))
-            left = math.floor(float(t[0]) / step) * step
-            right = (math.floor(newest / step) + 1) * step
-        else:
-            step = step_s(self.window_s)
-            right = (math.floor(newest / step) + 1) * step
-            left = right - self.window_s
+        left, right = time_range(float(t[0]), float(t[-1]), self.window_s)
         finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
         y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
         seen = bool(np.isfinite(pf).any())
@@ -406,8 +330,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
             pi.setYRange(0.0, y_max, padding=0.0)
         if old[2] != pf_max or seen != self._prefill_seen:
             self.lane.setYRange(0.0, pf_max * LANE_HEADROOM, padding=0.0)
-            self.lane.getAxis("left").setTicks([lane_ticks(pf_max if seen else None)])
-            self.no_prefill.setVisible(not seen)
+            self.lane.getAxis("left").setTicks([lane_ticks(pf_max if seen else None, " tok/s")])
+            self.no_prefill.setVisible(not seen and self._empty is None)
             self._prefill_seen = seen
         self._ranges = ((left, right), y_max, pf_max)
         if old[1] != y_max:
