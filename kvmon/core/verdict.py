@@ -179,7 +179,10 @@ def decided(s: Snapshot) -> Snapshot:
 
 
 class DecodeMemory:
-    """The last decode speed measured and the last one before the current regime, of one model (forgotten with it)."""
+    """The last decode speed measured and the last one before the current regime, of one model (forgotten with it).
+
+    The one before is the last measured point (``kvmon.core.points.measured_point``: one conversation decoding at a
+    known depth), as the speed-vs-context plot says it where the regime began ("70 → 7.2 tok/s"): one figure."""
 
     def __init__(self) -> None:
         self.reset()
@@ -188,21 +191,26 @@ class DecodeMemory:
         self._model: object = None
         self._regime: int | None = None
         self._last: LastDecode | None = None
+        self._last_point: LastDecode | None = None
         self._before: LastDecode | None = None
 
     def update(self, model: object, regime: int | None, decode: float | None, t_monotonic: float, t_wall: float,
-               context_tokens: int | None) -> tuple[LastDecode | None, LastDecode | None]:
-        """This poll's speed (None: nothing decoded); (the last measured, the last before this regime)."""
+               context_tokens: int | None, point_tok_s: float | None = None
+               ) -> tuple[LastDecode | None, LastDecode | None]:
+        """This poll's speed (None: nothing decoded) and its measured point's (None: none); (the last measured, the
+        last point before this regime)."""
         if model is not None and model != self._model:  # None: nothing names a model this poll, nothing changes
             if self._model is not None:
                 self.reset()
             self._model = model
         if regime != self._regime:
-            if self._regime is not None and self._last is not None:
-                self._before = self._last
+            if self._regime is not None and self._last_point is not None:
+                self._before = self._last_point
             self._regime = regime
         if decode is not None:
             self._last = LastDecode(decode, t_monotonic, t_wall, context_tokens)
+        if point_tok_s is not None:
+            self._last_point = LastDecode(point_tok_s, t_monotonic, t_wall, context_tokens)
         return self._last, self._before
 
 

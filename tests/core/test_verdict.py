@@ -105,7 +105,7 @@ def test_an_uncertain_or_unknown_ceiling_is_said() -> None:
 
 def test_the_last_speed_stays_and_the_one_before_a_reload_is_kept() -> None:
     mem = DecodeMemory()
-    last, before = mem.update("m", 1, 70.0, 10.0, 1.8e9 + 10, 32_000)
+    last, before = mem.update("m", 1, 70.0, 10.0, 1.8e9 + 10, 32_000, 70.0)
     assert last is not None and last.tok_s == 70.0 and before is None
     last, before = mem.update("m", 1, None, 20.0, 1.8e9 + 20, 32_100)  # idle: the last one stays, with its time
     assert last is not None and last.t_monotonic == 10.0 and last.context_tokens == 32_000 and before is None

@@ -40,7 +40,7 @@ from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
-from kvmon.core.points import model_key
+from kvmon.core.points import measured_point, model_key
 from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
@@ -244,9 +244,10 @@ class Analyzer:
         # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
         ended = self._latency.added
         replied = 1.0 / ended.itl_s if ended is not None and ended.itl_s else None
+        point = measured_point(where.slots, where.context, rates.decode, rates.source)
         last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
                                                    rates.decode if rates.decode is not None else replied, t, r.t_wall,
-                                                   where.context)
+                                                   where.context, point[1] if point is not None else None)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
         if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more
