@@ -110,7 +110,8 @@ def hero(s: Snapshot) -> Hero:
         prompt = f"prompt {fmt_tok_s(s.prefill_tok_s)}"
     elif (lat := s.latency) is not None and lat.ttft_last_s is not None:
         speed = f" {fmt_tok_s(lat.last_prefill_tok_s)}" if lat.last_prefill_tok_s else ""
-        prompt = f"last prompt{speed} · first token {lat.ttft_last_s:.1f} s"
+        wait = lat.ttft_last_s
+        prompt = f"last prompt{speed} · first token {f'{wait * 1000:.0f} ms' if wait < 1 else f'{wait:.1f} s'}"
     if dec is not None:
         if s.ceiling_suspect is not None:
             against = f"above the ~{num_tok_s(ceil)} ceiling · ceiling uncertain" if ceil else "ceiling uncertain"
