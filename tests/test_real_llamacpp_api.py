@@ -128,8 +128,8 @@ def test_once_json_reads_the_real_server(llama_server: Callable[..., RealLlamaSe
 def test_wrong_api_key_exits_2_and_the_right_one_reads(llama_server: Callable[..., RealLlamaServer]) -> None:
     server = llama_server("llama", [*FLAGS, "--api-key", "secret-key-1"])
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "wrong-key")
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("kvmon: ") and "wrong-key" not in err
+    assert rc == 2 and json.loads(out)["verdict"]["state"] == "Key rejected" and "wrong-key" not in out
+    assert err.count("\n") == 1 and err.startswith("kvmon: API key rejected") and "wrong-key" not in err
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
     assert rc == 2 and err.startswith("kvmon: ")
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "secret-key-1")

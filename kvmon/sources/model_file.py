@@ -21,10 +21,10 @@ from kvmon.sources.localfile import regular_stat
 
 
 def _looks_like_path(name: str) -> bool:
-    """A model file's path as llama-server says it without --alias ("/models/x.gguf", "models\\x.gguf", "./x"), not
-    an alias that merely holds a slash ("meta-llama/Llama-3.1-8B")."""
-    return (name.lower().endswith(".gguf") or "\\" in name or name.startswith(("/", "./", "../", "~"))
-            or (len(name) > 2 and name[1] == ":"))
+    """A model file's path as llama-server says it without --alias ("/models/x.gguf", "models/x.gguf", "./x"), not
+    an alias that merely holds a slash ("meta-llama/Llama-3.1-8B", "<b>x</b>")."""
+    return ("\\" in name or name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":")
+            or ("/" in name and name.lower().endswith(".gguf")))
 
 
 def display_name(server_name: str | None, model_path: str | None, general_name: str | None = None) -> str | None:
