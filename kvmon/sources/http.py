@@ -339,7 +339,8 @@ class HttpClient:
                     if size > self._max_body_bytes:
                         raise _TooLarge()
                     parts.append(chunk)
-                return resp.status_code, dict(resp.headers), b"".join(parts)
+                headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in resp.headers.raw}
+                return resp.status_code, headers, b"".join(parts)
             finally:
                 resp.close()
         raise AssertionError("unreachable")  # pragma: no cover
