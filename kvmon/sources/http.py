@@ -4,10 +4,10 @@ capped bodies, typed failures.
 Each request must be answered within the client's timeout and, while a poll runs (``kvmon.core.deadline``), by the
 poll's deadline, which every request of the poll shares: a server that hangs costs the poll its timeout once, and
 the requests left after it fail at once, saying which request the time went to. httpx's timeouts hold for each
-read, so a server that drips its answer a byte at a time would never trip them: a watchdog shuts the connection's
-socket at the deadline, which ends the read blocked on it at once. An endpoint that hung (had its whole time and no
-answer) is remembered (``HANGS``): from then on it is asked with a short limit, so the rest of each reading goes
-on without it, and every so often with the whole time again, until it answers.
+read, so a server that drips its answer a byte at a time would never trip them: a timer (``Cutoff``) shuts the
+connection's socket at the deadline, which ends the read blocked on it at once. An endpoint that hung (had its
+whole time and no answer) is remembered (``HANGS``): from then on it is asked with a short limit, so the rest of
+each reading goes on without it, and every so often with the whole time again, until it answers.
 
 Every failure becomes a ``SourceError`` carrying a ``SourceFailure`` whose reason is one human line and never
 contains the API key or URL credentials: a server's own error text is scrubbed (``kvmon.core.redact``) of the key
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
-import itertools
 import math
 import re
 import socket
@@ -130,59 +128,31 @@ def normalize_base_url(url: str, default_port: int | None = None) -> str:
     return raw.rstrip("/")
 
 
-class Alarm:
-    """One armed call of the ``Watchdog``: ``off()`` lets it go and says whether it had already rung."""
+class Cutoff:
+    """Calls ``cut`` at ``at`` (a ``time.monotonic()`` instant) on a timer thread, unless ``end()`` comes first;
+    ``end()`` says whether it was cut."""
 
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn = fn
+    def __init__(self, at: float, cut: Callable[[], None]) -> None:
+        self._cut = cut
         self._lock = threading.Lock()
-        self._off = False
-        self.rang = False
+        self._ended = self._was_cut = False
+        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._fire) if math.isfinite(at) else None
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
 
-    def ring(self) -> None:
+    def _fire(self) -> None:
         with self._lock:
-            if not self._off:
-                self.rang = True
-                self._fn()
+            if not self._ended:
+                self._was_cut = True
+                self._cut()
 
-    def off(self) -> bool:
+    def end(self) -> bool:
+        if self._timer is not None:
+            self._timer.cancel()
         with self._lock:
-            self._off = True
-            return self.rang
-
-
-class Watchdog:
-    """One thread that calls each armed function at its instant (``time.monotonic()``), unless let go before."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Alarm]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def at(self, when: float, fn: Callable[[], None]) -> Alarm:
-        alarm = Alarm(fn)
-        if math.isinf(when):
-            return alarm
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._order), alarm))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="kvmon-deadline", daemon=True)
-                self._thread.start()
-            elif self._heap[0][2] is alarm:
-                self._cond.notify()
-        return alarm
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._heap and self._heap[0][0] <= now:
-                    heapq.heappop(self._heap)[2].ring()
-                self._cond.wait(self._heap[0][0] - now if self._heap else None)
-
-
-WATCHDOG = Watchdog()
+            self._ended = True
+            return self._was_cut
 
 
 class ConnectionSocket:
@@ -302,17 +272,17 @@ class HttpClient:
             raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint))
         url = self._root + ("" if path.startswith("/") else "/") + path
         with self._lock:
-            alarm = WATCHDOG.at(deadline, self._socket.cut)
+            cutoff = Cutoff(deadline, self._socket.cut)  # httpx's timeouts are per read: this one is for all
             try:
                 status, headers, body = self._exchange(method, url, json_body, deadline)
             except httpx.TimeoutException:
-                alarm.off()
+                cutoff.end()
                 self._timeout(endpoint, start, deadline, limit if limited else None, by_poll)
             except Exception as e:
-                if alarm.off() and not isinstance(e, _TooLarge):  # the watchdog ended it: the deadline passed
+                if cutoff.end() and not isinstance(e, _TooLarge):  # cut at the deadline
                     self._timeout(endpoint, start, deadline, limit if limited else None, by_poll)
                 raise self._failure(e, endpoint) from None
-            alarm.off()
+            cutoff.end()
         HANGS.answered(hang_key)
         if poll is not None:
             poll.note_answer()

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from kvmon.core.jsonvals import InputError, parse_json
-from kvmon.sources.http import WATCHDOG, ConnectionSocket, default_tls
+from kvmon.sources.http import ConnectionSocket, Cutoff, default_tls
 
 READ_TIMEOUT_S = 1.0  # a stream quiet this long is opened again
 RETRY_S = 2.0  # after the stream failed (refused, 404 on a build without it), try again no sooner
@@ -89,10 +89,10 @@ class ProgressStream:
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=min(2.0, self._timeout_s))
         with httpx.Client(timeout=timeout, headers=self._headers, verify=default_tls(), trust_env=False) as client:
             while self._reading():
-                head_by = WATCHDOG.at(time.monotonic() + self._timeout_s, self._socket.cut)
+                head_by = Cutoff(time.monotonic() + self._timeout_s, self._socket.cut)
                 try:
                     with client.stream("GET", self.url, extensions={"trace": self._socket.trace}) as resp:
-                        if head_by.off():
+                        if head_by.end():
                             raise httpx.ReadTimeout("the head came too late")
                         if resp.status_code != 200:
                             self.error = f"{resp.status_code} from the event stream"
@@ -107,13 +107,13 @@ class ProgressStream:
                         self._stop.wait(RETRY_S)
                     # else no event for a while: open the stream again (and notice a stop)
                 except httpx.HTTPError as e:
-                    if head_by.off() and not self.connected:  # the watchdog cut a head that dripped
+                    if head_by.end() and not self.connected:  # a head that dripped, cut at its time
                         self.error = f"sent no answer in {self._timeout_s:g} s"
                     elif self._reading():
                         self.error = f"event stream failed ({type(e).__name__})"
                     self._stop.wait(RETRY_S)
                 finally:
-                    head_by.off()
+                    head_by.end()
                     self.connected = False
 
     def _read(self, resp: httpx.Response) -> None:
