@@ -178,9 +178,14 @@ class ConnectionSocket:
 
 
 @functools.cache
-def default_tls() -> ssl.SSLContext:
-    """The certificate checks for ``https://``: httpx's own (certifi's bundle), made once for every client."""
+def _certifi_tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
+
+
+def default_tls(url: str) -> ssl.SSLContext:
+    """The certificate checks for ``url``: httpx's own (certifi's bundle, loaded once) for ``https://``; for
+    ``http://``, which never turns to TLS (no redirect is followed), a context with no certificates to load."""
+    return _certifi_tls() if url.lower().startswith("https:") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class _TooLarge(Exception):
@@ -234,7 +239,7 @@ class HttpClient:
         self._socket = ConnectionSocket()
         self._lock = threading.Lock()
         self._client = httpx.Client(
-            headers=headers, verify=tls if tls is not None else default_tls(), trust_env=False,
+            headers=headers, verify=tls if tls is not None else default_tls(self._root), trust_env=False,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S))
 
     def __repr__(self) -> str:  # never show the key

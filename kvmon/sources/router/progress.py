@@ -87,7 +87,8 @@ class ProgressStream:
 
     def _run(self) -> None:
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=min(2.0, self._timeout_s))
-        with httpx.Client(timeout=timeout, headers=self._headers, verify=default_tls(), trust_env=False) as client:
+        tls = default_tls(self.url)
+        with httpx.Client(timeout=timeout, headers=self._headers, verify=tls, trust_env=False) as client:
             while self._reading():
                 head_by = Cutoff(time.monotonic() + self._timeout_s, self._socket.cut)
                 try:
