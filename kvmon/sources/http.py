@@ -232,9 +232,14 @@ class HttpClient:
         self._max_body_bytes = max_body_bytes
         self._deadline_s = timeout_s
         self._connect_s = min(timeout_s, 2.0)
-        headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
+        headers: dict[str, str | bytes] = {"User-Agent": "kvmon",
+                                           "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+            try:
+                headers["Authorization"] = f"Bearer {api_key}".encode("latin-1")  # what an HTTP header can carry
+            except UnicodeEncodeError:
+                raise SourceError(SourceFailure(FailureKind.BAD_URL, "the API key cannot be sent: it has characters "
+                                                "an HTTP header cannot carry (letters beyond Latin-1)")) from None
         self._root = redact_url(self.base_url).rstrip("/")  # credentials in the URL are never sent
         self._socket = ConnectionSocket()
         self._lock = threading.Lock()

@@ -409,3 +409,18 @@ def test_other_schemes_are_a_bad_url() -> None:
     with pytest.raises(SourceError) as e:
         client.get("/x")
     assert e.value.failure.kind == FailureKind.BAD_URL
+
+
+def test_a_latin1_api_key_is_sent_and_one_a_header_cannot_carry_is_a_clear_error(
+        serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok())
+    client = HttpClient(srv.url, api_key="clé")
+    try:
+        assert client.get_json("/slots") == {"ok": True}
+    finally:
+        client.close()
+    assert "authorization: bearer cl\xe9".encode("latin-1") in srv.requests[0].lower()
+    with pytest.raises(SourceError) as e:
+        HttpClient(srv.url, api_key="鍵")
+    assert e.value.failure.kind == FailureKind.BAD_URL and "API key cannot be sent" in e.value.failure.reason
+    assert "鍵" not in e.value.failure.reason
