@@ -28,7 +28,7 @@ class ProgressStream:
     """Reads the ``data:`` lines of one event stream while ``want()`` says so; ``latest()`` is the last event per
     model."""
 
-    def __init__(self, url: str, *, headers: Mapping[str, str] | None = None,
+    def __init__(self, url: str, *, headers: Mapping[str, str | bytes] | None = None,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = 3.0) -> None:
         """``timeout_s``: the longest the stream's head may take."""
         self.url = url

@@ -87,7 +87,7 @@ class LlamaRouterSource:
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         self._version: str | None = None
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"Authorization": f"Bearer {api_key}".encode("latin-1")} if api_key else {}  # as HttpClient sends it
         self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock,
                                    timeout_s=timeout_s) if follow_progress else None
 
