@@ -302,7 +302,9 @@ class HttpClient:
         """The answer's status, headers and whole body; a kept connection that the server closed meanwhile (a
         restart, its keep-alive limit) is asked once more on a new one."""
         for attempt in (1, 2):
-            left = max(0.0, deadline - time.monotonic())
+            left = deadline - time.monotonic()
+            if left <= 0:  # (a timeout of 0 would make the socket non-blocking: no wait at all, a strange error)
+                raise httpx.ConnectTimeout("the deadline passed before the request was sent")
             opened = self._socket.opened
             try:
                 resp = self._client.send(self._client.build_request(
