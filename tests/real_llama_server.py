@@ -33,6 +33,9 @@ LLAMA_CPP_BUILD = "b11549"  # what xllamacpp 2026.10.11549 embeds (its /props sa
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
 LOG_SETTLE_S = 10.0  # how long a server that failed to start may take to write its reason to the log
+# kvmon's timeout against a real server in tests: its default, 3 s, is a promise to a user about a server that does
+# not answer; these tests are about what it says, on a machine that may be slow to let it say it
+KVMON_TIMEOUT_S = 30.0
 
 MIB = 1024 * 1024
 LISTENING = "init: listening on "  # the server's last start-up line

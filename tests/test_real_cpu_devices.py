@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from real_llama_server import RealLlamaServer, TimedReply
+from real_llama_server import KVMON_TIMEOUT_S, RealLlamaServer, TimedReply
 
 from kvmon.app.build import open_monitor
 from kvmon.cli import main as kvmon_main
@@ -38,7 +38,7 @@ def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
         llama_server: Callable[..., RealLlamaServer], qtbot, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a machine kvmon has not measured yet
     server = llama_server("llama", FLAGS)
-    with open_monitor(server.url, log_path=str(server.log_path)) as m:
+    with open_monitor(server.url, log_path=str(server.log_path), timeout_s=KVMON_TIMEOUT_S) as m:
         idle = m.poll()  # every slot idle: the one-time host bandwidth probe runs now
         assert m.probes_run == 1, idle.host.reasons
         assert idle.host.host_bandwidth_source == "measured" and idle.host.host_bandwidth_measured_at_unix_s
@@ -75,7 +75,7 @@ def test_once_json_on_the_cpu_server_has_a_ceiling(llama_server: Callable[..., R
         reply.wait_tokens(50)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = kvmon_main(["once", server.url, "--log", str(server.log_path), "--json", "--interval", "1",
-                             "--bandwidth", "host=40"])
+                             "--timeout", f"{KVMON_TIMEOUT_S:g}", "--bandwidth", "host=40"])
     assert rc == 0, err.getvalue()
     doc = json.loads(out.getvalue())
     assert doc["ceiling_tok_s"] is not None and doc["host"]["host_bandwidth_source"] == "user"

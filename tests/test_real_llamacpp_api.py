@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from real_llama_server import RealLlamaServer, TimedReply
+from real_llama_server import KVMON_TIMEOUT_S, RealLlamaServer, TimedReply
 
 from kvmon.app.build import open_monitor
 from kvmon.app.group_monitor import GroupMonitor
@@ -34,6 +34,9 @@ TIMINGS = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_pe
 
 
 def _run_kvmon(*argv: str) -> tuple[int, str, str]:
+    """``kvmon ARGV`` in this process: (exit status, stdout, stderr)."""
+    if argv[:1] == ("once",) and "--timeout" not in argv:
+        argv = (*argv, "--timeout", f"{KVMON_TIMEOUT_S:g}")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = kvmon_main(list(argv))
@@ -121,7 +124,7 @@ def test_decode_rate_matches_the_server_within_3_percent(llama_server: Callable[
     """kvmon's decode speed over its window (the tokens /slots said at its two polls, over its own clock) against
     the server's own timing of the same tokens (each streamed chunk says the tokens so far and the ms they took)."""
     server = llama_server("llama", ["-c", "32768", "-np", "1", "--metrics"])
-    monitor = open_monitor(server.url, gpu=False, host=False)
+    monitor = open_monitor(server.url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S)
     with monitor, TimedReply(server.url, LONG_REPLY) as reply:
         reply.wait_tokens(500)
         c0 = time.monotonic()
@@ -149,7 +152,7 @@ def test_decode_rate_matches_the_server_within_3_percent(llama_server: Callable[
 def test_a_restarted_server_gives_no_negative_or_spiking_rate(
         llama_server: Callable[..., RealLlamaServer]) -> None:
     first = llama_server("llama", ["-c", "32768", "-np", "1", "--metrics"])
-    monitor = open_monitor(first.url, gpu=False, host=False)
+    monitor = open_monitor(first.url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S)
     with monitor:
         with TimedReply(first.url, LONG_REPLY) as old:
             old.wait_tokens(2000)  # counters well above where the next server's will be
@@ -228,7 +231,7 @@ def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLl
 
     server = _long_prompt_server(llama_server)
     replies: list[int] = []
-    monitor = open_monitor(server.url, gpu=False, host=False)
+    monitor = open_monitor(server.url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S)
     seen: list[tuple[Activity, float | None, float | None, bool, str]] = []
     with monitor:
         monitor.poll()
@@ -260,7 +263,7 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     real server reads a long prompt (no token decoded yet) kvmon says "processing" ("busy": the prompt's counters
     move only when it is read), never "idle"; once the reply is done, "idle"."""
     server = _long_prompt_server(llama_server, "--no-slots")
-    monitor = open_monitor(server.url, gpu=False, host=False)
+    monitor = open_monitor(server.url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S)
     assert isinstance(monitor, Monitor)
     undecoded: list[tuple[Activity, float | None, str, float]] = []
     decoding = 0
@@ -341,7 +344,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     # through every poll however late this machine lets an asker send its next request
     askers = [threading.Thread(target=ask, daemon=True) for _ in range(3)]
     seen = []
-    with open_monitor(server.url, gpu=False, host=False) as monitor:
+    with open_monitor(server.url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S) as monitor:
         monitor.poll()
         for asker in askers:
             asker.start()

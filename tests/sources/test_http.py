@@ -424,3 +424,4 @@ def test_a_latin1_api_key_is_sent_and_one_a_header_cannot_carry_is_a_clear_error
         HttpClient(srv.url, api_key="鍵")
     assert e.value.failure.kind == FailureKind.BAD_URL and "API key cannot be sent" in e.value.failure.reason
     assert "鍵" not in e.value.failure.reason
+
