@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
+import itertools
 import math
 import re
 import socket
@@ -129,30 +131,57 @@ def normalize_base_url(url: str, default_port: int | None = None) -> str:
 
 
 class Cutoff:
-    """Calls ``cut`` at ``at`` (a ``time.monotonic()`` instant) on a timer thread, unless ``end()`` comes first;
-    ``end()`` says whether it was cut."""
+    """Calls ``cut`` at ``at`` (a ``time.monotonic()`` instant) unless ``end()`` comes first; ``end()`` says whether it
+    was cut. Every cutoff of the process waits on one thread (``_Cutoffs``): a timer thread per request would make
+    each request wait for its thread to start, which a busy process delays."""
 
     def __init__(self, at: float, cut: Callable[[], None]) -> None:
         self._cut = cut
         self._lock = threading.Lock()
         self._ended = self._was_cut = False
-        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._fire) if math.isfinite(at) else None
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
+        if math.isfinite(at):
+            _CUTOFFS.add(at, self)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
             if not self._ended:
                 self._was_cut = True
                 self._cut()
 
     def end(self) -> bool:
-        if self._timer is not None:
-            self._timer.cancel()
         with self._lock:
             self._ended = True
             return self._was_cut
+
+
+class _Cutoffs:
+    """The one thread that fires each cutoff at its time, soonest first (an ended one is let go when its time comes)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Cutoff]] = []
+        self._order = itertools.count()  # ties in time go in order of arrival
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, cutoff: Cutoff) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (at, next(self._order), cutoff))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="kvmon-cutoffs", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is cutoff:  # sooner than the one the thread waits for
+                self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    heapq.heappop(self._heap)[2].fire()
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+
+_CUTOFFS = _Cutoffs()
 
 
 class ConnectionSocket:
