@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from kvmon import __version__
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
-from kvmon.core.jsonvals import clean_text
+from kvmon.core.sanitize import plain_text
 from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
 
 SERVER_LABELS = ("server", "backend", "model")
@@ -53,7 +53,7 @@ class Families:
         if fam is None:
             fam = GaugeMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
-        fam.add_metric([clean_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
 
     def counter(self, name: str, doc: str, value: float) -> None:
         """A label-less counter (exported as ``name_total``)."""
@@ -71,7 +71,7 @@ class Families:
             fam = HistogramMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
         buckets = [(f"{b:g}", c) for b, c in zip(bounds, cumulative[:-1], strict=True)] + [("+Inf", cumulative[-1])]
-        fam.add_metric([clean_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
 
     def all(self) -> list[Metric]:
         return list(self._by_name.values())
