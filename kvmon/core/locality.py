@@ -60,3 +60,20 @@ def is_loopback_host(host: str | None) -> bool:
         return False
     h = host.strip("[]").lower()
     return h in LOOPBACK_NAMES or h.startswith("127.")
+
+
+def host_header_allowed(host_header: str | None) -> bool:
+    """Whether a server listening on loopback answers a request with this ``Host`` header: a loopback name or
+    address (any port), so that a web page's script cannot reach it under a name of its own that resolves to
+    127.0.0.1 (DNS rebinding). A request without one (HTTP/1.0) comes from no browser: answered."""
+    if host_header is None:
+        return True
+    h = host_header.strip()
+    host = h[1:h.find("]")] if h.startswith("[") and "]" in h else (h.rsplit(":", 1)[0] if h.count(":") == 1 else h)
+    host = host.rstrip(".").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only the loopback names above (a name like 127.0.0.1.example.com is a name)
+        return False
