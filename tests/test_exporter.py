@@ -243,7 +243,7 @@ def test_label_values_from_the_server_are_escaped() -> None:
     s = Snapshot(seq=s.seq, t_monotonic=s.t_monotonic, t_wall=s.t_wall, connection=s.connection, backend=s.backend,
                  model=ModelView(name=odd, n_ctx=4096), gpus=(GpuView(0, odd, vram_total_bytes=GIB),))
     m = _render(s)
-    shown = odd.replace("\n", "\u240a")  # a newline in a label is shown, never a line of its own
+    shown = odd.replace("\n", "^J")  # a newline in a label is shown, never a line of its own
     assert one(m, "kvmon_context_limit_tokens", model=shown) == 4096
     assert one(m, "kvmon_gpu_vram_total_bytes", gpu_name=shown) == GIB
 

@@ -23,7 +23,7 @@ from kvmon.cli.serve import Exporter
 from kvmon.sources.llamacpp.log import LogFollower
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[31mRED\x1b[2J\nforged line\u009b31m \u202eevil"
-SHOWN = "\u241b]0;PWNED\u2407\u241b[31mRED\u241b[2J\u240aforged line\ufffd31m evil"
+SHOWN = "^[]0;PWNED^G^[[31mRED^[[2J^Jforged line\ufffd31m evil"
 
 
 def _controls(text: str) -> list[str]:
@@ -145,4 +145,4 @@ def test_a_device_named_by_the_servers_log_is_plain(tmp_path: Path) -> None:
                    f"  Device 0: {HOSTILE.replace(chr(10), ' ')}, compute capability 8.9, VMM: yes\n",
                    encoding="utf-8")
     devices = LogFollower(str(log)).poll().devices
-    assert [d.description for d in devices] == [SHOWN.replace("\u240a", " ")]
+    assert [d.description for d in devices] == [SHOWN.replace("^J", " ")]
