@@ -17,3 +17,9 @@ def test_loopback_names_and_addresses_are_answered(host: str | None) -> None:
                                   "localhost.evil.example", "192.168.1.5:9464", "[2001:db8::1]:80", "0.0.0.0", ""])
 def test_other_names_are_refused(host: str) -> None:
     assert not host_header_allowed(host)
+
+
+def test_this_machines_own_name_and_localhost_subdomains_are_answered() -> None:
+    import socket
+
+    assert host_header_allowed(f"{socket.gethostname()}:9464") and host_header_allowed("kvmon.localhost:9464")
