@@ -19,6 +19,7 @@ promises, and it has no deadline from a connection's accept.
 from __future__ import annotations
 
 import collections
+import queue
 import selectors
 import socket
 import sys
@@ -43,6 +44,8 @@ PER_ADDRESS = 64  # connections open from one client address (Prometheus uses on
 MAX_CONNECTIONS = 512  # connections open in all
 MAX_REQUEST_BYTES = 16 * 1024
 MAX_KEPT = 8  # answers kept for the current poll: formats × encodings × filters actually asked for
+WORKERS = 4  # threads that hand answers to the kernel and close connections (that work then runs on every core)
+_WAKE = object()  # the selector key of the socket the workers wake the loop with
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 REFUSED_HOST = (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 82\r\n"
@@ -103,6 +106,7 @@ class _Conn:
     parser: h11.Connection = field(default_factory=lambda: h11.Connection(h11.SERVER,
                                                                           max_incomplete_event_size=MAX_REQUEST_BYTES))
     out: memoryview | None = None
+    watched: bool = False  # registered with the selector
 
 
 class ScrapeServer:
@@ -131,6 +135,17 @@ class ScrapeServer:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._serving = False
+        # an answer goes to a worker; one the client did not take at once comes back to the loop to finish
+        self._work: queue.SimpleQueue[tuple[_Conn, bytes] | None] = queue.SimpleQueue()
+        self._back: collections.deque[tuple[_Conn, memoryview]] = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._workers = [threading.Thread(target=self._deliver, name=f"kvmon-serve-{i}", daemon=True)
+                         for i in range(WORKERS)]
+        for t in self._workers:
+            t.start()
 
     # -- the loop
 
@@ -142,6 +157,8 @@ class ScrapeServer:
                 for key, events in self._sel.select(timeout=poll_interval):
                     if key.data is None:
                         self._accept()
+                    elif key.data is _WAKE:
+                        self._take_back()
                     elif events & selectors.EVENT_READ:
                         self._read(key.data)
                     else:
@@ -165,12 +182,13 @@ class ScrapeServer:
                 continue
             self._conns.add(conn)
             self._by_deadline.append(conn)
-            self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._read(conn)  # a scraper's request mostly comes with its connection: often answered from here
 
     def _read(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(MAX_REQUEST_BYTES)
         except (BlockingIOError, InterruptedError):
+            self._watch(conn)
             return
         except OSError:
             data = b""
@@ -184,6 +202,7 @@ class ScrapeServer:
             self._send(conn, BAD_REQUEST)
             return
         if event is h11.NEED_DATA:
+            self._watch(conn)
             return
         if not isinstance(event, h11.Request):
             self._close(conn)
@@ -196,13 +215,54 @@ class ScrapeServer:
         self._send(conn, self.answers.answer(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
                                              headers.get(b"accept"), headers.get(b"accept-encoding")))
 
+    def _watch(self, conn: _Conn) -> None:
+        """Wait for more of ``conn``'s request head."""
+        if not conn.watched:
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+            conn.watched = True
+
     def _send(self, conn: _Conn, data: bytes) -> None:
-        conn.out = memoryview(data)
-        conn.deadline = time.monotonic() + SEND_TIMEOUT_S
-        self._sending.append(conn)
-        self._write(conn)
-        if conn in self._conns and conn.out is not None:
-            self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+        """The answer to a worker: the connection is the worker's until it is closed or handed back."""
+        self._conns.discard(conn)
+        if conn.watched:
+            self._sel.unregister(conn.sock)
+            conn.watched = False
+        self._work.put((conn, data))
+
+    def _deliver(self) -> None:
+        """A worker: send an answer as far as the client takes it at once, then close, or hand the rest back."""
+        while (item := self._work.get()) is not None:
+            conn, data = item
+            try:
+                sent = conn.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = len(data)  # the client is gone: nothing more to send
+            if sent >= len(data):
+                conn.sock.close()
+                self.admission.release(conn)
+                continue
+            self._back.append((conn, memoryview(data)[sent:]))
+            try:
+                self._wake_w.send(b"w")
+            except OSError:  # the loop's wake-up is full (it will look) or closed (shutting down)
+                pass
+
+    def _take_back(self) -> None:
+        """The answers the workers could not finish at once: written as their clients take them."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._back:
+            conn, rest = self._back.popleft()
+            conn.out, conn.deadline = rest, time.monotonic() + SEND_TIMEOUT_S
+            self._conns.add(conn)
+            self._sending.append(conn)
+            self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+            conn.watched = True
 
     def _write(self, conn: _Conn) -> None:
         assert conn.out is not None
@@ -220,16 +280,16 @@ class ScrapeServer:
 
     def _expire(self, now: float) -> None:
         """Close the connections past their deadline: no whole head in time, or an answer not taken in time."""
-        for queue in (self._by_deadline, self._sending):
-            while queue:
-                conn = queue[0]
-                waiting_head = queue is self._by_deadline and conn.out is None
-                if conn not in self._conns or (queue is self._by_deadline and not waiting_head):
-                    queue.popleft()  # closed, or past its head: its answer's deadline is the other queue's
+        for line in (self._by_deadline, self._sending):
+            while line:
+                conn = line[0]
+                waiting_head = line is self._by_deadline and conn.out is None
+                if conn not in self._conns or (line is self._by_deadline and not waiting_head):
+                    line.popleft()  # closed, or past its head: its answer's deadline is the other line's
                     continue
                 if conn.deadline > now:
                     break
-                queue.popleft()
+                line.popleft()
                 self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
@@ -237,10 +297,9 @@ class ScrapeServer:
             return
         self._conns.discard(conn)
         self.admission.release(conn)
-        try:
+        if conn.watched:
             self._sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+            conn.watched = False
         conn.sock.close()
 
     # -- lifecycle
@@ -253,7 +312,13 @@ class ScrapeServer:
 
     def server_close(self) -> None:
         """Close the listening socket and every connection."""
+        for _ in self._workers:
+            self._work.put(None)
+        for t in self._workers:
+            t.join(2)
         for conn in list(self._conns):
             self._close(conn)
         self._sel.close()
         self.socket.close()
+        self._wake_r.close()
+        self._wake_w.close()
