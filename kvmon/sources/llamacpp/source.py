@@ -321,7 +321,8 @@ class LlamaServerSource:
             live_reason = "no live counters (no /slots and no /metrics)"
         self._answers.check()  # every endpoint failed: a failure, and the answers reused next poll are forgotten
         self._polls_since_health = 0 if checked else self._polls_since_health + 1
-        self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS
+        # a /health that failed (the rest answering) is asked again next poll: its reason stays on screen
+        self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS or "health" in reasons
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,
