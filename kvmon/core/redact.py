@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from kvmon.core.sanitize import plain_text
-
 # user:password@ in a URL, and key/token-like query parameters or header values
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _QUERY = re.compile(r"(?P<url>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
@@ -24,9 +22,8 @@ _KEYWORD_VALUE = re.compile(r"(?i)\b(api[_-]?key|token|password|passwd|secret|au
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` without URL user info, URL query strings, ``key=…``/``Bearer …`` values or any of ``secrets``, as
-    plain text (``kvmon.core.sanitize``: a server's error message may carry escape sequences)."""
-    out = _USERINFO.sub(lambda m: m.group("scheme"), plain_text(text))
+    """``text`` without URL user info, URL query strings, ``key=…``/``Bearer …`` values or any of ``secrets``."""
+    out = _USERINFO.sub(lambda m: m.group("scheme"), text)
     out = _QUERY.sub(lambda m: m.group("url"), out)
     out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)
     out = _KEYVAL.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", out)

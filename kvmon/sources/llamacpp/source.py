@@ -31,6 +31,7 @@ from kvmon.core.readings import (
     SourceFailure,
 )
 from kvmon.core.same import LastAnswer
+from kvmon.core.sanitize import plain_text
 from kvmon.sources.answers import PollAnswers
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
@@ -427,7 +428,7 @@ class LlamaServerSource:
         try:
             metrics = self._metrics_reader.read(resp.text, rejected)
         except MetricsTextError as e:
-            reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
+            reasons["metrics"] = f"/metrics text not understood ({plain_text(str(e)[:80])})"  # it may quote the page
             self._answers.failed(SourceFailure(FailureKind.UNEXPECTED_BODY, reasons["metrics"], "/metrics"))
             return True, {}
         if metrics:
