@@ -132,7 +132,7 @@ def test_a_vllm_model_name_is_plain() -> None:
 
 def test_a_servers_error_message_is_one_plain_line_on_stderr() -> None:
     with HostileServer({}) as server:
-        server.every = Answer(401, json.dumps({"error": {"code": 401, "message": HOSTILE}}).encode())
+        server.every = Answer(500, json.dumps({"error": {"code": 500, "message": HOSTILE}}).encode())
         rc, _text, _doc, err = _once(server.url)
     assert rc == 2
     lines = err.strip().splitlines()
