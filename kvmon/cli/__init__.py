@@ -85,9 +85,14 @@ def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
                         "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
 
 
+API_KEY_HELP = ("API key for the server. Every user of this machine can read a command line (ps, /proc): prefer "
+                "the environment variable KVMON_API_KEY, or the dashboard's Tools > Settings (kept in the system "
+                "keychain)")
+
+
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
-    p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    p.add_argument("--api-key", default=None, help=API_KEY_HELP)
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
     p.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
@@ -204,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--print-path", choices=sorted(NAMED), default=None, metavar="NAME",
                          help="print where this installation keeps a file and exit: grafana (the fleet dashboard), "
                               "prometheus-rules (alerting rules), desktop, metainfo, icon, resources (the folder)")
-    parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    parser.add_argument("--api-key", default=None, help=API_KEY_HELP)
     parser.add_argument("--log", default=None, metavar="FILE",
                         help="the server's log file (start llama-server with -lv 4)")
     parser.add_argument("--devices", default=None, metavar="URL",

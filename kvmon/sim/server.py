@@ -54,6 +54,7 @@ GARBAGE = b"\x00\xff<!-- simulated garbage --> {\"status\": tru\xfe\xfd\x8b not 
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = socket.SOMAXCONN  # as llama-server's: the standard library's 5 drops a burst of clients
     sim: SimServer
 
 
