@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.curve_config import AtlasView
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -360,6 +361,8 @@ class Snapshot:
     speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
     energy: EnergyView | None = None  # power and energy of the model's devices; None: not read (reasons["energy"])
     latency: LatencyView | None = None  # replies' time to first token and inter-token latency; None: none seen yet
+    # what the atlas remembers of this configuration (earlier points, this session's sweeps); None: no atlas kept
+    atlas: AtlasView | None = field(default=None, compare=False, metadata=TRANSIENT)
 
     @property
     def server_read(self) -> bool:
