@@ -63,6 +63,13 @@ class SweepTarget(Protocol):
     def close(self) -> None: ...
 
 
+def backend_words(name: str | None) -> Backend:
+    """A backend's words by its name (the dashboard asks through here: it imports no source)."""
+    from kvmon.sources.backends import by_name
+
+    return by_name(name)
+
+
 def open_target(backend: Backend, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
                 model_name: str | None = None) -> SweepTarget:
     """The backend's way of sweeping the server at ``base_url``; SweepFailed when kvmon has none for it.

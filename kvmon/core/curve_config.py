@@ -99,15 +99,13 @@ def placement_words(devices: Sequence[str], shares: Sequence[float]) -> str:
     return " + ".join(f"{d} {s:.0%}" for d, s in zip(devices, shares, strict=False))
 
 
-def differences(a: CurveConfig, b: CurveConfig, words_of: Words = backend_of) -> tuple[str, ...]:
-    """What differs between two configurations, each in a user's words ("KV q8_0 vs f16", "-fa on vs off",
-    "b11549 vs b11601"); () when they are the same curve."""
-    out: list[str] = []
+def difference_parts(a: CurveConfig, b: CurveConfig, words_of: Words = backend_of) -> tuple[tuple[str, str, str], ...]:
+    """(what, a's, b's) for everything that differs between two configurations: ("KV", "q8_0", "f16")."""
+    out: list[tuple[str, str, str]] = []
 
     def vs(x: Any, y: Any, word: str = "", fmt: Any = str) -> None:
         if x != y:
-            left, right = ("?" if x is None else fmt(x)), ("?" if y is None else fmt(y))
-            out.append(f"{word} {left} vs {right}".strip())
+            out.append((word, "?" if x is None else fmt(x), "?" if y is None else fmt(y)))
 
     if (a.model, a.model_bytes, a.quantization) != (b.model, b.model_bytes, b.quantization):
         same_name = a.model == b.model
@@ -124,6 +122,12 @@ def differences(a: CurveConfig, b: CurveConfig, words_of: Words = backend_of) ->
     else:
         vs(a.server_version, b.server_version)
     return tuple(out)
+
+
+def differences(a: CurveConfig, b: CurveConfig, words_of: Words = backend_of) -> tuple[str, ...]:
+    """What differs between two configurations, each in a user's words ("KV q8_0 vs f16", "-fa on vs off",
+    "b11549 vs b11601"); () when they are the same curve."""
+    return tuple(f"{w} {x} vs {y}".strip() for w, x, y in difference_parts(a, b, words_of))
 
 
 @dataclass(frozen=True)
