@@ -254,6 +254,7 @@ def rows_of(steps: Sequence[tuple[StepTiming, float | None, int | None]],
     for t, prefill, read in steps:
         ceil = ceiling_at(ceiling_curve, t.depth_tokens)
         eff = t.decode_tok_s / ceil if t.decode_tok_s and ceil else None
+        eff = eff if eff is not None and eff <= 1.0 else None  # above the ceiling: an input of it is wrong, not 120%
         share = t.decode_tok_s / first if t.decode_tok_s and first else None
         rows.append(SweepRow(t.depth_tokens, t.decode_tok_s, share, ceil, eff, prefill, read, t.generated, t.timing))
     return tuple(rows)
