@@ -105,6 +105,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     from kvmon.app.sweep import DepthSweep, target_for
     from kvmon.core.sweep import SweepFailed, plan_sweep
     from kvmon.core.sweep_table import summary_lines, to_csv, to_json
+    from kvmon.core.units import fmt_duration
     from kvmon.sources.backends import by_name
 
     out, err = out or sys.stdout, err or sys.stderr
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"kvmon: sweep failed before it began: {e}", file=err)
             return EXIT_STOPPED
         if secs is not None:
-            print(f"  about {secs:.0f} s at the prefill rate measured first ({sweep.prefill_tok_s:,.0f} tok/s; "
+            print(f"  {fmt_duration(secs)} at the prefill rate measured first ({sweep.prefill_tok_s:,.0f} tok/s; "
                   "deeper prompts read slower)", file=say)
         if args.plan:
             target.close()

@@ -105,7 +105,7 @@ class SweepPlan:
                  f"each: {self.prompt_tokens:,} prompt tokens to read (the cache keeps each step's prefix)"]
         secs = self.seconds(prefill_tok_s, decode_tok_s)
         if secs is not None:
-            lines.append(f"about {fmt_duration(secs)} at the prefill rate measured first "
+            lines.append(f"{fmt_duration(secs)} at the prefill rate measured first "
                          f"({prefill_tok_s:,.0f} tok/s; deeper prompts read slower)")
         kv = self.kv_bytes_deepest
         if kv is not None:

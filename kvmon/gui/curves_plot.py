@@ -53,19 +53,21 @@ class CurvesPlot(QtWidgets.QWidget):
         pi.legend.clear()
         pi.setTitle(title)
         ys, xs = [1.0], [1.0]
+        alone = len(curves) == 1
         for i, c in enumerate(curves[:2]):
             color = theme.color(COLORS[i])
             if c.ceiling:
                 arr = np.asarray(c.ceiling, dtype=float)
                 pen = pg.mkPen(color, width=1.5, style=QtCore.Qt.PenStyle.DashLine)
-                pi.addItem(pg.PlotDataItem(arr[:, 0], arr[:, 1], pen=pen, name=f"ceiling, {c.label}"))
+                name = "ceiling (memory bus)" if alone else f"ceiling, {c.label}"
+                pi.addItem(pg.PlotDataItem(arr[:, 0], arr[:, 1], pen=pen, name=name))
                 ys.append(float(arr[:, 1].max()))
                 xs.append(float(arr[:, 0].max()))
             if c.points:
                 pts = np.asarray(c.points, dtype=float)
                 pi.addItem(pg.PlotDataItem(pts[:, 0], pts[:, 1], pen=pg.mkPen(color, width=1.5), symbol=SYMBOLS[i],
                                            symbolSize=8, symbolPen=None, symbolBrush=pg.mkBrush(color),
-                                           name=f"measured, {c.label}"))
+                                           name="measured decode" if alone else c.label))
                 ys.append(float(pts[:, 1].max()))
                 xs.append(float(pts[:, 0].max()))
         pi.setYRange(0, nice_ceiling(max(ys) * 1.05), padding=0)

@@ -180,7 +180,7 @@ class SweepDialog(QtWidgets.QDialog):
         assert self.sweep is not None
         self._calibrated = True
         self._rates = (self.sweep.prefill_tok_s, self.sweep.decode_tok_s)
-        self.status.setText("Ready." if secs is None else f"Ready: about {fmt_duration(float(secs))}.")  # type: ignore[arg-type]
+        self.status.setText("Ready." if secs is None else f"Ready: it will take {fmt_duration(float(secs))}.")  # type: ignore[arg-type]
         self._replan()
 
     # -- the sweep --------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class SweepDialog(QtWidgets.QDialog):
         if p.phase == "calibrating":
             return
         self.bar.setValue(round(p.fraction * 1000))
-        eta = "" if p.eta_s is None else f" · about {fmt_duration(p.eta_s)} left"
+        eta = "" if p.eta_s is None else f" · {fmt_duration(p.eta_s)} left"
         doing = {"reading": "reading the prompt", "generating": "generating"}.get(p.phase, p.phase)
         self.status.setText(f"{doing} at depth {p.depth_tokens:,} of {p.deepest:,} · {p.step} of {p.steps} depths "
                             f"measured{eta}")

@@ -12,7 +12,7 @@ from kvmon.gui import theme
 
 SWEEP_NAME = "sweep"
 EARLIER_NAME = "measured before (same setup)"
-EARLIER_ALPHA = 110
+EARLIER_ALPHA = 150
 
 
 class AtlasDots:
@@ -20,9 +20,7 @@ class AtlasDots:
 
     def __init__(self, pi: pg.PlotItem, scatter: type[pg.ScatterPlotItem] = pg.ScatterPlotItem) -> None:
         self._pi = pi
-        faded = theme.color("muted")
-        faded.setAlpha(EARLIER_ALPHA)
-        self.earlier = scatter(size=6, pen=pg.mkPen(faded, width=1.2), brush=pg.mkBrush(0, 0, 0, 0), symbol="o")
+        self.earlier = scatter(size=6, pen=None, brush=theme.brush("muted", EARLIER_ALPHA), symbol="s")
         self.sweep = scatter(size=9, pen=pg.mkPen(theme.background(), width=1), brush=theme.brush("decode"),
                              symbol="d")
         self.sweep.setZValue(4)

@@ -500,7 +500,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 "bandwidth+attention": "bytes read per token plus attention work growing with depth",
                 "context_linear": "a straight line in depth (model shape or bandwidth unknown: no ceiling)"}
         lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime; diamonds: a "
-                 "sweep; hollow: measured before this session on the same setup), ceiling "
+                 "sweep; squares: measured before this session on the same setup), ceiling "
                  "(dashed, computed from bandwidth, weights and KV bytes per token), forecast (dotted, with its 80% "
                  f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime. "
                  "The band widens with the fit's uncertainty, the timing jitter and how slopes drift past the depths "
