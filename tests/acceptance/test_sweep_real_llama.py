@@ -55,7 +55,8 @@ def test_a_sweep_to_8k_is_the_servers_own_timings_and_reads_the_prompt_once(
     server = _server(llama_server)
     load = os.getloadavg()[0]
     t0 = time.monotonic()
-    rc, out, err = _run("sweep", server.url, "--to", "8192", "--json", "--csv", f"{tmp_path}/sweep.csv")
+    rc, out, err = _run("sweep", server.url, "--to", "8192", "--json", "--csv", f"{tmp_path}/sweep.csv", "-o",
+                        f"{tmp_path}/sweep.png")
     wall = time.monotonic() - t0
     assert rc == 0, err
     doc = json.loads(out)
@@ -79,6 +80,7 @@ def test_a_sweep_to_8k_is_the_servers_own_timings_and_reads_the_prompt_once(
     assert all(r["ceiling_tok_s"] and 0 < r["efficiency"] < 1 for r in rows)
     csv = (tmp_path / "sweep.csv").read_text().splitlines()  # type: ignore[operator]
     assert csv[0].startswith("depth_tokens,decode_tok_s") and len(csv) == len(rows) + 1
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"  # type: ignore[operator]
 
 
 def test_a_cancel_mid_step_leaves_the_slot_idle_within_a_second(
