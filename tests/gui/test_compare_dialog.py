@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvmon.app.atlas import default_atlas
 from kvmon.app.sweep import backend_words
 from kvmon.cli import main as kvmon_main
@@ -91,3 +93,24 @@ def test_forget_measured_curves_empties_the_atlas(qtbot: Any) -> None:
     assert atlas.configs()
     assert forget_measured_curves(None, ask=False)  # type: ignore[arg-type]
     assert atlas.configs() == []
+
+
+def test_a_recording_is_a_curve_of_its_last_configuration(tmp_path: Path) -> None:
+    from synthetic import SyntheticMonitor
+
+    from kvmon.app.compare import load_curve
+    from kvmon.core.recorder import Recorder
+
+    path = tmp_path / "session.jsonl"
+    mon = SyntheticMonitor(tokens_per_poll=800)
+    with Recorder(path) as rec:
+        for i in range(30):
+            rec.record(mon.snapshot(i))
+    curve = load_curve(str(path))
+    last = mon.snapshot(29)
+    assert curve.source == "session.jsonl" and curve.model == last.model.name
+    assert len(curve.points) >= 20 and curve.points[-1][0] == pytest.approx(last.context_tokens, abs=256)
+    assert curve.points[-1][1] == pytest.approx(last.decode_tok_s, rel=0.02)
+    assert curve.ceiling == last.ceiling_curve
+    rc, out, _err = _run("compare", str(path), str(path))
+    assert rc == 0 and out.splitlines()[0].endswith("(session.jsonl)")

@@ -502,7 +502,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime; diamonds: a "
                  "sweep; squares: measured before this session on the same setup), ceiling "
                  "(dashed, computed from bandwidth, weights and KV bytes per token), forecast (dotted, with its 80% "
-                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime. "
+                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points (this "
+                 "regime's, and this setup's from before and from sweeps). "
                  "The band widens with the fit's uncertainty, the timing jitter and how slopes drift past the depths "
                  "measured."]
         if fc.fit_reason and fc.fit_form != "context_linear":
