@@ -130,7 +130,7 @@ class DepthSweep:
         self._depth = 0
         self._measured: list[tuple[StepTiming, float | None, int | None]] = []
         self._prepared = False
-        self._started_at: float | None = None
+        self._calibration_s = 0.0  # what the first request took (a dialog runs it before the user presses Start)
 
     def cancel(self) -> None:
         """Stop now: the request under way is cancelled on the server, and no other is sent."""
@@ -154,7 +154,7 @@ class DepthSweep:
         """Seconds left at the latest rates."""
         if not self.prefill_tok_s or not self.decode_tok_s:
             return None
-        left = [d for d in self.plan.depths[len(self._measured):]]
+        left = self.plan.depths[len(self._measured):]
         prompt = max(0, self.plan.deepest - self._depth) if left else 0
         return prompt / self.prefill_tok_s + len(left) * self.plan.generate / self.decode_tok_s
 
@@ -167,7 +167,7 @@ class DepthSweep:
     def calibrate(self) -> float | None:
         """Measure the prefill and decode rates on a short prompt (the start of the sweep's own conversation); the
         sweep's time at those rates. Raises SweepFailed (SweepCancelled) when the server cannot be swept."""
-        self._started_at = self._clock() if self._started_at is None else self._started_at
+        t0 = self._clock()
         self._progress("calibrating")
         if not self._prepared:
             self.target.prepare(self.plan.slot)
@@ -175,15 +175,17 @@ class DepthSweep:
         self._check()
         n = max(2, min(CALIBRATION_TOKENS, self.plan.deepest))
         self._note(self.target.measure(n, CALIBRATION_GENERATE))
+        self._calibration_s = self._clock() - t0
         return self.plan.seconds(self.prefill_tok_s, self.decode_tok_s)
 
     def run(self) -> SweepResult:
         """Measure every depth of the plan (calibrating first if not done); a cancel or a failure ends it early with
         what was measured so far and the reason."""
-        started_unix = self._wall()
+        started_unix, t0 = self._wall(), self._clock()
         outcome, reason = "done", None
+        calibrated = self._prepared and self.prefill_tok_s is not None
         try:
-            if not self._prepared or self.prefill_tok_s is None:
+            if not calibrated:
                 self.calibrate()
             for depth in self.plan.depths:
                 self._step(depth)
@@ -194,8 +196,8 @@ class DepthSweep:
         finally:
             self.target.close()
         self._progress("done")
-        started = self._started_at if self._started_at is not None else self._clock()
-        return self.result(outcome, reason, started_unix, self._clock() - started)
+        wall = self._clock() - t0 + (self._calibration_s if calibrated else 0.0)  # the time the user waited aside
+        return self.result(outcome, reason, started_unix, wall)
 
     def _step(self, depth: int) -> None:
         """Read the conversation up to ``depth`` in pieces, then time ``generate`` tokens there."""
