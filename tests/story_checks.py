@@ -91,14 +91,13 @@ def simulated_speed(scenario: str, depth: int, after_s: float, model: str | None
 
 
 def window_state(s: Seen) -> str | None:
-    """The headline as the window says it: the header's "loading", "idle" or a speed in tok/s."""
-    if s.speed.startswith("loading"):
-        return LOADING
-    if s.speed.startswith("idle"):
-        return IDLE
-    if re.match(r"^[\d.,]+ tok/s", s.speed):
+    """What the window says the server does: a speed measured now (the big number in the decode colour), the model
+    loading (the headline, or the alerts panel's connection line), else nothing decoding."""
+    if s.live and re.match(r"^[\d.,]+ tok/s$", s.speed):
         return DECODING
-    return None
+    if s.headline.startswith("Loading") or (s.connection_line() or "").startswith("Model loading"):
+        return LOADING
+    return IDLE
 
 
 def _number(text: str) -> float:
@@ -192,19 +191,19 @@ def window_problems(scenario: str, seen: Sequence[Seen], m: Moment) -> list[str]
     out: list[str] = []
     at = f"at {s.t_s:.0f} s"
     if m.ceiling:
-        idle = s.speed.startswith(("idle", "busy", "prompt"))  # no decode speed: the ceiling "here" stands alone
-        got = re.search(r"ceiling ([\d.,]+) tok/s here", s.speed) if idle else re.search(r"of ([\d.,]+) ceiling",
-                                                                                          s.speed)
+        idle = not s.live  # no decode speed now: the ceiling "here" beside the last one
+        got = re.search(r"ceiling ([\d.,]+) tok/s here", s.efficiency) if idle else \
+            re.search(r"of ([\d.,]+) ceiling", s.efficiency)
         if got is None:
-            out.append(f"{at}: no ceiling in the header ({s.speed!r})")
+            out.append(f"{at}: no ceiling in the header ({s.speed!r} {s.efficiency!r})")
         if not idle:
-            pct = re.match(r"(\d+)% of ceiling", s.efficiency)
+            pct = re.search(r"· (\d+)%$", s.efficiency)
             if pct is None or int(pct.group(1)) > 100:
                 out.append(f"{at}: efficiency {s.efficiency!r}, not a share of at most 100%")
     if m.ceiling_tok_s is not None:
-        got = re.search(r"(?:of|ceiling) ([\d.,]+)(?: tok/s here| ceiling)", s.speed)
+        got = re.search(r"(?:of|ceiling) ([\d.,]+)(?: tok/s here| ceiling)", s.efficiency)
         if got is None or not _in(_number(got.group(1)), m.ceiling_tok_s):
-            out.append(f"{at}: the header's ceiling {s.speed!r}, the story wants {m.ceiling_tok_s[0]:g}–"
+            out.append(f"{at}: the header's ceiling {s.efficiency!r}, the story wants {m.ceiling_tok_s[0]:g}–"
                        f"{m.ceiling_tok_s[1]:g} tok/s")
     for name, status in m.models:
         chip = s.chips.get(name, "")
@@ -226,6 +225,13 @@ def window_problems(scenario: str, seen: Sequence[Seen], m: Moment) -> list[str]
     out += [f"{at}: alert {c} not shown (shown: {sorted(x for x in codes if x)})" for c in m.alerts if c not in codes]
     if m.model is not None and not s.model.startswith(m.model):
         out.append(f"{at}: the header names {s.model!r}, the story wants {m.model!r}")
+    if m.level is not None:
+        from kvmon.gui import theme
+
+        if s.headline_colour != theme.hex_color(m.level):
+            out.append(f"{at}: the headline is coloured {s.headline_colour}, the story wants {m.level}'s "
+                       f"{theme.hex_color(m.level)} ({s.headline!r})")
+        out += [f"{at}: the headline {s.headline!r} does not say {w!r}" for w in m.says if w not in s.headline]
     if m.forecast is not None:
         fx, _fy = s.forecast
         if not fx.size:
@@ -395,6 +401,11 @@ def json_problems(scenario: str, docs: Sequence[tuple[float, dict[str, Any]]], m
         out += [f"{at}: {p}" for p in _bars_problems(json_bars(doc), m.bars)]
     codes = {a["code"] for a in doc["alerts"]}
     out += [f"{at}: alert {c} missing (alerts: {sorted(codes)})" for c in m.alerts if c not in codes]
+    if m.level is not None:
+        v = doc["verdict"]
+        if v["level"] != m.level:
+            out.append(f"{at}: verdict {v['level']} ({v['sentence']!r}), the story wants {m.level}")
+        out += [f"{at}: the verdict {v['sentence']!r} does not say {w!r}" for w in m.says if w not in v["sentence"]]
     if m.model is not None:
         name = doc["model"]["name"] or ""
         followed = (doc["serving"] or {}).get("followed") or ""
@@ -412,4 +423,26 @@ def json_problems(scenario: str, docs: Sequence[tuple[float, dict[str, Any]]], m
             return None if ms is None else ms["ceiling_tok_s"]
 
         out += _forecast_problems(at, t_s, doc["context_tokens"], m.forecast, value_at, ceiling_at, scenario, m.model)
+    return out
+
+
+def same_headline(scenario: str, seen: Sequence[Seen], docs: Sequence[tuple[float, dict[str, Any]]],
+                  m: Moment) -> list[str]:
+    """At a key moment the window's headline and ``once --json``'s verdict are one: the same sentence, the level's
+    colour."""
+    s = find_poll(seen, m, window_state)
+    found = find_poll(docs, m, lambda p: json_state(p[1]), t_of=lambda p: p[0])
+    if s is None or found is None:
+        return [f"{scenario}: no poll at {m.at_s:g} s in the {'window' if s is None else 'document'}"]
+    t, doc = found
+    if abs(t - s.t_s) > EPS_S:
+        return [f"the window's poll at {s.t_s:.0f} s, the document's at {t:.0f} s: not the same point"]
+    v = doc["verdict"]
+    out = []
+    if s.headline != v["sentence"]:
+        out.append(f"at {t:.0f} s the window says {s.headline!r}, once --json {v['sentence']!r}")
+    from kvmon.gui import theme
+
+    if s.headline_colour != theme.hex_color(v["level"]):
+        out.append(f"at {t:.0f} s the headline's colour {s.headline_colour} is not {v['level']}'s")
     return out

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
-from kvmon.gui.labels import plain_text
+from kvmon.gui import theme
 from kvmon.gui.panels.alerts import STATE_TEXT
 from kvmon.sim.stories import Watch
 
@@ -55,8 +55,8 @@ class Seen:
 
     t_s: float
     snapshot: Snapshot
-    speed: str  # the header's decode words: "30.5 tok/s of 44.7 ceiling", "idle · ceiling 44.3 tok/s here"
-    efficiency: str  # "68% of ceiling", "ceiling uncertain …", ""
+    speed: str  # the header's big number, always decode: "30.5 tok/s" (now, or the last one), "—"
+    efficiency: str  # beside it: "of 44.7 ceiling · 68%", "last reply, 12 s ago · ceiling 44.3 tok/s here"
     context: str  # "context 12.3K of 32.8K tokens"
     devices: str  # "NVIDIA GeForce RTX 4090", "CPU · DDR5-6000 · 62.0 GB/s", "… + CPU"
     model: str
@@ -67,6 +67,10 @@ class Seen:
     ceiling: tuple[np.ndarray, np.ndarray]  # the ceiling curve drawn there
     milestones: dict[int, str] = field(default_factory=dict)  # the forecast's label at each milestone depth shown
     chips: dict[str, str] = field(default_factory=dict)  # a router's or llama-swap's model chips
+    headline: str = ""  # the verdict's sentence as the header draws it (whole)
+    headline_colour: str = ""  # its colour, "#rrggbb"
+    live: bool = False  # the big number was measured at this poll (drawn in the decode colour, not dimmed)
+    prompt: str = ""  # the prompt's own slot
 
     def bar(self, label: str) -> SeenBar | None:
         return next((b for b in self.bars if b.label == label), None)
@@ -83,27 +87,30 @@ def _curve(item: object) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(x, dtype=float), np.asarray(y, dtype=float)
 
 
-def _alert_code(tooltip: str) -> str | None:
-    """The code in an alert line's tooltip ("warning · weights_in_host\nValue: 0.2"); None for other lines."""
-    head = tooltip.split("\n", 1)[0]
-    level, sep, code = head.partition(" · ")
-    return code.strip() if sep and level in ("info", "warning", "critical") else None
-
-
 def read_window(win: object, t_s: float, snap: Snapshot) -> Seen:
     """Everything the story checks, as the window's widgets show it now."""
     w: object = win
     h = w.header  # type: ignore[attr-defined]
     panel = w.speed_context  # type: ignore[attr-defined]
     bars = tuple(SeenBar(b.label, _sum_parts(b.segments), b.note) for b in w.memory.bars.bars)  # type: ignore[attr-defined]
-    alerts = tuple(SeenAlert(level, _alert_code(tip), plain_text(text)) for level, text, tip in w.alerts.lines)  # type: ignore[attr-defined]
+    alerts = tuple(SeenAlert(level, code, text) for (level, text, _tip), code  # type: ignore[attr-defined]
+                   in zip(w.alerts.lines, w.alerts.codes, strict=True))  # type: ignore[attr-defined]
     milestones = panel.milestone_labels()
     models = w.models  # type: ignore[attr-defined]
     chips = {name: chip.whole_text() for name, chip in models.chips.items()} if models.isVisible() else {}
-    return Seen(t_s, snap, plain_text(h.speed.text()), plain_text(h.efficiency.text()), plain_text(h.context.text()),
-                plain_text(h.gpus.text()), plain_text(h.model.text()),
-                plain_text(w.status.connection.text()), bars, alerts,  # type: ignore[attr-defined]
-                _curve(panel.forecast), _curve(panel.ceiling), milestones, chips)
+    colour = h.headline.palette().color(QtGui.QPalette.ColorRole.WindowText).name()
+    live = h.speed.palette().color(QtGui.QPalette.ColorRole.WindowText).name() == theme.hex_color("decode")
+    return Seen(t_s, snap, h.speed.whole(), h.efficiency.whole(), h.context.whole(), h.gpus.whole(), h.model.whole(),
+                _plain(w.status.connection.text()), bars, alerts,  # type: ignore[attr-defined]
+                _curve(panel.forecast), _curve(panel.ceiling), milestones, chips, h.headline.whole(), colour, live,
+                h.prompt.whole())
+
+
+def _plain(text: str) -> str:
+    """A label's text as it reads (a rich-text label's markup left out)."""
+    if not QtGui.Qt.mightBeRichText(text):
+        return text
+    return QtGui.QTextDocumentFragment.fromHtml(text).toPlainText()
 
 
 def _sum_parts(segments: tuple[object, ...]) -> dict[str, float]:

@@ -16,11 +16,13 @@ from kvmon.core.snapshot import (
     Forecast,
     GpuView,
     HostView,
+    LastDecode,
     Milestone,
     ModelView,
     SlotView,
     Snapshot,
 )
+from kvmon.core.verdict import decided
 
 GIB = 1024**3
 
@@ -70,8 +72,9 @@ class SyntheticMonitor:
                     memory_busy_percent=61.0, gpu_busy_percent=88.0, pcie_rx_bytes_per_s=2.1e6,
                     pcie_tx_bytes_per_s=0.4e6, pcie_bandwidth_bytes_per_s=31.5e9)
             for i in range(2))
-        return Snapshot(
-            seq=seq, t_monotonic=self.t0_monotonic + seq * self.poll_dt_s, t_wall=self.t0_wall + seq * self.poll_dt_s,
+        t = self.t0_monotonic + seq * self.poll_dt_s
+        return decided(Snapshot(
+            seq=seq, t_monotonic=t, t_wall=self.t0_wall + seq * self.poll_dt_s,
             connection=Connection(ConnectionStatus.CONNECTED), backend="llama-server", server_version="b11549",
             url="http://127.0.0.1:8080",
             model=ModelView(name="Meta-Llama-3.1-8B-Instruct", arch="llama", n_params=8_030_000_000,
@@ -92,7 +95,8 @@ class SyntheticMonitor:
             alerts=alerts,
             provenance={"decode_tok_s": "measured", "ceiling_tok_s": "computed", "context_tokens": "measured",
                         "efficiency": "computed", "server_version": "measured", "model": "measured"},
-        )
+            last_decode=LastDecode(decode, t, self.t0_wall + seq * self.poll_dt_s, ctx),
+        ))
 
     def poll(self) -> Snapshot:
         """The next snapshot (or a failure when ``fail`` is set)."""
@@ -100,8 +104,8 @@ class SyntheticMonitor:
             time.sleep(self.hang_s)
         self.seq += 1
         if self.fail:
-            return Snapshot(seq=self.seq, t_monotonic=time.monotonic(), t_wall=time.time(),
-                            connection=Connection(ConnectionStatus.UNREACHABLE, "connection refused"))
+            return decided(Snapshot(seq=self.seq, t_monotonic=time.monotonic(), t_wall=time.time(),
+                                    connection=Connection(ConnectionStatus.UNREACHABLE, "connection refused")))
         return self.snapshot(self.seq)
 
     def close(self) -> None:

@@ -207,9 +207,10 @@ def test_the_bandwidth_share_is_the_efficiency(scenario: str) -> None:
             assert bar is not None and f"({fmt.percent(s.efficiency)})" in bar.note
 
 
-def test_devices_that_read_in_turn_say_why_their_shares_are_parts() -> None:
-    """Two RTX 3090s each read half a token's step: each bar reads about half the header's share, and its tooltip
-    says why; one device alone says nothing of it."""
+def test_devices_that_read_in_turn_show_their_rate_while_their_layers_run() -> None:
+    """Two RTX 3090s each read half a token's step: each bar shows its rate while its layers run, the header's share
+    of the ceiling (not half of it beside the header's whole), and its tooltip says why; one device alone says
+    nothing of it."""
     from kvmon.app.demo import demo_session, step_demo
     from kvmon.gui.panels.bandwidth import bandwidth_bar, readers
 
@@ -222,11 +223,13 @@ def test_devices_that_read_in_turn_say_why_their_shares_are_parts() -> None:
     shares = []
     for g in s.gpus:
         bar = bandwidth_bar(g, readers(s))
-        assert bar is not None and "split over 2 devices that read their parts in turn" in (bar.tip or "")
+        assert bar is not None and "split over 2 devices that read their layers in turn" in (bar.tip or "")
         assert g.achieved_bandwidth_bytes_per_s is not None and g.peak_bandwidth_bytes_per_s is not None
+        assert g.step_share is not None
+        (seg,) = bar.segments
+        assert seg.value / g.peak_bandwidth_bytes_per_s == pytest.approx(s.efficiency, rel=0.03)
         shares.append(g.achieved_bandwidth_bytes_per_s / g.peak_bandwidth_bytes_per_s)
-    assert all(x < s.efficiency for x in shares)
-    # each device's share of the step's time is its bytes over its bandwidth: the shares add up to the efficiency
+    # over the whole step each device's share is its bytes over its bandwidth: they add up to the efficiency
     assert sum(shares) == pytest.approx(s.efficiency, rel=0.02)
     lone = bandwidth_bar(s.gpus[0], 1)
     assert lone is not None and "split over" not in (lone.tip or "")

@@ -69,7 +69,7 @@ def test_a_reload_with_another_n_ctx_starts_the_fit_again() -> None:
     s = _run(a, rates, 40.0, range(2000, 9000, 500), lambda c: 1 / (0.010 + 2e-7 * c), n_ctx=65536)
     assert s is not None
     r = s.forecast.regime
-    assert r.index == 2 and r.cause == "reload" and "n_ctx 32,768 → 65,536" in (r.description or "")
+    assert r.index == 2 and r.cause == "reload" and "context 32,768 → 65,536" in (r.description or "")
     assert r.since_context_tokens == 2000 and r.since_t_monotonic == 40.0
     assert s.forecast.fit_points == 14
     after = {m.context_tokens: m.tok_s for m in s.forecast.milestones}

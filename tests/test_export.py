@@ -18,8 +18,8 @@ pytest.importorskip("pytestqt")
 from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
-from kvmon.gui import caption, export
-from kvmon.gui.labels import ValueLabel, plain_text
+from kvmon.gui import caption, export, fmt
+from kvmon.gui.labels import ValueLabel
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 
@@ -292,48 +292,57 @@ def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during
     QtCore.QTimer.singleShot(0, lambda: win.on_snapshot(later))  # delivered inside the grab's processEvents
     _img, text = export.captioned(win, lambda: export.shown_snapshot(win))
     assert win.shown is later
-    words = fmt.speed_words(later)
-    assert words.decode in win.header.speed.text() and text is not None and f"{words.decode} of" in text
-    assert f"({words.share})" in text and words.share in win.header.efficiency.text()
+    h = fmt.hero(later)
+    assert win.header.speed.whole() == h.number == "12.3 tok/s" and text is not None
+    assert f"{h.number} {h.against}" in text and h.against.endswith(f"· {h.share}")
+    assert h.against == win.header.efficiency.whole()
 
 
-def test_a_loading_model_reads_loading_in_the_header_and_the_caption(win: MainWindow) -> None:
-    """While the model (re)loads there is no speed and no ceiling of this load yet: the headline says it loads,
-    not "— of — ceiling" with "— of ceiling" beside it."""
+def test_a_loading_model_keeps_the_last_speed_and_says_it_loads(win: MainWindow) -> None:
+    """While the model (re)loads the big number is the last speed measured, dimmed with its age, and the headline
+    and the caption say that it loads (not "— of — ceiling" with "— of ceiling" beside it)."""
     from kvmon.core.snapshot import Activity, Connection, ConnectionStatus
+    from kvmon.core.verdict import decided
 
     s = win.last
-    assert s is not None
-    loading = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None, activity=Activity.LOADING,
-                                  connection=Connection(ConnectionStatus.LOADING, reason="Loading model"))
+    assert s is not None and s.decode_tok_s is not None
+    loading = decided(dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None,
+                                          activity=Activity.LOADING, t_monotonic=s.t_monotonic + 5,
+                                          connection=Connection(ConnectionStatus.LOADING, reason="loading model")))
     win.on_snapshot(loading)
-    assert plain_text(win.header.speed.text()).strip() == "loading"
-    assert win.header.efficiency.text() == ""
+    assert win.header.speed.whole() == fmt.tok_s(s.decode_tok_s)
+    assert win.header.efficiency.whole() == "last reply, 5.0 s ago"
+    assert win.header.headline.whole() == "Loading the model: its speed shows once it answers"
     text = caption.caption_text(loading)
-    assert "· loading ·" in text and "— of —" not in text and "(—)" not in text
+    assert text.startswith("Loading the model: its speed shows once it answers · ")
+    assert "— of —" not in text and "(—)" not in text
+    assert f"· {fmt.tok_s(s.decode_tok_s)} last reply, 5.0 s ago ·" in text
 
 
 def test_an_idle_server_reads_idle_in_the_caption_as_in_the_header(win: MainWindow) -> None:
     from kvmon.core.snapshot import Activity
+    from kvmon.core.verdict import decided
 
     s = win.last
     assert s is not None
-    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None, activity=Activity.IDLE,
-                               reasons={**s.reasons, "decode_tok_s": "idle: no slot is generating"})
+    idle = decided(dataclasses.replace(s, decode_tok_s=None, efficiency=None, activity=Activity.IDLE,
+                                       reasons={**s.reasons, "decode_tok_s": "idle: no slot is generating"}))
     win.on_snapshot(idle)
-    assert "idle" in win.header.speed.text() and "· ceiling " in win.header.speed.text()
-    assert win.header.efficiency.text() == ""  # no share while nothing decodes
-    assert "· idle · ceiling " in caption.caption_text(idle) and "(—)" not in caption.caption_text(idle)
+    assert win.header.headline.whole().startswith("Idle at ") and "· ceiling " in win.header.efficiency.whole()
+    text = caption.caption_text(idle)
+    assert text.startswith(f"{win.header.headline.whole()} · ") and f"{win.header.efficiency.whole()} ·" in text
 
 
 def test_idle_at_a_depth_nobody_reports_reads_idle_alone(win: MainWindow) -> None:
     """vLLM between requests: the pool holds nothing, so no depth and no ceiling "here": "idle", not "ceiling —"."""
+    from kvmon.core.snapshot import Activity
+    from kvmon.core.verdict import decided
+
     s = win.last
     assert s is not None
-    from kvmon.core.snapshot import Activity
-
-    idle = dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None, context_tokens=None,
-                               activity=Activity.IDLE, reasons={**s.reasons, "decode_tok_s": "idle: no request"})
+    idle = decided(dataclasses.replace(s, decode_tok_s=None, efficiency=None, ceiling_tok_s=None,
+                                       context_tokens=None, activity=Activity.IDLE,
+                                       reasons={**s.reasons, "decode_tok_s": "idle: no request"}))
     win.on_snapshot(idle)
-    assert "idle" in win.header.speed.text() and "ceiling" not in win.header.speed.text()
-    assert "· idle ·" in caption.caption_text(idle) and "ceiling —" not in caption.caption_text(idle)
+    assert win.header.headline.whole() == "Idle: no conversation in context"
+    assert "ceiling" not in win.header.efficiency.whole() and "ceiling —" not in caption.caption_text(idle)

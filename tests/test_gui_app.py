@@ -197,7 +197,7 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
     def choose(args: argparse.Namespace, api_key: str | None) -> object:
         win = painted[0] if painted else None
         seen["at choose"] = (win is not None and win.isVisible(), win.status.connection.text() if win else None,
-                             win.alerts.label.text() if win else None)
+                             win.alerts.text() if win else None)
         return real(args, api_key)
 
     monkeypatch.setattr(kvmon.app.servers, "choose_servers", choose)
@@ -211,14 +211,14 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
         assert dash.win.isVisible() and dash.controller is None  # shown, its servers not yet opened
         was_dark = theme.is_dark()
         dash.win.apply_scheme(not was_dark)  # a theme switch rebuilds the panels: they still say "starting"
-        assert dash.win.alerts.label.text() == "● Starting…" and dash.win.status.connection.text() == "● starting"
+        assert dash.win.alerts.text() == "Starting…" and dash.win.status.connection.text() == "● starting"
         dash.win.apply_scheme(was_dark)
         qtbot.waitUntil(lambda: dash.win.last is not None, timeout=10000)
     finally:
         dash.close()
         app.removeEventFilter(watch)
     assert not failures
-    assert seen["at choose"] == (True, "● starting", "● Starting…")
+    assert seen["at choose"] == (True, "● starting", "Starting…")
     w = dash.win
     assert len(w.views) == 1 and w.current == next(iter(w.views)) and url in w.current
     assert w.last.connection.status is ConnectionStatus.UNREACHABLE and "starting" not in w.status.connection.text()

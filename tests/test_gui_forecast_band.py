@@ -134,7 +134,6 @@ def test_speculation_draws_the_one_token_ceiling_beneath_the_lifted_one(window: 
     import dataclasses
 
     from kvmon.core.snapshot import SpeculativeView
-    from kvmon.gui.labels import plain_text
 
     def speed(c: int) -> float:
         return 1 / (0.0245 + 1.2e-7 * c)
@@ -156,7 +155,7 @@ def test_speculation_draws_the_one_token_ceiling_beneath_the_lifted_one(window: 
     assert x1.size and np.allclose(y1 * k, np.interp(x1, cx, cy), rtol=1e-3)
     names = [label.text for _item, label in panel.plot.getPlotItem().legend.items]
     assert "ceiling without speculation" in names
-    assert "(speculative, 1.80 tokens/step)" in plain_text(window.header.speed.text())
+    assert "(speculative, 1.80 tokens/step)" in window.header.efficiency.whole()
     window.on_snapshot(dataclasses.replace(s, seq=s.seq + 2))  # no longer speculating
     qtbot.wait(50)
     assert panel.one_token.getData()[0] is None or len(panel.one_token.getData()[0]) == 0

@@ -14,20 +14,15 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import (
-    Activity,
     Alert,
     AlertLevel,
-    CeilingSuspect,
-    Connection,
-    ConnectionStatus,
     GpuView,
     HostView,
     Regime,
-    Snapshot,
 )
+from kvmon.core.verdict import decided
 from kvmon.gui import theme
 from kvmon.gui.main_window import MainWindow
-from kvmon.gui.panels.alerts import lines_for
 from kvmon.gui.panels.memory import gpu_bar, host_bar
 from kvmon.gui.settings import Settings
 from kvmon.gui.tray import rising_alerts, tray_text
@@ -61,39 +56,6 @@ def window(shared_window: MainWindow, qtbot, settings: Settings) -> MainWindow:
         w.showNormal()
     qtbot.waitExposed(w)
     return w
-
-
-def test_header_shows_the_snapshot_numbers(window: MainWindow) -> None:
-    mon = SyntheticMonitor(tokens_per_poll=500)
-    for _ in range(20):
-        s = mon.poll()
-        window.on_snapshot(s)
-    h = window.header
-    assert "llama-server" in h.backend.text() and "b11549" in h.backend.text()
-    assert "Meta-Llama-3.1-8B-Instruct" in h.model.text() and "Q8_0" in h.model.text()
-    assert "8.0B" in h.model.text()
-    assert "2× NVIDIA GeForce RTX 3090" == h.gpus.text()
-    assert "11.2K" in h.context.text() and "32.8K" in h.context.text()  # 1,200 + 20 × 500
-    assert f"{s.decode_tok_s:.1f} tok/s" in h.speed.text()
-    assert f"of {s.ceiling_tok_s:.0f} ceiling" in h.speed.text()
-    assert h.efficiency.text().startswith(f"{s.efficiency * 100:.0f}%")
-    assert "Source: measured" in h.speed.toolTip() and "Source: computed" in h.speed.toolTip()
-    assert "Source: computed" in h.efficiency.toolTip()
-
-
-def test_unknown_numbers_show_a_dash_and_the_reason(window: MainWindow) -> None:
-    s = SyntheticMonitor().snapshot(3)
-    unknown = dataclasses.replace(s, decode_tok_s=None, efficiency=None, activity=Activity.UNKNOWN,
-                                  reasons={"decode_tok_s": "/slots is disabled: start llama-server with --slots"})
-    window.on_snapshot(unknown)
-    assert "—" in window.header.speed.text()
-    assert "Unknown: /slots is disabled: start llama-server with --slots" in window.header.speed.toolTip()
-    assert window.header.efficiency.text().startswith("—")
-    idle = dataclasses.replace(unknown, activity=Activity.IDLE,
-                               reasons={"decode_tok_s": "idle: no tokens generated since the last poll"})
-    window.on_snapshot(idle)
-    assert ">idle<" in window.header.speed.text()
-    assert "Unknown: idle: no tokens generated" in window.header.speed.toolTip()
 
 
 def test_memory_bar_stacks_weights_kv_other_free_and_shades_kv_in_use() -> None:
@@ -166,41 +128,7 @@ def test_bandwidth_panel_and_no_gpu_reason(window: MainWindow) -> None:
     window.on_snapshot(nogpu)
     assert window.bandwidth.bars.bars == ()
     assert window.memory.bars._empty_text.endswith("no NVIDIA GPU (NVML not found)")
-    assert window.header.gpus.text() == "no GPU data"
-
-
-def test_alerts_most_severe_first_and_connection_states() -> None:
-    s = SyntheticMonitor().snapshot(1)
-    s = dataclasses.replace(s, alerts=(
-        Alert(AlertLevel.INFO, "advice_q8", "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here"),
-        Alert(AlertLevel.CRITICAL, "kv_in_host", "KV cache in host RAM: decode capped at ~6 tok/s by PCIe"),
-        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full in ~2,300 tokens"),
-    ))
-    assert [lvl for lvl, _t, _tip in lines_for(s)] == ["critical", "warning", "info"]
-    rejected = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.AUTH_REJECTED, "HTTP 401"))
-    (level, text, _tip), = lines_for(rejected)
-    assert level == "critical" and "API key rejected" in text and "HTTP 401" in text
-    loading = dataclasses.replace(s, alerts=(), activity=Activity.LOADING,
-                                  connection=Connection(ConnectionStatus.LOADING))
-    assert "Model loading" in lines_for(loading)[0][1]
-    metrics = dataclasses.replace(s, alerts=(), reasons={"metrics": "/metrics disabled: start llama-server with "
-                                                                     "--metrics"})
-    assert lines_for(metrics) == [("info", "/metrics disabled: start llama-server with --metrics",
-                                   "Why some counters are missing")]
-
-
-def test_inline_code_in_messages_is_set_as_code_not_backticks(window: MainWindow) -> None:
-    from kvmon.gui.tray import Tray
-
-    s = dataclasses.replace(SyntheticMonitor().snapshot(1), alerts=(
-        Alert(AlertLevel.WARNING, "kv_in_host", "KV cache in host RAM; use `-ctk q8_0 -ctv q8_0` <now>"),))
-    window.on_snapshot(s)
-    shown = window.alerts.label.text()
-    assert "`" not in shown and "&nbsp;-ctk q8_0 -ctv q8_0&nbsp;</code>" in shown and "&lt;now&gt;" in shown
-    assert "`" not in window.alerts.label.toolTip()
-    tray = Tray()
-    tray.update_snapshot(s)
-    assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <now>"]
+    assert window.header.gpus.whole() == "no GPU data"
 
 
 def test_nothing_painted_while_minimised_then_caught_up(window: MainWindow, qtbot) -> None:
@@ -215,7 +143,7 @@ def test_nothing_painted_while_minimised_then_caught_up(window: MainWindow, qtbo
     assert len(window.history) == 6
     window.showNormal()
     qtbot.waitUntil(lambda: window.render_count == renders + 1, timeout=2000)
-    assert "3.60K" in window.header.context.text()  # 1,200 + 6 polls × 400 tokens
+    assert "3.60K" in window.header.context.whole()  # 1,200 + 6 polls × 400 tokens
 
 
 def test_an_unchanged_snapshot_repaints_no_bar(window: MainWindow, qtbot) -> None:
@@ -394,11 +322,13 @@ def test_tray_sends_the_icon_and_the_tip_only_when_each_changed(qtbot) -> None:
     for tok_s in (38.1, 38.2, 38.4, 38.4, 39.0):
         tray.show_snapshot(dataclasses.replace(base, decode_tok_s=tok_s, alerts=()))
     assert len(icon.icons) == 2  # 38, then 39
-    assert [t.split(": ")[1].split(" (")[0] for t in icon.tips] == ["38.1 tok/s", "38.2 tok/s", "38.4 tok/s",
-                                                                     "39.0 tok/s"]
-    tray.show_snapshot(dataclasses.replace(base, decode_tok_s=39.0, alerts=(
-        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full soon"),)))
-    assert len(icon.icons) == 3 and len(icon.tips) == 4  # the alert's colour: a new icon, the same tip
+    assert [t.splitlines()[-1].split(" of ")[0] for t in icon.tips] == ["38.1 tok/s", "38.2 tok/s", "38.4 tok/s",
+                                                                         "39.0 tok/s"]
+    assert all(t.splitlines()[1] == f"Decoding: {base.verdict.sentence}" for t in icon.tips)  # the headline's words
+    tray.show_snapshot(decided(dataclasses.replace(base, decode_tok_s=39.0, alerts=(
+        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full soon", headline="Context full in ~2,300 tokens"),))))
+    assert len(icon.icons) == 3 and len(icon.tips) == 5  # the verdict's colour: a new icon; its words: a new tip
+    assert icon.tips[-1].splitlines()[1] == "Context filling: Context full in ~2,300 tokens"
 
 
 def test_model_change_clears_measured_points(window: MainWindow) -> None:
@@ -415,11 +345,11 @@ def test_model_change_clears_measured_points(window: MainWindow) -> None:
 def test_reset_shows_connecting_then_the_same_alerts_again(window: MainWindow) -> None:
     s = SyntheticMonitor().snapshot(80)  # close to n_ctx: a context alert
     window.on_snapshot(s)
-    assert "context full" in window.alerts.label.text()
+    assert "context full" in window.alerts.text()
     window.reset()
-    assert "Connecting" in window.alerts.label.text() and "connecting" in window.status.connection.text()
+    assert "Connecting" in window.alerts.text() and "connecting" in window.status.connection.text()
     window.on_snapshot(s)
-    assert "context full" in window.alerts.label.text()
+    assert "context full" in window.alerts.text()
 
 
 def test_milestones_carry_the_forecast_and_the_curve_its_band(window: MainWindow) -> None:
@@ -473,8 +403,8 @@ def test_a_dark_light_switch_rebuilds_the_panels_and_keeps_the_session(qtbot, tm
         assert w.speed_time.plot is not old_plot
         assert w.speed_time.plot.backgroundBrush().color().name() == theme.background()
         assert len(w.history) == 5 and w.bins.points()[0].size == 5
-        assert "3.20K" in w.header.context.text()  # re-rendered from the last snapshot
-        assert w.header.banner.text() == "Demo: simulated x" and "recording" in w.status.recording.text()
+        assert "3.20K" in w.header.context.whole()  # re-rendered from the last snapshot
+        assert w.header.banner.whole() == "Demo: simulated x" and "recording" in w.status.recording.text()
     finally:
         w.apply_scheme(was_dark)
 
@@ -485,13 +415,6 @@ def test_replay_load_renders_once(window: MainWindow) -> None:
     before = window.render_count
     window.load(snaps)
     assert window.render_count == before + 1 and len(window.history) == 50
-
-
-def test_snapshot_without_server_data_renders(window: MainWindow) -> None:
-    window.on_snapshot(Snapshot(seq=1, t_monotonic=1.0, t_wall=1.7e9,
-                                connection=Connection(ConnectionStatus.UNREACHABLE, "connection refused")))
-    assert "Server gone" in window.alerts.label.text()
-    assert window.header.speed.text().count("—") == 2
 
 
 def test_the_depth_marker_ignores_a_wobble_but_follows_a_change(window: MainWindow) -> None:
@@ -544,38 +467,6 @@ def test_the_depth_marker_is_drawn_where_its_depth_and_speed_are(window: MainWin
     img = panel.plot.grab().toImage()
     new = pixel(s.context_tokens * 2, s.decode_tok_s * 0.7)
     assert dot_at(img, new) and ring_at(img, new) and not ring_at(img, at)  # (the measured point stays at the first)
-
-
-def test_the_header_sets_its_server_model_and_device_texts_only_when_they_change(window: MainWindow) -> None:
-    """A poll that moves only the live figures formats only those; another model sets the model text again."""
-    mon = SyntheticMonitor(tokens_per_poll=400)
-    window.on_snapshot(mon.poll())
-    calls: list[str] = []
-
-    def spy(label: object, name: str) -> None:
-        inner = label.set  # type: ignore[attr-defined]
-
-        def counted(*a: object, **k: object) -> bool:
-            calls.append(name)
-            return bool(inner(*a, **k))
-
-        label.set = counted  # type: ignore[attr-defined]
-
-    for name in ("model", "gpus", "backend", "context", "speed"):
-        spy(getattr(window.header, name), name)
-    try:
-        s = mon.poll()
-        window.on_snapshot(s)
-        assert "context" in calls and "speed" in calls
-        assert not {"model", "gpus", "backend"} & set(calls)
-        assert "context" in window.header.context.plain() and str(s.context_tokens)[:1] in window.header.context.plain()
-        calls.clear()
-        other = dataclasses.replace(s, seq=s.seq + 1, model=dataclasses.replace(s.model, name="another-model"))
-        window.on_snapshot(other)
-        assert "model" in calls and "another-model" in window.header.model.plain()
-    finally:
-        for name in ("model", "gpus", "backend", "context", "speed"):
-            del getattr(window.header, name).set
 
 
 def test_the_time_axis_steps_by_a_round_tenth_of_the_window() -> None:
@@ -648,8 +539,8 @@ def test_a_poll_that_changes_nothing_shown_formats_nothing(window: MainWindow, m
     calls: list[str] = []
     for name, obj in (("header", window.header.speed), ("header", window.header.context),
                       ("memory", window.memory.bars), ("bandwidth", window.bandwidth.bars),
-                      ("alerts", window.alerts.label)):
-        method = "set_bars" if name in ("memory", "bandwidth") else "set"
+                      ("alerts", window.alerts)):
+        method = {"memory": "set_bars", "bandwidth": "set_bars", "alerts": "_show"}.get(name, "set")
         real = getattr(obj, method)
         monkeypatch.setattr(obj, method, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
     # the next poll of an idle server: new sequence number and times, the same figures
@@ -657,18 +548,7 @@ def test_a_poll_that_changes_nothing_shown_formats_nothing(window: MainWindow, m
     assert calls == []
     faster = dataclasses.replace(s, seq=s.seq + 2, decode_tok_s=(s.decode_tok_s or 0) + 5)
     window.on_snapshot(faster)
-    assert "header" in calls and f"{faster.decode_tok_s:.1f} tok/s" in window.header.speed.text()
-
-
-def test_a_speed_above_the_ceiling_shows_the_ceiling_as_uncertain_never_a_percentage(window: MainWindow) -> None:
-    s = SyntheticMonitor().snapshot(5)
-    suspect = CeilingSuspect("placement", "measured 11.0 tok/s exceeds the computed ceiling of 10.9 tok/s, so …")
-    window.on_snapshot(dataclasses.replace(s, efficiency=None, ceiling_suspect=suspect))
-    eff = window.header.efficiency.text()
-    assert "ceiling uncertain" in eff and "placement" in eff and "%" not in eff
-    assert "?" in window.header.speed.text() and suspect.message in window.header.speed.toolTip()
-    window.on_snapshot(dataclasses.replace(s, seq=6))
-    assert "%" in window.header.efficiency.text() and "uncertain" not in window.header.efficiency.text()
+    assert "header" in calls and f"{faster.decode_tok_s:.1f} tok/s" == window.header.speed.whole()
 
 
 def test_a_new_regime_is_marked_and_the_points_before_it_are_faded(window: MainWindow) -> None:
@@ -726,52 +606,3 @@ def test_the_clock_axis_never_shows_fractions_of_a_second(qtbot) -> None:
         assert strings and all("." not in s for s in strings), (span, strings)
     assert _time.strftime("%H:%M:%S", _time.localtime(t0 + 1)) in [
         s for spacing, vals in ax.tickValues(t0, t0 + 5, 500) for s in ax.tickStrings(vals, 1.0, spacing)]
-
-
-def test_acceptance_by_position_is_on_the_speed_tooltip_and_the_chart(window: MainWindow) -> None:
-    from kvmon.core.snapshot import SpeculativeView
-
-    s = SyntheticMonitor().snapshot(10)
-    spec = SpeculativeView(drafts=32, draft_tokens=96, accepted_tokens=30, generated_tokens=64,
-                           tokens_per_step=64 / 34, acceptance_rate=30 / 96, accepted_by_position=(16, 10, 4),
-                           acceptance_by_position=(0.5, 0.3125, 0.125), one_token_ceiling_tok_s=100.0)
-    window.on_snapshot(dataclasses.replace(s, speculative=spec))
-    want = "by draft position 1st 50%, 2nd 31%, 3rd 12% of drafts"
-    assert want in window.header.speed.toolTip()
-    assert want in window.speed_context.plot.toolTip()
-    assert "(speculative, 1.88 tokens/step)" in window.header.speed.text()
-
-
-def test_a_narrower_window_moves_the_headline_below_the_names_rather_than_cut_them(window: MainWindow) -> None:
-    """Beside a chat the window is often half a screen wide: the server, model and GPU names and the context line
-    stay whole, the headline moving beside the context line and then below it; at full width it is beside both."""
-    mon = SyntheticMonitor(tokens_per_poll=500)
-    for _ in range(5):
-        window.on_snapshot(mon.poll())
-    h = window.header
-    whole = (h.backend, h.model, h.gpus, h.context, h.kv, h.speed, h.efficiency)
-    seen = {}
-    try:
-        for width, arrangement in ((1280, "wide"), (1024, "split"), (800, "stacked"), (1280, "wide")):
-            window.resize(width, 800)
-            for _ in range(3):
-                QtWidgets.QApplication.processEvents()
-            seen[width] = (h.arrangement, [w.plain() for w in whole if w.elided])
-            assert h.arrangement == arrangement and not [w for w in whole if w.elided], (width, seen)
-            window.on_snapshot(mon.poll())  # a poll keeps the arrangement: the labels' widths only grow
-            QtWidgets.QApplication.processEvents()
-            assert h.arrangement == arrangement, (width, seen)
-        # a longer name at the same width: the label asks for room and the lines move, with no resize
-        s = mon.poll()
-        window.on_snapshot(dataclasses.replace(s, model=dataclasses.replace(s.model, name="M" * 60)))
-        for _ in range(3):
-            QtWidgets.QApplication.processEvents()
-        assert h.arrangement == "split" and not h.model.elided, h.arrangement
-        # the headline sits beside the names at full width, below them in the narrowest window
-        window.resize(800, 800)
-        for _ in range(3):
-            QtWidgets.QApplication.processEvents()
-        assert h.speed.geometry().top() > h.context.geometry().bottom() - 1
-    finally:
-        window.resize(1280, 800)
-        QtWidgets.QApplication.processEvents()

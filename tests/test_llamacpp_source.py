@@ -633,6 +633,8 @@ def test_metrics_key_marks_every_moment_a_counter_kvmon_reads_can_move() -> None
     ("/home/me/models/Qwen3-8B-Q4_K_M.gguf", "/home/me/models/Qwen3-8B-Q4_K_M.gguf", None, "Qwen3-8B-Q4_K_M.gguf"),
     ("Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q4_K_M.gguf", None, "Qwen3-8B-Q4_K_M.gguf"),  # -m relative, no alias
     ("coder", "/models/x.gguf", "Qwen3 8B", "coder"),  # an alias the user chose stays
+    ("meta-llama/Llama-3.1-8B", "/models/x.gguf", None, "meta-llama/Llama-3.1-8B"),  # a slash is not a path
+    ("<b>BOLD</b>", "/models/x.gguf", None, "<b>BOLD</b>"),
     (None, "C:\\models\\x.gguf", None, "x.gguf"),
     ("/srv/m/y.gguf", None, "  ", "y.gguf"),
     (None, None, None, None),

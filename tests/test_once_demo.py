@@ -42,7 +42,7 @@ def test_text_for_a_router_names_its_models() -> None:
     rc, out, err = _run(demo="router", start_at=20.0, after=3.0, json=False)
     assert rc == 0, err
     assert "llama-server router" in out and "qwen3-8b loaded" in out and "gemma-3-12b unloaded" in out
-    assert out.splitlines()[0].startswith("llama-server")
+    assert out.splitlines()[0].startswith("Idle at ") and out.splitlines()[1].startswith("llama-server")
 
 
 def test_a_loading_model_is_the_document_of_that_moment() -> None:
@@ -65,8 +65,8 @@ def test_the_same_point_gives_the_same_document() -> None:
 def test_bad_input_exits_2_with_one_line_and_prints_nothing() -> None:
     for kw, words in ((dict(demo="nope"), "unknown scenario 'nope'; known: seed-3090x2"),
                       (dict(demo="vllm", url="http://127.0.0.1:8080"), "either a URL"),
-                      (dict(url="http://127.0.0.1:9", start_at=5.0), "--start-at and --after are for --demo"),
-                      (dict(url="http://127.0.0.1:9", after=5.0), "--start-at and --after are for --demo")):
+                      (dict(url="http://127.0.0.1:9", start_at=5.0), "--start-at, --after and --speed are for --demo"),
+                      (dict(url="http://127.0.0.1:9", after=5.0), "--start-at, --after and --speed are for --demo")):
         rc, out, err = _run(**kw)
         assert rc == 2 and out == "", kw
         assert words in err and err.count("\n") == 1, (kw, err)

@@ -74,7 +74,7 @@ def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
     assert [b.label for b in memory.bars.bars][-1] == "Host" and "weights + KV" in memory.bars.bars[-1].note
     host_bw = bandwidth.bars.bars[-1]
     assert host_bw.label == "Host" and "measured" in host_bw.note and host_bw.segments
-    assert "ceiling" in header.speed.text() and "— ceiling" not in header.speed.text()
+    assert "ceiling" in header.efficiency.whole() and "— ceiling" not in header.efficiency.whole()
 
 
 def test_once_json_on_the_cpu_server_has_a_ceiling(llama_server: Callable[..., RealLlamaServer]) -> None:

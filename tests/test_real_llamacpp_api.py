@@ -128,8 +128,8 @@ def test_once_json_reads_the_real_server(llama_server: Callable[..., RealLlamaSe
 def test_wrong_api_key_exits_2_and_the_right_one_reads(llama_server: Callable[..., RealLlamaServer]) -> None:
     server = llama_server("llama", [*FLAGS, "--api-key", "secret-key-1"])
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "wrong-key")
-    assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("kvmon: ") and "wrong-key" not in err
+    assert rc == 2 and json.loads(out)["verdict"]["state"] == "Key rejected" and "wrong-key" not in out
+    assert err.count("\n") == 1 and err.startswith("kvmon: API key rejected") and "wrong-key" not in err
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0")
     assert rc == 2 and err.startswith("kvmon: ")
     rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0", "--api-key", "secret-key-1")
@@ -281,7 +281,7 @@ def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLl
     decodes."""
     from kvmon.core.snapshot import Activity
     from kvmon.core.units import fmt_tok_s
-    from kvmon.gui.fmt import speed_words
+    from kvmon.gui.fmt import hero
 
     server = _long_prompt_server(llama_server)
     replies: list[int] = []
@@ -294,7 +294,7 @@ def test_a_long_prompt_is_processing_not_idle(llama_server: Callable[..., RealLl
         while asker.is_alive():
             s = monitor.poll()
             seen.append((s.activity, s.decode_tok_s, s.prefill_tok_s, any(sl.processing for sl in s.slots),
-                         speed_words(s).decode))
+                         hero(s).prompt))
             time.sleep(0.15)
         asker.join()
     assert replies == [200]
@@ -313,7 +313,7 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     real server reads a long prompt (no token decoded yet) kvmon says "processing" ("busy": the prompt's counters
     move only when it is read), never "idle"; once the reply is done, "idle"."""
     from kvmon.core.snapshot import Activity
-    from kvmon.gui.fmt import speed_words
+    from kvmon.core.verdict import decide
 
     server = _long_prompt_server(llama_server, "--no-slots")
     replies: list[int] = []
@@ -327,7 +327,7 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
         while asker.is_alive():
             s = monitor.poll()
             if asker.is_alive():
-                seen.append((s.activity, s.decode_tok_s, speed_words(s).decode))
+                seen.append((s.activity, s.decode_tok_s, decide(s).state))
             time.sleep(0.15)
         asker.join()
         after = [monitor.poll() for _ in range(2)][-1]
@@ -337,13 +337,12 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
     undecoded = [x for x in seen if x[1] is None]
     assert len(undecoded) >= 4, seen  # the prompt takes ~2 s here
     assert not any(a is Activity.IDLE for a, *_ in seen), seen
-    assert all(a is Activity.PROCESSING and (words == "busy" or words.startswith("prompt "))
-               for a, _d, words in undecoded), seen
+    assert all(a is Activity.PROCESSING and words in ("Starting", "Reading prompt") for a, _d, words in undecoded), seen
     # every decode speed shown is a decode speed: the tiny model generates hundreds of tokens a second here, where
     # the prompt's batches (~8 a second) were shown as "decode ~5 tok/s" before
     assert any(a is Activity.DECODING for a, *_ in seen), seen
     assert all(d > 50 for _a, d, _w in seen if d is not None), seen
-    assert after.activity is Activity.IDLE and speed_words(after).decode == "idle"
+    assert after.activity is Activity.IDLE and decide(after).state == "Idle"
 
 
 def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_false_reply_times(
@@ -354,7 +353,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
     reply."""
     from kvmon.core.snapshot import Activity
     from kvmon.core.units import fmt_tok_s
-    from kvmon.gui.fmt import speed_words
+    from kvmon.gui.fmt import hero
     from kvmon.gui.panels.latency import latency_text
 
     server = llama_server("llama", FLAGS)
@@ -376,7 +375,7 @@ def test_replies_shorter_than_a_poll_show_the_servers_own_decode_speed_and_no_fa
             s = monitor.poll()
             # a request runs now, and several ended since the last poll (tens of them a second, none spanning two)
             seen.append((s.slots[0].processing, s.activity, s.decode_tok_s, s.decode_rate_source,
-                         speed_words(s).decode))
+                         hero(s).number))
             last = s
             if i >= 19 and sum(1 for x in seen if x[0]) >= 3:
                 break

@@ -50,17 +50,18 @@ def sim_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _check_screen(win, s: Snapshot) -> None:
     h = win.header
-    assert fmt.tokens(s.context_tokens).removesuffix(" tokens") in h.context.text()
-    assert f"of {fmt.tokens(s.model.n_ctx)}" in h.context.text()
+    assert fmt.tokens(s.context_tokens).removesuffix(" tokens") in h.context.whole()
+    assert f"of {fmt.tokens(s.model.n_ctx)}" in h.context.whole()
+    hero = fmt.hero(s)
+    assert h.speed.whole() == hero.number and h.efficiency.whole() == hero.against
+    assert s.verdict is not None and h.headline.whole() == s.verdict.sentence
     if s.decode_tok_s is not None:
-        assert fmt.tok_s(s.decode_tok_s) in h.speed.text()
-    if fmt.speed_words(s).idle:  # nothing decodes: the ceiling at this depth, no share
-        assert f"· ceiling {fmt.num_tok_s(s.ceiling_tok_s)} tok/s here" in h.speed.text()
-        assert h.efficiency.text() == ""
-    else:
-        assert f"of {fmt.num_tok_s(s.ceiling_tok_s)} ceiling" in h.speed.text()
-        assert fmt.percent(s.efficiency) in h.efficiency.text()
-    assert fmt.bytes_(s.kv_in_use_bytes) in h.kv.text()
+        assert fmt.tok_s(s.decode_tok_s) == h.speed.whole()
+        assert f"of {fmt.num_tok_s(s.ceiling_tok_s)} ceiling" in h.efficiency.whole()
+        assert fmt.percent(s.efficiency) in h.efficiency.whole()
+    else:  # nothing decodes: the last speed measured, its age, the ceiling at this depth, no share
+        assert f"· ceiling {fmt.num_tok_s(s.ceiling_tok_s)} tok/s here" in h.efficiency.whole()
+    assert fmt.bytes_(s.kv_in_use_bytes) in h.kv.whole()
     bars = win.memory.bars.bars
     for g, bar in zip(s.gpus, bars, strict=False):
         assert fmt.bytes_(g.vram_free_bytes) in bar.note

@@ -45,9 +45,10 @@ def test_card_texts_say_what_the_session_was(qtbot) -> None:
     card = reportcard.ReportCard(summarize(_snaps()))
     qtbot.addWidget(card)
     text = " ".join(lbl.text() for lbl in card.findChildren(QtWidgets.QLabel))
-    for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "ctx_full_soon",
+    for needle in ("Meta-Llama-3.1-8B-Instruct", "2× NVIDIA GeForce RTX 3090", "Context filling up",
                    f"kvmon {kvmon.__version__}", "Efficiency", "peak"):
         assert needle in text, needle
+    assert "ctx_full_soon" not in text and "?" not in text  # the user's words, no internal name
 
 
 def test_card_of_an_empty_or_failed_session_still_renders(qtbot) -> None:

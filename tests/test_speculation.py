@@ -61,18 +61,18 @@ def test_the_header_says_the_ceiling_is_speculative() -> None:
     from dataclasses import replace
 
     from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
-    from kvmon.gui.fmt import speed_words
+    from kvmon.gui.fmt import hero
 
     spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
                                 spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), {})
     s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=Connection(ConnectionStatus.CONNECTED),
                  decode_tok_s=42.0, activity=Activity.DECODING, ceiling_tok_s=50.0, efficiency=0.84, speculative=spec)
-    assert speed_words(s).against == "of 50.0 ceiling (speculative, 1.67 tokens/step)"
-    assert speed_words(replace(s, speculative=None)).against == "of 50.0 ceiling"
+    assert hero(s).against == "of 50.0 ceiling (speculative, 1.67 tokens/step) · 84%"
+    assert hero(replace(s, speculative=None)).against == "of 50.0 ceiling · 84%"
     uncounted = replace(s, ceiling_tok_s=None, efficiency=None,
                         speculative=replace(spec, tokens_per_step=None)) if spec is not None else s
-    w = speed_words(uncounted)
-    assert w.against == "· speculating: its ceiling is known once a reply ends" and w.no_share
+    w = hero(uncounted)
+    assert w.against == "speculating: its ceiling is known once a reply ends" and not w.share
 
 
 def test_a_server_that_speculates_before_any_reply_ended_has_no_ceiling_yet() -> None:

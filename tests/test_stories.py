@@ -22,6 +22,7 @@ from story_checks import (
     false_alarms,
     json_points,
     json_problems,
+    same_headline,
     window_points,
     window_problems,
 )
@@ -44,6 +45,7 @@ def _param(scenario: str, i: int, name: str) -> Any:
 
 
 MOMENTS = [_param(s, i, m.name) for s, i, w in _watches() for m in w.moments]
+KEY_MOMENTS = [_param(s, i, m.name) for s, i, w in _watches() for m in w.moments if m.level is not None]
 ALERTS = [_param(s, i, a.name) for s, i, w in _watches() for a in w.alerts]
 WATCHES = [pytest.param(s, i, id=f"{s}[{i}]") for s, i, _w in _watches()]
 
@@ -96,6 +98,21 @@ def test_once_json_says_the_story(scenario: str, i: int, name: str) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize(("scenario", "i", "name"), KEY_MOMENTS)
+def test_the_window_and_once_json_say_the_same_headline(qapp: Any, scenario: str, i: int, name: str) -> None:
+    """At a scenario's key moment the window's headline and the document's verdict are one sentence, one level."""
+    problems = same_headline(scenario, _window(scenario, i), _once(scenario, i), _moment(scenario, i, name))
+    assert not problems, "\n".join(problems)
+
+
+def test_every_scenario_has_key_moments_for_its_help() -> None:
+    from kvmon.sim.stories import key_moments
+
+    assert all(key_moments(name) for name in STORIES), [n for n in STORIES if not key_moments(n)]
+    assert [(m.at_s, m.level) for m in key_moments("spill-4090")] == [(100.0, "ok"), (260.0, "critical"),
+                                                                      (310.0, "critical"), (360.0, "critical")]
+
+
 @pytest.mark.parametrize(("scenario", "i", "name"), ALERTS)
 def test_the_window_raises_and_clears_the_alert(qapp: Any, scenario: str, i: int, name: str) -> None:
     problems = alert_problems(window_points(_window(scenario, i)), _alert(scenario, i, name))
@@ -137,3 +154,54 @@ def test_once_demo_prints_the_document_of_that_point(scenario: str) -> None:
     assert doc["model"]["name"] == same["model"]["name"]
     assert [g["vram_free_bytes"] for g in doc["gpus"]] == [g["vram_free_bytes"] for g in same["gpus"]]
     assert sorted(a["code"] for a in doc["alerts"]) == sorted(a["code"] for a in same["alerts"])
+
+
+def test_an_unreachable_url_says_so_in_the_window_and_in_once_json(qapp: Any, tmp_path: Any) -> None:
+    """``kvmon http://127.0.0.1:PORT`` with nothing there: the headline's place says what is wrong and what to do, in
+    the critical colour, and ``once --json`` says the same sentence at the same level (exit 2)."""
+    import socket
+    import time
+
+    from PySide6 import QtGui
+
+    from kvmon.app.choose import server_session
+    from kvmon.gui import theme
+    from kvmon.gui.app import build_window
+    from kvmon.gui.settings import Settings
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        from kvmon.cli import main
+
+        assert main(["once", url, "--json"]) == 2
+    verdict = json.loads(out.getvalue())["verdict"]
+    assert verdict["level"] == "critical" and verdict["state"] == "Unreachable"
+    assert verdict["sentence"] == (f"Cannot connect to {url} (Connection refused). Is the server running? kvmon once "
+                                   "--list finds the servers on this machine")
+    assert err.getvalue() == f"kvmon: {verdict['sentence']}\n"
+    session = server_session(url, api_key=None, timeout_s=1.0, log_path=None)
+    win, poller = build_window(session, Settings(str(tmp_path / "s.ini")), 3600.0, tray=False)
+    try:
+        win.resize(1280, 800)
+        win.show()
+        poller.start()
+        deadline = time.monotonic() + 20
+        while win.last is None and time.monotonic() < deadline:
+            qapp.processEvents()
+            time.sleep(0.01)
+        qapp.processEvents()
+        h = win.header
+        assert h.headline.whole() == verdict["sentence"]
+        assert h.headline.palette().color(QtGui.QPalette.ColorRole.WindowText).name() == theme.hex_color("critical")
+        assert h.speed.whole() == "— tok/s" and h.efficiency.whole() == "no reply measured yet"
+        assert win.alerts.text().startswith("Server gone — reconnecting: cannot connect to")
+    finally:
+        poller.stop()
+        win.close()
+        win.deleteLater()
+        session.close()
+        qapp.processEvents()

@@ -22,6 +22,13 @@ def detect(url: str, api_key: str | None, timeout_s: float) -> str | None:
 
 
 
+def server_labels() -> tuple[str, ...]:
+    """Every kind of server kvmon reads, as people name them ("llama-server", "llama-server router", "Ollama", ...)."""
+    from kvmon.sources.backends import ALL
+
+    return tuple(b.label for b in ALL if b.label and b.source)
+
+
 def find_servers(*, api_key: str | None = None, timeout_s: float = 1.0,
                  candidates: Sequence[str] | None = None) -> Any:
     """Every server on this machine (``kvmon.sources.discover.Discovery``): the process table first, then the

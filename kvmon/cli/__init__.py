@@ -54,6 +54,31 @@ def window_size(text: str) -> tuple[int, int]:
     return size
 
 
+AFTER_HELP = ("seconds of the session to watch before {what}: simulated seconds with --demo (at --speed 10, 60 of them "
+              "pass in 6 real seconds), real ones against a server")
+
+
+def speed_arg(text: str) -> float:
+    """``--speed X``: simulated seconds per real second, above 0 (a clear usage error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (simulated seconds per real second)") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give simulated seconds per real second, above 0 and up to 1000")
+    return value
+
+
+def _add_demo_args(p: argparse.ArgumentParser, seconds: Callable[[str], float], *, waits: bool = True) -> None:
+    """``--speed X`` and ``--start-at T``, the same for every command that can run the demo."""
+    p.add_argument("--start-at", type=seconds, default=0.0, metavar="T",
+                   help="with --demo: join the scenario's story T simulated seconds in (its key moments are listed "
+                        "below)")
+    p.add_argument("--speed", type=speed_arg, default=1.0, metavar="X",
+                   help="with --demo: simulated seconds per real second (default 1)" + (
+                       "" if waits else "; once never waits, so it changes nothing here"))
+
+
 def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
                    help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
@@ -113,11 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--demo", default=None, metavar="SCENARIO",
                       help="read the built-in simulator instead of a server (the scenarios: kvmon sim --help): the "
                            "document the dashboard shows at that point of the story")
-    once.add_argument("--start-at", type=seconds, default=0.0, metavar="SECONDS",
-                      help="with --demo: join the story this many simulated seconds in")
+    _add_demo_args(once, seconds, waits=False)
     once.add_argument("--after", type=seconds, default=None, metavar="SECONDS",
-                      help="with --demo: watch this many simulated seconds (a poll every --interval) before printing "
-                           "(default: one interval, two polls); no real waiting")
+                      help=AFTER_HELP.format(what="printing") + " (with --demo: a poll every --interval, default one "
+                           "interval, two polls; once never waits for the simulator)")
     once.help_tail = _scenarios_help  # type: ignore[attr-defined]
 
     sim = sub.add_parser("sim", help="run a simulated server alone (llama-server, Ollama, vLLM, LM Studio)")
@@ -137,14 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     shot = sub.add_parser("screenshot", help="headless capture of the dashboard")
     _add_connection_args(shot)
-    shot.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO")
-    shot.add_argument("--after", type=float, default=5.0, help="seconds to run before capturing")
+    shot.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
+                      help="capture the built-in simulator (default seed-3090x2; the scenarios are listed below); "
+                           "without it and without a URL, the first server found on this machine")
+    shot.add_argument("--after", type=seconds, default=5.0, metavar="SECONDS",
+                      help=AFTER_HELP.format(what="capturing") + " (default %(default)g)")
     shot.add_argument("-o", "--output", required=True, help="PNG file to write")
     shot.add_argument("--panel", default=None, help="one panel only: header, speed-vs-context, speed-over-time, "
                       "memory, bandwidth, alerts, what-if")
-    shot.add_argument("--start-at", type=seconds, default=0.0, metavar="SECONDS",
-                      help="with --demo: join the simulated session this many seconds in")
-    shot.add_argument("--speed", type=float, default=1.0, help="with --demo: simulated seconds per real second")
+    _add_demo_args(shot, seconds)
     shot.add_argument("--no-caption", dest="caption", action="store_false", help="no caption strip below the image")
     shot.add_argument("--size", type=window_size, default=(1280, 800), metavar="WxH",
                       help="the window's size in pixels, caption included (default 1280x800)")
@@ -171,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
-                             "are listed below)")
+                             "and their key moments are listed below)")
+    _add_demo_args(parser, seconds)
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
     install = parser.add_mutually_exclusive_group()
     install.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")

@@ -4,10 +4,11 @@ Each poll's requests share one deadline, ``--timeout`` (``kvmon.core.deadline``)
 within two timeouts, the interval and a little more. A first poll that ran out of time is followed by the second
 all the same: the endpoint that hung is then asked with a short limit, and the rest of the reading comes without it.
 
-Exit status 0 when the server was read; 2 (with a one-line reason on stderr) when it is unreachable,
-rejects the key, is still loading, or the URL is bad. Without a URL it reads the first server found on this machine
-(``kvmon once --list`` lists them all). With ``--demo`` it reads the built-in simulator at a point of its story
-(``--start-at``, ``--after``), as the dashboard shows it there. No Qt is loaded on this path.
+Exit status 0 when the server was read; 2 (with the headline's one line on stderr, and with ``--json`` the document
+that says so on stdout) when it is unreachable, rejects the key, is still loading, or the URL is bad. Without a URL
+it reads the first server found on this machine (``kvmon once --list`` lists them all). With ``--demo`` it reads the
+built-in simulator at a point of its story (``--start-at``, ``--after``), as the dashboard shows it there. No Qt is
+loaded on this path.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
+from kvmon.core.connection import failure_snapshot
 from kvmon.core.deadline import poll_deadline
 from kvmon.core.readings import SourceError
+from kvmon.core.redact import scrub
 from kvmon.core.report_json import snapshot_to_json
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.words import fit_words, level_word, suspect_words
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -43,10 +48,12 @@ def _gib(n: Any) -> str:
 def format_text(doc: dict[str, Any]) -> str:
     """A few human lines from the JSON document (the same numbers, for a terminal)."""
     m = doc["model"]
-    lines = [
+    v = doc.get("verdict")
+    lines = [v["sentence"] + (f" [{level_word(v['level'])}]" if v["level"] != "ok" else "")] if v else []
+    lines += [
         f"{doc['backend']} {doc['server_version'] or ''} at {doc['url']}".replace("  ", " "),
-        f"model: {m['name'] or '—'} ({m['arch'] or '?'}, {m['quantization'] or '?'}), "
-        f"weights {_gib(m['weight_bytes'])}, KV {m['kv_type_k'] or '?'}/{m['kv_type_v'] or '?'}",
+        f"model: {m['name'] or '—'} ({m['arch'] or 'architecture —'}, {m['quantization'] or 'quantization —'}), "
+        f"weights {_gib(m['weight_bytes'])}, KV cache {m['kv_type_k'] or '—'}/{m['kv_type_v'] or '—'}",
         f"context: {_fmt(doc['context_tokens'])} / {_fmt(m['n_ctx'])} tokens per slot, {_fmt(m['n_slots'])} slot(s)",
         f"KV cache: {_fmt(m['kv_bytes_per_token'], ' B/token', 0)}, allocated {_gib(m['kv_allocated_bytes'])}, "
         f"in use {_gib(doc['kv_in_use_bytes'])}",
@@ -63,15 +70,17 @@ def format_text(doc: dict[str, Any]) -> str:
         lines.insert(1, f"{SERVING_LABELS.get(sv['kind'], sv['kind'])}{shown}: {models or 'no models'}"
                      + (f" — {sv['message']}" if sv["message"] else ""))
     if doc["ceiling_suspect"]:
-        lines.append(f"ceiling uncertain ({doc['ceiling_suspect']['input']}): {doc['ceiling_suspect']['message']}")
+        suspect = doc["ceiling_suspect"]
+        lines.append(f"ceiling uncertain ({suspect_words(suspect['input'])} is likely wrong): {suspect['message']}")
     fc = doc["forecast"]
     if fc["fit"]["form"]:
         regime = fc["regime"]
         since = f" since {regime['description']}" if regime["cause"] not in (None, "start") else ""
-        lines.append(f"forecast: {fc['fit']['form']} fit on {fc['fit']['points']} point(s){since}; "
+        n = fc["fit"]["points"]
+        lines.append(f"forecast: {fit_words(fc['fit']['form'])}, on {n} measured point{'s' if n != 1 else ''}{since}; "
                      + ", ".join(f"{ms['context_tokens']:,}: {_fmt(ms['tok_s'], ' tok/s')}" for ms in fc["milestones"]))
     for g in doc["gpus"]:
-        lines.append(f"GPU {g['index']}: {g['name'] or '?'}, {_gib(g['vram_used_bytes'])} used of "
+        lines.append(f"GPU {g['index']}: {g['name'] or '—'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")
     if doc["gpus_unavailable_reason"]:
         lines.append(f"GPUs: {doc['gpus_unavailable_reason']}")
@@ -124,6 +133,20 @@ def _fail(reason: str, err: TextIO) -> int:
     return EXIT_UNREADABLE
 
 
+def unread_line(snap: Snapshot) -> str:
+    """The one line said when the server could not be read: the headline's sentence (``kvmon screenshot`` says the
+    same)."""
+    verdict = snap.verdict
+    return verdict.sentence if verdict is not None else snap.connection.reason or snap.connection.status.value
+
+
+def _unread(snap: Snapshot, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """A server not read: with ``--json`` the document that says so (its verdict), and the one line; exit 2."""
+    if getattr(args, "json", False):
+        _print(snap, args, out)
+    return _fail(unread_line(snap), err)
+
+
 def _print(snap: Snapshot, args: argparse.Namespace, out: TextIO) -> None:
     doc = snapshot_to_json(snap)
     if getattr(args, "json", False):
@@ -161,30 +184,32 @@ def run_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    if getattr(args, "list", False):
-        return run_list(args, out, err)
-    if getattr(args, "demo", None) is not None:
-        return run_demo(args, out, err)
-    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0):
-        return _fail("--start-at and --after are for --demo (a real server is read as it is now)", err)
+@dataclass
+class FirstReading:
+    """What the first poll of the server the command line names (or the first found here) gave: the open monitor
+    and its Snapshot, the Snapshot of a server that could not be opened, or why no server was found at all."""
+
+    monitor: Any = None  # open (the caller closes it); None when the server could not be opened
+    snapshot: Snapshot | None = None
+    nothing: str | None = None  # no URL given and no server answers on this machine: why, in one line
+
+
+def first_reading(args: argparse.Namespace, err: TextIO) -> FirstReading:
+    """Open the server ``args`` names (``url``; else the first one answering on this machine) and poll it once,
+    under one deadline: what ``once`` and ``kvmon screenshot`` read before anything else."""
     from kvmon.app.build import open_monitor
     from kvmon.app.detection import find_servers
     from kvmon.app.session import settings_from_args
     from kvmon.sources.discover import nothing_found_reason
 
     api_key = getattr(args, "api_key", None) or os.environ.get("KVMON_API_KEY") or None
-    interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     url, backend = getattr(args, "url", None), None
     if url is None:  # the first server found; the others are named, and --list lists them
         found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 2.0))
         answering = found.answering()
         if not answering:
-            return _fail(nothing_found_reason(found), err)
+            return FirstReading(nothing=nothing_found_reason(found))
         url, backend = answering[0].url, answering[0].backend
         if len(answering) > 1:
             others = ", ".join(f.url for f in answering[1:])
@@ -195,12 +220,36 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                                    backend=backend, devices_url=getattr(args, "devices", None),
                                    settings=settings_from_args(args))
         except SourceError as e:
-            return _fail(e.failure.reason, err)
+            return FirstReading(snapshot=failure_snapshot(e.failure, seq=1, t_monotonic=time.monotonic(),
+                                                          t_wall=time.time(), url=scrub(url) if url else None))
         try:
-            snap: Snapshot = monitor.poll()
+            snap = monitor.poll()
         except BaseException:
             monitor.close()
             raise
+    return FirstReading(monitor, replace(snap, url=snap.url or monitor.display_url))
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Poll twice ``args.interval`` apart and print the report; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if getattr(args, "list", False):
+        return run_list(args, out, err)
+    if getattr(args, "demo", None) is not None:
+        return run_demo(args, out, err)
+    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0) or \
+            getattr(args, "speed", 1.0) != 1.0:
+        return _fail("--start-at, --after and --speed are for --demo (a real server is read as it is now)", err)
+    first = first_reading(args, err)
+    if first.nothing is not None:
+        return _fail(first.nothing, err)
+    monitor, snap = first.monitor, first.snapshot
+    if monitor is None:
+        assert snap is not None
+        return _unread(snap, args, out, err)
+    assert snap is not None
+    interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     # a first poll that ran out of time (something listens, it did not answer in time): the second asks what hung
     # with a short limit, so the rest of the reading comes if the server answers anything
     with monitor:
@@ -208,6 +257,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             time.sleep(interval)
             snap = monitor.poll()
     if not snap.server_read:
-        return _fail(snap.connection.reason or snap.connection.status.value, err)
+        return _unread(replace(snap, url=snap.url or monitor.display_url), args, out, err)
     _print(snap, args, out)
     return EXIT_OK

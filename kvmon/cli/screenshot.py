@@ -1,7 +1,10 @@
 """``kvmon screenshot [URL | --demo S] --after SECONDS -o FILE.png [--panel NAME]``: headless capture of the live
-dashboard, with the caption strip (model, GPU, context, tok/s, ceiling, kvmon version) below it.
+dashboard, with the caption strip (the headline, model, GPU, context, tok/s, ceiling, kvmon version) below it.
 
-Picks the offscreen platform itself when there is no display. Optional attributes read from ``args`` when the
+A server it cannot read is not pictured: it exits 2 with the one line ``kvmon once`` says (a demo only with
+``--demo``). ``--after`` is seconds of the session, as everywhere: simulated seconds with ``--demo`` (at ``--speed``
+10, 60 of them pass in 6 real seconds). Picks the offscreen platform itself when there is no display, and says
+none of the platform's notes that change nothing in the picture. Optional attributes read from ``args`` when the
 command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
 simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip), ``size``
 (the window's width and height, caption included) and ``theme`` ("system", "light" or "dark").
@@ -16,6 +19,44 @@ import tempfile
 
 PANELS = ("header", "speed-vs-context", "speed-over-time", "memory", "bandwidth", "alerts", "what-if")
 PANEL_HELP = f"one panel only: {', '.join(PANELS)}"
+# what Qt's headless platforms say of a window that they cannot do, changing nothing in the picture
+QUIET = ("This plugin does not support propagateSizeHints()", "This plugin does not support raise()",
+         "This plugin does not support grabbing the keyboard", "QFont::setPointSizeF: Point size <= 0")
+
+
+def quiet_platform_notes() -> None:
+    """Say Qt's messages on stderr as before, except the headless platform's notes that change nothing (``QUIET``);
+    any other message is said once."""
+    from PySide6 import QtCore
+
+    said: set[str] = set()
+
+    def handler(kind: QtCore.QtMsgType, _context: QtCore.QMessageLogContext, message: str) -> None:
+        if message.startswith(QUIET) or message in said:
+            return
+        said.add(message)
+        print(message, file=sys.stderr)
+
+    QtCore.qInstallMessageHandler(handler)
+
+
+def unreadable(args: argparse.Namespace) -> str | None:
+    """Why no server can be pictured, in ``kvmon once``'s one line (None: the one asked for answers, or a demo)."""
+    if getattr(args, "demo", None):
+        return None
+    from kvmon.cli.once import first_reading, unread_line
+
+    first = first_reading(args, sys.stderr)
+    if first.nothing is not None:
+        return first.nothing
+    if first.monitor is not None:
+        first.monitor.close()
+    snap = first.snapshot
+    if snap is None or snap.server_read:
+        if snap is not None and getattr(args, "url", None) is None:
+            args.url = snap.url  # the server found: pictured as read, never a demo in its place
+        return None
+    return unread_line(snap)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     if args.panel is not None and args.panel not in PANELS:
         print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANELS)}", file=sys.stderr)
         return 2
+    why = unreadable(args)
+    if why is not None:
+        print(f"kvmon: {why.splitlines()[0]}", file=sys.stderr)
+        return 2
     from PySide6 import QtCore
 
     from kvmon.app.choose import choose_session
@@ -35,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
 
+    quiet_platform_notes()
     app = ensure_app(["kvmon"])
     api_key = args.api_key or os.environ.get("KVMON_API_KEY")
     try:
@@ -46,14 +92,15 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(os.path.join(scratch.name, "screenshot.ini"))
     settings.scheme = getattr(args, "theme", "system")
     width, height = getattr(args, "size", (1280, 800))
-    speed = float(getattr(args, "speed", 1.0) or 1.0)
+    speed = float(getattr(args, "speed", 1.0) or 1.0) if getattr(args, "demo", None) else 1.0
     win, poller = build_window(session, settings, 1.0 if speed <= 1.0 else 0.25, tray=False)
     win.resize(width, height)
     if args.after < 300:  # a short capture: the session range fills the time axis instead of a sliver
         win.set_window_range("session")
     win.show()
     poller.start()
-    QtCore.QTimer.singleShot(int(max(0.0, args.after) * 1000), app.quit)
+    # --after is seconds of the session: simulated ones with --demo, which pass at --speed
+    QtCore.QTimer.singleShot(int(max(0.0, args.after) / speed * 1000), app.quit)
     error: str | None = None
     try:
         app.exec()

@@ -34,6 +34,24 @@ class AlertLevel(str, enum.Enum):
         return {"info": 0, "warning": 1, "critical": 2}[self.value]
 
 
+class VerdictLevel(str, enum.Enum):
+    """How the session stands, as the headline colours it: nothing wrong, something to know, a warning, trouble."""
+
+    OK = "ok"
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"ok": 0, "info": 1, "warning": 2, "critical": 3}[self.value]
+
+    @classmethod
+    def of(cls, level: AlertLevel) -> VerdictLevel:
+        """The verdict level of an alert level (info, warning, critical: the same words)."""
+        return cls(level.value)
+
+
 class Activity(str, enum.Enum):
     """What the model server is doing in a poll that read it: the headline's state, decided once (in the analysis)."""
 
@@ -79,6 +97,31 @@ class Alert:
     code: str  # stable id, e.g. "ctx_full_soon", "vram_spill_soon", "kv_in_host"
     message: str  # specific and computed: numbers and what to do
     value: float | None = None
+    headline: str = ""  # the news in one sentence (the verdict's when this is the worst alert); "" for advice
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The headline's news, decided once per poll (``kvmon.core.analysis.verdict``): the worst active condition, or
+    what the server is doing when nothing is wrong, in the user's words."""
+
+    level: VerdictLevel = VerdictLevel.OK
+    state: str = ""  # a short word or two for people: "Decoding", "Idle", "Spilled", "VRAM full", "Unreachable"
+    sentence: str = ""  # one sentence of news: "Spilled: 9.50 GiB of the KV cache in host RAM — capped at ~11 tok/s"
+    # what it rests on: an alert's code ("kv_in_host", "vram_full"), "connection" (the server was not read), or when
+    # nothing is wrong the activity ("decoding", "idle", "processing", "loading", "sleeping", "unknown")
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class LastDecode:
+    """A decode speed measured at one poll: when, and at what depth. While nothing decodes the headline shows the last
+    one, dimmed, with its age."""
+
+    tok_s: float
+    t_monotonic: float
+    t_wall: float
+    context_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +186,9 @@ class GpuView:
     server_used_bytes: int | None = None  # all the model server's processes hold on this GPU
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None
-    achieved_bandwidth_bytes_per_s: float | None = None
+    achieved_bandwidth_bytes_per_s: float | None = None  # decode's reads here per second, over the whole step
+    # its share of each token's step (several devices read their layers in turn): it reads at achieved ÷ share then
+    step_share: float | None = None
     memory_busy_percent: float | None = None
     gpu_busy_percent: float | None = None
     pcie_rx_bytes_per_s: float | None = None
@@ -187,6 +232,7 @@ class HostView:
     memory_type: str | None = None  # "DDR5-6000"
     cpu_name: str | None = None
     achieved_bandwidth_bytes_per_s: float | None = None  # what decode reads from host RAM per second
+    step_share: float | None = None  # its share of each token's step beside other devices (as GpuView.step_share)
     in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
     unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
@@ -361,6 +407,11 @@ class Snapshot:
     speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
     energy: EnergyView | None = None  # power and energy of the model's devices; None: not read (reasons["energy"])
     latency: LatencyView | None = None  # replies' time to first token and inter-token latency; None: none seen yet
+    # the last decode speed measured (this poll's while it decodes), and the last one before the current regime began
+    # (a reload, another context size: "70 tok/s before the reload"); None: none measured (of this model)
+    last_decode: LastDecode | None = None
+    decode_before: LastDecode | None = None
+    verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
     # what the atlas remembers of this configuration (earlier points, this session's sweeps); None: no atlas kept
     atlas: AtlasView | None = field(default=None, compare=False, metadata=TRANSIENT)
 

@@ -1,4 +1,5 @@
-"""The caption strip on exported images (model, GPU(s), context, tok/s, ceiling, kvmon version) and file names.
+"""The caption strip on exported images (the headline's news, model, GPU(s), context, tok/s, ceiling, the server's own
+name, kvmon version) and file names.
 
 A shared picture must say what it shows without the window around it, and must never carry a credential:
 every text that ends up in an export passes ``scrub`` (``kvmon.core.redact``, named here for the exporters).
@@ -12,20 +13,24 @@ import time
 from PySide6 import QtCore, QtGui
 
 from kvmon import __version__
+from kvmon.core.backend import backend_of
 from kvmon.core.redact import scrub
+from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import DASH, fmt_tokens
-from kvmon.gui.fmt import speed_words
+from kvmon.gui.fmt import hero
 
-__all__ = ["caption_text", "default_filename", "gpu_text", "scrub", "with_caption"]
+__all__ = ["caption_text", "default_filename", "gpu_text", "scrub", "server_label", "with_caption"]
 
 _FILE_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 STRIP_PAD_PX = 6
 
 
 def gpu_text(s: Snapshot) -> str:
-    """'2× RTX 3090', 'RTX 4090 + RTX 3060', or 'no GPU data'."""
+    """'2× RTX 3090', 'RTX 4090 + RTX 3060', 'CPU (DDR5-6000)' when the CPU decodes with no GPU, or 'no GPU data'."""
     names = [g.name or f"GPU {g.index}" for g in s.gpus]
+    if not names and s.host.in_ceiling:
+        return "CPU" + (f" ({s.host.memory_type})" if s.host.memory_type else "")
     if not names:
         return "no GPU data"
     if len(names) > 1 and len(set(names)) == 1:
@@ -33,8 +38,18 @@ def gpu_text(s: Snapshot) -> str:
     return " + ".join(names)
 
 
+def server_label(s: Snapshot) -> str:
+    """The server as people name it: a router's or llama-swap's own name, else its backend's ("Ollama", "vLLM")."""
+    if s.serving is not None:
+        return SERVING_LABELS.get(s.serving.kind, s.serving.kind)
+    if not s.backend:
+        return ""
+    return backend_of(s.backend).label or str(s.backend)
+
+
 def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
-    """One line that makes a picture explain itself; no URL, so no credential can leak through it."""
+    """One line that makes a picture explain itself: the headline's news, then what it shows; no URL, so no
+    credential can leak through it."""
     version = f"kvmon {__version__}"
     if s is None:
         return f"no data yet · {version}"
@@ -42,11 +57,16 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     model = " ".join(b for b in (m.name or DASH, f"({m.quantization})" if m.quantization else "") if b)
     kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
     ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
-    w = speed_words(s)  # the header's words for the same snapshot
-    speed = " ".join(x for x in (w.decode, w.against) if x) + ("" if w.no_share else f" ({w.share})")  # as the header
-    backend = f"{s.backend} {s.server_version or ''}".strip() if s.backend else DASH
+    h = hero(s)  # the header's big number and its words, for the same snapshot
+    speed = f"{h.number} {h.against}".strip()
+    news = s.verdict.sentence if s.verdict is not None and s.verdict.sentence else ""
+    server = " ".join(x for x in (server_label(s), s.server_version or "") if x)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
-    return scrub(f"{model}{kv} · {gpu_text(s)} · {ctx} · {speed} · {backend} · {stamp} · {version}")
+    parts = [news] if news else []
+    if s.server_read or m.name:
+        parts += [f"{model}{kv}", gpu_text(s), ctx, speed]
+    parts += [x for x in (server, stamp, version) if x]
+    return scrub(" · ".join(parts))
 
 
 def default_filename(s: Snapshot | None, ext: str, *, now_wall: float | None = None, what: str = "") -> str:

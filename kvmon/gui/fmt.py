@@ -1,11 +1,11 @@
 """Dashboard formatting: the core's human units (kvmon.core.units) plus tooltip text that says where a number came from.
 
-Unknown values render as "—"; the tooltip then gives the reason.
+Unknown values render as "—"; the tooltip then gives the reason, and where a number came from in words
+(``kvmon.core.words``).
 """
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections.abc import Mapping
@@ -22,9 +22,10 @@ from kvmon.core.units import (
     fmt_tok_s,
     fmt_tokens,
 )
+from kvmon.core.words import provenance_words
 
-__all__ = ["DASH", "SpeedWords", "bytes_", "code_html", "ctx_label", "duration", "gb_s", "num_tok_s", "percent",
-           "percent_value", "plain", "speed_words", "tip", "tok_s", "tokens"]
+__all__ = ["DASH", "Hero", "bytes_", "ctx_label", "duration", "gb_s", "hero", "num_tok_s", "percent", "percent_value",
+           "plain", "tip", "tok_s", "tokens"]
 
 if TYPE_CHECKING:
     from kvmon.core.snapshot import Snapshot
@@ -70,7 +71,7 @@ def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None 
     lines = [what]
     src = (provenance or {}).get(key) if key else None
     if src:
-        lines.append(f"Source: {src}")
+        lines.append(f"Source: {provenance_words(src)}")
     if unknown:
         why = (reasons or {}).get(key) if key else None
         lines.append(f"Unknown: {why}" if why else "Unknown: not reported by the server or GPU")
@@ -78,58 +79,54 @@ def tip(what: str, key: str | None = None, provenance: Mapping[str, str] | None 
 
 
 @dataclass(frozen=True)
-class SpeedWords:
-    """Decode vs ceiling as the header says it, for every place that repeats it (captions, report card)."""
+class Hero:
+    """The headline's big number, always decode tokens per second, and the words beside it: the header, the caption
+    and the report card say the same."""
 
-    decode: str  # "30.5 tok/s", "idle" (no slot decoding), "loading" (the model loads), "prompt 2,041 tok/s" or
-    # "busy" (a request runs, no decode speed yet), or "—"
-    ceiling: str  # "44.7", "~44.7?" (uncertain: the speed is above it) or "—"
-    share: str  # "68%", "ceiling uncertain" or "—"
-    idle: bool
-    uncertain: bool
-    loading: bool = False  # the model (re)loads: no speed and no ceiling of this load yet
-    speculative: str = ""  # " (speculative, 1.94 tokens/step)": the ceiling counts the tokens each target step yields
-    speculating_uncounted: bool = False  # it speculates, and no reply has ended to count by how much
-    processing: bool = False  # a request runs and no decode speed was measured yet (its prompt, or its start)
-
-    @property
-    def against(self) -> str:
-        """The ceiling beside the decode words: "of 44.7 ceiling", or while idle "· ceiling 44.7 tok/s here" (and
-        nothing while idle at a depth nobody reports: "idle", not a dash of a ceiling "here"), nothing while the
-        model loads."""
-        if self.loading:
-            return ""
-        if self.speculating_uncounted:
-            return "· speculating: its ceiling is known once a reply ends"
-        if self.idle or self.processing:  # beside a prompt's speed, the ceiling says it is decode's
-            what = "decode ceiling" if self.processing else "ceiling"
-            return f"· {what} {self.ceiling} tok/s here{self.speculative}" if self.ceiling != DASH else ""
-        return f"of {self.ceiling} ceiling{self.speculative}"
-
-    @property
-    def no_share(self) -> bool:
-        """Nothing decodes (idle, loading), or no ceiling yet to share (speculating, uncounted): no efficiency to put
-        beside the headline."""
-        return self.idle or self.processing or self.loading or self.speculating_uncounted
+    number: str  # "30.5 tok/s": measured at this poll, or the last one measured; "— tok/s" before any
+    live: bool  # measured at this poll (else shown dimmed, with its age)
+    against: str  # "of 44.7 ceiling · 68%", "last reply, 12 s ago · ceiling 118 tok/s here", "no reply measured yet"
+    prompt: str = ""  # the prompt's own slot: "prompt 6,346 tok/s", "last prompt 6,346 tok/s · first token 2.1 s"
+    share: str = ""  # "68%" while it decodes under a known ceiling, else ""
 
 
-def speed_words(s: Snapshot) -> SpeedWords:
-    """The header's words for a snapshot's decode speed, ceiling and efficiency."""
+def _ago(s: Snapshot) -> str:
+    """"last reply, 12 s ago" (the last decode speed measured), or that none was."""
+    last = s.last_decode
+    if last is None:
+        return "no reply measured yet"
+    age = s.t_monotonic - last.t_monotonic
+    return "last reply, just now" if age < 1.0 else f"last reply, {fmt_duration(age)} ago"
+
+
+def hero(s: Snapshot) -> Hero:
+    """What the headline's big number and the words beside it say for a snapshot."""
     dec, ceil = s.decode_tok_s, s.ceiling_tok_s
-    loading = dec is None and s.activity is Activity.LOADING
-    idle = not loading and dec is None and s.activity is Activity.IDLE
-    processing = not loading and dec is None and s.activity is Activity.PROCESSING
-    uncertain = s.ceiling_suspect is not None
-    doing = (f"prompt {fmt_tok_s(s.prefill_tok_s)}" if s.prefill_tok_s is not None else "busy") if processing else None
-    return SpeedWords(decode="loading" if loading else "idle" if idle else doing or fmt_tok_s(dec),
-                      ceiling=f"~{num_tok_s(ceil)}?" if uncertain else num_tok_s(ceil),
-                      share="ceiling uncertain" if uncertain else fmt_percent(s.efficiency),
-                      idle=idle, uncertain=uncertain, loading=loading,
-                      speculative=(f" (speculative, {sp.tokens_per_step:.2f} tokens/step)"
-                                   if (sp := s.speculative) is not None and sp.tokens_per_step and ceil is not None
-                                   else ""),
-                      speculating_uncounted=s.speculative is not None and not s.speculative.tokens_per_step,
-                      processing=processing)
+    sp = s.speculative
+    spec = f" (speculative, {sp.tokens_per_step:.2f} tokens/step)" if sp is not None and sp.tokens_per_step and \
+        ceil is not None else ""
+    prompt = ""
+    if s.activity is Activity.PROCESSING and s.prefill_tok_s is not None:
+        prompt = f"prompt {fmt_tok_s(s.prefill_tok_s)}"
+    elif (lat := s.latency) is not None and lat.ttft_last_s is not None:
+        speed = f" {fmt_tok_s(lat.last_prefill_tok_s)}" if lat.last_prefill_tok_s else ""
+        wait = lat.ttft_last_s
+        prompt = f"last prompt{speed} · first token {f'{wait * 1000:.0f} ms' if wait < 1 else f'{wait:.1f} s'}"
+    if dec is not None:
+        if s.ceiling_suspect is not None:
+            against = f"above the ~{num_tok_s(ceil)} ceiling · ceiling uncertain" if ceil else "ceiling uncertain"
+        elif sp is not None and not sp.tokens_per_step:
+            against = "speculating: its ceiling is known once a reply ends"
+        elif ceil is not None and s.efficiency is not None:
+            return Hero(fmt_tok_s(dec), True, f"of {num_tok_s(ceil)} ceiling{spec} · {fmt_percent(s.efficiency)}",
+                        prompt, fmt_percent(s.efficiency))
+        else:
+            against = "ceiling unknown"
+        return Hero(fmt_tok_s(dec), True, against, prompt)
+    last = s.last_decode
+    here = f" · ceiling {num_tok_s(ceil)} tok/s here{spec}" if ceil is not None and s.activity is not Activity.LOADING \
+        else ""
+    return Hero(fmt_tok_s(last.tok_s) if last is not None else f"{DASH} tok/s", False, _ago(s) + here, prompt)
 
 
 def speculation_text(s: Snapshot) -> str:
@@ -155,12 +152,6 @@ def _ordinal(n: int) -> str:
 _CODE = re.compile(r"`([^`]+)`")
 
 
-def code_html(text: str, background: str | None = None) -> str:
-    """A message as rich text: escaped, with its `inline code` (commands, flags) set in a monospace font."""
-    bg = f" style='background-color:{background}'" if background else ""
-    return _CODE.sub(lambda m: f"<code{bg}>&nbsp;{m.group(1)}&nbsp;</code>", html.escape(text, quote=False))
-
-
 def plain(text: str) -> str:
-    """A message for plain-text places (notifications, tooltips): the backticks around code dropped."""
+    """A message for plain-text places (labels, notifications, tooltips): the backticks around code dropped."""
     return _CODE.sub(lambda m: m.group(1), text)

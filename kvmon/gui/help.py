@@ -39,7 +39,7 @@ def numbers_html() -> str:
         ("Prefill speed", _swatch("prefill"),
          "Prompt tokens the server reads per second (needs llama-server's --metrics); 10–100× decode, so it has "
          "its own lane."),
-        ("Context", "", "Tokens the deepest conversation holds now, of what one slot can hold (n_ctx)."),
+        ("Context", "", "Tokens the deepest conversation holds now, of what one slot can hold (its context size)."),
         ("KV cache in use / allocated", f"{_swatch('kv_in_use')} {_swatch('kv_allocated')}",
          "In use: the cache of the tokens in context (read for every token: it decides speed). Allocated: what "
          "the server reserved at load for the whole context (it decides whether things fit)."),
@@ -90,6 +90,15 @@ def shortcuts_html(rows: Iterable[tuple[str, str]]) -> str:
     return f"<h3>Keyboard shortcuts</h3><table cellspacing='3'>{body}</table>"
 
 
+def backends_text() -> str:
+    """Every server kvmon reads, as people name them: "llama-server, llama-server router, llama-swap, Ollama, vLLM
+    and LM Studio"."""
+    from kvmon.app.detection import server_labels
+
+    names = list(server_labels())
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def about_html() -> str:
     """Version, what kvmon is, the Qt it runs on."""
     from PySide6 import __version__ as pyside_version
@@ -98,7 +107,7 @@ def about_html() -> str:
             "<p>Why is my local LLM getting slower — and how close am I to falling off the cliff? kvmon shows "
             "decode speed against the ceiling the memory bus allows at this context depth, the KV cache, memory "
             "headroom, and warns before the cache or the model spills out of VRAM.</p>"
-            "<p>For llama.cpp's llama-server and Ollama. MIT licence.</p>"
+            f"<p>For {html.escape(backends_text())}. MIT licence.</p>"
             f"<p style='color:{theme.hex_color('muted')}'>Qt {html.escape(QtCore.qVersion())} · PySide6 "
             f"{html.escape(pyside_version)} · Python {html.escape(platform.python_version())}</p>")
 

@@ -6,6 +6,7 @@ The figures come from ``kvmon.core.summary`` (live, or from a recording); ``rend
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +29,9 @@ from kvmon.core.units import (
     fmt_tok_s,
     fmt_tokens,
 )
+from kvmon.core.words import alert_name, level_word
 from kvmon.gui import caption, theme
-from kvmon.gui.fmt import code_html
+from kvmon.gui.fmt import plain
 from kvmon.gui.panels.latency import latency_text
 
 CARD_SIZE = (1200, 760)
@@ -42,11 +44,11 @@ def _facts(sm: Summary) -> list[tuple[str, str]]:
         m = s.model
         params = f"{m.n_params / 1e9:.1f}B" if m.n_params else None
         rows.append(("Model", " · ".join(b for b in (m.name, m.arch, params, m.quantization) if b) or DASH))
-        rows.append(("KV cache", f"{m.kv_type_k or '?'}/{m.kv_type_v or '?'}, n_ctx {fmt_tokens(m.n_ctx)}, "
-                                 f"{fmt_bytes(m.kv_bytes_per_token)} per token"))
+        types = f"{m.kv_type_k}/{m.kv_type_v or m.kv_type_k}, " if m.kv_type_k else ""
+        rows.append(("KV cache", f"{types}context {fmt_tokens(m.n_ctx)}, {fmt_bytes(m.kv_bytes_per_token)} per token"))
         vram = sum(g.vram_total_bytes or 0 for g in s.gpus) or None
         rows.append(("Hardware", f"{caption.gpu_text(s)}" + (f", {fmt_bytes(vram)} VRAM" if vram else "")))
-        rows.append(("Server", f"{s.backend or DASH} {s.server_version or ''}".strip()))
+        rows.append(("Server", f"{caption.server_label(s) or DASH} {s.server_version or ''}".strip()))
     span = (sm.end_wall - sm.start_wall) if sm.start_wall is not None and sm.end_wall is not None else None
     start = time.strftime("%Y-%m-%d %H:%M", time.localtime(sm.start_wall)) if sm.start_wall else DASH
     rows.append(("Session", f"{start}, {fmt_duration(span)}, {sm.n_snapshots} snapshots"))
@@ -80,11 +82,18 @@ class ReportCard(QtWidgets.QFrame):
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(16, 12, 16, 10)
         name = (sm.last.model.name if sm.last else None) or "no model"
-        title = QtWidgets.QLabel(f"<b style='font-size:16pt'>kvmon report card</b> &nbsp; {caption.scrub(name)}")
+        title = QtWidgets.QLabel(f"<b style='font-size:16pt'>kvmon report card</b> &nbsp; "
+                                 f"{html.escape(caption.scrub(name))}")
         lay.addWidget(title)
+        v = sm.last.verdict if sm.last is not None else None
+        if v is not None:  # how the session stood at its end, as the headline said it
+            self.headline = QtWidgets.QLabel(f"<b style='color:{theme.hex_color(v.level.value)}'>"
+                                             f"{html.escape(caption.scrub(v.sentence))}</b>")
+            self.headline.setWordWrap(True)
+            lay.addWidget(self.headline)
         body = QtWidgets.QHBoxLayout()
         facts = QtWidgets.QLabel("<table cellspacing=3>" + "".join(
-            f"<tr><td style='color:{theme.hex_color('muted')}'>{k}</td><td>{caption.scrub(v)}</td></tr>"
+            f"<tr><td style='color:{theme.hex_color('muted')}'>{k}</td><td>{html.escape(caption.scrub(v))}</td></tr>"
             for k, v in _facts(sm)) + "</table>")
         facts.setWordWrap(True)
         facts.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop)
@@ -93,9 +102,9 @@ class ReportCard(QtWidgets.QFrame):
         body.addWidget(self.plot, 3)
         lay.addLayout(body, 1)
         if sm.alerts:
-            lines = [f"<span style='color:{theme.hex_color(a.level.value)}'>●</span> <b>{a.code}</b> "
-                     f"({a.level.value}, {a.count}×): {code_html(caption.scrub(a.message), theme.hex_color('code'))}"
-                     for a in sm.alerts[:6]]
+            lines = [f"<span style='color:{theme.hex_color(a.level.value)}'>●</span> "
+                     f"<b>{html.escape(alert_name(a.code))}</b> ({level_word(a.level.value)}, in {a.count} polls): "
+                     f"{html.escape(plain(caption.scrub(a.message)))}" for a in sm.alerts[:6]]
             more = f"<br>… and {len(sm.alerts) - 6} more" if len(sm.alerts) > 6 else ""
             alerts = QtWidgets.QLabel("<b>Alerts seen</b><br>" + "<br>".join(lines) + more)
         else:
@@ -103,7 +112,7 @@ class ReportCard(QtWidgets.QFrame):
         alerts.setWordWrap(True)
         lay.addWidget(alerts)
         foot = QtWidgets.QLabel(f"<span style='color:{theme.hex_color('muted')}'>"
-                                f"{caption.caption_text(sm.last)}</span>")
+                                f"{html.escape(caption.caption_text(sm.last))}</span>")
         foot.setWordWrap(True)
         lay.addWidget(foot)
         self.footer = foot

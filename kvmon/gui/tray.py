@@ -1,12 +1,12 @@
-"""Tray icon showing decode tok/s (of the busiest server when several are watched), and a desktop notification when
-an alert of any of them rises (when a tray exists)."""
+"""Tray icon showing decode tok/s (of the busiest server when several are watched) on the verdict's colour when it
+warns, its tooltip the headline's words, and a desktop notification when an alert of any of them rises (when a
+tray exists)."""
 
 from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.severity import worst_level
-from kvmon.core.snapshot import Alert, AlertLevel, Snapshot
+from kvmon.core.snapshot import Alert, AlertLevel, Snapshot, VerdictLevel
 from kvmon.gui import fmt, theme
 
 
@@ -20,6 +20,18 @@ def tray_text(decode_tok_s: float | None) -> str:
     if decode_tok_s is None:
         return "–"
     return f"{decode_tok_s:.0f}" if decode_tok_s < 1000 else "1k+"
+
+
+def tray_tip(s: Snapshot, label: str | None = None) -> tuple[str, str | None]:
+    """The tooltip (the headline's words and the big number's) and the icon's colour: the verdict's level when it
+    warns (a server gone is critical, as in the header), else None (the decode colour)."""
+    v = s.verdict
+    h = fmt.hero(s)
+    head = f"kvmon{': ' + label if label else ''}"
+    news = f"{v.state}: {v.sentence}" if v is not None else ""
+    tip = "\n".join(x for x in (head, news, f"{h.number} {h.against}".strip()) if x)
+    level = v.level.value if v is not None and v.level.rank >= VerdictLevel.WARNING.rank else None
+    return tip, level
 
 
 def icon_pixmap(text: str, level: str | None = None, size: int = 32) -> QtGui.QPixmap:
@@ -74,11 +86,8 @@ class Tray(QtCore.QObject):
 
     def show_snapshot(self, s: Snapshot, label: str | None = None) -> None:
         """Draw this server's decode speed (and worst alert colour) on the icon; ``label`` names it."""
-        worst = worst_level(s)  # a server gone colours the icon as a critical alert does
-        level = worst.value if worst is not None and worst.rank >= AlertLevel.WARNING.rank else None
+        tip, level = tray_tip(s, label)
         text = tray_text(s.decode_tok_s)
-        tip = (f"kvmon{': ' + label if label else ''}: {fmt.tok_s(s.decode_tok_s)} "
-               f"(ceiling {fmt.tok_s(s.ceiling_tok_s)})")
         # each goes to the desktop's tray (a D-Bus call there) only when it changed: the tip's tenths move most
         # polls, the icon's whole tok/s less often, and a new icon is a pixmap drawn and sent
         if (text, level) != (self._text, self._level):

@@ -127,7 +127,11 @@ def _read_lmstudio(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str
     """The lmstudio dialect of a finished reply's stats into the record."""
     pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
     gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
-    out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s)
+    if gen_s is None and rate and ct:  # REST v1 says the rate, not the time: the time its tokens took at that rate
+        gen_s = ct / rate
+    # its time to first token is the reply's wait (a time to first token, whatever it held), not a prefill time
+    out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s,
+               prompt_seconds=json_float(f.get("time_to_first_token")))
     if rate:
         out["decode_tok_s"], out["decode_tok_s_source"] = rate, "server"
     # time to first token holds the whole prompt (cached part included) and any model load: no prefill speed

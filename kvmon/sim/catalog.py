@@ -36,15 +36,23 @@ def scenarios_help(width: int | None = None) -> str:
     the end of ``kvmon --help`` (for --demo) and of ``kvmon sim --help``."""
     width = width or shutil.get_terminal_size((100, 24)).columns
     width = max(40, width - 2)  # argparse's own margin
+    from kvmon.sim.stories import key_moments
+
     items = descriptions()
     pad = max(len(n) for n in items) + 4
     lines = ["scenarios:"]
     for name, text in items.items():
+        text = " ".join(text.split())
+        if moments := key_moments(name):  # a time is never parted from its unit at a line's end
+            text += ". Key moments: " + ", ".join(f"{m.at_s:g}\u00a0s {m.name}" for m in moments)
         if width - pad >= 30:  # the description beside the name, its later lines under the first
-            lines += textwrap.wrap(" ".join(text.split()), width, initial_indent=f"  {name:<{pad - 2}}",
-                                   subsequent_indent=" " * pad, break_on_hyphens=False)
+            lines += textwrap.wrap(text, width, initial_indent=f"  {name:<{pad - 2}}", subsequent_indent=" " * pad,
+                                   break_on_hyphens=False)
         else:  # too narrow: the name on its own line, the description under it
             lines.append(f"  {name}")
-            lines += textwrap.wrap(" ".join(text.split()), width, initial_indent="      ", subsequent_indent="      ",
+            lines += textwrap.wrap(text, width, initial_indent="      ", subsequent_indent="      ",
                                    break_on_hyphens=False)
+    lines += ["", *textwrap.wrap("Key moments are in simulated seconds: --start-at T joins a scenario there (kvmon "
+                                 "--demo S --start-at T, kvmon once --demo S --start-at T, kvmon screenshot --demo S "
+                                 "--start-at T), and --speed X plays it X times as fast.", width)]
     return "\n".join(lines)

@@ -21,6 +21,7 @@ DECODING = "decoding"  # a speed in tok/s in the header
 IDLE = "idle"  # the server is up, nothing decodes
 LOADING = "loading"  # the model (re)loads: the dashboard says so
 STATES = (DECODING, IDLE, LOADING)
+LEVELS = ("ok", "info", "warning", "critical")  # the headline's (kvmon.core.snapshot.VerdictLevel)
 
 GiB = tuple[float, float]  # an inclusive range in GiB
 
@@ -57,7 +58,9 @@ class Moment:
     ``depth``: the context depth shown. ``bars``: exactly these memory bars, each within its ranges. ``spilled``: part
     of the model or its cache in host RAM, read by decode (the header's devices say "+ CPU", host RAM holds it).
     ``alerts``: these alert codes shown. ``model``: the model the header names (a router: the one chatted with).
-    ``models``: a router's or llama-swap's models and the status each one's chip says ("loading", "sleeping")."""
+    ``models``: a router's or llama-swap's models and the status each one's chip says ("loading", "sleeping").
+    ``level``: a key moment of the scenario (``--help`` lists them, so a user can jump there): the headline's level
+    and colour there, and ``says``, words its sentence holds."""
 
     name: str  # what is seen, in a few words (the test's id)
     at_s: float
@@ -72,10 +75,14 @@ class Moment:
     forecast: Forecast | None = None
     model: str | None = None
     models: tuple[tuple[str, str], ...] = ()
+    level: str | None = None
+    says: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.state is not None and self.state not in STATES:
             raise ValueError(f"moment {self.name!r}: state {self.state!r} is not one of {', '.join(STATES)}")
+        if self.level is not None and self.level not in LEVELS:
+            raise ValueError(f"moment {self.name!r}: level {self.level!r} is not one of {', '.join(LEVELS)}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,10 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("the forecast at 128K and 256K, from 60K", at_s=400.0,
                    forecast=Forecast((131072, 262144), within=0.10)),
         )),
+        Watch(1500.0, 1540.0, step_s=2.0, moments=(
+            Moment("deep in the chat", at_s=1500.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
+                   level="ok", says=("of the memory-bus ceiling at 19",)),
+        )),
         Watch(2100.0, 2240.0, step_s=2.0, moments=(
             Moment("a new chat decodes fast again", at_s=2203.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True),
@@ -154,6 +165,14 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     )),
     Story("spill-4090", (
         Watch(0.0, 430.0, step_s=2.0, moments=(
+            Moment("decoding in VRAM", at_s=100.0, within_s=20.0, state=DECODING, level="ok",
+                   says=("of the memory-bus ceiling at",)),
+            Moment("VRAM running out", at_s=260.0, level="critical",
+                   says=("VRAM full in", "on GPU 0: another program is taking VRAM")),
+            Moment("VRAM and context full", at_s=310.0, level="critical",
+                   says=("Context full in ~", "VRAM is full on GPU 0: a larger -c would spill to host RAM")),
+            Moment("spilled after the reload", at_s=360.0, within_s=20.0, state=DECODING, level="critical",
+                   says=("Spilled: ", "of the KV cache in host RAM — capped at ~", "tok/s before the reload)")),
             Moment("decoding, the model in VRAM", at_s=90.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
                    spilled=False, bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(3.9, 4.1), free=(13.5, 14.2),
                                              other=(0.9, 1.1)), _EMBEDDINGS_8B)),
@@ -178,6 +197,9 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                   by_depth=28672, gone_s=330.0),
             Alert("context full: critical at the last 512 tokens", "ctx_full_soon", "critical", not_before_s=250.0,
                   by_depth=32256, gone_s=330.0),
+            # VRAM full from ~300 s: a standing warning until the reload spills (then the spill is the news)
+            Alert("VRAM full: a standing warning", "vram_full", "warning", not_before_s=285.0, by_s=304.0,
+                  gone_s=340.0),
             Alert("the KV cache spilled", "kv_in_host", "critical", not_before_s=330.0, by_s=346.0),
             Alert("the model partly on the CPU", "weights_in_host", "warning", not_before_s=330.0, by_s=346.0),
         )),
@@ -185,6 +207,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     Story("ollama-partial", (
         Watch(0.0, 150.0, step_s=1.0, moments=(
             Moment("decoding", at_s=10.0, within_s=20.0, state=DECODING, depth=True, model="gemma3:27b"),
+            Moment("partly on the CPU", at_s=20.0, within_s=10.0, state=DECODING, level="warning",
+                   says=("Partly on the CPU: ", "of weights in host RAM — capped at ~")),
             Moment("a ceiling and the share of it", at_s=10.0, within_s=20.0, state=DECODING, ceiling=True),
             Moment("weights on the GPU and in host RAM", at_s=10.0, spilled=True,
                    bars=(Bar("GPU 0", weights=(10.5, 13.5), compute=(0.0, 2.0)), Bar("Host", weights=(2.5, 4.5)))),
@@ -199,6 +223,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("decoding under the ceiling", at_s=20.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
                    model="Qwen/Qwen3-8B"),
             Moment("a bf16 ceiling", at_s=20.0, within_s=40.0, state=DECODING, ceiling_tok_s=(45.0, 65.0)),
+            Moment("decoding in VRAM", at_s=20.0, within_s=40.0, state=DECODING, level="ok",
+                   says=("of the memory-bus ceiling",)),
             Moment("bf16 weights and the KV pool on the GPU", at_s=20.0, spilled=False,
                    bars=(Bar("GPU 0", weights=(14.5, 16.0), kv=(1.0, 9.5)),)),
             Moment("idle between two requests", at_s=50.0, within_s=40.0, state=IDLE),
@@ -215,6 +241,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    depth=True, spilled=False, model="google/gemma-3-12b",
                    bars=(_gpu("GPU 0", weights=(6.5, 7.0), kv=(1.3, 1.6), free=(6.7, 7.2)),)),
             Moment("the forecast at 8K", at_s=100.0, forecast=Forecast((8192,), within=0.10)),
+            Moment("decoding through the proxy", at_s=130.0, within_s=40.0, state=DECODING, level="ok",
+                   says=("of the memory-bus ceiling",)),
         ), alerts=(
             Alert("context full soon", "ctx_full_soon", "warning", not_before_s=300.0, by_depth=12288),
         )),
@@ -224,6 +252,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("decoding on the CPU under the ceiling", at_s=110.0, within_s=40.0, state=DECODING, ceiling=True,
                    depth=True, spilled=False, bars=(Bar("Host", weights=(4.4, 4.8), kv=(3.9, 4.1)),)),
             Moment("the forecast at 8K and 16K", at_s=150.0, forecast=Forecast((8192, 16384), within=0.10)),
+            Moment("decoding on the CPU", at_s=110.0, within_s=40.0, state=DECODING, level="info",
+                   says=("Decoding on the CPU at ", "of the memory-bus ceiling")),
         ), alerts=(
             Alert("decoding on the CPU, said at once", "cpu_only", "info", not_before_s=0.0, by_s=2.0),
         )),
@@ -235,6 +265,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    bars=(Bar("Unified", weights=(38.5, 39.5), kv=(7.3, 7.7), free=(10.0, 11.2)),)),
             # Metal's attention kernels change past 8K: the forecast stops there until the session goes deeper
             Moment("the forecast at 8K, kernel-dependent beyond", at_s=150.0, forecast=Forecast((8192,), within=0.10)),
+            Moment("near Metal's limit", at_s=30.0, level="warning",
+                   says=("Near the GPU memory limit: model and caches need ", "Metal lets the GPU use")),
         ), alerts=(
             Alert("close to Metal's working-set limit, said at once", "unified_working_set", "warning",
                   not_before_s=0.0, by_s=2.0),
@@ -248,11 +280,16 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("gemma-3-12b takes over; qwen3-8b still holds its VRAM", at_s=72.0, within_s=20.0,
                    state=DECODING, ceiling=True, depth=True, model="gemma-3-12b",
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(5.8, 6.2), other=(9.4, 9.9)),)),
-            Moment("the broken model failed to load", at_s=85.0, models=(("broken-model", "failed"),)),
+            Moment("the broken model failed to load", at_s=85.0, models=(("broken-model", "failed"),),
+                   level="warning", says=("broken-model failed to load (exit status 1)",)),
             Moment("qwen3-8b asleep: its VRAM free again", at_s=105.0, models=(("qwen3-8b", "sleeping"),),
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(15.4, 15.9)),)),
             Moment("the forecast at 8K for gemma-3-12b", at_s=120.0, model="gemma-3-12b",
                    forecast=Forecast((8192,), within=0.10)),
+        ), alerts=(
+            # it fails 2 s after its load at 75 s, and the router lists it failed from then on: a standing warning
+            Alert("the broken model's failure, as long as it is listed", "model_failed", "warning", not_before_s=76.0,
+                  by_s=80.0),
         )),
     )),
     Story("llama-swap", (
@@ -260,7 +297,8 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("qwen3-8b starting", at_s=3.0, within_s=5.0, state=LOADING),
             Moment("qwen3-8b decoding under the ceiling", at_s=9.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, model="qwen3-8b", bars=(_QWEN3_8B_4090,)),
-            Moment("swapping to gemma-3-12b", at_s=71.0, within_s=8.0, state=LOADING),
+            Moment("swapping to gemma-3-12b", at_s=71.0, within_s=8.0, state=LOADING, level="info",
+                   says=("Loading gemma-3-12b",)),
             Moment("gemma-3-12b decoding; qwen3-8b gone", at_s=78.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, model="gemma-3-12b", models=(("qwen3-8b", "unloaded"),),
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(15.4, 15.9)),)),
@@ -269,3 +307,10 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
         )),
     )),
 )}
+
+
+def key_moments(scenario: str) -> tuple[Moment, ...]:
+    """The scenario's key moments, in time order: where its headline says something worth seeing."""
+    story = STORIES.get(scenario)
+    moments = [m for w in story.watches for m in w.moments if m.level is not None] if story else []
+    return tuple(sorted(moments, key=lambda m: m.at_s))

@@ -20,13 +20,20 @@ from kvmon.sources.gguf_meta import GgufError, GgufHeader, read_gguf_header
 from kvmon.sources.localfile import regular_stat
 
 
+def _looks_like_path(name: str) -> bool:
+    """A model file's path as llama-server says it without --alias ("/models/x.gguf", "models/x.gguf", "./x"), not
+    an alias that merely holds a slash ("meta-llama/Llama-3.1-8B", "<b>x</b>")."""
+    return ("\\" in name or name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":")
+            or ("/" in name and name.lower().endswith(".gguf")))
+
+
 def display_name(server_name: str | None, model_path: str | None, general_name: str | None = None) -> str | None:
     """What the dashboard, captions and recordings call the model: never a path.
 
     llama-server names a model by its ``--alias``, else by the ``-m`` path as given (often a full path); then the
     GGUF's ``general.name`` is the model's name, else the file name. An alias the user chose stays.
     """
-    if server_name and server_name != model_path and "/" not in server_name and "\\" not in server_name:
+    if server_name and server_name != model_path and not _looks_like_path(server_name):
         return server_name
     if general_name and general_name.strip():
         return general_name.strip()

@@ -58,6 +58,17 @@ def batch_ceiling(devices: list[Any] | None, kv_in_use_bytes: int | None, n_runn
     return one_step * n_running
 
 
+def step_shares(devices: list[Any] | None, kv_read_now: float | None) -> dict[str, float]:
+    """Each device's share of a token's step at the ceiling (its bytes over its bandwidth, over all of theirs): layers
+    split over devices run one after the other, so a device is busy for its share and reads at its own rate then."""
+    if not devices or kv_read_now is None:
+        return {}
+    times = {d.name: (d.weight_bytes + d.kv_fraction * kv_read_now) / d.bandwidth_bytes_per_s for d in devices
+             if d.bandwidth_bytes_per_s}
+    total = sum(times.values())
+    return {name: t / total for name, t in times.items()} if total > 0 else {}
+
+
 @dataclass(frozen=True)
 class Bandwidth:
     """Bytes one token reads, the bandwidth the measured speed implies, the peak at the ceiling, the headroom."""

@@ -7,7 +7,9 @@ CPU, said so). Per
 interval between polls each counted device adds the rise of its energy counter (a counter that wraps adds its
 range; one that falls was reset, and that interval is not counted), or else its mean power over the interval. An
 interval in which one counted device could not be read is left out whole, tokens included: joules per token is
-energy over the decoding intervals divided by the tokens decoded in them, both over the same intervals.
+energy over the decoding intervals divided by the tokens decoded in them, both over the same intervals. The figures
+are of one state: when the model moves to other devices they are counted again from there, and while a device it
+runs on cannot be read they are not known (never an earlier state's figure beside "not known").
 
 Per reply: polls do not fall on a reply's start and end, but the server times the reply itself (its prefill and its
 generation). A reply's energy is that time × the mean power its devices drew over the busy intervals since the last
@@ -133,14 +135,13 @@ class EnergyMeter:
         """Add this poll's interval (``dt_s`` since the last poll; ``decode_tok_s`` over it while decoding; ``busy``:
         the server is processing a request at this poll; ``reply``: the reply that ended in the interval)."""
         was_busy, self._was_busy = self._was_busy, busy
-        if devices is None:
-            self._last.clear()
-            self._busy_j = self._busy_s = self._full_j = self._full_s = 0.0
-            self._reply, self._reply_why = None, None
-            return self.view(None, (), reasons) if self.seconds else None
+        if devices is None:  # not known now: nothing of an earlier state is shown as if it were this one's
+            self.reset()
+            return None
         keys = tuple(d.key for d in devices)
-        if keys != self._keys:  # another set of devices (the model moved): the sums go on from here
-            self._last.clear()
+        if keys != self._keys:  # another set of devices (the model moved): its energy is counted from here on
+            if self._keys:
+                self.reset()
             self._keys = keys
         joules: list[float] = []
         power: float | None = 0.0

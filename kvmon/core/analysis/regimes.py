@@ -46,11 +46,11 @@ def regime_key(model: ModelKey | None, n_ctx: int | None, type_k: str | None, ty
 
 
 def _ctx(n: int | None) -> str:
-    return "?" if n is None else f"{n:,}"
+    return "—" if n is None else f"{n:,}"
 
 
 def _where(key: RegimeKey) -> str:
-    return " + ".join(name for name, _loc in key.devices or ()) or "?"
+    return " + ".join(name for name, _loc in key.devices or ()) or "—"
 
 
 def changes(anchor: RegimeKey, now: RegimeKey) -> list[tuple[str, str]]:
@@ -59,7 +59,7 @@ def changes(anchor: RegimeKey, now: RegimeKey) -> list[tuple[str, str]]:
     if now.model is not None and now.model != anchor.model:
         return [("model", "another model")]
     if now.n_ctx is not None and anchor.n_ctx is not None and now.n_ctx != anchor.n_ctx:
-        out.append(("n_ctx", f"n_ctx {_ctx(anchor.n_ctx)} → {_ctx(now.n_ctx)}"))
+        out.append(("n_ctx", f"context {_ctx(anchor.n_ctx)} → {_ctx(now.n_ctx)}"))
     types_now, types_then = (now.type_k, now.type_v), (anchor.type_k, anchor.type_v)
     if None not in types_now and None not in types_then and types_now != types_then:
         out.append(("cache_types", f"cache {'/'.join(map(str, types_then))} → {'/'.join(map(str, types_now))}"))

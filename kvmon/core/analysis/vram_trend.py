@@ -95,11 +95,14 @@ class VramTrend:
                     drop = int(max(0.0, fs[0] - fs[-1]))
                     if tr.others[0] is not None and tr.others[-1] is not None:
                         growth = int(tr.others[-1] - tr.others[0])
-                    if slope < 0 and -slope * span >= th.vram_trend_min_drop_bytes and _steady(tr, th):
+                    full = g.kind != "unified_memory" and fs[-1] < th.vram_full_free_bytes  # no "full in": full
+                    if slope < 0 and -slope * span >= th.vram_trend_min_drop_bytes and _steady(tr, th) and not full:
                         secs = max(0.0, fs[-1] / -slope)
             out.append(GpuVramFacts(index=g.index, name=g.name, vram_free_bytes=g.vram_free_bytes,
                                     vram_total_bytes=g.vram_total_bytes, seconds_until_full=secs,
-                                    free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span))
+                                    free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span,
+                                    other_processes_bytes=g.other_processes_bytes,
+                                    unified=g.kind == "unified_memory"))
         return tuple(out)
 
 

@@ -1,22 +1,23 @@
-"""Alerts and advice: connection state first when not connected, then alerts most severe first, one line each."""
+"""Alerts and advice: the connection first when the server is not read (one line for one cause), then the alerts
+most severe first, one line each: Qt's own labels in plain text, a mark in the level's colour beside each."""
 
 from __future__ import annotations
 
-import html
+from PySide6 import QtCore, QtGui, QtWidgets
 
-from PySide6 import QtCore, QtWidgets
-
+from kvmon.core.alert_types import CONNECTION
 from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
+from kvmon.core.words import alert_name, level_word
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import WrapLabel
 
 # the connection states the panel names, with their level (the one table in ``kvmon.core.severity``)
 STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
     status: (entry[0].value, entry[1]) for status, entry in STATUS_SEVERITY.items() if entry is not None
 }
 
-_ICON = {"info": "●", "warning": "▲", "critical": "■"}
+_ICON = {"ok": "●", "info": "●", "warning": "▲", "critical": "■"}
+NO_ALERTS = "No alerts."
 
 
 def sorted_alerts(alerts: tuple[Alert, ...]) -> list[Alert]:
@@ -24,50 +25,118 @@ def sorted_alerts(alerts: tuple[Alert, ...]) -> list[Alert]:
     return sorted(alerts, key=lambda a: -a.level.rank)
 
 
-def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
-    """(level, text, tooltip) lines the panel shows for a snapshot."""
-    out: list[tuple[str, str, str]] = []
+def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
+    """(level, text, tooltip, alert code or None) of each line the panel shows for a snapshot, in plain words
+    (commands without backticks); the code is no part of what is shown."""
+    out: list[tuple[str, str, str, str | None]] = []
     st = STATE_TEXT.get(s.connection.status)
-    if st is not None:
+    merged = any(a.code == CONNECTION for a in s.alerts)  # the failing connection's own alert: one line, not two
+    if st is not None and not merged:
         level, text = st
         reason = s.connection.reason or ""
         retry = f" (retry in {s.connection.retry_in_s:.0f} s)" if s.connection.retry_in_s else ""
         line = f"{text}{': ' + reason if reason else ''}{retry}"
-        out.append((level, line, f"Connection: {s.connection.status.value}"))
+        out.append((level, line, f"Connection: {level_word(level)}", None))
     serving = s.serving.message if s.serving is not None else None
     if serving and not (st is not None and serving in (s.connection.reason or "")):
-        out.append(("info", serving, "The state of the router's (or llama-swap's) models"))
+        out.append(("info", serving, "The state of the router's (or llama-swap's) models", None))
     for a in sorted_alerts(s.alerts):
-        val = f"\nValue: {a.value:g}" if a.value is not None else ""
-        out.append((a.level.value, a.message, f"{a.level.value} · {a.code}{val}"))
+        out.append((a.level.value, fmt.plain(a.message), f"{alert_name(a.code)} ({level_word(a.level.value)})",
+                    a.code))
     codes = {a.code for a in s.alerts}
     metrics_reason = s.reasons.get("metrics")
     if metrics_reason and not any("metrics" in c for c in codes):
-        out.append(("info", metrics_reason, "Why some counters are missing"))
+        out.append(("info", metrics_reason, "Why some counters are missing", None))
     return out
 
 
+def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
+    """(level, text, tooltip) of each line the panel shows for a snapshot."""
+    return [(level, text, tip) for level, text, tip, _code in coded_lines(s)]
+
+
+class AlertLine(QtWidgets.QWidget):
+    """One line: the level's mark in its colour, and the words in plain text (wrapped)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(6)
+        self.mark = QtWidgets.QLabel()
+        self.mark.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.mark.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop)
+        self.text = QtWidgets.QLabel()
+        self.text.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.text.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self.text.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
+        lay.addWidget(self.mark, 0)
+        lay.addWidget(self.text, 1)
+        self.level = ""
+
+    def set(self, level: str, text: str, tip: str) -> None:
+        """Show a line; each part is set only when it changed (a number in a message moves most polls)."""
+        if level != self.level:
+            self.level = level
+            self.mark.setText(_ICON.get(level, "●"))
+            pal = self.mark.palette()
+            pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.hex_color(level)))
+            self.mark.setPalette(pal)
+        if text != self.text.text():
+            self.text.setText(text)
+        if tip != self.toolTip():
+            self.setToolTip(tip)
+
+
 class AlertsPanel(QtWidgets.QGroupBox):
-    """Rich-text lines coloured by level; rebuilt only when the lines change."""
+    """Plain-text lines with a coloured mark each; made again only when the lines change."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Alerts and advice", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(6, 2, 6, 4)
-        self.label = WrapLabel()
-        self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop | QtCore.Qt.AlignmentFlag.AlignLeft)
-        lay.addWidget(self.label)
-        self._lines: list[tuple[str, str, str]] | None = None
+        self._lay = QtWidgets.QVBoxLayout(self)
+        self._lay.setContentsMargins(6, 2, 6, 4)
+        self._lay.setSpacing(1)
+        self._rows: list[AlertLine] = []
+        self._lines: list[tuple[str, str, str, str | None]] | None = None
         self._key: tuple[object, ...] | None = None  # what the lines were made from
+
+    def _show(self, rows: list[tuple[str, str, str]]) -> None:
+        """The lines, in the widgets already there (new ones only for more lines than before)."""
+        while len(self._rows) > len(rows):
+            w = self._rows.pop()
+            self._lay.removeWidget(w)
+            w.deleteLater()
+        while len(self._rows) < len(rows):
+            w = AlertLine()
+            self._rows.append(w)
+            self._lay.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        for w, (level, text, tip) in zip(self._rows, rows, strict=True):
+            w.set(level, text, tip)
+
+    def text(self) -> str:
+        """The lines as they read, one per line."""
+        return "\n".join(w.text.text() for w in self._rows)
+
+    def tips(self) -> str:
+        """Each line with its tooltip (what it is about, its level)."""
+        return "\n".join(f"{w.text.text()}: {w.toolTip()}" for w in self._rows)
 
     def show_text(self, text: str, tooltip: str) -> None:
         """A plain message in place of the alert lines (e.g. before the first poll)."""
         self._lines = self._key = None
-        self.label.set(html.escape(text), tooltip)
+        self._show([("info", text.lstrip("● "), tooltip)])
 
     @property
     def lines(self) -> list[tuple[str, str, str]]:
-        return list(self._lines or [])
+        """(level, text, tooltip) of each line shown (none before the first snapshot)."""
+        return [(level, text, tip) for level, text, tip, _code in self._lines or []]
+
+    @property
+    def codes(self) -> list[str | None]:
+        """The alert code of each line shown (None: the connection's, the server's or a note)."""
+        return [code for *_rest, code in self._lines or []]
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the alert lines of one snapshot (made again only when the connection or an alert changed)."""
@@ -75,17 +144,10 @@ class AlertsPanel(QtWidgets.QGroupBox):
         if key == self._key:
             return
         self._key = key
-        lines = lines_for(s)
+        lines = coded_lines(s)
         if lines == self._lines:
             return
         self._lines = lines
-        if not lines:
-            self.label.set(f"<span style='color:{theme.hex_color('ok')}'>● No alerts.</span>",
-                           "Alerts rise with hysteresis when a threshold is crossed and computed advice applies.")
-            return
-        rows = []
-        code_bg = theme.hex_color("code")
-        for level, text, _tip in lines:
-            c = theme.hex_color(level)
-            rows.append(f"<span style='color:{c}'>{_ICON.get(level, '●')}</span> {fmt.code_html(text, code_bg)}")
-        self.label.set("<br>".join(rows), "\n".join(f"{fmt.plain(t)}: {tip}" for _l, t, tip in lines))
+        calm = [("ok", NO_ALERTS, "Alerts rise with hysteresis when a threshold is crossed and computed advice "
+                                  "applies.")]
+        self._show([(level, text, tip) for level, text, tip, _code in lines] or calm)

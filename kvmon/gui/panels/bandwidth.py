@@ -22,9 +22,9 @@ def readers(s: Snapshot) -> int:
 
 def _split_note(n: int) -> str:
     """Why a device's share is less than the header's when several read in turn."""
-    return (f"\nThe model is split over {n} devices that read their parts in turn: each is busy for its part of a "
-            "token's step, so its share here is a part of the header's share of the ceiling (the whole step's)."
-            if n > 1 else "")
+    return (f"\nThe model is split over {n} devices that read their layers in turn: each reads for its share of a "
+            "token's step, at the rate shown while its layers run (so it and the header's share of the ceiling tell "
+            "one story)." if n > 1 else "")
 
 
 def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
@@ -40,6 +40,10 @@ def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
         segs = (Segment("bandwidth", min(ach, peak), f"Achieved: {fmt.gb_s(ach)} (computed: decode tok/s × "
                         f"bytes read per token)\nPeak: {fmt.gb_s(peak)} ({src})"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+    if ach is not None and g.step_share and n_readers > 1:  # its layers run in turn: its rate while they run
+        ach = ach / g.step_share
+        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(g.step_share)} of each step"
+        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {fmt.gb_s(peak)}"),)
     if g.kind == "unified_memory" or g.source == "log":
         second = f"peak: {src}"
     else:
@@ -72,6 +76,10 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
         segs = (Segment("host", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
                         f"Peak: {bandwidth_text(h)}"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+    if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
+        ach = ach / h.step_share
+        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(h.step_share)} of each step"
+        segs = (Segment("host", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
            + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
@@ -95,8 +103,10 @@ class BandwidthPanel(QtWidgets.QGroupBox):
         h = s.host
         key = (tuple((g.index, g.peak_bandwidth_bytes_per_s, g.achieved_bandwidth_bytes_per_s, g.bandwidth_source,
                       g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
-                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind) for g in s.gpus),
-               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s),
+                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind, g.step_share)
+                     for g in s.gpus),
+               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s,
+                h.step_share),
                s.gpus_unavailable_reason)
         if key == self._key:
             return

@@ -1,0 +1,71 @@
+"""The alerts panel: most severe first, plain text as written (commands without their backticks, markup shown
+literally), one line for a connection that keeps failing, and tooltips in words (no code)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+from PySide6 import QtCore, QtWidgets
+from synthetic import SyntheticMonitor
+
+from kvmon.core.snapshot import Activity, Alert, AlertLevel, Connection, ConnectionStatus
+from kvmon.gui.panels.alerts import AlertsPanel, lines_for
+from kvmon.gui.tray import Tray
+
+
+@pytest.fixture
+def panel(qapp: QtWidgets.QApplication) -> Iterator[AlertsPanel]:
+    p = AlertsPanel()
+    p.resize(900, 200)
+    p.show()
+    yield p
+    p.close()
+    p.deleteLater()
+
+
+def test_most_severe_first_and_the_connection_states() -> None:
+    s = SyntheticMonitor().snapshot(1)
+    s = dataclasses.replace(s, alerts=(
+        Alert(AlertLevel.INFO, "kv_cache_advice", "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here"),
+        Alert(AlertLevel.CRITICAL, "kv_in_host", "KV cache in host RAM: decode capped at ~6 tok/s by PCIe"),
+        Alert(AlertLevel.WARNING, "ctx_full_soon", "context full in ~2,300 tokens"),
+    ))
+    lines = lines_for(s)
+    assert [lvl for lvl, _t, _tip in lines] == ["critical", "warning", "info"]
+    assert [tip for *_x, tip in lines] == ["KV cache in host RAM (critical)", "Context filling up (warning)",
+                                           "Cheaper KV cache type (note)"]
+    assert lines[2][1] == "-ctk q8_0 -ctv q8_0 would give ~51 tok/s here"
+    rejected = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.AUTH_REJECTED, "HTTP 401"))
+    (level, text, _tip), = lines_for(rejected)
+    assert level == "critical" and "API key rejected" in text and "HTTP 401" in text
+    loading = dataclasses.replace(s, alerts=(), activity=Activity.LOADING,
+                                  connection=Connection(ConnectionStatus.LOADING))
+    assert "Model loading" in lines_for(loading)[0][1]
+
+
+def test_a_failing_connection_is_one_line_with_its_count(panel: AlertsPanel) -> None:
+    gone = Connection(ConnectionStatus.UNREACHABLE, "cannot connect to http://127.0.0.1:1 (Connection refused)")
+    s = dataclasses.replace(SyntheticMonitor().snapshot(1), connection=gone, alerts=(
+        Alert(AlertLevel.CRITICAL, "connection", "Server gone — reconnecting: cannot connect to http://127.0.0.1:1 "
+              "(Connection refused) (6 failed polls over 12 s)"),))
+    panel.update_snapshot(s)
+    assert panel.text() == ("Server gone — reconnecting: cannot connect to http://127.0.0.1:1 (Connection refused) "
+                            "(6 failed polls over 12 s)")
+    panel.update_snapshot(dataclasses.replace(s, alerts=()))  # the first seconds: the state alone, once
+    assert panel.text().count("Server gone") == 1
+
+
+def test_lines_are_plain_text_as_written(panel: AlertsPanel) -> None:
+    s = dataclasses.replace(SyntheticMonitor().snapshot(1), alerts=(
+        Alert(AlertLevel.WARNING, "kv_in_host", "KV cache in host RAM; use `-ctk q8_0 -ctv q8_0` <b>now</b>"),))
+    panel.update_snapshot(s)
+    assert panel.text() == "KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <b>now</b>"
+    labels = panel.findChildren(QtWidgets.QLabel)
+    assert labels and all(w.textFormat() == QtCore.Qt.TextFormat.PlainText for w in labels)
+    tray = Tray()
+    tray.update_snapshot(s)
+    assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <b>now</b>"]
+    panel.update_snapshot(dataclasses.replace(s, alerts=()))
+    assert panel.text() == "No alerts."
