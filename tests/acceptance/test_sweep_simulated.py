@@ -115,10 +115,10 @@ def test_a_num_ctx_option_would_have_reloaded_the_simulated_ollama() -> None:
 
 def test_vllm_sweeps_token_ids_timed_by_the_stream(single: Any) -> None:
     sim = single(replace(get_scenario("vllm"), script=QUIET), speed=1.0)  # the stream is timed in real seconds
-    result = _sweep(_monitor(sim), 4096, steps=2, generate=24)
-    for row in result.rows:
+    result = _sweep(_monitor(sim), 4096, steps=2, generate=64)
+    for row in result.rows:  # timed over ~1.2 s of tokens: a busy machine's scheduling costs a few percent
         assert row.timing == "stream"
-        assert row.decode_tok_s == pytest.approx(_physics(sim, row.depth_tokens + 12), rel=0.12)
+        assert row.decode_tok_s == pytest.approx(_physics(sim, row.depth_tokens + 32), rel=0.15)
 
 
 def test_lm_studio_sweeps_through_its_rest_chat_stats(single: Any) -> None:
