@@ -179,3 +179,32 @@ def test_the_router_refuses_a_model_that_is_not_loaded_instead_of_loading_it() -
         assert not sim.running("gemma-3-12b")
     finally:
         sim.stop()
+
+
+def test_a_kv_cache_that_spills_is_refused_with_the_reason() -> None:
+    """spill-4090 after its reload with 128K: 71% of the KV cache sits in host RAM, read over PCIe."""
+    sim = SimServer(replace(get_scenario("spill-4090"), script=QUIET), speed=20.0, autoplay=False, start_at_s=360.0)
+    sim.start()
+    try:
+        monitor = _monitor(sim)
+        monitor.poll()
+        snap = monitor.poll()
+        plan = plan_sweep(snap, by_name(str(snap.backend)), 4096, 3, 16)
+        assert plan.refusal is not None
+        assert plan.refusal.startswith("the KV cache already spills out of the device's memory (KV cache in host "
+                                       "RAM (11.3 GiB, 71%)")
+        assert "every depth would measure the spill" in plan.refusal
+        with pytest.raises(Exception, match="spills"):
+            DepthSweep(target_for(monitor, snap), plan, snap)
+        assert plan_sweep(snap, by_name(str(snap.backend)), 4096, 3, 16, allow_spill=True).refusal is None
+    finally:
+        sim.stop()
+
+
+def test_a_partial_offload_is_a_configuration_not_a_spill(single: Any) -> None:
+    """ollama-partial: a third of gemma3:27b's layers (and their KV cache) run on the CPU, as Ollama placed them:
+    the curve of that placement is measured."""
+    sim = single(replace(get_scenario("ollama-partial"), script=QUIET))
+    result = _sweep(_monitor(sim), 2048)
+    for row in result.rows:
+        assert row.decode_tok_s == pytest.approx(_physics(sim, row.depth_tokens + 8), rel=0.06)
