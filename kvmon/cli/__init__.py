@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from kvmon import __version__
 from kvmon.resources import NAMED
 
-SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
+SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve", "sweep", "compare")
 TIMEOUT_S = 3.0
 TIMEOUT_HELP = ("seconds a poll waits on the server, all its requests together (default %(default)g); an endpoint "
                 "that hangs costs at most this once, then is asked with a short limit while the rest is read")
@@ -193,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--url", action="append", default=[], dest="urls", metavar="URL",
                        help="one more server to watch (repeatable); every series carries its server label")
 
+    from kvmon.cli import compare, sweep  # their arguments only: the work loads when they run
+
+    sweep.add_parser(sub, _add_connection_args)
+    compare.add_parser(sub)
+
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
@@ -277,6 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvmon.cli.serve import run as run_serve
 
         return run_serve(args)
+    if args.command in ("sweep", "compare"):
+        from importlib import import_module
+
+        return int(import_module(f"kvmon.cli.{args.command}").run(args))
     if args.print_path is not None:
         return _print_path(args.print_path)
     if args.install_desktop or args.uninstall_desktop:

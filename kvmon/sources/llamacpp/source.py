@@ -105,6 +105,7 @@ class LlamaServerSource:
         here."""
         self.base_url = normalize_base_url(base_url)
         self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
+        self._api_key = api_key
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         parts = urlsplit(self.base_url)
@@ -138,6 +139,10 @@ class LlamaServerSource:
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
+
+    def request_key(self) -> str | None:
+        """The API key this source sends (a depth sweep of the same server sends it too)."""
+        return self._api_key
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
