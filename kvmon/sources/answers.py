@@ -3,13 +3,14 @@
 A gateway in front of a model server that died (nginx after llama-server crashed) still accepts every connection
 and answers every path: 502, an HTML page, an empty body, a redirect. Such a server is down, whatever the socket
 says. A source notes each usable answer (a body of the shape it reads) and each failure; when a poll's requests
-all failed, ``check`` raises the first failure, naming the other endpoints that failed too, so the poll is a
-failure (``kvmon_up`` 0, ``once`` exits 2). One endpoint failing among answering ones costs only its own values.
+all failed, ``check`` raises the first failure, naming the other endpoints that answered wrongly too, so the poll is
+a failure (``kvmon_up`` 0, ``once`` exits 2). One endpoint failing among answering ones costs only its own values.
+A server that could not be reached at all is one cause: its endpoints are not listed.
 """
 
 from __future__ import annotations
 
-from kvmon.core.readings import SourceError, SourceFailure
+from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 
 
 class PollAnswers:
@@ -32,7 +33,8 @@ class PollAnswers:
         if self.usable or not self.failures:
             return
         first = self.failures[0]
-        others = list(dict.fromkeys(f.endpoint for f in self.failures[1:]
-                                    if f.endpoint and f.endpoint != first.endpoint))
+        unanswered = first.kind in (FailureKind.UNREACHABLE, FailureKind.TIMEOUT, FailureKind.BAD_URL)
+        others = [] if unanswered else list(dict.fromkeys(f.endpoint for f in self.failures[1:]
+                                                          if f.endpoint and f.endpoint != first.endpoint))
         too = f" ({', '.join(others)} failed too)" if others else ""
         raise SourceError(SourceFailure(first.kind, first.reason + too, first.endpoint, first.status_code))

@@ -20,6 +20,15 @@ def test_every_request_failed_raises_the_first_failure_naming_the_others() -> No
     assert f.reason == "http://gw/health answered HTTP 502 (/props, /slots failed too)"
 
 
+def test_a_server_that_could_not_be_reached_is_one_cause_without_its_endpoints() -> None:
+    a = PollAnswers()
+    for endpoint in ("/health", "/props", "/slots"):
+        a.failed(SourceFailure(FailureKind.UNREACHABLE, "cannot connect (Connection refused)", endpoint))
+    with pytest.raises(SourceError) as e:
+        a.check()
+    assert e.value.failure.reason == "cannot connect (Connection refused)"
+
+
 def test_one_usable_answer_or_no_request_at_all_is_no_failure() -> None:
     a = PollAnswers()
     a.failed(SourceFailure(FailureKind.TIMEOUT, "/props did not answer in time", "/props"))
