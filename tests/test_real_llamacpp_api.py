@@ -216,8 +216,8 @@ MAX_ASKS = 3
 def _asker(server: RealLlamaServer, n_predict: int, replies: list[int]) -> threading.Thread:
     """A thread that sends the long prompt once (nothing cached) and keeps the reply's status in ``replies``."""
     def ask() -> None:
-        replies.append(httpx.post(f"{server.url}/completion", json={"prompt": LONG_PROMPT, "n_predict": n_predict,
-                                                                    "cache_prompt": False}, timeout=300).status_code)
+        body = {"prompt": LONG_PROMPT, "n_predict": n_predict, "ignore_eos": True, "cache_prompt": False}
+        replies.append(httpx.post(f"{server.url}/completion", json=body, timeout=300).status_code)
 
     return threading.Thread(target=ask)
 
@@ -282,6 +282,10 @@ def test_without_slots_a_long_prompt_is_processing_by_the_servers_own_count(
                for a, _d, words, _n in undecoded), undecoded
 
 
+# Long enough that a loaded machine's polls see the tokens being decoded (200 took ~0.2 s: polls missed it)
+NO_SLOTS_REPLY_TOKENS = 600
+
+
 def _watch_one_long_prompt(server: RealLlamaServer, monitor: Monitor) -> list[tuple[Activity, float | None, str,
                                                                                        float]]:
     """kvmon's polls while a ``--no-slots`` server reads the long prompt and replies: never "idle" while it works,
@@ -290,7 +294,8 @@ def _watch_one_long_prompt(server: RealLlamaServer, monitor: Monitor) -> list[tu
     from kvmon.core.verdict import decide
 
     seen: list[tuple[Activity, float | None, str, float]] = []
-    with TimedReply(server.url, {"prompt": LONG_PROMPT, "n_predict": 200, "cache_prompt": False}) as reply:
+    with TimedReply(server.url, {"prompt": LONG_PROMPT, "n_predict": NO_SLOTS_REPLY_TOKENS,
+                                               "ignore_eos": True, "cache_prompt": False}) as reply:
         while not reply.done.is_set():
             s = monitor.poll()
             if not reply.done.is_set():
@@ -301,7 +306,7 @@ def _watch_one_long_prompt(server: RealLlamaServer, monitor: Monitor) -> list[tu
     after = [monitor.poll() for _ in range(2)][-1]
     assert monitor.last_reading is not None
     n_decode_end = monitor.last_reading.metrics["n_decode_total"]
-    assert reply.status == 200 and reply.final is not None and reply.final["predicted_n"] == 200
+    assert reply.status == 200 and reply.final is not None and reply.final["predicted_n"] == NO_SLOTS_REPLY_TOKENS
     assert after.activity is Activity.IDLE and decide(after).state == "Idle"
     while seen and seen[0][0] is Activity.IDLE:  # polls before the request reached the server
         seen.pop(0)
