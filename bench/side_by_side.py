@@ -145,7 +145,9 @@ def start_bare(env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def start_serve(url: str) -> subprocess.Popen[bytes]:
+    """``kvmon serve`` polling at the dashboard's 1 Hz (its own default is every 5 s): kvmon's poller alone."""
     return subprocess.Popen([sys.executable, "-m", "kvmon", "serve", url, "--listen", f"127.0.0.1:{_free_port()}"],
+                            env={**os.environ, "KVMON_SERVE_INTERVAL": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
