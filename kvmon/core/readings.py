@@ -207,6 +207,7 @@ class RequestStats:
     predicted_tokens: int | None = None
     predicted_seconds: float | None = None
     context_tokens: int | None = None
+    client_tok_s: float | None = None  # the reply's tokens as they reached the client (kvmon proxy's chunk times)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
@@ -192,8 +192,19 @@ class GpuView:
     gpu_busy_percent: float | None = None
     pcie_rx_bytes_per_s: float | None = None
     pcie_tx_bytes_per_s: float | None = None
-    pcie_bandwidth_bytes_per_s: float | None = None
+    pcie_bandwidth_bytes_per_s: float | None = None  # one direction, at the link's maximum
+    pcie_generation: int | None = None  # the link now (it trains down at idle), and at most
+    pcie_width: int | None = None
+    pcie_max_generation: int | None = None
+    pcie_max_width: int | None = None
+    mem_clock_mhz: float | None = None  # the memory clock now, and its maximum (the peak bandwidth's)
+    mem_clock_max_mhz: float | None = None
+    core_clock_mhz: float | None = None  # the graphics clock now, and its maximum
+    core_clock_max_mhz: float | None = None
+    clock_reasons: tuple[str, ...] | None = None  # why the clocks are held down (kvmon.core.readings.ClockReason)
+    other_processes_busy_percent: float | None = None  # the GPU's time other processes took lately
     power_w: float | None = None
+    power_limit_w: float | None = None
     temperature_c: float | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
     # what the device is and who read it: a discrete GPU or unified memory, from telemetry or only the server's log
@@ -235,7 +246,26 @@ class HostView:
     in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
     unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    cpu_count: int | None = None  # logical CPUs
+    cpu_busy_cores: float | None = None  # every process together since the last poll, in cores
+    server_cpu_cores: float | None = None  # the model server's processes alone
     reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+# Why decode runs below the ceiling, each named once (kvmon.core.analysis.causes); "unexplained" is what remains
+CauseCode = Literal["memory_clock", "core_clock", "pcie_link", "other_processes", "cpu_contended",
+                    "slower_than_before", "drafting", "client_slower", "unexplained"]
+
+
+@dataclass(frozen=True)
+class SlowdownCause:
+    """One reason decode runs below the ceiling at this depth, with its evidence (``kvmon.core.analysis.causes``)."""
+
+    code: CauseCode
+    share: float | None  # its estimated share of the gap between the measured speed and the ceiling (0–1); None:
+    # not estimated (the evidence says why), or not part of that gap (the client's view)
+    summary: str  # the few words the headline adds: "memory clock at 60% of its maximum (power cap)"
+    message: str  # the line with its numbers and what to do
 
 
 @dataclass(frozen=True)
@@ -410,6 +440,8 @@ class Snapshot:
     # (a reload, another context size: "70 tok/s before the reload"); None: none measured (of this model)
     last_decode: LastDecode | None = None
     decode_before: LastDecode | None = None
+    # why decode runs below the ceiling, largest share first (empty: nothing found, or nothing decodes)
+    slowdown_causes: tuple[SlowdownCause, ...] = ()
     verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
 
     @property

@@ -133,6 +133,13 @@ FIT_FORMS = {"ceiling_scaled": "the measured speed scaled along the ceiling (too
                                     "depth",
              "context_linear": "a straight line in context depth"}
 
+# why decode runs below the ceiling (SlowdownCause.code, and the verdict's cause when the headline names one)
+CAUSE_NAMES = {"memory_clock": "Memory clock held down", "core_clock": "GPU clock held down",
+               "pcie_link": "PCIe link below its maximum", "other_processes": "Other programs on the GPU",
+               "cpu_contended": "CPU cores taken by other programs", "slower_than_before": "Slower than earlier",
+               "drafting": "Speculative drafting", "client_slower": "The client reads slowly",
+               "unexplained": "Attention and kernel overhead"}
+
 # what began a regime (Regime.cause)
 REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n_ctx": "another context size",
                  "cache_types": "another cache type", "slots": "another slot count", "devices": "other devices",
@@ -181,6 +188,11 @@ def suspect_words(input_: str) -> str:
 def fit_words(form: str | None) -> str:
     """The forecast's form in words ("" when there is no fit)."""
     return "" if form is None else FIT_FORMS.get(form) or _plain(form)
+
+
+def cause_name(code: str) -> str:
+    """What a slowdown cause is about ("Memory clock held down"), by its code."""
+    return CAUSE_NAMES.get(code) or _plain(code).capitalize()
 
 
 def regime_words(cause: str | None) -> str:

@@ -9,7 +9,7 @@ the advice and the alert facts. It does no I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +18,7 @@ from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import (
     advice,
     alert_facts,
+    causes,
     ceiling,
     consistency,
     devices,
@@ -45,6 +46,7 @@ from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 from kvmon.core.verdict import UNSEEN, DecodeMemory, before_what, decided
+from kvmon.physics.attention_prior import attention_class
 
 # the alerts that stand on where the model lives: withdrawn when a measured speed refutes the guess
 PLACEMENT_ALERTS = frozenset({"cpu_only", "kv_in_host", "weights_in_host", "swap_growing", "unified_working_set"})
@@ -55,9 +57,12 @@ class Analyzer:
 
     def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
                  alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic,
-                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None,
+                 earlier_speeds: Sequence[causes.EarlierSpeeds] = ()) -> None:
         """``settings_source``: asked before every poll for the settings the user has now (the dashboard's dialog
-        changes bandwidths while polling goes on); its None keeps the settings as they are."""
+        changes bandwidths while polling goes on); its None keeps the settings as they are. ``earlier_speeds``:
+        measured curves kept from earlier sessions, beside this session's own points (a slowdown against them is a
+        cause of the gap)."""
         self.settings = settings or AnalyzerSettings()
         self._settings_source = settings_source
         self._clock = clock  # for failures that come with no reading to take a time from
@@ -81,6 +86,8 @@ class Analyzer:
         self._last_t: float | None = None  # the last analysed poll's instant (the energy interval's start)
         self._decodes = DecodeMemory()  # the last speed measured (the headline's while idle), the one before a reload
         self._unseen: tuple[Any, str] | None = None  # (model, why): its speed says it runs on a device not seen
+        self._speeds = causes.SessionSpeeds()  # this session's measured points per configuration
+        self._earlier = tuple(earlier_speeds)
 
     # ------------------------------------------------------------------ public
 
@@ -123,6 +130,7 @@ class Analyzer:
         self._last_t = None
         self._decodes.reset()
         self._unseen = None
+        self._speeds.clear()
 
     # ------------------------------------------------------------------ failures
 
@@ -248,6 +256,8 @@ class Analyzer:
         last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
                                                    rates.decode if rates.decode is not None else replied, t, r.t_wall,
                                                    where.context, point[1] if point is not None else None)
+        gap = self._gap(r, model, shape, where.context, rates.decode, ceiling_now if efficiency is not None else None,
+                        devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
         if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more
@@ -276,8 +286,32 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-            last_decode=last_decode, decode_before=before,
+            last_decode=last_decode, decode_before=before, slowdown_causes=gap,
         ))
+
+    def _gap(self, r: ServerReading, model: Any, shape: Any, context: int | None, decode: float | None,
+             ceiling_now: float | None, devices_now: list[Any] | None, kv_read_now: float | None,
+             read_now: float | None, place: Any, gviews: tuple[Any, ...], hview: Any, spec: Any, t: float,
+             point: tuple[float, float] | None) -> tuple[Any, ...]:
+        """Why decode runs below the ceiling now (``kvmon.core.analysis.causes``); this poll's point is remembered
+        for its configuration after it is compared with the earlier ones."""
+        config = causes.config_key(model_key(r.url, model), model.n_ctx, model.kv_type_k, model.kv_type_v,
+                                   model.n_slots, devices_now)
+        earlier = causes.earlier_speed((self._speeds, *self._earlier), config, context, t)
+        if point is not None and config is not None:
+            self._speeds.add(config, int(point[0]), point[1], t)
+        kv_share = (kv_read_now / (read_now + kv_read_now) if kv_read_now is not None and read_now is not None
+                    and read_now + kv_read_now > 0 else None)
+        on_host = place.kv_host > 0 or (place.weights_host_read > 0 and not place.on_device)
+        req = r.last_request
+        client = (causes.ClientView(req.client_tok_s, req.predicted_tokens / req.predicted_seconds)
+                  if req is not None and req.client_tok_s and req.predicted_tokens and req.predicted_seconds else None)
+        return causes.breakdown(causes.GapInputs(
+            decode_tok_s=decode, ceiling_tok_s=ceiling_now, context_tokens=context, gpus=gviews, host=hview,
+            step_shares=ceiling.step_shares(devices_now, kv_read_now), kv_share=kv_share,
+            attention_class=attention_class(shape, on_host) if shape is not None else None,
+            n_threads=r.config.n_threads, speculative=spec,
+            target_bytes_per_token=(read_now or 0) + (kv_read_now or 0) or None, earlier=earlier, client=client))
 
     def _unseen_device(self, r: ServerReading, model: Any, decode: float | None, host_bw: float | None) -> str | None:
         """Why the model runs on a device kvmon cannot see (kept for the model once its speed said so), or None."""
