@@ -208,6 +208,27 @@ class RequestStats:
     predicted_seconds: float | None = None
     context_tokens: int | None = None
     client_tok_s: float | None = None  # the reply's tokens as they reached the client (kvmon proxy's chunk times)
+    reread_tokens: int | None = None  # prompt tokens the server read (computed) for it, the cached ones left out
+    prompt_change: str | None = None  # where its prompt first differed from the one before it (kvmon proxy)
+    prompt_repeated: int | None = None  # the same prompt sent this many times in a row before it (kvmon proxy)
+
+
+@dataclass(frozen=True)
+class PromptChangeReading:
+    """One kind of change that made a conversation's prompt differ from the one before it, as ``kvmon proxy``
+    tallies it (``kvmon.proxy.prompts``): where, what, how often, since when and the prompt reading it cost."""
+
+    sentence: str  # "system message changed at character 212 — looks like a timestamp"
+    fix: str
+    message_index: int
+    role: str
+    offset: int | None
+    change: str
+    count: int
+    first_unix: float
+    last_unix: float
+    reread_tokens: int = 0
+    reread_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +261,7 @@ class ServerReading:
     kv_in_use_fraction: float | None = None
     requests_running: int | None = None
     requests_waiting: int | None = None
+    prompt_changes: tuple[PromptChangeReading, ...] = ()  # kvmon proxy's tally of what made prompts change
 
 
 @dataclass(frozen=True)

@@ -269,6 +269,56 @@ class SlowdownCause:
 
 
 @dataclass(frozen=True)
+class PromptMiss:
+    """A reply whose long prompt the server read again whole, though most of it had been read before."""
+
+    t_monotonic: float
+    t_wall: float
+    reread_tokens: int
+    reused_tokens: int
+    reread_s: float | None
+
+
+@dataclass(frozen=True)
+class PromptChange:
+    """What made a conversation's prompt differ from the one before it, as ``kvmon proxy`` compared them (by hashes:
+    no prompt text): where, what, how often since when, the prompt reading it cost, and the fix."""
+
+    sentence: str  # "system message changed at character 212 — looks like a timestamp"
+    fix: str
+    message_index: int
+    role: str
+    offset: int | None
+    change: str  # "timestamp" | "date" | "time" | "id" | "number" | "text" | "removed" | "role"
+    count: int
+    first_unix: float
+    last_unix: float
+    reread_tokens: int = 0
+    reread_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PromptCacheView:
+    """The prompt cache over the session (``kvmon.core.analysis.prompt_cache``): prompt tokens read again against
+    those reused, the seconds the reading cost, the misses, what made prompts change, and the next turn's wait."""
+
+    source: str | None = None  # "the server's counters" | "each reply's timings" | "the prefix cache's counters"
+    reads: int = 0  # prompts (or polls' worth of prompts, from counters) counted
+    reread_tokens: int = 0
+    reused_tokens: int = 0
+    reread_s: float | None = None
+    last_reread_tokens: int | None = None
+    last_reused_tokens: int | None = None
+    last_reread_s: float | None = None
+    misses: int = 0
+    miss: PromptMiss | None = None  # the latest miss, while it is news
+    changes: tuple[PromptChange, ...] = ()  # kvmon proxy's tally, newest first
+    repeated: int | None = None  # the last prompt was the one before it again, this many times in a row
+    next_ttft_s: float | None = None  # the next turn's predicted time to first token at this depth
+    next_prompt_tokens: int | None = None  # the prompt tokens it will read (the cache reusing the rest)
+
+
+@dataclass(frozen=True)
 class Milestone:
     context_tokens: int
     tok_s: float
@@ -442,6 +492,7 @@ class Snapshot:
     decode_before: LastDecode | None = None
     # why decode runs below the ceiling, largest share first (empty: nothing found, or nothing decodes)
     slowdown_causes: tuple[SlowdownCause, ...] = ()
+    prompt_cache: PromptCacheView | None = None  # prompts read again and reused; None: nothing counted yet
     verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
 
     @property

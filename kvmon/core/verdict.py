@@ -48,10 +48,12 @@ ALERT_STATES = {
     "cpu_only": "On the CPU",
     "swap_growing": "Swapping",
     "recording_failed": "Recording stopped",
+    "prompt_cache_miss": "Cache miss",
+    "prompt_repeated": "Prompt repeated",
 }
 # equal levels: the first here is the news (a spill before the warning that foretold it)
 PRIORITY = ("kv_in_host", "weights_in_host", "vram_full_soon", "vram_full", "unified_working_set", "model_failed",
-            "ctx_full_soon", "cpu_only", "swap_growing", "recording_failed")
+            "ctx_full_soon", "prompt_cache_miss", "prompt_repeated", "cpu_only", "swap_growing", "recording_failed")
 STATUS_STATES = {
     ConnectionStatus.UNREACHABLE: "Unreachable",
     ConnectionStatus.TIMEOUT: "Not answering",

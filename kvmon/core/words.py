@@ -25,6 +25,8 @@ ALERT_NAMES = {
     "prefill_bound": "Waiting on the prompt",
     "model_failed": "A model failed to load",
     "recording_failed": "Recording stopped",
+    "prompt_cache_miss": "Prompt read again (cache miss)",
+    "prompt_repeated": "The same prompt sent again",
 }
 LEVEL_WORDS = {"ok": "fine", "info": "note", "warning": "warning", "critical": "critical"}
 
@@ -90,6 +92,7 @@ REASON_NAMES = {
     "placement": "where the model lives",
     "power_w": "power",
     "prefill_tok_s": "prompt speed",
+    "proxy": "kvmon proxy",
     "processing": "processing",
     "progress": "loading progress",
     "props": "the server's properties",

@@ -45,6 +45,7 @@ from kvmon.proxy.framing import (
     to_client,
 )
 from kvmon.proxy.meter import Meter, model_from_request
+from kvmon.proxy.prompts import PromptLog
 from kvmon.proxy.upstream import DEFAULT_UPSTREAM, Upstream, connect, probe_version
 
 MAX_REQUEST_CAPTURE = 1024 * 1024  # request bytes kept to read "model" from
@@ -90,6 +91,7 @@ class ProxyServer:
         self._thread: threading.Thread | None = None
         self._ssl = ssl.create_default_context() if self.upstream.scheme == "https" else None
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._prompts = PromptLog()  # consecutive prompts compared by keyed hashes (kvmon.proxy.prompts)
 
     # -- lifecycle
 
@@ -176,7 +178,7 @@ class ProxyServer:
         return stats.document(upstream=self.upstream.url, upstream_kind=self.upstream_kind,
                               upstream_version=self.upstream_version, listen=self.url,
                               started_unix=self._started_unix, now_unix=now_unix, totals=totals,
-                              in_flight=in_flight, recent=recent)
+                              in_flight=in_flight, recent=recent, prompts=self._prompts.document())
 
     def _begin(self, method: str, path: str) -> Meter:
         m = Meter(id=next(self._ids), method=method, path=path.split("?", 1)[0], started_unix=time.time(),
@@ -361,6 +363,7 @@ class ProxyServer:
                 await body_task
             if meter.model is None and captured:
                 meter.model = model_from_request(bytes(captured))
+            stats.observe_prompt(self._prompts, meter, bytes(captured), self.upstream_kind, self._version_tuple)
             self._end(meter)
         return keep
 

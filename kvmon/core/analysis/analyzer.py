@@ -35,6 +35,7 @@ from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.latency import LatencyTracker
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import ModelViews, cache_bytes
+from kvmon.core.analysis.prompt_cache import PromptCacheTracker
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
@@ -87,6 +88,7 @@ class Analyzer:
         self._decodes = DecodeMemory()  # the last speed measured (the headline's while idle), the one before a reload
         self._unseen: tuple[Any, str] | None = None  # (model, why): its speed says it runs on a device not seen
         self._speeds = causes.SessionSpeeds()  # this session's measured points per configuration
+        self._prompts = PromptCacheTracker(self.settings.thresholds)  # prompts read again and reused
         self._earlier = tuple(earlier_speeds)
 
     # ------------------------------------------------------------------ public
@@ -131,6 +133,7 @@ class Analyzer:
         self._decodes.reset()
         self._unseen = None
         self._speeds.clear()
+        self._prompts.reset()
 
     # ------------------------------------------------------------------ failures
 
@@ -248,6 +251,7 @@ class Analyzer:
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         latency = self._latency.update(r, reasons, drafting=drafter is not None)
+        prompts = self._prompts.update(r, where.context)
         # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
         # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
         ended = self._latency.added
@@ -259,7 +263,8 @@ class Analyzer:
         gap = self._gap(r, model, shape, where.context, rates.decode, ceiling_now if efficiency is not None else None,
                         devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
+                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency,
+                                          prompt_cache=prompts)
         if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more
             facts = replace(facts, withdrawn=PLACEMENT_ALERTS)
         if before is not None and before_what(fc.regime.cause) is not None:
@@ -286,7 +291,7 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-            last_decode=last_decode, decode_before=before, slowdown_causes=gap,
+            last_decode=last_decode, decode_before=before, slowdown_causes=gap, prompt_cache=prompts,
         ))
 
     def _gap(self, r: ServerReading, model: Any, shape: Any, context: int | None, decode: float | None,

@@ -137,7 +137,8 @@ class LatencyTracker:
         self._last_request_end = req.t_end
         itl = (req.predicted_seconds / req.predicted_tokens
                if req.predicted_seconds and req.predicted_tokens else None)
-        computed = (req.prompt_tokens - (req.cached_tokens or 0)) if req.prompt_tokens is not None else None
+        computed = req.reread_tokens if req.reread_tokens is not None else (
+            (req.prompt_tokens - (req.cached_tokens or 0)) if req.prompt_tokens is not None else None)
         self._add(Reply(ttft_s=req.prompt_seconds, prompt_tokens=computed, itl_s=itl,
                         generated_tokens=req.predicted_tokens, generate_s=req.predicted_seconds), "request timings")
         return True
