@@ -55,6 +55,7 @@ HEAD_TIMEOUT_S = 10.0  # a request head must be finished this long after its fir
 IDLE_TIMEOUT_S = 300.0  # a kept-alive client connection with no request for this long is closed
 VERSION_RETRY_S = 10.0
 PROBE_TIMEOUT_S = 5.0
+CLIENT_UNSENT_BYTES = 16 * 1024  # TCP_NOTSENT_LOWAT of a client connection, where the system has it
 
 
 class ProxyServer:
@@ -242,6 +243,8 @@ class ProxyServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
         client = MessageReader(creader)
         upstream: _Link | None = None
         try:

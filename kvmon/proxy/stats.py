@@ -197,7 +197,7 @@ def finished_record(m: Meter, upstream_kind: str | None,
         "decode_tok_s": None,
         "decode_tok_s_source": None,
         "context_tokens": None,
-        "client_tok_s": m.in_flight_rate(),  # as the tokens reached the client (a slow client slows the relay)
+        "client_tok_s": None,
         "prompt_reread_tokens": None,
         "prompt_reused_tokens": None,
         "prompt_change": m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
@@ -206,8 +206,12 @@ def finished_record(m: Meter, upstream_kind: str | None,
     reader = _DIALECTS.get(m.stats_source or "")
     if reader is not None:
         reader(m.final, out, upstream_kind, upstream_version)
-    if out["decode_tok_s"] is None and (rate := m.in_flight_rate()) is not None:
+    rate = m.in_flight_rate()
+    if out["decode_tok_s"] is None and rate is not None:
         out["decode_tok_s"], out["decode_tok_s_source"] = rate, "proxy_chunk_timing"
+    if rate is not None:  # as the tokens reached the client: the relay goes at its pace; a chunk may hold several
+        tokens = out["predicted_tokens"]
+        out["client_tok_s"] = rate * tokens / m.chunks if tokens and m.chunks and tokens >= m.chunks else rate
     return out
 
 
