@@ -40,10 +40,10 @@ from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.model import ModelDescriber
 from kvmon.sources.llamacpp.parse import (
     REQUESTS_PROCESSING,
-    MetricsReader,
     MetricsTextError,
     derive_totals,
     metrics_key,
+    parse_metrics,
     parse_slot,
 )
 from kvmon.sources.llamacpp.process import LlamaServerProcess
@@ -123,7 +123,6 @@ class LlamaServerSource:
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
-        self._metrics_reader = MetricsReader()  # /metrics keeps its shape: read by the last page's layout
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
@@ -418,7 +417,7 @@ class LlamaServerSource:
             return flag if isinstance(flag, bool) else None, {}
         rejected: list[str] = []
         try:
-            metrics = self._metrics_reader.read(resp.text, rejected)
+            metrics = parse_metrics(resp.text, rejected)
         except MetricsTextError as e:
             reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
             return True, {}

@@ -24,7 +24,7 @@ from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.source import LlamaServerSource
-from kvmon.sources.sse import SseFollower
+from kvmon.sources.router.progress import ProgressStream
 
 PROGRESS_MAX_AGE_S = 10.0  # a progress event older than this no longer describes a load in progress
 _STATUS = {"loaded": serving.LOADED, "loading": serving.LOADING, "sleeping": serving.SLEEPING,
@@ -87,9 +87,9 @@ class LlamaRouterSource:
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         self._version: str | None = None
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._sse = SseFollower(self.base_url + "/models/sse", headers=headers, clock=clock,
-                                timeout_s=timeout_s) if follow_progress else None
+        headers = {"Authorization": f"Bearer {api_key}".encode("latin-1")} if api_key else {}  # as HttpClient sends it
+        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock,
+                                   timeout_s=timeout_s) if follow_progress else None
 
     def __repr__(self) -> str:
         return f"LlamaRouterSource({self.display_url!r})"
