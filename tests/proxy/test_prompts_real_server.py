@@ -8,6 +8,7 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -124,3 +125,67 @@ def test_a_client_that_reads_slowly_sees_less_than_the_server_made(
         source.close()
     (cause,) = [c for c in s.slowdown_causes if c.code == "client_slower"]
     assert cause.summary.startswith("your client receives ")
+
+
+SECRET = "ZEBRA-QUARTZ-71"  # a word no model output, setting or number of kvmon's could hold
+
+
+def test_no_prompt_text_reaches_a_recording_a_log_the_exporter_or_once(
+        llama_server: Callable[..., RealLlamaServer], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kvmon.core.recorder import Recorder
+    from kvmon.core.report_json import snapshot_to_json
+    from kvmon.core.report_prometheus import snapshot_families
+
+    caplog.set_level(logging.DEBUG)
+    server = llama_server("llama", ["-c", "4096", "-np", "1", "--metrics"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proxy = subprocess.Popen([sys.executable, "-m", "kvmon", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
+                              server.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(f"{url}/kvmon/stats", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        source = LlamaServerSource(server.url, proxy_url=url)
+        analyzer = Analyzer(AnalyzerSettings(thresholds=AlertThresholds(prompt_miss_min_tokens=100)))
+        recording = tmp_path / "session.jsonl"
+        snaps = []
+        with Recorder(recording) as rec, httpx.Client(base_url=url, timeout=60) as client:
+            for turn in range(3):
+                system = {"role": "system", "content": f"Time {turn}:0{turn}. Codeword {SECRET}. Be brief."}
+                user = {"role": "user", "content": f"Remember {SECRET} and say it back. " * 3}
+                client.post("/v1/chat/completions", json={"messages": [system, user], "max_tokens": 4})
+                snap = analyzer.update(source.poll())
+                rec.record(snap)
+                snaps.append(snap)
+        source.close()
+        stats_doc = httpx.get(f"{url}/kvmon/stats").text
+    finally:
+        proxy.terminate()
+        out, err = proxy.communicate(timeout=10)
+    assert snaps[-1].prompt_cache is not None and snaps[-1].prompt_cache.changes  # the prompts were compared
+
+    class _Snap:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return snapshot_families(snaps[-1])
+
+    reg = CollectorRegistry()
+    reg.register(_Snap())  # type: ignore[arg-type]
+    places = {"the recording": recording.read_text(), "the proxy's output": out + err,
+              "kvmon's log": caplog.text, "the exporter": generate_latest(reg).decode(),
+              "once --json": json.dumps([snapshot_to_json(s) for s in snaps]), "the proxy's stats": stats_doc}
+    for where, text in places.items():
+        assert SECRET not in text and "Codeword" not in text and "say it back" not in text, where
