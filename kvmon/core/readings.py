@@ -211,6 +211,7 @@ class RequestStats:
     reread_tokens: int | None = None  # prompt tokens the server read (computed) for it, the cached ones left out
     prompt_change: str | None = None  # where its prompt first differed from the one before it (kvmon proxy)
     prompt_repeated: int | None = None  # the same prompt sent this many times in a row before it (kvmon proxy)
+    request_id: int | None = None  # kvmon proxy's number for it (the same reply read again is the same one)
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,7 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
             reread_tokens=json_int(r.get("prompt_reread_tokens")),
             prompt_change=json_str(r.get("prompt_change")),
             prompt_repeated=json_int(r.get("prompt_repeated")),
+            request_id=json_int(r.get("id")),
         )
         last_model = json_str(r.get("model"))
     return ProxyView(

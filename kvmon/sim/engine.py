@@ -78,6 +78,9 @@ class SimEngine:
         self._next_task = 0
         self._requests: list[SimRequest] = []  # not yet folded into counters
         self._slot_last: list[list[SimRequest]] = [[] for _ in range(scenario.n_parallel)]
+        # each slot's last client prompt as (message digest, tokens) pairs, with the request that read it: what the
+        # slot's cache holds while no other request took the slot since
+        self._slot_prompt: list[tuple[tuple[tuple[int, int], ...], SimRequest] | None] = [None] * scenario.n_parallel
         self._epochs = self._plan_epochs()
         # the scripted chat
         self._conv = 0
@@ -181,16 +184,37 @@ class SimEngine:
         return float(np.clip(rng.normal(1.0, self.scenario.noise_sd), 0.8, 1.2))
 
     def submit(self, prompt_tokens: int, n_predict: int, params: dict[str, Any] | None = None,
-               t: float | None = None) -> SimRequest:
-        """A client's request: the first idle slot, else queued on the slot that frees first."""
+               t: float | None = None, prefix: tuple[tuple[int, int], ...] | None = None,
+               block: int = 1) -> SimRequest:
+        """A client's request: the first idle slot, else queued on the slot that frees first. ``prefix``: its prompt
+        as (message digest, tokens) pairs: the slot's cache serves the leading messages it read last time (and the
+        reply it gave, sent back as the next message), in whole ``block``s of tokens (vLLM caches 16 at a time)."""
         with self.lock:
             now = self.clock.now() if t is None else t
             self.advance(now)
             free = [self._slot_free_at(i) for i in range(self.scenario.n_parallel)]
             slot = min(range(len(free)), key=lambda i: (max(free[i], now), i))
             prompt_tokens = max(1, min(prompt_tokens, self.slot_ctx(now) - 1))
-            return self._schedule(slot, "client", now, 0, prompt_tokens, n_predict, params or {},
-                                  self._noise(10_000 + self._next_task))
+            cached = min(self._cached(slot, prefix) // block * block, prompt_tokens - 1) if prefix else 0
+            req = self._schedule(slot, "client", now, cached, prompt_tokens - cached, n_predict, params or {},
+                                 self._noise(10_000 + self._next_task))
+            self._slot_prompt[slot] = (tuple(prefix), req) if prefix else None
+            return req
+
+    def _cached(self, slot: int, prefix: tuple[tuple[int, int], ...]) -> int:
+        """Tokens of ``prefix`` the slot still holds: its last client prompt's leading messages in common (all of
+        them, and the reply it gave, when the new prompt goes on from there)."""
+        held = self._slot_prompt[slot]
+        last = self._slot_last[slot][-1] if self._slot_last[slot] else None
+        if held is None or held[1] is not last or last.aborted_at is not None:
+            return 0
+        old, req = held
+        n = 0
+        for a, b in zip(old, prefix, strict=False):
+            if a != b:
+                return n
+            n += a[1]
+        return n + req.predicted_n if len(prefix) > len(old) else n
 
     def _play_script(self, now: float) -> None:
         sc = self.scenario.script

@@ -14,7 +14,7 @@ from typing import Any
 
 from kvmon.sim.files import gguf_metadata
 from kvmon.sim.ollama_child import CHILD_PREFIX
-from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import Reply, StreamAborted, chat_messages, dumps, json_reply, prompt_prefix, token_text
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
@@ -134,17 +134,14 @@ class OllamaApi:
         })
 
     def _submit(self, body: dict[str, Any], chat: bool) -> SimRequest:
-        if chat:
-            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
-            text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
-            prompt_tokens = estimate_tokens(text) + 4 * len(msgs)
-        else:
-            prompt_tokens = estimate_tokens(str(body.get("prompt", "")))
+        prefix = prompt_prefix(chat_messages(body) if chat else [("prompt", str(body.get("prompt", "")))])
+        prompt_tokens = max(1, sum(n for _d, n in prefix))
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         n_predict = opts.get("num_predict", body.get("max_tokens"))
         if not isinstance(n_predict, int) or n_predict <= 0:
             n_predict = 128
-        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": True, "n_predict": n_predict})
+        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": True, "n_predict": n_predict},
+                                      prefix=prefix)
 
     def _stats(self, req: SimRequest, t_arrive_wall: float) -> dict[str, Any]:
         ns = 1_000_000_000

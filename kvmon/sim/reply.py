@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,3 +59,24 @@ def token_text(id_task: int, k: int) -> str:
 def estimate_tokens(text: str) -> int:
     """Prompt tokens for a text (about four characters per token)."""
     return max(1, len(text) // 4)
+
+
+PREFIX_BLOCK_CHARS = 256  # the simulated prompt cache compares prompts in blocks of this many characters
+
+
+def prompt_prefix(messages: list[tuple[str, str]]) -> tuple[tuple[int, int], ...]:
+    """A prompt as the simulated prompt cache sees it: (digest, tokens) of each block of each message (its role and
+    template tokens in the first), so that a change anywhere keeps the blocks before it cached."""
+    out = []
+    for i, (role, text) in enumerate(messages):
+        blocks = [text[k:k + PREFIX_BLOCK_CHARS] for k in range(0, len(text), PREFIX_BLOCK_CHARS)] or [""]
+        for j, block in enumerate(blocks):
+            tokens = len(block) // 4 + (4 if j == 0 else 0)
+            out.append((zlib.crc32(f"{i}\x00{role}\x00{block}".encode("utf-8", "replace")), tokens))
+    return tuple(out)
+
+
+def chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
+    """(role, text) of a chat request's messages (odd entries left out)."""
+    msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+    return [(str(m.get("role", "")), str(m.get("content", ""))) for m in msgs if isinstance(m, dict)]  # type: ignore[union-attr]

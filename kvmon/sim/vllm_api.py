@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from kvmon.sim.files import write_safetensors
-from kvmon.sim.reply import Reply, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import Reply, chat_messages, json_reply, prompt_prefix, token_text
 from kvmon.sim.served import ServedSimulation
 
 VERSION = "0.33.0"
@@ -218,6 +218,9 @@ class VllmApi:
                 "running": float(len(running)),
                 "waiting": float(sum(1 for r in live if r.is_deferred(now))),
                 "usage": min(1.0, held / (self.num_gpu_blocks - 1)),
+                # the prefix cache, in tokens: every prompt token looked up, and those found (whole blocks)
+                "prefix_queries": c["prompt_tokens_total"] + c["prompt_tokens_cached_total"],
+                "prefix_hits": c["prompt_tokens_cached_total"],
                 "epoch": float(ep.index),
             }
 
@@ -264,6 +267,9 @@ class VllmApi:
             counter("num_preemptions", "Cumulative number of preemption from the engine.", 0.0),
             counter("prompt_tokens", "Number of prefill tokens processed.", v["prompt_tokens"]),
             counter("generation_tokens", "Number of generation tokens processed.", v["generation_tokens"]),
+            counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                    v["prefix_queries"]),
+            counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", v["prefix_hits"]),
             hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft),
             hist(itl_name, "Histogram of inter-token latency in seconds.", itl),
         ]
@@ -290,14 +296,10 @@ class VllmApi:
 
     # -- requests -------------------------------------------------------------------------------------
     def complete(self, body: dict[str, Any], *, chat: bool) -> Reply:
-        if chat:
-            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
-            text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
-        else:
-            text = str(body.get("prompt", ""))
-        prompt = max(1, estimate_tokens(text))
+        prefix = prompt_prefix(chat_messages(body) if chat else [("prompt", str(body.get("prompt", "")))])
+        prompt = max(1, sum(n for _d, n in prefix))
         n_predict = int(body.get("max_tokens") or 64)
-        req = self.sim.engine.submit(prompt, n_predict, {"stream": False})
+        req = self.sim.engine.submit(prompt, n_predict, {"stream": False}, prefix=prefix, block=BLOCK_SIZE)
         while self.sim.clock.now() < req.t_end:
             if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping):
                 break

@@ -54,8 +54,10 @@ class PromptCacheTracker:
 
     def reset(self) -> None:
         self._counters: dict[str, float] | None = None
-        self._last_request_end: float | None = None
-        self._slot_reused = 0  # tokens a processing slot showed reused since the last reply (Ollama's child)
+        self._last_request_end: float | None = None  # the last reply counted (the proxy's id, else its end)
+        # the tasks seen processing, in order, with the tokens each showed reused (Ollama's llama-server child): a reply
+        # that ends is the oldest of them no longer processing
+        self._tasks: dict[int | None, int] = {}
         self._held = 0  # the deepest context seen since the last read counted (what the cache could have reused)
         self._fit: deque[tuple[float, float]] = deque(maxlen=FIT_READS)  # (depth at mid-read, seconds per token)
         self._turns: deque[int] = deque(maxlen=FIT_READS)  # tokens each hit read (what a turn adds)
@@ -83,24 +85,34 @@ class PromptCacheTracker:
 
     def _from_request(self, r: ServerReading) -> Read | None:
         req = r.last_request
-        if req is None or req.t_end == self._last_request_end:
+        key = req.request_id if req is not None and req.request_id is not None else (req.t_end if req else None)
+        if req is None or key == self._last_request_end:
             return None
-        self._last_request_end = req.t_end
+        self._last_request_end = key
         reread, reused = req.reread_tokens, req.cached_tokens
         if reread is None and req.context_tokens is not None and req.predicted_tokens is not None:
             # Ollama: its count holds the cached tokens; its llama-server child showed how many it reused
             total = req.context_tokens - req.predicted_tokens
-            reused = self._slot_reused if self._slot_reused else None
+            reused = self._task_reused(r)
+            reused = min(reused, total) if reused is not None else None
             reread = total - reused if reused is not None else None
         if reread is None and reused is None and req.prompt_seconds is None:
             return None
         return Read(reread, reused, req.prompt_seconds, r.t_monotonic, r.t_wall)
 
+    def _task_reused(self, r: ServerReading) -> int | None:
+        """The tokens the reply that just ended reused, as its slot showed them while it ran (None: not seen)."""
+        running = {sl.id_task for sl in r.slots if sl.processing}
+        for task in list(self._tasks):
+            reused = self._tasks.pop(task)
+            if task in running:  # still running: the reply that ended was never seen
+                self._tasks = {task: reused, **self._tasks}
+                return None
+            return reused
+        return None
+
     def update(self, r: ServerReading, context_tokens: int | None) -> PromptCacheView | None:
         """Count this poll's prompt reading; the session's view."""
-        for sl in r.slots:
-            if sl.processing and sl.n_prompt_tokens_cache:
-                self._slot_reused = max(self._slot_reused, sl.n_prompt_tokens_cache)
         counted = self._from_counters(r)
         source = COUNTERS
         if counted is False:
@@ -111,8 +123,12 @@ class PromptCacheTracker:
         repeated = r.last_request.prompt_repeated if r.last_request is not None else None
         if isinstance(counted, Read):
             self._add(counted, source)
-            self._slot_reused = 0
             self._held = context_tokens or 0
+        for sl in r.slots:  # after the reply that ended is counted: what runs now is a later one
+            if sl.processing and sl.n_prompt_tokens_cache is not None and sl.id_task not in self._tasks:
+                self._tasks[sl.id_task] = sl.n_prompt_tokens_cache
+                while len(self._tasks) > 64:
+                    del self._tasks[next(iter(self._tasks))]
         else:
             self._held = max(self._held, context_tokens or 0)
         if not self._counted and not changes:
