@@ -82,8 +82,10 @@ def format_text(doc: dict[str, Any]) -> str:
     lines += [f"why below the ceiling: {c['message']}" for c in doc.get("slowdown_causes") or ()]
     pc = doc.get("prompt_cache")
     if pc and pc["next_ttft_s"] is not None:
+        wait = pc["next_ttft_s"]
+        wait_said = f"{wait * 1000:.0f} ms" if wait < 1 else f"{wait:.1f} s"
         lines.append(f"prompt cache: {pc['reread_tokens']:,} tokens read, {pc['reused_tokens']:,} reused; next reply's "
-                     f"first token in ~{pc['next_ttft_s']:.1f} s ({pc['next_prompt_tokens']:,} tokens to read)")
+                     f"first token in ~{wait_said} ({pc['next_prompt_tokens']:,} tokens to read)")
     for g in doc["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name'] or '—'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")

@@ -61,7 +61,7 @@ class AlertThresholds:
     # Prefill-bound: the last reply waited at least this long for its first token, and longer than it generated.
     prefill_bound_min_s: float = 5.0
     # Prompt cache miss: a prompt of at least this many tokens read again with under this share reused, after the
-    # conversation held at least that share of it; said for this long after
+    # slot held between that share of it and it over that share (the same conversation going on); said this long
     prompt_miss_min_tokens: int = 1024
     prompt_miss_reused_fraction: float = 0.10
     prompt_miss_held_fraction: float = 0.5

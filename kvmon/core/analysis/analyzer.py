@@ -101,6 +101,8 @@ class Analyzer:
             self.settings = self._settings_source() or self.settings
         if isinstance(server, SourceFailure):
             self._reload_seen = self._reload_seen or server.kind is FailureKind.MODEL_LOADING
+            if server.kind is FailureKind.MODEL_LOADING:
+                self._prompts.restarted()
             return self._failure(server, gpus, host)
         self._failure_since = None
         if self._connected_since is None:
@@ -334,9 +336,12 @@ class Analyzer:
         """This poll's regime key, and whether the server reloaded (was loading, or its process changed) since."""
         if r.state == "loading":
             self._reload_seen = True
+            self._prompts.restarted()
             return
         pids = tuple(sorted(r.server_pids))
         reloaded = self._reload_seen or bool(pids and self._server_pids and pids != self._server_pids)
+        if reloaded:
+            self._prompts.restarted()
         self._server_pids = pids or self._server_pids
         self._reload_seen = False
         key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,

@@ -39,7 +39,7 @@ CLOCK_BELOW = 0.95  # a clock under this share of its maximum while decoding is 
 LINK_TRAFFIC_BYTES_PER_S = 0.5e9  # PCIe traffic worth the link's rate: a spill, a split, weights streamed
 OTHERS_BUSY_PERCENT = 5.0  # other processes took at least this share of the GPU's time
 SLOWER_BY = 0.10  # slower than earlier at this depth by at least this fraction
-CLIENT_SLOWER = 0.85  # the client saw less than this share of the server's rate
+CLIENT_SLOWER = 0.7  # the client saw less than this share of the server's rate (a stream's own jitter stays above)
 UNEXPLAINED_SAID = 0.10  # a remainder under this share of the gap is not said
 DEPTH_NEAR = 0.10  # "the same depth": within 10% (and at least NEAR_TOKENS)
 NEAR_TOKENS = 1024
@@ -301,6 +301,8 @@ def typical_efficiency(attention_class: str | None, kv_share: float | None) -> t
 
 
 def _unexplained(x: GapInputs, eff: float, share: float, named: bool) -> SlowdownCause | None:
+    """What the named causes leave: said against what is typical at this depth for this kind of attention, with the
+    share of the ceiling decode would reach without the named causes (``eff`` is that share)."""
     typical = typical_efficiency(x.attention_class, x.kv_share)
     depth = f" at {fmt_tokens(x.context_tokens)}" if x.context_tokens is not None else ""
     if typical is None:
@@ -314,8 +316,9 @@ def _unexplained(x: GapInputs, eff: float, share: float, named: bool) -> Slowdow
     if (not named and not below) or share < UNEXPLAINED_SAID:
         return None
     kind = "usual" if not below else "below it"
+    now = f"{fmt_percent(eff)} {'without the causes above' if named else 'now'}, {kind}"
     message = (f"Attention and kernel overhead{depth}: typical for this model kind is {low:.0%}–{high:.0%} of the "
-               f"ceiling ({fmt_percent(eff)} now, {kind})" + ("" if not named else f"; {share:.0%} of the gap"))
+               f"ceiling ({now})" + ("" if not named else f"; {share:.0%} of the gap"))
     return SlowdownCause("unexplained", share, "below what is typical" if below else "attention and kernel overhead",
                          message)
 
@@ -327,7 +330,6 @@ def breakdown(x: GapInputs) -> tuple[SlowdownCause, ...]:
     decode, ceiling = x.decode_tok_s, x.ceiling_tok_s
     if not decode or not ceiling or decode >= (1.0 - MIN_GAP) * ceiling:
         return (client,) if client else ()
-    eff = decode / ceiling
     t0, t = 1.0 / ceiling, 1.0 / decode
     gap = t - t0
     shares = dict(x.step_shares) if x.step_shares else {}
@@ -366,7 +368,8 @@ def breakdown(x: GapInputs) -> tuple[SlowdownCause, ...]:
     causes += [c for extra, c in found if extra is None]
     causes.sort(key=lambda c: -(c.share or 0.0))
     rest = max(0.0, 1.0 - sum(c.share or 0.0 for c in causes))
-    left = _unexplained(x, eff, rest, bool(causes))
+    without = t0 / (t0 + rest * gap)  # the share of the ceiling decode would reach without the named causes
+    left = _unexplained(x, without, rest, bool(causes))
     out = [*causes, *([left] if left else []), *([client] if client else [])]
     return tuple(out)
 

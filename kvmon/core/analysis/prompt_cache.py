@@ -59,10 +59,16 @@ class PromptCacheTracker:
         # that ends is the oldest of them no longer processing
         self._tasks: dict[int | None, int] = {}
         self._held = 0  # the deepest context seen since the last read counted (what the cache could have reused)
+        self._restarted = False  # the server restarted since: what it held before is gone
         self._fit: deque[tuple[float, float]] = deque(maxlen=FIT_READS)  # (depth at mid-read, seconds per token)
         self._turns: deque[int] = deque(maxlen=FIT_READS)  # tokens each hit read (what a turn adds)
         self._view = PromptCacheView()
         self._counted = False
+
+    def restarted(self) -> None:
+        """The server (re)loads: its prompt cache goes with the process, so the next prompt is read whole without a
+        miss, and its counters start again."""
+        self._held, self._restarted, self._counters = 0, True, None
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -74,6 +80,9 @@ class PromptCacheTracker:
         now = {n: r.metrics[n] for n in names[:3] if n and n in r.metrics}
         last, self._counters = self._counters, now
         if last is None or any(now[n] < last.get(n, 0.0) for n in now):  # first poll, or a restart
+            if last is not None:
+                self.restarted()
+                self._counters = now
             return None
         read_n, reused_n, seconds_n, includes = names
         d_read, d_reused = now[read_n] - last[read_n], now[reused_n] - last[reused_n]
@@ -121,16 +130,19 @@ class PromptCacheTracker:
             self._from_request(r)  # its reply is in the counters already: only its change and repeats are read
         changes = tuple(PromptChange(**vars(c)) for c in r.prompt_changes)
         repeated = r.last_request.prompt_repeated if r.last_request is not None else None
+        # what the slots hold whole (idle, or generating: a prompt being read is only part of itself)
+        whole = max((sl.context_tokens or 0 for sl in r.slots if not sl.processing or (sl.n_decoded or 0) > 0),
+                    default=0)
         if isinstance(counted, Read):
             self._add(counted, source)
-            self._held = context_tokens or 0
+            self._held, self._restarted = whole, False
+        elif not self._restarted:
+            self._held = max(self._held, whole)
         for sl in r.slots:  # after the reply that ended is counted: what runs now is a later one
             if sl.processing and sl.n_prompt_tokens_cache is not None and sl.id_task not in self._tasks:
                 self._tasks[sl.id_task] = sl.n_prompt_tokens_cache
                 while len(self._tasks) > 64:
                     del self._tasks[next(iter(self._tasks))]
-        else:
-            self._held = max(self._held, context_tokens or 0)
         if not self._counted and not changes:
             return None
         self._view = replace(self._view, changes=changes, repeated=repeated, miss=self._news(r.t_monotonic))
@@ -145,9 +157,10 @@ class PromptCacheTracker:
         reread, reused = read.reread_tokens, read.reused_tokens
         miss = None
         total = (reread or 0) + (reused or 0)
+        # a conversation that goes on: the prompt holds about what the slot held before (a new chat is shorter)
+        goes_on = th.prompt_miss_held_fraction * total <= self._held <= total / th.prompt_miss_held_fraction
         if (reread is not None and reused is not None and reread >= th.prompt_miss_min_tokens
-                and reused < th.prompt_miss_reused_fraction * total and self._held >= th.prompt_miss_held_fraction
-                * total):
+                and reused < th.prompt_miss_reused_fraction * total and goes_on):
             miss = PromptMiss(read.t, read.t_wall, reread, reused, read.seconds)
         self._view = replace(
             v, source=source, reads=v.reads + 1, reread_tokens=v.reread_tokens + (reread or 0),
