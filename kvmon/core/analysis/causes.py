@@ -4,8 +4,9 @@ evidence and, where it can be estimated, its share of the gap.
 The gap is time: a token takes ``1 / decode`` seconds where the ceiling allows ``1 / ceiling``; each cause adds its
 own seconds, and its share is those seconds over the gap (shares that add up past the whole gap are scaled to it).
 
-- a device's memory clock below its maximum (the power cap, heat, a slowdown): its part of the step at the ceiling
-  (``step_shares``) takes max ÷ now times as long;
+- a device's memory clock below its maximum (the power cap, heat, a slowdown): its part of the measured step (its
+  share at the ceiling, ``step_shares``) reads at now ÷ max of its bandwidth, so at the full clock it would take that
+  share of the time;
 - a PCIe link trained below its maximum while decode streams bytes over it (KV streamed from host RAM, or measured
   traffic): those bytes cross at the link's rate now instead of its maximum;
 - other processes on the GPU meanwhile: the share of the GPU's time they took is time the model waited;
@@ -159,12 +160,13 @@ def _fix(g: GpuView) -> str:
 
 
 def _memory_clock(g: GpuView, part_s: float) -> tuple[float, SlowdownCause] | None:
-    """A memory clock held down while decoding: its part of the step at the ceiling takes max ÷ now as long."""
+    """A memory clock held down while decoding: the device's part of the measured step reads at now ÷ max of the
+    bandwidth it would have, so at the full clock it would take that share of the time."""
     now, top = g.mem_clock_mhz, g.mem_clock_max_mhz
     if not now or not top or now >= CLOCK_BELOW * top or g.clock_reasons == ("idle",):
         return None
     ratio = now / top
-    extra = part_s * (top / now - 1.0)
+    extra = part_s * (1.0 - ratio)
     why = _reasons(g)
     summary = f"memory clock at {ratio:.0%} of its maximum ({why})"
     message = (f"GPU {g.index}'s memory clock is at {now:,.0f} of {top:,.0f} MHz ({ratio:.0%}) while it decodes "
@@ -204,8 +206,8 @@ def _pcie(g: GpuView, part_s: float | None, decode: float) -> tuple[float, Slowd
     if link is None or (not part_s and traffic < LINK_TRAFFIC_BYTES_PER_S):
         return None
     now, top = link
-    if part_s:  # the ceiling streams KV over this link at its maximum
-        extra = part_s * (top / now - 1.0)
+    if part_s:  # the ceiling streams KV over this link: at its maximum that part of the step takes now ÷ max
+        extra = part_s * (1.0 - now / top)
     else:
         extra = traffic / decode * (1.0 / now - 1.0 / top)
     trained = f"PCIe {g.pcie_generation}.0 x{g.pcie_width}"
@@ -335,9 +337,9 @@ def breakdown(x: GapInputs) -> tuple[SlowdownCause, ...]:
     shares = dict(x.step_shares) if x.step_shares else {}
     found: list[tuple[float | None, SlowdownCause]] = []
     for g in x.gpus:
-        part = shares.get(f"GPU {g.index}")
+        part = shares.get(f"GPU {g.index}")  # its share of the step (the measured one taken as the ceiling's)
         if part is not None:
-            clock = _memory_clock(g, t0 * part)
+            clock = _memory_clock(g, t * part)
             if clock is not None:
                 found.append(clock)
             elif (core := _core_clock(g)) is not None:
@@ -346,7 +348,7 @@ def breakdown(x: GapInputs) -> tuple[SlowdownCause, ...]:
                 found.append(others)
         pcie_part = shares.get(f"PCIe {g.index}")
         if part is not None or pcie_part is not None:
-            link = _pcie(g, t0 * pcie_part if pcie_part else None, decode)
+            link = _pcie(g, t * pcie_part if pcie_part else None, decode)
             if link is not None:
                 found.append(link)
     host = _cpu(x.host, t * shares.get("host", 0.0), x.n_threads)
