@@ -12,7 +12,16 @@ import string
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kvmon.sim.reply import JSON_TYPE, Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import (
+    JSON_TYPE,
+    Reply,
+    StreamAborted,
+    chat_messages,
+    dumps,
+    json_reply,
+    prompt_prefix,
+    token_text,
+)
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
@@ -200,11 +209,15 @@ class LlamaApi:
         return json_reply(body)
 
     # -- generation -----------------------------------------------------------------------------------
-    def _submit(self, prompt_tokens: int, body: dict[str, Any], stream: bool) -> SimRequest:
+    def _submit(self, messages: list[tuple[str, str]], body: dict[str, Any], stream: bool) -> SimRequest:
+        """A request whose prompt is ``messages``: the slot's cache serves what it holds of them (the prefix up to
+        the first change)."""
         n_predict = body.get("n_predict", body.get("max_tokens", body.get("max_completion_tokens")))
         if not isinstance(n_predict, int) or n_predict <= 0:
             n_predict = 128
-        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": stream, "n_predict": n_predict})
+        prefix = prompt_prefix(messages)
+        return self.sim.engine.submit(max(1, sum(n for _d, n in prefix)), n_predict,
+                                      {"stream": stream, "n_predict": n_predict}, prefix=prefix)
 
     def _tokens(self, req: SimRequest, make: Callable[[int], bytes]) -> Iterator[bytes]:
         """Yield chunks as the simulated tokens appear; StreamAborted if the server died meanwhile."""
@@ -227,7 +240,7 @@ class LlamaApi:
         body = body or {}
         prompt = body.get("prompt", "")
         stream = bool(body.get("stream"))
-        req = self._submit(estimate_tokens(prompt if isinstance(prompt, str) else str(prompt)), body, stream)
+        req = self._submit([("prompt", prompt if isinstance(prompt, str) else str(prompt))], body, stream)
         text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
 
         def final(content: str) -> dict[str, Any]:
@@ -257,10 +270,8 @@ class LlamaApi:
 
     def chat(self, body: dict[str, Any] | None) -> Reply:
         body = body or {}
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-        text_in = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         stream = bool(body.get("stream"))
-        req = self._submit(estimate_tokens(text_in) + 4 * len(messages), body, stream)
+        req = self._submit(chat_messages(body), body, stream)
         cid = "chatcmpl-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
         created = int(self.sim.clock.wall())
         finish = "length" if req.predicted_n >= req.n_predict else "stop"

@@ -79,3 +79,32 @@ def test_ollamas_final_chunk_and_child_slots_through_the_proxy() -> None:
     assert v.reused_tokens == c["prompt_tokens_cached_total"] > 0  # the child's slots said what was reused
     assert v.reread_tokens == c["prompt_tokens_total"]
     assert v.reread_s is not None and v.reread_s > 0
+
+
+def test_llama_servers_slot_reuses_a_stable_prefix_and_reads_a_changed_system_prompt_whole() -> None:
+    from kvmon.sources.llamacpp.source import LlamaServerSource
+
+    with SimServer("agent-cache-miss", autoplay=False, speed=50.0) as sim:
+        src = LlamaServerSource(sim.url)
+        a = Analyzer()
+        try:
+            a.update(src.poll())
+            with httpx.Client(base_url=sim.url, timeout=60) as client:
+                _chat(client, "/v1/chat/completions", SYSTEM, 3, sim.scenario.model_alias)
+                stable = a.update(src.poll()).prompt_cache
+                # the same conversation again with one character of its system prompt changed: nothing before it
+                # is cached past the first block, the rest is read again
+                history = [{"role": "system", "content": "Now: 12:01. " + SYSTEM},
+                           {"role": "user", "content": WORDS}]
+                reply = client.post("/v1/chat/completions", json={"model": sim.scenario.model_alias,
+                                                                  "messages": history, "max_tokens": 16}).json()
+            changed = a.update(src.poll()).prompt_cache
+        finally:
+            src.close()
+        c = sim.engine.epoch_at(sim.clock.now()).counters
+    assert stable is not None and stable.reused_tokens > 0  # turns 2 and 3 reused the system prompt and turn 1
+    assert reply["timings"]["cache_n"] == 0 and reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert changed is not None and changed.last_reused_tokens == 0
+    assert changed.last_reread_tokens == reply["timings"]["prompt_n"] > 0
+    assert (changed.reread_tokens, changed.reused_tokens) == (c["prompt_tokens_total"],
+                                                             c["prompt_tokens_cached_total"])
