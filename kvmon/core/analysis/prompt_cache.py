@@ -62,6 +62,7 @@ class PromptCacheTracker:
         self._restarted = False  # the server restarted since: what it held before is gone
         self._fit: deque[tuple[float, float]] = deque(maxlen=FIT_READS)  # (depth at mid-read, seconds per token)
         self._turns: deque[int] = deque(maxlen=FIT_READS)  # tokens each hit read (what a turn adds)
+        self._totals: deque[int] = deque(maxlen=FIT_READS)  # each prompt's tokens (read and reused)
         self._view = PromptCacheView()
         self._counted = False
 
@@ -146,7 +147,9 @@ class PromptCacheTracker:
         if not self._counted and not changes:
             return None
         self._view = replace(self._view, changes=changes, repeated=repeated, miss=self._news(r.t_monotonic))
-        self._view = replace(self._view, **self._next_turn(context_tokens))
+        # the conversation's depth: what the slot holds, or held before a prompt being read again from the start
+        depth = max(context_tokens or 0, self._held) if context_tokens is not None or self._held else None
+        self._view = replace(self._view, **self._next_turn(depth))
         return self._view
 
     # ---------------------------------------------------------------------------------------------- tally
@@ -170,8 +173,10 @@ class PromptCacheTracker:
             misses=v.misses + (miss is not None), miss=miss or v.miss)
         if reread and reread >= MIN_READ_TOKENS and read.seconds:
             self._fit.append(((reused or 0) + reread / 2.0, read.seconds / reread))
-            if miss is None:
+            if reused:  # a turn the cache served: what it read is what a turn adds
                 self._turns.append(reread)
+        if reread is not None and reused is not None:
+            self._totals.append(reread + reused)
 
     def _news(self, t: float) -> PromptMiss | None:
         """The latest miss while it is news: until ``prompt_miss_news_s`` after it, or a read after it that reused."""
@@ -191,11 +196,14 @@ class PromptCacheTracker:
         if depth is None or not self._fit:
             return none
         missing = self._view.miss is not None
-        added = int(statistics.median(self._turns)) if self._turns else None
-        if added is None and not missing:
+        if missing:  # read whole again: the last prompt and what each prompt added to the one before
+            grown = [b - a for a, b in zip(list(self._totals), list(self._totals)[1:], strict=False) if b > a]
+            last = self._totals[-1] if self._totals else depth
+            new, start = max(depth, last + (int(statistics.median(grown)) if grown else 0)), 0
+        elif self._turns:
+            new, start = int(statistics.median(self._turns)), depth
+        else:
             return none
-        new = depth + (added or 0) if missing else added or 0
-        start = 0 if missing else depth
         mid = start + new / 2.0
         xs, ys = [x for x, _ in self._fit], [y for _, y in self._fit]
         if len(self._fit) >= 3 and max(xs) - min(xs) > 0:

@@ -147,3 +147,17 @@ def test_the_next_turns_time_to_first_token_at_this_depth() -> None:
         v = p.update(reading(float(i), depth, metrics=counters(read, reused, secs)), depth)
     assert v is not None and v.next_prompt_tokens == 800
     assert v.next_ttft_s == pytest.approx(800 * (1e-3 + 2e-8 * (depth + 400)), rel=1e-6)
+
+
+def test_the_next_turns_wait_while_the_cache_keeps_missing_reads_the_whole_conversation_and_its_growth() -> None:
+    p = PromptCacheTracker()
+    p.update(reading(0.0, 0, metrics=counters(0, 0, 0)), 0)
+    read, secs, total = 0.0, 0.0, 10_000
+    for i in range(1, 6):  # each turn's prompt read whole (nothing reused), 1,500 tokens longer than the last
+        read, secs = read + total, secs + total * 1e-3
+        v = p.update(reading(float(i), total + 300, metrics=counters(read, 0, secs)), total + 300)
+        total += 1500
+    assert v is not None and v.miss is not None
+    # the last prompt (16,000) and what each turn added (1,500), read from the start at 1 ms a token
+    assert v.next_prompt_tokens == 17_500
+    assert v.next_ttft_s == pytest.approx(17.5, rel=1e-6)
