@@ -115,6 +115,7 @@ class Scenario:
     max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
     embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
     throttles: tuple[Throttle, ...] = ()  # stretches where the memory clock is held down while busy
+    agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
 
     def throttle_at(self, t: float) -> Throttle | None:
         """The throttle in force at ``t`` (simulated seconds), if any."""
@@ -239,6 +240,26 @@ SCENARIOS: dict[str, Scenario] = {
             throttles=(Throttle(at_s=120.0, until_s=360.0, mem_clock_fraction=0.6),),
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=30000,
                               generated_tokens=350, think_s=5.0),
+        ),
+        Scenario(
+            name="agent-cache-miss",
+            description="a coding agent on Llama-3.1-8B Q4_K_M (RTX 4090, 64K context) through kvmon proxy: its "
+            "system prompt starts with the date and time, so every request changes the prompt's first message and "
+            "llama-server reads the whole conversation again; kvmon names the change, counts what it costs and "
+            "predicts the next reply's wait",
+            backend="llama-server",
+            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=65536,
+            decode_anchors=((0, 140.0), (32768, 70.0)),
+            prefill_tok_s_empty=9000.0,
+            prefill_slowdown_s_per_token=2.0e-9,
+            agent=True,
+            # a task with the files it reads (6K tokens), then a tool result of ~1.5K tokens each step
+            script=ChatScript(n_turns=24, first_prompt_tokens=6000, target_context_tokens=45000,
+                              generated_tokens=600, think_s=2.0),
         ),
         Scenario(
             name="cpu-ddr5",

@@ -261,6 +261,20 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("the forecast at 16K, under its ceiling", at_s=100.0, forecast=Forecast((16384,), within=None)),
         )),
     )),
+    Story("agent-cache-miss", (
+        Watch(0.0, 120.0, step_s=2.0, moments=(
+            Moment("the agent decodes under the ceiling", at_s=10.0, within_s=30.0, state=DECODING, ceiling=True,
+                   depth=True, spilled=False,
+                   bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(7.9, 8.1), free=(10.5, 11.3)), _EMBEDDINGS_8B)),
+            Moment("its prompt read again whole: the clock in its system prompt", at_s=60.0, within_s=40.0,
+                   level="warning", alerts=("prompt_cache_miss",),
+                   says=("Cache miss: ", " prompt tokens read again, ",
+                         "— system message changed at character 40 — looks like a timestamp")),
+            Moment("the forecast at 32K", at_s=100.0, forecast=Forecast((32768,), within=None)),
+        ), alerts=(
+            Alert("the cache miss, named", "prompt_cache_miss", "warning", not_before_s=0.0, by_s=30.0),
+        )),
+    )),
     Story("cpu-ddr5", (
         Watch(0.0, 260.0, step_s=2.0, moments=(
             Moment("decoding on the CPU under the ceiling", at_s=110.0, within_s=40.0, state=DECODING, ceiling=True,
