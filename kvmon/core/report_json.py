@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon import __version__
+from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
 from kvmon.core.jsonvals import clean_text
 from kvmon.core.report_causes import causes_json, prompt_cache_json
@@ -234,6 +235,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "serving": _serving(s),
         "slowdown_causes": causes_json(s),
         "prompt_cache": prompt_cache_json(s),
+        "atlas": atlas_json(s.atlas),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "verdict": None if s.verdict is None else {"level": s.verdict.level, "state": s.verdict.state,
                                                    "sentence": s.verdict.sentence, "cause": s.verdict.cause},

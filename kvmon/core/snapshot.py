@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kvmon.core.curve_config import AtlasView
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -494,6 +495,8 @@ class Snapshot:
     slowdown_causes: tuple[SlowdownCause, ...] = ()
     prompt_cache: PromptCacheView | None = None  # prompts read again and reused; None: nothing counted yet
     verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
+    # what the atlas remembers of this configuration (earlier points, this session's sweeps); None: no atlas kept
+    atlas: AtlasView | None = field(default=None, compare=False, metadata=TRANSIENT)
 
     @property
     def server_read(self) -> bool:

@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 # Quantity -> (dark-scheme colour, light-scheme colour). The single source of colour truth.
 _QUANTITIES: dict[str, tuple[str, str]] = {
     "decode": ("#4fc3f7", "#0277bd"),
+    "compared": ("#ffa726", "#d84315"),  # the second curve of a comparison (the first is decode's)
     "prefill": ("#ba68c8", "#7b1fa2"),
     "ceiling": ("#ffb74d", "#e65100"),
     "forecast": ("#81c784", "#2e7d32"),

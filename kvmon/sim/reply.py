@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import zlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -25,6 +25,33 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     close: bool = False
     stream: Iterator[bytes] | None = None
+    # the client went away before the answer ended (a stream's empty chunks are the moments the server looks, as
+    # llama-server looks every second while it works): what the server does then (cancel the request)
+    on_abort: Callable[[], None] | None = None
+
+
+HEARTBEAT_S = 0.2  # real seconds between two looks at whether a streaming client is still there
+
+
+class _Clock(Protocol):
+    speed: float
+
+    def now(self) -> float: ...
+
+    def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool: ...
+
+
+def wait_until(clock: _Clock, until: float, stop: threading.Event) -> Iterator[bytes]:
+    """Wait for simulated ``until``, yielding an empty chunk every ``HEARTBEAT_S`` real seconds (the server looks
+    whether its client is still there); StreamAborted when the simulator stops meanwhile."""
+    while True:
+        now = clock.now()
+        if now >= until:
+            return
+        if not clock.sleep_until(min(until, now + HEARTBEAT_S * clock.speed), stop):
+            raise StreamAborted("simulator stopping")
+        if clock.now() < until:
+            yield b""
 
 
 def dumps(obj: Any) -> bytes:
@@ -61,22 +88,8 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-PREFIX_BLOCK_CHARS = 256  # the simulated prompt cache compares prompts in blocks of this many characters
-
-
-def prompt_prefix(messages: list[tuple[str, str]]) -> tuple[tuple[int, int], ...]:
-    """A prompt as the simulated prompt cache sees it: (digest, tokens) of each block of each message (its role and
-    template tokens in the first), so that a change anywhere keeps the blocks before it cached."""
-    out = []
-    for i, (role, text) in enumerate(messages):
-        blocks = [text[k:k + PREFIX_BLOCK_CHARS] for k in range(0, len(text), PREFIX_BLOCK_CHARS)] or [""]
-        for j, block in enumerate(blocks):
-            tokens = len(block) // 4 + (4 if j == 0 else 0)
-            out.append((zlib.crc32(f"{i}\x00{role}\x00{block}".encode("utf-8", "replace")), tokens))
-    return tuple(out)
-
-
-def chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
-    """(role, text) of a chat request's messages (odd entries left out)."""
+def chat_text(body: dict[str, Any]) -> str:
+    """A chat request's messages as a chat template lays them out (each role's tag, then its text; odd entries left
+    out): the text the prompt cache compares, so that a change in one message keeps the messages before it cached."""
     msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
-    return [(str(m.get("role", "")), str(m.get("content", ""))) for m in msgs if isinstance(m, dict)]  # type: ignore[union-attr]
+    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in msgs if isinstance(m, dict))

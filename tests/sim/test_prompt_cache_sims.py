@@ -92,8 +92,8 @@ def test_llama_servers_slot_reuses_a_stable_prefix_and_reads_a_changed_system_pr
             with httpx.Client(base_url=sim.url, timeout=60) as client:
                 _chat(client, "/v1/chat/completions", SYSTEM, 3, sim.scenario.model_alias)
                 stable = a.update(src.poll()).prompt_cache
-                # the same conversation again with one character of its system prompt changed: nothing before it
-                # is cached past the first block, the rest is read again
+                # the same conversation again with its system prompt's start changed: only the template's tag before
+                # the change is cached, the rest is read again
                 history = [{"role": "system", "content": "Now: 12:01. " + SYSTEM},
                            {"role": "user", "content": WORDS}]
                 reply = client.post("/v1/chat/completions", json={"model": sim.scenario.model_alias,
@@ -103,8 +103,9 @@ def test_llama_servers_slot_reuses_a_stable_prefix_and_reads_a_changed_system_pr
             src.close()
         c = sim.engine.epoch_at(sim.clock.now()).counters
     assert stable is not None and stable.reused_tokens > 0  # turns 2 and 3 reused the system prompt and turn 1
-    assert reply["timings"]["cache_n"] == 0 and reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert changed is not None and changed.last_reused_tokens == 0
+    cached = reply["timings"]["cache_n"]
+    assert cached <= 4 and reply["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+    assert changed is not None and changed.last_reused_tokens == cached
     assert changed.last_reread_tokens == reply["timings"]["prompt_n"] > 0
     assert (changed.reread_tokens, changed.reused_tokens) == (c["prompt_tokens_total"],
                                                              c["prompt_tokens_cached_total"])

@@ -9,7 +9,7 @@ the advice and the alert facts. It does no I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,6 +40,8 @@ from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
+from kvmon.core.curve_config import AtlasView, CurveMemory
+from kvmon.core.curve_identity import config_of
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import measured_point, model_key
@@ -59,11 +61,11 @@ class Analyzer:
     def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
                  alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic,
                  settings_source: Callable[[], AnalyzerSettings | None] | None = None,
-                 earlier_speeds: Sequence[causes.EarlierSpeeds] = ()) -> None:
+                 curve_memory: CurveMemory | None = None) -> None:
         """``settings_source``: asked before every poll for the settings the user has now (the dashboard's dialog
-        changes bandwidths while polling goes on); its None keeps the settings as they are. ``earlier_speeds``:
-        measured curves kept from earlier sessions, beside this session's own points (a slowdown against them is a
-        cause of the gap)."""
+        changes bandwidths while polling goes on); its None keeps the settings as they are. ``curve_memory``: the
+        atlas of measured curves (earlier points of the same configuration join the forecast's data, and decode
+        slower than they say at this depth is a cause of the gap)."""
         self.settings = settings or AnalyzerSettings()
         self._settings_source = settings_source
         self._clock = clock  # for failures that come with no reading to take a time from
@@ -75,7 +77,7 @@ class Analyzer:
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
-                                      self.settings.curve_points)
+                                      self.settings.curve_points, curve_memory)
         self._seq = 0
         self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
         self._failure_since: float | None = None
@@ -89,7 +91,6 @@ class Analyzer:
         self._unseen: tuple[Any, str] | None = None  # (model, why): its speed says it runs on a device not seen
         self._speeds = causes.SessionSpeeds()  # this session's measured points per configuration
         self._prompts = PromptCacheTracker(self.settings.thresholds)  # prompts read again and reused
-        self._earlier = tuple(earlier_speeds)
 
     # ------------------------------------------------------------------ public
 
@@ -239,6 +240,7 @@ class Analyzer:
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
         self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.source)
+        atlas = self._forecaster.remembered(config_of(r.backend, r.server_version, model, gviews, hview))
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons, vendors=[g.vendor for g in gviews])
@@ -263,7 +265,7 @@ class Analyzer:
                                                    rates.decode if rates.decode is not None else replied, t, r.t_wall,
                                                    where.context, point[1] if point is not None else None)
         gap = self._gap(r, model, shape, where.context, rates.decode, ceiling_now if efficiency is not None else None,
-                        devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point)
+                        devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point, atlas)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency,
                                           prompt_cache=prompts)
@@ -293,18 +295,18 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-            last_decode=last_decode, decode_before=before, slowdown_causes=gap, prompt_cache=prompts,
+            last_decode=last_decode, decode_before=before, slowdown_causes=gap, prompt_cache=prompts, atlas=atlas,
         ))
 
     def _gap(self, r: ServerReading, model: Any, shape: Any, context: int | None, decode: float | None,
              ceiling_now: float | None, devices_now: list[Any] | None, kv_read_now: float | None,
              read_now: float | None, place: Any, gviews: tuple[Any, ...], hview: Any, spec: Any, t: float,
-             point: tuple[float, float] | None) -> tuple[Any, ...]:
-        """Why decode runs below the ceiling now (``kvmon.core.analysis.causes``); this poll's point is remembered
-        for its configuration after it is compared with the earlier ones."""
+             point: tuple[float, float] | None, atlas: AtlasView | None) -> tuple[Any, ...]:
+        """Why decode runs below the ceiling now (``kvmon.core.analysis.causes``), against this session's earlier
+        points and the atlas's of the configuration; this poll's point is remembered after it is compared."""
         config = causes.config_key(model_key(r.url, model), model.n_ctx, model.kv_type_k, model.kv_type_v,
                                    model.n_slots, devices_now)
-        earlier = causes.earlier_speed((self._speeds, *self._earlier), config, context, t)
+        earlier = causes.earlier_speed((self._speeds, causes.AtlasSpeeds(atlas, t, r.t_wall)), config, context, t)
         if point is not None and config is not None:
             self._speeds.add(config, int(point[0]), point[1], t)
         kv_share = (kv_read_now / (read_now + kv_read_now) if kv_read_now is not None and read_now is not None

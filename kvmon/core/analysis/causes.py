@@ -12,7 +12,7 @@ own seconds, and its share is those seconds over the gap (shares that add up pas
 - other processes on the GPU meanwhile: the share of the GPU's time they took is time the model waited;
 - the CPU's cores taken by other programs while the CPU decodes layers: the server's threads share fewer cores;
 - slower than the same configuration at the same depth earlier (``EarlierSpeeds``: this session's own points, and
-  measured curves kept from earlier sessions where the application has them): the difference in time per token;
+  the atlas's measured curves of the configuration, ``AtlasSpeeds``): the difference in time per token;
 - the drafting of speculative decoding: the drafter's reads are that share of each step (the gap taken as spread
   over the bytes read);
 - the client's view slower than the server's (through ``kvmon proxy``): not part of the gap, said beside it.
@@ -30,6 +30,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvmon.core.curve_config import AtlasView
 from kvmon.core.snapshot import GpuView, HostView, SlowdownCause, SpeculativeView
 from kvmon.core.units import fmt_duration, fmt_percent, fmt_tok_s, fmt_tokens
 from kvmon.physics.attention_prior import prior_for
@@ -96,6 +97,19 @@ class SessionSpeeds:
 
     def clear(self) -> None:
         self._points.clear()
+
+
+class AtlasSpeeds:
+    """The atlas's points of this poll's configuration (measured in earlier sessions, or by sweeps) as earlier points:
+    the view is of this configuration already; each point's wall-clock time is put on the session's clock."""
+
+    def __init__(self, view: AtlasView | None, t: float, t_wall: float) -> None:
+        self._points = [EarlierPoint(int(p.context_tokens), p.decode_tok_s, t - (t_wall - p.t_wall))
+                        for p in (view.points if view is not None else ())]
+
+    def near(self, config: Hashable, context_tokens: int, before_t: float) -> Sequence[EarlierPoint]:
+        span = max(NEAR_TOKENS, DEPTH_NEAR * context_tokens)
+        return [p for p in self._points if abs(p.context_tokens - context_tokens) <= span and p.t <= before_t]
 
 
 def config_key(model: Hashable | None, n_ctx: int | None, type_k: str | None, type_v: str | None,

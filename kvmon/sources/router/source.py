@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvmon.core import serving
-from kvmon.core.jsonvals import json_float, json_int, json_str
+from kvmon.core.jsonvals import json_float, json_int, json_str, json_text
 from kvmon.core.readings import FailureKind, SourceError
+from kvmon.core.sanitize import plain_text
 from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LLAMA_SERVER
@@ -48,7 +49,8 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
         return [], ["/models has no data list"]
     out: list[ListedModel] = []
     for raw in data:
-        if not isinstance(raw, Mapping) or not json_str(raw.get("id")):
+        model_id = json_str(raw.get("id")) if isinstance(raw, Mapping) else None
+        if not model_id or not isinstance(raw, Mapping):
             notes.append("an entry without an id")
             continue
         st = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
@@ -57,9 +59,10 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
         exit_code = json_int(st.get("exit_code"), signed=True)
         if st.get("failed") is True:
             status = serving.FAILED
-        args = tuple(str(a) for a in st.get("args") or () if isinstance(a, (str, int, float)))
-        aliases = tuple(str(a) for a in raw.get("aliases") or () if isinstance(a, str))
-        out.append(ListedModel(name=str(raw["id"]), status=status, args=args, exit_code=exit_code, aliases=aliases))
+        args = tuple(json_text(a) or "" if isinstance(a, str) else str(a) for a in st.get("args") or ()
+                     if isinstance(a, (str, int, float)))  # parsed as a command line, never shown as it is
+        aliases = tuple(plain_text(a) for a in raw.get("aliases") or () if isinstance(a, str))
+        out.append(ListedModel(name=model_id, status=status, args=args, exit_code=exit_code, aliases=aliases))
     return out, notes
 
 

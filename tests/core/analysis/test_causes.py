@@ -4,14 +4,14 @@ share of the gap and what the headline says; and a healthy poll names none."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import pynvml
 import pytest
 
 from kvmon.core.analysis import Analyzer
-from kvmon.core.analysis.causes import ClientView, EarlierPoint, GapInputs, breakdown, typical_efficiency
+from kvmon.core.analysis.causes import ClientView, GapInputs, breakdown, typical_efficiency
+from kvmon.core.curve_config import AtlasView, CurveConfig, CurvePoint
 from kvmon.core.readings import (
     GpuSetReading,
     HostReading,
@@ -182,25 +182,34 @@ def test_slower_than_the_same_configuration_earlier_in_the_session() -> None:
     assert "slower_than_before" not in named(other)
 
 
-class Atlas:
-    """Measured curves kept from an earlier session (where the application keeps them): a second source."""
+class Curves:
+    """The atlas's measured curves of the configuration (``CurveMemory``): three points a day old at this depth."""
 
-    def __init__(self, points: list[EarlierPoint]) -> None:
-        self.points = points
-        self.asked: list[Hashable] = []
+    version = 0
 
-    def near(self, config: Hashable, context_tokens: int, before_t: float) -> Sequence[EarlierPoint]:
+    def __init__(self, tok_s: float) -> None:
+        self.tok_s = tok_s
+        self.asked: list[CurveConfig] = []
+
+    def view(self, config: CurveConfig) -> AtlasView:
         self.asked.append(config)
-        return [p for p in self.points if abs(p.context_tokens - context_tokens) <= 1024 and p.t <= before_t]
+        return AtlasView(config=config, points=tuple(CurvePoint(DEPTH + d, self.tok_s, "earlier", 1.8e9 - 86_400.0)
+                                                     for d in (-300, 0, 300)))
 
 
-def test_slower_than_measured_curves_kept_from_earlier_sessions() -> None:
-    atlas = Atlas([EarlierPoint(DEPTH + d, 120.0, -86_400.0) for d in (-300, 0, 300)])
-    a = Analyzer(rate_tracker=Rates(80.0), earlier_speeds=(atlas,))
+def test_slower_than_the_measured_curves_the_atlas_keeps() -> None:
+    curves = Curves(120.0)
+    a = Analyzer(rate_tracker=Rates(80.0), curve_memory=curves)
     s = poll(80.0, nvml().poll((SERVER_PID,)), analyzer=a)
-    assert "slower_than_before" in named(s) and "the newest ≈ 1.0 d ago" in s.slowdown_causes[0].message
-    assert atlas.asked and atlas.asked[0][0] == ("http://127.0.0.1:8080", "Llama-3.1-8B-Q4_K_M.gguf", "llama",
-                                                 L8B.weight_bytes)
+    (cause,) = [c for c in s.slowdown_causes if c.code == "slower_than_before"]
+    assert "the newest ≈ 1.0 d ago" in cause.message and "decoded 120 tok/s earlier (median of 3" in cause.message
+    assert cause.share == pytest.approx((1 / 80 - 1 / 120) / (1 / 80 - 1 / s.ceiling_tok_s))
+    assert curves.asked and curves.asked[-1].model == "Llama-3.1-8B-Q4_K_M.gguf"
+
+
+def test_as_fast_as_the_measured_curves_is_no_cause() -> None:
+    s = poll(80.0, nvml().poll((SERVER_PID,)), analyzer=Analyzer(rate_tracker=Rates(80.0), curve_memory=Curves(82.0)))
+    assert "slower_than_before" not in named(s)
 
 
 def test_drafting_reads_its_share_of_each_step() -> None:
