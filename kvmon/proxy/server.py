@@ -55,6 +55,7 @@ RECENT_MAX = 50
 CONNECT_TIMEOUT_S = 5.0
 HEAD_TIMEOUT_S = 5.0  # a request head must be finished this long after the accept (the first) or its first byte
 IDLE_TIMEOUT_S = 300.0  # a kept-alive client connection with no request for this long is closed
+CLOSE_FLUSH_S = 60.0  # a closing connection's last bytes wait this long at most for the client to take them
 VERSION_RETRY_S = 10.0
 PROBE_TIMEOUT_S = 5.0
 CLIENT_UNSENT_BYTES = 16 * 1024  # TCP_NOTSENT_LOWAT of a client connection, where the system has it
@@ -269,6 +270,7 @@ class ProxyServer:
         loop = asyncio.get_running_loop()
         # the first request's head must be whole this long after the accept; a later one's, after its first byte
         within = None if accepted_at is None else max(0.0, accepted_at + self.head_timeout_s - loop.time())
+        flush_s = CLOSE_FLUSH_S
         try:
             while True:
                 try:
@@ -329,11 +331,15 @@ class ProxyServer:
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly
+            flush_s = 0.0
             return
         finally:
             if upstream is not None:
                 upstream.writer.close()
             cwriter.close()
+            # what the client has not taken yet goes before the socket is closed under it (a slow reader's tail)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cwriter.wait_closed(), flush_s)
 
     async def _exchange(
         self,
