@@ -29,6 +29,7 @@ MAX_CONVERSATIONS = 32
 IDLE_S = 1800.0  # a conversation without a prompt for this long is forgotten
 MAX_CHARS = 4_000_000  # a prompt longer than this (characters) is not compared
 MAX_CHANGES = 16  # distinct kinds of change tallied (message, role, class), the oldest dropped
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")  # the roles named as they are
 CONTEXT_CHARS = 24  # characters of the new prompt looked at on each side of a divergence to class it
 
 Change = Literal["timestamp", "date", "time", "id", "number", "text", "removed", "role"]
@@ -156,8 +157,8 @@ def messages_of(body: Mapping[str, Any]) -> list[tuple[str, str]] | None:
         for m in msgs:
             if not isinstance(m, dict):
                 return None
-            role = m.get("role") if isinstance(m.get("role"), str) else "?"
-            out.append((str(role)[:32], _text_of(m.get("content"))))
+            role = m.get("role")  # a role of the client's own naming is not kept: it is the client's text
+            out.append((role if role in ROLES else "other", _text_of(m.get("content"))))
         return out
     prompt = body.get("prompt")
     if isinstance(prompt, str):

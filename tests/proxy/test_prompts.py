@@ -117,3 +117,13 @@ def test_no_prompt_text_is_kept_or_published() -> None:
         for encoding in ("utf-8", "utf-16-le", "utf-32-le"):
             assert needle.encode(encoding) not in kept, (needle, encoding)
     gc.collect()
+
+
+def test_a_role_of_the_clients_own_naming_is_not_kept_or_shown() -> None:
+    log = PromptLog(seed=b"test")
+    secret = "\x1b]0;PRIVATE-ROLE\x07"  # a role that is the client's text, with a terminal's escape in it
+    log.compare(chat((secret, "first"), ("user", TASK)), "m")
+    second = log.compare(chat((secret, "first, edited"), ("user", TASK)), "m")
+    assert second is not None and second.divergence is not None
+    assert second.divergence.sentence == "message 1 (other) changed at character 5 — the text there differs"
+    assert "PRIVATE-ROLE" not in json.dumps(log.document()) and "\x1b" not in json.dumps(log.document())
