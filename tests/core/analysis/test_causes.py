@@ -159,6 +159,9 @@ def test_host_load_against_the_servers_threads_on_a_cpu_decoder() -> None:
     assert cause.share == pytest.approx(gap_share((1 / decode) * (1 - 5 / 8), decode, ceil), rel=1e-3)
     assert cause.share == pytest.approx(0.75, rel=1e-3)
     assert "11.0 of the 16 CPU threads busy" in cause.message and "8 threads" in cause.message
+    # the headline stays "On the CPU" (where the model runs), its sentence naming the top cause
+    assert s.verdict is not None and s.verdict.state == "On the CPU"
+    assert s.verdict.sentence.endswith("— other programs keep 11 of 16 CPU threads busy")
     quiet = HostReading(**{**host.__dict__, "cpu_busy_cores": 8.5, "server_cpu_cores": 7.9})
     assert "cpu_contended" not in named(poll(decode, none, quiet,
                                              config=ServerConfig(n_ctx_total=32768, n_parallel=1, n_threads=8)))
@@ -176,6 +179,8 @@ def test_slower_than_the_same_configuration_earlier_in_the_session() -> None:
     assert cause.share == pytest.approx(gap_share(1 / 70 - 1 / 100, 70.0, ceil), rel=1e-3)
     assert "100 tok/s earlier" in cause.message and "70.0 tok/s now" in cause.message
     assert "restarting it restores the speed" in cause.message
+    assert s.verdict is not None and s.verdict.cause == "slower_than_before"
+    assert s.verdict.sentence.endswith("— slower than earlier at this depth (100 tok/s then)")
     # another context size is another configuration: nothing to compare with
     other = poll(70.0, src.poll((SERVER_PID,)), analyzer=a, t=800.0, ctx=DEPTH,
                  config=ServerConfig(n_ctx_total=65536, n_parallel=1))
@@ -205,6 +210,7 @@ def test_slower_than_the_measured_curves_the_atlas_keeps() -> None:
     assert "the newest ≈ 1.0 d ago" in cause.message and "decoded 120 tok/s earlier (median of 3" in cause.message
     assert cause.share == pytest.approx((1 / 80 - 1 / 120) / (1 / 80 - 1 / s.ceiling_tok_s))
     assert curves.asked and curves.asked[-1].model == "Llama-3.1-8B-Q4_K_M.gguf"
+    assert s.verdict is not None and s.verdict.cause == "slower_than_before"
 
 
 def test_as_fast_as_the_measured_curves_is_no_cause() -> None:
