@@ -19,6 +19,9 @@ from typing import Any
 from kvmon.sim.lmstudio_client import ScriptedChat
 
 DELTA = b'"delta":{"content":"'  # one generated token of a chat stream (the simulator's compact JSON)
+# the agent's clock starts at a set time of day: where its stamp changes between requests (the seconds, the minute)
+# is the same in every run, as the story says it
+CLOCK_START_UNIX = 1772442840  # 2026-03-02 09:14:00 UTC
 SYSTEM = ("Current date and time: {stamp}. You are a coding agent working in the user's repository. Read the "
           "files you need with the tools, change as little as you can, run the tests after each change and report "
           "what you did in a few lines. ") * 3
@@ -33,7 +36,7 @@ class AgentChat(ScriptedChat):
         self._history: list[dict[str, str]] = []
 
     def _system(self) -> str:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.sim.clock.wall()))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(CLOCK_START_UNIX + self.sim.clock.now()))
         return SYSTEM.format(stamp=stamp)
 
     def _turn(self, context_tokens: int, answer_tokens: int) -> None:
