@@ -306,7 +306,10 @@ class Analyzer:
         points and the atlas's of the configuration; this poll's point is remembered after it is compared."""
         config = causes.config_key(model_key(r.url, model), model.n_ctx, model.kv_type_k, model.kv_type_v,
                                    model.n_slots, devices_now)
-        earlier = causes.earlier_speed((self._speeds, causes.AtlasSpeeds(atlas, t, r.t_wall)), config, context, t)
+        # the atlas files a curve by its configuration: a KV cache the driver spilled over PCIe is not on its curve
+        spilled = any(v > 0 for v in place.kv_pcie.values())
+        curves = causes.AtlasSpeeds(None if spilled else atlas, t, r.t_wall)
+        earlier = causes.earlier_speed((self._speeds, curves), config, context, t)
         if point is not None and config is not None:
             self._speeds.add(config, int(point[0]), point[1], t)
         kv_share = (kv_read_now / (read_now + kv_read_now) if kv_read_now is not None and read_now is not None

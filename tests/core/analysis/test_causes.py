@@ -270,3 +270,13 @@ def test_near_the_ceiling_there_is_nothing_to_break_down() -> None:
     assert breakdown(GapInputs(decode_tok_s=None, ceiling_tok_s=100.0, context_tokens=DEPTH)) == ()
     assert breakdown(GapInputs(decode_tok_s=50.0, ceiling_tok_s=100.0, context_tokens=DEPTH,
                                client=ClientView(50.0, 52.0))) == ()
+
+
+def test_a_kv_cache_spilled_over_pcie_is_not_compared_with_the_measured_curves() -> None:
+    # another program holds 18 GiB of the 24: the driver keeps part of the KV cache in host RAM, off the curve the
+    # atlas keeps for this configuration (whose file does not say where the cache lay)
+    src = nvml(processes=[(SERVER_PID, 6 * GIB), (OTHER_PID, 18 * GIB)], memory_used_bytes=24 * GIB)
+    s = poll(20.0, src.poll((SERVER_PID,)), analyzer=Analyzer(rate_tracker=Rates(20.0), curve_memory=Curves(120.0)))
+    assert s.host.kv_in_host_bytes, "the spill the test is about was not seen"
+    assert s.efficiency is not None and s.efficiency < 0.9 and s.slowdown_causes  # a gap, broken down
+    assert "slower_than_before" not in named(s)
