@@ -62,3 +62,13 @@ def test_an_older_ollama_gives_its_prefill_rate_and_an_unknown_one_withholds_it(
 def test_anything_else_is_not_a_stats_document(body: object) -> None:
     with pytest.raises(SourceError, match="not a kvmon proxy document"):
         stats.parse_stats(body, 0.0, 0.0)
+
+
+def test_a_prompt_changes_words_read_back_as_plain_text() -> None:
+    """A document from whatever answers on the proxy's port: its words are shown with control characters as carets
+    and bidirectional overrides removed, as every server-supplied text is."""
+    section = {"changes": [{"sentence": "system message changed\x1b[2J at character 40\u202e", "fix": "keep\x07 it",
+                            "message_index": 0, "role": "sys\ntem", "offset": 40, "change": "timestamp", "count": 2,
+                            "first_unix": 1.0, "last_unix": 2.0, "reread_tokens": 100, "reread_seconds": 0.5}]}
+    (c,) = stats.prompt_changes(section)
+    assert (c.sentence, c.fix, c.role) == ("system message changed^[[2J at character 40", "keep^G it", "sys^Jtem")

@@ -53,22 +53,25 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     scen = get_scenario(scenario) if isinstance(scenario, str) else scenario
     backend = scenario_backend(scen)
     lmstudio = backend is backends.LMSTUDIO  # its chat comes through kvmon proxy: replies carry its only stats
+    agent = bool(getattr(scen, "agent", False))  # a coding agent's chat through kvmon proxy
+    proxied = lmstudio or agent
     # a simulated Ollama runs its model server as a child process, as Ollama >= 0.30 does: kvmon finds it and reads
     # its /slots, as it would on a real one; LM Studio's chat comes from a client through kvmon proxy
     sim = SimServer(scen, speed=speed, faults=faults, start_at_s=start_at_s, ollama_child=True,
-                    autoplay=not lmstudio, stepped=stepped)
+                    autoplay=not proxied, stepped=stepped)
     url = sim.start()
     switch = recorder if isinstance(recorder, RecordSwitch) else RecordSwitch(url)
     cleanups: list[Callable[[], None]] = [sim.stop]
     proxy_url: str | None = None
-    if lmstudio:
+    if proxied:
         from kvmon.proxy.server import ProxyServer
+        from kvmon.sim.agent_client import AgentChat
         from kvmon.sim.lmstudio_client import ScriptedChat
 
         proxy = ProxyServer(url, port=0, clock=sim.clock.now)  # replies timed in simulated seconds, as all else
         proxy.start()
         proxy_url = proxy.url
-        chat = ScriptedChat(sim, proxy.url)
+        chat = AgentChat(sim, proxy.url) if agent else ScriptedChat(sim, proxy.url)
         chat.start()
         cleanups = [sim.stop, proxy.stop, chat.stop]  # run last first
 
@@ -83,6 +86,8 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
             options.update(proxy_url=proxy_url, models_dir=sim.api.models_dir)
         elif backend is backends.LLAMA_SERVER:
             options["log_path"] = sim.log_path
+            if agent:
+                options["proxy_url"] = proxy_url
         server: Any = source_class(backend)(url, **options)
         # the simulated machine's devices and RAM: its GPUs through the fake NVML (none on a CPU-only machine),
         # or its unified memory on a simulated Mac; its RAM bandwidth as the probe would have measured it
@@ -95,7 +100,7 @@ def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, s
     name = getattr(sim.scenario, "name", str(scenario))
     session = Session(factory, banner or f"Demo: simulated {name}", url, cleanups, sim, switch,
                       settings=analyzer_settings)
-    if lmstudio:
+    if proxied:
         session.settle = chat.settle
     elif stepped and sim.child is not None:  # a simulated Ollama's model server: a real process, up in real time
         from kvmon.sim.ollama_child import wait_ready

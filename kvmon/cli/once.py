@@ -79,6 +79,13 @@ def format_text(doc: dict[str, Any]) -> str:
         n = fc["fit"]["points"]
         lines.append(f"forecast: {fit_words(fc['fit']['form'])}, on {n} measured point{'s' if n != 1 else ''}{since}; "
                      + ", ".join(f"{ms['context_tokens']:,}: {_fmt(ms['tok_s'], ' tok/s')}" for ms in fc["milestones"]))
+    lines += [f"why below the ceiling: {c['message']}" for c in doc.get("slowdown_causes") or ()]
+    pc = doc.get("prompt_cache")
+    if pc and pc["next_ttft_s"] is not None:
+        wait = pc["next_ttft_s"]
+        wait_said = f"{wait * 1000:.0f} ms" if wait < 1 else f"{wait:.1f} s"
+        lines.append(f"prompt cache: {pc['reread_tokens']:,} tokens read, {pc['reused_tokens']:,} reused; next reply's "
+                     f"first token in ~{wait_said} ({pc['next_prompt_tokens']:,} tokens to read)")
     for g in doc["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name'] or '—'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")

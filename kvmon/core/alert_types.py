@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvmon.core.snapshot import AlertLevel
+from kvmon.core.snapshot import AlertLevel, PromptCacheView
 from kvmon.core.units import GIB, MIB
 
 CONNECTION = "connection"
@@ -17,6 +17,8 @@ MODEL_FAILED = "model_failed"
 RECORDING_FAILED = "recording_failed"
 # tips and notes: said in the alerts panel, never the headline's news
 ADVICE = frozenset({"kv_cache_advice", "prompt_cache_ram", "metrics_disabled", "prefill_bound", "log_verbosity"})
+PROMPT_CACHE_MISS = "prompt_cache_miss"
+PROMPT_REPEATED = "prompt_repeated"
 
 @dataclass(frozen=True)
 class AlertThresholds:
@@ -58,6 +60,14 @@ class AlertThresholds:
     prompt_cache_min_suggest_bytes: int = 256 * MIB
     # Prefill-bound: the last reply waited at least this long for its first token, and longer than it generated.
     prefill_bound_min_s: float = 5.0
+    # Prompt cache miss: a prompt of at least this many tokens read again with under this share reused, after the
+    # slot held between that share of it and it over that share (the same conversation going on); said this long
+    prompt_miss_min_tokens: int = 1024
+    prompt_miss_reused_fraction: float = 0.10
+    prompt_miss_held_fraction: float = 0.5
+    prompt_miss_news_s: float = 300.0
+    # The same prompt sent again: said from this many repeats in a row
+    prompt_repeated_min: int = 2
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,7 @@ class AlertFacts:
     last_generate_s: float | None = None  # and its seconds of generation
     last_prompt_tokens: int | None = None
     last_prefill_tok_s: float | None = None
+    prompt_cache: PromptCacheView | None = None  # prompts read again, the latest miss, what made prompts change
     # the last decode speed before the current regime began, and what began it ("the reload"): the spill's "before"
     decode_before_tok_s: float | None = None
     decode_before_what: str | None = None

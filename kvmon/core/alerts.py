@@ -29,11 +29,14 @@ from kvmon.core.alert_rules import (
     rule_weights_in_host,
     vram_is_full,
 )
+from kvmon.core.alert_rules_prompt import rule_prompt_cache_miss, rule_prompt_repeated
 from kvmon.core.alert_types import (
     ADVICE,
     CONNECTION,
     MODEL_FAILED,
     NOTHING,
+    PROMPT_CACHE_MISS,
+    PROMPT_REPEATED,
     RECORDING_FAILED,
     AlertFacts,
     AlertThresholds,
@@ -122,6 +125,8 @@ class AlertEngine:
             ("kv_cache_advice", rule_cache_advice),
             ("prompt_cache_ram", rule_prompt_cache_ram),
             ("prefill_bound", rule_prefill_bound),
+            (PROMPT_CACHE_MISS, rule_prompt_cache_miss),
+            (PROMPT_REPEATED, rule_prompt_repeated),
         )
 
     def update(self, facts: AlertFacts) -> tuple[Alert, ...]:

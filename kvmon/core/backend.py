@@ -46,6 +46,9 @@ _WORDS: dict[str, Any] = {
     "kv_pool_fills_memory": False,
     # the counter of generated tokens beside the speculation counts (speculative decoding's tokens per step)
     "generated_tokens_counter": "tokens_predicted_total",
+    # its prompt counters: (prompt tokens read, tokens reused from the cache, seconds reading prompts, whether the
+    # first counts the reused ones too); None: it has none kvmon reads
+    "prompt_counters": None,
 }
 
 
@@ -68,6 +71,7 @@ class Backend(str):
     depth_hint: str
     kv_pool_fills_memory: bool
     reads_log: bool
+    prompt_counters: tuple[str, str, str | None, bool] | None
 
     def __new__(cls, name: str, **words: Any) -> Backend:
         unknown = set(words) - set(_WORDS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kvmon.core.sanitize import plain_text
 
@@ -170,6 +170,7 @@ class ServerConfig:
     fit: bool | None = None  # --fit: unset context and offload sized at load to fit device memory (default on)
     fit_target_bytes: tuple[int, ...] | None = None  # --fit-target: memory --fit leaves free, per device (one: all)
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    n_threads: int | None = None  # -t: the CPU threads that compute layers on the CPU
     kv_offload: bool | None = None  # KV cache on the GPU (True) or kept in host RAM (False: LM Studio's setting)
 
 
@@ -212,6 +213,29 @@ class RequestStats:
     predicted_tokens: int | None = None
     predicted_seconds: float | None = None
     context_tokens: int | None = None
+    client_tok_s: float | None = None  # the reply's tokens as they reached the client (kvmon proxy's chunk times)
+    reread_tokens: int | None = None  # prompt tokens the server read (computed) for it, the cached ones left out
+    prompt_change: str | None = None  # where its prompt first differed from the one before it (kvmon proxy)
+    prompt_repeated: int | None = None  # the same prompt sent this many times in a row before it (kvmon proxy)
+    request_id: int | None = None  # kvmon proxy's number for it (the same reply read again is the same one)
+
+
+@dataclass(frozen=True)
+class PromptChangeReading:
+    """One kind of change that made a conversation's prompt differ from the one before it, as ``kvmon proxy``
+    tallies it (``kvmon.proxy.prompts``): where, what, how often, since when and the prompt reading it cost."""
+
+    sentence: str  # "system message changed at character 212 — looks like a timestamp"
+    fix: str
+    message_index: int
+    role: str
+    offset: int | None
+    change: str
+    count: int
+    first_unix: float
+    last_unix: float
+    reread_tokens: int = 0
+    reread_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -244,6 +268,7 @@ class ServerReading:
     kv_in_use_fraction: float | None = None
     requests_running: int | None = None
     requests_waiting: int | None = None
+    prompt_changes: tuple[PromptChangeReading, ...] = ()  # kvmon proxy's tally of what made prompts change
 
 
 @dataclass(frozen=True)
@@ -261,6 +286,15 @@ class GpuProcess:
     used_bytes: int | None
     kind: str  # "compute" | "graphics"
     is_server: bool = False
+    busy_percent: float | None = None  # its share of the GPU's time lately (NVML process utilisation), if known
+
+
+# Why a device runs its clocks below their maximum, as every device source says it (NVML's clocks event reasons,
+# amdgpu's power and temperature against their limits, xe's throttle reasons): GpuReading.clock_reasons
+ClockReason = Literal["idle", "power_cap", "thermal", "hw_slowdown", "power_brake", "applications_clocks",
+                      "sync_boost", "display", "current_limit"]
+CLOCK_REASONS: tuple[ClockReason, ...] = ("idle", "power_cap", "thermal", "hw_slowdown", "power_brake",
+                                          "applications_clocks", "sync_boost", "display", "current_limit")
 
 
 @dataclass(frozen=True)
@@ -285,6 +319,9 @@ class GpuReading:
     memory_busy_percent: float | None = None  # duty cycle, not bandwidth
     mem_clock_mhz: float | None = None
     mem_clock_max_mhz: float | None = None
+    core_clock_mhz: float | None = None  # the graphics (SM) clock now, and its maximum
+    core_clock_max_mhz: float | None = None
+    clock_reasons: tuple[ClockReason, ...] | None = None  # why clocks are held down now (): none; None: not known
     bus_width_bits: int | None = None
     peak_bandwidth_bytes_per_s: float | None = None
     bandwidth_source: str | None = None  # "nvml" | "table" | "user"
@@ -299,6 +336,7 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] | None = None
     server_used_bytes: int | None = None
     other_processes_used_bytes: int | None = None
+    other_processes_busy_percent: float | None = None  # the GPU's time other processes took lately (NVML)
     kind: str = DeviceKind.DISCRETE_GPU.value
     vendor: str | None = None  # "nvidia" | "amd" | "intel" | "apple"
     source: str | None = None  # the device source: "nvml" | "amdgpu" | "xe" | "i915" | "apple"
@@ -333,6 +371,9 @@ class HostReading:
     cpu_name: str | None = None
     cpu_energy_j: float | None = None  # the CPU package's energy counter (RAPL), joules since some origin
     cpu_energy_range_j: float | None = None  # where that counter wraps to 0
+    cpu_count: int | None = None  # logical CPUs
+    cpu_busy_cores: float | None = None  # every process together, since the last poll, in cores (1.0: one core busy)
+    server_cpu_cores: float | None = None  # the model server's processes alone, the same way
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     kind = DeviceKind.HOST_RAM.value  # host RAM is a device too: the analysis shows it beside the GPUs

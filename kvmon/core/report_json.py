@@ -16,6 +16,7 @@ from kvmon import __version__
 from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
 from kvmon.core.jsonvals import clean_text
+from kvmon.core.report_causes import causes_json, prompt_cache_json
 from kvmon.core.snapshot import LastDecode, Snapshot
 
 SCHEMA_VERSION = 1
@@ -232,6 +233,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                                                "ttft_lower_bound", "replies_at_least")
         },
         "serving": _serving(s),
+        "slowdown_causes": causes_json(s),
+        "prompt_cache": prompt_cache_json(s),
         "atlas": atlas_json(s.atlas),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "verdict": None if s.verdict is None else {"level": s.verdict.level, "state": s.verdict.state,

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kvmon import __version__
+from kvmon.core import report_causes
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
 from kvmon.core.sanitize import plain_text
@@ -109,6 +110,7 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
             g("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at this "
               "position (0: the first drafted) the target accepted, as a share of all drafts, since the server "
               "started.", (*L, "position"), (*lv, str(pos)), rate)
+    report_causes.add_families(f, s, L, lv)
     lat = s.latency
     if lat is not None:
         f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "

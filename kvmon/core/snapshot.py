@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kvmon.core.curve_config import AtlasView
 from kvmon.core.serving import ServingView
@@ -193,8 +193,19 @@ class GpuView:
     gpu_busy_percent: float | None = None
     pcie_rx_bytes_per_s: float | None = None
     pcie_tx_bytes_per_s: float | None = None
-    pcie_bandwidth_bytes_per_s: float | None = None
+    pcie_bandwidth_bytes_per_s: float | None = None  # one direction, at the link's maximum
+    pcie_generation: int | None = None  # the link now (it trains down at idle), and at most
+    pcie_width: int | None = None
+    pcie_max_generation: int | None = None
+    pcie_max_width: int | None = None
+    mem_clock_mhz: float | None = None  # the memory clock now, and its maximum (the peak bandwidth's)
+    mem_clock_max_mhz: float | None = None
+    core_clock_mhz: float | None = None  # the graphics clock now, and its maximum
+    core_clock_max_mhz: float | None = None
+    clock_reasons: tuple[str, ...] | None = None  # why the clocks are held down (kvmon.core.readings.ClockReason)
+    other_processes_busy_percent: float | None = None  # the GPU's time other processes took lately
     power_w: float | None = None
+    power_limit_w: float | None = None
     temperature_c: float | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
     # what the device is and who read it: a discrete GPU or unified memory, from telemetry or only the server's log
@@ -236,7 +247,76 @@ class HostView:
     in_ceiling: bool = False  # decode reads bytes from host RAM (CPU layers or KV): host RAM is a ceiling device
     unified_with: int | None = None  # the unified-memory device whose RAM this is (Apple Silicon), if any
     prompt_cache_limit_bytes: int | None = None  # --cache-ram: host RAM the prompt cache may take; -1 no limit, 0 off
+    cpu_count: int | None = None  # logical CPUs
+    cpu_busy_cores: float | None = None  # every process together since the last poll, in cores
+    server_cpu_cores: float | None = None  # the model server's processes alone
     reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+# Why decode runs below the ceiling, each named once (kvmon.core.analysis.causes); "unexplained" is what remains
+CauseCode = Literal["memory_clock", "core_clock", "pcie_link", "other_processes", "cpu_contended",
+                    "slower_than_before", "drafting", "client_slower", "unexplained"]
+
+
+@dataclass(frozen=True)
+class SlowdownCause:
+    """One reason decode runs below the ceiling at this depth, with its evidence (``kvmon.core.analysis.causes``)."""
+
+    code: CauseCode
+    share: float | None  # its estimated share of the gap between the measured speed and the ceiling (0–1); None:
+    # not estimated (the evidence says why), or not part of that gap (the client's view)
+    summary: str  # the few words the headline adds: "memory clock at 60% of its maximum (power cap)"
+    message: str  # the line with its numbers and what to do
+
+
+@dataclass(frozen=True)
+class PromptMiss:
+    """A reply whose long prompt the server read again whole, though most of it had been read before."""
+
+    t_monotonic: float
+    t_wall: float
+    reread_tokens: int
+    reused_tokens: int
+    reread_s: float | None
+
+
+@dataclass(frozen=True)
+class PromptChange:
+    """What made a conversation's prompt differ from the one before it, as ``kvmon proxy`` compared them (by hashes:
+    no prompt text): where, what, how often since when, the prompt reading it cost, and the fix."""
+
+    sentence: str  # "system message changed at character 212 — looks like a timestamp"
+    fix: str
+    message_index: int
+    role: str
+    offset: int | None
+    change: str  # "timestamp" | "date" | "time" | "id" | "number" | "text" | "removed" | "role"
+    count: int
+    first_unix: float
+    last_unix: float
+    reread_tokens: int = 0
+    reread_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PromptCacheView:
+    """The prompt cache over the session (``kvmon.core.analysis.prompt_cache``): prompt tokens read again against
+    those reused, the seconds the reading cost, the misses, what made prompts change, and the next turn's wait."""
+
+    source: str | None = None  # "the server's counters" | "each reply's timings" | "the prefix cache's counters"
+    reads: int = 0  # prompts (or polls' worth of prompts, from counters) counted
+    reread_tokens: int = 0
+    reused_tokens: int = 0
+    reread_s: float | None = None
+    last_reread_tokens: int | None = None
+    last_reused_tokens: int | None = None
+    last_reread_s: float | None = None
+    misses: int = 0
+    miss: PromptMiss | None = None  # the latest miss, while it is news
+    changes: tuple[PromptChange, ...] = ()  # kvmon proxy's tally, newest first
+    repeated: int | None = None  # the last prompt was the one before it again, this many times in a row
+    next_ttft_s: float | None = None  # the next turn's predicted time to first token at this depth
+    next_prompt_tokens: int | None = None  # the prompt tokens it will read (the cache reusing the rest)
 
 
 @dataclass(frozen=True)
@@ -411,6 +491,9 @@ class Snapshot:
     # (a reload, another context size: "70 tok/s before the reload"); None: none measured (of this model)
     last_decode: LastDecode | None = None
     decode_before: LastDecode | None = None
+    # why decode runs below the ceiling, largest share first (empty: nothing found, or nothing decodes)
+    slowdown_causes: tuple[SlowdownCause, ...] = ()
+    prompt_cache: PromptCacheView | None = None  # prompts read again and reused; None: nothing counted yet
     verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
     # what the atlas remembers of this configuration (earlier points, this session's sweeps); None: no atlas kept
     atlas: AtlasView | None = field(default=None, compare=False, metadata=TRANSIENT)

@@ -4,6 +4,9 @@ Its level is the worst active condition (an alert that is not advice, or a conne
 that condition's news (the alert's headline), or, when nothing is wrong, what the server is doing ("64% of the
 memory-bus ceiling at 33.5K tokens", "Idle at 29.8K tokens: up to 118 tok/s there"). The header, the caption of
 every picture, the tray, the report card, ``once`` and the exporter all read ``Snapshot.verdict``; none decides again.
+While it decodes below the ceiling and one named cause explains enough of the gap (``kvmon.core.analysis.causes``),
+the sentence says it: "64% of the memory-bus ceiling at 33.5K tokens — memory clock at 60% of its maximum (power
+cap)", and the verdict's cause is that cause's code.
 
 ``DecodeMemory`` keeps the last decode speed measured (the headline's number, dimmed with its age, while nothing
 decodes) and the last one before the current regime began (the spill's "70 tok/s before the reload").
@@ -21,6 +24,7 @@ from kvmon.core.snapshot import (
     Alert,
     ConnectionStatus,
     LastDecode,
+    SlowdownCause,
     Snapshot,
     Verdict,
     VerdictLevel,
@@ -44,10 +48,12 @@ ALERT_STATES = {
     "cpu_only": "On the CPU",
     "swap_growing": "Swapping",
     "recording_failed": "Recording stopped",
+    "prompt_cache_miss": "Cache miss",
+    "prompt_repeated": "Prompt repeated",
 }
 # equal levels: the first here is the news (a spill before the warning that foretold it)
 PRIORITY = ("kv_in_host", "weights_in_host", "vram_full_soon", "vram_full", "unified_working_set", "model_failed",
-            "ctx_full_soon", "cpu_only", "swap_growing", "recording_failed")
+            "ctx_full_soon", "prompt_cache_miss", "prompt_repeated", "cpu_only", "swap_growing", "recording_failed")
 STATUS_STATES = {
     ConnectionStatus.UNREACHABLE: "Unreachable",
     ConnectionStatus.TIMEOUT: "Not answering",
@@ -64,6 +70,18 @@ ACTIVITY_STATES = {Activity.DECODING: "Decoding", Activity.IDLE: "Idle", Activit
 # what began the current regime, as the "before" of a speed says it ("70 tok/s before the reload")
 BEFORE = {"reload": "the reload", "n_ctx": "the new context size", "cache_types": "the cache type changed",
           "slots": "the slots changed", "devices": "the devices changed", "placement": "the placement changed"}
+
+
+HEADLINE_SHARE = 0.25  # a cause the headline names explains at least this share of the gap
+
+
+def top_cause(causes: tuple[SlowdownCause, ...]) -> SlowdownCause | None:
+    """The cause the headline names: the largest named share of at least ``HEADLINE_SHARE``, else the client's view
+    of a speed the server did reach."""
+    named = [c for c in causes if c.code not in ("unexplained", "client_slower") and (c.share or 0) >= HEADLINE_SHARE]
+    if named:
+        return max(named, key=lambda c: c.share or 0.0)
+    return next((c for c in causes if c.code == "client_slower"), None)
 
 
 def _cap(text: str) -> str:
@@ -135,8 +153,11 @@ def _activity(s: Snapshot, where: str = "") -> Verdict:
                            "decoding")
         if s.efficiency is not None:
             on = f"Decoding{where} at " if where else ""
-            return Verdict(VerdictLevel.OK, state, f"{on}{fmt_percent(s.efficiency)} of the memory-bus ceiling"
-                           f"{_depth(s)}", "decoding")
+            said = f"{on}{fmt_percent(s.efficiency)} of the memory-bus ceiling{_depth(s)}"
+            cause = top_cause(s.slowdown_causes)
+            if cause is not None:  # why it runs below the ceiling, when one cause explains enough of the gap
+                return Verdict(VerdictLevel.INFO, state, f"{said} — {cause.summary}", cause.code)
+            return Verdict(VerdictLevel.OK, state, said, "decoding")
         why = s.reasons.get("ceiling_tok_s")
         return Verdict(VerdictLevel.OK, state, f"Decoding{where} at {fmt_tok_s(dec)}; the ceiling is unknown"
                        + (f": {why}" if why else ""), "decoding")

@@ -25,6 +25,8 @@ ALERT_NAMES = {
     "prefill_bound": "Waiting on the prompt",
     "model_failed": "A model failed to load",
     "recording_failed": "Recording stopped",
+    "prompt_cache_miss": "Prompt read again (cache miss)",
+    "prompt_repeated": "The same prompt sent again",
 }
 LEVEL_WORDS = {"ok": "fine", "info": "note", "warning": "warning", "critical": "critical"}
 
@@ -90,6 +92,7 @@ REASON_NAMES = {
     "placement": "where the model lives",
     "power_w": "power",
     "prefill_tok_s": "prompt speed",
+    "proxy": "kvmon proxy",
     "processing": "processing",
     "progress": "loading progress",
     "props": "the server's properties",
@@ -132,6 +135,13 @@ FIT_FORMS = {"ceiling_scaled": "the measured speed scaled along the ceiling (too
              "bandwidth+attention": "bytes read per token at a fitted bandwidth, plus attention work growing with "
                                     "depth",
              "context_linear": "a straight line in context depth"}
+
+# why decode runs below the ceiling (SlowdownCause.code, and the verdict's cause when the headline names one)
+CAUSE_NAMES = {"memory_clock": "Memory clock held down", "core_clock": "GPU clock held down",
+               "pcie_link": "PCIe link below its maximum", "other_processes": "Other programs on the GPU",
+               "cpu_contended": "CPU cores taken by other programs", "slower_than_before": "Slower than earlier",
+               "drafting": "Speculative drafting", "client_slower": "The client reads slowly",
+               "unexplained": "Attention and kernel overhead"}
 
 # what began a regime (Regime.cause)
 REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n_ctx": "another context size",
@@ -181,6 +191,11 @@ def suspect_words(input_: str) -> str:
 def fit_words(form: str | None) -> str:
     """The forecast's form in words ("" when there is no fit)."""
     return "" if form is None else FIT_FORMS.get(form) or _plain(form)
+
+
+def cause_name(code: str) -> str:
+    """What a slowdown cause is about ("Memory clock held down"), by its code."""
+    return CAUSE_NAMES.get(code) or _plain(code).capitalize()
 
 
 def regime_words(cause: str | None) -> str:

@@ -24,8 +24,8 @@ from kvmon.core.units import (
 )
 from kvmon.core.words import provenance_words
 
-__all__ = ["DASH", "Hero", "bytes_", "ctx_label", "duration", "gb_s", "hero", "num_tok_s", "percent", "percent_value",
-           "plain", "tip", "tok_s", "tokens"]
+__all__ = ["DASH", "Hero", "bytes_", "causes_text", "ctx_label", "duration", "gb_s", "hero", "next_reply_text",
+           "num_tok_s", "percent", "percent_value", "plain", "tip", "tok_s", "tokens", "wait"]
 
 if TYPE_CHECKING:
     from kvmon.core.snapshot import Snapshot
@@ -155,3 +155,33 @@ _CODE = re.compile(r"`([^`]+)`")
 def plain(text: str) -> str:
     """A message for plain-text places (labels, notifications, tooltips): the backticks around code dropped."""
     return _CODE.sub(lambda m: m.group(1), text)
+
+
+def wait(seconds: float) -> str:
+    """A short wait for people: "40 ms", "2.3 s", "≈ 2 min"."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else fmt_duration(seconds)
+
+
+def causes_text(s: Snapshot) -> str:
+    """Why decode runs below the ceiling, one cause a line with its share of the gap (a tooltip's lines)."""
+    from kvmon.core.words import cause_name
+
+    lines = [f"{cause_name(c.code)}" + (f" ({c.share:.0%} of the gap)" if c.share is not None else "") + f": "
+             f"{plain(c.message)}" for c in s.slowdown_causes]
+    return "Why below the ceiling:\n" + "\n".join(lines) if lines else ""
+
+
+def next_reply_text(s: Snapshot) -> tuple[str, str]:
+    """The next turn's predicted time to first token, for the context line, and its tooltip ("" when unknown)."""
+    v = s.prompt_cache
+    if v is None or v.next_ttft_s is None or v.next_prompt_tokens is None:
+        return "", ""
+    said = f"next reply's first token in ~{wait(v.next_ttft_s)}"
+    how = ("the whole context, the cache keeps missing" if v.miss is not None else
+           "what the recent turns added; the cache reuses the rest")
+    tip_ = (f"Predicted time to first token of the next turn at this depth: {tokens(v.next_prompt_tokens)} to read "
+            f"({how}), at the prompt speed measured against depth this session ({v.source})")
+    if v.reads:
+        tip_ += (f"\nThis session: {tokens(v.reread_tokens)} read, {tokens(v.reused_tokens)} reused from the cache"
+                 + (f", {v.misses} cache miss{'es' if v.misses != 1 else ''}" if v.misses else ""))
+    return said, tip_

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.proxy.prompts import Compared
+
 MAX_LINE_BYTES = 1024 * 1024  # a longer NDJSON/SSE line is relayed but not parsed
 MAX_JSON_BODY_BYTES = 8 * 1024 * 1024  # non-streamed JSON bodies parsed for stats up to this size
 
@@ -57,6 +59,7 @@ class Meter:
     aborted: bool = False
     abort_reason: str | None = None
     finished_unix: float | None = None
+    prompt: Compared | None = None  # its prompt against the one before it in its conversation (kvmon.proxy.prompts)
     _line_buf: bytearray = field(default_factory=bytearray)
     _skip_line: bool = False
     _json_buf: bytearray = field(default_factory=bytearray)

@@ -47,6 +47,7 @@ from kvmon.proxy.framing import (
 )
 from kvmon.proxy.listener import Listener
 from kvmon.proxy.meter import Meter, model_from_request
+from kvmon.proxy.prompts import PromptLog
 from kvmon.proxy.upstream import DEFAULT_UPSTREAM, Upstream, connect, probe_version
 
 MAX_REQUEST_CAPTURE = 1024 * 1024  # request bytes kept to read "model" from
@@ -54,8 +55,10 @@ RECENT_MAX = 50
 CONNECT_TIMEOUT_S = 5.0
 HEAD_TIMEOUT_S = 5.0  # a request head must be finished this long after the accept (the first) or its first byte
 IDLE_TIMEOUT_S = 300.0  # a kept-alive client connection with no request for this long is closed
+CLOSE_FLUSH_S = 60.0  # a closing connection's last bytes wait this long at most for the client to take them
 VERSION_RETRY_S = 10.0
 PROBE_TIMEOUT_S = 5.0
+CLIENT_UNSENT_BYTES = 16 * 1024  # TCP_NOTSENT_LOWAT of a client connection, where the system has it
 
 
 class ProxyServer:
@@ -93,6 +96,7 @@ class ProxyServer:
         self._thread: threading.Thread | None = None
         self._ssl = ssl.create_default_context() if self.upstream.scheme == "https" else None
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._prompts = PromptLog()  # consecutive prompts compared by keyed hashes (kvmon.proxy.prompts)
         self._check_host = False  # listening on loopback: a Host that names no loopback is refused
 
     # -- lifecycle
@@ -188,7 +192,7 @@ class ProxyServer:
         return stats.document(upstream=self.upstream.url, upstream_kind=self.upstream_kind,
                               upstream_version=self.upstream_version, listen=self.url,
                               started_unix=self._started_unix, now_unix=now_unix, totals=totals,
-                              in_flight=in_flight, recent=recent)
+                              in_flight=in_flight, recent=recent, prompts=self._prompts.document())
 
     def _begin(self, method: str, path: str) -> Meter:
         m = Meter(id=next(self._ids), method=method, path=path.split("?", 1)[0], started_unix=time.time(),
@@ -258,12 +262,15 @@ class ProxyServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
         client = MessageReader(creader)
         upstream: _Link | None = None
         admission = self._listener.admission if self._listener is not None else None
         loop = asyncio.get_running_loop()
         # the first request's head must be whole this long after the accept; a later one's, after its first byte
         within = None if accepted_at is None else max(0.0, accepted_at + self.head_timeout_s - loop.time())
+        flush_s = CLOSE_FLUSH_S
         try:
             while True:
                 try:
@@ -324,11 +331,15 @@ class ProxyServer:
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly
+            flush_s = 0.0
             return
         finally:
             if upstream is not None:
                 upstream.writer.close()
             cwriter.close()
+            # what the client has not taken yet goes before the socket is closed under it (a slow reader's tail)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cwriter.wait_closed(), flush_s)
 
     async def _exchange(
         self,
@@ -394,6 +405,7 @@ class ProxyServer:
                 await body_task
             if meter.model is None and captured:
                 meter.model = model_from_request(bytes(captured))
+            stats.observe_prompt(self._prompts, meter, bytes(captured), self.upstream_kind, self._version_tuple)
             self._end(meter)
         return keep
 

@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.jsonvals import json_float, json_int, json_str
-from kvmon.core.readings import FailureKind, RequestStats, SourceError, SourceFailure
+from kvmon.core.readings import FailureKind, PromptChangeReading, RequestStats, SourceError, SourceFailure
 from kvmon.core.versions import ollama_counts_cached_prompt
 from kvmon.proxy.meter import Meter
+from kvmon.proxy.prompts import PromptLog
 
 STATS_PATH = "/kvmon/stats"
 DOCUMENT_VERSION = 1  # the value of "kvmon_proxy"
 DOCUMENT_FIELDS = ("kvmon_proxy", "upstream", "upstream_kind", "upstream_version", "listen", "started_unix",
-                   "now_unix", "totals", "in_flight", "recent")
+                   "now_unix", "totals", "in_flight", "recent", "prompts")
 TOTALS_FIELDS = ("requests", "generations", "aborted", "upstream_errors", "bytes_to_upstream", "bytes_to_client",
                  "accept_failures", "connections_refused", "connections_closed_waiting")
 IN_FLIGHT_FIELDS = ("id", "method", "path", "model", "started_unix", "age_s", "chunks", "tokens_so_far",
@@ -34,7 +35,8 @@ IN_FLIGHT_FIELDS = ("id", "method", "path", "model", "started_unix", "age_s", "c
 RECENT_FIELDS = ("id", "method", "path", "model", "status", "format", "started_unix", "finished_unix", "aborted",
                  "abort_reason", "chunks", "unparsed_lines", "stats_source", "prompt_tokens", "cached_tokens",
                  "prompt_seconds", "prompt_tok_s", "prompt_tok_s_reason", "predicted_tokens", "predicted_seconds",
-                 "decode_tok_s", "decode_tok_s_source", "context_tokens")
+                 "decode_tok_s", "decode_tok_s_source", "context_tokens", "client_tok_s", "prompt_reread_tokens",
+                 "prompt_reused_tokens", "prompt_change", "prompt_repeated")
 CACHED_PROMPT_REASON = (
     "Ollama >= 0.30 counts cached prompt tokens in prompt_eval_count but not in prompt_eval_duration: "
     "prefill rate withheld (it would be overstated)"
@@ -49,8 +51,8 @@ UNKNOWN_VERSION_REASON = (
 
 def document(*, upstream: str, upstream_kind: str | None, upstream_version: str | None, listen: str,
              started_unix: float, now_unix: float, totals: dict[str, int], in_flight: list[dict[str, Any]],
-             recent: list[dict[str, Any]]) -> dict[str, Any]:
-    """The whole document; totals the proxy has not counted yet are 0."""
+             recent: list[dict[str, Any]], prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole document; totals the proxy has not counted yet are 0; ``prompts``: ``PromptLog.document()``."""
     return {
         "kvmon_proxy": DOCUMENT_VERSION,
         "upstream": upstream,
@@ -62,6 +64,7 @@ def document(*, upstream: str, upstream_kind: str | None, upstream_version: str 
         "totals": {**dict.fromkeys(TOTALS_FIELDS, 0), **totals},
         "in_flight": in_flight,
         "recent": recent,
+        "prompts": prompts,
     }
 
 
@@ -93,6 +96,8 @@ def _read_ollama(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str |
     ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
     out.update(prompt_tokens=pc, predicted_tokens=ec)
     out["prompt_seconds"] = pd / 1e9 if pd is not None else None
+    if ollama_counts_cached_prompt(upstream_version) is False:  # before 0.30 the count is what it read
+        out["prompt_reread_tokens"] = pc
     out["predicted_seconds"] = ed / 1e9 if ed is not None else None
     if ec and ed:
         out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
@@ -112,7 +117,8 @@ def _read_llama_server(f: Mapping[str, Any], out: dict[str, Any], upstream_kind:
     pn, pms = json_int(f.get("prompt_n")), json_float(f.get("prompt_ms"))
     dn, dms = json_int(f.get("predicted_n")), json_float(f.get("predicted_ms"))
     cn = json_int(f.get("cache_n"))
-    out.update(prompt_tokens=pn, cached_tokens=cn, predicted_tokens=dn)
+    out.update(prompt_tokens=pn, cached_tokens=cn, predicted_tokens=dn, prompt_reread_tokens=pn,
+               prompt_reused_tokens=cn)
     out["prompt_seconds"] = pms / 1000 if pms is not None else None
     out["predicted_seconds"] = dms / 1000 if dms is not None else None
     if pn and pms:
@@ -146,7 +152,9 @@ def _read_openai_usage(f: Mapping[str, Any], out: dict[str, Any], upstream_kind:
     """The openai_usage dialect of a finished reply's stats into the record."""
     pt, ct = json_int(f.get("prompt_tokens")), json_int(f.get("completion_tokens"))
     cached = json_int(f.get("cached_tokens"))
-    out.update(prompt_tokens=pt, cached_tokens=cached, predicted_tokens=ct)
+    out.update(prompt_tokens=pt, cached_tokens=cached, predicted_tokens=ct, prompt_reused_tokens=cached)
+    if pt is not None and cached is not None:
+        out["prompt_reread_tokens"] = max(0, pt - cached)
     out["prompt_tok_s_reason"] = "OpenAI-style usage carries no timings"
     # usage prompt_tokens includes cached ones on llama-server and Ollama >= 0.30
     inclusive = (cached is not None or upstream_kind == "other"
@@ -190,13 +198,37 @@ def finished_record(m: Meter, upstream_kind: str | None,
         "decode_tok_s": None,
         "decode_tok_s_source": None,
         "context_tokens": None,
+        "client_tok_s": None,
+        "prompt_reread_tokens": None,
+        "prompt_reused_tokens": None,
+        "prompt_change": m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
+        "prompt_repeated": m.prompt.repeated if m.prompt is not None else None,
     }
     reader = _DIALECTS.get(m.stats_source or "")
     if reader is not None:
         reader(m.final, out, upstream_kind, upstream_version)
-    if out["decode_tok_s"] is None and (rate := m.in_flight_rate()) is not None:
+    rate = m.in_flight_rate()
+    if out["decode_tok_s"] is None and rate is not None:
         out["decode_tok_s"], out["decode_tok_s_source"] = rate, "proxy_chunk_timing"
+    if rate is not None:  # as the tokens reached the client: the relay goes at its pace; a chunk may hold several
+        tokens = out["predicted_tokens"]
+        out["client_tok_s"] = rate * tokens / m.chunks if tokens and m.chunks and tokens >= m.chunks else rate
     return out
+
+
+def observe_prompt(log: PromptLog, m: Meter, body: bytes, upstream_kind: str | None,
+                   upstream_version: tuple[int, ...] | None) -> None:
+    """Compare a finished request's prompt with its conversation's last one (``kvmon.proxy.prompts``), and count the
+    prompt reading its reply reports against what changed; the body is not kept."""
+    if not body or m.method != "POST":
+        return
+    m.prompt = log.compare(body, m.model)
+    reader = _DIALECTS.get(m.stats_source or "")
+    if m.prompt is None or reader is None:
+        return
+    figures: dict[str, Any] = {"prompt_reread_tokens": None}
+    reader(m.final, figures, upstream_kind, upstream_version)
+    log.settle(m.prompt, figures.get("prompt_reread_tokens"), figures.get("prompt_seconds"))
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -222,6 +254,7 @@ class ProxyView:
     last_model: str | None
     last_prefill_reason: str | None
     now_unix: float | None
+    prompt_changes: tuple[PromptChangeReading, ...] = ()
 
 
 def _records(value: Any) -> list[dict[str, Any]]:
@@ -274,6 +307,11 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
             predicted_tokens=json_int(r.get("predicted_tokens")),
             predicted_seconds=json_float(r.get("predicted_seconds")),
             context_tokens=json_int(r.get("context_tokens")),
+            client_tok_s=json_float(r.get("client_tok_s")),
+            reread_tokens=json_int(r.get("prompt_reread_tokens")),
+            prompt_change=json_str(r.get("prompt_change")),
+            prompt_repeated=json_int(r.get("prompt_repeated")),
+            request_id=json_int(r.get("id")),
         )
         last_model = json_str(r.get("model"))
     return ProxyView(
@@ -283,4 +321,22 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
         last_model=last_model,
         last_prefill_reason=prefill_reason,
         now_unix=now_unix,
+        prompt_changes=prompt_changes(body.get("prompts")),
     )
+
+
+def prompt_changes(section: Any) -> tuple[PromptChangeReading, ...]:
+    """The ``prompts`` section's changes, newest first; an odd entry is left out."""
+    out = []
+    for c in _records(section.get("changes") if isinstance(section, dict) else None):
+        sentence, index, count = json_str(c.get("sentence")), json_int(c.get("message_index")), json_int(c.get("count"))
+        first, last = json_float(c.get("first_unix")), json_float(c.get("last_unix"))
+        if sentence is None or index is None or count is None or first is None or last is None:
+            continue
+        out.append(PromptChangeReading(
+            sentence=sentence, fix=json_str(c.get("fix")) or "", message_index=index,
+            role=json_str(c.get("role")) or "", offset=json_int(c.get("offset")),
+            change=json_str(c.get("change")) or "",
+            count=count, first_unix=first, last_unix=last, reread_tokens=json_int(c.get("reread_tokens")) or 0,
+            reread_seconds=json_float(c.get("reread_seconds")) or 0.0))
+    return tuple(sorted(out, key=lambda c: -c.last_unix))

@@ -164,7 +164,8 @@ class SimEngine:
         room = max(1, self.slot_ctx(start) - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)
-        steps = model.step_s(depths, noise)
+        throttle = self.scenario.throttle_at(start)
+        steps = model.step_s(depths, noise, throttle.mem_clock_fraction if throttle is not None else 1.0)
         prefill_s = model.prefill_s(cache_n, prompt_n)
         times = start + prefill_s + np.cumsum(steps)
         req = SimRequest(self._new_task_id(), slot, origin, ep.index, t_arrive, start, cache_n, prompt_n,

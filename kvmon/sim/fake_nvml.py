@@ -35,6 +35,9 @@ class FakeGpu:
     ``dram_bw_util_percent`` is what GPM reports; ``None`` means the GPU has no GPM support.
     ``pcie_tx_bytes_total``/``pcie_rx_bytes_total`` are the cumulative PCIe byte counters that
     ``nvmlDeviceGetFieldValues`` reports (``None``: that field is not supported, as on GeForce).
+    ``clocks_event_reasons`` is the mask ``nvmlDeviceGetCurrentClocksEventReasons`` answers (pynvml's
+    ``nvmlClocksEventReason*`` bits); ``process_busy_percent`` maps a pid to the SM share that
+    ``nvmlDeviceGetProcessUtilization`` reports for it (empty: no process ran a kernel lately).
     """
 
     name: str = "NVIDIA GeForce RTX 4090"
@@ -44,6 +47,10 @@ class FakeGpu:
     memory_reserved_bytes: int = 0  # driver/firmware reservation (v1 "used" includes it)
     mem_clock_mhz: int = 10501
     mem_clock_max_mhz: int = 10501
+    core_clock_mhz: int = 2520
+    core_clock_max_mhz: int = 2520
+    clocks_event_reasons: int = 0
+    process_busy_percent: dict[int, float] = field(default_factory=dict)
     bus_width_bits: int = 384
     pcie_gen: int = 4
     pcie_width: int = 16
@@ -234,20 +241,37 @@ class FakeNvml:
 
     # -- clocks and bus --------------------------------------------------------------------------------
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
-        """Current clock in MHz (memory clock only; others NotSupported)."""
+        """Current clock in MHz: memory, graphics or SM (others NotSupported); ``failing`` may name
+        "nvmlDeviceGetClockInfo_graphics" to fail only the graphics and SM clocks."""
         with self.lock:
-            gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
-            if clock_type != pynvml.NVML_CLOCK_MEM:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return int(gpu.mem_clock_mhz)
+            mem = clock_type == pynvml.NVML_CLOCK_MEM
+            variant = None if mem else "nvmlDeviceGetClockInfo_graphics"
+            gpu = self._gpu("nvmlDeviceGetClockInfo", handle, variant=variant)
+            if mem:
+                return int(gpu.mem_clock_mhz)
+            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+                return int(gpu.core_clock_mhz)
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
-        """Max clock in MHz (memory clock only; others NotSupported)."""
+        """Max clock in MHz: memory, graphics or SM (others NotSupported)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
-            if clock_type != pynvml.NVML_CLOCK_MEM:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return int(gpu.mem_clock_max_mhz)
+            if clock_type == pynvml.NVML_CLOCK_MEM:
+                return int(gpu.mem_clock_max_mhz)
+            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+                return int(gpu.core_clock_max_mhz)
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        """Why the clocks are held down now: a mask of pynvml's ``nvmlClocksEventReason*`` bits."""
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).clocks_event_reasons)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        """The same mask under its name before driver 535."""
+        with self.lock:
+            return int(self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clocks_event_reasons)
 
     def nvmlDeviceGetMemoryBusWidth(self, handle: Any) -> int:
         """Memory bus width in bits."""
@@ -314,6 +338,17 @@ class FakeNvml:
         """Graphics processes, shaped like the compute list."""
         with self.lock:
             return self._procs(list(self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics_processes))
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, last_seen_timestamp: int) -> list[SimpleNamespace]:
+        """One sample per busy process, stamped now (µs); NotFound when no process ran a kernel since
+        ``last_seen_timestamp`` (as NVML answers)."""
+        with self.lock:
+            gpu = self._gpu("nvmlDeviceGetProcessUtilization", handle)
+            stamp = int(self.clock() * 1e6)
+            if not gpu.process_busy_percent or stamp <= int(last_seen_timestamp):
+                raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+            return [SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=round(busy), memUtil=round(busy),
+                                    encUtil=0, decUtil=0) for pid, busy in gpu.process_busy_percent.items()]
 
     # -- power and temperature -------------------------------------------------------------------------
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:

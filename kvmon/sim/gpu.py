@@ -12,6 +12,8 @@ import os
 import re
 import zlib
 
+import pynvml
+
 from kvmon.sim.engine import Activity
 from kvmon.sim.fake_nvml import FakeGpu, FakeNvml
 from kvmon.sim.scenarios import Scenario
@@ -20,6 +22,10 @@ OTHER_APP_PID = 4_000_001  # the "other application" holding VRAM (a pid no real
 IDLE_MEM_CLOCK_MHZ = 405
 KB = 1024
 
+# a throttle's reasons as NVML's clocks event bits (kvmon.sources.nvml_clocks reads them back)
+REASON_BITS = {"power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+               "thermal": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+               "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown}
 _POWER_LIMIT_W = {"RTX 3090": 350, "RTX 4090": 450, "RTX 4060 Ti": 165, "RTX 5090": 575, "RTX 3060": 170}
 
 
@@ -85,9 +91,11 @@ class SimGpus:
                 other = other_vram_bytes if i == 0 else 0
                 self.nvml.update(i, memory_used_bytes=other, processes=[(OTHER_APP_PID, other)] if other else [],
                                  gpu_util_percent=0, mem_util_percent=0, mem_clock_mhz=IDLE_MEM_CLOCK_MHZ,
+                                 clocks_event_reasons=pynvml.nvmlClocksEventReasonGpuIdle,
                                  pcie_gen=1, pcie_rx_kb_s=20, pcie_tx_kb_s=20, power_mw=25_000, temperature_c=38)
             return
         act = max((a for _pid, a in servers), key=lambda a: rank.get(a.phase, 0))
+        throttle = self.scenario.throttle_at(now) if now is not None else None
         model = act.model
         busy = act.phase in ("prefill", "decode")
         rx_tok, tx_tok = model.pcie_decode_bytes_per_token()
@@ -118,9 +126,15 @@ class SimGpus:
             if model.partial_offload and busy and on_card:
                 util = min(util, 30)  # the GPU waits for the CPU's layers
             power_w = (25 + (self.power_limit_mw / 1000 - 25) * (0.85 if util > 90 else util / 120.0))
+            clock, reasons = (self.mem_clock_max_mhz, 0) if (busy or act.phase == "loading") else (
+                IDLE_MEM_CLOCK_MHZ, pynvml.nvmlClocksEventReasonGpuIdle)
+            if throttle is not None and busy:  # held down: at the cap it draws all it may
+                clock = round(self.mem_clock_max_mhz * throttle.mem_clock_fraction)
+                reasons = sum(REASON_BITS[r] for r in throttle.reasons)
+                power_w = self.power_limit_mw / 1000
             self.nvml.update(
                 i, memory_used_bytes=used, processes=procs, gpu_util_percent=util, mem_util_percent=mem_util,
-                mem_clock_mhz=self.mem_clock_max_mhz if (busy or act.phase == "loading") else IDLE_MEM_CLOCK_MHZ,
+                mem_clock_mhz=clock, clocks_event_reasons=reasons,
                 pcie_gen=self.scenario.pcie_gen if (busy or act.phase == "loading") else 1,
                 pcie_rx_kb_s=int(rx / KB), pcie_tx_kb_s=int(tx / KB),
                 power_mw=int(power_w * 1000), temperature_c=int(38 + 40 * util / 100),

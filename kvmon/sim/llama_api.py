@@ -17,6 +17,7 @@ from kvmon.sim.reply import (
     JSON_TYPE,
     Reply,
     StreamAborted,
+    chat_text,
     dumps,
     estimate_tokens,
     json_reply,
@@ -307,10 +308,11 @@ class LlamaApi:
 
     def chat(self, body: dict[str, Any] | None) -> Reply:
         body = body or {}
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-        text_in = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         stream = bool(body.get("stream"))
-        req = self._submit(estimate_tokens(text_in) + 4 * len(messages), body, stream)
+        got = self._prompt_tokens(chat_text(body))
+        if isinstance(got, Reply):
+            return got
+        req = self._submit(got[0], body, stream, got[1])
         cid = "chatcmpl-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
         created = int(self.sim.clock.wall())
         finish = "length" if req.predicted_n >= req.n_predict else "stop"

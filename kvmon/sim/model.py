@@ -223,16 +223,17 @@ class LoadedModel:
         self._e0 = min(1.0, max(0.05, e0))
         self._overhead = max(0.0, overhead)
 
-    def step_s(self, depths: np.ndarray, noise: float = 1.0) -> np.ndarray:
+    def step_s(self, depths: np.ndarray, noise: float = 1.0, mem_clock: float = 1.0) -> np.ndarray:
         """Seconds per decode step at each depth ((roofline / efficiency + attention overhead × depth) × noise),
-        never below the roofline."""
+        never below the roofline; ``mem_clock``: the memory clock's share of its maximum (the bus reads that much
+        slower)."""
         depths = np.asarray(depths, dtype=float)
         if len(depths) == 0:
             return depths
         lo, hi = float(depths.min()), float(depths.max())
         # the roofline is piecewise linear in depth (SWA caps): sample it and interpolate
         grid = np.unique(np.linspace(lo, hi, 9 if hi > lo else 1).round())
-        roof = np.interp(depths, grid, self.roofline_step_s(grid))
+        roof = np.interp(depths, grid, self.roofline_step_s(grid)) / mem_clock
         return np.maximum((roof / self._e0 + self._overhead * depths) * noise, roof)
 
     def decode_tok_s(self, depth: int) -> float:

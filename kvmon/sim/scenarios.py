@@ -58,6 +58,18 @@ class Reload:
 
 
 @dataclass(frozen=True)
+class Throttle:
+    """From ``at_s`` to ``until_s`` the GPUs hold their memory clock at ``mem_clock_fraction`` of its maximum while
+    busy, for ``reasons`` (NVML's clocks event reasons, as kvmon names them). A turn that starts then decodes at that
+    clock throughout (the simulator times a request whole when it starts)."""
+
+    at_s: float
+    until_s: float
+    mem_clock_fraction: float
+    reasons: tuple[str, ...] = ("power_cap",)
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Everything one simulated run needs; times are simulated seconds since the server started."""
 
@@ -102,6 +114,12 @@ class Scenario:
     weights_type: str | None = None  # the served file's type ("BF16" for a checkpoint as published); None: the preset's
     max_model_len: int | None = None  # vLLM's --max-model-len (one request's limit); None: the pool split by slots
     embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
+    throttles: tuple[Throttle, ...] = ()  # stretches where the memory clock is held down while busy
+    agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
+
+    def throttle_at(self, t: float) -> Throttle | None:
+        """The throttle in force at ``t`` (simulated seconds), if any."""
+        return next((th for th in self.throttles if th.at_s <= t < th.until_s), None)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -204,6 +222,44 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=3.0e-9,
             script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
                               generated_tokens=300, think_s=6.0),
+        ),
+        Scenario(
+            name="power-cap-4090",
+            description="Llama-3.1-8B Q4_K_M on an RTX 4090 set to a quiet power profile: from two minutes in, "
+            "while it decodes, the power cap holds its memory clock at 60% of its maximum, and decode falls below "
+            "the ceiling for that reason (NVML's clocks and their reasons say so); at six minutes the cap is lifted",
+            backend="llama-server",
+            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=32768,
+            decode_anchors=((0, 140.0), (32768, 70.0)),
+            prefill_tok_s_empty=9000.0,
+            prefill_slowdown_s_per_token=2.0e-9,
+            throttles=(Throttle(at_s=120.0, until_s=360.0, mem_clock_fraction=0.6),),
+            script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=30000,
+                              generated_tokens=350, think_s=5.0),
+        ),
+        Scenario(
+            name="agent-cache-miss",
+            description="a coding agent on Llama-3.1-8B Q4_K_M (RTX 4090, 64K context) through kvmon proxy: its "
+            "system prompt starts with the date and time, so every request changes the prompt's first message and "
+            "llama-server reads the whole conversation again; kvmon names the change, counts what it costs and "
+            "predicts the next reply's wait",
+            backend="llama-server",
+            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            gpu_name="RTX 4090",
+            n_gpus=1,
+            n_ctx=65536,
+            decode_anchors=((0, 140.0), (32768, 70.0)),
+            prefill_tok_s_empty=9000.0,
+            prefill_slowdown_s_per_token=2.0e-9,
+            agent=True,
+            # a task with the files it reads (6K tokens), then a tool result of ~1.5K tokens each step
+            script=ChatScript(n_turns=24, first_prompt_tokens=6000, target_context_tokens=45000,
+                              generated_tokens=600, think_s=2.0),
         ),
         Scenario(
             name="cpu-ddr5",

@@ -247,6 +247,34 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Alert("context full soon", "ctx_full_soon", "warning", not_before_s=300.0, by_depth=12288),
         )),
     )),
+    Story("power-cap-4090", (
+        Watch(0.0, 420.0, step_s=2.0, moments=(
+            Moment("decoding at the full memory clock", at_s=60.0, within_s=30.0, state=DECODING, ceiling=True,
+                   depth=True, spilled=False, level="ok", says=("of the memory-bus ceiling at",),
+                   bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(3.9, 4.1), free=(14.5, 15.3)), _EMBEDDINGS_8B)),
+            Moment("the power cap holds the memory clock down", at_s=200.0, within_s=40.0, state=DECODING,
+                   ceiling=True, depth=True, level="info",
+                   says=("of the memory-bus ceiling at", "— memory clock at 60% of its maximum (power cap)")),
+            Moment("the cap lifted: full speed again", at_s=380.0, within_s=40.0, state=DECODING, level="ok",
+                   says=("of the memory-bus ceiling at",)),
+            # later speeds at 16K are the throttled ones: the forecast is held to the ceiling only
+            Moment("the forecast at 16K, under its ceiling", at_s=100.0, forecast=Forecast((16384,), within=None)),
+        )),
+    )),
+    Story("agent-cache-miss", (
+        Watch(0.0, 120.0, step_s=2.0, moments=(
+            Moment("the agent decodes under the ceiling", at_s=10.0, within_s=30.0, state=DECODING, ceiling=True,
+                   depth=True, spilled=False,
+                   bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(7.9, 8.1), free=(10.5, 11.3)), _EMBEDDINGS_8B)),
+            Moment("its prompt read again whole: the clock in its system prompt", at_s=60.0, within_s=40.0,
+                   level="warning", alerts=("prompt_cache_miss",),
+                   says=("Cache miss: ", " prompt tokens read again, ",
+                         "— system message changed at character 40 — looks like a timestamp")),
+            Moment("the forecast at 32K", at_s=100.0, forecast=Forecast((32768,), within=None)),
+        ), alerts=(
+            Alert("the cache miss, named", "prompt_cache_miss", "warning", not_before_s=0.0, by_s=30.0),
+        )),
+    )),
     Story("cpu-ddr5", (
         Watch(0.0, 260.0, step_s=2.0, moments=(
             Moment("decoding on the CPU under the ceiling", at_s=110.0, within_s=40.0, state=DECODING, ceiling=True,

@@ -223,6 +223,9 @@ class VllmApi:
                 "running": float(len(running)),
                 "waiting": float(sum(1 for r in live if r.is_deferred(now))),
                 "usage": min(1.0, held / (self.num_gpu_blocks - 1)),
+                # the prefix cache, in tokens: every prompt token looked up, and those found (whole blocks)
+                "prefix_queries": c["prompt_tokens_total"] + c["prompt_tokens_cached_total"],
+                "prefix_hits": c["prompt_tokens_cached_total"],
                 "epoch": float(ep.index),
             }
 
@@ -269,6 +272,9 @@ class VllmApi:
             counter("num_preemptions", "Cumulative number of preemption from the engine.", 0.0),
             counter("prompt_tokens", "Number of prefill tokens processed.", v["prompt_tokens"]),
             counter("generation_tokens", "Number of generation tokens processed.", v["generation_tokens"]),
+            counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                    v["prefix_queries"]),
+            counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", v["prefix_hits"]),
             hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft),
             hist(itl_name, "Histogram of inter-token latency in seconds.", itl),
         ]

@@ -3,7 +3,8 @@
 Per card (``/sys/class/drm/cardN/device``): ``mem_info_vram_total``/``_used`` (bytes, every process), ``mem_info_gtt_*``
 (GTT: system RAM the GPU maps, where allocations go when VRAM is full — AMD's spill), ``current_link_*`` /
 ``max_link_*`` (PCIe), ``pp_dpm_mclk`` (memory clock levels, the current one starred), ``gpu_busy_percent`` and
-``mem_busy_percent`` (Documentation/gpu/amdgpu/driver-misc.rst and thermal.rst in the kernel). The model server's
+``mem_busy_percent`` (Documentation/gpu/amdgpu/driver-misc.rst and thermal.rst in the kernel); why its clocks are
+held down is read from its hwmon (power at ``power1_cap``, a temperature at its ``_crit`` mark). The model server's
 own VRAM and GTT come from its DRM fdinfo (``kvmon.sources.drm_fdinfo``).
 
 Peak bandwidth: kvmon's AMD table by PCI id (told apart by memory size), else by the marketing name libdrm's
@@ -23,7 +24,16 @@ from pathlib import Path
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading
 from kvmon.physics.gpus import KNOWN_GPUS, GpuSpec, lookup_gpu, lookup_pci
 from kvmon.physics.gpus_amd import AMD_APU_PCI_IDS
-from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, hwmon_power, pci_link, read_int, read_text
+from kvmon.sources.sysfs import (
+    DrmCard,
+    SysfsGpuSource,
+    drm_cards,
+    hwmon_limit_reasons,
+    hwmon_power,
+    pci_link,
+    read_int,
+    read_text,
+)
 
 AMDGPU_IDS_PATHS = ("usr/share/libdrm/amdgpu.ids", "opt/amdgpu/share/libdrm/amdgpu.ids")
 _MCLK = re.compile(r"^\s*(\d+):\s*(\d+)\s*Mhz\s*(\*)?", re.IGNORECASE)
@@ -176,7 +186,8 @@ class AmdGpuSource(SysfsGpuSource):
             index=c.vendor_index, name=c.name, vram_total_bytes=total, vram_used_bytes=used, vram_free_bytes=free,
             gpu_busy_percent=None if busy is None else float(busy),
             memory_busy_percent=None if mem_busy is None else float(mem_busy), mem_clock_mhz=mclk,
-            mem_clock_max_mhz=mclk_max, peak_bandwidth_bytes_per_s=c.bandwidth, bandwidth_source=c.bandwidth_source,
+            mem_clock_max_mhz=mclk_max, clock_reasons=hwmon_limit_reasons(dev),
+            peak_bandwidth_bytes_per_s=c.bandwidth, bandwidth_source=c.bandwidth_source,
             pcie=pci_link(dev), server_used_bytes=server, other_processes_used_bytes=other, kind=c.kind.value,
             vendor="amd", source="amdgpu", vendor_index=c.vendor_index, pci_bus_id=c.card.slot,
             pci_device_id=c.card.pci_id, spill_total_bytes=spill_total, spill_used_bytes=spill_used,

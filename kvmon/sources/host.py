@@ -169,6 +169,8 @@ class HostSource:
         self._probe_attempted = False
         self._static: tuple[str | None, str | None, float | None, str | None] | None = None
         self._apple_bw: tuple[float | None, str | None] | None = None
+        self._cpu_primed = False  # psutil's CPU shares are since the previous call: the first one says nothing
+        self._server_procs: dict[int, psutil.Process] = {}
 
     # -- bandwidth -------------------------------------------------------------------------------------
     @property
@@ -305,6 +307,7 @@ class HostSource:
         except Exception as exc:
             reasons["swap_total_bytes"] = reasons["swap_used_bytes"] = f"swap not readable: {exc}"
         values["server_rss_bytes"] = self._server_rss(server_pids, reasons)
+        values.update(self._cpu_load(server_pids, reasons))
         bw, source, note = self._bandwidth(reasons)
         cpu, mem, _bw, _how = self._system()
         energy, wrap, why = cpu_energy(self._root)
@@ -318,6 +321,40 @@ class HostSource:
     def cpu_energy(self) -> tuple[float | None, float | None, str | None]:
         """The CPU package's energy counter now (one file read: polled every time, unlike the rest of the host)."""
         return cpu_energy(self._root)
+
+    def _cpu_load(self, server_pids: Collection[int], reasons: dict[str, str]) -> dict[str, Any]:
+        """The logical CPUs, how many of them every process and the model server's kept busy since the last poll
+        (in cores); unknown on the first poll (psutil measures from one call to the next)."""
+        out: dict[str, Any] = {"cpu_count": psutil.cpu_count(logical=True)}
+        try:
+            busy = psutil.cpu_percent(interval=None) / 100.0 * (out["cpu_count"] or 0)
+        except Exception as exc:
+            reasons["cpu_busy_cores"] = reasons["server_cpu_cores"] = f"CPU load not readable: {exc}"
+            return out
+        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        server = 0.0
+        for pid in pids:
+            proc = self._server_procs.get(pid)
+            try:
+                if proc is None:
+                    proc = self._server_procs[pid] = psutil.Process(pid)
+                    proc.cpu_percent(interval=None)  # its first share is since nothing: 0
+                else:
+                    server += proc.cpu_percent(interval=None) / 100.0
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                self._server_procs.pop(pid, None)
+        for gone in set(self._server_procs) - set(pids):
+            del self._server_procs[gone]
+        primed, self._cpu_primed = self._cpu_primed, True
+        if not primed:
+            reasons["cpu_busy_cores"] = reasons["server_cpu_cores"] = "the CPU load is measured from the next poll"
+            return out
+        out["cpu_busy_cores"] = busy
+        if pids:
+            out["server_cpu_cores"] = server
+        else:
+            reasons["server_cpu_cores"] = "the model server's process is not known"
+        return out
 
     def _server_rss(self, server_pids: Collection[int], reasons: dict[str, str]) -> int | None:
         key = "server_rss_bytes"

@@ -6,7 +6,9 @@ DRM query ioctls, device-wide use behind CAP_PERFMON). kvmon reads what some ker
 ``lmem_total_bytes`` / ``lmem_avail_bytes`` — and otherwise takes size and bandwidth from the Intel table by PCI
 id. The model server's own VRAM comes from its DRM fdinfo (``drm-total-vram0`` on xe, ``drm-total-local0`` on
 i915). Arc cards sit behind a PCIe switch on the card: the GPU's own link reads 2.5 GT/s x1, so the slot's link is
-looked for on the bridges above. Integrated Intel GPUs (no table entry, no local memory) are not listed.
+looked for on the bridges above. The graphics clock and why it is held down come from xe's ``freq0`` folder (its
+``throttle/reason_*`` files) or i915's ``gt/gtN`` (``throttle_reason_*``). Integrated Intel GPUs (no table entry, no
+local memory) are not listed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from kvmon.core.readings import DeviceKind, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics.gpus import GpuSpec, lookup_pci
-from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, hwmon_power, pci_link, read_int
+from kvmon.sources.sysfs import DrmCard, SysfsGpuSource, drm_cards, hwmon_power, intel_core_clock, pci_link, read_int
 
 _SWITCH_LINK = (1, 1)  # (generation, width) an Arc GPU reports for the switch inside the card
 NO_DEVICE_USE = ("Intel's driver gives device-wide VRAM use only to privileged processes (CAP_PERFMON): "
@@ -134,7 +136,11 @@ class IntelGpuSource(SysfsGpuSource):
         other = max(0, used - server) if used is not None and server is not None else None
         power_w, energy_j, power_why = hwmon_power(dev)
         reasons.update(power_why)
+        core, core_max, why_slow = intel_core_clock(dev.parent, dev)
+        if why_slow is None:
+            reasons["clock_reasons"] = "the driver publishes no throttle reasons for this card here"
         return GpuReading(
+            core_clock_mhz=core, core_clock_max_mhz=core_max, clock_reasons=why_slow,
             index=c.vendor_index, name=f"Intel Arc {c.spec.name.removeprefix('Arc ')}", vram_total_bytes=total,
             vram_used_bytes=used, vram_free_bytes=None if used is None or total is None else total - used,
             peak_bandwidth_bytes_per_s=c.spec.bandwidth_bytes_per_s, bandwidth_source="table", pcie=link,

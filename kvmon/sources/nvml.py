@@ -17,44 +17,32 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 from kvmon.core.readings import DeviceKind, GpuProcess, GpuReading, GpuSetReading, PcieLink
 from kvmon.physics import gpus
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
+from kvmon.sources.nvml_calls import (
+    DRIVER_NOT_LOADED,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    LIB_RM_VERSION_MISMATCH,
+    LIBRARY_NOT_FOUND,
+    NO_PERMISSION,
+    NOT_FOUND,
+    PERMANENT,
+    V2_ABSENT,
+    DeviceState,
+    GpmState,
+    GpuRead,
+    Lost,
+    describe,
+    nvml_code,
+    text_of,
+)
+from kvmon.sources.nvml_clocks import EVENT_REASONS, THROTTLE_REASONS, clock_reasons, processes_busy
 from kvmon.sources.procs import PidTreeCache
-
-# NVML error codes (stable across NVML versions; the names match pynvml's NVML_ERROR_* constants).
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_INSUFFICIENT_POWER = 8
-_DRIVER_NOT_LOADED = 9
-_TIMEOUT = 10
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_LIB_RM_VERSION_MISMATCH = 18
-_ARGUMENT_VERSION_MISMATCH = 25
-_UNKNOWN = 999
-
-# Answers that will not change while the driver stays loaded: stop asking after the first one.
-_PERMANENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND})
-# The v2 memory query answers these where only v1 exists (old driver); v1 is then used for good.
-_V2_ABSENT = frozenset({_INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH})
-
-_PHRASES: dict[int, str] = {
-    _NOT_SUPPORTED: "not supported on this GPU/driver",
-    _NO_PERMISSION: "no permission to query this",
-    _INSUFFICIENT_POWER: "GPU lacks external power",
-    _TIMEOUT: "NVML timed out",
-    _FUNCTION_NOT_FOUND: "the installed driver lacks this query (too old)",
-    _GPU_IS_LOST: "GPU is lost (fell off the bus; needs a reset)",
-    _RESET_REQUIRED: "GPU needs a reset",
-    _UNKNOWN: "NVML unknown error",
-}
 
 # nvmlDeviceGetPcieThroughput counts KB/s; NVIDIA's tools (and nvitop) treat that KB as 1024 bytes.
 PCIE_THROUGHPUT_BYTES_PER_KB = 1024
@@ -63,11 +51,12 @@ _EMPTY_PROCESS_LIST_SUSPECT_BYTES = 512 * 1024**2
 
 _GPU_FIELDS: tuple[str, ...] = (
     "name", "uuid", "pci_bus_id", "vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes",
-    "gpu_busy_percent", "memory_busy_percent", "mem_clock_mhz", "mem_clock_max_mhz", "bus_width_bits",
+    "gpu_busy_percent", "memory_busy_percent", "mem_clock_mhz", "mem_clock_max_mhz", "core_clock_mhz",
+    "core_clock_max_mhz", "clock_reasons", "bus_width_bits",
     "peak_bandwidth_bytes_per_s", "dram_bandwidth_util_percent", "pcie.generation", "pcie.width",
     "pcie.max_generation", "pcie.max_width", "pcie.bandwidth_bytes_per_s", "pcie_tx_bytes_per_s",
     "pcie_rx_bytes_per_s", "power_w", "power_limit_w", "energy_j", "temperature_c", "processes", "server_used_bytes",
-    "other_processes_used_bytes",
+    "other_processes_used_bytes", "other_processes_busy_percent",
 )
 
 # Fields of the device reading that other device sources fill and NVML has no query for (GTT spill, unified
@@ -85,7 +74,7 @@ def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_b
 
 def pci_bus_id(nvml_bus_id: Any) -> str | None:
     """NVML's "00000000:01:00.0" as llama.cpp and Linux print it: "0000:01:00.0" (lower case)."""
-    text = _text(nvml_bus_id).strip().strip("\x00").lower()
+    text = text_of(nvml_bus_id).strip().strip("\x00").lower()
     parts = text.split(":")
     if len(parts) != 3:
         return text or None
@@ -102,81 +91,6 @@ def choose_peak_bandwidth(
     (the user's value, then NVML's checked against the table, then the table)."""
     return gpus.choose_peak_bandwidth(name, nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz, bus_width_bits),
                                       user_bandwidth_bytes_per_s)
-
-
-class _Lost(Exception):
-    """Raised inside one GPU's read when NVML says the GPU is lost: stop asking it anything."""
-
-
-def _nvml_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def _describe(exc: BaseException) -> str:
-    code = _nvml_code(exc)
-    if code is not None:
-        return _PHRASES.get(code, f"NVML error {code}: {exc}")
-    return f"unexpected {type(exc).__name__}: {exc}"
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-@dataclass
-class _GpmState:
-    supported: bool | None = None
-    reason: str | None = None
-    samples: list[Any] = field(default_factory=list)
-    have_previous: bool = False
-
-
-@dataclass
-class _DeviceState:
-    handle: Any = None
-    name: str | None = None
-    uuid: str | None = None
-    pci: tuple[str | None, str | None] | None = None  # (bus id, vendor:device), read once
-    skip: dict[str, str] = field(default_factory=dict)  # fname -> permanent reason
-    memory_v2: bool = True
-    pcie_counters: bool | None = None  # cumulative PCIe byte counters (field values) supported?
-    pcie_last: tuple[int, int, int] | None = None  # (tx bytes, rx bytes, timestamp µs) at the last poll
-    gpm: _GpmState = field(default_factory=_GpmState)
-
-
-class _GpuRead:
-    """Collects one GPU's fields and reasons while calling NVML through one guarded path."""
-
-    def __init__(self, nvml: Any, state: _DeviceState) -> None:
-        self.nvml = nvml
-        self.state = state
-        self.values: dict[str, Any] = {}
-        self.reasons: dict[str, str] = {}
-
-    def call(self, fields: tuple[str, ...], fname: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``nvml.fname``; on failure set each field's reason and return None (GPU lost: raise)."""
-        skipped = self.state.skip.get(fname)
-        if skipped is not None:
-            self.fail(fields, skipped)
-            return None
-        try:
-            return getattr(self.nvml, fname)(*args, **kwargs)
-        except Exception as exc:  # every NVML failure, and anything odd from a binding or fake
-            code = _nvml_code(exc)
-            if code == _GPU_IS_LOST:
-                raise _Lost(_describe(exc)) from exc
-            reason = f"{_describe(exc)} ({fname})"
-            if code in _PERMANENT:
-                self.state.skip[fname] = reason
-            self.fail(fields, reason)
-            return None
-
-    def fail(self, fields: tuple[str, ...], reason: str) -> None:
-        for f in fields:
-            self.reasons.setdefault(f, reason)
 
 
 class NvmlSource:
@@ -204,7 +118,7 @@ class NvmlSource:
         self._initialized = False
         self._unavailable_reason: str | None = None
         self._driver_version: str | None = None
-        self._devices: dict[int, _DeviceState] = {}
+        self._devices: dict[int, DeviceState] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def _ensure_init(self) -> str | None:
@@ -223,22 +137,22 @@ class NvmlSource:
         try:
             self._nvml.nvmlInit()
         except Exception as exc:
-            code = _nvml_code(exc)
-            if code == _LIBRARY_NOT_FOUND:
+            code = nvml_code(exc)
+            if code == LIBRARY_NOT_FOUND:
                 why = "the NVML library was not found (no NVIDIA driver on this machine)"
-            elif code == _DRIVER_NOT_LOADED:
+            elif code == DRIVER_NOT_LOADED:
                 why = "the NVIDIA driver is not loaded"
-            elif code == _LIB_RM_VERSION_MISMATCH:
+            elif code == LIB_RM_VERSION_MISMATCH:
                 why = "NVML and the kernel driver versions differ (reboot after a driver update)"
-            elif code == _NO_PERMISSION:
+            elif code == NO_PERMISSION:
                 why = "no permission to use NVML"
             else:
-                why = f"NVML did not start: {_describe(exc)}"
+                why = f"NVML did not start: {describe(exc)}"
             self._unavailable_reason = f"no NVIDIA GPU: {why}"
             return self._unavailable_reason
         self._initialized = True
         try:
-            self._driver_version = _text(self._nvml.nvmlSystemGetDriverVersion())
+            self._driver_version = text_of(self._nvml.nvmlSystemGetDriverVersion())
         except Exception:  # the version is a nicety; its absence costs nothing
             self._driver_version = None
         return None
@@ -257,13 +171,13 @@ class NvmlSource:
                 pass
             self._initialized = False
 
-    def _free_gpm(self, state: _DeviceState) -> None:
+    def _free_gpm(self, state: DeviceState) -> None:
         for sample in state.gpm.samples:
             try:
                 self._nvml.nvmlGpmSampleFree(sample)
             except Exception:  # freeing on a lost GPU or at exit may fail; nothing else to do
                 pass
-        state.gpm = _GpmState()
+        state.gpm = GpmState()
 
     # -- polling ---------------------------------------------------------------------------------------
     def poll(self, server_pids: Collection[int] = ()) -> GpuSetReading:
@@ -277,7 +191,7 @@ class NvmlSource:
                 count = int(self._nvml.nvmlDeviceGetCount())
             except Exception as exc:
                 return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
-                                     unavailable_reason=f"NVML could not count GPUs: {_describe(exc)}")
+                                     unavailable_reason=f"NVML could not count GPUs: {describe(exc)}")
             if count <= 0:
                 return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
                                      unavailable_reason="no NVIDIA GPU: the driver reports none")
@@ -286,20 +200,20 @@ class NvmlSource:
             return GpuSetReading(t_monotonic=t, gpus=gpus, driver_version=self._driver_version)
 
     def _read_gpu(self, index: int, server_pids: frozenset[int], server_known: bool) -> GpuReading:
-        state = self._devices.setdefault(index, _DeviceState())
-        r = _GpuRead(self._nvml, state)
+        state = self._devices.setdefault(index, DeviceState())
+        r = GpuRead(self._nvml, state)
         try:
             if state.handle is None:
                 try:
                     state.handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
                 except Exception as exc:
-                    if _nvml_code(exc) == _GPU_IS_LOST:
-                        raise _Lost(_describe(exc)) from exc
-                    r.fail(_GPU_FIELDS, f"no handle for GPU {index}: {_describe(exc)}")
+                    if nvml_code(exc) == GPU_IS_LOST:
+                        raise Lost(describe(exc)) from exc
+                    r.fail(_GPU_FIELDS, f"no handle for GPU {index}: {describe(exc)}")
                     return GpuReading(index=index, reasons=r.reasons, vendor="nvidia", source="nvml",
                                       vendor_index=index)
             self._read_fields(index, r, server_pids, server_known)
-        except _Lost as lost:
+        except Lost as lost:
             state.handle = None  # ask again next time: a reset GPU comes back with a new handle
             self._free_gpm(state)
             r.values.clear()
@@ -320,15 +234,15 @@ class NvmlSource:
         return GpuReading(index=index, pcie=pcie, reasons=dict(r.reasons), kind=kind.value, vendor="nvidia",
                           source="nvml", vendor_index=index, **plain)
 
-    def _read_fields(self, index: int, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
+    def _read_fields(self, index: int, r: GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
         nvml, state, v, h = self._nvml, r.state, r.values, r.state.handle
         if state.name is None:
             name = r.call(("name",), "nvmlDeviceGetName", h)
-            state.name = None if name is None else _text(name)
+            state.name = None if name is None else text_of(name)
         v["name"] = state.name
         if state.uuid is None:
             uuid = r.call(("uuid",), "nvmlDeviceGetUUID", h)
-            state.uuid = None if uuid is None else _text(uuid)
+            state.uuid = None if uuid is None else text_of(uuid)
         v["uuid"] = state.uuid
         pci_fields = ("pci_bus_id", "pci_device_id")
         if state.pci is None:
@@ -357,6 +271,7 @@ class NvmlSource:
         v["mem_clock_max_mhz"] = float(mx) if mx else None
         if mx == 0:
             r.fail(("mem_clock_max_mhz",), "NVML reports a max memory clock of 0 (unified memory?)")
+        self._read_clocks(r)
         bus = r.call(("bus_width_bits",), "nvmlDeviceGetMemoryBusWidth", h)
         v["bus_width_bits"] = int(bus) if bus else None
         if bus == 0:
@@ -381,17 +296,32 @@ class NvmlSource:
 
         self._read_gpm(r)
 
-    def _read_memory(self, r: _GpuRead) -> None:
+    def _read_clocks(self, r: GpuRead) -> None:
+        """The graphics clock against its maximum, and why the clocks are held down (NVML's clocks event reasons)."""
+        v, h, graphics = r.values, r.state.handle, self._nvml.NVML_CLOCK_GRAPHICS
+        core = r.call(("core_clock_mhz",), "nvmlDeviceGetClockInfo", h, graphics, skip_key="graphics clock")
+        v["core_clock_mhz"] = None if core is None else float(core)
+        top = r.call(("core_clock_max_mhz",), "nvmlDeviceGetMaxClockInfo", h, graphics, skip_key="graphics max")
+        v["core_clock_max_mhz"] = float(top) if top else None
+        state = r.state
+        mask = r.call(("clock_reasons",), THROTTLE_REASONS if state.throttle_reasons_call else EVENT_REASONS, h)
+        if mask is None and not state.throttle_reasons_call and r.last_code == FUNCTION_NOT_FOUND:  # before 535
+            state.throttle_reasons_call = True
+            r.reasons.pop("clock_reasons", None)
+            mask = r.call(("clock_reasons",), THROTTLE_REASONS, h)
+        v["clock_reasons"] = None if mask is None else clock_reasons(int(mask))
+
+    def _read_memory(self, r: GpuRead) -> None:
         v, state, h = r.values, r.state, r.state.handle
         fields = ("vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "vram_reserved_bytes")
         if state.memory_v2:
             try:
                 mem = self._nvml.nvmlDeviceGetMemoryInfo(h, version=self._nvml.nvmlMemory_v2)
             except Exception as exc:
-                code = _nvml_code(exc)
-                if code == _GPU_IS_LOST:
-                    raise _Lost(_describe(exc)) from exc
-                if code in _V2_ABSENT:
+                code = nvml_code(exc)
+                if code == GPU_IS_LOST:
+                    raise Lost(describe(exc)) from exc
+                if code in V2_ABSENT:
                     state.memory_v2 = False  # an older driver or binding: use v1 from now on
             else:
                 v["vram_total_bytes"], v["vram_used_bytes"] = int(mem.total), int(mem.used)
@@ -405,7 +335,7 @@ class NvmlSource:
         v["vram_reserved_bytes"] = None
         r.fail(("vram_reserved_bytes",), "the v2 memory query is unavailable: used includes reserved memory")
 
-    def _read_pcie(self, r: _GpuRead) -> None:
+    def _read_pcie(self, r: GpuRead) -> None:
         v, h = r.values, r.state.handle
         for key, fname in (
             ("pcie.generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
@@ -434,7 +364,7 @@ class NvmlSource:
             kb = r.call((key,), "nvmlDeviceGetPcieThroughput", h, counter)
             v[key] = None if kb is None else float(kb) * PCIE_THROUGHPUT_BYTES_PER_KB
 
-    def _pcie_counter_rates(self, state: _DeviceState) -> tuple[float, float] | None:
+    def _pcie_counter_rates(self, state: DeviceState) -> tuple[float, float] | None:
         """TX/RX bytes/s averaged since the last poll from NVML's cumulative counters, or None (then the
         20 ms throughput sample is used): unsupported (GeForce), first poll, or a counter reset."""
         if state.pcie_counters is False:
@@ -449,10 +379,10 @@ class NvmlSource:
                 return None
             now = (int(tx_f.value.ullVal), int(rx_f.value.ullVal), int(tx_f.timestamp))
         except Exception as exc:
-            code = _nvml_code(exc)
-            if code == _GPU_IS_LOST:
-                raise _Lost(_describe(exc)) from exc
-            if code in _PERMANENT or code is None:
+            code = nvml_code(exc)
+            if code == GPU_IS_LOST:
+                raise Lost(describe(exc)) from exc
+            if code in PERMANENT or code is None:
                 state.pcie_counters = False
             state.pcie_last = None
             return None
@@ -466,7 +396,7 @@ class NvmlSource:
             return None
         return d_tx / dt_s, d_rx / dt_s
 
-    def _read_processes(self, r: _GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
+    def _read_processes(self, r: GpuRead, server_pids: frozenset[int], server_known: bool) -> None:
         v, h = r.values, r.state.handle
         procs: list[GpuProcess] = []
         answered = 0
@@ -481,6 +411,12 @@ class NvmlSource:
                 pid = int(p.pid)
                 procs.append(GpuProcess(pid=pid, used_bytes=None if used is None else int(used), kind=kind,
                                         is_server=pid in server_pids))
+        busy = self._process_busy(r)
+        if busy is not None and server_known:
+            v["other_processes_busy_percent"] = min(100.0, sum(b for pid, b in busy.items() if pid not in server_pids))
+            procs = [replace(p, busy_percent=busy.get(p.pid, 0.0)) for p in procs]
+        elif busy is not None:
+            r.fail(("other_processes_busy_percent",), "the model server's process is not known")
         share = ("server_used_bytes", "other_processes_used_bytes")
         if answered == 0:
             v["processes"] = None
@@ -516,7 +452,25 @@ class NvmlSource:
         v["server_used_bytes"] = sum(u or 0 for pid, u in by_pid.items() if pid in server_pids)
         v["other_processes_used_bytes"] = sum(u or 0 for pid, u in by_pid.items() if pid not in server_pids)
 
-    def _read_gpm(self, r: _GpuRead) -> None:
+    def _process_busy(self, r: GpuRead) -> dict[int, float] | None:
+        """Each process's share of the GPU's time since the last poll (NVML keeps a few seconds of samples); {}: no
+        process ran a kernel since; None: not supported (the reason is said)."""
+        state = r.state
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(state.handle, state.util_seen_us)
+        except Exception as exc:
+            code = nvml_code(exc)
+            if code == GPU_IS_LOST:
+                raise Lost(describe(exc)) from exc
+            if code == NOT_FOUND:  # no sample since the last one: nobody used the GPU meanwhile
+                return {}
+            r.fail(("other_processes_busy_percent",), f"{describe(exc)} (nvmlDeviceGetProcessUtilization)")
+            return None
+        samples = list(samples or ())
+        state.util_seen_us = max([state.util_seen_us, *(int(getattr(s, "timeStamp", 0) or 0) for s in samples)])
+        return processes_busy(samples)
+
+    def _read_gpm(self, r: GpuRead) -> None:
         key = ("dram_bandwidth_util_percent",)
         gpm, h = r.state.gpm, r.state.handle
         r.values["dram_bandwidth_util_percent"] = None

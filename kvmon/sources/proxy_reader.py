@@ -1,5 +1,6 @@
-"""The ``kvmon proxy`` in front of a server that has no live counters of its own (Ollama, LM Studio): its
-``/kvmon/stats`` document read each poll, used only when the proxy forwards to that very server.
+"""The ``kvmon proxy`` in front of a server: its ``/kvmon/stats`` document read each poll (live speeds where the server
+has no counters of its own, each reply's timings, what made a conversation's prompt change), used only when the
+proxy forwards to that very server. A default proxy that is not there is looked for again every ``ABSENT_RETRY_S``.
 
 A proxy that is not there is no failure unless the user named it (then the reason is shown); one that is there
 but does not answer in time is said to be so; one that forwards elsewhere is not this server's.
@@ -16,6 +17,7 @@ from kvmon.sources import procs
 from kvmon.sources.http import HttpClient, normalize_base_url, redact_url
 
 PROXY_TIMEOUT_S = 0.5
+ABSENT_RETRY_S = 30.0  # a default proxy that is not there is looked for again this often, not every poll
 
 
 def same_endpoint(a: str, b: str, default_port: int) -> bool:
@@ -39,9 +41,12 @@ class ProxyReader:
         self._server_url = server_url
         self._default_port = default_port
         self._client: HttpClient | None = None
+        self._absent_at: float | None = None  # when the default proxy was last found absent
 
     def read(self, t_mono: float, t_wall: float) -> tuple[ProxyView | None, str | None]:
         """(the proxy's view, None) or (None, why not when that is worth saying)."""
+        if self._absent_at is not None and 0.0 <= t_mono - self._absent_at < ABSENT_RETRY_S:
+            return None, None
         if self._client is None:
             self._client = HttpClient(self.url, timeout_s=PROXY_TIMEOUT_S)
         try:
@@ -49,6 +54,8 @@ class ProxyReader:
         except SourceError as e:
             if self.explicit or e.failure.kind is FailureKind.TIMEOUT:
                 return None, f"kvmon proxy at {redact_url(self.url)}: {e.failure.reason}"
+            if e.failure.kind is FailureKind.UNREACHABLE:
+                self._absent_at = t_mono
             return None, None
         if view.upstream and not same_endpoint(view.upstream, self._server_url, self._default_port):
             return None, f"the kvmon proxy at {redact_url(self.url)} forwards to {view.upstream}, not here"

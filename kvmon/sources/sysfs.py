@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from kvmon.core.readings import PcieLink
+from kvmon.core.readings import CLOCK_REASONS, ClockReason, PcieLink
 from kvmon.physics.gpus import pcie_bandwidth_bytes_per_s
 from kvmon.sources.drm_fdinfo import server_gpu_memory
 from kvmon.sources.localfile import open_regular
@@ -126,6 +126,64 @@ def _read_hwmon(files: _HwmonFiles) -> tuple[float | None, float | None, dict[st
             return None
         out.append(v / 1e6)  # µW, µJ
     return out[0], out[1], dict(files.reasons)
+
+
+POWER_AT_CAP = 0.97  # power drawn at this share of the card's cap or more: the cap holds its clocks down
+THERMAL_MARGIN_MC = 5000  # a sensor within 5 °C of its critical mark: the driver slows the card (millidegrees)
+
+
+def hwmon_limit_reasons(device_dir: Path) -> tuple[ClockReason, ...] | None:
+    """Why a card's clocks are held down, from what its hwmon says (amdgpu publishes no reason of its own): its
+    power at its cap (``power1_average``/``power1_input`` against ``power1_cap``), a temperature near its critical
+    mark (``tempN_input`` against ``tempN_crit``: edge, junction, memory); () when neither; None without hwmon."""
+    dirs = sorted((device_dir / "hwmon").glob("hwmon*")) if (device_dir / "hwmon").is_dir() else []
+    if not dirs:
+        return None
+    found: set[ClockReason] = set()
+    for d in dirs:
+        power = next((v for n in ("power1_average", "power1_input") if (v := read_int(d / n)) is not None), None)
+        cap = read_int(d / "power1_cap")
+        if power is not None and cap and power >= POWER_AT_CAP * cap:
+            found.add("power_cap")
+        for temp in d.glob("temp*_input"):
+            now, crit = read_int(temp), read_int(temp.with_name(temp.name.replace("_input", "_crit")))
+            if now is not None and crit and now >= crit - THERMAL_MARGIN_MC:
+                found.add("thermal")
+    return tuple(r for r in CLOCK_REASONS if r in found)
+
+
+# Intel's throttle reason files (xe: tileN/gtN/freq0/throttle/reason_*, i915: gt/gtN/throttle_reason_*), in words
+_INTEL_REASONS: dict[str, ClockReason] = {"pl1": "power_cap", "pl2": "power_cap", "pl4": "power_cap",
+                                          "thermal": "thermal", "prochot": "thermal", "ratl": "thermal",
+                                          "vr_thermalert": "thermal", "vr_tdc": "current_limit"}
+
+
+def intel_core_clock(card_dir: Path, device_dir: Path) -> tuple[float | None, float | None,
+                                                                tuple[ClockReason, ...] | None]:
+    """An Intel GPU's graphics clock now, its highest, and why it is held down, from xe's ``tileN/gtN/freq0`` (under
+    the PCI device) or i915's ``gt/gtN`` (under the card): (None, None, None) where neither is there."""
+    for freq in sorted(device_dir.glob("tile[0-9]*/gt[0-9]*/freq0")):
+        cur, top = read_int(freq / "act_freq") or read_int(freq / "cur_freq"), read_int(freq / "rp0_freq")
+        return (_mhz(cur), _mhz(top or read_int(freq / "max_freq")),
+                _intel_reasons({k: read_int(freq / "throttle" / f"reason_{k}") for k in _INTEL_REASONS}))
+    for gt in sorted(card_dir.glob("gt/gt[0-9]*")):
+        cur, top = read_int(gt / "rps_act_freq_mhz") or read_int(gt / "rps_cur_freq_mhz"), read_int(
+            gt / "rps_RP0_freq_mhz")
+        return (_mhz(cur), _mhz(top or read_int(gt / "rps_max_freq_mhz")),
+                _intel_reasons({k: read_int(gt / f"throttle_reason_{k}") for k in _INTEL_REASONS}))
+    return None, None, None
+
+
+def _mhz(value: int | None) -> float | None:
+    return float(value) if value else None
+
+
+def _intel_reasons(flags: dict[str, int | None]) -> tuple[ClockReason, ...] | None:
+    """The reasons whose file says 1; None when no reason file could be read."""
+    if all(v is None for v in flags.values()):
+        return None
+    found = {_INTEL_REASONS[k] for k, v in flags.items() if v}
+    return tuple(r for r in CLOCK_REASONS if r in found)
 
 
 def read_hex_id(path: Path, digits: int = 4) -> str | None:

@@ -15,10 +15,12 @@ from kvmon.core.alerts import AlertEngine
 from kvmon.core.readings import Provenance
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.words import (
+    CAUSE_NAMES,
     FIT_FORMS,
     REGIME_CAUSES,
     SUSPECTS,
     alert_name,
+    cause_name,
     fit_words,
     level_word,
     provenance_words,
@@ -98,7 +100,7 @@ def test_every_provenance_level_suspect_form_and_regime_cause_reads_as_words() -
     rendered = [provenance_words(p.value) for p in Provenance] + [provenance_words("measured")]
     rendered += [level_word(x) for x in ("ok", "info", "warning", "critical")]
     rendered += [suspect_words(x) for x in SUSPECTS] + [fit_words(x) for x in FIT_FORMS]
-    rendered += [regime_words(x) for x in REGIME_CAUSES]
+    rendered += [regime_words(x) for x in REGIME_CAUSES] + [cause_name(x) for x in CAUSE_NAMES]
     assert not [r for r in rendered if internal_names(r)], rendered
 
 
@@ -128,6 +130,7 @@ def test_what_every_scenario_shows_reads_as_words() -> None:
         assert s.verdict is not None, where
         texts = {"headline": s.verdict.sentence, "state": s.verdict.state, "once": format_text(snapshot_to_json(s))}
         texts |= {f"alert {a.code}": a.message for a in s.alerts}
+        texts |= {f"cause {c.code}": f"{c.summary}: {c.message}" for c in s.slowdown_causes}
         texts |= {f"reason {k}": reason_name(k) for k in s.reasons}
         texts |= {f"source of {k}": provenance_words(v) for k, v in s.provenance.items()}
         for what, text in texts.items():

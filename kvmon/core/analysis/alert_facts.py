@@ -12,7 +12,7 @@ from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure
-from kvmon.core.snapshot import Forecast, GpuView, HostView, LatencyView, ModelView, Snapshot
+from kvmon.core.snapshot import Forecast, GpuView, HostView, LatencyView, ModelView, PromptCacheView, Snapshot
 from kvmon.physics.cache_types import smaller_cache_type
 
 
@@ -53,7 +53,7 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
                   decode: float | None, fc: Forecast, vfacts: tuple[GpuVramFacts, ...], p: Placement,
                   ceiling_now: float | None, advice: tuple[CacheAdvice, ...],
                   dev: DeviceFacts | None = None, *, advice_types: Sequence[str] = (),
-                  latency: LatencyView | None = None) -> AlertFacts:
+                  latency: LatencyView | None = None, prompt_cache: PromptCacheView | None = None) -> AlertFacts:
     """The facts of a poll that read the server: context left, VRAM trend, what lives in host RAM, the advice,
     (``dev``) the devices': CPU-only decoding, unified memory's working set, swap, the log's hint; and the last
     reply's times."""
@@ -97,6 +97,7 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         last_generate_s=latency.last_generate_s if latency else None,
         last_prompt_tokens=latency.last_prompt_tokens if latency else None,
         last_prefill_tok_s=latency.last_prefill_tok_s if latency else None,
+        prompt_cache=prompt_cache,
     )
 
 

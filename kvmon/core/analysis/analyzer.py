@@ -18,6 +18,7 @@ from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import (
     advice,
     alert_facts,
+    causes,
     ceiling,
     consistency,
     devices,
@@ -34,11 +35,12 @@ from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.latency import LatencyTracker
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import ModelViews, cache_bytes
+from kvmon.core.analysis.prompt_cache import PromptCacheTracker
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
-from kvmon.core.curve_config import CurveMemory
+from kvmon.core.curve_config import AtlasView, CurveMemory
 from kvmon.core.curve_identity import config_of
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
@@ -47,6 +49,7 @@ from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 from kvmon.core.verdict import UNSEEN, DecodeMemory, before_what, decided
+from kvmon.physics.attention_prior import attention_class
 
 # the alerts that stand on where the model lives: withdrawn when a measured speed refutes the guess
 PLACEMENT_ALERTS = frozenset({"cpu_only", "kv_in_host", "weights_in_host", "swap_growing", "unified_working_set"})
@@ -61,7 +64,8 @@ class Analyzer:
                  curve_memory: CurveMemory | None = None) -> None:
         """``settings_source``: asked before every poll for the settings the user has now (the dashboard's dialog
         changes bandwidths while polling goes on); its None keeps the settings as they are. ``curve_memory``: the
-        atlas of measured curves (earlier points of the same configuration join the forecast's data)."""
+        atlas of measured curves (earlier points of the same configuration join the forecast's data, and decode
+        slower than they say at this depth is a cause of the gap)."""
         self.settings = settings or AnalyzerSettings()
         self._settings_source = settings_source
         self._clock = clock  # for failures that come with no reading to take a time from
@@ -85,6 +89,8 @@ class Analyzer:
         self._last_t: float | None = None  # the last analysed poll's instant (the energy interval's start)
         self._decodes = DecodeMemory()  # the last speed measured (the headline's while idle), the one before a reload
         self._unseen: tuple[Any, str] | None = None  # (model, why): its speed says it runs on a device not seen
+        self._speeds = causes.SessionSpeeds()  # this session's measured points per configuration
+        self._prompts = PromptCacheTracker(self.settings.thresholds)  # prompts read again and reused
 
     # ------------------------------------------------------------------ public
 
@@ -96,6 +102,8 @@ class Analyzer:
             self.settings = self._settings_source() or self.settings
         if isinstance(server, SourceFailure):
             self._reload_seen = self._reload_seen or server.kind is FailureKind.MODEL_LOADING
+            if server.kind is FailureKind.MODEL_LOADING:
+                self._prompts.restarted()
             return self._failure(server, gpus, host)
         self._failure_since = None
         if self._connected_since is None:
@@ -127,6 +135,8 @@ class Analyzer:
         self._last_t = None
         self._decodes.reset()
         self._unseen = None
+        self._speeds.clear()
+        self._prompts.reset()
 
     # ------------------------------------------------------------------ failures
 
@@ -245,6 +255,7 @@ class Analyzer:
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
         latency = self._latency.update(r, reasons, drafting=drafter is not None)
+        prompts = self._prompts.update(r, where.context)
         # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
         # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
         ended = self._latency.added
@@ -253,8 +264,11 @@ class Analyzer:
         last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
                                                    rates.decode if rates.decode is not None else replied, t, r.t_wall,
                                                    where.context, point[1] if point is not None else None)
+        gap = self._gap(r, model, shape, where.context, rates.decode, ceiling_now if efficiency is not None else None,
+                        devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point, atlas)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
-                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
+                                          ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency,
+                                          prompt_cache=prompts)
         if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more
             facts = replace(facts, withdrawn=PLACEMENT_ALERTS)
         if before is not None and before_what(fc.regime.cause) is not None:
@@ -281,8 +295,35 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-            last_decode=last_decode, decode_before=before, atlas=atlas,
+            last_decode=last_decode, decode_before=before, slowdown_causes=gap, prompt_cache=prompts, atlas=atlas,
         ))
+
+    def _gap(self, r: ServerReading, model: Any, shape: Any, context: int | None, decode: float | None,
+             ceiling_now: float | None, devices_now: list[Any] | None, kv_read_now: float | None,
+             read_now: float | None, place: Any, gviews: tuple[Any, ...], hview: Any, spec: Any, t: float,
+             point: tuple[float, float] | None, atlas: AtlasView | None) -> tuple[Any, ...]:
+        """Why decode runs below the ceiling now (``kvmon.core.analysis.causes``), against this session's earlier
+        points and the atlas's of the configuration; this poll's point is remembered after it is compared."""
+        config = causes.config_key(model_key(r.url, model), model.n_ctx, model.kv_type_k, model.kv_type_v,
+                                   model.n_slots, devices_now)
+        # the atlas files a curve by its configuration: a KV cache the driver spilled over PCIe is not on its curve
+        spilled = any(v > 0 for v in place.kv_pcie.values())
+        curves = causes.AtlasSpeeds(None if spilled else atlas, t, r.t_wall)
+        earlier = causes.earlier_speed((self._speeds, curves), config, context, t)
+        if point is not None and config is not None:
+            self._speeds.add(config, int(point[0]), point[1], t)
+        kv_share = (kv_read_now / (read_now + kv_read_now) if kv_read_now is not None and read_now is not None
+                    and read_now + kv_read_now > 0 else None)
+        on_host = place.kv_host > 0 or (place.weights_host_read > 0 and not place.on_device)
+        req = r.last_request
+        client = (causes.ClientView(req.client_tok_s, req.predicted_tokens / req.predicted_seconds)
+                  if req is not None and req.client_tok_s and req.predicted_tokens and req.predicted_seconds else None)
+        return causes.breakdown(causes.GapInputs(
+            decode_tok_s=decode, ceiling_tok_s=ceiling_now, context_tokens=context, gpus=gviews, host=hview,
+            step_shares=ceiling.step_shares(devices_now, kv_read_now), kv_share=kv_share,
+            attention_class=attention_class(shape, on_host) if shape is not None else None,
+            n_threads=r.config.n_threads, speculative=spec,
+            target_bytes_per_token=(read_now or 0) + (kv_read_now or 0) or None, earlier=earlier, client=client))
 
     def _unseen_device(self, r: ServerReading, model: Any, decode: float | None, host_bw: float | None) -> str | None:
         """Why the model runs on a device kvmon cannot see (kept for the model once its speed said so), or None."""
@@ -300,9 +341,12 @@ class Analyzer:
         """This poll's regime key, and whether the server reloaded (was loading, or its process changed) since."""
         if r.state == "loading":
             self._reload_seen = True
+            self._prompts.restarted()
             return
         pids = tuple(sorted(r.server_pids))
         reloaded = self._reload_seen or bool(pids and self._server_pids and pids != self._server_pids)
+        if reloaded:
+            self._prompts.restarted()
         self._server_pids = pids or self._server_pids
         self._reload_seen = False
         key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,

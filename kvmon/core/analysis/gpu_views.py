@@ -70,6 +70,10 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
             peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, memory_busy_percent=g.memory_busy_percent,
             gpu_busy_percent=g.gpu_busy_percent, pcie_rx_bytes_per_s=g.pcie_rx_bytes_per_s,
             pcie_tx_bytes_per_s=g.pcie_tx_bytes_per_s, pcie_bandwidth_bytes_per_s=pcie_bw,
+            pcie_generation=g.pcie.generation, pcie_width=g.pcie.width, pcie_max_generation=g.pcie.max_generation,
+            pcie_max_width=g.pcie.max_width, mem_clock_mhz=g.mem_clock_mhz, mem_clock_max_mhz=g.mem_clock_max_mhz,
+            core_clock_mhz=g.core_clock_mhz, core_clock_max_mhz=g.core_clock_max_mhz, clock_reasons=g.clock_reasons,
+            other_processes_busy_percent=g.other_processes_busy_percent, power_limit_w=g.power_limit_w,
             power_w=g.power_w, temperature_c=g.temperature_c, reasons=reasons, kind=g.kind, vendor=g.vendor,
             source=g.source, memory_source="table" if table_size else "measured",
             working_set_limit_bytes=g.working_set_limit_bytes, working_set_source=g.working_set_source,
@@ -168,5 +172,6 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
         swap_used_bytes=host.swap_used_bytes if host else None,
         memory_type=host.memory_type if host else None, cpu_name=host.cpu_name if host else None,
         achieved_bandwidth_bytes_per_s=achieved, in_ceiling=in_ceiling, unified_with=unified, reasons=reasons,
-        prompt_cache_limit_bytes=prompt_cache_limit_bytes,
+        prompt_cache_limit_bytes=prompt_cache_limit_bytes, cpu_count=host.cpu_count if host else None,
+        cpu_busy_cores=host.cpu_busy_cores if host else None, server_cpu_cores=host.server_cpu_cores if host else None,
     )

@@ -132,12 +132,14 @@ class LatencyTracker:
 
     def _from_request(self, r: ServerReading) -> bool:
         req = r.last_request
-        if req is None or req.t_end == self._last_request_end:
+        key = req.request_id if req is not None and req.request_id is not None else (req.t_end if req else None)
+        if req is None or key == self._last_request_end:
             return req is not None
-        self._last_request_end = req.t_end
+        self._last_request_end = key
         itl = (req.predicted_seconds / req.predicted_tokens
                if req.predicted_seconds and req.predicted_tokens else None)
-        computed = (req.prompt_tokens - (req.cached_tokens or 0)) if req.prompt_tokens is not None else None
+        computed = req.reread_tokens if req.reread_tokens is not None else (
+            (req.prompt_tokens - (req.cached_tokens or 0)) if req.prompt_tokens is not None else None)
         self._add(Reply(ttft_s=req.prompt_seconds, prompt_tokens=computed, itl_s=itl,
                         generated_tokens=req.predicted_tokens, generate_s=req.predicted_seconds), "request timings")
         return True

@@ -8,7 +8,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.alert_types import CONNECTION
 from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
-from kvmon.core.words import alert_name, level_word
+from kvmon.core.words import alert_name, cause_name, level_word
 from kvmon.gui import fmt, theme
 
 # the connection states the panel names, with their level (the one table in ``kvmon.core.severity``)
@@ -43,6 +43,10 @@ def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
     for a in sorted_alerts(s.alerts):
         out.append((a.level.value, fmt.plain(a.message), f"{alert_name(a.code)} ({level_word(a.level.value)})",
                     a.code))
+    for c in s.slowdown_causes:  # why decode runs below the ceiling: one line each, the largest share first
+        share = (f" (~{round(c.share * 20) * 5}% of the gap to the ceiling)" if c.share is not None
+                 and c.code != "unexplained" else "")
+        out.append(("info", f"{fmt.plain(c.message)}{share}", f"Why below the ceiling: {cause_name(c.code)}", None))
     codes = {a.code for a in s.alerts}
     metrics_reason = s.reasons.get("metrics")
     if metrics_reason and not any("metrics" in c for c in codes):
@@ -140,7 +144,8 @@ class AlertsPanel(QtWidgets.QGroupBox):
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the alert lines of one snapshot (made again only when the connection or an alert changed)."""
-        key = (s.connection, s.alerts, s.reasons.get("metrics"), s.serving.message if s.serving else None)
+        key = (s.connection, s.alerts, s.reasons.get("metrics"), s.serving.message if s.serving else None,
+               s.slowdown_causes)
         if key == self._key:
             return
         self._key = key

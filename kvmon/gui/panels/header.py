@@ -221,7 +221,8 @@ class HeaderPanel(QtWidgets.QFrame):
             self._update_identity(s, serving)
         live = (s.verdict, s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
                 s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
-                s.prefill_tok_s, s.activity, s.speculative, s.last_decode, s.latency,
+                s.prefill_tok_s, s.activity, s.speculative, s.last_decode, s.latency, s.slowdown_causes,
+                s.prompt_cache.next_ttft_s if s.prompt_cache is not None else None,
                 s.t_monotonic if s.decode_tok_s is None else None)  # the last reply's age moves while nothing decodes
         if live != self._live_key:
             self._live_key = live
@@ -297,6 +298,8 @@ class HeaderPanel(QtWidgets.QFrame):
             tip += "\nShare of the ceiling: measured decode ÷ ceiling"
         if spec := fmt.speculation_text(s):
             tip += f"\n{spec}"
+        if why := fmt.causes_text(s):
+            tip += f"\n{why}"
         self.efficiency.set(h.against, tip)
         self.prompt.set(h.prompt, "Prompt processing (prefill): tokens read per second, apart from decode"
                         if h.prompt else "")
@@ -305,10 +308,12 @@ class HeaderPanel(QtWidgets.QFrame):
             self.context.set("", "")
         else:
             slots = f" · {len(s.slots)} slots" if len(s.slots) > 1 else ""
-            self.context.set(f"context {ctx} of {fmt.tokens(m.n_ctx)}{slots}", fmt.tip(
-                "Context in use (the deepest conversation) of the context one conversation can hold"
-                f"\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}",
-                "context_tokens", pv, rs, unknown=s.context_tokens is None))
+            ahead, ahead_tip = fmt.next_reply_text(s)
+            self.context.set(f"context {ctx} of {fmt.tokens(m.n_ctx)}{slots}" + (f" · {ahead}" if ahead else ""),
+                             fmt.tip("Context in use (the deepest conversation) of the context one conversation can "
+                                     f"hold\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}"
+                                     + (f"\n{ahead_tip}" if ahead_tip else ""),
+                                     "context_tokens", pv, rs, unknown=s.context_tokens is None))
         if s.kv_in_use_bytes is None and s.kv_allocated_bytes is None:
             self.kv.set("", "")
         else:

@@ -11,4 +11,5 @@ LLAMA_SERVER = Backend(
     context_setting="-c", offload_setting="-ngl", cache_type_setting="-ctk {type_k} -ctv {type_v}",
     flash_attention_setting=" -fa on", prompt_cache_setting="--cache-ram {mib}", metrics_setting="--metrics",
     hidden_cache_type_why="kvmon cannot see the server's -ctk/-ctv: give it the server's log with --log",
-    depth_hint=" (enable /slots)", reads_log=True)
+    depth_hint=" (enable /slots)", reads_log=True,
+    prompt_counters=("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", False))

@@ -52,6 +52,8 @@ _VALUE_FLAGS: dict[str, str] = {
     "--fit-target": "fit_target",
     "-cram": "cache_ram",
     "--cache-ram": "cache_ram",
+    "-t": "threads",
+    "--threads": "threads",
 }
 _FIT_FLAGS = ("-fit", "--fit")
 _ENV: dict[str, str] = {
@@ -68,6 +70,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_UBATCH": "ubatch",
     "LLAMA_ARG_BATCH": "batch",
     "LLAMA_ARG_HOST": "host",
+    "LLAMA_ARG_THREADS": "threads",
     "LLAMA_ARG_PORT": "port",
     "LLAMA_ARG_FLASH_ATTN": "fa",
     "LLAMA_ARG_KV_UNIFIED": "kvu",
@@ -267,6 +270,11 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     mark("fit_target_bytes", "fit_target")
     mark("prompt_cache_limit_bytes", "cache_ram")
 
+    threads = _to_int(raw.get("threads"))  # absent or -1: llama.cpp picks the physical cores (not known here)
+    n_threads = threads if threads and threads > 0 else None
+    if n_threads is not None:
+        mark("n_threads", "threads")
+
     host = raw.get("host") or DEFAULT_HOST
     port = _to_int(raw.get("port"))
     if port is None:
@@ -293,6 +301,7 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
         fit=fit,
         fit_target_bytes=fit_target,
         prompt_cache_limit_bytes=cache_ram,
+        n_threads=n_threads,
         provenance=prov,
     )
     return LlamaServerArgs(config=config, host=host, port=port, notes=tuple(notes))

@@ -36,7 +36,7 @@ from kvmon.sources.answers import PollAnswers
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
-from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.args import DEFAULT_PORT, parse_llama_server_args
 from kvmon.sources.llamacpp.draft import with_draft
 from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.model import ModelDescriber
@@ -51,6 +51,7 @@ from kvmon.sources.llamacpp.parse import (
 from kvmon.sources.llamacpp.process import LlamaServerProcess
 from kvmon.sources.llamacpp.sleep import SleepCourtesy
 from kvmon.sources.procs import is_local_host
+from kvmon.sources.proxy_reader import ProxyReader
 
 BACKEND = LLAMA_SERVER
 HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less per poll
@@ -58,6 +59,7 @@ HEALTH_EVERY_POLLS = 10  # /props answers the rest of the time: one request less
 # many polls. While no slot starts, ends or begins decoding, the counters kvmon reads cannot move: the last /metrics
 # answer stands as long (see kvmon.sources.llamacpp.parse.metrics_key).
 REUSE_MAX_POLLS = 10
+DEFAULT_PROXY_URL = "http://127.0.0.1:11435"  # where `kvmon proxy` listens unless told otherwise
 # /slots (like /metrics) is a task on llama-server's queue, and every task restarts the idle timer that
 # --sleep-idle-seconds counts: within this long of the last /slots answer the server cannot have fallen asleep
 # (for any sleep setting of 2 s or more), so the next poll need not ask /props first to avoid waking it.
@@ -94,6 +96,7 @@ class LlamaServerSource:
         process_port: int | None = None,
         command_line: Sequence[str] | None = None,
         model_name: str | None = None,
+        proxy_url: str | None = None,
     ) -> None:
         """``model_id``: one model of a router (every per-model endpoint is asked with ``?model=<id>&autoload=false``,
         so watching it never loads it). ``process_port``: where the model's own server process listens (a router's
@@ -102,7 +105,8 @@ class LlamaServerSource:
         be read. ``model_name``: the name the user gave the model elsewhere (a llama-swap entry's), shown as an
         alias is. ``local_files``: whether the paths the server names (its model file) are files on
         this machine; by default, when the server's host is this machine. A remote server's paths are never opened
-        here."""
+        here. ``proxy_url``: the ``kvmon proxy`` in front of it (default: the proxy's default address, read when it
+        forwards here): each reply's timings and what made a conversation's prompt change."""
         self.base_url = normalize_base_url(base_url)
         self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
         self._api_key = api_key
@@ -136,6 +140,8 @@ class LlamaServerSource:
         # a router's or llama-swap's name for the model is the user's
         self._model = ModelDescriber(self._optional_json, self._process, local_files=self._local_files,
                                      model_override=model_metadata_override, model_name=model_name or model_id)
+        # a router's model is reached through the router, not through a proxy of its own
+        self._proxy = None if model_id else ProxyReader(proxy_url, DEFAULT_PROXY_URL, self.base_url, DEFAULT_PORT)
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
@@ -145,8 +151,10 @@ class LlamaServerSource:
         return self._api_key
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Close the HTTP connection pools."""
         self._http.close()
+        if self._proxy is not None:
+            self._proxy.close()
 
     # ---- HTTP helpers -------------------------------------------------------------------------
 
@@ -325,6 +333,9 @@ class LlamaServerSource:
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
         self._answers.check()  # every endpoint failed: a failure, and the answers reused next poll are forgotten
+        proxy, proxy_reason = self._proxy.read(t_mono, t_wall) if self._proxy is not None else (None, None)
+        if proxy_reason:
+            reasons["proxy"] = proxy_reason
         self._polls_since_health = 0 if checked else self._polls_since_health + 1
         # a /health that failed (the rest answering) is asked again next poll: its reason stays on screen
         self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS or "health" in reasons
@@ -348,6 +359,8 @@ class LlamaServerSource:
             live_rate_idle=waiting_idle and not live_source,
             server_pids=pids,
             reasons=reasons,
+            last_request=proxy.last if proxy is not None else None,
+            prompt_changes=proxy.prompt_changes if proxy is not None else (),
         )
 
     def _check_health(self, reasons: dict[str, str]) -> bool:
