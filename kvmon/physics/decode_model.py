@@ -124,7 +124,7 @@ class ReadProfile:
         """Seconds reading the KV cache at each depth (at peak bandwidth)."""
         n = np.nan_to_num(np.asarray(context_tokens, dtype=float), nan=0.0, posinf=0.0, neginf=0.0)
         n = np.maximum(n, 0.0)
-        kv = self.kv_unbounded_bytes_per_token * n
+        kv: np.ndarray = self.kv_unbounded_bytes_per_token * n
         for window, n_bytes in self.kv_windows:
             kv = kv + n_bytes * np.minimum(n, float(window))
         return kv * self.kv_s_per_byte
@@ -282,7 +282,8 @@ def _group_medians(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     counts = np.diff(np.r_[starts, k.size])
     lo = starts + (counts - 1) // 2
     hi = starts + counts // 2
-    return (vs[lo] + vs[hi]) / 2.0
+    medians: np.ndarray = (vs[lo] + vs[hi]) / 2.0
+    return medians
 
 
 @dataclass(frozen=True)

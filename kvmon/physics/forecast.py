@@ -86,9 +86,9 @@ def clean_points(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.
     try:  # fast path: a well-formed sequence of pairs
         arr = np.asarray(points, dtype=float)
         if arr.ndim == 2 and arr.shape[1] == 2:
-            x, tok_s = arr[:, 0], arr[:, 1]
-            ok = np.isfinite(x) & np.isfinite(tok_s) & (x >= 0) & (tok_s > 0)
-            return x[ok], 1.0 / tok_s[ok]
+            x_col, tok_s_col = arr[:, 0], arr[:, 1]
+            ok = np.isfinite(x_col) & np.isfinite(tok_s_col) & (x_col >= 0) & (tok_s_col > 0)
+            return x_col[ok], 1.0 / tok_s_col[ok]
     except (TypeError, ValueError):
         pass
     xs: list[float] = []
