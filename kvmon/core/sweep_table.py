@@ -127,7 +127,7 @@ def from_json(data: Any) -> SweepResult:
         rows=tuple(rows), ceiling_curve=tuple(curve),
         started_unix_s=_opt_num(data.get("started_unix_s"), "the start") or 0.0,
         wall_s=_opt_num(data.get("wall_s"), "the time") or 0.0,
-        outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",  # type: ignore[arg-type]
+        outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",
         reason=text["reason"], prompt_tokens_read=None, label=text["label"] or "")
 
 
