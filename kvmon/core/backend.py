@@ -52,7 +52,7 @@ _WORDS: dict[str, Any] = {
 class Backend(str):
     """A server kind: its name, and its words and limits (``_WORDS`` lists each with its default)."""
 
-    label: str | None
+    label: str  # the name when none is given
     source: str | None
     sweep: str | None
     ports: tuple[int, ...]
