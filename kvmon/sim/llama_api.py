@@ -13,6 +13,7 @@ import string
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kvmon.core.jsonvals import json_array
 from kvmon.sim.reply import (
     JSON_TYPE,
     Reply,
@@ -254,6 +255,7 @@ class LlamaApi:
 
     def _prompt_tokens(self, prompt: Any) -> tuple[int, list[int] | str] | Reply:
         """(tokens, the prompt as the cache compares it) of a text or token-array prompt, or the real server's 400."""
+        key: list[int] | str
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if any(t < 0 or t >= self._n_vocab() for t in prompt):
                 return json_reply(error_body(400, "Prompt contains invalid tokens", "invalid_request_error"), 400)
@@ -307,7 +309,7 @@ class LlamaApi:
 
     def chat(self, body: dict[str, Any] | None) -> Reply:
         body = body or {}
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        messages = json_array(body.get("messages"))
         text_in = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         stream = bool(body.get("stream"))
         req = self._submit(estimate_tokens(text_in) + 4 * len(messages), body, stream)
