@@ -60,7 +60,7 @@ from kvmon.physics.attention_prior import (
     prior_for,
 )
 from kvmon.physics.ceiling import DeviceShare, step_time_parts
-from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points
+from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Points, Prediction, clean_points, reduce_points
 from kvmon.physics.kv import kv_read_profile
 from kvmon.physics.shape import ModelShape
 
@@ -421,7 +421,7 @@ def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProf
     return float(np.median(profile.roofline_s(n) / y))
 
 
-def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
+def fit_bytes(points: Points, profile: ReadProfile,
               prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
               prior: AttentionPrior | None = None) -> BytesFit | None:
     """Fit (context tokens, decode tok/s) points on ``profile`` (see the module docstring).
@@ -456,14 +456,16 @@ def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
     return fit
 
 
-def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, **kw: object) -> float | None:
+def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, prior_efficiency: float | None = None,
+                  *, kernel_switch_tokens: int | None = None, prior: AttentionPrior | None = None) -> float | None:
     """Mean |forecast ÷ measured − 1| on the deepest third of the depth bins when fitted on the rest (the fit's
-    held-out check; ``kw`` as for ``fit_bytes``); None with fewer than three bins."""
+    held-out check; the other arguments as for ``fit_bytes``); None with fewer than three bins."""
     n, y = _bins(*clean_points(points))
     if n.size < 3:
         return None
     order = np.argsort(n, kind="stable")
     n, y = n[order], y[order]
     k = max(1, round(n.size / 3))
-    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, **kw)  # type: ignore[arg-type]
+    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, prior_efficiency,
+                      kernel_switch_tokens=kernel_switch_tokens, prior=prior)
     return None if trial is None else _mean_error(trial, n[-k:], y[-k:])
