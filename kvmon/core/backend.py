@@ -68,6 +68,7 @@ class Backend(str):
     depth_hint: str
     kv_pool_fills_memory: bool
     reads_log: bool
+    generated_tokens_counter: str
 
     def __new__(cls, name: str, **words: Any) -> Backend:
         unknown = set(words) - set(_WORDS)
