@@ -74,7 +74,7 @@ def to_json(r: SweepResult) -> dict[str, Any]:
            "prompt_tokens_read": r.prompt_tokens_read, "depth_reached": r.depth_reached, "notes": list(r.notes),
            "rows": [{c: getattr(row, c) for c in COLUMNS} for row in r.rows],
            "ceiling_curve": [list(p) for p in r.ceiling_curve]}
-    return json_safe(doc)  # type: ignore[no-any-return]
+    return json_safe(doc)  # type: ignore[no-any-return]  # a mapping comes back a dict
 
 
 def _opt_num(v: Any, what: str) -> float | None:

@@ -136,7 +136,7 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
             values.pop("bandwidth_source", None)
         elif "bandwidth_source" not in values:  # an exporter that does not say where it came from
             values["bandwidth_source"] = "remote"
-        gpus.append(GpuReading(index=index, reasons=reasons, **values))  # type: ignore[arg-type]
+        gpus.append(GpuReading(index=index, reasons=reasons, **values))  # type: ignore[arg-type]  # its fields by name
     return Scrape(tuple(gpus), host, last, host_labels, dropped)
 
 
