@@ -20,13 +20,15 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m kvmon --demo $(ARGS)
 
-## Set up and run every test (offscreen Qt; the real-window test uses Xvfb when installed) and ruff.
+## Set up and run every test (offscreen Qt; the real-window test uses Xvfb when installed), ruff and the type check.
 test: $(STAMP)
 	$(BIN)/python -m ruff check kvmon tests bench
+	$(BIN)/python -m mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check kvmon tests bench
+	$(BIN)/python -m mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
@@ -43,4 +45,4 @@ wheel: $(STAMP)
 	PYTHON=$(BIN)/python packaging/python/build-and-smoke.sh
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

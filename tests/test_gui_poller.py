@@ -154,7 +154,7 @@ def test_stop_waits_for_a_hung_poll_and_closes(qtbot) -> None:
     mon.hang_s = 0.3
     qtbot.wait(100)
     p.stop()
-    assert not p.thread.isRunning() and mon.closed == 1
+    assert not p.poll_thread.isRunning() and mon.closed == 1
 
 
 @pytest.mark.slow

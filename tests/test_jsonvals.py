@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvmon.core.jsonvals import json_float, json_int, json_str, parse_json
+from kvmon.core.jsonvals import json_array, json_float, json_int, json_object, json_str, parse_json
 
 
 @pytest.mark.parametrize("value", [True, False, None, "7", [7], {"n": 7}, math.nan, math.inf, -math.inf, -1, -0.5])
@@ -45,3 +45,10 @@ def test_integers_past_64_bits_are_infinite_wherever_they_stand(as_text: bool) -
 def test_a_digit_run_is_only_ascii_digits() -> None:
     """Arabic-Indic digits in a string are not a number: the document reads as written."""
     assert parse_json('{"t": "' + "\u0661" * 30 + '", "n": 5}') == {"t": "\u0661" * 30, "n": 5}
+
+
+def test_an_object_or_array_of_another_type_reads_as_an_empty_one() -> None:
+    doc = parse_json(b'{"details": {"family": "qwen3"}, "models": [1, 2], "config": [1], "tensors": "x"}')
+    assert json_object(doc["details"]) == {"family": "qwen3"} and json_array(doc["models"]) == [1, 2]
+    assert json_object(doc["config"]) == {} and json_array(doc["tensors"]) == []
+    assert json_object(doc.get("absent")) == {} and json_array(None) == []

@@ -59,10 +59,15 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
 
 
 
+def _no_monitor_yet() -> MonitorLike:
+    """The detected session's factory until its first server has answered (replaced before any poll)."""
+    raise RuntimeError("the detected session is given its factory once a server has answered")
+
+
 def _detected_session(api_key: str | None, timeout_s: float, log_path: str | None, switch: RecordSwitch,
                       settings: AnalyzerSettings | None = None) -> Session:
     """The first server that answers on this machine (its monitor is the session's first), else the demo."""
-    session = Session(lambda: None, None, None, recorder=switch, settings=settings)  # its factory follows
+    session = Session(_no_monitor_yet, None, None, recorder=switch, settings=settings)  # its factory follows
     try:
         first = open_monitor(None, api_key=api_key, timeout_s=min(timeout_s, 1.0), log_path=log_path,
                              recorder=switch, settings=settings, settings_source=session.current_settings)

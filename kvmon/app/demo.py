@@ -26,7 +26,7 @@ MULTI_KINDS = {"router": backends.ROUTER, "llama-swap": backends.LLAMA_SWAP}
 def scenario_backend(scenario: Any) -> Backend:
     """The backend a simulated scenario serves as (a router's or llama-swap's kind, else its server's backend)."""
     kind = getattr(scenario, "kind", None)
-    return MULTI_KINDS.get(kind) if kind in MULTI_KINDS else backends.by_name(scenario.backend)
+    return MULTI_KINDS[kind] if kind in MULTI_KINDS else backends.by_name(scenario.backend)
 
 
 def demo_session(scenario: Any, banner: str | None, *, timeout_s: float = 3.0, speed: float = 1.0,

@@ -9,6 +9,8 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
@@ -22,14 +24,14 @@ def stop_on_signals(stop: Callable[[], None], names: tuple[str, ...] = STOP_SIGN
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old: dict[signal.Signals, object] = {}
+    old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
     try:
         for sig in catchable(names):
             old[sig] = signal.signal(sig, lambda *_: stop())
         yield
     finally:
         for sig, handler in old.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)
 
 
 def catchable(names: tuple[str, ...] = STOP_SIGNALS) -> list[signal.Signals]:

@@ -20,6 +20,7 @@ from kvmon.core.backend import Backend
 from kvmon.core.curve_identity import snapshot_config
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.sweep import (
+    Outcome,
     StepTiming,
     SweepCancelled,
     SweepFailed,
@@ -182,7 +183,8 @@ class DepthSweep:
         """Measure every depth of the plan (calibrating first if not done); a cancel or a failure ends it early with
         what was measured so far and the reason."""
         started_unix, t0 = self._wall(), self._clock()
-        outcome, reason = "done", None
+        outcome: Outcome = "done"
+        reason: str | None = None
         calibrated = self._prepared and self.prefill_tok_s is not None
         try:
             if not calibrated:
@@ -221,7 +223,7 @@ class DepthSweep:
         self._measured.append((t, acc.prefill_tok_s(), acc.read))
         self._progress("generating")
 
-    def result(self, outcome: str, reason: str | None, started_unix: float, wall_s: float) -> SweepResult:
+    def result(self, outcome: Outcome, reason: str | None, started_unix: float, wall_s: float) -> SweepResult:
         """The sweep so far as its result."""
         s = self.snapshot
         cfg = snapshot_config(s)
@@ -229,7 +231,7 @@ class DepthSweep:
             server=self.target.display_url, backend=str(s.backend) if s.backend else None,
             server_version=s.server_version, model=s.model.name, config=cfg, generate=self.plan.generate,
             rows=rows_of(self._measured, s.ceiling_curve), ceiling_curve=s.ceiling_curve,
-            started_unix_s=started_unix, wall_s=wall_s, outcome=outcome,  # type: ignore[arg-type]
+            started_unix_s=started_unix, wall_s=wall_s, outcome=outcome,
             reason=reason, prompt_tokens_read=self._read, label=self.label, notes=self.plan.notes)
 
 
@@ -258,7 +260,7 @@ def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) 
     source = getattr(monitor, "server_source", None)
     followed = snapshot.serving.followed if snapshot.serving is not None else None
     if source is None and followed is not None:
-        source = monitor.source_of(followed)  # type: ignore[attr-defined]
+        source = monitor.source_of(followed)  # type: ignore[attr-defined]  # a model followed: a group monitor
     if source is None or not getattr(source, "base_url", None):
         raise SweepFailed("no model of this server can be swept from here" if followed is None else
                           f"{followed} cannot be read from here")

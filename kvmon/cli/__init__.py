@@ -147,12 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--after", type=seconds, default=None, metavar="SECONDS",
                       help=AFTER_HELP.format(what="printing") + " (with --demo: a poll every --interval, default one "
                            "interval, two polls; once never waits for the simulator)")
-    once.help_tail = _scenarios_help  # type: ignore[attr-defined]
+    once.help_tail = _scenarios_help
 
     sim = sub.add_parser("sim", help="run a simulated server alone (llama-server, Ollama, vLLM, LM Studio)")
 
     add_sim_arguments(sim)
-    sim.help_tail = _scenarios_help  # type: ignore[attr-defined]
+    sim.help_tail = _scenarios_help
 
     proxy = sub.add_parser("proxy", help="pass-through proxy that measures requests (Ollama, llama-server, LM Studio)")
     proxy.add_argument("--listen", default="127.0.0.1:11435")
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the window's size in pixels, caption included (default 1280x800)")
     shot.add_argument("--theme", choices=("system", "light", "dark"), default="system",
                       help="the colour scheme to draw in (default: the desktop's)")
-    shot.help_tail = _scenarios_help  # type: ignore[attr-defined]
+    shot.help_tail = _scenarios_help
 
     replay = sub.add_parser("replay", help="open a recorded session in the dashboard")
     replay.add_argument("file", help="a .jsonl recording")

@@ -245,7 +245,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return run_list(args, out, err)
     if getattr(args, "demo", None) is not None:
         return run_demo(args, out, err)
-    if getattr(args, "after", None) is not None or getattr(args, "start_at", 0.0) or \
+    if getattr(args, "after", None) is not None or bool(getattr(args, "start_at", 0.0)) or \
             getattr(args, "speed", 1.0) != 1.0:
         return _fail("--start-at, --after and --speed are for --demo (a real server is read as it is now)", err)
     first = first_reading(args, err)

@@ -19,6 +19,7 @@ promises, and it has no deadline from a connection's accept.
 from __future__ import annotations
 
 import collections
+import functools
 import queue
 import selectors
 import socket
@@ -177,7 +178,7 @@ class ScrapeServer:
                 return
             sock.setblocking(False)
             conn = _Conn(sock, str(addr[0]), time.monotonic() + HEAD_DEADLINE_S)
-            if not self.admission.admit(conn, conn.address, lambda c=conn: self._close(c)):
+            if not self.admission.admit(conn, conn.address, functools.partial(self._close, conn)):
                 sock.close()
                 continue
             self._conns.add(conn)

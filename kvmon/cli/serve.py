@@ -14,6 +14,7 @@ Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this p
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import socket
@@ -226,7 +227,7 @@ class Exporter:
                 self._refresh_view()
                 return snap
         try:
-            snap: Snapshot = target.monitor.poll()
+            snap = target.monitor.poll()
         except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
             error = True
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
@@ -258,7 +259,7 @@ class Exporter:
         """Start one poll thread per target (and one for the devices); the first polls are at once."""
         if self._threads:
             return
-        loops: list[Callable[[], object]] = [lambda t=t: self._poll_target(t) for t in self.targets]
+        loops: list[Callable[[], object]] = [functools.partial(self._poll_target, t) for t in self.targets]
         if self.devices is not None:
             loops.append(self._poll_devices)
         for i, poll in enumerate(loops):
@@ -360,7 +361,11 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
         print(f"kvmon: listening on {host}: other machines can scrape these metrics (model names, speeds, GPU "
               "memory); use --listen 127.0.0.1:PORT to keep them on this machine", file=err, flush=True)
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), exporter.request_stop()), daemon=True).start()
+        def stop_when_set() -> None:
+            stop.wait()
+            exporter.request_stop()
+
+        threading.Thread(target=stop_when_set, daemon=True).start()
     # from here on SIGTERM and SIGINT only ask to stop: the polls end (each within its timeout), the socket closes
     with stop_on_signals(exporter.request_stop):
         try:

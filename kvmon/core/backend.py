@@ -55,7 +55,7 @@ _WORDS: dict[str, Any] = {
 class Backend(str):
     """A server kind: its name, and its words and limits (``_WORDS`` lists each with its default)."""
 
-    label: str | None
+    label: str  # the name when none is given
     source: str | None
     sweep: str | None
     ports: tuple[int, ...]
@@ -72,6 +72,7 @@ class Backend(str):
     kv_pool_fills_memory: bool
     reads_log: bool
     prompt_counters: tuple[str, str, str | None, bool] | None
+    generated_tokens_counter: str
 
     def __new__(cls, name: str, **words: Any) -> Backend:
         unknown = set(words) - set(_WORDS)

@@ -46,6 +46,8 @@ _BUFFERS = ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "comput
             "device_free_bytes_by_device")
 
 
+# dataclasses.replace(**changes) is checked against every field's type: mypy cannot see that the changes only put
+# None into fields that may be None, hence the [arg-type] ignores below.
 def _past(obj: object, checks: tuple[tuple[str, float, str, str], ...], reasons: dict[str, str],
           prefix: str = "") -> dict[str, object]:
     """The fields of ``obj`` past their bound, as changes to None, each with its reason."""
@@ -97,5 +99,5 @@ def plausible_reading(r: ServerReading) -> ServerReading:
         changes["model"] = dataclasses.replace(r.model, **model_changes)  # type: ignore[arg-type]
     if not reasons:
         return r
-    return dataclasses.replace(r, slots=slots, config=config, reasons={**r.reasons, **reasons},  # type: ignore[arg-type]
-                               **changes)
+    return dataclasses.replace(r, slots=slots, config=config, reasons={**r.reasons, **reasons},
+                               **changes)  # type: ignore[arg-type]

@@ -55,7 +55,8 @@ class CurveConfig:
         if not isinstance(raw, dict):
             raise ValueError("not a curve configuration")
         names = {f.name for f in fields(CurveConfig)}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
+        # JSON's values, as key() wrote them from these fields
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
         return CurveConfig(**values)
 
     def merged(self, earlier: CurveConfig | None) -> CurveConfig:

@@ -95,10 +95,12 @@ class _Ring:
         """The newest ``n`` rows in chronological order (a copy)."""
         n = min(n, self.count)
         if n <= 0:
-            return self.data[:0].copy()
+            empty: np.ndarray = self.data[:0].copy()
+            return empty
         start = (self.head - n) % self.capacity
         if start < self.head:
-            return self.data[start:self.head].copy()
+            rows: np.ndarray = self.data[start:self.head].copy()
+            return rows
         return np.concatenate((self.data[start:], self.data[:self.head]))
 
     def column_tail_count_since(self, col: int, t0: float) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from kvmon.core.sanitize import plain_text
@@ -158,3 +159,13 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
     except ValueError as e:  # JSONDecodeError, or an integer literal too long for int()
         raise InputError(f"not JSON ({str(e)[:80]})") from None
     return value
+
+
+def json_object(value: Any) -> Mapping[str, Any]:
+    """A JSON object as it came, anything else (a field left out or of another type) as an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def json_array(value: Any) -> list[Any]:
+    """A JSON array as it came, anything else (a field left out or of another type) as an empty one."""
+    return value if isinstance(value, list) else []

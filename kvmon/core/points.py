@@ -261,7 +261,8 @@ class MeasuredPoints:
         n = self._count
         start = (self._head - n) % self.capacity
         if n == 0 or start < self._head:
-            return self._data[start:start + n].copy()
+            rows: np.ndarray = self._data[start:start + n].copy()
+            return rows
         return np.concatenate((self._data[start:], self._data[:self._head]))
 
     def latest(self, n: int | None = None) -> np.ndarray:

@@ -10,7 +10,7 @@ zigzagging counter) restarts it too, and the sample says why there is no rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kvmon.core.bounds import MAX_DECODE_TOK_S, MAX_PREFILL_TOK_S
@@ -316,6 +316,6 @@ class SlotRateTracker:
         return decode_rate, prefill
 
 
-def _sum(values: object) -> float | None:
-    nums = [v for v in values if v is not None]  # type: ignore[attr-defined]
+def _sum(values: Iterable[float | None]) -> float | None:
+    nums = [v for v in values if v is not None]
     return sum(nums) if nums else None

@@ -244,7 +244,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "provenance": dict(s.provenance),
         "reasons": dict(s.reasons),
     }
-    return json_safe(doc)  # type: ignore[no-any-return]
+    return json_safe(doc)  # type: ignore[no-any-return]  # a mapping comes back a dict
 
 
 def _decode(d: LastDecode | None, s: Snapshot) -> dict[str, Any] | None:

@@ -57,7 +57,7 @@ class Families:
         if fam is None:
             fam = GaugeMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
-        fam.add_metric([plain_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]  # a gauge
 
     def counter(self, name: str, doc: str, value: float) -> None:
         """A label-less counter (exported as ``name_total``)."""
@@ -75,7 +75,7 @@ class Families:
             fam = HistogramMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
         buckets = [(f"{b:g}", c) for b, c in zip(bounds, cumulative[:-1], strict=True)] + [("+Inf", cumulative[-1])]
-        fam.add_metric([plain_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]  # a histogram
 
     def all(self) -> list[Metric]:
         return list(self._by_name.values())

@@ -29,7 +29,7 @@ class LastAnswer(Generic[T]):
     def get(self, fn: Callable[..., T], *inputs: object) -> T:
         last = self._inputs
         if last is not None and len(last) == len(inputs) and all(map(_same, last, inputs)):
-            return self._answer  # type: ignore[return-value]
+            return self._answer  # type: ignore[return-value]  # set with _inputs
         answer = fn(*inputs)
         self._inputs, self._answer = inputs, answer
         return answer

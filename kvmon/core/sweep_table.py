@@ -74,7 +74,7 @@ def to_json(r: SweepResult) -> dict[str, Any]:
            "prompt_tokens_read": r.prompt_tokens_read, "depth_reached": r.depth_reached, "notes": list(r.notes),
            "rows": [{c: getattr(row, c) for c in COLUMNS} for row in r.rows],
            "ceiling_curve": [list(p) for p in r.ceiling_curve]}
-    return json_safe(doc)  # type: ignore[no-any-return]
+    return json_safe(doc)  # type: ignore[no-any-return]  # a mapping comes back a dict
 
 
 def _opt_num(v: Any, what: str) -> float | None:
@@ -127,7 +127,7 @@ def from_json(data: Any) -> SweepResult:
         rows=tuple(rows), ceiling_curve=tuple(curve),
         started_unix_s=_opt_num(data.get("started_unix_s"), "the start") or 0.0,
         wall_s=_opt_num(data.get("wall_s"), "the time") or 0.0,
-        outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",  # type: ignore[arg-type]
+        outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",
         reason=text["reason"], prompt_tokens_read=None, label=text["label"] or "")
 
 

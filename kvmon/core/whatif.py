@@ -124,9 +124,11 @@ def live_gpu(s: Snapshot | None) -> GpuChoice | None:
 
 def live_model(s: Snapshot | None) -> LiveModel | None:
     """The live model, when its shape and weight size are known."""
-    if s is None or s.model.shape is None or not s.model.weight_bytes:
+    if s is None:
         return None
     m = s.model
+    if m.shape is None or not m.weight_bytes:
+        return None
     bits = " · ".join(b for b in (m.quantization, fmt_bytes(m.weight_bytes)) if b)
     return LiveModel(f"live: {m.name or m.arch or 'model'} ({bits})", m.shape, int(m.weight_bytes), m.kv_type_k)
 

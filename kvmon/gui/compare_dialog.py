@@ -131,7 +131,8 @@ class CompareDialog(QtWidgets.QDialog):
             return
         a, b, _title = self.shown
         if kind == "png":
-            self.plot.image(self.caption()).save(path, "PNG")
+            # PySide6 takes the image format as str (its stub says bytes)
+            self.plot.image(self.caption()).save(path, "PNG")  # type: ignore[call-overload]
         else:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(to_csv(a, b, common_rows(a, b)))

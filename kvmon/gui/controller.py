@@ -48,7 +48,11 @@ class Controller(QtCore.QObject):
             if w.session.sim is None:  # a demo's machine is the simulator's: its bandwidths come from the scenario
                 w.session.settings = self._analysis_settings() or w.session.settings
             self._add_poller(w)
-        win.pause_toggled.connect(lambda p: [pl.set_paused(p) for pl in self.pollers.values()])
+        def set_paused(paused: bool) -> None:
+            for pl in self.pollers.values():
+                pl.set_paused(paused)
+
+        win.pause_toggled.connect(set_paused)
         win.reconnect_requested.connect(lambda: self._current().reconnect())
         win.settings_changed.connect(self._on_settings)
         win.shown_changed.connect(self._on_shown)

@@ -114,7 +114,7 @@ def _app() -> QtWidgets.QApplication:
     app = QtWidgets.QApplication.instance()
     if app is None:  # a command line's picture: the application is made here, themed like the window
         app = QtWidgets.QApplication(["kvmon"])
-        theme.apply(app)  # type: ignore[arg-type]
+        theme.apply(app)
     return app  # type: ignore[return-value]
 
 
@@ -130,5 +130,6 @@ def save_curves_png(curves: Sequence[Curve], path: str | Path, *, title: str, ta
     QtWidgets.QApplication.processEvents()
     img = w.image(caption or f"{title} · kvmon {__version__}")
     w.close()
-    if not img.save(str(path), "PNG"):
+    # PySide6 takes the image format as str (its stub says bytes)
+    if not img.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise OSError(f"{path}: the picture could not be written")

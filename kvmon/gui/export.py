@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import math
 import xml.etree.ElementTree as ET
@@ -60,7 +61,7 @@ def grab_image(widget: QtWidgets.QWidget) -> QtGui.QImage:
     """
     app = QtWidgets.QApplication.instance()
     changed: list[tuple[Any, str]] = []
-    labels = [w for w in (widget, *widget.findChildren(QtWidgets.QWidget))
+    labels: list[Any] = [w for w in (widget, *widget.findChildren(QtWidgets.QWidget))  # any with text/setText
               if callable(getattr(w, "text", None)) and callable(getattr(w, "setText", None))
               and not isinstance(w, QtWidgets.QLineEdit | QtWidgets.QTextEdit)]
     for lbl in labels:
@@ -110,7 +111,8 @@ def save_png(widget: QtWidgets.QWidget, path: str | Path, snap: SnapshotArg, *,
              with_caption: bool = True) -> QtGui.QImage:
     """Write the widget as PNG (with caption); returns the image; raises ExportError when it cannot write."""
     img = captioned_image(widget, snap, with_caption=with_caption)
-    if not img.save(str(path), "PNG"):
+    # PySide6 takes the image format as str (its stub says bytes)
+    if not img.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise ExportError(f"could not write {path}")
     return img
 
@@ -404,13 +406,13 @@ def install_actions(win: Any, menu: QtWidgets.QMenu, toolbar: QtWidgets.QToolBar
     ex.add("copy", "Copy window image", ex.copy, menu, "Ctrl+Shift+C")
     sub = menu.addMenu("Save panel as PNG")
     for name in panels:
-        ex.add(f"png:{name}", name, lambda n=name: ex.save_png(n), sub)
+        ex.add(f"png:{name}", name, functools.partial(ex.save_png, name), sub)
     sub_svg = menu.addMenu("Save plot as SVG")
     sub_csv = menu.addMenu("Save plot data as CSV")
     for name in PLOT_PANELS:
-        ex.add(f"svg:{name}", name, lambda n=name: ex.save_svg(n), sub_svg,
+        ex.add(f"svg:{name}", name, functools.partial(ex.save_svg, name), sub_svg,
                "Ctrl+Shift+S" if name == "speed-vs-context" else None)
-        ex.add(f"csv:{name}", name, lambda n=name: ex.save_csv(n), sub_csv)
+        ex.add(f"csv:{name}", name, functools.partial(ex.save_csv, name), sub_csv)
     if toolbar is not None:
         toolbar.addAction(ex.actions["png"])
         toolbar.addAction(ex.actions["copy"])

@@ -63,6 +63,7 @@ class PlotSlot(QtWidgets.QWidget):
 class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
+    _time_slot: PlotSlot  # a QWidget to the mixins
     pause_toggled = QtCore.Signal(bool)
     shown_changed = QtCore.Signal(bool)  # visible and not minimised: the poller may slow down when hidden
     reconnect_requested = QtCore.Signal()
@@ -242,7 +243,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         self._time_slot.put(self._speed_time)
         self.set_window_range(self.window_range)
         if self.shown is not None and self.painting():
-            self.render()  # what the panels already show, now the plots too
+            self.render_panels()  # what the panels already show, now the plots too
 
     @property
     def speed_context(self) -> SpeedContextPanel:
@@ -277,7 +278,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         if old is not None:
             old.deleteLater()
         if self.last is not None:
-            self.render()
+            self.render_panels()
         else:
             self._show_connecting()
 
@@ -313,7 +314,11 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
     def open_settings(self) -> SettingsDialog:
         """Ctrl+,: the connection dialog (non-modal, so polling and painting go on)."""
         dlg = SettingsDialog(self.settings, self.last.backend if self.last else None, self, snapshot=self.last)
-        dlg.accepted.connect(lambda: (dlg.apply(), self.settings_changed.emit()))
+        def apply_settings() -> None:
+            dlg.apply()
+            self.settings_changed.emit()
+
+        dlg.accepted.connect(apply_settings)
         dlg.open()
         return dlg
 
@@ -369,7 +374,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         self.last = s
         self._ago.start(AGO_FIRST_TICK_MS)
         if self.painting():
-            self.render()
+            self.render_panels()
         else:
             self._dirty = True
 
@@ -397,9 +402,9 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
             self.last = last[0]
             self._dirty = True
             if self.painting():
-                self.render()
+                self.render_panels()
 
-    def render(self) -> None:
+    def render_panels(self) -> None:
         """Push the last snapshot into every panel (each compares before it touches Qt)."""
         s = self.last
         if s is None:
@@ -448,7 +453,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         super().showEvent(e)
         self.shown_changed.emit(True)
         if self._dirty:
-            self.render()
+            self.render_panels()
 
     def hideEvent(self, e: QtGui.QHideEvent) -> None:
         super().hideEvent(e)
@@ -459,7 +464,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         if e.type() == QtCore.QEvent.Type.WindowStateChange:
             self.shown_changed.emit(self.painting())
             if self._dirty and self.painting():
-                self.render()
+                self.render_panels()
 
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
         self.settings.geometry = self.saveGeometry()

@@ -10,6 +10,7 @@ an action (so Help ▸ Keyboard shortcuts can list them all).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,8 @@ def _radio(win: QtWidgets.QMainWindow, m: Menus, menu: QtWidgets.QMenu, prefix: 
     group = QtGui.QActionGroup(win)
     group.setExclusive(True)
     for value, text, shortcut in items:
-        act = _action(win, m, f"{prefix}:{value}", text, lambda v=value: choose(v), menu, shortcut, checkable=True)
+        act = _action(win, m, f"{prefix}:{value}", text, functools.partial(choose, value), menu, shortcut,
+                      checkable=True)
         act.setChecked(value == current)
         group.addAction(act)
 
@@ -78,7 +80,7 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     panels = view.addMenu("&Panels")
     hidden = win.settings.hidden_panels
     for name, text in PANELS.items():
-        act = _action(win, m, f"panel:{name}", text, lambda n=name: win.toggle_panel(n), panels, checkable=True)
+        act = _action(win, m, f"panel:{name}", text, functools.partial(win.toggle_panel, name), panels, checkable=True)
         act.setChecked(name not in hidden)
     view.addSeparator()
     pause = _action(win, m, "pause", "&Pause polling", win.toggle_pause, view, "Space", checkable=True,

@@ -172,7 +172,7 @@ class PlotText(QtWidgets.QGraphicsSimpleTextItem):
     def paint(self, p: QtGui.QPainter, opt: QtWidgets.QStyleOptionGraphicsItem,
               w: QtWidgets.QWidget | None = None) -> None:
         p.fillRect(self.boundingRect().adjusted(-self.PAD, 0, self.PAD, 0), self._bg)
-        super().paint(p, opt, w)
+        super().paint(p, opt, w)  # type: ignore[arg-type]  # Qt takes a null widget; the stub wants one
 
 
 class DataLabels:
@@ -249,7 +249,8 @@ class DataLabels:
 
 def view_rect(vb: QtWidgets.QGraphicsWidget, margin: float = 2.0) -> Rect:
     """The view box's own pixels, less a margin: where labels may go."""
-    return (margin, margin, max(vb.width() - 2 * margin, 0.0), max(vb.height() - 2 * margin, 0.0))
+    g = vb.geometry()
+    return (margin, margin, max(g.width() - 2 * margin, 0.0), max(g.height() - 2 * margin, 0.0))
 
 
 def to_pixels(vb: object, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

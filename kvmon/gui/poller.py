@@ -174,11 +174,11 @@ class Poller(QtCore.QObject):
     def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0,
                  parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread = QtCore.QThread()
-        self.thread.setObjectName("kvmon-poller")
+        self.poll_thread = QtCore.QThread()
+        self.poll_thread.setObjectName("kvmon-poller")
         self.worker = PollWorker(factory, interval_s, backoff_max_s)
-        self.worker.moveToThread(self.thread)
-        self.thread.started.connect(self.worker.start)
+        self.worker.moveToThread(self.poll_thread)
+        self.poll_thread.started.connect(self.worker.start)
         self.worker.snapshot.connect(self.snapshot, QtCore.Qt.ConnectionType.QueuedConnection)
         self._pause.connect(self.worker.set_paused)
         self._interval.connect(self.worker.set_interval)
@@ -190,7 +190,7 @@ class Poller(QtCore.QObject):
 
     def start(self) -> None:
         """Start the thread; the first poll happens at once."""
-        self.thread.start()
+        self.poll_thread.start()
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume polling."""
@@ -215,9 +215,9 @@ class Poller(QtCore.QObject):
 
     def stop(self, wait_ms: int = 15000) -> None:
         """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""
-        if not self.thread.isRunning():
+        if not self.poll_thread.isRunning():
             return
         self._stop.emit()  # the worker quits its own thread once the monitor is closed
-        if not self.thread.wait(wait_ms):
-            self.thread.quit()
-            self.thread.wait(1000)
+        if not self.poll_thread.wait(wait_ms):
+            self.poll_thread.quit()
+            self.poll_thread.wait(1000)

@@ -169,7 +169,9 @@ class ReplayBar(QtWidgets.QWidget):
         sp = QtWidgets.QStyle.StandardPixmap
 
         def button(text: str, icon: QtWidgets.QStyle.StandardPixmap | None, tip: str) -> QtWidgets.QToolButton:
-            b = QtWidgets.QToolButton(text=text, toolTip=tip)
+            b = QtWidgets.QToolButton()
+            b.setText(text)
+            b.setToolTip(tip)
             if icon is not None:
                 b.setIcon(style.standardIcon(icon))
             return b
@@ -179,9 +181,10 @@ class ReplayBar(QtWidgets.QWidget):
         self.play_btn = button("Play", sp.SP_MediaPlay, "Play / pause (P)")
         self.alert_btn = button("Next alert", None, "Jump to the next change in alerts (N)")
         self.end_btn = button("End", sp.SP_MediaSkipForward, "Jump to the end (End)")
-        self.speed_box = QtWidgets.QComboBox(toolTip="Playback speed, on the recording's own clock")
-        for sp in SPEEDS:
-            self.speed_box.addItem(f"{sp:g}×", sp)
+        self.speed_box = QtWidgets.QComboBox()
+        self.speed_box.setToolTip("Playback speed, on the recording's own clock")
+        for speed in SPEEDS:
+            self.speed_box.addItem(f"{speed:g}×", speed)
         self.slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
         self.slider.setRange(0, len(ctl.snapshots) - 1)
         self.slider.setToolTip("Time in the recording: click or drag to jump")

@@ -169,7 +169,8 @@ def save(snapshots: Sequence[Snapshot] | Summary, path: str | Path,
          size: tuple[int, int] = CARD_SIZE) -> QtGui.QImage:
     """Write the report card as PNG; raises OSError when the file cannot be written."""
     img = render(snapshots, size)
-    if not img.save(str(path), "PNG"):
+    # PySide6 takes the image format as str (its stub says bytes)
+    if not img.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise OSError(f"could not write {path}")
     return img
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -17,6 +17,12 @@ from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.settings import WINDOW_RANGES
 
+if TYPE_CHECKING:
+    from kvmon.gui.panels.speed_time import SpeedTimePanel
+
+    _Window = QtWidgets.QMainWindow  # what WatchedServers is mixed into
+else:
+    _Window = object
 
 @dataclass
 class ServerView:
@@ -145,7 +151,7 @@ class ServerTabs(QtWidgets.QTabBar):
             QtCore.QTimer.singleShot(0, lambda: self.selected.emit(key))  # not inside the tab bar's own signal
 
 
-class WatchedServers:
+class WatchedServers(_Window):
     """The window's part that manages its servers: add, remove, show one, choose a router's model, the tray.
 
     Mixed into ``MainWindow``: it uses the window's views, panels, signals and rendering, which the window defines.
@@ -159,6 +165,19 @@ class WatchedServers:
     tray: Any
     last: Snapshot | None
     window_range: str
+    server_selected: QtCore.Signal
+    follow_requested: QtCore.Signal
+    add_server_requested: QtCore.Signal
+
+    if TYPE_CHECKING:  # the window's own
+        def set_banner(self, text: str | None, key: str | None = None) -> None: ...
+        def set_recording(self, path: str | None, key: str | None = None) -> None: ...
+        def render_panels(self) -> None: ...
+        def _show_connecting(self) -> None: ...
+        def _use_view(self, v: ServerView) -> None: ...
+        def _build_panels(self) -> None: ...
+        @property
+        def speed_time(self) -> SpeedTimePanel: ...
 
     def add_server(self, key: str, label: str, banner: str | None = None) -> ServerView:
         """Watch one more server: its own history, tally and recording; a tab appears (two or more)."""
@@ -211,7 +230,7 @@ class WatchedServers:
         self.speed_time.set_window(WINDOW_RANGES[self.window_range])
         self.set_recording(view.recording)
         if self.last is not None:
-            self.render()
+            self.render_panels()
         else:
             self._show_connecting()
         self.server_selected.emit(key)

@@ -44,7 +44,7 @@ class SweepDialog(QtWidgets.QDialog):
         self.snap, self.monitor, self.api_key, self.words_of = snap, monitor, api_key, words_of
         self.curves = curves if curves is not None else getattr(monitor, "curves", None)
         self.sweep: DepthSweep | None = None
-        self.result: SweepResult | None = None
+        self.sweep_result: SweepResult | None = None
         self._rates: tuple[float | None, float | None] = (None, None)
         self._calibrated = False
         self._running = False
@@ -142,7 +142,7 @@ class SweepDialog(QtWidgets.QDialog):
             self._say(f"Refused: {plan.refusal}.", warn=True)
         else:
             self._say("\n".join(plan.cost_lines(*self._rates)))
-        self.start_button.setEnabled(plan is not None and not plan.refusal and not running and self.result is None
+        self.start_button.setEnabled(plan is not None and not plan.refusal and not running and self.sweep_result is None
                                      and self._calibrated)
         if plan is not None and not plan.refusal and self.sweep is None:
             QtCore.QTimer.singleShot(0, self.calibrate)  # the time it will take: one short request, said first
@@ -223,7 +223,7 @@ class SweepDialog(QtWidgets.QDialog):
         return f"Sweep of {r.model or 'the model'} to {r.depth_reached:,} tokens"
 
     def _on_finished(self, result: SweepResult) -> None:
-        self.result = result
+        self.sweep_result = result
         self._running = False
         self.cancel_button.setEnabled(False)
         self.bar.setValue(1000 if result.outcome == "done" else self.bar.value())
@@ -250,7 +250,7 @@ class SweepDialog(QtWidgets.QDialog):
             self.status.setText(f"{self.status.text()} · not remembered: {exc}")
 
     def _save(self, kind: str) -> None:
-        r = self.result
+        r = self.sweep_result
         if r is None or self.snap is None:
             return
         from kvmon.gui.caption import default_filename
@@ -264,11 +264,12 @@ class SweepDialog(QtWidgets.QDialog):
 
     def save(self, kind: str, path: str) -> None:
         """Write the finished sweep as a picture (caption strip included), CSV or JSON."""
-        r = self.result
+        r = self.sweep_result
         if r is None or self.snap is None:
             return
         if kind == "png":
-            self.plot.image(sweep_caption(r, self.snap)).save(path, "PNG")
+            # PySide6 takes the image format as str (its stub says bytes)
+            self.plot.image(sweep_caption(r, self.snap)).save(path, "PNG")  # type: ignore[call-overload]
         elif kind == "csv":
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(to_csv(r))
@@ -277,6 +278,6 @@ class SweepDialog(QtWidgets.QDialog):
                 json.dump(to_json(r), fh, indent=2, ensure_ascii=False)
 
     def closeEvent(self, event: Any) -> None:
-        if self.sweep is not None and self.result is None:
+        if self.sweep is not None and self.sweep_result is None:
             self.sweep.cancel()  # closing the dialog stops the sweep: the server is left idle
         super().closeEvent(event)

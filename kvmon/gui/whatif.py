@@ -81,9 +81,9 @@ class WhatIfPanel(QtWidgets.QWidget):
         for c in CONTEXTS:
             self.context.addItem(fmt.ctx_label(c), c)
         self.context.setCurrentIndex(CONTEXTS.index(32768))
-        for c in CACHE_CHOICES:
-            if c in CACHE_TYPES:
-                self.cache.addItem(c, c)
+        for cache in CACHE_CHOICES:
+            if cache in CACHE_TYPES:
+                self.cache.addItem(cache, cache)
         form.addRow("Device", self.gpu)
         form.addRow("Model", self.model)
         form.addRow("Context", self.context)

@@ -7,16 +7,27 @@ which the window defines.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.settings import WINDOW_RANGES, Settings
 
+if TYPE_CHECKING:
+    from kvmon.gui.panels.alerts import AlertsPanel
+    from kvmon.gui.panels.bandwidth import BandwidthPanel
+    from kvmon.gui.panels.energy import EnergyPanel
+    from kvmon.gui.panels.latency import LatencyPanel
+    from kvmon.gui.panels.memory import MemoryPanel
 
-class WindowActions:
+    _Window = QtWidgets.QMainWindow  # what it is mixed into
+else:
+    _Window = object
+
+
+class WindowActions(_Window):
     """What the File, View and Help menus do (the window builds the menus and the panels)."""
 
     settings: Settings
@@ -31,12 +42,18 @@ class WindowActions:
     _speed_time: Any
     _time_slot: QtWidgets.QWidget
     _right: QtWidgets.QWidget
-    memory: QtWidgets.QWidget
-    bandwidth: QtWidgets.QWidget
-    energy: QtWidgets.QWidget
-    latency: QtWidgets.QWidget
+    memory: MemoryPanel
+    bandwidth: BandwidthPanel
+    energy: EnergyPanel
+    latency: LatencyPanel
     _replies_box: QtWidgets.QWidget
-    alerts: QtWidgets.QWidget
+    alerts: AlertsPanel
+    record_requested: QtCore.Signal
+    pause_toggled: QtCore.Signal
+
+    if TYPE_CHECKING:  # the window's own
+        def set_recording(self, path: str | None, key: str | None = None) -> None: ...
+        def apply_scheme(self, dark: bool) -> None: ...
 
     def toggle_recording(self, path: str | None = None) -> None:
         """Ctrl+R: start recording (asks for a file) or stop; the app does the writing."""

@@ -7,6 +7,7 @@ the per-layer vocabulary of ``kvmon.physics.layers``, and the two modules do not
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,13 +67,14 @@ class _Meta:
             return max(as_int(x, f"{self.arch}.{key}") for x in v)
         return as_int(v, f"{self.arch}.{key}")
 
-    def need_int(self, key: str) -> int:
+    # past `def int` above, `int` in this class body names that method: the type is spelt builtins.int
+    def need_int(self, key: str) -> builtins.int:
         value = self.int(key)
         if value is None:
             raise ShapeError(f"missing {self.arch}.{key}")
         return value
 
-    def layers(self, key: str, n_layers: int) -> list[int] | None:
+    def layers(self, key: str, n_layers: builtins.int) -> list[builtins.int] | None:
         value = self.raw(key)
         return None if value is None else per_layer(value, n_layers, f"{self.arch}.{key}")
 

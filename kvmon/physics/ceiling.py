@@ -52,8 +52,13 @@ def step_time_parts(devices: Sequence[DeviceShare]) -> tuple[float, float] | Non
     """
     if not _valid(devices):
         return None
-    weights_s = sum(d.weight_bytes / float(d.bandwidth_bytes_per_s) for d in devices)  # type: ignore[arg-type]
-    kv_s_per_byte = sum(d.kv_fraction / float(d.bandwidth_bytes_per_s) for d in devices)  # type: ignore[arg-type]
+    weights_s = kv_s_per_byte = 0.0
+    for d in devices:
+        bw = d.bandwidth_bytes_per_s
+        if bw is None:  # _valid has ruled this out
+            return None
+        weights_s += d.weight_bytes / float(bw)
+        kv_s_per_byte += d.kv_fraction / float(bw)
     return weights_s, kv_s_per_byte
 
 

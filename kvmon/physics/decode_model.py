@@ -60,7 +60,7 @@ from kvmon.physics.attention_prior import (
     prior_for,
 )
 from kvmon.physics.ceiling import DeviceShare, step_time_parts
-from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Prediction, clean_points, reduce_points
+from kvmon.physics.forecast import TIMING_NOISE_FRACTION, Points, Prediction, clean_points, reduce_points
 from kvmon.physics.kv import kv_read_profile
 from kvmon.physics.shape import ModelShape
 
@@ -124,7 +124,7 @@ class ReadProfile:
         """Seconds reading the KV cache at each depth (at peak bandwidth)."""
         n = np.nan_to_num(np.asarray(context_tokens, dtype=float), nan=0.0, posinf=0.0, neginf=0.0)
         n = np.maximum(n, 0.0)
-        kv = self.kv_unbounded_bytes_per_token * n
+        kv: np.ndarray = self.kv_unbounded_bytes_per_token * n
         for window, n_bytes in self.kv_windows:
             kv = kv + n_bytes * np.minimum(n, float(window))
         return kv * self.kv_s_per_byte
@@ -282,7 +282,8 @@ def _group_medians(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     counts = np.diff(np.r_[starts, k.size])
     lo = starts + (counts - 1) // 2
     hi = starts + counts // 2
-    return (vs[lo] + vs[hi]) / 2.0
+    medians: np.ndarray = (vs[lo] + vs[hi]) / 2.0
+    return medians
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,7 @@ def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProf
     return float(np.median(profile.roofline_s(n) / y))
 
 
-def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
+def fit_bytes(points: Points, profile: ReadProfile,
               prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
               prior: AttentionPrior | None = None) -> BytesFit | None:
     """Fit (context tokens, decode tok/s) points on ``profile`` (see the module docstring).
@@ -455,14 +456,16 @@ def fit_bytes(points: Sequence[tuple[float, float]], profile: ReadProfile,
     return fit
 
 
-def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, **kw: object) -> float | None:
+def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, prior_efficiency: float | None = None,
+                  *, kernel_switch_tokens: int | None = None, prior: AttentionPrior | None = None) -> float | None:
     """Mean |forecast ÷ measured − 1| on the deepest third of the depth bins when fitted on the rest (the fit's
-    held-out check; ``kw`` as for ``fit_bytes``); None with fewer than three bins."""
+    held-out check; the other arguments as for ``fit_bytes``); None with fewer than three bins."""
     n, y = _bins(*clean_points(points))
     if n.size < 3:
         return None
     order = np.argsort(n, kind="stable")
     n, y = n[order], y[order]
     k = max(1, round(n.size / 3))
-    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, **kw)  # type: ignore[arg-type]
+    trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, prior_efficiency,
+                      kernel_switch_tokens=kernel_switch_tokens, prior=prior)
     return None if trial is None else _mean_error(trial, n[-k:], y[-k:])

@@ -19,6 +19,8 @@ import numpy as np
 
 MAX_FIT_POINTS = 300  # more points are reduced to this many context bins (medians) before fitting
 TIMING_NOISE_FRACTION = 0.02  # floor on the spread of per-token times: decode timings jitter by ~2%
+# (context tokens, decode tok/s) points: pairs, or an (n, 2) array of them
+Points = Sequence[tuple[float, float]] | np.ndarray
 
 # Student t quantiles for a two-sided 80% interval (one-sided 0.90) by degrees of freedom.
 _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372}
@@ -81,14 +83,14 @@ class DecodeFit:
         return Prediction(tok_s=1.0 / t, low_tok_s=1.0 / t_high, high_tok_s=1.0 / t_low)
 
 
-def clean_points(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+def clean_points(points: Points) -> tuple[np.ndarray, np.ndarray]:
     """(context tokens, seconds per token) of the valid points: finite, context ≥ 0, speed > 0."""
     try:  # fast path: a well-formed sequence of pairs
         arr = np.asarray(points, dtype=float)
         if arr.ndim == 2 and arr.shape[1] == 2:
-            x, tok_s = arr[:, 0], arr[:, 1]
-            ok = np.isfinite(x) & np.isfinite(tok_s) & (x >= 0) & (tok_s > 0)
-            return x[ok], 1.0 / tok_s[ok]
+            x_col, tok_s_col = arr[:, 0], arr[:, 1]
+            ok = np.isfinite(x_col) & np.isfinite(tok_s_col) & (x_col >= 0) & (tok_s_col > 0)
+            return x_col[ok], 1.0 / tok_s_col[ok]
     except (TypeError, ValueError):
         pass
     xs: list[float] = []
@@ -121,7 +123,7 @@ def reduce_points(x: np.ndarray, y: np.ndarray, max_points: int = MAX_FIT_POINTS
     return xb, yb
 
 
-def fit_decode_checked(points: Sequence[tuple[float, float]]) -> tuple[DecodeFit | None, str | None]:
+def fit_decode_checked(points: Points) -> tuple[DecodeFit | None, str | None]:
     """(the line fitted to (context tokens, decode tok/s) points, None) or (None, why there is none).
 
     No fit with fewer than two distinct valid contexts; a line that would give a zero or negative time per token at
@@ -158,6 +160,6 @@ def fit_decode_checked(points: Sequence[tuple[float, float]]) -> tuple[DecodeFit
     ), None
 
 
-def fit_decode(points: Sequence[tuple[float, float]]) -> DecodeFit | None:
+def fit_decode(points: Points) -> DecodeFit | None:
     """The line fitted to (context tokens, decode tok/s) points; None when there is none (``fit_decode_checked``)."""
     return fit_decode_checked(points)[0]

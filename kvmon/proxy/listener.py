@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import resource
 import socket
 import sys
@@ -83,7 +84,7 @@ class Listener:
                 continue  # a connection reset while it waited in the queue: the next one
             conn.setblocking(False)
             address = str(addr[0]) if isinstance(addr, tuple) else ""
-            if not self.admission.admit(conn, address, lambda c=conn: _shut(c)):
+            if not self.admission.admit(conn, address, functools.partial(_shut, conn)):
                 conn.close()
                 continue
             task = loop.create_task(self._run(conn, address, loop.time()))

@@ -12,7 +12,8 @@ def descriptions() -> dict[str, str]:
     from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
     from kvmon.sim.scenarios import SCENARIOS
 
-    return {n: s.description for n, s in (*SCENARIOS.items(), *MULTI_SCENARIOS.items())}
+    return {**{n: s.description for n, s in SCENARIOS.items()},
+            **{n: s.description for n, s in MULTI_SCENARIOS.items()}}
 
 
 def names() -> tuple[str, ...]:

@@ -115,6 +115,12 @@ class SimEngine:
                     self.on_load(ep)
             return ep
 
+    def model_at(self, t: float) -> LoadedModel:
+        """The model of the server process alive at ``t`` (``epoch_at`` loads it)."""
+        model = self.epoch_at(t).model
+        assert model is not None
+        return model
+
     def slot_ctx(self, t: float) -> int:
         """Context one conversation may reach on the server process alive at ``t``: its cells per slot, at most the
         scenario's ``max_model_len`` (vLLM's limit on one request, under its pool's size)."""

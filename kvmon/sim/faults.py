@@ -19,6 +19,7 @@ Several faults may be given (``--fault restart@30 --fault hang:5@60``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 KINDS = ("restart", "hang", "loading", "auth", "garbage", "drip")
@@ -89,14 +90,14 @@ def parse_fault(spec: str) -> Fault:
     return Fault(kind, at_s, duration_s=_number(value, spec, "duration"))
 
 
-def parse_faults(specs: object) -> tuple[Fault, ...]:
+def parse_faults(specs: str | Fault | Iterable[object] | None) -> tuple[Fault, ...]:
     """Parse a list of fault strings (or pass Fault objects through)."""
     if specs is None:
         return ()
     if isinstance(specs, (str, Fault)):
         specs = [specs]
     out: list[Fault] = []
-    for s in specs:  # type: ignore[attr-defined]
+    for s in specs:
         out.append(s if isinstance(s, Fault) else parse_fault(str(s)))
     return tuple(out)
 

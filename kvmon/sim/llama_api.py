@@ -255,6 +255,7 @@ class LlamaApi:
 
     def _prompt_tokens(self, prompt: Any) -> tuple[int, list[int] | str] | Reply:
         """(tokens, the prompt as the cache compares it) of a text or token-array prompt, or the real server's 400."""
+        key: list[int] | str
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if any(t < 0 or t >= self._n_vocab() for t in prompt):
                 return json_reply(error_body(400, "Prompt contains invalid tokens", "invalid_request_error"), 400)

@@ -20,6 +20,7 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
+from kvmon.core.jsonvals import json_array
 from kvmon.sim.files import gguf_metadata, write_gguf_header
 from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
 from kvmon.sim.requests import SimRequest
@@ -39,7 +40,7 @@ class LmStudioApi:
     def __init__(self, sim: ServedSimulation) -> None:
         self.sim = sim
         self.v1 = tuple(int(x) for x in sim.scenario.lmstudio_version.split(".")[:2]) >= (0, 4)
-        model = sim.engine.epoch_at(0.0).model
+        model = sim.engine.model_at(0.0)
         self.quant = model.quantization
         self.key = sim.scenario.model_alias
         publisher, _, name = self.key.rpartition("/")
@@ -79,14 +80,14 @@ class LmStudioApi:
                 "loaded_instances": [{"id": self.key, "config": {
                     "context_length": self._n_ctx(), "eval_batch_size": 512, "parallel": s.n_parallel,
                     "flash_attention": s.flash_attn == "on", "offload_kv_cache_to_gpu": True}}],
-                "max_context_length": int(self.sim.engine.epoch_at(0.0).model.shape.n_ctx_train or self._n_ctx()),
+                "max_context_length": int(self.sim.engine.model_at(0.0).shape.n_ctx_train or self._n_ctx()),
                 "format": "gguf", "capabilities": {"vision": False, "trained_for_tool_use": True},
                 "description": None}
 
     def _v0_entry(self) -> dict[str, Any]:
         return {"id": self.key, "object": "model", "type": "llm", "publisher": self.key.rpartition("/")[0],
                 "arch": self._arch, "compatibility_type": "gguf", "quantization": self.quant, "state": "loaded",
-                "max_context_length": int(self.sim.engine.epoch_at(0.0).model.shape.n_ctx_train or 0)}
+                "max_context_length": int(self.sim.engine.model_at(0.0).shape.n_ctx_train or 0)}
 
     # -- generation -----------------------------------------------------------------------------------
     def _submit(self, body: dict[str, Any], text: str) -> SimRequest:
@@ -108,7 +109,7 @@ class LmStudioApi:
         return (float(req.token_times[0]) if len(req.token_times) else req.t_prefill_end) - req.t_arrive
 
     def chat_v0(self, body: dict[str, Any]) -> Reply:
-        msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+        msgs = json_array(body.get("messages"))
         req = self._submit(body, " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict)))
         self._wait_end(req)
         prompt = req.cache_n + req.prompt_n
@@ -134,7 +135,8 @@ class LmStudioApi:
                 "response_id": f"resp_{req.id_task}"}
 
     def chat_v1(self, body: dict[str, Any]) -> Reply:
-        text = body.get("input") if isinstance(body.get("input"), str) else str(body.get("input", ""))
+        given = body.get("input", "")
+        text = given if isinstance(given, str) else str(given)
         req = self._submit(body, text)
         if not body.get("stream"):
             self._wait_end(req)

@@ -78,6 +78,8 @@ class Placement:
 class LoadedModel:
     """One load of the scenario's model with ``n_ctx`` cells; ``other_vram_bytes`` is what others hold then."""
 
+    calibration_note: str  # how the efficiency and attention overhead were set (by _calibrate or given)
+
     def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0, *,
                  calibration: tuple[float, float, str] | None = None) -> None:
         from kvmon.physics.kv import kv_allocation

@@ -51,7 +51,7 @@ class MultiScenario:
 def _model(name: str, preset_keys: tuple[str, ...], n_ctx: int, anchors: tuple[tuple[int, float], ...],
            script: ChatScript, **kw: object) -> Scenario:
     return Scenario(name=name, description=name, backend="llama-server", preset_keys=preset_keys, model_alias=name,
-                    gpu_name="RTX 4090", n_gpus=1, n_ctx=n_ctx, decode_anchors=anchors, script=script, **kw)  # type: ignore[arg-type]
+                    gpu_name="RTX 4090", n_gpus=1, n_ctx=n_ctx, decode_anchors=anchors, script=script, **kw)  # type: ignore[arg-type]  # Scenario's own fields
 
 
 _QWEN = _model("qwen3-8b", ("qwen3-8b",), 32768, ((0, 128.0), (32768, 74.0)),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from kvmon.core.jsonvals import json_array, json_object
 from kvmon.sim.files import gguf_metadata
 from kvmon.sim.ollama_child import CHILD_PREFIX
 from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text, wait_until
@@ -140,13 +141,13 @@ class OllamaApi:
 
     def _submit(self, body: dict[str, Any], chat: bool) -> SimRequest:
         if chat:
-            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+            msgs = json_array(body.get("messages"))
             text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
             prompt_tokens = estimate_tokens(text) + 4 * len(msgs)
         else:
             text = str(body.get("prompt", ""))
             prompt_tokens = estimate_tokens(text)
-        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        opts = json_object(body.get("options"))
         n_predict = opts.get("num_predict", body.get("max_tokens"))
         if not isinstance(n_predict, int) or n_predict <= 0:
             n_predict = 128

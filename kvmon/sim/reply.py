@@ -91,5 +91,6 @@ def estimate_tokens(text: str) -> int:
 def chat_text(body: dict[str, Any]) -> str:
     """A chat request's messages as a chat template lays them out (each role's tag, then its text; odd entries left
     out): the text the prompt cache compares, so that a change in one message keeps the messages before it cached."""
-    msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+    got = body.get("messages")
+    msgs: list[Any] = got if isinstance(got, list) else []
     return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in msgs if isinstance(m, dict))

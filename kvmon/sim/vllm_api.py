@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvmon.core.jsonvals import json_array
 from kvmon.sim.files import write_safetensors
 from kvmon.sim.reply import Reply, dumps, estimate_tokens, json_reply, token_text, wait_until
 from kvmon.sim.served import ServedSimulation
@@ -139,7 +140,7 @@ class VllmApi:
         self._prefill_tokens = _Hist(self._token_buckets())
         self._epoch = 0
         self.root = os.path.join(getattr(sim, "files_dir", ""), sim.scenario.model_alias.replace("/", "--"))
-        model = sim.engine.epoch_at(0.0).model
+        model = sim.engine.model_at(0.0)
         if model.tensors is None:
             raise ValueError(f"the simulated vLLM serves models with a tensor inventory, not {model.preset.key}")
         write_model_folder(self.root, dict(model.preset.metadata), model.tensors, model.quantization)
@@ -283,8 +284,8 @@ class VllmApi:
                                       "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep "
                                       "level 1; discard_all = 1 means sleep level 2.",
                                       labels=[*labels, "sleep_state"])
-            for state, v in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
-                sleep.add_metric([*lv, state], v)
+            for state, level in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+                sleep.add_metric([*lv, state], level)
             out.append(sleep)
             out += [hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
                          pre_s),
@@ -302,7 +303,7 @@ class VllmApi:
     # -- requests -------------------------------------------------------------------------------------
     def _ids(self, text: str) -> list[int]:
         """A text's token ids: one per four characters, as the simulator counts a text's tokens."""
-        vocab = int(self.sim.engine.epoch_at(self.sim.clock.now()).model.shape.vocab_size or 151936)
+        vocab = int(self.sim.engine.model_at(self.sim.clock.now()).shape.vocab_size or 151936)
         return [3 + sum(map(ord, text[i:i + 4])) * 7919 % (vocab - 3) for i in range(0, len(text) // 4 * 4, 4)] \
             or ([3] if text else [])
 
@@ -324,7 +325,7 @@ class VllmApi:
     def complete(self, body: dict[str, Any], *, chat: bool) -> Reply:
         ids: list[int] | None = None
         if chat:
-            msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+            msgs = json_array(body.get("messages"))
             text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
         elif isinstance(body.get("prompt"), list) and all(isinstance(t, int) for t in body["prompt"]):
             ids, text = list(body["prompt"]), ""

@@ -10,6 +10,8 @@ from kvmon.sources.ollama import OLLAMA
 from kvmon.sources.router import ROUTER
 from kvmon.sources.vllm import VLLM
 
+__all__ = ["ALL", "LLAMA_SERVER", "LLAMA_SWAP", "LMSTUDIO", "OLLAMA", "OPENAI", "ROUTER", "VLLM", "by_name"]
+
 OPENAI = Backend("openai", label="an OpenAI-compatible server")
 ALL: tuple[Backend, ...] = (LLAMA_SERVER, ROUTER, LLAMA_SWAP, OLLAMA, VLLM, LMSTUDIO, OPENAI)
 _BY_NAME = {b.name: b for b in ALL}

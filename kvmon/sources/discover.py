@@ -184,9 +184,9 @@ def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None =
                 env = {k: v for k, v in proc.environ().items() if k.startswith(("LLAMA_ARG_", "OLLAMA_HOST"))}
             except (psutil.Error, OSError):
                 env = {}
-        kind = classify(argv, env)
-        if kind is not None and not _ollamas_own(argv):
-            matched[proc.pid] = (proc, kind[0], kind[1], kind[2], list(argv))
+        classified = classify(argv, env)
+        if classified is not None and not _ollamas_own(argv):
+            matched[proc.pid] = (proc, *classified, list(argv))
     out: list[ProcessCandidate] = []
     for _pid, (proc, kind, argv_ports, host, argv) in matched.items():
         try:
@@ -260,11 +260,11 @@ def discover(*, api_key: str | None = None, timeout_s: float = 1.0, ports: Seque
         results = list(pool.map(lambda c: _probe(c[0], c[1], c[2], c[3], api_key, timeout_s), cands))
     # a port nobody listens on is no server; a process that does not answer (yet) still is one, once
     kept: list[Found] = []
-    for f, c in zip(results, cands, strict=True):
+    for f, cand in zip(results, cands, strict=True):
         if f.answering:
             kept.append(f)
         elif f.pid is not None and not any(k.pid == f.pid for k in kept) and not (
-                c[4] and any(g.pid == f.pid and g.answering for g in results)):
+                cand[4] and any(g.pid == f.pid and g.answering for g in results)):
             kept.append(f)
     return Discovery(tuple(kept), tuple(looked), tuple(notes))
 

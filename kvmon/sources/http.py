@@ -273,7 +273,8 @@ class HttpClient:
         self._socket = ConnectionSocket()
         self._lock = threading.Lock()
         self._client = httpx.Client(
-            headers=headers, verify=tls if tls is not None else default_tls(self._root), trust_env=False,
+            headers=headers,  # type: ignore[arg-type]  # httpx takes str and bytes values in one mapping
+            verify=tls if tls is not None else default_tls(self._root), trust_env=False,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S))
 
     def __repr__(self) -> str:  # never show the key

@@ -13,10 +13,14 @@ import re
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import psutil
 
 from kvmon.core.locality import is_loopback_host
+
+if TYPE_CHECKING:
+    from psutil._ntuples import sconn  # psutil.net_connections()'s rows (types-psutil)
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
 MAX_TREE_PIDS = 4096  # a server's process tree larger than this is read by psutil's walk
@@ -45,7 +49,7 @@ def program(argv: Sequence[str]) -> tuple[str, list[str]]:
     return base.removesuffix(".exe"), [str(a) for a in argv[1:]]
 
 
-def _listening_on(conns: list, port: int) -> tuple[int | None, bool]:
+def _listening_on(conns: Sequence[sconn], port: int) -> tuple[int | None, bool]:
     """(pid, seen): the pid listening on ``port`` in ``conns``, and whether any listener was seen."""
     seen = False
     for c in conns:

@@ -121,14 +121,14 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
                     PcieLink(bandwidth_bytes_per_s=value)
     gpus = []
     for index, values in sorted(by_index.items()):
-        labels = info.get(index, {})
-        if labels.get("source") == "log":
+        device_labels = info.get(index, {})
+        if device_labels.get("source") == "log":
             continue  # a device only the server's log names there: no reading (this side's log names it again)
         reasons = {"source": f"read from {source}"}
         if "server_used_bytes" not in values:
             reasons["server_used_bytes"] = f"{source} does not say which GPU memory is the model server's"
-        values.update({attr: labels[k] for k, attr in _INFO_FIELDS.items() if labels.get(k)})
-        vendor_index = _index(labels.get("vendor_index"))
+        values.update({attr: device_labels[k] for k, attr in _INFO_FIELDS.items() if device_labels.get(k)})
+        vendor_index = _index(device_labels.get("vendor_index"))
         if vendor_index is not None:
             values["vendor_index"] = vendor_index
         reasons.update(gpu_dropped.get(index, {}))
@@ -136,7 +136,7 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
             values.pop("bandwidth_source", None)
         elif "bandwidth_source" not in values:  # an exporter that does not say where it came from
             values["bandwidth_source"] = "remote"
-        gpus.append(GpuReading(index=index, reasons=reasons, **values))  # type: ignore[arg-type]
+        gpus.append(GpuReading(index=index, reasons=reasons, **values))  # type: ignore[arg-type]  # its fields by name
     return Scrape(tuple(gpus), host, last, host_labels, dropped)
 
 

@@ -58,7 +58,7 @@ def test_the_dialog_says_the_cost_then_sweeps_and_the_plot_shows_the_sweep(qtbot
     earlier = _monitor(sim, atlas)  # a sweep of an earlier session, to 32K
     dlg = _dialog(qtbot, sim, earlier, 32768, 2)
     dlg.start()
-    qtbot.waitUntil(lambda: dlg.result is not None, timeout=60000)
+    qtbot.waitUntil(lambda: dlg.sweep_result is not None, timeout=60000)
     earlier.close()
 
     monitor = _monitor(sim, atlas)
@@ -67,8 +67,8 @@ def test_the_dialog_says_the_cost_then_sweeps_and_the_plot_shows_the_sweep(qtbot
     assert "131,072 prompt tokens to read" in text and "at the prefill rate measured first" in text
     assert "it fits" in text and dlg.status.text().startswith("Ready: it will take")
     dlg.start()
-    qtbot.waitUntil(lambda: dlg.result is not None, timeout=60000)
-    result = dlg.result
+    qtbot.waitUntil(lambda: dlg.sweep_result is not None, timeout=60000)
+    result = dlg.sweep_result
     assert result is not None and result.outcome == "done" and result.depth_reached == 131072
     assert dlg.plot.table.text().splitlines()[0].split()[:3] == ["depth", "decode", "tok/s"]
     dlg.save("csv", str(tmp_path / "sweep.csv"))
@@ -102,8 +102,8 @@ def test_cancel_in_the_dialog_stops_the_sweep_and_leaves_the_server_idle(qtbot: 
         dlg.start()
         qtbot.waitUntil(lambda: "depth" in dlg.status.text() and dlg.bar.value() > 0, timeout=30000)
         dlg.cancel()
-        qtbot.waitUntil(lambda: dlg.result is not None, timeout=10000)
-        assert dlg.result is not None and dlg.result.outcome == "cancelled"
+        qtbot.waitUntil(lambda: dlg.sweep_result is not None, timeout=10000)
+        assert dlg.sweep_result is not None and dlg.sweep_result.outcome == "cancelled"
         assert dlg.status.text().startswith("Cancelled")
         t = time.monotonic()
         while any(s["is_processing"] for s in httpx.get(f"{sim.url}/slots", timeout=5).json()):

@@ -45,9 +45,10 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
     bucket = depth // 256  # the speed "here" need not be recomputed for every token
     key = ("advice", model.n_ctx_total, bucket, model.kv_type_k, model.kv_type_v, model.n_slots,
            bool(model.kv_unified), r.config.n_ubatch, tuple(devices or ()), tuple(types))
+    n_ctx, type_k, type_v = model.n_ctx_total, model.kv_type_k, model.kv_type_v  # known (checked above)
     options = memo.get(shape, key, lambda: advice_mod.cache_type_counterfactuals(
-        shape, n_ctx=model.n_ctx_total, context_tokens=bucket * 256, current_type_k=model.kv_type_k,
-        current_type_v=model.kv_type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
+        shape, n_ctx=n_ctx, context_tokens=bucket * 256, current_type_k=type_k,
+        current_type_v=type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
         n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types]))
     # the server does not say its cache type (no command line, log or setting kvmon can read): llama.cpp's default
     # was taken, and the advice says so rather than advise a server that may already run a smaller cache

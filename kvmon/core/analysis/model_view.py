@@ -129,7 +129,7 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         n_slots=n_slots, kv_unified=unified, kv_type_k=type_k, kv_type_v=type_v, flash_attn=cfg.flash_attn,
         kv_bytes_per_token=kv_per_token, kv_allocated_bytes=alloc, recurrent_state_bytes=rec,
         fit=cfg.fit, fit_target_bytes=cfg.fit_target_bytes,
-        shape_note="; ".join(shape.notes) if shape is not None and getattr(shape, "notes", ()) else None,
+        shape_note="; ".join(shape.notes) if shape is not None and bool(getattr(shape, "notes", ())) else None,
         shape=shape if isinstance(shape, ModelShape) else None,
     )
     return view, shape

@@ -149,7 +149,8 @@ class PromptCacheTracker:
         self._view = replace(self._view, changes=changes, repeated=repeated, miss=self._news(r.t_monotonic))
         # the conversation's depth: what the slot holds, or held before a prompt being read again from the start
         depth = max(context_tokens or 0, self._held) if context_tokens is not None or self._held else None
-        self._view = replace(self._view, **self._next_turn(depth))
+        next_ttft_s, next_prompt_tokens = self._next_turn(depth)
+        self._view = replace(self._view, next_ttft_s=next_ttft_s, next_prompt_tokens=next_prompt_tokens)
         return self._view
 
     # ---------------------------------------------------------------------------------------------- tally
@@ -189,10 +190,10 @@ class PromptCacheTracker:
 
     # ---------------------------------------------------------------------------------------------- next turn
 
-    def _next_turn(self, depth: int | None) -> dict[str, float | int | None]:
+    def _next_turn(self, depth: int | None) -> tuple[float | None, int | None]:
         """The next turn's prompt tokens and time to first token at ``depth``: what recent turns added (the whole
         context while the cache keeps missing), at the fitted seconds per token around the depths it is read at."""
-        none: dict[str, float | int | None] = {"next_ttft_s": None, "next_prompt_tokens": None}
+        none: tuple[float | None, int | None] = (None, None)
         if depth is None or not self._fit:
             return none
         missing = self._view.miss is not None
@@ -212,4 +213,4 @@ class PromptCacheTracker:
             per_token = max(min(ys), my + max(0.0, slope) * (mid - mx))
         else:
             per_token = statistics.median(ys)
-        return {"next_ttft_s": new * per_token, "next_prompt_tokens": new}
+        return new * per_token, new

@@ -109,7 +109,7 @@ class BarsWidget(QtWidgets.QWidget):
         if not 0 <= row < len(self._bars):
             return None
         bar = self._bars[row]
-        x = label_w
+        x: float = label_w
         for seg in bar.segments:
             w = bar_w * seg.value / bar.total if bar.total > 0 else 0
             if x <= pos.x() < x + w:

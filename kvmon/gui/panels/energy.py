@@ -27,7 +27,7 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
             + ("" if last else f"{per_wh} · ") + f"{fmt_energy(e.energy_j)} this session")
     whole = ("\nThe CPU package's counter includes every process on the CPU, not only the model server."
              if e.whole_cpu_package else "")
-    why = s.reasons.get("energy.joules_per_token") or s.reasons.get("energy")
+    unknown_why = s.reasons.get("energy.joules_per_token") or s.reasons.get("energy")
     if e.last_reply_energy_j is not None:
         reply = (f"\nLast reply: {fmt_energy(e.last_reply_energy_j)} ({e.last_reply_energy_j:,.0f} J) at "
                  f"{fmt_watts(e.last_reply_power_w)}: {fmt_joules_per_token(e.last_reply_joules_per_token)}"
@@ -43,7 +43,7 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
         reply = f"\n{s.reasons['energy.last_reply']}" if "energy.last_reply" in s.reasons else ""
     tip = (f"Counted: {fmt_devices(e.devices)}, over {fmt_duration(e.seconds)}.\nJoules per token: the energy of the "
            "intervals that decoded, over the tokens decoded in them (prefill of those intervals included): "
-           f"{per_wh} this session.{reply}{whole}" + (f"\n{why}" if why else ""))
+           f"{per_wh} this session.{reply}{whole}" + (f"\n{unknown_why}" if unknown_why else ""))
     return line, tip
 
 

@@ -178,8 +178,8 @@ class EventLane(QtWidgets.QGraphicsWidget):
             path = paths[1 if e.kind == "failed" else 0]
             path.moveTo(x * sx, 0.0)
             path.lineTo(x * sx, chart_h)
-        for item, path in zip(self._lines, paths, strict=True):
-            item.setPath(path)
+        for line, path in zip(self._lines, paths, strict=True):
+            line.setPath(path)
         self.update()
 
     def paint(self, p: QtGui.QPainter, *_args: object) -> None:

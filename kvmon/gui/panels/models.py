@@ -139,9 +139,9 @@ class ModelsPanel(QtWidgets.QFrame):
         self.title.set(f"<b>{html.escape(label)}</b>{how}")
         names = [m.name for m in v.models]
         for name in [n for n in self.chips if n not in names]:
-            chip = self.chips.pop(name)
-            self._row.removeWidget(chip)
-            chip.deleteLater()
+            gone = self.chips.pop(name)
+            self._row.removeWidget(gone)
+            gone.deleteLater()
         for i, m in enumerate(v.models):
             chip = self.chips.get(m.name)
             if chip is None:

@@ -229,7 +229,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         ys = np.arange(0.0, vb.height(), 4.0)
         for line in (self.here, self.regime_line, self.limit_line):
             if line.isVisible():
-                x = line.position()[0] if line is self.here else line.value()
+                x = line.position()[0] if isinstance(line, HereMarker) else line.value()
                 px, _ = to_pixels(vb, np.array([x]), np.array([0.0]))
                 parts.append(np.column_stack([np.full(ys.size, px[0]), ys]))
         return np.concatenate(parts)
@@ -252,7 +252,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
 
     def _view_changed(self, vb: pg.ViewBox) -> None:
         """The marker's bounds follow the view's range and size (its shapes are in pixels)."""
-        self.here.view_changed(vb.viewRect(), tuple(vb.viewPixelSize()))  # type: ignore[arg-type]
+        self.here.view_changed(vb.viewRect(), tuple(vb.viewPixelSize()))
 
     def _view_moved(self, *_args: object) -> None:
         """The view was resized or its range changed: the labels are placed again (at once, or at the end of the

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvmon.core import serving
-from kvmon.core.jsonvals import json_str, json_text
+from kvmon.core.jsonvals import json_object, json_str, json_text
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.serving import ListedModel, ModelListing
@@ -53,8 +53,7 @@ def parse_listing(models_body: Any, running_body: Any) -> tuple[list[ListedModel
         model_id = json_str(raw.get("id")) if isinstance(raw, Mapping) else None
         if not model_id or not isinstance(raw, Mapping):
             continue
-        meta = raw.get("meta") if isinstance(raw.get("meta"), Mapping) else {}
-        swap = meta.get("llamaswap") if isinstance(meta.get("llamaswap"), Mapping) else {}
+        swap = json_object(json_object(raw.get("meta")).get("llamaswap"))
         if swap.get("type", "model") != "model":  # aliases, peers, selectors and profiles are not processes
             continue
         names.append(model_id)

@@ -338,7 +338,7 @@ def _memory_settings(raw: dict[str, str], notes: list[str]) -> tuple[bool, tuple
     if fit_word is None:
         notes.append(f"unknown --fit setting {raw['fit']!r}")
     fit = fit_word != "off"
-    target = (DEFAULT_FIT_TARGET_MIB * MIB,)
+    target: tuple[int, ...] = (DEFAULT_FIT_TARGET_MIB * MIB,)
     if "fit_target" in raw:  # MiB per device, separated by , or /; one value is every device's
         parts = [p for p in raw["fit_target"].replace("/", ",").split(",") if p.strip()]
         mib = [_to_int(p) for p in parts]

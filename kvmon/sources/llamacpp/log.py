@@ -365,7 +365,7 @@ class LlamaLogParser:
         devices = self.device_lines.devices()
         if devices:
             prov["devices"] = Provenance.LOG
-        return ServerConfig(**values, **maps, devices=devices, provenance=prov)  # type: ignore[arg-type]
+        return ServerConfig(**values, **maps, devices=devices, provenance=prov)  # type: ignore[arg-type]  # by name
 
     def placement_hint(self) -> str | None:
         """Why this log cannot say where the model lives, when it cannot (None when it can, or cannot tell yet)."""

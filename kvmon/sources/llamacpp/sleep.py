@@ -68,6 +68,7 @@ class SleepCourtesy:
         return self._mark is not None
 
     def reason(self) -> str:
+        assert self.sleep_s is not None  # said only while /slots is skipped, which needs it
         how = ("/metrics shows when a request comes" if self.watched_by_metrics else
                "without /metrics a new request is seen only once the server has fallen asleep or "
                f"{self.sleep_s + QUIET_AFTER_S:.0f} s have passed (start it with --metrics)")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvmon.core.jsonvals import json_int, json_str
+from kvmon.core.jsonvals import json_array, json_int, json_object, json_str
 
 LLM_TYPES = ("llm", "vlm")
 
@@ -71,10 +71,10 @@ def parse_v1(body: Any) -> tuple[list[LmModel], list[str]]:
         q = raw.get("quantization")
         quant = json_str(q.get("name")) if isinstance(q, Mapping) else json_str(q)
         instances: list[Instance] = []
-        for inst in raw.get("loaded_instances") if isinstance(raw.get("loaded_instances"), list) else ():
+        for inst in json_array(raw.get("loaded_instances")):
             if not isinstance(inst, Mapping):
                 continue
-            cfg = inst.get("config") if isinstance(inst.get("config"), Mapping) else {}
+            cfg = json_object(inst.get("config"))
             instances.append(Instance(
                 id=json_str(inst.get("id")) or key, context_length=json_int(cfg.get("context_length")),
                 eval_batch_size=json_int(cfg.get("eval_batch_size")), parallel=json_int(cfg.get("parallel")),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvmon.core.jsonvals import json_float, json_int, json_str
+from kvmon.core.jsonvals import json_float, json_int, json_object, json_str
 from kvmon.core.sweep import StepTiming, SweepFailed
 from kvmon.sources.llamacpp.sweep import FILLER
 from kvmon.sources.sweep_http import SweepHttp
@@ -55,8 +55,8 @@ class LmStudioSweep:
         doc = self.http.post_json("/api/v0/chat/completions", body)
         if not isinstance(doc, dict):
             raise SweepFailed(f"{self.display_url}/api/v0/chat/completions did not answer an object")
-        usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-        stats = doc.get("stats") if isinstance(doc.get("stats"), dict) else {}
+        usage = json_object(doc.get("usage"))
+        stats = json_object(doc.get("stats"))
         depth = json_int(usage.get("prompt_tokens"))
         if not depth:
             raise SweepFailed("LM Studio did not count the prompt's tokens")

@@ -309,7 +309,7 @@ class ChildTracker:
                 self._search()
             child, why = choose_child(self._children, blob_path)
             if child is None:
-                pids = (self._ollama_pid,) if self._ollama_pid else ()
+                pids: tuple[int, ...] = (self._ollama_pid,) if self._ollama_pid else ()
                 return None, self._reason or why, pids, self._env_config
             self._child = child
         pids = tuple(p for p in (self._ollama_pid, child.pid) if p)

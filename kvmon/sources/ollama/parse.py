@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from kvmon.core.jsonvals import json_int, json_str
+from kvmon.core.jsonvals import json_int, json_object, json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 
 
@@ -85,7 +85,7 @@ def parse_ps(body: Any) -> tuple[list[OllamaModel], list[str]]:
         if name is None:
             notes.append(f"/api/ps entry {i} has no name")
             continue
-        details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
+        details = json_object(entry.get("details"))
         models.append(
             OllamaModel(
                 name=name,
@@ -235,7 +235,7 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
             if shape is not None and not verbose:
                 shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
                 shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
-    details = body.get("details") if isinstance(body.get("details"), dict) else {}
+    details = json_object(body.get("details"))
     n_params = json_int(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
     return ShowInfo(
         model_info=info,

@@ -218,7 +218,6 @@ class OllamaSource:
             reasons["other_models"] = f"also loaded: {others} (showing the one used last)"
         if active is None:
             reasons["model"] = "no model loaded in Ollama (it loads one on the first request)"
-            rate_reason = "no model loaded"
             return ServerReading(
                 t_monotonic=t_mono,
                 t_wall=t_wall,
@@ -227,7 +226,7 @@ class OllamaSource:
                 server_version=version,
                 state="idle",
                 live_rate_source="proxy" if proxy else None,
-                live_rate_unavailable_reason=None if proxy else rate_reason,
+                live_rate_unavailable_reason=None if proxy else "no model loaded",
                 reasons=reasons,
             )
 

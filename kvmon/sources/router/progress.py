@@ -88,7 +88,9 @@ class ProgressStream:
     def _run(self) -> None:
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=min(2.0, self._timeout_s))
         tls = default_tls(self.url)
-        with httpx.Client(timeout=timeout, headers=self._headers, verify=tls, trust_env=False) as client:
+        # httpx takes str and bytes header values in one mapping; its hint allows one kind at a time
+        with httpx.Client(timeout=timeout, headers=self._headers, verify=tls,  # type: ignore[arg-type]
+                          trust_env=False) as client:
             while self._reading():
                 head_by = Cutoff(time.monotonic() + self._timeout_s, self._socket.cut)
                 try:

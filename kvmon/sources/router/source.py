@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvmon.core import serving
-from kvmon.core.jsonvals import json_float, json_int, json_str, json_text
+from kvmon.core.jsonvals import json_float, json_int, json_object, json_str, json_text
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.core.sanitize import plain_text
 from kvmon.core.serving import ListedModel, ModelListing
@@ -53,7 +53,7 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
         if not model_id or not isinstance(raw, Mapping):
             notes.append("an entry without an id")
             continue
-        st = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
+        st = json_object(raw.get("status"))
         value = json_str(st.get("value")) or "unknown"
         status = _STATUS.get(value, value)
         exit_code = json_int(st.get("exit_code"), signed=True)
@@ -68,7 +68,7 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
 
 def progress_of(event: Mapping[str, Any]) -> tuple[str | None, float | None]:
     """(status, progress 0..1) of a ``/models/sse`` event (``status_change`` or the README's ``model_status``)."""
-    data = event.get("data") if isinstance(event.get("data"), Mapping) else {}
+    data = json_object(event.get("data"))
     status = json_str(data.get("status"))
     prog = data.get("progress")
     value = json_float(prog.get("value")) if isinstance(prog, Mapping) else None
