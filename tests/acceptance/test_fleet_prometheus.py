@@ -22,6 +22,7 @@ import pytest
 import yaml
 from helpers_http import wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from repo_paths import ROOT
 
 from kvmon.app.monitor import DevicePoller, Monitor
 from kvmon.cli.serve import Exporter
@@ -33,7 +34,7 @@ from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.vllm.source import VllmSource
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 RULES = ROOT / "resources" / "prometheus" / "kvmon-rules.yml"  # kvmon --print-path prometheus-rules
 DASHBOARD = ROOT / "resources" / "grafana" / "kvmon-fleet.json"  # kvmon --print-path grafana
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)

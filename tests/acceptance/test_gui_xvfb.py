@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
+from xvfb_server import _start_xvfb
 
 from kvmon.gui.qtplatform import startup_problem
 
@@ -49,19 +51,6 @@ print(f"SIZE {img.width()}x{img.height()} STD {arr.std():.2f} DISTINCT {len(np.u
 """
 
 
-def _start_xvfb() -> tuple[subprocess.Popen[bytes], str]:
-    """Xvfb on a free display number it picks itself (-displayfd), so parallel runs never collide."""
-    r, w = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    os.close(w)
-    with os.fdopen(r) as f:
-        number = f.readline().strip()
-    if not number:
-        proc.kill()
-        _out, err = proc.communicate(timeout=5)
-        raise RuntimeError(f"Xvfb did not start: {err.decode(errors='replace')[-500:]}")
-    return proc, f":{number}"
 
 
 @pytest.mark.skipif(shutil.which("Xvfb") is None,
@@ -77,7 +66,7 @@ def test_real_window_on_xvfb_is_not_blank(tmp_path: Path) -> None:
         env["DISPLAY"] = display
         png = tmp_path / "xvfb.png"
         out = subprocess.run([sys.executable, "-c", WINDOW_SCRIPT, str(png), str(tmp_path / "s.ini")], env=env,
-                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert out.returncode == 0, out.stderr[-2000:]
         line = next(ln for ln in out.stdout.splitlines() if ln.startswith("SIZE"))
         size, std, distinct = line.split()[1], float(line.split()[3]), int(line.split()[5])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
-from test_gguf_meta import write_small_gguf
+from small_gguf import write_small_gguf
 
 from kvmon.cli.once import run
 from kvmon.core.readings import SourceError

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from helpers_hostile import RawServer, drip_head
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
-from test_ollama_helpers import OllamaFixture
+from ollama_fixture import OllamaFixture
+from repo_paths import FIXTURES
 
 from kvmon.app.build import open_monitor
 from kvmon.cli.once import run
@@ -113,7 +114,7 @@ def test_a_lone_surrogate_does_not_stop_the_recorder(tmp_path: Path) -> None:
 
 def test_a_lone_surrogate_in_an_ollama_model_name_leaves_the_poll_working() -> None:
     ollama = OllamaFixture()
-    ps = json.loads((Path(__file__).parent / "fixtures" / "ollama" / "ps.full-offload.json").read_text())
+    ps = json.loads((FIXTURES / "ollama" / "ps.full-offload.json").read_text())
     text = json.dumps(ps).replace('"name": "llama3.1:8b"', '"name": "llama3.1:8b\\ud800"')
     ollama.set("/api/ps", 200, text)
     src = OllamaSource(ollama.url, timeout_s=2.0, find_child=False, proxy_url="http://127.0.0.1:9")

@@ -7,14 +7,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from test_ollama_helpers import OllamaFixture
+from ollama_fixture import OllamaFixture
+from repo_paths import ROOT
 
 from kvmon.sources.ollama.source import OllamaSource
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 
 
 @pytest.fixture

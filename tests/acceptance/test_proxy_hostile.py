@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from helpers_hostile import RawServer, reset_before_answering
 from helpers_http import wait_until
-from test_proxy_stream import Script, Upstream, chunk, get_stats, recv_all
+from raw_upstream import Script, Upstream, chunk, get_stats, recv_all
 
 from kvmon.proxy.server import ProxyServer
 

@@ -8,7 +8,7 @@ import threading
 import time
 
 from helpers_http import wait_until
-from test_ollama_helpers import OllamaFixture, fixture_bytes
+from ollama_fixture import OllamaFixture, fixture_bytes
 
 from kvmon.app.monitor import Monitor
 from kvmon.proxy.server import ProxyServer

@@ -6,8 +6,6 @@ thread, so kvmon's own polling does not slow it down.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 import threading
@@ -16,31 +14,22 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from kvmon_in_process import FLAGS, _run_kvmon
 from real_llama_server import KVMON_TIMEOUT_S, RealLlamaServer, TimedReply
 
 from kvmon.app.build import open_monitor
 from kvmon.app.group_monitor import GroupMonitor
 from kvmon.app.monitor import Monitor
-from kvmon.cli import main as kvmon_main
 from kvmon.core.snapshot import Activity
 from kvmon.sources.llamacpp.parse import parse_metrics, parse_slot
 from kvmon.sources.llamacpp.source import LlamaServerSource
 
-FLAGS = ["-c", "2048", "-np", "1", "--metrics", "--props"]
 # the counters this build's /metrics has (gauges are never kept: every scrape resets them)
 COUNTERS = {"prompt_tokens_total", "prompt_seconds_total", "tokens_predicted_total", "tokens_predicted_seconds_total",
             "n_decode_total", "n_tokens_max", "prompt_tokens_cached_total"}
 TIMINGS = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n"}
 
 
-def _run_kvmon(*argv: str) -> tuple[int, str, str]:
-    """``kvmon ARGV`` in this process: (exit status, stdout, stderr)."""
-    if argv[:1] == ("once",) and "--timeout" not in argv:
-        argv = (*argv, "--timeout", f"{KVMON_TIMEOUT_S:g}")
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = kvmon_main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_every_endpoint_parses_without_unknown_fields(llama_server: Callable[..., RealLlamaServer]) -> None:

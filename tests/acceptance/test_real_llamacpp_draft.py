@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kvmon_in_process import _run_kvmon
 from real_llama_server import RealLlamaServer, mib_matches
-from test_real_llamacpp_api import _run_kvmon
 from tiny_gguf import make_gguf
 
 from kvmon.sources.gguf_meta import read_gguf_header

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kvmon_in_process import FLAGS, _run_kvmon
 from real_llama_server import RealLlamaServer, TimedReply
-from test_real_llamacpp_api import FLAGS, _run_kvmon
 from tiny_gguf import make_gguf
 
 from kvmon.sources.llamacpp.parse import parse_metrics

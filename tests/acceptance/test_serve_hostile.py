@@ -17,8 +17,8 @@ import httpx
 import pytest
 from helpers_hostile import RawServer, drip_head, listen_backlog
 from helpers_http import LLAMA_FIXTURES, CannedResponse, FixtureServer, serve_llama_state, wait_until
+from ollama_fixture import OllamaFixture
 from prometheus_client.parser import text_string_to_metric_families
-from test_ollama_helpers import OllamaFixture
 
 from kvmon.app.build import open_monitor
 from kvmon.cli.serve import INTERVAL_ENV, Exporter, run

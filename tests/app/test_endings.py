@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers_http import FixtureServer, serve_llama_state, wait_until
-from test_proxy_stream import Script, Upstream, chunk
+from raw_upstream import Script, Upstream, chunk
 
 from kvmon.core.recorder import read_recording
 

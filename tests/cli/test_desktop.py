@@ -12,12 +12,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 import kvmon
 from kvmon import cli, resources
 from kvmon.cli import desktop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 ICON_SIZES = tuple(resources.icon_pngs())
 VALIDATE = shutil.which("desktop-file-validate")
 

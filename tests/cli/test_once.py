@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, serve_llama_state
-from test_gguf_meta import write_small_gguf
+from repo_paths import ROOT
+from small_gguf import write_small_gguf
 
 from kvmon.cli.once import format_text, run
 from kvmon.core.report_json import snapshot_to_json
@@ -32,7 +33,7 @@ from kvmon.core.snapshot import (
     Snapshot,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 KEY = "sekrit-key-9876"
 TOP_LEVEL = {"kvmon_version", "backend", "server_version", "url", "model", "slots", "decode_tok_s", "prefill_tok_s",
              "ceiling_tok_s", "efficiency", "gpus", "alerts", "provenance"}

@@ -8,12 +8,13 @@ import io
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
+
+from repo_paths import ROOT
 
 from kvmon.cli.once import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 
 
 def _run(**kw: Any) -> tuple[int, str, str]:

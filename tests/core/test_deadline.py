@@ -12,7 +12,7 @@ import time
 import pytest
 from helpers_hostile import RawServer, drip_head
 from helpers_http import FixtureServer, serve_llama_state
-from test_ollama_helpers import OllamaFixture
+from ollama_fixture import OllamaFixture
 
 from kvmon.app.monitor import Monitor
 from kvmon.core.deadline import current_deadline, poll_deadline

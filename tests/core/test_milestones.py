@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.points import ContextBins
 from kvmon.core.snapshot import MILESTONES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 
 
 def test_the_chart_marks_the_forecast_at_each_of_its_depths(qtbot: object) -> None:

@@ -109,9 +109,10 @@ def test_empty_views(n: int) -> None:
 
 def test_the_fit_and_the_plot_start_again_on_the_same_poll() -> None:
     """The analysis's fit and a dashboard's store, fed the analysis's snapshots, agree on every model change."""
+    from analysis_readings import L8B, SHAPE_8B, FixedRates, gpus, reading
+
     from kvmon.core.analysis import Analyzer
     from kvmon.core.readings import ModelInfo
-    from tests.test_analysis import L8B, SHAPE_8B, FixedRates, gpus, reading
 
     a = Analyzer(rate_tracker=FixedRates(decode=50.0))
     plot = MeasuredPoints()

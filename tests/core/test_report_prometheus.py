@@ -13,12 +13,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from helpers_http import FixtureServer, serve_llama_state, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from repo_paths import ROOT
 
 from kvmon import __version__
 from kvmon.app.monitor import Monitor
@@ -464,7 +464,7 @@ def test_run_serves_until_stopped(fixture_server: FixtureServer, monkeypatch: py
 def test_kvmon_serve_process_answers_and_ends_on_sigterm() -> None:
     port = closed_port()
     env = {**os.environ, INTERVAL_ENV: "0.2", "QT_QPA_PLATFORM": "offscreen"}
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     proc = subprocess.Popen([sys.executable, "-m", "kvmon", "serve", f"http://127.0.0.1:{closed_port()}",
                              "--timeout", "0.5", "--listen", f"127.0.0.1:{port}"],
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtGui
+from repo_paths import ROOT
 from synthetic import SyntheticMonitor
 
 from kvmon.app.choose import choose_session
@@ -23,8 +24,6 @@ from kvmon.gui.app import build_window
 from kvmon.gui.controller import HIDDEN_INTERVAL_S
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:

@@ -15,8 +15,7 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("kvmon.sim.server")
 
 from PySide6 import QtGui
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT
 
 
 def _no_display_env() -> dict[str, str]:

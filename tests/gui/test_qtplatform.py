@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from kvmon.gui.qtplatform import (
     PACKAGES,
@@ -22,7 +23,6 @@ from kvmon.gui.qtplatform import (
     startup_problem,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 needs_ldd = pytest.mark.skipif(shutil.which("ldd") is None or not sys.platform.startswith("linux"),
                                reason="ldd (glibc) is what the check asks; this system has none")
 
@@ -180,7 +180,7 @@ def test_the_readme_names_every_library_the_plugin_loads() -> None:
 
 @pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
 def test_a_display_that_does_not_answer_is_said_in_one_line(tmp_path: Path) -> None:
-    from test_gui_xvfb import _start_xvfb
+    from xvfb_server import _start_xvfb
 
     xvfb, display = _start_xvfb()
     try:

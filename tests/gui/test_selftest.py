@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from kvmon.gui import selftest
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # --- the blank check ------------------------------------------------------------------------------------
 

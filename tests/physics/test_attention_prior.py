@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import BENCH
 
 from kvmon.physics import attention_prior as ap
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = BENCH
 
 
 def _prior_bench() -> Any:

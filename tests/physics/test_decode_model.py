@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from repo_paths import BENCH
 
 from kvmon.physics.attention_prior import PRIORS, kernel_switch
 from kvmon.physics.ceiling import DeviceShare, ceiling_tok_s
@@ -35,7 +35,7 @@ from kvmon.physics.kv import kv_bytes_in_use
 from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = BENCH
 L8B = PRESETS["llama-3.1-8b"]
 SHAPE_8B = L8B.shape()
 GPU = [DeviceShare("GPU 0", 1008e9, float(L8B.weight_bytes), 1.0)]

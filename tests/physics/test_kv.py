@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.physics.kv import (
     KvAllocation,
@@ -21,7 +21,7 @@ from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
 
 MIB = 1024 * 1024
-FIXTURE = Path(__file__).parent / "fixtures" / "llama-server" / "kv-log-lines.txt"
+FIXTURE = FIXTURES / "llama-server" / "kv-log-lines.txt"
 
 # The two test models of the captures (fixtures README): llama architecture, context_length 32768.
 CAPTURE_MODELS = {

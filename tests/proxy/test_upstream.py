@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers_hostile import RawServer, drip_head, read_request_head
-from test_proxy_stream import Script, Upstream, chunk, get_stats, recv_all
+from raw_upstream import Script, Upstream, chunk, get_stats, recv_all
 
 from kvmon.cli import build_parser
 from kvmon.cli import proxy as command

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.sim.server import SimServer
 
-OLLAMA_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ollama"
+OLLAMA_FIXTURES = FIXTURES / "ollama"
 
 
 def fixture(name: str) -> object:

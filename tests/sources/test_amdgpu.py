@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.core.readings import GpuSetReading
 from kvmon.physics.gpus import GB, GIB
@@ -14,7 +15,7 @@ from kvmon.sources.amdgpu import AmdGpuSource, parse_amdgpu_ids, parse_dpm_level
 from kvmon.sources.drm_fdinfo import parse_fdinfo, server_gpu_memory
 from kvmon.sources.intel_gpu import IntelGpuSource
 
-FIX = Path(__file__).parent / "fixtures" / "sysfs"
+FIX = FIXTURES / "sysfs"
 SERVER_PID = 424242  # a pid of the fixture's proc/ tree, not of this machine
 
 

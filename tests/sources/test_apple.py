@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.physics.gpus import GB, GIB
 from kvmon.sources.apple import AppleSource, parse_sysctl, parse_vm_stat, vm_memory_bytes
 
-FIX = Path(__file__).parent / "fixtures" / "apple"
+FIX = FIXTURES / "apple"
 
 
 def _recorded(sysctl: str, vm_stat: str | None = "vm_stat-01-m5pro-48gb-macos26.txt", *, wired_mb: int = 0,

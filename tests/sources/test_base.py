@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 pytest.importorskip("kvmon.sim.server")
+
+
+from repo_paths import FIXTURES
 
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceError
 from kvmon.sim.faults import DEFAULT_API_KEY
@@ -185,7 +187,7 @@ def test_garbage_bodies_raise_only_source_errors(backend: str) -> None:
 def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
     sim = SimServer("seed-3090x2", autoplay=False)
     try:
-        fixtures = Path(__file__).parent / "fixtures"
+        fixtures = FIXTURES
         apple = fixtures / "apple" / "sysctl-02-m4max-64gb-macos15-archspec.txt"
 
         def recorded_mac(argv: object) -> str:  # answers every macOS tool from one recorded sysctl output
@@ -216,7 +218,7 @@ def test_gpu_and_host_sources_never_raise_from_a_poll() -> None:
 
 
 def test_device_sources_number_all_devices_and_keep_the_other_sources_when_one_fails() -> None:
-    fixtures = Path(__file__).parent / "fixtures" / "sysfs"
+    fixtures = FIXTURES / "sysfs"
 
     class Broken:
         def poll(self, server_pids: object = ()) -> GpuSetReading:

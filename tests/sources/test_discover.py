@@ -16,12 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers_http import LLAMA_FIXTURES, wait_until
+from repo_paths import FIXTURES
 
 from kvmon.cli import main as kvmon_main
 from kvmon.sources import detect
 from kvmon.sources.discover import classify, discover, scan_processes
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+FIX = FIXTURES
 
 # A process that answers like one server from fixture files, whatever its argv says (the argv is what is tested).
 SERVE = textwrap.dedent(

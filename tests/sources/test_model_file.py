@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_gguf_meta import write_small_gguf
+from small_gguf import write_small_gguf
 
 from kvmon.sources import model_file
 from kvmon.sources.model_file import ModelFiles

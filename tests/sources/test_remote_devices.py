@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from helpers_http import FixtureServer, closed_port_url
+from repo_paths import FIXTURES
 
 from kvmon.app.build import device_sources
 from kvmon.app.monitor import Monitor
@@ -26,7 +27,7 @@ from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.remote_devices import NO_REMOTE_DEVICES, NoDevices, NoHost, RemoteDevices
 
-SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
+SYSFS = FIXTURES / "sysfs"
 
 
 @contextlib.contextmanager

@@ -75,7 +75,7 @@ def test_a_quantized_checkpoint_is_not_estimated_from_its_torch_dtype(tmp_path: 
 
 def test_the_analysis_estimates_a_checkpoint_it_cannot_read(tmp_path: Path) -> None:
     """vLLM's folder with its config but no weight files here: bf16 × parameters, labelled estimated."""
-    from test_analysis import FixedRates, gpus, reading
+    from analysis_readings import FixedRates, gpus, reading
 
     from kvmon.core.analysis import Analyzer
     from kvmon.core.readings import ModelInfo

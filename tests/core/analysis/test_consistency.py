@@ -4,7 +4,7 @@ as unknown, with the reason, never as a fact (``kvmon.core.analysis.consistency`
 from __future__ import annotations
 
 import pytest
-from test_analysis import GIB, L8B, SHAPE_8B, FixedRates, gpu, gpus, reading
+from analysis_readings import GIB, L8B, SHAPE_8B, FixedRates, gpu, gpus, reading
 
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import HostReading, ModelInfo, ServerConfig, SlotReading

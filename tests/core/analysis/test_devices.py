@@ -5,17 +5,17 @@ from the server's own facts."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from test_analysis import GIB, KV_PER_TOKEN_8B, L8B, FixedRates, reading
+from analysis_readings import GIB, KV_PER_TOKEN_8B, L8B, FixedRates, reading
+from repo_paths import FIXTURES
 
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerConfig
 from kvmon.core.snapshot import AlertLevel
 from kvmon.sources.llamacpp.log import parse_llama_log
 
-LOGS = Path(__file__).parent / "fixtures" / "llama-server-logs"
+LOGS = FIXTURES / "llama-server-logs"
 MIB = 1024 * 1024
 NO_DEVICE = GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: the NVML library was not found")
 

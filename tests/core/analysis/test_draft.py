@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_analysis import GIB, L8B, SHAPE_8B, gpu, gpus, reading
+from analysis_readings import GIB, L8B, SHAPE_8B, gpu, gpus, reading
 
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import ModelInfo, ServerConfig

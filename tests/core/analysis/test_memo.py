@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from analysis_readings import GIB, L8B, FixedRates, ceiling_8b, gpu, gpus, reading
 
 from kvmon.core.analysis import Analyzer
+from kvmon.core.readings import ModelInfo
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
-from tests.test_analysis import GIB, L8B, FixedRates, ModelInfo, ceiling_8b, gpu, gpus, reading
 
 
 def _model(shape: ModelShape) -> ModelInfo:

@@ -4,12 +4,12 @@ and fallback, and a measured speed above the ceiling as a finding."""
 from __future__ import annotations
 
 import pytest
+from analysis_readings import GIB, L8B, SHAPE_8B, FixedRates, ceiling_8b, gpu, gpus, reading
 
 from kvmon.core.analysis import Analyzer
 from kvmon.core.analysis.regimes import PLACEMENT_TOLERANCE, RegimeKey, RegimeTracker, changes, regime_key
 from kvmon.core.readings import FailureKind, ModelInfo, PcieLink, ServerConfig, SourceFailure
 from kvmon.physics.ceiling import DeviceShare
-from tests.test_analysis import GIB, L8B, SHAPE_8B, FixedRates, ceiling_8b, gpu, gpus, reading
 
 MODEL = ("http://127.0.0.1:8080", "m.gguf", "llama", 1)
 

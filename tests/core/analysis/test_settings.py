@@ -1,7 +1,7 @@
 """Settings that change llama.cpp's KV allocation, read from the command line and the log and passed to the physics.
 
 The rules are llama.cpp b11549's (``llama-context.cpp``, ``llama-kv-cache*.cpp``, ``src/models/*.cpp``); the
-real-server matrix in ``test_real_llamacpp_kv.py`` checks them against the server's own log lines.
+real-server matrix in ``tests/acceptance/test_real_llamacpp_kv.py`` checks them against the server's own log lines.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.core.analysis.speculation import lifted, speculation, withheld
 from kvmon.core.readings import ServerReading
@@ -91,13 +92,12 @@ def test_a_server_that_speculates_before_any_reply_ended_has_no_ceiling_yet() ->
 
 
 def test_vllm_counts_speculation_under_the_same_names_beside_its_own_generated_counter() -> None:
-    from pathlib import Path
 
     from kvmon.sources.vllm import VLLM
     from kvmon.sources.vllm.parse import parse_metrics
     from kvmon.sources.vllm.source import _counters
 
-    text = (Path(__file__).parent / "fixtures" / "vllm" / "metrics.v1.txt").read_text()
+    text = (FIXTURES / "vllm" / "metrics.v1.txt").read_text()
     labels = '{engine="0",model_name="Qwen/Qwen3-8B"}'
     text += "".join(f"# TYPE vllm:{n} counter\nvllm:{n}_total{labels} {v}\n" for n, v in (
         ("spec_decode_num_drafts", 9000.0), ("spec_decode_num_draft_tokens", 27000.0),
@@ -227,13 +227,12 @@ def test_acceptance_by_position_is_read_and_shared_by_drafts() -> None:
 
 
 def test_vllm_acceptance_by_position_adds_up_over_its_engines() -> None:
-    from pathlib import Path
 
     from kvmon.sources.vllm import VLLM
     from kvmon.sources.vllm.parse import parse_metrics
     from kvmon.sources.vllm.source import _counters
 
-    text = (Path(__file__).parent / "fixtures" / "vllm" / "metrics.v1.txt").read_text()
+    text = (FIXTURES / "vllm" / "metrics.v1.txt").read_text()
     lines = ["# TYPE vllm:spec_decode_num_drafts counter", "# TYPE vllm:spec_decode_num_accepted_tokens counter",
              "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"]
     for engine, (drafts, per_pos) in enumerate(((400, (300, 200)), (600, (500, 100)))):

@@ -3,7 +3,7 @@ trend (a router loading its model, a reload, another model followed)."""
 
 from __future__ import annotations
 
-from test_analysis import GIB, FixedRates, gpu, gpus, reading
+from analysis_readings import GIB, FixedRates, gpu, gpus, reading
 
 from kvmon.core.analysis import Analyzer
 

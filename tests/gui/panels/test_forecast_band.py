@@ -14,13 +14,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from analysis_readings import GIB, FixedRates, gpu, gpus, reading
+
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import ModelInfo
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 from kvmon.physics.presets import PRESETS
-from tests.test_analysis import GIB, FixedRates, gpu, gpus, reading
 
 Q27 = PRESETS["qwen3.5-27b"]
 HYBRID = ModelInfo(name="Qwen3.5-27B-Q4_K_M.gguf", arch="qwen35", weight_bytes=Q27.weight_bytes, shape=Q27.shape())

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 from kvmon.core.device_names import backend_vendor, canonical_device, is_device_buffer
 from kvmon.core.readings import LogDevice
 from kvmon.sources.llamacpp.log import LlamaLogParser
 
-LOGS = Path(__file__).parent / "fixtures" / "llama-server-logs"
+LOGS = FIXTURES / "llama-server-logs"
 MIB = 1024 * 1024
 
 # file: ({device: description}, {model buffer: MiB}, {KV buffer: MiB}, (offloaded, of), hint expected)
@@ -157,7 +158,7 @@ def test_the_hint_names_verbosity_and_the_flag() -> None:
     assert "verbosity 3" in hint and "-lv 4" in hint
     # b11549 at its default verbosity, as captured for kvmon's own tests
     p = LlamaLogParser()
-    for line in (Path(__file__).parent / "fixtures" / "llama-server" / "speed-sweep" /
+    for line in (FIXTURES / "llama-server" / "speed-sweep" /
                  "server-stderr.f16.default-verbosity.txt").read_text().splitlines():
         p.feed(line)
     assert "verbosity 3" in (p.placement_hint() or "")
@@ -189,7 +190,7 @@ def test_ollamas_log_carries_its_childs_placement(tmp_path: Path) -> None:
     from kvmon.sources.ollama.child import ollama_log_config
     from kvmon.sources.ollama.source import _for_active_model
 
-    fixtures = Path(__file__).parent / "fixtures"
+    fixtures = FIXTURES
     lines = [(fixtures / "ollama" / "server.log").read_text().splitlines()[0],
              "llama_model_loader: loaded meta data with 24 key-value pairs and 291 tensors from "
              "/usr/share/ollama/.ollama/models/blobs/sha256-abc (version GGUF V3 (latest))",

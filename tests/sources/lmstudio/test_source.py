@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers_http import FixtureServer, wait_until
+from repo_paths import FIXTURES
 
 from kvmon.app.monitor import Monitor
 from kvmon.core.alerts import AlertThresholds
@@ -25,7 +26,7 @@ from kvmon.sim.server import SimServer
 from kvmon.sources.lmstudio.parse import parse_v0, parse_v1
 from kvmon.sources.lmstudio.source import LIVE_RATE_HINT, LmStudioSource, find_gguf
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lmstudio"
+FIXTURES = FIXTURES / "lmstudio"
 
 
 def _json(name: str) -> object:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers_http import wait_until
+from repo_paths import FIXTURES
 
 from kvmon.core.readings import Provenance, ServerConfig
 from kvmon.sources.ollama.child import (
@@ -30,7 +31,7 @@ from kvmon.sources.ollama.child import (
 )
 from kvmon.sources.ollama.source import ENABLE_LIVE_RATE_HINT, OllamaSource
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+FIX = FIXTURES
 BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-667b0c1932bc6ffc593ed1d03f895bf2dc8dc6df21db3042284a6f4416b06a29"
 
 CHILD = textwrap.dedent(

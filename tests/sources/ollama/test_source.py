@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_ollama_helpers import OllamaFixture, fixture_bytes
+from ollama_fixture import OllamaFixture, fixture_bytes
 
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.ollama.source import ENABLE_LIVE_RATE_HINT, OllamaSource
@@ -425,7 +425,7 @@ def test_unreadable_local_model_file_is_a_reason(ollama: OllamaFixture, tmp_path
 
 
 def test_settings_from_the_ollama_log_and_the_user(ollama: OllamaFixture, tmp_path: Path) -> None:
-    from test_ollama_helpers import OLLAMA_FIXTURES
+    from ollama_fixture import OLLAMA_FIXTURES
 
     from kvmon.core.readings import Provenance, ServerConfig
 

@@ -5,10 +5,10 @@ and the errors a router gives."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from helpers_http import LLAMA_FIXTURES, FixtureServer, read_capture, wait_until
+from repo_paths import FIXTURES
 
 from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core import serving
@@ -18,7 +18,7 @@ from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.router.progress import ProgressStream
 from kvmon.sources.router.source import LlamaRouterSource, parse_models, progress_of
 
-ROUTER = Path(__file__).resolve().parent / "fixtures" / "llama-router"
+ROUTER = FIXTURES / "llama-router"
 MODEL = "tiny-llama-F32"
 Q = f"?model={MODEL}&autoload=false"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers_http import FixtureServer
+from repo_paths import FIXTURES
 
 from kvmon.core.analysis import Analyzer
 from kvmon.core.rates import SlotRateTracker
@@ -23,7 +24,7 @@ from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.vllm.parse import parse_metrics, parse_models
 from kvmon.sources.vllm.source import VllmSource, kv_type_of
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+FIXTURES = FIXTURES / "vllm"
 MODEL = "Qwen/Qwen3-8B"
 
 
