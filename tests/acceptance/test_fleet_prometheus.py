@@ -34,7 +34,6 @@ from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.vllm.source import VllmSource
 
-ROOT = ROOT
 RULES = ROOT / "resources" / "prometheus" / "kvmon-rules.yml"  # kvmon --print-path prometheus-rules
 DASHBOARD = ROOT / "resources" / "grafana" / "kvmon-fleet.json"  # kvmon --print-path grafana
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)

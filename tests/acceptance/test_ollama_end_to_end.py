@@ -14,8 +14,6 @@ from repo_paths import ROOT
 
 from kvmon.sources.ollama.source import OllamaSource
 
-ROOT = ROOT
-
 
 @pytest.fixture
 def ollama() -> Iterator[OllamaFixture]:

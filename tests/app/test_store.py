@@ -6,7 +6,6 @@ from __future__ import annotations
 from kvmon.app.store import SessionStore
 from kvmon.cli.serve import Exporter
 from kvmon.core.analysis import AnalyzerSettings
-from kvmon.core.analysis.gpu_views import machine_views
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading
 from kvmon.core.snapshot import Connection, ConnectionStatus, ModelView, SlotView, Snapshot
 
@@ -65,19 +64,6 @@ HOST = HostReading(0.0, ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB, 
                    host_bandwidth_source="table")
 
 
-def test_machine_views_apply_the_users_bandwidths_to_every_device() -> None:
-    settings = AnalyzerSettings(gpu_bandwidth_bytes_per_s={0: 900e9}, host_bandwidth_bytes_per_s=80e9)
-    gviews, why, host = machine_views(_gpus(), HOST, settings)
-    assert why is None
-    assert (gviews[0].peak_bandwidth_bytes_per_s, gviews[0].bandwidth_source) == (900e9, "user")
-    assert (gviews[1].peak_bandwidth_bytes_per_s, gviews[1].bandwidth_source) == (80e9, "host")  # the iGPU reads RAM
-    assert (host.host_bandwidth_bytes_per_s, host.host_bandwidth_source) == (80e9, "user")
-    plain, _, plain_host = machine_views(_gpus(), HOST, AnalyzerSettings())
-    assert plain[0].bandwidth_source == "table" and plain_host.host_bandwidth_source == "table"
-    none, why, _ = machine_views(GpuSetReading(0.0, unavailable_reason="NVML: driver not loaded"), HOST, settings)
-    assert none == () and why == "NVML: driver not loaded"
-
-
 class _Devices:
     """This machine's devices as a DevicePoller gives them (the readings above)."""
 
@@ -117,26 +103,3 @@ def test_the_exporters_fleet_devices_carry_the_users_bandwidths_and_each_target_
     assert (st.polls, st.errors) == (2, 1) and st.snapshot is not None
     assert st.snapshot.connection.status is not ConnectionStatus.CONNECTED  # the bug's poll is a failed state
     assert e.targets[0].store.tally.n == 2 and len(e.targets[0].store.history) == 2
-
-
-def test_freed_heap_goes_back_to_the_system_where_the_c_library_can() -> None:
-    """After a bulk load the window gives back what the dropped Snapshots held: freed blocks between ones still
-    alive stay in the process (glibc does not trim them itself) until ``release_freed_memory``."""
-    import sys
-
-    import psutil
-
-    from kvmon.app.heap import release_freed_memory
-
-    if not sys.platform.startswith("linux"):
-        assert release_freed_memory() is False
-        return
-    proc = psutil.Process()
-    blobs = [bytearray(4096) for _ in range(40000)]  # ~160 MiB in blocks the C library hands out
-    kept = blobs[::100]  # a few stay alive between the freed ones, as the history's columns do
-    del blobs
-    before = proc.memory_info().rss
-    assert release_freed_memory() is True
-    after = proc.memory_info().rss
-    assert before - after > 64 * 2**20, (before >> 20, after >> 20)
-    assert len(kept) == 400

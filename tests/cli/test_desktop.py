@@ -18,7 +18,6 @@ import kvmon
 from kvmon import cli, resources
 from kvmon.cli import desktop
 
-ROOT = ROOT
 ICON_SIZES = tuple(resources.icon_pngs())
 VALIDATE = shutil.which("desktop-file-validate")
 

@@ -14,8 +14,6 @@ from repo_paths import ROOT
 
 from kvmon.cli.once import run
 
-ROOT = ROOT
-
 
 def _run(**kw: Any) -> tuple[int, str, str]:
     base: dict[str, Any] = {"url": None, "api_key": None, "log": None, "timeout": 3.0, "json": True, "interval": 1.0,

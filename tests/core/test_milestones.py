@@ -11,8 +11,6 @@ from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.points import ContextBins
 from kvmon.core.snapshot import MILESTONES
 
-ROOT = ROOT
-
 
 def test_the_chart_marks_the_forecast_at_each_of_its_depths(qtbot: object) -> None:
     """The chart labels the depths the forecast gives (within its axis), from the Snapshot: no list of its own."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmon.physics.gpus import GB, KNOWN_GPUS, lookup_gpu, pcie_bandwidth_bytes_per_s
+from kvmon.physics.gpus import GB, GIB, KNOWN_GPUS, lookup_gpu, lookup_pci, pcie_bandwidth_bytes_per_s
 
 
 @pytest.mark.parametrize(
@@ -68,3 +68,26 @@ def test_pcie_bandwidth() -> None:
     assert pcie_bandwidth_bytes_per_s(None, 16) is None
     assert pcie_bandwidth_bytes_per_s(4, 0) is None
     assert pcie_bandwidth_bytes_per_s(9, 16) is None
+
+
+def test_one_pci_id_for_several_cards_is_told_apart_by_memory_size() -> None:
+    # 1002:744c is the 7900 XTX, XT and GRE (pci.ids); the 24 GiB one is the XTX (LACT's `lact cli info`: 24560 MiB)
+    assert lookup_pci("1002:744c", 24560 * 2**20).name == "Radeon RX 7900 XTX"  # type: ignore[union-attr]
+    assert lookup_pci("1002:744C", 20 * GIB).name == "Radeon RX 7900 XT"  # type: ignore[union-attr]
+    assert lookup_pci("0x1002:0x744c", 16 * GIB).name == "Radeon RX 7900 GRE"  # type: ignore[union-attr]
+    assert lookup_pci("1002:744c") is None  # without the size it would be a guess
+    # the LACT RX 6900 XT snapshot: 1002:73BF with 17163091968 bytes; the 6800, 6800 XT and 6900 XT all have
+    # 512 GB/s and 16 GB, so the bandwidth is known though the card is not
+    spec = lookup_pci("1002:73bf", 17163091968)
+    assert spec is not None and spec.bandwidth_bytes_per_s == 512 * GB
+    assert lookup_pci("8086:e20b").name == "Arc B580"  # type: ignore[union-attr]
+    assert lookup_pci("8086:56a0").bandwidth_bytes_per_s == 560 * GB  # type: ignore[union-attr]
+    assert lookup_pci("1002:ffff") is None and lookup_pci(None) is None
+
+
+def test_every_table_row_is_sane() -> None:
+    for g in KNOWN_GPUS:
+        assert 50 * GB <= g.bandwidth_bytes_per_s <= 10_000 * GB, g.name
+        assert g.vendor in ("nvidia", "amd", "intel", "apple"), g.name
+        assert all(len(i) == 9 and i[4] == ":" for i in g.pci_ids), g.name
+    assert any(g.unified_memory and g.vendor == "amd" for g in KNOWN_GPUS)  # the Ryzen AI Max

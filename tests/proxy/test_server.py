@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import http.client
 import json
@@ -13,27 +12,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import h11
 import pytest
 from helpers_http import wait_until
 from raw_upstream import Script, Upstream, chunk, get_stats, recv_all
-from repo_paths import FIXTURES, ROOT
+from repo_paths import FIXTURES
 
-from kvmon.cli.proxy import parse_listen
-from kvmon.proxy.framing import MessageReader, ProtocolError
-from kvmon.proxy.meter import Meter
 from kvmon.proxy.server import ProxyServer
 from kvmon.proxy.stats import CACHED_PROMPT_REASON
 
 FIX = FIXTURES
 OLLAMA = FIX / "ollama"
 LLAMA = FIX / "llama-server"
-
-
-
-
-
-
 
 
 def chunked_answer(lines: list[bytes], content_type: str, *, gated: bool = False, delay_s: float = 0.0) -> Script:
@@ -87,10 +76,6 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
             break
         out += data
     return out
-
-
-
-
 
 
 # ------------------------------------------------------------------------------------------- end to end
@@ -318,130 +303,7 @@ def test_stats_path_is_not_forwarded_and_bad_requests_are_refused(upstream: Upst
     assert upstream.requests == []
 
 
-def test_binds_loopback_by_default_and_parses_listen() -> None:
-    assert ProxyServer().host == "127.0.0.1"
-    assert parse_listen("127.0.0.1:11435") == ("127.0.0.1", 11435)
-    assert parse_listen(":9000") == ("127.0.0.1", 9000)
-    assert parse_listen("11436") == ("127.0.0.1", 11436)
-    assert parse_listen("[::1]:11435") == ("::1", 11435)
-    for bad in ("localhost", "host:port", "1.2.3.4:99999"):
-        with pytest.raises(ValueError):
-            parse_listen(bad)
-
-
-def test_run_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
-
-    from kvmon.cli.proxy import run
-
-    assert run(argparse.Namespace(listen="nonsense", upstream="http://127.0.0.1:11434")) == 2
-    assert run(argparse.Namespace(listen="127.0.0.1:0", upstream="ftp://x")) == 2
-    assert run(argparse.Namespace(listen="127.0.0.1:0", upstream="http://user:pw@127.0.0.1:1")) == 2
-    err = capsys.readouterr().err
-    assert "kvmon proxy:" in err and "pw" not in err
-
-
 # ------------------------------------------------------------------------------------------- pieces
-
-
-def _read_all(raw: bytes, step: int, request: bool = False) -> tuple[bytes, bytes, bytes, bytes]:
-    """(head, the body's raw bytes, its payload, what came after) as MessageReader reads ``raw`` fed ``step`` at
-    a time."""
-    async def go() -> tuple[bytes, bytes, bytes, bytes]:
-        reader = asyncio.StreamReader()
-        for i in range(0, len(raw), step):
-            reader.feed_data(raw[i : i + step])
-        reader.feed_eof()
-        messages = MessageReader(reader)
-        if request:
-            head = await messages.request_head()
-        else:
-            messages.expect_response(h11.Request(method="GET", target="/", headers=[("Host", "x")]),
-                                     request_sent=True)
-            head = await messages.response_head()
-        assert head is not None
-        body, payload = b"", b""
-        async for r, p in messages.body():
-            body, payload = body + r, payload + p
-        return head.raw, body, payload, messages.take_leftover()
-
-    return asyncio.run(go())
-
-
-def test_the_reader_follows_a_chunked_body_at_any_split() -> None:
-    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-    body = chunk(b"hello ") + chunk(b"world") + b"0\r\nTrailer: x\r\n\r\n"
-    for step in (1, 2, 3, 7, 64, len(head + body)):
-        got = _read_all(head + body + b"HTTP/1.1 200 OK\r\n", step)
-        assert got == (head, body, b"hello world", b"HTTP/1.1 200 OK\r\n"), step  # raw kept, the rest left
-    with pytest.raises(ProtocolError):
-        _read_all(head + b"xyz\r\n", 4)
-    with pytest.raises(ProtocolError):
-        _read_all(head + b"2\r\nabXX", 4)
-
-
-def test_the_reader_splits_pipelined_requests_exactly() -> None:
-    first = b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n"
-    second = b"GET /api/ps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    for step in (1, 5, 200):
-        assert _read_all(b"\r\n" + first + b"hello" + second, step, request=True) == (first, b"hello", b"hello",
-                                                                                        second)
-
-
-def test_meter_rate_leaves_out_the_tokens_that_came_at_once_with_the_first() -> None:
-    """Tokens that reach the proxy together (an upstream or a network that buffers) were made before they came: the
-    first burst starts the clock, and only the tokens after it count against the time since (10 a second here, not
-    19 over one second)."""
-    m = Meter(id=1, method="POST", path="/api/chat", started_unix=0.0, started_mono=0.0)
-    m.set_response(200, "application/x-ndjson", None)
-    line = b'{"message":{"content":"a"},"done":false}\n'
-    m.feed(line * 9, 1.0)  # nine at once
-    assert m.in_flight_rate() is None
-    m.feed(line * 10, 2.0)
-    assert m.in_flight_rate() == pytest.approx(10.0)
-
-
-def test_meter_handles_huge_and_split_lines() -> None:
-    m = Meter(id=1, method="POST", path="/api/chat", started_unix=0.0, started_mono=0.0)
-    m.set_response(200, "application/x-ndjson", None)
-    m.feed(b'{"message":{"content":"a"},"done":false}\n{"message":', 1.0)
-    m.feed(b'{"content":"b"},"done":false}\n', 2.0)
-    m.feed(b"x" * (2 * 1024 * 1024), 2.5)  # an endless line: skipped, not buffered
-    m.feed(b"\n" + b'{"message":{"content":"c"},"done":false}', 3.0)
-    m.finish_body(4.0)
-    assert m.chunks == 3 and m.unparsed_lines == 1
-    assert m.in_flight_rate() == pytest.approx(2 / 3.0)
-    gz = Meter(id=2, method="POST", path="/api/chat", started_unix=0.0, started_mono=0.0)
-    gz.set_response(200, "application/x-ndjson", "gzip")
-    gz.feed(b'{"message":{"content":"a"},"done":false}\n', 1.0)
-    assert gz.chunks == 0 and gz.format is None  # compressed bodies are relayed, not read
-
-
-def test_kvmon_proxy_command_serves(upstream: Upstream) -> None:
-    import subprocess
-    import sys
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    root = ROOT
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvmon", "proxy", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(root)),
-    )
-    try:
-        assert proc.stdout is not None
-        banner = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}" in banner and upstream.url in banner
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/kvmon/stats")
-        doc = json.loads(conn.getresponse().read())
-        conn.close()
-        assert doc["kvmon_proxy"] == 1 and doc["listen"] == f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_upstream_closing_an_idle_connection_is_not_an_error(upstream: Upstream, proxy: ProxyServer) -> None:

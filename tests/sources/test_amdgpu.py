@@ -10,10 +10,8 @@ import pytest
 from repo_paths import FIXTURES
 
 from kvmon.core.readings import GpuSetReading
-from kvmon.physics.gpus import GB, GIB
+from kvmon.physics.gpus import GB
 from kvmon.sources.amdgpu import AmdGpuSource, parse_amdgpu_ids, parse_dpm_levels
-from kvmon.sources.drm_fdinfo import parse_fdinfo, server_gpu_memory
-from kvmon.sources.intel_gpu import IntelGpuSource
 
 FIX = FIXTURES / "sysfs"
 SERVER_PID = 424242  # a pid of the fixture's proc/ tree, not of this machine
@@ -111,59 +109,9 @@ def test_unreadable_server_processes_say_so(tmp_path: Path) -> None:
     assert g.server_used_bytes is None and "not readable" in g.reasons["server_used_bytes"]
 
 
-def test_fdinfo_formats() -> None:
-    old = parse_fdinfo((FIX / "fdinfo" / "amdgpu-drm-memory.txt").read_text())
-    assert old is not None and (old.pdev, old.client_id, old.driver) == ("0000:08:00.0", "217", "amdgpu")
-    assert old.memory_bytes == {"vram": 2068 * 1024, "gtt": 8192 * 1024, "cpu": 0}
-    # newer kernels (drm-usage-stats.rst): total and resident per region; the total is what is allocated
-    new = parse_fdinfo("drm-driver:\tamdgpu\ndrm-pdev:\t0000:03:00.0\ndrm-client-id:\t9\n"
-                       "drm-total-vram:\t3145728 KiB\ndrm-resident-vram:\t3000000 KiB\ndrm-total-gtt:\t2 MiB\n")
-    assert new is not None and new.memory_bytes == {"vram": 3145728 * 1024, "gtt": 2 * 1024**2}
-    # xe numbers its regions (drm-total-vram0); i915 calls VRAM "local"
-    xe = parse_fdinfo("drm-driver:\txe\ndrm-pdev:\t0000:09:00.0\ndrm-client-id:\t4\ndrm-total-vram0:\t65072580 KiB\n")
-    assert xe is not None and xe.memory_bytes == {"vram": 65072580 * 1024}
-    assert parse_fdinfo("pos:\t0\nflags:\t02\n") is None  # not a DRM client
-
-
-def test_server_gpu_memory_needs_a_readable_process(tmp_path: Path) -> None:
-    assert server_gpu_memory(tmp_path, [1, 2]) is None
-    (tmp_path / "7" / "fd").mkdir(parents=True)
-    assert server_gpu_memory(tmp_path, [7]) == {}  # readable, and holds no GPU device
-
-
 def test_dpm_levels_and_amdgpu_ids() -> None:
     assert parse_dpm_levels("0: 96Mhz \n1: 456Mhz *\n2: 772Mhz \n3: 1218Mhz \n") == (456.0, 1218.0)
     assert parse_dpm_levels("0: 400Mhz \n1: 800Mhz \n2: 1000Mhz ") == (None, 1000.0)  # strixpoint: no star
     assert parse_dpm_levels(None) == (None, None)
     ids = parse_amdgpu_ids((FIX / "libdrm" / "amdgpu.ids").read_text())
     assert ids[("73bf", "c1")] == "AMD Radeon RX 6800 XT" and len(ids) == 4
-
-
-@pytest.mark.parametrize(("card", "driver", "slot"), [("b580", "xe", "0000:09:00.0"), ("a380-xe", "xe", "0000:08:00.0"),
-                                                      ("a380-i915", "i915", "0000:0b:00.0")])
-def test_intel_arc_from_the_table_and_the_switch_link(tmp_path: Path, card: str, driver: str, slot: str) -> None:
-    g = _one(IntelGpuSource(_root(tmp_path, card)).poll())
-    assert (g.vendor, g.source, g.kind, g.pci_bus_id) == ("intel", driver, "discrete_gpu", slot)
-    assert g.bandwidth_source == "table" and g.vram_used_bytes is None and "CAP_PERFMON" in g.reasons["vram_used_bytes"]
-    assert g.pcie.bandwidth_bytes_per_s is None and "switch" in g.reasons["pcie.bandwidth_bytes_per_s"]
-    if card == "b580":
-        assert g.name == "Intel Arc B580" and g.peak_bandwidth_bytes_per_s == 456 * GB
-        assert g.vram_total_bytes == 12 * GIB and "table" in g.reasons["vram_total_bytes"]
-    else:
-        assert g.name == "Intel Arc A380" and g.peak_bandwidth_bytes_per_s == 186 * GB
-
-
-def test_intel_server_share_from_xe_fdinfo_and_a_vram_size_file(tmp_path: Path) -> None:
-    root = _root(tmp_path, "b580")
-    tile = root / "sys" / "class" / "drm" / "card1" / "device" / "tile0"
-    tile.mkdir()
-    (tile / "physical_vram_size_bytes").write_text("12884901888\n")  # the drm-xe tree's file (decimal bytes)
-    _server_fdinfo(root, "0000:09:00.0", "drm-driver:\txe\ndrm-pdev:\t0000:09:00.0\ndrm-client-id:\t4\n"
-                                         "drm-total-vram0:\t1048576 KiB\ndrm-total-system0:\t4096 KiB\n")
-    g = _one(IntelGpuSource(root, include_child_processes=False).poll([SERVER_PID]))
-    assert g.vram_total_bytes == 12884901888 and "vram_total_bytes" not in g.reasons
-    assert g.server_used_bytes == 1024**3
-
-
-def test_no_intel_card(tmp_path: Path) -> None:
-    assert IntelGpuSource(_root(tmp_path, "rx6900xt")).poll().unavailable_reason == "no Intel Arc GPU"

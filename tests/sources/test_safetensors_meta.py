@@ -60,19 +60,6 @@ def test_a_header_length_past_the_file_is_refused(tmp_path: Path) -> None:
     assert "no safetensors header" in (folder_weights(str(tmp_path)).why_not or "")
 
 
-def test_without_weight_files_the_parameters_and_dtype_remain_for_an_estimate(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
-    m = read_model(str(tmp_path))
-    assert m.weight_bytes is None and "no .safetensors files" in (m.weights_why or "")
-    assert m.n_params == 8_190_735_360 and m.storage == "BF16"  # Qwen3-8B's model card: 8.2B, 6.95B non-embedding
-
-
-def test_a_quantized_checkpoint_is_not_estimated_from_its_torch_dtype(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({**QWEN3_8B, "torch_dtype": "float16",
-                                                      "quantization_config": {"quant_method": "awq", "bits": 4}}))
-    assert read_model(str(tmp_path)).storage == "awq"  # no bits-per-weight figure: the estimate says so
-
-
 def test_the_analysis_estimates_a_checkpoint_it_cannot_read(tmp_path: Path) -> None:
     """vLLM's folder with its config but no weight files here: bf16 × parameters, labelled estimated."""
     from analysis_readings import FixedRates, gpus, reading

@@ -4,16 +4,12 @@ over the same intervals, which devices count, and the sources that read power an
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from kvmon.core.analysis.energy import CPU_PACKAGE, DeviceEnergy, EnergyMeter, counted_devices
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading
 from kvmon.core.snapshot import GpuView, HostView
-from kvmon.sources.rapl import cpu_energy
-from kvmon.sources.sysfs import hwmon_power
 
 GPU = "NVIDIA GeForce RTX 4090"
 
@@ -99,131 +95,6 @@ def test_a_device_with_no_reading_makes_the_energy_unknown_with_its_reason() -> 
 
 # ---- the sources -------------------------------------------------------------------------------------
 
-def _rapl(root: Path, uj: str | None, wrap: str = "262143328850") -> Path:
-    zone = root / "sys" / "class" / "powercap" / "intel-rapl:0"
-    (zone / "intel-rapl:0:0").mkdir(parents=True)  # the cores sub-zone: not a package, not counted
-    (zone / "intel-rapl:0:0" / "energy_uj").write_text("999\n")
-    if uj is not None:
-        (zone / "energy_uj").write_text(uj + "\n")
-    (zone / "max_energy_range_uj").write_text(wrap + "\n")
-    return zone
-
-
-def test_rapl_package_counter_and_its_wrap(tmp_path: Path) -> None:
-    _rapl(tmp_path, "52745862375")
-    assert cpu_energy(tmp_path, "linux") == (pytest.approx(52745.862375), pytest.approx(262143.32885), None)
-
-
-def test_rapl_zones_are_listed_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
-    """Each poll reads the counters only: a second package appearing is counted from the next listing
-    (RELIST_S later); a zone that goes makes the same read list them again."""
-    from kvmon.sources.sysfs import RELIST_S
-
-    now = [50.0]
-    zone = _rapl(tmp_path, "1000000")
-    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[0] == pytest.approx(1.0)
-    second = zone.parent / "intel-rapl:1"
-    second.mkdir()
-    (second / "energy_uj").write_text("2000000\n")
-    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[0] == pytest.approx(1.0)  # not listed yet
-    now[0] += RELIST_S
-    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(3.0), None)  # two: no wrap
-    (second / "energy_uj").unlink()
-    second.rmdir()
-    assert cpu_energy(tmp_path, "linux", clock=lambda: now[0])[:2] == (pytest.approx(1.0), pytest.approx(262143.32885))
-
-
-def test_a_counter_that_cannot_be_read_is_not_a_reason_to_list_the_zones_again(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """A counter that is there but unreadable (root only on most systems, or not a number) stays so until the next
-    listing: each read reads it, without listing the folder again; a counter that is gone lists them at once."""
-    import kvmon.sources.rapl as rapl
-
-    listings: list[Path] = []
-    real = rapl._package_zones
-    monkeypatch.setattr(rapl, "_package_zones", lambda base: listings.append(base) or real(base))
-    zone = _rapl(tmp_path, "lots")
-    for _ in range(5):
-        assert "does not hold a count" in cpu_energy(tmp_path, "linux", clock=lambda: 10.0)[2]
-    assert len(listings) == 1
-    (zone / "energy_uj").unlink()
-    assert "has no energy_uj counter" in cpu_energy(tmp_path, "linux", clock=lambda: 10.0)[2]
-    assert len(listings) == 2
-
-
-def test_no_rapl_and_macos_say_why(tmp_path: Path) -> None:
-    assert "no RAPL energy counters" in cpu_energy(tmp_path, "linux")[2]
-    assert "powermetrics, which needs root" in cpu_energy(tmp_path, "darwin")[2]
-    zone = _rapl(tmp_path, None)
-    assert "has no energy_uj counter" in cpu_energy(tmp_path, "linux")[2]
-    (zone / "energy_uj").write_text("lots\n")
-    assert "does not hold a count" in cpu_energy(tmp_path, "linux")[2]
-
-
-def test_a_root_only_rapl_counter_is_said_so() -> None:
-    """As most distributions ship it since 2020: energy_uj mode 0400, owned by root, read by an ordinary user (as
-    root, this test reads it with the effective user id of nobody)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        os.chmod(root, 0o755)
-        zone = _rapl(root, "52745862375")
-        for d in (zone, *zone.parents):
-            if d == root:
-                break
-            os.chmod(d, 0o755)
-        os.chmod(zone / "energy_uj", 0o400)
-        if os.geteuid() == 0:
-            os.seteuid(65534)
-            try:
-                energy, _wrap, why = cpu_energy(root, "linux")
-            finally:
-                os.seteuid(0)
-        else:
-            energy, _wrap, why = cpu_energy(root, "linux")
-    assert energy is None and why is not None and "readable by root only" in why
-
-
-def _hwmon(dev: Path, **files: str) -> None:
-    d = dev / "hwmon" / "hwmon3"
-    d.mkdir(parents=True)
-    for name, value in files.items():
-        (d / name).write_text(value + "\n")
-
-
-def test_hwmon_power_and_energy_as_amdgpu_xe_and_i915_publish_them(tmp_path: Path) -> None:
-    amd, xe, bare = tmp_path / "amd", tmp_path / "xe", tmp_path / "bare"
-    _hwmon(amd, power1_average="33000000", name="amdgpu")  # RDNA2: the average, in µW
-    _hwmon(xe, energy1_input="1234567890", power1_max="190000000")  # xe: an energy counter in µJ, no power
-    bare.mkdir()
-    assert hwmon_power(amd) == (33.0, None, {"energy_j": "the card's hwmon has no energy file"})
-    assert hwmon_power(xe)[:2] == (None, pytest.approx(1234.56789))
-    assert "no hwmon sensors" in hwmon_power(bare)[2]["power_w"]
-
-
-def test_hwmon_files_are_looked_for_once_a_while_and_again_when_one_stops_reading(tmp_path: Path) -> None:
-    """A poll reads the chosen files only: a file that appears is seen at the next look (RELIST_S later); a
-    driver reload that renumbers the hwmon folder is followed in the same poll."""
-    from kvmon.sources.sysfs import RELIST_S
-
-    now = [100.0]
-    dev = tmp_path / "card"
-    _hwmon(dev, power1_average="33000000")
-    assert hwmon_power(dev, clock=lambda: now[0])[:2] == (33.0, None)
-    (dev / "hwmon" / "hwmon3" / "energy1_input").write_text("5000000\n")  # readable from now on
-    (dev / "hwmon" / "hwmon3" / "power1_average").write_text("41000000\n")
-    now[0] += RELIST_S - 1
-    power, energy, reasons = hwmon_power(dev, clock=lambda: now[0])
-    assert (power, energy) == (41.0, None) and "no energy file" in reasons["energy_j"]  # not looked for yet
-    now[0] += 1
-    assert hwmon_power(dev, clock=lambda: now[0]) == (41.0, 5.0, {})
-    (dev / "hwmon" / "hwmon3").rename(dev / "hwmon" / "hwmon4")  # the driver reloaded
-    assert hwmon_power(dev, clock=lambda: now[0]) == (41.0, 5.0, {})
-    for f in (dev / "hwmon" / "hwmon4").iterdir():
-        f.unlink()
-    (dev / "hwmon" / "hwmon4").rmdir()
-    power, energy, reasons = hwmon_power(dev, clock=lambda: now[0])
-    assert (power, energy) == (None, None) and "no hwmon sensors" in reasons["power_w"]
-
 
 # ---- end to end: the demo's two RTX 3090s ------------------------------------------------------------
 
@@ -288,18 +159,6 @@ def test_the_dashboard_shows_the_energy_line() -> None:
     assert " W now · " in before and "tokens/Wh · " in before and "Wh this session" in before
     # a reply ended: its J/token beside the session's (tokens per Wh goes to the tooltip, so the line still fits)
     assert " W now · " in lines[-1] and " J/token (last reply " in lines[-1] and "Wh this session" in lines[-1]
-
-
-def test_a_cpu_only_server_without_readable_rapl_says_why_on_the_dashboard() -> None:
-    from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
-    from kvmon.gui.panels.energy import energy_text
-
-    why = "/sys/class/powercap/intel-rapl:0/energy_uj is readable by root only on this system"
-    s = Snapshot(seq=1, t_monotonic=0.0, t_wall=0.0, connection=Connection(ConnectionStatus.CONNECTED),
-                 reasons={"energy": f"the model runs partly or wholly on the CPU, whose energy is not readable "
-                                    f"({why})"})
-    line, tip = energy_text(s)
-    assert line.startswith("not known: ") and "root only" in line and "RAPL" in tip
 
 
 def test_the_cpu_counter_is_read_every_poll_while_the_rest_of_the_host_is_kept() -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers_http import LLAMA_FIXTURES
 from repo_paths import FIXTURES
 
-from kvmon.core.device_names import backend_vendor, canonical_device, is_device_buffer
 from kvmon.core.readings import LogDevice
-from kvmon.sources.llamacpp.log import LlamaLogParser
+from kvmon.sources.llamacpp.log import LlamaLogParser, LogFollower, parse_llama_log
 
 LOGS = FIXTURES / "llama-server-logs"
 MIB = 1024 * 1024
@@ -166,24 +166,6 @@ def test_the_hint_names_verbosity_and_the_flag() -> None:
     assert full.placement_hint() is None  # its buffers say where the model lives
 
 
-@pytest.mark.parametrize(("buffer", "device"), [
-    ("CUDA0", "CUDA0"), ("MTL0_Mapped", "MTL0"), ("Metal_Mapped", "MTL0"), ("Metal", "MTL0"), ("MTL0", "MTL0"),
-    ("MTL0_Private", "MTL0"), ("CUDA_Host", "CUDA_Host"), ("RPC[10.0.2.242:50052]", "RPC[10.0.2.242:50052]"),
-])
-def test_buffer_names_fold_into_their_device(buffer: str, device: str) -> None:
-    assert canonical_device(buffer) == device
-
-
-def test_which_buffers_are_devices_and_whose() -> None:
-    for host in ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX", "CUDA_Host", "ROCm_Host", "Vulkan_Host", "SYCL_Host"):
-        assert not is_device_buffer(host), host
-    for dev in ("CUDA0", "ROCm3", "Vulkan0", "SYCL0", "MTL0_Mapped", "Metal", "RPC[10.0.2.242:50052]"):
-        assert is_device_buffer(dev), dev
-    assert backend_vendor("CUDA1") == ("nvidia", 1) and backend_vendor("ROCm0") == ("amd", 0)
-    assert backend_vendor("Metal_Mapped") == ("apple", 0) and backend_vendor("SYCL0") == ("intel", 0)
-    assert backend_vendor("Vulkan0") == (None, 0) and backend_vendor("CPU") == (None, None)
-
-
 def test_ollamas_log_carries_its_childs_placement(tmp_path: Path) -> None:
     # Ollama's server log (its "server config" line, tests/fixtures/ollama) followed by a child's load block as
     # an Ollama 2025 log shows it (cuda-04, ollama #11986): the buffers per GPU come with the settings
@@ -208,3 +190,189 @@ def test_ollamas_log_carries_its_childs_placement(tmp_path: Path) -> None:
     other = _for_active_model(cfg, "/usr/share/ollama/.ollama/models/blobs/sha256-def", reasons)
     assert other is not None and not other.model_buffer_bytes_by_device and other.n_parallel == 2
     assert "another model" in reasons["log_placement"]
+
+
+
+
+def _blocks() -> list[str]:
+    return (LLAMA_FIXTURES / "kv-log-lines.txt").read_text().split("\n## ")[1:]
+
+
+def test_kv_log_lines_every_block() -> None:
+    expected = [
+        # (kv MiB, type_k, flash_attn, n_ctx_total, n_parallel, kv_unified, compute MiB)
+        (32, "f16", "on", 16384, 1, False, 21.52),
+        (32, "f16", "off", 16384, 1, False, 163.51),
+        (17, "q8_0", "on", 16384, 1, False, 21.55),
+        (17, "q8_0", "on", 16384, 1, False, 21.55),
+        None,  # failed to load: quantized V without flash attention
+        (128, "f16", "on", 16384, 1, False, 38.02),
+        (68, "q8_0", "on", 16384, 1, False, 38.10),
+        (256, "f16", "on", 32768, 1, False, 54.02),
+        (32, "f16", "on", 16384, 2, False, 13.52),
+        (64, "f16", "on", 32768, 4, True, 37.52),
+    ]
+    blocks = _blocks()
+    assert len(blocks) == len(expected)
+    for block, exp in zip(blocks, expected, strict=True):
+        c = parse_llama_log(block.splitlines())
+        if exp is None:
+            assert c.kv_bytes_allocated is None and c.n_ctx_total is None
+            continue
+        kv, tk, fa, nctx, npar, kvu, comp = exp
+        assert c.kv_bytes_allocated == kv * MIB
+        assert (c.type_k, c.type_v, c.flash_attn) == (tk, tk, fa)
+        assert (c.n_ctx_total, c.n_parallel, c.kv_unified, c.n_ubatch) == (nctx, npar, kvu, 512)
+        assert c.kv_buffer_bytes_by_device == {"CPU": kv * MIB}
+        assert c.compute_buffer_bytes_by_device["CPU"] == round(comp * MIB)
+        assert c.model_buffer_bytes_by_device["CPU_Mapped"] in (round(5.09 * MIB), round(138.39 * MIB))
+        assert c.provenance["kv_bytes_allocated"] == "log"
+
+
+def test_whole_file_keeps_only_the_latest_start() -> None:
+    c = parse_llama_log((LLAMA_FIXTURES / "kv-log-lines.txt").read_text().splitlines())
+    assert c.kv_bytes_allocated == 64 * MIB and c.n_parallel == 4  # the last run only, not a sum
+
+
+def test_default_verbosity_stderr() -> None:
+    for name in ("server-stderr.default-verbosity.txt", "speed-sweep/server-stderr.f16.default-verbosity.txt",
+                 "speed-sweep/server-stderr.q8kv-fa.default-verbosity.txt"):
+        c = parse_llama_log((LLAMA_FIXTURES / name).read_text(errors="replace").splitlines())
+        assert c.n_parallel == 1 and c.kv_unified is False
+        assert c.kv_bytes_allocated is None and c.type_k is None  # only printed at -lv 4
+
+
+def test_older_spellings_and_gpu_lines() -> None:
+    mid_2025 = [
+        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) - 23012 MiB free",
+        "load_tensors: offloaded 29/33 layers to GPU",
+        "load_tensors:        CUDA0 model buffer size =  3992.51 MiB",
+        "load_tensors:   CPU_Mapped model buffer size =   281.81 MiB",
+        "llama_context: n_ctx_per_seq = 8192",
+        "llama_context: flash_attn    = 1",
+        "llama_kv_cache_unified:      CUDA0 KV buffer size =   928.00 MiB",
+        "llama_kv_cache_unified:        CPU KV buffer size =   128.00 MiB",
+        "llama_kv_cache_unified: size = 1056.00 MiB (  8192 cells,  32 layers,  1 seqs), K (q8_0):  528.00 MiB, "
+        "V (q8_0):  528.00 MiB",
+        "llama_context:      CUDA0 compute buffer size =   560.00 MiB",
+    ]
+    c = parse_llama_log(mid_2025)
+    assert c.device_free_bytes_by_device == {"CUDA0": 23012 * MIB}
+    assert (c.offloaded_layers, c.total_layers) == (29, 33)
+    assert c.model_buffer_bytes_by_device == {"CUDA0": round(3992.51 * MIB), "CPU_Mapped": round(281.81 * MIB)}
+    assert c.kv_buffer_bytes_by_device == {"CUDA0": 928 * MIB, "CPU": 128 * MIB}
+    assert c.kv_bytes_allocated == 1056 * MIB and c.type_k == "q8_0"
+    assert c.flash_attn == "on"
+    assert c.compute_buffer_bytes_by_device == {"CUDA0": 560 * MIB}
+    early_2025 = [
+        "llm_load_tensors: offloaded 33/33 layers to GPU",
+        "llm_load_tensors:        CUDA0 buffer size =  4403.49 MiB",
+        "llama_new_context_with_model: n_ctx      = 4096",
+        "llama_new_context_with_model: flash_attn = 0",
+        "llama_kv_cache_init:      CUDA0 KV buffer size =   512.00 MiB",
+        "llama_new_context_with_model: KV self size  =  512.00 MiB, K (f16):  256.00 MiB, V (f16):  256.00 MiB",
+        "llama_new_context_with_model:      CUDA0 compute buffer size =   296.00 MiB",
+    ]
+    c = parse_llama_log(early_2025)
+    assert (c.offloaded_layers, c.total_layers, c.n_ctx_total, c.flash_attn) == (33, 33, 4096, "off")
+    assert c.kv_bytes_allocated == 512 * MIB and (c.type_k, c.type_v) == ("f16", "f16")
+    assert c.kv_buffer_bytes_by_device == {"CUDA0": 512 * MIB}
+
+
+def test_swa_size_lines_add_up() -> None:
+    lines = [
+        "llama_kv_cache_iswa: creating non-SWA KV cache, size = 8192 cells",
+        "llama_kv_cache: size =  160.00 MiB (  8192 cells,  10 layers,  1/1 seqs), K (f16):   80.00 MiB, "
+        "V (f16):   80.00 MiB",
+        "llama_kv_cache_iswa: creating     SWA KV cache, size = 1536 cells",
+        "llama_kv_cache: size =  150.00 MiB (  1536 cells,  50 layers,  1/1 seqs), K (f16):   75.00 MiB, "
+        "V (f16):   75.00 MiB",
+    ]
+    assert parse_llama_log(lines).kv_bytes_allocated == 310 * MIB
+
+
+def test_ollama_wrapped_lines_and_garbage() -> None:
+    p = LlamaLogParser()
+    for line in ['time=2026-01-01T00:00:00 level=INFO source=server.go msg="llama_context: n_ctx = 8192"',
+                 "\x00\xff garbage line", "", "llama_kv_cache: size = lots MiB", "offloaded x/y layers to GPU"]:
+        p.feed(line)
+    c = p.config()
+    assert c.n_ctx_total == 8192 and c.kv_bytes_allocated is None and c.offloaded_layers is None
+
+
+def test_log_follower_appends_truncates_and_missing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "server.log"
+    f = LogFollower(str(log))
+    f.poll()
+    assert f.error and "cannot read" in f.error
+    blocks = _blocks()
+    log.write_text(blocks[0][: len(blocks[0]) // 2])
+    f.poll()
+    with open(log, "a") as fh:
+        fh.write(blocks[0][len(blocks[0]) // 2 :] + "\n")
+    c = f.poll()
+    assert f.error is None and c.kv_bytes_allocated == 32 * MIB
+    log.write_text(blocks[2] + "\n")  # shorter: a new run
+    assert f.poll().type_k == "q8_0"
+
+
+def test_log_follower_reads_a_pipe() -> None:
+    import io
+
+    from helpers_http import wait_until
+
+    stream = io.StringIO(_blocks()[5])  # the large model, f16, 128 MiB
+    f = LogFollower("-", stream=stream)
+    assert wait_until(lambda: f.poll().kv_bytes_allocated == 128 * MIB, 5.0)
+    assert f.error is None
+
+
+def test_draft_model_load_does_not_reset_and_restart_does() -> None:
+    kv = ("llama_kv_cache: size = {} MiB ( 4096 cells,  8 layers,  1/1 seqs), K (f16): {} MiB, V (f16): {} MiB")
+    lines = [
+        "0.00.001 I srv    load_model: loading model 'main.gguf'",
+        "llama_model_loader: loaded meta data with 30 key-value pairs",
+        kv.format("64.00", "32.00", "32.00"),
+        "0.00.900 I srv    load_model: loading draft model 'draft.gguf'",
+        "llama_model_loader: loaded meta data with 25 key-value pairs",
+        kv.format("8.00", "4.00", "4.00"),
+    ]
+    c = parse_llama_log(lines)  # the model's cache and the draft's, each its own (both held by the server)
+    assert (c.kv_bytes_allocated, c.draft_kv_bytes_allocated) == (64 * MIB, 8 * MIB)
+    restarted = [*lines, "0.00.001 I srv  llama_server: initializing ...", kv.format("16.00", "8.00", "8.00")]
+    c = parse_llama_log(restarted)
+    assert (c.kv_bytes_allocated, c.draft_kv_bytes_allocated) == (16 * MIB, None)
+
+
+def test_auto_parallel_line_before_loading_model_survives() -> None:
+    lines = [
+        "0.00.001.889 I srv  llama_server: initializing ...",
+        "0.00.002.941 I srv  llama_server: n_parallel is set to auto, using n_parallel = 4 and kv_unified = true",
+        "0.00.007.166 I srv    load_model: loading model 'tiny-llama-e256-l4.gguf'",
+        "0.00.013.528 I llama_context: n_ctx                 = 32768",
+    ]
+    c = parse_llama_log(lines)
+    assert (c.n_parallel, c.kv_unified, c.n_ctx_total) == (4, True, 32768)
+
+
+@pytest.mark.parametrize(("line", "name", "desc", "pci", "free_mib"), [
+    ("llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce GTX 1080 Ti) (0000:03:00.0) - 8720 MiB free",
+     "CUDA0", "NVIDIA GeForce GTX 1080 Ti", "0000:03:00.0", 8720),
+    ("llama_load_model_from_file: using device ROCm0 (AMD Radeon RX 7900 XTX) - 1840 MiB free",
+     "ROCm0", "AMD Radeon RX 7900 XTX", None, 1840),
+    ("llama_model_load_from_file_impl: using device Vulkan0 (Radeon 8060S Graphics (RADV GFX1151)) - 87722 MiB free",
+     "Vulkan0", "Radeon 8060S Graphics (RADV GFX1151)", None, 87722),
+    ("llama_model_load_from_file_impl: using device SYCL0 (Intel(R) Arc(TM) A770 Graphics) (unknown id) - 15473 MiB "
+     "free", "SYCL0", "Intel(R) Arc(TM) A770 Graphics", None, 15473),
+    ("llama_model_load_from_file_impl: using device Metal (Apple M2 Max) - 49151 MiB free",
+     "MTL0", "Apple M2 Max", None, 49151),
+    ("llama_load_model_from_file: using device Metal (Apple M1 Pro)  10922 MiB free",  # no dash (older builds)
+     "MTL0", "Apple M1 Pro", None, 10922),
+])
+def test_one_reading_of_the_using_device_line(line: str, name: str, desc: str, pci: str | None,
+                                              free_mib: int) -> None:
+    """The device list and the free-memory map read the line through one parser and agree, Metal included."""
+    c = parse_llama_log([line])
+    assert c.device_free_bytes_by_device == {name: free_mib * MIB}
+    (dev,) = c.devices
+    assert (dev.name, dev.description, dev.pci_bus_id, dev.free_bytes) == (name, desc, pci, free_mib * MIB)

@@ -18,12 +18,10 @@ from kvmon.app.monitor import Monitor
 from kvmon.core.alerts import AlertThresholds
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import FailureKind, GpuReading, GpuSetReading, SourceError
-from kvmon.proxy.meter import Meter
 from kvmon.proxy.server import ProxyServer
-from kvmon.proxy.stats import LMSTUDIO_PREFILL_REASON, finished_record
 from kvmon.sim.scenarios import get_scenario
 from kvmon.sim.server import SimServer
-from kvmon.sources.lmstudio.parse import parse_v0, parse_v1
+from kvmon.sources.lmstudio.parse import parse_v1
 from kvmon.sources.lmstudio.source import LIVE_RATE_HINT, LmStudioSource, find_gguf
 
 FIXTURES = FIXTURES / "lmstudio"
@@ -34,67 +32,6 @@ def _json(name: str) -> object:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-
-
-def test_v1_list_from_the_docs() -> None:
-    models, notes = parse_v1(_json("v1-models.json"))
-    assert not notes and [m.key for m in models] == ["google/gemma-4-26b-a4b",
-                                                     "text-embedding-nomic-embed-text-v1.5-embedding"]
-    g = models[0]
-    assert (g.arch, g.quantization, g.size_bytes, g.max_context_length, g.format) == (
-        "gemma4", "Q4_K_M", 17990911801, 262144, "gguf")
-    inst = g.instances[0]
-    assert (inst.context_length, inst.parallel, inst.flash_attention, inst.offload_kv_cache_to_gpu,
-            inst.eval_batch_size) == (4096, 4, True, True, 512)
-    assert g.loaded and g.is_llm and not models[1].loaded and not models[1].is_llm
-
-
-def test_v0_list_from_the_docs() -> None:
-    models, notes = parse_v0(_json("v0-models.json"))
-    assert not notes
-    loaded = [m for m in models if m.loaded]
-    assert [(m.key, m.arch, m.quantization, m.format) for m in loaded] == [
-        ("meta-llama-3.1-8b-instruct", "llama", "Q4_K_M", "gguf")]
-    assert loaded[0].instances[0].context_length is None  # v0 has no load settings
-
-
-@pytest.mark.parametrize("body", [None, [], {"models": "x"}, {"models": [1, {"key": 7}, {"no": "key"}]},
-                                  {"models": [{"key": "a", "loaded_instances": [5, {"config": "x"}],
-                                               "quantization": 3, "size_bytes": -1, "max_context_length": 1e400}]}])
-def test_odd_v1_lists_give_fewer_values(body: object) -> None:
-    models, notes = parse_v1(body)
-    for m in models:
-        assert m.size_bytes is None and m.max_context_length is None and m.quantization is None
-        assert all(i.context_length is None for i in m.instances)
-    assert models or notes
-
-
-def test_meter_reads_lmstudio_stats() -> None:
-    m = Meter(1, "POST", "/api/v0/chat/completions", time.time(), time.monotonic())
-    m.set_response(200, "application/json", None)
-    m.feed((FIXTURES / "v0-chat.json").read_bytes(), time.monotonic())
-    m.finish_body(time.monotonic())
-    rec = finished_record(m, "other", None)
-    assert rec["stats_source"] == "lmstudio"
-    assert rec["decode_tok_s"] == pytest.approx(51.437, rel=1e-3) and rec["decode_tok_s_source"] == "server"
-    assert rec["predicted_tokens"] == 53 and rec["predicted_seconds"] == pytest.approx(0.954)
-    assert rec["context_tokens"] == 77 and rec["prompt_tok_s"] is None
-    assert rec["prompt_tok_s_reason"] == LMSTUDIO_PREFILL_REASON
-
-
-def test_meter_reads_the_v1_stream_end() -> None:
-    m = Meter(2, "POST", "/api/v1/chat", time.time(), time.monotonic())
-    m.set_response(200, "text/event-stream", None)
-    now = time.monotonic()
-    for k in range(5):
-        m.feed(b'event: message.delta\ndata: {"type":"message.delta","content":"w"}\n\n', now + 0.02 * k)
-    end = {"type": "chat.end", "result": {"model_instance_id": "openai/gpt-oss-20b", "output": [], "stats": {
-        "input_tokens": 646, "total_output_tokens": 586, "reasoning_output_tokens": 0,
-        "tokens_per_second": 29.753900615398926, "time_to_first_token_seconds": 1.088}}}
-    m.feed(b"event: chat.end\ndata: " + json.dumps(end).encode() + b"\n\n", now + 0.2)
-    rec = finished_record(m, "other", None)
-    assert m.chunks == 5 and m.model == "openai/gpt-oss-20b"
-    assert rec["decode_tok_s"] == pytest.approx(29.75, rel=1e-3) and rec["context_tokens"] == 646 + 586
 
 
 # ------------------------------------------------------------------------------------------------ the GGUF

@@ -24,17 +24,6 @@ def test_parameter_size_parses_ollama_labels() -> None:
         assert parse_parameter_size(bad) is None
 
 
-def test_version_and_cached_prompt_rule() -> None:
-    from kvmon.core.versions import ollama_counts_cached_prompt, parse_version
-
-    assert parse_version("0.33.0-rc2") == (0, 33, 0)
-    assert parse_version("v0.9.6") == (0, 9, 6)
-    assert parse_version("dev") is None
-    assert ollama_counts_cached_prompt("0.30.0") is True
-    assert ollama_counts_cached_prompt("0.29.9") is False
-    assert ollama_counts_cached_prompt(None) is None
-
-
 def test_times_with_nanoseconds_and_offsets() -> None:
     from kvmon.sources.ollama.parse import parse_time
 

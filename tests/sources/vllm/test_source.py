@@ -3,10 +3,8 @@ from an HF config.json, and the source over real HTTP against the simulated vLLM
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from helpers_http import FixtureServer
@@ -19,9 +17,9 @@ from kvmon.physics.kv import kv_bytes_per_token
 from kvmon.physics.shape import ModelShape
 from kvmon.sim.scenarios import get_scenario
 from kvmon.sim.server import SimServer
-from kvmon.sources.hf_config import config_dtype, config_metadata, model_folder, read_model
+from kvmon.sources.hf_config import config_metadata
 from kvmon.sources.nvml import NvmlSource
-from kvmon.sources.vllm.parse import parse_metrics, parse_models
+from kvmon.sources.vllm.parse import parse_metrics
 from kvmon.sources.vllm.source import VllmSource, kv_type_of
 
 FIXTURES = FIXTURES / "vllm"
@@ -33,85 +31,6 @@ def _text(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-
-
-def test_v1_page() -> None:
-    page = parse_metrics(_text("metrics.v1.txt"))
-    m = page.models[MODEL]
-    assert page.has_vllm and not page.notes
-    assert (m.kv_usage_fraction, m.kv_usage_name) == (0.25, "vllm:kv_cache_usage_perc")
-    assert (m.requests_running, m.requests_waiting) == (1.0, 2.0)
-    assert (m.prompt_tokens_total, m.generation_tokens_total) == (184320.0, 52011.0)
-    assert m.itl is not None and m.itl.name == "inter_token_latency_seconds" and m.itl.count == 51911.0
-    assert m.ttft is not None and m.ttft.mean_s == pytest.approx(0.125)
-    assert m.prefill_time is not None and m.prefill_time.sum_s == pytest.approx(7.36)
-    c = page.cache
-    assert (c.num_gpu_blocks, c.block_size, c.cache_dtype, c.kv_cache_size_tokens) == (27428, 16, "auto", 438848)
-    assert c.capacity_tokens == 438848  # vLLM's own count wins over blocks × block size
-    assert c.num_cpu_blocks is None and c.gpu_memory_utilization == 0.92
-
-
-def test_v0_names_without_engine_label() -> None:
-    m = parse_metrics(_text("metrics.v0.txt")).models[MODEL]
-    assert (m.kv_usage_fraction, m.kv_usage_name) == (0.25, "vllm:gpu_cache_usage_perc")
-    assert m.itl is not None and m.itl.name == "time_per_output_token_seconds"
-    assert m.prefix_cache_hits_total == 96256.0
-    assert m.engines == 1
-
-
-def test_data_parallel_engines_add_up() -> None:
-    page = parse_metrics(_text("metrics.dp2.txt"))
-    m = page.models[MODEL]
-    assert m.engines == 2
-    assert m.generation_tokens_total == 2 * 52011.0 and m.requests_running == 2.0
-    assert m.kv_usage_fraction == pytest.approx(0.5)  # the mean of 0.25 and 0.75: equal pools
-    assert page.cache.num_gpu_blocks == 2 * 27428 and page.cache.capacity_tokens == 2 * 438848
-
-
-def test_one_bad_line_loses_only_itself() -> None:
-    text = _text("metrics.v1.txt").replace(
-        'vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B"} 2.0',
-        'vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B" 2.0 garbage')
-    page = parse_metrics(text)
-    m = page.models[MODEL]
-    assert m.requests_waiting is None and m.generation_tokens_total == 52011.0
-    assert any("not readable as Prometheus samples" in n for n in page.notes)
-
-
-@pytest.mark.parametrize("value", ["NaN", "-3", "+Inf"])
-def test_impossible_values_are_unknown(value: str) -> None:
-    text = _text("metrics.v1.txt").replace(
-        'vllm:generation_tokens_total{engine="0",model_name="Qwen/Qwen3-8B"} 52011.0',
-        f'vllm:generation_tokens_total{{engine="0",model_name="Qwen/Qwen3-8B"}} {value}')
-    page = parse_metrics(text)
-    assert page.models[MODEL].generation_tokens_total is None
-    assert any("generation_tokens_total" in n for n in page.notes)
-
-
-def test_cache_config_before_the_engine_is_sized() -> None:
-    text = 'vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",num_gpu_blocks="None"} 1.0\n'
-    c = parse_metrics(text).cache
-    assert c.num_gpu_blocks is None and c.capacity_tokens is None and c.cache_dtype == "fp8"
-
-
-def test_cache_config_disagreeing_engines_is_not_read() -> None:
-    text = ('vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="10"} 1.0\n'
-            'vllm:cache_config_info{block_size="32",engine="1",num_gpu_blocks="10"} 1.0\n')
-    page = parse_metrics(text)
-    assert page.cache.capacity_tokens is None and any("differs between engines" in n for n in page.notes)
-
-
-def test_not_a_vllm_page() -> None:
-    page = parse_metrics("# HELP x y\nx 1\n")
-    assert not page.has_vllm and not page.models
-
-
-def test_models_skip_adapters() -> None:
-    cards, notes = parse_models(json.loads(_text("v1-models.json")))
-    assert [(c.id, c.root, c.max_model_len) for c in cards] == [(MODEL, "/models/Qwen3-8B", 40960)]
-    assert not notes
-    assert parse_models({"data": "x"}) == ([], ["/v1/models has no data list"])
-    assert parse_models({"data": [{"id": 5}, "x"]})[1] == ["/v1/models has an entry without an id"] * 2
 
 
 @pytest.mark.parametrize(("cache", "model", "want"), [
@@ -130,78 +49,6 @@ QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidde
             "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "max_position_embeddings": 40960, "torch_dtype": "bfloat16", "sliding_window": None,
             "use_sliding_window": False}
-
-
-def test_config_shape_is_vllms_page() -> None:
-    md, why, arch = config_metadata(QWEN3_8B)
-    assert why is None and arch == "qwen3"
-    shape = ModelShape.from_gguf(md)
-    # vllm/v1/kv_cache_interface.py: 2 × KV heads × head size × dtype bytes, per layer and token
-    assert kv_bytes_per_token(shape, "bf16", "bf16").total == 36 * 2 * 8 * 128 * 2
-    assert shape.n_ctx_train == 40960 and config_dtype(QWEN3_8B) == "bf16"
-
-
-def test_config_without_kv_heads_is_multi_head() -> None:
-    cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16}
-    shape = ModelShape.from_gguf(config_metadata(cfg)[0])
-    assert kv_bytes_per_token(shape, "f16", "f16").total == 4 * 2 * 16 * 128 * 2
-
-
-def test_multimodal_config_reads_its_text_part() -> None:
-    cfg = {"model_type": "llava", "text_config": dict(QWEN3_8B), "torch_dtype": "float16"}
-    md, why, _ = config_metadata(cfg)
-    assert why is None and md is not None and md["qwen3.block_count"] == 36
-
-
-@pytest.mark.parametrize(("extra", "words"), [
-    ({"kv_lora_rank": 512}, "latent"), ({"layer_types": ["sliding_attention", "full_attention"]}, "per layer"),
-    ({"sliding_window": 4096}, "sliding-window"), ({"layers_block_type": ["mamba", "attention"]}, "hybrid"),
-    ({"attention_chunk_size": 8192}, "chunked")])
-def test_configs_kvmon_does_not_size(extra: dict, words: str) -> None:
-    md, why, _ = config_metadata({**QWEN3_8B, "use_sliding_window": None, **extra})
-    assert md is None and why is not None and words in why
-
-
-@pytest.mark.parametrize("cfg", [{"model_type": "llama"}, [], "x", {"num_hidden_layers": True, "hidden_size": 1}])
-def test_bad_configs_say_why(cfg: object) -> None:
-    md, why, _ = config_metadata(cfg)
-    assert md is None and why
-
-
-def test_model_folder_reads(tmp_path: Path) -> None:
-    from kvmon.sim.files import write_safetensors
-
-    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
-    write_safetensors(str(tmp_path / "model-00001-of-00002.safetensors"),
-                      [("model.embed_tokens.weight", "BF16", (151936, 4096))])
-    write_safetensors(str(tmp_path / "model-00002-of-00002.safetensors"), [("model.norm.weight", "BF16", (4096,))])
-    m = read_model(str(tmp_path))
-    assert m.metadata is not None and m.dtype == "bf16" and m.storage == "BF16"
-    assert m.weight_bytes == (151936 * 4096 + 4096) * 2  # the headers' shapes × dtype, never the files' sizes
-    assert m.weights_note is not None and "2 safetensors headers" in m.weights_note
-    assert m.n_params is None  # this config gives no vocab_size or intermediate_size: no inventory to count
-    (tmp_path / "config.json").write_text("{not json")
-    assert "not readable JSON" in (read_model(str(tmp_path)).why_not or "")
-    (tmp_path / "config.json").unlink()
-    assert "not readable here" in (read_model(str(tmp_path)).why_not or "")
-
-
-def test_a_relative_root_is_the_servers_and_not_looked_up_here(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM's ``root`` relative to its own working directory names nothing kvmon can find from its own."""
-    (tmp_path / "models" / "qwen").mkdir(parents=True)
-    monkeypatch.chdir(tmp_path)
-    assert model_folder("models/qwen", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
-    assert model_folder(str(tmp_path / "models" / "qwen"), {}) == str(tmp_path / "models" / "qwen")
-
-
-def test_repo_id_found_in_the_local_hub_cache(tmp_path: Path) -> None:
-    snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc123"
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text(json.dumps(QWEN3_8B))
-    assert model_folder("Qwen/Qwen3-8B", {"HF_HUB_CACHE": str(tmp_path / "hub")}) == str(snap)
-    assert model_folder("Qwen/Other", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
-    assert model_folder("../../etc", {"HF_HUB_CACHE": str(tmp_path / "hub")}) is None
 
 
 # ------------------------------------------------------------------------------------------------ rates

@@ -3,12 +3,9 @@ table's columns, a sweep file read back (and one that is not), and what makes tw
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from kvmon.core.backend import Backend
-from kvmon.core.curve_config import CurveConfig, differences
 from kvmon.core.snapshot import (
     Activity,
     Alert,
@@ -21,7 +18,7 @@ from kvmon.core.snapshot import (
     Snapshot,
 )
 from kvmon.core.sweep import StepTiming, plan_sweep, rows_of
-from kvmon.core.sweep_table import SweepFileError, from_json, read_text, table_lines, to_json
+from kvmon.core.sweep_table import from_json, table_lines, to_json
 
 LLAMA = Backend("llama-server", context_setting="-c", flash_attention_setting=" -fa on")
 MIB = 1024 * 1024
@@ -98,31 +95,3 @@ def test_the_table_has_the_seeds_columns_and_reads_back() -> None:
     r = SweepResult("http://127.0.0.1:1", "llama-server", "b1", "m", None, 64, rows, ((0, 100.0),))
     back = from_json(to_json(r))
     assert back.rows == rows and back.ceiling_curve == ((0, 100.0),)
-
-
-@pytest.mark.parametrize(("text", "why"), [
-    ("[1, 2]", "not a kvmon sweep"),
-    ('{"kind": "kvmon-sweep", "rows": []}', "a sweep with no rows"),
-    ('{"kind": "kvmon-sweep", "rows": [{"decode_tok_s": 5}]}', "row 1 has no depth"),
-    ('{"kind": "kvmon-sweep", "rows": [{"depth_tokens": 1, "decode_tok_s": "fast"}]}', "row 1's decode speed is not a "
-                                                                                         "number"),
-    ("{", "not JSON"),
-])
-def test_a_file_that_is_not_a_sweep_is_said_clearly(text: str, why: str) -> None:
-    with pytest.raises(SweepFileError, match=why):
-        read_text(text)
-
-
-def test_what_differs_between_two_configurations_in_a_users_words() -> None:
-    a = CurveConfig("llama-server", "b11549", "m", 1, "Q4_K_M", "llama", ("RTX 3090",), (1.0,), "q8_0", "q8_0", "on",
-                    32768, 1)
-    assert differences(a, a) == ()
-    assert differences(a, replace(a, kv_type_k="f16", kv_type_v="f16"), lambda _n: LLAMA) == ("KV q8_0 vs f16",)
-    assert differences(a, replace(a, flash_attn="off"), lambda _n: LLAMA) == ("-fa on vs off",)
-    assert differences(a, replace(a, server_version="b11601")) == ("b11549 vs b11601",)
-    assert differences(a, replace(a, devices=("RTX 3090", "host"), weight_shares=(0.6, 0.4))) == (
-        "RTX 3090 vs RTX 3090 60% + host 40%",)
-    # an unknown never starts a new curve: a poll whose GPU reading failed keeps the configuration
-    assert replace(a, devices=(), weight_shares=()).merged(a) == a
-    assert replace(a, n_ctx=8192).merged(a).n_ctx == 8192
-    assert CurveConfig.from_key(a.key()) == a
