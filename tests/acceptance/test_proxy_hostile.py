@@ -20,15 +20,6 @@ from kvmon.proxy.server import ProxyServer
 
 
 @pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    up = Upstream()
-    try:
-        yield up
-    finally:
-        up.stop()
-
-
-@pytest.fixture
 def proxy(upstream: Upstream) -> Iterator[ProxyServer]:
     p = ProxyServer(upstream.url, port=0, head_timeout_s=0.5)
     p.start()

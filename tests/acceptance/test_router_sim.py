@@ -5,31 +5,16 @@ failed load, and the events in a recording — without kvmon ever loading or wak
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
 from helpers_http import wait_until
 
 from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core.recorder import Recorder, read_recording
 from kvmon.core.snapshot import Snapshot
 from kvmon.sim.multi import MultiSim
-from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
 from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.router.source import LlamaRouterSource
-
-
-@pytest.fixture
-def router() -> Iterator[MultiSim]:
-    sim = MultiSim(MULTI_SCENARIOS["router"])
-    sim.start()
-    sim.clock.pause()  # the test moves simulated time
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 def _monitor(sim: MultiSim, recorder: Recorder | None = None) -> GroupMonitor:
@@ -108,42 +93,6 @@ def test_the_router_story_as_kvmon_sees_it(router: MultiSim, tmp_path: Path) -> 
     rec = read_recording(rec_path)
     recorded = [(e.model, e.kind) for s in rec.snapshots if s.serving for e in s.serving.events]
     assert ("qwen3-8b", "sleeping") in recorded and ("broken-model", "failed") in recorded
-
-
-def test_a_plain_get_loads_a_model_in_the_simulator_as_in_the_real_router(router: MultiSim) -> None:
-    """The trap kvmon avoids is real in the simulator too: without autoload=false a GET loads the model."""
-    url = router.url
-    r = httpx.get(f"{url}/metrics?model=gpt-oss-20b&autoload=false", timeout=5)
-    assert (r.status_code, r.json()["error"]["message"]) == (400, "model is not loaded")
-    assert httpx.get(f"{url}/metrics", timeout=5).json()["error"]["message"] == \
-        "model name is missing from the request"
-    assert httpx.get(f"{url}/slots?model=nope", timeout=5).json()["error"]["message"] == "model 'nope' not found"
-    router.clock.start()
-    r = httpx.get(f"{url}/props?model=gpt-oss-20b", timeout=20)  # autoload: waits for the load
-    assert r.status_code == 200 and router.autoloads == ["gpt-oss-20b"]
-    models = {m["id"]: m for m in httpx.get(f"{url}/models", timeout=5).json()["data"]}
-    assert models["gpt-oss-20b"]["status"]["value"] == "loaded" and "meta" in models["gpt-oss-20b"]
-    assert httpx.post(f"{url}/models/load", json={"model": "gpt-oss-20b"}, timeout=5).json()["error"]["message"] \
-        == "model is already running"
-    assert httpx.post(f"{url}/models/load", json={"model": "nope"}, timeout=5).status_code == 404
-    assert httpx.post(f"{url}/models/unload", json={"model": "gpt-oss-20b"}, timeout=5).json() == {"success": True}
-
-
-def test_the_simulated_router_event_stream_has_the_real_shape(router: MultiSim) -> None:
-    lines: list[str] = []
-    with httpx.stream("GET", f"{router.url}/models/sse", timeout=5) as resp:
-        assert resp.headers["content-type"].startswith("text/event-stream")
-        router.clock.advance(3.0)
-        router.tick()
-        for line in resp.iter_lines():
-            if line:
-                lines.append(line)
-            if len(lines) >= 2:
-                break
-    events = [json.loads(line[len("data: "):]) for line in lines]
-    assert events[0] == {"model": "qwen3-8b", "event": "model_status", "data": {"status": "loading"}}
-    assert events[1]["event"] == "status_change" and events[1]["data"]["status"] == "loading"
-    assert set(events[1]["data"]["progress"]) == {"stages", "current", "value"}
 
 
 def test_once_on_a_router_names_its_models_and_the_one_shown(router: MultiSim) -> None:

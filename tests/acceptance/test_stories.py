@@ -74,16 +74,6 @@ def _alert(scenario: str, i: int, name: str) -> Any:
     return next(a for a in STORIES[scenario].watches[i].alerts if a.name == name)
 
 
-def test_every_scenario_has_a_story() -> None:
-    from kvmon.sim.catalog import names
-
-    assert sorted(STORIES) == sorted(names()), "a built-in scenario without a story (kvmon.sim.stories), or a story " \
-                                               "of no scenario"
-    for story in STORIES.values():
-        assert any(w.moments for w in story.watches), f"{story.scenario}: a story says what the user sees"
-        assert any(m.ceiling for w in story.watches for m in w.moments), f"{story.scenario}: no ceiling point"
-        assert any(m.bars for w in story.watches for m in w.moments), f"{story.scenario}: no memory bars point"
-        assert any(m.forecast for w in story.watches for m in w.moments), f"{story.scenario}: no forecast point"
 
 
 @pytest.mark.parametrize(("scenario", "i", "name"), MOMENTS)
@@ -105,12 +95,6 @@ def test_the_window_and_once_json_say_the_same_headline(qapp: Any, scenario: str
     assert not problems, "\n".join(problems)
 
 
-def test_every_scenario_has_key_moments_for_its_help() -> None:
-    from kvmon.sim.stories import key_moments
-
-    assert all(key_moments(name) for name in STORIES), [n for n in STORIES if not key_moments(n)]
-    assert [(m.at_s, m.level) for m in key_moments("spill-4090")] == [(100.0, "ok"), (260.0, "critical"),
-                                                                      (310.0, "critical"), (360.0, "critical")]
 
 
 @pytest.mark.parametrize(("scenario", "i", "name"), ALERTS)

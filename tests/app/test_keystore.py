@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from memory_keyring import MemoryKeyring, no_keychain, using_keyring
+from memory_keyring import MemoryKeyring, using_keyring
 
 from kvmon.app.keystore import KeychainUnavailable
 
@@ -25,12 +25,6 @@ def memory() -> Iterator[MemoryKeyring]:
     backend = MemoryKeyring()
     with using_keyring(backend):
         yield backend
-
-
-@pytest.fixture
-def headless() -> Iterator[None]:
-    with using_keyring(no_keychain()):
-        yield
 
 
 def _settings(path: Path):
@@ -91,34 +85,6 @@ def test_an_old_plain_text_key_moves_into_the_keychain(tmp_path: Path, memory: M
     assert s.api_key == KEY
     s.sync()
     assert KEY not in _file_text(ini) and KEY in memory.passwords.values()
-
-
-def test_the_dialog_asks_before_plain_text(qtbot, tmp_path: Path, headless: None) -> None:
-    from PySide6 import QtCore, QtWidgets
-
-    from kvmon.gui.settings import SettingsDialog
-
-    ini = tmp_path / "kvmon.ini"
-    s = _settings(ini)
-    dlg = SettingsDialog(s)
-    qtbot.addWidget(dlg)
-    dlg.api_key.setText(KEY)
-    dlg.remember.setChecked(True)
-    asked: list[str] = []
-
-    def answer(button: QtWidgets.QMessageBox.StandardButton) -> None:
-        box = QtWidgets.QApplication.activeModalWidget()
-        assert isinstance(box, QtWidgets.QMessageBox)
-        asked.append(box.text())
-        box.button(button).click()
-
-    QtCore.QTimer.singleShot(100, lambda: answer(QtWidgets.QMessageBox.StandardButton.No))
-    dlg.apply()
-    assert asked and "keychain" in asked[0].lower()
-    assert KEY not in _file_text(ini)
-    QtCore.QTimer.singleShot(100, lambda: answer(QtWidgets.QMessageBox.StandardButton.Yes))
-    dlg.apply()
-    assert KEY in _file_text(ini)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")

@@ -6,7 +6,6 @@ import http.client
 import json
 import os
 import socket
-from collections.abc import Iterator
 
 import pytest
 from raw_upstream import Upstream
@@ -14,15 +13,6 @@ from repo_paths import ROOT
 
 from kvmon.cli.proxy import parse_listen
 from kvmon.proxy.server import ProxyServer
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    up = Upstream()
-    try:
-        yield up
-    finally:
-        up.stop()
 
 
 def test_binds_loopback_by_default_and_parses_listen() -> None:

@@ -40,15 +40,6 @@ def sse_events(path: Path) -> list[bytes]:
 
 
 @pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    up = Upstream()
-    try:
-        yield up
-    finally:
-        up.stop()
-
-
-@pytest.fixture
 def proxy(upstream: Upstream) -> Iterator[ProxyServer]:
     p = ProxyServer(upstream.url, port=0)
     p.start()

@@ -9,7 +9,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from helpers_hostile import RawServer, drip_head, read_request_head
@@ -27,15 +26,6 @@ def _silent(sock: socket.socket, stopped: threading.Event) -> None:
     """Read the request, then say nothing (the connection stays open)."""
     read_request_head(sock)
     stopped.wait()
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    up = Upstream()
-    try:
-        yield up
-    finally:
-        up.stop()
 
 
 def _proxy(url: str, limit: float | None = LIMIT_S) -> ProxyServer:
