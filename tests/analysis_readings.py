@@ -5,14 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvmon.core.readings import (
-    GpuReading,
-    GpuSetReading,
-    ModelInfo,
-    ServerConfig,
-    ServerReading,
-    SlotReading,
-)
+from kvmon.core.readings import GpuReading, GpuSetReading, ModelInfo, ServerConfig, ServerReading, SlotReading
 from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
 from kvmon.sources.backends import by_name

@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvmon.physics.gpus import GB
-from kvmon.physics.host_memory import (
-    HOST_MEMORY_PRESETS,
-    dram_bandwidth_bytes_per_s,
-    memory_kind,
-    table_host_bandwidth,
-)
+from kvmon.physics.host_memory import HOST_MEMORY_PRESETS, dram_bandwidth_bytes_per_s, memory_kind, table_host_bandwidth
 
 
 def test_host_memory_arithmetic() -> None:
