@@ -165,7 +165,7 @@ def test_child_gone_falls_back_to_unavailable(fake_ollama: dict) -> None:
 
 
 def test_no_process_on_the_port_is_a_reason_not_an_error() -> None:
-    from test_ollama_helpers import OllamaFixture
+    from ollama_fixture import OllamaFixture
 
     server = OllamaFixture()
     src = OllamaSource(server.url, proxy_url=f"http://127.0.0.1:{_dead_port()}")
