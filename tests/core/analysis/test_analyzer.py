@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from analysis_readings import GIB, KV_PER_TOKEN_8B, L8B, SHAPE_8B, FixedRates, ceiling_8b, gpu, gpus, reading
 
-from kvmon.core.analysis import NO_GPU_BANDWIDTH, NO_HOST_BANDWIDTH, Analyzer, AnalyzerSettings, device_gpu_index
+from kvmon.core.analysis import Analyzer, device_gpu_index
 from kvmon.core.readings import (
     FailureKind,
     GpuReading,
     GpuSetReading,
     HostReading,
     ModelInfo,
-    PcieLink,
     ServerConfig,
     ServerReading,
     SlotReading,
     SourceFailure,
 )
-from kvmon.core.snapshot import AlertLevel, ConnectionStatus
-from kvmon.physics.presets import PRESETS
-from kvmon.physics.shape import ModelShape
+from kvmon.core.snapshot import ConnectionStatus
 
 
 def test_dense_8b_on_a_4090() -> None:
@@ -60,14 +55,6 @@ def test_dense_8b_on_a_4090() -> None:
     assert "analysis" not in s.reasons
 
 
-def test_log_kv_size_wins_over_the_computed_one() -> None:
-    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, type_k="q8_0", type_v="q8_0", kv_bytes_allocated=2176 * 2**20,
-                       provenance={})
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(config=cfg), gpus())
-    assert s.kv_allocated_bytes == 2176 * 2**20
-    assert s.provenance["kv_allocated_bytes"] == "log"
-    assert s.model.kv_type_k == "q8_0"
-    assert s.model.kv_bytes_per_token == 32 * 8 * 128 * 2 * 34 / 32
 
 
 def test_idle_has_no_speed_but_a_ceiling() -> None:
@@ -77,163 +64,26 @@ def test_idle_has_no_speed_but_a_ceiling() -> None:
     assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192))
 
 
-def test_no_gpu_on_a_remote_server_means_no_ceiling_with_a_reason() -> None:
-    # a server elsewhere: this machine's devices say nothing about where its model lives
-    remote = {"url": "http://10.0.0.5:8080"}
-    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
-    s = a.update(replace(reading(), **remote),
-                 GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded"))
-    assert s.ceiling_tok_s is None and s.ceiling_curve == () and s.efficiency is None
-    assert s.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
-    assert s.gpus == () and s.gpus_unavailable_reason == "no NVIDIA GPU: driver not loaded"
-    assert s.decode_tok_s == 40.0
-    s2 = Analyzer(rate_tracker=FixedRates()).update(reading(), None)  # no device source at all: nothing inferred
-    assert s2.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
 
 
-def test_no_gpu_on_this_machine_means_the_cpu_decodes_at_host_bandwidth() -> None:
-    none = GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: driver not loaded; no AMD GPU")
-    s = Analyzer(rate_tracker=FixedRates(decode=4.0)).update(reading(), none)
-    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_HOST_BANDWIDTH
-    assert s.extra["placement"] == "no_gpu" and "runs on the CPU" in s.reasons["placement"]
-    host = HostReading(t_monotonic=0.0, ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB,
-                       host_bandwidth_bytes_per_s=60e9, host_bandwidth_source="measured")
-    s = Analyzer(rate_tracker=FixedRates(decode=4.0)).update(reading(), none, host)
-    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 60e9))
-    assert s.efficiency == pytest.approx(4.0 / ceiling_8b(8192, 60e9))
-    assert s.host.in_ceiling and s.host.host_bandwidth_source == "measured"
-    assert s.host.weights_in_host_bytes == L8B.weight_bytes and s.host.kv_in_host_bytes == 4 * GIB
-    assert s.host.achieved_bandwidth_bytes_per_s == pytest.approx(4.0 * (L8B.weight_bytes + KV_PER_TOKEN_8B * 8192))
-    (alert,) = [a for a in s.alerts if a.code == "cpu_only"]
-    assert alert.level is AlertLevel.INFO and "60 GB/s (measured)" in alert.message
-    assert not any(a.code in ("kv_in_host", "weights_in_host") for a in s.alerts)
 
 
-def test_unknown_gpu_bandwidth_and_the_user_setting() -> None:
-    unknown = gpu(name="Some Future GPU", bw=None)
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(), gpus(0.0, unknown))
-    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_GPU_BANDWIDTH
-    assert s.gpus[0].reasons["peak_bandwidth_bytes_per_s"] == NO_GPU_BANDWIDTH
-    a = Analyzer(AnalyzerSettings(gpu_bandwidth_bytes_per_s={0: 500e9}), rate_tracker=FixedRates())
-    s = a.update(reading(), gpus(0.0, unknown))
-    assert s.gpus[0].bandwidth_source == "user"
-    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 500e9))
-    # the GPU table stands in when the reading has no bandwidth but a known name
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(), gpus(0.0, gpu(name="NVIDIA GeForce RTX 3090", bw=None)))
-    assert s.gpus[0].bandwidth_source == "table" and s.ceiling_tok_s == pytest.approx(ceiling_8b(8192, 936e9))
 
 
-def test_two_gpus_split_by_the_log() -> None:
-    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1,
-                       model_buffer_bytes_by_device={"CUDA0": 3_000_000_000, "CUDA1": 1_800_000_000,
-                                                     "CPU_Mapped": 120_000_000},
-                       kv_buffer_bytes_by_device={"CUDA0": 3 * GIB, "CUDA1": 1 * GIB},
-                       offloaded_layers=31, total_layers=33)  # two layers on the CPU: read per token
-    g0, g1 = gpu(0, name="NVIDIA GeForce RTX 3090", bw=936e9), gpu(1, name="NVIDIA GeForce RTX 3090", bw=936e9)
-    a = Analyzer(AnalyzerSettings(host_bandwidth_bytes_per_s=80e9), rate_tracker=FixedRates(decode=30.0))
-    s = a.update(reading(config=cfg), gpus(0.0, g0, g1))
-    w = L8B.weight_bytes / 4.92e9  # weight read per token scales the resident buffers to the model size
-    kv = KV_PER_TOKEN_8B * 8192
-    t_step = (3e9 * w + kv * 0.75) / 936e9 + (1.8e9 * w + kv * 0.25) / 936e9 + 0.12e9 * w / 80e9
-    assert s.ceiling_tok_s == pytest.approx(1 / t_step)
-    assert [g.weights_bytes for g in s.gpus] == [3_000_000_000, 1_800_000_000]
-    assert [g.kv_allocated_bytes for g in s.gpus] == [3 * GIB, 1 * GIB]
-    assert s.host.weights_in_host_bytes == 120_000_000
-    assert s.extra["placement"] == "log"
-    # without a host bandwidth the host part makes the ceiling unknown, and says so
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(config=cfg), gpus(0.0, g0, g1))
-    assert s.ceiling_tok_s is None and s.reasons["ceiling_tok_s"] == NO_HOST_BANDWIDTH
 
 
-def test_host_buffer_with_every_layer_offloaded_is_the_embedding_table() -> None:
-    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1,
-                       model_buffer_bytes_by_device={"CUDA0": 4_620_000_000, "CPU_Mapped": 300_000_000},
-                       offloaded_layers=33, total_layers=33)
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0, config=cfg), gpus())  # no host bandwidth needed
-    # the GPU reads its whole model buffer per token; the host buffer (token embeddings) gives one row
-    assert s.ceiling_tok_s == pytest.approx(1008e9 / 4.62e9)
-    assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)
-    assert "embeddings" in s.reasons["placement"]
-    assert s.host.weights_in_host_bytes == 300_000_000  # still resident there
 
 
-def test_two_gpus_without_a_log_split_by_process_memory_or_evenly() -> None:
-    g0 = gpu(0, bw=1000e9, server=9 * GIB)
-    g1 = gpu(1, bw=500e9, server=3 * GIB)
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0), gpus(0.0, g0, g1))
-    assert s.ceiling_tok_s == pytest.approx(1 / (4.92e9 * 0.75 / 1000e9 + 4.92e9 * 0.25 / 500e9))
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0), gpus(0.0, replace(g0, server_used_bytes=None), g1))
-    assert s.ceiling_tok_s == pytest.approx(1 / (2.46e9 / 1000e9 + 2.46e9 / 500e9))
-    assert "even" in s.reasons["placement"]
 
 
-def test_cpu_only_server_uses_host_bandwidth() -> None:
-    cfg = ServerConfig(n_ctx_total=16384, n_parallel=1, model_buffer_bytes_by_device={"AMX": 4_718_592,
-                                                                                       "CPU_Mapped": 5_337_251})
-    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=40e9, host_bandwidth_source="user")
-    tiny = ModelInfo(name="tiny", weight_bytes=None, shape=SHAPE_8B)
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(ctx=0, n_ctx=16384, model=tiny, config=cfg),
-                                                   GpuSetReading(0.0, unavailable_reason="no NVIDIA GPU"), host)
-    assert s.model.weight_bytes == 4_718_592 + 5_337_251 and s.provenance["weight_bytes"] == "log"
-    assert s.ceiling_tok_s == pytest.approx(40e9 / (4_718_592 + 5_337_251))
-    assert s.extra["placement"] == "host_only"
 
 
-def test_ollama_partial_offload() -> None:
-    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=60e9)
-    r = reading(ctx=4096, backend="ollama", weight_bytes_vram=int(4.92e9 * 0.75), weight_bytes_host=int(4.92e9 * 0.25))
-    s = Analyzer(rate_tracker=FixedRates(decode=20.0)).update(r, gpus(), host)
-    kv = KV_PER_TOKEN_8B * 4096
-    expect = 1 / ((4.92e9 * 0.75 + kv * 0.75) / 1008e9 + (4.92e9 * 0.25 + kv * 0.25) / 60e9)
-    assert s.ceiling_tok_s == pytest.approx(expect, rel=1e-6)
-    assert s.host.weights_in_host_bytes == pytest.approx(4.92e9 * 0.25, rel=1e-6)
-    codes = {a.code: a for a in s.alerts}
-    assert codes["weights_in_host"].level is AlertLevel.WARNING
-    assert f"on the CPU with their KV cache; decode capped at ~{expect:.0f} tok/s" in codes["weights_in_host"].message
-    assert "kv_in_host" not in codes  # the CPU layers' KV is part of the partial offload, not a separate spill
-    assert s.host.kv_in_host_bytes == pytest.approx(4 * GIB * 0.25, rel=1e-6)
 
 
-def test_kv_spill_over_pcie_is_estimated_and_alerted() -> None:
-    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
-                       kv_buffer_bytes_by_device={"CUDA0": 4 * GIB}, compute_buffer_bytes_by_device={"CUDA0": GIB // 2})
-    pcie = PcieLink(generation=4, width=16, max_generation=4, max_width=16)
-    g = gpu(free=0, others=16 * GIB, server=8 * GIB, pcie=pcie)
-    s = Analyzer(rate_tracker=FixedRates(decode=6.0)).update(reading(ctx=16384, config=cfg), gpus(0.0, g))
-    # need 4.92e9 + 4 GiB + 0.5 GiB, room 8 GiB: ~1.08 GiB of the KV cache lives across PCIe
-    over = 4.92e9 + 4.5 * GIB - 8 * GIB
-    frac = over / (4 * GIB)
-    kv = KV_PER_TOKEN_8B * 16384
-    pcie_bw = 16e9 * 128 / 130 / 8 * 16
-    expect = 1 / ((4.92e9 + kv * (1 - frac)) / 1008e9 + kv * frac / pcie_bw)
-    assert s.ceiling_tok_s == pytest.approx(expect)
-    (alert,) = [a for a in s.alerts if a.code == "kv_in_host"]
-    assert alert.level is AlertLevel.CRITICAL
-    assert f"decode capped at ~{expect:.0f} tok/s by PCIe" in alert.message
-    assert s.host.kv_in_host_bytes == pytest.approx(over, abs=2)
 
 
-def test_several_slots_sum_their_kv() -> None:
-    slots = (SlotReading(0, 16384, 1000, True), SlotReading(1, 16384, 5000, False), SlotReading(2, 16384, None, False))
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(slots=slots,
-                                                           config=ServerConfig(n_ctx_total=49152, n_parallel=3)),
-                                                   gpus())
-    assert s.kv_in_use_bytes == 6000 * KV_PER_TOKEN_8B
-    assert s.context_tokens == 1000  # the deepest *active* conversation
-    assert s.model.n_ctx == 16384 and s.model.n_slots == 3
-    assert s.ceiling_tok_s == pytest.approx(ceiling_8b(1000))
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(slots=tuple(replace(x, processing=False) for x in slots)),
-                                                   gpus())
-    assert s.context_tokens == 5000
 
 
-def test_moe_reads_only_active_experts() -> None:
-    p = PRESETS["qwen3-30b-a3b"]
-    m = ModelInfo(name="qwen3", weight_bytes=p.weight_bytes, shape=ModelShape.from_gguf(p.metadata))
-    s = Analyzer(rate_tracker=FixedRates()).update(reading(model=m), gpus())
-    assert s.model.weight_bytes_read_per_token < p.weight_bytes / 3
-    assert s.provenance["weight_bytes_read_per_token"] == "estimated"
-    assert "MoE" in s.reasons["weight_bytes_read_per_token"]
 
 
 def test_unknown_shape_is_partial_not_an_error() -> None:
@@ -414,20 +264,6 @@ def test_device_names() -> None:
     assert device_gpu_index("CUDA_Host") is None and device_gpu_index("AMX") is None
 
 
-def test_ollama_weights_estimated_from_its_loaded_size() -> None:
-    """Ollama's size = weights + KV cache (+ graph): without a tensor list, weights = size − computed KV."""
-    m = ModelInfo(name="llama3.1:8b", weight_bytes=None, shape=SHAPE_8B)
-    size = 4_920_000_000 + 4 * GIB
-    r = reading(ctx=None, backend="ollama", model=m, weight_bytes_vram=size, weight_bytes_host=0,
-                slots=(), config=ServerConfig(n_ctx_total=32768, n_parallel=1))
-    s = Analyzer(rate_tracker=FixedRates()).update(r, gpus())
-    assert s.model.weight_bytes == 4_920_000_000
-    assert s.provenance["weight_bytes"] == "estimated" and "KV" in s.reasons["weight_bytes"]
-    assert s.ceiling_tok_s is None and "depth unknown" in s.reasons["ceiling_tok_s"]
-    assert s.ceiling_curve[0] == (0, pytest.approx(1008e9 / 4.92e9))  # the curve needs no depth
-    assert s.kv_in_use_bytes is None  # unknown, not 0
-    assert "kvmon proxy" in s.reasons["context_tokens"]
-    assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)
 
 
 def test_connection_since_and_reset() -> None:
@@ -460,17 +296,3 @@ def test_sparse_readings_give_partial_snapshots() -> None:
     assert s.alerts == ()
 
 
-def test_kv_cache_in_host_ram_from_the_log() -> None:
-    """-nkvo (or a load that put the cache on the CPU): the log's CPU KV buffer; the host bandwidth caps decode."""
-    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
-                       kv_buffer_bytes_by_device={"CPU": 4 * GIB}, offloaded_layers=33, total_layers=33)
-    host = HostReading(t_monotonic=0.0, host_bandwidth_bytes_per_s=50e9)
-    s = Analyzer(rate_tracker=FixedRates(decode=8.0)).update(reading(ctx=16384, config=cfg), gpus(), host)
-    kv = KV_PER_TOKEN_8B * 16384
-    expect = 1 / (4.92e9 / 1008e9 + kv / 50e9)
-    assert s.ceiling_tok_s == pytest.approx(expect)
-    (a,) = [x for x in s.alerts if x.code == "kv_in_host"]
-    assert a.level is AlertLevel.CRITICAL
-    assert a.message.startswith(
-        f"KV cache in host RAM (4.00 GiB, 100%): decode capped at ~{expect:.0f} tok/s by host RAM")
-    assert s.gpus[0].kv_allocated_bytes is None and s.host.kv_in_host_bytes == 4 * GIB
