@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from tiny_gguf import make_gguf
 from kvmon.sim import permit
 from kvmon.sim.multi import MultiSim
 from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
+from kvmon.sim.server import SimServer
 
 permit.allow("tests")  # the tests run the real device code on the simulator's doubles
 
@@ -135,4 +137,20 @@ def router() -> Iterator[MultiSim]:
     try:
         yield sim
     finally:
+        sim.stop()
+
+
+@pytest.fixture
+def single() -> Iterator[Callable[..., SimServer]]:
+    """Start simulated single-model servers, paused until a request comes (``autoplay=False``); all stopped after."""
+    sims: list[SimServer] = []
+
+    def start(scenario: Any, speed: float = 20.0) -> SimServer:
+        sim = SimServer(scenario, speed=speed, autoplay=False)
+        sim.start()
+        sims.append(sim)
+        return sim
+
+    yield start
+    for sim in sims:
         sim.stop()
