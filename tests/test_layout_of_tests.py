@@ -9,9 +9,9 @@ from pathlib import Path
 from repo_paths import ROOT, TESTS
 
 PACKAGE = ROOT / "kvmon"
-# The share of kvmon's modules with a test at the mirrored path; raise it as tests move beside their modules (the
-# aim is 90%). A module with behaviour of its own and no mirrored test yet is the next one to give one.
-MIRRORED_SHARE_FLOOR = 0.71
+# The share of kvmon's modules with a test at the mirrored path (90.4% now, 207 of 229); it only goes up. A module
+# with behaviour of its own and no mirrored test yet is the next one to give one.
+MIRRORED_SHARE_FLOOR = 0.90
 # Folders of tests that are not a package of kvmon.
 NOT_A_PACKAGE = {"acceptance", "fixtures"}
 
