@@ -1,23 +1,29 @@
 """Shared fixtures: a canned-response HTTP server on 127.0.0.1 (see ``tests/helpers_http.py``), real llama.cpp
 servers on tiny GGUFs (see ``tests/real_llama_server.py`` and ``tests/tiny_gguf.py``), a keychain in memory
-for every test (``tests/memory_keyring.py``), and settings and cache folders of the test run."""
+for every test (``tests/memory_keyring.py``), settings and cache folders of the test run, and the fixtures tests in
+several folders share (no keychain at all, the raw upstream of the proxy tests, the simulated router)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_http import FixtureServer
-from memory_keyring import MemoryKeyring, using_keyring
+from memory_keyring import MemoryKeyring, no_keychain, using_keyring
+from raw_upstream import Upstream
 from real_llama_server import RealLlamaServer
 from tiny_gguf import make_gguf
 
 from kvmon.sim import permit
+from kvmon.sim.multi import MultiSim
+from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
+from kvmon.sim.server import SimServer
 
 permit.allow("tests")  # the tests run the real device code on the simulator's doubles
 
@@ -103,3 +109,48 @@ def llama_server(tiny_gguf_dir: Path, tmp_path: Path) -> Iterator[Callable[..., 
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def headless() -> Iterator[None]:
+    """A machine with no keychain at all (a server, a bare container): storing a key needs the user's consent."""
+    with using_keyring(no_keychain()):
+        yield
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    """A raw-socket upstream for the proxy's tests, answering the bytes each test scripts."""
+    up = Upstream()
+    try:
+        yield up
+    finally:
+        up.stop()
+
+
+@pytest.fixture
+def router() -> Iterator[MultiSim]:
+    """The simulated llama.cpp router, its clock paused: the test moves simulated time."""
+    sim = MultiSim(MULTI_SCENARIOS["router"])
+    sim.start()
+    sim.clock.pause()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture
+def single() -> Iterator[Callable[..., SimServer]]:
+    """Start simulated single-model servers, paused until a request comes (``autoplay=False``); all stopped after."""
+    sims: list[SimServer] = []
+
+    def start(scenario: Any, speed: float = 20.0) -> SimServer:
+        sim = SimServer(scenario, speed=speed, autoplay=False)
+        sim.start()
+        sims.append(sim)
+        return sim
+
+    yield start
+    for sim in sims:
+        sim.stop()

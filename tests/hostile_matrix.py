@@ -14,7 +14,8 @@ server that speaks HTTP/1.1 with keep-alive; one endpoint, the case's target, mi
 
 ``run_case`` runs ``kvmon once URL --timeout T --interval I --json`` (the command line's own parser and ``run``)
 and returns how long it took, its exit status, the JSON document and the first line of stderr. Used by
-``tests/test_hostile_matrix.py`` (fast form) and ``bench/hostile_matrix.py`` (every case, slowest per endpoint).
+``tests/acceptance/test_hostile_matrix.py`` (fast form)
+and ``bench/hostile_matrix.py`` (every case, slowest per endpoint).
 Test doubles only: every server and child process ends when its case ends.
 """
 

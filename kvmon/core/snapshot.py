@@ -269,6 +269,10 @@ class SlowdownCause:
     message: str  # the line with its numbers and what to do
 
 
+PromptChangeKind = Literal["timestamp", "date", "time", "id", "number", "text", "removed", "role"]
+PromptCacheSource = Literal["the server's counters", "each reply's timings"]
+
+
 @dataclass(frozen=True)
 class PromptMiss:
     """A reply whose long prompt the server read again whole, though most of it had been read before."""
@@ -290,7 +294,7 @@ class PromptChange:
     message_index: int
     role: str
     offset: int | None
-    change: str  # "timestamp" | "date" | "time" | "id" | "number" | "text" | "removed" | "role"
+    change: PromptChangeKind
     count: int
     first_unix: float
     last_unix: float
@@ -303,7 +307,7 @@ class PromptCacheView:
     """The prompt cache over the session (``kvmon.core.analysis.prompt_cache``): prompt tokens read again against
     those reused, the seconds the reading cost, the misses, what made prompts change, and the next turn's wait."""
 
-    source: str | None = None  # "the server's counters" | "each reply's timings" | "the prefix cache's counters"
+    source: PromptCacheSource | None = None
     reads: int = 0  # prompts (or polls' worth of prompts, from counters) counted
     reread_tokens: int = 0
     reused_tokens: int = 0

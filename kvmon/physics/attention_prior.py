@@ -28,9 +28,9 @@ Two more numbers come from the same sweeps. ``DRIFT_PER_DOUBLING``: slopes chang
 measured depth log b drifts by this standard deviation per doubling of the KV read; it is the root-mean-square of
 log(b of a sweep's second half ÷ b of its first half) per doubling between the halves' mean KV reads
 (``drift_per_doubling``). ``FIT_SPREAD_FLOOR``: the least relative spread a fit assumes of its depth bins, the mean
-spread of the sweeps' points about their own free line (``spread_floor``). ``tests/test_attention_prior.py`` checks
-that these constants are what the sweeps give. The held-out sweeps (``"set": "held_out"``) are never used here:
-the accuracy bench scores the forecast on them.
+spread of the sweeps' points about their own free line (``spread_floor``).
+``tests/physics/test_attention_prior.py`` checks that these constants are what the sweeps give.
+The held-out sweeps (``"set": "held_out"``) are never used here: the accuracy bench scores the forecast on them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A server poll returns an immutable, timestamped ``ServerReading`` or raises ``SourceError`` carrying a typed
 ``SourceFailure`` with a one-line reason; sources never return half-built objects or raise anything else. GPU and
 host polls never raise: what they cannot read is ``None`` with a reason in the reading. ``kvmon.app.monitor.Monitor``
-is typed on these, and ``tests/test_source_contract.py`` runs one contract against every server source.
+is typed on these, and ``tests/sources/test_base.py`` runs one contract against every server source.
 """
 
 from __future__ import annotations

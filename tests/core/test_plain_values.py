@@ -1,44 +1,57 @@
-"""A recording keeps every field of the Snapshot: each one, at every depth, comes back from a recording line with the
-value it had (the live-only ones, marked ``TRANSIENT``, are left out of the line and come back empty). A field added
-with a type the round trip does not rebuild fails here, named by its path."""
+"""Snapshot values as plain JSON and back, the round trip each recording line makes: NaN and the infinities kept
+exactly, and a value that does not fit its field refused with the reason the replay shows."""
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 import json
-from collections.abc import Iterator
-from typing import Any
+import math
+from dataclasses import dataclass
 
-from every_field import every_field_snapshot
+import pytest
 
-from kvmon.core.recorder import snapshot_from_dict, snapshot_to_dict
-
-
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any, bool]]:
-    """(path, value, transient) of every field below ``value``, dataclasses walked field by field."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            sub = getattr(value, f.name)
-            if f.metadata.get("transient"):
-                yield f"{path}.{f.name}", sub, True
-            else:
-                yield from _leaves(sub, f"{path}.{f.name}")
-    elif isinstance(value, tuple) and any(dataclasses.is_dataclass(v) for v in value):
-        for i, v in enumerate(value):
-            yield from _leaves(v, f"{path}[{i}]")
-    else:
-        yield path, value, False
+from kvmon.core.plain_values import RecordingLineError, from_plain, to_plain
 
 
-def test_every_field_comes_back_from_a_recording_line() -> None:
-    live = every_field_snapshot()
-    line = json.dumps(snapshot_to_dict(live), allow_nan=False)  # what the recorder writes
-    back = snapshot_from_dict(json.loads(line))
-    was = {p: (v, transient) for p, v, transient in _leaves(live, "snapshot")}
-    now = {p: v for p, v, _t in _leaves(back, "snapshot")}
-    lost = [p for p, (v, transient) in was.items() if not transient and (now.get(p) != v or type(now.get(p))
-                                                                          is not type(v))]
-    assert not lost, f"fields a recording does not bring back: {', '.join(lost)}"
-    kept_live = [p for p, (_v, transient) in was.items() if transient and now.get(p) is not None]
-    assert not kept_live, f"live-only fields written to the recording: {', '.join(kept_live)}"
-    assert len(was) > 200  # every structure was filled and walked
+class Kind(enum.Enum):
+    GPU = "gpu"
+    HOST = "host"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    kind: Kind
+    tok_s: float | None
+    sizes: tuple[int, ...]
+
+
+def test_nan_and_the_infinities_survive_json_exactly() -> None:
+    rows = (Row("a", Kind.GPU, math.inf, (1, 2)), Row("b", Kind.HOST, -math.inf, ()), Row("c", Kind.GPU, None, (3,)))
+    line = json.dumps(to_plain(rows), allow_nan=False)  # strict JSON: a reader in any language takes it
+    back = from_plain(tuple[Row, ...], json.loads(line))
+    assert back == rows
+    nan = from_plain(Row, json.loads(json.dumps(to_plain(Row("n", Kind.GPU, math.nan, ())))))
+    assert math.isnan(nan.tok_s)
+
+
+@pytest.mark.parametrize(("tp", "value", "reason"), [
+    (float, {"__float__": "1e400"}, "a tagged float of '1e400'"),
+    (int, True, "True where a number belongs"),
+    (int, None, "null where a value belongs"),
+    (float, "fast", "str where float belongs"),
+])
+def test_a_value_that_does_not_fit_is_refused_with_its_reason(tp: type, value: object, reason: str) -> None:
+    with pytest.raises(RecordingLineError) as err:
+        from_plain(tp, value)
+    assert str(err.value) == reason
+
+
+def test_a_count_past_any_counter_a_server_keeps_is_refused() -> None:
+    with pytest.raises(RecordingLineError):
+        from_plain(int, 2**70)
+
+
+def test_an_optional_field_takes_null() -> None:
+    assert from_plain(float | None, None) is None
+    assert from_plain(float | None, 3) == 3.0

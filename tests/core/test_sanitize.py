@@ -6,7 +6,6 @@ import pytest
 
 from kvmon.core.jsonvals import json_str, json_text
 from kvmon.core.readings import FailureKind, SourceFailure
-from kvmon.core.redact import scrub
 from kvmon.core.sanitize import is_plain, plain_text
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[31mRED\x1b[2J\nforged\r\u009b31m\u202eevil\u2066x\u2069\u2028y\x7f"
@@ -45,7 +44,3 @@ def test_json_str_is_plain_and_json_text_keeps_a_command_line_whole() -> None:
 def test_a_servers_error_text_quoted_in_a_failure_is_plain() -> None:
     f = SourceFailure(FailureKind.SERVER_ERROR, "http://x/props answered HTTP 500: \x1b[2Jmodel \u202egone\nx")
     assert f.reason == "http://x/props answered HTTP 500: ^[[2Jmodel gone^Jx" and str(f) == f.reason
-
-
-def test_scrubbing_a_whole_document_keeps_its_lines() -> None:
-    assert scrub("<svg>\n  <text>a</text>\n</svg>\n") == "<svg>\n  <text>a</text>\n</svg>\n"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_recorder import rich_snapshot
+from snapshots import rich_snapshot
 
 from kvmon.core.recorder import HEADER_KEY, SCHEMA_VERSION, snapshot_to_dict
 

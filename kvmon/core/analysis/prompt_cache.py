@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from kvmon.core.alert_types import AlertThresholds
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
-from kvmon.core.snapshot import PromptCacheView, PromptChange, PromptMiss
+from kvmon.core.snapshot import PromptCacheSource, PromptCacheView, PromptChange, PromptMiss
 
 FIT_READS = 32  # the last reads the next turn's wait is fitted on
 MIN_READ_TOKENS = 16  # a read of fewer tokens times the server's overhead, not its reading
-COUNTERS = "the server's counters"
-TIMINGS = "each reply's timings"
+COUNTERS: PromptCacheSource = "the server's counters"
+TIMINGS: PromptCacheSource = "each reply's timings"
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class PromptCacheTracker:
 
     # ---------------------------------------------------------------------------------------------- tally
 
-    def _add(self, read: Read, source: str) -> None:
+    def _add(self, read: Read, source: PromptCacheSource) -> None:
         v, th = self._view, self.thresholds
         self._counted = True
         reread, reused = read.reread_tokens, read.reused_tokens

@@ -216,7 +216,7 @@ def test_a_gguf_general_name_with_markup_shows_literally(header: HeaderPanel, fi
 
 
 def test_an_ollama_model_name_with_markup_shows_literally(header: HeaderPanel) -> None:
-    from test_ollama_helpers import OllamaFixture, fixture_bytes
+    from ollama_fixture import OllamaFixture, fixture_bytes
 
     from kvmon.app.build import open_monitor
 
