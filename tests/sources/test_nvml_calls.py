@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmon.sources.nvml_calls import GPU_IS_LOST, NOT_SUPPORTED, NO_PERMISSION, describe, nvml_code, text_of
+from kvmon.sources.nvml_calls import GPU_IS_LOST, NO_PERMISSION, NOT_SUPPORTED, describe, nvml_code, text_of
 
 
 class NVMLError(Exception):
