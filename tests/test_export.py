@@ -258,7 +258,8 @@ def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
         del QtWidgets.QMainWindow.grab
     assert seen and any("127.0.0.1:8080/v1" in t for t in seen)
     assert not [t for t in seen if SECRET in t]
-    assert any(SECRET in lbl.text() for lbl in w.findChildren(ValueLabel))  # restored afterwards
+    shown = [*w.findChildren(QtWidgets.QLabel), *w.findChildren(ValueLabel)]
+    assert any(SECRET in lbl.text() for lbl in shown)  # restored afterwards
 
 
 def test_caption_wraps_to_the_image_width(qtbot) -> None:

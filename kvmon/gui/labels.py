@@ -1,6 +1,10 @@
-"""Labels that repaint only themselves when their text changes: ``ValueLabel`` draws one or a few lines of the
-dashboard's small rich text itself (``kvmon.gui.runs``) and elides with the whole text on hover; ``WrapLabel``
-word-wraps (the alerts). Qt widgets only: the panels the first frame shows use them without the plotting library.
+"""Qt's own text widgets, as the dashboard uses them: a QLabel that shows its text as written (``text_label``: plain
+text, never markup, so a model name or an error from a server is shown as it is), styled by the palette and the
+theme's three type sizes; a caption beside a wrapping line (``CaptionedLine``); a layout that flows its items onto
+more rows when a row is full (``FlowLayout``: model chips, legends, the status bar).
+
+``ValueLabel`` and ``WrapLabel`` are the older labels that draw the dashboard's small rich text themselves
+(``kvmon.gui.runs``); they stay until the last panel that uses them speaks plain text.
 """
 
 from __future__ import annotations
@@ -8,7 +12,213 @@ from __future__ import annotations
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.units import DASH
-from kvmon.gui import runs
+from kvmon.gui import runs, theme
+from kvmon.gui.theme import Size
+
+
+def text_label(text: str = "", *, size: Size = "body", colour: str | None = None, bold: bool = False,
+               wrap: bool = False, name: str | None = None) -> QtWidgets.QLabel:
+    """A QLabel in plain text (its text is never read as markup) at one of the theme's sizes, in a quantity's or a
+    severity's colour; ``wrap``: long lines break at word boundaries instead of being cut."""
+    label = QtWidgets.QLabel()
+    label.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+    label.setText(text)
+    if size != "body" or bold:
+        label.setFont(theme.font(size, bold))
+    if colour is not None:
+        theme.tint(label, colour)
+    if wrap:
+        label.setWordWrap(True)
+    if name:
+        label.setObjectName(name)
+    return label
+
+
+def set_text(label: QtWidgets.QLabel, text: str, tip: str | None = None) -> bool:
+    """Set a label's text (and tooltip) only where it changed: an unchanged text asks nothing of the layout.
+    Returns True when something changed."""
+    changed = False
+    if label.text() != text:
+        label.setText(text)
+        changed = True
+    if tip is not None and label.toolTip() != tip:
+        label.setToolTip(tip)
+        changed = True
+    return changed
+
+
+class FlowLayout(QtWidgets.QLayout):
+    """Items left to right, onto the next row when a row is full (Qt's flow layout example): a narrow window shows
+    every chip or legend entry whole on more rows rather than cut."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None, h_gap: int = theme.GAP, v_gap: int = 0) -> None:
+        super().__init__(parent)
+        self._items: list[QtWidgets.QLayoutItem] = []
+        self._h_gap, self._v_gap = h_gap, v_gap
+        self.setContentsMargins(0, 0, 0, 0)
+
+    def addItem(self, item: QtWidgets.QLayoutItem) -> None:
+        self._items.append(item)
+
+    def insertWidget(self, index: int, widget: QtWidgets.QWidget) -> None:
+        self.addChildWidget(widget)
+        self._items.insert(index, QtWidgets.QWidgetItem(widget))
+        self.invalidate()
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int) -> QtWidgets.QLayoutItem | None:  # type: ignore[override]
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int) -> QtWidgets.QLayoutItem | None:  # type: ignore[override]
+        return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+    def expandingDirections(self) -> QtCore.Qt.Orientation:
+        return QtCore.Qt.Orientation(0)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._place(QtCore.QRect(0, 0, width, 0), move=False)
+
+    def setGeometry(self, rect: QtCore.QRect) -> None:
+        super().setGeometry(rect)
+        self._place(rect, move=True)
+
+    def sizeHint(self) -> QtCore.QSize:
+        """All items in one row."""
+        m = self.contentsMargins()
+        shown = [i.sizeHint() for i in self._items if not i.isEmpty()]
+        w = sum(s.width() for s in shown) + self._h_gap * max(0, len(shown) - 1)
+        h = max((s.height() for s in shown), default=0)
+        return QtCore.QSize(w + m.left() + m.right(), h + m.top() + m.bottom())
+
+    def minimumSize(self) -> QtCore.QSize:
+        """The widest item (each on a row of its own)."""
+        m = self.contentsMargins()
+        size = QtCore.QSize()
+        for item in self._items:
+            if not item.isEmpty():
+                size = size.expandedTo(item.minimumSize())
+        return size + QtCore.QSize(m.left() + m.right(), m.top() + m.bottom())
+
+    def _place(self, rect: QtCore.QRect, move: bool) -> int:
+        """Lay the items out in ``rect`` (or only measure); the height they take."""
+        m = self.contentsMargins()
+        area = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
+        x, y, row_h = area.x(), area.y(), 0
+        for item in self._items:
+            if item.isEmpty():
+                continue
+            hint = item.sizeHint()
+            w = min(hint.width(), area.width())
+            if x > area.x() and x + w > area.right() + 1:
+                x, y, row_h = area.x(), y + row_h + self._v_gap, 0
+            if move:
+                item.setGeometry(QtCore.QRect(QtCore.QPoint(x, y), QtCore.QSize(w, hint.height())))
+            x += w + self._h_gap
+            row_h = max(row_h, hint.height())
+        return y + row_h - rect.y() + m.bottom()
+
+
+class FlowBox(QtWidgets.QWidget):
+    """A widget whose ``FlowLayout`` decides its height from its width (rows grow when the window narrows)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None, h_gap: int = theme.GAP, v_gap: int = 0) -> None:
+        super().__init__(parent)
+        self.flow = FlowLayout(self, h_gap, v_gap)
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred,
+                                       QtWidgets.QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self.flow.heightForWidth(width)
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return self.flow.minimumSize()
+
+
+class DotLabel(QtWidgets.QWidget):
+    """A coloured dot and its words ("● connected · http://…"), two labels: the dot in a level's colour, the words in
+    the text's. ``set("● words")`` shows the dot, ``set("words")`` none."""
+
+    DOT = "●"
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(theme.UNIT)
+        self.dot = text_label(self.DOT)
+        self.words = text_label()
+        row.addWidget(self.dot)
+        row.addWidget(self.words)
+        self._colour: str | None = None
+        self.set(text)
+
+    def text(self) -> str:
+        """What it reads as, the dot included."""
+        return f"{self.DOT} {self.words.text()}" if not self.dot.isHidden() else self.words.text()
+
+    def set(self, text: str, tip: str | None = None, colour: str | None = None) -> bool:
+        """Show ``text`` (a leading "● " is the dot), the dot in ``colour`` (a theme name; None: the text's)."""
+        dotted = text.startswith(self.DOT)
+        words = text.removeprefix(self.DOT).lstrip() if dotted else text
+        changed = set_text(self.words, words, tip)
+        if tip is not None and self.dot.toolTip() != tip:
+            self.dot.setToolTip(tip)
+        if self.dot.isHidden() == dotted:
+            self.dot.setVisible(dotted)
+            changed = True
+        if colour != self._colour:
+            self._colour = colour
+            theme.tint(self.dot, colour)
+            changed = True
+        return changed
+
+    def toolTip(self) -> str:
+        return self.words.toolTip()
+
+
+class CaptionedLine(QtWidgets.QWidget):
+    """A caption and its value line ("Energy:  602 W now · …"), which wraps rather than being cut; set again only
+    when ``key(s)`` changed. Subclasses say the key and the (text, tooltip) of a snapshot."""
+
+    CAPTION = ""
+    CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(theme.UNIT)
+        self.caption = text_label(self.CAPTION, colour="muted")
+        self.caption.setFixedWidth(self.caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM))
+        self.caption.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
+        lay.addWidget(self.caption, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        self.label = text_label(DASH, wrap=True)
+        self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
+        self.label.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        lay.addWidget(self.label, 1)
+        self._key: object = object()  # nothing shown yet: any key differs
+
+    def key(self, s: object) -> object:
+        raise NotImplementedError
+
+    def text(self, s: object) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def update_snapshot(self, s: object) -> None:
+        key = self.key(s)
+        if key != self._key:
+            self._key = key
+            set_text(self.label, *self.text(s))
 
 
 def plain_text(text: str) -> str:
@@ -246,38 +456,6 @@ class WrapLabel(QtWidgets.QWidget):
             self._label.setToolTip(tooltip)
             changed = True
         return changed
-
-
-class CaptionedLine(QtWidgets.QWidget):
-    """A caption and one eliding value line ("Energy: 602 W now · …"), set again only when ``key(s)`` changed;
-    subclasses say the key and the (text, tooltip) of a snapshot."""
-
-    CAPTION = ""
-    CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        caption = QtWidgets.QLabel(self.CAPTION)
-        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM))
-        lay.addWidget(caption)
-        self.label = ValueLabel(DASH)
-        self.label.set_elide(True)
-        lay.addWidget(self.label, 1)
-        self._key: object = object()  # nothing shown yet: any key differs
-
-    def key(self, s: object) -> object:
-        raise NotImplementedError
-
-    def text(self, s: object) -> tuple[str, str]:
-        raise NotImplementedError
-
-    def update_snapshot(self, s: object) -> None:
-        key = self.key(s)
-        if key != self._key:
-            self._key = key
-            self.label.set(*self.text(s))
 
 
 class ElidingCombo(QtWidgets.QComboBox):

@@ -40,6 +40,19 @@ if TYPE_CHECKING:
 
 AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
 MAIN = "main"  # the key of a window's first server
+DEFAULT_SIZE = QtCore.QSize(1280, 800)  # the first start's size, where the screen has room for it
+MINIMUM_SIZE = QtCore.QSize(800, 600)  # the smallest size the layout is checked at (tests/acceptance/test_layout.py)
+FRAME_ALLOWANCE = 32  # px of the screen's height a window manager's title bar takes
+
+
+def fit_screen(win: QtWidgets.QWidget, size: QtCore.QSize) -> QtCore.QSize:
+    """``size``, made smaller where the screen's available area (less the window's frame) is smaller."""
+    screen = win.screen() or QtGui.QGuiApplication.primaryScreen()
+    if screen is None:
+        return size
+    room = screen.availableGeometry().size() - QtCore.QSize(0, FRAME_ALLOWANCE)
+    return size.boundedTo(room)
+
 
 
 class PlotSlot(QtWidgets.QWidget):
@@ -106,9 +119,10 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
             self.tray.activated.connect(self._raise)
         self._make_menus()
         self.set_window_range(settings.window_range)
+        self.setMinimumSize(fit_screen(self, MINIMUM_SIZE))
         geo = settings.geometry
         if geo is None or not self.restoreGeometry(geo):
-            self.resize(1280, 800)
+            self.resize(fit_screen(self, DEFAULT_SIZE))
         # "polled N s ago" needs a tick only once a poll is late: each snapshot sets the timer to fire just after the
         # text would change, then it ticks each second until the next snapshot (no wake-up while polls are on time)
         self._ago = QtCore.QTimer(self)
@@ -194,30 +208,39 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.tabs.addTab(self._hero_slot, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
+        # the grid: the hero and the replies' line on the left; speed over time, memory and bandwidth on the right;
+        # what each panel's height is comes from the window's size and the panels' fixed parts, never a poll's text
+        self._replies_box = QtWidgets.QGroupBox("Replies and energy")
+        bl = QtWidgets.QVBoxLayout(self._replies_box)
+        bl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
+        bl.setSpacing(theme.UNIT)
+        bl.addWidget(self.latency)
+        bl.addWidget(self.energy)
+        left = QtWidgets.QWidget()
+        ll = QtWidgets.QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(theme.UNIT)
+        ll.addWidget(self.tabs, 1)
+        ll.addWidget(self._replies_box, 0)
         right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        rl.setSpacing(4)
-        rl.addWidget(self._time_slot, 3)
+        rl.setSpacing(theme.UNIT)
+        rl.addWidget(self._time_slot, 1)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
-        self._replies_box = QtWidgets.QGroupBox("Replies and energy")  # one box, two lines: 1024×640 still fits
-        bl = QtWidgets.QVBoxLayout(self._replies_box)
-        bl.setContentsMargins(6, 2, 6, 4)
-        bl.setSpacing(2)
-        bl.addWidget(self.latency)
-        bl.addWidget(self.energy)
-        rl.addWidget(self._replies_box, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        split.addWidget(self.tabs)
+        split.setChildrenCollapsible(False)
+        split.setHandleWidth(theme.GAP)
+        split.addWidget(left)
         split.addWidget(right)
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
         split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
         central = QtWidgets.QWidget()
         cl = QtWidgets.QVBoxLayout(central)
-        cl.setContentsMargins(6, 4, 6, 2)
-        cl.setSpacing(4)
+        cl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
+        cl.setSpacing(theme.UNIT)
         cl.addWidget(self.server_tabs)
         cl.addWidget(self.header)
         cl.addWidget(self.models)
@@ -304,7 +327,8 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.add_server_action = self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
-        self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
+        bar.setIconSize(QtCore.QSize(0, 0))
+        self.menuBar().setCornerWidget(bar, QtCore.Qt.Corner.TopRightCorner)  # beside the menus: no row of its own
         self.toolbar = bar
         self.menus = menus.install(self, menu)  # View, Tools, Help, Quit and the tray's menu
         self._apply_panels()
