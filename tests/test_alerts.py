@@ -232,8 +232,13 @@ def test_connection_alert_needs_a_lasting_failure() -> None:
 
     assert eng.update(gone(0.0)) == ()
     assert eng.update(gone(2.0)) == ()
-    (a,) = eng.update(gone(3.5))
-    assert a.code == "connection" and a.level is AlertLevel.WARNING and "for 3.5 s" in a.message
+    (a,) = eng.update(gone(3.5))  # one cause, one alert: the count and the duration in it
+    assert a.code == "connection" and a.level is AlertLevel.CRITICAL and "3 failed polls over 3.5 s" in a.message
+    assert a.message.startswith("Server gone — reconnecting: refused")
+    timeout = AlertEngine()
+    timeout.update(gone(0.0, "timeout"))
+    (a,) = timeout.update(gone(4.0, "timeout"))
+    assert a.level is AlertLevel.WARNING and a.message.startswith("Server not answering")
     eng2 = AlertEngine()
     (a,) = eng2.update(gone(0.0, "auth_rejected"))
     assert a.level is AlertLevel.CRITICAL and "API key rejected" in a.message

@@ -22,6 +22,7 @@ NOT_READINGS = {"seq", "t_monotonic", "t_wall", "connection", "backend", "server
                 "activity", "decode_rate_source", "ceiling_curve", "ceiling_suspect", "gpus",
                 "gpus_unavailable_reason", "host", "forecast", "alerts", "provenance", "reasons", "extra", "serving",
                 "speculative", "energy", "latency",  # structures: their numbers are fields of their own (power_w, …)
+                "verdict", "last_decode", "decode_before",  # structures of their own in each document
                 "bandwidth_headroom_fraction"}  # the last: a share the bandwidth panel draws, exported nowhere
 # numeric ModelView fields that are settings or shape, not readings (the "model" object carries them)
 MODEL_NOT_READINGS = {"n_params", "n_layers", "n_ctx_train", "recurrent_state_bytes", "kv_allocated_bytes",

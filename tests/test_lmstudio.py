@@ -185,7 +185,7 @@ def test_kv_kept_in_host_ram_warns_with_its_fix() -> None:
     from kvmon.core.alerts import AlertFacts, rule_kv_in_host
     from kvmon.sources.lmstudio import LMSTUDIO
 
-    level, msg, _ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend=LMSTUDIO, kv_host_fraction=1.0,
+    level, msg, *_ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend=LMSTUDIO, kv_host_fraction=1.0,
                                                kv_host_bytes=2**30), AlertThresholds(), None)
     assert level is not None and "Offload KV cache to GPU memory" in msg
 

@@ -118,13 +118,21 @@ def test_idle_gives_null_rates(fixture_server: FixtureServer) -> None:
 
 
 def test_unreachable_exits_2() -> None:
-    rc, out, err = _run(_args(f"http://127.0.0.1:{_free_port()}"))
+    url = f"http://127.0.0.1:{_free_port()}"
+    rc, out, err = _run(_args(url, json=False))
     assert rc == 2 and out == ""
-    assert err.startswith("kvmon: ") and err.count("\n") == 1
+    assert err.startswith(f"kvmon: Cannot connect to {url}") and err.count("\n") == 1
+    assert "Is the server running? kvmon once --list finds the servers on this machine" in err
+    # with --json the document says it too: the headline's verdict, the same sentence, critical
+    rc, out, err_json = _run(_args(url))
+    doc = json.loads(out)
+    assert rc == 2 and err_json == err and doc["connection"]["status"] == "unreachable"
+    assert doc["verdict"]["level"] == "critical" and doc["verdict"]["cause"] == "connection"
+    assert f"kvmon: {doc['verdict']['sentence']}\n" == err and doc["decode_tok_s"] is None
 
 
 def test_bad_url_exits_2() -> None:
-    rc, out, err = _run(_args("ftp://nowhere"))
+    rc, out, err = _run(_args("ftp://nowhere", json=False))
     assert rc == 2 and out == "" and "scheme" in err and err.count("\n") == 1
 
 
@@ -223,7 +231,9 @@ def test_snapshot_to_json_carries_the_regime_the_fit_and_an_uncertain_ceiling() 
                                       "overhead_s": 0.002, "attention_factor": 1.5, "reason": None,
                                       "valid_to_tokens": None}
     text = format_text(doc)
-    assert "ceiling uncertain (placement)" in text and "bandwidth+attention fit on 14 point(s) since reloaded" in text
+    assert "ceiling uncertain (where kvmon thinks the model lives is likely wrong)" in text
+    assert ("bytes read per token at a fitted bandwidth, plus attention work growing with depth, on 14 measured points "
+            "since reloaded") in text
     empty = snapshot_to_json(_snapshot())
     assert empty["ceiling_uncertain"] is False and empty["ceiling_suspect"] is None
     assert empty["forecast"]["regime"]["index"] is None and empty["forecast"]["fit"]["form"] is None

@@ -42,7 +42,7 @@ def test_text_for_a_router_names_its_models() -> None:
     rc, out, err = _run(demo="router", start_at=20.0, after=3.0, json=False)
     assert rc == 0, err
     assert "llama-server router" in out and "qwen3-8b loaded" in out and "gemma-3-12b unloaded" in out
-    assert out.splitlines()[0].startswith("llama-server")
+    assert out.splitlines()[0].startswith("Idle at ") and out.splitlines()[1].startswith("llama-server")
 
 
 def test_a_loading_model_is_the_document_of_that_moment() -> None:

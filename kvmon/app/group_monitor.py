@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from kvmon.app.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
+from kvmon.core.alerts import model_failed_alerts
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
 from kvmon.core.connection import failure_of
@@ -27,8 +28,10 @@ from kvmon.core.readings import (
     SourceFailure,
 )
 from kvmon.core.serving import (
+    FAILED,
     LOADED,
     LOADING,
+    SERVING_LABELS,
     SLEEPING,
     UNLOADING,
     FollowState,
@@ -43,6 +46,7 @@ from kvmon.core.serving import (
     transition_events,
 )
 from kvmon.core.snapshot import AlertLevel, Snapshot
+from kvmon.core.verdict import decided
 from kvmon.sources.base import GpuSource, HostSource, ModelListSource, ServerSource
 
 SLEEP_NOTE = "sleeping (idle): its /slots is not asked, which would wake it"
@@ -159,7 +163,10 @@ class GroupMonitor:
         view = ServingView(kind=listing.kind, models=tuple(self._served(m, followed) for m in listing.models),
                            followed=followed, follow_reason=why, events=tuple(events),
                            message=self._message(followed, running, listing))
-        return self._emit(replace(shown, serving=view))
+        # a model that failed to load is a warning while the list says so, on whichever model is shown
+        failed = [(m.name, m.exit_code) for m in listing.models if m.status == FAILED]
+        alerts = model_failed_alerts(shown.alerts, failed, SERVING_LABELS.get(listing.kind, listing.kind))
+        return self._emit(decided(replace(shown, serving=view, alerts=alerts)))
 
     def _emit(self, snap: Snapshot) -> Snapshot:
         snap = replace(snap, seq=self._seq)

@@ -25,6 +25,7 @@ from kvmon.core.deadline import PollDeadline, poll_deadline
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
+from kvmon.core.verdict import decided
 from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
 
 BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
@@ -256,7 +257,7 @@ class Monitor:
         snap = self.analyzer.update(server, gpus, host)
         problem = self._record(snap)
         if problem:
-            snap = replace(snap, alerts=with_recording_problem(snap.alerts, problem))
+            snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
         self.last_snapshot = snap
         return snap
 

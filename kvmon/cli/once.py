@@ -4,10 +4,11 @@ Each poll's requests share one deadline, ``--timeout`` (``kvmon.core.deadline``)
 within two timeouts, the interval and a little more. A first poll that ran out of time is followed by the second
 all the same: the endpoint that hung is then asked with a short limit, and the rest of the reading comes without it.
 
-Exit status 0 when the server was read; 2 (with a one-line reason on stderr) when it is unreachable,
-rejects the key, is still loading, or the URL is bad. Without a URL it reads the first server found on this machine
-(``kvmon once --list`` lists them all). With ``--demo`` it reads the built-in simulator at a point of its story
-(``--start-at``, ``--after``), as the dashboard shows it there. No Qt is loaded on this path.
+Exit status 0 when the server was read; 2 (with the headline's one line on stderr, and with ``--json`` the document
+that says so on stdout) when it is unreachable, rejects the key, is still loading, or the URL is bad. Without a URL
+it reads the first server found on this machine (``kvmon once --list`` lists them all). With ``--demo`` it reads the
+built-in simulator at a point of its story (``--start-at``, ``--after``), as the dashboard shows it there. No Qt is
+loaded on this path.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any, TextIO
 
+from kvmon.core.connection import failure_snapshot
 from kvmon.core.deadline import poll_deadline
 from kvmon.core.readings import SourceError
+from kvmon.core.redact import scrub
 from kvmon.core.report_json import snapshot_to_json
 from kvmon.core.snapshot import ConnectionStatus, Snapshot
+from kvmon.core.words import fit_words, level_word, suspect_words
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -43,10 +48,12 @@ def _gib(n: Any) -> str:
 def format_text(doc: dict[str, Any]) -> str:
     """A few human lines from the JSON document (the same numbers, for a terminal)."""
     m = doc["model"]
-    lines = [
+    v = doc.get("verdict")
+    lines = [v["sentence"] + (f" [{level_word(v['level'])}]" if v["level"] != "ok" else "")] if v else []
+    lines += [
         f"{doc['backend']} {doc['server_version'] or ''} at {doc['url']}".replace("  ", " "),
-        f"model: {m['name'] or '—'} ({m['arch'] or '?'}, {m['quantization'] or '?'}), "
-        f"weights {_gib(m['weight_bytes'])}, KV {m['kv_type_k'] or '?'}/{m['kv_type_v'] or '?'}",
+        f"model: {m['name'] or '—'} ({m['arch'] or 'architecture —'}, {m['quantization'] or 'quantization —'}), "
+        f"weights {_gib(m['weight_bytes'])}, KV cache {m['kv_type_k'] or '—'}/{m['kv_type_v'] or '—'}",
         f"context: {_fmt(doc['context_tokens'])} / {_fmt(m['n_ctx'])} tokens per slot, {_fmt(m['n_slots'])} slot(s)",
         f"KV cache: {_fmt(m['kv_bytes_per_token'], ' B/token', 0)}, allocated {_gib(m['kv_allocated_bytes'])}, "
         f"in use {_gib(doc['kv_in_use_bytes'])}",
@@ -63,15 +70,17 @@ def format_text(doc: dict[str, Any]) -> str:
         lines.insert(1, f"{SERVING_LABELS.get(sv['kind'], sv['kind'])}{shown}: {models or 'no models'}"
                      + (f" — {sv['message']}" if sv["message"] else ""))
     if doc["ceiling_suspect"]:
-        lines.append(f"ceiling uncertain ({doc['ceiling_suspect']['input']}): {doc['ceiling_suspect']['message']}")
+        suspect = doc["ceiling_suspect"]
+        lines.append(f"ceiling uncertain ({suspect_words(suspect['input'])} is likely wrong): {suspect['message']}")
     fc = doc["forecast"]
     if fc["fit"]["form"]:
         regime = fc["regime"]
         since = f" since {regime['description']}" if regime["cause"] not in (None, "start") else ""
-        lines.append(f"forecast: {fc['fit']['form']} fit on {fc['fit']['points']} point(s){since}; "
+        n = fc["fit"]["points"]
+        lines.append(f"forecast: {fit_words(fc['fit']['form'])}, on {n} measured point{'s' if n != 1 else ''}{since}; "
                      + ", ".join(f"{ms['context_tokens']:,}: {_fmt(ms['tok_s'], ' tok/s')}" for ms in fc["milestones"]))
     for g in doc["gpus"]:
-        lines.append(f"GPU {g['index']}: {g['name'] or '?'}, {_gib(g['vram_used_bytes'])} used of "
+        lines.append(f"GPU {g['index']}: {g['name'] or '—'}, {_gib(g['vram_used_bytes'])} used of "
                      f"{_gib(g['vram_total_bytes'])}")
     if doc["gpus_unavailable_reason"]:
         lines.append(f"GPUs: {doc['gpus_unavailable_reason']}")
@@ -122,6 +131,20 @@ def run_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _fail(reason: str, err: TextIO) -> int:
     print(f"kvmon: {reason.splitlines()[0] if reason else 'server not readable'}", file=err)
     return EXIT_UNREADABLE
+
+
+def unread_line(snap: Snapshot) -> str:
+    """The one line said when the server could not be read: the headline's sentence (``kvmon screenshot`` says the
+    same)."""
+    verdict = snap.verdict
+    return verdict.sentence if verdict is not None else snap.connection.reason or snap.connection.status.value
+
+
+def _unread(snap: Snapshot, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """A server not read: with ``--json`` the document that says so (its verdict), and the one line; exit 2."""
+    if getattr(args, "json", False):
+        _print(snap, args, out)
+    return _fail(unread_line(snap), err)
 
 
 def _print(snap: Snapshot, args: argparse.Namespace, out: TextIO) -> None:
@@ -195,7 +218,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                                    backend=backend, devices_url=getattr(args, "devices", None),
                                    settings=settings_from_args(args))
         except SourceError as e:
-            return _fail(e.failure.reason, err)
+            return _unread(failure_snapshot(e.failure, seq=1, t_monotonic=time.monotonic(), t_wall=time.time(),
+                                            url=scrub(url) if url else None), args, out, err)
         try:
             snap: Snapshot = monitor.poll()
         except BaseException:
@@ -208,6 +232,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             time.sleep(interval)
             snap = monitor.poll()
     if not snap.server_read:
-        return _fail(snap.connection.reason or snap.connection.status.value, err)
+        return _unread(replace(snap, url=snap.url or monitor.display_url), args, out, err)
     _print(snap, args, out)
     return EXIT_OK

@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.snapshot import Activity, Alert, Connection, ConnectionStatus, GpuView, HostView, ModelView, Snapshot
+from kvmon.core.verdict import decided
 
 FAILURE_STATUS = MappingProxyType({
     FailureKind.BAD_URL: ConnectionStatus.BAD_URL,
@@ -50,20 +51,22 @@ def failure_snapshot(failure: SourceFailure, *, seq: int, t_monotonic: float, t_
                      since_t_monotonic: float | None = None, retry_in_s: float | None = None,
                      last: Snapshot | None = None, gpus: Sequence[GpuView] = (),
                      gpus_unavailable_reason: str | None = None, host: HostView | None = None,
-                     alerts: Sequence[Alert] = ()) -> Snapshot:
+                     alerts: Sequence[Alert] = (), url: str | None = None) -> Snapshot:
     """The Snapshot of a poll that read no server: its status and reason, no speeds, and what is still known.
 
     ``last``: the last Snapshot that read the server; its backend, version, URL and model stay on screen.
     ``gpus``, ``host`` and ``alerts``: what the GPU and host sources still read, and the alerts they raise.
+    ``url``: the server's (without credentials) when no Snapshot read it yet. The verdict says what is wrong.
     """
     status = connection_status_for(failure)
-    return Snapshot(
+    return decided(Snapshot(
         seq=seq, t_monotonic=t_monotonic, t_wall=t_wall,
         activity=Activity.LOADING if status is ConnectionStatus.LOADING else None,
         connection=Connection(status=status, reason=failure.reason,
                               since_t_monotonic=since_t_monotonic, retry_in_s=retry_in_s),
         backend=last.backend if last else None, server_version=last.server_version if last else None,
-        url=last.url if last else None, model=last.model if last else ModelView(),
+        url=last.url if last else url, model=last.model if last else ModelView(),
         gpus=tuple(gpus), gpus_unavailable_reason=gpus_unavailable_reason, host=host or HostView(),
         alerts=tuple(alerts), reasons={"decode_tok_s": f"server not read: {failure.reason}"},
-    )
+        last_decode=last.last_decode if last else None,
+    ))

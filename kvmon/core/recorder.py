@@ -28,6 +28,7 @@ from typing import IO, Any
 from kvmon import __version__
 from kvmon.core.jsonvals import MAX_INT, InputError, clean_text, parse_json
 from kvmon.core.snapshot import Activity, ConnectionStatus, Snapshot
+from kvmon.core.verdict import decided
 
 SCHEMA_VERSION = 1
 HEADER_KEY = "kvmon_recording"
@@ -272,6 +273,8 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
     snap = typing.cast(Snapshot, from_plain(Snapshot, dict(data)))
     if "activity" not in data:  # recorded before the activity was: read once from what those files say
         snap = dataclasses.replace(snap, activity=_recorded_activity(snap))
+    if "verdict" not in data:  # recorded before the verdict was: decided once from what the line holds
+        snap = decided(snap)
     if not (math.isfinite(snap.t_wall) and 0.0 <= snap.t_wall <= MAX_T_WALL):
         raise RecordingLineError(f"t_wall {snap.t_wall!r} is no time a snapshot was taken")
     if not math.isfinite(snap.t_monotonic):

@@ -15,7 +15,7 @@ from typing import Any
 from kvmon import __version__
 from kvmon.core.fields import JSON_FIELDS
 from kvmon.core.jsonvals import clean_text
-from kvmon.core.snapshot import Snapshot
+from kvmon.core.snapshot import LastDecode, Snapshot
 
 SCHEMA_VERSION = 1
 
@@ -231,10 +231,22 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         },
         "serving": _serving(s),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
+        "verdict": None if s.verdict is None else {"level": s.verdict.level, "state": s.verdict.state,
+                                                   "sentence": s.verdict.sentence, "cause": s.verdict.cause},
+        "last_decode": _decode(s.last_decode, s),
+        "decode_before": _decode(s.decode_before, s),
         "provenance": dict(s.provenance),
         "reasons": dict(s.reasons),
     }
     return json_safe(doc)  # type: ignore[no-any-return]
+
+
+def _decode(d: LastDecode | None, s: Snapshot) -> dict[str, Any] | None:
+    """A measured decode speed with when it was measured (and how long before this document) and at what depth."""
+    if d is None:
+        return None
+    return {"tok_s": d.tok_s, "t_wall": d.t_wall, "age_s": max(0.0, s.t_monotonic - d.t_monotonic),
+            "context_tokens": d.context_tokens}
 
 
 def _serving(s: Snapshot) -> dict[str, Any] | None:

@@ -265,6 +265,10 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
                 ("server", "backend", "status"), (w.server, be, status), 1 if up else 0)
         if s is None:
             continue
+        if s.verdict is not None:
+            f.gauge("kvmon_verdict_level", "How the session stands, as the headline says it: 0 ok, 1 info, 2 warning, "
+                    "3 critical (the worst active condition; cause: what it rests on).", ("server", "cause"),
+                    (w.server, s.verdict.cause), s.verdict.level.rank)
         f.gauge("kvmon_last_poll_timestamp_seconds", "Wall-clock time of the last poll (Unix seconds).",
                 ("server",), (w.server,), s.t_wall)
         if up:

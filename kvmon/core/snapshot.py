@@ -33,6 +33,24 @@ class AlertLevel(str, enum.Enum):
         return {"info": 0, "warning": 1, "critical": 2}[self.value]
 
 
+class VerdictLevel(str, enum.Enum):
+    """How the session stands, as the headline colours it: nothing wrong, something to know, a warning, trouble."""
+
+    OK = "ok"
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"ok": 0, "info": 1, "warning": 2, "critical": 3}[self.value]
+
+    @classmethod
+    def of(cls, level: AlertLevel) -> VerdictLevel:
+        """The verdict level of an alert level (info, warning, critical: the same words)."""
+        return cls(level.value)
+
+
 class Activity(str, enum.Enum):
     """What the model server is doing in a poll that read it: the headline's state, decided once (in the analysis)."""
 
@@ -78,6 +96,31 @@ class Alert:
     code: str  # stable id, e.g. "ctx_full_soon", "vram_spill_soon", "kv_in_host"
     message: str  # specific and computed: numbers and what to do
     value: float | None = None
+    headline: str = ""  # the news in one sentence (the verdict's when this is the worst alert); "" for advice
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The headline's news, decided once per poll (``kvmon.core.analysis.verdict``): the worst active condition, or
+    what the server is doing when nothing is wrong, in the user's words."""
+
+    level: VerdictLevel = VerdictLevel.OK
+    state: str = ""  # a short word or two for people: "Decoding", "Idle", "Spilled", "VRAM full", "Unreachable"
+    sentence: str = ""  # one sentence of news: "Spilled: 9.50 GiB of the KV cache in host RAM — capped at ~11 tok/s"
+    # what it rests on: an alert's code ("kv_in_host", "vram_full"), "connection" (the server was not read), or when
+    # nothing is wrong the activity ("decoding", "idle", "processing", "loading", "sleeping", "unknown")
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class LastDecode:
+    """A decode speed measured at one poll: when, and at what depth. While nothing decodes the headline shows the last
+    one, dimmed, with its age."""
+
+    tok_s: float
+    t_monotonic: float
+    t_wall: float
+    context_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -360,6 +403,11 @@ class Snapshot:
     speculative: SpeculativeView | None = None  # the server drafts tokens (speculative decoding): its counts
     energy: EnergyView | None = None  # power and energy of the model's devices; None: not read (reasons["energy"])
     latency: LatencyView | None = None  # replies' time to first token and inter-token latency; None: none seen yet
+    # the last decode speed measured (this poll's while it decodes), and the last one before the current regime began
+    # (a reload, another context size: "70 tok/s before the reload"); None: none measured (of this model)
+    last_decode: LastDecode | None = None
+    decode_before: LastDecode | None = None
+    verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
 
     @property
     def server_read(self) -> bool:

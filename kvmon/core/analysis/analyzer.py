@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +44,11 @@ from kvmon.core.points import model_key
 from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
+from kvmon.core.verdict import UNSEEN, DecodeMemory, before_what, decided
+
+
+# the alerts that stand on where the model lives: withdrawn when a measured speed refutes the guess
+PLACEMENT_ALERTS = frozenset({"cpu_only", "kv_in_host", "weights_in_host", "swap_growing", "unified_working_set"})
 
 
 class Analyzer:
@@ -74,6 +80,8 @@ class Analyzer:
         self._energy = EnergyMeter()
         self._latency = LatencyTracker()
         self._last_t: float | None = None  # the last analysed poll's instant (the energy interval's start)
+        self._decodes = DecodeMemory()  # the last speed measured (the headline's while idle), the one before a reload
+        self._unseen: tuple[Any, str] | None = None  # (model, why): its speed says it runs on a device not seen
 
     # ------------------------------------------------------------------ public
 
@@ -114,6 +122,8 @@ class Analyzer:
         self._energy.reset()
         self._latency.reset()
         self._last_t = None
+        self._decodes.reset()
+        self._unseen = None
 
     # ------------------------------------------------------------------ failures
 
@@ -131,12 +141,12 @@ class Analyzer:
 
     def _degraded(self, r: ServerReading, gpus: GpuSetReading | None, why: str) -> Snapshot:
         gviews, greason = gpu_views.gpu_views(gpus, self.settings.gpu_bandwidth_bytes_per_s)
-        return Snapshot(
+        return decided(Snapshot(
             seq=self._seq, t_monotonic=r.t_monotonic, t_wall=r.t_wall,
             connection=Connection(ConnectionStatus.CONNECTED, reason=why), activity=Activity.UNKNOWN, backend=r.backend,
             server_version=r.server_version, url=r.url, gpus=gviews, gpus_unavailable_reason=greason,
             reasons={"analysis": why},
-        )
+        ))
 
     # ------------------------------------------------------------------ one poll
 
@@ -161,8 +171,12 @@ class Analyzer:
         gviews = gpu_views.with_host_bandwidth(devs.views, host_bw, host_src)
         devs = devices.Devices(gviews, devs.by_name)
         no_gpu_here = gpus is not None and not gviews and _local(r)
-        place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus), no_gpu_here=no_gpu_here)
+        unseen = self._unseen_device(r, model, rates.decode, host_bw) if no_gpu_here else None
+        place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus),
+                                no_gpu_here=no_gpu_here and unseen is None)
         placement.place_draft(place, r, devs)
+        if unseen is not None:  # nothing is built on the CPU guess: where it lives and the ceiling are unknown
+            place.source, place.note = UNSEEN, unseen
         if place.note:
             reasons["placement"] = place.note
         kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
@@ -177,6 +191,8 @@ class Analyzer:
         self._observe_regime(r, model, type_k, type_v, devices_now)
         ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
                                              st.curve_points, memo, prov, reasons)
+        if unseen is not None:
+            reasons["ceiling_tok_s"] = unseen
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
         read_now = placement.weights_read(place, model.weight_bytes_read_per_token)
         target_now = (read_now or 0) + (kv_read_now or 0) or None
@@ -214,6 +230,8 @@ class Analyzer:
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
+        last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None, rates.decode,
+                                                   t, r.t_wall, where.context)
         dfacts = alert_facts.DeviceFacts(
             gviews=gviews, host=hview, cache_bytes=cache_bytes(model), draft_bytes=draft.draft_bytes(model),
             compute_by_index=compute_by_index,
@@ -222,6 +240,10 @@ class Analyzer:
         latency = self._latency.update(r, reasons, drafting=drafter is not None)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
                                           ceiling_now, cheaper, dfacts, advice_types=st.advice_types, latency=latency)
+        if unseen is not None:  # the CPU guess an earlier poll made: nothing stands on it any more
+            facts = replace(facts, withdrawn=PLACEMENT_ALERTS)
+        if before is not None and before_what(fc.regime.cause) is not None:
+            facts = replace(facts, decode_before_tok_s=before.tok_s, decode_before_what=before_what(fc.regime.cause))
         status = reading_status(r.state)
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
         # energy per token counts intervals of decoding at the speed measured over them: replies that ended in an
@@ -230,7 +252,7 @@ class Analyzer:
         used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), decoded, dt,
                                     reasons, busy=speeds.busy(r, rates.decode, rates.prefill),
                                     reply=self._latency.added)
-        return Snapshot(
+        return decided(Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),
             backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
@@ -244,7 +266,19 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-        )
+            last_decode=last_decode, decode_before=before,
+        ))
+
+    def _unseen_device(self, r: ServerReading, model: Any, decode: float | None, host_bw: float | None) -> str | None:
+        """Why the model runs on a device kvmon cannot see (kept for the model once its speed said so), or None."""
+        key = model_key(r.url, model)
+        if self._unseen is not None and self._unseen[0] != key:
+            self._unseen = None
+        if self._unseen is None:
+            why = consistency.unseen_device(decode, host_bw, model.weight_bytes_read_per_token)
+            if why is not None:
+                self._unseen = (key, why)
+        return self._unseen[1] if self._unseen is not None else None
 
     def _observe_regime(self, r: ServerReading, model: Any, type_k: str | None, type_v: str | None,
                         shares: list[Any] | None) -> None:

@@ -14,6 +14,10 @@ shows a contradiction as a fact:
   there can be (the log's compute buffer, or ``COMPUTE_BOUND`` of the card when the log does not say, plus
   ``VRAM_SLACK_BYTES``): the rest is not shown as compute buffers; the server holds less than the weights and KV
   said to live there, or the parts with other programs exceed the card: the split is unknown.
+- **a speed no device kvmon sees could give**: with no device read on the server's machine, the model would run on
+  its CPU; a decode speed above what host RAM allows for the weights alone (``UNSEEN_MARGIN``) says it runs on a
+  device kvmon cannot see (a GPU whose driver it cannot read, a server in a container): where it lives and its
+  ceiling are then unknown, and nothing is built on the guess.
 - **an efficiency above 100%**: measured speed above the ceiling means one of the ceiling's inputs is wrong; no
   percentage is shown, ``ceiling_suspect`` names the input most likely wrong, and the forecast (which stays under
   that ceiling) is not drawn.
@@ -36,6 +40,7 @@ COMPUTE_BOUND_FRACTION = 0.10  # compute buffers when the log does not give them
 COMPUTE_BOUND_MIN_BYTES = 2 * GIB  # ... and at least this (a big vocabulary's logits at a large ubatch)
 OVER_TOLERANCE = 0.02  # measured totals and parts agree within this much (rounding, MiB lines)
 SLOW_DEVICE_SHARE = 0.25  # a host or PCIe device taking this much of the step time is the first suspect
+UNSEEN_MARGIN = 1.25  # a speed this far above host RAM's bound for the weights alone is no CPU's
 
 
 def _gb(n: float) -> str:
@@ -164,6 +169,23 @@ def _split_contradiction(g: GpuView, compute: int | None) -> tuple[str | None, s
                 f"({_gb(w or 0)}), KV cache ({_gb(kv or 0)}), {given} nor other programs: not shown as compute "
                 "buffers (the weights or KV cache here are likely understated)"), "other"
     return None, ""
+
+
+# -- a device kvmon cannot see ---------------------------------------------------------------------------------
+
+
+def unseen_device(decode: float | None, host_bandwidth_bytes_per_s: float | None,
+                  weight_bytes_read_per_token: float | None) -> str | None:
+    """Why the model cannot be on this machine's CPU (None when the speed allows it, or is not known)."""
+    if not decode or not host_bandwidth_bytes_per_s or not weight_bytes_read_per_token:
+        return None
+    bound = host_bandwidth_bytes_per_s / weight_bytes_read_per_token
+    if decode <= bound * UNSEEN_MARGIN:
+        return None
+    return (f"decoding at {decode:.1f} tok/s, where host RAM ({host_bandwidth_bytes_per_s / 1e9:.0f} GB/s) allows at "
+            f"most {bound:.1f} tok/s for the weights alone: the model runs on a device kvmon cannot see (a GPU whose "
+            "driver it cannot read, or a server in a container or on another machine), so where it lives and its "
+            "ceiling are unknown")
 
 
 # -- the efficiency ----------------------------------------------------------------------------------------------

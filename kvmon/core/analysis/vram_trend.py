@@ -99,7 +99,9 @@ class VramTrend:
                         secs = max(0.0, fs[-1] / -slope)
             out.append(GpuVramFacts(index=g.index, name=g.name, vram_free_bytes=g.vram_free_bytes,
                                     vram_total_bytes=g.vram_total_bytes, seconds_until_full=secs,
-                                    free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span))
+                                    free_drop_bytes=drop, other_processes_growth_bytes=growth, window_s=span,
+                                    other_processes_bytes=g.other_processes_bytes,
+                                    unified=g.kind == "unified_memory"))
         return tuple(out)
 
 
