@@ -144,21 +144,71 @@ class FlowBox(QtWidgets.QWidget):
         return self.flow.minimumSize()
 
 
+class ElidedLabel(QtWidgets.QLabel):
+    """A one-line plain-text label for a place that has room for one line only (the compact view's alert): a text
+    wider than the label ends in "…", and its tooltip then says it whole."""
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self._whole = ""
+        self._tip = ""
+        self.set(text)
+
+    @property
+    def elided(self) -> bool:
+        return self.text() != self._whole
+
+    def whole(self) -> str:
+        return self._whole
+
+    def text_width(self) -> int:
+        """The width the whole text needs, in pixels."""
+        return self.fontMetrics().horizontalAdvance(self._whole)
+
+    def set(self, text: str, tip: str = "") -> None:
+        if (text, tip) != (self._whole, self._tip):
+            self._whole, self._tip = text, tip
+            self._fit()
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self.text_width(), super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(0, super().minimumSizeHint().height())
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._fit()
+
+    def _fit(self) -> None:
+        room = self.contentsRect().width()
+        shown = self.fontMetrics().elidedText(self._whole, QtCore.Qt.TextElideMode.ElideRight, room) \
+            if room > 0 else self._whole
+        if shown != self.text():
+            self.setText(shown)
+        tip = "\n\n".join(t for t in ((self._whole if shown != self._whole else ""), self._tip) if t)
+        if tip != self.toolTip():
+            self.setToolTip(tip)
+
+
 class DotLabel(QtWidgets.QWidget):
     """A coloured dot and its words ("● connected · http://…"), two labels: the dot in a level's colour, the words in
     the text's. ``set("● words")`` shows the dot, ``set("words")`` none."""
 
     DOT = "●"
 
-    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None, *, elide: bool = False) -> None:
+        """``elide``: one line that ends in "…" when it has no room (an ``ElidedLabel``)."""
         super().__init__(parent)
         row = QtWidgets.QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(theme.UNIT)
         self.dot = text_label(self.DOT)
-        self.words = text_label()
+        self.words: QtWidgets.QLabel = ElidedLabel() if elide else text_label()
         row.addWidget(self.dot)
-        row.addWidget(self.words)
+        row.addWidget(self.words, 1 if elide else 0)
         self._colour: str | None = None
         self.set(text)
 
@@ -170,7 +220,11 @@ class DotLabel(QtWidgets.QWidget):
         """Show ``text`` (a leading "● " is the dot), the dot in ``colour`` (a theme name; None: the text's)."""
         dotted = text.startswith(self.DOT)
         words = text.removeprefix(self.DOT).lstrip() if dotted else text
-        changed = set_text(self.words, words, tip)
+        if isinstance(self.words, ElidedLabel):
+            changed = (words, tip or "") != (self.words.whole(), self.words.toolTip())
+            self.words.set(words, tip or "")
+        else:
+            changed = set_text(self.words, words, tip)
         if tip is not None and self.dot.toolTip() != tip:
             self.dot.setToolTip(tip)
         if self.dot.isHidden() == dotted:

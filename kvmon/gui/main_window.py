@@ -34,6 +34,7 @@ from kvmon.gui.tray import Tray
 from kvmon.gui.window_actions import WindowActions
 
 if TYPE_CHECKING:
+    from kvmon.gui.compact import CompactView
     from kvmon.gui.panels.speed_context import SpeedContextPanel
     from kvmon.gui.panels.speed_time import SpeedTimePanel
     from kvmon.gui.whatif import WhatIfPanel
@@ -101,6 +102,7 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.render_count = 0
         self._dirty = False
         self._on_close = on_close
+        self.compact: CompactView | None = None  # the small window beside the chat (View ▸ Compact), made when asked
 
         self._banner = banner
         self._recording: str | None = None
@@ -203,25 +205,27 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         if self._replay_status is not None:
             self.status.set_replay(self._replay_status)
 
-        self.tabs = QtWidgets.QTabWidget()
-        self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self._hero_slot, "Speed vs context")
-        self.tabs.addTab(QtWidgets.QWidget(), "What if…")
-        self.tabs.currentChanged.connect(self._tab_changed)
-        # the grid: the hero and the replies' line on the left; speed over time, memory and bandwidth on the right;
-        # what each panel's height is comes from the window's size and the panels' fixed parts, never a poll's text
+        # the grid: on the left, the hero with the replies' line under it (the what-if calculator on a second tab
+        # has the column to itself); on the right, speed over time, memory and bandwidth. Each panel's height comes
+        # from the window's size and the panels' fixed parts, never a poll's text.
         self._replies_box = QtWidgets.QGroupBox("Replies and energy")
         bl = QtWidgets.QVBoxLayout(self._replies_box)
         bl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         bl.setSpacing(theme.UNIT)
         bl.addWidget(self.latency)
         bl.addWidget(self.energy)
-        left = QtWidgets.QWidget()
-        ll = QtWidgets.QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.setSpacing(theme.UNIT)
-        ll.addWidget(self.tabs, 1)
-        ll.addWidget(self._replies_box, 0)
+        hero_page = QtWidgets.QWidget()
+        hl = QtWidgets.QVBoxLayout(hero_page)
+        hl.setContentsMargins(0, 0, 0, 0)
+        hl.setSpacing(theme.UNIT)
+        hl.addWidget(self._hero_slot, 1)
+        hl.addWidget(self._replies_box, 0)
+        self.tabs = QtWidgets.QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(hero_page, "Speed vs context")
+        self.tabs.addTab(QtWidgets.QWidget(), "What if…")
+        self.tabs.currentChanged.connect(self._tab_changed)
+        left = self.tabs
         right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
@@ -302,6 +306,13 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
             self.render()
         else:
             self._show_connecting()
+        if self.compact is not None:  # its colours too: made again in the new scheme, where it was
+            was_shown = self.compact_shown()
+            self.compact.remember_place()
+            self.compact.deleteLater()
+            self.compact = None
+            if was_shown:
+                self.show_compact()
 
     # --- actions ---------------------------------------------------------------------------------
     def _make_menus(self) -> None:
@@ -387,6 +398,8 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         self.server_tabs.paint(view)
         if self.tray is not None:
             self._update_tray(key, s)
+        if self.compact_shown():
+            self._update_compact()
         if not shown:
             return
         self.last = s
@@ -467,6 +480,10 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
         if self.painting():
             self.status.tick()
 
+    def seen(self) -> bool:
+        """The window or its compact view can be seen: the pollers keep their pace."""
+        return self.painting() or self.compact_shown()
+
     def showEvent(self, e: QtGui.QShowEvent) -> None:
         super().showEvent(e)
         self.shown_changed.emit(True)
@@ -475,16 +492,89 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
 
     def hideEvent(self, e: QtGui.QHideEvent) -> None:
         super().hideEvent(e)
-        self.shown_changed.emit(False)
+        self.shown_changed.emit(self.seen())
 
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.WindowStateChange:
-            self.shown_changed.emit(self.painting())
+            self.shown_changed.emit(self.seen())
             if self._dirty and self.painting():
                 self.render()
 
+    # --- the compact view ------------------------------------------------------------------------------------
+    def compact_shown(self) -> bool:
+        """The compact view is on screen (shown and not minimised)."""
+        return self.compact is not None and self.compact.isVisible() and not self.compact.isMinimized()
+
+    def toggle_compact(self) -> None:
+        """Ctrl+M: the compact view in place of the full window, or back."""
+        if self.compact_shown():
+            self.show_full()
+        else:
+            self.show_compact()
+
+    def show_compact(self) -> CompactView:
+        """Switch to the compact view (the full window hides; polling keeps its pace)."""
+        if self.compact is None:
+            from kvmon.gui.compact import CompactView
+
+            self.compact = CompactView(self.settings)
+            self.compact.full_requested.connect(self.show_full)
+            self.compact.save_requested.connect(self.save_compact_png)
+            self.compact.follow_changed.connect(lambda _k: self._update_compact())
+        self.compact.show()
+        self.compact.raise_()
+        self._update_compact()
+        self.hide()
+        self.shown_changed.emit(True)
+        return self.compact
+
+    def show_full(self) -> None:
+        """Back to the full window from the compact view."""
+        self.raise_window()
+        if self.compact is not None:
+            self.compact.hide()
+
+    def compact_key(self) -> str:
+        """The server the compact view shows: the one chosen in its menu, else the busiest, else the shown one."""
+        from kvmon.app.servers import busiest
+
+        chosen = self.compact.follow if self.compact is not None else ""
+        if chosen in self.views:
+            return chosen
+        return busiest({k: v.last for k, v in self.views.items()}) or self.current
+
+    def _update_compact(self) -> None:
+        if self.compact is None:
+            return
+        self.compact.set_servers({k: v.label or k for k, v in self.views.items()})
+        view = self.views[self.compact_key()]
+        if view.last is not None:
+            self.compact.update_snapshot(view.last, view.store.history, view.label or view.key)
+
+    def save_compact_png(self, path: str | None = None) -> str | None:
+        """The compact view's own Save as PNG (with the caption strip under it)."""
+        from kvmon.gui import caption, export
+
+        if self.compact is None:
+            return None
+        shown = self.compact.shown
+        path = path or export.ask_path(self.compact, "Save compact view",
+                                       caption.default_filename(shown, "png", what="compact"), "PNG image (*.png)")
+        if not path:
+            return None
+        try:
+            export.save_png(self.compact, path, lambda: self.compact.shown if self.compact else None)
+        except export.ExportError as exc:
+            QtWidgets.QMessageBox.warning(self.compact, "Save compact view", str(exc))
+            return None
+        return path
+
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
+        if self.compact is not None:
+            self.compact.remember_place()
+            self.compact.deleteLater()
+            self.compact = None
         self.settings.geometry = self.saveGeometry()
         self.settings.sync()
         self._ago.stop()

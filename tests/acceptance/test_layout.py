@@ -4,7 +4,8 @@ At each point the real dashboard (the demo session, kvmon's real sources and ana
 polled, and every text widget of every panel is walked: none overlaps another, none is cut by its own size or by a
 panel it lies in, and none is shortened with "…" while space sits free beside it; the menus and the toolbar beside
 them are whole. Two polls later in the same state (a steady story: the same connection, activity and alerts), no
-panel has moved or changed size. The compact view is checked the same way.
+panel has moved or changed size. The compact view is checked the same way at its first size, its smallest and a
+larger one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kvmon.gui.labels import ValueLabel, WrapLabel
 from kvmon.sim.stories import STORIES
 
 SIZES = ((1280, 800), (1024, 640), (800, 600))
+COMPACT_SIZES = ((380, 150), (340, 140), (560, 200))  # its first size, its smallest, one made larger
 SCHEMES = ("light", "dark")
 STEP_S = 2.0  # simulated seconds between two polls of a story point
 POLL_WAIT_S = 30.0
@@ -114,7 +116,7 @@ def text_problems(root: QtWidgets.QWidget) -> list[str]:
     seen: list[tuple[QtWidgets.QWidget, QtCore.QRect]] = []
     for w in shown:
         need, full, vis = _needs(w), _in(root, w), _visible(root, w)
-        if isinstance(w, ValueLabel) and w.elided:
+        if getattr(w, "elided", False):  # a label that ends in "…" by design when it has no room
             room = _free_beside(w)
             if w.text_width() <= w.contentsRect().width() + room:
                 found.append(f"{_name(w)} ends in '…' with {room} px free beside it")
@@ -272,6 +274,41 @@ def check_story_point(scenario: str, at_s: float) -> list[str]:
                 settle(app)
                 problems += [f"{where}, what-if: {p}" for p in text_problems(win)]
                 win.tabs.setCurrentIndex(0)
+            problems += check_compact(story, f"{scenario} at {at_s:.0f} s, {scheme}")
+    return problems
+
+
+def compact_geometry(compact: QtWidgets.QWidget) -> dict[str, tuple[int, int, int, int]]:
+    """Where the compact view's parts are: the verdict, the sparkline, the alert line."""
+    return {name: _in(compact, getattr(compact, name)).getRect() for name in ("verdict", "spark", "alert")}
+
+
+def check_compact(story: StoryWindow, where: str) -> list[str]:
+    """The compact view at its sizes: its texts whole and apart, and nothing in it moving between steady polls."""
+    problems: list[str] = []
+    app = QtWidgets.QApplication.instance()
+    win = story.win
+    compact = win.show_compact()
+    last = story.poll()
+    for w, h in COMPACT_SIZES:
+        at = f"{where}, compact {w}×{h}"
+        compact.resize(w, h)
+        settle(app)
+        if (compact.width(), compact.height()) != (w, h):
+            problems.append(f"{at}: the compact view is {compact.width()}×{compact.height()}")
+            continue
+        problems += [f"{at}: {p}" for p in text_problems(compact)]
+        spark = _in(compact, compact.spark)
+        if spark.width() < 80 or spark.height() < 40:
+            problems.append(f"{at}: the sparkline is {spark.width()}×{spark.height()} px")
+        before = compact_geometry(compact)
+        now = story.poll()
+        if steady(last, now):
+            after = compact_geometry(compact)
+            problems += [f"{at}: the {k} moved in a steady poll" for k, v in before.items() if after[k] != v]
+        last = now
+    win.show_full()
+    settle(app)
     return problems
 
 

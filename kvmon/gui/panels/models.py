@@ -27,7 +27,8 @@ def chip_text(m: ServedModel) -> str:
         elif m.processing is False:
             bits.append("idle")
         if m.context_tokens is not None and m.n_ctx:
-            bits.append(f"{fmt.tokens(m.context_tokens).removesuffix(' tokens')}/{fmt.ctx_label(m.n_ctx)}")
+            bits.append(f"{fmt.tokens(m.context_tokens).removesuffix(' tokens')}/"
+                        f"{fmt.tokens(m.n_ctx).removesuffix(' tokens')}")  # the header's figures for the same model
     else:
         bits.append(status_word(m))
     return " · ".join(bits)
