@@ -159,7 +159,7 @@ def test_the_tray_menu_shows_pauses_records_and_quits(qtbot, tmp_path: Path) -> 
     qtbot.addWidget(w)
     assert w.tray is not None and w.tray.menu is w.menus.tray_menu  # set also where the desktop has no tray
     texts = [a.text().replace("&", "") for a in w.tray.menu.actions() if not a.isSeparator()]
-    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Quit"]
+    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Compact view", "Quit"]
     w.showMinimized()
     w.tray.menu.actions()[0].trigger()
     qtbot.waitUntil(lambda: not w.isMinimized(), timeout=3000)

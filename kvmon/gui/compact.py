@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -136,7 +137,6 @@ class Sparkline(QtWidgets.QWidget):
     def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
         p = QtGui.QPainter(self)
         p.fillRect(self.rect(), QtGui.QColor(theme.background()))
-        p.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing)
         for name, runs in self.lines().items():
             p.setPen(theme.pen(name, 1.5 if name == "decode" else 1.0))
             for run in runs:
@@ -295,3 +295,84 @@ class CompactView(QtWidgets.QWidget):
             self.full_requested.emit()
         else:
             super().closeEvent(e)
+
+
+class CompactSwitch:
+    """The window's part that switches to the compact view and back and feeds it the server it follows.
+
+    Mixed into ``MainWindow`` (as ``WatchedServers`` is): it uses the window's settings, servers and signals.
+    """
+
+    settings: Settings
+    compact: CompactView | None
+    views: dict[str, Any]
+    current: str
+    shown_changed: Any
+
+    def compact_shown(self) -> bool:
+        """The compact view is on screen (shown and not minimised)."""
+        return self.compact is not None and self.compact.isVisible() and not self.compact.isMinimized()
+
+    def toggle_compact(self) -> None:
+        """Ctrl+M: the compact view in place of the full window, or back."""
+        if self.compact_shown():
+            self.show_full()
+        else:
+            self.show_compact()
+
+    def show_compact(self) -> CompactView:
+        """Switch to the compact view (the full window hides; polling keeps its pace)."""
+        if self.compact is None:
+            from kvmon.gui.compact import CompactView
+
+            self.compact = CompactView(self.settings)
+            self.compact.full_requested.connect(self.show_full)
+            self.compact.save_requested.connect(self.save_compact_png)
+            self.compact.follow_changed.connect(lambda _k: self._update_compact())
+        self.compact.show()
+        self.compact.raise_()
+        self._update_compact()
+        self.hide()
+        self.shown_changed.emit(True)
+        return self.compact
+
+    def show_full(self) -> None:
+        """Back to the full window from the compact view."""
+        self.raise_window()
+        if self.compact is not None:
+            self.compact.hide()
+
+    def compact_key(self) -> str:
+        """The server the compact view shows: the one chosen in its menu, else the busiest, else the shown one."""
+        from kvmon.app.servers import busiest
+
+        chosen = self.compact.follow if self.compact is not None else ""
+        if chosen in self.views:
+            return chosen
+        return busiest({k: v.last for k, v in self.views.items()}) or self.current
+
+    def _update_compact(self) -> None:
+        if self.compact is None:
+            return
+        self.compact.set_servers({k: v.label or k for k, v in self.views.items()})
+        view = self.views[self.compact_key()]
+        if view.last is not None:
+            self.compact.update_snapshot(view.last, view.store.history, view.label or view.key)
+
+    def save_compact_png(self, path: str | None = None) -> str | None:
+        """The compact view's own Save as PNG (with the caption strip under it)."""
+        from kvmon.gui import caption, export
+
+        if self.compact is None:
+            return None
+        shown = self.compact.shown
+        path = path or export.ask_path(self.compact, "Save compact view",
+                                       caption.default_filename(shown, "png", what="compact"), "PNG image (*.png)")
+        if not path:
+            return None
+        try:
+            export.save_png(self.compact, path, lambda: self.compact.shown if self.compact else None)
+        except export.ExportError as exc:
+            QtWidgets.QMessageBox.warning(self.compact, "Save compact view", str(exc))
+            return None
+        return path

@@ -1,7 +1,7 @@
 """Qt's own text widgets, as the dashboard uses them: a QLabel that shows its text as written (``text_label``: plain
 text, never markup, so a model name or an error from a server is shown as it is), styled by the palette and the
-theme's three type sizes; a caption beside a wrapping line (``CaptionedLine``); a layout that flows its items onto
-more rows when a row is full (``FlowLayout``: model chips, legends, the status bar).
+theme's three type sizes; a line that ends in "…" where it has one line only (``ElidedLabel``); a coloured dot and its
+words (``DotLabel``); a caption beside a wrapping line (``CaptionedLine``).
 
 ``ValueLabel`` and ``WrapLabel`` are the older labels that draw the dashboard's small rich text themselves
 (``kvmon.gui.runs``); they stay until the last panel that uses them speaks plain text.
@@ -45,103 +45,6 @@ def set_text(label: QtWidgets.QLabel, text: str, tip: str | None = None) -> bool
         label.setToolTip(tip)
         changed = True
     return changed
-
-
-class FlowLayout(QtWidgets.QLayout):
-    """Items left to right, onto the next row when a row is full (Qt's flow layout example): a narrow window shows
-    every chip or legend entry whole on more rows rather than cut."""
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None, h_gap: int = theme.GAP, v_gap: int = 0) -> None:
-        super().__init__(parent)
-        self._items: list[QtWidgets.QLayoutItem] = []
-        self._h_gap, self._v_gap = h_gap, v_gap
-        self.setContentsMargins(0, 0, 0, 0)
-
-    def addItem(self, item: QtWidgets.QLayoutItem) -> None:
-        self._items.append(item)
-
-    def insertWidget(self, index: int, widget: QtWidgets.QWidget) -> None:
-        self.addChildWidget(widget)
-        self._items.insert(index, QtWidgets.QWidgetItem(widget))
-        self.invalidate()
-
-    def count(self) -> int:
-        return len(self._items)
-
-    def itemAt(self, index: int) -> QtWidgets.QLayoutItem | None:  # type: ignore[override]
-        return self._items[index] if 0 <= index < len(self._items) else None
-
-    def takeAt(self, index: int) -> QtWidgets.QLayoutItem | None:  # type: ignore[override]
-        return self._items.pop(index) if 0 <= index < len(self._items) else None
-
-    def expandingDirections(self) -> QtCore.Qt.Orientation:
-        return QtCore.Qt.Orientation(0)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self._place(QtCore.QRect(0, 0, width, 0), move=False)
-
-    def setGeometry(self, rect: QtCore.QRect) -> None:
-        super().setGeometry(rect)
-        self._place(rect, move=True)
-
-    def sizeHint(self) -> QtCore.QSize:
-        """All items in one row."""
-        m = self.contentsMargins()
-        shown = [i.sizeHint() for i in self._items if not i.isEmpty()]
-        w = sum(s.width() for s in shown) + self._h_gap * max(0, len(shown) - 1)
-        h = max((s.height() for s in shown), default=0)
-        return QtCore.QSize(w + m.left() + m.right(), h + m.top() + m.bottom())
-
-    def minimumSize(self) -> QtCore.QSize:
-        """The widest item (each on a row of its own)."""
-        m = self.contentsMargins()
-        size = QtCore.QSize()
-        for item in self._items:
-            if not item.isEmpty():
-                size = size.expandedTo(item.minimumSize())
-        return size + QtCore.QSize(m.left() + m.right(), m.top() + m.bottom())
-
-    def _place(self, rect: QtCore.QRect, move: bool) -> int:
-        """Lay the items out in ``rect`` (or only measure); the height they take."""
-        m = self.contentsMargins()
-        area = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
-        x, y, row_h = area.x(), area.y(), 0
-        for item in self._items:
-            if item.isEmpty():
-                continue
-            hint = item.sizeHint()
-            w = min(hint.width(), area.width())
-            if x > area.x() and x + w > area.right() + 1:
-                x, y, row_h = area.x(), y + row_h + self._v_gap, 0
-            if move:
-                item.setGeometry(QtCore.QRect(QtCore.QPoint(x, y), QtCore.QSize(w, hint.height())))
-            x += w + self._h_gap
-            row_h = max(row_h, hint.height())
-        return y + row_h - rect.y() + m.bottom()
-
-
-class FlowBox(QtWidgets.QWidget):
-    """A widget whose ``FlowLayout`` decides its height from its width (rows grow when the window narrows)."""
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None, h_gap: int = theme.GAP, v_gap: int = 0) -> None:
-        super().__init__(parent)
-        self.flow = FlowLayout(self, h_gap, v_gap)
-        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred,
-                                       QtWidgets.QSizePolicy.Policy.Preferred)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self.flow.heightForWidth(width)
-
-    def minimumSizeHint(self) -> QtCore.QSize:
-        return self.flow.minimumSize()
 
 
 class ElidedLabel(QtWidgets.QLabel):

@@ -20,6 +20,7 @@ from kvmon.core.history import History
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.summary import Tally
 from kvmon.gui import theme
+from kvmon.gui.compact import CompactSwitch, CompactView
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.energy import EnergyPanel
@@ -34,26 +35,12 @@ from kvmon.gui.tray import Tray
 from kvmon.gui.window_actions import WindowActions
 
 if TYPE_CHECKING:
-    from kvmon.gui.compact import CompactView
     from kvmon.gui.panels.speed_context import SpeedContextPanel
     from kvmon.gui.panels.speed_time import SpeedTimePanel
     from kvmon.gui.whatif import WhatIfPanel
 
 AGO_FIRST_TICK_MS = int(JUST_NOW_S * 1000) + 50  # just after "polled just now" would turn into a count
 MAIN = "main"  # the key of a window's first server
-DEFAULT_SIZE = QtCore.QSize(1280, 800)  # the first start's size, where the screen has room for it
-MINIMUM_SIZE = QtCore.QSize(800, 600)  # the smallest size the layout is checked at (tests/acceptance/test_layout.py)
-FRAME_ALLOWANCE = 32  # px of the screen's height a window manager's title bar takes
-
-
-def fit_screen(win: QtWidgets.QWidget, size: QtCore.QSize) -> QtCore.QSize:
-    """``size``, made smaller where the screen's available area (less the window's frame) is smaller."""
-    screen = win.screen() or QtGui.QGuiApplication.primaryScreen()
-    if screen is None:
-        return size
-    room = screen.availableGeometry().size() - QtCore.QSize(0, FRAME_ALLOWANCE)
-    return size.boundedTo(room)
-
 
 
 class PlotSlot(QtWidgets.QWidget):
@@ -73,7 +60,7 @@ class PlotSlot(QtWidgets.QWidget):
         self.layout().addWidget(panel)  # type: ignore[union-attr]
 
 
-class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
+class MainWindow(WatchedServers, WindowActions, CompactSwitch, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     pause_toggled = QtCore.Signal(bool)
@@ -121,10 +108,10 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
             self.tray.activated.connect(self._raise)
         self._make_menus()
         self.set_window_range(settings.window_range)
-        self.setMinimumSize(fit_screen(self, MINIMUM_SIZE))
+        self.setMinimumSize(theme.fit_screen(self, theme.WINDOW_MINIMUM))
         geo = settings.geometry
         if geo is None or not self.restoreGeometry(geo):
-            self.resize(fit_screen(self, DEFAULT_SIZE))
+            self.resize(theme.fit_screen(self, theme.WINDOW_SIZE))
         # "polled N s ago" needs a tick only once a poll is late: each snapshot sets the timer to fire just after the
         # text would change, then it ticks each second until the next snapshot (no wake-up while polls are on time)
         self._ago = QtCore.QTimer(self)
@@ -500,75 +487,6 @@ class MainWindow(WatchedServers, WindowActions, QtWidgets.QMainWindow):
             self.shown_changed.emit(self.seen())
             if self._dirty and self.painting():
                 self.render()
-
-    # --- the compact view ------------------------------------------------------------------------------------
-    def compact_shown(self) -> bool:
-        """The compact view is on screen (shown and not minimised)."""
-        return self.compact is not None and self.compact.isVisible() and not self.compact.isMinimized()
-
-    def toggle_compact(self) -> None:
-        """Ctrl+M: the compact view in place of the full window, or back."""
-        if self.compact_shown():
-            self.show_full()
-        else:
-            self.show_compact()
-
-    def show_compact(self) -> CompactView:
-        """Switch to the compact view (the full window hides; polling keeps its pace)."""
-        if self.compact is None:
-            from kvmon.gui.compact import CompactView
-
-            self.compact = CompactView(self.settings)
-            self.compact.full_requested.connect(self.show_full)
-            self.compact.save_requested.connect(self.save_compact_png)
-            self.compact.follow_changed.connect(lambda _k: self._update_compact())
-        self.compact.show()
-        self.compact.raise_()
-        self._update_compact()
-        self.hide()
-        self.shown_changed.emit(True)
-        return self.compact
-
-    def show_full(self) -> None:
-        """Back to the full window from the compact view."""
-        self.raise_window()
-        if self.compact is not None:
-            self.compact.hide()
-
-    def compact_key(self) -> str:
-        """The server the compact view shows: the one chosen in its menu, else the busiest, else the shown one."""
-        from kvmon.app.servers import busiest
-
-        chosen = self.compact.follow if self.compact is not None else ""
-        if chosen in self.views:
-            return chosen
-        return busiest({k: v.last for k, v in self.views.items()}) or self.current
-
-    def _update_compact(self) -> None:
-        if self.compact is None:
-            return
-        self.compact.set_servers({k: v.label or k for k, v in self.views.items()})
-        view = self.views[self.compact_key()]
-        if view.last is not None:
-            self.compact.update_snapshot(view.last, view.store.history, view.label or view.key)
-
-    def save_compact_png(self, path: str | None = None) -> str | None:
-        """The compact view's own Save as PNG (with the caption strip under it)."""
-        from kvmon.gui import caption, export
-
-        if self.compact is None:
-            return None
-        shown = self.compact.shown
-        path = path or export.ask_path(self.compact, "Save compact view",
-                                       caption.default_filename(shown, "png", what="compact"), "PNG image (*.png)")
-        if not path:
-            return None
-        try:
-            export.save_png(self.compact, path, lambda: self.compact.shown if self.compact else None)
-        except export.ExportError as exc:
-            QtWidgets.QMessageBox.warning(self.compact, "Save compact view", str(exc))
-            return None
-        return path
 
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
         if self.compact is not None:

@@ -6,7 +6,7 @@ an action (so Help ▸ Keyboard shortcuts can list them all).
   Reconnect
 - Tools: What-if calculator, Settings
 - Help: Keyboard shortcuts, What the numbers mean, About kvmon
-- the tray icon's menu: Show kvmon, Compact view, Pause polling, Record session, Quit
+- the tray icon's menu: Show kvmon, Pause polling, Record session, Compact view, Quit
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     show = QtGui.QAction("Show kvmon", tray)
     show.triggered.connect(lambda _c=False: win.raise_window())
     tray.addAction(show)
-    tray.addAction(m.actions["compact"])
     tray.addAction(m.actions["pause"])
     record = getattr(win, "record_action", None)
     if record is not None:
         tray.addAction(record)
+    tray.addAction(m.actions["compact"])
     tray.addSeparator()
     tray.addAction(m.actions["quit"])
     m.tray_menu = tray

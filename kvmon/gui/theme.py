@@ -55,6 +55,9 @@ SIZES: dict[str, float] = {"small": -1.0, "body": 0.0, "large": 7.0}
 UNIT = 4
 GAP = 2 * UNIT  # between panels, and the window's margins
 PAD = UNIT  # inside a panel: between its lines and around its contents
+WINDOW_SIZE = QtCore.QSize(1280, 800)  # the first start's size, where the screen has room for it
+WINDOW_MINIMUM = QtCore.QSize(800, 600)  # the smallest size the layout is checked at (tests/acceptance/test_layout.py)
+FRAME_ALLOWANCE = 32  # px of the screen's height a window manager's title bar takes
 
 
 @dataclass
@@ -196,3 +199,11 @@ def tint(widget: QtWidgets.QWidget, quantity: str | None) -> None:
                  QtGui.QPalette.ColorRole.ButtonText):
         pal.setColor(role, c)
     widget.setPalette(pal)
+
+
+def fit_screen(win: QtWidgets.QWidget, size: QtCore.QSize) -> QtCore.QSize:
+    """``size``, made smaller where the screen's available area (less the window's frame) is smaller."""
+    screen = win.screen() or QtGui.QGuiApplication.primaryScreen()
+    if screen is None:
+        return size
+    return size.boundedTo(screen.availableGeometry().size() - QtCore.QSize(0, FRAME_ALLOWANCE))

@@ -12,7 +12,8 @@ from PySide6 import QtCore, QtWidgets
 from kvmon.core.serving import SERVING_LABELS, ServedModel, ServingView, status_word
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import FlowBox, set_text, text_label
+from kvmon.gui.flow import FlowBox
+from kvmon.gui.labels import set_text, text_label
 
 STATUS_COLOURS = {"loaded": "ok", "loading": "info", "sleeping": "muted", "unloading": "muted", "unloaded": "muted",
                   "downloading": "info", "failed": "critical"}
