@@ -21,16 +21,16 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "prefill": ("#ce93d8", "#8e24aa"),
     "ceiling": ("#e0e0e0", "#424242"),  # a limit, not a warning: neutral and dashed
     "weights": ("#7986cb", "#3949ab"),
-    "kv_in_use": ("#4db6ac", "#00897b"),  # bright: the part read for every token
-    "kv_allocated": ("#2e6b64", "#b2dfdb"),  # the same hue, far from it in lightness: reserved, not yet read
+    "kv_in_use": ("#5fd3c6", "#00897b"),  # bright: the part read for every token
+    "kv_allocated": ("#2e6b64", "#a6d8d2"),  # the same hue, far from it in lightness: reserved, not yet read
     "draft": ("#9fa8da", "#7986cb"),  # speculative decoding's draft model: its weights and its KV cache
     "server_other": ("#a1887f", "#8d6e63"),
     "other_processes": ("#78848c", "#9e9e9e"),
     "unattributed": ("#f48fb1", "#d81b60"),  # memory in use that no part explains (shown as such, never as a part)
-    "free": ("#2c3338", "#e6e9ec"),  # a bar's empty track
+    "free": ("#2c3338", "#d9dee3"),  # a bar's empty track
     "limit": ("#cfd8dc", "#37474f"),  # a bar's 100 % mark (the end of VRAM, of RAM, a Mac's GPU limit, a bus's peak)
     "spill": ("#cfd8dc", "#37474f"),  # the memory bar's end, where the next allocation spills: the limit mark
-    "bandwidth": ("#4dd0e1", "#00838f"),  # bytes read per second, on any device (GPU, unified memory, host RAM)
+    "bandwidth": ("#64b5f6", "#1565c0"),  # the bytes decode reads per second, on any device: decode's colour
     "milestone": ("#78909c", "#90a4ae"),
     "here": ("#ffffff", "#000000"),
     "recording": ("#ff8a80", "#d84315"),  # the recording light
