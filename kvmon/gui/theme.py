@@ -33,7 +33,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "bandwidth": ("#64b5f6", "#1565c0"),  # the bytes decode reads per second, on any device: decode's colour
     "milestone": ("#78909c", "#90a4ae"),
     "here": ("#ffffff", "#000000"),
-    "recording": ("#ff8a80", "#d84315"),  # the recording light
+    "recording": ("#f06292", "#c2185b"),  # the recording light (rose: not a severity's red)
     "ok": ("#66bb6a", "#2e7d32"),
     "info": ("#9fb8d0", "#41647f"),
     "warning": ("#ffb300", "#e65100"),
