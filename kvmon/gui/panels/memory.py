@@ -23,9 +23,9 @@ _SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe"
             "apple": "measured (vm_stat)", "log": "the server's log at load", "none": "not read"}
 _WORKING_SET = {"metal": "Metal", "sysctl": "iogpu.wired_limit_mb", "log": "the server's log",
                 "estimated": "estimated"}
-# the bars' colours in words, in the order they are stacked
+# the bars' colours in words, in the order they are stacked (what no part covers is free: the empty track)
 LEGEND = (("weights", "weights"), ("kv_in_use", "KV in use"), ("kv_allocated", "KV allocated"),
-          ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
+          ("server_other", "compute buffers"), ("other_processes", "other processes"))
 UNATTRIBUTED = ("unattributed", "not attributed")  # in the legend only while a bar has such a part
 DRAFT = ("draft", "draft model")  # in the legend only while a bar has such a part (speculative decoding)
 SWATCH = "■"
@@ -227,9 +227,9 @@ class MemoryPanel(QtWidgets.QGroupBox):
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
         self.legend = Legend()
-        self.legend.setToolTip("What the colours of the bars are. The mark at a bar's end is where the next "
-                               "allocation spills: the end of VRAM (to host RAM), of RAM (to swap), or a Mac's GPU "
-                               "limit.")
+        self.legend.setToolTip("What the colours of the bars are; what no part covers is free. The mark at a bar's "
+                               "end is where the next allocation spills: the end of VRAM (to host RAM), of RAM (to "
+                               "swap), or a Mac's GPU limit.")
         lay.addWidget(self.legend)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
 

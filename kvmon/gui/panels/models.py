@@ -96,8 +96,14 @@ class ModelsPanel(FlowBox):
         self.kind = text_label(bold=True)
         self.showing = text_label()
         self.reason = text_label(colour="muted")
+        title = QtWidgets.QWidget()  # one item of the flow, as high as a chip: its words on the chips' line
+        row = QtWidgets.QHBoxLayout(title)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(theme.UNIT)
         for w in (self.kind, self.showing, self.reason):
-            self.flow.addWidget(w)
+            row.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignVCenter)
+        title.setMinimumHeight(Chip().sizeHint().height())
+        self.flow.addWidget(title)
         self.chips: dict[str, Chip] = {}
         self._key: object = None
         self.pinned: str | None = None  # the model the user chose (None: the one being chatted with)
@@ -138,7 +144,7 @@ class ModelsPanel(FlowBox):
                 chip = Chip(self)
                 chip.clicked.connect(lambda _c=False, n=m.name: self._clicked(n))
                 self.chips[m.name] = chip
-                self.flow.insertWidget(3 + i, chip)
+                self.flow.insertWidget(1 + i, chip)
             chip.set_whole_text(f"● {chip_text(m)}")
             chip.setToolTip(chip_tip(m))
             chip.setChecked(m.followed)
