@@ -22,6 +22,7 @@ def text_label(text: str = "", *, size: Size = "body", colour: str | None = None
     severity's colour; ``wrap``: long lines break at word boundaries instead of being cut."""
     label = QtWidgets.QLabel()
     label.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+    label.setAutoFillBackground(True)  # opaque: a new text repaints the label alone, not the panels beneath it
     label.setText(text)
     if size != "body" or bold:
         label.setFont(theme.font(size, bold))
@@ -54,6 +55,7 @@ class ElidedLabel(QtWidgets.QLabel):
     def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.setAutoFillBackground(True)
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         self._whole = ""
         self._tip = ""
@@ -145,25 +147,46 @@ class DotLabel(QtWidgets.QWidget):
 
 class CaptionedLine(QtWidgets.QWidget):
     """A caption and its value line ("Energy:  602 W now · …"), which wraps rather than being cut; set again only
-    when ``key(s)`` changed. Subclasses say the key and the (text, tooltip) of a snapshot."""
+    when ``key(s)`` changed. Subclasses say the key and the (text, tooltip) of a snapshot.
+
+    The two labels are placed by hand, not by a layout: a new value asks the window's layout again only when it
+    needs another number of lines (a label in a layout would have every new reply relay the window out)."""
 
     CAPTION = ""
     CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(theme.UNIT)
         self.caption = text_label(self.CAPTION, colour="muted")
-        self.caption.setFixedWidth(self.caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM))
-        self.caption.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
-        lay.addWidget(self.caption, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        self.caption.setParent(self)
+        self._caption_w = self.caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM)
         self.label = text_label(DASH, wrap=True)
         self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
-        self.label.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
-        lay.addWidget(self.label, 1)
+        self.label.setParent(self)
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
         self._key: object = object()  # nothing shown yet: any key differs
+
+    def _value_width(self, width: int) -> int:
+        return max(1, width - self._caption_w - theme.UNIT)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return max(self.caption.sizeHint().height(), self.label.heightForWidth(self._value_width(width)))
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._caption_w + 400, self.caption.sizeHint().height())
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._caption_w + 100, self.caption.sizeHint().height())
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self.caption.setGeometry(0, 0, self._caption_w, self.caption.sizeHint().height())
+        self.label.setGeometry(self._caption_w + theme.UNIT, 0, self._value_width(self.width()), self.height())
 
     def key(self, s: object) -> object:
         raise NotImplementedError
@@ -175,7 +198,10 @@ class CaptionedLine(QtWidgets.QWidget):
         key = self.key(s)
         if key != self._key:
             self._key = key
+            lines = self.heightForWidth(self.width())
             set_text(self.label, *self.text(s))
+            if self.heightForWidth(self.width()) != lines:  # another number of lines: the layout's business
+                self.updateGeometry()
 
 
 def plain_text(text: str) -> str:

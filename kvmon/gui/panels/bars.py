@@ -151,13 +151,16 @@ class BarCanvas(QtWidgets.QWidget):
 
 
 class _Row:
-    """One bar's widgets: the device's name, its bar, its note."""
+    """One bar's widgets: the device's name, its bar, its note (children of ``parent``, placed by it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: QtWidgets.QWidget) -> None:
         self.name = text_label()
         self.canvas = BarCanvas()
         self.note = text_label(wrap=True)
         self.note.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        for w in (self.name, self.canvas, self.note):
+            w.setParent(parent)
+            w.show()
 
     def set(self, bar: Bar) -> bool:
         painted = self.canvas.set_bar(bar)
@@ -166,23 +169,34 @@ class _Row:
         return painted
 
 
+def _note_height(note: QtWidgets.QLabel, width: int) -> int:
+    """The height a note needs at ``width``: a line each while every line fits (measured per line, cheaply, as a
+    changing figure needs it every poll), else what the wrapping label says."""
+    fm = note.fontMetrics()
+    lines = note.text().split("\n")
+    if all(fm.horizontalAdvance(line) <= width for line in lines):
+        return len(lines) * fm.lineSpacing()
+    return note.heightForWidth(width)
+
+
 class BarsWidget(QtWidgets.QWidget):
-    """``Bar`` rows in a grid whose columns follow the widget's width; ``set_bars`` repaints only what changed."""
+    """``Bar`` rows whose columns follow the widget's width; ``set_bars`` repaints only what changed.
+
+    The rows are placed by hand, not by a layout: a new figure in a note (every poll while decoding) asks the
+    window's layout again only when a note needs another number of lines."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._bars: tuple[Bar, ...] = ()
         self._empty_text = ""
         self._rows: list[_Row] = []
-        self._grid = QtWidgets.QGridLayout(self)
-        self._grid.setContentsMargins(0, 0, 0, 0)
-        self._grid.setHorizontalSpacing(theme.GAP)
-        self._grid.setVerticalSpacing(theme.UNIT)
-        self._grid.setColumnStretch(1, 1)
         self.empty = text_label(wrap=True, colour="muted")
-        self._grid.addWidget(self.empty, 0, 0, 1, 3)
+        self.empty.setParent(self)
         self._label_w = self.fontMetrics().horizontalAdvance(LABEL_ROOM) + theme.UNIT
-        self._note_w = 0
+        self._height = (-1, -1)  # (width, the height the rows need at it) when the bars were last set
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
 
     @property
     def bars(self) -> tuple[Bar, ...]:
@@ -200,10 +214,12 @@ class BarsWidget(QtWidgets.QWidget):
 
     def set_bars(self, bars: tuple[Bar, ...], empty_text: str = "") -> bool:
         """Show ``bars`` (or ``empty_text`` when there are none); True when a bar's picture changed."""
+        width = self.width()
+        height = self._height if self._height[0] == width else (width, self.heightForWidth(width))
         changed = len(bars) != len(self._bars)
         self._bars, self._empty_text = bars, empty_text
         while len(self._rows) < len(bars):
-            self._add_row()
+            self._rows.append(_Row(self))
         for i, row in enumerate(self._rows):
             shown = i < len(bars)
             if shown:
@@ -212,33 +228,57 @@ class BarsWidget(QtWidgets.QWidget):
                 if w.isHidden() == shown:
                     w.setVisible(shown)
         set_text(self.empty, "" if bars else empty_text)
-        if self.empty.isHidden() == (not bars):
+        if self.empty.isHidden() == bool(bars):
             self.empty.setVisible(not bars)
+        self._height = (width, self.heightForWidth(width))
+        if self._height != height:  # a row needs another height: the layout's business
+            self.updateGeometry()
+            self._place()
+        elif changed:
+            self._place()
         return changed
 
-    def _add_row(self) -> None:
-        row = _Row()
-        i = len(self._rows)
-        row.name.setFixedWidth(self._label_w)
-        if self._note_w:
-            row.note.setFixedWidth(self._note_w)
-        self._grid.addWidget(row.name, i + 1, 0)
-        self._grid.addWidget(row.canvas, i + 1, 1)
-        self._grid.addWidget(row.note, i + 1, 2)
-        self._grid.setRowMinimumHeight(i + 1, 2 * row.note.fontMetrics().lineSpacing())
-        self._rows.append(row)
+    def _row_heights(self, width: int) -> list[int]:
+        _bar_w, note_w = columns(width, self._label_w)
+        two_lines = 2 * self.fontMetrics().lineSpacing()
+        return [max(two_lines, r.canvas.height(), _note_height(r.note, note_w)) for r in self._rows[: len(self._bars)]]
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        if not self._bars:
+            return self.empty.heightForWidth(max(1, width))
+        heights = self._row_heights(width)
+        return sum(heights) + theme.UNIT * (len(heights) - 1)
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(500, self.heightForWidth(500))
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._label_w + 40 + NOTE_MIN + 2 * theme.GAP, self.heightForWidth(self.width() or 500))
+
+    def _place(self) -> None:
+        """Put each row's name, bar and note where the columns say."""
+        width = self.width()
+        bar_w, note_w = columns(width, self._label_w)
+        if not self._bars:
+            self.empty.setGeometry(0, 0, width, self.height())
+            return
+        y = 0
+        for row, h in zip(self._rows, self._row_heights(width), strict=False):
+            row.name.setGeometry(0, y, self._label_w, h)
+            ch = row.canvas.height()
+            row.canvas.setGeometry(self._label_w + theme.GAP, y + (h - ch) // 2, bar_w, ch)
+            row.note.setGeometry(width - note_w, y, note_w, h)
+            y += h + theme.UNIT
 
     def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
         super().resizeEvent(e)
-        _bar_w, note_w = columns(self.width(), self._label_w)
-        if note_w != self._note_w:
-            self._note_w = note_w
-            for row in self._rows:
-                row.note.setFixedWidth(note_w)
+        self._place()
 
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.FontChange:
             self._label_w = self.fontMetrics().horizontalAdvance(LABEL_ROOM) + theme.UNIT
-            for row in self._rows:
-                row.name.setFixedWidth(self._label_w)
+            self.updateGeometry()
