@@ -90,6 +90,7 @@ class FlowBox(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None, h_gap: int = theme.GAP, v_gap: int = 0) -> None:
         super().__init__(parent)
+        self.setAutoFillBackground(True)  # opaque: a new text in it repaints it, not the window beneath
         self.flow = FlowLayout(self, h_gap, v_gap)
         policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred,
                                        QtWidgets.QSizePolicy.Policy.Preferred)

@@ -107,6 +107,7 @@ class DotLabel(QtWidgets.QWidget):
     def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None, *, elide: bool = False) -> None:
         """``elide``: one line that ends in "…" when it has no room (an ``ElidedLabel``)."""
         super().__init__(parent)
+        self.setAutoFillBackground(True)
         row = QtWidgets.QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(theme.UNIT)

@@ -94,6 +94,7 @@ class StatusPanel(QtWidgets.QStatusBar):
         self.line = FlowBox(h_gap=2 * theme.GAP)
         self.connection = DotLabel()
         self.polled = text_label()
+        self.polled.setMinimumWidth(self.polled.fontMetrics().horizontalAdvance("polled 888 s ago"))  # steady row
         self.sources = text_label(colour="muted")
         for w in (self.connection, self.polled, self.sources):
             self.line.flow.addWidget(w)
