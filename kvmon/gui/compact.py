@@ -23,7 +23,7 @@ from kvmon.gui.labels import DotLabel, set_text, text_label
 from kvmon.gui.settings import Settings
 
 SPARK_WINDOW_S = 300.0  # the sparkline's five minutes
-SPARK_MIN_SPAN_S = 30.0  # its shortest span: the first seconds of a session fill it, not a sliver of five minutes
+SPARK_MIN_SPAN_S = 5.0  # its shortest span: the first seconds of a session fill it, not a sliver of five minutes
 DEFAULT_SIZE = QtCore.QSize(380, 150)
 MINIMUM_SIZE = QtCore.QSize(340, 140)
 BUSIEST = ""  # the follow choice that means "the busiest server"
@@ -163,6 +163,7 @@ class CompactView(QtWidgets.QWidget):
         self.shown: Snapshot | None = None
         self.follow = BUSIEST
         self._servers: dict[str, str] = {}  # key -> label, when several are watched
+        self._tints: dict[int, str] = {}  # the colour each label was given last
         self.server = text_label(colour="muted", name="server")
         self.verdict = DotLabel()
         self.verdict.words.setFont(theme.font("body", bold=True))
@@ -264,16 +265,22 @@ class CompactView(QtWidgets.QWidget):
         self.shown = s
         w = compact_words(s)
         self.verdict.set(f"● {w.state}", w.sentence or w.state, w.level)
-        theme.tint(self.verdict.words, w.level)
+        self._tint(self.verdict.words, w.level)
         set_text(self.server, label if len(self._servers) > 1 else "")
         set_text(self.speed, w.speed, "Decode speed now (generated tokens per second)" if not w.speed_dimmed
                  else "The last decode speed measured (nothing decodes now)")
-        theme.tint(self.speed, "muted" if w.speed_dimmed else "decode")
+        self._tint(self.speed, "muted" if w.speed_dimmed or s.decode_tok_s is None else "decode")
         set_text(self.against, w.against, "The ceiling: what the memory bus allows at this context depth")
         set_text(self.context, w.context, "Context in use (deepest conversation) of what one slot holds (n_ctx)")
         set_text(self.headroom, w.headroom, headroom_tip(s))
         self.alert.set(f"● {w.alert}", "", w.alert_level or "ok")
         self.spark.set_history(history)
+
+    def _tint(self, label: QtWidgets.QWidget, colour: str) -> None:
+        """A label's colour, set only when it changes (a new palette repaints the label)."""
+        if self._tints.get(id(label)) != colour:
+            self._tints[id(label)] = colour
+            theme.tint(label, colour)
 
     def mouseDoubleClickEvent(self, e: QtGui.QMouseEvent) -> None:
         self.full_requested.emit()

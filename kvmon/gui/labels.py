@@ -115,6 +115,8 @@ class DotLabel(QtWidgets.QWidget):
         self.words: QtWidgets.QLabel = ElidedLabel() if elide else text_label()
         row.addWidget(self.dot)
         row.addWidget(self.words, 1 if elide else 0)
+        if not elide:
+            row.addStretch(1)  # the words beside the dot, whatever room the row gives
         self._colour: str | None = None
         self.set(text)
 
