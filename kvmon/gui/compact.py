@@ -46,8 +46,13 @@ class CompactWords:
 
 
 def headroom_text(s: Snapshot) -> str:
-    """Free memory where the model lives: the GPU with the least VRAM free (a split model spills from that one
-    first), or host RAM on a machine without a GPU."""
+    """Room left where the model lives: under a Mac's GPU working-set limit (what the model and its caches hold,
+    as its memory bar draws them, up to the limit's mark), else the GPU with the least VRAM free (a split model
+    spills from that one first), or host RAM on a machine without a GPU."""
+    for g in s.gpus:  # unified memory: the cliff is the GPU's working-set limit, not the end of RAM
+        if g.kind == "unified_memory" and g.working_set_limit_bytes:
+            held = sum(b or 0 for b in (g.weights_bytes, g.kv_allocated_bytes, g.draft_bytes, g.server_other_bytes))
+            return f"{fmt.bytes_(max(0, g.working_set_limit_bytes - held))} under the GPU limit"
     free = [(g.vram_free_bytes, g) for g in s.gpus if g.vram_free_bytes is not None]
     if free:
         least, g = min(free, key=lambda x: x[0])

@@ -161,3 +161,15 @@ def test_kvmon_compact_is_on_the_command_line() -> None:
 
     assert build_parser().parse_args(["--compact"]).compact
     assert build_parser().parse_args(["screenshot", "--compact", "-o", "x.png"]).compact
+
+
+def test_on_a_mac_the_headroom_is_under_the_gpu_limit() -> None:
+    """Unified memory: the room before macOS pages GPU memory, as the memory bar draws it up to its limit's mark."""
+    from kvmon.core.snapshot import GpuView
+
+    gib = 1024**3
+    mac = GpuView(index=0, name="Apple M2 Max", kind="unified_memory", vram_total_bytes=64 * gib,
+                  vram_used_bytes=53 * gib, vram_free_bytes=11 * gib, weights_bytes=40 * gib,
+                  kv_allocated_bytes=6 * gib, server_other_bytes=gib, working_set_limit_bytes=48 * gib)
+    s = dataclasses.replace(SyntheticMonitor().snapshot(3), gpus=(mac,))
+    assert compact_words(s).headroom == "1.00 GiB under the GPU limit"
