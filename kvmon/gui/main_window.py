@@ -1,11 +1,10 @@
 """The dashboard window: renders Snapshots from the pollers into the panels; paints nothing while hidden.
 
-Layout: the server tabs (when several servers are watched); header; the models of a router or llama-swap; the
-speed-vs-context hero (with the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
-alerts and advice; the status bar. Each server keeps its own history, report-card tally and recording
-(``ServerView``); the panels show the selected one. The two plots (and the plotting library) are made just after
-the first frame is painted, or when first asked for: the window is on screen in about the time a bare Qt window
-takes, and the plots are there before the first poll's answer.
+Layout (docs/design.md): the server tabs (when several are watched); header; a router's models; the hero with the
+replies' line under it (the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
+alerts and advice; the status bar. Each server keeps its own history, tally and recording (``ServerView``); the
+panels show the selected one. The two plots (and the plotting library) are made just after the first frame is
+painted, or when first asked for: the window is on screen in about the time a bare Qt window takes.
 """
 
 from __future__ import annotations
