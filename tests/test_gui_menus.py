@@ -154,12 +154,23 @@ def test_help_says_the_shortcuts_the_numbers_and_the_version(win: MainWindow) ->
     assert f"kvmon {__version__}" in win.show_about().browser.toPlainText()
 
 
+def test_help_dialogs_are_sized_to_their_text(win: MainWindow, qtbot) -> None:
+    """About is a small dialog for its few lines; What the numbers mean is taller: each shows its whole text."""
+    about, numbers = win.show_about(), win.show_numbers_help()
+    for dlg in (about, numbers):
+        qtbot.addWidget(dlg)
+        QtWidgets.QApplication.processEvents()
+        assert not dlg.browser.horizontalScrollBar().isVisible()
+    assert not about.browser.verticalScrollBar().isVisible()
+    assert about.height() < 300 and about.height() < numbers.height()
+
+
 def test_the_tray_menu_shows_pauses_records_and_quits(qtbot, tmp_path: Path) -> None:
     w = MainWindow(Settings(str(tmp_path / "s.ini")), tray=True)
     qtbot.addWidget(w)
     assert w.tray is not None and w.tray.menu is w.menus.tray_menu  # set also where the desktop has no tray
     texts = [a.text().replace("&", "") for a in w.tray.menu.actions() if not a.isSeparator()]
-    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Quit"]
+    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Compact view", "Quit"]
     w.showMinimized()
     w.tray.menu.actions()[0].trigger()
     qtbot.waitUntil(lambda: not w.isMinimized(), timeout=3000)

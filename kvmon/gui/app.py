@@ -165,7 +165,10 @@ class Dashboard:
         self._started = False
         self.win.first_painted.connect(self.start)
         QtCore.QTimer.singleShot(START_FALLBACK_MS, self.start)
-        self.win.show()
+        if getattr(args, "compact", False):  # kvmon --compact: the small window alone (Ctrl+M: the full one)
+            self.win.show_compact()
+        else:
+            self.win.show()
 
     def start(self) -> None:
         """Open the servers and start polling them (once)."""

@@ -1,6 +1,10 @@
-"""Labels that repaint only themselves when their text changes: ``ValueLabel`` draws one or a few lines of the
-dashboard's small rich text itself (``kvmon.gui.runs``) and elides with the whole text on hover; ``WrapLabel``
-word-wraps (the alerts). Qt widgets only: the panels the first frame shows use them without the plotting library.
+"""Qt's own text widgets, as the dashboard uses them: a QLabel that shows its text as written (``text_label``: plain
+text, never markup, so a model name or an error from a server is shown as it is), styled by the palette and the
+theme's three type sizes; a line that ends in "…" where it has one line only (``ElidedLabel``); a coloured dot and its
+words (``DotLabel``); a caption beside a wrapping line (``CaptionedLine``).
+
+``ValueLabel`` and ``WrapLabel`` are the older labels that draw the dashboard's small rich text themselves
+(``kvmon.gui.runs``); they stay until the last panel that uses them speaks plain text.
 """
 
 from __future__ import annotations
@@ -8,7 +12,199 @@ from __future__ import annotations
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.units import DASH
-from kvmon.gui import runs
+from kvmon.gui import runs, theme
+from kvmon.gui.theme import Size
+
+
+def text_label(text: str = "", *, size: Size = "body", colour: str | None = None, bold: bool = False,
+               wrap: bool = False, name: str | None = None) -> QtWidgets.QLabel:
+    """A QLabel in plain text (its text is never read as markup) at one of the theme's sizes, in a quantity's or a
+    severity's colour; ``wrap``: long lines break at word boundaries instead of being cut."""
+    label = QtWidgets.QLabel()
+    label.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+    label.setAutoFillBackground(True)  # opaque: a new text repaints the label alone, not the panels beneath it
+    label.setText(text)
+    if size != "body" or bold:
+        label.setFont(theme.font(size, bold))
+    if colour is not None:
+        theme.tint(label, colour)
+    if wrap:
+        label.setWordWrap(True)
+    if name:
+        label.setObjectName(name)
+    return label
+
+
+def set_text(label: QtWidgets.QLabel, text: str, tip: str | None = None) -> bool:
+    """Set a label's text (and tooltip) only where it changed: an unchanged text asks nothing of the layout.
+    Returns True when something changed."""
+    changed = False
+    if label.text() != text:
+        label.setText(text)
+        changed = True
+    if tip is not None and label.toolTip() != tip:
+        label.setToolTip(tip)
+        changed = True
+    return changed
+
+
+class ElidedLabel(QtWidgets.QLabel):
+    """A one-line plain-text label for a place that has room for one line only (the compact view's alert): a text
+    wider than the label ends in "…", and its tooltip then says it whole."""
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.setAutoFillBackground(True)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self._whole = ""
+        self._tip = ""
+        self.set(text)
+
+    @property
+    def elided(self) -> bool:
+        return self.text() != self._whole
+
+    def whole(self) -> str:
+        return self._whole
+
+    def text_width(self) -> int:
+        """The width the whole text needs, in pixels."""
+        return self.fontMetrics().horizontalAdvance(self._whole)
+
+    def set(self, text: str, tip: str = "") -> None:
+        if (text, tip) != (self._whole, self._tip):
+            self._whole, self._tip = text, tip
+            self._fit()
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self.text_width(), super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(0, super().minimumSizeHint().height())
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._fit()
+
+    def _fit(self) -> None:
+        room = self.contentsRect().width()
+        shown = self.fontMetrics().elidedText(self._whole, QtCore.Qt.TextElideMode.ElideRight, room) \
+            if room > 0 else self._whole
+        if shown != self.text():
+            self.setText(shown)
+        tip = "\n\n".join(t for t in ((self._whole if shown != self._whole else ""), self._tip) if t)
+        if tip != self.toolTip():
+            self.setToolTip(tip)
+
+
+class DotLabel(QtWidgets.QWidget):
+    """A coloured dot and its words ("● connected · http://…"), two labels: the dot in a level's colour, the words in
+    the text's. ``set("● words")`` shows the dot, ``set("words")`` none."""
+
+    DOT = "●"
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None, *, elide: bool = False) -> None:
+        """``elide``: one line that ends in "…" when it has no room (an ``ElidedLabel``)."""
+        super().__init__(parent)
+        self.setAutoFillBackground(True)
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(theme.UNIT)
+        self.dot = text_label(self.DOT)
+        self.words: QtWidgets.QLabel = ElidedLabel() if elide else text_label()
+        row.addWidget(self.dot)
+        row.addWidget(self.words, 1 if elide else 0)
+        if not elide:
+            row.addStretch(1)  # the words beside the dot, whatever room the row gives
+        self._colour: str | None = None
+        self.set(text)
+
+    def text(self) -> str:
+        """What it reads as, the dot included."""
+        return f"{self.DOT} {self.words.text()}" if not self.dot.isHidden() else self.words.text()
+
+    def set(self, text: str, tip: str | None = None, colour: str | None = None) -> bool:
+        """Show ``text`` (a leading "● " is the dot), the dot in ``colour`` (a theme name; None: the text's)."""
+        dotted = text.startswith(self.DOT)
+        words = text.removeprefix(self.DOT).lstrip() if dotted else text
+        if isinstance(self.words, ElidedLabel):
+            changed = (words, tip or "") != (self.words.whole(), self.words.toolTip())
+            self.words.set(words, tip or "")
+        else:
+            changed = set_text(self.words, words, tip)
+        if tip is not None and self.dot.toolTip() != tip:
+            self.dot.setToolTip(tip)
+        if self.dot.isHidden() == dotted:
+            self.dot.setVisible(dotted)
+            changed = True
+        if colour != self._colour:
+            self._colour = colour
+            theme.tint(self.dot, colour)
+            changed = True
+        return changed
+
+    def toolTip(self) -> str:
+        return self.words.toolTip()
+
+
+class CaptionedLine(QtWidgets.QWidget):
+    """A caption and its value line ("Energy:  602 W now · …"), which wraps rather than being cut; set again only
+    when ``key(s)`` changed. Subclasses say the key and the (text, tooltip) of a snapshot.
+
+    The two labels are placed by hand, not by a layout: a new value asks the window's layout again only when it
+    needs another number of lines (a label in a layout would have every new reply relay the window out)."""
+
+    CAPTION = ""
+    CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.caption = text_label(self.CAPTION, colour="muted")
+        self.caption.setParent(self)
+        self._caption_w = self.caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM)
+        self.label = text_label(DASH, wrap=True)
+        self.label.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
+        self.label.setParent(self)
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self._key: object = object()  # nothing shown yet: any key differs
+
+    def _value_width(self, width: int) -> int:
+        return max(1, width - self._caption_w - theme.UNIT)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return max(self.caption.sizeHint().height(), self.label.heightForWidth(self._value_width(width)))
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._caption_w + 400, self.caption.sizeHint().height())
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._caption_w + 100, self.caption.sizeHint().height())
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self.caption.setGeometry(0, 0, self._caption_w, self.caption.sizeHint().height())
+        self.label.setGeometry(self._caption_w + theme.UNIT, 0, self._value_width(self.width()), self.height())
+
+    def key(self, s: object) -> object:
+        raise NotImplementedError
+
+    def text(self, s: object) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def update_snapshot(self, s: object) -> None:
+        key = self.key(s)
+        if key != self._key:
+            self._key = key
+            lines = self.heightForWidth(self.width())
+            set_text(self.label, *self.text(s))
+            if self.heightForWidth(self.width()) != lines:  # another number of lines: the layout's business
+                self.updateGeometry()
 
 
 def plain_text(text: str) -> str:
@@ -246,38 +442,6 @@ class WrapLabel(QtWidgets.QWidget):
             self._label.setToolTip(tooltip)
             changed = True
         return changed
-
-
-class CaptionedLine(QtWidgets.QWidget):
-    """A caption and one eliding value line ("Energy: 602 W now · …"), set again only when ``key(s)`` changed;
-    subclasses say the key and the (text, tooltip) of a snapshot."""
-
-    CAPTION = ""
-    CAPTION_ROOM = "Replies: "  # captions of stacked lines take this much room, so their values start alike
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QtWidgets.QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        caption = QtWidgets.QLabel(self.CAPTION)
-        caption.setMinimumWidth(caption.fontMetrics().horizontalAdvance(self.CAPTION_ROOM))
-        lay.addWidget(caption)
-        self.label = ValueLabel(DASH)
-        self.label.set_elide(True)
-        lay.addWidget(self.label, 1)
-        self._key: object = object()  # nothing shown yet: any key differs
-
-    def key(self, s: object) -> object:
-        raise NotImplementedError
-
-    def text(self, s: object) -> tuple[str, str]:
-        raise NotImplementedError
-
-    def update_snapshot(self, s: object) -> None:
-        key = self.key(s)
-        if key != self._key:
-            self._key = key
-            self.label.set(*self.text(s))
 
 
 class ElidingCombo(QtWidgets.QComboBox):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, Snapshot
-from kvmon.gui import fmt
+from kvmon.gui import fmt, theme
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.panels.memory import bandwidth_text, device_label
 
@@ -47,8 +47,7 @@ def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
     if g.kind == "unified_memory" or g.source == "log":
         second = f"peak: {src}"
     else:
-        second = (f"busy {fmt.percent_value(g.memory_busy_percent)} · "
-                  f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}")
+        second = f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}"
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\n{second}"
     tip = (f"{g.name or device_label(g)}: achieved {fmt.gb_s(ach)} of peak {fmt.gb_s(peak)} (peak from {src})\n"
            + (f"Memory busy {fmt.percent_value(g.memory_busy_percent)} (duty cycle, not bandwidth)\n"
@@ -73,7 +72,7 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
                        "it once while no slot decodes; or set it in Settings or with --bandwidth host=GB/s")
     segs: tuple[Segment, ...] = ()
     if ach is not None and ach > 0:
-        segs = (Segment("host", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
+        segs = (Segment("bandwidth", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
                         f"Peak: {bandwidth_text(h)}"),)
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
@@ -93,7 +92,7 @@ class BandwidthPanel(QtWidgets.QGroupBox):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Bandwidth", parent)
         lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
