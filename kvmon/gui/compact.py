@@ -140,16 +140,15 @@ class Sparkline(QtWidgets.QWidget):
         return out
 
     def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
-        p = QtGui.QPainter(self)
-        p.fillRect(self.rect(), QtGui.QColor(theme.background()))
-        for name, runs in self.lines().items():
-            p.setPen(theme.pen(name, 1.5 if name == "decode" else 1.0))
-            for run in runs:
-                if len(run) == 1:
-                    p.drawPoint(run[0])
-                else:
-                    p.drawPolyline(run)
-        p.end()
+        with QtGui.QPainter(self) as p:  # ended whatever happens: a painter left active outlives its widget
+            p.fillRect(self.rect(), QtGui.QColor(theme.background()))
+            for name, runs in self.lines().items():
+                p.setPen(theme.pen(name, 1.5 if name == "decode" else 1.0))
+                for run in runs:
+                    if len(run) == 1:
+                        p.drawPoint(run[0])
+                    else:
+                        p.drawPolyline(run)
 
 
 class CompactView(QtWidgets.QWidget):

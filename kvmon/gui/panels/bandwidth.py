@@ -78,7 +78,7 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
     if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
         ach = ach / h.step_share
         pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(h.step_share)} of each step"
-        segs = (Segment("host", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
+        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
            + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")

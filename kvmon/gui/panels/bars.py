@@ -123,11 +123,13 @@ class BarCanvas(QtWidgets.QWidget):
 
     def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
         self.paint_count += 1
-        p = QtGui.QPainter(self)
+        with QtGui.QPainter(self) as p:  # ended whatever happens: a painter left active outlives its widget
+            self._paint(p)
+
+    def _paint(self, p: QtGui.QPainter) -> None:
         p.fillRect(self.rect(), self.palette().color(QtGui.QPalette.ColorRole.Window))
         bar = self.bar
         if bar is None:
-            p.end()
             return
         t = self.track()
         p.fillRect(t, theme.color("free"))  # the empty track: what no segment covers
@@ -147,7 +149,6 @@ class BarCanvas(QtWidgets.QWidget):
         if mx is not None:
             p.setPen(QtGui.QPen(theme.color("limit"), 2))
             p.drawLine(QtCore.QPointF(mx, 0), QtCore.QPointF(mx, self.height()))
-        p.end()
 
 
 class _Row:
