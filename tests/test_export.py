@@ -19,7 +19,6 @@ from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.gui import caption, export, fmt
-from kvmon.gui.labels import ValueLabel
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 
@@ -254,9 +253,8 @@ def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
     seen: list[str] = []
     real_grab = QtWidgets.QWidget.grab
 
-    def spy(self, *a):  # what every label says at the moment the picture is taken (Qt's and kvmon's own)
+    def spy(self, *a):  # what every label says at the moment the picture is taken
         seen.extend(lbl.text() for lbl in self.findChildren(QtWidgets.QLabel))
-        seen.extend(lbl.text() for lbl in self.findChildren(ValueLabel))
         return real_grab(self, *a)
 
     w.set_banner(f"watching {BAD_URL}")  # a label of the dashboard that carries the address

@@ -19,8 +19,8 @@ from kvmon.core.history import History
 from kvmon.core.severity import worst_alert
 from kvmon.core.snapshot import Snapshot, VerdictLevel
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import DotLabel, set_text, text_label
 from kvmon.gui.settings import Settings
+from kvmon.gui.text import DotLabel, set_text, text_label
 
 SPARK_WINDOW_S = 300.0  # the sparkline's five minutes
 SPARK_MIN_SPAN_S = 5.0  # its shortest span: the first seconds of a session fill it, not a sliver of five minutes

@@ -25,7 +25,7 @@ pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
-from kvmon.gui.labels import ValueLabel, WrapLabel
+from kvmon.gui.text import FitLabel, text_label
 from kvmon.sim.stories import STORIES
 
 SIZES = ((1280, 800), (1024, 640), (800, 600))
@@ -42,20 +42,15 @@ def story_points(scenario: str) -> list[float]:
 
 # --- what the checks look at -------------------------------------------------------------------------------------
 def _text(w: QtWidgets.QWidget) -> str:
-    if isinstance(w, QtWidgets.QLabel | QtWidgets.QAbstractButton | ValueLabel | WrapLabel):
+    if isinstance(w, QtWidgets.QLabel | QtWidgets.QAbstractButton):
         return w.text()
     return ""
 
 
 def text_widgets(root: QtWidgets.QWidget) -> list[QtWidgets.QWidget]:
-    """Every widget under ``root`` that shows text now (a wrapping label's inner QLabel stands for it)."""
-    found = []
-    for w in root.findChildren(QtWidgets.QWidget):
-        if isinstance(w, WrapLabel) or not w.isVisibleTo(root) or not _text(w).strip():
-            continue
-        if isinstance(w, QtWidgets.QLabel | QtWidgets.QAbstractButton | ValueLabel):
-            found.append(w)
-    return found
+    """Every widget under ``root`` that shows text now."""
+    return [w for w in root.findChildren(QtWidgets.QWidget)
+            if isinstance(w, QtWidgets.QLabel | QtWidgets.QAbstractButton) and w.isVisibleTo(root) and _text(w).strip()]
 
 
 def _name(w: QtWidgets.QWidget) -> str:
@@ -85,10 +80,6 @@ def _needs(w: QtWidgets.QWidget) -> QtCore.QSize:
     if isinstance(w, QtWidgets.QLabel):
         if w.wordWrap():
             return QtCore.QSize(w.width(), w.heightForWidth(w.width()))
-        return w.sizeHint()
-    if isinstance(w, ValueLabel):
-        m = w.contentsMargins()
-        return QtCore.QSize(w.text_width() + m.left() + m.right(), w.sizeHint().height())
     return w.sizeHint()
 
 
@@ -321,8 +312,6 @@ def test_every_story_point_reads_at_three_sizes_light_and_dark(qapp, scenario: s
 
 # --- the checks themselves ----------------------------------------------------------------------------------------
 def test_the_check_finds_a_label_cut_off_and_two_overlapping(qtbot) -> None:
-    from kvmon.gui.labels import text_label
-
     box = QtWidgets.QWidget()
     qtbot.addWidget(box)
     box.resize(300, 100)
@@ -347,8 +336,7 @@ def test_the_check_finds_a_shortened_label_beside_free_room(qtbot) -> None:
     box = QtWidgets.QWidget()
     qtbot.addWidget(box)
     row = QtWidgets.QHBoxLayout(box)
-    label = ValueLabel("a name that would fit in the row it is in, were it given the room")
-    label.set_elide(True)
+    label = FitLabel("a name that would fit in the row it is in, were it given the room")
     label.setMaximumWidth(80)
     row.addWidget(label)
     row.addStretch(1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.gui import theme
-from kvmon.gui.labels import set_text, text_label
+from kvmon.gui.text import set_text, text_label
 
 LABEL_ROOM = "Unified"  # the widest device name ("GPU 0", "Host", "Unified"): the name column's width
 NOTE_SHARE = 0.46  # of the panel's width, for the notes; the bars take the rest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import DASH, fmt_count, fmt_devices, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
-from kvmon.gui.labels import CaptionedLine
+from kvmon.gui.text import CaptionedLine
 
 
 def _sig(j: float | None) -> str:

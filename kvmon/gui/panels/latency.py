@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvmon.core.snapshot import LatencyView, Snapshot
 from kvmon.core.units import DASH, fmt_count
-from kvmon.gui.labels import CaptionedLine
+from kvmon.gui.text import CaptionedLine
 
 
 def _s(v: float | None) -> str:

@@ -16,7 +16,7 @@ from PySide6 import QtWidgets
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.flow import FlowBox
-from kvmon.gui.labels import text_label
+from kvmon.gui.text import text_label
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 
 _SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe": "Intel xe", "i915": "Intel i915",

@@ -13,7 +13,7 @@ from kvmon.core.serving import SERVING_LABELS, ServedModel, ServingView, status_
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.flow import FlowBox
-from kvmon.gui.labels import set_text, text_label
+from kvmon.gui.text import set_text, text_label
 
 STATUS_COLOURS = {"loaded": "ok", "loading": "info", "sleeping": "muted", "unloading": "muted", "unloaded": "muted",
                   "downloading": "info", "failed": "critical"}

@@ -14,7 +14,7 @@ from kvmon.core.severity import status_level
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.flow import FlowBox
-from kvmon.gui.labels import DotLabel, set_text, text_label
+from kvmon.gui.text import DotLabel, set_text, text_label
 
 JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older ones count seconds
 
