@@ -40,6 +40,16 @@ PROVENANCE = {
     "estimated": "estimated",
 }
 
+# where a device's peak memory bandwidth came from (GpuView.bandwidth_source, HostView.host_bandwidth_source), short
+# enough for a bar's note ("peak: the published spec") and the status bar ("bandwidth from the driver")
+BANDWIDTH_SOURCES = {
+    "nvml": "the driver",
+    "table": "the published spec",
+    "user": "your setting",
+    "measured": "a measurement here",
+    "host": "host RAM",
+}
+
 # what a reason (Snapshot.reasons, a device's reasons) is about, by its key
 REASON_NAMES = {
     "analysis": "the analysis",
@@ -139,6 +149,12 @@ REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n
                  "placement": "the model moved between devices", "reload": "a reload"}
 
 
+# what the speed-vs-context plot writes where a regime began, before how the speed moved ("reloaded: 70 → 7.0 tok/s");
+# no mark for the first regime or another model (nothing to compare)
+REGIME_MARKS = {"n_ctx": "new context size", "cache_types": "new cache types", "slots": "new slot count",
+                "devices": "new devices", "placement": "moved in memory", "reload": "reloaded"}
+
+
 def _plain(key: str) -> str:
     """A key no table names, as words: units dropped, underscores and dots made spaces."""
     return _UNITS.sub("", key).replace(".", " ").replace("_", " ").strip() or key
@@ -157,6 +173,11 @@ def level_word(level: str) -> str:
 def provenance_words(value: str) -> str:
     """Where a number came from ("the server's command line"), by its provenance value."""
     return PROVENANCE.get(value) or _plain(value)
+
+
+def bandwidth_source_words(source: str | None) -> str:
+    """Where a peak bandwidth came from ("the published spec"), by its source; "an unknown source" for None."""
+    return "an unknown source" if source is None else BANDWIDTH_SOURCES.get(source) or _plain(source)
 
 
 def reason_name(key: str) -> str:
@@ -181,6 +202,11 @@ def suspect_words(input_: str) -> str:
 def fit_words(form: str | None) -> str:
     """The forecast's form in words ("" when there is no fit)."""
     return "" if form is None else FIT_FORMS.get(form) or _plain(form)
+
+
+def regime_mark(cause: str | None) -> str | None:
+    """What the plot writes where a regime began ("new context size"), None where it marks nothing."""
+    return REGIME_MARKS.get(cause or "")
 
 
 def regime_words(cause: str | None) -> str:

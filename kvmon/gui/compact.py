@@ -275,7 +275,8 @@ class CompactView(QtWidgets.QWidget):
                  else "The last decode speed measured (nothing decodes now)")
         self._tint(self.speed, "muted" if w.speed_dimmed or s.decode_tok_s is None else "decode")
         set_text(self.against, w.against, "The ceiling: what the memory bus allows at this context depth")
-        set_text(self.context, w.context, "Context in use (deepest conversation) of what one slot holds (n_ctx)")
+        set_text(self.context, w.context,
+                 "Context in use (the deepest conversation) of the context one conversation can hold")
         set_text(self.headroom, w.headroom, headroom_tip(s))
         self.alert.set(f"● {w.alert}", "", w.alert_level or "ok")
         self.spark.set_history(history)

@@ -23,6 +23,7 @@ from kvmon.core.words import (
     level_word,
     provenance_words,
     reason_name,
+    regime_mark,
     regime_words,
     suspect_words,
 )
@@ -98,7 +99,7 @@ def test_every_provenance_level_suspect_form_and_regime_cause_reads_as_words() -
     rendered = [provenance_words(p.value) for p in Provenance] + [provenance_words("measured")]
     rendered += [level_word(x) for x in ("ok", "info", "warning", "critical")]
     rendered += [suspect_words(x) for x in SUSPECTS] + [fit_words(x) for x in FIT_FORMS]
-    rendered += [regime_words(x) for x in REGIME_CAUSES]
+    rendered += [regime_words(x) for x in REGIME_CAUSES] + [regime_mark(x) or "" for x in REGIME_CAUSES]
     assert not [r for r in rendered if internal_names(r)], rendered
 
 

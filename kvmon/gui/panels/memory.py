@@ -16,8 +16,8 @@ from PySide6 import QtWidgets
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
 from kvmon.gui.flow import FlowBox
-from kvmon.gui.text import text_label
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+from kvmon.gui.text import text_label
 
 _SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe": "Intel xe", "i915": "Intel i915",
             "apple": "measured (vm_stat)", "log": "the server's log at load", "none": "not read"}
@@ -26,7 +26,7 @@ _WORKING_SET = {"metal": "Metal", "sysctl": "iogpu.wired_limit_mb", "log": "the 
 # the bars' colours in words, in the order they are stacked (what no part covers is free: the empty track)
 LEGEND = (("weights", "weights"), ("kv_in_use", "KV in use"), ("kv_allocated", "KV allocated"),
           ("server_other", "compute buffers"), ("other_processes", "other processes"))
-UNATTRIBUTED = ("unattributed", "not attributed")  # in the legend only while a bar has such a part
+UNATTRIBUTED = ("unattributed", "unexplained")  # memory in use no part explains: in the legend only while shown
 DRAFT = ("draft", "draft model")  # in the legend only while a bar has such a part (speculative decoding)
 SWATCH = "■"
 
@@ -123,7 +123,7 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
                    limit_line=False, tip=f"{name}: {why}")
     if g.vram_used_bytes is not None and g.vram_used_bytes - known > total * 0.005:
         rest = g.vram_used_bytes - known
-        segs.append(Segment("unattributed", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
+        segs.append(Segment("unattributed", rest, f"In use, explained by no part above: {fmt.bytes_(rest)}\n"
                             + (g.reasons.get("vram_split") or "the split needs the server's process id")))
     free = g.vram_free_bytes
     if free is not None and free > 0:

@@ -12,6 +12,7 @@ from PySide6 import QtGui, QtWidgets
 from kvmon.core.alerts import RECORDING_FAILED
 from kvmon.core.severity import status_level
 from kvmon.core.snapshot import Snapshot
+from kvmon.core.words import bandwidth_source_words
 from kvmon.gui import theme
 from kvmon.gui.flow import FlowBox
 from kvmon.gui.text import DotLabel, set_text, text_label
@@ -21,14 +22,13 @@ JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older one
 # where a number came from (Provenance values), as a person would say it
 PROVENANCE_WORDS = {
     "measured": "measured", "computed": "computed by kvmon", "user": "from your settings",
-    "table": "from kvmon's GPU table", "log": "from the server's log", "command_line": "from the server's command line",
+    "table": "from the published spec", "log": "from the server's log",
+    "command_line": "from the server's command line",
     "default": "assumed (the server does not say)", "estimated": "estimated",
 }
 RATE_WORDS = {"slots": "rate from /slots", "metrics": "rate from /metrics",
               "child_slots": "rate from Ollama's llama-server /slots", "proxy": "rate from kvmon proxy",
               "replies": "rate of the replies that ended (server's timing)"}
-BANDWIDTH_WORDS = {"nvml": "bandwidth from the driver", "table": "bandwidth from kvmon's table",
-                   "user": "bandwidth from your settings", "measured": "bandwidth measured"}
 # the fields the tooltip lists, in the order a person reads the screen
 FIELD_WORDS = (("decode_tok_s", "decode speed"), ("prefill_tok_s", "prefill speed"),
                ("ceiling_tok_s", "ceiling"), ("context_tokens", "context in use"), ("n_ctx", "context size"),
@@ -51,7 +51,7 @@ def sources_text(s: Snapshot) -> str:
         parts.append(RATE_WORDS.get(s.decode_rate_source, f"rate from {s.decode_rate_source}"))
     bw = sorted({g.bandwidth_source for g in s.gpus if g.bandwidth_source})
     if bw:
-        parts.append(" + ".join(BANDWIDTH_WORDS.get(b, f"bandwidth from {b}") for b in bw))
+        parts.append(" + ".join(f"bandwidth from {bandwidth_source_words(b)}" for b in bw))
     return " · ".join(parts) or "no sources yet"
 
 
@@ -66,7 +66,7 @@ def sources_tip(s: Snapshot) -> str:
         lines.append(f"  decode {RATE_WORDS.get(s.decode_rate_source, s.decode_rate_source)}")
     for g in s.gpus:
         if g.bandwidth_source:
-            lines.append(f"  GPU {g.index} peak {BANDWIDTH_WORDS.get(g.bandwidth_source, g.bandwidth_source)}")
+            lines.append(f"  GPU {g.index} peak bandwidth from {bandwidth_source_words(g.bandwidth_source)}")
     return "\n".join(lines)
 
 
