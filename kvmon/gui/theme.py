@@ -35,7 +35,7 @@ _QUANTITIES: dict[str, tuple[str, str]] = {
     "here": ("#ffffff", "#000000"),
     "recording": ("#f06292", "#c2185b"),  # the recording light (rose: not a severity's red)
     "ok": ("#66bb6a", "#2e7d32"),
-    "info": ("#9fb8d0", "#41647f"),
+    "info": ("#ecec93", "#6c5e13"),  # a pale khaki: every blue and grey here is a quantity's
     "warning": ("#ffb300", "#e65100"),
     "critical": ("#ef5350", "#c62828"),
     "muted": ("#8a969e", "#66737c"),  # secondary words (units, sources, "of ceiling")
