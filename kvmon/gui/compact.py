@@ -338,6 +338,8 @@ class CompactSwitch:
             from kvmon.gui.compact import CompactView
 
             self.compact = CompactView(self.settings)
+            if not self.framed:  # started compact: its first frame is the first on screen
+                self.compact.installEventFilter(self)
             self.compact.full_requested.connect(self.show_full)
             self.compact.save_requested.connect(self.save_compact_png)
             self.compact.follow_changed.connect(lambda _k: self._update_compact())

@@ -94,6 +94,7 @@ class MainWindow(WatchedServers, WindowActions, CompactSwitch, QtWidgets.QMainWi
         self._recording: str | None = None
         self._replay_status: str | None = None
         self.starting = False  # shown before its servers are known (see show_starting)
+        self.framed = False  # the first frame is on screen (or none will be: minimised first)
         self.installEventFilter(self)  # until the first frame is painted (then the plots are made)
         self.window_range = settings.window_range
         app = QtWidgets.QApplication.instance()
@@ -271,12 +272,22 @@ class MainWindow(WatchedServers, WindowActions, CompactSwitch, QtWidgets.QMainWi
         return self._speed_time
 
     def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
-        """The window's first paint: make the plots right after it, then say so (then this filter goes)."""
-        if obj is self and e.type() == QtCore.QEvent.Type.Paint:
-            self.removeEventFilter(self)
-            QtCore.QTimer.singleShot(0, self._build_plots)
-            QtCore.QTimer.singleShot(0, self.first_painted.emit)
+        """The first frame on screen, the window's or (started compact) the compact view's: make the plots right
+        after it and say so (then this filter goes)."""
+        if e.type() == QtCore.QEvent.Type.Paint and (obj is self or obj is self.compact):
+            self._first_frame()
         return False
+
+    def _first_frame(self) -> None:
+        """Say once that the first frame is on screen, or that none will be (the window was minimised first)."""
+        if self.framed:
+            return
+        self.framed = True
+        self.removeEventFilter(self)
+        if self.compact is not None:
+            self.compact.removeEventFilter(self)
+        QtCore.QTimer.singleShot(0, self._build_plots)
+        QtCore.QTimer.singleShot(0, self.first_painted.emit)
 
     def apply_scheme(self, dark: bool) -> None:
         """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
@@ -483,6 +494,8 @@ class MainWindow(WatchedServers, WindowActions, CompactSwitch, QtWidgets.QMainWi
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.WindowStateChange:
+            if self.isMinimized() and not self.framed:  # no frame will come: the servers are opened all the same
+                self._first_frame()
             self.shown_changed.emit(self.seen())
             if self._dirty and self.painting():
                 self.render()
