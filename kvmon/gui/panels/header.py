@@ -24,7 +24,7 @@ from kvmon.gui.text import FitLabel
 HEADLINE_LINES = 2
 WIDEST_NUMBER = "8,888 tok/s"  # the big number's column is at least this wide, so a new figure never moves it
 SPACING = 4 * theme.UNIT  # between the groups of names, and between the live part's columns
-HERO_SHARE, HERO_MAX = 0.3, 300  # the big number's column: this share of the width, at most this many pixels
+HERO_SHARE, HERO_MAX = 0.22, 260  # the big number's column: this share of the width, at most this many pixels
 WIDEST_TOKENS, WIDEST_BYTES = "88.8K", "88.8 GiB"  # the widest figures the live row's templates hold
 
 
@@ -117,7 +117,7 @@ class HeaderPanel(QtWidgets.QFrame):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        left = (self._names_height(width) + theme.UNIT + self.headline.height()
+        left = (self._names_height(width) + self.headline.height()
                 + self._rows(width) * self.context.height())
         right = self.speed.height() + self.efficiency.height() + self.prompt.height()
         return max(left, right)
@@ -153,7 +153,6 @@ class HeaderPanel(QtWidgets.QFrame):
             y += w.height()
         x, y = theme.GAP, self._names_height(width)
         self.names.setGeometry(x, 0, left, y)
-        y += theme.UNIT
         _put(self.headline, x, y, left)
         y += self.headline.height()
         if self._rows(width) == 1:
