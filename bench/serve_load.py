@@ -3,10 +3,11 @@
 The exporter runs in its own process, polling the built-in simulator (a real Snapshot with GPUs, slots and
 alerts), as ``kvmon serve`` would; N scrapers on loopback (one selector loop in this process) scrape
 ``/metrics`` back to back, a new connection each, as Prometheus does when it scrapes through
-``Connection: close``. Three servers in one run, so the figures compare: ``before`` (what ``kvmon serve`` used
-to run: wsgiref with a thread per scrape, the standard library's listen backlog of 5, every scrape rendered),
-``backlog`` (the same with the system's backlog) and ``after`` (``kvmon.cli.scrape_server``: four workers, the
-system's backlog, one render per poll). Target: p99 <= 50 ms at 50 scrapers.
+``Connection: close``. Three servers in one run, so the figures compare: ``before`` (what ``kvmon serve`` once
+ran: wsgiref with a thread per scrape, the standard library's listen backlog of 5, every scrape rendered),
+``backlog`` (prometheus_client's own server, ``ThreadingWSGIServer``: the same with the system's backlog) and
+``after`` (``kvmon.cli.scrape_server``: prometheus_client's WSGI app answered from one selector thread, each head
+against its deadline, the system's backlog, one render per poll). Target: p99 <= 50 ms at 50 scrapers.
 
 Usage: python bench/serve_load.py [--scrapers 50] [--seconds 8]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render kvmon/resources/icons/kvmon.svg into the hicolor PNG sizes, a Windows .ico and a macOS .icns.
+"""Render resources/icons/kvmon.svg into the hicolor PNG sizes, a Windows .ico and a macOS .icns.
 
 The PNGs are drawn with Qt's own SVG renderer (QtSvg ships in PySide6-Essentials); the .ico and .icns
 are written here in pure Python because both formats can simply wrap PNG images.
@@ -14,8 +14,8 @@ import struct
 import sys
 from pathlib import Path
 
-#: The package's resources folder, where the icons live (and ship in the wheel from).
-RESOURCES = Path(__file__).resolve().parent.parent / "kvmon" / "resources"
+#: The resources folder at the top of the source, where the icons live (and ship in the wheel and packages from).
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 SVG = RESOURCES / "icons" / "kvmon.svg"
 PNG_DIR = RESOURCES / "icons" / "png"
 ICO = RESOURCES / "icons" / "kvmon.ico"

@@ -42,6 +42,13 @@ def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 
 
 @pytest.fixture(autouse=True)
+def _private_atlas(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's atlas of measured curves (kvmon's data folder) is its own: no test sees another's curves, and
+    none touches the user's."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(autouse=True)
 def _keychain_in_memory() -> Iterator[None]:
     """No test touches this machine's real keychain: each one gets an empty keychain in memory."""
     with using_keyring(MemoryKeyring()):

@@ -8,7 +8,9 @@ server that speaks HTTP/1.1 with keep-alive; one endpoint, the case's target, mi
 - ``slow_headers``: the response head comes one byte every ``DRIP_S``, never ending;
 - ``trickle_body`` (slowloris): the head is whole and declares a long body, which comes one byte every ``DRIP_S``;
 - ``accept_stall``: from the target's request on the server is wedged: that connection and every one accepted
-  after it are held open, never read, never answered.
+  after it are held open, never read, never answered;
+- ``drop_mid_answer``: the head is whole and half the body follows, then the connection closes (a server that
+  died while answering).
 
 ``run_case`` runs ``kvmon once URL --timeout T --interval I --json`` (the command line's own parser and ``run``)
 and returns how long it took, its exit status, the JSON document and the first line of stderr. Used by
@@ -34,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-MODES = ("hang", "slow_headers", "trickle_body", "accept_stall")
+MODES = ("hang", "slow_headers", "trickle_body", "accept_stall", "drop_mid_answer")
 DRIP_S = 0.1  # below any per-read timeout: only a deadline on the whole request ends these
-REASONS = {200: "OK", 404: "Not Found", 501: "Not Implemented", 503: "Service Unavailable"}
+REASONS = {200: "OK", 302: "Found", 404: "Not Found", 500: "Internal Server Error", 501: "Not Implemented",
+           502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 # --------------------------------------------------------------------------------------------- the server
@@ -69,6 +72,7 @@ class HostileServer:
         self.routes = routes
         self.target = target
         self.mode = mode
+        self.every: Answer | None = None  # when set, the answer to every request (a gateway whose server died)
         self.stopped = threading.Event()
         self.wedged = threading.Event()
         self.asked: list[str] = []
@@ -132,7 +136,7 @@ class HostileServer:
                     self.asked.append(f"{method} {target}")
                 if self.wedged.is_set():
                     continue
-                answer = self.routes.get(endpoint, NOT_FOUND)
+                answer = self.every or self.routes.get(endpoint, NOT_FOUND)
                 if endpoint == self.target and self.mode is not None:
                     self._misbehave(sock, answer)
                     return
@@ -153,6 +157,9 @@ class HostileServer:
                 if self.stopped.wait(DRIP_S):
                     return
                 sock.sendall(bytes([byte]))
+        elif self.mode == "drop_mid_answer":
+            sock.sendall(_head(answer, len(answer.body)) + answer.body[: len(answer.body) // 2])
+            sock.close()
         elif self.mode == "trickle_body":
             declared = len(answer.body) + 10_000_000
             sock.sendall(_head(answer, declared))
@@ -563,3 +570,95 @@ def run_cases(todo: list[tuple[str, str, str]], *, timeout_s: float, interval_s:
 def bound_s(timeout_s: float, interval_s: float) -> float:
     """The longest ``once`` may take whatever hangs: two polls of one deadline each, the interval, a second."""
     return 2 * timeout_s + interval_s + 1.0
+
+
+# --------------------------------------------------------------------------------------------- every path fails
+
+_HTML = (("Content-Type", "text/html"),)
+_NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
+              b"</center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
+# What a gateway (nginx in front of a model server that died) or a wrong server answers on every path.
+FAILURES: dict[str, Answer] = {
+    "502": Answer(502, _NGINX_502, _HTML),
+    "500": Answer(500, b'{"error":{"code":500,"message":"internal error","type":"server_error"}}'),
+    "404": Answer(404, b"<html><body><h1>404 Not Found</h1></body></html>", _HTML),
+    "html-200": Answer(200, b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Sign in</body></html>",
+                       _HTML),
+    "invalid-json": Answer(200, b'{"status": "ok", "slots": [{"id": 0, '),
+    "empty-body": Answer(200, b""),
+    "redirect": Answer(302, b"", (("Location", "/login"), ("Content-Type", "text/html"))),
+}
+FAIL_BACKENDS = ("llama-server", "router", "llama-swap", "ollama", "vllm", "lmstudio")
+
+
+@dataclass
+class FailResult:
+    """One backend, read healthy once, then every path of it failing one way: what the next polls made of it."""
+
+    backend: str
+    failure: str
+    elapsed_s: float  # the failing polls, both
+    status: str | None  # the connection status of the last failing poll
+    reason: str
+    read: bool  # whether the last failing poll counted the server as read (it must not)
+    healthy_read: bool  # whether the healthy poll before read it (it must)
+    error: str | None = None
+
+
+def _healthy_rig(backend: str) -> Rig:
+    return BACKENDS[backend].rig("", None)
+
+
+def run_fail_case(backend: str, failure: str, *, timeout_s: float) -> FailResult:
+    """Open a monitor on the backend while it answers, poll, then make every path of its server answer ``failure``
+    (``FAILURES``) and poll twice more (the second poll: what memos or kept answers would hide)."""
+    from kvmon.app.build import open_monitor
+
+    rig = _healthy_rig(backend)
+    server = rig.servers[0]
+    monitor = None
+    try:
+        with _patched(rig.patches):
+            monitor = open_monitor(rig.url, timeout_s=timeout_s, gpu=False, host=False)
+            healthy = monitor.poll()
+            server.every = FAILURES[failure]
+            t0 = time.monotonic()
+            monitor.poll()
+            snap = monitor.poll()
+            elapsed = time.monotonic() - t0
+    except BaseException:
+        import traceback
+
+        return FailResult(backend, failure, 0.0, None, "", True, False, traceback.format_exc())
+    finally:
+        if monitor is not None:
+            monitor.close()
+        rig.stop()
+    return FailResult(backend, failure, elapsed, snap.connection.status.value, snap.connection.reason or "",
+                      snap.server_read, healthy.server_read)
+
+
+def run_fail_once(failure: str, *, timeout_s: float, interval_s: float) -> CaseResult:
+    """``kvmon once URL`` against a server whose every path answers ``failure`` from the start."""
+    from kvmon.cli import build_parser
+    from kvmon.cli.once import run
+
+    server = HostileServer({})
+    server.every = FAILURES[failure]
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser().parse_args(["once", server.url, "--timeout", f"{timeout_s:g}", "--interval",
+                                      f"{interval_s:g}", "--json"])
+    error = None
+    rc: int | None = None
+    t0 = time.monotonic()
+    try:
+        with no_proxy():
+            rc = run(args, out, err)
+    except BaseException:
+        import traceback
+
+        error = traceback.format_exc()
+    finally:
+        elapsed = time.monotonic() - t0
+        server.stop()
+    return CaseResult("any", "every path", failure, elapsed, rc, err.getvalue(), None, error)

@@ -4,18 +4,27 @@
 loopback port, waits for ``READY`` and a 200 from ``/health``, and keeps the server's whole stderr in
 ``log_path``. ``stop()`` sends SIGTERM and, if the server has not gone in a few seconds, SIGKILL. The
 server runs with one thread (``-t 1``) and the KV/context log lines on (``-lv 4``) unless told otherwise.
+
+``TimedReply(url, body)`` streams a completion whose every chunk carries the server's own timing of the reply so far:
+the truth about its speed over any span of tokens, by the server's clock, which a loaded machine cannot starve the
+way it starves a test's own sampling.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import math
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -24,6 +33,9 @@ LLAMA_CPP_BUILD = "b11549"  # what xllamacpp 2026.10.11549 embeds (its /props sa
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
 LOG_SETTLE_S = 10.0  # how long a server that failed to start may take to write its reason to the log
+# kvmon's timeout against a real server in tests: its default, 3 s, is a promise to a user about a server that does
+# not answer; these tests are about what it says, on a machine that may be slow to let it say it
+KVMON_TIMEOUT_S = 30.0
 
 MIB = 1024 * 1024
 LISTENING = "init: listening on "  # the server's last start-up line
@@ -166,3 +178,88 @@ class RealLlamaServer:
 def mib_matches(n_bytes: int, printed_mib: str) -> bool:
     """Whether ``n_bytes`` prints as ``printed_mib`` with llama.cpp's ``%.2f`` of MiB (±half a hundredth)."""
     return abs(n_bytes / MIB - float(printed_mib)) <= 0.005 + 1e-6
+
+
+class TimedReply:
+    """A ``/completion`` streamed on a thread with ``timings_per_token``: each chunk says how many tokens the server
+    has generated (``predicted_n``) and how long it took it (``predicted_ms``), so the server's decode speed over any
+    span of tokens (``rate_between``) comes from the server's own clock. Leaving the ``with`` ends the reply (the
+    connection closes and the server stops generating)."""
+
+    def __init__(self, url: str, body: Mapping[str, Any]) -> None:
+        self.url = url
+        self.body = {**body, "stream": True, "timings_per_token": True}
+        self.points: list[tuple[int, float]] = []  # (tokens generated, ms the server spent on them)
+        self.final: dict[str, Any] | None = None  # the last chunk's timings, once the reply ended
+        self.status: int | None = None
+        self.done = threading.Event()
+        self._leave = threading.Event()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def __enter__(self) -> TimedReply:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._leave.set()
+        self._thread.join(10)
+
+    def _read(self) -> None:
+        try:
+            with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as client, \
+                    client.stream("POST", f"{self.url}/completion", json=self.body) as resp:
+                self.status = resp.status_code
+                for line in resp.iter_lines():
+                    if self._leave.is_set():
+                        return
+                    if not line.startswith("data: "):
+                        continue
+                    chunk = json.loads(line[6:])
+                    timings = chunk.get("timings") or {}
+                    with self._cond:
+                        n = timings.get("predicted_n")
+                        if n and (not self.points or n > self.points[-1][0]):
+                            self.points.append((int(n), float(timings["predicted_ms"])))
+                        if chunk.get("stop"):
+                            self.final = timings
+                        self._cond.notify_all()
+        except httpx.HTTPError:
+            pass
+        finally:
+            with self._cond:
+                self.done.set()
+                self._cond.notify_all()
+
+    def wait_tokens(self, n: int, timeout_s: float = 120.0) -> None:
+        """Wait until the server has said it generated ``n`` tokens (AssertionError if it never does)."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            while not (self.points and self.points[-1][0] >= n) and not self.done.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            if not (self.points and self.points[-1][0] >= n):
+                raise AssertionError(f"the server said {self.points[-1][0] if self.points else 0} tokens, not {n}")
+
+    def ms_at(self, n: float) -> float:
+        """The server's generation time (ms) at ``n`` tokens, between the two chunks around it (a chunk may say
+        several tokens at once); AssertionError outside what the server has said."""
+        with self._cond:
+            points = list(self.points)
+        for (na, ma), (nb, mb) in itertools.pairwise(points):
+            if na <= n <= nb:
+                return ma + (mb - ma) * (n - na) / (nb - na)
+        raise AssertionError(f"the server said nothing of token {n} (it said {points[:1]} to {points[-1:]})")
+
+    def rate_between(self, n0: float, n1: float) -> float:
+        """Tokens per second from ``n0`` to ``n1`` tokens, by the server's clock."""
+        self.wait_tokens(math.ceil(n1))
+        return (n1 - n0) / ((self.ms_at(n1) - self.ms_at(n0)) / 1000.0)
+
+    def token_s(self) -> float:
+        """The server's mean time per generated token so far (seconds)."""
+        with self._cond:
+            (n0, m0), (n1, m1) = self.points[0], self.points[-1]
+        return (m1 - m0) / 1000.0 / max(1, n1 - n0)

@@ -19,7 +19,7 @@ from kvmon.core.deadline import current_deadline, poll_deadline
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.http import HANG_LIMIT_MIN_S, HANG_RETRY_S, HANGS, HangMemory, HttpClient
 from kvmon.sources.ollama.source import OllamaSource
-from kvmon.sources.sse import SseFollower
+from kvmon.sources.router.progress import ProgressStream
 
 
 def test_scopes_nest_and_never_end_later_than_the_one_around_them() -> None:
@@ -155,7 +155,7 @@ def test_a_poll_in_which_nothing_answered_is_a_timeout_not_a_reading(fixture_ser
 def test_the_event_stream_ends_at_once_whatever_the_server_sends() -> None:
     """A router's load progress is read on a thread; a stream whose head drips must not outlive its source."""
     with RawServer(drip_head(0.05)) as server:
-        follower = SseFollower(server.url + "/models/sse", timeout_s=5.0)
+        follower = ProgressStream(server.url + "/models/sse", timeout_s=5.0)
         follower.want(True)
         time.sleep(0.3)  # reading the dripped head
         t0 = time.monotonic()

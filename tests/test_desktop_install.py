@@ -289,7 +289,7 @@ def test_no_installed_command_is_a_clear_refusal(monkeypatch: pytest.MonkeyPatch
 def test_print_path(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--print-path", name]) == 0
     printed = Path(capsys.readouterr().out.strip())
-    assert printed == ROOT / "kvmon" / "resources" / resources.NAMED[name] and printed.exists()
+    assert printed == ROOT / "resources" / resources.NAMED[name] and printed.exists()
 
 
 def test_print_path_of_a_missing_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -173,7 +173,7 @@ def test_proxy_ends_its_connections_and_exits_0(spawn, sig: signal.Signals) -> N
         lines = spawn("proxy", "--listen", "127.0.0.1:0", "--upstream", up.url)
         port = int(lines.find(r"kvmon proxy: http://127\.0\.0\.1:(\d+) ->").group(1))
         client = socket.create_connection(("127.0.0.1", port), timeout=10)
-        client.sendall(b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        client.sendall(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
         got = b""
         while len(got) < len(head + first):  # a stream under way
             got += client.recv(65536)

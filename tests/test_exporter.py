@@ -243,8 +243,9 @@ def test_label_values_from_the_server_are_escaped() -> None:
     s = Snapshot(seq=s.seq, t_monotonic=s.t_monotonic, t_wall=s.t_wall, connection=s.connection, backend=s.backend,
                  model=ModelView(name=odd, n_ctx=4096), gpus=(GpuView(0, odd, vram_total_bytes=GIB),))
     m = _render(s)
-    assert one(m, "kvmon_context_limit_tokens", model=odd) == 4096
-    assert one(m, "kvmon_gpu_vram_total_bytes", gpu_name=odd) == GIB
+    shown = odd.replace("\n", "^J")  # a newline in a label is shown, never a line of its own
+    assert one(m, "kvmon_context_limit_tokens", model=shown) == 4096
+    assert one(m, "kvmon_gpu_vram_total_bytes", gpu_name=shown) == GIB
 
 
 def test_families_before_the_first_poll() -> None:
@@ -292,7 +293,7 @@ def test_a_hung_server_never_holds_a_scrape(fixture_server: FixtureServer, expor
     serve_llama_state(fixture_server, "idle")
     e = serve_monitor(exporter_on, Monitor(LlamaServerSource(fixture_server.url, timeout_s=1.0)))
     e.poll_once()
-    for path in ("/health", "/props", "/slots"):  # the whole server hangs
+    for path in ("/health", "/props", "/slots", "/metrics"):  # the whole server hangs
         fixture_server.hang(path, 5.0)
     asked = len(fixture_server.requests)
     poll = threading.Thread(target=e.poll_once)

@@ -23,6 +23,7 @@ NOT_READINGS = {"seq", "t_monotonic", "t_wall", "connection", "backend", "server
                 "gpus_unavailable_reason", "host", "forecast", "alerts", "provenance", "reasons", "extra", "serving",
                 "speculative", "energy", "latency",  # structures: their numbers are fields of their own (power_w, …)
                 "verdict", "last_decode", "decode_before",  # structures of their own in each document
+                "atlas",  # what the atlas of measured curves remembers: once --json's atlas object
                 "bandwidth_headroom_fraction"}  # the last: a share the bandwidth panel draws, exported nowhere
 # numeric ModelView fields that are settings or shape, not readings (the "model" object carries them)
 MODEL_NOT_READINGS = {"n_params", "n_layers", "n_ctx_train", "recurrent_state_bytes", "kv_allocated_bytes",

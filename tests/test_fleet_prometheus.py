@@ -34,8 +34,8 @@ from kvmon.sources.nvml import NvmlSource
 from kvmon.sources.vllm.source import VllmSource
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "kvmon" / "resources" / "prometheus" / "kvmon-rules.yml"  # kvmon --print-path prometheus-rules
-DASHBOARD = ROOT / "kvmon" / "resources" / "grafana" / "kvmon-fleet.json"  # kvmon --print-path grafana
+RULES = ROOT / "resources" / "prometheus" / "kvmon-rules.yml"  # kvmon --print-path prometheus-rules
+DASHBOARD = ROOT / "resources" / "grafana" / "kvmon-fleet.json"  # kvmon --print-path grafana
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if os.path.exists("/usr/bin/promtool") else None)
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus is not installed (Debian: apt install "

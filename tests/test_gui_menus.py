@@ -53,9 +53,10 @@ def test_the_menus_hold_every_control(win: MainWindow) -> None:
     assert list(menus) == ["File", "View", "Tools", "Help"]
     assert {"Follow the system", "Light", "Dark", "Last 5 min", "Last 1 h", "Whole session", "Speed over time",
             "Memory", "Bandwidth", "Alerts and advice", "Toolbar", "Pause polling", "Reconnect"} <= set(menus["View"])
-    assert menus["Tools"] == ["What-if calculator…", "Settings…"]
+    assert menus["Tools"] == ["What-if calculator…", "Measure speed at every depth…", "Settings…"]
     assert menus["Help"] == ["Keyboard shortcuts", "What the numbers mean", "About kvmon"]
     assert menus["File"][-1] == "Quit" and "Record session…" in menus["File"]
+    assert "Compare measured curves…" in menus["File"]
 
 
 def test_every_shortcut_is_one_menu_entry(win: MainWindow) -> None:

@@ -104,7 +104,8 @@ def _de2000(lab1: tuple[float, float, float], lab2: tuple[float, float, float]) 
          + 0.32 * math.cos(math.radians(3 * hm + 6)) - 0.20 * math.cos(math.radians(4 * hm - 63)))
     sl = 1 + 0.015 * (lm - 50) ** 2 / math.sqrt(20 + (lm - 50) ** 2)
     sc, sh = 1 + 0.045 * cm, 1 + 0.015 * cm * t
-    rt = -math.sin(math.radians(60 * math.exp(-(((hm - 275) / 25) ** 2)))) * 2 * math.sqrt(cm ** 7 / (cm ** 7 + 25 ** 7))
+    rc = 2 * math.sqrt(cm ** 7 / (cm ** 7 + 25 ** 7))
+    rt = -math.sin(math.radians(60 * math.exp(-(((hm - 275) / 25) ** 2)))) * rc
     dc = c2p - c1p
     return math.sqrt(((l2 - l1) / sl) ** 2 + (dc / sc) ** 2 + (dhh / sh) ** 2 + rt * (dc / sc) * (dhh / sh))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from real_llama_server import KVMON_TIMEOUT_S
 
 from kvmon.core.alerts import AlertEngine, AlertFacts
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, MAX_REPLIES, TTFT_BUCKETS_S, LatencyTracker
@@ -193,7 +194,7 @@ def test_the_real_servers_reply_timings_are_read_back(llama_server: Callable[...
 
     server = llama_server("llama", ["-c", "2048", "--metrics"])
     url = server.url  # type: ignore[attr-defined]
-    with open_monitor(url, gpu=False, host=False) as mon:
+    with open_monitor(url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S) as mon:
         mon.poll()  # the counters before
         timings = []
         for n in (48, 96):
@@ -227,7 +228,7 @@ def test_with_a_draft_the_counters_time_to_first_token_is_said_to_be_a_lower_bou
     draft = make_gguf("llama", tiny_gguf_dir)  # the model's own file: its prompt processing is as long again
     server = llama_server("llama", ["-c", "2048", "--metrics", "--spec-type", "draft-simple", "-md", str(draft)])
     url = server.url  # type: ignore[attr-defined]
-    with open_monitor(url, gpu=False, host=False) as mon:
+    with open_monitor(url, gpu=False, host=False, timeout_s=KVMON_TIMEOUT_S) as mon:
         mon.poll()
         reply = httpx.post(f"{url}/completion", json={"prompt": "the memory bus " * 100, "n_predict": 16,
                                                       "ignore_eos": True, "cache_prompt": False}, timeout=120).json()

@@ -497,7 +497,7 @@ def test_server_gone_between_health_checks_is_a_typed_failure(fixture_server: Fi
     src = LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False)
     try:
         src.poll()  # healthy: the next poll skips /health (and /props: /slots just answered)
-        for path in ("/props", "/slots"):  # the server hangs
+        for path in ("/props", "/slots", "/metrics", "/v1/models"):  # the server hangs
             fixture_server.hang(path, 3.0)
         with pytest.raises(SourceError) as e:
             src.poll()
@@ -600,11 +600,13 @@ def test_a_failed_poll_forgets_the_reused_answers(fixture_server: FixtureServer)
     src = LlamaServerSource(fixture_server.url, timeout_s=0.5, inspect_local_process=False)
     try:
         src.poll()
-        fixture_server.hang("/slots", 2.0)
+        for path in ("/slots", "/metrics"):  # the server hangs (/props is not asked: its last answer stands)
+            fixture_server.hang(path, 2.0)
         with pytest.raises(SourceError):
             src.poll()
         serve_llama_state(fixture_server, "generating")
-        fixture_server.routes["/slots"].hang_s = 0.0
+        for path in ("/slots", "/metrics"):
+            fixture_server.routes[path].hang_s = 0.0
         props_before = _count(fixture_server, "/props")
         src.poll()
         assert _count(fixture_server, "/props") == props_before + 1

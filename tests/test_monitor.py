@@ -78,7 +78,8 @@ def test_unreachable_server_is_a_state_and_gpus_still_read() -> None:
 
 def test_hung_server_times_out(fixture_server: FixtureServer) -> None:
     serve_llama_state(fixture_server, "idle")
-    fixture_server.hang("/health", 5.0)
+    for path in ("/health", "/props", "/slots", "/metrics", "/v1/models"):  # the whole server hangs
+        fixture_server.hang(path, 5.0)
     m = Monitor(LlamaServerSource(fixture_server.url, timeout_s=0.3))
     t0 = time.monotonic()
     s = m.poll()

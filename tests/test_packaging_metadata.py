@@ -83,7 +83,7 @@ def _changelog_versions() -> list[tuple[str, str]]:
 def test_changelog_and_metainfo_list_the_same_releases() -> None:
     changelog = _changelog_versions()
     assert changelog and changelog[0][0] == VERSION, "CHANGELOG.md's newest entry is this version"
-    root = ET.parse(ROOT / "kvmon" / "resources" / "kvmon.metainfo.xml").getroot()
+    root = ET.parse(ROOT / "resources" / "kvmon.metainfo.xml").getroot()
     releases = [(r.get("version"), r.get("date")) for r in root.iter("release")]
     assert releases == changelog
     assert [v for v, _ in changelog] == sorted((v for v, _ in changelog),
@@ -129,7 +129,7 @@ def test_license_file_ships() -> None:
 
 def test_every_description_names_every_backend() -> None:
     """The desktop entry, the metainfo, the .deb and the Windows installer say what kvmon watches, all of it."""
-    res = ROOT / "kvmon" / "resources"
+    res = ROOT / "resources"
     comment = re.search(r"^Comment=(.*)$", (res / "kvmon.desktop").read_text(), re.M)
     metainfo = ET.parse(res / "kvmon.metainfo.xml").getroot().find("description")
     deb = re.search(r"^Description: .*?(?=^EOF$)", (PACKAGING / "linux" / "build-deb.sh").read_text(), re.M | re.S)

@@ -95,10 +95,10 @@ def test_spec_analysis_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     (args, kw), = calls["Analysis"]
     entry = Path(args[0][0])
     assert entry.is_file() and "from kvmon.cli import main" in entry.read_text()
-    res = ROOT / "kvmon" / "resources"
+    res = ROOT / "resources"
     for src, dest in kw["datas"]:
         assert Path(src).is_file(), src
-        assert dest == Path(src).parent.relative_to(ROOT).as_posix(), (src, dest)  # where the wheel puts it
+        assert dest == ("kvmon" / Path(src).parent.relative_to(ROOT)).as_posix(), (src, dest)  # where the wheel has it
     shipped = set(resource_files())
     assert {Path(src) for src, _ in kw["datas"]} == shipped
     assert res / "grafana" / "kvmon-fleet.json" in shipped and res / "icons" / "png" / "kvmon-48.png" in shipped
@@ -174,7 +174,7 @@ def test_spec_app_id_matches_metainfo() -> None:
     text = SPEC.read_text()
     app_id = re.search(r'APP_ID = "([^"]+)"', text)
     assert app_id is not None
-    assert f"<id>{app_id.group(1)}</id>" in (ROOT / "kvmon" / "resources" / "kvmon.metainfo.xml").read_text()
+    assert f"<id>{app_id.group(1)}</id>" in (ROOT / "resources" / "kvmon.metainfo.xml").read_text()
 
 
 # --- shell scripts and the other platforms -------------------------------------------------------------
@@ -218,7 +218,7 @@ def test_deb_declares_qt_system_libraries_and_fast_compression() -> None:
 def test_inno_setup_definition() -> None:
     text = (ROOT / "packaging" / "windows" / "kvmon.iss").read_text()
     for needle in ("AppId={{", "AppName=kvmon", "build\\bundle\\kvmon\\*", "recursesubdirs",
-                   "SetupIconFile={#Root}\\kvmon\\resources\\icons\\kvmon.ico", "{app}\\kvmon.exe"):
+                   "SetupIconFile={#Root}\\resources\\icons\\kvmon.ico", "{app}\\kvmon.exe"):
         assert needle in text, needle
     sections = set(re.findall(r"^\[(\w+)\]", text, re.M))
     assert {"Setup", "Files", "Icons"} <= sections

@@ -15,7 +15,7 @@ from email.message import Message
 from pathlib import Path
 
 import pytest
-from helpers_packaging import resource_names
+from helpers_packaging import resource_names, resource_sources
 
 import kvmon
 
@@ -89,9 +89,10 @@ def test_wheel_metadata(built: tuple[Path, Path]) -> None:
 def test_sdist_holds_the_source_to_build_and_test_from(built: tuple[Path, Path]) -> None:
     with tarfile.open(built[0]) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    missing = [n for n in resource_names() if n not in names]
+    missing = [n for n in resource_sources() if n not in names]
     assert not missing, f"the sdist lacks {missing}"
-    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "MANIFEST.in", "PKG-INFO", "Makefile",
+    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in", "PKG-INFO",
+                   "Makefile",
                    "tests/conftest.py", "tests/fixtures", "docs/once-json.md", "packaging/python/build-and-smoke.sh",
                    "packaging/make-icons.py", "bench/fuzz.py"):
         assert needed in names, needed

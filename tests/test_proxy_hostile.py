@@ -113,7 +113,8 @@ def test_an_upstream_reset_before_answering_gives_a_502_with_the_reason() -> Non
         p = ProxyServer(dead.url, port=0, probe_version=False)
         p.start()
         try:
-            replies = [_raw(p, b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}") for _ in range(3)]
+            chat = b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
+            replies = [_raw(p, chat) for _ in range(3)]
             totals = get_stats(p)["totals"]
         finally:
             p.stop()
@@ -144,7 +145,7 @@ def test_twenty_concurrent_streams_lose_and_move_no_byte(upstream: Upstream) -> 
     def one(i: int) -> None:
         body = json.dumps({"model": f"m{i}", "i": i}).encode()
         s = socket.create_connection(("127.0.0.1", p.port), timeout=30)
-        s.sendall(b"POST /api/chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+        s.sendall(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
                   % (len(body), body))
         got = recv_all(s)
         s.close()

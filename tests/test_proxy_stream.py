@@ -108,8 +108,11 @@ class Upstream:
                         return
 
         lock = threading.Lock()
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            request_queue_size = socket.SOMAXCONN  # as Ollama's listen backlog: not the 5 of Python's
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
@@ -481,8 +484,8 @@ def test_the_reader_follows_a_chunked_body_at_any_split() -> None:
 
 
 def test_the_reader_splits_pipelined_requests_exactly() -> None:
-    first = b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
-    second = b"GET /api/ps HTTP/1.1\r\nHost: x\r\n\r\n"
+    first = b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n"
+    second = b"GET /api/ps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     for step in (1, 5, 200):
         assert _read_all(b"\r\n" + first + b"hello" + second, step, request=True) == (first, b"hello", b"hello",
                                                                                         second)

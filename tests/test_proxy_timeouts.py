@@ -55,7 +55,7 @@ def _exchange(p: ProxyServer, data: bytes, timeout: float = 10.0) -> tuple[bytes
         s.close()
 
 
-CHAT = (b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+CHAT = (b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
         b"Content-Length: 2\r\n\r\n{}")
 
 
@@ -126,9 +126,9 @@ def test_a_slow_answer_that_keeps_coming_is_relayed_whole(upstream: Upstream) ->
 
 
 BARE_LF = {
-    "every line": b"POST /api/chat HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}",
-    "one header": b"POST /api/chat HTTP/1.1\r\nHost: x\nContent-Length: 2\r\n\r\n{}",
-    "the request line": b"GET /api/tags HTTP/1.1\nHost: x\r\n\r\n",
+    "every line": b"POST /api/chat HTTP/1.1\nHost: 127.0.0.1\nContent-Length: 2\n\n{}",
+    "one header": b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\nContent-Length: 2\r\n\r\n{}",
+    "the request line": b"GET /api/tags HTTP/1.1\nHost: 127.0.0.1\r\n\r\n",
 }
 
 

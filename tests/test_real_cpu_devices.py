@@ -7,39 +7,30 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import httpx
 import pytest
-from real_llama_server import RealLlamaServer
+from real_llama_server import KVMON_TIMEOUT_S, RealLlamaServer, TimedReply
 
 from kvmon.app.build import open_monitor
 from kvmon.cli import main as kvmon_main
 from kvmon.core.snapshot import Snapshot
 
-FLAGS = ["-c", "4096", "-np", "1", "--metrics"]
+FLAGS = ["-c", "32768", "-np", "1", "--metrics"]
+# a reply that lasts until the test leaves it (the server stops when the stream is closed), however slow the machine
+LONG_REPLY = {"prompt": "hello world", "n_predict": 32000, "ignore_eos": True}
 
 
-@contextlib.contextmanager
-def _generating(url: str, n_predict: int) -> Iterator[None]:
-    def run() -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(f"{url}/completion", json={"prompt": "hello world", "n_predict": n_predict,
-                                                  "ignore_eos": True}, timeout=120)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    yield
-
-
-def _decoding_snapshot(m: object, deadline_s: float = 60.0) -> Snapshot:
+def _decoding_snapshot(m: object, reply: TimedReply, deadline_s: float = 60.0) -> Snapshot:
+    """A poll that has a decode speed and an efficiency, while the reply generates."""
+    reply.wait_tokens(50)
     end = time.monotonic() + deadline_s
     snap = m.poll()  # type: ignore[attr-defined]
     while time.monotonic() < end and (snap.decode_tok_s is None or snap.efficiency is None):
         time.sleep(0.5)
         snap = m.poll()  # type: ignore[attr-defined]
+    assert not reply.done.is_set(), "the reply ended while kvmon read it"
     return snap
 
 
@@ -47,14 +38,14 @@ def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
         llama_server: Callable[..., RealLlamaServer], qtbot, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a machine kvmon has not measured yet
     server = llama_server("llama", FLAGS)
-    with open_monitor(server.url, log_path=str(server.log_path)) as m:
+    with open_monitor(server.url, log_path=str(server.log_path), timeout_s=KVMON_TIMEOUT_S) as m:
         idle = m.poll()  # every slot idle: the one-time host bandwidth probe runs now
         assert m.probes_run == 1, idle.host.reasons
         assert idle.host.host_bandwidth_source == "measured" and idle.host.host_bandwidth_measured_at_unix_s
         assert idle.extra["placement"] == "host_only"  # the log: CPU_Mapped model buffer, CPU KV buffer
         assert idle.ceiling_curve  # no context yet: the ceiling at every depth
-        with _generating(server.url, 4000):
-            s = _decoding_snapshot(m)
+        with TimedReply(server.url, LONG_REPLY) as reply:
+            s = _decoding_snapshot(m, reply)
     assert s.decode_tok_s is not None and s.ceiling_tok_s is not None and s.efficiency is not None
     assert 0.0 < s.efficiency < 1.5, (s.decode_tok_s, s.ceiling_tok_s)
     assert s.host.in_ceiling and s.host.weights_in_host_bytes and s.host.kv_in_host_bytes
@@ -80,11 +71,11 @@ def test_cpu_only_server_gets_a_ceiling_an_efficiency_and_the_host_bar(
 def test_once_json_on_the_cpu_server_has_a_ceiling(llama_server: Callable[..., RealLlamaServer]) -> None:
     server = llama_server("llama", FLAGS)
     out, err = io.StringIO(), io.StringIO()
-    with _generating(server.url, 3000):
-        time.sleep(1.0)
+    with TimedReply(server.url, LONG_REPLY) as reply:
+        reply.wait_tokens(50)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = kvmon_main(["once", server.url, "--log", str(server.log_path), "--json", "--interval", "1",
-                             "--bandwidth", "host=40"])
+                             "--timeout", f"{KVMON_TIMEOUT_S:g}", "--bandwidth", "host=40"])
     assert rc == 0, err.getvalue()
     doc = json.loads(out.getvalue())
     assert doc["ceiling_tok_s"] is not None and doc["host"]["host_bandwidth_source"] == "user"

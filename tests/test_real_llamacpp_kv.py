@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from real_llama_server import MIB, RealLlamaServer, ServerFailed, mib_matches
+from real_llama_server import KVMON_TIMEOUT_S, MIB, RealLlamaServer, ServerFailed, mib_matches
 from tiny_gguf import FAMILIES
 
 from kvmon.cli import main as kvmon_main
@@ -75,7 +75,7 @@ def _expected(shape: ModelShape, cfg: ServerConfig) -> tuple[KvAllocation, int]:
 def _once(*argv: str) -> dict[str, Any]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = kvmon_main(["once", *argv, "--json", "--interval", "0"])
+        rc = kvmon_main(["once", *argv, "--json", "--interval", "0", "--timeout", f"{KVMON_TIMEOUT_S:g}"])
     assert rc == 0, out.getvalue()
     return json.loads(out.getvalue())  # type: ignore[no-any-return]
 

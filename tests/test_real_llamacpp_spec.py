@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from real_llama_server import RealLlamaServer
-from test_real_llamacpp_api import FLAGS, _generating, _run_kvmon, _wait_decoding
+from real_llama_server import RealLlamaServer, TimedReply
+from test_real_llamacpp_api import FLAGS, _run_kvmon
 from tiny_gguf import make_gguf
 
 from kvmon.sources.llamacpp.parse import parse_metrics
@@ -20,10 +20,11 @@ from kvmon.sources.llamacpp.parse import parse_metrics
 pytest.importorskip("xllamacpp")
 
 
-def _speculating(llama_server: Callable[..., RealLlamaServer], tiny_gguf_dir: Path, synth: str) -> RealLlamaServer:
+def _speculating(llama_server: Callable[..., RealLlamaServer], tiny_gguf_dir: Path, synth: str,
+                 *more: str) -> RealLlamaServer:
     draft = make_gguf("llama", tiny_gguf_dir)  # the target's own file as its draft
     return llama_server("llama", [*FLAGS, "--spec-type", "draft-simple", "-md", str(draft),
-                                  "--spec-synth-len", synth])
+                                  "--spec-synth-len", synth, *more])
 
 
 def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Callable[..., RealLlamaServer],
@@ -76,11 +77,12 @@ def test_acceptance_is_the_servers_own_and_lifts_the_ceiling(llama_server: Calla
 
 def test_the_speculative_ceiling_bounds_the_measured_speed(llama_server: Callable[..., RealLlamaServer],
                                                           tiny_gguf_dir: Path) -> None:
-    server = _speculating(llama_server, tiny_gguf_dir, "3")
+    server = _speculating(llama_server, tiny_gguf_dir, "3", "-c", "16384")  # a reply that outlasts `once`
     httpx.post(f"{server.url}/completion", json={"prompt": "hi", "n_predict": 32, "ignore_eos": True}, timeout=120)
-    with _generating(server.url, 1500):
-        _wait_decoding(server.url)
+    with TimedReply(server.url, {"prompt": "hello world", "n_predict": 16000, "ignore_eos": True}) as reply:
+        reply.wait_tokens(50)
         rc, out, err = _run_kvmon("once", server.url, "--json", "--interval", "0.5")
+        assert not reply.done.is_set(), "the reply ended while kvmon read it"
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["decode_tok_s"] is not None and doc["speculative"] is not None

@@ -1,5 +1,6 @@
-"""kvmon/resources: found through importlib.resources in the package (checkout, wheel and bundle alike), every named
-file there; icons, desktop entry and metainfo valid."""
+"""kvmon's resources: one copy in the source's top-level resources/ folder, found there when kvmon runs from its
+source and inside the package (importlib.resources) where it is installed; every named file there; icons, desktop
+entry and metainfo valid."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import kvmon
 from kvmon import resources
 
 ROOT = Path(__file__).resolve().parent.parent
-RES = ROOT / "kvmon" / "resources"
+RES = ROOT / "resources"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -37,11 +38,22 @@ def _load_make_icons() -> ModuleType:
 # --- finding the resources ---------------------------------------------------------------------------------
 
 
-def test_found_in_the_package_through_importlib_resources() -> None:
-    assert resources.resources_dir() == RES == Path(str(importlib.resources.files("kvmon.resources")))
+def test_found_at_the_top_of_the_source_when_run_from_it() -> None:
+    assert Path(str(importlib.resources.files("kvmon.resources"))) == ROOT / "kvmon" / "resources"
+    assert not (ROOT / "kvmon" / "resources" / resources.MARKER).exists()  # one copy: not in the package's source
+    assert resources.resources_dir() == RES
     assert resources.icon_path() == RES / "icons" / "kvmon.svg"
     assert resources.icon_path(48) == RES / "icons" / "png" / "kvmon-48.png"
     assert resources.resource_path("kvmon.desktop") == RES / "kvmon.desktop"
+
+
+def test_an_installed_package_finds_them_inside_itself(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the wheel and the bundles put them: the package's own folder (site-packages/kvmon/resources/)."""
+    inside = tmp_path / "site-packages" / "kvmon" / "resources"
+    shutil.copytree(RES, inside)
+    monkeypatch.setattr(resources, "_files", lambda name: inside)
+    assert resources.resources_dir() == inside
+    assert resources.named_path("grafana") == inside / "grafana" / "kvmon-fleet.json"
 
 
 def test_every_named_file_is_there() -> None:

@@ -15,8 +15,8 @@ from kvmon.core import serving
 from kvmon.core.readings import SourceError
 from kvmon.sources.detect import LLAMA_ROUTER, detect_backend, open_source
 from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.router.progress import ProgressStream
 from kvmon.sources.router.source import LlamaRouterSource, parse_models, progress_of
-from kvmon.sources.sse import SseFollower
 
 ROUTER = Path(__file__).resolve().parent / "fixtures" / "llama-router"
 MODEL = "tiny-llama-F32"
@@ -58,7 +58,7 @@ def test_the_captured_model_list_in_every_state() -> None:
 
 
 def test_progress_comes_from_the_captured_event_stream() -> None:
-    follower = SseFollower("http://unused")
+    follower = ProgressStream("http://unused")
     seen: list[tuple[str | None, float | None]] = []
     for line in _body("models-sse.txt").splitlines():
         follower.feed(line)
@@ -208,7 +208,7 @@ def test_fixture_files_are_valid_json() -> None:
 
 def test_hostile_event_lines_are_dropped_and_the_stream_goes_on() -> None:
     """Deep nesting, a lone surrogate in a key or a 400-digit number in one event never stops the follower."""
-    follower = SseFollower("http://unused")
+    follower = ProgressStream("http://unused")
     follower.feed("data: " + "[" * 100_000 + "]" * 100_000)
     follower.feed('data: {"model": "m\\ud800", "value": {"value": "loaded"}}')
     follower.feed('data: {"model": "big", "n": ' + "9" * 400 + "}")

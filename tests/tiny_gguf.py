@@ -223,6 +223,9 @@ def _gemma4_all() -> Tensors:
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("llama", "llama", {**_BASE, "block_count": 4}, lambda: _trunk(4, _dense())),
+    Family("llama-long", "llama", {**_BASE, "block_count": 4, "context_length": 4 * N_CTX_TRAIN},
+           lambda: _trunk(4, _dense()),
+           notes=("the llama family trained for 32K: a server with room for an 8K sweep",)),
     Family("llama-draft", "llama", {**_BASE, "block_count": 1}, lambda: _trunk(1, _dense()),
            notes=("one layer of the llama family's trunk: a draft model smaller than its target",)),
     Family("qwen3", "qwen3", {**_BASE, "block_count": 4}, lambda: _trunk(4, _dense(qk_norm=HEAD_DIM))),

@@ -38,19 +38,19 @@ def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSo
                   clock: Callable[[], float] | None = None, server_pids: Sequence[int] = (),
                   model_pids: Callable[[str], Sequence[int]] | None = None,
                   settings_source: Callable[[], AnalyzerSettings | None] | None = None,
-                  timeout_s: float | None = None) -> Monitor | GroupMonitor:
+                  timeout_s: float | None = None, curves: Any = None) -> Monitor | GroupMonitor:
     """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap).
     ``settings_source``: asked before every poll for the settings the user has now. ``timeout_s``: every poll's one
-    deadline."""
+    deadline. ``curves``: the session's side of the atlas of measured curves (``kvmon.app.atlas.SessionCurves``)."""
     from kvmon.sources.base import ModelListSource
 
     kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
     if isinstance(source, ModelListSource):
         return GroupMonitor(source, gpu_source, host_source, settings, recorder=recorder, model_pids=model_pids,
-                            settings_source=settings_source, timeout_s=timeout_s, **kw)
-    analyzer = Analyzer(settings, settings_source=settings_source, **kw)
+                            settings_source=settings_source, timeout_s=timeout_s, curves=curves, **kw)
+    analyzer = Analyzer(settings, settings_source=settings_source, curve_memory=curves, **kw)
     return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids,
-                   timeout_s=timeout_s, **kw)
+                   timeout_s=timeout_s, curves=curves, **kw)
 
 
 
@@ -58,7 +58,8 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
                  log_path: str | None = None, settings: AnalyzerSettings | None = None, nvml: Any = None,
                  gpu: bool = True, host: bool = True, candidates: Sequence[str] | None = None,
                  recorder: Any = None, backend: str | None = None, devices_url: str | None = None,
-                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> Monitor | GroupMonitor:
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None,
+                 atlas: bool = True) -> Monitor | GroupMonitor:
     """A monitor on ``url``; with no URL, the first server found on this machine (``find_servers``).
 
     Each candidate is asked once: the backend it answered as opens its source (``backend`` skips the question).
@@ -66,6 +67,7 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
     is recorded. ``devices_url``: the ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on
     another machine without one has no device readings, said so; this machine's are not its).
     ``settings_source``: the session's current settings, asked before every poll (see ``Session.settings``).
+    ``atlas``: keep the session's measured points in the atlas of measured curves, and show the earlier ones.
     """
     from kvmon.sources.detect import open_source
     from kvmon.sources.discover import nothing_found_reason
@@ -78,8 +80,11 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
         url, backend = answering[0].url, answering[0].backend
     source = open_source(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, backend=backend)
     gpu_src, host_src = device_sources(url, devices_url, settings=settings, nvml=nvml, gpu=gpu, host=host)
+    from kvmon.app.atlas import SessionCurves, atlas_enabled
+
+    curves = SessionCurves() if atlas and atlas_enabled() else None
     return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, curves=curves)
 
 
 

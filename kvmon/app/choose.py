@@ -35,8 +35,8 @@ def server_session(url: str | None, *, api_key: str | None, timeout_s: float, lo
 def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
     """Demo when asked; the URL when given; else auto-detect, falling back to the demo with a banner.
 
-    The session's ``recorder`` records to ``--record FILE`` when given (and can be switched from the menu).
-    Raises OSError when that file cannot be opened.
+    The session's ``recorder`` records to ``--record FILE`` when given (and can be switched from the menu); a file
+    that cannot be recorded to is the recorder's ``problem``, an alert on every snapshot.
     """
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
@@ -53,12 +53,8 @@ def choose_session(args: argparse.Namespace, api_key: str | None) -> Session:
         session = _detected_session(api_key, timeout_s, log_path, switch, settings)
     switch.url = session.url
     path = getattr(args, "record", None)
-    if path:
-        try:
-            switch.start(path)
-        except OSError:
-            session.close()
-            raise
+    if path:  # a recording that cannot start is an alert, never the end of the monitoring
+        switch.try_start(path)
     return session
 
 

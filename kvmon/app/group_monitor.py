@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from kvmon.app.monitor import DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
+from kvmon.app.monitor import CurveSink, DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.core.alerts import model_failed_alerts
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
@@ -72,7 +72,7 @@ class GroupMonitor:
                  recorder: SnapshotSink | None = None, clock: Callable[[], float] = time.monotonic,
                  model_pids: Callable[[str], Sequence[int]] | None = None,
                  settings_source: Callable[[], AnalyzerSettings | None] | None = None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, curves: CurveSink | None = None) -> None:
         """``model_pids``: a model's server processes when its source cannot find them (an in-process simulator).
         ``settings_source``: asked before every poll for the settings the user has now (every model's analysis).
         ``timeout_s``: the user's timeout, one deadline for every request of a poll, the list's and every model's."""
@@ -81,6 +81,7 @@ class GroupMonitor:
         self.devices = DevicePoller(gpu_source, host_source, clock=clock)
         self.settings = settings
         self.recorder = recorder
+        self.curves = curves  # the atlas of measured curves: every model's analysis reads it, the followed one feeds it
         self._clock = clock
         self._model_pids = model_pids
         self._settings_source = settings_source
@@ -106,6 +107,11 @@ class GroupMonitor:
     def follow(self, name: str | None) -> None:
         """Show this model from the next poll on (None: follow the one being chatted with again)."""
         self._pinned = name or None
+
+    def source_of(self, name: str) -> ServerSource | None:
+        """The source of one running model (None: not running, or not readable from here)."""
+        m = self._models.get(name)
+        return m.source if m is not None else None
 
     def model_snapshots(self) -> dict[str, Snapshot]:
         """The last Snapshot of every running model that was read (for exporters that show all of them)."""
@@ -170,6 +176,8 @@ class GroupMonitor:
 
     def _emit(self, snap: Snapshot) -> Snapshot:
         snap = replace(snap, seq=self._seq)
+        if self.curves is not None:
+            self.curves.observe(snap)
         self.last_snapshot = snap
         if self.recorder is not None:
             self.recorder.record(snap)
@@ -186,7 +194,8 @@ class GroupMonitor:
             except SourceError as e:
                 note = e.failure.reason
             m = self._models[name] = _Model(source, Analyzer(self.settings, clock=self._clock,
-                                                             settings_source=self._settings_source), note)
+                                                             settings_source=self._settings_source,
+                                                             curve_memory=self.curves), note)
         m.reading = None
         if listed.status in (LOADING, UNLOADING) or m.source is None:
             return
@@ -271,7 +280,7 @@ class GroupMonitor:
         """Close every model's source, the list source, the devices and the recorder (best effort)."""
         for name in list(self._models):
             self._drop(name)
-        close_quietly(self.source, self.devices, self.recorder)
+        close_quietly(self.source, self.devices, self.recorder, self.curves)
 
     def __enter__(self) -> GroupMonitor:
         return self

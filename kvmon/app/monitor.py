@@ -21,6 +21,7 @@ from typing import Protocol
 from kvmon.core.alerts import with_recording_problem
 from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
+from kvmon.core.curve_config import CurveMemory
 from kvmon.core.deadline import PollDeadline, poll_deadline
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
@@ -30,6 +31,13 @@ from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSour
 
 BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
+
+
+class CurveSink(CurveMemory, Protocol):
+    """The atlas of measured curves as a monitor sees it (``kvmon.app.atlas.SessionCurves``): its analysis reads the
+    earlier points of the configuration, and each poll's measured point is filed there."""
+
+    def observe(self, snap: Snapshot) -> None: ...
 
 
 class SnapshotSink(Protocol):
@@ -186,8 +194,9 @@ class Monitor:
                  host_source: HostSource | None = None, analyzer: Analyzer | None = None, *,
                  recorder: SnapshotSink | None = None, server_pids: Sequence[int] = (),
                  clock: Callable[[], float] = time.monotonic, host_interval_s: float = HOST_INTERVAL_S,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, curves: CurveSink | None = None) -> None:
         """``server_pids``: the server's processes when its source cannot find them (an in-process simulator).
+        ``curves``: the atlas of measured curves, given every Snapshot (its analyzer reads it too).
 
         ``clock`` timestamps readings made here (failures); give the sources the same one. ``host_interval_s``:
         the host source is read at most this often (and again whenever the server's processes change).
@@ -199,6 +208,7 @@ class Monitor:
         self.devices = DevicePoller(gpu_source, host_source, clock=clock, host_interval_s=host_interval_s)
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
+        self.curves = curves
         self.recording_problem: str | None = None  # why the recorder stopped (it is not called again)
         self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
@@ -255,6 +265,8 @@ class Monitor:
             gpus = self.devices.poll_gpus(self._server_pids)
             host = self.devices.poll_host(self._server_pids)
         snap = self.analyzer.update(server, gpus, host)
+        if self.curves is not None:
+            self.curves.observe(snap)
         problem = self._record(snap)
         if problem:
             snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
@@ -274,7 +286,7 @@ class Monitor:
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""
-        close_quietly(self.server_source, self.devices, self.recorder)
+        close_quietly(self.server_source, self.devices, self.recorder, self.curves)
 
     def __enter__(self) -> Monitor:
         return self

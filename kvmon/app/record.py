@@ -26,13 +26,28 @@ class RecordSwitch:
         self.problem: str | None = None
 
     def start(self, path: str, url: str | None = None) -> None:
-        """Record from the next snapshot on to ``path`` (appending); raises OSError when it cannot be opened."""
+        """Record from the next snapshot on to ``path`` (appending to a kvmon recording); raises OSError when it
+        cannot be opened or written, or is no file to record to (``kvmon.core.recorder.RecordingRefused``)."""
         from kvmon.core.recorder import Recorder
 
         rec = Recorder(path, source_url=scrub(url or self.url or "") or None)
         with self._lock:
             old, self._rec, self.path, self.problem = self._rec, rec, path, None
         _close_quietly(old)
+
+    def try_start(self, path: str, url: str | None = None) -> str | None:
+        """``start``, but a recording that cannot start is no reason to stop monitoring: it becomes this switch's
+        ``problem`` (every snapshot then carries the alert that says so), returned in the user's words."""
+        try:
+            self.start(path, url)
+        except OSError as exc:
+            why = exc.strerror if exc.strerror else str(exc)
+            with self._lock:
+                old, self._rec, self.path = self._rec, None, None
+                self.problem = f"cannot record to {os.path.basename(path) or path} ({why})"
+            _close_quietly(old)
+            return self.problem
+        return None
 
     def stop(self) -> None:
         """Stop recording; every line written is on disk."""

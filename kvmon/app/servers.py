@@ -113,7 +113,8 @@ def busiest(snapshots: Mapping[str, Snapshot | None]) -> str | None:
 def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
     """The servers of a dashboard started with these arguments (see the module docstring).
 
-    ``--record FILE`` records the first server. Raises OSError when that file cannot be opened.
+    ``--record FILE`` records the first server; a file that cannot be recorded to is that server's recording
+    problem (``RecordSwitch.try_start``): the dashboard runs all the same.
     """
     timeout_s = float(getattr(args, "timeout", 3.0) or 3.0)
     log_path = getattr(args, "log", None)
@@ -143,11 +144,7 @@ def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
     for w in servers:
         w.session.recorder.url = w.session.url
     path = getattr(args, "record", None)
-    if path:
-        try:
-            servers.first.session.recorder.start(path)
-        except OSError:
-            servers.close()
-            raise
+    if path:  # a recording that cannot start is an alert on the first server, never the end of the dashboard
+        servers.first.session.recorder.try_start(path)
     return servers
 

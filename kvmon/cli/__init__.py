@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from kvmon import __version__
 from kvmon.resources import NAMED
 
-SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve")
+SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve", "sweep", "compare")
 TIMEOUT_S = 3.0
 TIMEOUT_HELP = ("seconds a poll waits on the server, all its requests together (default %(default)g); an endpoint "
                 "that hangs costs at most this once, then is asked with a short limit while the rest is read")
@@ -85,9 +85,14 @@ def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
                         "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
 
 
+API_KEY_HELP = ("API key for the server. Every user of this machine can read a command line (ps, /proc): prefer "
+                "the environment variable KVMON_API_KEY, or the dashboard's Tools > Settings (kept in the system "
+                "keychain)")
+
+
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
-    p.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    p.add_argument("--api-key", default=None, help=API_KEY_HELP)
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
     p.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
@@ -189,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--url", action="append", default=[], dest="urls", metavar="URL",
                        help="one more server to watch (repeatable); every series carries its server label")
 
+    from kvmon.cli import compare, sweep  # their arguments only: the work loads when they run
+
+    sweep.add_parser(sub, _add_connection_args)
+    compare.add_parser(sub)
+
     # The dashboard (no subcommand).
     parser.add_argument("--demo", nargs="?", const="seed-3090x2", default=None, metavar="SCENARIO",
                         help="open the dashboard on the built-in simulator (default seed-3090x2; the scenarios "
@@ -207,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--print-path", choices=sorted(NAMED), default=None, metavar="NAME",
                          help="print where this installation keeps a file and exit: grafana (the fleet dashboard), "
                               "prometheus-rules (alerting rules), desktop, metainfo, icon, resources (the folder)")
-    parser.add_argument("--api-key", default=None, help="API key for the server (or env KVMON_API_KEY)")
+    parser.add_argument("--api-key", default=None, help=API_KEY_HELP)
     parser.add_argument("--log", default=None, metavar="FILE",
                         help="the server's log file (start llama-server with -lv 4)")
     parser.add_argument("--devices", default=None, metavar="URL",
@@ -275,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvmon.cli.serve import run as run_serve
 
         return run_serve(args)
+    if args.command in ("sweep", "compare"):
+        from importlib import import_module
+
+        return int(import_module(f"kvmon.cli.{args.command}").run(args))
     if args.print_path is not None:
         return _print_path(args.print_path)
     if args.install_desktop or args.uninstall_desktop:

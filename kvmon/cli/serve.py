@@ -4,7 +4,8 @@ Each watched server has its own poll thread running ``Monitor.poll()`` every int
 Snapshot; every series of a server carries its ``server`` label (its URL, no credentials). With several servers this
 machine's GPUs and host are read once, on a thread of their own. A prometheus_client collector turns the Snapshots
 into metric families (``kvmon.core.report_prometheus``) when Prometheus scrapes ``/metrics``
-(``kvmon.cli.scrape_server``: a few workers, the system's full backlog, one render per poll). A scrape never touches
+(``kvmon.cli.scrape_server``: prometheus_client's server, guarded against slow and idle clients, one render per
+poll). A scrape never touches
 the model server. A server that cannot be read (or detected) yet is retried every interval; only a bad URL
 or address ends the command. Unknown values (None, NaN) are left out (an absent series), never exported as 0.
 Metric list and a scrape config: ``docs/exporter.md``. No Qt is loaded on this path.
@@ -108,7 +109,8 @@ class SnapshotCollector(Collector):
         f = Families()
         f.counter("kvmon_exporter_polls", "Polls of the model servers since the exporter started.",
                   sum(st.polls for st in states))
-        f.counter("kvmon_exporter_poll_errors", "Polls that failed inside kvmon (a bug, not the server).",
+        f.counter("kvmon_exporter_poll_errors", "Polls that read no server: it failed (kvmon_up's status says how) "
+                  "or kvmon did.",
                   sum(st.errors for st in states))
         f.gauge("kvmon_exporter_poll_duration_seconds", "How long the slowest last poll took.", (), (),
                 max(durations) if durations else None)
@@ -220,7 +222,7 @@ class Exporter:
             except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
                 snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
                                         t_wall=time.time(), last=prev)
-                target.store.eat(snap, duration_s=max(0.0, self._clock() - t0))
+                target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=True)
                 self._refresh_view()
                 return snap
         try:
@@ -230,7 +232,8 @@ class Exporter:
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
                                     last=prev)
-        target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=error)
+        # a poll that read no server is an error too: the server's (kvmon_up says why) or kvmon's own
+        target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=error or not snap.server_read)
         self._refresh_view()
         return snap
 

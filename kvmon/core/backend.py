@@ -16,6 +16,8 @@ _WORDS: dict[str, Any] = {
     "label": None,
     # "module:callable" (url, **options) -> source; None: detected but not read
     "source": None,
+    # "module:callable" (url, api_key=, model_id=) -> how a depth sweep drives it; None: kvmon cannot sweep it
+    "sweep": None,
     # where it listens when its command line does not say, in the order to try
     "ports": (),
     # how its context size is set ("-c", "num_ctx", "--max-model-len", ...)
@@ -52,6 +54,7 @@ class Backend(str):
 
     label: str | None
     source: str | None
+    sweep: str | None
     ports: tuple[int, ...]
     context_setting: str
     offload_setting: str | None

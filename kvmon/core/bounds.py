@@ -18,7 +18,8 @@ MAX_CONTEXT_TOKENS = 2**32 - 1
 # anywhere near this many.
 MAX_SLOTS = 65_536
 # One conversation's decode: every token is at least one pass through the model's layers, each at least one kernel
-# launch (microseconds on any GPU), so no stream generates 100,000 tokens a second.
+# launch (microseconds on any GPU), so no stream generates 100,000 tokens a second; nor do a server's slots together
+# (batched decode on the largest machines reaches tens of thousands).
 MAX_DECODE_TOK_S = 100_000.0
 # Prompt processing is batched, but still bounded by compute: 10^7 tokens a second is far past any device.
 MAX_PREFILL_TOK_S = 10_000_000.0

@@ -6,8 +6,11 @@ kvmon reads has wider integers) are unknown; a float with a fraction is not an i
 value is unknown, because counts, sizes, durations and rates never are, except where the field is ``signed``
 (llama-server writes -1 on purpose: ``n_remain`` for "no limit", ``id_task`` for "no task"). Unknown is ``None``,
 never 0. Text: lone surrogates (what a JSON ``\\ud800`` escape or an undecodable file name gives, and what no
-encoder will write) become U+FFFD. ``parse_json`` applies both to a whole document and fails only with
-``InputError``. Physical bounds (how large a context or a rate can be) live in ``kvmon.core.bounds``.
+encoder will write) become U+FFFD; a name, a version or any other text kvmon shows (``json_str``) is also made
+plain (``kvmon.core.sanitize``: no control character, no bidirectional override), while text kvmon only acts on
+(a command line to parse, a path to open, a URL to ask: ``json_text``) keeps every character. ``parse_json``
+applies the number rules and the surrogate rule to a whole document and fails only with ``InputError``. Physical
+bounds (how large a context or a rate can be) live in ``kvmon.core.bounds``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import json
 import math
 import re
 from typing import Any
+
+from kvmon.core.sanitize import plain_text
 
 MAX_INT = 2**64 - 1  # the widest integer any source writes (GGUF's uint64, llama-server's counters)
 MAX_NUMBER = float(2**64)
@@ -86,7 +91,13 @@ def clean_text(text: str) -> str:
 
 
 def json_str(value: Any) -> str | None:
-    """A non-empty string (lone surrogates replaced), else None."""
+    """A non-empty string as plain text (``kvmon.core.sanitize.plain_text``: what kvmon may show), else None."""
+    return plain_text(value) if isinstance(value, str) and value else None
+
+
+def json_text(value: Any) -> str | None:
+    """A non-empty string with every character kept (lone surrogates replaced), else None: a command line, a path
+    or a URL that kvmon parses, opens or asks, never shows as it is."""
     return clean_text(value) if isinstance(value, str) and value else None
 
 

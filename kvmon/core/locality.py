@@ -8,6 +8,7 @@ reach it" (a loopback address), for the warning a command gives when it listens 
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
 
@@ -60,3 +61,20 @@ def is_loopback_host(host: str | None) -> bool:
         return False
     h = host.strip("[]").lower()
     return h in LOOPBACK_NAMES or h.startswith("127.")
+
+
+def host_header_allowed(host_header: str | None) -> bool:
+    """Whether a server listening on loopback answers a request with this ``Host`` header: a loopback name or
+    address, or this machine's own name (any port), so that a web page's script cannot reach it under a name of
+    its own that resolves to 127.0.0.1 (DNS rebinding). A request without one (HTTP/1.0) comes from no browser."""
+    if host_header is None:
+        return True
+    h = host_header.strip()
+    host = h[1:h.find("]")] if h.startswith("[") and "]" in h else (h.rsplit(":", 1)[0] if h.count(":") == 1 else h)
+    host = host.rstrip(".").lower()
+    if host in LOOPBACK_NAMES or host.endswith(".localhost") or host == socket.gethostname().lower():
+        return True  # (``*.localhost`` is loopback by RFC 6761; this machine's own name maps to 127.0.1.1 on Debian)
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only the loopback names above (a name like 127.0.0.1.example.com is a name)
+        return False

@@ -171,6 +171,10 @@ class SlotRateTracker:
 
         decode = _sum(per_decode.values())
         prefill = _sum(per_prefill.values())
+        if decode is not None and decode > MAX_DECODE_TOK_S:  # each slot plausible, their sum not (10,000 slots)
+            self._reasons["decode_tok_s"] = implausible(f"the decode of {len(reading.slots):,} slots together",
+                                                        decode, MAX_DECODE_TOK_S)
+            decode = None
         source: str | None = None
         if reading.slots:  # Ollama's child llama-server or a proxy also report slots: keep their name
             source = reading.live_rate_source if reading.live_rate_source not in (None, "metrics") else "slots"

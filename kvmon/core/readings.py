@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.sanitize import plain_text
+
 
 class FailureKind(str, enum.Enum):
     """Why a poll produced no reading (or only part of one)."""
@@ -73,12 +75,16 @@ def position_counts(metrics: Mapping[str, float], name: str) -> tuple[float, ...
 
 @dataclass(frozen=True)
 class SourceFailure:
-    """A typed failure with a one-line human reason (never contains credentials)."""
+    """A typed failure with a one-line human reason (never contains credentials). The reason may quote a server's
+    own error text: it is kept as plain text (``kvmon.core.sanitize``), whoever shows it."""
 
     kind: FailureKind
     reason: str
     endpoint: str | None = None
     status_code: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", plain_text(self.reason))
 
     def __str__(self) -> str:
         return self.reason

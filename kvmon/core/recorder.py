@@ -13,11 +13,12 @@ type, an integer past 64 bits, a clock no calendar holds or nesting without end 
 from __future__ import annotations
 
 import dataclasses
-import enum
+import errno
 import json
 import math
+import os
+import stat
 import time
-import types
 import typing
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,236 +27,29 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvmon import __version__
-from kvmon.core.jsonvals import MAX_INT, InputError, clean_text, parse_json
+from kvmon.core.jsonvals import InputError, parse_json
+from kvmon.core.plain_values import RecordingLineError, from_plain, to_plain
 from kvmon.core.snapshot import Activity, ConnectionStatus, Snapshot
 from kvmon.core.verdict import decided
 
 SCHEMA_VERSION = 1
 HEADER_KEY = "kvmon_recording"
 MAX_LINE_CHARS = 16 * 1024 * 1024  # a snapshot line is a few KB; a longer one is skipped unread
+MAX_HEADER_BYTES = 64 * 1024
+MAX_REPORTED = 1000  # unreadable lines kept by number and reason (all are counted)
 MAX_T_WALL = 1e11  # Unix seconds: past the year 5000, no clock a snapshot came from
-_FLOAT_TAGS = frozenset({"nan", "inf", "-inf"})
 
 
 class RecordingError(ValueError):
     """A file that is not a kvmon recording (or one of a newer, unknown schema)."""
 
 
-class RecordingLineError(ValueError):
-    """One line of a recording that is not a snapshot this kvmon can rebuild: skipped, with this as the reason."""
+class RecordingRefused(OSError):
+    """``--record`` to a path kvmon will not append to: a file that is not a kvmon recording, a symbolic link, a
+    folder, a FIFO or a socket. An OSError, so that every "cannot record" path reports it the same way."""
 
-
-def _encode_float(x: float) -> Any:
-    # JSON has no NaN/Infinity; keep them as tagged strings so the round trip stays exact.
-    if math.isfinite(x):
-        return x
-    return {"__float__": repr(x)}
-
-
-def to_plain(value: Any) -> Any:
-    """A dataclass/enum/tuple/mapping tree as JSON-ready plain values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not f.metadata.get("transient")}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, float):
-        return _encode_float(value)
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [to_plain(v) for v in value]
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    h = _HINTS.get(cls)
-    if h is None:
-        h = _HINTS[cls] = typing.get_type_hints(cls)
-    return h
-
-
-def _tagged_float(value: Any) -> float | None:
-    """``{"__float__": "nan"}`` (how NaN and the infinities are written) as the float, else None."""
-    if isinstance(value, dict) and len(value) == 1 and "__float__" in value:
-        tag = value["__float__"]
-        if isinstance(tag, str) and tag.strip().lower() in _FLOAT_TAGS:
-            return float(tag)
-        raise RecordingLineError(f"a tagged float of {tag!r}")
-    return None
-
-
-def _number(tp: type, value: Any) -> Any:
-    if isinstance(value, bool):
-        raise RecordingLineError(f"{value!r} where a number belongs")
-    if tp is float:
-        tagged = _tagged_float(value)
-        if tagged is not None:
-            return tagged
-        if isinstance(value, (int, float)):
-            try:
-                return float(value)
-            except OverflowError:
-                raise RecordingLineError("a number past any float") from None
-    elif isinstance(value, int) and abs(value) <= MAX_INT:
-        return value
-    raise RecordingLineError(f"{type(value).__name__} where {tp.__name__} belongs")
-
-
-def from_plain(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` (as annotated on the Snapshot dataclasses) from plain JSON.
-
-    Raises RecordingLineError when ``value`` does not fit ``tp``: every scalar is checked, text is made valid.
-    """
-    return _converter(tp)(value)
-
-
-_Convert = Callable[[Any], Any]
-_CONVERTERS: dict[Any, _Convert] = {}
-
-
-def _converter(tp: Any) -> _Convert:
-    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
-    conv = _CONVERTERS.get(tp)
-    if conv is None:
-        conv = _CONVERTERS[tp] = _make_converter(tp)
-    return conv
-
-
-def _null(_value: Any) -> Any:
-    raise RecordingLineError("null where a value belongs")
-
-
-def _make_converter(tp: Any) -> _Convert:
-    if tp is Any:
-        return lambda v: v
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        optional = type(None) in args
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            inner = _converter(rest[0])
-
-            def one(v: Any) -> Any:
-                if v is None:
-                    if optional:
-                        return None
-                    raise RecordingLineError("null where a value belongs")
-                return inner(v)
-            return one
-        choices = [(a, _converter(a)) for a in rest]
-        last = choices[-1][1]
-
-        def union(v: Any) -> Any:
-            if v is None:
-                if optional:
-                    return None
-                raise RecordingLineError("null where a value belongs")
-            for a, conv in choices:  # e.g. int | float: JSON's own type, when one fits
-                if isinstance(a, type) and isinstance(v, a) and not isinstance(v, bool):
-                    return conv(v)
-            return last(v)
-        return union
-    if tp is float:
-        def real(v: Any) -> Any:
-            if type(v) is float:  # what JSON gives (NaN and the infinities come tagged)
-                return v
-            return _null(v) if v is None else _number(float, v)
-        return real
-    if tp is int:
-        def integer(v: Any) -> Any:
-            if type(v) is int and -MAX_INT <= v <= MAX_INT:
-                return v
-            return _null(v) if v is None else _number(int, v)
-        return integer
-    if tp is bool:
-        def boolean(v: Any) -> Any:
-            if isinstance(v, bool):
-                return v
-            if v is None:
-                _null(v)
-            raise RecordingLineError(f"{type(v).__name__} where a bool belongs")
-        return boolean
-    if tp is str:
-        def text(v: Any) -> Any:
-            if isinstance(v, str):
-                return clean_text(v)
-            if v is None:
-                _null(v)
-            raise RecordingLineError(f"{type(v).__name__} where text belongs")
-        return text
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = _hints(tp)
-        fields_ = [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(tp)]
-        cls = tp
-
-        def record(v: Any) -> Any:
-            if v is None:
-                _null(v)
-            if not isinstance(v, dict):
-                raise RecordingLineError(f"{type(v).__name__} where {cls.__name__} belongs")
-            kwargs = {name: conv(v[name]) for name, conv in fields_ if name in v}
-            try:
-                return cls(**kwargs)
-            except TypeError as e:  # a required field missing
-                raise RecordingLineError(f"{cls.__name__}: {e}") from None
-        return record
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        def member(v: Any) -> Any:
-            if v is None:
-                _null(v)
-            try:
-                return tp(v)
-            except (ValueError, TypeError):
-                raise RecordingLineError(f"{v!r} is no {tp.__name__}") from None
-        return member
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            item = _converter(args[0])
-
-            def items(v: Any) -> Any:
-                if not isinstance(v, list):
-                    if v is None:
-                        _null(v)
-                    raise RecordingLineError(f"{type(v).__name__} where a list belongs")
-                return tuple([item(x) for x in v])
-            return items
-        convs = [_converter(a) for a in args]
-
-        def fixed(v: Any) -> Any:
-            if not isinstance(v, list):
-                if v is None:
-                    _null(v)
-                raise RecordingLineError(f"{type(v).__name__} where a list belongs")
-            if len(v) != len(convs):
-                raise RecordingLineError(f"{len(v)} items where {len(convs)} belong")
-            return tuple(c(x) for c, x in zip(convs, v, strict=True))
-        if len(convs) != 2:
-            return fixed
-        first, second = convs
-
-        def pair(v: Any) -> Any:  # the (context, tok/s) pairs of a ceiling curve: many in every line
-            if type(v) is list and len(v) == 2:
-                return first(v[0]), second(v[1])
-            return fixed(v)
-        return pair
-    if origin in (Mapping, dict, typing.Mapping, typing.Dict):  # noqa: UP006
-        args = typing.get_args(tp)
-        val = _converter(args[1] if len(args) == 2 else Any)
-
-        def mapping(v: Any) -> Any:
-            if not isinstance(v, dict):
-                if v is None:
-                    _null(v)
-                raise RecordingLineError(f"{type(v).__name__} where an object belongs")
-            return {clean_text(k): val(x) for k, x in v.items()}
-        return mapping
-    return lambda v: _null(v) if v is None else v
+    def __init__(self, path: str | Path, why: str) -> None:
+        super().__init__(errno.EINVAL, why, str(path))
 
 
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
@@ -294,18 +88,43 @@ def _recorded_activity(s: Snapshot) -> Activity | None:
 
 
 class Recorder:
-    """Appends Snapshots to a JSONL file, one flushed line each."""
+    """Appends Snapshots to a JSONL file, one flushed line each.
+
+    Only to a new file, an empty one, or a kvmon recording of this schema (never through a symbolic link): anything
+    else raises RecordingRefused. A recording whose last line was cut off (a killed process) gets its next
+    snapshot on a line of its own. Raises OSError when the file cannot be opened or its first line written.
+    """
 
     def __init__(self, path: str | Path, *, source_url: str | None = None) -> None:
         self.path = Path(path)
-        # backslashreplace: a lone surrogate that slipped past the sources is written as its JSON escape (read back
-        # as U+FFFD) instead of stopping the recording
-        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8", errors="backslashreplace")
+        fd = _open_for_recording(self.path)
+        try:
+            torn = _check_appendable(fd, self.path)
+            # backslashreplace: a lone surrogate that slipped past the sources is written as its JSON escape (read
+            # back as U+FFFD) instead of stopping the recording
+            self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+        except BaseException:
+            os.close(fd)
+            raise
         self.lines_written = 0
-        if self._fh.tell() == 0:
-            header = {HEADER_KEY: SCHEMA_VERSION, "kvmon_version": __version__,
-                      "created_wall": time.time(), "url": source_url}
-            self._write(header)
+        try:
+            if torn:
+                self._fh.write("\n")  # the cut line stays incomplete (skipped on replay); the next starts afresh
+                self._fh.flush()
+            if os.fstat(fd).st_size == 0:
+                header = {HEADER_KEY: SCHEMA_VERSION, "kvmon_version": __version__,
+                          "created_wall": time.time(), "url": source_url}
+                self._write(header)
+        except BaseException:
+            self.close_quietly()
+            raise
+
+    def close_quietly(self) -> None:
+        """Close a file whose last flush may fail (a full disk)."""
+        try:
+            self.close()
+        except OSError:
+            self._fh = None
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         assert self._fh is not None
@@ -332,37 +151,99 @@ class Recorder:
         self.close()
 
 
+_RECORD_FLAGS = (os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+
+
+def _open_for_recording(path: Path) -> int:
+    """The file to record to, opened for appending: never through a symbolic link, never waiting for a FIFO."""
+    if path.is_symlink():
+        raise RecordingRefused(path, "it is a symbolic link: kvmon records only to a file of its own")
+    try:
+        fd = os.open(path, _RECORD_FLAGS, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RecordingRefused(path, "it is a symbolic link: kvmon records only to a file of its own") from None
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO nobody reads, a folder
+            raise RecordingRefused(path, "it is not a file") from None
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _check_appendable(fd: int, path: Path) -> bool:
+    """Refuse what is not a file kvmon may append snapshots to; whether its last line was cut off."""
+    st = os.fstat(fd)
+    if stat.S_ISCHR(st.st_mode):
+        return False  # /dev/null: nothing to read back; /dev/full: the first write says the disk is full
+    if not stat.S_ISREG(st.st_mode):
+        raise RecordingRefused(path, "it is not a file (a FIFO, a socket or a folder)")
+    if st.st_size == 0:
+        return False
+    first = os.pread(fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)[0]
+    try:
+        header = parse_json(first)
+    except InputError:
+        header = None
+    if not isinstance(header, dict) or HEADER_KEY not in header:
+        raise RecordingRefused(path, "it is not a kvmon recording: not appending snapshots to it")
+    if header[HEADER_KEY] != SCHEMA_VERSION:
+        raise RecordingRefused(path, f"it is a recording of schema {header[HEADER_KEY]!r}; this kvmon writes "
+                                     f"{SCHEMA_VERSION}")
+    return os.pread(fd, 1, st.st_size - 1) != b"\n"
+
+
 @dataclass(frozen=True)
 class Recording:
     """A recording read back: its header, the Snapshots, and the lines that could not be read."""
 
     header: Mapping[str, Any]
     snapshots: Sequence[Snapshot]  # a tuple, or with ``lazy`` the file's RecordedSnapshots
-    skipped_lines: tuple[int, ...] = ()  # 1-based line numbers
-    reasons: tuple[str, ...] = field(default=())
+    skipped_lines: tuple[int, ...] = ()  # 1-based line numbers (the first MAX_REPORTED)
+    reasons: tuple[str, ...] = field(default=())  # (the first MAX_REPORTED)
+    skipped_count: int = 0  # every line that could not be read (blank lines are not counted: they hold nothing)
 
 
-def _lines(fh: IO[bytes]) -> Iterator[tuple[int, str, bool]]:
-    """(offset, line, whole) for each line: one longer than MAX_LINE_CHARS comes as "" and not whole, unread past
-    the limit. Bytes that are not UTF-8 read as U+FFFD."""
-    while True:
-        offset = fh.tell()
-        raw = fh.readline(MAX_LINE_CHARS + 1)
-        if not raw:
-            return
-        if len(raw) > MAX_LINE_CHARS and not raw.endswith(b"\n"):
-            while (rest := fh.readline(MAX_LINE_CHARS + 1)) and not rest.endswith(b"\n"):
-                pass
-            yield offset, "", False
+def _lines(fh: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, int, str, bool]]:
+    """(line number, offset, line, whole) for each line from the file's position on (numbered from ``lineno``),
+    blank lines passed over at the cost of reading them (they hold nothing, and a file may hold millions); one
+    longer than MAX_LINE_CHARS comes as "" and not whole, unread past the limit. Bytes that are not UTF-8 read as
+    U+FFFD."""
+    offset = fh.tell()
+    n = lineno - 1
+    readline = fh.readline
+    while raw := readline(MAX_LINE_CHARS + 1):
+        n += 1
+        at, offset = offset, offset + len(raw)
+        if raw.isspace():
             continue
-        yield offset, raw.decode("utf-8", errors="replace"), True
+        if len(raw) > MAX_LINE_CHARS and not raw.endswith(b"\n"):
+            while (rest := readline(MAX_LINE_CHARS + 1)) and not rest.endswith(b"\n"):
+                offset += len(rest)
+            offset += len(rest)
+            yield n, at, "", False
+            continue
+        yield n, at, raw.decode("utf-8", errors="replace"), True
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 def _open(p: Path) -> IO[bytes]:
+    """The recording at ``p`` for reading: a regular file only, opened without waiting (a FIFO would block open()
+    and every read for as long as nobody writes to it; a device may never end)."""
     try:
-        return p.open("rb")
+        fd = os.open(p, _READ_FLAGS)
     except OSError as exc:
         raise RecordingError(f"cannot open recording {p.name}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordingError(f"{p.name} is not a recording file (a FIFO, a device, a socket or a folder)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _line_snapshot(n: int, line: str, whole: bool) -> tuple[Snapshot | None, str | None]:
@@ -393,7 +274,7 @@ def _scan(path: str | Path) -> Iterator[tuple[int, int, Snapshot | None, str | N
             raise RecordingError(f"{p.name} has recording schema {header[HEADER_KEY]!r}; "
                                  f"this kvmon reads up to {SCHEMA_VERSION}")
         yield 1, 0, None, json.dumps(header)
-        for n, (offset, line, whole) in enumerate(_lines(fh), start=2):
+        for n, offset, line, whole in _lines(fh, 2):
             snap, why = _line_snapshot(n, line, whole)
             yield n, offset, snap, why
 
@@ -418,13 +299,16 @@ def read_recording(path: str | Path, *, lazy: bool = False,
     code_sets: dict[frozenset[str], int] = {}
     skipped: list[int] = []
     reasons: list[str] = []
+    skipped_count = 0
     for n, offset, snap, why in _scan(path):
         if n == 1:
             header = json.loads(why or "{}")
             continue
         if snap is None:
-            skipped.append(n)
-            reasons.append(why or f"line {n}")
+            skipped_count += 1
+            if len(skipped) < MAX_REPORTED:  # a file of a million bad lines costs a count, not a million reasons
+                skipped.append(n)
+                reasons.append(why or f"line {n}")
             continue
         if each is not None:
             each(snap)
@@ -437,7 +321,8 @@ def read_recording(path: str | Path, *, lazy: bool = False,
             snaps.append(snap)
     held: Sequence[Snapshot] = (RecordedSnapshots(Path(path), offsets, lines, times, codes, tuple(code_sets))
                                 if lazy else tuple(snaps))
-    return Recording(header=header, snapshots=held, skipped_lines=tuple(skipped), reasons=tuple(reasons))
+    return Recording(header=header, snapshots=held, skipped_lines=tuple(skipped), reasons=tuple(reasons),
+                     skipped_count=skipped_count)
 
 
 class RecordedSnapshots(Sequence[Snapshot]):
@@ -483,7 +368,7 @@ class RecordedSnapshots(Sequence[Snapshot]):
     def _read(self, fh: IO[bytes], i: int) -> Snapshot:
         fh.seek(self._offsets[i])
         got = next(_lines(fh), None)  # None: the file is shorter now
-        line, whole = (got[1], got[2]) if got is not None else ("", True)
+        line, whole = (got[2], got[3]) if got is not None else ("", True)
         snap, why = _line_snapshot(self._lines[i], line, whole)
         if snap is None:
             raise RecordingError(f"{self.path.name} changed on disk since it was opened: {why}")

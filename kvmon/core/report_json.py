@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvmon import __version__
+from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
 from kvmon.core.jsonvals import clean_text
 from kvmon.core.snapshot import LastDecode, Snapshot
@@ -231,6 +232,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                                                "ttft_lower_bound", "replies_at_least")
         },
         "serving": _serving(s),
+        "atlas": atlas_json(s.atlas),
         "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
         "verdict": None if s.verdict is None else {"level": s.verdict.level, "state": s.verdict.state,
                                                    "sentence": s.verdict.sentence, "cause": s.verdict.cause},

@@ -17,12 +17,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from kvmon import __version__
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
-from kvmon.core.jsonvals import clean_text
+from kvmon.core.sanitize import plain_text
 from kvmon.core.snapshot import ConnectionStatus, GpuView, HostView, Snapshot
 
 SERVER_LABELS = ("server", "backend", "model")
 GPU_LABELS = ("gpu", "gpu_name")
 SERVER_GPU_LABELS = ("server", "gpu", "gpu_name")  # one server's share of one GPU
+# Per-slot series for at most this many slots (the lowest ids): a server reporting 10,000 slots made every scrape
+# 40,001 series and 5.5 MB. Every aggregate (kvmon_slots, the context, the speeds) counts all of them.
+MAX_SLOT_SERIES = 64
 DEVICE_INFO_LABELS = ("kind", "vendor", "source", "log_name", "bandwidth_source", "working_set_source", "vendor_index",
                       "pci_bus_id", "memory_type")
 
@@ -53,7 +56,7 @@ class Families:
         if fam is None:
             fam = GaugeMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
-        fam.add_metric([clean_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]
 
     def counter(self, name: str, doc: str, value: float) -> None:
         """A label-less counter (exported as ``name_total``)."""
@@ -71,7 +74,7 @@ class Families:
             fam = HistogramMetricFamily(name, doc, labels=list(labels))
             self._by_name[name] = fam
         buckets = [(f"{b:g}", c) for b, c in zip(bounds, cumulative[:-1], strict=True)] + [("+Inf", cumulative[-1])]
-        fam.add_metric([clean_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
+        fam.add_metric([plain_text(x) for x in values], buckets, sum_value)  # type: ignore[attr-defined]
 
     def all(self) -> list[Metric]:
         return list(self._by_name.values())
@@ -94,7 +97,7 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
                 (*L, "arch", "quantization", "kv_type_k", "kv_type_v", "server_version"),
                 (*lv, m.arch or "", m.quantization or "", m.kv_type_k or "", m.kv_type_v or "", s.server_version or ""),
                 1)
-    for sl in s.slots:
+    for sl in sorted(s.slots, key=lambda sl: sl.id)[:MAX_SLOT_SERIES]:  # the aggregates above cover every slot
         sv = (*lv, str(sl.id))
         SL = (*L, "slot")
         g("kvmon_slot_context_tokens", "Positions in context of one slot.", SL, sv, sl.context_tokens)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.curve_config import AtlasView
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -411,6 +412,8 @@ class Snapshot:
     last_decode: LastDecode | None = None
     decode_before: LastDecode | None = None
     verdict: Verdict | None = None  # the headline's news (None only for a Snapshot made outside the analysis)
+    # what the atlas remembers of this configuration (earlier points, this session's sweeps); None: no atlas kept
+    atlas: AtlasView | None = field(default=None, compare=False, metadata=TRANSIENT)
 
     @property
     def server_read(self) -> bool:

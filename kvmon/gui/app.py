@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6 import QtCore, QtWidgets
 
-from kvmon.app.endings import STOP_SIGNALS, catchable
+from kvmon.app.endings import STOP_SIGNALS, catchable, stop_on_signals
 from kvmon.gui import theme
 
 if TYPE_CHECKING:
@@ -182,16 +182,21 @@ class Dashboard:
         args, settings, win = self.args, self.settings, self.win
         try:
             servers = self.servers = choose_servers(args, self.api_key)
-        except Exception as exc:  # e.g. the recording's file cannot be opened
+        except Exception as exc:  # e.g. a --devices URL that is no URL
             print(f"kvmon: {exc}", file=sys.stderr)
             self._failed(2)
             return
         ctl = self.controller = watch_servers(
             win, servers, settings, self.interval_s, api_key=self.api_key,
             timeout_s=float(getattr(args, "timeout", None) or 3.0), cli_bandwidths=getattr(args, "bandwidth", None))
+        notes = list(settings.notices)  # e.g. a key file others could read, made the user's alone
         if getattr(args, "record", None):
-            win.set_recording(args.record)
-        for note in settings.notices:  # e.g. a key file others could read, made the user's alone
+            problem = servers.first.session.recorder.problem  # the file could not be recorded to: the alert says so
+            if problem:
+                notes.append(f"Not recording: {problem}; the monitoring goes on")
+            else:
+                win.set_recording(args.record)
+        for note in notes:
             print(f"kvmon: {note}", file=sys.stderr)
             win.statusBar().showMessage(note, 20000)
         ctl.start()
@@ -232,7 +237,7 @@ def run_replay(args: argparse.Namespace) -> int:
         if not rec.snapshots:
             print(f"kvmon: {args.file} holds no snapshots", file=sys.stderr)
             return 2
-        skipped = f" ({len(rec.skipped_lines)} unreadable lines skipped)" if rec.skipped_lines else ""
+        skipped = f" ({rec.skipped_count} unreadable lines skipped)" if rec.skipped_count else ""
         from kvmon.core.recording_csv import write_csv
 
         try:
@@ -248,8 +253,20 @@ def run_replay(args: argparse.Namespace) -> int:
     if status is not None:
         return status
     app = ensure_app(sys.argv[:1])
+    asked: list[bool] = []
+
+    def stop_reading() -> None:  # the reading is Python: raising here ends it where it is
+        asked.append(True)
+        raise _ReadingStopped
+
     try:
-        win, _ctl = open_replay(args.file)
+        with stop_on_signals(stop_reading):  # SIGTERM while the file is read ends the replay cleanly
+            win, _ctl = open_replay(args.file)
+        if asked:  # the signal came inside Qt, which swallowed the exception: stop now
+            win.close()
+            return 0
+    except _ReadingStopped:
+        return 0
     except (OSError, RecordingError) as exc:
         print(f"kvmon: cannot replay {args.file}: {exc}", file=sys.stderr)
         return 2
@@ -259,6 +276,10 @@ def run_replay(args: argparse.Namespace) -> int:
         return app.exec()
     finally:
         restore()
+
+
+class _ReadingStopped(Exception):
+    """SIGTERM or SIGINT came while a recording was being read, before the window's loop runs."""
 
 
 def open_replay(path: str, settings: Any = None) -> tuple[Any, Any]:
@@ -288,8 +309,8 @@ def open_replay(path: str, settings: Any = None) -> tuple[Any, Any]:
     if not rec.snapshots:
         win.close()
         raise RecordingError(f"{name} holds no snapshots")
-    if rec.skipped_lines:
-        win.set_banner(f"Replay of {name} ({len(rec.skipped_lines)} unreadable lines skipped)")
+    if rec.skipped_count:
+        win.set_banner(f"Replay of {name} ({rec.skipped_count} unreadable lines skipped)")
     return win, _replay_controls(win, rec.snapshots, name, loaded=True)
 
 

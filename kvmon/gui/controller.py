@@ -57,6 +57,8 @@ class Controller(QtCore.QObject):
                                      if key in self.pollers else None)
         win.add_server_requested.connect(self.add_url)
         win.remove_server_requested.connect(self.remove)
+        # what a depth sweep drives: the shown server's monitor, and the key the user gave
+        win.monitor_of = lambda: (self._current().worker.monitor, self.api_key or self.settings.api_key)
 
     def _current(self) -> Poller:
         return self.pollers[self.win.current]

@@ -20,6 +20,7 @@ from kvmon.core.snapshot import Snapshot
 from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.compact import CompactSwitch, CompactView
+from kvmon.gui.curve_actions import CurveActions
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.energy import EnergyPanel
@@ -59,7 +60,7 @@ class PlotSlot(QtWidgets.QWidget):
         self.layout().addWidget(panel)  # type: ignore[union-attr]
 
 
-class MainWindow(WatchedServers, WindowActions, CompactSwitch, QtWidgets.QMainWindow):
+class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     pause_toggled = QtCore.Signal(bool)

@@ -1,10 +1,10 @@
 """The window's menus beyond File's exports, and the tray's: every control has a menu entry, and every shortcut is
 an action (so Help ▸ Keyboard shortcuts can list them all).
 
-- File: … exports, recording, report card (``kvmon.gui.export``, the window) …, Quit
+- File: … exports, recording, report card (``kvmon.gui.export``, the window) …, Compare…, Quit
 - View: Theme (system / light / dark), Time range (5 min / 1 h / session), Panels, Compact view, Pause polling,
   Reconnect
-- Tools: What-if calculator, Settings
+- Tools: What-if calculator, Measure speed at every depth, Settings
 - Help: Keyboard shortcuts, What the numbers mean, About kvmon
 - the tray icon's menu: Show kvmon, Pause polling, Record session, Compact view, Quit
 """
@@ -62,6 +62,8 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     """Add Quit to ``file_menu`` and the View, Tools and Help menus to ``win`` (a MainWindow); the tray's menu."""
     m = Menus()
     bar = win.menuBar()
+    _action(win, m, "compare", "Co&mpare measured curves…", win.open_compare, file_menu,
+            tip="Two sweeps, recordings or remembered curves on one speed-vs-context plot")
     file_menu.addSeparator()
     _action(win, m, "quit", "&Quit", win.close, file_menu, "Ctrl+Q")
 
@@ -92,6 +94,8 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     m.menus["tools"] = tools
     _action(win, m, "whatif", "&What-if calculator…", win.show_whatif, tools, "Ctrl+I",
             tip="Another GPU, model, context or cache type: the ceiling and whether it fits")
+    _action(win, m, "sweep", "&Measure speed at every depth…", win.open_sweep, tools,
+            tip="Decode and prefill at every depth of the server shown, its cost said first")
     _action(win, m, "settings", "&Settings…", win.open_settings, tools, "Ctrl+,",
             tip="Server URL, API key, poll interval")
 

@@ -49,6 +49,11 @@ class PollWorker(QtCore.QObject):
         self._seq = 0
         self._follow: str | None = None  # the model of a router / llama-swap to show (None: the one chatted with)
 
+    @property
+    def monitor(self) -> MonitorLike | None:
+        """The monitor polling now (a depth sweep asks it where the server is; it never polls from another thread)."""
+        return self._monitor
+
     @QtCore.Slot()
     def start(self) -> None:
         """Create the timer in this thread and poll at once."""

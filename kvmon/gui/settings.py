@@ -278,6 +278,11 @@ class SettingsDialog(QtWidgets.QDialog):
         form.addRow("Poll every", self.interval)
         form.addRow("Device readings from", self.devices)
         self._add_bandwidths(form, snapshot)
+        self.forget_curves = QtWidgets.QPushButton("Forget measured curves…")
+        self.forget_curves.setToolTip("Empty the atlas of measured curves: every speed-vs-context point kvmon kept "
+                                      "from sessions and sweeps, for every configuration")
+        self.forget_curves.clicked.connect(lambda: forget_measured_curves(self))
+        form.addRow("Measured curves", self.forget_curves)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
                                              | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -375,3 +380,20 @@ def _device_placeholder(snapshot: Any) -> str:
     known = [f"{g.log_name or g.index}={g.peak_bandwidth_bytes_per_s / 1e9:.0f} ({g.bandwidth_source})"
              for g in gpus if g.peak_bandwidth_bytes_per_s]
     return ", ".join(known) if known else "e.g. CUDA0=936, 1=1008"
+
+
+def forget_measured_curves(parent: QtWidgets.QWidget, *, ask: bool = True) -> bool:
+    """Settings ▸ Forget measured curves: empty the atlas of measured curves once the user agrees; whether it did."""
+    from kvmon.app.atlas import AtlasError, default_atlas
+
+    yes = QtWidgets.QMessageBox.StandardButton.Yes
+    if ask and QtWidgets.QMessageBox.question(
+            parent, "Forget measured curves", "Forget every speed-vs-context curve kvmon measured, for every "
+            "configuration? The dashboard then shows only what it measures from now on.") != yes:
+        return False
+    try:
+        default_atlas().forget()
+    except AtlasError as exc:
+        QtWidgets.QMessageBox.warning(parent, "Forget measured curves", f"The curves could not be forgotten: {exc}")
+        return False
+    return True

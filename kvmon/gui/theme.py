@@ -17,6 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 # each one means. A severity colour (ok, info, warning, critical) is never a quantity's.
 _QUANTITIES: dict[str, tuple[str, str]] = {
     "decode": ("#64b5f6", "#1565c0"),
+    "compared": ("#4dd0e1", "#00838f"),  # the second curve of a comparison (the first is decode's)
     "forecast": ("#b39ddb", "#7e57c2"),  # where decode is heading: dotted; its band the same hue, faint (never olive)
     "prefill": ("#ce93d8", "#8e24aa"),
     "ceiling": ("#e0e0e0", "#424242"),  # a limit, not a warning: neutral and dashed

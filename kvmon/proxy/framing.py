@@ -7,7 +7,8 @@ the payload they carry. Bytes after a message's end stay for the next message (p
 accepts but a proxy forwarding raw bytes must not (a Content-Length given twice, Content-Length together with
 Transfer-Encoding, a folded header line, a request line or header ended by a bare LF instead of CRLF) is refused
 too: the upstream could read the message another way (request smuggling), or not at all. A head must arrive within
-its deadline once its first byte has; a body may go quiet for at most its idle time.
+its deadline once its first byte has (and a connection's first head within it from the accept); a body may go quiet
+for at most its idle time.
 """
 
 from __future__ import annotations
@@ -124,12 +125,13 @@ class MessageReader:
             return await self.reader.read(READ_SIZE)
         return await asyncio.wait_for(self.reader.read(READ_SIZE), timeout_s)
 
-    async def request_head(self, *, head_timeout_s: float | None = None,
-                           idle_timeout_s: float | None = None) -> Head | None:
-        """The next request's head; None when the client closed (or stayed idle past ``idle_timeout_s``) before
-        a byte of it. Raises ProtocolError (HeadTimeout past ``head_timeout_s`` from its first byte)."""
+    async def request_head(self, *, head_timeout_s: float | None = None, idle_timeout_s: float | None = None,
+                           within_s: float | None = None) -> Head | None:
+        """The next request's head; None when the client closed (or stayed idle past ``idle_timeout_s``, or sent
+        nothing within ``within_s``) before a byte of it. Raises ProtocolError (HeadTimeout past ``head_timeout_s``
+        from its first byte, or past ``within_s`` from now)."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        return await self._head(conn, "the client", head_timeout_s, idle_timeout_s)
+        return await self._head(conn, "the client", head_timeout_s, idle_timeout_s, within_s)
 
     def expect_response(self, request: h11.Request, *, request_sent: bool) -> None:
         """Get ready to read the answer to ``request`` (h11 frames a response by its request: HEAD, upgrades).
@@ -157,8 +159,9 @@ class MessageReader:
                 conn.send(h11.EndOfMessage())
 
     async def _head(self, conn: h11.Connection, who: str, head_timeout_s: float | None,
-                    idle_timeout_s: float | None) -> Head | None:
+                    idle_timeout_s: float | None, within_s: float | None = None) -> Head | None:
         loop = asyncio.get_running_loop()
+        until = None if within_s is None else loop.time() + within_s
         prior = conn.trailing_data[0]  # bytes h11 already holds (after an interim 1xx head)
         raw = bytearray(prior + self._leftover)
         fed = len(prior)
@@ -190,12 +193,15 @@ class MessageReader:
                 raise ProtocolError(f"{who} closed the connection inside an HTTP head")
             timeout = idle_timeout_s if started is None else (
                 None if head_timeout_s is None else max(0.0, head_timeout_s - (loop.time() - started)))
+            if until is not None:
+                timeout = max(0.0, until - loop.time()) if timeout is None else min(timeout, max(0.0, until
+                                                                                                 - loop.time()))
             try:
                 data = await self._read(timeout)
             except asyncio.TimeoutError:
                 if started is None:
                     return None  # idle: the client sent nothing; closed quietly
-                raise HeadTimeout(f"{who} did not finish its request head in {head_timeout_s:g} s") from None
+                raise HeadTimeout(f"{who} did not finish its request head in time ({head_timeout_s:g} s)") from None
             if not data:
                 self.eof = True
                 if not raw:

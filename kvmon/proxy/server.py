@@ -30,6 +30,7 @@ from typing import Any
 
 import h11
 
+from kvmon.core.locality import host_header_allowed, is_loopback_host
 from kvmon.proxy import UPSTREAM_TIMEOUT_S, stats
 from kvmon.proxy.framing import (
     MAX_HEAD_BYTES,
@@ -44,13 +45,14 @@ from kvmon.proxy.framing import (
     send_json,
     to_client,
 )
+from kvmon.proxy.listener import Listener
 from kvmon.proxy.meter import Meter, model_from_request
 from kvmon.proxy.upstream import DEFAULT_UPSTREAM, Upstream, connect, probe_version
 
 MAX_REQUEST_CAPTURE = 1024 * 1024  # request bytes kept to read "model" from
 RECENT_MAX = 50
 CONNECT_TIMEOUT_S = 5.0
-HEAD_TIMEOUT_S = 10.0  # a request head must be finished this long after its first byte
+HEAD_TIMEOUT_S = 5.0  # a request head must be finished this long after the accept (the first) or its first byte
 IDLE_TIMEOUT_S = 300.0  # a kept-alive client connection with no request for this long is closed
 VERSION_RETRY_S = 10.0
 PROBE_TIMEOUT_S = 5.0
@@ -85,11 +87,13 @@ class ProxyServer:
         self._version_tuple: tuple[int, ...] | None = None
         self._last_probe = -1e9
         self._probing = False
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: Listener | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ssl = ssl.create_default_context() if self.upstream.scheme == "https" else None
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._check_host = False  # listening on loopback: a Host that names no loopback is refused
 
     # -- lifecycle
 
@@ -99,20 +103,23 @@ class ProxyServer:
         return f"http://{host}:{self.port}"
 
     async def start_serving(self) -> None:
-        """Bind and start accepting (in the running loop)."""
+        """Bind and start accepting (in the running loop); raises OSError when the address cannot be had."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._client, self.host, self.port, limit=MAX_HEAD_BYTES)
-        sock = self._server.sockets[0]
-        self.port = int(sock.getsockname()[1])
+        self._listener = Listener(self.host, self.port, self._accepted)
+        self.port = self._listener.port
+        self._check_host = is_loopback_host(self.host)
+        self._accepting = self._loop.create_task(self._listener.serve())
         if self._probe_version:
             self._maybe_probe()
 
     async def serve(self) -> None:
         """Serve until cancelled."""
         await self.start_serving()
-        assert self._server is not None
-        async with self._server:
-            await self._server.serve_forever()
+        assert self._accepting is not None
+        try:
+            await self._accepting
+        finally:
+            await self._shutdown()
 
     def start(self) -> str:
         """Run on a daemon thread with its own loop; returns the listen URL once bound."""
@@ -148,15 +155,16 @@ class ProxyServer:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._accepting
         for t in list(self._conn_tasks):
             t.cancel()
         if self._conn_tasks:
             await asyncio.gather(*self._conn_tasks, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+        if self._listener is not None:
+            await self._listener.close()
 
     def stop(self) -> None:
         """Stop a proxy started with ``start()``."""
@@ -173,6 +181,10 @@ class ProxyServer:
             in_flight = [stats.in_flight_record(m, now_mono) for m in self._in_flight.values()]
             recent = list(self._recent)
             totals = dict(self._totals)
+        if self._listener is not None:
+            totals.update(accept_failures=self._listener.accept_failures,
+                          connections_refused=self._listener.admission.refused,
+                          connections_closed_waiting=self._listener.admission.evicted)
         return stats.document(upstream=self.upstream.url, upstream_kind=self.upstream_kind,
                               upstream_version=self.upstream_version, listen=self.url,
                               started_unix=self._started_unix, now_unix=now_unix, totals=totals,
@@ -231,7 +243,13 @@ class ProxyServer:
         with self._lock:
             self._totals["upstream_errors"] += 1
 
-    async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+    async def _accepted(self, sock: socket.socket, address: str, accepted_at: float) -> None:
+        """One admitted client connection, from its accept on."""
+        creader, cwriter = await asyncio.open_connection(sock=sock, limit=MAX_HEAD_BYTES)
+        await self._client(creader, cwriter, sock, accepted_at)
+
+    async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, key: object = None,
+                      accepted_at: float | None = None) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._conn_tasks.add(task)
@@ -242,11 +260,15 @@ class ProxyServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client = MessageReader(creader)
         upstream: _Link | None = None
+        admission = self._listener.admission if self._listener is not None else None
+        loop = asyncio.get_running_loop()
+        # the first request's head must be whole this long after the accept; a later one's, after its first byte
+        within = None if accepted_at is None else max(0.0, accepted_at + self.head_timeout_s - loop.time())
         try:
             while True:
                 try:
                     head = await client.request_head(head_timeout_s=self.head_timeout_s,
-                                                     idle_timeout_s=self.idle_timeout_s)
+                                                     idle_timeout_s=self.idle_timeout_s, within_s=within)
                 except HeadTimeout as e:
                     await send_error(cwriter, e.status, f"kvmon proxy: {e}")
                     return
@@ -255,8 +277,15 @@ class ProxyServer:
                     return
                 if head is None:
                     return
+                within = None
+                if admission is not None:
+                    admission.started(key)
                 req = head.event
                 assert isinstance(req, h11.Request)
+                if self._check_host and not host_header_allowed(head.get("host")):
+                    await send_error(cwriter, 403, "kvmon proxy: it listens on loopback: ask it as localhost or "
+                                                   "127.0.0.1 (Host header refused)")
+                    return
                 method, target = req.method.decode("ascii"), req.target.decode("latin-1")
                 version = "HTTP/" + req.http_version.decode("ascii")
                 if method == "GET" and target.split("?", 1)[0] == stats.STATS_PATH:
@@ -265,6 +294,8 @@ class ProxyServer:
                     keep = await send_json(cwriter, 200, self.stats(), close=head.has_token("connection", "close"))
                     if not keep:
                         return
+                    if admission is not None:
+                        admission.waiting(key)
                     continue
                 if self._probe_version:
                     self._maybe_probe()
@@ -288,6 +319,8 @@ class ProxyServer:
                 keep = await self._exchange(head, method, target, version, client, creader, cwriter, upstream)
                 if not keep:
                     return
+                if admission is not None:
+                    admission.waiting(key)
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly

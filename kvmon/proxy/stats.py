@@ -27,7 +27,8 @@ STATS_PATH = "/kvmon/stats"
 DOCUMENT_VERSION = 1  # the value of "kvmon_proxy"
 DOCUMENT_FIELDS = ("kvmon_proxy", "upstream", "upstream_kind", "upstream_version", "listen", "started_unix",
                    "now_unix", "totals", "in_flight", "recent")
-TOTALS_FIELDS = ("requests", "generations", "aborted", "upstream_errors", "bytes_to_upstream", "bytes_to_client")
+TOTALS_FIELDS = ("requests", "generations", "aborted", "upstream_errors", "bytes_to_upstream", "bytes_to_client",
+                 "accept_failures", "connections_refused", "connections_closed_waiting")
 IN_FLIGHT_FIELDS = ("id", "method", "path", "model", "started_unix", "age_s", "chunks", "tokens_so_far",
                     "first_token_after_s", "decode_tok_s")
 RECENT_FIELDS = ("id", "method", "path", "model", "status", "format", "started_unix", "finished_unix", "aborted",

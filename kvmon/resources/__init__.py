@@ -1,8 +1,9 @@
 """kvmon's resources: icons, desktop entry, AppStream metainfo, the Grafana dashboard and the Prometheus rules.
 
-They live in this package folder and are found one way, with ``importlib.resources``, wherever kvmon runs from: a
-wheel (pip, pipx, uv), a source checkout, the PyInstaller bundle inside the .deb, the tarball and the installers
-(the spec collects this folder as the package's data). No Qt here, so the CLI and tests use it without a display.
+Their one copy is the source's top-level ``resources/`` folder. Every installation carries them inside this package
+(the wheel's build copies them here, ``setup.py``; the PyInstaller spec collects them to the same place for the
+.deb, the tarball and the installers), where ``importlib.resources`` finds them; kvmon run from its source finds
+the top-level folder beside the package instead. No Qt here, so the CLI and tests use it without a display.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ def _files(package: str) -> object:
 
 
 def resources_dir() -> Path | None:
-    """This package's folder on disk when it holds kvmon's resources, else None (installed without its data, or
+    """The folder on disk that holds kvmon's resources: this package's own (an installation), else the source's
+    top-level ``resources/`` (kvmon run from its source); None when neither does (installed without its data, or
     imported from a zip archive, which kvmon does not support: Qt and the desktop entry need real files)."""
     root = _files(__name__)
     if not isinstance(root, Path):
         return None
-    return root if (root / MARKER).is_file() else None
+    for folder in (root, root.parent.parent / "resources"):
+        if (folder / MARKER).is_file():
+            return folder
+    return None
 
 
 def resource_path(relative: str | Path) -> Path | None:

@@ -8,7 +8,7 @@ someone looks, and counters move when a request ends, as llama-server's do. One 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,8 @@ class SimEngine:
         self._next_task = 0
         self._requests: list[SimRequest] = []  # not yet folded into counters
         self._slot_last: list[list[SimRequest]] = [[] for _ in range(scenario.n_parallel)]
+        # each slot's last client prompt (its epoch, and its tokens or text): the prompt cache a next request reuses
+        self._slot_prompt: list[tuple[int, Sequence[int] | str] | None] = [None] * scenario.n_parallel
         self._epochs = self._plan_epochs()
         # the scripted chat
         self._conv = 0
@@ -181,16 +183,52 @@ class SimEngine:
         return float(np.clip(rng.normal(1.0, self.scenario.noise_sd), 0.8, 1.2))
 
     def submit(self, prompt_tokens: int, n_predict: int, params: dict[str, Any] | None = None,
-               t: float | None = None) -> SimRequest:
-        """A client's request: the first idle slot, else queued on the slot that frees first."""
+               t: float | None = None, *, prompt: Sequence[int] | str | None = None,
+               slot: int | None = None) -> SimRequest:
+        """A client's request: on ``slot`` when given, else the first idle slot, else queued on the slot that frees
+        first. ``prompt`` (its tokens, or its text): the prefix it shares with the slot's last prompt comes from the
+        cache, as llama-server's ``cache_prompt`` (at least one token is read again)."""
         with self.lock:
             now = self.clock.now() if t is None else t
             self.advance(now)
             free = [self._slot_free_at(i) for i in range(self.scenario.n_parallel)]
-            slot = min(range(len(free)), key=lambda i: (max(free[i], now), i))
+            if slot is None or not 0 <= slot < len(free):
+                slot = min(range(len(free)), key=lambda i: (max(free[i], now), i))
             prompt_tokens = max(1, min(prompt_tokens, self.slot_ctx(now) - 1))
-            return self._schedule(slot, "client", now, 0, prompt_tokens, n_predict, params or {},
+            cache_n = 0
+            if prompt is not None:
+                epoch = self.epoch_at(max(now, free[slot])).index
+                last = self._slot_prompt[slot]
+                if last is not None and last[0] == epoch:
+                    cache_n = min(prompt_tokens - 1, _shared_tokens(last[1], prompt, prompt_tokens))
+                self._slot_prompt[slot] = (epoch, prompt)
+            return self._schedule(slot, "client", now, cache_n, prompt_tokens - cache_n, n_predict, params or {},
                                   self._noise(10_000 + self._next_task))
+
+    def cancel(self, req: SimRequest, t: float | None = None) -> None:
+        """The client went away: the server stops the request now and its slot is free (what it read stays cached)."""
+        with self.lock:
+            now = self.clock.now() if t is None else t
+            if now < req.t_end:
+                req.truncate_at(max(now, req.t_start))
+
+    def reload(self, t: float, n_ctx: int, load_s: float) -> Epoch:
+        """The server loads its model again at ``t`` with another context size (Ollama, for a request whose
+        ``num_ctx`` differs from the loaded one)."""
+        with self.lock:
+            ep = Epoch(len(self._epochs), t, load_s, n_ctx)
+            self._epochs.append(ep)
+            for reqs in self._slot_last:
+                for r in reqs:
+                    if r.t_end > t:
+                        r.truncate_at(t)
+            return ep
+
+    @property
+    def loads(self) -> int:
+        """How many times the model was loaded so far (the first load included)."""
+        with self.lock:
+            return sum(1 for e in self._epochs if e.t_begin <= self.clock.now())
 
     def _play_script(self, now: float) -> None:
         sc = self.scenario.script
@@ -310,3 +348,15 @@ class SimEngine:
                     phase = "decode"
                     tok_s = ep.model.decode_tok_s(r.context_tokens(now))
             return Activity(1.0, phase, tok_s, ep.model)
+
+
+def _shared_tokens(old: Sequence[int] | str, new: Sequence[int] | str, new_tokens: int) -> int:
+    """Tokens at the start of ``new`` that ``old`` had too (text: the shared characters at the new prompt's rate)."""
+    if isinstance(old, str) != isinstance(new, str):
+        return 0
+    n = 0
+    for a, b in zip(old, new, strict=False):  # characters of a text, or tokens
+        if a != b:
+            break
+        n += 1
+    return n * new_tokens // max(1, len(new)) if isinstance(new, str) else n

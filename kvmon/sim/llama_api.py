@@ -1,8 +1,9 @@
 """The llama-server HTTP API of the simulator, shaped like the real server's answers (build b11549).
 
-Endpoints: /health, /v1/health, /props (GET, POST), /slots, /metrics, /v1/models, /models, /completion,
-/v1/chat/completions (plain and SSE with timings). Keys, key order, types, headers and error bodies
-follow real captures; the numbers come from the simulation.
+Endpoints: /health, /v1/health, /props (GET, POST), /slots, /metrics, /v1/models, /models, /tokenize, /completion
+(a text or a token array, ``cache_prompt``, ``id_slot``), /v1/chat/completions (plain and SSE with timings). Keys,
+key order, types, headers and error bodies follow real captures; the numbers come from the simulation. A prompt as
+long as the slot's context is refused as the real server refuses it; a client that goes away cancels its request.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import string
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kvmon.sim.reply import JSON_TYPE, Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import (
+    JSON_TYPE,
+    Reply,
+    StreamAborted,
+    dumps,
+    estimate_tokens,
+    json_reply,
+    token_text,
+    wait_until,
+)
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
@@ -89,6 +99,7 @@ class LlamaApi:
             ("GET", "/props"): self.props, ("POST", "/props"): lambda: json_reply({"success": True}),
             ("GET", "/slots"): lambda: self.slots(query), ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/models"): self.models, ("GET", "/models"): self.models,
+            ("POST", "/tokenize"): lambda: self.tokenize(body or {}),
             ("POST", "/completion"): lambda: self.completion(body),
             ("POST", "/completions"): lambda: self.completion(body),
             ("POST", "/v1/chat/completions"): lambda: self.chat(body),
@@ -200,18 +211,36 @@ class LlamaApi:
         return json_reply(body)
 
     # -- generation -----------------------------------------------------------------------------------
-    def _submit(self, prompt_tokens: int, body: dict[str, Any], stream: bool) -> SimRequest:
+    def _n_vocab(self) -> int:
+        model = self.sim.engine.epoch_at(self.sim.clock.now()).model
+        return int(model.shape.vocab_size or 32000) if model is not None else 32000
+
+    def tokenize(self, body: dict[str, Any]) -> Reply:
+        """The content's tokens: about four characters each, as the simulator counts a text's tokens."""
+        content = body.get("content")
+        text = content if isinstance(content, str) else ""
+        vocab = self._n_vocab()
+        pieces = [text[i:i + 4] for i in range(0, len(text) // 4 * 4, 4)] or ([text] if text else [])
+        return json_reply({"tokens": [3 + sum(map(ord, p)) * 7919 % (vocab - 3) for p in pieces]})
+
+    def _submit(self, prompt_tokens: int, body: dict[str, Any], stream: bool,
+                prompt: list[int] | str | None = None) -> SimRequest:
         n_predict = body.get("n_predict", body.get("max_tokens", body.get("max_completion_tokens")))
+        if n_predict == 0:  # the real server still samples one token
+            n_predict = 1
         if not isinstance(n_predict, int) or n_predict <= 0:
             n_predict = 128
-        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": stream, "n_predict": n_predict})
+        slot = body.get("id_slot")
+        cached = prompt if body.get("cache_prompt", True) is not False else None
+        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": stream, "n_predict": n_predict},
+                                      prompt=cached, slot=slot if isinstance(slot, int) and slot >= 0 else None)
 
     def _tokens(self, req: SimRequest, make: Callable[[int], bytes]) -> Iterator[bytes]:
-        """Yield chunks as the simulated tokens appear; StreamAborted if the server died meanwhile."""
+        """Yield chunks as the simulated tokens appear (empty ones while it waits: the server looks whether its
+        client is still there); StreamAborted if the server died meanwhile."""
         sent = 0
         while sent < req.predicted_n:
-            if not self.sim.clock.sleep_until(float(req.token_times[sent]), self.sim.stopping):
-                raise StreamAborted("simulator stopping")
+            yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
             upto = req.n_decoded(self.sim.clock.now())
             yield b"".join(make(k) for k in range(sent, upto))
             sent = upto
@@ -223,11 +252,31 @@ class LlamaApi:
         if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
             raise StreamAborted("simulated server restarted")
 
+    def _prompt_tokens(self, prompt: Any) -> tuple[int, list[int] | str] | Reply:
+        """(tokens, the prompt as the cache compares it) of a text or token-array prompt, or the real server's 400."""
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            if any(t < 0 or t >= self._n_vocab() for t in prompt):
+                return json_reply(error_body(400, "Prompt contains invalid tokens", "invalid_request_error"), 400)
+            tokens, key = len(prompt), list(prompt)
+        else:
+            text = prompt if isinstance(prompt, str) else str(prompt)
+            tokens, key = estimate_tokens(text), text
+        n_ctx = self.sim.engine.slot_ctx(self.sim.clock.now())
+        if tokens >= n_ctx:
+            body = error_body(400, f"request ({tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+                                   "try increasing it", "exceed_context_size_error")
+            body["error"].update({"n_prompt_tokens": tokens, "n_ctx": n_ctx})
+            return json_reply(body, 400)
+        return tokens, key
+
     def completion(self, body: dict[str, Any] | None) -> Reply:
         body = body or {}
         prompt = body.get("prompt", "")
         stream = bool(body.get("stream"))
-        req = self._submit(estimate_tokens(prompt if isinstance(prompt, str) else str(prompt)), body, stream)
+        got = self._prompt_tokens(prompt)
+        if isinstance(got, Reply):
+            return got
+        req = self._submit(got[0], body, stream, got[1])
         text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
 
         def final(content: str) -> dict[str, Any]:
@@ -253,7 +302,8 @@ class LlamaApi:
             yield from self._tokens(req, chunk)
             yield b"data: " + dumps(final("")) + b"\n\n"
 
-        return Reply(200, content_type="text/event-stream", headers={"X-Accel-Buffering": "no"}, stream=gen())
+        return Reply(200, content_type="text/event-stream", headers={"X-Accel-Buffering": "no"}, stream=gen(),
+                     on_abort=lambda: self.sim.engine.cancel(req))
 
     def chat(self, body: dict[str, Any] | None) -> Reply:
         body = body or {}

@@ -92,7 +92,9 @@ class LmStudioApi:
     def _submit(self, body: dict[str, Any], text: str) -> SimRequest:
         n = body.get("max_tokens", body.get("max_output_tokens"))
         n_predict = n if isinstance(n, int) and n > 0 else 128
-        return self.sim.engine.submit(max(1, estimate_tokens(text)), n_predict, {"stream": bool(body.get("stream"))})
+        # its llama.cpp engine keeps the prompt's prefix cached, as llama-server does
+        return self.sim.engine.submit(max(1, estimate_tokens(text)), n_predict, {"stream": bool(body.get("stream"))},
+                                      prompt=text)
 
     def _wait_end(self, req: SimRequest) -> None:
         if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:

@@ -12,6 +12,7 @@ loaded by a GET (``autoloads``), a sleeping model woken (``wakes``), a model sta
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -81,6 +82,7 @@ class StatusEvent:
 class _Front(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = socket.SOMAXCONN  # a burst of clients queues, as at a real router's
     sim: Any
 
 

@@ -1,8 +1,11 @@
 """The Ollama HTTP API of the simulator (shaped like Ollama 0.33's answers; sizes and durations from physics).
 
 Endpoints: ``GET /`` ("Ollama is running"), /api/version, /api/ps, /api/tags, ``POST /api/show``,
-/api/chat and /api/generate (NDJSON stream or one object; final stats in nanoseconds), and the
-OpenAI-compatible /v1/chat/completions (``usage`` only, no timings, like Ollama).
+/api/chat and /api/generate (NDJSON stream or one object; final stats in nanoseconds; ``raw`` prompts; the prompt's
+prefix the model server cached is not read again, and ``prompt_eval_count`` counts it, as Ollama >= 0.30 does), and
+the OpenAI-compatible /v1/chat/completions (``usage`` only, no timings, like Ollama). A request whose ``num_ctx``
+differs from the loaded context loads the model again (``load_duration``), as Ollama does; a client that goes away
+cancels its request.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from typing import Any
 
 from kvmon.sim.files import gguf_metadata
 from kvmon.sim.ollama_child import CHILD_PREFIX
-from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text, wait_until
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
 KEEP_ALIVE_S = 300.0
+RELOAD_S = 6.0  # loading the model again for another num_ctx
 NDJSON = "application/x-ndjson"
 
 
@@ -44,6 +48,7 @@ class OllamaApi:
         self.digest = hashlib.sha256(self.name.encode()).hexdigest()
         self._last_used = 0.0
         self._child: Any = None
+        self._loaded_at: dict[int, float] = {}  # epochs this API loaded for a request: when each was ready
 
     def _model(self) -> Any:
         model = self.sim.engine.epoch_at(self.sim.clock.now()).model
@@ -139,18 +144,31 @@ class OllamaApi:
             text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
             prompt_tokens = estimate_tokens(text) + 4 * len(msgs)
         else:
-            prompt_tokens = estimate_tokens(str(body.get("prompt", "")))
+            text = str(body.get("prompt", ""))
+            prompt_tokens = estimate_tokens(text)
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         n_predict = opts.get("num_predict", body.get("max_tokens"))
         if not isinstance(n_predict, int) or n_predict <= 0:
             n_predict = 128
-        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": True, "n_predict": n_predict})
+        self._reload_for(opts.get("num_ctx"))
+        return self.sim.engine.submit(prompt_tokens, n_predict, {"stream": True, "n_predict": n_predict},
+                                      prompt=text)
+
+    def _reload_for(self, num_ctx: Any) -> None:
+        """Another context size than the loaded one: Ollama loads the model again before it answers."""
+        eng, now = self.sim.engine, self.sim.clock.now()
+        if not isinstance(num_ctx, int) or num_ctx <= 0 or num_ctx == eng.slot_ctx(now):
+            return
+        ep = eng.reload(now, num_ctx * self.sim.scenario.n_parallel, RELOAD_S)
+        self._loaded_at[ep.index] = ep.t_ready
 
     def _stats(self, req: SimRequest, t_arrive_wall: float) -> dict[str, Any]:
         ns = 1_000_000_000
         prompt_eval_count = req.cache_n + req.prompt_n  # Ollama ≥0.30 counts cached tokens too
+        ready = self._loaded_at.get(req.epoch)
+        load_s = ready - req.t_arrive if ready is not None and ready > req.t_arrive else 0.002
         return {"done_reason": "length" if req.predicted_n >= req.n_predict else "stop",
-                "total_duration": int((req.t_end - req.t_arrive) * ns), "load_duration": int(0.002 * ns),
+                "total_duration": int((req.t_end - req.t_arrive) * ns), "load_duration": int(load_s * ns),
                 "prompt_eval_count": prompt_eval_count, "prompt_eval_duration": int(req.prefill_s * ns),
                 "eval_count": req.predicted_n, "eval_duration": int(req.predicted_s * ns)}
 
@@ -187,8 +205,7 @@ class OllamaApi:
         def gen() -> Iterator[bytes]:
             sent = 0
             while sent < req.predicted_n:
-                if not self.sim.clock.sleep_until(float(req.token_times[sent]), self.sim.stopping):
-                    raise StreamAborted("simulator stopping")
+                yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
                 upto = req.n_decoded(self.sim.clock.now())
                 yield b"".join(dumps(piece(token_text(req.id_task, k), float(req.token_times[k]), False)) + b"\n"
                                for k in range(sent, upto))
@@ -197,7 +214,7 @@ class OllamaApi:
                 raise StreamAborted("simulated server restarted")
             yield final("")
 
-        return Reply(200, content_type=NDJSON, stream=gen())
+        return Reply(200, content_type=NDJSON, stream=gen(), on_abort=lambda: self.sim.engine.cancel(req))
 
     def _wait_end(self, req: SimRequest) -> None:
         if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -24,6 +25,33 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     close: bool = False
     stream: Iterator[bytes] | None = None
+    # the client went away before the answer ended (a stream's empty chunks are the moments the server looks, as
+    # llama-server looks every second while it works): what the server does then (cancel the request)
+    on_abort: Callable[[], None] | None = None
+
+
+HEARTBEAT_S = 0.2  # real seconds between two looks at whether a streaming client is still there
+
+
+class _Clock(Protocol):
+    speed: float
+
+    def now(self) -> float: ...
+
+    def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool: ...
+
+
+def wait_until(clock: _Clock, until: float, stop: threading.Event) -> Iterator[bytes]:
+    """Wait for simulated ``until``, yielding an empty chunk every ``HEARTBEAT_S`` real seconds (the server looks
+    whether its client is still there); StreamAborted when the simulator stops meanwhile."""
+    while True:
+        now = clock.now()
+        if now >= until:
+            return
+        if not clock.sleep_until(min(until, now + HEARTBEAT_S * clock.speed), stop):
+            raise StreamAborted("simulator stopping")
+        if clock.now() < until:
+            yield b""
 
 
 def dumps(obj: Any) -> bytes:

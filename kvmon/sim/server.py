@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import socket
 import threading
 import time
@@ -54,6 +55,7 @@ GARBAGE = b"\x00\xff<!-- simulated garbage --> {\"status\": tru\xfe\xfd\x8b not 
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = socket.SOMAXCONN  # as llama-server's: the standard library's 5 drops a burst of clients
     sim: SimServer
 
 
@@ -132,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
                     for chunk in reply.stream:
                         if chunk:
                             self._send(b"%x\r\n%s\r\n" % (len(chunk), chunk), drip)
+                        elif reply.on_abort is not None and self._client_gone():
+                            raise BrokenPipeError("the client closed the connection")
                 except StreamAborted:
                     self.close_connection = True
                     return
@@ -142,6 +146,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(body, drip)
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
+            if reply.on_abort is not None:
+                reply.on_abort()
+
+    def _client_gone(self) -> bool:
+        """Whether the client has closed its end (a readable socket with nothing to read)."""
+        try:
+            readable, _w, _x = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _end_headers(self, close: bool) -> None:
         if close:

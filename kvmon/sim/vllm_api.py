@@ -6,7 +6,10 @@ vLLM's is (``vllm/entrypoints/serve/instrumentator/metrics.py``), with the V1 en
 scenario with ``vllm_metric_names="v0"``, the older names without ``engine`` (``gpu_cache_usage_perc``,
 ``time_per_output_token_seconds``); ``vllm:cache_config_info`` with the cache config as labels; ``GET /v1/models``
 one card with ``root`` and ``max_model_len`` (``vllm/entrypoints/openai/models/serving.py``); ``GET /version``;
-``GET /health`` an empty 200; ``POST /v1/chat/completions`` and ``/v1/completions`` with OpenAI ``usage``.
+``GET /health`` an empty 200; ``POST /tokenize``; ``POST /v1/chat/completions`` and ``/v1/completions`` (a text or
+token ids, plain or streamed one token per event with ``stream_options.include_usage``) with OpenAI ``usage``. Prefix
+caching is on, as in vLLM's V1 engine: whole 16-token blocks of a prompt the last one shared are not computed again.
+A prompt and completion past ``max_model_len`` are refused with vLLM's 400; a client that goes away cancels.
 
 The pool is the scenario's ``n_ctx`` tokens in blocks of 16 (vLLM's default ``--block-size``); a running request
 holds ceil(tokens / 16) blocks, and usage is held / (blocks − 1), as ``vllm/v1/core/block_pool.py`` counts it. The
@@ -29,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from kvmon.sim.files import write_safetensors
-from kvmon.sim.reply import Reply, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import Reply, dumps, estimate_tokens, json_reply, token_text, wait_until
 from kvmon.sim.served import ServedSimulation
 
 VERSION = "0.33.0"
@@ -182,6 +185,8 @@ class VllmApi:
             return json_reply(self.models())
         if method == "GET" and path == "/version":
             return json_reply({"version": VERSION})
+        if method == "POST" and path == "/tokenize":
+            return self.tokenize(body or {})
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             if body is None:
                 return json_reply({"error": {"message": "invalid JSON body", "type": "BadRequestError",
@@ -289,15 +294,46 @@ class VllmApi:
         return out
 
     # -- requests -------------------------------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        """A text's token ids: one per four characters, as the simulator counts a text's tokens."""
+        vocab = int(self.sim.engine.epoch_at(self.sim.clock.now()).model.shape.vocab_size or 151936)
+        return [3 + sum(map(ord, text[i:i + 4])) * 7919 % (vocab - 3) for i in range(0, len(text) // 4 * 4, 4)] \
+            or ([3] if text else [])
+
+    def tokenize(self, body: dict[str, Any]) -> Reply:
+        """vLLM's ``/tokenize``: the prompt's token ids, their count and the model's limit."""
+        ids = self._ids(str(body.get("prompt", "")))
+        return json_reply({"count": len(ids), "max_model_len": self.max_model_len(self.sim.clock.now()),
+                           "tokens": ids, "token_strs": None})
+
+    def _too_long(self, prompt: int, n_predict: int) -> Reply | None:
+        limit = self.max_model_len(self.sim.clock.now())
+        if prompt + n_predict <= limit:
+            return None
+        return json_reply({"object": "error", "message": (
+            f"This model's maximum context length is {limit} tokens. However, you requested {prompt + n_predict} "
+            f"tokens ({prompt} in the messages, {n_predict} in the completion). Please reduce the length of the "
+            "messages or completion."), "type": "BadRequestError", "param": None, "code": 400}, 400)
+
     def complete(self, body: dict[str, Any], *, chat: bool) -> Reply:
+        ids: list[int] | None = None
         if chat:
             msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
             text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+        elif isinstance(body.get("prompt"), list) and all(isinstance(t, int) for t in body["prompt"]):
+            ids, text = list(body["prompt"]), ""
         else:
             text = str(body.get("prompt", ""))
-        prompt = max(1, estimate_tokens(text))
+        prompt = len(ids) if ids else max(1, estimate_tokens(text))
         n_predict = int(body.get("max_tokens") or 64)
-        req = self.sim.engine.submit(prompt, n_predict, {"stream": False})
+        too_long = self._too_long(prompt, n_predict)
+        if too_long is not None:
+            return too_long
+        key = ids if ids is not None else self._ids(text)
+        cached = key[:len(key) // BLOCK_SIZE * BLOCK_SIZE]  # prefix caching keeps whole blocks
+        req = self.sim.engine.submit(prompt, n_predict, {"stream": bool(body.get("stream"))}, prompt=cached or None)
+        if body.get("stream"):
+            return self._stream(req, body, chat)
         while self.sim.clock.now() < req.t_end:
             if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping):
                 break
@@ -310,6 +346,38 @@ class VllmApi:
                            "usage": {"prompt_tokens": req.prompt_n + req.cache_n,
                                      "completion_tokens": req.predicted_n,
                                      "total_tokens": req.prompt_n + req.cache_n + req.predicted_n}})
+
+
+    def _stream(self, req: Any, body: dict[str, Any], chat: bool) -> Reply:
+        """Server-sent events, one per token as vLLM sends them, then the usage (when asked for) and [DONE]."""
+        head = {"id": f"cmpl-{req.id_task}", "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(self.sim.clock.wall()), "model": self.sim.scenario.model_alias}
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return b"data: " + dumps({**head, "choices": choices, **extra}) + b"\n\n"
+
+        def piece(k: int) -> dict[str, Any]:
+            done = "length" if k == req.predicted_n - 1 else None
+            text = token_text(req.id_task, k)
+            return ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": done} if chat else
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": done, "stop_reason": None})
+
+        def gen() -> Iterator[bytes]:
+            sent = 0
+            while sent < req.predicted_n:
+                yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
+                upto = req.n_decoded(self.sim.clock.now())
+                yield b"".join(event([piece(k)], **({"usage": None} if with_usage else {})) for k in range(sent, upto))
+                sent = upto
+            if with_usage:
+                yield event([], usage={"prompt_tokens": req.prompt_n + req.cache_n,
+                                       "total_tokens": req.prompt_n + req.cache_n + req.predicted_n,
+                                       "completion_tokens": req.predicted_n})
+            yield b"data: [DONE]\n\n"
+
+        return Reply(200, content_type="text/event-stream; charset=utf-8", stream=gen(),
+                     on_abort=lambda: self.sim.engine.cancel(req))
 
 
 class _Page(Collector):

@@ -22,8 +22,9 @@ from kvmon.core.backend import Backend
 from kvmon.core.deadline import poll_deadline
 from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
+from kvmon.core.sanitize import plain_text
 from kvmon.sources import backends
-from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, redact_url
+from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, raise_for_status, redact_url
 
 LLAMA_SERVER = backends.LLAMA_SERVER
 LLAMA_ROUTER = backends.ROUTER  # llama-server started without a model: it loads models on demand, one child each
@@ -61,6 +62,19 @@ class Answers:
                                                   f"API key rejected by {self.client.display_url}", path,
                                                   resp.status_code)
         return resp
+
+    def failure(self) -> SourceFailure | None:
+        """When no answer so far was a JSON body of a 2xx status (a gateway whose server died answers every path
+        502, an HTML page or nothing): the first answer's failure; else None."""
+        first: SourceFailure | None = None
+        for path, resp in self._got.items():
+            try:
+                raise_for_status(resp, path, self.client.display_url)
+                decode_json(resp, path)
+                return None
+            except SourceError as e:
+                first = first or e.failure
+        return first
 
     def json(self, path: str, status: int = 200) -> Any:
         """The JSON body on ``path`` when it answered ``status``, else None."""
@@ -162,6 +176,7 @@ class Identity:
     backend: str
     version: str | None = None
     summary: str | None = None
+    why: str | None = None  # unknown: what the server answered instead (every path failed)
 
 
 def _summary(backend: str, a: Answers) -> tuple[str | None, str | None]:
@@ -229,10 +244,13 @@ def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, su
             for backend, probe in PROBES:
                 if probe(a):
                     version, words = _summary(backend, a) if summary else (None, None)
-                    return Identity(backend, version, words)
+                    return Identity(backend, version, plain_text(words) if words else None)
             if a.auth_refused is not None:
                 raise SourceError(a.auth_refused)
-            return Identity(UNKNOWN)
+            failed = a.failure()
+            if failed is not None and (failed.status_code or 0) >= 500:  # a gateway whose server died: a failure
+                raise SourceError(failed)
+            return Identity(UNKNOWN, why=failed.reason if failed is not None else None)
     finally:
         client.close()
 
@@ -276,9 +294,11 @@ def open_source(
     OpenAI-compatible).
     """
     normalize_base_url(url)  # BAD_URL raises here
+    why = None
     if backend is None:
         try:
-            backend = detect_backend(url, api_key, timeout_s)
+            found = identify(url, api_key, timeout_s)
+            backend, why = found.backend, found.why
         except SourceError as e:
             if e.failure.kind == FailureKind.BAD_URL:
                 raise
@@ -287,7 +307,7 @@ def open_source(
     spec = BACKENDS.get(backend)
     if spec is None or spec.source is None:
         shown = redact_url(normalize_base_url(url))
-        what = f"{spec.label}" if spec is not None else "not a server kvmon knows"
+        what = f"{spec.label}" if spec is not None else "not a server kvmon knows" + (f" ({why})" if why else "")
         raise SourceError(SourceFailure(
             FailureKind.UNEXPECTED_BODY,
             f"{shown} is {what}; kvmon reads llama-server (and its router mode), llama-swap, Ollama, vLLM and "

@@ -22,6 +22,7 @@ import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from kvmon.core.sanitize import plain_text
 from kvmon.sources.localfile import open_regular
 
 MAX_KEPT_ARRAY = 4096  # per-layer arrays are kept; tokenizer vocabularies (tens of thousands) are skipped
@@ -109,7 +110,7 @@ def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str],
     if t in _SCALAR:
         return cur.unpack(_SCALAR[t])
     if t == GGUFValueType.STRING:
-        return cur.string(len_fmt)
+        return plain_text(cur.string(len_fmt))  # a name kvmon may show (general.name): plain text
     # array
     etype = cur.unpack("I")
     count = cur.unpack(len_fmt)
@@ -133,7 +134,7 @@ def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str],
             skipped.append(key)
             return None
         cur.count(count)
-        return [cur.string(len_fmt) for _ in range(count)]
+        return [plain_text(cur.string(len_fmt)) for _ in range(count)]
     if count > MAX_KEPT_ARRAY:
         raise GgufError(f"nested GGUF array too long for key {key!r}")
     if depth + 1 >= MAX_ARRAY_DEPTH:

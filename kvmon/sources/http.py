@@ -1,8 +1,11 @@
-"""One small HTTP layer for every server source: one deadline per poll, capped bodies, typed failures.
+"""One small HTTP layer for every server source, on httpx: one kept connection per server, one deadline per poll,
+capped bodies, typed failures.
 
 Each request must be answered within the client's timeout and, while a poll runs (``kvmon.core.deadline``), by the
 poll's deadline, which every request of the poll shares: a server that hangs costs the poll its timeout once, and
-the requests left after it fail at once, saying which request the time went to. An endpoint that hung (had its
+the requests left after it fail at once, saying which request the time went to. httpx's timeouts hold for each
+read, so a server that drips its answer a byte at a time would never trip them: a timer (``Cutoff``) shuts the
+connection's socket at the deadline, which ends the read blocked on it at once. An endpoint that hung (had its
 whole time and no answer) is remembered (``HANGS``): from then on it is asked with a short limit, so the rest of
 each reading goes on without it, and every so often with the whole time again, until it answers.
 
@@ -14,25 +17,34 @@ JSON bodies are read by ``kvmon.core.jsonvals.parse_json``, the one rule for unt
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
+import heapq
+import itertools
+import math
+import re
+import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+import httpx
 
 from kvmon.core.deadline import current_deadline
 from kvmon.core.jsonvals import InputError, parse_json
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.redact import scrub
-from kvmon.sources.wire import ConnectFailed, ConnectTimedOut, TimedOut, TooLarge, Wire, WireError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /api/show verbose bodies are a few MB; nothing kvmon reads is larger
 HANG_LIMIT_MIN_S = 0.25  # an endpoint that hung is asked with this limit (or a tenth of the timeout, if longer)
 HANG_LIMIT_FRACTION = 0.1
 HANG_RETRY_S = (5.0, 60.0)  # ... and with its whole time again after 5 s, doubling up to 60 s while it hangs
 FAIR_SHARE = 0.5  # a request that timed out with at least this share of the timeout had its chance: it hung
+KEEPALIVE_S = 30.0  # a kept connection idle longer is closed (polls come every few seconds at most)
 
 
 @dataclass
@@ -118,10 +130,101 @@ def normalize_base_url(url: str, default_port: int | None = None) -> str:
     return raw.rstrip("/")
 
 
+class Cutoff:
+    """Calls ``cut`` at ``at`` (a ``time.monotonic()`` instant) unless ``end()`` comes first; ``end()`` says whether it
+    was cut. Every cutoff of the process waits on one thread (``_Cutoffs``): a timer thread per request would make
+    each request wait for its thread to start, which a busy process delays."""
+
+    def __init__(self, at: float, cut: Callable[[], None]) -> None:
+        self._cut = cut
+        self._lock = threading.Lock()
+        self._ended = self._was_cut = False
+        if math.isfinite(at):
+            _CUTOFFS.add(at, self)
+
+    def fire(self) -> None:
+        with self._lock:
+            if not self._ended:
+                self._was_cut = True
+                self._cut()
+
+    def end(self) -> bool:
+        with self._lock:
+            self._ended = True
+            return self._was_cut
+
+
+class _Cutoffs:
+    """The one thread that fires each cutoff at its time, soonest first (an ended one is let go when its time comes)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Cutoff]] = []
+        self._order = itertools.count()  # ties in time go in order of arrival
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, cutoff: Cutoff) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (at, next(self._order), cutoff))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="kvmon-cutoffs", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is cutoff:  # sooner than the one the thread waits for
+                self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    heapq.heappop(self._heap)[2].fire()
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+
+_CUTOFFS = _Cutoffs()
+
+
+class ConnectionSocket:
+    """The socket of the connection an ``httpx.Client`` keeps, seen through httpx's ``trace`` request extension;
+    ``cut()`` (from any thread) shuts it, so a read blocked on it ends at once and the connection is dropped."""
+
+    _OPENED = ("connection.connect_tcp.complete", "connection.start_tls.complete")
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+        self.opened = 0  # connections made so far
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event in self._OPENED:
+            self.sock = info["return_value"].get_extra_info("socket")
+            self.opened += event == self._OPENED[0]
+
+    def cut(self) -> None:
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the TCP socket's own, under any TLS layer
+
+
+@functools.cache
+def _certifi_tls() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+def default_tls(url: str) -> ssl.SSLContext:
+    """The certificate checks for ``url``: httpx's own (certifi's bundle, loaded once) for ``https://``; for
+    ``http://``, which never turns to TLS (no redirect is followed), a context with no certificates to load."""
+    return _certifi_tls() if url.lower().startswith("https:") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+class _TooLarge(Exception):
+    """The body grew past the client's cap (the rest is not read)."""
+
+
 @dataclass(frozen=True)
 class HttpResponse:
     status_code: int
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     body: bytes
     secrets: tuple[str, ...] = field(default=(), repr=False)  # what the request carried: never quoted back
 
@@ -139,8 +242,8 @@ class HttpResponse:
 
 
 class HttpClient:
-    """Requests to one server over one kept connection (``kvmon.sources.wire``); each call returns the whole
-    (capped) body or raises SourceError. ``tls``: the certificate checks for ``https://`` (default: certifi's)."""
+    """Requests to one server over one kept connection (an ``httpx.Client``), one at a time; each call returns the
+    whole (capped) body or raises SourceError. ``tls``: the certificate checks for ``https://`` (default: httpx's)."""
 
     def __init__(
         self,
@@ -158,24 +261,26 @@ class HttpClient:
         self._max_body_bytes = max_body_bytes
         self._deadline_s = timeout_s
         self._connect_s = min(timeout_s, 2.0)
-        headers = {"User-Agent": "kvmon", "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
+        headers: dict[str, str | bytes] = {"User-Agent": "kvmon",
+                                           "Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        parts = urlsplit(self.base_url)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        self._prefix = parts.path.rstrip("/")  # a server mounted under a path (a reverse proxy's /llm)
-        scheme = parts.scheme or "http"
-        self._wire = Wire(scheme, parts.hostname or "", port or (443 if scheme == "https" else 80), tls=tls,
-                          headers=headers)
+            try:
+                headers["Authorization"] = f"Bearer {api_key}".encode("latin-1")  # what an HTTP header can carry
+            except UnicodeEncodeError:
+                raise SourceError(SourceFailure(FailureKind.BAD_URL, "the API key cannot be sent: it has characters "
+                                                "an HTTP header cannot carry (letters beyond Latin-1)")) from None
+        self._root = redact_url(self.base_url).rstrip("/")  # credentials in the URL are never sent
+        self._socket = ConnectionSocket()
+        self._lock = threading.Lock()
+        self._client = httpx.Client(
+            headers=headers, verify=tls if tls is not None else default_tls(self._root), trust_env=False,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S))
 
     def __repr__(self) -> str:  # never show the key
         return f"HttpClient({self.display_url!r}, api_key={'set' if self._api_key else 'none'})"
 
     def close(self) -> None:
-        self._wire.close()
+        self._client.close()
 
     def hangs(self, path: str) -> bool:
         """Whether this endpoint hung and has not answered since (it is asked with a short limit)."""
@@ -204,52 +309,92 @@ class HttpClient:
             if poll is not None:
                 poll.note_timeout(why)
             raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint))
-        target = self._prefix + ("" if path.startswith("/") else "/") + path
-        body = extra = None
-        if json_body is not None:
-            body = json.dumps(json_body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            extra = {"Content-Type": "application/json"}
-        try:
-            got = self._wire.request(method, target, deadline=deadline, body=body, headers=extra,
-                                     connect_s=self._connect_s, max_body_bytes=self._max_body_bytes)
-        except (TimedOut, ConnectTimedOut):
-            why = self._timed_out(endpoint, start, deadline, limit if limited else None, by_poll)
-            if poll is not None:
-                poll.note_timeout(why)
-            raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint)) from None
-        except ConnectFailed as e:
-            raise SourceError(SourceFailure(FailureKind.UNREACHABLE,
-                                            f"cannot connect to {self.display_url} ({_short(e)})", endpoint)) from None
-        except TooLarge:
-            cap_mib = self._max_body_bytes // (1024 * 1024)
-            raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY,
-                                            f"{endpoint} body larger than {cap_mib} MiB; not read", endpoint)) from None
-        except WireError as e:  # dropped mid-answer, or what came back is not HTTP
-            raise SourceError(SourceFailure(
-                FailureKind.UNREACHABLE, f"{self.display_url}{endpoint} closed the connection ({_short(e)})",
-                endpoint)) from None
-        except (UnicodeEncodeError, ValueError):  # a request (a model name, a path) that is not valid text
-            raise SourceError(
-                SourceFailure(FailureKind.BAD_URL, f"{endpoint}: the request is not valid text", endpoint)
-            ) from None
+        url = self._root + ("" if path.startswith("/") else "/") + path
+        with self._lock:
+            cutoff = Cutoff(deadline, self._socket.cut)  # httpx's timeouts are per read: this one is for all
+            try:
+                status, headers, body = self._exchange(method, url, json_body, deadline)
+            except httpx.TimeoutException:
+                cutoff.end()
+                self._timeout(endpoint, start, deadline, limit if limited else None, by_poll)
+            except Exception as e:
+                if cutoff.end() and not isinstance(e, _TooLarge):  # cut at the deadline
+                    self._timeout(endpoint, start, deadline, limit if limited else None, by_poll)
+                raise self._failure(e, endpoint) from None
+            cutoff.end()
         HANGS.answered(hang_key)
         if poll is not None:
             poll.note_answer()
-        return HttpResponse(got.status, got.headers, got.body, self._secrets)
+        return HttpResponse(status, headers, body, self._secrets)
 
-    def _timed_out(self, endpoint: str, start: float, deadline: float, limit: float | None, by_poll: bool) -> str:
-        """Why a request got no answer in time (and, when it had a fair chance, remember that it hung)."""
+    def _exchange(self, method: str, url: str, json_body: Any, deadline: float) -> tuple[int, dict[str, str], bytes]:
+        """The answer's status, headers and whole body; a kept connection that the server closed meanwhile (a
+        restart, its keep-alive limit) is asked once more on a new one."""
+        for attempt in (1, 2):
+            left = deadline - time.monotonic()
+            if left <= 0:  # (a timeout of 0 would make the socket non-blocking: no wait at all, a strange error)
+                raise httpx.ConnectTimeout("the deadline passed before the request was sent")
+            opened = self._socket.opened
+            try:
+                resp = self._client.send(self._client.build_request(
+                    method, url, json=json_body, timeout=httpx.Timeout(left, connect=min(self._connect_s, left)),
+                    extensions={"trace": self._socket.trace}), stream=True)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                if attempt == 1 and self._socket.opened == opened and time.monotonic() < deadline:
+                    continue  # nothing came on a kept connection
+                raise
+            try:
+                parts, size = [], 0
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > self._max_body_bytes:
+                        raise _TooLarge()
+                    parts.append(chunk)
+                headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in resp.headers.raw}
+                return resp.status_code, headers, b"".join(parts)
+            finally:
+                resp.close()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _timeout(self, endpoint: str, start: float, deadline: float, limit: float | None, by_poll: bool) -> None:
+        """Raise the TIMEOUT failure of a request that got no answer in time (and, when it had a fair chance,
+        remember that it hung)."""
         where = f"{self.display_url}{endpoint}"
-        if limit is not None:
-            return (f"{where} did not answer in time (it hung before: asked with a {limit:g} s limit until it "
-                    "answers again)")
-        had = max(0.0, deadline - start)
-        if had >= FAIR_SHARE * self._deadline_s:
-            HANGS.hung((self.base_url, endpoint), time.monotonic())
         poll = current_deadline()
-        if by_poll and poll is not None and poll.spent_on is None:
-            poll.spent_on = where
-        return f"{where} did not answer in time ({had:.1f} s)"
+        if limit is not None:
+            why = (f"{where} did not answer in time (it hung before: asked with a {limit:g} s limit until it "
+                   "answers again)")
+        else:
+            had = max(0.0, deadline - start)
+            if had >= FAIR_SHARE * self._deadline_s:
+                HANGS.hung((self.base_url, endpoint), time.monotonic())
+            if by_poll and poll is not None and poll.spent_on is None:
+                poll.spent_on = where
+            why = f"{where} did not answer in time ({had:.1f} s)"
+        if poll is not None:
+            poll.note_timeout(why)
+        raise SourceError(SourceFailure(FailureKind.TIMEOUT, why, endpoint)) from None
+
+    def _failure(self, e: Exception, endpoint: str) -> SourceError:
+        """What went wrong, for people: no connection, a connection closed mid-answer, a body too large, a request
+        that cannot be sent."""
+        if isinstance(e, _TooLarge):
+            cap_mib = self._max_body_bytes // (1024 * 1024)
+            return SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY,
+                                             f"{endpoint} body larger than {cap_mib} MiB; not read", endpoint))
+        if isinstance(e, httpx.ConnectError):
+            return SourceError(SourceFailure(FailureKind.UNREACHABLE,
+                                             f"cannot connect to {self.display_url} ({_short(e)})", endpoint))
+        if isinstance(e, httpx.DecodingError):
+            return SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY,
+                                             f"{endpoint} body could not be decoded ({_short(e)})", endpoint))
+        if isinstance(e, (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError, ValueError)):
+            return SourceError(SourceFailure(  # a request (a model name, a path) that cannot be sent as it is
+                FailureKind.BAD_URL, f"{endpoint}: the request cannot be sent ({_short(e)})", endpoint))
+        if isinstance(e, httpx.TransportError):  # dropped mid-answer, or what came back is not HTTP
+            return SourceError(SourceFailure(
+                FailureKind.UNREACHABLE, f"{self.display_url}{endpoint} closed the connection ({_short(e)})", endpoint))
+        raise e
 
     def get(self, path: str) -> HttpResponse:
         return self.request("GET", path)
@@ -262,7 +407,7 @@ class HttpClient:
 
 
 def _short(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
+    text = re.sub(r"^\[Errno -?\d+\] ", "", str(e).strip()) or type(e).__name__
     return text.splitlines()[0][:160]
 
 

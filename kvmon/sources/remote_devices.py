@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from kvmon.core.bounds import MAX_BYTES, MAX_DEVICES
 from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, PcieLink, SourceError
+from kvmon.core.sanitize import plain_text
 from kvmon.sources.http import HttpClient, normalize_base_url, raise_for_status
 
 SCRAPE_REUSE_S = 0.5  # the GPU and host parts of one poll share a scrape
@@ -87,7 +88,8 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
     gpu_dropped: dict[int, dict[str, str]] = {}  # per GPU: field → why
     for fam in text_string_to_metric_families(text):
         for sample in fam.samples:
-            name, labels = sample.name, sample.labels
+            name = sample.name
+            labels = {k: plain_text(v) for k, v in sample.labels.items()}  # names shown as they came: plain
             try:
                 value = float(sample.value)
             except OverflowError:  # an integer literal past any float

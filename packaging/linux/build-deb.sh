@@ -19,11 +19,11 @@ MAX_DEB_BYTES=$((120 * 1024 * 1024))
 
 VERSION="$("$ROOT/packaging/print-version")"
 ARCH="$(dpkg --print-architecture)"
-RES="$ROOT/kvmon/resources"
+RES="$ROOT/resources"
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "icons up to date with kvmon/resources/icons/kvmon.svg"
+step "icons up to date with resources/icons/kvmon.svg"
 QT_QPA_PLATFORM=offscreen "$PYTHON" packaging/make-icons.py --check
 
 if [ "${SKIP_BUNDLE:-0}" != 1 ] || [ ! -x "$BUNDLE/kvmon" ]; then

@@ -53,14 +53,14 @@ step "the wheel and the sdist carry every resource file"
 import sys, tarfile, zipfile
 from pathlib import Path
 root, sdist, wheel = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-res = root / "kvmon" / "resources"
-want = sorted(p.relative_to(root).as_posix() for p in res.rglob("*")
-              if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts)
+res = root / "resources"  # one copy, at the top of the source; the wheel has it inside the package
+want = sorted(p.relative_to(res).as_posix() for p in res.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 in_wheel = set(zipfile.ZipFile(wheel).namelist())
 with tarfile.open(sdist) as tf:
     prefix = tf.getnames()[0].split("/")[0]
     in_sdist = {n.removeprefix(prefix + "/") for n in tf.getnames()}
-missing = [f"wheel: {w}" for w in want if w not in in_wheel] + [f"sdist: {w}" for w in want if w not in in_sdist]
+missing = ([f"wheel: kvmon/resources/{w}" for w in want if f"kvmon/resources/{w}" not in in_wheel]
+           + [f"sdist: resources/{w}" for w in want if f"resources/{w}" not in in_sdist])
 if missing or "LICENSE" not in in_sdist or not any(n.endswith("/licenses/LICENSE") for n in in_wheel):
     sys.exit("missing: " + ", ".join(missing or ["LICENSE"]))
 print(f"{len(want)} resource files in both; wheel {Path(wheel).stat().st_size // 1024} KiB, "

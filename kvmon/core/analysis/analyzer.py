@@ -38,6 +38,8 @@ from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
 from kvmon.core.bounds import plausible_reading
 from kvmon.core.connection import failure_snapshot, reading_status
+from kvmon.core.curve_config import CurveMemory
+from kvmon.core.curve_identity import config_of
 from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import measured_point, model_key
@@ -55,9 +57,11 @@ class Analyzer:
 
     def __init__(self, settings: AnalyzerSettings | None = None, *, rate_tracker: Any = None,
                  alert_engine: AlertEngine | None = None, clock: Callable[[], float] = time.monotonic,
-                 settings_source: Callable[[], AnalyzerSettings | None] | None = None) -> None:
+                 settings_source: Callable[[], AnalyzerSettings | None] | None = None,
+                 curve_memory: CurveMemory | None = None) -> None:
         """``settings_source``: asked before every poll for the settings the user has now (the dashboard's dialog
-        changes bandwidths while polling goes on); its None keeps the settings as they are."""
+        changes bandwidths while polling goes on); its None keeps the settings as they are. ``curve_memory``: the
+        atlas of measured curves (earlier points of the same configuration join the forecast's data)."""
         self.settings = settings or AnalyzerSettings()
         self._settings_source = settings_source
         self._clock = clock  # for failures that come with no reading to take a time from
@@ -69,7 +73,7 @@ class Analyzer:
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
-                                      self.settings.curve_points)
+                                      self.settings.curve_points, curve_memory)
         self._seq = 0
         self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
         self._failure_since: float | None = None
@@ -226,6 +230,7 @@ class Analyzer:
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
         self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.source)
+        atlas = self._forecaster.remembered(config_of(r.backend, r.server_version, model, gviews, hview))
         vfacts = self._trend.facts(gviews)
         fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
                                        vfacts, prov, reasons, vendors=[g.vendor for g in gviews])
@@ -276,7 +281,7 @@ class Analyzer:
             gpus_unavailable_reason=greason, host=hview,
             forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
-            last_decode=last_decode, decode_before=before,
+            last_decode=last_decode, decode_before=before, atlas=atlas,
         ))
 
     def _unseen_device(self, r: ServerReading, model: Any, decode: float | None, host_bw: float | None) -> str | None:

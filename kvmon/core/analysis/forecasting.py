@@ -27,6 +27,7 @@ from kvmon.core.analysis.ceiling import curve_depths
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker
 from kvmon.core.connection import reading_status
+from kvmon.core.curve_config import AtlasView, CurveConfig, CurveMemory
 from kvmon.core.points import MeasuredPoints
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import SERVER_READ_STATUSES, Forecast, Milestone, ModelView, SlotView
@@ -54,7 +55,14 @@ class Forecaster:
     """The regime, its points and efficiencies, the fit itself and its schedule; one per analysed server."""
 
     def __init__(self, memo: PhysicsMemo, milestones: Sequence[int], max_fit_points: int,
-                 curve_points: int = 48) -> None:
+                 curve_points: int = 48, memory: CurveMemory | None = None) -> None:
+        """``memory``: the atlas of measured curves, whose earlier points of the same configuration the fit uses too
+        (a changed configuration starts clean, as a new regime does)."""
+        self._memory = memory
+        self._config: CurveConfig | None = None
+        self._atlas: AtlasView | None = None
+        self._atlas_version: int | None = None
+        self._earlier = np.empty((0, 2))
         self._memo = memo
         self._milestone_depths = tuple(milestones)
         self._curve_points = curve_points
@@ -70,8 +78,9 @@ class Forecaster:
         self._switch: KernelSwitch | None = None  # the kernel switch the fit was made for
 
     def reset(self) -> None:
-        """Forget the session: the regimes, points, efficiencies, the fit."""
+        """Forget the session: the regimes, points, efficiencies, the fit, the configuration's remembered points."""
         self.regimes.reset()
+        self._config, self._atlas, self._earlier = None, None, np.empty((0, 2))
         self._restart()
 
     def _restart(self) -> None:
@@ -115,8 +124,27 @@ class Forecaster:
         return self._memo.get(shape, ("read_profile", tuple(devices), type_k, type_v),
                               lambda: decode_model.ReadProfile.of(devices, shape, type_k, type_v))
 
+    def remembered(self, config: CurveConfig | None) -> AtlasView | None:
+        """The atlas's points of this poll's configuration (asked again when it changes, or a sweep added some);
+        they join the fit's data. None without an atlas."""
+        if self._memory is None:
+            return None
+        config = config.merged(self._config) if config is not None else self._config
+        if config is None:
+            return AtlasView()
+        version = self._memory.version
+        if config != self._config or version != self._atlas_version or self._atlas is None:
+            self._config, self._atlas_version = config, version
+            self._atlas = self._memory.view(config)
+            pts = [(p.context_tokens, p.decode_tok_s) for p in self._atlas.points]
+            self._earlier = np.asarray(pts, dtype=float).reshape(-1, 2)
+            self._fit_dirty, self._fit_t = True, None
+        return self._atlas
+
     def _refit(self, profile: Any, switch: KernelSwitch | None) -> None:
         points = self._points.latest()
+        if self._earlier.size:
+            points = np.concatenate([self._earlier, points])
         self._switch = switch
         if profile is not None:
             self._fit = decode_model.fit_bytes(points, profile, self.median_efficiency(),
@@ -197,7 +225,7 @@ class Forecaster:
             seconds_until_vram_full=secs_vram,
             fit_a_s=bytes_fit.a_s if bytes_fit else line.a_s if line else None,
             fit_b_s_per_token=bytes_fit.slope_s_per_token if bytes_fit else line.b_s_per_token if line else None,
-            fit_points=n_pts, milestones=milestones, regime=self.regimes.regime,
+            fit_points=n_pts + len(self._earlier), milestones=milestones, regime=self.regimes.regime,
             fit_form=bytes_fit.form if bytes_fit else "context_linear" if line else None,
             fit_efficiency=bytes_fit.efficiency if bytes_fit else None,
             fit_overhead_s=bytes_fit.overhead_s if bytes_fit else None,

@@ -24,6 +24,7 @@ from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.core.units import fmt_tok_s_approx
 from kvmon.core.words import regime_mark
 from kvmon.gui import fmt, theme
+from kvmon.gui.panels.atlas_dots import AtlasDots
 from kvmon.gui.panels.here_marker import DOT_PX, HereMarker
 from kvmon.gui.plot_labels import (
     WAITING_TEXT,
@@ -147,6 +148,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         pi.addItem(self.earlier)  # in the legend only while there are such points
         self.measured = Dots(size=5, pen=None, brush=theme.brush("decode", 200), name="measured")
         pi.addItem(self.measured)
+        self.atlas_dots = AtlasDots(pi, Dots)  # a sweep's points, and this configuration's from before this session
         # the forecast at each milestone depth, as a ring on the forecast curve (its label beside it)
         self.milestone_dots = Dots(size=MILESTONE_DOT_PX, pen=pg.mkPen(theme.color("forecast"), width=1.5),
                                    brush=pg.mkBrush(theme.background()))
@@ -217,7 +219,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 x, y = item.getData()
                 if x is not None and len(x):
                     parts.append(polyline_points(*to_pixels(vb, x, y)))
-            for dots in (self.measured, self.earlier):
+            for dots in (self.measured, self.earlier, *self.atlas_dots.items()):
                 x, y = dots.getData()
                 if x is not None and len(x):
                     parts.append(np.column_stack(to_pixels(vb, x, y)))
@@ -292,6 +294,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
             ys.append(float(pts.max()))
         if s.forecast.curve:
             ys.append(max(hi for _n, _t, _lo, hi in s.forecast.curve))
+        if (swept := self.atlas_dots.y_max()) is not None:
+            ys.append(swept)
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         if not ys:  # nothing of this regime yet (a reload's first polls): the earlier points keep the scale
             _ex, ey = self._earlier_points()
@@ -438,6 +442,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
             else:
                 self.ceiling.setData([], [])
         self._draw_one_token(s)
+        if self.atlas_dots.update(s.atlas):
+            self._data_version += 1
         # the y axis first: the keys below are in fractions of it
         y_top = nice_ceiling(self._y_max(s) * 1.05)
         if self._changed("y", y_top):
@@ -475,7 +481,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 self.labels.set("here", HERE_TEXT, anchor)
         self._draw_milestones(fc, x_max, None if s.context_tokens is None else float(s.context_tokens))
         self._draw_limit(fc, x_max)
-        self._show_empty(empty_text(s, bool(x.size or ex.size or s.ceiling_curve or fc.curve)))
+        self._show_empty(empty_text(s, bool(x.size or ex.size or s.ceiling_curve or fc.curve
+                                            or self.atlas_dots.y_max() is not None)))
         placed = (self.labels.key(), self._data_version, y_top, x_max)
         if placed != self._placed_key or self._place_due:
             self._placed_key = placed
@@ -491,9 +498,11 @@ class SpeedContextPanel(QtWidgets.QWidget):
                 "bandwidth": "bytes read per token at the measured efficiency plus a fixed overhead",
                 "bandwidth+attention": "bytes read per token plus attention work growing with depth",
                 "context_linear": "a straight line in depth (model shape or bandwidth unknown: no ceiling)"}
-        lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime), ceiling "
+        lines = ["Measured decode speed (dots, mean per 256 tokens of context; faded: before this regime; diamonds: a "
+                 "sweep; squares: measured before this session on the same setup), ceiling "
                  "(dashed, computed from bandwidth, weights and KV bytes per token), forecast (dotted, with its 80% "
-                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points of this regime. "
+                 f"band): {form.get(fc.fit_form or '', 'none yet')}, fitted on {fc.fit_points} points (this "
+                 "regime's, and this setup's from before and from sweeps). "
                  "The band widens with the fit's uncertainty, the timing jitter and how slopes drift past the depths "
                  "measured."]
         if fc.fit_reason and fc.fit_form != "context_linear":

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvmon.core import serving
-from kvmon.core.jsonvals import json_str
+from kvmon.core.jsonvals import json_str, json_text
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.serving import ListedModel, ModelListing
@@ -37,8 +37,9 @@ def parse_running(body: Any) -> dict[str, Mapping[str, Any]]:
     rows = body.get("running") if isinstance(body, Mapping) else None
     out: dict[str, Mapping[str, Any]] = {}
     for r in rows if isinstance(rows, list) else ():
-        if isinstance(r, Mapping) and json_str(r.get("model")):
-            out[str(r["model"])] = r
+        name = json_str(r.get("model")) if isinstance(r, Mapping) else None
+        if name and isinstance(r, Mapping):
+            out[name] = r
     return out
 
 
@@ -49,13 +50,14 @@ def parse_listing(models_body: Any, running_body: Any) -> tuple[list[ListedModel
     notes: list[str] = [] if isinstance(data, list) else ["/v1/models has no data list"]
     names: list[str] = []
     for raw in data if isinstance(data, list) else ():
-        if not isinstance(raw, Mapping) or not json_str(raw.get("id")):
+        model_id = json_str(raw.get("id")) if isinstance(raw, Mapping) else None
+        if not model_id or not isinstance(raw, Mapping):
             continue
         meta = raw.get("meta") if isinstance(raw.get("meta"), Mapping) else {}
         swap = meta.get("llamaswap") if isinstance(meta.get("llamaswap"), Mapping) else {}
         if swap.get("type", "model") != "model":  # aliases, peers, selectors and profiles are not processes
             continue
-        names.append(str(raw["id"]))
+        names.append(model_id)
     names += [n for n in running if n not in names]
     out: list[ListedModel] = []
     for name in names:
@@ -64,14 +66,14 @@ def parse_listing(models_body: Any, running_body: Any) -> tuple[list[ListedModel
             out.append(ListedModel(name, serving.UNLOADED))
             continue
         state = json_str(r.get("state")) or "unknown"
-        cmd = json_str(r.get("cmd")) or ""
+        cmd = json_text(r.get("cmd")) or ""  # parsed, never shown as it is
         try:
             argv = tuple(shlex.split(cmd, comments=False))
         except ValueError:
             argv = ()
             notes.append(f"{name}: cmd not readable as a command line")
         out.append(ListedModel(name, _STATE.get(state, state), args=argv,
-                               upstream_url=json_str(r.get("proxy"))))
+                               upstream_url=json_text(r.get("proxy"))))
     return out, notes
 
 

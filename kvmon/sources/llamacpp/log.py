@@ -24,6 +24,7 @@ from typing import IO, Any
 from kvmon.core.bounds import MAX_BYTES, MAX_CONTEXT_TOKENS
 from kvmon.core.jsonvals import text_float, text_int
 from kvmon.core.readings import Provenance, ServerConfig
+from kvmon.core.sanitize import plain_text
 from kvmon.core.units import MIB
 from kvmon.sources.llamacpp.devices import DeviceLines
 from kvmon.sources.localfile import read_from
@@ -154,7 +155,7 @@ class LlamaLogParser:
             self.lines_rejected += 1
             return
         try:
-            self._feed(line)
+            self._feed(plain_text(line.replace("\t", " ")))  # what it names (a device, a model) may be shown
         except ValueError:  # LogValueError, or digits past what int() reads
             self.lines_rejected += 1
 

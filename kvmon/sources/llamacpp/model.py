@@ -11,9 +11,10 @@ import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from kvmon.core.jsonvals import json_int, json_str
+from kvmon.core.jsonvals import json_int, json_str, json_text
 from kvmon.core.readings import ModelInfo
 from kvmon.core.same import LastAnswer
+from kvmon.core.sanitize import plain_text
 from kvmon.sources.gguf_meta import GgufHeader
 from kvmon.sources.llamacpp.draft import mtp_weight_bytes
 from kvmon.sources.llamacpp.process import LlamaServerProcess
@@ -74,9 +75,10 @@ class ModelDescriber:
         """The loaded model as /props, /v1/models and the model file's header say (the file is read once per
         ``start`` of the server); built again only when one of them changed, else the last poll's (the same
         objects)."""
-        model_path = json_str(props.get("model_path"))
-        entry, why = self._v1_models((model_path, props.get("build_info"), model_id), model_id)
-        full_path = self.resolve(model_path) if self.local_files else None
+        raw_path = json_text(props.get("model_path"))  # opened as given; shown as plain text
+        model_path = plain_text(raw_path) if raw_path else None
+        entry, why = self._v1_models((raw_path, props.get("build_info"), model_id), model_id)
+        full_path = self.resolve(raw_path) if self.local_files else None
         header: GgufHeader | None = None
         gwhy = None
         file_key: tuple[str, int, int] | None = None

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from kvmon.core.jsonvals import json_float, json_int
 from kvmon.core.readings import (
     ACCEPTED_PER_POSITION,
@@ -24,155 +26,23 @@ from kvmon.core.readings import (
 METRIC_PREFIX = "llamacpp:"
 REQUESTS_PROCESSING = "requests_processing"  # the one gauge read: the requests being processed now (busy slots)
 _KEPT_GAUGES = frozenset({METRIC_PREFIX + REQUESTS_PROCESSING})
-MAX_LAYOUT_LINES = 400  # a page this long keeps no layout (llama-server's has ~40 lines; the pattern would be large)
+_PER_POSITION = METRIC_PREFIX + ACCEPTED_PER_POSITION
+_POSITION = re.compile(r"[0-9]{1,3}")
 
 
 class MetricsTextError(ValueError):
     """``/metrics`` answered something that is not Prometheus text."""
 
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_PLAIN_SAMPLE = re.compile(rf"({_NAME}) (\S+)(?: -?[0-9]+)?\Z")
-_LABELLED_SAMPLE = re.compile(rf"{_NAME}\{{(?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n{{}}]*\",?)+\}} \S+(?: -?[0-9]+)?\Z")
-_COMMENT = re.compile(rf"# (?:HELP {_NAME}(?: .*)?|TYPE ({_NAME}) (counter|gauge|histogram|summary|untyped))\Z")
-_POSITION_SAMPLE = re.compile(r'\{position="([0-9]{1,3})"\} (\S+)(?: -?[0-9]+)?\Z')  # of the per-position counter
-_PER_POSITION = METRIC_PREFIX + ACCEPTED_PER_POSITION
-_POSITION = re.compile(r"[0-9]{1,3}")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)\Z")
-
-
-def _plain_counters(text: str) -> list[tuple[str, float]] | None:
-    """The unlabelled counters of exposition text written the way llama-server writes it (each sample named as its
-    ``# TYPE`` line, one sample per line), in order; None for anything else (the full parser then decides).
-
-    A fast path: the full parser costs several times as much per poll, and llama-server's page is always this
-    simple; any line outside these few forms (an escape, a label with a quote in it, a sample named unlike its
-    family) sends the whole page to the full parser, so both read the same.
-    """
-    out: list[tuple[str, float]] = []
-    family: str | None = None
-    kind: str | None = None
-    declared: set[str] = set()
-    for line in text.split("\n"):
-        if not line:
-            continue
-        if line[0] == "#":
-            if not line.startswith(("# HELP ", "# TYPE ")):
-                if line.startswith(("#HELP", "#TYPE", "# HELP", "# TYPE")):
-                    return None
-                continue  # a comment
-            m = _COMMENT.match(line)
-            if m is None:
-                return None
-            if m.group(1) is not None:
-                if m.group(1) in declared:
-                    return None
-                declared.add(m.group(1))
-                family, kind = m.group(1), m.group(2)
-            continue
-        m = _PLAIN_SAMPLE.match(line)
-        if m is None:
-            if _LABELLED_SAMPLE.match(line) is None or line.split("{", 1)[0] != family:
-                return None
-            if _FLOAT.match(line[line.index("} ") + 2:].split(" ", 1)[0]) is None:
-                return None  # (the full parser fails the whole page on a value that is not a number)
-            if family == _PER_POSITION and kind == "counter":  # speculative decoding's acceptance by position
-                p = _POSITION_SAMPLE.match(line, len(family))
-                if p is None:
-                    return None
-                out.append((_position_key(p.group(1)), float(p.group(2))))
-            continue  # another labelled sample of the family just declared: not a plain counter
-        name, value = m.group(1), m.group(2)
-        if name != family or _FLOAT.match(value) is None or name.endswith("_created"):
-            return None  # (the full parser reads a ``_created`` sample as its family's creation time)
-        if kind == "counter":
-            if not name.endswith("_total") and f"{name}_total" in text:
-                return None  # the full parser names such a counter by whether its _total form is on the page
-            out.append((name, float(value)))
-        elif kind == "gauge" and name in _KEPT_GAUGES:
-            out.append((name, float(value)))
-    return out
-
-
-def _position_key(text: str) -> str:
-    """The metrics key of the per-position counter at ``text`` (a draft position as the page writes it)."""
-    return METRIC_PREFIX + position_counter(ACCEPTED_PER_POSITION, int(text))
-
-
 def parse_metrics(text: str, rejected: list[str] | None = None) -> dict[str, float]:
-    """Counters from llama-server's Prometheus text, without the ``llamacpp:`` prefix; gauges are dropped but
-    ``requests_processing`` (whether a request runs, where /slots is not read). The one labelled counter kept is
-    speculative decoding's acceptance by draft position, one key per position
-    (``kvmon.core.readings.position_counter``).
+    """Counters from llama-server's Prometheus text (read by prometheus_client's parser), without the
+    ``llamacpp:`` prefix; gauges are dropped but ``requests_processing`` (whether a request runs, where /slots is
+    not read). The one labelled counter kept is speculative decoding's acceptance by draft position, one key per
+    position (``kvmon.core.readings.position_counter``).
 
     A counter whose value is not a finite, non-negative number within 64 bits is left out and named in
     ``rejected``; text that is not Prometheus exposition raises MetricsTextError.
     """
-    plain = _plain_counters(text)
-    if plain is not None:
-        return _counters(plain, rejected)
-    return parse_metrics_fully(text, rejected)
-
-
-class MetricsReader:
-    """``parse_metrics`` for one server's pages, which keep their shape from poll to poll: the last plain page's
-    layout (every line as it was, each value a number to be read) is kept as one pattern, and a page that matches it
-    whole is read by that one match. Only the numbers can differ from a page the fast path read, and those it reads
-    as numbers, so the answer is the same; any other page is read as ``parse_metrics`` reads it, and its layout kept.
-    """
-
-    def __init__(self) -> None:
-        self._layout: re.Pattern[str] | None = None
-        self._names: tuple[str, ...] = ()  # the counters the layout's groups hold, in order
-        self.layout_reads = 0  # pages read by the layout alone (for tests and benchmarks)
-
-    def read(self, text: str, rejected: list[str] | None = None) -> dict[str, float]:
-        """The counters of ``text`` (see ``parse_metrics``)."""
-        if self._layout is not None:
-            m = self._layout.fullmatch(text)
-            if m is not None:
-                self.layout_reads += 1
-                return _counters([(n, float(v)) for n, v in zip(self._names, m.groups(), strict=True)], rejected)
-        plain = _plain_counters(text)
-        if plain is None:
-            self._layout, self._names = None, ()
-            return parse_metrics_fully(text, rejected)
-        self._layout, self._names = _layout(text) if text.count("\n") <= MAX_LAYOUT_LINES else (None, ())
-        return _counters(plain, rejected)
-
-
-_VALUE = _FLOAT.pattern.removesuffix(r"\Z")
-_STAMP = "(?: -?[0-9]+)?"
-
-
-def _layout(text: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
-    """The pattern of a page ``_plain_counters`` read: each line as written, each sample's value (and timestamp) any
-    number; the counters it reads are groups, named in the tuple in page order."""
-    parts: list[str] = []
-    names: list[str] = []
-    family, kind = None, None
-    for line in text.split("\n"):
-        if not line or line[0] == "#":
-            m = _COMMENT.match(line) if line else None
-            if m is not None and m.group(1) is not None:
-                family, kind = m.group(1), m.group(2)
-            parts.append(re.escape(line))
-            continue
-        plain = _PLAIN_SAMPLE.match(line)
-        start = len(plain.group(1)) + 1 if plain is not None else line.index("} ") + 2
-        counted = (kind == "counter" and (plain is not None or family == _PER_POSITION)) or (
-            kind == "gauge" and plain is not None and plain.group(1) in _KEPT_GAUGES)
-        if counted:
-            names.append(plain.group(1) if plain is not None else
-                         _position_key(line[line.index('"') + 1:line.index('"}')]))
-        parts.append(re.escape(line[:start]) + (f"({_VALUE})" if counted else f"(?:{_VALUE})") + _STAMP)
-    return re.compile("\n".join(parts)), tuple(names)
-
-
-def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[str, float]:
-    """``parse_metrics`` by prometheus_client's parser alone: any exposition text, at several times the cost."""
-    from prometheus_client.parser import text_string_to_metric_families  # only needed for unusual pages
-
     out: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -184,7 +54,7 @@ def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[st
                     pos = sample.labels.get("position", "")
                     if name != _PER_POSITION or set(sample.labels) != {"position"} or not _POSITION.fullmatch(pos):
                         continue
-                    name = _position_key(pos)
+                    name = METRIC_PREFIX + position_counter(ACCEPTED_PER_POSITION, int(pos))
                 if name.startswith(METRIC_PREFIX):
                     name = name[len(METRIC_PREFIX) :]
                 if name.endswith("_created"):
@@ -199,22 +69,6 @@ def parse_metrics_fully(text: str, rejected: list[str] | None = None) -> dict[st
                 out[name] = value
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # what the parser raises
         raise MetricsTextError(str(e)[:120] or type(e).__name__) from None
-    return out
-
-
-def _counters(samples: list[tuple[str, float]], rejected: list[str] | None) -> dict[str, float]:
-    """The fast path's samples as ``parse_metrics`` gives them: prefix off, ``_created`` dropped, bad values named."""
-    out: dict[str, float] = {}
-    for full, raw in samples:
-        name = full[len(METRIC_PREFIX):] if full.startswith(METRIC_PREFIX) else full
-        if name.endswith("_created"):
-            continue
-        value = json_float(raw)
-        if value is None:
-            if rejected is not None:
-                rejected.append(name)
-            continue
-        out[name] = value
     return out
 
 

@@ -31,6 +31,8 @@ from kvmon.core.readings import (
     SourceFailure,
 )
 from kvmon.core.same import LastAnswer
+from kvmon.core.sanitize import plain_text
+from kvmon.sources.answers import PollAnswers
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.llamacpp import LLAMA_SERVER
@@ -40,10 +42,10 @@ from kvmon.sources.llamacpp.log import LogFollower
 from kvmon.sources.llamacpp.model import ModelDescriber
 from kvmon.sources.llamacpp.parse import (
     REQUESTS_PROCESSING,
-    MetricsReader,
     MetricsTextError,
     derive_totals,
     metrics_key,
+    parse_metrics,
     parse_slot,
 )
 from kvmon.sources.llamacpp.process import LlamaServerProcess
@@ -103,6 +105,7 @@ class LlamaServerSource:
         here."""
         self.base_url = normalize_base_url(base_url)
         self._clock = clock  # timestamps readings; a simulator's clock makes rates come out in its time
+        self._api_key = api_key
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         parts = urlsplit(self.base_url)
@@ -119,7 +122,6 @@ class LlamaServerSource:
         self._never_sleeps = False  # the server's command line (or the user) says it never unloads when idle
         self._slots_answered_at: float | None = None  # clock time of the last /slots answer (a task: keeps it awake)
         self._metrics_memo: tuple[tuple[Any, ...], dict[str, float], int] | None = None  # (key, counters, uses)
-        self._metrics_reader = MetricsReader()  # /metrics keeps its shape: read by the last page's layout
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
@@ -127,6 +129,7 @@ class LlamaServerSource:
         self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
         self.model_id = model_id
         self._failed_polls = 0
+        self._answers = PollAnswers()  # this poll's usable answers and failures
         self._model_query = f"?model={quote(model_id, safe='')}&autoload=false" if model_id else ""
         self._argv_config = parse_llama_server_args(list(command_line)[1:]).config if command_line else None
         self._local_files = is_local_host(self._host) if local_files is None else local_files
@@ -136,6 +139,10 @@ class LlamaServerSource:
 
     def __repr__(self) -> str:
         return f"LlamaServerSource({self.display_url!r})"
+
+    def request_key(self) -> str | None:
+        """The API key this source sends (a depth sweep of the same server sends it too)."""
+        return self._api_key
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -149,22 +156,34 @@ class LlamaServerSource:
         return decode_json(resp, path)
 
     def _optional_json(self, path: str, reasons: dict[str, str], key: str) -> Any:
-        """GET JSON; auth/loading failures abort the poll, anything else becomes a reason and None."""
+        """GET JSON; auth/loading failures abort the poll, anything else becomes a reason and None. An object or a
+        list is a usable answer of this poll (``kvmon.sources.answers``)."""
         try:
-            return self._get_json(path)
+            body = self._get_json(path)
         except SourceError as e:
             if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
                 raise
             reasons[key] = e.failure.reason
             self._last_failure_kind = e.failure.kind
+            self._answers.failed(e.failure)
             return None
+        if isinstance(body, (Mapping, list)):
+            self._answers.ok()
+        else:
+            self._answers.failed(SourceFailure(FailureKind.UNEXPECTED_BODY, f"{path.split('?', 1)[0]} did not "
+                                               "return an object or a list", path.split("?", 1)[0]))
+        return body
 
     # ---- poll ---------------------------------------------------------------------------------
 
     def poll(self) -> ServerReading:
-        """Read every endpoint once and combine them; raises SourceError when the server cannot be read."""
+        """Read every endpoint once and combine them; raises SourceError when the server cannot be read: it does
+        not answer, or every endpoint asked failed (``kvmon.sources.answers``)."""
+        self._answers = PollAnswers()
         try:
-            return self._poll()
+            reading = self._poll()
+            self._answers.check()
+            return reading
         except SourceError:
             self._failed_polls += 1  # the server may come back as another start of it: its files are read again
             raise
@@ -210,12 +229,9 @@ class LlamaServerSource:
                 raise SourceError(SourceFailure(self._last_failure_kind or FailureKind.UNEXPECTED_BODY,
                                                 f"model {self.model_id}: {why}", "/props"))
             return props, self._model_query
-        hung = self._http.hangs("/props")  # known to hang: the reading goes on without it, as after /health
+        # /props failing costs its own values only: whether the server answers at all, the poll's other requests
+        # say (a server gone fails them all at once: ``PollAnswers.check``)
         props = self._optional_json("/props", reasons, "props")
-        if props is None and not checked and self._last_failure_kind in (FailureKind.UNREACHABLE,
-                                                                          FailureKind.TIMEOUT) and not (
-                hung and self._last_failure_kind is FailureKind.TIMEOUT):
-            raise SourceError(SourceFailure(self._last_failure_kind, reasons["props"], "/props"))
         q = ""  # router mode (no -m): every per-model endpoint needs ?model=<id>
         if props is None and self._last_failure_kind in (FailureKind.SERVER_ERROR, FailureKind.NOT_FOUND):
             router, loaded = self._router_models()
@@ -263,15 +279,10 @@ class LlamaServerSource:
                 slots = self._quiet_slots
         else:
             t0 = self._clock()
-            hung = self._http.hangs("/slots" + q)
             raw_slots = self._optional_json("/slots" + q, reasons, "slots")
             # the counters' instant: the middle of the /slots request, not the start of the poll
             t_mono = (t0 + self._clock()) / 2.0
             t_wall += t_mono - t_start
-            if raw_slots is None and reused and not hung and self._last_failure_kind in (FailureKind.UNREACHABLE,
-                                                                                         FailureKind.TIMEOUT):
-                # /slots is this poll's first request: a server gone or hung is a failure, as /props would say
-                raise SourceError(SourceFailure(self._last_failure_kind, reasons["slots"], "/slots"))
             if raw_slots is None:
                 live_reason = reasons.get("slots")
             elif not isinstance(raw_slots, list):
@@ -313,8 +324,10 @@ class LlamaServerSource:
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
+        self._answers.check()  # every endpoint failed: a failure, and the answers reused next poll are forgotten
         self._polls_since_health = 0 if checked else self._polls_since_health + 1
-        self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS
+        # a /health that failed (the rest answering) is asked again next poll: its reason stays on screen
+        self._health_due = self._polls_since_health + 1 >= HEALTH_EVERY_POLLS or "health" in reasons
         return ServerReading(
             t_monotonic=t_mono,
             t_wall=t_wall,
@@ -338,29 +351,40 @@ class LlamaServerSource:
         )
 
     def _check_health(self, reasons: dict[str, str]) -> bool:
-        """/health: loading (503, or an older build's status text) and unreachable servers end the poll; a /health
-        known to hang is only a reason (then /props decides alone: False)."""
-        hung = self._http.hangs("/health")
+        """/health: loading (503, or an older build's status text), a key refused and an error state end the poll;
+        no answer, or an answer that is not /health's, is only a reason (then the other endpoints decide: False)."""
         try:
             resp = self._http.get("/health")
         except SourceError as e:
-            if hung and e.failure.kind is FailureKind.TIMEOUT:
-                reasons["health"] = e.failure.reason
-                return False
-            raise
+            if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
+                raise
+            reasons["health"] = e.failure.reason
+            self._answers.failed(e.failure)
+            return False
         body: Any = None
         try:
             body = decode_json(resp, "/health")
         except SourceError:
             body = None
         status = body.get("status") if isinstance(body, Mapping) else None
+        if isinstance(status, str):
+            self._answers.ok()
+        elif resp.status_code not in (401, 403, 503):
+            try:
+                raise_for_status(resp, "/health", self.display_url)
+                decode_json(resp, "/health")
+                failure = SourceFailure(FailureKind.UNEXPECTED_BODY, "/health did not say the server's status",
+                                        "/health", resp.status_code)
+            except SourceError as e:
+                failure = e.failure
+            self._answers.failed(failure)
         if isinstance(status, str) and "loading" in status.lower():
             raise SourceError(SourceFailure(FailureKind.MODEL_LOADING, f"{self.display_url} is loading the model",
                                             "/health", resp.status_code))
         if resp.status_code == 503 and isinstance(status, str) and "no slot" in status.lower():
             return True  # older builds: every slot busy, the server is fine
         if resp.status_code == 404:
-            return True  # not all builds have it; /props decides
+            return True  # not all builds have it; the other endpoints decide
         if resp.status_code == 503 or resp.status_code in (401, 403):
             raise_for_status(resp, "/health", self.display_url)
         if isinstance(status, str) and status.lower() == "error":
@@ -402,13 +426,20 @@ class LlamaServerSource:
                 reasons["metrics"] = "/metrics is not enabled on this server"
                 return False, {}
             reasons["metrics"] = e.failure.reason
+            self._answers.failed(e.failure)
             return flag if isinstance(flag, bool) else None, {}
         rejected: list[str] = []
         try:
-            metrics = self._metrics_reader.read(resp.text, rejected)
+            metrics = parse_metrics(resp.text, rejected)
         except MetricsTextError as e:
-            reasons["metrics"] = f"/metrics text not understood ({str(e)[:80]})"
+            reasons["metrics"] = f"/metrics text not understood ({plain_text(str(e)[:80])})"  # it may quote the page
+            self._answers.failed(SourceFailure(FailureKind.UNEXPECTED_BODY, reasons["metrics"], "/metrics"))
             return True, {}
+        if metrics:
+            self._answers.ok()
+        else:
+            self._answers.failed(SourceFailure(FailureKind.UNEXPECTED_BODY, "/metrics has no llama-server counters",
+                                               "/metrics", resp.status_code))
         if rejected:
             reasons["metrics"] = f"/metrics: {', '.join(rejected[:5])} not a count kvmon can use (left out)"
         return True, metrics

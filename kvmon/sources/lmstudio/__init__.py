@@ -5,7 +5,8 @@ The backend object below is what the rest of kvmon asks for this server's words 
 from kvmon.core.backend import Backend
 
 LMSTUDIO = Backend(
-    "lmstudio", label="LM Studio", source="kvmon.sources.lmstudio.source:LmStudioSource",
+    "lmstudio", label="LM Studio", sweep="kvmon.sources.lmstudio.sweep:LmStudioSweep",
+    source="kvmon.sources.lmstudio.source:LmStudioSource",
     ports=(1234,),  # every LM Studio example and `lms server status`
     context_setting="the context length in the model's load settings",
     offload_setting="GPU offload in the model's load settings",

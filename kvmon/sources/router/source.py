@@ -18,13 +18,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvmon.core import serving
-from kvmon.core.jsonvals import json_float, json_int, json_str
+from kvmon.core.jsonvals import json_float, json_int, json_str, json_text
 from kvmon.core.readings import FailureKind, SourceError
+from kvmon.core.sanitize import plain_text
 from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.source import LlamaServerSource
-from kvmon.sources.sse import SseFollower
+from kvmon.sources.router.progress import ProgressStream
 
 PROGRESS_MAX_AGE_S = 10.0  # a progress event older than this no longer describes a load in progress
 _STATUS = {"loaded": serving.LOADED, "loading": serving.LOADING, "sleeping": serving.SLEEPING,
@@ -48,7 +49,8 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
         return [], ["/models has no data list"]
     out: list[ListedModel] = []
     for raw in data:
-        if not isinstance(raw, Mapping) or not json_str(raw.get("id")):
+        model_id = json_str(raw.get("id")) if isinstance(raw, Mapping) else None
+        if not model_id or not isinstance(raw, Mapping):
             notes.append("an entry without an id")
             continue
         st = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
@@ -57,9 +59,10 @@ def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
         exit_code = json_int(st.get("exit_code"), signed=True)
         if st.get("failed") is True:
             status = serving.FAILED
-        args = tuple(str(a) for a in st.get("args") or () if isinstance(a, (str, int, float)))
-        aliases = tuple(str(a) for a in raw.get("aliases") or () if isinstance(a, str))
-        out.append(ListedModel(name=str(raw["id"]), status=status, args=args, exit_code=exit_code, aliases=aliases))
+        args = tuple(json_text(a) or "" if isinstance(a, str) else str(a) for a in st.get("args") or ()
+                     if isinstance(a, (str, int, float)))  # parsed as a command line, never shown as it is
+        aliases = tuple(plain_text(a) for a in raw.get("aliases") or () if isinstance(a, str))
+        out.append(ListedModel(name=model_id, status=status, args=args, exit_code=exit_code, aliases=aliases))
     return out, notes
 
 
@@ -87,9 +90,9 @@ class LlamaRouterSource:
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
         self._version: str | None = None
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._sse = SseFollower(self.base_url + "/models/sse", headers=headers, clock=clock,
-                                timeout_s=timeout_s) if follow_progress else None
+        headers = {"Authorization": f"Bearer {api_key}".encode("latin-1")} if api_key else {}  # as HttpClient sends it
+        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock,
+                                   timeout_s=timeout_s) if follow_progress else None
 
     def __repr__(self) -> str:
         return f"LlamaRouterSource({self.display_url!r})"

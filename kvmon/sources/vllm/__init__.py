@@ -5,7 +5,8 @@ The backend object below is what the rest of kvmon asks for this server's words 
 from kvmon.core.backend import Backend
 
 VLLM = Backend(
-    "vllm", label="vLLM", source="kvmon.sources.vllm.source:VllmSource",
+    "vllm", label="vLLM", sweep="kvmon.sources.vllm.sweep:VllmSweep",
+    source="kvmon.sources.vllm.source:VllmSource",
     ports=(8000,),  # vllm/entrypoints/common/cli_args.py: --port 8000
     context_setting="--max-model-len", offload_setting="--cpu-offload-gb",
     cache_type_setting="--kv-cache-dtype {type_k}", cache_types=("fp8",),

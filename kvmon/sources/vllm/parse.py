@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, text_float, text_int
+from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, json_text, text_float, text_int
 from kvmon.core.readings import ACCEPTED_PER_POSITION, MAX_DRAFT_POSITIONS, position_counter, position_counts
 
 PREFIX = "vllm:"
@@ -240,7 +240,7 @@ class ModelCard:
     """One base model of ``/v1/models``: its served name, where it was loaded from, its context limit."""
 
     id: str
-    root: str | None
+    root: str | None  # as given (a path to open); shown only as plain text
     max_model_len: int | None
 
 
@@ -257,5 +257,5 @@ def parse_models(body: Any) -> tuple[list[ModelCard], list[str]]:
             continue
         if json_str(raw.get("parent")):
             continue
-        out.append(ModelCard(str(raw["id"]), json_str(raw.get("root")), json_int(raw.get("max_model_len"))))
+        out.append(ModelCard(json_str(raw["id"]) or "", json_text(raw.get("root")), json_int(raw.get("max_model_len"))))
     return out, notes

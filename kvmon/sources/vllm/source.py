@@ -23,13 +23,16 @@ from urllib.parse import urlsplit
 from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import (
     ACCEPTED_PER_POSITION,
+    FailureKind,
     ModelInfo,
     Provenance,
     ServerConfig,
     ServerReading,
     SourceError,
+    SourceFailure,
     position_counter,
 )
+from kvmon.core.sanitize import plain_text
 from kvmon.physics import kv as kv_mod
 from kvmon.sources import procs
 from kvmon.sources.hf_config import HfModel, model_folder, read_model
@@ -96,9 +99,19 @@ class VllmSource:
     # ------------------------------------------------------------------ requests
 
     def _metrics(self) -> MetricsPage:
+        """``/metrics``, the one page vLLM's reading comes from: one with no ``vllm:`` series (a gateway's HTML page,
+        an empty body) is no reading of vLLM, so the poll fails naming what came instead."""
         resp = self._http.get("/metrics")
         raise_for_status(resp, "/metrics", self.display_url)
-        return parse_metrics(resp.text)
+        page = parse_metrics(resp.text)
+        if not page.has_vllm:
+            head = resp.body[:60].decode("utf-8", "replace").strip()
+            what = ("an empty body" if not head else "an HTML page" if head.lower().startswith(("<!doctype", "<html"))
+                    else f"{plain_text(head)!r}")
+            raise SourceError(SourceFailure(FailureKind.UNEXPECTED_BODY, f"{self.display_url}/metrics has no vLLM "
+                                            f"series (got {what}, {len(resp.body)} bytes)", "/metrics",
+                                            resp.status_code))
+        return page
 
     def _refresh_cards(self, now: float) -> None:
         if self._cards_at is not None and 0.0 <= now - self._cards_at < CARDS_EVERY_S:
@@ -158,8 +171,6 @@ class VllmSource:
         self._refresh_cards(t)
         reasons: dict[str, str] = {}
         notes = list(page.notes) + self._card_notes
-        if not page.has_vllm:
-            notes.append("/metrics has no vllm: series")
         card = self._cards[0] if self._cards else None
         name = card.id if card else next(iter(page.models), None)
         mm = page.models.get(name or "") or ModelMetrics(name or "")
@@ -189,7 +200,7 @@ class VllmSource:
         config = self._config(page, card, shape, model_dtype, reasons)
         model = ModelInfo(name=name, arch=arch or getattr(shape, "arch", None), weight_bytes=weight_bytes,
                           n_params=n_params, quantization=storage, n_ctx_train=getattr(shape, "n_ctx_train", None),
-                          path=(card.root if card else None), shape=shape,
+                          path=(plain_text(card.root) if card and card.root else None), shape=shape,
                           shape_source=("hf_config" if hf is not None and shape is not None
                                         else "gguf" if shape is not None else None))
         if notes:

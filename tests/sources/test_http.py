@@ -1,4 +1,6 @@
-"""The plain-HTTP transport over a raw TCP server on 127.0.0.1: reuse, reconnects, and every failure typed."""
+"""The sources' HTTP client over a raw TCP server on 127.0.0.1: one kept connection, reconnects, every answer a
+real server sends read whole, bodies capped, one deadline whatever the server drips, and every failure typed.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources.http import HttpClient
-from kvmon.sources.keepalive import KeepAliveTransport
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server"  # real answers of llama-server b11549
 
 Answer = Callable[[socket.socket, bytes], bool]  # writes the answer to one request; False closes the connection
 
@@ -127,15 +129,103 @@ def test_connection_close_answers_open_a_new_connection(serve: Callable[..., Raw
     assert srv.connections == 3
 
 
-def test_an_unread_body_does_not_poison_the_next_request(serve: Callable[..., RawServer]) -> None:
-    srv = serve(ok(b"x" * 200_000))
-    transport = KeepAliveTransport()
-    url = httpx.URL(srv.url + "/big")
-    resp = transport.handle_request(httpx.Request("GET", url))
-    resp.close()  # not read
-    resp = transport.handle_request(httpx.Request("GET", url))
-    assert len(resp.read()) == 200_000
-    transport.close()
+def raw(answer: bytes, *, close: bool = True) -> Answer:
+    """Send these bytes as the answer (then close the connection, or keep it)."""
+    def send(conn: socket.socket, _request: bytes) -> bool:
+        conn.sendall(answer)
+        return not close
+    return send
+
+
+def _captured() -> list[tuple[str, bytes, bytes]]:
+    """(name, the whole answer as the server sent it, its body) for every captured answer with its head."""
+    out = []
+    for head in sorted(CAPTURES.rglob("*.headers.txt")):
+        body_file = head.with_name(head.name.removesuffix(".headers.txt"))
+        if not body_file.is_file() or "sse" in body_file.name or "stream" in body_file.name:
+            continue
+        lines = [ln for ln in head.read_text().splitlines() if ln.strip()]
+        body = body_file.read_bytes()
+        out.append((body_file.name, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body, body))
+    return out
+
+
+CAPTURED = _captured()
+
+
+def test_there_are_captured_answers_to_read() -> None:
+    assert len(CAPTURED) >= 10
+
+
+@pytest.mark.parametrize(("name", "answer", "body"), CAPTURED, ids=[n for n, _a, _b in CAPTURED])
+def test_every_captured_llama_server_answer_reads_whole(serve: Callable[..., RawServer], name: str, answer: bytes,
+                                                         body: bytes) -> None:
+    client = HttpClient(serve(raw(answer, close=False)).url)
+    try:
+        got = client.get("/x")
+        assert got.body == body and got.status_code == int(answer.split(b" ", 2)[1])
+        assert got.headers.get("content-type") and got.headers["content-length"] == str(len(body))
+    finally:
+        client.close()
+
+
+BENT = {  # what HTTP/1.1 allows beside the plain answer, and the body a reader must find in it
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+                b"hello world"),
+    "close-delimited": (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil the end",
+                        b"until the end"),
+    "http/1.0": (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+    "no reason phrase": (b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+    "upper-case names": (b"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 2\r\nCONTENT-TYPE: x\r\n\r\nok", b"ok"),
+    "spaces around value": (b"HTTP/1.1 200 OK\r\nContent-Length:    2   \r\n\r\nok", b"ok"),
+    "204 with a length": (b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", b""),
+    "100 first": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+    "same length twice": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BENT))
+def test_every_other_framing_reads_its_body(serve: Callable[..., RawServer], name: str) -> None:
+    answer, body = BENT[name]
+    client = HttpClient(serve(raw(answer)).url)
+    try:
+        assert client.get("/x").body == body
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",  # two lengths
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+    b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+    b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n50\r\nabc",  # a chunked body cut short
+])
+def test_an_answer_that_is_not_http_or_cut_short_is_a_closed_connection(serve: Callable[..., RawServer],
+                                                                        answer: bytes) -> None:
+    client = HttpClient(serve(raw(answer)).url)
+    try:
+        with pytest.raises(SourceError) as e:
+            client.get("/x")
+    finally:
+        client.close()
+    assert e.value.failure.kind == FailureKind.UNREACHABLE and "closed the connection" in e.value.failure.reason
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_over_the_cap_is_not_read_and_the_next_request_is_answered(serve: Callable[..., RawServer],
+                                                                          chunked: bool) -> None:
+    big = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n" + b"x" * 5000 + b"\r\n0\r\n\r\n"
+           if chunked else b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000)
+    srv = serve(raw(big, close=False), ok())
+    client = HttpClient(srv.url, max_body_bytes=1000)
+    try:
+        with pytest.raises(SourceError) as e:
+            client.get("/big")
+        assert e.value.failure.kind == FailureKind.UNEXPECTED_BODY and "/big body larger than" in e.value.failure.reason
+        assert client.get_json("/next") == {"ok": True}  # the unread rest is not taken for the next answer
+    finally:
+        client.close()
 
 
 def test_refused_is_unreachable() -> None:
@@ -261,6 +351,77 @@ def test_https_checks_certificates_and_keeps_the_deadline(certificate: tuple[Pat
         slow.close()
 
 
-def test_other_schemes_are_refused() -> None:
-    with pytest.raises(httpx.UnsupportedProtocol):
-        KeepAliveTransport().handle_request(httpx.Request("GET", "ftp://127.0.0.1:1/"))
+def test_a_head_dripped_past_the_deadline_times_out(serve: Callable[..., RawServer]) -> None:
+    def drip(conn: socket.socket, _request: bytes) -> bool:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100:
+            time.sleep(0.05)
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:  # the client gave up, as it should
+                return False
+        return False
+
+    client = HttpClient(serve(drip).url, timeout_s=0.4)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(SourceError) as e:
+            client.get("/slots")
+    finally:
+        client.close()
+    assert e.value.failure.kind == FailureKind.TIMEOUT and "/slots did not answer in time" in e.value.failure.reason
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_a_body_trickled_past_the_deadline_times_out(serve: Callable[..., RawServer]) -> None:
+    def trickle(conn: socket.socket, _request: bytes) -> bool:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        for _ in range(1000):
+            time.sleep(0.05)
+            try:
+                conn.sendall(b" ")
+            except OSError:
+                return False
+        return False
+
+    client = HttpClient(serve(trickle).url, timeout_s=0.4)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(SourceError) as e:
+            client.get("/metrics")
+    finally:
+        client.close()
+    assert e.value.failure.kind == FailureKind.TIMEOUT and time.monotonic() - t0 < 1.0
+
+
+def test_credentials_in_the_url_are_neither_sent_nor_shown(serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok())
+    client = HttpClient(srv.url.replace("http://", "http://alice:s3cret@") + "/llm?token=s3cret")
+    try:
+        assert client.get_json("/slots") == {"ok": True}
+    finally:
+        client.close()
+    assert srv.requests[0].startswith(b"GET /llm/slots HTTP/1.1") and b"s3cret" not in srv.requests[0]
+    assert "s3cret" not in repr(client) and "s3cret" not in client.display_url
+
+
+def test_other_schemes_are_a_bad_url() -> None:
+    client = HttpClient("ftp://127.0.0.1:1")
+    with pytest.raises(SourceError) as e:
+        client.get("/x")
+    assert e.value.failure.kind == FailureKind.BAD_URL
+
+
+def test_a_latin1_api_key_is_sent_and_one_a_header_cannot_carry_is_a_clear_error(
+        serve: Callable[..., RawServer]) -> None:
+    srv = serve(ok())
+    client = HttpClient(srv.url, api_key="clé")
+    try:
+        assert client.get_json("/slots") == {"ok": True}
+    finally:
+        client.close()
+    assert "authorization: bearer cl\xe9".encode("latin-1") in srv.requests[0].lower()
+    with pytest.raises(SourceError) as e:
+        HttpClient(srv.url, api_key="鍵")
+    assert e.value.failure.kind == FailureKind.BAD_URL and "API key cannot be sent" in e.value.failure.reason
+    assert "鍵" not in e.value.failure.reason
+

@@ -1,0 +1,134 @@
+"""Measured speed-vs-context curves drawn on their own: a sweep's (its points to the deepest depth and its ceiling), or
+two side by side (File ▸ Compare…, ``kvmon compare``), with their table under the plot, saved as PNG with the
+caption strip. The first curve is in decode's colour, the second in the compared curve's; each ceiling dashed in its
+curve's colour.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from kvmon import __version__
+from kvmon.core.compare import Curve
+from kvmon.core.redact import scrub
+from kvmon.core.snapshot import Snapshot
+from kvmon.core.sweep import SweepResult
+from kvmon.gui import theme
+from kvmon.gui.widgets import TokenAxis, legend_below, make_plot, nice_ceiling
+
+COLORS = ("decode", "compared")
+SYMBOLS = ("o", "t")
+
+
+class CurvesPlot(QtWidgets.QWidget):
+    """One or two curves on one plot, the table of them beneath."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(theme_pad(), theme_pad(), theme_pad(), theme_pad())
+        self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
+                              axis_items={"bottom": TokenAxis(orientation="bottom")})
+        legend_below(self.plot, 2)
+        lay.addWidget(self.plot, 1)
+        self.table = QtWidgets.QLabel()
+        self.table.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        font = QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont)
+        self.table.setFont(font)
+        self.table.setAlignment(QtCore.Qt.AlignmentFlag.AlignHCenter)
+        lay.addWidget(self.table)
+
+    def show_curves(self, curves: Sequence[Curve], title: str, table: Sequence[str] = ()) -> None:
+        """Draw ``curves`` (one or two) and ``table`` beneath; the y axis fits every point and ceiling."""
+        pi = self.plot.getPlotItem()
+        for item in list(pi.listDataItems()):
+            pi.removeItem(item)
+        pi.legend.clear()
+        pi.setTitle(title)
+        ys, xs = [1.0], [1.0]
+        alone = len(curves) == 1
+        for i, c in enumerate(curves[:2]):
+            color = theme.color(COLORS[i])
+            if c.ceiling:
+                arr = np.asarray(c.ceiling, dtype=float)
+                pen = pg.mkPen(color, width=1.5, style=QtCore.Qt.PenStyle.DashLine)
+                name = "ceiling (memory bus)" if alone else f"ceiling, {c.label}"
+                pi.addItem(pg.PlotDataItem(arr[:, 0], arr[:, 1], pen=pen, name=name))
+                ys.append(float(arr[:, 1].max()))
+                xs.append(float(arr[:, 0].max()))
+            if c.points:
+                pts = np.asarray(c.points, dtype=float)
+                pi.addItem(pg.PlotDataItem(pts[:, 0], pts[:, 1], pen=pg.mkPen(color, width=1.5), symbol=SYMBOLS[i],
+                                           symbolSize=8, symbolPen=None, symbolBrush=pg.mkBrush(color),
+                                           name="measured decode" if alone else c.label))
+                ys.append(float(pts[:, 1].max()))
+                xs.append(float(pts[:, 0].max()))
+        pi.setYRange(0, nice_ceiling(max(ys) * 1.05), padding=0)
+        points_end = max((c.points[-1][0] for c in curves if c.points), default=max(xs))
+        pi.setXRange(0, max(points_end * 1.05, 1.0), padding=0.02)
+        self.table.setText("\n".join(table))
+        self.table.setVisible(bool(table))
+
+    def image(self, caption: str) -> QtGui.QImage:
+        """The widget as an image with the caption strip below it."""
+        from kvmon.gui.caption import with_caption
+
+        self.plot.getPlotItem().getViewBox().update()
+        QtWidgets.QApplication.processEvents()
+        return with_caption(self.grab().toImage(), scrub(caption), dark=theme.is_dark())
+
+
+def sweep_caption(result: SweepResult, snap: Snapshot) -> str:
+    """What a sweep's picture shows, without the window around it: model, cache, devices, context, server, when."""
+    import time
+
+    from kvmon.gui.caption import gpu_text
+
+    m = snap.model
+    model = " ".join(x for x in (m.name or "model", f"({m.quantization})" if m.quantization else "") if x)
+    kv = f"KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
+    ctx = f"n_ctx {m.n_ctx:,}" if m.n_ctx else ""
+    server = f"{snap.backend} {snap.server_version or ''}".strip() if snap.backend else ""
+    when = "swept " + time.strftime("%Y-%m-%d %H:%M", time.localtime(result.started_unix_s or time.time()))
+    gen = f"{result.generate} tokens generated at each depth"
+    return " · ".join(x for x in (model, kv, gpu_text(snap), ctx, server, gen, when, f"kvmon {__version__}") if x)
+
+
+def theme_pad() -> int:
+    return int(getattr(theme, "PAD", 4))
+
+
+def _app() -> QtWidgets.QApplication:
+    """The application, offscreen when there is no display (a command line on a server)."""
+    from kvmon.gui.qtplatform import startup_problem
+
+    if "QT_QPA_PLATFORM" not in os.environ and sys.platform.startswith("linux") and startup_problem() is not None:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    app = QtWidgets.QApplication.instance()
+    if app is None:  # a command line's picture: the application is made here, themed like the window
+        app = QtWidgets.QApplication(["kvmon"])
+        theme.apply(app)  # type: ignore[arg-type]
+    return app  # type: ignore[return-value]
+
+
+def save_curves_png(curves: Sequence[Curve], path: str | Path, *, title: str, table: Sequence[str] = (),
+                    caption: str = "", size: tuple[int, int] = (1100, 720)) -> None:
+    """Draw the curves offscreen and save the picture (caption strip included) as PNG; raises OSError when the file
+    cannot be written."""
+    _app()
+    w = CurvesPlot()
+    w.resize(*size)
+    w.show_curves(curves, title, table)
+    w.show()
+    QtWidgets.QApplication.processEvents()
+    img = w.image(caption or f"{title} · kvmon {__version__}")
+    w.close()
+    if not img.save(str(path), "PNG"):
+        raise OSError(f"{path}: the picture could not be written")

@@ -1,0 +1,178 @@
+"""The HTTP of a depth sweep: one server, one request at a time, each read as it streams and cancellable from another
+thread.
+
+A cancel shuts the socket of the request under way: the read ends at once, and the server sees its client gone and
+cancels the request (llama-server frees the slot as soon as it next writes, which a sweep's short requests make soon).
+Every failure is a ``SweepFailed`` with one line for people (the server's own message, scrubbed of the key); a
+cancelled request is a ``SweepCancelled``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from kvmon.core.jsonvals import InputError, parse_json
+from kvmon.core.redact import scrub
+from kvmon.core.sweep import SweepCancelled, SweepFailed
+from kvmon.sources.http import normalize_base_url, redact_url
+
+READ_SILENCE_S = 120.0  # the longest a request may send nothing (a deep prompt read on a slow machine)
+CONNECT_S = 5.0
+MAX_LINE_BYTES = 4 << 20
+
+
+class SweepHttp:
+    """Requests to one server for a sweep; ``cancel()`` (any thread) ends the one under way and every later one."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, silence_s: float = READ_SILENCE_S) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.display_url = redact_url(self.base_url)
+        self._secrets = (api_key,) if api_key else ()
+        # one connection per request: a server may close a streamed answer's connection after it (llama-server does),
+        # and a request must never go out on a connection the server has just dropped
+        headers = {"User-Agent": "kvmon sweep", "Accept": "application/json, text/event-stream, */*;q=0.1",
+                   "Connection": "close"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, trust_env=False,
+                                    timeout=httpx.Timeout(silence_s, connect=CONNECT_S))
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """End the request under way now (its server sees the connection closed) and refuse any later one."""
+        self._cancelled.set()
+        with self._lock:
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _words(self, text: str) -> str:
+        return scrub(" ".join(text.split())[:300], self._secrets)
+
+    def _check(self) -> None:
+        if self._cancelled.is_set():
+            raise SweepCancelled("cancelled")
+
+    def _fail(self, path: str, exc: Exception) -> SweepFailed:
+        if self._cancelled.is_set():
+            return SweepCancelled("cancelled")
+        if isinstance(exc, httpx.TimeoutException):
+            return SweepFailed(f"{self.display_url}{path} sent nothing for {READ_SILENCE_S:g} s")
+        if isinstance(exc, httpx.ConnectError):
+            return SweepFailed(f"cannot connect to {self.display_url}")
+        return SweepFailed(f"{self.display_url}{path} failed: {self._words(str(exc)) or type(exc).__name__}")
+
+    def _refused(self, path: str, resp: httpx.Response) -> SweepFailed:
+        body = resp.read()
+        msg = None
+        try:
+            doc = parse_json(body)
+        except InputError:
+            doc = None
+        if isinstance(doc, dict):
+            err = doc.get("error")
+            msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else doc.get("detail")
+        if not isinstance(msg, str) or not msg:
+            msg = body[:200].decode("utf-8", "replace")
+        return SweepFailed(f"{self.display_url}{path} answered HTTP {resp.status_code}: {self._words(msg)}")
+
+    def get_json(self, path: str) -> Any:
+        """GET one JSON document."""
+        self._check()
+        try:
+            resp = self._client.get(path)
+        except httpx.HTTPError as exc:
+            raise self._fail(path, exc) from None
+        if resp.status_code >= 400:
+            raise self._refused(path, resp)
+        try:
+            return parse_json(resp.content)
+        except InputError:
+            raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST and read one JSON document (cancellable while it is awaited)."""
+        lines = list(self.stream(path, body, whole=True))
+        text = b"".join(line for _t, line in lines)
+        try:
+            return parse_json(text)
+        except InputError:
+            raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
+
+    def stream(self, path: str, body: dict[str, Any], *, whole: bool = False) -> Iterator[tuple[float, bytes]]:
+        """POST and yield each line of the answer with the monotonic time it arrived (``whole``: the body's raw
+        chunks instead of lines)."""
+        self._check()
+        try:
+            req = self._client.build_request("POST", path, json=body)
+            resp = self._client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._fail(path, exc) from None
+        try:
+            stream = resp.extensions.get("network_stream")
+            with self._lock:
+                self._sock = stream.get_extra_info("socket") if stream is not None else None
+            if self._cancelled.is_set():  # cancelled while the head was on its way
+                self.cancel()
+                raise SweepCancelled("cancelled")
+            if resp.status_code >= 400:
+                raise self._refused(path, resp)
+            try:
+                if whole:
+                    for chunk in resp.iter_raw():
+                        yield time.monotonic(), chunk
+                    return
+                buf = b""
+                for chunk in resp.iter_raw():
+                    now = time.monotonic()
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        yield now, line.rstrip(b"\r")
+                    if len(buf) > MAX_LINE_BYTES:
+                        raise SweepFailed(f"{self.display_url}{path} sent a line over {MAX_LINE_BYTES >> 20} MiB")
+                if buf.strip():
+                    yield time.monotonic(), buf
+            except httpx.HTTPError as exc:
+                raise self._fail(path, exc) from None
+        finally:
+            with self._lock:
+                self._sock = None
+            resp.close()
+
+
+def json_lines(lines: Iterator[tuple[float, bytes]], prefix: bytes = b"") -> Iterator[tuple[float, dict[str, Any]]]:
+    """The JSON objects of a stream's lines (``prefix``: b"data: " for server-sent events), with their times; other
+    lines (blank, comments, ``[DONE]``) are passed over."""
+    for t, line in lines:
+        if prefix:
+            if not line.startswith(prefix):
+                continue
+            line = line[len(prefix):]
+        line = line.strip()
+        if not line or line == b"[DONE]":
+            continue
+        try:
+            obj = parse_json(line)
+        except InputError:
+            continue
+        if isinstance(obj, dict):
+            yield t, obj
