@@ -278,6 +278,18 @@ def test_caption_wraps_to_the_image_width(qtbot) -> None:
     assert not math.isnan(float(out.height()))
 
 
+
+def test_a_caption_sentence_longer_than_the_image_breaks_between_words(qtbot) -> None:
+    """The compact view's strip is narrower than a verdict's sentence: every line fits, and no word is lost."""
+    font = QtGui.QFont()
+    font.setPointSizeF(9.0)
+    metrics = QtGui.QFontMetricsF(font)
+    sentence = "Spilled: 2.83 GiB of the weights and 9.50 GiB of the KV cache in host RAM — capped at ~11 tok/s"
+    text = f"{sentence} · Llama 3.1 8B Instruct (Q4_K - Medium) · kvmon 0.2.0"
+    lines = caption._wrap(text, metrics, 200.0)
+    assert all(metrics.horizontalAdvance(line) <= 200.0 for line in lines), lines
+    assert " ".join(lines).replace(" · ", " ").split() == text.replace(" · ", " ").split()
+
 def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during_the_grab(
         win: MainWindow, qtbot) -> None:
     from PySide6 import QtCore

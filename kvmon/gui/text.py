@@ -49,6 +49,11 @@ def set_text(label: QtWidgets.QLabel, text: str, tip: str | None = None) -> bool
     return changed
 
 
+def _flat(text: str) -> str:
+    """``text`` with its line breaks, and the " · " a break may stand for, as single spaces."""
+    return " ".join(text.replace("\n", " ").replace(" · ", " ").split())
+
+
 class FitLabel(QtWidgets.QLabel):
     """A plain-text label with room for ``lines`` lines and a height that never changes: a longer text is broken
     between words only (never inside "tok/s"), and what does not fit ends in "…", said whole on hover. ``set``
@@ -76,7 +81,7 @@ class FitLabel(QtWidgets.QLabel):
     @property
     def elided(self) -> bool:
         """The text is shortened with "…" now."""
-        return self.text().replace("\n", " ") != self._whole
+        return _flat(self.text()) != _flat(self._whole)
 
     def whole(self) -> str:
         """The whole text (``text()`` is what is drawn, shortened when it does not fit)."""
@@ -133,15 +138,24 @@ class FitLabel(QtWidgets.QLabel):
         """``text`` in at most ``lines`` lines of ``width`` pixels, broken between words only; the last line ends
         in "…" when the rest does not fit."""
         fm = self.fontMetrics()
+        # the pieces a line is made of, each with what joins it to the one before: a part between " · " that fits
+        # a line stays whole ("ceiling 113 tok/s here" on a line of its own), a longer one breaks between words
+        words: list[tuple[str, str]] = []
+        for i, part in enumerate(text.split(" · ")):
+            sep = " · " if i else ""
+            if fm.horizontalAdvance(part) <= width:
+                words.append((part, sep))
+            else:
+                words += [(w, sep if j == 0 else " ") for j, w in enumerate(part.split(" "))]
         lines: list[str] = []
-        words = text.split(" ")
         while words and len(lines) < self._lines:
-            line = words.pop(0)
-            while words and fm.horizontalAdvance(f"{line} {words[0]}") <= width:
-                line = f"{line} {words.pop(0)}"
+            line = words.pop(0)[0]
+            while words and fm.horizontalAdvance(f"{line}{words[0][1]}{words[0][0]}") <= width:
+                word, sep = words.pop(0)
+                line = f"{line}{sep}{word}"
             lines.append(line)
         if words or (lines and fm.horizontalAdvance(lines[-1]) > width):
-            last = " ".join([lines.pop(), *words]) if lines else " ".join(words)
+            last = "".join([lines.pop() if lines else "", *(f"{sep}{w}" for w, sep in words)]).removeprefix(" · ")
             lines.append(fm.elidedText(last, QtCore.Qt.TextElideMode.ElideRight, width))
         return "\n".join(lines)
 
@@ -156,7 +170,7 @@ class FitLabel(QtWidgets.QLabel):
                 self.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
         else:
             shown = self._wrapped(text, width)
-        cut = shown.replace("\n", " ") != text
+        cut = _flat(shown) != _flat(text)
         tip = "\n".join(x for x in (text if cut else "", self._tip) if x)
         if shown != super().text():
             self.setText(shown)
