@@ -34,6 +34,7 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
     at_least = "≥" if lat.ttft_lower_bound else ""  # the counters leave out a draft's prompt processing
     several = s.reasons.get("latency.replies") if lat.replies_at_least else None
     first = ("first token not split per reply" if several and lat.ttft_p50_s is None else
+             "first token not timed" if lat.ttft_p50_s is None else  # not "first token — (p95 —)"
              f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)})")
     line = (f"{first} · {_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · "
             f"{'≥ ' if lat.replies_at_least else ''}{fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
