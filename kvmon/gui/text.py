@@ -9,6 +9,7 @@ Every label here is opaque: a new text repaints the label alone, not the panel a
 from __future__ import annotations
 
 import math
+import re
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -47,6 +48,10 @@ def set_text(label: QtWidgets.QLabel, text: str, tip: str | None = None) -> bool
         label.setToolTip(tip)
         changed = True
     return changed
+
+
+# the spaces a line may break at: not the one between a figure and its unit ("~10 tok/s", "2.83 GiB")
+_UNIT_BREAKS = re.compile(r" (?!(?:tok/s|tokens|GiB|MiB|KiB|GB|TB/s|GB/s|MB/s|kB/s|ms|s|W|Wh|J/token)(?:\W|$))")
 
 
 def _flat(text: str) -> str:
@@ -146,7 +151,7 @@ class FitLabel(QtWidgets.QLabel):
             if fm.horizontalAdvance(part) <= width:
                 words.append((part, sep))
             else:
-                words += [(w, sep if j == 0 else " ") for j, w in enumerate(part.split(" "))]
+                words += [(w, sep if j == 0 else " ") for j, w in enumerate(_UNIT_BREAKS.split(part))]
         lines: list[str] = []
         while words and len(lines) < self._lines:
             line = words.pop(0)[0]

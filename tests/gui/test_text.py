@@ -32,3 +32,10 @@ def test_a_part_longer_than_a_line_breaks_between_words_and_what_does_not_fit_en
     assert len(lines) == 2 and lines[0] == "last reply, just now · ceiling" and lines[1].endswith("…")
     assert all(metrics.horizontalAdvance(line) <= label.contentsRect().width() for line in lines)
     assert label.elided and text in label.toolTip()
+
+
+def test_a_figure_and_its_unit_stay_on_one_line(qtbot) -> None:
+    text = "Partly on the CPU: 2.90 GiB of the 15.4 GiB of weights in host RAM — capped at ~10 tok/s"
+    label = _shown_in("Partly on the CPU: 2.90 GiB of the 15.4 GiB of weights in host RAM — capped at ~10", text,
+                      qtbot)
+    assert label.text().split("\n")[-1] == "~10 tok/s" and not label.elided
