@@ -81,8 +81,9 @@ def compact_words(s: Snapshot) -> CompactWords:
     if s.decode_tok_s is not None:
         speed, against = fmt.tok_s(s.decode_tok_s), f"of {ceil} ceiling"
     elif s.last_decode is not None:
-        age = fmt.duration(max(0.0, s.t_monotonic - s.last_decode.t_monotonic))
-        speed, against = fmt.tok_s(s.last_decode.tok_s), f"{age} ago · ceiling {ceil} here"
+        age_s = s.t_monotonic - s.last_decode.t_monotonic
+        when = "just now" if age_s < 1.0 else f"{fmt.duration(age_s)} ago"  # the header's words ("0.0 s ago" was not)
+        speed, against = fmt.tok_s(s.last_decode.tok_s), f"{when} · ceiling {ceil} here"
     else:
         speed, against = fmt.DASH, f"ceiling {ceil} here"
     n_ctx = s.model.n_ctx

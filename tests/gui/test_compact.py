@@ -45,6 +45,8 @@ def test_idle_shows_the_last_speed_dimmed_with_its_age() -> None:
     w = compact_words(idle)
     assert w.speed == "41.3 tok/s" and w.speed_dimmed and w.against.startswith("≈ 2 min ago")
     assert w.alert == "No alerts" and w.alert_level is None
+    fresh = dataclasses.replace(idle, last_decode=LastDecode(41.3, s.t_monotonic - 0.04, s.t_wall, 5000))
+    assert compact_words(fresh).against.startswith("just now · ceiling ")  # the header's words, not "0.0 s ago"
 
 
 def _window(qtbot, settings: Settings) -> MainWindow:  # type: ignore[no-untyped-def]
