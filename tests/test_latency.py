@@ -293,5 +293,6 @@ def test_a_reply_whose_first_token_was_not_timed_says_so_in_words() -> None:
     s = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.CONNECTED),
                  latency=LatencyView(replies=1, source="server counters", itl_last_s=0.0137, itl_p50_s=0.0137,
                                      itl_p95_s=0.0137))
-    line, _tip = latency_text(s)
+    line, tip = latency_text(s)
     assert line == "first token not timed · 13.7 ms/token (p95 13.7 ms) · 1 reply", line
+    assert "Last reply: first token not timed, then 13.7 ms per token." in tip and "—" not in tip, tip

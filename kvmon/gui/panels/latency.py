@@ -43,8 +43,9 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
               if lat.last_prompt_tokens and lat.last_prefill_tok_s else "")
     why = s.reasons.get("latency.ttft")
     tip = ("Medians and 95th percentiles over the session's replies.\n"
-           f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then "
-           f"{_ms(lat.itl_last_s)} per token.\n"
+           + ("Last reply: first token not timed, then " if lat.ttft_last_s is None else
+              f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then ")
+           + f"{_ms(lat.itl_last_s)} per token.\n"
            f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them)."
            + (f"\nTimes to first token are lower bounds: {why}." if at_least and why else "")
            + (f"\nSeveral replies at once: {several}." if several else ""))
