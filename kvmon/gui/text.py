@@ -164,6 +164,16 @@ class FitLabel(QtWidgets.QLabel):
             lines.append(fm.elidedText(last, QtCore.Qt.TextElideMode.ElideRight, width))
         return "\n".join(lines)
 
+    def _cut(self, text: str, width: int) -> str:
+        """One line of ``text`` ending in "…": its first whole parts between " · " where they fit ("last prompt
+        5,908 tok/s · …", not "… · first toke…"), else as much as fits."""
+        fm, parts = self.fontMetrics(), text.split(" · ")
+        for n in range(len(parts) - 1, 0, -1):
+            head = " · ".join(parts[:n]) + " · …"
+            if fm.horizontalAdvance(head) <= width:
+                return head
+        return fm.elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
+
     def _fit(self) -> None:
         """Draw the whole text when it fits, else as much of it as does, ending in "…"."""
         width = max(1, self.contentsRect().width() - 4)  # the room the size hint adds to the text's width
@@ -171,8 +181,7 @@ class FitLabel(QtWidgets.QLabel):
         if not self.isVisible() or width < 8:  # not laid out yet: whole, fitted when it gets its size
             shown = text
         elif self._lines == 1:
-            shown = text if self.text_width() <= width else \
-                self.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
+            shown = text if self.text_width() <= width else self._cut(text, width)
         else:
             shown = self._wrapped(text, width)
         cut = _flat(shown) != _flat(text)

@@ -39,3 +39,13 @@ def test_a_figure_and_its_unit_stay_on_one_line(qtbot) -> None:
     label = _shown_in("Partly on the CPU: 2.90 GiB of the 15.4 GiB of weights in host RAM — capped at ~10", text,
                       qtbot)
     assert label.text().split("\n")[-1] == "~10 tok/s" and not label.elided
+
+
+def test_a_one_line_label_too_narrow_drops_whole_parts(qtbot) -> None:
+    label = FitLabel()
+    qtbot.addWidget(label)
+    label.resize(label.room_for("last prompt 5,908 tok/s · first"), label.line_height())
+    label.show()
+    label.set("last prompt 5,908 tok/s · first token 0.11 s")
+    assert label.text() == "last prompt 5,908 tok/s · …" and label.elided
+    assert "first token 0.11 s" in label.toolTip()
