@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the window's size in pixels, caption included (default 1280x800)")
     shot.add_argument("--theme", choices=("system", "light", "dark"), default="system",
                       help="the colour scheme to draw in (default: the desktop's)")
+    shot.add_argument("--compact", action="store_true", help="the compact view instead of the full window")
     shot.help_tail = _scenarios_help
 
     replay = sub.add_parser("replay", help="open a recorded session in the dashboard")
@@ -204,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "and their key moments are listed below)")
     _add_demo_args(parser, seconds)
     parser.add_argument("--record", default=None, metavar="FILE", help="record every snapshot to FILE.jsonl")
+    parser.add_argument("--compact", action="store_true",
+                        help="start in the compact view, a small window to keep beside the chat (Ctrl+M: full)")
     install = parser.add_mutually_exclusive_group()
     install.add_argument("--self-test", action="store_true", help="render the dashboard offscreen once; exit 0 if ok")
     install.add_argument("--install-desktop", action="store_true",

@@ -7,7 +7,8 @@ A server it cannot read is not pictured: it exits 2 with the one line ``kvmon on
 none of the platform's notes that change nothing in the picture. Optional attributes read from ``args`` when the
 command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
 simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip), ``size``
-(the window's width and height, caption included) and ``theme`` ("system", "light" or "dark").
+(the window's width and height, caption included), ``theme`` ("system", "light" or "dark") and ``compact`` (the
+compact view instead of the full window).
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     win.resize(width, height)
     if args.after < 300:  # a short capture: the session range fills the time axis instead of a sliver
         win.set_window_range("session")
-    win.show()
+    compact = win.show_compact() if getattr(args, "compact", False) else None  # the small window instead
+    if compact is None:
+        win.show()
     poller.start()
     # --after is seconds of the session: simulated ones with --demo, which pass at --speed
     QtCore.QTimer.singleShot(int(max(0.0, args.after) / speed * 1000), app.quit)
@@ -107,14 +110,18 @@ def run(args: argparse.Namespace) -> int:
         app.processEvents()
         try:
             with_caption = bool(getattr(args, "caption", True))
-            if args.panel is None and with_caption:  # the whole picture (the dashboard and the caption) keeps its size
+            if compact is not None:
+                save_png(compact, args.output, lambda: compact.shown, with_caption=with_caption)
+            elif args.panel is None and with_caption:  # the whole picture (dashboard and caption) keeps its size
                 dash = panel_widget(win, None)
                 plain = grab_image(dash)
                 full = captioned_image(dash, lambda: shown_snapshot(win))
                 extra = round((full.height() - plain.height()) / (full.devicePixelRatio() or 1.0))
                 win.resize(width, height - extra + win.height() - dash.height())  # less the caption, plus the menus
                 app.processEvents()
-            save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win), with_caption=with_caption)
+            if compact is None:
+                save_png(panel_widget(win, args.panel), args.output, lambda: shown_snapshot(win),
+                         with_caption=with_caption)
         except ExportError as exc:
             error = str(exc)
     finally:

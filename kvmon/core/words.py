@@ -42,6 +42,16 @@ PROVENANCE = {
     "estimated": "estimated",
 }
 
+# where a device's peak memory bandwidth came from (GpuView.bandwidth_source, HostView.host_bandwidth_source), short
+# enough for a bar's note ("peak: the published spec") and the status bar ("bandwidth from the driver")
+BANDWIDTH_SOURCES = {
+    "nvml": "the driver",
+    "table": "the published spec",
+    "user": "your setting",
+    "measured": "a measurement here",
+    "host": "host RAM",
+}
+
 # what a reason (Snapshot.reasons, a device's reasons) is about, by its key
 REASON_NAMES = {
     "analysis": "the analysis",
@@ -149,6 +159,12 @@ REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n
                  "placement": "the model moved between devices", "reload": "a reload"}
 
 
+# what the speed-vs-context plot writes where a regime began, before how the speed moved ("reloaded: 70 → 7.0 tok/s");
+# no mark for the first regime or another model (nothing to compare)
+REGIME_MARKS = {"n_ctx": "new context size", "cache_types": "new cache types", "slots": "new slot count",
+                "devices": "new devices", "placement": "moved in memory", "reload": "reloaded"}
+
+
 def _plain(key: str) -> str:
     """A key no table names, as words: units dropped, underscores and dots made spaces."""
     return _UNITS.sub("", key).replace(".", " ").replace("_", " ").strip() or key
@@ -167,6 +183,11 @@ def level_word(level: str) -> str:
 def provenance_words(value: str) -> str:
     """Where a number came from ("the server's command line"), by its provenance value."""
     return PROVENANCE.get(value) or _plain(value)
+
+
+def bandwidth_source_words(source: str | None) -> str:
+    """Where a peak bandwidth came from ("the published spec"), by its source; "an unknown source" for None."""
+    return "an unknown source" if source is None else BANDWIDTH_SOURCES.get(source) or _plain(source)
 
 
 def reason_name(key: str) -> str:
@@ -196,6 +217,11 @@ def fit_words(form: str | None) -> str:
 def cause_name(code: str) -> str:
     """What a slowdown cause is about ("Memory clock held down"), by its code."""
     return CAUSE_NAMES.get(code) or _plain(code).capitalize()
+
+
+def regime_mark(cause: str | None) -> str | None:
+    """What the plot writes where a regime began ("new context size"), None where it marks nothing."""
+    return REGIME_MARKS.get(cause or "")
 
 
 def regime_words(cause: str | None) -> str:

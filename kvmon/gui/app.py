@@ -140,7 +140,9 @@ def build_window(session: Session, settings: Any, interval_s: float, *, tray: bo
     return win, ctl.pollers[MAIN_KEY]
 
 
-START_FALLBACK_MS = 500  # a window not painted by then (started minimised, no compositor): the servers start anyway
+# the first frame on screen opens the servers (or the window minimised before it: none will come); a window that no
+# screen ever shows (an unmapped one) has them opened after this long all the same
+START_FALLBACK_MS = 5000
 
 
 class Dashboard:
@@ -165,7 +167,10 @@ class Dashboard:
         self._started = False
         self.win.first_painted.connect(self.start)
         QtCore.QTimer.singleShot(START_FALLBACK_MS, self.start)
-        self.win.show()
+        if getattr(args, "compact", False):  # kvmon --compact: the small window alone (Ctrl+M: the full one)
+            self.win.show_compact()
+        else:
+            self.win.show()
 
     def start(self) -> None:
         """Open the servers and start polling them (once)."""

@@ -58,7 +58,7 @@ def caption_text(s: Snapshot | None, *, when_wall: float | None = None) -> str:
     kv = f" · KV {m.kv_type_k}/{m.kv_type_v}" if m.kv_type_k else ""
     ctx = f"context {fmt_tokens(s.context_tokens).removesuffix(' tokens')} of {fmt_tokens(m.n_ctx)}"
     h = hero(s)  # the header's big number and its words, for the same snapshot
-    speed = f"{h.number} {h.against}".strip()
+    speed = h.against if s.last_decode is None and s.decode_tok_s is None else f"{h.number} {h.against}".strip()
     news = s.verdict.sentence if s.verdict is not None and s.verdict.sentence else ""
     server = " ".join(x for x in (server_label(s), s.server_version or "") if x)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.t_wall if when_wall is None else when_wall))
@@ -109,15 +109,22 @@ def with_caption(image: QtGui.QImage, text: str, *, dark: bool = True) -> QtGui.
 
 
 def _wrap(text: str, metrics: QtGui.QFontMetricsF, width: float) -> list[str]:
-    """Greedy wrap at ' · ' separators (then spaces) to fit ``width`` logical pixels."""
-    parts = text.split(" · ")
+    """Greedy wrap at ' · ' separators to fit ``width`` logical pixels; a part wider than a line breaks at spaces
+    (the compact view's strip is narrower than the verdict's sentence)."""
+    pieces: list[tuple[str, str]] = []  # (words, what joins them to the piece before)
+    for i, part in enumerate(text.split(" · ")):
+        sep = " · " if i else ""
+        if metrics.horizontalAdvance(part) <= width:
+            pieces.append((part, sep))
+        else:
+            pieces += [(w, sep if j == 0 else " ") for j, w in enumerate(part.split(" "))]
     lines: list[str] = []
     cur = ""
-    for part in parts:
-        cand = f"{cur} · {part}" if cur else part
+    for piece, sep in pieces:
+        cand = f"{cur}{sep}{piece}" if cur else piece
         if cur and metrics.horizontalAdvance(cand) > width:
             lines.append(cur)
-            cur = part
+            cur = piece
         else:
             cur = cand
     if cur:

@@ -113,10 +113,12 @@ def about_html() -> str:
 
 
 class HelpDialog(QtWidgets.QDialog):
-    """A non-modal dialog with one page of rich text."""
+    """A non-modal dialog with one page of rich text, sized to it (within the screen)."""
+
+    TEXT_WIDTH = 620  # px: the widest a page's lines grow before they wrap
 
     def __init__(self, title: str, text: str, parent: QtWidgets.QWidget | None = None,
-                 size: tuple[int, int] = (620, 560)) -> None:
+                 size: tuple[int, int] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
         lay = QtWidgets.QVBoxLayout(self)
@@ -127,4 +129,20 @@ class HelpDialog(QtWidgets.QDialog):
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
-        self.resize(*size)
+        self.resize(QtCore.QSize(*size) if size is not None else self.fitting_size())
+
+    def fitting_size(self) -> QtCore.QSize:
+        """As wide as the page's lines read well and as tall as the page, no larger than the screen's area."""
+        doc = self.browser.document()
+        doc.setTextWidth(self.TEXT_WIDTH)
+        doc.setTextWidth(min(self.TEXT_WIDTH, doc.idealWidth()))
+        frame = 2 * self.browser.frameWidth() + 4
+        scroll = self.browser.verticalScrollBar().sizeHint().width()
+        lay = self.layout()
+        m = lay.contentsMargins() if lay is not None else QtCore.QMargins()
+        item = lay.itemAt(1) if lay is not None else None
+        buttons = item.sizeHint().height() + lay.spacing() if lay is not None and item is not None else 0
+        size = QtCore.QSize(round(doc.size().width()) + frame + scroll + m.left() + m.right(),
+                            round(doc.size().height()) + frame + buttons + m.top() + m.bottom())
+        screen = self.screen() or QtGui.QGuiApplication.primaryScreen()
+        return size.boundedTo(screen.availableGeometry().size() * 0.9) if screen is not None else size

@@ -1,11 +1,10 @@
 """The dashboard window: renders Snapshots from the pollers into the panels; paints nothing while hidden.
 
-Layout: the server tabs (when several servers are watched); header; the models of a router or llama-swap; the
-speed-vs-context hero (with the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
-alerts and advice; the status bar. Each server keeps its own history, report-card tally and recording
-(``ServerView``); the panels show the selected one. The two plots (and the plotting library) are made just after
-the first frame is painted, or when first asked for: the window is on screen in about the time a bare Qt window
-takes, and the plots are there before the first poll's answer.
+Layout (docs/design.md): the server tabs (when several are watched); header; a router's models; the hero with the
+replies' line under it (the what-if calculator on a second tab) beside speed over time, memory and bandwidth;
+alerts and advice; the status bar. Each server keeps its own history, tally and recording (``ServerView``); the
+panels show the selected one. The two plots (and the plotting library) are made just after the first frame is
+painted, or when first asked for: the window is on screen in about the time a bare Qt window takes.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from kvmon.core.history import History
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.summary import Tally
 from kvmon.gui import theme
+from kvmon.gui.compact import CompactSwitch, CompactView
 from kvmon.gui.curve_actions import CurveActions
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
@@ -60,7 +60,7 @@ class PlotSlot(QtWidgets.QWidget):
         self.layout().addWidget(panel)  # type: ignore[union-attr]
 
 
-class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWindow):
+class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
     _time_slot: PlotSlot  # a QWidget to the mixins
@@ -90,11 +90,13 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         self.render_count = 0
         self._dirty = False
         self._on_close = on_close
+        self.compact: CompactView | None = None  # the small window beside the chat (View ▸ Compact), made when asked
 
         self._banner = banner
         self._recording: str | None = None
         self._replay_status: str | None = None
         self.starting = False  # shown before its servers are known (see show_starting)
+        self.framed = False  # the first frame is on screen (or none will be: minimised first)
         self.installEventFilter(self)  # until the first frame is painted (then the plots are made)
         self.window_range = settings.window_range
         app = QtWidgets.QApplication.instance()
@@ -108,9 +110,10 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
             self.tray.activated.connect(self._raise)
         self._make_menus()
         self.set_window_range(settings.window_range)
+        self.setMinimumSize(theme.fit_screen(self, theme.WINDOW_MINIMUM))
         geo = settings.geometry
         if geo is None or not self.restoreGeometry(geo):
-            self.resize(1280, 800)
+            self.resize(theme.fit_screen(self, theme.WINDOW_SIZE))
         # "polled N s ago" needs a tick only once a poll is late: each snapshot sets the timer to fire just after the
         # text would change, then it ticks each second until the next snapshot (no wake-up while polls are on time)
         self._ago = QtCore.QTimer(self)
@@ -191,35 +194,46 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         if self._replay_status is not None:
             self.status.set_replay(self._replay_status)
 
+        # the grid: on the left, the hero with the replies' line under it (the what-if calculator on a second tab
+        # has the column to itself); on the right, speed over time, memory and bandwidth. Each panel's height comes
+        # from the window's size and the panels' fixed parts, never a poll's text.
+        self._replies_box = QtWidgets.QGroupBox("Replies and energy")
+        bl = QtWidgets.QVBoxLayout(self._replies_box)
+        bl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
+        bl.setSpacing(theme.UNIT)
+        bl.addWidget(self.latency)
+        bl.addWidget(self.energy)
+        hero_page = QtWidgets.QWidget()
+        hl = QtWidgets.QVBoxLayout(hero_page)
+        hl.setContentsMargins(0, 0, 0, 0)
+        hl.setSpacing(theme.UNIT)
+        hl.addWidget(self._hero_slot, 1)
+        hl.addWidget(self._replies_box, 0)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self._hero_slot, "Speed vs context")
+        self.tabs.addTab(hero_page, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
+        left = self.tabs
         right = self._right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        rl.setSpacing(4)
-        rl.addWidget(self._time_slot, 3)
+        rl.setSpacing(theme.UNIT)
+        rl.addWidget(self._time_slot, 1)
         rl.addWidget(self.memory, 0)
         rl.addWidget(self.bandwidth, 0)
-        self._replies_box = QtWidgets.QGroupBox("Replies and energy")  # one box, two lines: 1024×640 still fits
-        bl = QtWidgets.QVBoxLayout(self._replies_box)
-        bl.setContentsMargins(6, 2, 6, 4)
-        bl.setSpacing(2)
-        bl.addWidget(self.latency)
-        bl.addWidget(self.energy)
-        rl.addWidget(self._replies_box, 0)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        split.addWidget(self.tabs)
+        split.setChildrenCollapsible(False)
+        split.setHandleWidth(theme.GAP)
+        split.addWidget(left)
         split.addWidget(right)
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
         split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
         central = QtWidgets.QWidget()
         cl = QtWidgets.QVBoxLayout(central)
-        cl.setContentsMargins(6, 4, 6, 2)
-        cl.setSpacing(4)
+        cl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
+        cl.setSpacing(theme.UNIT)
         cl.addWidget(self.server_tabs)
         cl.addWidget(self.header)
         cl.addWidget(self.models)
@@ -260,12 +274,22 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         return self._speed_time
 
     def eventFilter(self, obj: QtCore.QObject, e: QtCore.QEvent) -> bool:
-        """The window's first paint: make the plots right after it, then say so (then this filter goes)."""
-        if obj is self and e.type() == QtCore.QEvent.Type.Paint:
-            self.removeEventFilter(self)
-            QtCore.QTimer.singleShot(0, self._build_plots)
-            QtCore.QTimer.singleShot(0, self.first_painted.emit)
+        """The first frame on screen, the window's or (started compact) the compact view's: make the plots right
+        after it and say so (then this filter goes)."""
+        if e.type() == QtCore.QEvent.Type.Paint and (obj is self or obj is self.compact):
+            self._first_frame()
         return False
+
+    def _first_frame(self) -> None:
+        """Say once that the first frame is on screen, or that none will be (the window was minimised first)."""
+        if self.framed:
+            return
+        self.framed = True
+        self.removeEventFilter(self)
+        if self.compact is not None:
+            self.compact.removeEventFilter(self)
+        QtCore.QTimer.singleShot(0, self._build_plots)
+        QtCore.QTimer.singleShot(0, self.first_painted.emit)
 
     def apply_scheme(self, dark: bool) -> None:
         """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
@@ -281,6 +305,13 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
             self.render_panels()
         else:
             self._show_connecting()
+        if self.compact is not None:  # its colours too: made again in the new scheme, where it was
+            was_shown = self.compact_shown()
+            self.compact.remember_place()
+            self.compact.deleteLater()
+            self.compact = None
+            if was_shown:
+                self.show_compact()
 
     # --- actions ---------------------------------------------------------------------------------
     def _make_menus(self) -> None:
@@ -306,7 +337,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         self.add_server_action = self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
-        self.addToolBar(QtCore.Qt.ToolBarArea.TopToolBarArea, bar)
+        bar.setIconSize(QtCore.QSize(0, 0))
+        self.menuBar().setCornerWidget(bar, QtCore.Qt.Corner.TopRightCorner)  # beside the menus: no row of its own
         self.toolbar = bar
         self.menus = menus.install(self, menu)  # View, Tools, Help, Quit and the tray's menu
         self._apply_panels()
@@ -369,6 +401,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         self.server_tabs.paint(view)
         if self.tray is not None:
             self._update_tray(key, s)
+        if self.compact_shown():
+            self._update_compact()
         if not shown:
             return
         self.last = s
@@ -449,6 +483,10 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
         if self.painting():
             self.status.tick()
 
+    def seen(self) -> bool:
+        """The window or its compact view can be seen: the pollers keep their pace."""
+        return self.painting() or self.compact_shown()
+
     def showEvent(self, e: QtGui.QShowEvent) -> None:
         super().showEvent(e)
         self.shown_changed.emit(True)
@@ -457,16 +495,22 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, QtWidgets.QMainWin
 
     def hideEvent(self, e: QtGui.QHideEvent) -> None:
         super().hideEvent(e)
-        self.shown_changed.emit(False)
+        self.shown_changed.emit(self.seen())
 
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.WindowStateChange:
-            self.shown_changed.emit(self.painting())
+            if self.isMinimized() and not self.framed:  # no frame will come: the servers are opened all the same
+                self._first_frame()
+            self.shown_changed.emit(self.seen())
             if self._dirty and self.painting():
                 self.render_panels()
 
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
+        if self.compact is not None:
+            self.compact.remember_place()
+            self.compact.deleteLater()
+            self.compact = None
         self.settings.geometry = self.saveGeometry()
         self.settings.sync()
         self._ago.stop()

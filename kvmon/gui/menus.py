@@ -2,10 +2,11 @@
 an action (so Help ▸ Keyboard shortcuts can list them all).
 
 - File: … exports, recording, report card (``kvmon.gui.export``, the window) …, Compare…, Quit
-- View: Theme (system / light / dark), Time range (5 min / 1 h / session), Panels, Pause polling, Reconnect
+- View: Theme (system / light / dark), Time range (5 min / 1 h / session), Panels, Compact view, Pause polling,
+  Reconnect
 - Tools: What-if calculator, Measure speed at every depth, Settings
 - Help: Keyboard shortcuts, What the numbers mean, About kvmon
-- the tray icon's menu: Show kvmon, Pause polling, Record session, Quit
+- the tray icon's menu: Show kvmon, Pause polling, Record session, Compact view, Quit
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
         act = _action(win, m, f"panel:{name}", text, functools.partial(win.toggle_panel, name), panels, checkable=True)
         act.setChecked(name not in hidden)
     view.addSeparator()
+    _action(win, m, "compact", "&Compact view", win.toggle_compact, view, "Ctrl+M",
+            tip="A small window to keep beside the chat: the verdict, speed, context, headroom, the top alert")
     pause = _action(win, m, "pause", "&Pause polling", win.toggle_pause, view, "Space", checkable=True,
                     tip="Stop asking the server (the screen keeps what it has)")
     pause.setChecked(win.paused)
@@ -112,6 +115,7 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     record = getattr(win, "record_action", None)
     if record is not None:
         tray.addAction(record)
+    tray.addAction(m.actions["compact"])
     tray.addSeparator()
     tray.addAction(m.actions["quit"])
     m.tray_menu = tray

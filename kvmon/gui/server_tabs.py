@@ -52,6 +52,11 @@ class ServerView:
         return self.store.last
 
 
+def shown(text: str) -> str:
+    """A tab's text as written: an ampersand in a server's or model's name is not a keyboard shortcut."""
+    return text.replace("&", "&&")
+
+
 def tab_colour(s: Snapshot | None) -> str:
     """The theme colour of a server's tab: muted before a poll and while only information stands (loading,
     connecting, paused); else by the worst of its connection state and its alerts, as the alerts panel ranks them."""
@@ -98,7 +103,7 @@ class ServerTabs(QtWidgets.QTabBar):
         self.setVisible(shown)
 
     def add(self, v: ServerView) -> None:
-        i = self.addTab(v.label or v.key)
+        i = self.addTab(shown(v.label or v.key))
         self.setTabData(i, v.key)
         self._painted.pop(v.key, None)
         self.paint(v)
@@ -110,7 +115,7 @@ class ServerTabs(QtWidgets.QTabBar):
         i = self._index(old)
         if i >= 0:
             self.setTabData(i, v.key)
-            self.setTabText(i, v.label or v.key)
+            self.setTabText(i, shown(v.label or v.key))
         self.paint(v)
 
     def remove(self, key: str) -> None:
@@ -142,7 +147,7 @@ class ServerTabs(QtWidgets.QTabBar):
             return  # nothing on the tab changed: no relayout of the bar
         self._painted[v.key] = (colour, text, tip)
         self.setTabTextColor(i, QtGui.QColor(colour))
-        self.setTabText(i, text)
+        self.setTabText(i, shown(text))
         self.setTabToolTip(i, tip)
 
     def _picked(self, index: int) -> None:

@@ -216,6 +216,25 @@ class Settings:
     def geometry(self, v: QtCore.QByteArray) -> None:
         self.qs.setValue("view/geometry", v)
 
+    @property
+    def compact_geometry(self) -> QtCore.QByteArray | None:
+        """Where the compact view was and how big (View ▸ Compact)."""
+        v = self.qs.value("compact/geometry")
+        return v if isinstance(v, QtCore.QByteArray) else None
+
+    @compact_geometry.setter
+    def compact_geometry(self, v: QtCore.QByteArray) -> None:
+        self.qs.setValue("compact/geometry", v)
+
+    @property
+    def compact_on_top(self) -> bool:
+        """The compact view stays above other windows (beside a chat that would cover it)."""
+        return str(self._get("compact/on_top", "false")).lower() == "true"
+
+    @compact_on_top.setter
+    def compact_on_top(self, v: bool) -> None:
+        self.qs.setValue("compact/on_top", "true" if v else "false")
+
     def sync(self) -> None:
         """Write to disk now (a file holding a key stays readable by its owner only)."""
         self._guard_key_file()  # before Qt writes it: the key never lands in a file others can read

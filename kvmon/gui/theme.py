@@ -9,40 +9,41 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-# Quantity -> (dark-scheme colour, light-scheme colour). The single source of colour truth.
+# Quantity -> (dark-scheme colour, light-scheme colour). The single source of colour truth; docs/design.md says what
+# each one means. A severity colour (ok, info, warning, critical) is never a quantity's.
 _QUANTITIES: dict[str, tuple[str, str]] = {
-    "decode": ("#4fc3f7", "#0277bd"),
-    "compared": ("#ffa726", "#d84315"),  # the second curve of a comparison (the first is decode's)
-    "prefill": ("#ba68c8", "#7b1fa2"),
-    "ceiling": ("#ffb74d", "#e65100"),
-    "forecast": ("#81c784", "#2e7d32"),
-    "weights": ("#5c6bc0", "#3949ab"),
-    "kv_allocated": ("#26a69a", "#80cbc4"),
-    "kv_in_use": ("#00796b", "#00796b"),
+    "decode": ("#64b5f6", "#1565c0"),
+    "compared": ("#4dd0e1", "#00838f"),  # the second curve of a comparison (the first is decode's)
+    "forecast": ("#b39ddb", "#7e57c2"),  # where decode is heading: dotted; its band the same hue, faint (never olive)
+    "prefill": ("#ce93d8", "#8e24aa"),
+    "ceiling": ("#e0e0e0", "#424242"),  # a limit, not a warning: neutral and dashed
+    "weights": ("#7986cb", "#3949ab"),
+    "kv_in_use": ("#5fd3c6", "#00897b"),  # bright: the part read for every token
+    "kv_allocated": ("#2e6b64", "#a6d8d2"),  # the same hue, far from it in lightness: reserved, not yet read
     "draft": ("#9fa8da", "#7986cb"),  # speculative decoding's draft model: its weights and its KV cache
-    "server_other": ("#8d6e63", "#a1887f"),
-    "other_processes": ("#9e9e9e", "#757575"),
-    "unattributed": ("#9575cd", "#b39ddb"),  # memory in use that no part explains (shown as such, never as a part)
-    "free": ("#37474f", "#e0e0e0"),
-    "spill": ("#ef5350", "#c62828"),
-    "host": ("#ffd54f", "#f9a825"),
-    "bandwidth": ("#4dd0e1", "#00838f"),
-    "pcie_rx": ("#f06292", "#ad1457"),
-    "pcie_tx": ("#aed581", "#558b2f"),
+    "server_other": ("#a1887f", "#8d6e63"),
+    "other_processes": ("#78848c", "#9e9e9e"),
+    "unattributed": ("#f48fb1", "#d81b60"),  # memory in use that no part explains (shown as such, never as a part)
+    "free": ("#2c3338", "#d9dee3"),  # a bar's empty track
+    "limit": ("#cfd8dc", "#37474f"),  # a bar's 100 % mark (the end of VRAM, of RAM, a Mac's GPU limit, a bus's peak)
+    "spill": ("#cfd8dc", "#37474f"),  # the memory bar's end, where the next allocation spills: the limit mark
+    "bandwidth": ("#64b5f6", "#1565c0"),  # the bytes decode reads per second, on any device: decode's colour
     "milestone": ("#78909c", "#90a4ae"),
     "here": ("#ffffff", "#000000"),
-    "info": ("#90caf9", "#1565c0"),
-    "warning": ("#ffca28", "#ef6c00"),
-    "critical": ("#ef5350", "#c62828"),
+    "recording": ("#f06292", "#c2185b"),  # the recording light (rose: not a severity's red)
     "ok": ("#66bb6a", "#2e7d32"),
-    "muted": ("#90a4ae", "#607d8b"),
+    "info": ("#ecec93", "#6c5e13"),  # a pale khaki: every blue and grey here is a quantity's
+    "warning": ("#ffb300", "#e65100"),
+    "critical": ("#ef5350", "#c62828"),
+    "muted": ("#8a969e", "#66737c"),  # secondary words (units, sources, "of ceiling")
     "code": ("#2e3338", "#eceff1"),  # the background of inline code (commands, flags) in messages
     "legend": ("#262b30", "#f3f5f6"),  # a plot legend's box, in its own row outside the data
 }
+SEVERITIES = ("ok", "info", "warning", "critical")  # their colours mean a level, and nothing else
 
 # The plots' small type size (points): their ticks, axis names, legends and the labels on the data.
 PLOT_TEXT_PT = 8.0
@@ -50,6 +51,17 @@ PLOT_TEXT_PT = 8.0
 # Quantities drawn dashed wherever they appear.
 DASHED = frozenset({"ceiling"})
 DOTTED = frozenset({"forecast"})
+
+# Three type sizes, in points relative to the application's font: secondary words, everything else, the headline.
+Size = Literal["small", "body", "large"]
+SIZES: dict[str, float] = {"small": -1.0, "body": 0.0, "large": 7.0}
+# Spacing on one grid: every margin and gap is a multiple of UNIT pixels.
+UNIT = 4
+GAP = 2 * UNIT  # between panels, and the window's margins
+PAD = UNIT  # inside a panel: between its lines and around its contents
+WINDOW_SIZE = QtCore.QSize(1280, 800)  # the first start's size, where the screen has room for it
+WINDOW_MINIMUM = QtCore.QSize(800, 600)  # the smallest size the layout is checked at (tests/acceptance/test_layout.py)
+FRAME_ALLOWANCE = 32  # px of the screen's height a window manager's title bar takes
 
 
 @dataclass
@@ -167,3 +179,35 @@ def brush(quantity: str, alpha: int = 255) -> QtGui.QBrush:
 
 
 QUANTITIES = tuple(_QUANTITIES)
+
+
+def font(size: Size = "body", bold: bool = False) -> QtGui.QFont:
+    """The application's font at one of the three type sizes (``SIZES``), bold when asked."""
+    app = QtWidgets.QApplication.instance()
+    f = QtGui.QFont(app.font()) if app is not None else QtGui.QFont()  # type: ignore[attr-defined]
+    step = SIZES[size]
+    if step and f.pointSizeF() > 0:
+        f.setPointSizeF(max(6.0, f.pointSizeF() + step))
+    elif step and f.pixelSize() > 0:  # a font set in pixels: the same steps at 96 dpi
+        f.setPixelSize(max(8, round(f.pixelSize() + step * 4 / 3)))
+    if bold:
+        f.setBold(True)
+    return f
+
+
+def tint(widget: QtWidgets.QWidget, quantity: str | None) -> None:
+    """Draw a widget's text in a quantity's (or a severity's) colour; ``None``: the palette's own again."""
+    pal = widget.palette()
+    c = color(quantity) if quantity else QtWidgets.QApplication.palette().color(QtGui.QPalette.ColorRole.WindowText)
+    for role in (QtGui.QPalette.ColorRole.WindowText, QtGui.QPalette.ColorRole.Text,
+                 QtGui.QPalette.ColorRole.ButtonText):
+        pal.setColor(role, c)
+    widget.setPalette(pal)
+
+
+def fit_screen(win: QtWidgets.QWidget, size: QtCore.QSize) -> QtCore.QSize:
+    """``size``, made smaller where the screen's available area (less the window's frame) is smaller."""
+    screen = win.screen() or QtGui.QGuiApplication.primaryScreen()
+    if screen is None:
+        return size
+    return size.boundedTo(screen.availableGeometry().size() - QtCore.QSize(0, FRAME_ALLOWANCE))

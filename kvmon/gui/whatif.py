@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.whatif import (
@@ -26,7 +26,6 @@ from kvmon.core.whatif import (
     table_gpus,
 )
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import ElidingCombo
 from kvmon.gui.plot_labels import style_axes
 from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
 from kvmon.physics.cache_types import CACHE_TYPES
@@ -38,8 +37,34 @@ LIVE = "__live__"  # the model combo's data for the live model
 SIDE_BY_SIDE_PX = 600  # a panel at least this wide has the pickers and the answer side by side
 
 
+class Picker(QtWidgets.QComboBox):
+    """Qt's combo box, whose choice ends in "…" when it is too long for the box (Qt's styles cut it off mid-word),
+    with the whole choice on hover."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.currentTextChanged.connect(self.setToolTip)
+
+    def initStyleOption(self, opt: QtWidgets.QStyleOptionComboBox) -> None:
+        super().initStyleOption(opt)
+        room = self.style().subControlRect(QtWidgets.QStyle.ComplexControl.CC_ComboBox, opt,
+                                           QtWidgets.QStyle.SubControl.SC_ComboBoxEditField, self).width()
+        opt.currentText = self.fontMetrics().elidedText(opt.currentText, QtCore.Qt.TextElideMode.ElideRight,
+                                                        room - 2)
+
+    def shown_text(self) -> str:
+        """The choice as drawn now (shortened or whole)."""
+        opt = QtWidgets.QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        return opt.currentText
+
+
 class Value(QtWidgets.QLabel):
     """One answer of the calculator: plain text, the word-wrapped verdict, and where it comes from on hover."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
 
     def set(self, text: str, tooltip: str | None = None) -> None:
         if text != self.text():
@@ -66,10 +91,10 @@ class WhatIfPanel(QtWidgets.QWidget):
         for f in (form, answer):
             f.setContentsMargins(0, 0, 0, 0)
             f.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        self.gpu = ElidingCombo()  # "live: NVIDIA GeForce RTX 4090" ends in "…" in a narrow window
-        self.model = ElidingCombo()
-        self.context = ElidingCombo()
-        self.cache = ElidingCombo()
+        self.gpu = Picker()  # "live: NVIDIA GeForce RTX 4090" ends in "…" in a narrow window
+        self.model = Picker()
+        self.context = Picker()
+        self.cache = Picker()
         group = None
         for g in self._gpus:
             if group is not None and g.group != group:

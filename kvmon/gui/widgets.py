@@ -1,7 +1,4 @@
-"""Small shared plot parts: a plot made the cheap way, axes for context and clock time, pixmap caches.
-
-``ValueLabel`` lives in ``kvmon.gui.labels`` (no plotting library) and is named here for older imports.
-"""
+"""Small shared plot parts: a plot made the cheap way, axes for context and clock time, pixmap caches."""
 
 from __future__ import annotations
 
@@ -11,9 +8,8 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
-from kvmon.gui.labels import ValueLabel
 
-__all__ = ["ClockAxis", "RowLegend", "TokenAxis", "ValueLabel", "add_curve", "cache_axis", "cache_static",
+__all__ = ["ClockAxis", "RowLegend", "TokenAxis", "add_curve", "cache_axis", "cache_static",
            "legend_below", "make_plot", "nice_ceiling", "plain_item", "set_title"]
 TITLE_HEIGHT = 20  # a plot's 9 pt title row (pyqtgraph gives any title 30 px)
 LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them

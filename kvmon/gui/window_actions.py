@@ -157,7 +157,7 @@ class WindowActions(_Window):
                         ("latency", self.latency), ("energy", self.energy), ("alerts", self.alerts)):
             w.setVisible(name not in hidden)
         self._replies_box.setVisible(not {"latency", "energy"} <= hidden)
-        self._right.setVisible(not {"speed_time", "memory", "bandwidth", "latency", "energy"} <= hidden)
+        self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)  # the replies are the hero's
         tb = getattr(self, "toolbar", None)
         if tb is not None:
             tb.setVisible("toolbar" not in hidden)

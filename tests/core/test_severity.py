@@ -47,6 +47,8 @@ def test_the_worst_alert_and_the_worst_of_status_and_alerts() -> None:
 ])
 def test_the_panel_the_status_bar_and_the_tab_give_one_state_one_level(qtbot: object, status: ConnectionStatus,
                                                                       panel: str, bar: str, tab: str) -> None:
+    from PySide6 import QtGui
+
     from kvmon.gui import theme
     from kvmon.gui.panels.alerts import lines_for
     from kvmon.gui.panels.status import StatusPanel
@@ -58,4 +60,6 @@ def test_the_panel_the_status_bar_and_the_tab_give_one_state_one_level(qtbot: ob
     status_bar = StatusPanel()
     qtbot.addWidget(status_bar)  # type: ignore[attr-defined]
     status_bar.update_snapshot(s)
-    assert theme.hex_color(bar) in status_bar.connection.text()
+    dot = status_bar.connection.dot
+    assert not dot.isHidden()  # the state has its dot
+    assert dot.palette().color(QtGui.QPalette.ColorRole.WindowText).name() == theme.color(bar).name()

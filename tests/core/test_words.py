@@ -25,6 +25,7 @@ from kvmon.core.words import (
     level_word,
     provenance_words,
     reason_name,
+    regime_mark,
     regime_words,
     suspect_words,
 )
@@ -101,6 +102,7 @@ def test_every_provenance_level_suspect_form_and_regime_cause_reads_as_words() -
     rendered += [level_word(x) for x in ("ok", "info", "warning", "critical")]
     rendered += [suspect_words(x) for x in SUSPECTS] + [fit_words(x) for x in FIT_FORMS]
     rendered += [regime_words(x) for x in REGIME_CAUSES] + [cause_name(x) for x in CAUSE_NAMES]
+    rendered += [regime_mark(x) or "" for x in REGIME_CAUSES]
     assert not [r for r in rendered if internal_names(r)], rendered
 
 

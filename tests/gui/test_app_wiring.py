@@ -174,6 +174,7 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
     from PySide6 import QtCore, QtWidgets
 
     import kvmon.app.servers
+    import kvmon.gui.app
     from kvmon.core.snapshot import ConnectionStatus
     from kvmon.gui import theme
     from kvmon.gui.app import Dashboard
@@ -200,6 +201,7 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
         return real(args, api_key)
 
     monkeypatch.setattr(kvmon.app.servers, "choose_servers", choose)
+    monkeypatch.setattr(kvmon.gui.app, "START_FALLBACK_MS", 3_600_000)  # only the first frame opens them here
     url = f"http://127.0.0.1:{_free_port()}"
     args = argparse.Namespace(url=url, demo=None, timeout=1.0, log=None, record=None, interval=0.2, api_key=None,
                               devices=None, bandwidth=None)
@@ -221,6 +223,27 @@ def test_the_window_is_painted_before_its_servers_are_opened(qtbot, monkeypatch:
     w = dash.win
     assert len(w.views) == 1 and w.current == next(iter(w.views)) and url in w.current
     assert w.last.connection.status is ConnectionStatus.UNREACHABLE and "starting" not in w.status.connection.text()
+
+
+def test_a_dashboard_started_compact_opens_its_servers_on_the_compact_views_first_frame(
+        qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvmon URL --compact``: the full window is never shown, and the compact view's first frame opens the
+    servers (no timer stands in for it)."""
+    import kvmon.gui.app
+    from kvmon.gui.app import Dashboard
+
+    monkeypatch.setattr(kvmon.gui.app, "START_FALLBACK_MS", 3_600_000)
+    args = argparse.Namespace(url=f"http://127.0.0.1:{_free_port()}", demo=None, timeout=1.0, log=None, record=None,
+                              interval=0.2, api_key=None, devices=None, bandwidth=None, compact=True)
+    failures: list[int] = []
+    dash = Dashboard(args, failures.append)
+    qtbot.addWidget(dash.win)
+    try:
+        assert dash.win.compact is not None and dash.win.compact.isVisible() and not dash.win.isVisible()
+        qtbot.waitUntil(lambda: dash.win.last is not None, timeout=10000)
+    finally:
+        dash.close()
+    assert not failures and dash.controller is not None and not dash.win.isVisible()
 
 
 @pytest.mark.parametrize("where", ["/dev/full", "no/such/folder/rec.jsonl", "notes.txt"],

@@ -19,7 +19,6 @@ from PySide6 import QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.gui import caption, export, fmt
-from kvmon.gui.labels import ValueLabel
 from kvmon.gui.main_window import MainWindow
 from kvmon.gui.settings import Settings
 
@@ -254,9 +253,8 @@ def test_no_credentials_in_any_export(qtbot, tmp_path: Path) -> None:
     seen: list[str] = []
     real_grab = QtWidgets.QWidget.grab
 
-    def spy(self, *a):  # what every label says at the moment the picture is taken (Qt's and kvmon's own)
+    def spy(self, *a):  # what every label says at the moment the picture is taken
         seen.extend(lbl.text() for lbl in self.findChildren(QtWidgets.QLabel))
-        seen.extend(lbl.text() for lbl in self.findChildren(ValueLabel))
         return real_grab(self, *a)
 
     w.set_banner(f"watching {BAD_URL}")  # a label of the dashboard that carries the address
@@ -279,6 +277,18 @@ def test_caption_wraps_to_the_image_width(qtbot) -> None:
     assert "kvmon 0" in text or "kvmon " in text
     assert not math.isnan(float(out.height()))
 
+
+
+def test_a_caption_sentence_longer_than_the_image_breaks_between_words(qtbot) -> None:
+    """The compact view's strip is narrower than a verdict's sentence: every line fits, and no word is lost."""
+    font = QtGui.QFont()
+    font.setPointSizeF(9.0)
+    metrics = QtGui.QFontMetricsF(font)
+    sentence = "Spilled: 2.83 GiB of the weights and 9.50 GiB of the KV cache in host RAM — capped at ~11 tok/s"
+    text = f"{sentence} · Llama 3.1 8B Instruct (Q4_K - Medium) · kvmon 0.2.0"
+    lines = caption._wrap(text, metrics, 200.0)
+    assert all(metrics.horizontalAdvance(line) <= 200.0 for line in lines), lines
+    assert " ".join(lines).replace(" · ", " ").split() == text.replace(" · ", " ").split()
 
 def test_the_caption_has_the_numbers_the_header_shows_when_a_poll_arrives_during_the_grab(
         win: MainWindow, qtbot) -> None:

@@ -119,9 +119,13 @@ def test_panels_can_be_switched_off_and_stay_off(win: MainWindow) -> None:
     win.apply_scheme(not theme.is_dark())  # the panels are built again: the choice holds
     QtWidgets.QApplication.processEvents()  # a new central widget is shown by a queued call
     assert not shown(win.memory) and shown(win.bandwidth) and not win.menus.actions["panel:memory"].isChecked()
-    for name in ("speed_time", "bandwidth", "latency", "energy"):
+    for name in ("speed_time", "bandwidth"):
         win.menus.actions[f"panel:{name}"].trigger()
-    assert not shown(win._right)  # nothing left on the right: the hero takes the width
+    assert not shown(win._right)  # nothing left on the right: the hero takes the width (the replies are under it)
+    assert shown(win._replies_box)
+    for name in ("latency", "energy"):
+        win.menus.actions[f"panel:{name}"].trigger()
+    assert not shown(win._replies_box) and not shown(win._right)
     win.menus.actions["panel:memory"].trigger()
     assert shown(win.memory) and shown(win._right) and not shown(win.bandwidth)
 
@@ -155,12 +159,23 @@ def test_help_says_the_shortcuts_the_numbers_and_the_version(win: MainWindow) ->
     assert f"kvmon {__version__}" in win.show_about().browser.toPlainText()
 
 
+def test_help_dialogs_are_sized_to_their_text(win: MainWindow, qtbot) -> None:
+    """About is a small dialog for its few lines; What the numbers mean is taller: each shows its whole text."""
+    about, numbers = win.show_about(), win.show_numbers_help()
+    for dlg in (about, numbers):
+        qtbot.addWidget(dlg)
+        QtWidgets.QApplication.processEvents()
+        assert not dlg.browser.horizontalScrollBar().isVisible()
+    assert not about.browser.verticalScrollBar().isVisible()
+    assert about.height() < 300 and about.height() < numbers.height()
+
+
 def test_the_tray_menu_shows_pauses_records_and_quits(qtbot, tmp_path: Path) -> None:
     w = MainWindow(Settings(str(tmp_path / "s.ini")), tray=True)
     qtbot.addWidget(w)
     assert w.tray is not None and w.tray.menu is w.menus.tray_menu  # set also where the desktop has no tray
     texts = [a.text().replace("&", "") for a in w.tray.menu.actions() if not a.isSeparator()]
-    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Quit"]
+    assert texts == ["Show kvmon", "Pause polling", "Record session…", "Compact view", "Quit"]
     w.showMinimized()
     w.tray.menu.actions()[0].trigger()
     qtbot.waitUntil(lambda: not w.isMinimized(), timeout=3000)

@@ -15,9 +15,11 @@ from synthetic import SyntheticMonitor
 
 from kvmon.app.servers import ServerSet, WatchedServer, busiest
 from kvmon.app.session import Session
+from kvmon.app.store import SessionStore
 from kvmon.core.serving import ServedModel, ServingEvent, ServingView
 from kvmon.core.snapshot import Alert, AlertLevel, Snapshot
 from kvmon.gui.app import build_servers_window
+from kvmon.gui.server_tabs import ServerTabs, ServerView
 from kvmon.gui.settings import Settings
 
 
@@ -92,7 +94,7 @@ def test_a_router_s_models_are_chips_and_a_click_chooses_the_model_shown(qtbot, 
         assert chips["qwen3-8b"].isChecked() and "tok/s" in chips["qwen3-8b"].text()
         assert "loading 42 %" in chips["gemma-3-12b"].text()
         assert "sleeping" in chips["gpt-oss-20b"].text() and "/slots is not asked" in chips["gpt-oss-20b"].toolTip()
-        assert "llama-server router" in win.models.title.text() and "generating" in win.models.title.text()
+        assert "llama-server router" in win.models.title and "generating" in win.models.title
         assert "llama-server router" == win.header.backend.whole()
         chips["gemma-3-12b"].click()
         qtbot.waitUntil(lambda: "gemma-3-12b" in router.followed, timeout=5000)  # through the poller thread
@@ -160,3 +162,13 @@ def test_one_servers_hidden_tab_is_not_relabelled_each_poll_and_says_its_speed_o
     views["a"].last = snap(43.0)
     tabs.paint(views["a"])
     assert tabs.tabText(0) == "server a · 43 tok/s"
+
+
+def test_an_ampersand_in_a_server_name_is_shown(qtbot) -> None:
+    """A server's tab says its name as written: an ampersand in it is a character, not a keyboard shortcut."""
+    views = {k: ServerView(k, label, SessionStore()) for k, label in (("a", "R&D box"), ("b", "lab"))}
+    tabs = ServerTabs(views, "a")
+    qtbot.addWidget(tabs)
+    assert tabs.tabText(0) == "R&&D box"  # Qt draws "&&" as one "&" and makes no shortcut of it
+    # a mnemonic would have made Alt+D a shortcut: none is there
+    assert all("&" not in t.replace("&&", "") for t in (tabs.tabText(i) for i in range(tabs.count())))

@@ -35,7 +35,7 @@ def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
         level, text = st
         reason = s.connection.reason or ""
         retry = f" (retry in {s.connection.retry_in_s:.0f} s)" if s.connection.retry_in_s else ""
-        line = f"{text}{': ' + reason if reason else ''}{retry}"
+        line = f"{text.removesuffix('…')}: {reason}{retry}" if reason else f"{text}{retry}"  # not "loading…: …"
         out.append((level, line, f"Connection: {level_word(level)}", None))
     serving = s.serving.message if s.serving is not None else None
     if serving and not (st is not None and serving in (s.connection.reason or "")):

@@ -6,12 +6,10 @@ from __future__ import annotations
 from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, Snapshot
-from kvmon.gui import fmt
+from kvmon.core.words import bandwidth_source_words
+from kvmon.gui import fmt, theme
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.panels.memory import bandwidth_text, device_label
-
-_PEAK_SOURCES = {"nvml": "NVML clock × bus width", "table": "kvmon's table", "user": "your setting",
-                 "host": "the host's RAM", "measured": "measured"}
 
 
 def readers(s: Snapshot) -> int:
@@ -20,11 +18,13 @@ def readers(s: Snapshot) -> int:
                                                                          else 0)
 
 
-def _split_note(n: int) -> str:
-    """Why a device's share is less than the header's when several read in turn."""
-    return (f"\nThe model is split over {n} devices that read their layers in turn: each reads for its share of a "
-            "token's step, at the rate shown while its layers run (so it and the header's share of the ceiling tell "
-            "one story)." if n > 1 else "")
+def _split_note(n: int, share: float | None) -> str:
+    """A device's part of each step when several read in turn: its bar is its rate while its layers run."""
+    if n <= 1:
+        return ""
+    part = f"its layers take {fmt.percent(share)} of each step" if share else "it reads for its share of each step"
+    return (f"\nThe model is split over {n} devices that read their layers in turn: {part}, and the bar is its rate "
+            "while they run (so it and the header's share of the ceiling tell one story).")
 
 
 def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
@@ -34,21 +34,20 @@ def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
     if peak is None or peak <= 0:
         return None
     ach = g.achieved_bandwidth_bytes_per_s
-    src = _PEAK_SOURCES.get(g.bandwidth_source or "", g.bandwidth_source or "unknown source")
+    src = bandwidth_source_words(g.bandwidth_source)
     segs: tuple[Segment, ...] = ()
     if ach is not None and ach > 0:
         segs = (Segment("bandwidth", min(ach, peak), f"Achieved: {fmt.gb_s(ach)} (computed: decode tok/s × "
-                        f"bytes read per token)\nPeak: {fmt.gb_s(peak)} ({src})"),)
-    pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
+                        f"bytes read per token)\nPeak: {fmt.gb_s(peak)} (from {src})"),)
     if ach is not None and g.step_share and n_readers > 1:  # its layers run in turn: its rate while they run
         ach = ach / g.step_share
-        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(g.step_share)} of each step"
-        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {fmt.gb_s(peak)}"),)
+        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run ({fmt.percent(g.step_share)} of each "
+                        f"step): {fmt.gb_s(ach)}\nPeak: {fmt.gb_s(peak)} (from {src})"),)
+    pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     if g.kind == "unified_memory" or g.source == "log":
         second = f"peak: {src}"
     else:
-        second = (f"busy {fmt.percent_value(g.memory_busy_percent)} · "
-                  f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}")
+        second = f"PCIe ↓{fmt.gb_s(g.pcie_rx_bytes_per_s)} ↑{fmt.gb_s(g.pcie_tx_bytes_per_s)}"
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\n{second}"
     tip = (f"{g.name or device_label(g)}: achieved {fmt.gb_s(ach)} of peak {fmt.gb_s(peak)} (peak from {src})\n"
            + (f"Memory busy {fmt.percent_value(g.memory_busy_percent)} (duty cycle, not bandwidth)\n"
@@ -56,7 +55,7 @@ def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
               f"of {fmt.gb_s(g.pcie_bandwidth_bytes_per_s)} link (measured)" if g.kind != "unified_memory" else
               "Unified memory: the CPU and the GPU share this bus")
            + ("" if ach is not None else f"\nAchieved unknown: {g.reasons.get('achieved_bandwidth', 'idle')}")
-           + (_split_note(n_readers) if ach is not None else ""))
+           + (_split_note(n_readers, g.step_share) if ach is not None else ""))
     return Bar(device_label(g), float(peak), segs, note, tip=tip)
 
 
@@ -73,17 +72,17 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
                        "it once while no slot decodes; or set it in Settings or with --bandwidth host=GB/s")
     segs: tuple[Segment, ...] = ()
     if ach is not None and ach > 0:
-        segs = (Segment("host", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
+        segs = (Segment("bandwidth", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
                         f"Peak: {bandwidth_text(h)}"),)
-    pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
         ach = ach / h.step_share
-        pct = f" ({fmt.percent(ach / peak)}) in its {fmt.percent(h.step_share)} of each step"
-        segs = (Segment("host", min(ach, peak), f"While its layers run: {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
+        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run ({fmt.percent(h.step_share)} of each "
+                        f"step): {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
+    pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
            + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
-           + (_split_note(readers(s)) if ach is not None else ""))
+           + (_split_note(readers(s), h.step_share) if ach is not None else ""))
     return Bar("Host", float(peak), segs, note, tip=tip)
 
 
@@ -93,7 +92,7 @@ class BandwidthPanel(QtWidgets.QGroupBox):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Bandwidth", parent)
         lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now

@@ -1,4 +1,9 @@
-"""A painted stack of horizontal bars (memory, bandwidth): repaints only when its rows change."""
+"""Rows of horizontal bars (memory, bandwidth): each row a device's name, its painted bar and its note in QLabels.
+
+The columns depend on the panel's width alone, never on the text of the moment, so the Memory and Bandwidth panels
+(one width, one above the other) put their bars' 100 % marks at the same x, and a new number moves nothing. A note
+too long for its column wraps rather than being cut.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,13 @@ from dataclasses import dataclass
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.gui import theme
+from kvmon.gui.text import set_text, text_label
+
+LABEL_ROOM = "Unified"  # the widest device name ("GPU 0", "Host", "Unified"): the name column's width
+NOTE_SHARE = 0.46  # of the panel's width, for the notes; the bars take the rest
+NOTE_MIN, NOTE_MAX = 190, 340  # px: a line of a note fits 190 px (tests/acceptance/test_layout.py)
+BAR_H = 14  # px: the coloured bar; its row is as high as its note's two lines
+MARK_OUT = 3  # px the 100 % mark stands out above and below its bar
 
 
 @dataclass(frozen=True)
@@ -16,13 +28,13 @@ class Segment:
     quantity: str
     value: float
     tip: str
-    shade_fraction: float = 0.0  # part of this segment drawn darker (KV in use within KV allocated)
+    shade_fraction: float = 0.0  # part of this segment drawn in another colour (KV in use within KV allocated)
 
 
 @dataclass(frozen=True)
 class Bar:
-    """A labelled bar from 0 to ``total`` with a right-hand note; ``limit_line`` draws the spill/peak line, at the
-    bar's end or (``limit_at``) where the cliff is inside it: unified memory's GPU working-set limit."""
+    """A labelled bar from 0 to ``total`` with a note beside it; ``limit_line`` draws the 100 % mark, at the bar's
+    end or (``limit_at``) where the limit is inside it: unified memory's GPU working-set limit."""
 
     label: str
     total: float
@@ -33,149 +45,241 @@ class Bar:
     limit_at: float | None = None
 
 
-class BarsWidget(QtWidgets.QWidget):
-    """Paints ``Bar`` rows; ``set_bars`` is a no-op when nothing changed, so idle polls cost no paint."""
+def columns(width: int, label_w: int) -> tuple[int, int]:
+    """(bar width, note width) of a row ``width`` px wide whose name column is ``label_w``: the same in every bar
+    panel of that width."""
+    note = max(NOTE_MIN, min(NOTE_MAX, round(width * NOTE_SHARE)))
+    return max(40, width - label_w - note - 2 * theme.GAP), note
 
-    ROW_H = 34
-    BAR_H = 16
+
+def visual_key(bar: Bar | None) -> tuple[object, ...] | None:
+    """What the bar's paint shows, at 1/1000 of its width: smaller changes repaint nothing."""
+    if bar is None:
+        return None
+
+    def q(v: float) -> int:
+        return round(1000 * v / bar.total) if bar.total > 0 else 0
+
+    return (bar.limit_line, None if bar.limit_at is None else q(bar.limit_at),
+            tuple((s.quantity, q(s.value), round(1000 * s.shade_fraction)) for s in bar.segments))
+
+
+class BarCanvas(QtWidgets.QWidget):
+    """One painted bar: its segments left to right, KV in use inside KV allocated, the 100 % mark; a segment's
+    tooltip on hover."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self._bars: tuple[Bar, ...] = ()
-        self._empty_text = ""
-        self.setMouseTracking(True)
-        # Opaque: a repaint of the bars does not drag the group box, splitter and window along with it.
-        self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
-        self.setMinimumHeight(self.ROW_H + 6)
+        self.bar: Bar | None = None
         self.paint_count = 0
-        self._note_need: tuple[tuple[str, ...], int] = ((), 0)  # (the notes, the width their longest line needs)
+        self.setAttribute(QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True)  # a repaint is of the bar alone
+        self.setFixedHeight(BAR_H + 2 * MARK_OUT)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Fixed)
+        self.setMouseTracking(True)
 
-    @staticmethod
-    def visual_key(bars: tuple[Bar, ...]) -> tuple[object, ...]:
-        """What the paint shows, at 1/1000 of a bar's width: smaller changes repaint nothing."""
-        def q(v: float, total: float) -> int:
-            return round(1000 * v / total) if total > 0 else 0
+    def set_bar(self, bar: Bar) -> bool:
+        """Show ``bar`` (tooltips stay current); repaint only when the picture changes."""
+        same = visual_key(bar) == visual_key(self.bar)
+        self.bar = bar
+        if not same:
+            self.update()
+        return not same
 
-        return tuple((b.label, b.note, b.limit_line, None if b.limit_at is None else q(b.limit_at, b.total),
-                      tuple((s.quantity, q(s.value, b.total), round(1000 * s.shade_fraction)) for s in b.segments))
-                     for b in bars)
+    def track(self) -> QtCore.QRectF:
+        """Where the bar is drawn (its 100 % at the right edge, less room for the mark)."""
+        return QtCore.QRectF(0, MARK_OUT, max(1, self.width() - 2), BAR_H)
 
-    def set_bars(self, bars: tuple[Bar, ...], empty_text: str = "") -> bool:
-        """Replace the rows (tooltips stay current); returns True and repaints only when the picture changes."""
-        same = self.visual_key(bars) == self.visual_key(self._bars) and empty_text == self._empty_text
-        resized = len(bars) != len(self._bars)
-        self._bars, self._empty_text = bars, empty_text
-        if same:
-            return False
-        if resized:
-            self.setMinimumHeight(max(1, len(bars)) * self.ROW_H + 6)
-            self.updateGeometry()
-        self.update()
-        return True
-
-    @property
-    def bars(self) -> tuple[Bar, ...]:
-        return self._bars
-
-    def _geometry(self) -> tuple[int, int, int]:
-        """Label, bar and note widths: the notes get the room their longest line needs, up to 60 % of the row."""
-        label_w = 56
-        notes = tuple(b.note for b in self._bars)
-        if self._note_need[0] != notes:  # measured once per set of notes, not per paint or hover
-            fm = self.fontMetrics()
-            need = max((fm.horizontalAdvance(line) for n in notes for line in n.splitlines()), default=0) + 12
-            self._note_need = (notes, need)
-        note_w = max(150, min(self._note_need[1], int(self.width() * 0.6)))
-        bar_w = max(40, self.width() - label_w - note_w - 12)
-        return label_w, bar_w, note_w
-
-    def note_lines(self, bar: Bar, note_w: int | None = None) -> list[tuple[str, str]]:
-        """(shown, whole) for each line of a bar's note at the present width: a line too long ends in "…" (the
-        whole note is in the row's tooltip)."""
-        if note_w is None:
-            note_w = self._geometry()[2]
-        fm = self.fontMetrics()
-        return [(fm.elidedText(line, QtCore.Qt.TextElideMode.ElideRight, note_w), line)
-                for line in bar.note.splitlines()]
-
-    def row_tip(self, bar: Bar) -> str:
-        """The tooltip of a row outside its segments: the whole note when it is shown shortened, and the bar's."""
-        cut = any(shown != whole for shown, whole in self.note_lines(bar))
-        return "\n\n".join(t for t in ((bar.note if cut else ""), bar.tip or ("" if cut else bar.note)) if t)
-
-    def _segment_at(self, pos: QtCore.QPoint) -> tuple[Bar, Segment | None] | None:
-        label_w, bar_w, _ = self._geometry()
-        row = (pos.y() - 3) // self.ROW_H
-        if not 0 <= row < len(self._bars):
+    def mark_x(self) -> float | None:
+        """The x of the 100 % mark (or the limit inside the bar), None when the bar has none."""
+        bar = self.bar
+        if bar is None or not bar.limit_line:
             return None
-        bar = self._bars[row]
-        x: float = label_w
+        t = self.track()
+        at = bar.total if bar.limit_at is None or bar.total <= 0 else min(bar.total, bar.limit_at)
+        return t.left() + t.width() * (at / bar.total if bar.total > 0 else 1.0)
+
+    def segment_at(self, x: float) -> Segment | None:
+        bar = self.bar
+        if bar is None or bar.total <= 0:
+            return None
+        t, left = self.track(), 0.0
         for seg in bar.segments:
-            w = bar_w * seg.value / bar.total if bar.total > 0 else 0
-            if x <= pos.x() < x + w:
-                return bar, seg
-            x += w
-        return bar, None
+            w = t.width() * seg.value / bar.total
+            if left <= x < left + w:
+                return seg
+            left += w
+        return None
 
     def event(self, e: QtCore.QEvent) -> bool:
-        if e.type() == QtCore.QEvent.Type.ToolTip:
-            hit = self._segment_at(e.pos())  # type: ignore[attr-defined]
-            if hit is None:
-                QtWidgets.QToolTip.hideText()
-            else:
-                bar, seg = hit
-                text = seg.tip if seg else self.row_tip(bar)
+        if e.type() == QtCore.QEvent.Type.ToolTip and self.bar is not None:
+            seg = self.segment_at(e.pos().x())  # type: ignore[attr-defined]
+            text = seg.tip if seg is not None else self.bar.tip
+            if text:
                 QtWidgets.QToolTip.showText(e.globalPos(), text, self)  # type: ignore[attr-defined]
+            else:
+                QtWidgets.QToolTip.hideText()
             return True
         return super().event(e)
 
     def paintEvent(self, _e: QtGui.QPaintEvent) -> None:
         self.paint_count += 1
-        p = QtGui.QPainter(self)
+        with QtGui.QPainter(self) as p:  # ended whatever happens: a painter left active outlives its widget
+            self._paint(p)
+
+    def _paint(self, p: QtGui.QPainter) -> None:
         p.fillRect(self.rect(), self.palette().color(QtGui.QPalette.ColorRole.Window))
-        fg = QtGui.QColor(theme.foreground())
-        p.setPen(fg)
-        if not self._bars:
-            p.drawText(self.rect().adjusted(6, 0, 0, 0), QtCore.Qt.AlignmentFlag.AlignVCenter, self._empty_text)
-            p.end()
+        bar = self.bar
+        if bar is None:
             return
-        label_w, bar_w, note_w = self._geometry()
-        for i, bar in enumerate(self._bars):
-            row_y = 3 + i * self.ROW_H
-            y = row_y + (self.ROW_H - self.BAR_H) // 2
-            h = self.BAR_H
-            p.setPen(fg)
-            p.drawText(QtCore.QRect(4, row_y, label_w - 8, self.ROW_H), QtCore.Qt.AlignmentFlag.AlignVCenter,
-                       bar.label)
-            p.setPen(QtCore.Qt.PenStyle.NoPen)
-            x = float(label_w)
-            end = float(label_w + bar_w)
-            for seg in bar.segments:
-                w = bar_w * seg.value / bar.total if bar.total > 0 else 0.0
-                w = min(w, end - x)  # parts that add up to more than the total never run under the note
-                if w <= 0:
-                    continue
-                p.setBrush(theme.brush(seg.quantity))
-                p.drawRect(QtCore.QRectF(x, y, w, h))
-                if seg.shade_fraction > 0:
-                    p.setBrush(theme.brush("kv_in_use"))
-                    p.drawRect(QtCore.QRectF(x, y, w * min(1.0, seg.shade_fraction), h))
-                x += w
-            if bar.limit_line:
-                at = bar.total if bar.limit_at is None or bar.total <= 0 else min(bar.total, bar.limit_at)
-                lx = label_w + round(bar_w * at / bar.total) if bar.total > 0 else label_w + bar_w
-                p.setPen(QtGui.QPen(theme.color("spill"), 2))
-                p.drawLine(lx, y - 2, lx, y + h + 2)
-            p.setPen(fg)
-            p.drawText(QtCore.QRect(label_w + bar_w + 8, row_y, note_w, self.ROW_H),
-                       QtCore.Qt.AlignmentFlag.AlignVCenter,
-                       "\n".join(shown for shown, _ in self.note_lines(bar, note_w)))
-        p.end()
+        t = self.track()
+        p.fillRect(t, theme.color("free"))  # the empty track: what no segment covers
+        p.setPen(QtCore.Qt.PenStyle.NoPen)
+        x, end = t.left(), t.right()
+        for seg in bar.segments:
+            w = t.width() * seg.value / bar.total if bar.total > 0 else 0.0
+            w = min(w, end - x)  # parts that add up to more than the total never run past the bar
+            if w <= 0:
+                continue
+            p.fillRect(QtCore.QRectF(x, t.top(), w, t.height()), theme.color(seg.quantity))
+            if seg.shade_fraction > 0:
+                p.fillRect(QtCore.QRectF(x, t.top(), w * min(1.0, seg.shade_fraction), t.height()),
+                           theme.color("kv_in_use"))
+            x += w
+        mx = self.mark_x()
+        if mx is not None:
+            p.setPen(QtGui.QPen(theme.color("limit"), 2))
+            p.drawLine(QtCore.QPointF(mx, 0), QtCore.QPointF(mx, self.height()))
+
+
+class _Row:
+    """One bar's widgets: the device's name, its bar, its note (children of ``parent``, placed by it)."""
+
+    def __init__(self, parent: QtWidgets.QWidget) -> None:
+        self.name = text_label()
+        self.canvas = BarCanvas()
+        self.note = text_label(wrap=True)
+        self.note.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        for w in (self.name, self.canvas, self.note):
+            w.setParent(parent)
+            w.show()
+
+    def set(self, bar: Bar) -> bool:
+        painted = self.canvas.set_bar(bar)
+        set_text(self.name, bar.label, bar.tip)
+        set_text(self.note, bar.note, bar.tip)
+        return painted
+
+
+def _note_height(note: QtWidgets.QLabel, width: int) -> int:
+    """The height a note needs at ``width``: a line each while every line fits (measured per line, cheaply, as a
+    changing figure needs it every poll), else what the wrapping label says."""
+    fm = note.fontMetrics()
+    lines = note.text().split("\n")
+    if all(fm.horizontalAdvance(line) <= width for line in lines):
+        return len(lines) * fm.lineSpacing()
+    return note.heightForWidth(width)
+
+
+class BarsWidget(QtWidgets.QWidget):
+    """``Bar`` rows whose columns follow the widget's width; ``set_bars`` repaints only what changed.
+
+    The rows are placed by hand, not by a layout: a new figure in a note (every poll while decoding) asks the
+    window's layout again only when a note needs another number of lines."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._bars: tuple[Bar, ...] = ()
+        self._empty_text = ""
+        self._rows: list[_Row] = []
+        self.empty = text_label(wrap=True, colour="muted")
+        self.empty.setParent(self)
+        self._label_w = self.fontMetrics().horizontalAdvance(LABEL_ROOM) + theme.UNIT
+        self._height = (-1, -1)  # (width, the height the rows need at it) when the bars were last set
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    @property
+    def bars(self) -> tuple[Bar, ...]:
+        return self._bars
+
+    @property
+    def rows(self) -> list[tuple[QtWidgets.QLabel, BarCanvas, QtWidgets.QLabel]]:
+        """Each shown bar's name, canvas and note."""
+        return [(r.name, r.canvas, r.note) for r in self._rows[: len(self._bars)]]
+
+    @property
+    def paint_count(self) -> int:
+        """Bars painted so far (all rows)."""
+        return sum(r.canvas.paint_count for r in self._rows)
+
+    def set_bars(self, bars: tuple[Bar, ...], empty_text: str = "") -> bool:
+        """Show ``bars`` (or ``empty_text`` when there are none); True when a bar's picture changed."""
+        width = self.width()
+        height = self._height if self._height[0] == width else (width, self.heightForWidth(width))
+        changed = len(bars) != len(self._bars)
+        self._bars, self._empty_text = bars, empty_text
+        while len(self._rows) < len(bars):
+            self._rows.append(_Row(self))
+        for i, row in enumerate(self._rows):
+            shown = i < len(bars)
+            if shown:
+                changed = row.set(bars[i]) or changed
+            for w in (row.name, row.canvas, row.note):
+                if w.isHidden() == shown:
+                    w.setVisible(shown)
+        set_text(self.empty, "" if bars else empty_text)
+        if self.empty.isHidden() == bool(bars):
+            self.empty.setVisible(not bars)
+        self._height = (width, self.heightForWidth(width))
+        if self._height != height:  # a row needs another height: the layout's business
+            self.updateGeometry()
+            self._place()
+        elif changed:
+            self._place()
+        return changed
+
+    def _row_heights(self, width: int) -> list[int]:
+        _bar_w, note_w = columns(width, self._label_w)
+        two_lines = 2 * self.fontMetrics().lineSpacing()
+        return [max(two_lines, r.canvas.height(), _note_height(r.note, note_w)) for r in self._rows[: len(self._bars)]]
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        if not self._bars:
+            return self.empty.heightForWidth(max(1, width))
+        heights = self._row_heights(width)
+        return sum(heights) + theme.UNIT * (len(heights) - 1)
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(500, self.heightForWidth(500))
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self._label_w + 40 + NOTE_MIN + 2 * theme.GAP, self.heightForWidth(self.width() or 500))
+
+    def _place(self) -> None:
+        """Put each row's name, bar and note where the columns say."""
+        width = self.width()
+        bar_w, note_w = columns(width, self._label_w)
+        if not self._bars:
+            self.empty.setGeometry(0, 0, width, self.height())
+            return
+        y = 0
+        for row, h in zip(self._rows, self._row_heights(width), strict=False):
+            row.name.setGeometry(0, y, self._label_w, h)
+            ch = row.canvas.height()
+            row.canvas.setGeometry(self._label_w + theme.GAP, y + (h - ch) // 2, bar_w, ch)
+            row.note.setGeometry(width - note_w, y, note_w, h)
+            y += h + theme.UNIT
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._place()
 
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.FontChange:
-            self._note_need = ((), 0)  # measured again in the new font
-
-    def sizeHint(self) -> QtCore.QSize:
-        return QtCore.QSize(500, max(1, len(self._bars)) * self.ROW_H + 6)
+            self._label_w = self.fontMetrics().horizontalAdvance(LABEL_ROOM) + theme.UNIT
+            self.updateGeometry()

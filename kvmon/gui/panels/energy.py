@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import DASH, fmt_count, fmt_devices, fmt_duration, fmt_energy, fmt_joules_per_token, fmt_watts
-from kvmon.gui.labels import CaptionedLine
+from kvmon.gui.text import CaptionedLine
 
 
 def _sig(j: float | None) -> str:
@@ -23,8 +23,11 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
     per_wh = f"{fmt_count(round(e.tokens_per_wh))} tokens/Wh" if e.tokens_per_wh else f"{DASH} tokens/Wh"
     # tokens per Wh is 3600 ÷ J/token: on the line while there is room, in the tooltip once the last reply's is shown
     last = f" (last reply {_sig(e.last_reply_joules_per_token)})" if e.last_reply_joules_per_token else ""
-    line = (f"{fmt_watts(e.power_w)} now · {fmt_joules_per_token(e.joules_per_token)}{last} · "
-            + ("" if last else f"{per_wh} · ") + f"{fmt_energy(e.energy_j)} this session")
+    if e.joules_per_token is None:  # nothing decoded yet: one phrase, not a row of dashes
+        per_token = "no tokens decoded yet · "
+    else:
+        per_token = f"{fmt_joules_per_token(e.joules_per_token)}{last} · " + ("" if last else f"{per_wh} · ")
+    line = f"{fmt_watts(e.power_w)} now · {per_token}{fmt_energy(e.energy_j)} this session"
     whole = ("\nThe CPU package's counter includes every process on the CPU, not only the model server."
              if e.whole_cpu_package else "")
     unknown_why = s.reasons.get("energy.joules_per_token") or s.reasons.get("energy")

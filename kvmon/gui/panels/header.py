@@ -2,8 +2,12 @@
 tok/s: measured now, or the last one dimmed with its age), the prompt's own slot, and the server, model, devices,
 context and KV cache. Qt's own labels in plain text: a server's name like ``<b>x</b>`` shows as written.
 
-The rows are decided by the window's width, never by the text of the moment: the headline keeps two lines of room
-(a longer sentence is shortened with "…", whole on hover), the big number a column as wide as its widest figure.
+The big number's column takes the right; on the left, the names (the demo's notice, the server, the model, the
+devices) flow onto another row when they need it, as the model chips and the status bar do, and change only with
+another server or model; under them the verdict (two lines of room; a longer sentence ends in "…", whole on hover)
+and the context and KV cache. Every place follows the window's width (and the names) alone, never the figures of
+the moment: the labels that change every poll have fixed sizes, so a new figure repaints its label and asks
+nothing of the window's layout.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot, VerdictLevel
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import FlowBox
 from kvmon.gui.panels.memory import bandwidth_text
+from kvmon.gui.text import FitLabel
 
-HEADLINE_PT = 12.0  # the three type sizes: the body's, the headline's, the big number's
-HERO_PT = 20.0
 HEADLINE_LINES = 2
-WIDEST_NUMBER = "8,888 tok/s"  # the big number's column is this wide, so a new figure never moves it
+WIDEST_NUMBER = "8,888 tok/s"  # the big number's column is at least this wide, so a new figure never moves it
+SPACING = 4 * theme.UNIT  # between the groups of names, and between the live part's columns
+HERO_SHARE, HERO_MAX = 0.22, 260  # the big number's column: this share of the width, at most this many pixels
+WIDEST_TOKENS, WIDEST_BYTES = "88.8K", "88.8 GiB"  # the widest figures the live row's templates hold
 
 
 def _params(n: int | None) -> str | None:
@@ -27,187 +34,160 @@ def _params(n: int | None) -> str | None:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
-def _colour(label: QtWidgets.QLabel, colour: str) -> None:
-    """Set a label's text colour (its palette: no style sheet is parsed again)."""
-    pal = label.palette()
-    pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(colour))
-    label.setPalette(pal)
-
-
 def level_colour(level: VerdictLevel) -> str:
     """The headline's colour for a verdict level: the severity palette, "ok" when nothing is wrong."""
     return theme.hex_color(level.value)
 
 
-class Line(QtWidgets.QLabel):
-    """A plain-text label that never asks for more room than its row has: a text too long for it is shortened with
-    "…" and said whole on hover. ``set`` changes nothing when the text and tooltip are the same."""
+def _put(w: QtWidgets.QWidget, x: int, y: int, width: int) -> None:
+    """Place a label at a fixed size: a new text in it then asks nothing of any layout (Qt's rule for fixed-size
+    widgets)."""
+    w.setFixedWidth(width)
+    w.move(x, y)
 
-    def __init__(self, lines: int = 1, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
-        self.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._lines = lines  # lines of room: a longer text is broken between words by ``_fit``, not by Qt
-        if lines > 1:  # one line or two, it starts at the same place
-            self.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
-        self._whole = ""
-        self._tip = ""
-        pol = QtWidgets.QSizePolicy.Policy
-        self.setSizePolicy(pol.Ignored if lines > 1 else pol.Preferred, pol.Fixed)
-        self._fix_height()
 
-    def _fix_height(self) -> None:
-        fm = self.fontMetrics()
-        self.setFixedHeight(fm.lineSpacing() * self._lines + 2)
-
-    def whole(self) -> str:
-        """The whole text (``text()`` is what is drawn, shortened when it does not fit)."""
-        return self._whole
-
-    def set(self, text: str, tip: str | None = None) -> None:
-        tip = tip if tip is not None else self._tip
-        if text == self._whole and tip == self._tip:
-            return
-        self._whole, self._tip = text, tip
-        self._fit()
-
-    def set_point_size(self, pt: float, bold: bool = False) -> None:
-        f = self.font()
-        f.setPointSizeF(pt)
-        f.setBold(bold)
-        self.setFont(f)
-        self._fix_height()
-
-    def sizeHint(self) -> QtCore.QSize:
-        if self._lines > 1:
-            return QtCore.QSize(0, self.height())
-        return QtCore.QSize(self.fontMetrics().horizontalAdvance(self._whole) + 4, self.height())
-
-    def minimumSizeHint(self) -> QtCore.QSize:
-        return QtCore.QSize(min(48, self.sizeHint().width()), self.height())
-
-    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
-        super().resizeEvent(e)
-        if e.size().width() != e.oldSize().width():
-            self._fit()
-
-    def showEvent(self, e: QtGui.QShowEvent) -> None:
-        super().showEvent(e)
-        self._fit()
-
-    def changeEvent(self, e: QtCore.QEvent) -> None:
-        super().changeEvent(e)
-        if e.type() == QtCore.QEvent.Type.FontChange:
-            self._fix_height()
-            self._fit()
-
-    def _wrapped(self, text: str, width: int) -> str:
-        """``text`` broken into at most ``self._lines`` lines of ``width`` pixels, only between words (never inside
-        "tok/s"); the last line shortened with "…" when the rest does not fit."""
-        fm = self.fontMetrics()
-        lines: list[str] = []
-        words = text.split(" ")
-        while words and len(lines) < self._lines:
-            line = words.pop(0)
-            while words and fm.horizontalAdvance(f"{line} {words[0]}") <= width:
-                line = f"{line} {words.pop(0)}"
-            lines.append(line)
-        if words or (lines and fm.horizontalAdvance(lines[-1]) > width):
-            last = " ".join([lines.pop(), *words]) if lines else " ".join(words)
-            lines.append(fm.elidedText(last, QtCore.Qt.TextElideMode.ElideRight, width))
-        return "\n".join(lines)
-
-    def _fit(self) -> None:
-        """Draw the whole text when it fits, else as much of it as does, ending in "…"."""
-        width = max(1, self.width() - 2)
-        text = self._whole
-        if not self.isVisible() or width < 8:  # not laid out yet: whole, fitted when it gets its size
-            shown = text
-        elif self._lines == 1:
-            shown = self.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
-        else:
-            shown = self._wrapped(text, width)
-        cut = shown.replace("\n", " ") != text
-        tip = "\n".join(x for x in (text if cut else "", self._tip) if x)
-        if shown != super().text():
-            self.setText(shown)
-            self.updateGeometry()
-        if tip != self.toolTip():
-            self.setToolTip(tip)
+def _group(*labels: QtWidgets.QWidget) -> QtWidgets.QWidget:
+    """Names read together ("llama-server b11549"): one item of the flowing row."""
+    box = QtWidgets.QWidget()
+    box.setAutoFillBackground(True)
+    row = QtWidgets.QHBoxLayout(box)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.setSpacing(theme.UNIT)
+    for w in labels:
+        row.addWidget(w)
+    return box
 
 
 class HeaderPanel(QtWidgets.QFrame):
     """The numbers a person glances at: the verdict and the big number first, the server, model, devices, context
     and KV cache around them; every number has a tooltip that says what it is and where it came from."""
 
-    SPACING = 16
-
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("header")
-        self.banner = Line()
-        self.banner.set_point_size(self.font().pointSizeF(), bold=True)
-        self.banner.hide()
         # the server, the model and the devices: each separately styled part a label of its own
-        self.backend, self.version, self.model, self.details, self.gpus = (Line() for _ in range(5))
-        self.backend.set_point_size(self.font().pointSizeF(), bold=True)
-        _colour(self.details, theme.hex_color("muted"))
-        # the verdict's sentence, in its level's colour, with two lines of room
-        self.headline = Line(HEADLINE_LINES)
-        self.headline.set_point_size(HEADLINE_PT, bold=True)
-        # the big number (decode tok/s), what it stands against, and the prompt's own slot
-        self.speed = Line()
-        self.speed.set_point_size(HERO_PT, bold=True)
-        self.speed.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
-        self.efficiency = Line()  # "of 44.7 ceiling · 68%", or the last reply's age and the ceiling here
-        self.prompt = Line()
-        for w in (self.efficiency, self.prompt):
-            w.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
-        _colour(self.prompt, theme.hex_color("prefill"))
-        self.context, self.kv = Line(), Line()
+        self.banner = FitLabel(bold=True, colour="info")  # a notice (the demo, a replay): not a warning
+        self.backend = FitLabel(bold=True)
+        self.version, self.model, self.gpus = FitLabel(), FitLabel(), FitLabel()
+        self.details = FitLabel(colour="muted")
+        self.names = FlowBox(self, h_gap=SPACING)
+        for group in ((self.banner,), (self.backend, self.version), (self.model, self.details), (self.gpus,)):
+            self.names.flow.addWidget(_group(*group))
+        # what changes every poll: placed by hand at fixed sizes, so a new text repaints its label and asks nothing
+        # of the window's layout
+        self.headline = FitLabel(lines=HEADLINE_LINES, bold=True)
+        self.context, self.kv = FitLabel(), FitLabel()
+        self.speed = FitLabel(size="large", bold=True)
+        self.efficiency = FitLabel(lines=2)  # "of 44.7 ceiling · 68%", or the last reply's age and the ceiling here
+        self.prompt = FitLabel(colour="prefill")
+        for w in (self.speed, self.efficiency, self.prompt):
+            w.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignTop)
+        for w in (self.headline, self.context, self.kv, self.speed, self.efficiency, self.prompt):
+            w.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+            w.setParent(self)
+        self._context_w = self._kv_w = 0  # the room the live row's two labels need at their widest figures
+        self._placed: tuple[int, int] = (-1, -1)  # (width, height) the labels were placed for
+        policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self._show_names()
         self._level: VerdictLevel | None = None
         self._live: bool | None = None
-        self._build()
         self._key: tuple[object, ...] | None = None  # what the identity labels were made from
         self._live_key: tuple[object, ...] | None = None  # ... and the live ones
 
-    def _build(self) -> None:
-        grid = QtWidgets.QGridLayout(self)
-        grid.setContentsMargins(8, 2, 8, 2)
-        grid.setHorizontalSpacing(self.SPACING)
-        grid.setVerticalSpacing(0)
-        # the demo's notice leads the names' row (a row of its own would take the plots' room in a small window)
-        names = QtWidgets.QHBoxLayout()
-        names.setSpacing(6)
-        for w in (self.banner, self.backend, self.version, self.model, self.details, self.gpus):
-            names.addWidget(w, 0)
-        names.addStretch(1)
-        names.insertSpacing(1, self.SPACING - 6)
-        names.insertSpacing(4, self.SPACING - 6)
-        names.insertSpacing(8, self.SPACING - 6)
-        grid.addLayout(names, 1, 0, 1, 2)
-        grid.addWidget(self.headline, 2, 0, 2, 1)
-        live = QtWidgets.QHBoxLayout()
-        live.setSpacing(self.SPACING)
-        live.addWidget(self.context)
-        live.addWidget(self.kv)
-        live.addStretch(1)
-        grid.addLayout(live, 4, 0)
-        hero = QtWidgets.QVBoxLayout()
-        hero.setSpacing(0)
+    # --- where everything goes: the width decides, and the names (another server or model) --------------------
+    def hero_width(self, width: int) -> int:
+        """The big number's column: a share of the width, never narrower than the widest number."""
+        big = self.speed.fontMetrics().horizontalAdvance(WIDEST_NUMBER) + 8
+        return max(big, min(HERO_MAX, round(width * HERO_SHARE)))
+
+    def _left_width(self, width: int) -> int:
+        return max(1, width - 2 * theme.GAP - self.hero_width(width) - SPACING)
+
+    def _names_height(self, width: int) -> int:
+        """The names' rows (a row also while no name is known)."""
+        return max(self.backend.height(), self.names.heightForWidth(self._left_width(width)))
+
+    def _rows(self, width: int) -> int:
+        """The live row's rows: the context and the KV cache side by side where both fit at their widest."""
+        return 1 if self._context_w + SPACING + self._kv_w <= self._left_width(width) else 2
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        left = (self._names_height(width) + self.headline.height()
+                + self._rows(width) * self.context.height())
+        right = self.speed.height() + self.efficiency.height() + self.prompt.height()
+        return max(left, right)
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(800, self.heightForWidth(800))
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(self.hero_width(0) + 200, self.heightForWidth(self.width() or 800))
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._place()
+
+    def event(self, e: QtCore.QEvent) -> bool:
+        """A name that changed (another server or model) may need another number of rows: the window's layout is
+        asked again then, never for a live figure (those labels have fixed sizes and ask nothing)."""
+        if e.type() == QtCore.QEvent.Type.LayoutRequest:
+            self._refit()
+        return super().event(e)
+
+    def _refit(self) -> None:
+        if self.heightForWidth(self.width()) != self.height():
+            self.updateGeometry()
+        self._place()
+
+    def _place(self) -> None:
+        width = self.width()
+        hero, left = self.hero_width(width), self._left_width(width)
+        x, y = width - theme.GAP - hero, 0
         for w in (self.speed, self.efficiency, self.prompt):
-            hero.addWidget(w)
-        grid.addLayout(hero, 2, 1, 3, 1, QtCore.Qt.AlignmentFlag.AlignTop)
-        big = QtGui.QFontMetrics(self.speed.font()).horizontalAdvance(WIDEST_NUMBER) + 8
-        self.speed.setMinimumWidth(big)
-        self.efficiency.setMinimumWidth(big)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnMinimumWidth(1, big)
+            _put(w, x, y, hero)
+            y += w.height()
+        x, y = theme.GAP, self._names_height(width)
+        self.names.setGeometry(x, 0, left, y)
+        _put(self.headline, x, y, left)
+        y += self.headline.height()
+        if self._rows(width) == 1:
+            _put(self.context, x, y, self._context_w or 1)
+            kx = x + (self._context_w + SPACING if self._context_w else 0)
+            _put(self.kv, kx, y, max(1, x + left - kx))
+        else:
+            _put(self.context, x, y, left)
+            _put(self.kv, x, y + self.context.height(), left)
+
+    def set_room(self, context: str, kv: str) -> None:
+        """The live row's labels at their widest for this model (another model or server may need other room)."""
+        room = (self.context.room_for(context), self.kv.room_for(kv))
+        if room != (self._context_w, self._kv_w):
+            self._context_w, self._kv_w = room
+            self._refit()
+
+    def _show_names(self) -> None:
+        """Only the names there are take room in their row."""
+        for label in (self.banner, self.backend, self.version, self.model, self.details, self.gpus):
+            if label.isHidden() == bool(label.whole()):
+                label.setVisible(bool(label.whole()))
+        for i in range(self.names.flow.count()):
+            item = self.names.flow.itemAt(i)
+            group = item.widget() if item is not None else None
+            if group is None:
+                continue
+            shown = any(not w.isHidden() for w in group.findChildren(FitLabel))
+            if group.isHidden() == shown:
+                group.setVisible(shown)
 
     def set_banner(self, text: str | None) -> None:
-        """A line that must be seen (e.g. the demo notice)."""
-        self.banner.set(text or "")
-        self.banner.setVisible(bool(text))
+        """A line that must be seen (e.g. the demo notice): it leads the names' row."""
+        if self.banner.set(text or ""):
+            self._show_names()
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render one snapshot; a label is set only when its own text changed."""
@@ -215,21 +195,22 @@ class HeaderPanel(QtWidgets.QFrame):
         key = (s.backend, serving, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
                tuple((g.index, g.name, g.log_name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind, g.source)
                      for g in s.gpus),
-               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name))
+               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
+               len(s.slots), s.server_read, s.kv_allocated_bytes)
         if key != self._key:
             self._key = key
             self._update_identity(s, serving)
-        live = (s.verdict, s.context_tokens, len(s.slots), s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
+        live = (s.verdict, s.context_tokens, s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
                 s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
-                s.prefill_tok_s, s.activity, s.speculative, s.last_decode, s.latency, s.slowdown_causes,
-                s.prompt_cache.next_ttft_s if s.prompt_cache is not None else None,
+                s.prefill_tok_s, s.activity, s.speculative, s.last_decode, s.latency,
                 s.t_monotonic if s.decode_tok_s is None else None)  # the last reply's age moves while nothing decodes
         if live != self._live_key:
             self._live_key = live
             self._update_live(s)
 
     def _update_identity(self, s: Snapshot, serving: str | None) -> None:
-        """The server, the model and the devices (names as the server gives them, shown as written)."""
+        """The server, the model and the devices (names as the server gives them, shown as written), and the room
+        the live row's figures take for this model."""
         pv, rs, m = s.provenance, s.reasons, s.model
         backend = SERVING_LABELS.get(serving, serving) if serving else s.backend or ""
         self.backend.set(backend, fmt.tip(f"Server at {s.url or fmt.DASH}", "server_version", pv, rs,
@@ -244,6 +225,8 @@ class HeaderPanel(QtWidgets.QFrame):
                                              unknown=m.name is None and s.server_read))
         self.details.set(" · ".join(bits), "Architecture · parameters · quantization")
         self.gpus.set(*self._devices(s))
+        self._show_names()
+        self.set_room(self._context_text(s, WIDEST_TOKENS), self._kv_text(s, WIDEST_BYTES))
 
     def _devices(self, s: Snapshot) -> tuple[str, str]:
         h = s.host
@@ -268,6 +251,25 @@ class HeaderPanel(QtWidgets.QFrame):
             return "", ""
         return "no GPU data", f"GPU readings unavailable: {s.gpus_unavailable_reason or 'no GPU source'}"
 
+    @staticmethod
+    def _context_text(s: Snapshot, used: str | None = None) -> str:
+        """"context 33.5K of 131K tokens" (``used``: in place of the tokens in use); "" when nothing is known."""
+        if s.context_tokens is None and s.model.n_ctx is None:
+            return ""
+        used = used if used is not None else fmt.tokens(s.context_tokens).removesuffix(" tokens")
+        slots = f" · {len(s.slots)} slots" if len(s.slots) > 1 else ""
+        return f"context {used} of {fmt.tokens(s.model.n_ctx)}{slots}"
+
+    @staticmethod
+    def _kv_text(s: Snapshot, in_use: str | None = None) -> str:
+        """"KV cache 4.08 GiB in use of 16.0 GiB (f16/f16)" (``in_use``: in place of the bytes in use)."""
+        if s.kv_in_use_bytes is None and s.kv_allocated_bytes is None:
+            return ""
+        m = s.model
+        types = f" ({m.kv_type_k}/{m.kv_type_v or m.kv_type_k})" if m.kv_type_k else ""
+        in_use = in_use if in_use is not None else fmt.bytes_(s.kv_in_use_bytes)
+        return f"KV cache {in_use} in use of {fmt.bytes_(s.kv_allocated_bytes)}{types}"
+
     def _update_live(self, s: Snapshot) -> None:
         """The verdict, the big number and what stands beside it, the context and the KV cache."""
         pv, rs, m = s.provenance, s.reasons, s.model
@@ -275,12 +277,12 @@ class HeaderPanel(QtWidgets.QFrame):
         level = v.level if v is not None else VerdictLevel.OK
         if level != self._level:
             self._level = level
-            _colour(self.headline, level_colour(level))
+            theme.tint(self.headline, level.value)
         self.headline.set(v.sentence if v is not None else "", f"{v.state}: {v.sentence}" if v is not None else "")
         h = fmt.hero(s)
         if h.live != self._live:
             self._live = h.live
-            _colour(self.speed, theme.hex_color("decode" if h.live else "muted"))
+            theme.tint(self.speed, "decode" if h.live else "muted")
         last = s.last_decode
         measured = ("Decode speed: generated tokens per second, measured at this poll" if h.live else
                     "The last decode speed measured (dimmed: nothing decodes now)" if last is not None else
@@ -298,27 +300,15 @@ class HeaderPanel(QtWidgets.QFrame):
             tip += "\nShare of the ceiling: measured decode ÷ ceiling"
         if spec := fmt.speculation_text(s):
             tip += f"\n{spec}"
-        if why := fmt.causes_text(s):
-            tip += f"\n{why}"
         self.efficiency.set(h.against, tip)
         self.prompt.set(h.prompt, "Prompt processing (prefill): tokens read per second, apart from decode"
                         if h.prompt else "")
-        ctx = fmt.tokens(s.context_tokens).removesuffix(" tokens")
-        if s.context_tokens is None and m.n_ctx is None:
-            self.context.set("", "")
-        else:
-            slots = f" · {len(s.slots)} slots" if len(s.slots) > 1 else ""
-            ahead, ahead_tip = fmt.next_reply_text(s)
-            self.context.set(f"context {ctx} of {fmt.tokens(m.n_ctx)}{slots}" + (f" · {ahead}" if ahead else ""),
-                             fmt.tip("Context in use (the deepest conversation) of the context one conversation can "
-                                     f"hold\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}"
-                                     + (f"\n{ahead_tip}" if ahead_tip else ""),
-                                     "context_tokens", pv, rs, unknown=s.context_tokens is None))
-        if s.kv_in_use_bytes is None and s.kv_allocated_bytes is None:
-            self.kv.set("", "")
-        else:
-            types = f" ({m.kv_type_k}/{m.kv_type_v or m.kv_type_k})" if m.kv_type_k else ""
-            self.kv.set(f"KV cache {fmt.bytes_(s.kv_in_use_bytes)} in use of {fmt.bytes_(s.kv_allocated_bytes)}{types}",
-                        fmt.tip("KV cache: in use (read for every token: it decides speed) of allocated at load (it "
+        context = self._context_text(s)
+        self.context.set(context, fmt.tip(
+            "Context in use (the deepest conversation) of the context one conversation can hold"
+            f"\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}",
+            "context_tokens", pv, rs, unknown=s.context_tokens is None) if context else "")
+        kv = self._kv_text(s)
+        self.kv.set(kv, fmt.tip("KV cache: in use (read for every token: it decides speed) of allocated at load (it "
                                 f"decides what fits)\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context",
-                                "kv_in_use_bytes", pv, rs, unknown=s.kv_in_use_bytes is None))
+                                "kv_in_use_bytes", pv, rs, unknown=s.kv_in_use_bytes is None) if kv else "")

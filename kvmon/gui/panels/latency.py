@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvmon.core.snapshot import LatencyView, Snapshot
 from kvmon.core.units import DASH, fmt_count
-from kvmon.gui.labels import CaptionedLine
+from kvmon.gui.text import CaptionedLine
 
 
 def _s(v: float | None) -> str:
@@ -34,6 +34,7 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
     at_least = "≥" if lat.ttft_lower_bound else ""  # the counters leave out a draft's prompt processing
     several = s.reasons.get("latency.replies") if lat.replies_at_least else None
     first = ("first token not split per reply" if several and lat.ttft_p50_s is None else
+             "first token not timed" if lat.ttft_p50_s is None else  # not "first token — (p95 —)"
              f"first token {at_least}{_s(lat.ttft_p50_s)} (p95 {at_least}{_s(lat.ttft_p95_s)})")
     line = (f"{first} · {_ms(lat.itl_p50_s)}/token (p95 {_ms(lat.itl_p95_s)}) · "
             f"{'≥ ' if lat.replies_at_least else ''}{fmt_count(n)} repl{'y' if n == 1 else 'ies'}")
@@ -42,8 +43,9 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
               if lat.last_prompt_tokens and lat.last_prefill_tok_s else "")
     why = s.reasons.get("latency.ttft")
     tip = ("Medians and 95th percentiles over the session's replies.\n"
-           f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then "
-           f"{_ms(lat.itl_last_s)} per token.\n"
+           + ("Last reply: first token not timed, then " if lat.ttft_last_s is None else
+              f"Last reply: first token after {'at least ' if at_least else ''}{_s(lat.ttft_last_s)}{prompt}, then ")
+           + f"{_ms(lat.itl_last_s)} per token.\n"
            f"From {lat.source}: the server's own times (the network and any wait in its queue are not in them)."
            + (f"\nTimes to first token are lower bounds: {why}." if at_least and why else "")
            + (f"\nSeveral replies at once: {several}." if several else ""))

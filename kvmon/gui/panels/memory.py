@@ -1,7 +1,7 @@
 """Memory per device: weights / KV allocated (in-use shaded) / draft model / server compute & other / other
 processes / free.
 
-Every device is a bar: a discrete GPU's VRAM (the red line at its end is where the next allocation spills), unified
+Every device is a bar: a discrete GPU's VRAM (the mark at its end is where the next allocation spills), unified
 memory (the line at the GPU's working-set limit: past it macOS pages GPU memory), a device only the server's log
 names (what the log said at load), and host RAM when the model or its cache lives there or there is no GPU (the line
 at its end: swap).
@@ -15,28 +15,55 @@ from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import FlowBox
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
+from kvmon.gui.text import text_label
 
 _SOURCES = {"nvml": "measured (NVML)", "amdgpu": "measured (amdgpu sysfs)", "xe": "Intel xe", "i915": "Intel i915",
             "apple": "measured (vm_stat)", "log": "the server's log at load", "none": "not read"}
 _WORKING_SET = {"metal": "Metal", "sysctl": "iogpu.wired_limit_mb", "log": "the server's log",
                 "estimated": "estimated"}
-# the bars' colours in words, in the order they are stacked
-LEGEND = (("weights", "weights"), ("kv_allocated", "KV cache"), ("kv_in_use", "KV in use"),
-          ("server_other", "compute buffers"), ("other_processes", "other processes"), ("free", "free"))
-
-
-UNATTRIBUTED = ("unattributed", "not attributed")  # in the legend only while a bar has such a part
+# the bars' colours in words, in the order they are stacked (what no part covers is free: the empty track)
+LEGEND = (("weights", "weights"), ("kv_in_use", "KV in use"), ("kv_allocated", "KV allocated"),
+          ("server_other", "compute buffers"), ("other_processes", "other processes"))
+UNATTRIBUTED = ("unattributed", "unexplained")  # memory in use no part explains: in the legend only while shown
 DRAFT = ("draft", "draft model")  # in the legend only while a bar has such a part (speculative decoding)
+SWATCH = "■"
 
 
-def legend_html(unattributed: bool = False, draft: bool = False) -> str:
-    """The compact legend under the bars: a swatch in each colour and its word."""
+def legend_words(unattributed: bool = False, draft: bool = False) -> tuple[tuple[str, str], ...]:
+    """The legend's (quantity, word) entries: the parts a bar can show now."""
     words = (*LEGEND[:3], DRAFT, *LEGEND[3:]) if draft else LEGEND
-    if unattributed:
-        words = (*words, UNATTRIBUTED)
-    return " &nbsp; ".join(f"<span style='color:{theme.hex_color(q)}'>■</span>&nbsp;{word.replace(' ', '&nbsp;')}"
-                          for q, word in words)
+    return (*words, UNATTRIBUTED) if unattributed else words
+
+
+class Legend(FlowBox):
+    """A swatch in each colour and its word, in small type, on as many rows as the width needs."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent, h_gap=theme.GAP)
+        self.entries: dict[str, QtWidgets.QWidget] = {}
+        for quantity, word in legend_words(True, True):
+            entry = QtWidgets.QWidget()
+            row = QtWidgets.QHBoxLayout(entry)
+            row.setContentsMargins(0, 0, 0, 0)
+            row.setSpacing(theme.UNIT)
+            row.addWidget(text_label(SWATCH, size="small", colour=quantity))
+            row.addWidget(text_label(word, size="small"))
+            self.flow.addWidget(entry)
+            self.entries[quantity] = entry
+        self.show_words(legend_words())
+
+    def show_words(self, words: tuple[tuple[str, str], ...]) -> None:
+        """Show the entries of ``words`` only."""
+        shown = {q for q, _w in words}
+        for quantity, entry in self.entries.items():
+            if entry.isHidden() == (quantity in shown):
+                entry.setVisible(quantity in shown)
+
+    def words(self) -> list[str]:
+        """The words shown now, in order."""
+        return [e.findChildren(QtWidgets.QLabel)[1].text() for e in self.entries.values() if not e.isHidden()]
 
 
 def _seg(quantity: str, value: float | None, what: str, source: str | None = None) -> Segment | None:
@@ -96,7 +123,7 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
                    limit_line=False, tip=f"{name}: {why}")
     if g.vram_used_bytes is not None and g.vram_used_bytes - known > total * 0.005:
         rest = g.vram_used_bytes - known
-        segs.append(Segment("unattributed", rest, f"Used, not attributed: {fmt.bytes_(rest)}\n"
+        segs.append(Segment("unattributed", rest, f"In use, explained by no part above: {fmt.bytes_(rest)}\n"
                             + (g.reasons.get("vram_split") or "the split needs the server's process id")))
     free = g.vram_free_bytes
     if free is not None and free > 0:
@@ -104,17 +131,18 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
         segs.append(Segment("free", float(free), f"Free: {fmt.bytes_(free)}{when} "
                             f"({_SOURCES.get(g.source or '', 'measured')})"))
     if g.source == "log":
-        note = f"{fmt.bytes_(known)} of the model\nof {fmt.bytes_(total)} · from the log"
+        note = f"{fmt.bytes_(known)} of {fmt.bytes_(total)}\nthe model, from the log"
     else:
         note = f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\nfree {fmt.bytes_(free)}"
     if g.kind == "unified_memory" and g.working_set_limit_bytes:
         ws = _WORKING_SET.get(g.working_set_source or "", g.working_set_source or "")
-        est = " (estimated)" if g.working_set_source == "estimated" else ""
+        est = "≈ " if g.working_set_source == "estimated" else ""
         note = (f"{fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}\n"
-                f"GPU limit {fmt.bytes_(g.working_set_limit_bytes)}{est} · free {fmt.bytes_(free)}")
-        tip = (f"{name}: unified memory, {fmt.bytes_(total)} shared by CPU and GPU.\nThe red line is the GPU's "
-               f"working-set limit ({fmt.bytes_(g.working_set_limit_bytes)}, {ws}): what the model and its cache "
-               "need past it, macOS pages out — decode slows sharply.")
+                f"GPU limit {est}{fmt.bytes_(g.working_set_limit_bytes)}")
+        tip = (f"{name}: unified memory, {fmt.bytes_(total)} shared by CPU and GPU, {fmt.bytes_(free)} free."
+               "\nThe mark inside the bar is "
+               f"the GPU's working-set limit ({fmt.bytes_(g.working_set_limit_bytes)}, {ws}): what the model and its "
+               "cache need past it, macOS pages out — decode slows sharply.")
         return Bar(device_label(g), float(total), tuple(segs), note, tip=tip,
                    limit_at=float(g.working_set_limit_bytes))
     if g.spill_used_bytes and g.vendor == "amd":
@@ -126,7 +154,7 @@ def gpu_bar(g: GpuView, s: Snapshot) -> Bar | None:
            if g.vendor == "amd" and g.spill_total_bytes else "")
     tip = (f"GPU {g.index} {name}: used {fmt.bytes_(g.vram_used_bytes)} of {fmt.bytes_(total)}"
            f"{' (the server log at load; no live reading)' if g.source == 'log' else ''}"
-           f"\nThe red line is the end of VRAM: what grows past it spills to host RAM over PCIe.{gtt}")
+           f"\nThe mark at the bar's end is the end of VRAM: what grows past it spills to host RAM over PCIe.{gtt}")
     return Bar(device_label(g), float(total), tuple(segs), note, tip=tip)
 
 
@@ -153,7 +181,7 @@ def bandwidth_text(h: HostView) -> str:
 
 
 def host_bar(s: Snapshot) -> Bar | None:
-    """Host RAM as a device: the model's weights and KV there, other memory, available; the red line is swap."""
+    """Host RAM as a device: the model's weights and KV there, other memory, available; past its end: swap."""
     if not host_shown(s):
         return None
     h = s.host
@@ -175,16 +203,16 @@ def host_bar(s: Snapshot) -> Bar | None:
             segs.append(Segment("free", free, f"Available: {fmt.bytes_(h.ram_available_bytes)}"))
     held = " + ".join(w for w, b in (("weights", h.weights_in_host_bytes), ("KV", h.kv_in_host_bytes),
                                      ("draft", h.draft_in_host_bytes)) if b)
-    what = f"{held} {fmt.bytes_(in_host)} of {fmt.bytes_(h.ram_total_bytes)}" if in_host else \
-        f"{fmt.bytes_(h.ram_total_bytes - (h.ram_available_bytes or 0))} of {fmt.bytes_(h.ram_total_bytes)} used"
-    note = f"{what}\n{bandwidth_text(h)}"
+    used = h.ram_total_bytes - (h.ram_available_bytes or 0) if h.ram_available_bytes is not None else None
+    second = f"{held} {fmt.bytes_(in_host)}" if in_host else f"free {fmt.bytes_(h.ram_available_bytes)}"
+    note = f"{fmt.bytes_(used)} of {fmt.bytes_(h.ram_total_bytes)}\n{second}"
     if h.swap_used_bytes:
         note += f" · swap {fmt.bytes_(h.swap_used_bytes)}"
     mem = " · ".join(x for x in (h.cpu_name, h.memory_type) if x)
     tip = (f"Host RAM{': ' + mem if mem else ''}, {fmt.bytes_(h.ram_total_bytes)}; bandwidth {bandwidth_text(h)}"
            + (f"\n{h.host_bandwidth_note}" if h.host_bandwidth_note else "")
-           + "\nLayers or KV cache here are read at host bandwidth. The red line is the end of RAM: past it the "
-             "system swaps.")
+           + "\nLayers or KV cache here are read at host bandwidth. The mark at the bar's end is the end of "
+             "RAM: past it the system swaps.")
     return Bar("Host", float(h.ram_total_bytes), tuple(segs), note, tip=tip)
 
 
@@ -194,14 +222,14 @@ class MemoryPanel(QtWidgets.QGroupBox):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Memory", parent)
         lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
+        lay.setSpacing(theme.UNIT)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
-        self.legend = QtWidgets.QLabel(legend_html())
-        self.legend.setWordWrap(True)  # a narrow window: two lines rather than a cut
-        self.legend.setStyleSheet("font-size: 8pt;")
-        self.legend.setToolTip("What the colours of the bars are. The red line is where the next allocation "
-                               "spills: the end of VRAM (to host RAM), of RAM (to swap), or a Mac's GPU limit.")
+        self.legend = Legend()
+        self.legend.setToolTip("What the colours of the bars are; what no part covers is free. The mark at a bar's "
+                               "end is where the next allocation spills: the end of VRAM (to host RAM), of RAM (to "
+                               "swap), or a Mac's GPU limit.")
         lay.addWidget(self.legend)
         self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
@@ -225,4 +253,4 @@ class MemoryPanel(QtWidgets.QGroupBox):
         empty = f"No memory readings: {s.gpus_unavailable_reason or 'no device source'}"
         self.bars.set_bars(tuple(rows), empty)
         quantities = {p.quantity for b in rows for p in b.segments}
-        self.legend.setText(legend_html(UNATTRIBUTED[0] in quantities, DRAFT[0] in quantities))
+        self.legend.show_words(legend_words(UNATTRIBUTED[0] in quantities, DRAFT[0] in quantities))

@@ -7,16 +7,14 @@ changed.
 
 from __future__ import annotations
 
-import html
-
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.serving import SERVING_LABELS, ServedModel, ServingView, status_word
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.labels import ValueLabel
+from kvmon.gui.flow import FlowBox
+from kvmon.gui.text import set_text, text_label
 
-CHIP_MIN_WIDTH = 48  # px: a chip may be squeezed this far in a narrow window (its tooltip says it all)
 STATUS_COLOURS = {"loaded": "ok", "loading": "info", "sleeping": "muted", "unloading": "muted", "unloaded": "muted",
                   "downloading": "info", "failed": "critical"}
 
@@ -30,7 +28,8 @@ def chip_text(m: ServedModel) -> str:
         elif m.processing is False:
             bits.append("idle")
         if m.context_tokens is not None and m.n_ctx:
-            bits.append(f"{fmt.tokens(m.context_tokens).removesuffix(' tokens')}/{fmt.ctx_label(m.n_ctx)}")
+            bits.append(f"{fmt.tokens(m.context_tokens).removesuffix(' tokens')}/"
+                        f"{fmt.tokens(m.n_ctx).removesuffix(' tokens')}")  # the header's figures for the same model
     else:
         bits.append(status_word(m))
     return " · ".join(bits)
@@ -54,67 +53,66 @@ def chip_tip(m: ServedModel) -> str:
 
 
 class Chip(QtWidgets.QPushButton):
-    """A model's chip: squeezed in a narrow window, its text ends in "…" (the tooltip says it all)."""
+    """A model's chip: its whole text always (the row flows onto another line when it is full); its width only
+    grows while its text changes (a new speed does not move the chips after it)."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._whole = ""
+        self._widest = 0
+        self.setCheckable(True)
+        self.setFlat(True)
+        self.setFocusPolicy(QtCore.Qt.FocusPolicy.NoFocus)
 
     def set_whole_text(self, text: str) -> None:
-        """The chip's text; shown shortened when the chip is narrower than it."""
+        """The chip's text, shown as written (an ampersand in a model's name is not a keyboard shortcut)."""
+        if text == self._whole:
+            return
         self._whole = text
-        self._fit()
-        self.updateGeometry()
+        self.setText(text.replace("&", "&&"))
 
     def whole_text(self) -> str:
         return self._whole
 
     def sizeHint(self) -> QtCore.QSize:
-        hint = super().sizeHint()  # of the text shown: the whole one's instead
-        fm = self.fontMetrics()
-        return QtCore.QSize(hint.width() - fm.horizontalAdvance(self.text()) + fm.horizontalAdvance(self._whole),
-                            hint.height())
+        hint = super().sizeHint()
+        self._widest = max(self._widest, hint.width())
+        return QtCore.QSize(self._widest, hint.height())
 
-    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
-        super().resizeEvent(e)
-        self._fit()
-
-    def showEvent(self, e: QtGui.QShowEvent) -> None:
-        super().showEvent(e)
-        self._fit()
-
-    def _fit(self) -> None:
-        if not self.isVisible():  # not laid out yet: its width says nothing
-            shown = self._whole
-        else:
-            fm = self.fontMetrics()
-            frame = super().sizeHint().width() - fm.horizontalAdvance(self.text())  # padding, border, margins
-            shown = fm.elidedText(self._whole, QtCore.Qt.TextElideMode.ElideRight, max(self.width() - frame, 0))
-        if shown != self.text():
-            self.setText(shown)
+    def minimumSizeHint(self) -> QtCore.QSize:
+        return self.sizeHint()
 
 
-class ModelsPanel(QtWidgets.QFrame):
-    """A row of model chips; emits ``follow_requested(name)`` (or ``None`` to follow the chat again)."""
+class ModelsPanel(FlowBox):
+    """What the router or llama-swap serves: its kind and the model shown, then a chip per model, on as many rows
+    as the width needs; emits ``follow_requested(name)`` (or ``None`` to follow the chat again)."""
 
     follow_requested = QtCore.Signal(object)
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(parent, h_gap=theme.GAP, v_gap=theme.UNIT)
         self.setObjectName("models")
-        self._row = QtWidgets.QHBoxLayout(self)
-        self._row.setContentsMargins(8, 0, 8, 0)
-        self._row.setSpacing(6)
-        self.title = ValueLabel()
-        # a narrow window squeezes the title rather than the window: it ends in "…", said whole on hover
-        self.title.set_elide(True)
-        self.title.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Preferred)
-        self._row.addWidget(self.title)  # its room first; the stretch after the chips takes the rest
+        self.flow.setContentsMargins(theme.GAP, 0, theme.GAP, 0)
+        self.kind = text_label(bold=True)
+        self.showing = text_label()
+        self.reason = text_label(colour="muted")
+        title = QtWidgets.QWidget()  # one item of the flow, as high as a chip: its words on the chips' line
+        row = QtWidgets.QHBoxLayout(title)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(theme.UNIT)
+        for w in (self.kind, self.showing, self.reason):
+            row.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignVCenter)
+        title.setMinimumHeight(Chip().sizeHint().height())
+        self.flow.addWidget(title)
         self.chips: dict[str, Chip] = {}
-        self._row.addStretch(1)
         self._key: object = None
         self.pinned: str | None = None  # the model the user chose (None: the one being chatted with)
         self.hide()
+
+    @property
+    def title(self) -> str:
+        """The row's words before the chips: "llama-server router · showing qwen3-8b (used last)"."""
+        return " ".join(w.text() for w in (self.kind, self.showing, self.reason) if w.text())
 
     def update_snapshot(self, s: Snapshot) -> None:
         v = s.serving
@@ -132,34 +130,28 @@ class ModelsPanel(QtWidgets.QFrame):
             self.show()
 
     def _render(self, v: ServingView) -> None:
-        label = SERVING_LABELS.get(v.kind, v.kind)
-        muted = theme.hex_color("muted")
-        how = (f" · showing <b>{html.escape(v.followed)}</b> <span style='color:{muted}'>"
-               f"({'chosen' if self.pinned else html.escape(v.follow_reason or '')})</span>" if v.followed else "")
-        self.title.set(f"<b>{html.escape(label)}</b>{how}")
+        set_text(self.kind, SERVING_LABELS.get(v.kind, v.kind))
+        set_text(self.showing, f"· showing {v.followed}" if v.followed else "")
+        set_text(self.reason, f"({'chosen' if self.pinned else v.follow_reason or ''})" if v.followed else "")
         names = [m.name for m in v.models]
         for name in [n for n in self.chips if n not in names]:
             gone = self.chips.pop(name)
-            self._row.removeWidget(gone)
+            self.flow.removeWidget(gone)
             gone.deleteLater()
         for i, m in enumerate(v.models):
             chip = self.chips.get(m.name)
             if chip is None:
                 chip = Chip(self)
-                chip.setCheckable(True)
-                chip.setFlat(True)
-                chip.setFocusPolicy(QtCore.Qt.FocusPolicy.NoFocus)
-                chip.setMinimumWidth(CHIP_MIN_WIDTH)
                 chip.clicked.connect(lambda _c=False, n=m.name: self._clicked(n))
                 self.chips[m.name] = chip
-                self._row.insertWidget(1 + i, chip)
-            colour = theme.hex_color(STATUS_COLOURS.get(m.status, "muted"))
+                self.flow.insertWidget(1 + i, chip)
             chip.set_whole_text(f"● {chip_text(m)}")
             chip.setToolTip(chip_tip(m))
             chip.setChecked(m.followed)
-            weight = "bold" if m.followed else "normal"
-            chip.setStyleSheet(f"QPushButton {{ color: {colour}; font-weight: {weight}; padding: 1px 6px; "
-                               f"border: 1px solid {colour if m.followed else 'transparent'}; border-radius: 4px; }}")
+            if chip.font().bold() != m.followed:
+                chip.setFont(theme.font("body", bold=m.followed))
+            theme.tint(chip, STATUS_COLOURS.get(m.status, "muted"))
+        self.updateGeometry()
 
     def _clicked(self, name: str) -> None:
         self.pinned = None if self.pinned == name else name

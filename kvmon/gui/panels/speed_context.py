@@ -22,6 +22,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.points import ContextBins, RegimeStep
 from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.core.units import fmt_tok_s_approx
+from kvmon.core.words import regime_mark
 from kvmon.gui import fmt, theme
 from kvmon.gui.panels.atlas_dots import AtlasDots
 from kvmon.gui.panels.here_marker import DOT_PX, HereMarker
@@ -38,8 +39,6 @@ from kvmon.gui.plot_labels import (
 )
 from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
 
-REGIME_WORDS = {"n_ctx": "new context size", "cache_types": "new cache types", "slots": "new slot count",
-                "devices": "new devices", "placement": "moved in memory", "reload": "reloaded"}
 HERE_TEXT = "you are here"
 BAND_ALPHA = 45
 REDRAW_FRACTION = 0.0025  # of the y axis: about a pixel of a 400-pixel plot
@@ -59,7 +58,7 @@ def _speed(v: float) -> str:
 def regime_label(cause: str | None, n_ctx: int | None = None, step: RegimeStep | None = None) -> str | None:
     """What the plot says where a regime began: what changed and how the speed moved ("reloaded with 128K: 70 → 7.0
     tok/s"); None for the first regime or another model's (nothing to compare)."""
-    word = REGIME_WORDS.get(cause or "")
+    word = regime_mark(cause)
     if word is None:
         return None
     step = step or RegimeStep()

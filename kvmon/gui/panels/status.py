@@ -7,27 +7,28 @@ from __future__ import annotations
 
 import time
 
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 
 from kvmon.core.alerts import RECORDING_FAILED
 from kvmon.core.severity import status_level
 from kvmon.core.snapshot import Snapshot
+from kvmon.core.words import bandwidth_source_words
 from kvmon.gui import theme
-from kvmon.gui.labels import ValueLabel
+from kvmon.gui.flow import FlowBox
+from kvmon.gui.text import DotLabel, set_text, text_label
 
 JUST_NOW_S = 1.5  # a snapshot younger than this is "polled just now"; older ones count seconds
 
 # where a number came from (Provenance values), as a person would say it
 PROVENANCE_WORDS = {
     "measured": "measured", "computed": "computed by kvmon", "user": "from your settings",
-    "table": "from kvmon's GPU table", "log": "from the server's log", "command_line": "from the server's command line",
+    "table": "from the published spec", "log": "from the server's log",
+    "command_line": "from the server's command line",
     "default": "assumed (the server does not say)", "estimated": "estimated",
 }
 RATE_WORDS = {"slots": "rate from /slots", "metrics": "rate from /metrics",
               "child_slots": "rate from Ollama's llama-server /slots", "proxy": "rate from kvmon proxy",
               "replies": "rate of the replies that ended (server's timing)"}
-BANDWIDTH_WORDS = {"nvml": "bandwidth from the driver", "table": "bandwidth from kvmon's table",
-                   "user": "bandwidth from your settings", "measured": "bandwidth measured"}
 # the fields the tooltip lists, in the order a person reads the screen
 FIELD_WORDS = (("decode_tok_s", "decode speed"), ("prefill_tok_s", "prefill speed"),
                ("ceiling_tok_s", "ceiling"), ("context_tokens", "context in use"), ("n_ctx", "context size"),
@@ -50,7 +51,7 @@ def sources_text(s: Snapshot) -> str:
         parts.append(RATE_WORDS.get(s.decode_rate_source, f"rate from {s.decode_rate_source}"))
     bw = sorted({g.bandwidth_source for g in s.gpus if g.bandwidth_source})
     if bw:
-        parts.append(" + ".join(BANDWIDTH_WORDS.get(b, f"bandwidth from {b}") for b in bw))
+        parts.append(" + ".join(f"bandwidth from {bandwidth_source_words(b)}" for b in bw))
     return " · ".join(parts) or "no sources yet"
 
 
@@ -65,7 +66,7 @@ def sources_tip(s: Snapshot) -> str:
         lines.append(f"  decode {RATE_WORDS.get(s.decode_rate_source, s.decode_rate_source)}")
     for g in s.gpus:
         if g.bandwidth_source:
-            lines.append(f"  GPU {g.index} peak {BANDWIDTH_WORDS.get(g.bandwidth_source, g.bandwidth_source)}")
+            lines.append(f"  GPU {g.index} peak bandwidth from {bandwidth_source_words(g.bandwidth_source)}")
     return "\n".join(lines)
 
 
@@ -84,23 +85,37 @@ def replay_text(name: str, speed: float, position_s: float, length_s: float, pla
 
 
 class StatusPanel(QtWidgets.QStatusBar):
-    """Permanent widgets updated only when their text changes; the 'ago' text ticks at most once a second."""
+    """The connection, the poll's age and the sources (on a second row when the window is too narrow for one), and
+    the recording state on the right; each label is set only when its text changes, the age at most once a second."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self.connection = ValueLabel()
-        self.polled = ValueLabel()
-        self.sources = ValueLabel()
-        self.sources.set_elide(True)
-        self.recording = ValueLabel()
-        for w, stretch in ((self.connection, 0), (self.polled, 0), (self.sources, 1)):
-            self.addWidget(w, stretch)
+        self.setSizeGripEnabled(False)
+        self.line = FlowBox(h_gap=2 * theme.GAP)
+        self.connection = DotLabel()
+        self.polled = text_label()
+        self.polled.setMinimumWidth(self.polled.fontMetrics().horizontalAdvance("polled 888 s ago"))  # steady row
+        self.sources = text_label(colour="muted")
+        for w in (self.connection, self.polled, self.sources):
+            self.line.flow.addWidget(w)
+        self.addWidget(self.line, 1)
+        self.recording = DotLabel()
         self.addPermanentWidget(self.recording)
         self._last_poll_monotonic: float | None = None
         self.replaying: str | None = None  # the replay's status text, when this window replays a recording
         self._recording_path: str | None = None
         self._recording_failed: str | None = None  # the alert's message while the recording is stopped by a fault
         self.set_recording(None)
+
+    def resizeEvent(self, e: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._fit()
+
+    def _fit(self) -> None:
+        """As many rows as the labels need at this width: checked on a resize and when a text changed."""
+        need = self.line.heightForWidth(self.line.width()) if self.line.width() > 0 else -1
+        if need > 0 and need != self.line.minimumHeight():
+            self.line.setFixedHeight(need)
 
     def set_replay(self, text: str | None) -> None:
         """A replay's position in place of the connection and poll age (they belong to the recorded session)."""
@@ -110,10 +125,12 @@ class StatusPanel(QtWidgets.QStatusBar):
             self.polled.hide()
         else:
             self.polled.show()
+        self._fit()
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render connection state and sources of one snapshot."""
-        self.sources.set(sources_text(s), sources_tip(s))
+        if set_text(self.sources, sources_text(s), sources_tip(s)):
+            self._fit()
         failed = next((a.message for a in s.alerts if a.code == RECORDING_FAILED), None)
         if failed != self._recording_failed:
             self._recording_failed = failed
@@ -122,10 +139,11 @@ class StatusPanel(QtWidgets.QStatusBar):
             return
         st = s.connection.status
         level = status_level(st)  # the same level the alerts panel and the tabs give this state
-        c = theme.hex_color("ok" if level is None else level.value)
         url = f" · {s.url}" if s.url else ""
-        self.connection.set(f"<span style='color:{c}'>●</span> {st.value.replace('_', ' ')}{url}",
-                            s.connection.reason or f"Connection: {st.value}")
+        colour = "ok" if level is None else level.value
+        if self.connection.set(f"● {st.value.replace('_', ' ')}{url}", s.connection.reason or f"Connection: {st.value}",
+                               colour):
+            self._fit()
         self._last_poll_monotonic = time.monotonic()
         self.tick()
 
@@ -134,11 +152,11 @@ class StatusPanel(QtWidgets.QStatusBar):
         if self.replaying is not None:
             return
         if self._last_poll_monotonic is None:
-            self.polled.set("not polled yet")
+            set_text(self.polled, "not polled yet")
             return
         ago = time.monotonic() - self._last_poll_monotonic
-        self.polled.set(f"polled {ago:.0f} s ago" if ago >= JUST_NOW_S else "polled just now",
-                        "Time since the last snapshot arrived from the poller thread")
+        set_text(self.polled, f"polled {ago:.0f} s ago" if ago >= JUST_NOW_S else "polled just now",
+                 "Time since the last snapshot arrived from the poller thread")
 
     def set_recording(self, path: str | None) -> None:
         """Show whether snapshots are being recorded, and when a fault (a full disk) stopped the recording."""
@@ -146,10 +164,9 @@ class StatusPanel(QtWidgets.QStatusBar):
             self._recording_failed = None  # a new recording (or none) starts clean
         self._recording_path = path
         if path and self._recording_failed:
-            self.recording.set(f"recording failed <span style='color:{theme.hex_color('critical')}'>●</span>",
-                               self._recording_failed)
+            self.recording.set("● recording failed", self._recording_failed, "critical")
         elif path:
-            self.recording.set(f"recording <span style='color:{theme.hex_color('spill')}'>●</span>",
-                               f"Recording every snapshot to {path} (File ▸ Record session… to stop)")
+            self.recording.set("● recording", f"Recording every snapshot to {path} (File ▸ Record session… to stop)",
+                               "recording")
         else:
             self.recording.set("not recording", "File ▸ Record session… (Ctrl+R), or start with --record FILE.jsonl")

@@ -264,3 +264,16 @@ def test_lm_studio_replies_show_the_timings_the_proxy_read() -> None:
     line, tip = latency_text(ended[-1])
     assert line.startswith("first token ") and "untimed" not in line
     assert "request timings" in tip
+
+
+def test_a_reply_whose_first_token_was_not_timed_says_so_in_words() -> None:
+    """A reply timed per token but not to its first token (kvmon joined while it ran): words, not "— (p95 —)"."""
+    from kvmon.core.snapshot import Connection, ConnectionStatus, LatencyView, Snapshot
+    from kvmon.gui.panels.latency import latency_text
+
+    s = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.CONNECTED),
+                 latency=LatencyView(replies=1, source="server counters", itl_last_s=0.0137, itl_p50_s=0.0137,
+                                     itl_p95_s=0.0137))
+    line, tip = latency_text(s)
+    assert line == "first token not timed · 13.7 ms/token (p95 13.7 ms) · 1 reply", line
+    assert "Last reply: first token not timed, then 13.7 ms per token." in tip and "—" not in tip, tip

@@ -69,3 +69,14 @@ def test_lines_are_plain_text_as_written(panel: AlertsPanel) -> None:
     assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <b>now</b>"]
     panel.update_snapshot(dataclasses.replace(s, alerts=()))
     assert panel.text() == "No alerts."
+
+
+def test_a_loading_models_line_names_it_once_without_a_dangling_ellipsis() -> None:
+    from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
+    from kvmon.gui.panels.alerts import lines_for
+
+    s = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9,
+                 connection=Connection(ConnectionStatus.LOADING, reason="gemma-3-12b loading"))
+    assert lines_for(s)[0][:2] == ("info", "Model loading: gemma-3-12b loading")
+    bare = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.LOADING))
+    assert lines_for(bare)[0][:2] == ("info", "Model loading…")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import (
@@ -152,9 +152,11 @@ def test_no_text_overlaps_at_the_widths_people_use(qapp: QtWidgets.QApplication,
             QtWidgets.QApplication.processEvents()
             shown = [w for w in (h.backend, h.version, h.model, h.details, h.gpus, h.headline, h.speed, h.efficiency,
                                  h.prompt, h.context, h.kv) if w.isVisible() and w.text()]
+            where = {w: QtCore.QRect(w.mapTo(h, QtCore.QPoint(0, 0)), w.size()) for w in shown}
             for i, a in enumerate(shown):
+                assert h.rect().contains(where[a]) and not a.elided, (width, a.text())  # whole, on more rows
                 for b in shown[i + 1:]:
-                    assert not a.geometry().intersects(b.geometry()), (width, a.text(), b.text())
+                    assert not where[a].intersects(where[b]), (width, a.text(), b.text())
             assert h.speed.text() == h.speed.whole()  # the big number is never cut
     finally:
         h.close()
@@ -229,3 +231,51 @@ def test_an_ollama_model_name_with_markup_shows_literally(header: HeaderPanel) -
     finally:
         ollama.stop()
     _assert_literal(header)
+
+
+class LayoutRequests(QtCore.QObject):
+    """Counts the layout requests (a new layout of the header, and so of the window) a widget receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def eventFilter(self, obj: QtCore.QObject, ev: QtCore.QEvent) -> bool:
+        if ev.type() == QtCore.QEvent.Type.LayoutRequest:
+            self.count += 1
+        return False
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (800, 600)])
+def test_a_new_figure_repaints_its_label_and_asks_nothing_of_the_windows_layout(qtbot, tmp_path: Path,
+                                                                                 size: tuple[int, int]) -> None:
+    """Polls of one model with new figures, a new sentence and a new prompt speed: no label moves, and the
+    header (and so the window) is not laid out again."""
+    from kvmon.gui.main_window import MainWindow
+    from kvmon.gui.settings import Settings
+
+    win = MainWindow(Settings(str(tmp_path / "s.ini")), tray=False)
+    qtbot.addWidget(win)
+    win.resize(*size)
+    win.show()
+    qtbot.waitExposed(win)
+    mon = SyntheticMonitor(tokens_per_poll=400)
+    win.on_snapshot(mon.poll())
+    QtWidgets.QApplication.processEvents()
+    h = win.header
+    labels = (h.headline, h.speed, h.efficiency, h.prompt, h.context, h.kv, h.model, h.gpus)
+    where = [(w.mapTo(win, QtCore.QPoint(0, 0)), w.size()) for w in labels]
+    counter = LayoutRequests()
+    h.installEventFilter(counter)
+    shown = set()
+    for i in range(6):
+        s = mon.poll()
+        if i == 3:  # another sentence, and the prompt's own slot
+            s = decided(dataclasses.replace(s, activity=Activity.PROCESSING, prefill_tok_s=6346.0,
+                                            decode_tok_s=None, efficiency=None))
+        win.on_snapshot(s)
+        QtWidgets.QApplication.processEvents()
+        shown.add((h.speed.text(), h.headline.text(), h.context.text(), h.prompt.text()))
+    assert len(shown) == 6  # every poll showed new figures
+    assert counter.count == 0
+    assert [(w.mapTo(win, QtCore.QPoint(0, 0)), w.size()) for w in labels] == where
