@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.alert_types import CONNECTION
+from kvmon.core.alert_types import CONNECTION, AlertThresholds
 from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
 from kvmon.core.words import alert_name, cause_name, level_word
@@ -59,6 +59,9 @@ def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
     return [(level, text, tip) for level, text, tip, _code in coded_lines(s)]
 
 
+HOLD_S = AlertThresholds.min_hold_s  # a line that went keeps its room as long as a raised alert is held
+
+
 class AlertLine(QtWidgets.QWidget):
     """One line: the level's mark in its colour, and the words in plain text (wrapped)."""
 
@@ -104,32 +107,52 @@ class AlertsPanel(QtWidgets.QGroupBox):
         self._lay.setSpacing(1)
         self._rows: list[AlertLine] = []
         self._lines: list[tuple[str, str, str, str | None]] | None = None
-        self._key: tuple[object, ...] | None = None  # what the lines were made from
+        self._fewer_since: float | None = None  # when the lines became fewer than the rows kept for them
 
-    def _show(self, rows: list[tuple[str, str, str]]) -> None:
-        """The lines, in the widgets already there (new ones only for more lines than before)."""
-        while len(self._rows) > len(rows):
+    def _show(self, rows: list[tuple[str, str, str]], now: float | None = None) -> None:
+        """The lines, in the widgets already there (new ones only for more lines than before). A line that went
+        keeps its room, blank, for ``HOLD_S`` of the session's time, so a line that comes and goes between polls
+        does not move the window."""
+        while len(self._rows) < len(rows):
+            w = AlertLine()
+            policy = w.sizePolicy()
+            policy.setRetainSizeWhenHidden(True)
+            w.setSizePolicy(policy)
+            self._rows.append(w)
+            self._lay.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        for w, (level, text, tip) in zip(self._rows, rows, strict=False):
+            w.set(level, text, tip)
+            w.setVisible(True)
+        for w in self._rows[len(rows):]:
+            w.setVisible(False)
+        if len(rows) >= len(self._rows):
+            self._fewer_since = None
+        elif self._fewer_since is None:
+            self._fewer_since = now
+        self._drop_blank_rows(len(rows), now)
+
+    def _drop_blank_rows(self, shown: int, now: float | None) -> None:
+        """Give back the room of lines gone for ``HOLD_S`` (at once without a time: a message in their place)."""
+        if len(self._rows) <= shown or (now is not None and self._fewer_since is not None
+                                        and now - self._fewer_since < HOLD_S):
+            return
+        while len(self._rows) > shown:
             w = self._rows.pop()
             self._lay.removeWidget(w)
             w.deleteLater()
-        while len(self._rows) < len(rows):
-            w = AlertLine()
-            self._rows.append(w)
-            self._lay.addWidget(w, 0, QtCore.Qt.AlignmentFlag.AlignTop)
-        for w, (level, text, tip) in zip(self._rows, rows, strict=True):
-            w.set(level, text, tip)
+        self._fewer_since = None
 
     def text(self) -> str:
         """The lines as they read, one per line."""
-        return "\n".join(w.text.text() for w in self._rows)
+        return "\n".join(w.text.text() for w in self._rows if not w.isHidden())
 
     def tips(self) -> str:
         """Each line with its tooltip (what it is about, its level)."""
-        return "\n".join(f"{w.text.text()}: {w.toolTip()}" for w in self._rows)
+        return "\n".join(f"{w.text.text()}: {w.toolTip()}" for w in self._rows if not w.isHidden())
 
     def show_text(self, text: str, tooltip: str) -> None:
         """A plain message in place of the alert lines (e.g. before the first poll)."""
-        self._lines = self._key = None
+        self._lines = None
         self._show([("info", text.lstrip("● "), tooltip)])
 
     @property
@@ -143,16 +166,12 @@ class AlertsPanel(QtWidgets.QGroupBox):
         return [code for *_rest, code in self._lines or []]
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render the alert lines of one snapshot (made again only when the connection or an alert changed)."""
-        key = (s.connection, s.alerts, s.reasons.get("metrics"), s.serving.message if s.serving else None,
-               s.slowdown_causes)
-        if key == self._key:
-            return
-        self._key = key
+        """Render the alert lines of one snapshot: the rows change only where the lines did."""
         lines = coded_lines(s)
         if lines == self._lines:
+            self._drop_blank_rows(len(lines) or 1, s.t_monotonic)
             return
         self._lines = lines
         calm = [("ok", NO_ALERTS, "Alerts rise with hysteresis when a threshold is crossed and computed advice "
                                   "applies.")]
-        self._show([(level, text, tip) for level, text, tip, _code in lines] or calm)
+        self._show([(level, text, tip) for level, text, tip, _code in lines] or calm, s.t_monotonic)

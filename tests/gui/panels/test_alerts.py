@@ -80,3 +80,31 @@ def test_a_loading_models_line_names_it_once_without_a_dangling_ellipsis() -> No
     assert lines_for(s)[0][:2] == ("info", "Model loading: gemma-3-12b loading")
     bare = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.LOADING))
     assert lines_for(bare)[0][:2] == ("info", "Model loading…")
+
+
+def test_a_line_that_comes_and_goes_keeps_its_room_for_the_hold_time(panel: AlertsPanel,
+                                                                      qapp: QtWidgets.QApplication) -> None:
+    """A cause line that appears at one poll and not the next must not move the window at every poll: its room stays,
+    blank, for as long as a raised alert is held, then is given back."""
+    from kvmon.core.snapshot import SlowdownCause
+    from kvmon.gui.panels.alerts import HOLD_S
+
+    base = dataclasses.replace(SyntheticMonitor().snapshot(1), alerts=(
+        Alert(AlertLevel.INFO, "kv_cache_advice", "`-ctk q8_0 -ctv q8_0` would give ~51 tok/s here"),))
+    cause = SlowdownCause("unexplained", 0.4, "below what is typical",
+                          "Attention and kernel overhead at 12.8K: typical for this model kind is 65%–85% of the "
+                          "ceiling (62% now, below it)")
+
+    def at(t: float, with_cause: bool) -> int:
+        panel.update_snapshot(dataclasses.replace(base, t_monotonic=t,
+                                                  slowdown_causes=(cause,) if with_cause else ()))
+        qapp.processEvents()
+        return panel.sizeHint().height()
+
+    tall = at(100.0, True)
+    assert "Attention and kernel overhead" in panel.text()
+    assert at(101.0, False) == tall and "Attention" not in panel.text()  # blank, its room kept
+    assert at(102.0, True) == tall and at(103.0, False) == tall
+    assert at(103.0 + HOLD_S - 1, False) == tall
+    assert at(103.0 + HOLD_S + 1, False) < tall  # gone long enough: the room is given back
+    assert panel.text().count("\n") == 0

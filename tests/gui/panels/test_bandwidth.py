@@ -15,7 +15,7 @@ def test_the_bar_says_the_achieved_share_of_the_peak_and_where_the_peak_came_fro
     assert (bar.label, bar.total) == ("GPU 0", 1008e9)
     assert [(s.quantity, s.value) for s in bar.segments] == [("bandwidth", 806e9)]
     assert bar.note.splitlines()[0] == "806 GB/s of 1.01 TB/s (80%)"
-    assert "(peak from kvmon's table)" in bar.tip
+    assert "(peak from the published spec)" in bar.tip
 
 
 def test_more_than_the_peak_is_said_but_never_drawn_past_it() -> None:
@@ -37,5 +37,5 @@ def test_an_idle_device_says_why_nothing_was_achieved() -> None:
     bar = bandwidth_bar(g)
     assert bar is not None and bar.segments == ()
     assert bar.note.startswith("— of 1.01 TB/s")
-    assert "(peak from NVML clock × bus width)" in bar.tip
+    assert "(peak from the driver)" in bar.tip
     assert bar.tip.endswith("Achieved unknown: idle: nothing decodes")

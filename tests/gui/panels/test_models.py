@@ -11,7 +11,7 @@ GIB = 2**30
 
 def test_a_running_model_shows_its_speed_and_context() -> None:
     m = ServedModel("qwen3-8b", "loaded", decode_tok_s=41.6, context_tokens=12_345, n_ctx=32_768)
-    assert chip_text(m) == "qwen3-8b · 41.6 tok/s · 12.3K/32K"
+    assert chip_text(m) == "qwen3-8b · 41.6 tok/s · 12.3K/32.8K"
     assert chip_text(ServedModel("qwen3-8b", "loaded", processing=False)) == "qwen3-8b · idle"
 
 
