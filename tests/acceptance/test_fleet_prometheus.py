@@ -49,8 +49,8 @@ def exported_names() -> set[str]:
     from kvmon.core.fields import PROMETHEUS_FIELDS
 
     names: set[str] = {str(f.prometheus) for f in PROMETHEUS_FIELDS}
-    for module in ("kvmon/core/report_prometheus.py", "kvmon/cli/serve.py"):
-        text = (ROOT / module).read_text()
+    for module in [*sorted((ROOT / "kvmon/core").glob("report_*.py")), ROOT / "kvmon/cli/serve.py"]:
+        text = module.read_text()
         every = set(re.findall(r'\(\s*"(kvmon_[a-z0-9_]+)",', text))  # a family's name is its first argument
         counters = set(re.findall(r'counter\(\s*"(kvmon_[a-z0-9_]+)"', text))
         histograms = set(re.findall(r'histogram\(\s*"(kvmon_[a-z0-9_]+)"', text))
