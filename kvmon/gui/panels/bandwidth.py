@@ -95,21 +95,9 @@ class BandwidthPanel(QtWidgets.QGroupBox):
         lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         self.bars = BarsWidget()
         lay.addWidget(self.bars)
-        self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render bandwidth figures of one snapshot; nothing is formatted when no figure it shows changed."""
-        h = s.host
-        key = (tuple((g.index, g.peak_bandwidth_bytes_per_s, g.achieved_bandwidth_bytes_per_s, g.bandwidth_source,
-                      g.memory_busy_percent, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s,
-                      g.pcie_bandwidth_bytes_per_s, g.reasons.get("achieved_bandwidth"), g.kind, g.step_share)
-                     for g in s.gpus),
-               (h.in_ceiling, h.host_bandwidth_bytes_per_s, h.host_bandwidth_source, h.achieved_bandwidth_bytes_per_s,
-                h.step_share),
-               s.gpus_unavailable_reason)
-        if key == self._key:
-            return
-        self._key = key
+        """Render bandwidth figures of one snapshot (a bar is painted again only when what it shows changed)."""
         n = readers(s)
         rows = [b for b in (bandwidth_bar(g, n) for g in s.gpus) if b is not None]
         hb = host_bandwidth_bar(s)

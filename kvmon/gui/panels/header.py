@@ -93,8 +93,6 @@ class HeaderPanel(QtWidgets.QFrame):
         self._show_names()
         self._level: VerdictLevel | None = None
         self._live: bool | None = None
-        self._key: tuple[object, ...] | None = None  # what the identity labels were made from
-        self._live_key: tuple[object, ...] | None = None  # ... and the live ones
 
     # --- where everything goes: the width decides, and the names (another server or model) --------------------
     def hero_width(self, width: int) -> int:
@@ -192,21 +190,8 @@ class HeaderPanel(QtWidgets.QFrame):
     def update_snapshot(self, s: Snapshot) -> None:
         """Render one snapshot; a label is set only when its own text changed."""
         serving = s.serving.kind if s.serving is not None else None
-        key = (s.backend, serving, s.server_version, s.url, s.model, s.provenance, s.reasons, s.gpus_unavailable_reason,
-               tuple((g.index, g.name, g.log_name, g.peak_bandwidth_bytes_per_s, g.bandwidth_source, g.kind, g.source)
-                     for g in s.gpus),
-               (s.host.in_ceiling, s.host.host_bandwidth_bytes_per_s, s.host.memory_type, s.host.cpu_name),
-               len(s.slots), s.server_read, s.kv_allocated_bytes)
-        if key != self._key:
-            self._key = key
-            self._update_identity(s, serving)
-        live = (s.verdict, s.context_tokens, s.forecast.tokens_until_ctx_full, s.kv_in_use_bytes,
-                s.kv_allocated_bytes, s.decode_tok_s, s.ceiling_tok_s, s.efficiency, s.ceiling_suspect,
-                s.prefill_tok_s, s.activity, s.speculative, s.last_decode, s.latency,
-                s.t_monotonic if s.decode_tok_s is None else None)  # the last reply's age moves while nothing decodes
-        if live != self._live_key:
-            self._live_key = live
-            self._update_live(s)
+        self._update_identity(s, serving)
+        self._update_live(s)
 
     def _update_identity(self, s: Snapshot, serving: str | None) -> None:
         """The server, the model and the devices (names as the server gives them, shown as written), and the room

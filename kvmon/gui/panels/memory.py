@@ -231,21 +231,9 @@ class MemoryPanel(QtWidgets.QGroupBox):
                                "end is where the next allocation spills: the end of VRAM (to host RAM), of RAM (to "
                                "swap), or a Mac's GPU limit.")
         lay.addWidget(self.legend)
-        self._key: tuple[object, ...] | None = None  # the figures the bars show now
 
     def update_snapshot(self, s: Snapshot) -> None:
-        """Render the devices' memory of one snapshot; nothing is formatted when no figure it shows changed."""
-        key = (tuple((g.index, g.name, g.vram_total_bytes, g.vram_used_bytes, g.vram_free_bytes, g.weights_bytes,
-                      g.kv_allocated_bytes, g.kv_in_use_bytes, g.draft_bytes, g.server_other_bytes,
-                      g.other_processes_bytes,
-                      g.reasons.get("vram_split"), g.kind, g.source, g.working_set_limit_bytes, g.spill_used_bytes)
-                     for g in s.gpus),
-               s.host if host_shown(s) else None,
-               s.forecast.seconds_until_vram_full, s.provenance.get("weight_bytes"), s.gpus_unavailable_reason,
-               (s.model.draft_name, s.model.draft_weight_bytes, s.model.draft_kv_allocated_bytes))
-        if key == self._key:
-            return
-        self._key = key
+        """Render the devices' memory of one snapshot (a bar is painted again only when what it shows changed)."""
         rows = [b for b in (gpu_bar(g, s) for g in s.gpus) if b is not None]
         hb = host_bar(s)
         if hb is not None:
