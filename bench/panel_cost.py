@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]:
                 _wrap(obj, name, costs[label])
             renders: list[float] = []
-            _wrap(win, "render", renders)
+            _wrap(win, "render_panels", renders)
             census = paint_census() if args.paint_census else None
             if census is not None:
                 app.installEventFilter(census)
