@@ -179,11 +179,14 @@ step "pipx uninstall kvmon"
 left="$(find "$PIPX_BIN_DIR" "$PIPX_MAN_DIR" "$PIPX_HOME/venvs" -mindepth 1 ! -name .kvmon.lock 2>/dev/null || true)"
 [ -z "$left" ] || fail "pipx uninstall left: $left"
 # What kvmon wrote as the user's data is theirs to keep (pipx leaves it too): its settings folder, where `once` put
-# the host RAM bandwidth it measured. Anything else in HOME or the working directory would be litter.
+# the host RAM bandwidth it measured, and its data folder's atlas of measured curves, where `once` filed the speed it
+# measured at that depth. Anything else in HOME or the working directory would be litter.
 kept="$WORK/home/.config/kvmon/host_bandwidth.json"
-left="$(find "$WORK/home" "$WORK/cwd" -mindepth 1 -type f ! -path "$kept" 2>/dev/null || true)"
+atlas="$WORK/home/.local/share/kvmon/atlas.sqlite"
+left="$(find "$WORK/home" "$WORK/cwd" -mindepth 1 -type f ! -path "$kept" ! -path "$atlas" 2>/dev/null || true)"
 [ -z "$left" ] || fail "kvmon left files in its HOME or working directory: $left"
 [ ! -e "$kept" ] || echo "kept as the user's data: ~/.config/kvmon/$(basename "$kept") (the measured host bandwidth)"
+[ ! -e "$atlas" ] || echo "kept as the user's data: ~/.local/share/kvmon/$(basename "$atlas") (the measured curves)"
 
 step "done"
 echo "kvmon $VERSION: wheel $(( $(stat -c %s "$WHEEL") / 1024 )) KiB, sdist $(( $(stat -c %s "$SDIST") / 1024 )) KiB;" \
