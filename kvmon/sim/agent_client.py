@@ -11,8 +11,6 @@ the simulated time now is sent and read.
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
 from typing import Any
 
@@ -47,32 +45,6 @@ class AgentChat(ScriptedChat):
         self._history.append({"role": "user", "content": "word" * max(1, added)})
         body = {"model": self.sim.scenario.model_alias, "stream": True, "max_tokens": answer_tokens,
                 "messages": [{"role": "system", "content": self._system()}, *self._history]}
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=600)
-        answer = bytearray()
-        try:
-            conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            now = self.sim.clock.now()
-            req = self.sim.engine.slot_request(0, now)
-            with self._changed:
-                self._answer, self._tokens_read = req, 0
-            self._waiting(req.t_end if req is not None and req.t_end > now else None)
-            tail = b""
-            while not self._stop.is_set():
-                data = resp.read1(4096)
-                if not data:
-                    break
-                answer += data
-                seen = tail + data
-                with self._changed:
-                    self._tokens_read += seen.count(DELTA) - tail.count(DELTA)
-                    self._changed.notify_all()
-                tail = seen[-len(DELTA):]
-        finally:
-            conn.close()
-            with self._changed:
-                self._answer = None
-            self._waiting(None)
-        text = "".join(part.split(b'"', 1)[0].decode("utf-8", "replace") for part in bytes(answer).split(DELTA)[1:])
+        answer = self._stream("/v1/chat/completions", body, DELTA)
+        text = "".join(part.split(b'"', 1)[0].decode("utf-8", "replace") for part in answer.split(DELTA)[1:])
         self._history.append({"role": "assistant", "content": text})

@@ -65,9 +65,15 @@ class ScriptedChat:
     def _turn(self, context_tokens: int, answer_tokens: int) -> None:
         body = {"model": self.sim.scenario.model_alias, "input": "word" * context_tokens, "stream": True,
                 "max_output_tokens": answer_tokens}
+        self._stream("/api/v1/chat", body, DELTA)
+
+    def _stream(self, path: str, body: dict[str, Any], delta: bytes) -> bytes:
+        """POST ``body`` and read its streamed answer as a client does, counting each ``delta`` as a token read (what
+        ``settle`` waits on); the answer's bytes."""
         conn = http.client.HTTPConnection(self._host, self._port, timeout=600)
+        answer = bytearray()
         try:
-            conn.request("POST", "/api/v1/chat", body=json.dumps(body), headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
             resp = conn.getresponse()  # the server has taken the request: its answer's timeline is fixed
             now = self.sim.clock.now()
             req = self.sim.engine.slot_request(0, now)
@@ -79,16 +85,18 @@ class ScriptedChat:
                 data = resp.read1(4096)
                 if not data:
                     break
+                answer += data
                 seen = tail + data
                 with self._changed:
-                    self._tokens_read += seen.count(DELTA) - tail.count(DELTA)
+                    self._tokens_read += seen.count(delta) - tail.count(delta)
                     self._changed.notify_all()
-                tail = seen[-len(DELTA):]
+                tail = seen[-len(delta):]
         finally:
             conn.close()
             with self._changed:
                 self._answer = None
             self._waiting(None)
+        return bytes(answer)
 
     def _sleep(self, seconds: float) -> bool:
         clock = self.sim.clock
