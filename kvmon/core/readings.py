@@ -48,6 +48,10 @@ class Provenance(str, enum.Enum):
     DEFAULT = "default"
     ESTIMATED = "estimated"
 
+    def __str__(self) -> str:
+        """The value, as JSON and the screen write it (a mixed-in enum's own str names the class)."""
+        return self.value
+
 
 # speculative decoding's drafters, as every source says them (ServerConfig.drafter)
 DRAFT_MODEL = "draft_model"  # a draft model of its own (llama-server -md)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvmon.core.curve_config import AtlasView
+from kvmon.core.readings import Provenance
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -484,7 +485,7 @@ class Snapshot:
     host: HostView = field(default_factory=HostView)
     forecast: Forecast = field(default_factory=Forecast)
     alerts: tuple[Alert, ...] = ()
-    provenance: Mapping[str, str] = field(default_factory=dict)
+    provenance: Mapping[str, Provenance] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     serving: ServingView | None = None  # a router or llama-swap: its models, the followed one, this poll's events

@@ -35,6 +35,7 @@ from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.latency import LatencyTracker
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.model_view import ModelViews, cache_bytes
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.prompt_cache import PromptCacheTracker
 from kvmon.core.analysis.settings import AnalyzerSettings
 from kvmon.core.analysis.vram_trend import SwapTrend, VramTrend
@@ -46,7 +47,7 @@ from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.points import measured_point, model_key
 from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
-from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
+from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, Provenance, ServerReading, SourceFailure
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 from kvmon.core.verdict import UNSEEN, DecodeMemory, before_what, decided
 from kvmon.physics.attention_prior import attention_class
@@ -166,13 +167,15 @@ class Analyzer:
     def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
         r = plausible_reading(r)  # a value past its physical bound is unknown (with its reason), never a fact
         st, memo, t = self.settings, self._memo, r.t_monotonic
-        model, shape, prov, reasons = self._model_views.view(r, memo)
-        drafter = draft.draft_context(r, self._draft_memo, reasons)  # speculative decoding's draft context
-        model = draft.with_draft(model, drafter, r, prov, reasons)
+        # each step returns what it decided and its notes (where each number came from, why one is unknown)
+        model, shape, model_notes = self._model_views.view(r, memo)
+        drafter, n1 = draft.draft_context(r, self._draft_memo)  # speculative decoding's draft context
+        model, n2 = draft.with_draft(model, drafter, r)
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
-        rates = speeds.speeds(self._rates.update(r), r, prov, reasons)
-        where = speeds.depth(r, rates.per_slot, prov, reasons)
-        kv_in_use, kv_read_now = speeds.kv_now(r, shape, where.context, type_k, type_v, memo, prov)
+        rates, n3 = speeds.speeds(self._rates.update(r), r)
+        where, n4 = speeds.depth(r, rates.per_slot)
+        kv_in_use, kv_read_now, n5 = speeds.kv_now(r, shape, where.context, type_k, type_v, memo)
+        notes = model_notes.then(n1, n2, n3, n4, n5)
 
         # the devices (read ones, then the ones only the log names), where the model lives, and the devices the
         # ceiling sums time over
@@ -191,10 +194,11 @@ class Analyzer:
         if unseen is not None:  # nothing is built on the CPU guess: where it lives and the ceiling are unknown
             place.source, place.note = UNSEEN, unseen
         if place.note:
-            reasons["placement"] = place.note
+            notes = notes.then(Notes(reasons={"placement": place.note}))
         kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
         if kv_why is not None:  # a cache larger than where it is said to live is not a size to draw
-            model = consistency.without_kv(model, kv_why, prov, reasons)
+            model, n = consistency.without_kv(model, kv_why)
+            notes = notes.then(n)
         placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,
                                       devs, draft.draft_bytes(model))
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
@@ -202,29 +206,30 @@ class Analyzer:
         # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)
         # begins a new regime, and the forecast's measurements start again
         self._observe_regime(r, model, type_k, type_v, devices_now)
-        ceiling_now, curve = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
-                                             st.curve_points, memo, prov, reasons)
-        if unseen is not None:
-            reasons["ceiling_tok_s"] = unseen
+        ceiling_now, curve, n1 = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
+                                                 st.curve_points, memo, model_notes.reasons.get("kv_bytes_per_token"))
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
         read_now = placement.weights_read(place, model.weight_bytes_read_per_token)
         target_now = (read_now or 0) + (kv_read_now or 0) or None
-        spec, ceiling_now, curve = speculation.lifted(
-            speculation.speculation(r, reasons), ceiling_now, curve, prov, reasons, draft=drafter,
-            context_tokens=where.context, target_bytes_now=target_now)
+        spec, n2 = speculation.speculation(r)
+        spec, ceiling_now, curve, n3 = speculation.lifted(spec, ceiling_now, curve, draft=drafter,
+                                                          context_tokens=where.context, target_bytes_now=target_now)
+        notes = notes.then(n1, Notes(reasons={"ceiling_tok_s": unseen} if unseen is not None else {}), n2, n3)
         if ceiling_now is None and speeds.pooled_tokens(r) is not None:  # several requests share one KV pool
-            ceiling_now = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running, prov, reasons)
+            ceiling_now, n = ceiling.batch_ceiling(devices_now, kv_in_use, r.requests_running)
+            notes = notes.then(n)
         # measured above what the bus allows: one of the ceiling's inputs is wrong; a finding, not a percentage
-        efficiency, suspect = consistency.efficiency(rates.decode, ceiling_now, devices_now, place, gviews, model,
-                                                     prov, reasons)
+        efficiency, suspect, n1 = consistency.efficiency(rates.decode, ceiling_now, devices_now, place, gviews, model,
+                                                         model_notes.provenance)
         if efficiency is not None or suspect is not None:
             self._forecaster.add_efficiency(efficiency if efficiency is not None else 1.0)
-        bw = ceiling.bandwidth(rates.decode, read_now, kv_read_now, ceiling_now, prov)
+        bw, n2 = ceiling.bandwidth(rates.decode, read_now, kv_read_now, ceiling_now)
         compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
                    if is_device_buffer(d)}
         compute_by_index = {k: v for k, v in compute.items() if k is not None}
         gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
-        gviews = consistency.vram_split(gviews, compute_by_index, reasons)  # the parts the measured memory denies
+        gviews, n3 = consistency.vram_split(gviews, compute_by_index)  # the parts the measured memory denies
+        notes = notes.then(n1, n2, n3)
         shares = ceiling.step_shares(devices_now, kv_read_now) if len(devices_now or ()) > 1 else {}
         if shares:  # layers split over devices: each reads its part in turn, at its own rate for its share
             gviews = tuple(replace(g, step_share=shares.get(f"GPU {g.index}")) for g in gviews)
@@ -235,16 +240,17 @@ class Analyzer:
         if shares.get("host") is not None:
             hview = replace(hview, step_share=shares["host"])
         if r.config.prompt_cache_limit_bytes is not None:
-            cp = r.config.provenance.get("prompt_cache_limit_bytes")
-            prov["prompt_cache_limit_bytes"] = cp.value if cp is not None else "default"
+            cp = r.config.provenance.get("prompt_cache_limit_bytes", Provenance.DEFAULT)
+            notes = notes.then(Notes({"prompt_cache_limit_bytes": cp}))
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
         self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.source)
         atlas = self._forecaster.remembered(config_of(r.backend, r.server_version, model, gviews, hview))
         vfacts = self._trend.facts(gviews)
-        fc = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
-                                       vfacts, prov, reasons, vendors=[g.vendor for g in gviews])
-        fc = speculation.withheld(consistency.forecast_under(fc, suspect, reasons), spec, reasons)
+        fc, n1 = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
+                                           vfacts, vendors=[g.vendor for g in gviews])
+        fc, n2 = consistency.forecast_under(fc, suspect)
+        fc, n3 = speculation.withheld(fc, spec)
         cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
@@ -254,7 +260,7 @@ class Analyzer:
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
-        latency = self._latency.update(r, reasons, drafting=drafter is not None)
+        latency, n4 = self._latency.update(r, drafting=drafter is not None)
         prompts = self._prompts.update(r, where.context)
         # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
         # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
@@ -278,9 +284,10 @@ class Analyzer:
         # energy per token counts intervals of decoding at the speed measured over them: replies that ended in an
         # interval were timed over their generation only (the interval also held prompts), so it is no such interval
         decoded = rates.decode if rates.source != ENDED_REPLIES else None
-        used = self._energy.update(t, energy.counted_devices(gpus, host, gviews, hview, reasons), decoded, dt,
-                                    reasons, busy=speeds.busy(r, rates.decode, rates.prefill),
-                                    reply=self._latency.added)
+        counted, n5 = energy.counted_devices(gpus, host, gviews, hview)
+        used, n6 = self._energy.update(t, counted, decoded, dt, busy=speeds.busy(r, rates.decode, rates.prefill),
+                                       reply=self._latency.added)
+        notes = notes.then(n1, n2, n3, n4, n5, n6)
         return decided(Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),
@@ -293,7 +300,7 @@ class Analyzer:
             bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,
             gpus_unavailable_reason=greason, host=hview,
-            forecast=fc, alerts=self.alerts.update(facts), provenance=prov, reasons=reasons,
+            forecast=fc, alerts=self.alerts.update(facts), provenance=notes.provenance, reasons=notes.reasons,
             extra={"placement": place.source}, speculative=spec, energy=used, latency=latency,
             last_decode=last_decode, decode_before=before, slowdown_causes=gap, prompt_cache=prompts, atlas=atlas,
         ))

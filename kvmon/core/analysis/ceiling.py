@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.notes import Notes
+from kvmon.core.readings import Provenance
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import ceiling as ceiling_mod
 
@@ -21,16 +23,17 @@ def curve_depths(n_ctx: int, n_points: int) -> list[int]:
 
 def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, model: ModelView,
             kv_read_now: float | None, type_k: str, type_v: str, curve_points: int, memo: PhysicsMemo,
-            prov: dict[str, str], reasons: dict[str, str]) -> tuple[float | None, tuple[tuple[int, float], ...]]:
-    """(tok/s the bus allows at this depth, the curve (depth, tok/s) up to n_ctx); None / () when unknown."""
+            shape_why: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], Notes]:
+    """(tok/s the bus allows at this depth, the curve (depth, tok/s) up to n_ctx); None / () when unknown.
+    ``shape_why``: why the KV bytes per token are unknown, if they are."""
     ceiling_now = None
     curve: tuple[tuple[int, float], ...] = ()
     if devices is not None and shape is not None:
         if kv_read_now is not None:
             ceiling_now = ceiling_mod.ceiling_tok_s(devices, kv_read_now)
-            prov["ceiling_tok_s"] = "computed"
+            notes = Notes({"ceiling_tok_s": Provenance.COMPUTED})
         else:
-            reasons["ceiling_tok_s"] = "context depth unknown: the ceiling curve shows every depth"
+            notes = Notes(reasons={"ceiling_tok_s": "context depth unknown: the ceiling curve shows every depth"})
         if model.n_ctx:
             # memoised per shape (by equality: a source may rebuild an equal shape every poll) and per
             # devices, types and n_ctx: the curve changes only when one of those does
@@ -39,23 +42,22 @@ def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, m
             curve = memo.get(shape, ("curve", tuple(devices), type_k, type_v, n_ctx_curve, n), lambda: tuple(
                 ceiling_mod.ceiling_curve(devices, shape, type_k, type_v, curve_depths(n_ctx_curve, n))))
     else:
-        reasons["ceiling_tok_s"] = devices_reason or reasons.get("kv_bytes_per_token", "model shape unknown")
-    return ceiling_now, curve
+        notes = Notes(reasons={"ceiling_tok_s": devices_reason or shape_why or "model shape unknown"})
+    return ceiling_now, curve, notes
 
 
-def batch_ceiling(devices: list[Any] | None, kv_in_use_bytes: int | None, n_running: int | None,
-                  prov: dict[str, str], reasons: dict[str, str]) -> float | None:
+def batch_ceiling(devices: list[Any] | None, kv_in_use_bytes: int | None, n_running: int | None
+                  ) -> tuple[float | None, Notes]:
     """All running requests of a pooled KV cache (vLLM) decoding together: each engine step reads the weights once
     and every request's KV, and gives each request one token, so the bus allows n / step time tokens a second."""
     if devices is None or kv_in_use_bytes is None or not n_running or n_running < 2:
-        return None
+        return None, Notes()
     one_step = ceiling_mod.ceiling_tok_s(devices, float(kv_in_use_bytes))
     if one_step is None:
-        return None
-    prov["ceiling_tok_s"] = "computed"
-    reasons["ceiling_tok_s"] = (f"for the {n_running} requests decoding together: each step reads the weights once "
-                                "and all their KV cache (one conversation's depth is not reported)")
-    return one_step * n_running
+        return None, Notes()
+    why = (f"for the {n_running} requests decoding together: each step reads the weights once and all their KV "
+           "cache (one conversation's depth is not reported)")
+    return one_step * n_running, Notes({"ceiling_tok_s": Provenance.COMPUTED}, {"ceiling_tok_s": why})
 
 
 def step_shares(devices: list[Any] | None, kv_read_now: float | None) -> dict[str, float]:
@@ -80,7 +82,7 @@ class Bandwidth:
 
 
 def bandwidth(decode: float | None, weights_read: float | None, kv_read_now: float | None, ceiling_now: float | None,
-              prov: dict[str, str]) -> Bandwidth:
+              ) -> tuple[Bandwidth, Notes]:
     """The bandwidth figures of this poll (computed from the speeds and the bytes per token). ``weights_read``: the
     weight bytes a token reads where the model lives (``placement.weights_read``), as the ceiling counts them, so
     that achieved ÷ peak is decode ÷ ceiling."""
@@ -90,8 +92,6 @@ def bandwidth(decode: float | None, weights_read: float | None, kv_read_now: flo
     achieved = decode * bytes_per_token if decode is not None and bytes_per_token is not None else None
     peak = bytes_per_token * ceiling_now if bytes_per_token is not None and ceiling_now else None
     headroom = 1.0 - achieved / peak if achieved is not None and peak else None
-    if peak is not None:
-        prov["peak_bandwidth_bytes_per_s"] = "computed"
-    if achieved is not None:
-        prov["achieved_bandwidth_bytes_per_s"] = "computed"
-    return Bandwidth(bytes_per_token, achieved, peak, headroom)
+    computed = {k: Provenance.COMPUTED for k, v in (("peak_bandwidth_bytes_per_s", peak),
+                                                   ("achieved_bandwidth_bytes_per_s", achieved)) if v is not None}
+    return Bandwidth(bytes_per_token, achieved, peak, headroom), Notes(computed)

@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvmon.core.readings import HostReading
-from kvmon.core.snapshot import CeilingSuspect, GpuView, ModelView
+from kvmon.core.analysis.notes import Notes
+from kvmon.core.readings import HostReading, Provenance
+from kvmon.core.snapshot import CeilingSuspect, Forecast, GpuView, ModelView
 from kvmon.core.units import GIB
 
 MIN_BYTES_PER_PARAM = 0.1  # the smallest file types hold ~1.1 bits per weight (0.14 bytes)
@@ -67,7 +68,7 @@ class WeightCandidate:
     """One way of knowing the weights: the bytes, where they came from, and how (for ``reasons``)."""
 
     weight_bytes: int
-    provenance: str
+    provenance: Provenance
     how: str | None = None
     what: str = "the weights"  # names the candidate in a contradiction ("the server's figure", "the log's buffers")
 
@@ -116,21 +117,20 @@ def kv_contradiction(model: ModelView, kv_gpu: Mapping[int, float], kv_host: flo
     return None
 
 
-def without_kv(model: ModelView, why: str, prov: dict[str, str], reasons: dict[str, str]) -> ModelView:
+def without_kv(model: ModelView, why: str) -> tuple[ModelView, Notes]:
     """The model with its KV allocation (and the recurrent state beside it) unknown, for ``why``."""
-    prov.pop("kv_allocated_bytes", None)
-    prov.pop("recurrent_state_bytes", None)
-    reasons["kv_allocated_bytes"] = why
-    return replace(model, kv_allocated_bytes=None, recurrent_state_bytes=None)
+    notes = Notes(reasons={"kv_allocated_bytes": why}, withdrawn=frozenset({"kv_allocated_bytes",
+                                                                             "recurrent_state_bytes"}))
+    return replace(model, kv_allocated_bytes=None, recurrent_state_bytes=None), notes
 
 
 # -- VRAM against its parts --------------------------------------------------------------------------------------
 
 
-def vram_split(gviews: Sequence[GpuView], compute_by_index: Mapping[int, int], reasons: dict[str, str]
-               ) -> tuple[GpuView, ...]:
+def vram_split(gviews: Sequence[GpuView], compute_by_index: Mapping[int, int]) -> tuple[tuple[GpuView, ...], Notes]:
     """Each GPU's split with the parts its measured memory contradicts made unknown (see the module doc)."""
-    out = []
+    out: list[GpuView] = []
+    reasons: dict[str, str] = {}
     for g in gviews:
         why, unknown = _split_contradiction(g, compute_by_index.get(g.index))
         if why is not None:
@@ -141,7 +141,7 @@ def vram_split(gviews: Sequence[GpuView], compute_by_index: Mapping[int, int], r
             g = replace(g, **changes)
             reasons[f"gpu{g.index}.vram"] = f"GPU {g.index}: {why}"
         out.append(g)
-    return tuple(out)
+    return tuple(out), Notes(reasons=reasons)
 
 
 def _split_contradiction(g: GpuView, compute: int | None) -> tuple[str | None, str]:
@@ -192,28 +192,27 @@ def unseen_device(decode: float | None, host_bandwidth_bytes_per_s: float | None
 
 
 def efficiency(decode: float | None, ceiling_now: float | None, devices: Sequence[Any] | None, place: Any,
-               gviews: Sequence[GpuView], model: ModelView, prov: dict[str, str], reasons: dict[str, str]
-               ) -> tuple[float | None, CeilingSuspect | None]:
-    """(decode ÷ ceiling, None), or (None, which input is suspect) when the measured speed is above the ceiling."""
+               gviews: Sequence[GpuView], model: ModelView, model_provenance: Mapping[str, str]
+               ) -> tuple[float | None, CeilingSuspect | None, Notes]:
+    """(decode ÷ ceiling, None), or (None, which input is suspect) when the measured speed is above the ceiling;
+    ``model_provenance``: where the model view's figures came from."""
     if decode is None or not ceiling_now:
-        return None, None
+        return None, None, Notes()
     eff = decode / ceiling_now
     if eff > 1.0:
-        suspect = ceiling_suspect(decode, ceiling_now, devices, place, gviews, model, prov)
-        reasons["efficiency"] = suspect.message
-        return None, suspect
-    prov["efficiency"] = "computed"
-    return eff, None
+        suspect = ceiling_suspect(decode, ceiling_now, devices, place, gviews, model, model_provenance)
+        return None, suspect, Notes(reasons={"efficiency": suspect.message})
+    return eff, None, Notes({"efficiency": Provenance.COMPUTED})
 
 
-def forecast_under(fc: Any, suspect: CeilingSuspect | None, reasons: dict[str, str]) -> Any:
+def forecast_under(fc: Forecast, suspect: CeilingSuspect | None) -> tuple[Forecast, Notes]:
     """The forecast, without its milestones and curve when the ceiling they stay under is suspect: a speed bounded
     by a ceiling the measured one already exceeds would contradict what is measured now."""
     if suspect is None or not (fc.milestones or fc.curve):
-        return fc
-    reasons["forecast.milestones"] = ("unknown: the forecast stays under the ceiling, and the measured speed exceeds "
-                                      "that ceiling (one of its inputs is wrong, see the efficiency)")
-    return replace(fc, milestones=(), curve=())
+        return fc, Notes()
+    why = ("unknown: the forecast stays under the ceiling, and the measured speed exceeds that ceiling (one of its "
+           "inputs is wrong, see the efficiency)")
+    return replace(fc, milestones=(), curve=()), Notes(reasons={"forecast.milestones": why})
 
 
 def ceiling_suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | None, place: Any,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.readings import MTP_LAYERS, ServerReading
+from kvmon.core.analysis.notes import Notes
+from kvmon.core.readings import MTP_LAYERS, Provenance, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics.cache_types import cache_type
@@ -23,6 +24,8 @@ from kvmon.physics.shape import ModelShape
 
 DEFAULT_TYPE = "f16"  # llama-server's draft cache types when -ctkd / -ctvd are not given
 MTP_NAME = "the model's MTP layers"
+MTP_UNREAD = ("the server drafts with the model's MTP layers (draft-mtp), and the model file's nextn_predict_layers "
+              "and their tensors are not read here: their reads and KV cache are not known")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class DraftContext:
         return self.read_weight_bytes + kv
 
 
-def draft_context(r: ServerReading, memo: PhysicsMemo, reasons: dict[str, str]) -> DraftContext | None:
+def draft_context(r: ServerReading, memo: PhysicsMemo) -> tuple[DraftContext | None, Notes]:
     """The server's drafter, when its command line (or its log) says it has one; None for n-gram lookup or none."""
     cfg, m = r.config, r.model
     type_k = cfg.draft_type_k or DEFAULT_TYPE
@@ -59,57 +62,56 @@ def draft_context(r: ServerReading, memo: PhysicsMemo, reasons: dict[str, str]) 
     if cfg.drafter == MTP_LAYERS:
         shape = m.shape.mtp_shape() if m is not None and isinstance(m.shape, ModelShape) else None
         read = m.mtp_weight_bytes if m is not None else None
-        if read is None or shape is None:
-            reasons["model.draft"] = ("the server drafts with the model's MTP layers (draft-mtp), and the model file's "
-                                      "nextn_predict_layers and their tensors are not read here: their reads and "
-                                      "KV cache are not known")
+        unread = {"model.draft": MTP_UNREAD} if read is None or shape is None else {}
         # their weights are the model's own (already in its weights): only their KV cache is memory of the draft's
         return DraftContext(name=MTP_NAME, weight_bytes=None, read_weight_bytes=read, shape=shape, type_k=type_k,
-                            type_v=type_v, memo=memo)
+                            type_v=type_v, memo=memo), Notes(reasons=unread)
     if cfg.draft_model_path or (m is not None and m.draft_name):
         return DraftContext(name=(m.draft_name if m is not None else None) or "draft model",
                             weight_bytes=m.draft_weight_bytes if m is not None else None,
                             read_weight_bytes=m.draft_weight_bytes if m is not None else None,
-                            shape=m.draft_shape if m is not None else None, type_k=type_k, type_v=type_v, memo=memo)
+                            shape=m.draft_shape if m is not None else None, type_k=type_k, type_v=type_v,
+                            memo=memo), Notes()
     if cfg.draft_kv_bytes_allocated is not None:  # the log names a draft context the command line did not
-        reasons.setdefault("model.draft", "the log shows a draft context the command line does not name: its "
-                                          "weights and reads are not known")
+        why = r.reasons.get("model.draft") or ("the log shows a draft context the command line does not name: its "
+                                               "weights and reads are not known")
         return DraftContext(name="draft", weight_bytes=None, read_weight_bytes=None, shape=None, type_k=type_k,
-                            type_v=type_v, memo=memo)
-    return None
+                            type_v=type_v, memo=memo), Notes(reasons={"model.draft": why})
+    return None, Notes()
 
 
-def with_draft(model: ModelView, d: DraftContext | None, r: ServerReading, prov: dict[str, str],
-               reasons: dict[str, str]) -> ModelView:
+def with_draft(model: ModelView, d: DraftContext | None, r: ServerReading) -> tuple[ModelView, Notes]:
     """The model view with the draft context's memory: its weights, its KV per token and as allocated at load
     (the log's size line, else computed as llama.cpp allocates it: the model's cells and sequences, its types)."""
     if d is None:
-        return model
+        return model, Notes()
     cfg = r.config
+    prov: dict[str, Provenance] = {}
+    reasons: dict[str, str] = {}
     per_token = alloc = None
     if d.shape is not None:
         per_token = float(d.memo.get(d.shape, ("per_token", d.type_k, d.type_v),
                                      lambda: kv_mod.kv_bytes_per_token(d.shape, d.type_k, d.type_v).total))
-        prov["draft_kv_bytes_per_token"] = "computed"
+        prov["draft_kv_bytes_per_token"] = Provenance.COMPUTED
     if cfg.draft_kv_bytes_allocated is not None:
         alloc = int(cfg.draft_kv_bytes_allocated)
-        prov["draft_kv_allocated_bytes"] = "log"
+        prov["draft_kv_allocated_bytes"] = Provenance.LOG
     elif d.shape is not None and model.n_ctx_total:
         # a quantized V cache needs flash attention, which llama.cpp then turns on for the draft context alone
         flash = "on" if cache_type(d.type_v).block_elements > 1 else cfg.flash_attn
         alloc = d.memo.kv_alloc(d.shape, model.n_ctx_total, model.n_slots or 1, bool(model.kv_unified), d.type_k,
                                 d.type_v, dataclasses.replace(cfg, flash_attn=flash))
-        prov["draft_kv_allocated_bytes"] = "computed"
+        prov["draft_kv_allocated_bytes"] = Provenance.COMPUTED
     else:
         reasons["draft_kv_allocated_bytes"] = ("needs the draft model's shape and the server's total context"
                                                if d.shape is None else "needs the server's total context")
     if d.weight_bytes is not None:
-        prov["draft_weight_bytes"] = "computed"
-    types_src = "command_line" if cfg.draft_type_k or cfg.draft_type_v else "default"
-    prov["draft_kv_type"] = cfg.provenance["draft_type_k"].value if "draft_type_k" in cfg.provenance else types_src
+        prov["draft_weight_bytes"] = Provenance.COMPUTED
+    types_src = Provenance.COMMAND_LINE if cfg.draft_type_k or cfg.draft_type_v else Provenance.DEFAULT
+    prov["draft_kv_type"] = cfg.provenance.get("draft_type_k", types_src)
     return dataclasses.replace(model, draft_name=d.name, draft_weight_bytes=d.weight_bytes,
-                               draft_kv_type_k=d.type_k, draft_kv_type_v=d.type_v,
-                               draft_kv_bytes_per_token=per_token, draft_kv_allocated_bytes=alloc)
+                               draft_kv_type_k=d.type_k, draft_kv_type_v=d.type_v, draft_kv_bytes_per_token=per_token,
+                               draft_kv_allocated_bytes=alloc), Notes(prov, reasons)
 
 
 def draft_bytes(model: ModelView) -> int | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvmon.core.analysis.latency import Reply
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.readings import GpuSetReading, HostReading
 from kvmon.core.snapshot import EnergyView, GpuView, HostView
 
@@ -43,8 +44,8 @@ class DeviceEnergy:
 
 
 def counted_devices(gpus: GpuSetReading | None, host: HostReading | None, gviews: tuple[GpuView, ...],
-                    hview: HostView, reasons: dict[str, str]) -> list[DeviceEnergy] | None:
-    """The devices the model lives on, with their energy and power readings; None (with ``reasons["energy"]``)
+                    hview: HostView) -> tuple[list[DeviceEnergy] | None, Notes]:
+    """The devices the model lives on, with their energy and power readings; None (with the reason ``energy``)
     when one of them reads neither, or the model's devices are not known."""
     holds = {g.index for g in gviews if (g.weights_bytes or 0) > 0 or (g.kv_allocated_bytes or 0) > 0
              or (g.server_used_bytes or 0) > 0}
@@ -55,20 +56,18 @@ def counted_devices(gpus: GpuSetReading | None, host: HostReading | None, gviews
         name = g.name or f"GPU {g.index}"
         if g.energy_j is None and g.power_w is None:
             why = g.reasons.get("energy_j") or g.reasons.get("power_w") or "the driver reports neither"
-            reasons["energy"] = f"{name} reports no power or energy ({why})"
-            return None
+            return None, Notes(reasons={"energy": f"{name} reports no power or energy ({why})"})
         out.append(DeviceEnergy(f"gpu{g.index}:{g.uuid or g.pci_bus_id or name}", name, g.energy_j, g.power_w))
     if hview.in_ceiling:  # the CPU decodes layers of its own (not only the embedding lookup kept in host RAM)
         if host is None or host.cpu_energy_j is None:
             why = (host.reasons.get("cpu_energy_j") if host is not None else None) or "host not read"
-            reasons["energy"] = f"the model runs partly or wholly on the CPU, whose energy is not readable ({why})"
-            return None
+            return None, Notes(reasons={"energy": "the model runs partly or wholly on the CPU, whose energy is not "
+                                                  f"readable ({why})"})
         out.append(DeviceEnergy("cpu", CPU_PACKAGE, host.cpu_energy_j, None, host.cpu_energy_range_j))
     if not out:
-        reasons["energy"] = ("the devices the model runs on are not known" if not holds and not gviews else
-                             "no device the model runs on was read")
-        return None
-    return out
+        return None, Notes(reasons={"energy": "the devices the model runs on are not known" if not holds and not gviews
+                                    else "no device the model runs on was read"})
+    return out, Notes()
 
 
 class EnergyMeter:
@@ -131,13 +130,13 @@ class EnergyMeter:
         self._reply = (joules, joules / tokens if tokens else None, power)
 
     def update(self, t: float, devices: list[DeviceEnergy] | None, decode_tok_s: float | None, dt_s: float | None,
-               reasons: dict[str, str], *, busy: bool = False, reply: Reply | None = None) -> EnergyView | None:
+               *, busy: bool = False, reply: Reply | None = None) -> tuple[EnergyView | None, Notes]:
         """Add this poll's interval (``dt_s`` since the last poll; ``decode_tok_s`` over it while decoding; ``busy``:
         the server is processing a request at this poll; ``reply``: the reply that ended in the interval)."""
         was_busy, self._was_busy = self._was_busy, busy
         if devices is None:  # not known now: nothing of an earlier state is shown as if it were this one's
             self.reset()
-            return None
+            return None, Notes()
         keys = tuple(d.key for d in devices)
         if keys != self._keys:  # another set of devices (the model moved): its energy is counted from here on
             if self._keys:
@@ -164,19 +163,20 @@ class EnergyMeter:
             if busy and was_busy:
                 self._full_j += used
                 self._full_s += dt_s
-        elif self.seconds == 0.0:
-            reasons.setdefault("energy", "energy is counted from the second poll on (a counter needs two readings)")
         if reply is not None:
             self._reply_ended(reply)
-        return self.view(power, tuple(d.name for d in devices), reasons)
-
-    def view(self, power_w: float | None, names: tuple[str, ...], reasons: dict[str, str]) -> EnergyView:
-        per_token = self.decode_energy_j / self.decode_tokens if self.decode_tokens > 0 else None
-        if per_token is None and self.seconds > 0:
-            reasons.setdefault("energy.joules_per_token", "no token was decoded while the energy was counted")
-        reply_j, reply_per_token, reply_w = self._reply or (None, None, None)
+        reasons: dict[str, str] = {}
+        if self.seconds == 0.0:
+            reasons["energy"] = "energy is counted from the second poll on (a counter needs two readings)"
+        elif self.decode_tokens <= 0:
+            reasons["energy.joules_per_token"] = "no token was decoded while the energy was counted"
         if self._reply_why:
             reasons["energy.last_reply"] = self._reply_why
+        return self.view(power, tuple(d.name for d in devices)), Notes(reasons=reasons)
+
+    def view(self, power_w: float | None, names: tuple[str, ...]) -> EnergyView:
+        per_token = self.decode_energy_j / self.decode_tokens if self.decode_tokens > 0 else None
+        reply_j, reply_per_token, reply_w = self._reply or (None, None, None)
         return EnergyView(power_w=power_w, energy_j=self.energy_j if self.seconds > 0 else None,
                           seconds=self.seconds, joules_per_token=per_token,
                           tokens_per_wh=J_PER_WH / per_token if per_token else None, devices=names,

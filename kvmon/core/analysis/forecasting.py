@@ -25,11 +25,12 @@ import numpy as np
 from kvmon.core.alerts import GpuVramFacts
 from kvmon.core.analysis.ceiling import curve_depths
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker
 from kvmon.core.connection import reading_status
 from kvmon.core.curve_config import AtlasView, CurveConfig, CurveMemory
 from kvmon.core.points import MeasuredPoints
-from kvmon.core.readings import ServerReading
+from kvmon.core.readings import Provenance, ServerReading
 from kvmon.core.snapshot import SERVER_READ_STATUSES, Forecast, Milestone, ModelView, SlotView
 from kvmon.physics import ceiling as ceiling_mod
 from kvmon.physics import decode_model
@@ -160,12 +161,13 @@ class Forecaster:
 
     def forecast(self, now: float, model: ModelView, context: int | None, decode: float | None,
                  devices: list[Any] | None, shape: Any, type_k: str, type_v: str,
-                 vfacts: Sequence[GpuVramFacts], prov: dict[str, str], reasons: dict[str, str],
-                 vendors: Sequence[str | None] = ()) -> Forecast:
+                 vfacts: Sequence[GpuVramFacts], vendors: Sequence[str | None] = ()) -> tuple[Forecast, Notes]:
         """Tokens/seconds until n_ctx and VRAM are full; tok/s at the context milestones and along the curve.
 
         ``vendors``: of the GPUs the model runs on (where attention kernels change with depth, the forecast stops
         at the switch until this session's points pass it)."""
+        prov: dict[str, Provenance] = {}
+        reasons: dict[str, str] = {}
         tokens_ctx = secs_ctx = None
         if model.n_ctx and context is not None:
             tokens_ctx = int(ceiling_mod.tokens_until_full(model.n_ctx, context))
@@ -212,14 +214,14 @@ class Forecaster:
         if self._fit_reason and not past_switch:  # a note on the fit, not something unknown
             reasons["forecast"] = self._fit_reason
         if milestones:
-            prov["forecast.milestones"] = ("computed" if isinstance(fit, decode_model.BytesFit)
-                                           and fit.form != decode_model.FORM_CEILING_SCALED else "estimated")
+            prov["forecast.milestones"] = (Provenance.COMPUTED if isinstance(fit, decode_model.BytesFit)
+                                           and fit.form != decode_model.FORM_CEILING_SCALED else Provenance.ESTIMATED)
         bytes_fit = fit if isinstance(fit, decode_model.BytesFit) else None
         line = fit if isinstance(fit, forecast_mod.DecodeFit) else None
         valid_to = bytes_fit.valid_to_tokens if bytes_fit else None
         valid_to = int(valid_to) if valid_to is not None and model.n_ctx and valid_to < model.n_ctx else None
         if valid_to is not None:
-            prov["forecast.valid_to_tokens"] = "table"  # the kernel switch, from kvmon.physics.attention_prior
+            prov["forecast.valid_to_tokens"] = Provenance.TABLE  # the kernel switch, from kvmon.physics.attention_prior
         return Forecast(
             tokens_until_ctx_full=tokens_ctx, seconds_until_ctx_full=secs_ctx, tokens_until_vram_full=tokens_vram,
             seconds_until_vram_full=secs_vram,
@@ -232,7 +234,7 @@ class Forecaster:
             fit_attention_factor=bytes_fit.attention_factor if bytes_fit else None,
             fit_reason=self._fit_reason, curve=curve,
             valid_to_tokens=valid_to,
-        )
+        ), Notes(prov, reasons)
 
     def _predict(self, fit: Any, n_ctx: int, reach: int) -> tuple[tuple[Milestone, ...], Curve]:
         """tok/s at each context milestone up to ``reach`` (n_ctx, or less for a line), and along the curve's depths

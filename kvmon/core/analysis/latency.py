@@ -21,6 +21,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.speeds import request_running
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import LatencyView
@@ -197,8 +198,7 @@ class LatencyTracker:
         if means["ttft"] is not None or means["itl"] is not None:
             self._add(Reply(ttft_s=means["ttft"], itl_s=means["itl"]), "vLLM histograms (means per poll)")
 
-    def update(self, r: ServerReading, reasons: dict[str, str] | None = None, *, drafting: bool = False
-               ) -> LatencyView | None:
+    def update(self, r: ServerReading, *, drafting: bool = False) -> tuple[LatencyView | None, Notes]:
         """Take this poll's new replies; the session's view (None before the first reply). ``drafting``: the server
         has a draft context, whose prompt processing its prompt counter leaves out."""
         m = dict(r.metrics)
@@ -211,11 +211,10 @@ class LatencyTracker:
             elif any(f"{n}_count" in m for n in (*VLLM_TTFT, *VLLM_ITL)):
                 self._from_vllm_histograms(m)
         self._counters = m
-        if self._lower_bound and reasons is not None:
-            reasons["latency.ttft"] = DRAFT_PREFILL_LEFT_OUT
-        if self._several and reasons is not None:
+        reasons: dict[str, str] = {"latency.ttft": DRAFT_PREFILL_LEFT_OUT} if self._lower_bound else {}
+        if self._several:
             reasons["latency.replies"] = SEVERAL_REPLIES
-        return self.view()
+        return self.view(), Notes(reasons=reasons)
 
     def view(self) -> LatencyView | None:
         if self._last is None or self._view is not None:

@@ -10,7 +10,8 @@ from typing import Any
 
 from kvmon.core.analysis import consistency
 from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.readings import ServerReading
+from kvmon.core.analysis.notes import Notes
+from kvmon.core.readings import Provenance, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics import quant
@@ -24,57 +25,55 @@ class ModelViews:
     changes none of them."""
 
     def __init__(self) -> None:
-        self._last: tuple[tuple[Any, ...], ModelView, Any, dict[str, str], dict[str, str]] | None = None
+        self._last: tuple[tuple[Any, ...], ModelView, Any, Notes] | None = None
 
-    def view(self, r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, dict[str, str], dict[str, str]]:
-        """(the model view, its shape, provenance, reasons: the reading's own and the view's); the dicts are new."""
+    def view(self, r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Notes]:
+        """(the model view, its shape, its notes: the reading's reasons and the view's)."""
         key = (r.model, r.config, memo, r.reasons, r.total_slots, r.kv_unified, r.weight_bytes_vram,
                r.weight_bytes_host, tuple(s.n_ctx for s in r.slots))
         last = self._last
         if last is None or not (all(a is b for a, b in zip(last[0][:3], key[:3], strict=True))
                                 and last[0][3:] == key[3:]):
-            prov: dict[str, str] = {}
-            reasons = dict(r.reasons)
-            view, shape = model_view(r, memo, prov, reasons)
-            last = self._last = (key, view, shape, prov, reasons)
-        return last[1], last[2], dict(last[3]), dict(last[4])
+            last = self._last = (key, *model_view(r, memo))
+        return last[1], last[2], last[3]
 
 
-def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
-               reasons: dict[str, str]) -> tuple[ModelView, Any]:
-    """The model as the Snapshot shows it, and its shape (None when unknown); provenance and reasons added."""
+def model_view(r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Notes]:
+    """The model as the Snapshot shows it, its shape (None when unknown), and its notes (with the reading's)."""
     m, cfg = r.model, r.config
     shape = m.shape if m is not None else None
-    cprov = {k: (v.value if hasattr(v, "value") else str(v)) for k, v in cfg.provenance.items()}
+    cprov = cfg.provenance
+    prov: dict[str, Provenance] = {}
+    reasons = dict(r.reasons)
 
     type_k, type_v = cfg.type_k, cfg.type_v
     if type_k is None or type_v is None:
         type_k, type_v = type_k or "f16", type_v or "f16"
-        prov["kv_type"] = "default"
+        prov["kv_type"] = Provenance.DEFAULT
         reasons["kv_type"] = "KV cache type not reported by the server: the default, f16, assumed"
     else:
-        prov["kv_type"] = cprov.get("type_k", "log")
+        prov["kv_type"] = cprov.get("type_k", Provenance.LOG)
 
     n_slots = r.total_slots or (len(r.slots) or None) or cfg.n_parallel
     unified = r.kv_unified if r.kv_unified is not None else cfg.kv_unified
     slot_ctx = [s.n_ctx for s in r.slots if s.n_ctx]
     n_ctx = max(slot_ctx) if slot_ctx else None
     if n_ctx is not None:
-        prov["n_ctx"] = "measured"
+        prov["n_ctx"] = Provenance.MEASURED
     elif cfg.n_ctx_total and n_slots:
         n_ctx = cfg.n_ctx_total if unified else cfg.n_ctx_total // max(1, n_slots)
-        prov["n_ctx"] = cprov.get("n_ctx_total", "log")
+        prov["n_ctx"] = cprov.get("n_ctx_total", Provenance.LOG)
     elif cfg.n_ctx_per_slot:  # one request's limit where the cache is one pool (vLLM's max_model_len)
         n_ctx = cfg.n_ctx_per_slot
-        prov["n_ctx"] = cprov.get("n_ctx_per_slot", "measured")
+        prov["n_ctx"] = cprov.get("n_ctx_per_slot", Provenance.MEASURED)
     else:
         reasons["n_ctx"] = "the server did not report its context size"
     n_ctx_total = cfg.n_ctx_total
     if n_ctx_total is not None:
-        prov["n_ctx_total"] = cprov.get("n_ctx_total", "log")
+        prov["n_ctx_total"] = cprov.get("n_ctx_total", Provenance.LOG)
     elif slot_ctx:
         n_ctx_total = max(slot_ctx) if unified else sum(slot_ctx)
-        prov["n_ctx_total"] = "computed"
+        prov["n_ctx_total"] = Provenance.COMPUTED
     argv_read = cprov.get("model_path") == "command_line"  # the server's own command line was read
     if cfg.fit and argv_read and cprov.get("n_ctx_total") not in ("command_line", "user") and n_ctx_total:
         margin = f" to leave {_mib(cfg.fit_target_bytes)} free on each device" if cfg.fit_target_bytes else ""
@@ -83,41 +82,47 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
     alloc: int | None = None
     if cfg.kv_bytes_allocated is not None:
         alloc = int(cfg.kv_bytes_allocated)
-        prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", "log")
+        prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", Provenance.LOG)
     elif shape is not None and n_ctx_total:
         alloc = memo.kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
-        prov["kv_allocated_bytes"] = "computed"
+        prov["kv_allocated_bytes"] = Provenance.COMPUTED
     else:
         reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
 
-    weight_bytes = _weights(r, alloc, prov, reasons)
+    weight_bytes, weight_src, weight_why = _weights(r, alloc)
+    if weight_src is not None:
+        prov["weight_bytes"] = weight_src
+    if weight_why:
+        reasons["weight_bytes"] = weight_why
+    else:
+        reasons.pop("weight_bytes", None)
 
     kv_per_token = rec = None
     read_per_token: float | None = None
     if shape is not None:
         kv_per_token = float(memo.get(shape, ("per_token", type_k, type_v),
                                             lambda: kv_mod.kv_bytes_per_token(shape, type_k, type_v).total))
-        prov["kv_bytes_per_token"] = "computed"
+        prov["kv_bytes_per_token"] = Provenance.COMPUTED
         rec = memo.get(shape, ("rec", n_slots),
                              lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
         if rec is not None:
-            prov["recurrent_state_bytes"] = "computed"
+            prov["recurrent_state_bytes"] = Provenance.COMPUTED
         if weight_bytes is not None:
             wr = memo.get(shape, ("weights", weight_bytes),
                                 lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
             read_per_token = float(wr.bytes)
-            prov["weight_bytes_read_per_token"] = "estimated" if wr.estimated else "computed"
+            prov["weight_bytes_read_per_token"] = Provenance.ESTIMATED if wr.estimated else Provenance.COMPUTED
             if wr.estimated and wr.note:
                 reasons["weight_bytes_read_per_token"] = wr.note
     else:
         reasons["kv_bytes_per_token"] = "model shape unknown (no GGUF metadata)"
         if weight_bytes is not None:
             read_per_token = float(weight_bytes)
-            prov["weight_bytes_read_per_token"] = "estimated"
+            prov["weight_bytes_read_per_token"] = Provenance.ESTIMATED
             reasons["weight_bytes_read_per_token"] = "model shape unknown: all weights assumed read (dense)"
     if cfg.recurrent_bytes_allocated is not None:  # the server's own size line
         rec = int(cfg.recurrent_bytes_allocated)
-        prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", "log")
+        prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", Provenance.LOG)
 
     view = ModelView(
         name=m.name if m else None, server_name=(m.server_name or m.name) if m else None,
@@ -132,45 +137,38 @@ def model_view(r: ServerReading, memo: PhysicsMemo, prov: dict[str, str],
         shape_note="; ".join(shape.notes) if shape is not None and bool(getattr(shape, "notes", ())) else None,
         shape=shape if isinstance(shape, ModelShape) else None,
     )
-    return view, shape
+    return view, shape, Notes(prov, reasons)
 
 
-def _weights(r: ServerReading, alloc: int | None, prov: dict[str, str], reasons: dict[str, str]) -> int | None:
-    """The model's weight bytes: the first of what the server or its file says, the log's model buffers, bits per
-    weight × parameters, the loaded size less the KV cache, that nothing contradicts (``consistency``)."""
+def _weights(r: ServerReading, alloc: int | None) -> tuple[int | None, Provenance | None, str | None]:
+    """(the model's weight bytes, where they came from, what to say of them): the first of what the server or its
+    file says, the log's model buffers, bits per weight × parameters, the loaded size less the KV cache, that nothing
+    contradicts (``consistency``)."""
     m, cfg = r.model, r.config
     cands: list[consistency.WeightCandidate] = []
     if m is not None and m.weight_bytes is not None:
-        src = m.weight_bytes_source.value if m.weight_bytes_source is not None else "measured"
+        src = m.weight_bytes_source or Provenance.MEASURED
         cands.append(consistency.WeightCandidate(m.weight_bytes, src, r.reasons.get("weight_bytes"),
                                                  "the server's figure"))
     if cfg.model_buffer_bytes_by_device:
-        cands.append(consistency.WeightCandidate(sum(cfg.model_buffer_bytes_by_device.values()), "log", None,
+        cands.append(consistency.WeightCandidate(sum(cfg.model_buffer_bytes_by_device.values()), Provenance.LOG, None,
                                                  "the log's model buffers"))
     est, how = quant.estimated_weight_bytes(m.n_params if m else None, m.quantization if m else None)
     if est is not None:
-        cands.append(consistency.WeightCandidate(est, "estimated", how, "bits per weight × parameters"))
+        cands.append(consistency.WeightCandidate(est, Provenance.ESTIMATED, how, "bits per weight × parameters"))
     if r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None:
         # Ollama's loaded size holds weights + KV cache (+ compute graph): take the computed KV out
         cands.append(consistency.WeightCandidate(
-            int(r.weight_bytes_vram + r.weight_bytes_host - alloc), "estimated",
+            int(r.weight_bytes_vram + r.weight_bytes_host - alloc), Provenance.ESTIMATED,
             "the server's loaded size minus the computed KV cache (includes compute buffers)",
             "the loaded size less the KV cache"))
     chosen, contradicted = consistency.choose_weights(cands, m.n_params if m else None)
     against = "; ".join(f"{c}: contradicted" for c in contradicted)
     if chosen is None:
-        reasons["weight_bytes"] = against or r.reasons.get("weight_bytes") or "model size not reported"
-        if against and est is None and how:
-            reasons["weight_bytes"] += f"; no estimate: {how}"
-        return None
-    prov["weight_bytes"] = chosen.provenance
-    how_chosen = chosen.how if chosen.provenance != "measured" or chosen.how else None
-    text = "; ".join(x for x in (against, how_chosen) if x)
-    if text:
-        reasons["weight_bytes"] = text
-    else:
-        reasons.pop("weight_bytes", None)
-    return chosen.weight_bytes
+        why = against or r.reasons.get("weight_bytes") or "model size not reported"
+        return None, None, why + (f"; no estimate: {how}" if against and est is None and how else "")
+    how_chosen = chosen.how if chosen.provenance != Provenance.MEASURED or chosen.how else None
+    return chosen.weight_bytes, chosen.provenance, "; ".join(x for x in (against, how_chosen) if x) or None
 
 
 def _mib(per_device: tuple[int, ...]) -> str:

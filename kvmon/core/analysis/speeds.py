@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.backend import backend_of
-from kvmon.core.readings import ServerReading, SlotReading
+from kvmon.core.readings import Provenance, ServerReading, SlotReading
 from kvmon.core.snapshot import Activity, ConnectionStatus, SlotView
 
 
@@ -46,14 +47,16 @@ def busy(r: ServerReading, decode_tok_s: float | None, prefill_tok_s: float | No
     return running if running is not None else bool(decode_tok_s or prefill_tok_s)
 
 
-def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[str, str]) -> Speeds:
-    """The rate tracker's sample as Speeds, with where each came from or why there is none."""
+def speeds(sample: Any, r: ServerReading) -> tuple[Speeds, Notes]:
+    """The rate tracker's sample as Speeds, and where each came from or why there is none."""
+    prov: dict[str, Provenance] = {}
+    reasons: dict[str, str] = {}
     out = Speeds(decode=getattr(sample, "decode_tok_s", None), prefill=getattr(sample, "prefill_tok_s", None),
                  per_slot=getattr(sample, "per_slot_decode_tok_s", None) or {},
                  source=getattr(sample, "source", None))
     withheld: dict[str, str] = getattr(sample, "reasons", None) or {}  # rates past their physical bound
     if out.decode is not None:
-        prov["decode_tok_s"] = "measured"
+        prov["decode_tok_s"] = Provenance.MEASURED
     else:
         live = "decode_tok_s" not in withheld and (r.live_rate_unavailable_reason is None or r.live_rate_idle)
         running = live and bool(request_running(r))  # what the server says: a prompt counted in between may be done
@@ -61,10 +64,10 @@ def speeds(sample: Any, r: ServerReading, prov: dict[str, str], reasons: dict[st
         reasons["decode_tok_s"] = (withheld.get("decode_tok_s") or (PROCESSING_REASON if running else None)
                                    or r.live_rate_unavailable_reason or "idle: no tokens generated since the last poll")
     if out.prefill is not None:
-        prov["prefill_tok_s"] = "measured"
+        prov["prefill_tok_s"] = Provenance.MEASURED
     elif "prefill_tok_s" in withheld:
         reasons["prefill_tok_s"] = withheld["prefill_tok_s"]
-    return out
+    return out, Notes(prov, reasons)
 
 
 def activity(rates: Speeds, status: ConnectionStatus) -> Activity:
@@ -88,8 +91,7 @@ class Depth:
     context: int | None
 
 
-def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str, str],
-          reasons: dict[str, str]) -> Depth:
+def depth(r: ServerReading, per_slot: Mapping[int, float | None]) -> tuple[Depth, Notes]:
     """The deepest active conversation (else the deepest one), or the last request's depth (through the proxy)."""
     slots = tuple(SlotView(id=s.id, n_ctx=s.n_ctx, context_tokens=s.context_tokens, processing=s.processing,
                            decode_tok_s=per_slot.get(s.id)) for s in r.slots)
@@ -100,20 +102,20 @@ def depth(r: ServerReading, per_slot: Mapping[int, float | None], prov: dict[str
     pooled = pooled_tokens(r)
     if context is None and pooled is not None:
         if r.requests_running == 1:  # the one running request holds the pool's referenced blocks
-            prov["context_tokens"] = "computed"
-            return Depth(slots, None, pooled)
-        reasons["context_tokens"] = (f"{r.requests_running} requests share the KV pool: one conversation's depth is "
-                                     "not reported" if r.requests_running else "idle: no request running")
-        return Depth(slots, None, None)
+            return Depth(slots, None, pooled), Notes({"context_tokens": Provenance.COMPUTED})
+        why = (f"{r.requests_running} requests share the KV pool: one conversation's depth is not reported"
+               if r.requests_running else "idle: no request running")
+        return Depth(slots, None, None), Notes(reasons={"context_tokens": why})
     if context is None and r.last_request is not None and r.last_request.context_tokens is not None:
         context = r.last_request.context_tokens
-        prov["context_tokens"] = "measured"
+        notes = Notes({"context_tokens": Provenance.MEASURED})
     elif context is not None:
-        prov["context_tokens"] = "estimated" if deepest is not None and deepest.context_estimated else "measured"
+        estimated = deepest is not None and deepest.context_estimated
+        notes = Notes({"context_tokens": Provenance.ESTIMATED if estimated else Provenance.MEASURED})
     else:
-        reasons["context_tokens"] = ("the server does not report per-conversation context"
-                                     + backend_of(r.backend).depth_hint)
-    return Depth(slots, deepest, context)
+        notes = Notes(reasons={"context_tokens": "the server does not report per-conversation context"
+                                                 + backend_of(r.backend).depth_hint})
+    return Depth(slots, deepest, context), notes
 
 
 def pooled_tokens(r: ServerReading) -> int | None:
@@ -123,17 +125,17 @@ def pooled_tokens(r: ServerReading) -> int | None:
     return round(r.kv_in_use_fraction * r.config.n_ctx_total)
 
 
-def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str, memo: PhysicsMemo,
-           prov: dict[str, str]) -> tuple[int | None, float | None]:
+def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str, memo: PhysicsMemo
+           ) -> tuple[int | None, float | None, Notes]:
     """(KV bytes all slots hold now, KV bytes one token reads at the deepest depth); None when unknown."""
+    computed = Notes({"kv_in_use_bytes": Provenance.COMPUTED})
     kv_in_use = kv_read_now = None
     pooled = pooled_tokens(r)
     if pooled is not None and r.config.kv_bytes_allocated is not None and r.kv_in_use_fraction is not None:
         kv_in_use = round(r.kv_in_use_fraction * r.config.kv_bytes_allocated)
-        prov["kv_in_use_bytes"] = "computed"
         if shape is not None and context is not None:
             kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
-        return kv_in_use, kv_read_now
+        return kv_in_use, kv_read_now, computed
     if shape is not None:
         depths = [s.context_tokens for s in r.slots if s.context_tokens]
         if not depths and context:
@@ -142,8 +144,6 @@ def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_
             kv_in_use = int(sum(memo.kv_in_use(shape, d, type_k, type_v) for d in depths))
         elif context is not None or (r.slots and all(s.context_tokens is not None for s in r.slots)):
             kv_in_use = 0  # the slots are there and hold nothing (a slot whose holding is unknown says nothing)
-        if kv_in_use is not None:
-            prov["kv_in_use_bytes"] = "computed"
         if context is not None:
             kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
-    return kv_in_use, kv_read_now
+    return kv_in_use, kv_read_now, computed if kv_in_use is not None else Notes()

@@ -17,11 +17,12 @@ def _gpu(energy_j: float | None, power_w: float | None) -> DeviceEnergy:
 
 
 def test_a_counter_gives_the_energy_and_joules_per_token_over_the_decoding_intervals() -> None:
-    m, reasons = EnergyMeter(), {}
-    assert m.update(0.0, [_gpu(1000.0, 300.0)], None, None, reasons).energy_j is None  # one reading: no interval
-    assert "second poll" in reasons["energy"]
-    v = m.update(1.0, [_gpu(1300.0, 300.0)], 100.0, 1.0, {})  # 300 J while decoding 100 tokens
-    v = m.update(2.0, [_gpu(1350.0, 50.0)], None, 1.0, {})  # 50 J idle: energy, but no tokens
+    m = EnergyMeter()
+    first, notes = m.update(0.0, [_gpu(1000.0, 300.0)], None, None)
+    assert first is not None and first.energy_j is None  # one reading: no interval
+    assert "second poll" in notes.reasons["energy"]
+    v, _ = m.update(1.0, [_gpu(1300.0, 300.0)], 100.0, 1.0)  # 300 J while decoding 100 tokens
+    v, _ = m.update(2.0, [_gpu(1350.0, 50.0)], None, 1.0)  # 50 J idle: energy, but no tokens
     assert v.energy_j == pytest.approx(350.0) and v.seconds == pytest.approx(2.0)
     assert v.joules_per_token == pytest.approx(3.0)
     assert v.tokens_per_wh == pytest.approx(1200.0)
@@ -30,8 +31,8 @@ def test_a_counter_gives_the_energy_and_joules_per_token_over_the_decoding_inter
 
 def test_power_alone_is_integrated_between_polls() -> None:
     m = EnergyMeter()
-    m.update(0.0, [_gpu(None, 100.0)], None, None, {})
-    v = m.update(2.0, [_gpu(None, 300.0)], 50.0, 2.0, {})
+    m.update(0.0, [_gpu(None, 100.0)], None, None)
+    v, _ = m.update(2.0, [_gpu(None, 300.0)], 50.0, 2.0)
     assert v.energy_j == pytest.approx(400.0)  # the mean of 100 and 300 W over 2 s
     assert v.joules_per_token == pytest.approx(4.0)
 
@@ -39,10 +40,10 @@ def test_power_alone_is_integrated_between_polls() -> None:
 def test_a_wrapped_counter_adds_its_range_and_a_reset_one_is_not_counted() -> None:
     m = EnergyMeter()
     cpu = "cpu"
-    m.update(0.0, [DeviceEnergy(cpu, CPU_PACKAGE, 262_000.0, None, 262_143.0)], None, None, {})
-    v = m.update(1.0, [DeviceEnergy(cpu, CPU_PACKAGE, 57.0, None, 262_143.0)], 10.0, 1.0, {})
+    m.update(0.0, [DeviceEnergy(cpu, CPU_PACKAGE, 262_000.0, None, 262_143.0)], None, None)
+    v, _ = m.update(1.0, [DeviceEnergy(cpu, CPU_PACKAGE, 57.0, None, 262_143.0)], 10.0, 1.0)
     assert v.energy_j == pytest.approx(200.0) and v.power_w == pytest.approx(200.0)  # 143 J to the wrap + 57 J
-    v = m.update(2.0, [DeviceEnergy(cpu, CPU_PACKAGE, 5.0, None, None)], 10.0, 1.0, {})  # fell, no range: reset
+    v, _ = m.update(2.0, [DeviceEnergy(cpu, CPU_PACKAGE, 5.0, None, None)], 10.0, 1.0)  # fell, no range: reset
     assert v.energy_j == pytest.approx(200.0) and v.seconds == pytest.approx(1.0)
     assert v.whole_cpu_package
 
@@ -50,17 +51,17 @@ def test_a_wrapped_counter_adds_its_range_and_a_reset_one_is_not_counted() -> No
 def test_an_interval_with_one_device_unread_is_left_out_whole_tokens_included() -> None:
     m = EnergyMeter()
     a, b = DeviceEnergy("a", "A", 0.0, None), DeviceEnergy("b", "B", 0.0, None)
-    m.update(0.0, [a, b], None, None, {})
-    m.update(1.0, [DeviceEnergy("a", "A", 100.0, None), DeviceEnergy("b", "B", 100.0, None)], 100.0, 1.0, {})
-    v = m.update(2.0, [DeviceEnergy("a", "A", 200.0, None), DeviceEnergy("b", "B", None, None)], 100.0, 1.0, {})
+    m.update(0.0, [a, b], None, None)
+    m.update(1.0, [DeviceEnergy("a", "A", 100.0, None), DeviceEnergy("b", "B", 100.0, None)], 100.0, 1.0)
+    v, _ = m.update(2.0, [DeviceEnergy("a", "A", 200.0, None), DeviceEnergy("b", "B", None, None)], 100.0, 1.0)
     assert v.energy_j == pytest.approx(200.0) and v.joules_per_token == pytest.approx(2.0)
     assert v.power_w is None  # B's power is not known now
 
 
 def test_a_long_gap_is_not_integrated() -> None:
     m = EnergyMeter()
-    m.update(0.0, [_gpu(None, 300.0)], None, None, {})
-    v = m.update(600.0, [_gpu(None, 300.0)], 10.0, 600.0, {})  # the machine slept: not 180 kJ
+    m.update(0.0, [_gpu(None, 300.0)], None, None)
+    v, _ = m.update(600.0, [_gpu(None, 300.0)], 10.0, 600.0)  # the machine slept: not 180 kJ
     assert v.energy_j is None
 
 
@@ -72,23 +73,23 @@ def test_the_devices_the_model_runs_on_are_counted() -> None:
     gpus = GpuSetReading(t_monotonic=0.0, gpus=(GpuReading(index=0, name=GPU, power_w=250.0, energy_j=9.0e5),))
     host = HostReading(t_monotonic=0.0, cpu_energy_j=5000.0, cpu_energy_range_j=262_143.0)
     gv, hv = _views(holds=True, in_ceiling=False)
-    (d,) = counted_devices(gpus, host, gv, hv, {})
+    (d,) = counted_devices(gpus, host, gv, hv)[0]
     assert (d.name, d.energy_j, d.power_w) == (GPU, 9.0e5, 250.0)
     gv, hv = _views(holds=True, in_ceiling=True)  # partial offload: the CPU decodes layers too
-    assert [d.name for d in counted_devices(gpus, host, gv, hv, {})] == [GPU, CPU_PACKAGE]
+    assert [d.name for d in counted_devices(gpus, host, gv, hv)[0]] == [GPU, CPU_PACKAGE]
     gv, hv = _views(holds=False, in_ceiling=True)  # CPU only: an idle GPU beside it is not the model's
-    assert [d.name for d in counted_devices(gpus, host, gv, hv, {})] == [CPU_PACKAGE]
+    assert [d.name for d in counted_devices(gpus, host, gv, hv)[0]] == [CPU_PACKAGE]
 
 
 def test_a_device_with_no_reading_makes_the_energy_unknown_with_its_reason() -> None:
     gpus = GpuSetReading(t_monotonic=0.0, gpus=(GpuReading(index=0, name=GPU, reasons={"energy_j": "not supported"}),))
-    reasons: dict[str, str] = {}
     gv, hv = _views(holds=True, in_ceiling=False)
-    assert counted_devices(gpus, None, gv, hv, reasons) is None
-    assert reasons["energy"] == f"{GPU} reports no power or energy (not supported)"
+    devices, notes = counted_devices(gpus, None, gv, hv)
+    assert devices is None and notes.reasons["energy"] == f"{GPU} reports no power or energy (not supported)"
     host = HostReading(t_monotonic=0.0, reasons={"cpu_energy_j": "root only"})
     gv, hv = _views(holds=False, in_ceiling=True)
-    assert counted_devices(None, host, gv, hv, reasons) is None and "root only" in reasons["energy"]
+    devices, notes = counted_devices(None, host, gv, hv)
+    assert devices is None and "root only" in notes.reasons["energy"]
 
 
 # ---- the sources -------------------------------------------------------------------------------------
@@ -179,25 +180,24 @@ def test_a_replys_energy_is_its_own_time_at_the_power_of_the_busy_intervals_it_s
     power is not its."""
     from kvmon.core.analysis.latency import Reply
 
-    m, reasons = EnergyMeter(), {}
-    m.update(0.0, [_gpu(0.0, 50.0)], None, None, reasons)
-    m.update(1.0, [_gpu(50.0, 50.0)], None, 1.0, reasons)  # idle
+    m = EnergyMeter()
+    m.update(0.0, [_gpu(0.0, 50.0)], None, None)
+    m.update(1.0, [_gpu(50.0, 50.0)], None, 1.0)  # idle
     v = None
     for i, t in enumerate((2.0, 3.0, 4.0)):
         reply = Reply(ttft_s=0.5, generated_tokens=100, generate_s=2.0, itl_s=0.02) if i == 2 else None
-        v = m.update(t, [_gpu(50.0 + 300.0 * (t - 1.0), 300.0)], 50.0, 1.0, reasons, busy=True, reply=reply)
+        v, _ = m.update(t, [_gpu(50.0 + 300.0 * (t - 1.0), 300.0)], 50.0, 1.0, busy=True, reply=reply)
     assert v is not None and v.last_reply_power_w == pytest.approx(300.0)
     assert v.last_reply_energy_j == pytest.approx(750.0) and v.last_reply_joules_per_token == pytest.approx(7.5)
     # the next reply: no busy interval read in between (its devices unread): not known, and said why
-    m.update(5.0, [_gpu(None, None)], 50.0, 1.0, reasons, busy=True)
-    v = m.update(6.0, [_gpu(None, None)], None, 1.0, reasons, reply=Reply(generate_s=1.0, generated_tokens=10))
+    m.update(5.0, [_gpu(None, None)], 50.0, 1.0, busy=True)
+    v, notes = m.update(6.0, [_gpu(None, None)], None, 1.0, reply=Reply(generate_s=1.0, generated_tokens=10))
     assert v is not None and v.last_reply_energy_j is None and v.last_reply_joules_per_token is None
-    assert "power over it was not read" in reasons["energy.last_reply"]
-    reasons = {}
-    m.update(7.0, [_gpu(1000.0, 300.0)], 50.0, 1.0, reasons, busy=True)
-    m.update(8.0, [_gpu(1300.0, 300.0)], 50.0, 1.0, reasons, busy=True)
-    v = m.update(9.0, [_gpu(1600.0, 300.0)], 50.0, 1.0, reasons, reply=Reply(ttft_s=0.1, itl_s=0.02))  # vLLM's means
-    assert v is not None and v.last_reply_energy_j is None and "did not time it" in reasons["energy.last_reply"]
+    assert "power over it was not read" in notes.reasons["energy.last_reply"]
+    m.update(7.0, [_gpu(1000.0, 300.0)], 50.0, 1.0, busy=True)
+    m.update(8.0, [_gpu(1300.0, 300.0)], 50.0, 1.0, busy=True)
+    v, notes = m.update(9.0, [_gpu(1600.0, 300.0)], 50.0, 1.0, reply=Reply(ttft_s=0.1, itl_s=0.02))  # vLLM's means
+    assert v is not None and v.last_reply_energy_j is None and "did not time it" in notes.reasons["energy.last_reply"]
 
 
 def test_the_demo_says_each_replys_energy(decoding_3090s) -> None:  # type: ignore[no-untyped-def]

@@ -31,13 +31,13 @@ def _llama(*values: float) -> ServerReading:
 
 def test_llama_server_counters_make_one_reply_per_rise() -> None:
     t = LatencyTracker()
-    assert t.update(_llama(0.0, 0.0, 0.0, 0.0)) is None  # the first reading: nothing has ended yet
-    assert t.update(_llama(0.5, 1000.0, 0.0, 0.0)) is None  # a prompt processed: its reply has not ended
-    v = t.update(_llama(0.5, 1000.0, 2.0, 100.0))  # the reply ends: 100 tokens in 2 s
+    assert t.update(_llama(0.0, 0.0, 0.0, 0.0))[0] is None  # the first reading: nothing has ended yet
+    assert t.update(_llama(0.5, 1000.0, 0.0, 0.0))[0] is None  # a prompt processed: its reply has not ended
+    v, _ = t.update(_llama(0.5, 1000.0, 2.0, 100.0))  # the reply ends: 100 tokens in 2 s
     assert v is not None and v.replies == 1 and v.source == "server counters"
     assert (v.ttft_last_s, v.last_prompt_tokens, v.last_prefill_tok_s) == (0.5, 1000, 2000.0)
     assert v.itl_last_s == pytest.approx(0.02) and v.last_generate_s == pytest.approx(2.0)
-    v = t.update(_llama(8.5, 9000.0, 3.0, 150.0))  # a long prompt, then a short answer, in one interval
+    v, _ = t.update(_llama(8.5, 9000.0, 3.0, 150.0))  # a long prompt, then a short answer, in one interval
     assert v is not None and v.replies == 2 and v.ttft_last_s == pytest.approx(8.0)
     assert (v.ttft_p50_s, v.ttft_p95_s) == (0.5, pytest.approx(8.0))
     assert v.itl_count == 2 and v.itl_buckets[-1] == 2 and v.ttft_sum_s == pytest.approx(8.5)
@@ -59,18 +59,18 @@ def test_a_reply_that_ended_while_another_ran_is_no_one_replys_first_token_time(
     bound, for a minute after; then one reply per rise again."""
     from kvmon.core.analysis.latency import SEVERAL_MEMORY_S
 
-    t, reasons = LatencyTracker(), {}
-    t.update(_busy(0.0, 0.0, 0.0, 0.0, 0.0, running=True), reasons)
-    t.update(_busy(1.0, 0.05, 20.0, 0.0, 0.0, running=True), reasons)  # the first prompt read, decoding
-    v = t.update(_busy(2.0, 0.10, 40.0, 0.2, 400.0, running=True), reasons)  # it ended; the next one's prompt read
+    t = LatencyTracker()
+    t.update(_busy(0.0, 0.0, 0.0, 0.0, 0.0, running=True))
+    t.update(_busy(1.0, 0.05, 20.0, 0.0, 0.0, running=True))  # the first prompt read, decoding
+    v, notes = t.update(_busy(2.0, 0.10, 40.0, 0.2, 400.0, running=True))  # it ended; the next one's prompt read
     assert v is not None and v.replies_at_least and v.replies == 1
     assert v.ttft_last_s is None and v.ttft_count == 0 and v.last_generate_s is None
-    assert v.itl_last_s == pytest.approx(0.2 / 400) and "faster than kvmon polls" in reasons["latency.replies"]
-    v = t.update(_busy(3.0, 0.10, 40.0, 0.5, 1000.0, running=False), reasons)  # ended, idle: one reply or more
+    assert v.itl_last_s == pytest.approx(0.2 / 400) and "faster than kvmon polls" in notes.reasons["latency.replies"]
+    v, _ = t.update(_busy(3.0, 0.10, 40.0, 0.5, 1000.0, running=False))  # ended, idle: one reply or more
     assert v is not None and v.ttft_count == 0 and v.replies == 2 and v.replies_at_least
     later = 3.0 + SEVERAL_MEMORY_S + 1
-    t.update(_busy(later, 0.30, 60.0, 0.5, 1000.0, running=True), reasons)  # a prompt read a minute later
-    v = t.update(_busy(later + 1, 0.30, 60.0, 0.9, 1400.0, running=False), reasons)
+    t.update(_busy(later, 0.30, 60.0, 0.5, 1000.0, running=True))  # a prompt read a minute later
+    v, _ = t.update(_busy(later + 1, 0.30, 60.0, 0.9, 1400.0, running=False))
     assert v is not None and v.ttft_last_s == pytest.approx(0.2) and v.ttft_count == 1
     assert v.replies == 3 and v.replies_at_least  # the session's count stays a lower bound
 
@@ -80,17 +80,17 @@ def test_more_tokens_than_the_slot_holds_are_several_replies_even_with_the_serve
     its slot then holds (plus one, measured on b11549), so more than that is more than one reply; as much is one."""
     t = LatencyTracker()
     t.update(_busy(0.0, 0.0, 0.0, 0.0, 0.0, running=False))
-    one = t.update(_busy(1.0, 0.05, 1500.0, 0.2, 501.0, running=False))  # 1,500 + 501 = held 2,000 + 1: one reply
+    one, _ = t.update(_busy(1.0, 0.05, 1500.0, 0.2, 501.0, running=False))  # 1,500 + 501 = held 2,000 + 1: one reply
     assert one is not None and not one.replies_at_least and one.ttft_last_s == pytest.approx(0.05)
-    many = t.update(_busy(2.0, 0.15, 4500.0, 0.6, 1503.0, running=False))  # three times as much
+    many, _ = t.update(_busy(2.0, 0.15, 4500.0, 0.6, 1503.0, running=False))  # three times as much
     assert many is not None and many.replies_at_least and many.ttft_last_s is None and many.ttft_count == 1
 
 
 def test_a_restarted_server_starts_its_counters_again_without_a_reply() -> None:
     t = LatencyTracker()
     t.update(_llama(5.0, 5000.0, 10.0, 500.0))
-    assert t.update(_llama(0.1, 10.0, 0.0, 0.0)) is None  # fell: the server restarted
-    v = t.update(_llama(0.2, 20.0, 1.0, 50.0))
+    assert t.update(_llama(0.1, 10.0, 0.0, 0.0))[0] is None  # fell: the server restarted
+    v, _ = t.update(_llama(0.2, 20.0, 1.0, 50.0))
     assert v is not None and v.replies == 1 and v.ttft_last_s == pytest.approx(0.1)
 
 
@@ -98,18 +98,18 @@ def test_a_request_s_own_timings_count_once() -> None:
     t = LatencyTracker()
     req = RequestStats(t_end=10.0, prompt_tokens=3000, cached_tokens=1000, prompt_seconds=1.0, predicted_tokens=200,
                        predicted_seconds=5.0)
-    v = t.update(_r(last=req))
+    v, _ = t.update(_r(last=req))
     assert v is not None and v.source == "request timings"
     assert (v.ttft_last_s, v.last_prompt_tokens, v.last_prefill_tok_s, v.itl_last_s) == (1.0, 2000, 2000.0, 0.025)
-    assert t.update(_r(last=req)).replies == 1  # type: ignore[union-attr]  # the same request seen again
+    assert t.update(_r(last=req))[0].replies == 1  # type: ignore[union-attr]  # the same request seen again
 
 
 def test_vllm_histograms_give_the_means_of_each_poll() -> None:
     t = LatencyTracker()
     base = {"time_to_first_token_seconds_sum": 1.0, "time_to_first_token_seconds_count": 4.0,
             "inter_token_latency_seconds_sum": 2.0, "inter_token_latency_seconds_count": 100.0}
-    assert t.update(_r(base)) is None
-    v = t.update(_r({**base, "time_to_first_token_seconds_sum": 2.5, "time_to_first_token_seconds_count": 7.0,
+    assert t.update(_r(base))[0] is None
+    v, _ = t.update(_r({**base, "time_to_first_token_seconds_sum": 2.5, "time_to_first_token_seconds_count": 7.0,
                      "inter_token_latency_seconds_sum": 5.0, "inter_token_latency_seconds_count": 200.0}))
     assert v is not None and v.source.startswith("vLLM histograms")  # type: ignore[union-attr]
     assert v.ttft_last_s == pytest.approx(0.5) and v.itl_last_s == pytest.approx(0.03)

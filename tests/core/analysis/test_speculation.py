@@ -7,8 +7,9 @@ import math
 import pytest
 from repo_paths import FIXTURES
 
+from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.speculation import lifted, speculation, withheld
-from kvmon.core.readings import ServerReading
+from kvmon.core.readings import Provenance, ServerReading
 from kvmon.core.snapshot import Forecast, Milestone
 from kvmon.physics.ceiling import speculative_tokens_per_step
 
@@ -26,36 +27,33 @@ def test_tokens_per_step_from_generated_and_accepted() -> None:
 
 
 def test_the_counts_lift_the_ceiling_and_its_curve() -> None:
-    reasons: dict[str, str] = {}
-    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
-                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), reasons)
+    spec, _ = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                   spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150))
     assert spec is not None and spec.tokens_per_step == 150 / 90 and spec.acceptance_rate == 0.5
-    prov: dict[str, str] = {}
-    spec2, ceiling, curve = lifted(spec, 30.0, ((0, 33.0), (8192, 30.0)), prov, reasons)
+    spec2, ceiling, curve, notes = lifted(spec, 30.0, ((0, 33.0), (8192, 30.0)))
     assert spec2 is not None and spec2.one_token_ceiling_tok_s == 30.0
     assert math.isclose(ceiling or 0, 50.0) and [round(v, 6) for _, v in curve] == [55.0, 50.0]
-    assert "upper bound" in reasons["ceiling.speculative"]
+    assert "upper bound" in notes.reasons["ceiling.speculative"] and notes.provenance["ceiling_tok_s"] == "computed"
 
 
 def test_no_drafts_no_speculation_and_counts_that_do_not_add_up_are_said() -> None:
-    reasons: dict[str, str] = {}
-    assert speculation(_reading(tokens_predicted_total=100), reasons) is None
-    assert speculation(_reading(spec_decode_num_drafts_total=0), reasons) is None and not reasons
-    odd = speculation(_reading(spec_decode_num_drafts_total=5, spec_decode_num_accepted_tokens_total=20,
-                               tokens_predicted_total=10), reasons)
-    assert odd is not None and odd.tokens_per_step is None and "do not add up" in reasons["speculative"]
-    assert lifted(odd, 30.0, (), {}, reasons)[1] is None  # no factor known: only the one-token floor is
-    assert "not counted yet" in reasons["ceiling_tok_s"]
+    assert speculation(_reading(tokens_predicted_total=100))[0] is None
+    assert speculation(_reading(spec_decode_num_drafts_total=0)) == (None, Notes())
+    odd, notes = speculation(_reading(spec_decode_num_drafts_total=5, spec_decode_num_accepted_tokens_total=20,
+                                      tokens_predicted_total=10))
+    assert odd is not None and odd.tokens_per_step is None and "do not add up" in notes.reasons["speculative"]
+    _, ceiling, _, notes = lifted(odd, 30.0, ())
+    assert ceiling is None  # no factor known: only the one-token floor is
+    assert "not counted yet" in notes.reasons["ceiling_tok_s"]
 
 
 def test_the_one_token_forecast_is_withheld_while_the_server_speculates() -> None:
-    reasons: dict[str, str] = {}
-    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
-                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), reasons)
+    spec, _ = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                   spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150))
     fc = Forecast(milestones=(Milestone(8192, 20.0, 18.0, 22.0, 30.0),), curve=((8192, 20.0, 18.0, 22.0),))
-    out = withheld(fc, spec, reasons)
-    assert out.milestones == () and out.curve == () and "speculates" in reasons["forecast.milestones"]
-    assert withheld(fc, None, {}) is fc
+    out, notes = withheld(fc, spec)
+    assert out.milestones == () and out.curve == () and "speculates" in notes.reasons["forecast.milestones"]
+    assert withheld(fc, None)[0] is fc
 
 
 def test_the_header_says_the_ceiling_is_speculative() -> None:
@@ -64,8 +62,8 @@ def test_the_header_says_the_ceiling_is_speculative() -> None:
     from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
     from kvmon.gui.fmt import hero
 
-    spec = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
-                                spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150), {})
+    spec, _ = speculation(_reading(spec_decode_num_drafts_total=40, spec_decode_num_draft_tokens_total=120,
+                                   spec_decode_num_accepted_tokens_total=60, tokens_predicted_total=150))
     s = Snapshot(seq=1, t_monotonic=1.0, t_wall=1.0, connection=Connection(ConnectionStatus.CONNECTED),
                  decode_tok_s=42.0, activity=Activity.DECODING, ceiling_tok_s=50.0, efficiency=0.84, speculative=spec)
     assert hero(s).against == "of 50.0 ceiling (speculative, 1.67 tokens/step) · 84%"
@@ -82,13 +80,13 @@ def test_a_server_that_speculates_before_any_reply_ended_has_no_ceiling_yet() ->
     r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url="http://127.0.0.1:9931",
                       metrics_enabled=True, metrics={"spec_decode_num_drafts_total": 0.0},
                       slots=(SlotReading(0, 4096, 1200, True, speculative=True),))
-    reasons: dict[str, str] = {}
-    spec = speculation(r, reasons)
-    assert spec is not None and spec.tokens_per_step is None and "when a reply ends" in reasons["speculative"]
-    prov = {"ceiling_tok_s": "computed"}
-    spec, ceiling, curve = lifted(spec, 30.0, ((0, 33.0),), prov, reasons)
-    assert ceiling is None and curve == () and "ceiling_tok_s" not in prov
-    assert spec is not None and spec.one_token_ceiling_tok_s == 30.0 and "not counted yet" in reasons["ceiling_tok_s"]
+    spec, notes = speculation(r)
+    assert spec is not None and spec.tokens_per_step is None and "when a reply ends" in notes.reasons["speculative"]
+    before = Notes({"ceiling_tok_s": Provenance.COMPUTED})
+    spec, ceiling, curve, notes = lifted(spec, 30.0, ((0, 33.0),))
+    assert ceiling is None and curve == () and "ceiling_tok_s" not in before.then(notes).provenance
+    assert spec is not None and spec.one_token_ceiling_tok_s == 30.0
+    assert "not counted yet" in notes.reasons["ceiling_tok_s"]
 
 
 def test_vllm_counts_speculation_under_the_same_names_beside_its_own_generated_counter() -> None:
@@ -105,7 +103,7 @@ def test_vllm_counts_speculation_under_the_same_names_beside_its_own_generated_c
     mm = parse_metrics(text).models["Qwen/Qwen3-8B"]
     assert (mm.spec_drafts_total, mm.spec_draft_tokens_total, mm.spec_accepted_tokens_total) == (9000, 27000, 20000)
     r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend=VLLM, url="http://127.0.0.1:8000", metrics=_counters(mm))
-    spec = speculation(r, {})
+    spec, _ = speculation(r)
     assert spec is not None and spec.generated_tokens == 52011
     assert math.isclose(spec.tokens_per_step or 0, 52011 / (52011 - 20000))
     assert math.isclose(spec.acceptance_rate or 0, 20000 / 27000)
@@ -136,15 +134,13 @@ def test_a_draft_model_on_another_machine_leaves_an_upper_bound_and_says_why() -
     from kvmon.core.snapshot import SpeculativeView
 
     spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
-    reasons: dict[str, str] = {}
-    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=_drafter(None),
-                                  target_bytes_now=8e9)
-    assert ceiling == pytest.approx(200.0) and "an upper bound" in reasons["ceiling.speculative"]
-    assert "size or shape is not known" in reasons["ceiling.speculative"]
+    out, ceiling, _curve, notes = lifted(spec, 100.0, ((0, 100.0),), draft=_drafter(None), target_bytes_now=8e9)
+    assert ceiling == pytest.approx(200.0) and "an upper bound" in notes.reasons["ceiling.speculative"]
+    assert "size or shape is not known" in notes.reasons["ceiling.speculative"]
     assert out is not None and out.drafted_per_step == pytest.approx(2.0)
-    out, ceiling, _curve = lifted(spec, 100.0, ((0, 100.0),), {}, reasons, draft=None, target_bytes_now=8e9)
+    out, ceiling, _curve, notes = lifted(spec, 100.0, ((0, 100.0),), draft=None, target_bytes_now=8e9)
     assert ceiling == pytest.approx(200.0)
-    assert "no draft model or MTP layers kvmon knows of" in reasons["ceiling.speculative"]
+    assert "no draft model or MTP layers kvmon knows of" in notes.reasons["ceiling.speculative"]
 
 
 def test_the_draft_contexts_kv_reads_are_in_the_speculative_ceiling() -> None:
@@ -157,10 +153,9 @@ def test_the_draft_contexts_kv_reads_are_in_the_speculative_ceiling() -> None:
 
     shape = ModelShape.from_gguf(metadata("llama-draft"))  # one layer, 2 KV heads of 32: 256 B per token in f16
     spec = SpeculativeView(drafts=10, draft_tokens=30, accepted_tokens=15, generated_tokens=30, tokens_per_step=2.0)
-    reasons: dict[str, str] = {}
     curve = ((0, 100.0), (1_000_000, 50.0))
-    out, ceiling, lifted_curve = lifted(spec, 80.0, curve, {}, reasons, draft=_drafter(1_000_000_000, shape),
-                                        context_tokens=500_000, target_bytes_now=10e9)
+    out, ceiling, lifted_curve, notes = lifted(spec, 80.0, curve, draft=_drafter(1_000_000_000, shape),
+                                               context_tokens=500_000, target_bytes_now=10e9)
     kv_now = kv_bytes_in_use(shape, 500_000)
     assert kv_now == 256 * 500_000
     assert out is not None and out.draft_bytes_per_token == pytest.approx(1e9 + kv_now)
@@ -170,8 +165,8 @@ def test_the_draft_contexts_kv_reads_are_in_the_speculative_ceiling() -> None:
     for (c, v), (c2, x) in zip(curve, lifted_curve, strict=True):
         d = 1e9 + kv_bytes_in_use(shape, c)
         assert c2 == c and x == pytest.approx(2.0 / (1 / v + 2.0 * d / budget))
-    assert "KV cache at this depth" in reasons["ceiling.speculative"]
-    no_kv, *_ = lifted(spec, 80.0, curve, {}, {}, draft=_drafter(1_000_000_000, shape), context_tokens=0,
+    assert "KV cache at this depth" in notes.reasons["ceiling.speculative"]
+    no_kv, *_ = lifted(spec, 80.0, curve, draft=_drafter(1_000_000_000, shape), context_tokens=0,
                        target_bytes_now=10e9)
     assert no_kv is not None and no_kv.draft_bytes_per_token == pytest.approx(1e9)
 
@@ -208,22 +203,20 @@ def test_acceptance_by_position_is_read_and_shared_by_drafts() -> None:
 
     fast = parse_metrics(PER_POS_PAGE)
     assert fast['spec_decode_num_accepted_tokens_per_pos_total{position="1"}'] == 10
-    reasons: dict[str, str] = {}
-    spec = speculation(_reading(**fast), reasons)
+    spec, notes = speculation(_reading(**fast))
     assert spec is not None and spec.accepted_by_position == (16, 10, 4)
     assert spec.acceptance_by_position == pytest.approx((16 / 32, 10 / 32, 4 / 32))
-    assert "speculative.by_position" not in reasons
+    assert "speculative.by_position" not in notes.reasons
     # a gap or a bent label is not a position; a page whose counts do not add up shows none, and says why
     bent = PER_POS_PAGE.replace('{position="2"}', '{position="x2"}')
     assert len([k for k in parse_metrics(bent) if "pos" in k]) == 2
-    spec = speculation(_reading(**parse_metrics(bent)), reasons)
+    spec, notes = speculation(_reading(**parse_metrics(bent)))
     assert spec is not None and spec.accepted_by_position == () and spec.acceptance_by_position == ()
-    assert "do not add up to its 30 accepted tokens in 32 drafts" in reasons["speculative.by_position"]
+    assert "do not add up to its 30 accepted tokens in 32 drafts" in notes.reasons["speculative.by_position"]
     rising = PER_POS_PAGE.replace('{position="0"} 16', '{position="0"} 4').replace('{position="2"} 4',
                                                                                    '{position="2"} 16')
-    reasons = {}
-    spec = speculation(_reading(**parse_metrics(rising)), reasons)
-    assert spec is not None and spec.acceptance_by_position == () and "speculative.by_position" in reasons
+    spec, notes = speculation(_reading(**parse_metrics(rising)))
+    assert spec is not None and spec.acceptance_by_position == () and "speculative.by_position" in notes.reasons
 
 
 def test_vllm_acceptance_by_position_adds_up_over_its_engines() -> None:
@@ -248,7 +241,7 @@ def test_vllm_acceptance_by_position_adds_up_over_its_engines() -> None:
     assert mm.spec_accepted_per_position == (800, 300)
     assert any("position that is not a draft's" in n for n in page.notes)
     r = ServerReading(t_monotonic=0.0, t_wall=0.0, backend=VLLM, url="http://127.0.0.1:8000", metrics=_counters(mm))
-    spec = speculation(r, {})
+    spec, _ = speculation(r)
     assert spec is not None and spec.acceptance_by_position == pytest.approx((0.8, 0.3))
 
 

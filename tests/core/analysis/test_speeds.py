@@ -43,25 +43,22 @@ def test_a_request_with_no_decode_speed_yet_is_processing_not_idle() -> None:
     working = ServerReading(t_monotonic=1.0, t_wall=1.0, backend="llama-server", url="http://x",
                             slots=(SlotReading(id=0, n_ctx=4096, processing=True, context_tokens=3748),),
                             live_rate_source="slots")
-    reasons: dict[str, str] = {}
-    out = speeds(RateSample(decode_tok_s=None, prefill_tok_s=2048.0), working, {}, reasons)
+    out, notes = speeds(RateSample(decode_tok_s=None, prefill_tok_s=2048.0), working)
     assert out.processing and not out.idle and activity(out, ConnectionStatus.CONNECTED) is Activity.PROCESSING
-    assert reasons["decode_tok_s"] == PROCESSING_REASON
+    assert notes.reasons["decode_tok_s"] == PROCESSING_REASON
     quiet = replace(working, slots=(SlotReading(id=0, n_ctx=4096, processing=False, context_tokens=3748),))
-    reasons = {}
-    out = speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), quiet, {}, reasons)
-    assert out.idle and not out.processing and reasons["decode_tok_s"].startswith("idle")
+    out, notes = speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), quiet)
+    assert out.idle and not out.processing and notes.reasons["decode_tok_s"].startswith("idle")
     no_slots = replace(working, slots=())
     assert busy(replace(no_slots, requests_running=1), None, None)
     assert not busy(replace(no_slots, requests_running=0), None, 900.0)  # the server's own count decides
     assert busy(no_slots, None, 900.0) and not busy(no_slots, None, None)
     # ... but a prompt counted since the last poll, with nothing that says a request still runs, is not "processing"
-    reasons = {}
-    counted = speeds(RateSample(decode_tok_s=None, prefill_tok_s=900.0), no_slots, {}, reasons)
+    counted, _ = speeds(RateSample(decode_tok_s=None, prefill_tok_s=900.0), no_slots)
     assert counted.idle and not counted.processing
     # no live counters at all: unknown, even with a slot at work (nothing says why there is no rate but that)
     blind = replace(working, live_rate_source=None, live_rate_unavailable_reason="the /slots endpoint is off")
-    assert activity(speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), blind, {}, {}),
+    assert activity(speeds(RateSample(decode_tok_s=None, prefill_tok_s=None), blind)[0],
                     ConnectionStatus.CONNECTED) is Activity.UNKNOWN
 
 
