@@ -27,7 +27,7 @@ class Sample:
     decode_tok_s: float | None
     prefill_tok_s: float | None
     per_slot_decode_tok_s: Mapping[int, float | None]
-    source: str | None
+    decode_rate_source: str | None
 
 
 @dataclass

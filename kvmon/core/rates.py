@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kvmon.core.bounds import MAX_DECODE_TOK_S, MAX_PREFILL_TOK_S
-from kvmon.core.readings import ServerReading, SlotReading
+from kvmon.core.readings import RateSource, ServerReading, SlotReading
 
 # the step counters of a server that counts tokens as its engine makes them (vLLM), by their exposed names
 STEP_GENERATED = "generation_tokens_total"
@@ -23,7 +23,7 @@ PREFILL_TOKENS_SUM = "request_prefill_kv_computed_tokens_sum"
 PREFILL_SECONDS_SUM = "request_prefill_time_seconds_sum"
 # the source of a decode speed taken from the replies that ended between two polls (their own timing, at the depths
 # they ran at, not this poll's)
-ENDED_REPLIES = "replies"
+ENDED_REPLIES: RateSource = "replies"
 DEFAULT_TAU_S = 2.0  # EWMA time constant: steady within a few polls, still follows a slowdown
 MAX_GAP_S = 30.0  # a longer gap between polls (paused, suspended) restarts the rates
 
@@ -90,7 +90,7 @@ class RateSample:
     decode_tok_s: float | None
     prefill_tok_s: float | None
     per_slot_decode_tok_s: dict[int, float | None] = field(default_factory=dict)
-    source: str | None = None  # "slots" | "metrics" | "replies" (the server's timing of the ones that ended) | None
+    decode_rate_source: RateSource | None = None
     per_slot_prefill_tok_s: dict[int, float | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # why a rate is missing, when it was impossible
 
@@ -175,7 +175,7 @@ class SlotRateTracker:
             self._reasons["decode_tok_s"] = implausible(f"the decode of {len(reading.slots):,} slots together",
                                                         decode, MAX_DECODE_TOK_S)
             decode = None
-        source: str | None = None
+        source: RateSource | None = None
         if reading.slots:  # Ollama's child llama-server or a proxy also report slots: keep their name
             source = reading.live_rate_source if reading.live_rate_source not in (None, "metrics") else "slots"
 
@@ -217,7 +217,7 @@ class SlotRateTracker:
             decode_tok_s=decode,
             prefill_tok_s=prefill,
             per_slot_decode_tok_s=per_decode,
-            source=source,
+            decode_rate_source=source,
             per_slot_prefill_tok_s=per_prefill,
             reasons=self._reasons,
         )
@@ -273,8 +273,8 @@ class SlotRateTracker:
         self._prefill_seconds.update(t, metrics.get(PREFILL_SECONDS_SUM))
         prefill = self._timed(self._prefill_tokens, self._prefill_seconds, "prefill_tok_s", "the prefill timing's rate",
                               MAX_PREFILL_TOK_S)
-        return RateSample(decode_tok_s=decode, prefill_tok_s=prefill, source="metrics" if decode is not None else None,
-                          reasons=self._reasons)
+        return RateSample(decode_tok_s=decode, prefill_tok_s=prefill, reasons=self._reasons,
+                          decode_rate_source="metrics" if decode is not None else None)
 
     def _update_slot(self, t: float, slot: SlotReading) -> tuple[float | None, float | None]:
         st = self._slots.get(slot.id)

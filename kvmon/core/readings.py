@@ -53,6 +53,10 @@ class Provenance(str, enum.Enum):
         return self.value
 
 
+# where a decode rate comes from: the server's slots (its own, an Ollama child's, the proxy's), /metrics' counters, or
+# the replies that ended between two polls (their own timing)
+RateSource = Literal["slots", "child_slots", "proxy", "metrics", "replies"]
+
 # speculative decoding's drafters, as every source says them (ServerConfig.drafter)
 DRAFT_MODEL = "draft_model"  # a draft model of its own (llama-server -md)
 MTP_LAYERS = "mtp_layers"  # the model's own multi-token-prediction layers (llama-server --spec-type draft-mtp)
@@ -261,7 +265,7 @@ class ServerReading:
     config: ServerConfig = field(default_factory=ServerConfig)
     weight_bytes_vram: int | None = None  # Ollama size_vram
     weight_bytes_host: int | None = None  # size - size_vram (partial offload)
-    live_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | None
+    live_rate_source: RateSource | None = None  # the live counters the server offers (not "replies")
     live_rate_unavailable_reason: str | None = None
     live_rate_idle: bool = False  # that reason is idleness (kvmon lets the server sleep), not a missing counter
     last_request: RequestStats | None = None

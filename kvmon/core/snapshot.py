@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvmon.core.curve_config import AtlasView
-from kvmon.core.readings import Provenance
+from kvmon.core.readings import Provenance, RateSource
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -469,7 +469,7 @@ class Snapshot:
     decode_tok_s: float | None = None  # None while idle: no data, not 0
     activity: Activity | None = None  # None: the server was not read in this poll
     prefill_tok_s: float | None = None
-    decode_rate_source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | "replies" | None
+    decode_rate_source: RateSource | None = None
     ceiling_tok_s: float | None = None  # what the memory bus allows at context_tokens
     ceiling_curve: tuple[tuple[int, float], ...] = ()  # (context tokens, tok/s) up to n_ctx
     efficiency: float | None = None  # decode ÷ ceiling; None (with ceiling_suspect) when decode exceeds the ceiling

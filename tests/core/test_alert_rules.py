@@ -31,7 +31,7 @@ class Rates:
 
         d = 60.0 if int(r.t_monotonic) % 60 < 30 else None
         return SimpleNamespace(decode_tok_s=d, prefill_tok_s=None, per_slot_decode_tok_s={0: d},
-                               source="slots" if d is not None else None)
+                               decode_rate_source="slots" if d is not None else None)
 
 
 def reading(t: float) -> ServerReading:

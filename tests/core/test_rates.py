@@ -43,7 +43,7 @@ def test_generating_captures_give_the_decode_rate() -> None:
     expected = (1635 - 1037) / CAPTURE_GAP_S  # n_decoded 1037 → 1635
     assert second.decode_tok_s == pytest.approx(expected)
     assert second.per_slot_decode_tok_s == {0: pytest.approx(expected)}
-    assert second.source == "slots"
+    assert second.decode_rate_source == "slots"
     assert second.prefill_tok_s is None  # decoding, not prefilling
 
 
@@ -90,7 +90,7 @@ def test_server_restart_resets_counters() -> None:
     assert s.decode_tok_s is None and s.prefill_tok_s == pytest.approx(200.0)  # its prompt read: decoding began
     s = tr.update(_reading(3.0, (), {"n_decode_total": 130.0, "prompt_tokens_total": 20, "prompt_seconds_total": 0.1},
                            total_slots=1))
-    assert s.decode_tok_s == pytest.approx(60.0) and s.source == "metrics"
+    assert s.decode_tok_s == pytest.approx(60.0) and s.decode_rate_source == "metrics"
 
 
 def _counted(t: float, n_decode: float, prompt: float, predicted: float, running: int | None = None) -> ServerReading:
@@ -113,7 +113,7 @@ def test_n_decode_is_a_decode_speed_only_between_a_prompt_read_and_the_reply_end
     s = tr.update(_counted(4.0, 160, 6500, 40, running))  # the prompt read, decoding began inside the interval
     assert s.decode_tok_s is None and s.prefill_tok_s == pytest.approx(1000.0)
     s = tr.update(_counted(5.0, 210, 6500, 40, running))
-    assert s.decode_tok_s == pytest.approx(50.0) and s.source == "metrics"
+    assert s.decode_tok_s == pytest.approx(50.0) and s.decode_rate_source == "metrics"
     assert tr.update(_counted(6.0, 260, 6500, 40, running)).decode_tok_s == pytest.approx(50.0)
     assert tr.update(_counted(7.0, 290, 6500, 170, 0 if running else None)).decode_tok_s is None  # the reply ended
     for t, n in ((8.0, 298), (9.0, 306)):  # the next request's prompt: batches again
@@ -251,7 +251,7 @@ def test_source_name_follows_the_reading() -> None:
     r1 = ServerReading(t_monotonic=1.0, t_wall=1.0, backend="ollama", url="u", slots=_slot(40, 140),
                        live_rate_source="child_slots")
     s = tr.update(r1)
-    assert s.decode_tok_s == pytest.approx(30.0) and s.source == "child_slots"
+    assert s.decode_tok_s == pytest.approx(30.0) and s.decode_rate_source == "child_slots"
 
 
 def _ended(tokens: float, seconds: float) -> dict[str, float]:
@@ -265,12 +265,12 @@ def test_replies_shorter_than_a_poll_take_their_speed_from_the_servers_timing_of
     tr = SlotRateTracker()
     tr.update(_reading(0.0, _slot(40, 120, task=1), _ended(0, 0.0)))
     s = tr.update(_reading(1.0, _slot(30, 110, task=2), _ended(900, 0.25)))  # replies of 900 tokens in 0.25 s
-    assert s.decode_tok_s == pytest.approx(3600.0) and s.source == "replies"
+    assert s.decode_tok_s == pytest.approx(3600.0) and s.decode_rate_source == "replies"
     s = tr.update(_reading(2.0, _slot(10, 90, task=3), _ended(1500, 0.45)))
     assert s.decode_tok_s == pytest.approx(600 / 0.2)
     # the same request at both ends: its own counter says the speed now
     s = tr.update(_reading(3.0, _slot(410, 490, task=3), _ended(1500, 0.45)))
-    assert s.decode_tok_s == pytest.approx(400.0) and s.source == "slots"
+    assert s.decode_tok_s == pytest.approx(400.0) and s.decode_rate_source == "slots"
 
 
 def test_no_ended_replies_speed_while_nothing_runs_or_several_requests_shared_the_interval() -> None:
@@ -288,7 +288,7 @@ def test_no_ended_replies_speed_while_nothing_runs_or_several_requests_shared_th
     two.update(both(0.0, (1, 2), _ended(0, 0.0)))
     s = two.update(both(1.0, (3, 4), _ended(800, 0.4)))
     assert s.decode_tok_s is None  # two replies may have run side by side: their mean is no one stream's speed
-    assert s.source != "replies"
+    assert s.decode_rate_source != "replies"
 
 
 def test_an_impossible_ended_replies_speed_is_withheld() -> None:
@@ -306,5 +306,5 @@ def test_without_slots_an_ended_reply_gives_the_speed_while_the_server_says_one_
     tr = SlotRateTracker()
     tr.update(r(0.0, 100, 0, 0.0, 1))
     s = tr.update(r(1.0, 200, 500, 0.2, 1))  # one reply ended, the next one's prompt was read
-    assert s.decode_tok_s == pytest.approx(2500.0) and s.source == "replies"
+    assert s.decode_tok_s == pytest.approx(2500.0) and s.decode_rate_source == "replies"
     assert tr.update(r(2.0, 200, 900, 0.4, 0)).decode_tok_s is None  # nothing runs: idle

@@ -135,7 +135,7 @@ class Rates:
 
         d = self.speeds.pop(0)
         return SimpleNamespace(decode_tok_s=d, prefill_tok_s=None, per_slot_decode_tok_s={0: d},
-                               source="slots" if d is not None else None)
+                               decode_rate_source="slots" if d is not None else None)
 
 
 def test_a_speed_no_visible_device_could_give_means_a_device_kvmon_cannot_see() -> None:

@@ -244,7 +244,7 @@ class Analyzer:
             notes = notes.then(Notes({"prompt_cache_limit_bytes": cp}))
 
         # what follows from the session so far: this poll's point joins the fit's store, then the forecast
-        self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.source)
+        self._forecaster.add(r, model, where.slots, where.context, rates.decode, rates.decode_rate_source)
         atlas = self._forecaster.remembered(config_of(r.backend, r.server_version, model, gviews, hview))
         vfacts = self._trend.facts(gviews)
         fc, n1 = self._forecaster.forecast(t, model, where.context, rates.decode, devices_now, shape, type_k, type_v,
@@ -266,7 +266,7 @@ class Analyzer:
         # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
         ended = self._latency.added
         replied = 1.0 / ended.itl_s if ended is not None and ended.itl_s else None
-        point = measured_point(where.slots, where.context, rates.decode, rates.source)
+        point = measured_point(where.slots, where.context, rates.decode, rates.decode_rate_source)
         last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
                                                    rates.decode if rates.decode is not None else replied, t, r.t_wall,
                                                    where.context, point[1] if point is not None else None)
@@ -283,7 +283,7 @@ class Analyzer:
         dt, self._last_t = (t - self._last_t if self._last_t is not None else None), t
         # energy per token counts intervals of decoding at the speed measured over them: replies that ended in an
         # interval were timed over their generation only (the interval also held prompts), so it is no such interval
-        decoded = rates.decode if rates.source != ENDED_REPLIES else None
+        decoded = rates.decode if rates.decode_rate_source != ENDED_REPLIES else None
         counted, n5 = energy.counted_devices(gpus, host, gviews, hview)
         used, n6 = self._energy.update(t, counted, decoded, dt, busy=speeds.busy(r, rates.decode, rates.prefill),
                                        reply=self._latency.added)
@@ -293,9 +293,8 @@ class Analyzer:
             connection=Connection(status=status, since_t_monotonic=self._connected_since),
             backend=r.backend, server_version=r.server_version, url=r.url, model=model, slots=where.slots,
             context_tokens=where.context, decode_tok_s=rates.decode, activity=speeds.activity(rates, status),
-            prefill_tok_s=rates.prefill,
-            decode_rate_source=rates.source, ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency,
-            ceiling_suspect=suspect,
+            prefill_tok_s=rates.prefill, decode_rate_source=rates.decode_rate_source,
+            ceiling_tok_s=ceiling_now, ceiling_curve=curve, efficiency=efficiency, ceiling_suspect=suspect,
             kv_in_use_bytes=kv_in_use, kv_allocated_bytes=model.kv_allocated_bytes,
             bytes_read_per_token=bw.bytes_per_token, achieved_bandwidth_bytes_per_s=bw.achieved,
             peak_bandwidth_bytes_per_s=bw.peak, bandwidth_headroom_fraction=bw.headroom, gpus=gviews,

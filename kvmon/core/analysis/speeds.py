@@ -11,7 +11,7 @@ from typing import Any
 from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.backend import backend_of
-from kvmon.core.readings import Provenance, ServerReading, SlotReading
+from kvmon.core.readings import Provenance, RateSource, ServerReading, SlotReading
 from kvmon.core.snapshot import Activity, ConnectionStatus, SlotView
 
 
@@ -22,7 +22,7 @@ class Speeds:
     decode: float | None = None
     prefill: float | None = None
     per_slot: Mapping[int, float | None] = field(default_factory=dict)
-    source: str | None = None  # "slots" | "child_slots" | "proxy" | "metrics" | "replies"
+    decode_rate_source: RateSource | None = None
     idle: bool = False  # no rate because nothing is generating (not because a counter is missing or withheld)
     processing: bool = False  # no decode rate, yet a request runs (its prompt is processed, or decoding just began)
 
@@ -53,7 +53,7 @@ def speeds(sample: Any, r: ServerReading) -> tuple[Speeds, Notes]:
     reasons: dict[str, str] = {}
     out = Speeds(decode=getattr(sample, "decode_tok_s", None), prefill=getattr(sample, "prefill_tok_s", None),
                  per_slot=getattr(sample, "per_slot_decode_tok_s", None) or {},
-                 source=getattr(sample, "source", None))
+                 decode_rate_source=getattr(sample, "decode_rate_source", None))
     withheld: dict[str, str] = getattr(sample, "reasons", None) or {}  # rates past their physical bound
     if out.decode is not None:
         prov["decode_tok_s"] = Provenance.MEASURED

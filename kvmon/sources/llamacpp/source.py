@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote, urlsplit
 from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.readings import (
     FailureKind,
+    RateSource,
     ServerConfig,
     ServerReading,
     SlotReading,
@@ -267,7 +268,7 @@ class LlamaServerSource:
         server_version = json_str(props.get("build_info"))
 
         slots: tuple[SlotReading, ...] = ()
-        live_source: str | None = None
+        live_source: RateSource | None = None
         live_reason: str | None = None
         # idle on a server that sleeps when idle: /metrics (no task, no timer reset) says whether to ask /slots
         pre_metrics: tuple[bool | None, dict[str, float]] | None = None

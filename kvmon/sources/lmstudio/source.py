@@ -20,6 +20,7 @@ from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
     Provenance,
+    RateSource,
     RequestStats,
     ServerConfig,
     ServerReading,
@@ -201,7 +202,8 @@ class LmStudioSource:
             provenance=prov)
 
     def _live(self, proxy: ProxyView | None, proxy_reason: str | None, active: LmModel, inst: Instance,
-              reasons: dict[str, str]) -> tuple[tuple[SlotReading, ...], RequestStats | None, str | None, str | None]:
+              reasons: dict[str, str]) -> tuple[tuple[SlotReading, ...], RequestStats | None, RateSource | None,
+                                                 str | None]:
         """(the proxy's streams as slots, at the conversation's depth the replies' stats give, its last finished
         request, rate source, why no live rate)."""
         if proxy is None:

@@ -21,6 +21,7 @@ from kvmon.core.readings import (
     FailureKind,
     ModelInfo,
     Provenance,
+    RateSource,
     RequestStats,
     ServerConfig,
     ServerReading,
@@ -246,7 +247,7 @@ class OllamaSource:
         slots: tuple[SlotReading, ...] = ()
         total_slots: int | None = None
         kv_unified: bool | None = None
-        rate_source: str | None = None
+        rate_source: RateSource | None = None
         rate_reason: str | None = None
         server_pids: tuple[int, ...] = ()
         child_reading: ServerReading | None = None

@@ -51,7 +51,7 @@ class Rates:
         from types import SimpleNamespace
 
         return SimpleNamespace(decode_tok_s=self.decode, prefill_tok_s=None, per_slot_decode_tok_s={},
-                               source="slots" if self.decode is not None else None)
+                               decode_rate_source="slots" if self.decode is not None else None)
 
 
 def reading(t: float = 0.0, ctx: int = DEPTH, **kw: object) -> ServerReading:

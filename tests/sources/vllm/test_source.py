@@ -73,7 +73,7 @@ def test_step_counter_rates_and_reset() -> None:
     assert tr.update(_reading(5.0, 110.0, 0)).decode_tok_s is None  # idle
     assert tr.update(_reading(6.0, 500.0, 1)).decode_tok_s is None  # began inside the interval: not a rate
     s = tr.update(_reading(7.0, 600.0, 1, (1000.0, 0.5)))
-    assert s.decode_tok_s == pytest.approx(100.0) and s.source == "metrics"
+    assert s.decode_tok_s == pytest.approx(100.0) and s.decode_rate_source == "metrics"
     assert tr.update(_reading(8.0, 700.0, 1, (3000.0, 1.0))).prefill_tok_s == pytest.approx(4000.0)
 
 
