@@ -23,7 +23,7 @@ from kvmon.core.analysis import Analyzer
 from kvmon.core.connection import failure_of
 from kvmon.core.curve_config import CurveMemory
 from kvmon.core.deadline import PollDeadline, poll_deadline
-from kvmon.core.locality import is_loopback_host
+from kvmon.core.locality import server_here
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.verdict import decided
@@ -60,11 +60,6 @@ def close_quietly(*parts: object) -> None:
             pass
 
 
-def _here(server: ServerReading, server_pids: Sequence[int]) -> bool:
-    host = server.url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-    return bool(server_pids) or is_loopback_host(host)
-
-
 def idle_here(server: ServerReading | SourceFailure, server_pids: Sequence[int]) -> bool:
     """Whether a poll found a server on this machine with every slot idle (nothing decoding): the only time the
     host's bandwidth probe may run, since it competes with decode for the memory bus it measures."""
@@ -72,12 +67,12 @@ def idle_here(server: ServerReading | SourceFailure, server_pids: Sequence[int])
         return False
     if not server.slots or any(s.processing for s in server.slots):
         return False  # no slots read: whether it decodes is unknown, so it might
-    return _here(server, server_pids)
+    return server_here(server.url, server_pids)
 
 
 def busy_here(server: ServerReading | SourceFailure, server_pids: Sequence[int]) -> bool:
     """Whether a poll found a server on this machine that decodes, loads, or might (its slots unread)."""
-    if not isinstance(server, ServerReading) or server.state == "sleeping" or not _here(server, server_pids):
+    if not isinstance(server, ServerReading) or server.state == "sleeping" or not server_here(server.url, server_pids):
         return False
     return not idle_here(server, server_pids)
 

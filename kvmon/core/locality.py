@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
 
@@ -61,6 +63,16 @@ def is_loopback_host(host: str | None) -> bool:
         return False
     h = host.strip("[]").lower()
     return h in LOOPBACK_NAMES or h.startswith("127.")
+
+
+def server_here(url: str, server_pids: Sequence[int]) -> bool:
+    """Whether the server at ``url`` runs on this machine: its processes were found, or it listens on loopback."""
+    if server_pids:
+        return True
+    try:
+        return is_loopback_host(urlsplit(url).hostname)
+    except ValueError:  # a URL the source took but this cannot split: not known to be here
+        return False
 
 
 def host_header_allowed(host_header: str | None) -> bool:

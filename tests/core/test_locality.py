@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmon.core.locality import ListenAddressError, host_header_allowed, is_loopback_host, parse_listen
+from kvmon.core.locality import ListenAddressError, host_header_allowed, is_loopback_host, parse_listen, server_here
 
 
 @pytest.mark.parametrize("host", [None, "localhost", "localhost:9464", "LOCALHOST.", "127.0.0.1", "127.0.0.1:11435",
@@ -50,12 +50,15 @@ def test_loopback() -> None:
     ("http://gpu-box:9931", False), ("http://0.0.0.0:9931", False),
 ])
 def test_every_place_that_asks_is_it_here_gets_one_answer(url: str, here: bool) -> None:
-    """The server list's label, the analysis ("on this machine") and discovery read the one rule."""
+    """The server list's label, the analysis and the bandwidth probe ("on this machine") read the one rule."""
     from kvmon.app.servers import short_label
-    from kvmon.core.analysis.analyzer import _local
-    from kvmon.core.readings import ServerReading
 
-    assert _local(ServerReading(t_monotonic=0.0, t_wall=0.0, backend="llama-server", url=url)) is here
+    assert server_here(url, ()) is here
+    assert server_here(url, (4242,))  # its processes were found here, whatever address it listens on
     port = url.rsplit(":", 1)[1]
     assert (short_label(url, "llama-server") == f"llama-server :{port}") is here
     assert is_loopback_host(url.split("://", 1)[1].rsplit(":", 1)[0]) is here
+
+
+def test_a_url_that_cannot_be_split_is_not_known_to_be_here() -> None:
+    assert not server_here("http://[::1:9931", ())

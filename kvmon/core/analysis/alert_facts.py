@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvmon.core.alerts import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
-from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure
@@ -76,7 +75,7 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
         slot_id=slot_id, tokens_until_ctx_full=fc.tokens_until_ctx_full,
         seconds_until_ctx_full=fc.seconds_until_ctx_full, decode_tok_s=decode, gpus=vfacts,
         kv_host_fraction=kv_host_frac if kv_known else None,
-        kv_host_bytes=int(kv_host_frac * (cache_bytes(model) or 0)) if model.kv_allocated_bytes else None,
+        kv_host_bytes=int(kv_host_frac * (d.cache_bytes or 0)) if model.kv_allocated_bytes else None,
         kv_host_via=via, kv_host_cap_tok_s=cap, weights_host_bytes=weights_host,
         weight_bytes=model.weight_bytes, weights_host_cap_tok_s=ceiling_now if weights_host else None,
         kv_with_host_layers=p.kv_follows_layers and p.kv_host > 0,

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import (
@@ -44,7 +43,7 @@ from kvmon.core.connection import failure_snapshot, reading_status
 from kvmon.core.curve_config import AtlasView, CurveMemory
 from kvmon.core.curve_identity import config_of
 from kvmon.core.device_names import canonical_device, is_device_buffer
-from kvmon.core.locality import is_loopback_host
+from kvmon.core.locality import server_here
 from kvmon.core.points import measured_point, model_key
 from kvmon.core.rates import ENDED_REPLIES, SlotRateTracker
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, Provenance, ServerReading, SourceFailure
@@ -186,7 +185,7 @@ class Analyzer:
         host_bw, host_src = gpu_views.host_bandwidth(st.host_bandwidth_bytes_per_s, host)
         gviews = gpu_views.with_host_bandwidth(devs.views, host_bw, host_src)
         devs = devices.Devices(gviews, devs.by_name)
-        no_gpu_here = gpus is not None and not gviews and _local(r)
+        no_gpu_here = gpus is not None and not gviews and server_here(r.url, r.server_pids)
         unseen = self._unseen_device(r, model, rates.decode, host_bw) if no_gpu_here else None
         place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus),
                                 no_gpu_here=no_gpu_here and unseen is None)
@@ -199,7 +198,8 @@ class Analyzer:
         if kv_why is not None:  # a cache larger than where it is said to live is not a size to draw
             model, n = consistency.without_kv(model, kv_why)
             notes = notes.then(n)
-        placement.estimate_pcie_spill(place, gviews, cache_bytes(model), r.config.compute_buffer_bytes_by_device,
+        cache = cache_bytes(model)  # the KV cache and a hybrid's recurrent state beside it
+        placement.estimate_pcie_spill(place, gviews, cache, r.config.compute_buffer_bytes_by_device,
                                       devs, draft.draft_bytes(model))
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
@@ -227,14 +227,15 @@ class Analyzer:
         compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
                    if is_device_buffer(d)}
         compute_by_index = {k: v for k, v in compute.items() if k is not None}
-        gviews = gpu_views.split_vram(gviews, place, model, kv_in_use, rates.decode, kv_read_now, r, gpus, devs)
+        gviews = gpu_views.split_vram(gviews, place, model, cache, kv_in_use, rates.decode, kv_read_now, r, gpus,
+                                      devs)
         gviews, n3 = consistency.vram_split(gviews, compute_by_index)  # the parts the measured memory denies
         notes = notes.then(n1, n2, n3)
         shares = ceiling.step_shares(devices_now, kv_read_now) if len(devices_now or ()) > 1 else {}
         if shares:  # layers split over devices: each reads its part in turn, at its own rate for its share
             gviews = tuple(replace(g, step_share=shares.get(f"GPU {g.index}")) for g in gviews)
         # host RAM, and the host prompt cache llama-server keeps there (--cache-ram, 8 GiB by default)
-        hview = gpu_views.host_view(host, place, cache_bytes(model), host_bw=host_bw, host_bw_source=host_src,
+        hview = gpu_views.host_view(host, place, cache, host_bw=host_bw, host_bw_source=host_src,
                                     model=model, decode=rates.decode, kv_read_now=kv_read_now, gviews=gviews,
                                     prompt_cache_limit_bytes=r.config.prompt_cache_limit_bytes)
         if shares.get("host") is not None:
@@ -256,7 +257,7 @@ class Analyzer:
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None
         dfacts = alert_facts.DeviceFacts(
-            gviews=gviews, host=hview, cache_bytes=cache_bytes(model), draft_bytes=draft.draft_bytes(model),
+            gviews=gviews, host=hview, cache_bytes=cache, draft_bytes=draft.draft_bytes(model),
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
@@ -358,12 +359,3 @@ class Analyzer:
         key = regimes.regime_key(model_key(r.url, model), model.n_ctx, model.kv_type_k and type_k,
                                  model.kv_type_v and type_v, model.n_slots, shares)
         self._forecaster.observe(key, reloaded=reloaded, t_monotonic=r.t_monotonic, t_wall=r.t_wall)
-
-def _local(r: ServerReading) -> bool:
-    """Whether the server runs on this machine (its processes were found, or it listens on loopback)."""
-    if r.server_pids:
-        return True
-    try:
-        return is_loopback_host(urlsplit(r.url).hostname)
-    except ValueError:  # a URL the source took but this cannot split: not known to be here
-        return False

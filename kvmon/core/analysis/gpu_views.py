@@ -11,7 +11,6 @@ from dataclasses import replace
 
 from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.draft import draft_bytes
-from kvmon.core.analysis.model_view import cache_bytes
 from kvmon.core.analysis.placement import Placement, read_scale
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, AnalyzerSettings
 from kvmon.core.device_names import canonical_device, is_device_buffer
@@ -107,10 +106,11 @@ def with_host_bandwidth(gviews: tuple[GpuView, ...], host_bw: float | None, host
     return tuple(out)
 
 
-def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_in_use: int | None,
+def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, cache: int | None, kv_in_use: int | None,
                decode: float | None, kv_read_now: float | None, r: ServerReading,
                gpus: GpuSetReading | None, devs: Devices) -> tuple[GpuView, ...]:
-    """Stacked memory per device: weights / KV allocated (in use) / server compute and other / others / free."""
+    """Stacked memory per device: weights / KV allocated (in use) / server compute and other / others / free;
+    ``cache``: the model's caches in memory (``cache_bytes``)."""
     compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
                if is_device_buffer(d)}
     server_used_by_index = server_used(gpus)
@@ -122,7 +122,6 @@ def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, kv_i
     for g in gviews:
         w = p.weights_gpu.get(g.index)
         frac = p.kv_gpu.get(g.index)
-        cache = cache_bytes(model)
         kv_alloc = int(cache * frac) if cache is not None and frac else None
         kv_use = int(kv_in_use * frac) if kv_in_use is not None and frac else None
         draft = int(drafted * p.draft_gpu[g.index]) if drafted and p.draft_gpu.get(g.index) else None
