@@ -224,11 +224,10 @@ class Analyzer:
         if efficiency is not None or suspect is not None:
             self._forecaster.add_efficiency(efficiency if efficiency is not None else 1.0)
         bw, n2 = ceiling.bandwidth(rates.decode, read_now, kv_read_now, ceiling_now)
-        compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
-                   if is_device_buffer(d)}
-        compute_by_index = {k: v for k, v in compute.items() if k is not None}
-        gviews = gpu_views.split_vram(gviews, place, model, cache, kv_in_use, rates.decode, kv_read_now, r, gpus,
-                                      devs)
+        compute_by_index = {i: b for d, b in r.config.compute_buffer_bytes_by_device.items()
+                            if is_device_buffer(d) and (i := devs.by_name.get(canonical_device(d))) is not None}
+        gviews = gpu_views.split_vram(gviews, place, model, cache, kv_in_use, rates.decode, kv_read_now,
+                                      compute_by_index, gpus)
         gviews, n3 = consistency.vram_split(gviews, compute_by_index)  # the parts the measured memory denies
         notes = notes.then(n1, n2, n3)
         shares = ceiling.step_shares(devices_now, kv_read_now) if len(devices_now or ()) > 1 else {}

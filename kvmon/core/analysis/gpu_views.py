@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.draft import draft_bytes
 from kvmon.core.analysis.placement import Placement, read_scale
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, AnalyzerSettings
-from kvmon.core.device_names import canonical_device, is_device_buffer
-from kvmon.core.readings import GpuReading, GpuSetReading, HostReading, ServerReading
+from kvmon.core.readings import GpuReading, GpuSetReading, HostReading
 from kvmon.core.snapshot import GpuView, HostView, ModelView
 from kvmon.physics.gpus import choose_peak_bandwidth, pcie_bandwidth_bytes_per_s
 
@@ -107,12 +105,10 @@ def with_host_bandwidth(gviews: tuple[GpuView, ...], host_bw: float | None, host
 
 
 def split_vram(gviews: tuple[GpuView, ...], p: Placement, model: ModelView, cache: int | None, kv_in_use: int | None,
-               decode: float | None, kv_read_now: float | None, r: ServerReading,
-               gpus: GpuSetReading | None, devs: Devices) -> tuple[GpuView, ...]:
+               decode: float | None, kv_read_now: float | None, compute: Mapping[int, int],
+               gpus: GpuSetReading | None) -> tuple[GpuView, ...]:
     """Stacked memory per device: weights / KV allocated (in use) / server compute and other / others / free;
-    ``cache``: the model's caches in memory (``cache_bytes``)."""
-    compute = {devs.by_name.get(canonical_device(d)): b for d, b in r.config.compute_buffer_bytes_by_device.items()
-               if is_device_buffer(d)}
+    ``cache``: the model's caches in memory (``cache_bytes``), ``compute``: the log's compute buffers by GPU."""
     server_used_by_index = server_used(gpus)
     resident = sum(p.weights_gpu.values()) + p.weights_host_read
     out = []
