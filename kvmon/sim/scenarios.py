@@ -24,8 +24,17 @@ close to Metal's working-set limit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvmon.core.units import GIB
+
+
+class KeyMoment(NamedTuple):
+    """A point of a scenario where its headline says something worth seeing: ``--help`` lists it, so that a user can
+    join the scenario there (``--start-at``)."""
+
+    name: str
+    at_s: float  # simulated seconds
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ class Scenario:
     embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
     throttles: tuple[Throttle, ...] = ()  # stretches where the memory clock is held down while busy
     agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
+    key_moments: tuple[KeyMoment, ...] = ()
 
     def throttle_at(self, t: float) -> Throttle | None:
         """The throttle in force at ``t`` (simulated seconds), if any."""
@@ -143,6 +153,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.97e-9,
             script=ChatScript(n_turns=50, first_prompt_tokens=1200, target_context_tokens=262000,
                               generated_tokens=600, think_s=20.0),
+            key_moments=(KeyMoment("deep in the chat", 1500.0),),
         ),
         Scenario(
             name="spill-4090",
@@ -164,6 +175,8 @@ SCENARIOS: dict[str, Scenario] = {
             # reload with 128K and goes on there, on a model that no longer fits
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=60000,
                               generated_tokens=350, think_s=5.0),
+            key_moments=(KeyMoment("decoding in VRAM", 100.0), KeyMoment("VRAM running out", 260.0),
+                         KeyMoment("VRAM and context full", 310.0), KeyMoment("spilled after the reload", 360.0)),
         ),
         Scenario(
             name="ollama-partial",
@@ -180,6 +193,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.0e-9,
             script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
                               generated_tokens=300, think_s=8.0),
+            key_moments=(KeyMoment("partly on the CPU", 20.0),),
         ),
         Scenario(
             name="vllm",
@@ -206,6 +220,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=1.0e-9,
             script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
                               generated_tokens=400, think_s=4.0),
+            key_moments=(KeyMoment("decoding in VRAM", 20.0),),
         ),
         Scenario(
             name="lmstudio",
@@ -222,6 +237,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=3.0e-9,
             script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
                               generated_tokens=300, think_s=6.0),
+            key_moments=(KeyMoment("decoding through the proxy", 130.0),),
         ),
         Scenario(
             name="power-cap-4090",
@@ -240,6 +256,9 @@ SCENARIOS: dict[str, Scenario] = {
             throttles=(Throttle(at_s=120.0, until_s=360.0, mem_clock_fraction=0.6),),
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=30000,
                               generated_tokens=350, think_s=5.0),
+            key_moments=(KeyMoment("decoding at the full memory clock", 60.0),
+                         KeyMoment("the power cap holds the memory clock down", 200.0),
+                         KeyMoment("the cap lifted: full speed again", 380.0)),
         ),
         Scenario(
             name="agent-cache-miss",
@@ -260,6 +279,7 @@ SCENARIOS: dict[str, Scenario] = {
             # a task with the files it reads (6K tokens), then a tool result of ~1.5K tokens each step
             script=ChatScript(n_turns=24, first_prompt_tokens=6000, target_context_tokens=45000,
                               generated_tokens=600, think_s=2.0),
+            key_moments=(KeyMoment("its prompt read again whole: the clock in its system prompt", 60.0),),
         ),
         Scenario(
             name="cpu-ddr5",
@@ -278,6 +298,7 @@ SCENARIOS: dict[str, Scenario] = {
             host_bandwidth_bytes_per_s=62e9,
             script=ChatScript(n_turns=30, first_prompt_tokens=400, target_context_tokens=30000,
                               generated_tokens=250, think_s=6.0),
+            key_moments=(KeyMoment("decoding on the CPU", 110.0),),
         ),
         Scenario(
             name="apple-m2max",
@@ -300,6 +321,7 @@ SCENARIOS: dict[str, Scenario] = {
             memory_type="LPDDR5",
             script=ChatScript(n_turns=24, first_prompt_tokens=600, target_context_tokens=23000,
                               generated_tokens=250, think_s=8.0),
+            key_moments=(KeyMoment("near Metal's limit", 30.0),),
         ),
     )
 }
