@@ -63,7 +63,6 @@ class PlotSlot(QtWidgets.QWidget):
 class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
-    _time_slot: PlotSlot  # a QWidget to the mixins
     pause_toggled = QtCore.Signal(bool)
     shown_changed = QtCore.Signal(bool)  # visible and not minimised: the poller may slow down when hidden
     reconnect_requested = QtCore.Signal()
@@ -189,6 +188,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self.latency = LatencyPanel()
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
+        self.switchable = {"speed_time": self._time_slot, "memory": self.memory, "bandwidth": self.bandwidth,
+                           "latency": self.latency, "energy": self.energy, "alerts": self.alerts}
         self.setStatusBar(self.status)
         self.status.set_recording(self._recording)
         if self._replay_status is not None:
