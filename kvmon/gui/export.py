@@ -329,7 +329,6 @@ class ExportActions(QtCore.QObject):
         self.win = win
         self.ask = ask
         self.actions: dict[str, QtGui.QAction] = {}
-        self.last_path: str | None = None
 
     def _snap(self) -> Snapshot | None:
         return shown_snapshot(self.win)
@@ -378,7 +377,6 @@ class ExportActions(QtCore.QObject):
         except ExportError as exc:
             self._say(f"Export failed: {exc}")
             return None
-        self.last_path = path
         self._say(f"Saved {path}")
         return path
 

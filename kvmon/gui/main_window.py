@@ -329,13 +329,13 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         menu.addSeparator()
         self.record_action = self.exports.add("record", "Record session…", self.toggle_recording, menu, "Ctrl+R")
         self.record_action.setCheckable(True)
-        self.report_action = self.exports.add("report", "Save report card…", self.save_report_card, menu,
+        self.exports.add("report", "Save report card…", self.save_report_card, menu,
                                               "Ctrl+Shift+R")
         self.csv_action = self.exports.add("recording_csv", "Export recording as CSV…", self.save_recording_csv,
                                            menu)
         self.csv_action.setEnabled(False)
         menu.addSeparator()
-        self.add_server_action = self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
+        self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
         bar.setIconSize(QtCore.QSize(0, 0))
