@@ -23,7 +23,7 @@ close to Metal's working-set limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from kvmon.core.units import GIB
@@ -132,6 +132,12 @@ class Scenario:
         return next((th for th in self.throttles if th.at_s <= t < th.until_s), None)
 
 
+# Llama-3.1-8B Q4_K_M on an RTX 4090, as measured: three scenarios tell their stories on it
+_LLAMA_8B_4090 = Scenario(
+    name="", description="", backend="llama-server", preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+    model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", gpu_name="RTX 4090", n_gpus=1, n_ctx=32768,
+    decode_anchors=((0, 140.0), (32768, 70.0)), prefill_tok_s_empty=9000.0, prefill_slowdown_s_per_token=2.0e-9)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -155,20 +161,12 @@ SCENARIOS: dict[str, Scenario] = {
                               generated_tokens=600, think_s=20.0),
             key_moments=(KeyMoment("deep in the chat", 1500.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="spill-4090",
             description="Llama-3.1-8B Q4_K_M on an RTX 4090 (24 GiB): another application's VRAM use rises until "
             "free VRAM runs out, then the model reloads with a 128K context that no longer fits: partial "
             "offload, layers on the CPU, PCIe traffic, the cliff",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
-            n_ctx=32768,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, int(14.75 * GIB))),
             reload=Reload(at_s=330.0, n_ctx=131072, load_s=8.0),
             # the chat fills the 32K context just as VRAM runs out (both warnings show first); it waits for the
@@ -239,20 +237,12 @@ SCENARIOS: dict[str, Scenario] = {
                               generated_tokens=300, think_s=6.0),
             key_moments=(KeyMoment("decoding through the proxy", 130.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="power-cap-4090",
             description="Llama-3.1-8B Q4_K_M on an RTX 4090 set to a quiet power profile: from two minutes in, "
             "while it decodes, the power cap holds its memory clock at 60% of its maximum, and decode falls below "
             "the ceiling for that reason (NVML's clocks and their reasons say so); at six minutes the cap is lifted",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
-            n_ctx=32768,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             throttles=(Throttle(at_s=120.0, until_s=360.0, mem_clock_fraction=0.6),),
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=30000,
                               generated_tokens=350, think_s=5.0),
@@ -260,21 +250,14 @@ SCENARIOS: dict[str, Scenario] = {
                          KeyMoment("the power cap holds the memory clock down", 200.0),
                          KeyMoment("the cap lifted: full speed again", 380.0)),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="agent-cache-miss",
             description="a coding agent on Llama-3.1-8B Q4_K_M (RTX 4090, 64K context) through kvmon proxy: its "
             "system prompt starts with the date and time, so every request changes the prompt's first message and "
             "llama-server reads the whole conversation again; kvmon names the change, counts what it costs and "
             "predicts the next reply's wait",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
             n_ctx=65536,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             agent=True,
             # a task with the files it reads (6K tokens), then a tool result of ~1.5K tokens each step
             script=ChatScript(n_turns=24, first_prompt_tokens=6000, target_context_tokens=45000,
