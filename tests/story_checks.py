@@ -1,4 +1,4 @@
-"""Checks of a scenario's story (``kvmon.sim.stories``) against what the window showed (``story_window.Seen``) and
+"""Checks of a scenario's story (``stories``) against what the window showed (``story_window.Seen``) and
 against the ``once --json`` document at the same point; and the truth the forecast is held to: the speeds the
 simulator really decodes later in the story, from its own engine playing the same script.
 
@@ -16,9 +16,8 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from stories import DECODING, IDLE, LOADING, Alert, Bar, Forecast, Moment, Watch
 from story_window import Seen
-
-from kvmon.sim.stories import DECODING, IDLE, LOADING, Alert, Bar, Forecast, Moment, Watch
 
 GIB = 1024**3
 EPS_S = 0.25  # a poll lands a few milliseconds after its simulated second (the clock ran until it was stopped)

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
+from stories import Watch
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
 from kvmon.gui.panels.alerts import STATE_TEXT
-from kvmon.sim.stories import Watch
 
 POLL_WAIT_S = 30.0  # the most one poll may take before the run is given up (a hung poll is a failure)
 CONNECTION_TEXTS = tuple(text for _level, text in STATE_TEXT.values())

@@ -94,7 +94,6 @@ class GroupMonitor:
         self._pinned: str | None = None
         self._seq = 0
         self.last_snapshot: Snapshot | None = None
-        self.last_listing: ModelListing | None = None
 
     @property
     def backend(self) -> str:
@@ -112,10 +111,6 @@ class GroupMonitor:
         """The source of one running model (None: not running, or not readable from here)."""
         m = self._models.get(name)
         return m.source if m is not None else None
-
-    def model_snapshots(self) -> dict[str, Snapshot]:
-        """The last Snapshot of every running model that was read (for exporters that show all of them)."""
-        return {n: m.snapshot for n, m in self._models.items() if m.snapshot is not None}
 
     # ------------------------------------------------------------------ the poll
 
@@ -136,7 +131,6 @@ class GroupMonitor:
             snap = self._own.update(failure, self.devices.poll_gpus(pids), self.devices.poll_host(pids))
             kind = getattr(self.source, "kind", "")
             return self._emit(replace(snap, serving=ServingView(kind, message=failure.reason)))
-        self.last_listing = listing
         events = transition_events(self._previous, listing.models, t, wall)
         self._previous = {m.name: m for m in listing.models}
         running = {m.name: m for m in listing.running()}

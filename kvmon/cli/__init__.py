@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kvmon import __version__
+from kvmon.gui import PANEL_ATTRS
 from kvmon.resources import NAMED
 
 SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve", "sweep", "compare")
@@ -172,8 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     shot.add_argument("--after", type=seconds, default=5.0, metavar="SECONDS",
                       help=AFTER_HELP.format(what="capturing") + " (default %(default)g)")
     shot.add_argument("-o", "--output", required=True, help="PNG file to write")
-    shot.add_argument("--panel", default=None, help="one panel only: header, speed-vs-context, speed-over-time, "
-                      "memory, bandwidth, alerts, what-if")
+    shot.add_argument("--panel", default=None, help=f"one panel only: {', '.join(PANEL_ATTRS)}")
     _add_demo_args(shot, seconds)
     shot.add_argument("--no-caption", dest="caption", action="store_false", help="no caption strip below the image")
     shot.add_argument("--size", type=window_size, default=(1280, 800), metavar="WxH",

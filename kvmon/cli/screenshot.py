@@ -18,8 +18,8 @@ import os
 import sys
 import tempfile
 
-PANELS = ("header", "speed-vs-context", "speed-over-time", "memory", "bandwidth", "alerts", "what-if")
-PANEL_HELP = f"one panel only: {', '.join(PANELS)}"
+from kvmon.gui import PANEL_ATTRS
+
 # what Qt's headless platforms say of a window that they cannot do, changing nothing in the picture
 QUIET = ("This plugin does not support propagateSizeHints()", "This plugin does not support raise()",
          "This plugin does not support grabbing the keyboard", "QFont::setPointSizeF: Point size <= 0")
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     # a capture needs no display: offscreen when there is none, or when the windowed platform cannot load here
     if "QT_QPA_PLATFORM" not in os.environ and sys.platform.startswith("linux") and startup_problem() is not None:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    if args.panel is not None and args.panel not in PANELS:
-        print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANELS)}", file=sys.stderr)
+    if args.panel is not None and args.panel not in PANEL_ATTRS:
+        print(f"kvmon: unknown panel {args.panel!r}; one of {', '.join(PANEL_ATTRS)}", file=sys.stderr)
         return 2
     why = unreadable(args)
     if why is not None:

@@ -47,11 +47,6 @@ class PollDeadline:
             return None
         return self.timeouts[timed_out]
 
-    def left_s(self) -> float:
-        """Seconds left (0 or less: none)."""
-        return self.at - time.monotonic()
-
-
 _CURRENT: contextvars.ContextVar[PollDeadline | None] = contextvars.ContextVar("kvmon_poll_deadline", default=None)
 
 

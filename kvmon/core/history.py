@@ -23,7 +23,6 @@ else:
     np = lazy_import("numpy")  # loaded with the first poll, not with the window's first frame
 
 DEFAULT_CAPACITY = 24 * 3600  # 24 h at 1 Hz
-WINDOWS_S: dict[str, float | None] = {"5 min": 300.0, "1 h": 3600.0, "session": None}
 
 # Scalar series taken from each Snapshot: the readings described as history series (kvmon.core.fields)
 SERIES = tuple(f.name for f in HISTORY_FIELDS)

@@ -360,8 +360,6 @@ class GpuReading:
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
-DeviceReading = GpuReading  # the general name: one reading per memory device, whatever its kind
-
 
 @dataclass(frozen=True)
 class HostReading:

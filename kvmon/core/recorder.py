@@ -106,7 +106,6 @@ class Recorder:
         except BaseException:
             os.close(fd)
             raise
-        self.lines_written = 0
         try:
             if torn:
                 self._fh.write("\n")  # the cut line stays incomplete (skipped on replay); the next starts afresh
@@ -136,7 +135,6 @@ class Recorder:
         if self._fh is None:
             raise ValueError("recorder is closed")
         self._write(snapshot_to_dict(snap))
-        self.lines_written += 1
 
     def close(self) -> None:
         """Close the file; every recorded line is already on disk."""

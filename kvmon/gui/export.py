@@ -23,16 +23,12 @@ from typing import TYPE_CHECKING, Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
-from kvmon.gui import caption, theme
+from kvmon.gui import PANEL_ATTRS, caption, theme
 
 if TYPE_CHECKING:  # the plotting library loads with the first plot, not with the menus
     import numpy as np
     import pyqtgraph as pg
 
-# panel name (as on the command line) → MainWindow attribute
-PANEL_ATTRS = {"header": "header", "speed-vs-context": "speed_context", "speed-over-time": "speed_time",
-               "memory": "memory", "bandwidth": "bandwidth", "replies": "latency", "energy": "energy",
-               "alerts": "alerts", "what-if": "whatif"}
 PLOT_PANELS = ("speed-vs-context", "speed-over-time")  # the panels with a plot: SVG and CSV exports
 SVG_NS = "http://www.w3.org/2000/svg"
 
@@ -333,7 +329,6 @@ class ExportActions(QtCore.QObject):
         self.win = win
         self.ask = ask
         self.actions: dict[str, QtGui.QAction] = {}
-        self.last_path: str | None = None
 
     def _snap(self) -> Snapshot | None:
         return shown_snapshot(self.win)
@@ -382,7 +377,6 @@ class ExportActions(QtCore.QObject):
         except ExportError as exc:
             self._say(f"Export failed: {exc}")
             return None
-        self.last_path = path
         self._say(f"Saved {path}")
         return path
 

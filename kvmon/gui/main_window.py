@@ -63,7 +63,6 @@ class PlotSlot(QtWidgets.QWidget):
 class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtWidgets.QMainWindow):
     """Receives ``on_snapshot``; keeps history always, renders only when visible and not minimised."""
 
-    _time_slot: PlotSlot  # a QWidget to the mixins
     pause_toggled = QtCore.Signal(bool)
     shown_changed = QtCore.Signal(bool)  # visible and not minimised: the poller may slow down when hidden
     reconnect_requested = QtCore.Signal()
@@ -189,6 +188,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self.latency = LatencyPanel()
         self.alerts = AlertsPanel()
         self.status = StatusPanel()
+        self.switchable = {"speed_time": self._time_slot, "memory": self.memory, "bandwidth": self.bandwidth,
+                           "latency": self.latency, "energy": self.energy, "alerts": self.alerts}
         self.setStatusBar(self.status)
         self.status.set_recording(self._recording)
         if self._replay_status is not None:
@@ -328,13 +329,13 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         menu.addSeparator()
         self.record_action = self.exports.add("record", "Record session…", self.toggle_recording, menu, "Ctrl+R")
         self.record_action.setCheckable(True)
-        self.report_action = self.exports.add("report", "Save report card…", self.save_report_card, menu,
+        self.exports.add("report", "Save report card…", self.save_report_card, menu,
                                               "Ctrl+Shift+R")
         self.csv_action = self.exports.add("recording_csv", "Export recording as CSV…", self.save_recording_csv,
                                            menu)
         self.csv_action.setEnabled(False)
         menu.addSeparator()
-        self.add_server_action = self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
+        self.exports.add("add_server", "Add server…", self.ask_add_server, menu, "Ctrl+N")
         for key in ("record", "report"):
             bar.addAction(self.exports.actions[key])
         bar.setIconSize(QtCore.QSize(0, 0))

@@ -115,7 +115,6 @@ class ReportCard(QtWidgets.QFrame):
                                 f"{html.escape(caption.caption_text(sm.last))}</span>")
         foot.setWordWrap(True)
         lay.addWidget(foot)
-        self.footer = foot
 
     @staticmethod
     def _plot(sm: Summary) -> pg.PlotWidget:

@@ -52,13 +52,6 @@ class Picker(QtWidgets.QComboBox):
         opt.currentText = self.fontMetrics().elidedText(opt.currentText, QtCore.Qt.TextElideMode.ElideRight,
                                                         room - 2)
 
-    def shown_text(self) -> str:
-        """The choice as drawn now (shortened or whole)."""
-        opt = QtWidgets.QStyleOptionComboBox()
-        self.initStyleOption(opt)
-        return opt.currentText
-
-
 class Value(QtWidgets.QLabel):
     """One answer of the calculator: plain text, the word-wrapped verdict, and where it comes from on hover."""
 

@@ -13,15 +13,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
-from kvmon.gui.settings import WINDOW_RANGES, Settings
+from kvmon.gui.settings import PANELS, WINDOW_RANGES, Settings
 
 if TYPE_CHECKING:
-    from kvmon.gui.panels.alerts import AlertsPanel
-    from kvmon.gui.panels.bandwidth import BandwidthPanel
-    from kvmon.gui.panels.energy import EnergyPanel
-    from kvmon.gui.panels.latency import LatencyPanel
-    from kvmon.gui.panels.memory import MemoryPanel
-
     _Window = QtWidgets.QMainWindow  # what it is mixed into
 else:
     _Window = object
@@ -40,14 +34,9 @@ class WindowActions(_Window):
     report_snapshots: Callable[[], Sequence[Snapshot]] | None
     _recording: str | None
     _speed_time: Any
-    _time_slot: QtWidgets.QWidget
+    switchable: dict[str, QtWidgets.QWidget]  # the panels View ▸ Panels switches, by their names in PANELS
     _right: QtWidgets.QWidget
-    memory: MemoryPanel
-    bandwidth: BandwidthPanel
-    energy: EnergyPanel
-    latency: LatencyPanel
     _replies_box: QtWidgets.QWidget
-    alerts: AlertsPanel
     record_requested: QtCore.Signal
     pause_toggled: QtCore.Signal
 
@@ -153,15 +142,14 @@ class WindowActions(_Window):
 
     def _apply_panels(self) -> None:
         hidden = self.settings.hidden_panels
-        for name, w in (("speed_time", self._time_slot), ("memory", self.memory), ("bandwidth", self.bandwidth),
-                        ("latency", self.latency), ("energy", self.energy), ("alerts", self.alerts)):
+        for name, w in self.switchable.items():
             w.setVisible(name not in hidden)
-        self._replies_box.setVisible(not {"latency", "energy"} <= hidden)
-        self._right.setVisible(not {"speed_time", "memory", "bandwidth"} <= hidden)  # the replies are the hero's
+        for box in (self._replies_box, self._right):  # a box whose panels are all off takes no room
+            box.setVisible(any(not w.isHidden() for w in self.switchable.values() if box.isAncestorOf(w)))
         tb = getattr(self, "toolbar", None)
         if tb is not None:
             tb.setVisible("toolbar" not in hidden)
-        for name in hidden | {"speed_time", "memory", "bandwidth", "latency", "energy", "alerts", "toolbar"}:
+        for name in PANELS:
             act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
             if act is not None:
                 act.setChecked(name not in hidden)

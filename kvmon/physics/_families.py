@@ -35,11 +35,6 @@ HYBRID_INTERVAL_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 HEADCOUNT_HYBRID_ARCHS = frozenset({"granitehybrid", "jamba"})
 MAMBA_ARCHS = frozenset({"mamba", "mamba2"})
 RWKV_ARCHS = frozenset({"rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7"})
-KNOWN_ARCHS = (
-    DENSE_ARCHS | HYBRID_INTERVAL_ARCHS | HEADCOUNT_HYBRID_ARCHS | MAMBA_ARCHS | RWKV_ARCHS
-    | {"gemma2", "gemma3", "gemma3n", "gemma4", "gpt-oss", "llama4", "deepseek2", "nemotron_h", "falcon-h1",
-       "cohere2"}
-)
 
 
 class _Meta:

@@ -67,7 +67,6 @@ from kvmon.physics.shape import ModelShape
 FORM_CEILING_SCALED = "ceiling_scaled"
 FORM_BANDWIDTH = "bandwidth"
 FORM_ATTENTION = "bandwidth+attention"
-FORMS = (FORM_CEILING_SCALED, FORM_BANDWIDTH, FORM_ATTENTION)
 
 BIN_TOKENS = 256
 MAX_BINS = 300

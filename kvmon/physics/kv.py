@@ -29,7 +29,6 @@ class KvPerToken:
 
     k_bytes: int
     v_bytes: int
-    windowed_bytes: int = 0  # the part held by SWA/chunked layers, which stops growing past their window
 
     @property
     def total(self) -> int:
@@ -87,13 +86,8 @@ def _table(shape: ModelShape, type_k: str | None, type_v: str | None) -> tuple[t
 
 def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: str | None = "f16") -> KvPerToken:
     """Bytes each cached position costs: Σ over layers with own KV of n_head_kv × (key_len·s_k + value_len·s_v)."""
-    k_total = v_total = windowed = 0
-    for layer, k, v in _table(shape, type_k, type_v):
-        k_total += k
-        v_total += v
-        if layer.kind in (AttentionKind.SWA, AttentionKind.CHUNKED):
-            windowed += k + v
-    return KvPerToken(k_total, v_total, windowed)
+    table = _table(shape, type_k, type_v)
+    return KvPerToken(sum(k for _, k, _ in table), sum(v for _, _, v in table))
 
 
 def layer_bytes_per_token(shape: ModelShape, type_k: str | None = "f16",

@@ -6,14 +6,21 @@ from __future__ import annotations
 import shutil
 import textwrap
 
+from kvmon.sim.multi_scenarios import MULTI_SCENARIOS, MultiScenario
+from kvmon.sim.scenarios import SCENARIOS, KeyMoment, Scenario
+
+_ALL: dict[str, Scenario | MultiScenario] = {**SCENARIOS, **MULTI_SCENARIOS}
+
 
 def descriptions() -> dict[str, str]:
     """Each scenario's name and its description, in the order the help lists them."""
-    from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
-    from kvmon.sim.scenarios import SCENARIOS
+    return {n: s.description for n, s in _ALL.items()}
 
-    return {**{n: s.description for n, s in SCENARIOS.items()},
-            **{n: s.description for n, s in MULTI_SCENARIOS.items()}}
+
+def key_moments(name: str) -> tuple[KeyMoment, ...]:
+    """The scenario's key moments, in time order (none for a name that is not built in)."""
+    scenario = _ALL.get(name)
+    return tuple(sorted(scenario.key_moments, key=lambda m: m.at_s)) if scenario else ()
 
 
 def names() -> tuple[str, ...]:
@@ -37,8 +44,6 @@ def scenarios_help(width: int | None = None) -> str:
     the end of ``kvmon --help`` (for --demo) and of ``kvmon sim --help``."""
     width = width or shutil.get_terminal_size((100, 24)).columns
     width = max(40, width - 2)  # argparse's own margin
-    from kvmon.sim.stories import key_moments
-
     items = descriptions()
     pad = max(len(n) for n in items) + 4
     lines = ["scenarios:"]

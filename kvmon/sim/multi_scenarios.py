@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvmon.sim.scenarios import ChatScript, Scenario
+from kvmon.sim.scenarios import ChatScript, KeyMoment, Scenario
 
 ROUTER = "router"
 LLAMA_SWAP = "llama-swap"
@@ -38,6 +38,7 @@ class MultiScenario:
     ttl_s: float | None = None  # llama-swap: unload a model idle this long (None: never)
     models_max: int = 4  # router: --models-max
     host_bandwidth_bytes_per_s: float = 64e9
+    key_moments: tuple[KeyMoment, ...] = ()
 
     @property
     def backend(self) -> str:
@@ -80,6 +81,7 @@ MULTI_SCENARIOS: dict[str, MultiScenario] = {
                                                                   load_s=30.0, fail_after_s=2.0)),
             plan=((2.0, "load", "qwen3-8b"), (60.0, "load", "gemma-3-12b"), (75.0, "load", "broken-model")),
             sleep_idle_s=30.0,
+            key_moments=(KeyMoment("the broken model failed to load", 85.0),),
         ),
         MultiScenario(
             name="llama-swap",
@@ -90,6 +92,7 @@ MULTI_SCENARIOS: dict[str, MultiScenario] = {
                     ServedSpec("gpt-oss-20b", _GPTOSS)),
             plan=((2.0, "load", "qwen3-8b"), (70.0, "load", "gemma-3-12b")),
             ttl_s=120.0,
+            key_moments=(KeyMoment("swapping to gemma-3-12b", 71.0),),
         ),
     )
 }

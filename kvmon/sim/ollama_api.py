@@ -163,7 +163,7 @@ class OllamaApi:
         ep = eng.reload(now, num_ctx * self.sim.scenario.n_parallel, RELOAD_S)
         self._loaded_at[ep.index] = ep.t_ready
 
-    def _stats(self, req: SimRequest, t_arrive_wall: float) -> dict[str, Any]:
+    def _stats(self, req: SimRequest) -> dict[str, Any]:
         ns = 1_000_000_000
         prompt_eval_count = req.cache_n + req.prompt_n  # Ollama ≥0.30 counts cached tokens too
         ready = self._loaded_at.get(req.epoch)
@@ -193,7 +193,7 @@ class OllamaApi:
             return obj
 
         def final(text: str) -> bytes:
-            obj = piece(text, req.t_end, True) | self._stats(req, 0.0)
+            obj = piece(text, req.t_end, True) | self._stats(req)
             if not chat:
                 obj["context"] = [1, 2, 3]
             return dumps(obj) + b"\n"

@@ -23,9 +23,18 @@ close to Metal's working-set limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from kvmon.core.units import GIB
+
+
+class KeyMoment(NamedTuple):
+    """A point of a scenario where its headline says something worth seeing: ``--help`` lists it, so that a user can
+    join the scenario there (``--start-at``)."""
+
+    name: str
+    at_s: float  # simulated seconds
 
 
 @dataclass(frozen=True)
@@ -116,11 +125,18 @@ class Scenario:
     embeddings_in_host: bool = True  # llama.cpp keeps the token embeddings in host RAM; vLLM holds all on the GPU
     throttles: tuple[Throttle, ...] = ()  # stretches where the memory clock is held down while busy
     agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
+    key_moments: tuple[KeyMoment, ...] = ()
 
     def throttle_at(self, t: float) -> Throttle | None:
         """The throttle in force at ``t`` (simulated seconds), if any."""
         return next((th for th in self.throttles if th.at_s <= t < th.until_s), None)
 
+
+# Llama-3.1-8B Q4_K_M on an RTX 4090, as measured: three scenarios tell their stories on it
+_LLAMA_8B_4090 = Scenario(
+    name="", description="", backend="llama-server", preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+    model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", gpu_name="RTX 4090", n_gpus=1, n_ctx=32768,
+    decode_anchors=((0, 140.0), (32768, 70.0)), prefill_tok_s_empty=9000.0, prefill_slowdown_s_per_token=2.0e-9)
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -143,27 +159,22 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.97e-9,
             script=ChatScript(n_turns=50, first_prompt_tokens=1200, target_context_tokens=262000,
                               generated_tokens=600, think_s=20.0),
+            key_moments=(KeyMoment("deep in the chat", 1500.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="spill-4090",
             description="Llama-3.1-8B Q4_K_M on an RTX 4090 (24 GiB): another application's VRAM use rises until "
             "free VRAM runs out, then the model reloads with a 128K context that no longer fits: partial "
             "offload, layers on the CPU, PCIe traffic, the cliff",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
-            n_ctx=32768,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             other_vram=((0.0, 1 * GIB), (120.0, 1 * GIB), (300.0, int(14.75 * GIB))),
             reload=Reload(at_s=330.0, n_ctx=131072, load_s=8.0),
             # the chat fills the 32K context just as VRAM runs out (both warnings show first); it waits for the
             # reload with 128K and goes on there, on a model that no longer fits
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=60000,
                               generated_tokens=350, think_s=5.0),
+            key_moments=(KeyMoment("decoding in VRAM", 100.0), KeyMoment("VRAM running out", 260.0),
+                         KeyMoment("VRAM and context full", 310.0), KeyMoment("spilled after the reload", 360.0)),
         ),
         Scenario(
             name="ollama-partial",
@@ -180,6 +191,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=4.0e-9,
             script=ChatScript(n_turns=30, first_prompt_tokens=500, target_context_tokens=30000,
                               generated_tokens=300, think_s=8.0),
+            key_moments=(KeyMoment("partly on the CPU", 20.0),),
         ),
         Scenario(
             name="vllm",
@@ -206,6 +218,7 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=1.0e-9,
             script=ChatScript(n_turns=40, first_prompt_tokens=900, target_context_tokens=30000,
                               generated_tokens=400, think_s=4.0),
+            key_moments=(KeyMoment("decoding in VRAM", 20.0),),
         ),
         Scenario(
             name="lmstudio",
@@ -222,44 +235,34 @@ SCENARIOS: dict[str, Scenario] = {
             prefill_slowdown_s_per_token=3.0e-9,
             script=ChatScript(n_turns=20, first_prompt_tokens=600, target_context_tokens=15000,
                               generated_tokens=300, think_s=6.0),
+            key_moments=(KeyMoment("decoding through the proxy", 130.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="power-cap-4090",
             description="Llama-3.1-8B Q4_K_M on an RTX 4090 set to a quiet power profile: from two minutes in, "
             "while it decodes, the power cap holds its memory clock at 60% of its maximum, and decode falls below "
             "the ceiling for that reason (NVML's clocks and their reasons say so); at six minutes the cap is lifted",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
-            n_ctx=32768,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             throttles=(Throttle(at_s=120.0, until_s=360.0, mem_clock_fraction=0.6),),
             script=ChatScript(n_turns=60, first_prompt_tokens=800, target_context_tokens=30000,
                               generated_tokens=350, think_s=5.0),
+            key_moments=(KeyMoment("decoding at the full memory clock", 60.0),
+                         KeyMoment("the power cap holds the memory clock down", 200.0),
+                         KeyMoment("the cap lifted: full speed again", 380.0)),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,
             name="agent-cache-miss",
             description="a coding agent on Llama-3.1-8B Q4_K_M (RTX 4090, 64K context) through kvmon proxy: its "
             "system prompt starts with the date and time, so every request changes the prompt's first message and "
             "llama-server reads the whole conversation again; kvmon names the change, counts what it costs and "
             "predicts the next reply's wait",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            gpu_name="RTX 4090",
-            n_gpus=1,
             n_ctx=65536,
-            decode_anchors=((0, 140.0), (32768, 70.0)),
-            prefill_tok_s_empty=9000.0,
-            prefill_slowdown_s_per_token=2.0e-9,
             agent=True,
             # a task with the files it reads (6K tokens), then a tool result of ~1.5K tokens each step
             script=ChatScript(n_turns=24, first_prompt_tokens=6000, target_context_tokens=45000,
                               generated_tokens=600, think_s=2.0),
+            key_moments=(KeyMoment("its prompt read again whole: the clock in its system prompt", 60.0),),
         ),
         Scenario(
             name="cpu-ddr5",
@@ -278,6 +281,7 @@ SCENARIOS: dict[str, Scenario] = {
             host_bandwidth_bytes_per_s=62e9,
             script=ChatScript(n_turns=30, first_prompt_tokens=400, target_context_tokens=30000,
                               generated_tokens=250, think_s=6.0),
+            key_moments=(KeyMoment("decoding on the CPU", 110.0),),
         ),
         Scenario(
             name="apple-m2max",
@@ -300,6 +304,7 @@ SCENARIOS: dict[str, Scenario] = {
             memory_type="LPDDR5",
             script=ChatScript(n_turns=24, first_prompt_tokens=600, target_context_tokens=23000,
                               generated_tokens=250, think_s=8.0),
+            key_moments=(KeyMoment("near Metal's limit", 30.0),),
         ),
     )
 }

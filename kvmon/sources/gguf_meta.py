@@ -96,12 +96,6 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def skip_string(self, len_fmt: str) -> None:
-        n = self.unpack(len_fmt)
-        self.need(n)
-        self.pos += n
-
-
 def _value(cur: _Cursor, vtype: int, len_fmt: str, key: str, skipped: list[str], depth: int = 0) -> Any:
     try:
         t = GGUFValueType(vtype)

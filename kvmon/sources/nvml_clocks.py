@@ -8,7 +8,7 @@ much of the GPU's time other processes took.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from kvmon.core.readings import CLOCK_REASONS, ClockReason
@@ -33,18 +33,6 @@ def clock_reasons(mask: int) -> tuple[ClockReason, ...]:
     """The reasons a clocks event mask holds, in ``CLOCK_REASONS`` order, each once."""
     found = {reason for bit, reason in REASON_BITS if mask & bit}
     return tuple(r for r in CLOCK_REASONS if r in found)
-
-
-def others_busy_percent(samples: Iterable[Any], server_pids: Collection[int]) -> float:
-    """The GPU time (percent) processes other than the server's took, from NVML's process utilisation samples:
-    each process's mean SM share over its samples, summed (at most 100)."""
-    per_pid: dict[int, list[float]] = {}
-    for s in samples:
-        pid = int(getattr(s, "pid", 0) or 0)
-        if pid in server_pids or pid <= 0:
-            continue
-        per_pid.setdefault(pid, []).append(float(getattr(s, "smUtil", 0) or 0))
-    return min(100.0, sum(sum(v) / len(v) for v in per_pid.values()))
 
 
 def processes_busy(samples: Iterable[Any]) -> dict[int, float]:

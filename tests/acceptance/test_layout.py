@@ -23,10 +23,10 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("kvmon.sim.server", reason="the simulator is not available")
 
 from PySide6 import QtCore, QtWidgets
+from stories import STORIES
 
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui.text import FitLabel, text_label
-from kvmon.sim.stories import STORIES
 
 SIZES = ((1280, 800), (1024, 640), (800, 600))
 COMPACT_SIZES = ((380, 150), (340, 140), (560, 200))  # its first size, its smallest, one made larger

@@ -16,9 +16,8 @@ pytest.importorskip("pytestqt")
 
 from plot_texts import window_plot_problems
 from PySide6 import QtWidgets
+from stories import STORIES
 from story_window import watch_in_window
-
-from kvmon.sim.stories import STORIES
 
 SIZES = ((1280, 800), (1024, 640), (800, 600))
 WATCHES = [pytest.param(name, i, id=f"{name}[{i}]") for name, story in STORIES.items()

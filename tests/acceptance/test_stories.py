@@ -1,4 +1,4 @@
-"""Every built-in scenario's story (``kvmon.sim.stories``), point by point, in the dashboard and in ``once --json``.
+"""Every built-in scenario's story (``stories``), point by point, in the dashboard and in ``once --json``.
 
 Each stretch of a story is watched once in the window (offscreen: the real MainWindow, poller, monitor and sources on
 the simulator over HTTP, see ``story_window``) and once through ``kvmon once --demo``'s own steps; every point is then
@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from stories import STORIES, Watch
 from story_checks import (
     alert_problems,
     false_alarms,
@@ -27,8 +28,6 @@ from story_checks import (
     window_problems,
 )
 from story_window import Seen, watch_in_once_json, watch_in_window
-
-from kvmon.sim.stories import STORIES, Watch
 
 # (scenario, point) → what it needs; strict: a point that starts to hold fails until its mark is removed
 PENDING: dict[tuple[str, str], str] = {}  # story points a known gap keeps from holding yet (none)

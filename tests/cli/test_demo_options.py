@@ -32,7 +32,7 @@ def test_once_takes_them_too_and_a_real_server_refuses_them() -> None:
                                   ["screenshot", "--help"]])
 def test_help_says_each_scenarios_key_moments(argv: list[str], capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvmon.sim.stories import key_moments
+    from kvmon.sim.catalog import key_moments
 
     monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit):

@@ -46,7 +46,7 @@ def test_screenshot_demo_without_a_display(qtbot, tmp_path: Path) -> None:
 def test_screenshot_of_one_panel_and_an_unknown_panel(qtbot, tmp_path: Path) -> None:
     out = tmp_path / "panel.png"
     cmd = [sys.executable, "-m", "kvmon", "screenshot", "--demo", "spill-4090", "--after", "2", "-o", str(out)]
-    r = subprocess.run([*cmd, "--panel", "memory"], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([*cmd, "--panel", "replies"], capture_output=True, text=True, timeout=120,
                        env=_no_display_env(), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     img = QtGui.QImage(str(out))

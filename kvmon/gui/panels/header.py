@@ -34,11 +34,6 @@ def _params(n: int | None) -> str | None:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
-def level_colour(level: VerdictLevel) -> str:
-    """The headline's colour for a verdict level: the severity palette, "ok" when nothing is wrong."""
-    return theme.hex_color(level.value)
-
-
 def _put(w: QtWidgets.QWidget, x: int, y: int, width: int) -> None:
     """Place a label at a fixed size: a new text in it then asks nothing of any layout (Qt's rule for fixed-size
     widgets)."""
@@ -86,7 +81,6 @@ class HeaderPanel(QtWidgets.QFrame):
             w.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             w.setParent(self)
         self._context_w = self._kv_w = 0  # the room the live row's two labels need at their widest figures
-        self._placed: tuple[int, int] = (-1, -1)  # (width, height) the labels were placed for
         policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)

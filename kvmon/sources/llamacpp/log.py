@@ -7,13 +7,14 @@ may carry any prefix (timestamps, Ollama's ``msg=`` wrapper); a new load block (
 afresh. Since May 2026 (build 9151) llama-server prints none of the placement lines unless started with ``-lv 4``
 or ``-v``: ``placement_hint`` says so when a log lacks them.
 
-A log is outside input: a line longer than ``MAX_LINE_CHARS`` or with a number no type holds is skipped and
-counted (``lines_rejected``), never fatal, and a log file is read through ``kvmon.sources.localfile`` (regular
-files only, never blocking, a bounded read per poll).
+A log is outside input: a line longer than ``MAX_LINE_CHARS`` or with a number no type holds is skipped, never
+fatal, and a log file is read through ``kvmon.sources.localfile`` (regular files only, never blocking, a bounded
+read per poll).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -137,8 +138,6 @@ class LlamaLogParser:
     draft_kv_buffers: dict[str, int] = field(default_factory=dict)
     draft_compute_buffers: dict[str, int] = field(default_factory=dict)
     in_draft: bool = False  # between the draft context's first line and the end of the load
-    lines_matched: int = 0
-    lines_rejected: int = 0  # too long, or a number no type holds: skipped
     _kv_sizes_in_block: int = 0
     _draft_kv_sizes: int = 0
 
@@ -146,32 +145,26 @@ class LlamaLogParser:
         """Forget everything: a new server start began in the log."""
         fresh = LlamaLogParser()
         for name in self.__dataclass_fields__:
-            if name not in ("lines_matched", "lines_rejected"):
-                setattr(self, name, getattr(fresh, name))
+            setattr(self, name, getattr(fresh, name))
 
     def feed(self, line: str) -> None:
-        """Take one log line; lines that say nothing kvmon needs are ignored, unreadable ones counted."""
+        """Take one log line; lines that say nothing kvmon needs are ignored, unreadable ones skipped."""
         if len(line) > MAX_LINE_CHARS:
-            self.lines_rejected += 1
             return
-        try:
+        with contextlib.suppress(ValueError):  # LogValueError, or digits past what int() reads
             self._feed(plain_text(line.replace("\t", " ")))  # what it names (a device, a model) may be shown
-        except ValueError:  # LogValueError, or digits past what int() reads
-            self.lines_rejected += 1
 
     def _feed(self, line: str) -> None:
         if _RESTART.search(line):
             if self._seen_anything():
                 self.reset()
             return
-        if self.device_lines.feed(line):
-            self.lines_matched += 1
+        self.device_lines.feed(line)
         if _LOADED.search(line):
             self.loaded = True
             self.in_draft = False
         if _DRAFT_START.search(line):
             self.in_draft = True
-            self.lines_matched += 1
             return
         if self.in_draft:
             self._feed_draft(line)
@@ -190,31 +183,26 @@ class LlamaLogParser:
             self.kv_cells = max(self.kv_cells or 0, cells)
             if m.group(6):
                 self.type_k, self.type_v = m.group(6).lower(), m.group(8).lower()
-            self.lines_matched += 1
             return
         m = _RS_SIZE.search(line)
         if m:
             self.recurrent_bytes_allocated = _mib(m.group(1))
-            self.lines_matched += 1
             return
         m = _KV_SELF.search(line)
         if m:
             self.kv_bytes_allocated = _mib(m.group(1))
             if m.group(2):
                 self.type_k, self.type_v = m.group(2).lower(), m.group(4).lower()
-            self.lines_matched += 1
             return
         if self._buffer(line, self.kv_buffers, self.model_buffers, self.compute_buffers):
             return
         m = _OFFLOADED.search(line)
         if m:
             self.offloaded_layers, self.total_layers = _int(m.group(1)), _int(m.group(2))
-            self.lines_matched += 1
             return
         m = _CTX_FIELD.search(line)
         if m:
             self._ctx_field(m.group(1), m.group(2))
-            self.lines_matched += 1
             return
         m = _SLOTS.search(line)
         if m:
@@ -224,33 +212,26 @@ class LlamaLogParser:
                 self.kv_unified = _bool(m.group(3))
             if self.n_ctx_seq is None:
                 self.n_ctx_seq = n_ctx_seq
-            self.lines_matched += 1
             return
         m = _AUTO_PAR.search(line)
         if m:
             self.n_parallel, self.kv_unified = _int(m.group(1)), _bool(m.group(2))
-            self.lines_matched += 1
             return
         if _SWA_FULL.search(line):
             self.swa_full = True
-            self.lines_matched += 1
             return
         if _SWA_CACHE.search(line):
             if self.swa_full is None:
                 self.swa_full = False
-            self.lines_matched += 1
             return
         m = _CACHE_RAM.search(line)
         if m:
             self.prompt_cache_limit_bytes = int(m.group(1)) * MIB if m.group(1) else -1 if m.group(2) else 0
-            self.lines_matched += 1
             return
         if _FA_ON.search(line):
             self.flash_attn = "on"
-            self.lines_matched += 1
         elif _FA_OFF.search(line):
             self.flash_attn = "off"
-            self.lines_matched += 1
 
     def _feed_draft(self, line: str) -> None:
         """A line of the draft context's load: its KV size and types, its weights', KV and compute buffers; its
@@ -267,7 +248,6 @@ class LlamaLogParser:
             self._draft_kv_sizes += 1
             if m.group(6):
                 self.draft_type_k, self.draft_type_v = m.group(6).lower(), m.group(8).lower()
-            self.lines_matched += 1
             return
         self._buffer(line, self.draft_kv_buffers, self.draft_model_buffers, self.draft_compute_buffers)
 
@@ -278,12 +258,10 @@ class LlamaLogParser:
             m = rx.search(line)
             if m:
                 target[m.group(1)] = target.get(m.group(1), 0) + _mib(m.group(2))
-                self.lines_matched += 1
                 return True
         m = _COMPUTE_BUF.search(line)
         if m:
             compute[m.group(1)] = _mib(m.group(2))
-            self.lines_matched += 1
             return True
         return False
 
@@ -426,9 +404,6 @@ class LogFollower:
                 text = piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece
                 ended = text.endswith("\n")
                 if skipping or (not ended and len(text) > MAX_LINE_CHARS):
-                    if not skipping:
-                        with self._lock:
-                            self.parser.lines_rejected += 1
                     skipping = not ended
                     continue
                 with self._lock:
@@ -463,7 +438,6 @@ class LogFollower:
                     self.parser.feed(line.rstrip("\r"))
                 if len(self._partial) > MAX_LINE_CHARS:  # no newline in sight: drop it, and the rest of it
                     self._partial, self._skipping = "", True
-                    self.parser.lines_rejected += 1
             self.error = None
         except OSError as e:
             self.error = f"cannot read log file: {e.strerror or type(e).__name__}"

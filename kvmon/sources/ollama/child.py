@@ -34,8 +34,6 @@ from kvmon.sources.procs import lookup_listening_process, process_cmdline, progr
 
 _MODEL_FLAGS = ("--model", "-m")
 _PORT_FLAGS = ("--port",)
-# Ollama's own settings that no endpoint shows; read from its environment where psutil may.
-OLLAMA_ENV_KEYS = ("OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION", "OLLAMA_NUM_PARALLEL", "OLLAMA_CONTEXT_LENGTH")
 
 
 @dataclass(frozen=True)

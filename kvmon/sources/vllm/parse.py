@@ -37,7 +37,6 @@ _SUMMED = {"num_requests_running": "requests_running", "num_requests_waiting": "
            "spec_decode_num_drafts_total": "spec_drafts_total",
            "spec_decode_num_draft_tokens_total": "spec_draft_tokens_total",
            "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens_total"}
-MAX_BAD_LINES_SHOWN = 3
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,8 @@ def test_a_device_with_no_reading_makes_the_energy_unknown_with_its_reason() -> 
 
 @pytest.fixture(scope="module")
 def decoding_3090s() -> list[tuple[float, dict[str, object]]]:
+    from stories import Watch
     from story_window import watch_in_once_json
-
-    from kvmon.sim.stories import Watch
 
     return watch_in_once_json("seed-3090x2", Watch(0.0, 120.0, step_s=4.0))  # turns: prefill, decode, reading
 

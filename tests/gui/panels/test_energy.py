@@ -20,9 +20,8 @@ def test_a_cpu_only_server_without_readable_rapl_says_why_on_the_dashboard() -> 
 
 def test_the_dashboard_shows_the_energy_line() -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from stories import Watch
     from story_window import watch_in_window
-
-    from kvmon.sim.stories import Watch
 
     lines: list[str] = []
     watch_in_window("seed-3090x2", Watch(60.0, 80.0, step_s=2.0),

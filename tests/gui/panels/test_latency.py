@@ -12,9 +12,8 @@ def test_the_dashboard_shows_the_replies_line() -> None:
     import os
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from stories import Watch
     from story_window import watch_in_window
-
-    from kvmon.sim.stories import Watch
 
     seen: list[tuple[str, object]] = []
     watch_in_window("seed-3090x2", Watch(20.0, 50.0, step_s=2.0),

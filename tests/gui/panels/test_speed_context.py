@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from stories import Watch
 from story_window import watch_in_window
 
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
-from kvmon.sim.stories import Watch
 
 
 def test_after_spill_4090_reloads_the_current_regime_sets_the_scale(qapp: Any) -> None:

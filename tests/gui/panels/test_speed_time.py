@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6 import QtCore, QtWidgets
+from stories import Watch
 from story_window import watch_in_window
 from synthetic import SyntheticMonitor
 
 from kvmon.core.history import Event, History
 from kvmon.gui.panels.event_lane import LANE_PX
 from kvmon.gui.panels.speed_time import SpeedTimePanel
-from kvmon.sim.stories import Watch
 
 
 @pytest.fixture

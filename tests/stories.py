@@ -16,6 +16,9 @@ simulated seconds up to ``until_s``, the way ``kvmon once --demo S --start-at T 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from kvmon.sim.catalog import key_moments
 
 DECODING = "decoding"  # a speed in tok/s in the header
 IDLE = "idle"  # the server is up, nothing decodes
@@ -59,8 +62,8 @@ class Moment:
     of the model or its cache in host RAM, read by decode (the header's devices say "+ CPU", host RAM holds it).
     ``alerts``: these alert codes shown. ``model``: the model the header names (a router: the one chatted with).
     ``models``: a router's or llama-swap's models and the status each one's chip says ("loading", "sleeping").
-    ``level``: a key moment of the scenario (``--help`` lists them, so a user can jump there): the headline's level
-    and colour there, and ``says``, words its sentence holds."""
+    ``level``: at a key moment of the scenario (``_key``): the headline's level and colour there, and ``says``, words
+    its sentence holds."""
 
     name: str  # what is seen, in a few words (the test's id)
     at_s: float
@@ -132,6 +135,13 @@ class Story:
     watches: tuple[Watch, ...]
 
 
+def _key(scenario: str, name: str, **checks: Any) -> Moment:
+    """A key moment of the scenario (``--help`` lists it, so a user can jump there; its time is the scenario's) and
+    what the user sees there."""
+    at_s = {m.name: m.at_s for m in key_moments(scenario)}[name]
+    return Moment(name, at_s=at_s, **checks)
+
+
 def _gpu(device: str, weights: GiB, kv: GiB, free: GiB, other: GiB = (0.0, 0.05)) -> Bar:
     return Bar(device, weights=weights, kv=kv, other=other, free=free)
 
@@ -152,7 +162,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    forecast=Forecast((131072, 262144), within=0.10)),
         )),
         Watch(1500.0, 1540.0, step_s=2.0, moments=(
-            Moment("deep in the chat", at_s=1500.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
+            _key("seed-3090x2", "deep in the chat", within_s=40.0, state=DECODING, ceiling=True, depth=True,
                    level="ok", says=("of the memory-bus ceiling at 19",)),
         )),
         Watch(2100.0, 2240.0, step_s=2.0, moments=(
@@ -165,13 +175,13 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     )),
     Story("spill-4090", (
         Watch(0.0, 430.0, step_s=2.0, moments=(
-            Moment("decoding in VRAM", at_s=100.0, within_s=20.0, state=DECODING, level="ok",
+            _key("spill-4090", "decoding in VRAM", within_s=20.0, state=DECODING, level="ok",
                    says=("of the memory-bus ceiling at",)),
-            Moment("VRAM running out", at_s=260.0, level="critical",
+            _key("spill-4090", "VRAM running out", level="critical",
                    says=("VRAM full in", "on GPU 0: another program is taking VRAM")),
-            Moment("VRAM and context full", at_s=310.0, level="critical",
+            _key("spill-4090", "VRAM and context full", level="critical",
                    says=("Context full in ~", "VRAM is full on GPU 0: a larger -c would spill to host RAM")),
-            Moment("spilled after the reload", at_s=360.0, within_s=20.0, state=DECODING, level="critical",
+            _key("spill-4090", "spilled after the reload", within_s=20.0, state=DECODING, level="critical",
                    says=("Spilled: ", "of the KV cache in host RAM — capped at ~", "tok/s before the reload)")),
             Moment("decoding, the model in VRAM", at_s=90.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
                    spilled=False, bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(3.9, 4.1), free=(13.5, 14.2),
@@ -207,7 +217,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     Story("ollama-partial", (
         Watch(0.0, 150.0, step_s=1.0, moments=(
             Moment("decoding", at_s=10.0, within_s=20.0, state=DECODING, depth=True, model="gemma3:27b"),
-            Moment("partly on the CPU", at_s=20.0, within_s=10.0, state=DECODING, level="warning",
+            _key("ollama-partial", "partly on the CPU", within_s=10.0, state=DECODING, level="warning",
                    says=("Partly on the CPU: ", "of weights in host RAM — capped at ~")),
             Moment("a ceiling and the share of it", at_s=10.0, within_s=20.0, state=DECODING, ceiling=True),
             Moment("weights on the GPU and in host RAM", at_s=10.0, spilled=True,
@@ -223,7 +233,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("decoding under the ceiling", at_s=20.0, within_s=40.0, state=DECODING, ceiling=True, depth=True,
                    model="Qwen/Qwen3-8B"),
             Moment("a bf16 ceiling", at_s=20.0, within_s=40.0, state=DECODING, ceiling_tok_s=(45.0, 65.0)),
-            Moment("decoding in VRAM", at_s=20.0, within_s=40.0, state=DECODING, level="ok",
+            _key("vllm", "decoding in VRAM", within_s=40.0, state=DECODING, level="ok",
                    says=("of the memory-bus ceiling",)),
             Moment("bf16 weights and the KV pool on the GPU", at_s=20.0, spilled=False,
                    bars=(Bar("GPU 0", weights=(14.5, 16.0), kv=(1.0, 9.5)),)),
@@ -241,7 +251,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    depth=True, spilled=False, model="google/gemma-3-12b",
                    bars=(_gpu("GPU 0", weights=(6.5, 7.0), kv=(1.3, 1.6), free=(6.7, 7.2)),)),
             Moment("the forecast at 8K", at_s=100.0, forecast=Forecast((8192,), within=0.10)),
-            Moment("decoding through the proxy", at_s=130.0, within_s=40.0, state=DECODING, level="ok",
+            _key("lmstudio", "decoding through the proxy", within_s=40.0, state=DECODING, level="ok",
                    says=("of the memory-bus ceiling",)),
         ), alerts=(
             Alert("context full soon", "ctx_full_soon", "warning", not_before_s=300.0, by_depth=12288),
@@ -249,13 +259,13 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     )),
     Story("power-cap-4090", (
         Watch(0.0, 420.0, step_s=2.0, moments=(
-            Moment("decoding at the full memory clock", at_s=60.0, within_s=30.0, state=DECODING, ceiling=True,
+            _key("power-cap-4090", "decoding at the full memory clock", within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, spilled=False, level="ok", says=("of the memory-bus ceiling at",),
                    bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(3.9, 4.1), free=(14.5, 15.3)), _EMBEDDINGS_8B)),
-            Moment("the power cap holds the memory clock down", at_s=200.0, within_s=40.0, state=DECODING,
+            _key("power-cap-4090", "the power cap holds the memory clock down", within_s=40.0, state=DECODING,
                    ceiling=True, depth=True, level="info",
                    says=("of the memory-bus ceiling at", "— memory clock at 60% of its maximum (power cap)")),
-            Moment("the cap lifted: full speed again", at_s=380.0, within_s=40.0, state=DECODING, level="ok",
+            _key("power-cap-4090", "the cap lifted: full speed again", within_s=40.0, state=DECODING, level="ok",
                    says=("of the memory-bus ceiling at",)),
             # later speeds at 16K are the throttled ones: the forecast is held to the ceiling only
             Moment("the forecast at 16K, under its ceiling", at_s=100.0, forecast=Forecast((16384,), within=None)),
@@ -266,7 +276,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("the agent decodes under the ceiling", at_s=10.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, spilled=False,
                    bars=(_gpu("GPU 0", weights=(4.0, 4.5), kv=(7.9, 8.1), free=(10.5, 11.3)), _EMBEDDINGS_8B)),
-            Moment("its prompt read again whole: the clock in its system prompt", at_s=60.0, within_s=40.0,
+            _key("agent-cache-miss", "its prompt read again whole: the clock in its system prompt", within_s=40.0,
                    level="warning", alerts=("prompt_cache_miss",),
                    says=("Cache miss: ", " prompt tokens read again, ",
                          "— system message changed at character 40 — looks like a timestamp")),
@@ -280,7 +290,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("decoding on the CPU under the ceiling", at_s=110.0, within_s=40.0, state=DECODING, ceiling=True,
                    depth=True, spilled=False, bars=(Bar("Host", weights=(4.4, 4.8), kv=(3.9, 4.1)),)),
             Moment("the forecast at 8K and 16K", at_s=150.0, forecast=Forecast((8192, 16384), within=0.10)),
-            Moment("decoding on the CPU", at_s=110.0, within_s=40.0, state=DECODING, level="info",
+            _key("cpu-ddr5", "decoding on the CPU", within_s=40.0, state=DECODING, level="info",
                    says=("Decoding on the CPU at ", "of the memory-bus ceiling")),
         ), alerts=(
             Alert("decoding on the CPU, said at once", "cpu_only", "info", not_before_s=0.0, by_s=2.0),
@@ -293,7 +303,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
                    bars=(Bar("Unified", weights=(38.5, 39.5), kv=(7.3, 7.7), free=(10.0, 11.2)),)),
             # Metal's attention kernels change past 8K: the forecast stops there until the session goes deeper
             Moment("the forecast at 8K, kernel-dependent beyond", at_s=150.0, forecast=Forecast((8192,), within=0.10)),
-            Moment("near Metal's limit", at_s=30.0, level="warning",
+            _key("apple-m2max", "near Metal's limit", level="warning",
                    says=("Near the GPU memory limit: model and caches need ", "Metal lets the GPU use")),
         ), alerts=(
             Alert("close to Metal's working-set limit, said at once", "unified_working_set", "warning",
@@ -308,7 +318,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("gemma-3-12b takes over; qwen3-8b still holds its VRAM", at_s=72.0, within_s=20.0,
                    state=DECODING, ceiling=True, depth=True, model="gemma-3-12b",
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(5.8, 6.2), other=(9.4, 9.9)),)),
-            Moment("the broken model failed to load", at_s=85.0, models=(("broken-model", "failed"),),
+            _key("router", "the broken model failed to load", models=(("broken-model", "failed"),),
                    level="warning", says=("broken-model failed to load (exit status 1)",)),
             Moment("qwen3-8b asleep: its VRAM free again", at_s=105.0, models=(("qwen3-8b", "sleeping"),),
                    bars=(_gpu("GPU 0", weights=(6.6, 7.0), kv=(0.7, 0.9), free=(15.4, 15.9)),)),
@@ -325,7 +335,7 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
             Moment("qwen3-8b starting", at_s=3.0, within_s=5.0, state=LOADING),
             Moment("qwen3-8b decoding under the ceiling", at_s=9.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, model="qwen3-8b", bars=(_QWEN3_8B_4090,)),
-            Moment("swapping to gemma-3-12b", at_s=71.0, within_s=8.0, state=LOADING, level="info",
+            _key("llama-swap", "swapping to gemma-3-12b", within_s=8.0, state=LOADING, level="info",
                    says=("Loading gemma-3-12b",)),
             Moment("gemma-3-12b decoding; qwen3-8b gone", at_s=78.0, within_s=30.0, state=DECODING, ceiling=True,
                    depth=True, model="gemma-3-12b", models=(("qwen3-8b", "unloaded"),),
@@ -336,9 +346,3 @@ STORIES: dict[str, Story] = {s.scenario: s for s in (
     )),
 )}
 
-
-def key_moments(scenario: str) -> tuple[Moment, ...]:
-    """The scenario's key moments, in time order: where its headline says something worth seeing."""
-    story = STORIES.get(scenario)
-    moments = [m for w in story.watches for m in w.moments if m.level is not None] if story else []
-    return tuple(sorted(moments, key=lambda m: m.at_s))
