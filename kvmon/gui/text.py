@@ -193,8 +193,9 @@ class FitLabel(QtWidgets.QLabel):
 
 
 class DotLabel(QtWidgets.QWidget):
-    """A coloured dot and its words ("● connected · http://…"), two labels: the dot in a level's colour, the words in
-    the text's. ``set("● words")`` shows the dot, ``set("words")`` none."""
+    """A coloured dot and its words ("● connected · http://…"), two labels: the dot in a level's colour and shape
+    (``theme.mark``: ▲ warning, ■ critical), the words in the text's. ``set("● words")`` shows the dot, ``set("words")``
+    none."""
 
     DOT = "●"
 
@@ -217,8 +218,8 @@ class DotLabel(QtWidgets.QWidget):
         self.set(text)
 
     def text(self) -> str:
-        """What it reads as, the dot included."""
-        return f"{self.DOT} {self.words.text()}" if not self.dot.isHidden() else self.words.text()
+        """What it reads as, the dot (or its level's shape) included."""
+        return f"{self.dot.text()} {self.words.text()}" if not self.dot.isHidden() else self.words.text()
 
     def set(self, text: str, tip: str | None = None, colour: str | None = None) -> bool:
         """Show ``text`` (a leading "● " is the dot), the dot in ``colour`` (a theme name; None: the text's)."""
@@ -236,6 +237,7 @@ class DotLabel(QtWidgets.QWidget):
         if colour != self._colour:
             self._colour = colour
             theme.tint(self.dot, colour)
+            self.dot.setText(theme.mark(colour))
             changed = True
         return changed
 

@@ -153,6 +153,12 @@ def color(quantity: str) -> QtGui.QColor:
     return QtGui.QColor(dark if _state.dark else light)
 
 
+def mark(level: str | None) -> str:
+    """The shape beside a line of this severity, so it reads without its colour: ● (ok, info, or a quantity),
+    ▲ warning, ■ critical."""
+    return {"warning": "▲", "critical": "■"}.get(level or "", "●")
+
+
 def hex_color(quantity: str) -> str:
     """The colour as ``#rrggbb`` for rich text (straight from the table: labels ask for it on every poll)."""
     dark, light = _QUANTITIES[quantity]

@@ -19,7 +19,8 @@ def tray_text(decode_tok_s: float | None) -> str:
     """The two or three characters drawn on the icon."""
     if decode_tok_s is None:
         return "–"
-    return f"{decode_tok_s:.0f}" if decode_tok_s < 1000 else "1k+"
+    n = round(decode_tok_s)  # rounded before the test: 999.6 draws as "1k+", never as a four-digit "1000"
+    return str(n) if n < 1000 else "1k+"
 
 
 def tray_tip(s: Snapshot, label: str | None = None) -> tuple[str, str | None]:

@@ -86,6 +86,18 @@ def test_server_text_is_never_markup(qtbot, settings: Settings) -> None:
     assert compact.alert.words.textFormat() == QtCore.Qt.TextFormat.PlainText
 
 
+def test_an_alert_is_marked_by_its_shape_as_in_the_window(qtbot, settings: Settings) -> None:
+    """▲ a warning, ■ a critical alert, ● none: the level reads without its colour, as in the alerts panel."""
+    win = _window(qtbot, settings)
+    s = SyntheticMonitor().snapshot(5)
+    compact = win.show_compact()
+    for level, shape in ((AlertLevel.WARNING, "▲"), (AlertLevel.CRITICAL, "■")):
+        win.on_snapshot(dataclasses.replace(s, alerts=(Alert(level, "x", "VRAM full on GPU 0"),)))
+        assert compact.alert.text() == f"{shape} VRAM full on GPU 0"
+    win.on_snapshot(dataclasses.replace(s, alerts=()))
+    assert compact.alert.text() == "● No alerts"
+
+
 def test_it_follows_the_busiest_server_or_the_one_chosen(qtbot, settings: Settings) -> None:
     win = _window(qtbot, settings)
     win.add_server("b", "server b")

@@ -11,6 +11,7 @@ from kvmon.gui.tray import tray_text, tray_tip
 def test_the_icon_number_fits_three_characters() -> None:
     assert tray_text(41.6) == "42"
     assert tray_text(999.4) == "999"
+    assert tray_text(999.6) == "1k+"  # three characters fit the icon; "1000" would not
     assert tray_text(1500.0) == "1k+"
 
 

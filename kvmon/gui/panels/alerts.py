@@ -16,7 +16,6 @@ STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
     status: (entry[0].value, entry[1]) for status, entry in STATUS_SEVERITY.items() if entry is not None
 }
 
-_ICON = {"ok": "●", "info": "●", "warning": "▲", "critical": "■"}
 NO_ALERTS = "No alerts."
 
 
@@ -87,7 +86,7 @@ class AlertLine(QtWidgets.QWidget):
         """Show a line; each part is set only when it changed (a number in a message moves most polls)."""
         if level != self.level:
             self.level = level
-            self.mark.setText(_ICON.get(level, "●"))
+            self.mark.setText(theme.mark(level))
             pal = self.mark.palette()
             pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.hex_color(level)))
             self.mark.setPalette(pal)
