@@ -11,8 +11,8 @@ give documents that must be equal line by line when a change is meant to keep be
     python bench/once_identity.py --compare base.jsonl new.jsonl  # which lines and which keys differ, if any
 
 The kvmon imported is the one the running Python finds (an editable install's tree, or ``PYTHONPATH``). Fields
-that follow the machine or the wall clock rather than the simulation (``t_wall``, the regime's start, this
-machine's RAM, when its bandwidth was measured, this process's RSS) are left out, and the server's port, pid and
+that follow the machine or the wall clock rather than the simulation (``t_wall``, the regime's start, when the
+last speed was measured, this machine's RAM, when its bandwidth was measured, this process's RSS) are left out, and the server's port, pid and
 model folder (new on every run) are written as PORT, PID and SIMDIR. The simulated Ollama's model server is a
 real child process, so a few of its documents differ from run to run by when that child answered.
 """
@@ -75,6 +75,9 @@ def documents(scenario: str, faults: tuple[str, ...], start_at_s: float, polls: 
                 for key in MACHINE_FIELDS:
                     doc["host"].pop(key, None)
                 doc["forecast"]["regime"].pop("since_t_wall", None)  # the wall clock when the regime began
+                for key in ("last_decode", "decode_before"):  # when that speed was measured, by the wall clock
+                    if doc.get(key):
+                        doc[key].pop("t_wall", None)
                 docs.append({"scenario": scenario, "faults": list(faults), "poll": i, "doc": doc})
         finally:
             monitor.close()
