@@ -23,8 +23,9 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
     per_wh = f"{fmt_count(round(e.tokens_per_wh))} tokens/Wh" if e.tokens_per_wh else f"{DASH} tokens/Wh"
     # tokens per Wh is 3600 ÷ J/token: on the line while there is room, in the tooltip once the last reply's is shown
     last = f" (last reply {_sig(e.last_reply_joules_per_token)})" if e.last_reply_joules_per_token else ""
-    if e.joules_per_token is None:  # nothing decoded yet: one phrase, not a row of dashes
-        per_token = "no tokens decoded yet · "
+    if e.joules_per_token is None:  # one phrase, not a row of dashes; it never says nothing was decoded, since
+        # replies shorter than a poll (the server timed them) may have decoded while no interval was counted
+        per_token = "J/token not measured yet · "
     else:
         per_token = f"{fmt_joules_per_token(e.joules_per_token)}{last} · " + ("" if last else f"{per_wh} · ")
     line = f"{fmt_watts(e.power_w)} now · {per_token}{fmt_energy(e.energy_j)} this session"

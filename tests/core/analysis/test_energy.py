@@ -236,12 +236,13 @@ def test_the_last_replys_energy_in_the_exporter_the_csv_and_a_recording() -> Non
     assert snapshot_from_dict(snapshot_to_dict(last)).energy == last.energy
 
 
-def test_before_any_token_is_decoded_the_energy_line_says_so_in_words() -> None:
-    """Power known, nothing decoded yet: one phrase where the per-token figures go, not "— · — tokens/Wh"."""
+def test_before_any_token_is_counted_the_energy_line_says_so_in_words() -> None:
+    """Power known, no decoding interval counted yet: one phrase where the per-token figures go, not "— · —
+    tokens/Wh", and not "no tokens decoded" (replies shorter than a poll decode between two counts)."""
     from kvmon.core.snapshot import Connection, ConnectionStatus, EnergyView, Snapshot
     from kvmon.gui.panels.energy import energy_text
 
     s = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.CONNECTED),
                  energy=EnergyView(power_w=25.0, energy_j=36.0, seconds=2.0, devices=("NVIDIA GeForce RTX 4090",)))
     line, _tip = energy_text(s)
-    assert line == "25.0 W now · no tokens decoded yet · 0.01 Wh this session", line
+    assert line == "25.0 W now · J/token not measured yet · 0.01 Wh this session", line
