@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Final
 
 from kvmon.core.alert_types import ADVICE, CONNECTION
 from kvmon.core.severity import status_level
@@ -34,7 +35,7 @@ from kvmon.core.words import suspect_words
 
 _LOADING = re.compile(r"^(\S+) loading(?: (\d+ ?%))?$")  # a router's "qwen3-8b loading 42 %"
 _BARE_LOADING = re.compile(r"^(model )?loading( model)?$", re.IGNORECASE)  # llama-server's 503 "Loading model"
-UNSEEN = "unseen"  # Snapshot.extra["placement"] when the speed says the model runs on a device kvmon cannot see
+UNSEEN: Final = "unseen"  # Snapshot.extra["placement"] when the speed says the model runs on a device kvmon cannot see
 
 # the short word of each condition, for places with little room (the compact view, the tray, the status bar)
 ALERT_STATES = {

@@ -187,11 +187,10 @@ class Analyzer:
         devs = devices.Devices(gviews, devs.by_name)
         no_gpu_here = gpus is not None and not gviews and server_here(r.url, r.server_pids)
         unseen = self._unseen_device(r, model, rates.decode, host_bw) if no_gpu_here else None
-        place = placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus),
-                                no_gpu_here=no_gpu_here and unseen is None)
-        placement.place_draft(place, r, devs)
+        place = placement.place_draft(placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus),
+                                                      no_gpu_here=no_gpu_here and unseen is None), r, devs)
         if unseen is not None:  # nothing is built on the CPU guess: where it lives and the ceiling are unknown
-            place.source, place.note = UNSEEN, unseen
+            place = replace(place, source=UNSEEN, note=unseen)
         if place.note:
             notes = notes.then(Notes(reasons={"placement": place.note}))
         kv_why = consistency.kv_contradiction(model, place.kv_gpu, place.kv_host, gviews, host)
@@ -199,8 +198,8 @@ class Analyzer:
             model, n = consistency.without_kv(model, kv_why)
             notes = notes.then(n)
         cache = cache_bytes(model)  # the KV cache and a hybrid's recurrent state beside it
-        placement.estimate_pcie_spill(place, gviews, cache, r.config.compute_buffer_bytes_by_device,
-                                      devs, draft.draft_bytes(model))
+        place = placement.estimate_pcie_spill(place, gviews, cache, r.config.compute_buffer_bytes_by_device,
+                                              devs, draft.draft_bytes(model))
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
         # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)
@@ -306,8 +305,8 @@ class Analyzer:
 
     def _gap(self, r: ServerReading, model: Any, shape: Any, context: int | None, decode: float | None,
              ceiling_now: float | None, devices_now: list[Any] | None, kv_read_now: float | None,
-             read_now: float | None, place: Any, gviews: tuple[Any, ...], hview: Any, spec: Any, t: float,
-             point: tuple[float, float] | None, atlas: AtlasView | None) -> tuple[Any, ...]:
+             read_now: float | None, place: placement.Placement, gviews: tuple[Any, ...], hview: Any, spec: Any,
+             t: float, point: tuple[float, float] | None, atlas: AtlasView | None) -> tuple[Any, ...]:
         """Why decode runs below the ceiling now (``kvmon.core.analysis.causes``), against this session's earlier
         points and the atlas's of the configuration; this poll's point is remembered after it is compared."""
         config = causes.config_key(model_key(r.url, model), model.n_ctx, model.kv_type_k, model.kv_type_v,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvmon.core.analysis.notes import Notes
+from kvmon.core.analysis.placement import Placement
 from kvmon.core.readings import HostReading, Provenance
 from kvmon.core.snapshot import CeilingSuspect, Forecast, GpuView, ModelView
 from kvmon.core.units import GIB
@@ -191,7 +192,7 @@ def unseen_device(decode: float | None, host_bandwidth_bytes_per_s: float | None
 # -- the efficiency ----------------------------------------------------------------------------------------------
 
 
-def efficiency(decode: float | None, ceiling_now: float | None, devices: Sequence[Any] | None, place: Any,
+def efficiency(decode: float | None, ceiling_now: float | None, devices: Sequence[Any] | None, place: Placement,
                gviews: Sequence[GpuView], model: ModelView, model_provenance: Mapping[str, str]
                ) -> tuple[float | None, CeilingSuspect | None, Notes]:
     """(decode ÷ ceiling, None), or (None, which input is suspect) when the measured speed is above the ceiling;
@@ -215,7 +216,7 @@ def forecast_under(fc: Forecast, suspect: CeilingSuspect | None) -> tuple[Foreca
     return replace(fc, milestones=(), curve=()), Notes(reasons={"forecast.milestones": why})
 
 
-def ceiling_suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | None, place: Any,
+def ceiling_suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | None, place: Placement | None,
                     gviews: Sequence[GpuView], model: ModelView, prov: Mapping[str, str]) -> CeilingSuspect:
     """Measured ``decode`` above ``ceiling_now``: the ceiling input most likely wrong, the least sure one first.
 
@@ -240,10 +241,9 @@ def ceiling_suspect(decode: float, ceiling_now: float, devices: Sequence[Any] | 
                 return CeilingSuspect("bandwidth", head + (
                     f"the KV cache on {d.name} is read at {d.bandwidth_bytes_per_s / 1e9:.0f} GB/s; that bandwidth "
                     "is likely higher (set it in settings)"))
-    source = getattr(place, "source", None)
-    if source in ("even", "process"):
+    if place is not None and place.source in ("even", "process"):
         return CeilingSuspect("placement", head + (
-            f"the split of the model over GPUs is a guess ({getattr(place, 'note', None) or source}); the server's "
+            f"the split of the model over GPUs is a guess ({place.note or place.source}); the server's "
             "log (--log) gives the real one"))
     if prov.get("weight_bytes_read_per_token") == "estimated" or prov.get("weight_bytes") == "estimated":
         return CeilingSuspect("weights_read_per_token", head + (

@@ -10,8 +10,8 @@ a device source or only named in the log; a buffer's device is found by the serv
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from kvmon.core.analysis.devices import Devices
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, NO_HOST_BANDWIDTH
@@ -29,23 +29,27 @@ def device_gpu_index(device: str) -> int | None:
     return int(digits) if digits and not device.startswith("RPC[") else 0
 
 
-@dataclass
+# how the placement is known: "server_split" (the server said its VRAM/host split: Ollama's size_vram), "host_only"
+# (the log: nothing on a device), "no_gpu" (no device on this machine: the server runs on its CPU), "unseen" (its
+# speed says it runs on a device kvmon cannot see)
+PlacementSource = Literal["log", "server_split", "process", "single_gpu", "even", "host_only", "no_gpu", "unseen",
+                          "unknown"]
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where the model lives: resident weights and KV per device and in host RAM, and how it is known."""
 
-    weights_gpu: dict[int, float] = field(default_factory=dict)
+    weights_gpu: Mapping[int, float] = field(default_factory=dict)
     weights_host: float = 0.0
-    kv_gpu: dict[int, float] = field(default_factory=dict)  # fractions of the KV cache
+    kv_gpu: Mapping[int, float] = field(default_factory=dict)  # fractions of the KV cache
     kv_host: float = 0.0
-    kv_pcie: dict[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
-    draft_gpu: dict[int, float] = field(default_factory=dict)  # fractions of the draft context's memory
+    kv_pcie: Mapping[int, float] = field(default_factory=dict)  # spilled over PCIe (driver fallback), estimate
+    draft_gpu: Mapping[int, float] = field(default_factory=dict)  # fractions of the draft context's memory
     draft_host: float = 0.0
     host_weights_read: bool = True  # False when the host buffer only holds the token embeddings
     kv_follows_layers: bool = False  # KV split inferred from the weights (no KV buffer lines)
-    # "log" | "server_split" (the server said its VRAM/host split: Ollama's size_vram) | "process" | "single_gpu" |
-    # "even" | "host_only" (the log: nothing on a device) |
-    # "no_gpu" (no device on this machine: the server runs on its CPU) | "unknown"
-    source: str = "unknown"
+    source: PlacementSource = "unknown"
     note: str | None = None
 
     @property
@@ -59,33 +63,35 @@ class Placement:
         return any(v > 0 for v in self.weights_gpu.values()) or any(v > 0 for v in self.kv_gpu.values())
 
 
-def _from_log(p: Placement, r: ServerReading, devs: Devices) -> None:
-    cfg = r.config
-    for dev, nbytes in cfg.model_buffer_bytes_by_device.items():
+def _split(buffers: Mapping[str, int], devs: Devices, total: float = 1.0) -> tuple[dict[int, float], float]:
+    """The server's buffer bytes by its device names: (by device index, in host RAM), each divided by ``total``."""
+    on_device: dict[int, float] = {}
+    host = 0.0
+    for dev, nbytes in buffers.items():
         if is_device_buffer(dev):
             idx = devs.by_name[canonical_device(dev)]
-            p.weights_gpu[idx] = p.weights_gpu.get(idx, 0.0) + nbytes
+            on_device[idx] = on_device.get(idx, 0.0) + nbytes / total
         else:
-            p.weights_host += nbytes
-    p.source = "log" if p.weights_gpu else "host_only"
-    if p.weights_gpu and p.weights_host > 0:
+            host += nbytes / total
+    return on_device, host
+
+
+def _from_log(r: ServerReading, devs: Devices) -> Placement:
+    cfg = r.config
+    weights_gpu, weights_host = _split(cfg.model_buffer_bytes_by_device, devs)
+    p = Placement(weights_gpu, weights_host, source="log" if weights_gpu else "host_only")
+    if weights_gpu and weights_host > 0:
         off, tot = cfg.offloaded_layers, cfg.total_layers
         every_layer = off is not None and tot is not None and off >= tot
-        small = p.weights_host <= 0.05 * (p.weights_host + sum(p.weights_gpu.values()))
+        small = weights_host <= 0.05 * (weights_host + sum(weights_gpu.values()))
         if every_layer or (off is None and small):
             # with every layer on the GPU the host buffer is the token-embedding table: one row per token
-            p.host_weights_read = False
-            p.note = "host model buffer holds the token embeddings (one row read per token)"
-    if cfg.kv_buffer_bytes_by_device:
-        total_kv = sum(cfg.kv_buffer_bytes_by_device.values()) or 1
-        for dev, nbytes in cfg.kv_buffer_bytes_by_device.items():
-            if is_device_buffer(dev):
-                idx = devs.by_name[canonical_device(dev)]
-                p.kv_gpu[idx] = p.kv_gpu.get(idx, 0.0) + nbytes / total_kv
-            else:
-                p.kv_host += nbytes / total_kv
-    else:
-        _kv_like_weights(p)
+            p = replace(p, host_weights_read=False,
+                        note="host model buffer holds the token embeddings (one row read per token)")
+    if not cfg.kv_buffer_bytes_by_device:
+        return _kv_like_weights(p)
+    kv_gpu, kv_host = _split(cfg.kv_buffer_bytes_by_device, devs, sum(cfg.kv_buffer_bytes_by_device.values()) or 1)
+    return replace(p, kv_gpu=kv_gpu, kv_host=kv_host)
 
 
 def place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used: Mapping[int, int | None],
@@ -94,15 +100,12 @@ def place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used
     setting) has all of it there."""
     p = _place(r, weight_bytes, devs, server_used, no_gpu_here=no_gpu_here)
     if r.config.kv_offload is False and not r.config.kv_buffer_bytes_by_device:
-        p.kv_gpu = {}
-        p.kv_host = 1.0
-        p.kv_follows_layers = False
-        p.note = "; ".join(x for x in (p.note, "the server keeps the KV cache in host RAM (not offloaded to the GPU)")
-                           if x)
+        why = "the server keeps the KV cache in host RAM (not offloaded to the GPU)"
+        return replace(p, kv_gpu={}, kv_host=1.0, kv_follows_layers=False, note=f"{p.note}; {why}" if p.note else why)
     return p
 
 
-def place_draft(p: Placement, r: ServerReading, devs: Devices) -> None:
+def place_draft(p: Placement, r: ServerReading, devs: Devices) -> Placement:
     """Where the draft context lives: the log's draft buffers (weights and KV by device) when it printed them, else
     beside the model's weights, split as they are (llama-server offloads the draft like the model by default)."""
     cfg = r.config
@@ -111,18 +114,13 @@ def place_draft(p: Placement, r: ServerReading, devs: Devices) -> None:
         logged[dev] = logged.get(dev, 0) + nbytes
     total = float(sum(logged.values()))
     if total > 0:
-        for dev, nbytes in logged.items():
-            if is_device_buffer(dev):
-                idx = devs.by_name[canonical_device(dev)]
-                p.draft_gpu[idx] = p.draft_gpu.get(idx, 0.0) + nbytes / total
-            else:
-                p.draft_host += nbytes / total
-        return
+        draft_gpu, draft_host = _split(logged, devs, total)
+        return replace(p, draft_gpu=draft_gpu, draft_host=draft_host)
     resident = sum(p.weights_gpu.values()) + p.weights_host
     if resident <= 0:
-        return
-    p.draft_gpu = {i: w / resident for i, w in p.weights_gpu.items()}
-    p.draft_host = p.weights_host / resident
+        return p
+    return replace(p, draft_gpu={i: w / resident for i, w in p.weights_gpu.items()},
+                   draft_host=p.weights_host / resident)
 
 
 def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_used: Mapping[int, int | None],
@@ -133,81 +131,74 @@ def _place(r: ServerReading, weight_bytes: int | None, devs: Devices, server_use
     ``no_gpu_here``: the device sources found no device on this machine and the server runs on it, so whatever
     the server does not say otherwise about runs on the CPU.
     """
-    p = Placement()
     if r.config.model_buffer_bytes_by_device:
-        _from_log(p, r, devs)
-        return p
+        return _from_log(r, devs)
     if weight_bytes is None:
-        p.note = "model size unknown"
-        return p
-    on_gpu = float(weight_bytes)
+        return Placement(note="model size unknown")
+    on_gpu, weights_host = float(weight_bytes), 0.0
+    weights_gpu: dict[int, float] = {}
+    source: PlacementSource = "unknown"
+    note: str | None = None
     if r.weight_bytes_vram is not None and r.weight_bytes_host is not None:
         total = r.weight_bytes_vram + r.weight_bytes_host
         frac_host = r.weight_bytes_host / total if total else 0.0
-        p.weights_host = weight_bytes * frac_host
-        on_gpu = weight_bytes - p.weights_host
-        p.source = "server_split"
+        weights_host = weight_bytes * frac_host
+        on_gpu = weight_bytes - weights_host
+        source = "server_split"
     views = list(devs.views)
     if not views:
         if on_gpu > 0 and no_gpu_here:
-            p.weights_host, on_gpu = float(weight_bytes), 0.0
-            p.source = "no_gpu"
-            p.note = "no GPU on this machine: the model runs on the CPU, from host RAM"
+            weights_host, on_gpu = float(weight_bytes), 0.0
+            source, note = "no_gpu", "no GPU on this machine: the model runs on the CPU, from host RAM"
         elif on_gpu > 0:
-            p.note = "no GPU readings: where the model lives is unknown"
-            p.weights_host = 0.0
-            return p
+            return Placement(source=source, note="no GPU readings: where the model lives is unknown")
     elif on_gpu > 0:
         used = {g.index: server_used.get(g.index) for g in views}
         if len(views) == 1:
-            p.weights_gpu[views[0].index] = on_gpu
-            p.source = p.source if p.source == "server_split" else "single_gpu"
+            weights_gpu = {views[0].index: on_gpu}
+            source = source if source == "server_split" else "single_gpu"
         elif all(v is not None for v in used.values()) and sum(v or 0 for v in used.values()) > 0:
             tot = float(sum(v or 0 for v in used.values()))
-            for i, v in used.items():
-                if v:
-                    p.weights_gpu[i] = on_gpu * v / tot
-            p.source = p.source if p.source == "server_split" else "process"
-            p.note = "weights split over GPUs by the server's memory on each"
+            weights_gpu = {i: on_gpu * v / tot for i, v in used.items() if v}
+            source = source if source == "server_split" else "process"
+            note = "weights split over GPUs by the server's memory on each"
         else:
-            for g in views:
-                p.weights_gpu[g.index] = on_gpu / len(views)
-            p.note = "weight split over GPUs unknown: assumed even"
-            p.source = p.source if p.source == "server_split" else "even"
-    _kv_like_weights(p)
-    return p
+            weights_gpu = {g.index: on_gpu / len(views) for g in views}
+            note = "weight split over GPUs unknown: assumed even"
+            source = source if source == "server_split" else "even"
+    return _kv_like_weights(Placement(weights_gpu, weights_host, source=source, note=note))
 
 
-def _kv_like_weights(p: Placement) -> None:
+def _kv_like_weights(p: Placement) -> Placement:
     """Without KV buffer lines, the KV cache follows the layers: split like the weights."""
     total = sum(p.weights_gpu.values()) + p.weights_host_read
     if total <= 0:
-        return
-    p.kv_follows_layers = True
-    for i, w in p.weights_gpu.items():
-        p.kv_gpu[i] = w / total
-    p.kv_host = p.weights_host_read / total
+        return p
+    return replace(p, kv_follows_layers=True, kv_gpu={i: w / total for i, w in p.weights_gpu.items()},
+                   kv_host=p.weights_host_read / total)
 
 
 def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int | None,
-                        cfg_compute: Mapping[str, int], devs: Devices, draft: int | None = None) -> None:
+                        cfg_compute: Mapping[str, int], devs: Devices, draft: int | None = None) -> Placement:
     """Driver system-memory fallback: what the server needs beyond the VRAM others leave is in host RAM (the model's
     weights, its KV cache, the compute buffers and a draft context's ``draft`` bytes on the device)."""
     if not kv_alloc:
-        return
+        return p
+    kv_gpu, kv_pcie = dict(p.kv_gpu), dict(p.kv_pcie)
     compute = {devs.by_name.get(canonical_device(d)): b for d, b in cfg_compute.items() if is_device_buffer(d)}
     for g in gviews:
         if (g.kind != "discrete_gpu" or g.vram_total_bytes is None or g.other_processes_bytes is None
                 or g.index not in p.weights_gpu):
             continue
-        need = (p.weights_gpu[g.index] + kv_alloc * p.kv_gpu.get(g.index, 0.0) + compute.get(g.index, 0)
+        need = (p.weights_gpu[g.index] + kv_alloc * kv_gpu.get(g.index, 0.0) + compute.get(g.index, 0)
                 + (draft or 0) * p.draft_gpu.get(g.index, 0.0))
         room = g.vram_total_bytes - g.other_processes_bytes
         over = need - room
-        if over > 0 and p.kv_gpu.get(g.index):
-            frac = min(p.kv_gpu[g.index], over / kv_alloc)
-            p.kv_gpu[g.index] -= frac
-            p.kv_pcie[g.index] = frac
+        if over > 0 and kv_gpu.get(g.index):
+            frac = min(kv_gpu[g.index], over / kv_alloc)
+            kv_gpu[g.index] -= frac
+            kv_pcie[g.index] = frac
+    return replace(p, kv_gpu=kv_gpu, kv_pcie=kv_pcie)
 
 
 def read_scale(p: Placement, read_per_token: float) -> float:

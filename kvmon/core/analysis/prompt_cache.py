@@ -21,11 +21,12 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import TypeGuard, get_args
 
 from kvmon.core.alert_types import AlertThresholds
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
-from kvmon.core.snapshot import PromptCacheSource, PromptCacheView, PromptChange, PromptMiss
+from kvmon.core.snapshot import PromptCacheSource, PromptCacheView, PromptChange, PromptChangeKind, PromptMiss
 
 FIT_READS = 32  # the last reads the next turn's wait is fitted on
 MIN_READ_TOKENS = 16  # a read of fewer tokens times the server's overhead, not its reading
@@ -129,7 +130,10 @@ class PromptCacheTracker:
             counted, source = self._from_request(r), TIMINGS
         else:
             self._from_request(r)  # its reply is in the counters already: only its change and repeats are read
-        changes = tuple(PromptChange(**vars(c)) for c in r.prompt_changes)
+        changes = tuple(PromptChange(
+            sentence=c.sentence, fix=c.fix, message_index=c.message_index, role=c.role, offset=c.offset, count=c.count,
+            change=c.change, first_unix=c.first_unix, last_unix=c.last_unix, reread_tokens=c.reread_tokens,
+            reread_seconds=c.reread_seconds) for c in r.prompt_changes if _known(c.change))
         repeated = r.last_request.prompt_repeated if r.last_request is not None else None
         # what the slots hold whole (idle, or generating: a prompt being read is only part of itself)
         whole = max((sl.context_tokens or 0 for sl in r.slots if not sl.processing or (sl.n_decoded or 0) > 0),
@@ -214,3 +218,8 @@ class PromptCacheTracker:
         else:
             per_token = statistics.median(ys)
         return new * per_token, new
+
+
+def _known(change: str) -> TypeGuard[PromptChangeKind]:
+    """Whether the proxy's kind of change is one kvmon names (a proxy of another version may send others)."""
+    return change in get_args(PromptChangeKind)

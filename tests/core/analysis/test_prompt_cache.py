@@ -95,6 +95,18 @@ def test_the_proxys_change_names_the_cause_in_the_alert_and_the_headline() -> No
         "timestamp")
 
 
+def test_a_change_of_a_kind_kvmon_does_not_name_is_left_out() -> None:
+    """A proxy's change whose kind is not one the document names (another version's, or a broken body) is dropped;
+    the others are kept as the proxy sent them."""
+    known = PromptChangeReading(sentence="user message 3 changed at character 40 — a number changed", fix="",
+                                message_index=3, role="user", offset=40, change="number", count=2, first_unix=1.8e9,
+                                last_unix=1.8e9 + 5, reread_tokens=900, reread_seconds=0.5)
+    odd = replace(known, sentence="system message changed — a whim", change="whim")
+    v = PromptCacheTracker().update(reading(1.0, 393, metrics=counters(393, 0, 0.4), prompt_changes=(odd, known)), 393)
+    assert v is not None and [(c.sentence, c.change, c.count, c.reread_tokens) for c in v.changes] == [
+        ("user message 3 changed at character 40 — a number changed", "number", 2, 900)]
+
+
 def test_each_replys_timings_through_the_proxy() -> None:
     p = PromptCacheTracker()
     req = RequestStats(t_end=1.0, prompt_tokens=331, cached_tokens=54, prompt_seconds=0.032, reread_tokens=331,
