@@ -12,9 +12,10 @@ give documents that must be equal line by line when a change is meant to keep be
 
 The kvmon imported is the one the running Python finds (an editable install's tree, or ``PYTHONPATH``). Fields
 that follow the machine or the wall clock rather than the simulation (``t_wall``, the regime's start, when the
-last speed was measured, this machine's RAM, when its bandwidth was measured, this process's RSS) are left out, and the server's port, pid and
-model folder (new on every run) are written as PORT, PID and SIMDIR. The simulated Ollama's model server is a
-real child process, so a few of its documents differ from run to run by when that child answered.
+last speed was measured, this machine's RAM, when its bandwidth was measured, this process's RSS) are left out,
+and the server's port, pid and model folder (new on every run) are written as PORT, PID and SIMDIR. The simulated
+Ollama's model server is a real child process, so a few of its documents differ from run to run by when that child
+answered.
 """
 
 from __future__ import annotations
