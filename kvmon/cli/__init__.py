@@ -15,7 +15,12 @@ from kvmon import __version__
 from kvmon.gui import PANEL_ATTRS
 from kvmon.resources import NAMED
 
-SUBCOMMANDS = ("once", "sim", "proxy", "screenshot", "replay", "serve", "sweep", "compare")
+# each subcommand and what runs it: "module:function" (args) -> exit status, imported only when it runs
+SUBCOMMANDS: dict[str, str] = {
+    "once": "kvmon.cli.once:run", "sim": "kvmon.cli.sim:run", "proxy": "kvmon.cli.proxy:run",
+    "screenshot": "kvmon.cli.screenshot:run", "replay": "kvmon.gui.app:run_replay", "serve": "kvmon.cli.serve:run",
+    "sweep": "kvmon.cli.sweep:run", "compare": "kvmon.cli.compare:run",
+}
 TIMEOUT_S = 3.0
 TIMEOUT_HELP = ("seconds a poll waits on the server, all its requests together (default %(default)g); an endpoint "
                 "that hangs costs at most this once, then is asked with a short limit while the rest is read")
@@ -261,34 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kvmon: {exc}", file=sys.stderr)
             return 2
 
-    if args.command == "once":
-        from kvmon.cli.once import run as run_once
-
-        return run_once(args)
-    if args.command == "sim":
-        from kvmon.cli.sim import run as run_sim
-
-        return run_sim(args)
-    if args.command == "proxy":
-        from kvmon.cli.proxy import run as run_proxy
-
-        return run_proxy(args)
-    if args.command == "screenshot":
-        from kvmon.cli.screenshot import run as run_screenshot
-
-        return run_screenshot(args)
-    if args.command == "replay":
-        from kvmon.gui.app import run_replay
-
-        return run_replay(args)
-    if args.command == "serve":
-        from kvmon.cli.serve import run as run_serve
-
-        return run_serve(args)
-    if args.command in ("sweep", "compare"):
+    if args.command is not None:
         from importlib import import_module
 
-        return int(import_module(f"kvmon.cli.{args.command}").run(args))
+        module, _, name = SUBCOMMANDS[args.command].partition(":")
+        return int(getattr(import_module(module), name)(args))
     if args.print_path is not None:
         return _print_path(args.print_path)
     if args.install_desktop or args.uninstall_desktop:
@@ -304,14 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = window_problem()  # no display, or Qt's platform plugin lacks system libraries: say which, exit 2
     if status is not None:
         return status
-    if args.demo:  # an unknown scenario is said before any window opens
-        from kvmon.sim.catalog import check
-
-        try:
-            check(args.demo)
-        except ValueError as exc:
-            print(f"kvmon: {exc}", file=sys.stderr)
-            return 2
     from kvmon.gui.app import run as run_gui
 
     return run_gui(args)

@@ -18,6 +18,9 @@ _WORDS: dict[str, Any] = {
     "source": None,
     # "module:callable" (url, api_key=, model_id=) -> how a depth sweep drives it; None: kvmon cannot sweep it
     "sweep": None,
+    # "module:callable" (json: a path's JSON body, None when it answered none) -> (version, a few words on what it
+    # serves), for a list of servers; None: it says neither
+    "summary": None,
     # where it listens when its command line does not say, in the order to try
     "ports": (),
     # how its context size is set ("-c", "num_ctx", "--max-model-len", ...)
@@ -58,6 +61,7 @@ class Backend(str):
     label: str  # the name when none is given
     source: str | None
     sweep: str | None
+    summary: str | None
     ports: tuple[int, ...]
     context_setting: str
     offload_setting: str | None

@@ -6,18 +6,29 @@ One place for number formatting so the dashboard, alerts, tray and ``once`` read
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Concatenate, ParamSpec
 
 DASH = "—"
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
 TIB = 1024**4
+P = ParamSpec("P")
 
 
-def _unknown(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+def dash_when_unknown(fmt: Callable[Concatenate[float, P], str]) -> Callable[Concatenate[float | None, P], str]:
+    """A formatter of a known number made to write "—" for an unknown one (None, NaN or an infinity)."""
+
+    @functools.wraps(fmt)
+    def formatted(value: float | None, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return DASH
+        return fmt(value, *args, **kwargs)
+
+    return formatted
 
 
 def _sig3(value: float) -> str:
@@ -31,22 +42,18 @@ def _sig3(value: float) -> str:
     return f"{value:.2f}"
 
 
-def fmt_tok_s(tok_s: float | None) -> str:
+@dash_when_unknown
+def fmt_tok_s(tok_s: float) -> str:
     """Decode/prefill speed: "38.2 tok/s", "1,234 tok/s", "0.52 tok/s"; "—" when unknown."""
-    if _unknown(tok_s):
-        return DASH
-    assert tok_s is not None
     if abs(tok_s) >= 999.5:  # what rounds to 1,000 is written as 1,000
         return f"{tok_s:,.0f} tok/s"
     return f"{_sig3(tok_s)} tok/s"
 
 
-def fmt_tok_s_approx(tok_s: float | None) -> str:
+@dash_when_unknown
+def fmt_tok_s_approx(tok_s: float) -> str:
     """A speed to two significant figures, for a sentence that should not change with every token: "~9,200 tok/s",
     "~43 tok/s", "~5.3 tok/s"; "—" when unknown."""
-    if _unknown(tok_s):
-        return DASH
-    assert tok_s is not None
     if tok_s == 0:
         return "~0 tok/s"
     digits = 1 - math.floor(math.log10(abs(tok_s)))
@@ -54,28 +61,22 @@ def fmt_tok_s_approx(tok_s: float | None) -> str:
     return f"~{rounded:,.0f} tok/s" if digits <= 0 else f"~{rounded:.{digits}f} tok/s"
 
 
-def fmt_watts(watts: float | None) -> str:
+@dash_when_unknown
+def fmt_watts(watts: float) -> str:
     """Power: "212 W", "38.5 W", "4.20 W"; "—" when unknown."""
-    if _unknown(watts):
-        return DASH
-    assert watts is not None
     return f"{_sig3(watts)} W"
 
 
-def fmt_energy(joules: float | None) -> str:
+@dash_when_unknown
+def fmt_energy(joules: float) -> str:
     """Energy as people meter it: "0.84 Wh", "12.5 Wh", "1.32 kWh"; "—" when unknown."""
-    if _unknown(joules):
-        return DASH
-    assert joules is not None
     wh = joules / 3600.0
     return f"{_sig3(wh / 1000.0)} kWh" if abs(wh) >= 1000 else f"{_sig3(wh)} Wh"
 
 
-def fmt_joules_per_token(j: float | None) -> str:
+@dash_when_unknown
+def fmt_joules_per_token(j: float) -> str:
     """Energy per token: "0.42 J/token", "12.5 J/token"; "—" when unknown."""
-    if _unknown(j):
-        return DASH
-    assert j is not None
     return f"{_sig3(j)} J/token"
 
 
@@ -87,11 +88,9 @@ def fmt_devices(names: Sequence[str]) -> str:
     return ", ".join(f"{c}× {n}" if c > 1 else n for n, c in counts.items())
 
 
-def fmt_bytes(n_bytes: float | None) -> str:
+@dash_when_unknown
+def fmt_bytes(n_bytes: float) -> str:
     """Memory sizes in binary units: "6.55 GiB", "512 MiB", "4.00 KiB", "17 B"."""
-    if _unknown(n_bytes):
-        return DASH
-    assert n_bytes is not None
     a = abs(n_bytes)
     for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if a >= size:
@@ -99,11 +98,9 @@ def fmt_bytes(n_bytes: float | None) -> str:
     return f"{n_bytes:.0f} B"
 
 
-def fmt_tokens(tokens: float | None, *, exact: bool = False) -> str:
+@dash_when_unknown
+def fmt_tokens(tokens: float, *, exact: bool = False) -> str:
     """Token counts: "41.2K tokens", "850 tokens", "1.05M tokens"; ``exact`` gives "131,072"."""
-    if _unknown(tokens):
-        return DASH
-    assert tokens is not None
     if exact:
         return f"{round(tokens):,}"
     a = abs(tokens)
@@ -114,19 +111,15 @@ def fmt_tokens(tokens: float | None, *, exact: bool = False) -> str:
     return f"{round(tokens)} tokens"
 
 
-def fmt_count(n: float | None) -> str:
+@dash_when_unknown
+def fmt_count(n: float) -> str:
     """A plain count with thousands separators, "2,300"; "—" when unknown."""
-    if _unknown(n):
-        return DASH
-    assert n is not None
     return f"{round(n):,}"
 
 
-def fmt_duration(seconds: float | None, *, approx: bool = True) -> str:
+@dash_when_unknown
+def fmt_duration(seconds: float, *, approx: bool = True) -> str:
     """Durations for forecasts: "45 s", "≈ 1 min", "≈ 2 h 5 min", "≈ 3 d"; under a minute stays exact."""
-    if _unknown(seconds):
-        return DASH
-    assert seconds is not None
     s = max(0.0, seconds)
     prefix = "≈ " if approx else ""
     if s < 60:
@@ -139,11 +132,9 @@ def fmt_duration(seconds: float | None, *, approx: bool = True) -> str:
     return f"{prefix}{s / 86400:.1f} d"
 
 
-def fmt_bandwidth(bytes_per_s: float | None) -> str:
+@dash_when_unknown
+def fmt_bandwidth(bytes_per_s: float) -> str:
     """Memory/PCIe bandwidth in decimal units as vendors quote it: "936 GB/s", "31.5 GB/s", "850 MB/s"."""
-    if _unknown(bytes_per_s):
-        return DASH
-    assert bytes_per_s is not None
     a = abs(bytes_per_s)
     for unit, size in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
         if a >= size:
@@ -151,9 +142,7 @@ def fmt_bandwidth(bytes_per_s: float | None) -> str:
     return f"{bytes_per_s:.0f} B/s"
 
 
-def fmt_percent(fraction: float | None, *, digits: int = 0) -> str:
+@dash_when_unknown
+def fmt_percent(fraction: float, *, digits: int = 0) -> str:
     """A fraction (0.63) as a percentage ("63%"); "—" when unknown."""
-    if _unknown(fraction):
-        return DASH
-    assert fraction is not None
     return f"{fraction * 100:.{digits}f}%"

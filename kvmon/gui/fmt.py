@@ -6,7 +6,6 @@ Unknown values render as "—"; the tooltip then gives the reason, and where a n
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from kvmon.core.snapshot import Activity
 from kvmon.core.units import (
     DASH,
+    dash_when_unknown,
     fmt_bandwidth,
     fmt_bytes,
     fmt_duration,
@@ -38,10 +38,6 @@ percent = fmt_percent
 duration = fmt_duration
 
 
-def _unknown(v: float | None) -> bool:
-    return v is None or (isinstance(v, float) and not math.isfinite(v))
-
-
 def num_tok_s(v: float | None) -> str:
     """Tokens per second without the unit ("61", "38.2")."""
     s = fmt_tok_s(v)
@@ -57,11 +53,9 @@ def ctx_label(v: int) -> str:
     return f"{v:,}"
 
 
-def percent_value(p: float | None) -> str:
+@dash_when_unknown
+def percent_value(p: float) -> str:
     """A value already in percent ("72%")."""
-    if _unknown(p):
-        return DASH
-    assert p is not None
     return f"{p:.0f}%"
 
 

@@ -25,12 +25,17 @@ from kvmon.sim.faults import FaultPlan, parse_faults
 from kvmon.sim.gpu import SimGpus
 from kvmon.sim.multi_scenarios import LLAMA_SWAP, ROUTER, MultiScenario, ServedSpec
 from kvmon.sim.reply import Reply
-from kvmon.sim.server import SimServer, _Handler
+from kvmon.sim.router_api import RouterApi
+from kvmon.sim.server import LLAMA_SERVER, SimBackend, SimServer, _Handler
+from kvmon.sim.swap_api import SwapApi
 
 CHILD_PID_BASE = 4_100_000  # fake process ids of the model servers on the simulated GPUs
 UNLOAD_S = 0.5  # a stopping model server takes this long to exit
 TICK_S = 0.1  # real seconds between two looks at the plan, the sleep timers and the GPUs
 JOIN_STEP_S = 0.5  # simulated seconds between two looks when time is moved on at once (joining later, a step)
+# the front's HTTP: a router is a llama-server (its headers; its API answers its own refusals), llama-swap its own
+ROUTER_FRONT = replace(LLAMA_SERVER, api=RouterApi)
+SWAP_FRONT = SimBackend(SwapApi)
 
 
 @dataclass
@@ -113,14 +118,8 @@ class MultiSim:
         self._threads: list[threading.Thread] = []
         self._last_status: dict[str, str] = {}
         self._start_at_s = start_at_s
-        if scenario.kind == ROUTER:
-            from kvmon.sim.router_api import RouterApi
-
-            self.api: Any = RouterApi(self)
-        else:
-            from kvmon.sim.swap_api import SwapApi
-
-            self.api = SwapApi(self)
+        self.served_as = ROUTER_FRONT if scenario.kind == ROUTER else SWAP_FRONT
+        self.api: Any = self.served_as.api(self)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> str:

@@ -25,7 +25,8 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
@@ -43,13 +44,45 @@ from kvmon.sim.files import (
     write_gguf_header,
 )
 from kvmon.sim.gpu import SimGpus
+from kvmon.sim.llama_api import BAD_KEY, LOADING, LlamaApi
+from kvmon.sim.lmstudio_api import LmStudioApi
+from kvmon.sim.ollama_api import OllamaApi
 from kvmon.sim.reply import Reply, StreamAborted, json_reply, parse_body
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.scenarios import Scenario, get_scenario
+from kvmon.sim.vllm_api import VllmApi
 
-PUBLIC_PATHS = ("/health", "/v1/health")
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 GARBAGE = b"\x00\xff<!-- simulated garbage --> {\"status\": tru\xfe\xfd\x8b not json nor metrics ]]\n"
+
+
+@dataclass(frozen=True)
+class SimBackend:
+    """How the simulator plays one kind of server: the API that answers, what its HTTP looks like, its refusals and
+    the files it leaves. The defaults are those most servers share."""
+
+    api: Callable[[Any], Any]  # (the SimServer) -> the object whose ``handle`` answers each request
+    # headers on every answer in place of a Date (llama-server's cpp-httplib sends no Date)
+    server_headers: tuple[tuple[str, str], ...] = ()
+    keep_alive: str | None = None  # the Keep-Alive header on a connection kept open
+    loading_refusal: dict[str, Any] | None = None  # the 503 body while the model loads (None: it answers anyway)
+    bad_key_refusal: dict[str, Any] | None = None  # the 401 body for a missing or wrong key
+    public_paths: tuple[str, ...] = ()  # paths answered without the key
+    # Ollama's layout: its server.log holds its own lines and its model server's, the model file is a
+    # content-addressed blob, and its model server can run as a real child process (``kvmon.sim.ollama_child``)
+    ollama_layout: bool = False
+
+
+LLAMA_SERVER = SimBackend(LlamaApi, server_headers=(("Server", "llama.cpp"), ("Access-Control-Allow-Origin", "")),
+                          keep_alive="timeout=5, max=100", loading_refusal=LOADING[1], bad_key_refusal=BAD_KEY[1],
+                          public_paths=("/health", "/v1/health"))
+SIM_BACKENDS: dict[str, SimBackend] = {
+    "llama-server": LLAMA_SERVER,
+    "ollama": SimBackend(OllamaApi, ollama_layout=True),
+    "vllm": SimBackend(VllmApi),
+    "lmstudio": SimBackend(LmStudioApi),
+}
+UNAUTHORIZED = {"error": "unauthorized"}
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -118,11 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.stream is None and sim.faults.garbage(now):
             body = GARBAGE
         self.send_response_only(reply.status)
-        if sim.scenario.backend == "llama-server":
-            self.send_header("Server", "llama.cpp")
-            self.send_header("Access-Control-Allow-Origin", "")
-        else:
+        if not sim.served_as.server_headers:
             self.send_header("Date", self.date_time_string())
+        for k, v in sim.served_as.server_headers:
+            self.send_header(k, v)
         for k, v in reply.headers.items():
             self.send_header(k, v)
         self.send_header("Content-Type", reply.content_type)
@@ -161,8 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
-        elif self.server.sim.scenario.backend == "llama-server":
-            self.send_header("Keep-Alive", "timeout=5, max=100")
+        elif self.server.sim.served_as.keep_alive:
+            self.send_header("Keep-Alive", self.server.sim.served_as.keep_alive)
         self.end_headers()
 
     def _send(self, data: bytes, drip: float | None) -> None:
@@ -197,6 +229,7 @@ class SimServer:
         self.child: Any = None  # that process, once started
         self.child_port: int | None = None
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        self.served_as = SIM_BACKENDS.get(self.scenario.backend, LLAMA_SERVER)
         # simulated time starts when serving starts
         self.clock: Any = clock if clock is not None else SimClock(speed, running=False)
         self.sleeping = False  # idle sleep (a router's model): /props says is_sleeping, the model is unloaded
@@ -209,8 +242,8 @@ class SimServer:
         self.files_dir = files_dir or make_sim_dir()
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
-        self.model_path = _model_file(self.files_dir, self.scenario)
-        ollama = self.scenario.backend == "ollama"  # Ollama's server.log holds its model server's lines too
+        self.model_path = _model_file(self.files_dir, self.scenario, blob=self.served_as.ollama_layout)
+        ollama = self.served_as.ollama_layout  # Ollama's server.log holds its model server's lines too
         self.log_path = os.path.join(self.files_dir, "server.log" if ollama else "llama-server.log")
         self.log = ServerLog(self.log_path, ollama=ollama)
         if ollama:
@@ -228,22 +261,7 @@ class SimServer:
         self.stopping = threading.Event()
         self._httpd: _HttpServer | None = None
         self._threads: list[threading.Thread] = []
-        if self.scenario.backend == "ollama":
-            from kvmon.sim.ollama_api import OllamaApi
-
-            self.api: Any = OllamaApi(self)
-        elif self.scenario.backend == "vllm":
-            from kvmon.sim.vllm_api import VllmApi
-
-            self.api = VllmApi(self)
-        elif self.scenario.backend == "lmstudio":
-            from kvmon.sim.lmstudio_api import LmStudioApi
-
-            self.api = LmStudioApi(self)
-        else:
-            from kvmon.sim.llama_api import LlamaApi
-
-            self.api = LlamaApi(self)
+        self.api: Any = self.served_as.api(self)
         self.refresh_gpus()
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -265,7 +283,7 @@ class SimServer:
             t.start()
         if not self.stepped:
             self.clock.start()
-        if self._want_child and self.scenario.backend == "ollama":
+        if self._want_child and self.served_as.ollama_layout:
             from kvmon.sim.ollama_child import start_child
 
             self.child, self.child_port = start_child(self)
@@ -384,17 +402,13 @@ class SimServer:
                 return None
             now = self.clock.now()
         key = self.faults.api_key(now)
-        llama = self.scenario.backend == "llama-server"
-        if llama and self.engine.loading(now):
-            from kvmon.sim.llama_api import LOADING
-
-            return json_reply(LOADING[1], 503, close=True)
-        if key is not None and (not llama or path not in PUBLIC_PATHS) and not _has_key(headers, key):
-            if llama:
-                from kvmon.sim.llama_api import BAD_KEY
-
-                return json_reply(BAD_KEY[1], 401, close=True)
-            return json_reply({"error": "unauthorized"}, 401)
+        served_as = self.served_as
+        if served_as.loading_refusal is not None and self.engine.loading(now):
+            return json_reply(served_as.loading_refusal, 503, close=True)
+        if key is not None and path not in served_as.public_paths and not _has_key(headers, key):
+            if served_as.bad_key_refusal is not None:
+                return json_reply(served_as.bad_key_refusal, 401, close=True)
+            return json_reply(UNAUTHORIZED, 401)
         return self.api.handle(method, path, query, parse_body(raw))
 
 
@@ -403,10 +417,10 @@ def _has_key(headers: dict[str, str], key: str) -> bool:
     return auth == f"Bearer {key}" or headers.get("x-api-key") == key
 
 
-def _model_file(files_dir: str, scenario: Scenario) -> str:
-    """Where the model file lies: Ollama keeps it as a content-addressed blob (``models/blobs/sha256-<hex>``, what
-    its modelfile's ``FROM`` and its model server's ``--model`` name); the others as a ``.gguf`` named for it."""
-    if scenario.backend == "ollama":
+def _model_file(files_dir: str, scenario: Scenario, *, blob: bool) -> str:
+    """Where the model file lies: as a content-addressed ``blob`` as Ollama keeps it (``models/blobs/sha256-<hex>``,
+    what its modelfile's ``FROM`` and its model server's ``--model`` name); else as a ``.gguf`` named for it."""
+    if blob:
         digest = hashlib.sha256(scenario.model_alias.encode()).hexdigest()
         os.makedirs(os.path.join(files_dir, "blobs"), exist_ok=True)
         return os.path.join(files_dir, "blobs", f"sha256-{digest}")

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 from kvmon.core.backend import Backend
 from kvmon.core.deadline import poll_deadline
-from kvmon.core.jsonvals import json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.sanitize import plain_text
 from kvmon.sources import backends
@@ -155,7 +154,7 @@ def _is_openai(a: Answers) -> bool:
 
 # In order: the first that holds names the backend. /v1/models answers for a proxy in front of any of them, so its
 # owner decides between llama-server, llama-swap, vLLM and "some OpenAI-compatible server" last.
-PROBES: tuple[tuple[str, Callable[[Answers], bool]], ...] = (
+PROBES: tuple[tuple[Backend, Callable[[Answers], bool]], ...] = (
     (LLAMA_ROUTER, _is_router),
     (LLAMA_SERVER, _is_llama),
     (LLAMA_SWAP, _is_llama_swap),
@@ -179,57 +178,15 @@ class Identity:
     why: str | None = None  # unknown: what the server answered instead (every path failed)
 
 
-def _summary(backend: str, a: Answers) -> tuple[str | None, str | None]:
+def _summary(backend: Backend, a: Answers) -> tuple[str | None, str | None]:
     """(version, summary) from the answers the probes already have (one more request at most)."""
+    if backend.summary is None:
+        return None, None
     try:
-        if backend in (LLAMA_SERVER, LLAMA_ROUTER):
-            props = a.json("/props")
-            props = props if isinstance(props, Mapping) else {}
-            version = json_str(props.get("build_info"))
-            if backend == LLAMA_SERVER:
-                return version, json_str(props.get("model_alias"))
-            body = a.json("/models")
-            data = body.get("data") if isinstance(body, Mapping) else None
-            if not isinstance(data, list):
-                return version, None
-            loaded = [str(m.get("id")) for m in data if isinstance(m, Mapping)
-                      and isinstance(m.get("status"), Mapping) and m["status"].get("value") in ("loaded", "loading")]
-            return version, f"{len(data)} models, {len(loaded)} loaded" + (f": {', '.join(loaded)}" if loaded else "")
-        if backend == LLAMA_SWAP:
-            body = a.json("/running")
-            running = body.get("running") if isinstance(body, Mapping) else None
-            names = [str(r.get("model")) for r in running or () if isinstance(r, Mapping)]
-            version = a.json("/api/version")
-            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
-            return v, (f"running: {', '.join(names)}" if names else "no model running")
-        if backend == OLLAMA:
-            version = a.json("/api/version")
-            ps = a.json("/api/ps")
-            names = [str(m.get("name")) for m in (ps.get("models") or ()) if isinstance(m, Mapping)] if isinstance(
-                ps, Mapping) else []
-            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
-            return v, (f"loaded: {', '.join(names)}" if names else "no model loaded")
-        if backend == VLLM:
-            version = a.json("/version")
-            body = a.json("/v1/models")
-            data = body.get("data") if isinstance(body, Mapping) else None
-            ids = [str(m.get("id")) for m in data or () if isinstance(m, Mapping) and not m.get("parent")]
-            v = json_str(version.get("version")) if isinstance(version, Mapping) else None
-            return v, (f"serving: {', '.join(ids)}" if ids else None)
-        if backend == LMSTUDIO:
-            body = a.json("/api/v1/models")
-            models = body.get("models") if isinstance(body, Mapping) else None
-            if isinstance(models, list):
-                loaded = [str(m.get("key")) for m in models if isinstance(m, Mapping) and m.get("loaded_instances")]
-            else:
-                v0 = a.json("/api/v0/models")
-                data = v0.get("data") if isinstance(v0, Mapping) else None
-                loaded = [str(m.get("id")) for m in data or () if isinstance(m, Mapping)
-                          and m.get("state") == "loaded"]
-            return None, (f"loaded: {', '.join(loaded)}" if loaded else "no model loaded")
+        summary: tuple[str | None, str | None] = _named(backend.summary)(a.json)
+        return summary
     except SourceError:
-        pass
-    return None, None
+        return None, None
 
 
 def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, summary: bool = False) -> Identity:
@@ -271,12 +228,17 @@ def backend_by_port(url: str) -> str:
     return {OLLAMA_PORT: OLLAMA, VLLM_PORT: VLLM, LMSTUDIO_PORT: LMSTUDIO}.get(port or 0, LLAMA_SERVER)
 
 
+def _named(ref: str) -> Any:
+    """What a backend's ``"module:name"`` names (imported only when asked: ``kvmon --version`` loads no source)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def source_class(backend: Backend) -> Any:
-    """The class that reads ``backend`` (imported only when asked: ``kvmon --version`` loads no source)."""
+    """The class that reads ``backend``."""
     if backend.source is None:
         raise ValueError(f"kvmon has no source for {backend.label}")
-    module, _, name = backend.source.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return _named(backend.source)
 
 
 def open_source(

@@ -4,7 +4,7 @@ thread.
 A cancel shuts the socket of the request under way: the read ends at once, and the server sees its client gone and
 cancels the request (llama-server frees the slot as soon as it next writes, which a sweep's short requests make soon).
 Every failure is a ``SweepFailed`` with one line for people (the server's own message, scrubbed of the key); a
-cancelled request is a ``SweepCancelled``.
+cancelled request is a ``SweepCancelled``. ``ServerSweep`` is what each backend's sweep class shares.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ import httpx
 
 from kvmon.core.jsonvals import InputError, parse_json
 from kvmon.core.redact import scrub
-from kvmon.core.sweep import SweepCancelled, SweepFailed
+from kvmon.core.sweep import StepTiming, SweepCancelled, SweepFailed, Timing
 from kvmon.sources.http import normalize_base_url, redact_url
 
 READ_SILENCE_S = 120.0  # the longest a request may send nothing (a deep prompt read on a slow machine)
 CONNECT_S = 5.0
 MAX_LINE_BYTES = 4 << 20
+# what the conversation is made of: ordinary prose, tokenized once by the server and repeated to any depth
+FILLER = ("The cache grows with every token, and decode reads all of it again for the next one. Memory bandwidth "
+          "sets the pace: the weights and the whole context cross the bus once per generated token. ")
 
 
 class SweepHttp:
@@ -176,3 +179,66 @@ def json_lines(lines: Iterator[tuple[float, bytes]], prefix: bytes = b"") -> Ite
             continue
         if isinstance(obj, dict):
             yield t, obj
+
+
+def filler_text(tokens: int, chars_per_token: float) -> str:
+    """About ``tokens`` tokens of filler as text, at the characters per token the server's counts have shown."""
+    n = max(1, int(tokens * chars_per_token))
+    return (FILLER * (n // len(FILLER) + 1))[:n]
+
+
+def filler_tokens(filler: list[int], n: int) -> list[int]:
+    """``n`` tokens (at least one) of the filler as the server tokenized it, repeated."""
+    return (filler * (n // len(filler) + 1))[:max(1, n)]
+
+
+def token_ids(doc: Any) -> list[int]:
+    """The token ids of a ``/tokenize`` answer (``{"tokens": [...]}``); anything else is passed over."""
+    tokens = doc.get("tokens") if isinstance(doc, dict) else None
+    return [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
+
+
+class ServerSweep:
+    """What every backend's sweep shares (``kvmon.app.sweep.SweepTarget``): the requests to one server, the model
+    asked for, and the depth the conversation has reached; a backend's class says how one step is asked and timed."""
+
+    timing: Timing = "server"
+    prefill_generate = 1  # the tokens a prefill asks for (a server that can generate none asks for 0)
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
+                 model_name: str | None = None) -> None:
+        self.http = SweepHttp(base_url, api_key=api_key)
+        self.display_url = self.http.display_url
+        self.model_id = model_id  # the model every request names (a router's model)
+        self.model_name = model_name  # the server's name for the model the dashboard shows
+        self.model: str | None = None  # the model the requests name, once prepare() has found it loaded
+        self.filler_ids: list[int] = []  # the filler as the server's token ids (a server that takes token ids)
+        self._depth = 0
+
+    def prepare(self, slot: int | None) -> None:
+        raise NotImplementedError
+
+    def prefill(self, upto: int) -> StepTiming:
+        """Bring the conversation to ``upto`` tokens, generating (almost) nothing."""
+        return self.step(upto, self.prefill_generate)
+
+    def measure(self, upto: int, generate: int) -> StepTiming:
+        """Bring the conversation to ``upto`` tokens and generate ``generate`` there."""
+        return self.step(upto, generate)
+
+    def step(self, upto: int, generate: int) -> StepTiming:
+        """One request: the conversation at ``upto`` tokens, ``generate`` tokens asked for, timed."""
+        raise NotImplementedError
+
+    def new_tokens(self, depth: int) -> int:
+        """The prompt tokens a step at ``depth`` added to the one before (all of them when the conversation did not
+        grow: the server then read it from the start)."""
+        new = depth - self._depth if depth > self._depth else depth
+        self._depth = depth
+        return new
+
+    def cancel(self) -> None:
+        self.http.cancel()
+
+    def close(self) -> None:
+        self.http.close()

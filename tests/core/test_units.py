@@ -14,10 +14,13 @@ from kvmon.core.units import (
     fmt_bytes,
     fmt_count,
     fmt_duration,
+    fmt_energy,
+    fmt_joules_per_token,
     fmt_percent,
     fmt_tok_s,
     fmt_tok_s_approx,
     fmt_tokens,
+    fmt_watts,
 )
 
 
@@ -79,5 +82,6 @@ def test_approximate_speed_has_two_figures(tok_s: float, text: str) -> None:
 
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf, -math.inf])
 def test_unknown_is_a_dash(bad: float | None) -> None:
-    for f in (fmt_tok_s, fmt_tok_s_approx, fmt_bytes, fmt_tokens, fmt_duration, fmt_bandwidth, fmt_percent, fmt_count):
+    for f in (fmt_tok_s, fmt_tok_s_approx, fmt_bytes, fmt_tokens, fmt_duration, fmt_bandwidth, fmt_percent, fmt_count,
+              fmt_watts, fmt_energy, fmt_joules_per_token):
         assert f(bad) == DASH

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from kvmon.core.snapshot import Activity, Connection, ConnectionStatus, Snapshot
 from kvmon.core.verdict import decide
-from kvmon.gui.fmt import hero
+from kvmon.gui.fmt import DASH, hero, percent_value
 
 UP = Connection(ConnectionStatus.CONNECTED)
 
@@ -31,3 +32,8 @@ def test_the_header_says_what_a_working_server_does() -> None:
     assert decide(s).sentence == "Reading a prompt at 2,048 tok/s"
     started = decide(replace(s, prefill_tok_s=None))  # "busy" means GPU utilisation or nothing
     assert started.sentence == "A request started: its speed shows at the next poll" and "busy" not in started.state
+
+
+def test_a_percent_reads_as_one_and_an_unknown_one_as_a_dash() -> None:
+    assert percent_value(72.4) == "72%"
+    assert [percent_value(v) for v in (None, math.nan, math.inf)] == [DASH] * 3

@@ -1,7 +1,7 @@
-"""Every backend in ``kvmon.sources.backends.ALL`` is wired all the way: its source and sweep import, detection has a
-probe for it, the simulator serves it in a built-in scenario (and detection names that server as it), and the
-source contract or the hostile-input matrix runs against it. A backend added to ``ALL`` with a step left out fails
-here, naming the step."""
+"""Every backend in ``kvmon.sources.backends.ALL`` is wired all the way: its source, sweep and summary import,
+detection has a probe for it, the simulator serves it in a built-in scenario (and detection names that server as
+it), and the source contract or the hostile-input matrix runs against it. A backend added to ``ALL`` with a step
+left out fails here, naming the step."""
 
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ def test_names_are_unique_and_each_is_found_by_name() -> None:
 
 
 @pytest.mark.parametrize("backend", READ)
-def test_its_source_and_sweep_import(backend: Backend) -> None:
+def test_its_source_sweep_and_summary_import(backend: Backend) -> None:
     cls = detect.source_class(backend)
     assert callable(getattr(cls, "poll", None)) or callable(getattr(cls, "list_models", None)), (
         f"{backend.source} is neither a ServerSource nor a ModelListSource (kvmon.sources.base)")
-    if backend.sweep is not None:
-        module, _, name = backend.sweep.partition(":")
-        assert hasattr(importlib.import_module(module), name), f"{backend.sweep} does not exist"
+    for ref in (backend.sweep, backend.summary):
+        if ref is not None:
+            module, _, name = ref.partition(":")
+            assert callable(getattr(importlib.import_module(module), name, None)), f"{ref} does not exist"
 
 
 @pytest.mark.parametrize("backend", [pytest.param(b, id=b.name) for b in backends.ALL])

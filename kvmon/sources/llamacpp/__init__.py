@@ -6,7 +6,7 @@ from kvmon.core.backend import Backend
 
 LLAMA_SERVER = Backend(
     "llama-server", label="llama-server", source="kvmon.sources.llamacpp.source:LlamaServerSource",
-    sweep="kvmon.sources.llamacpp.sweep:LlamaServerSweep",
+    sweep="kvmon.sources.llamacpp.sweep:LlamaServerSweep", summary="kvmon.sources.llamacpp.parse:server_summary",
     ports=(9931, 8080),  # common/common.h `port = 9931` (b11549); 8080 before
     context_setting="-c", offload_setting="-ngl", cache_type_setting="-ctk {type_k} -ctv {type_v}",
     flash_attention_setting=" -fa on", prompt_cache_setting="--cache-ram {mib}", metrics_setting="--metrics",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvmon.core.jsonvals import json_float, json_int
+from kvmon.core.jsonvals import json_float, json_int, json_str
 from kvmon.core.readings import (
     ACCEPTED_PER_POSITION,
     Provenance,
@@ -164,3 +164,11 @@ def derive_totals(
     return dataclasses.replace(
         config, n_ctx_total=total, provenance={**config.provenance, "n_ctx_total": Provenance.COMPUTED}
     )
+
+
+def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
+    it answered none)."""
+    props = json("/props")
+    props = props if isinstance(props, Mapping) else {}
+    return json_str(props.get("build_info")), json_str(props.get("model_alias"))

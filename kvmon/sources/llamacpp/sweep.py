@@ -13,55 +13,33 @@ from urllib.parse import quote
 
 from kvmon.core.jsonvals import json_float, json_int
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.sweep_http import SweepHttp, json_lines
-
-# what the conversation is made of: ordinary prose, tokenized once by the server and repeated to any depth
-FILLER = ("The cache grows with every token, and decode reads all of it again for the next one. Memory bandwidth "
-          "sets the pace: the weights and the whole context cross the bus once per generated token. ")
+from kvmon.sources.sweep_http import FILLER, ServerSweep, filler_tokens, json_lines, token_ids
 
 
-class LlamaServerSweep:
+class LlamaServerSweep(ServerSweep):
     """One llama-server (or one model of a router) driven through a growing conversation."""
 
-    timing = "server"
+    prefill_generate = 0
 
     def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
-                 model_name: str | None = None, silence_s: float | None = None) -> None:
-        self.http = SweepHttp(base_url, api_key=api_key, **({"silence_s": silence_s} if silence_s else {}))
-        self.display_url = self.http.display_url
-        self._model_id = model_id
+                 model_name: str | None = None) -> None:
+        super().__init__(base_url, api_key=api_key, model_id=model_id, model_name=model_name)
         self._query = f"?autoload=false&model={quote(model_id, safe='')}" if model_id else ""
         self._slot: int | None = None
-        self._tokens: list[int] = []
 
     def _body(self, **kw: Any) -> dict[str, Any]:
-        return {**kw, "model": self._model_id} if self._model_id else kw
+        return {**kw, "model": self.model_id} if self.model_id else kw
 
     def prepare(self, slot: int | None) -> None:
         """Tokenize the filler on the server (its own vocabulary) and remember the slot to use."""
         self._slot = slot
-        doc = self.http.post_json("/tokenize" + self._query, self._body(content=FILLER))
-        tokens = doc.get("tokens") if isinstance(doc, dict) else None
-        ids = [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
-        if not ids:
+        self.filler_ids = token_ids(self.http.post_json("/tokenize" + self._query, self._body(content=FILLER)))
+        if not self.filler_ids:
             raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
-        self._tokens = ids
 
-    def _prompt(self, n: int) -> list[int]:
-        reps = n // len(self._tokens) + 1
-        return (self._tokens * reps)[:max(1, n)]
-
-    def prefill(self, upto: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens, generating nothing."""
-        return self._complete(upto, 0)
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens and generate ``generate`` there."""
-        return self._complete(upto, generate)
-
-    def _complete(self, upto: int, n_predict: int) -> StepTiming:
-        body = self._body(prompt=self._prompt(upto), n_predict=n_predict, cache_prompt=True, stream=True,
-                          ignore_eos=True)
+    def step(self, upto: int, generate: int) -> StepTiming:
+        body = self._body(prompt=filler_tokens(self.filler_ids, upto), n_predict=generate, cache_prompt=True,
+                          stream=True, ignore_eos=True)
         if self._slot is not None:
             body["id_slot"] = self._slot
         final: dict[str, Any] | None = None
@@ -82,10 +60,4 @@ class LlamaServerSweep:
         prompt_ms = json_float(timings.get("prompt_ms"))
         return StepTiming(depth_tokens=cache_n + (prompt_n or 0), prompt_tokens_read=prompt_n,
                           prompt_s=None if prompt_ms is None else prompt_ms / 1000.0, generated=predicted_n,
-                          decode_tok_s=rate if n_predict > 1 and rate else None, timing="server")
-
-    def cancel(self) -> None:
-        self.http.cancel()
-
-    def close(self) -> None:
-        self.http.close()
+                          decode_tok_s=rate if generate > 1 and rate else None, timing=self.timing)

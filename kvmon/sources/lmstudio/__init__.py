@@ -6,7 +6,7 @@ from kvmon.core.backend import Backend
 
 LMSTUDIO = Backend(
     "lmstudio", label="LM Studio", sweep="kvmon.sources.lmstudio.sweep:LmStudioSweep",
-    source="kvmon.sources.lmstudio.source:LmStudioSource",
+    source="kvmon.sources.lmstudio.source:LmStudioSource", summary="kvmon.sources.lmstudio.parse:server_summary",
     ports=(1234,),  # every LM Studio example and `lms server status`
     context_setting="the context length in the model's load settings",
     offload_setting="GPU offload in the model's load settings",

@@ -11,7 +11,7 @@ absent, never an exception.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,3 +108,17 @@ def parse_v0(body: Any) -> tuple[list[LmModel], list[str]]:
                            instances=(Instance(key),) if loaded else (), loaded=loaded))
     return out, notes
 
+
+def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """(None: LM Studio's REST API gives no version, a few words on what it serves) for a list of servers, from
+    ``json`` (a path's JSON body, None when it answered none)."""
+    body = json("/api/v1/models")
+    models = body.get("models") if isinstance(body, Mapping) else None
+    if isinstance(models, list):
+        loaded = [str(m.get("key")) for m in models if isinstance(m, Mapping) and m.get("loaded_instances")]
+    else:
+        v0 = json("/api/v0/models")
+        data = v0.get("data") if isinstance(v0, Mapping) else None
+        loaded = [str(m.get("id")) for m in data or () if isinstance(m, Mapping)
+                  and m.get("state") == "loaded"]
+    return None, (f"loaded: {', '.join(loaded)}" if loaded else "no model loaded")

@@ -10,23 +10,13 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_float, json_int, json_object, json_str
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.llamacpp.sweep import FILLER
-from kvmon.sources.sweep_http import SweepHttp
+from kvmon.sources.sweep_http import ServerSweep, filler_text
 
 
-class LmStudioSweep:
+class LmStudioSweep(ServerSweep):
     """LM Studio's loaded model driven through a growing chat message."""
 
-    timing = "server"
-
-    def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
-                 model_name: str | None = None) -> None:
-        self.http = SweepHttp(base_url, api_key=api_key)
-        self.display_url = self.http.display_url
-        self._wanted = model_id or model_name
-        self.model: str | None = None
-        self._chars_per_token = 4.0
-        self._depth = 0
+    _chars_per_token = 4.0  # until LM Studio has counted the filler's tokens
 
     def prepare(self, slot: int | None) -> None:
         """The loaded model (``/api/v0/models``, ``state: loaded``): a sweep never loads one."""
@@ -36,22 +26,13 @@ class LmStudioSweep:
         loaded = [m for m in loaded if m]
         if not loaded:
             raise SweepFailed("no model is loaded in LM Studio: load it first (a sweep never loads one)")
-        self.model = self._wanted if self._wanted in loaded else loaded[0]
+        wanted = self.model_id or self.model_name
+        self.model = wanted if wanted in loaded else loaded[0]
 
-    def _text(self, tokens: int) -> str:
-        n = max(1, int(tokens * self._chars_per_token))
-        return (FILLER * (n // len(FILLER) + 1))[:n]
-
-    def prefill(self, upto: int) -> StepTiming:
-        return self._chat(upto, 1)
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        return self._chat(upto, generate)
-
-    def _chat(self, upto: int, max_tokens: int) -> StepTiming:
-        text = self._text(upto)
+    def step(self, upto: int, generate: int) -> StepTiming:
+        text = filler_text(upto, self._chars_per_token)
         body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": text}],
-                                "max_tokens": max_tokens, "temperature": 0, "stream": False}
+                                "max_tokens": generate, "temperature": 0, "stream": False}
         doc = self.http.post_json("/api/v0/chat/completions", body)
         if not isinstance(doc, dict):
             raise SweepFailed(f"{self.display_url}/api/v0/chat/completions did not answer an object")
@@ -61,17 +42,9 @@ class LmStudioSweep:
         if not depth:
             raise SweepFailed("LM Studio did not count the prompt's tokens")
         self._chars_per_token = len(text) / depth
-        new = depth - self._depth if depth > self._depth else depth
-        self._depth = depth
         n = json_int(usage.get("completion_tokens")) or 0
         rate = json_float(stats.get("tokens_per_second"))
         return StepTiming(depth_tokens=depth, prompt_tokens_read=None,
                           prompt_s=json_float(stats.get("time_to_first_token")), generated=n,
-                          decode_tok_s=rate if max_tokens > 1 and n > 1 else None, timing="server",
-                          prompt_tokens_new=new)
-
-    def cancel(self) -> None:
-        self.http.cancel()
-
-    def close(self) -> None:
-        self.http.close()
+                          decode_tok_s=rate if generate > 1 and n > 1 else None, timing=self.timing,
+                          prompt_tokens_new=self.new_tokens(depth))

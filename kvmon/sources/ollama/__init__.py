@@ -6,7 +6,7 @@ from kvmon.core.backend import Backend
 
 OLLAMA = Backend(
     "ollama", label="Ollama", source="kvmon.sources.ollama.source:OllamaSource", ports=(11434,),
-    sweep="kvmon.sources.ollama.sweep:OllamaSweep",
+    sweep="kvmon.sources.ollama.sweep:OllamaSweep", summary="kvmon.sources.ollama.parse:server_summary",
     context_setting="num_ctx", offload_setting="num_gpu",
     # Ollama's own cache types; a quantised cache needs its flash attention switch
     cache_type_setting="OLLAMA_KV_CACHE_TYPE={type_k} OLLAMA_FLASH_ATTENTION=1", cache_types=("q8_0", "q4_0"),

@@ -7,7 +7,7 @@ Parsing only: ``kvmon.sources.ollama.source`` asks the endpoints and builds the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -250,3 +250,14 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
         shape_reason=shape_reason,
         n_tensors=len(body["tensors"]) if isinstance(body.get("tensors"), list) else 0,
     )
+
+
+def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
+    it answered none)."""
+    version = json("/api/version")
+    ps = json("/api/ps")
+    names = [str(m.get("name")) for m in (ps.get("models") or ()) if isinstance(m, Mapping)] if isinstance(
+        ps, Mapping) else []
+    v = json_str(version.get("version")) if isinstance(version, Mapping) else None
+    return v, (f"loaded: {', '.join(names)}" if names else "no model loaded")

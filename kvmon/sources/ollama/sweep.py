@@ -13,27 +13,16 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_float, json_int, json_str
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.llamacpp.sweep import FILLER
-from kvmon.sources.sweep_http import SweepHttp, json_lines
+from kvmon.sources.sweep_http import ServerSweep, filler_text, json_lines
 
 NS = 1e9
 LOAD_TOO_LONG_S = 1.0  # a request that waited longer than this for the model loaded it (the sweep stops)
 
 
-class OllamaSweep:
+class OllamaSweep(ServerSweep):
     """Ollama's loaded model driven through a growing raw prompt."""
 
-    timing = "server"
-
-    def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
-                 model_name: str | None = None) -> None:
-        self.http = SweepHttp(base_url, api_key=api_key)
-        self.display_url = self.http.display_url
-        self._wanted = model_id
-        self._shown = model_name  # the model the dashboard shows: swept when it is among those loaded
-        self.model: str | None = None
-        self._chars_per_token = 4.0
-        self._depth = 0
+    _chars_per_token = 4.0  # until Ollama has counted the filler's tokens
 
     def prepare(self, slot: int | None) -> None:
         """Find the model as loaded (``/api/ps``): a sweep never loads one."""
@@ -41,30 +30,21 @@ class OllamaSweep:
         loaded = [json_str(m.get("name")) or json_str(m.get("model")) for m in (ps.get("models") or ())
                   if isinstance(m, dict)] if isinstance(ps, dict) else []
         loaded = [n for n in loaded if n]
-        if self._wanted is not None:
-            if self._wanted not in loaded:
-                raise SweepFailed(f"{self._wanted} is not loaded in Ollama (a sweep never loads a model)")
-            self.model = self._wanted
+        if self.model_id is not None:
+            if self.model_id not in loaded:
+                raise SweepFailed(f"{self.model_id} is not loaded in Ollama (a sweep never loads a model)")
+            self.model = self.model_id
         elif loaded:
-            self.model = self._shown if self._shown in loaded else loaded[0]
+            # the model the dashboard shows, when it is among those loaded
+            self.model = self.model_name if self.model_name in loaded else loaded[0]
         else:
             raise SweepFailed("no model is loaded in Ollama: load it by chatting with it first (a sweep never loads "
                               "one, which would load it with settings of its own)")
 
-    def _text(self, tokens: int) -> str:
-        n = max(1, int(tokens * self._chars_per_token))
-        return (FILLER * (n // len(FILLER) + 1))[:n]
-
-    def prefill(self, upto: int) -> StepTiming:
-        return self._generate(upto, 1)
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        return self._generate(upto, generate)
-
-    def _generate(self, upto: int, num_predict: int) -> StepTiming:
-        text = self._text(upto)
+    def step(self, upto: int, generate: int) -> StepTiming:
+        text = filler_text(upto, self._chars_per_token)
         body = {"model": self.model, "prompt": text, "raw": True, "stream": True,
-                "options": {"num_predict": num_predict}}
+                "options": {"num_predict": generate}}
         final: dict[str, Any] | None = None
         for _t, obj in json_lines(self.http.stream("/api/generate", body)):
             if isinstance(obj.get("error"), str):
@@ -81,17 +61,9 @@ class OllamaSweep:
         if not depth:
             raise SweepFailed("Ollama did not count the prompt's tokens")
         self._chars_per_token = len(text) / depth
-        new = depth - self._depth if depth > self._depth else depth
-        self._depth = depth
         prompt_ns = json_float(final.get("prompt_eval_duration"))
         n, eval_ns = json_int(final.get("eval_count")) or 0, json_float(final.get("eval_duration"))
         rate = n / eval_ns * NS if n > 1 and eval_ns else None
         return StepTiming(depth_tokens=depth, prompt_tokens_read=None, prompt_s=None if prompt_ns is None else
-                          prompt_ns / NS, generated=n, decode_tok_s=rate if num_predict > 1 else None,
-                          timing="server", prompt_tokens_new=new)
-
-    def cancel(self) -> None:
-        self.http.cancel()
-
-    def close(self) -> None:
-        self.http.close()
+                          prompt_ns / NS, generated=n, decode_tok_s=rate if generate > 1 else None,
+                          timing=self.timing, prompt_tokens_new=self.new_tokens(depth))

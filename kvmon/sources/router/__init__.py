@@ -4,4 +4,5 @@ The backend object below is what the rest of kvmon asks for this server's words 
 
 from kvmon.core.backend import Backend
 
-ROUTER = Backend("llama-router", label="llama-server router", source="kvmon.sources.router.source:LlamaRouterSource")
+ROUTER = Backend("llama-router", label="llama-server router", source="kvmon.sources.router.source:LlamaRouterSource",
+                 summary="kvmon.sources.router.source:server_summary")

@@ -153,3 +153,17 @@ class LlamaRouterSource:
         return LlamaServerSource(self.base_url, api_key=self._api_key, timeout_s=self._timeout_s,
                                  model_id=model.name, process_port=port, command_line=model.args or None,
                                  clock=self._clock, inspect_local_process=host is not None)
+
+
+def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
+    it answered none)."""
+    props = json("/props")
+    version = json_str(props.get("build_info")) if isinstance(props, Mapping) else None
+    body = json("/models")
+    data = body.get("data") if isinstance(body, Mapping) else None
+    if not isinstance(data, list):
+        return version, None
+    loaded = [str(m.get("id")) for m in data if isinstance(m, Mapping)
+              and isinstance(m.get("status"), Mapping) and m["status"].get("value") in ("loaded", "loading")]
+    return version, f"{len(data)} models, {len(loaded)} loaded" + (f": {', '.join(loaded)}" if loaded else "")

@@ -6,7 +6,7 @@ from kvmon.core.backend import Backend
 
 VLLM = Backend(
     "vllm", label="vLLM", sweep="kvmon.sources.vllm.sweep:VllmSweep",
-    source="kvmon.sources.vllm.source:VllmSource",
+    source="kvmon.sources.vllm.source:VllmSource", summary="kvmon.sources.vllm.parse:server_summary",
     ports=(8000,),  # vllm/entrypoints/common/cli_args.py: --port 8000
     context_setting="--max-model-len", offload_setting="--cpu-offload-gb",
     cache_type_setting="--kv-cache-dtype {type_k}", cache_types=("fp8",),

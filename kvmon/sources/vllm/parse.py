@@ -12,7 +12,7 @@ of one model add up (their pools are separate); the usage fraction is their mean
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,3 +258,14 @@ def parse_models(body: Any) -> tuple[list[ModelCard], list[str]]:
             continue
         out.append(ModelCard(json_str(raw["id"]) or "", json_text(raw.get("root")), json_int(raw.get("max_model_len"))))
     return out, notes
+
+
+def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
+    it answered none)."""
+    version = json("/version")
+    body = json("/v1/models")
+    data = body.get("data") if isinstance(body, Mapping) else None
+    ids = [str(m.get("id")) for m in data or () if isinstance(m, Mapping) and not m.get("parent")]
+    v = json_str(version.get("version")) if isinstance(version, Mapping) else None
+    return v, (f"serving: {', '.join(ids)}" if ids else None)
