@@ -247,7 +247,7 @@ class DotLabel(QtWidgets.QWidget):
 
 class CaptionedLine(QtWidgets.QWidget):
     """A caption and its value line ("Energy:  602 W now · …"), which wraps rather than being cut; set again only
-    when ``key(s)`` changed. Subclasses say the key and the (text, tooltip) of a snapshot.
+    when its text or tooltip changed. Subclasses say the (text, tooltip) of a snapshot.
 
     The two labels are placed by hand, not by a layout: a new value asks the window's layout again only when it
     needs another number of lines (a label in a layout would have every new reply relay the window out)."""
@@ -266,7 +266,6 @@ class CaptionedLine(QtWidgets.QWidget):
         policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
-        self._key: object = object()  # nothing shown yet: any key differs
 
     def _value_width(self, width: int) -> int:
         return max(1, width - self._caption_w - theme.UNIT)
@@ -288,17 +287,15 @@ class CaptionedLine(QtWidgets.QWidget):
         self.caption.setGeometry(0, 0, self._caption_w, self.caption.sizeHint().height())
         self.label.setGeometry(self._caption_w + theme.UNIT, 0, self._value_width(self.width()), self.height())
 
-    def key(self, s: object) -> object:
-        raise NotImplementedError
-
     def text(self, s: object) -> tuple[str, str]:
         raise NotImplementedError
 
     def update_snapshot(self, s: object) -> None:
-        key = self.key(s)
-        if key != self._key:
-            self._key = key
-            lines = self.heightForWidth(self.width())
-            set_text(self.label, *self.text(s))
-            if self.heightForWidth(self.width()) != lines:  # another number of lines: the layout's business
-                self.updateGeometry()
+        text, tip = self.text(s)
+        if text == self.label.text():
+            set_text(self.label, text, tip)  # the tooltip alone, if it changed
+            return
+        lines = self.heightForWidth(self.width())
+        set_text(self.label, text, tip)
+        if self.heightForWidth(self.width()) != lines:  # another number of lines: the layout's business
+            self.updateGeometry()

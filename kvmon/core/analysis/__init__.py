@@ -5,7 +5,7 @@
 ``gpu_views`` (GPUs, their peak bandwidth and VRAM split, the host), ``placement`` (which bytes live where, and
 the devices), ``ceiling`` (the speed the memory bus allows, bandwidth figures), ``vram_trend`` (free VRAM over
 the last minute), ``forecasting`` (the fit, its schedule and the milestones), ``advice`` (cheaper cache types),
-``alert_facts`` (what the alert rules read), with ``memo`` (physics per model shape) and ``settings``. No I/O;
+``alert_facts`` (what the alert rules read), with ``settings``. No I/O;
 every number it adds says where it came from (``provenance``) or why it is unknown (``reasons``).
 """
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvmon.core.alerts import CacheAdvice
-from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import ModelView
@@ -16,21 +15,21 @@ from kvmon.physics import advice as advice_mod
 
 
 def cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
-                 ceiling_now: float | None, decode: float | None, context: int | None, *, memo: PhysicsMemo,
+                 ceiling_now: float | None, decode: float | None, context: int | None, *,
                  advice_types: Sequence[str], median_efficiency: float | None) -> tuple[CacheAdvice, ...]:
     """Cheaper KV cache types (physics.advice): the VRAM they free and the speed they would give here.
 
     Nothing when the model's shape cannot answer the question (a cache type it cannot size).
     """
     try:
-        return _cache_advice(r, model, shape, devices, ceiling_now, decode, context, memo, advice_types,
+        return _cache_advice(r, model, shape, devices, ceiling_now, decode, context, advice_types,
                              median_efficiency)
     except (ValueError, KeyError):
         return ()
 
 
 def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[Any] | None,
-                  ceiling_now: float | None, decode: float | None, context: int | None, memo: PhysicsMemo,
+                  ceiling_now: float | None, decode: float | None, context: int | None,
                   advice_types: Sequence[str], median_eff: float | None) -> tuple[CacheAdvice, ...]:
     backend = backend_of(r.backend)
     # a pool that fills the memory it is given frees nothing; a cache type that is no setting cannot be advised
@@ -41,15 +40,11 @@ def _cache_advice(r: ServerReading, model: ModelView, shape: Any, devices: list[
     types = [t for t in advice_types if backend.offers_cache_type(t)]
     if not types:
         return ()
-    depth = context or 0
-    bucket = depth // 256  # the speed "here" need not be recomputed for every token
-    key = ("advice", model.n_ctx_total, bucket, model.kv_type_k, model.kv_type_v, model.n_slots,
-           bool(model.kv_unified), r.config.n_ubatch, tuple(devices or ()), tuple(types))
-    n_ctx, type_k, type_v = model.n_ctx_total, model.kv_type_k, model.kv_type_v  # known (checked above)
-    options = memo.get(shape, key, lambda: advice_mod.cache_type_counterfactuals(
-        shape, n_ctx=n_ctx, context_tokens=bucket * 256, current_type_k=type_k,
-        current_type_v=type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
-        n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types]))
+    depth = (context or 0) // 256 * 256  # the speed "here" at whole 256-token steps: it holds while a reply grows
+    options = advice_mod.cache_type_counterfactuals(
+        shape, n_ctx=model.n_ctx_total, context_tokens=depth, current_type_k=model.kv_type_k,
+        current_type_v=model.kv_type_v, n_seq=model.n_slots or 1, unified=bool(model.kv_unified),
+        n_ubatch=r.config.n_ubatch or 512, devices=tuple(devices or ()), candidates=[(t, t) for t in types])
     # the server does not say its cache type (no command line, log or setting kvmon can read): llama.cpp's default
     # was taken, and the advice says so rather than advise a server that may already run a smaller cache
     assumed = r.config.type_k is None or r.config.type_v is None

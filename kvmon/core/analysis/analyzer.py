@@ -1,6 +1,6 @@
 """The analysis step: one poll's readings → one Snapshot, by the parts of ``kvmon.core.analysis`` in order.
 
-The Analyzer holds what lasts between polls (the counter rates, the physics memo, the free-VRAM trend, the
+The Analyzer holds what lasts between polls (the counter rates, the free-VRAM trend, the
 forecast's points and fit, the alert state, the connection's history) and calls the parts, each with one job:
 the model view, the speeds and depth, the GPU views and placement, the ceiling, the VRAM split, the forecast,
 the advice and the alert facts. It does no I/O.
@@ -32,8 +32,7 @@ from kvmon.core.analysis import (
 from kvmon.core.analysis.energy import EnergyMeter
 from kvmon.core.analysis.forecasting import Forecaster
 from kvmon.core.analysis.latency import LatencyTracker
-from kvmon.core.analysis.memo import PhysicsMemo
-from kvmon.core.analysis.model_view import ModelViews, cache_bytes
+from kvmon.core.analysis.model_view import cache_bytes, model_view
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.prompt_cache import PromptCacheTracker
 from kvmon.core.analysis.settings import AnalyzerSettings
@@ -71,12 +70,9 @@ class Analyzer:
         self._clock = clock  # for failures that come with no reading to take a time from
         self._rates = rate_tracker if rate_tracker is not None else SlotRateTracker()
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
-        self._memo = PhysicsMemo()
-        self._draft_memo = PhysicsMemo()  # the draft model's shape: a memo of its own (one shape per memo)
-        self._model_views = ModelViews()
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
-        self._forecaster = Forecaster(self._memo, self.settings.milestones, self.settings.max_fit_points,
+        self._forecaster = Forecaster(self.settings.milestones, self.settings.max_fit_points,
                                       self.settings.curve_points, curve_memory)
         self._seq = 0
         self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
@@ -120,9 +116,6 @@ class Analyzer:
         if hasattr(self._rates, "reset"):
             self._rates.reset()
         self.alerts.reset()
-        self._memo.clear()
-        self._draft_memo.clear()
-        self._model_views = ModelViews()
         self._trend.clear()
         self._swap.clear()
         self._forecaster.reset()
@@ -165,15 +158,15 @@ class Analyzer:
 
     def _analyse(self, r: ServerReading, gpus: GpuSetReading | None, host: HostReading | None) -> Snapshot:
         r = plausible_reading(r)  # a value past its physical bound is unknown (with its reason), never a fact
-        st, memo, t = self.settings, self._memo, r.t_monotonic
+        st, t = self.settings, r.t_monotonic
         # each step returns what it decided and its notes (where each number came from, why one is unknown)
-        model, shape, model_notes = self._model_views.view(r, memo)
-        drafter, n1 = draft.draft_context(r, self._draft_memo)  # speculative decoding's draft context
+        model, shape, model_notes = model_view(r)
+        drafter, n1 = draft.draft_context(r)  # speculative decoding's draft context
         model, n2 = draft.with_draft(model, drafter, r)
         type_k, type_v = model.kv_type_k or "f16", model.kv_type_v or "f16"
         rates, n3 = speeds.speeds(self._rates.update(r), r)
         where, n4 = speeds.depth(r, rates.per_slot)
-        kv_in_use, kv_read_now, n5 = speeds.kv_now(r, shape, where.context, type_k, type_v, memo)
+        kv_in_use, kv_read_now, n5 = speeds.kv_now(r, shape, where.context, type_k, type_v)
         notes = model_notes.then(n1, n2, n3, n4, n5)
 
         # the devices (read ones, then the ones only the log names), where the model lives, and the devices the
@@ -206,7 +199,7 @@ class Analyzer:
         # begins a new regime, and the forecast's measurements start again
         self._observe_regime(r, model, type_k, type_v, devices_now)
         ceiling_now, curve, n1 = ceiling.ceiling(devices_now, dev_reason, shape, model, kv_read_now, type_k, type_v,
-                                                 st.curve_points, memo, model_notes.reasons.get("kv_bytes_per_token"))
+                                                 st.curve_points, model_notes.reasons.get("kv_bytes_per_token"))
         # speculative decoding: each target step yields the tokens it accepts too, so the bus allows that many more
         read_now = placement.weights_read(place, model.weight_bytes_read_per_token)
         target_now = (read_now or 0) + (kv_read_now or 0) or None
@@ -250,7 +243,7 @@ class Analyzer:
                                            vfacts, vendors=[g.vendor for g in gviews])
         fc, n2 = consistency.forecast_under(fc, suspect)
         fc, n3 = speculation.withheld(fc, spec)
-        cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context, memo=memo,
+        cheaper = advice.cache_advice(r, model, shape, devices_now, ceiling_now, rates.decode, where.context,
                                       advice_types=st.advice_types,
                                       median_efficiency=self._forecaster.median_efficiency())
         slot_id = where.deepest.id if where.deepest and len(r.slots) > 1 else None

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.readings import Provenance
 from kvmon.core.snapshot import ModelView
@@ -22,7 +21,7 @@ def curve_depths(n_ctx: int, n_points: int) -> list[int]:
 
 
 def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, model: ModelView,
-            kv_read_now: float | None, type_k: str, type_v: str, curve_points: int, memo: PhysicsMemo,
+            kv_read_now: float | None, type_k: str, type_v: str, curve_points: int,
             shape_why: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], Notes]:
     """(tok/s the bus allows at this depth, the curve (depth, tok/s) up to n_ctx); None / () when unknown.
     ``shape_why``: why the KV bytes per token are unknown, if they are."""
@@ -35,12 +34,8 @@ def ceiling(devices: list[Any] | None, devices_reason: str | None, shape: Any, m
         else:
             notes = Notes(reasons={"ceiling_tok_s": "context depth unknown: the ceiling curve shows every depth"})
         if model.n_ctx:
-            # memoised per shape (by equality: a source may rebuild an equal shape every poll) and per
-            # devices, types and n_ctx: the curve changes only when one of those does
-            n = max(2, curve_points)
-            n_ctx_curve = model.n_ctx
-            curve = memo.get(shape, ("curve", tuple(devices), type_k, type_v, n_ctx_curve, n), lambda: tuple(
-                ceiling_mod.ceiling_curve(devices, shape, type_k, type_v, curve_depths(n_ctx_curve, n))))
+            depths = curve_depths(model.n_ctx, max(2, curve_points))
+            curve = tuple(ceiling_mod.ceiling_curve(devices, shape, type_k, type_v, depths))
     else:
         notes = Notes(reasons={"ceiling_tok_s": devices_reason or shape_why or "model shape unknown"})
     return ceiling_now, curve, notes

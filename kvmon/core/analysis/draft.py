@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kvmon.core.analysis.memo import PhysicsMemo
+from kvmon.core.analysis.model_view import kv_alloc_bytes
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.readings import MTP_LAYERS, Provenance, ServerReading
 from kvmon.core.snapshot import ModelView
@@ -38,13 +38,12 @@ class DraftContext:
     shape: Any  # its ModelShape (the KV cache), None when not known
     type_k: str
     type_v: str
-    memo: PhysicsMemo
 
     def kv_read_bytes(self, context_tokens: float) -> float | None:
         """The draft KV one drafted token reads at this depth; None when the drafter's shape is not known."""
         if self.shape is None:
             return None
-        return self.memo.kv_in_use(self.shape, context_tokens, self.type_k, self.type_v)
+        return kv_mod.kv_bytes_in_use(self.shape, context_tokens, self.type_k, self.type_v)
 
     def read_bytes(self, context_tokens: float) -> float | None:
         """Bytes one drafted token reads at this depth: the drafter's weights and its KV in use."""
@@ -54,7 +53,7 @@ class DraftContext:
         return self.read_weight_bytes + kv
 
 
-def draft_context(r: ServerReading, memo: PhysicsMemo) -> tuple[DraftContext | None, Notes]:
+def draft_context(r: ServerReading) -> tuple[DraftContext | None, Notes]:
     """The server's drafter, when its command line (or its log) says it has one; None for n-gram lookup or none."""
     cfg, m = r.config, r.model
     type_k = cfg.draft_type_k or DEFAULT_TYPE
@@ -65,18 +64,18 @@ def draft_context(r: ServerReading, memo: PhysicsMemo) -> tuple[DraftContext | N
         unread = {"model.draft": MTP_UNREAD} if read is None or shape is None else {}
         # their weights are the model's own (already in its weights): only their KV cache is memory of the draft's
         return DraftContext(name=MTP_NAME, weight_bytes=None, read_weight_bytes=read, shape=shape, type_k=type_k,
-                            type_v=type_v, memo=memo), Notes(reasons=unread)
+                            type_v=type_v), Notes(reasons=unread)
     if cfg.draft_model_path or (m is not None and m.draft_name):
         return DraftContext(name=(m.draft_name if m is not None else None) or "draft model",
                             weight_bytes=m.draft_weight_bytes if m is not None else None,
                             read_weight_bytes=m.draft_weight_bytes if m is not None else None,
-                            shape=m.draft_shape if m is not None else None, type_k=type_k, type_v=type_v,
-                            memo=memo), Notes()
+                            shape=m.draft_shape if m is not None else None, type_k=type_k,
+                            type_v=type_v), Notes()
     if cfg.draft_kv_bytes_allocated is not None:  # the log names a draft context the command line did not
         why = r.reasons.get("model.draft") or ("the log shows a draft context the command line does not name: its "
                                                "weights and reads are not known")
         return DraftContext(name="draft", weight_bytes=None, read_weight_bytes=None, shape=None, type_k=type_k,
-                            type_v=type_v, memo=memo), Notes(reasons={"model.draft": why})
+                            type_v=type_v), Notes(reasons={"model.draft": why})
     return None, Notes()
 
 
@@ -90,8 +89,7 @@ def with_draft(model: ModelView, d: DraftContext | None, r: ServerReading) -> tu
     reasons: dict[str, str] = {}
     per_token = alloc = None
     if d.shape is not None:
-        per_token = float(d.memo.get(d.shape, ("per_token", d.type_k, d.type_v),
-                                     lambda: kv_mod.kv_bytes_per_token(d.shape, d.type_k, d.type_v).total))
+        per_token = float(kv_mod.kv_bytes_per_token(d.shape, d.type_k, d.type_v).total)
         prov["draft_kv_bytes_per_token"] = Provenance.COMPUTED
     if cfg.draft_kv_bytes_allocated is not None:
         alloc = int(cfg.draft_kv_bytes_allocated)
@@ -99,7 +97,7 @@ def with_draft(model: ModelView, d: DraftContext | None, r: ServerReading) -> tu
     elif d.shape is not None and model.n_ctx_total:
         # a quantized V cache needs flash attention, which llama.cpp then turns on for the draft context alone
         flash = "on" if cache_type(d.type_v).block_elements > 1 else cfg.flash_attn
-        alloc = d.memo.kv_alloc(d.shape, model.n_ctx_total, model.n_slots or 1, bool(model.kv_unified), d.type_k,
+        alloc = kv_alloc_bytes(d.shape, model.n_ctx_total, model.n_slots or 1, bool(model.kv_unified), d.type_k,
                                 d.type_v, dataclasses.replace(cfg, flash_attn=flash))
         prov["draft_kv_allocated_bytes"] = Provenance.COMPUTED
     else:

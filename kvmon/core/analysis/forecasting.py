@@ -24,7 +24,6 @@ import numpy as np
 
 from kvmon.core.alerts import GpuVramFacts
 from kvmon.core.analysis.ceiling import curve_depths
-from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker
 from kvmon.core.connection import reading_status
@@ -55,7 +54,7 @@ def _median(ordered: Sequence[float]) -> float | None:
 class Forecaster:
     """The regime, its points and efficiencies, the fit itself and its schedule; one per analysed server."""
 
-    def __init__(self, memo: PhysicsMemo, milestones: Sequence[int], max_fit_points: int,
+    def __init__(self, milestones: Sequence[int], max_fit_points: int,
                  curve_points: int = 48, memory: CurveMemory | None = None) -> None:
         """``memory``: the atlas of measured curves, whose earlier points of the same configuration the fit uses too
         (a changed configuration starts clean, as a new regime does)."""
@@ -64,7 +63,6 @@ class Forecaster:
         self._atlas: AtlasView | None = None
         self._atlas_version: int | None = None
         self._earlier = np.empty((0, 2))
-        self._memo = memo
         self._milestone_depths = tuple(milestones)
         self._curve_points = curve_points
         self._points = MeasuredPoints(max_fit_points, sample_max=0)
@@ -77,6 +75,7 @@ class Forecaster:
         self._fit_t: float | None = None  # when the fit was made, and on how many points
         self._fit_n = 0
         self._switch: KernelSwitch | None = None  # the kernel switch the fit was made for
+        self._predicted: tuple[tuple[Any, int, int], tuple[tuple[Milestone, ...], Curve]] | None = None
 
     def reset(self) -> None:
         """Forget the session: the regimes, points, efficiencies, the fit, the configuration's remembered points."""
@@ -122,8 +121,7 @@ class Forecaster:
     def _profile(self, devices: list[Any] | None, shape: Any, type_k: str, type_v: str) -> Any:
         if devices is None or shape is None:
             return None
-        return self._memo.get(shape, ("read_profile", tuple(devices), type_k, type_v),
-                              lambda: decode_model.ReadProfile.of(devices, shape, type_k, type_v))
+        return decode_model.ReadProfile.of(devices, shape, type_k, type_v)
 
     def remembered(self, config: CurveConfig | None) -> AtlasView | None:
         """The atlas's points of this poll's configuration (asked again when it changes, or a sweep added some);
@@ -207,9 +205,11 @@ class Forecaster:
                         f"{', '.join(_k(m) for m in beyond)} unknown: a straight line fitted on depths up to "
                         f"{int(fit.context_max):,} is not drawn past twice the deepest measured depth ({reach:,}); "
                         "the model's shape and the devices' bandwidths would give a forecast to n_ctx")
-            # the same fit and n_ctx give the same milestones and curve: computed once, not every poll
-            milestones, curve = self._memo.get(shape, ("forecast", fit, n_ctx, reach, self._curve_points),
-                                               lambda: self._predict(fit, n_ctx, reach))
+            # the same fit and n_ctx give the same milestones and curve: made once a fit (saves 1.2 ms a poll,
+            # 0.07 CPU-s/min at 1 Hz: bench/analysis_cost.py's replay)
+            if self._predicted is None or self._predicted[0] != (fit, n_ctx, reach):
+                self._predicted = ((fit, n_ctx, reach), self._predict(fit, n_ctx, reach))
+            milestones, curve = self._predicted[1]
         past_switch = isinstance(fit, decode_model.BytesFit) and fit.past_kernel_switch
         if self._fit_reason and not past_switch:  # a note on the fit, not something unknown
             reasons["forecast"] = self._fit_reason

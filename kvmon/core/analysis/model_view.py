@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvmon.core.analysis import consistency
-from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.notes import Notes
-from kvmon.core.readings import Provenance, ServerReading
+from kvmon.core.readings import Provenance, ServerConfig, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics import quant
@@ -19,26 +18,7 @@ from kvmon.physics import weights as weights_mod
 from kvmon.physics.shape import ModelShape
 
 
-class ModelViews:
-    """``model_view`` made again only when what it reads changed: the reading's model and config (the same objects
-    while the server's answers stand), its reasons, slot sizes and loaded sizes. A poll while a reply decodes
-    changes none of them."""
-
-    def __init__(self) -> None:
-        self._last: tuple[tuple[Any, ...], ModelView, Any, Notes] | None = None
-
-    def view(self, r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Notes]:
-        """(the model view, its shape, its notes: the reading's reasons and the view's)."""
-        key = (r.model, r.config, memo, r.reasons, r.total_slots, r.kv_unified, r.weight_bytes_vram,
-               r.weight_bytes_host, tuple(s.n_ctx for s in r.slots))
-        last = self._last
-        if last is None or not (all(a is b for a, b in zip(last[0][:3], key[:3], strict=True))
-                                and last[0][3:] == key[3:]):
-            last = self._last = (key, *model_view(r, memo))
-        return last[1], last[2], last[3]
-
-
-def model_view(r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Notes]:
+def model_view(r: ServerReading) -> tuple[ModelView, Any, Notes]:
     """The model as the Snapshot shows it, its shape (None when unknown), and its notes (with the reading's)."""
     m, cfg = r.model, r.config
     shape = m.shape if m is not None else None
@@ -84,7 +64,7 @@ def model_view(r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Not
         alloc = int(cfg.kv_bytes_allocated)
         prov["kv_allocated_bytes"] = cprov.get("kv_bytes_allocated", Provenance.LOG)
     elif shape is not None and n_ctx_total:
-        alloc = memo.kv_alloc(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
+        alloc = kv_alloc_bytes(shape, n_ctx_total, n_slots or 1, bool(unified), type_k, type_v, cfg)
         prov["kv_allocated_bytes"] = Provenance.COMPUTED
     else:
         reasons["kv_allocated_bytes"] = "needs the model shape and the server's total context"
@@ -100,16 +80,13 @@ def model_view(r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Not
     kv_per_token = rec = None
     read_per_token: float | None = None
     if shape is not None:
-        kv_per_token = float(memo.get(shape, ("per_token", type_k, type_v),
-                                            lambda: kv_mod.kv_bytes_per_token(shape, type_k, type_v).total))
+        kv_per_token = float(kv_mod.kv_bytes_per_token(shape, type_k, type_v).total)
         prov["kv_bytes_per_token"] = Provenance.COMPUTED
-        rec = memo.get(shape, ("rec", n_slots),
-                             lambda: kv_mod.recurrent_state_bytes(shape, n_slots or 1)) or None
+        rec = kv_mod.recurrent_state_bytes(shape, n_slots or 1) or None
         if rec is not None:
             prov["recurrent_state_bytes"] = Provenance.COMPUTED
         if weight_bytes is not None:
-            wr = memo.get(shape, ("weights", weight_bytes),
-                                lambda: weights_mod.weight_bytes_read_per_token(shape, weight_bytes))
+            wr = weights_mod.weight_bytes_read_per_token(shape, weight_bytes)
             read_per_token = float(wr.bytes)
             prov["weight_bytes_read_per_token"] = Provenance.ESTIMATED if wr.estimated else Provenance.COMPUTED
             if wr.estimated and wr.note:
@@ -138,6 +115,18 @@ def model_view(r: ServerReading, memo: PhysicsMemo) -> tuple[ModelView, Any, Not
         shape=shape if isinstance(shape, ModelShape) else None,
     )
     return view, shape, Notes(prov, reasons)
+
+
+def kv_alloc_bytes(shape: Any, n_ctx: int, n_seq: int, unified: bool, type_k: str, type_v: str,
+                   cfg: ServerConfig) -> int:
+    """The K+V bytes llama.cpp allocates at load for ``n_ctx`` cells (its KV size line; a hybrid's recurrent
+    state is apart), with the batch, --swa-full and flash-attention settings it uses."""
+    return int(kv_mod.kv_allocation(
+        shape, n_ctx, n_seq=n_seq, unified=unified, type_k=type_k, type_v=type_v,
+        n_ubatch=cfg.n_ubatch or kv_mod.DEFAULT_N_UBATCH, n_batch=cfg.n_batch or kv_mod.DEFAULT_N_BATCH,
+        swa_full=bool(cfg.swa_full),
+        flash_attn=cfg.flash_attn != "off",  # "auto" lays the cache out for flash attention, as "on" does
+    ).kv_bytes)
 
 
 def _weights(r: ServerReading, alloc: int | None) -> tuple[int | None, Provenance | None, str | None]:

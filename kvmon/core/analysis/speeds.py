@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvmon.core.analysis.memo import PhysicsMemo
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import Provenance, RateSource, ServerReading, SlotReading
 from kvmon.core.snapshot import Activity, ConnectionStatus, SlotView
+from kvmon.physics.kv import kv_bytes_in_use
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def pooled_tokens(r: ServerReading) -> int | None:
     return round(r.kv_in_use_fraction * r.config.n_ctx_total)
 
 
-def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str, memo: PhysicsMemo
+def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_v: str
            ) -> tuple[int | None, float | None, Notes]:
     """(KV bytes all slots hold now, KV bytes one token reads at the deepest depth); None when unknown."""
     computed = Notes({"kv_in_use_bytes": Provenance.COMPUTED})
@@ -134,16 +134,16 @@ def kv_now(r: ServerReading, shape: Any, context: int | None, type_k: str, type_
     if pooled is not None and r.config.kv_bytes_allocated is not None and r.kv_in_use_fraction is not None:
         kv_in_use = round(r.kv_in_use_fraction * r.config.kv_bytes_allocated)
         if shape is not None and context is not None:
-            kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
+            kv_read_now = kv_bytes_in_use(shape, context, type_k, type_v)
         return kv_in_use, kv_read_now, computed
     if shape is not None:
         depths = [s.context_tokens for s in r.slots if s.context_tokens]
         if not depths and context:
             depths = [context]
         if depths:
-            kv_in_use = int(sum(memo.kv_in_use(shape, d, type_k, type_v) for d in depths))
+            kv_in_use = int(sum(kv_bytes_in_use(shape, d, type_k, type_v) for d in depths))
         elif context is not None or (r.slots and all(s.context_tokens is not None for s in r.slots)):
             kv_in_use = 0  # the slots are there and hold nothing (a slot whose holding is unknown says nothing)
         if context is not None:
-            kv_read_now = memo.kv_in_use(shape, context, type_k, type_v)
+            kv_read_now = kv_bytes_in_use(shape, context, type_k, type_v)
     return kv_in_use, kv_read_now, computed if kv_in_use is not None else Notes()

@@ -52,15 +52,9 @@ def energy_text(s: Snapshot) -> tuple[str, str]:
 
 
 class EnergyPanel(CaptionedLine):
-    """One line: power now · J/token · tokens/Wh · energy this session (formatted only when a figure changed)."""
+    """One line: power now · J/token · tokens/Wh · energy this session (set again only when it reads differently)."""
 
     CAPTION = "Energy:"
-
-    def key(self, s: Snapshot) -> object:  # type: ignore[override]
-        e = s.energy
-        return (None if e is None else (round(e.power_w or 0.0), e.joules_per_token and round(e.joules_per_token, 2),
-                                        e.energy_j and round(e.energy_j / 36.0), e.devices, e.last_reply_energy_j),
-                s.reasons.get("energy"))
 
     def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
         return energy_text(s)

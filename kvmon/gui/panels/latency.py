@@ -53,14 +53,9 @@ def latency_text(s: Snapshot) -> tuple[str, str]:
 
 
 class LatencyPanel(CaptionedLine):
-    """One line: time to first token and inter-token latency over the session (set only when a reply ended)."""
+    """One line: time to first token and inter-token latency over the session (set again when it reads otherwise)."""
 
     CAPTION = "Replies:"
-
-    def key(self, s: Snapshot) -> object:  # type: ignore[override]
-        lat = s.latency
-        return None if lat is None else (lat.replies, lat.ttft_last_s, lat.itl_last_s, lat.ttft_lower_bound,
-                                         lat.replies_at_least, lat.ttft_p50_s)
 
     def text(self, s: Snapshot) -> tuple[str, str]:  # type: ignore[override]
         return latency_text(s)

@@ -1,8 +1,8 @@
 """The models of a llama-server router or llama-swap: one chip per model with its status (loading with progress,
 sleeping, failed), its own decode speed and context; the one followed is marked, and a click follows another.
 
-Shown only when the Snapshot comes from such a server (``Snapshot.serving``); rebuilt only when what it shows
-changed.
+Shown only when the Snapshot comes from such a server (``Snapshot.serving``); a text or chip is set again only when
+what it shows changed.
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ class ModelsPanel(FlowBox):
         title.setMinimumHeight(Chip().sizeHint().height())
         self.flow.addWidget(title)
         self.chips: dict[str, Chip] = {}
-        self._key: object = None
         self.pinned: str | None = None  # the model the user chose (None: the one being chatted with)
         self.hide()
 
@@ -119,25 +118,24 @@ class ModelsPanel(FlowBox):
         if v is None:
             if self.isVisible():
                 self.hide()
-            self._key = None
             return
-        key = (v.kind, v.followed, v.follow_reason, v.models, self.pinned)
-        if key == self._key:
-            return
-        self._key = key
-        self._render(v)
+        if self._render(v):
+            self.updateGeometry()
         if not self.isVisible():
             self.show()
 
-    def _render(self, v: ServingView) -> None:
-        set_text(self.kind, SERVING_LABELS.get(v.kind, v.kind))
-        set_text(self.showing, f"· showing {v.followed}" if v.followed else "")
-        set_text(self.reason, f"({'chosen' if self.pinned else v.follow_reason or ''})" if v.followed else "")
+    def _render(self, v: ServingView) -> bool:
+        """Set what changed of the title and the chips; whether any text or chip did."""
+        changed = set_text(self.kind, SERVING_LABELS.get(v.kind, v.kind))
+        changed |= set_text(self.showing, f"· showing {v.followed}" if v.followed else "")
+        changed |= set_text(self.reason, f"({'chosen' if self.pinned else v.follow_reason or ''})" if v.followed
+                            else "")
         names = [m.name for m in v.models]
         for name in [n for n in self.chips if n not in names]:
             gone = self.chips.pop(name)
             self.flow.removeWidget(gone)
             gone.deleteLater()
+            changed = True
         for i, m in enumerate(v.models):
             chip = self.chips.get(m.name)
             if chip is None:
@@ -145,15 +143,19 @@ class ModelsPanel(FlowBox):
                 chip.clicked.connect(lambda _c=False, n=m.name: self._clicked(n))
                 self.chips[m.name] = chip
                 self.flow.insertWidget(1 + i, chip)
-            chip.set_whole_text(f"● {chip_text(m)}")
-            chip.setToolTip(chip_tip(m))
+            text, tip = f"● {chip_text(m)}", chip_tip(m)
+            if chip.whole_text() != text:
+                chip.set_whole_text(text)
+                changed = True
+            if chip.toolTip() != tip:
+                chip.setToolTip(tip)
             chip.setChecked(m.followed)
             if chip.font().bold() != m.followed:
                 chip.setFont(theme.font("body", bold=m.followed))
+                changed = True
             theme.tint(chip, STATUS_COLOURS.get(m.status, "muted"))
-        self.updateGeometry()
+        return changed
 
     def _clicked(self, name: str) -> None:
-        self.pinned = None if self.pinned == name else name
-        self._key = None  # the title says chosen / following at the next snapshot
+        self.pinned = None if self.pinned == name else name  # the title says chosen / following at the next snapshot
         self.follow_requested.emit(self.pinned)

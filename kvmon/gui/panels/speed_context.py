@@ -116,10 +116,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._updating = True  # while a snapshot is drawn (and while the plot is made): labels are placed at its end
         self._keys: dict[str, object] = {}
         self._data_version = 0  # moves whenever a curve or the dots change (what the labels keep clear of)
-        self._soft_cache: tuple[object, np.ndarray] = (None, np.empty((0, 2)))
         self._earlier_in_legend = False
-        self._points_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))  # (bins version, x, y)
-        self._earlier_cache: tuple[int, np.ndarray, np.ndarray] = (-1, np.empty(0), np.empty(0))
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
@@ -210,21 +207,16 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._place_due = True
 
     def _soft_points(self, vb: pg.ViewBox) -> np.ndarray:
-        """The curves, dots and lines a label should rather not cover, in the view's pixels (the curves' and dots'
-        worked out again only when they or the view changed: the marker moves more often)."""
-        key = (self._data_version, tuple(map(tuple, vb.viewRange())), vb.width(), vb.height())
-        if self._soft_cache[0] != key:
-            parts = [np.empty((0, 2))]
-            for item in (self.ceiling, self.forecast, self.one_token):
-                x, y = item.getData()
-                if x is not None and len(x):
-                    parts.append(polyline_points(*to_pixels(vb, x, y)))
-            for dots in (self.measured, self.earlier, *self.atlas_dots.items()):
-                x, y = dots.getData()
-                if x is not None and len(x):
-                    parts.append(np.column_stack(to_pixels(vb, x, y)))
-            self._soft_cache = (key, np.concatenate(parts))
-        parts = [self._soft_cache[1]]
+        """The curves, dots and lines a label should rather not cover, in the view's pixels."""
+        parts = [np.empty((0, 2))]
+        for item in (self.ceiling, self.forecast, self.one_token):
+            x, y = item.getData()
+            if x is not None and len(x):
+                parts.append(polyline_points(*to_pixels(vb, x, y)))
+        for dots in (self.measured, self.earlier, *self.atlas_dots.items()):
+            x, y = dots.getData()
+            if x is not None and len(x):
+                parts.append(np.column_stack(to_pixels(vb, x, y)))
         ys = np.arange(0.0, vb.height(), 4.0)
         for line in (self.here, self.regime_line, self.limit_line):
             if line.isVisible():
@@ -272,16 +264,12 @@ class SpeedContextPanel(QtWidgets.QWidget):
         return True
 
     def _points(self) -> tuple[np.ndarray, np.ndarray]:
-        """The current regime's (context, tok/s) points, looked up again only when the bins changed."""
-        if self._points_cache[0] != self.bins.version:
-            self._points_cache = (self.bins.version, *self.bins.points())
-        return self._points_cache[1], self._points_cache[2]
+        """The current regime's (context, tok/s) points."""
+        return self.bins.points()
 
     def _earlier_points(self) -> tuple[np.ndarray, np.ndarray]:
         """The earlier regimes' points of this model."""
-        if self._earlier_cache[0] != self.earlier_bins.version:
-            self._earlier_cache = (self.earlier_bins.version, *self.earlier_bins.points())
-        return self._earlier_cache[1], self._earlier_cache[2]
+        return self.earlier_bins.points()
 
     def _y_max(self, s: Snapshot) -> float:
         """The top of the current regime: its ceiling, forecast band, points and speeds (never an earlier regime's

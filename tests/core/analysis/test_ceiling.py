@@ -80,3 +80,28 @@ def test_moe_reads_only_active_experts() -> None:
     assert s.model.weight_bytes_read_per_token < p.weight_bytes / 3
     assert s.provenance["weight_bytes_read_per_token"] == "estimated"
     assert "MoE" in s.reasons["weight_bytes_read_per_token"]
+
+
+def _l8b(shape: ModelShape) -> ModelInfo:
+    return ModelInfo(name="Llama-3.1-8B-Q4_K_M.gguf", arch="llama", weight_bytes=L8B.weight_bytes, shape=shape)
+
+
+def test_an_equal_shape_parsed_again_each_poll_draws_the_same_curve() -> None:
+    a = Analyzer()
+    first = a.update(reading(0.0, model=_l8b(ModelShape.from_gguf(L8B.metadata))), gpus(0.0))
+    # a source that parses the model again each poll hands over an equal, new shape object
+    second = a.update(reading(1.0, ctx=8200, model=_l8b(ModelShape.from_gguf(L8B.metadata))), gpus(1.0))
+    assert second.ceiling_curve == first.ceiling_curve
+    assert second.ceiling_curve[-1] == (32768, pytest.approx(ceiling_8b(32768)))
+
+
+def test_the_curve_follows_the_bandwidth_n_ctx_and_model() -> None:
+    a = Analyzer()
+    a.update(reading(0.0), gpus(0.0))
+    slower = a.update(reading(1.0), gpus(1.0, gpu(bw=504e9)))
+    assert slower.ceiling_curve[-1] == (32768, pytest.approx(ceiling_8b(32768, bw=504e9)))
+    longer = a.update(reading(2.0, n_ctx=65536), gpus(2.0, gpu(bw=504e9)))
+    assert longer.ceiling_curve[-1] == (65536, pytest.approx(ceiling_8b(65536, bw=504e9)))
+    # Llama-2-7B: same weights here, but no GQA, so 4× the KV bytes per token and a lower ceiling at depth
+    other = a.update(reading(3.0, model=_l8b(ModelShape.from_gguf(PRESETS["llama-2-7b"].metadata))), gpus(3.0))
+    assert other.ceiling_curve[-1][1] < ceiling_8b(32768)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from analysis_readings import GIB, KV_PER_TOKEN_8B, SHAPE_8B, FixedRates, ceiling_8b, gpus, reading
+from analysis_readings import GIB, KV_PER_TOKEN_8B, L8B, SHAPE_8B, FixedRates, ceiling_8b, gpus, reading
 
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import ModelInfo, ServerConfig, SlotReading
@@ -50,3 +50,24 @@ def test_ollama_weights_estimated_from_its_loaded_size() -> None:
     assert s.kv_in_use_bytes is None  # unknown, not 0
     assert "kvmon proxy" in s.reasons["context_tokens"]
     assert not any(a.code in ("weights_in_host", "kv_in_host") for a in s.alerts)
+
+
+def test_the_model_view_follows_the_readings_reasons_config_and_slots() -> None:
+    """A poll while a reply decodes shows the same model; a reason, another config or slot size shows at once, and a
+    reason that is gone leaves the screen."""
+    model = ModelInfo(name="Llama-3.1-8B-Q4_K_M.gguf", arch="llama", weight_bytes=L8B.weight_bytes, shape=SHAPE_8B)
+    config = ServerConfig(n_ctx_total=32768, n_parallel=1)
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    first = a.update(reading(0.0, model=model, config=config), gpus(0.0))
+    second = a.update(reading(1.0, ctx=8300, model=model, config=config), gpus(1.0))
+    assert second.model == first.model and second.context_tokens == 8300
+    assert second.provenance["kv_bytes_per_token"] == first.provenance["kv_bytes_per_token"] == "computed"
+    noted = a.update(reading(2.0, model=model, config=config, reasons={"weight_bytes": "size hidden"}), gpus(2.0))
+    assert noted.reasons["weight_bytes"] == "size hidden"  # the reading's own reason stays
+    after = a.update(reading(3.0, model=model, config=config), gpus(3.0))
+    assert "weight_bytes" not in after.reasons
+    q8 = a.update(reading(4.0, model=model, config=replace(config, type_k="q8_0", type_v="q8_0")), gpus(4.0))
+    assert q8.model.kv_type_k == "q8_0"
+    assert q8.model.kv_bytes_per_token == pytest.approx(first.model.kv_bytes_per_token * 34 / 64)
+    wider = a.update(reading(5.0, n_ctx=65536, model=model, config=config), gpus(5.0))
+    assert wider.model.n_ctx == 65536

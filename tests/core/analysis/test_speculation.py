@@ -124,10 +124,9 @@ def test_the_draft_models_reads_are_in_the_speculative_ceiling() -> None:
 
 def _drafter(weight_bytes: int | None, shape: object = None, type_k: str = "f16"):  # type: ignore[no-untyped-def]
     from kvmon.core.analysis.draft import DraftContext
-    from kvmon.core.analysis.memo import PhysicsMemo
 
     return DraftContext(name="draft model 'd.gguf'", weight_bytes=weight_bytes, read_weight_bytes=weight_bytes,
-                        shape=shape, type_k=type_k, type_v=type_k, memo=PhysicsMemo())
+                        shape=shape, type_k=type_k, type_v=type_k)
 
 
 def test_a_draft_model_on_another_machine_leaves_an_upper_bound_and_says_why() -> None:

@@ -60,3 +60,16 @@ def test_another_models_load_or_a_blip_is_a_step_not_a_trend() -> None:
         others = min(max(0.0, (i - 30) / 10), 1.0) * 9.6 * GIB + (0.4 * GIB if i == 90 else 0.0)
         steps.append((t, int(20 * GIB - others), 4 * GIB, int(others)))
     assert _vram_alerts(steps) == []
+
+
+def test_vram_standing_still_has_no_trend_and_a_fall_after_it_is_seen() -> None:
+    a = Analyzer(rate_tracker=FixedRates(decode=40.0))
+    s = None
+    for i in range(120):  # two minutes of unchanged free VRAM
+        s = a.update(reading(float(i)), gpus(float(i), gpu(free=8 * GIB)))
+    assert s is not None and s.forecast.seconds_until_vram_full is None
+    grow = 50 * 2**20
+    for i in range(120, 200):  # then something takes 50 MiB/s
+        s = a.update(reading(float(i)), gpus(float(i), gpu(free=8 * GIB - grow * (i - 119))))
+    assert s.forecast.seconds_until_vram_full is not None
+    assert s.forecast.seconds_until_vram_full < (8 * GIB - grow * 80) / grow * 2
