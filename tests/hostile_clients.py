@@ -36,6 +36,36 @@ def raise_fd_limit(want: int) -> int:
     return soft
 
 
+def open_from_one_address(port: int, n: int, address: str = "127.0.0.3") -> list[socket.socket]:
+    """``n`` connections to ``port`` on loopback, each from ``address`` (one client holding many connections)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((address, 0))
+        s.connect(("127.0.0.1", port))
+        socks.append(s)
+    return socks
+
+
+def still_open_after(socks: list[socket.socket], bound: int, within_s: float = 20.0) -> int:
+    """How many of ``socks`` the server has not closed, once at most ``bound`` are or ``within_s`` has passed (a
+    loaded machine may take a while to accept them all; a closed one reads as end of stream)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        n = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                n += s.recv(1) != b""
+            except BlockingIOError:
+                n += 1
+            except OSError:
+                pass
+        if n <= bound or time.monotonic() > deadline:
+            return n
+        time.sleep(0.1)
+
+
 @dataclass
 class _Conn:
     sock: socket.socket
