@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,18 @@ def mib_matches(n_bytes: int, printed_mib: str) -> bool:
     return abs(n_bytes / MIB - float(printed_mib)) <= 0.005 + 1e-6
 
 
+def sse_lines(resp: httpx.Response) -> Iterator[str]:
+    """A streamed body's lines, split at "\n" alone: httpx's ``iter_lines`` also splits at U+2028 and U+0085, which a
+    model may generate inside a JSON string (a random-weight one did, and the reader lost the rest of its reply)."""
+    rest = b""
+    for chunk in resp.iter_bytes():
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", errors="replace")
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
+
+
 class TimedReply:
     """A ``/completion`` streamed on a thread with ``timings_per_token``: each chunk says how many tokens the server
     has generated (``predicted_n``) and how long it took it (``predicted_ms``), so the server's decode speed over any
@@ -210,7 +222,7 @@ class TimedReply:
             with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as client, \
                     client.stream("POST", f"{self.url}/completion", json=self.body) as resp:
                 self.status = resp.status_code
-                for line in resp.iter_lines():
+                for line in sse_lines(resp):
                     if self._leave.is_set():
                         return
                     if not line.startswith("data: "):
