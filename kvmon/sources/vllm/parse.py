@@ -120,7 +120,7 @@ def _samples(text: str, notes: list[str]) -> Iterable[tuple[str, Mapping[str, st
     if families is None:  # read line by line: one bad line loses only itself
         bad: list[str] = []
         families = []
-        for line in text.splitlines():
+        for line in text.split("\n"):  # Prometheus ends a line at "\n" alone (a label value may hold U+2028)
             if not line.startswith(PREFIX):
                 continue
             try:

@@ -63,6 +63,19 @@ def test_one_bad_line_loses_only_itself() -> None:
     assert any("not readable as Prometheus samples" in n for n in page.notes)
 
 
+def test_a_model_name_with_a_line_separator_character_is_one_line_of_the_page() -> None:
+    """Prometheus text ends a line at "\n" alone: a label value holding U+2028 or U+0085 (a model's name) is not cut
+    in two when a bad line elsewhere makes kvmon read the page line by line."""
+    odd = "Qwen/Qwen3-8B\u2028\x85x"
+    text = _text("metrics.v1.txt").replace("Qwen/Qwen3-8B", odd).replace(
+        f'vllm:num_requests_waiting{{engine="0",model_name="{odd}"}} 2.0',
+        f'vllm:num_requests_waiting{{engine="0",model_name="{odd}" 2.0 garbage')
+    page = parse_metrics(text)
+    [(name, m)] = page.models.items()  # one model, its name as plain text (kvmon.core.redact)
+    assert name.startswith("Qwen/Qwen3-8B") and m.generation_tokens_total == 52011.0
+    assert [n.split(" (")[0] for n in page.notes] == ["1 /metrics line(s) not readable as Prometheus samples"]
+
+
 @pytest.mark.parametrize("value", ["NaN", "-3", "+Inf"])
 def test_impossible_values_are_unknown(value: str) -> None:
     text = _text("metrics.v1.txt").replace(
