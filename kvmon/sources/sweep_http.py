@@ -49,10 +49,6 @@ class SweepHttp:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
     def cancel(self) -> None:
         """End the request under way now (its server sees the connection closed) and refuse any later one."""
         self._cancelled.set()
@@ -69,10 +65,6 @@ class SweepHttp:
 
     def _words(self, text: str) -> str:
         return scrub(" ".join(text.split())[:300], self._secrets)
-
-    def _check(self) -> None:
-        if self._cancelled.is_set():
-            raise SweepCancelled("cancelled")
 
     def _fail(self, path: str, exc: Exception) -> SweepFailed:
         if self._cancelled.is_set():
@@ -97,35 +89,21 @@ class SweepHttp:
             msg = body[:200].decode("utf-8", "replace")
         return SweepFailed(f"{self.display_url}{path} answered HTTP {resp.status_code}: {self._words(msg)}")
 
-    def get_json(self, path: str) -> Any:
-        """GET one JSON document."""
-        self._check()
-        try:
-            resp = self._client.get(path)
-        except httpx.HTTPError as exc:
-            raise self._fail(path, exc) from None
-        if resp.status_code >= 400:
-            raise self._refused(path, resp)
-        try:
-            return parse_json(resp.content)
-        except InputError:
-            raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
-
-    def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """POST and read one JSON document (cancellable while it is awaited)."""
-        lines = list(self.stream(path, body, whole=True))
-        text = b"".join(line for _t, line in lines)
+    def read_json(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        """GET (or POST ``body``) and read one JSON document (cancellable while it is awaited)."""
+        text = b"".join(chunk for _t, chunk in self.stream(path, body, whole=True))
         try:
             return parse_json(text)
         except InputError:
             raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
 
-    def stream(self, path: str, body: dict[str, Any], *, whole: bool = False) -> Iterator[tuple[float, bytes]]:
-        """POST and yield each line of the answer with the monotonic time it arrived (``whole``: the body's raw
-        chunks instead of lines)."""
-        self._check()
+    def stream(self, path: str, body: dict[str, Any] | None, *, whole: bool = False) -> Iterator[tuple[float, bytes]]:
+        """POST ``body`` (GET without one) and yield each line of the answer with the monotonic time it arrived
+        (``whole``: the body's raw chunks instead of lines)."""
+        if self._cancelled.is_set():
+            raise SweepCancelled("cancelled")
         try:
-            req = self._client.build_request("POST", path, json=body)
+            req = self._client.build_request("GET" if body is None else "POST", path, json=body)
             resp = self._client.send(req, stream=True)
         except httpx.HTTPError as exc:
             raise self._fail(path, exc) from None
@@ -187,23 +165,13 @@ def filler_text(tokens: int, chars_per_token: float) -> str:
     return (FILLER * (n // len(FILLER) + 1))[:n]
 
 
-def filler_tokens(filler: list[int], n: int) -> list[int]:
-    """``n`` tokens (at least one) of the filler as the server tokenized it, repeated."""
-    return (filler * (n // len(filler) + 1))[:max(1, n)]
-
-
-def token_ids(doc: Any) -> list[int]:
-    """The token ids of a ``/tokenize`` answer (``{"tokens": [...]}``); anything else is passed over."""
-    tokens = doc.get("tokens") if isinstance(doc, dict) else None
-    return [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
-
-
 class ServerSweep:
     """What every backend's sweep shares (``kvmon.app.sweep.SweepTarget``): the requests to one server, the model
     asked for, and the depth the conversation has reached; a backend's class says how one step is asked and timed."""
 
     timing: Timing = "server"
     prefill_generate = 1  # the tokens a prefill asks for (a server that can generate none asks for 0)
+    chars_per_token = 4.0  # of the filler, until a server that takes text has counted its tokens
 
     def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
                  model_name: str | None = None) -> None:
@@ -216,19 +184,31 @@ class ServerSweep:
         self._depth = 0
 
     def prepare(self, slot: int | None) -> None:
+        """Check the model is there as loaded (nothing reloads) and make ready; raises SweepFailed."""
         raise NotImplementedError
-
-    def prefill(self, upto: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens, generating (almost) nothing."""
-        return self.step(upto, self.prefill_generate)
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens and generate ``generate`` there."""
-        return self.step(upto, generate)
 
     def step(self, upto: int, generate: int) -> StepTiming:
         """One request: the conversation at ``upto`` tokens, ``generate`` tokens asked for, timed."""
         raise NotImplementedError
+
+    def tokenize_filler(self, path: str, body: dict[str, Any]) -> None:
+        """The filler as the server's own token ids (its ``/tokenize`` answers ``{"tokens": [...]}``)."""
+        tokens = self.http.read_json(path, body)
+        tokens = tokens.get("tokens") if isinstance(tokens, dict) else None
+        self.filler_ids = [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
+        if not self.filler_ids:
+            raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
+
+    def filler_prompt(self, n: int) -> list[int]:
+        """``n`` tokens (at least one) of the filler as the server tokenized it, repeated."""
+        return (self.filler_ids * (n // len(self.filler_ids) + 1))[:max(1, n)]
+
+    def counted(self, text: str, depth: int | None, server: str) -> int:
+        """The prompt's tokens as the server counted them (the filler's characters per token are learnt from it)."""
+        if not depth:
+            raise SweepFailed(f"{server} did not count the prompt's tokens")
+        self.chars_per_token = len(text) / depth
+        return depth
 
     def new_tokens(self, depth: int) -> int:
         """The prompt tokens a step at ``depth`` added to the one before (all of them when the conversation did not
@@ -238,6 +218,7 @@ class ServerSweep:
         return new
 
     def cancel(self) -> None:
+        """From any thread: end the request under way (the server cancels it) and every later one."""
         self.http.cancel()
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.sweep_http import FILLER, ServerSweep, filler_tokens, json_lines, token_ids
+from kvmon.sources.sweep_http import FILLER, ServerSweep, json_lines
 
 
 class VllmSweep(ServerSweep):
@@ -21,7 +21,7 @@ class VllmSweep(ServerSweep):
 
     def prepare(self, slot: int | None) -> None:
         """The served model's name, and the filler as its tokens."""
-        doc = self.http.get_json("/v1/models")
+        doc = self.http.read_json("/v1/models")
         ids = [json_str(m.get("id")) for m in (doc.get("data") or ()) if isinstance(m, dict)] \
             if isinstance(doc, dict) else []
         ids = [i for i in ids if i]
@@ -29,12 +29,10 @@ class VllmSweep(ServerSweep):
             raise SweepFailed(f"{self.display_url}/v1/models lists no model")
         wanted = self.model_id or self.model_name
         self.model = wanted if wanted in ids else ids[0]
-        self.filler_ids = token_ids(self.http.post_json("/tokenize", {"model": self.model, "prompt": FILLER}))
-        if not self.filler_ids:
-            raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
+        self.tokenize_filler("/tokenize", {"model": self.model, "prompt": FILLER})
 
     def step(self, upto: int, generate: int) -> StepTiming:
-        prompt = filler_tokens(self.filler_ids, upto)
+        prompt = self.filler_prompt(upto)
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": generate, "ignore_eos": True,
                                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         sent = time.monotonic()
