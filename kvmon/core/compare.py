@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from kvmon.core.backend import backend_of
 from kvmon.core.curve_config import CurveConfig, Words, difference_parts
 from kvmon.core.sweep import SweepResult, ceiling_at
+from kvmon.core.sweep_table import aligned
 
 Points = tuple[tuple[float, float], ...]
 
@@ -94,8 +95,7 @@ def table_lines(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> list[str]:
     head = ("depth", f"{a.label} tok/s", f"{b.label} tok/s", "ratio")
     body = [(f"{r.depth_tokens:,}", num(r.a_tok_s), num(r.b_tok_s), "—" if r.ratio is None else f"{r.ratio:.2f}×")
             for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
-    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+    return aligned(head, body)
 
 
 def to_csv(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> str:

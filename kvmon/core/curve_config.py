@@ -155,16 +155,14 @@ class AtlasView:
     def deepest_tokens(self) -> int | None:
         return int(max(p.context_tokens for p in self.points)) if self.points else None
 
-    def to_json(self) -> dict[str, Any]:
-        """``once --json``'s ``atlas``: how many points, the deepest depth, when (docs/once-json.md)."""
-        earlier = [p for p in self.points if p.kind == "earlier"]
-        return {"points": len(self.points), "earlier_points": len(earlier), "sweeps": self.sweeps,
-                "deepest_tokens": self.deepest_tokens, "last_measured_unix_s": self.last_t_wall}
-
 
 def atlas_json(view: AtlasView | None) -> dict[str, Any] | None:
-    """``once --json``'s ``atlas`` (null when no configuration is known or no atlas is kept)."""
-    return None if view is None else view.to_json()
+    """``once --json``'s ``atlas``: how many points, the deepest depth, when (docs/once-json.md); null when no
+    configuration is known or no atlas is kept."""
+    if view is None:
+        return None
+    return {"points": len(view.points), "earlier_points": sum(p.kind == "earlier" for p in view.points),
+            "sweeps": view.sweeps, "deepest_tokens": view.deepest_tokens, "last_measured_unix_s": view.last_t_wall}
 
 
 class CurveMemory(Protocol):

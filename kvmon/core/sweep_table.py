@@ -9,7 +9,7 @@ import csv
 import io
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from kvmon import __version__
@@ -20,8 +20,7 @@ from kvmon.core.sweep import SweepResult, SweepRow
 from kvmon.core.units import DASH, fmt_duration, fmt_percent
 
 KIND = "kvmon-sweep"
-COLUMNS = ("depth_tokens", "decode_tok_s", "share_of_first", "ceiling_tok_s", "efficiency", "prefill_tok_s",
-           "prompt_tokens_read", "generated", "timing")
+COLUMNS = tuple(f.name for f in fields(SweepRow))
 
 
 class SweepFileError(ValueError):
@@ -32,14 +31,19 @@ def _num(v: float | None, fmt: str = ",.1f") -> str:
     return DASH if v is None else format(v, fmt)
 
 
+def aligned(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """A table's lines for a terminal or a picture: each column right-aligned to its widest cell."""
+    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+
+
 def table_lines(rows: Sequence[SweepRow]) -> list[str]:
     """The seeds' table: depth, decode tok/s, % of the shallowest depth's speed, ceiling, efficiency, prefill."""
     head = ("depth", "decode tok/s", "% of first", "ceiling tok/s", "efficiency", "prefill tok/s")
     body = [(f"{r.depth_tokens:,}", _num(r.decode_tok_s), fmt_percent(r.share_of_first) if r.share_of_first else DASH,
              _num(r.ceiling_tok_s), fmt_percent(r.efficiency) if r.efficiency else DASH, _num(r.prefill_tok_s, ",.0f"))
             for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
-    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+    return aligned(head, body)
 
 
 def summary_lines(r: SweepResult) -> list[str]:
@@ -93,19 +97,19 @@ def from_json(data: Any) -> SweepResult:
     if not isinstance(rows_in, list) or not rows_in:
         raise SweepFileError("a sweep with no rows")
     rows: list[SweepRow] = []
-    for i, raw in enumerate(rows_in):
+    for i, raw in enumerate(rows_in, 1):
         if not isinstance(raw, Mapping):
-            raise SweepFileError(f"row {i + 1} is not an object")
-        depth = _opt_num(raw.get("depth_tokens"), f"row {i + 1}'s depth")
+            raise SweepFileError(f"row {i} is not an object")
+        depth = _opt_num(raw.get("depth_tokens"), f"row {i}'s depth")
         if depth is None or depth < 0:
-            raise SweepFileError(f"row {i + 1} has no depth")
-        read = _opt_num(raw.get("prompt_tokens_read"), f"row {i + 1}'s prompt tokens")
+            raise SweepFileError(f"row {i} has no depth")
+        read = _opt_num(raw.get("prompt_tokens_read"), f"row {i}'s prompt tokens")
         rows.append(SweepRow(
-            int(depth), _opt_num(raw.get("decode_tok_s"), f"row {i + 1}'s decode speed"),
-            _opt_num(raw.get("share_of_first"), f"row {i + 1}'s share"),
-            _opt_num(raw.get("ceiling_tok_s"), f"row {i + 1}'s ceiling"),
-            _opt_num(raw.get("efficiency"), f"row {i + 1}'s efficiency"),
-            _opt_num(raw.get("prefill_tok_s"), f"row {i + 1}'s prefill speed"),
+            int(depth), _opt_num(raw.get("decode_tok_s"), f"row {i}'s decode speed"),
+            _opt_num(raw.get("share_of_first"), f"row {i}'s share"),
+            _opt_num(raw.get("ceiling_tok_s"), f"row {i}'s ceiling"),
+            _opt_num(raw.get("efficiency"), f"row {i}'s efficiency"),
+            _opt_num(raw.get("prefill_tok_s"), f"row {i}'s prefill speed"),
             None if read is None else int(read), int(_opt_num(raw.get("generated"), "generated") or 0),
             "server" if raw.get("timing") == "server" else "stream"))
     curve: list[tuple[int, float]] = []
