@@ -50,11 +50,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             Path(args.csv).write_text(to_csv(a, b, rows), encoding="utf-8")
         if args.output:
             from kvmon import __version__
-            from kvmon.gui.curves_plot import save_curves_png
+            from kvmon.gui.curves_plot import save_png
 
             caption = " · ".join(x for x in (title, f"{a.label}: {a.source}", f"{b.label}: {b.source}",
                                              a.model if a.model == b.model else None, f"kvmon {__version__}") if x)
-            save_curves_png([a, b], args.output, title=title, table=table, caption=caption)
+            save_png(args.output, caption, lambda plot: plot.show_curves([a, b], title, table))
     except OSError as exc:
         print(f"kvmon: {exc}", file=err)
         return 2

@@ -153,19 +153,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.csv:
         Path(args.csv).write_text(to_csv(result), encoding="utf-8")
     if args.output:
-        _picture(result, snap, args.output)
+        from kvmon.gui.curves_plot import save_png, sweep_caption
+
+        save_png(args.output, sweep_caption(result, snap), lambda plot: plot.show_sweep(result))
     return {"done": EXIT_OK, "cancelled": EXIT_CANCELLED}.get(result.outcome, EXIT_STOPPED)
-
-
-def _picture(result: Any, snap: Any, path: str) -> None:
-    """The speed-vs-context plot of the sweep: its points to the deepest depth, the ceiling, the table, the caption."""
-    from kvmon.core.compare import curve_of_sweep
-    from kvmon.core.sweep_table import table_lines
-    from kvmon.gui.curves_plot import save_curves_png, sweep_caption
-
-    curve = curve_of_sweep(result, label=result.model or "sweep")
-    title = f"Sweep of {result.model or 'the model'} to {result.depth_reached:,} tokens"
-    save_curves_png([curve], path, title=title, table=table_lines(result.rows), caption=sweep_caption(result, snap))
 
 
 def _run_cancellable(sweep: Any, err: TextIO) -> Any:

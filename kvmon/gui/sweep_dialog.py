@@ -17,13 +17,11 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.app.sweep import DepthSweep, Progress, target_for
-from kvmon.core.compare import curve_of_sweep
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.sweep import DEFAULT_GENERATE, DEFAULT_STEPS, SweepFailed, SweepPlan, SweepResult, plan_sweep
-from kvmon.core.sweep_table import table_lines, to_csv, to_json
+from kvmon.core.sweep_table import to_csv, to_json
 from kvmon.core.units import fmt_duration
-from kvmon.gui import theme
-from kvmon.gui.curves_plot import CurvesPlot, sweep_caption
+from kvmon.gui.curves_plot import CurvesDialog, CurvesPlot, say, sweep_caption
 
 
 class _Bridge(QtCore.QObject):
@@ -34,8 +32,10 @@ class _Bridge(QtCore.QObject):
     finished = QtCore.Signal(object)
 
 
-class SweepDialog(QtWidgets.QDialog):
+class SweepDialog(CurvesDialog):
     """One sweep of one server; ``words_of`` gives a backend's words by name (``kvmon.sources.backends.by_name``)."""
+
+    save_title = "Save the sweep"
 
     def __init__(self, parent: QtWidgets.QWidget | None, snap: Snapshot | None, monitor: Any,
                  api_key: str | None, words_of: Any, curves: Any = None) -> None:
@@ -45,8 +45,7 @@ class SweepDialog(QtWidgets.QDialog):
         self.curves = curves if curves is not None else getattr(monitor, "curves", None)
         self.sweep: DepthSweep | None = None
         self.sweep_result: SweepResult | None = None
-        self._rates: tuple[float | None, float | None] = (None, None)
-        self._calibrated = False
+        self._rates: tuple[float | None, float | None] | None = None  # measured by the calibration
         self._running = False
         self._bridge = _Bridge(self)
         self._bridge.progress.connect(self._on_progress)
@@ -95,30 +94,15 @@ class SweepDialog(QtWidgets.QDialog):
         lay.addWidget(self.status)
         self.plot = CurvesPlot(self)
         lay.addWidget(self.plot, 1)
-        buttons = QtWidgets.QHBoxLayout()
         self.start_button = QtWidgets.QPushButton("Start")
         self.cancel_button = QtWidgets.QPushButton("Cancel sweep")
-        self.save_png = QtWidgets.QPushButton("Save picture…")
-        self.save_csv = QtWidgets.QPushButton("Save CSV…")
-        self.save_json = QtWidgets.QPushButton("Save JSON…")
-        close = QtWidgets.QPushButton("Close")
-        for b in (self.start_button, self.cancel_button, self.save_png, self.save_csv, self.save_json):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
-        buttons.addWidget(close)
-        lay.addLayout(buttons)
+        lay.addLayout(self.buttons([self.start_button, self.cancel_button], ["png", "csv", "json"]))
         self.start_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
-        self.save_png.clicked.connect(lambda: self._save("png"))
-        self.save_csv.clicked.connect(lambda: self._save("csv"))
-        self.save_json.clicked.connect(lambda: self._save("json"))
-        close.clicked.connect(self.close)
         for w in (self.to, self.steps, self.generate):
             w.valueChanged.connect(lambda _v: self._replan())
         self.spill.toggled.connect(lambda _v: self._replan())
         self.cancel_button.setEnabled(False)
-        for b in (self.save_png, self.save_csv, self.save_json):
-            b.setEnabled(False)
         self.resize(900, 760)
 
     # -- the plan ---------------------------------------------------------------------------------------------
@@ -137,19 +121,15 @@ class SweepDialog(QtWidgets.QDialog):
         plan = self.plan()
         running = self._running
         if plan is None:
-            self._say("No server has been read yet: the sweep needs one reading of it first.", warn=True)
+            say(self.plan_text, "No server has been read yet: the sweep needs one reading of it first.", warn=True)
         elif plan.refusal:
-            self._say(f"Refused: {plan.refusal}.", warn=True)
+            say(self.plan_text, f"Refused: {plan.refusal}.", warn=True)
         else:
-            self._say("\n".join(plan.cost_lines(*self._rates)))
+            say(self.plan_text, "\n".join(plan.cost_lines(*self._rates or ())))
         self.start_button.setEnabled(plan is not None and not plan.refusal and not running and self.sweep_result is None
-                                     and self._calibrated)
+                                     and self._rates is not None)
         if plan is not None and not plan.refusal and self.sweep is None:
             QtCore.QTimer.singleShot(0, self.calibrate)  # the time it will take: one short request, said first
-
-    def _say(self, text: str, *, warn: bool = False) -> None:
-        self.plan_text.setText(text)
-        self.plan_text.setStyleSheet(f"color: {theme.hex_color('warning')}" if warn else "")
 
     def calibrate(self) -> None:
         """One short request (the start of the sweep's own conversation) measures the rates the time is said at."""
@@ -160,7 +140,7 @@ class SweepDialog(QtWidgets.QDialog):
             target = target_for(self.monitor, self.snap, self.api_key)
             self.sweep = DepthSweep(target, plan, self.snap, on_progress=self._bridge.progress.emit)
         except SweepFailed as exc:
-            self._say(f"Refused: {exc}.", warn=True)
+            say(self.plan_text, f"Refused: {exc}.", warn=True)
             return
         self.status.setText("Measuring the prefill rate (one short request)…")
         sweep = self.sweep
@@ -178,7 +158,6 @@ class SweepDialog(QtWidgets.QDialog):
             self.status.setText(f"The sweep cannot start: {secs}")
             return
         assert self.sweep is not None
-        self._calibrated = True
         self._rates = (self.sweep.prefill_tok_s, self.sweep.decode_tok_s)
         self.status.setText("Ready." if secs is None else f"Ready: it will take {fmt_duration(float(secs))}.")  # type: ignore[arg-type]
         self._replan()
@@ -214,13 +193,8 @@ class SweepDialog(QtWidgets.QDialog):
         self.status.setText(f"{doing} at depth {p.depth_tokens:,} of {p.deepest:,} · {p.step} of {p.steps} depths "
                             f"measured{eta}")
         if p.rows and self.snap is not None:
-            partial = SweepResult(self.snap.url or "", None, None, self.snap.model.name, None, 0, p.rows,
-                                  self.snap.ceiling_curve)
-            self.plot.show_curves([curve_of_sweep(partial, "measured")], self._title(partial),
-                                  table_lines(partial.rows))
-
-    def _title(self, r: SweepResult) -> str:
-        return f"Sweep of {r.model or 'the model'} to {r.depth_reached:,} tokens"
+            self.plot.show_sweep(SweepResult(self.snap.url or "", None, None, self.snap.model.name, None, 0, p.rows,
+                                             self.snap.ceiling_curve))
 
     def _on_finished(self, result: SweepResult) -> None:
         self.sweep_result = result
@@ -232,8 +206,8 @@ class SweepDialog(QtWidgets.QDialog):
         self.status.setText(f"{ended}{why} · {fmt_duration(result.wall_s, approx=False)}, deepest depth "
                             f"{result.depth_reached:,}")
         if result.rows:
-            self.plot.show_curves([curve_of_sweep(result, "measured")], self._title(result), table_lines(result.rows))
-            for b in (self.save_png, self.save_csv, self.save_json):
+            self.plot.show_sweep(result)
+            for b in self.save_buttons:
                 b.setEnabled(True)
         self._remember(result)
 
@@ -249,33 +223,18 @@ class SweepDialog(QtWidgets.QDialog):
         except AtlasError as exc:
             self.status.setText(f"{self.status.text()} · not remembered: {exc}")
 
-    def _save(self, kind: str) -> None:
-        r = self.sweep_result
-        if r is None or self.snap is None:
-            return
+    def default_name(self, kind: str) -> str:
         from kvmon.gui.caption import default_filename
 
-        filters = {"png": "PNG image (*.png)", "csv": "CSV (*.csv)", "json": "JSON (*.json)"}
-        path, _f = QtWidgets.QFileDialog.getSaveFileName(self, "Save the sweep",
-                                                         default_filename(self.snap, kind, what="sweep"),
-                                                         filters[kind])
-        if path:
-            self.save(kind, path)
+        return default_filename(self.snap, kind, what="sweep")
 
-    def save(self, kind: str, path: str) -> None:
-        """Write the finished sweep as a picture (caption strip included), CSV or JSON."""
+    def contents(self, kind: str) -> str | None:
         r = self.sweep_result
         if r is None or self.snap is None:
-            return
+            return None
         if kind == "png":
-            # PySide6 takes the image format as str (its stub says bytes)
-            self.plot.image(sweep_caption(r, self.snap)).save(path, "PNG")  # type: ignore[call-overload]
-        elif kind == "csv":
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(to_csv(r))
-        else:
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(to_json(r), fh, indent=2, ensure_ascii=False)
+            return sweep_caption(r, self.snap)
+        return to_csv(r) if kind == "csv" else json.dumps(to_json(r), indent=2, ensure_ascii=False)
 
     def closeEvent(self, event: Any) -> None:
         if self.sweep is not None and self.sweep_result is None:
