@@ -337,6 +337,16 @@ class SessionCurves:
             self.problem = str(exc)
 
 
+def remember_sweep(result: SweepResult, curves: SessionCurves | None = None) -> str | None:
+    """Keep a sweep in the atlas, through the session that ran it when there is one (the dashboard's plot marks its
+    points and the forecast is fitted on them); why it could not be kept, or None."""
+    try:
+        (curves or default_atlas()).add_sweep(result)
+    except AtlasError as exc:
+        return str(exc)
+    return None
+
+
 def atlas_enabled() -> bool:
     """Whether live sessions keep their points (``KVMON_NO_ATLAS=1`` turns it off)."""
     return os.environ.get("KVMON_NO_ATLAS", "") in ("", "0")

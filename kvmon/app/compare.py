@@ -7,7 +7,7 @@ the atlas of measured curves (``atlas:N``, N as ``kvmon compare --list`` numbers
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kvmon.app.atlas import Atlas, AtlasError, ConfigSummary, default_atlas
@@ -17,8 +17,6 @@ from kvmon.core.points import ContextBins, measured_point
 from kvmon.core.recorder import RecordingError, read_recording
 from kvmon.core.sweep_table import SweepFileError, from_json, read_text
 from kvmon.sources.backends import by_name
-
-__all__ = ["CompareError", "atlas_lines", "curve_of_sweep", "load_curve"]
 
 
 class CompareError(ValueError):
@@ -70,11 +68,7 @@ def _from_recording(path: Path) -> Curve:
         rec = read_recording(path)
     except (OSError, RecordingError) as exc:
         raise CompareError(f"{path}: {exc}") from None
-    last = None
-    for s in reversed(list(rec.snapshots)):
-        last = snapshot_config(s)
-        if last is not None:
-            break
+    last = next((c for c in map(snapshot_config, reversed(rec.snapshots)) if c is not None), None)
     if last is None:
         raise CompareError(f"{path}: the recording never read a model")
     bins = ContextBins()
@@ -108,12 +102,5 @@ def load_curve(spec: str, atlas: Atlas | None = None) -> Curve:
         raise CompareError(f"{spec}: {exc.strerror or exc}") from None
     except SweepFileError as exc:
         raise CompareError(f"{spec}: {exc}") from None
-    curve = curve_of_sweep(result)
-    return Curve(curve.label, curve.points, curve.ceiling, curve.config,
-                 f"sweep of {_when(result.started_unix_s)}" if result.started_unix_s else path.name, curve.model)
-
-
-def load_pair(specs: Sequence[str], atlas: Atlas | None = None) -> tuple[Curve, Curve]:
-    """The two curves to compare."""
-    a, b = (load_curve(s, atlas) for s in specs)
-    return a, b
+    return replace(curve_of_sweep(result),
+                   source=f"sweep of {_when(result.started_unix_s)}" if result.started_unix_s else path.name)

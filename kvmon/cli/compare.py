@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    from kvmon.app.compare import CompareError, atlas_lines, load_pair
+    from kvmon.app.compare import CompareError, atlas_lines, load_curve
     from kvmon.core.compare import common_rows, named, table_lines, to_csv
     from kvmon.sources.backends import by_name
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if len(args.curves) != 2:
             print("kvmon: compare takes two curves: A B (a sweep's .json, a recording's .jsonl, or atlas:N)", file=err)
             return 2
-        a, b = load_pair(args.curves)
+        a, b = (load_curve(spec) for spec in args.curves)
     except CompareError as exc:
         print(f"kvmon: {exc}", file=err)
         return 2

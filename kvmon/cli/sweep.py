@@ -102,6 +102,7 @@ def _open(args: argparse.Namespace, err: TextIO) -> tuple[Any, Any] | int:
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Plan, say the cost, sweep, print; returns the exit status."""
+    from kvmon.app.atlas import remember_sweep
     from kvmon.app.sweep import DepthSweep, target_for
     from kvmon.core.sweep import SweepFailed, plan_sweep
     from kvmon.core.sweep_table import summary_lines, to_csv, to_json
@@ -144,8 +145,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         result = _run_cancellable(sweep, err)
     finally:
         monitor.close()
-    if args.atlas:
-        _remember(result, err)
+    if args.atlas and (problem := remember_sweep(result)):
+        print(f"kvmon: the measured curve was not remembered: {problem}", file=err)
     if args.json:
         out.write(json.dumps(to_json(result), indent=2, ensure_ascii=False) + "\n")
     else:
@@ -172,13 +173,3 @@ def _run_cancellable(sweep: Any, err: TextIO) -> Any:
         sweep.cancel()
         worker.join()
     return box["result"]
-
-
-def _remember(result: Any, err: TextIO) -> None:
-    """Keep the sweep's points in the atlas of measured curves (a failure to write it is said, not fatal)."""
-    from kvmon.app.atlas import AtlasError, default_atlas
-
-    try:
-        default_atlas().add_sweep(result)
-    except AtlasError as e:
-        print(f"kvmon: the measured curve was not remembered: {e}", file=err)

@@ -167,13 +167,13 @@ def save_png(path: str | Path, caption: str, draw: Callable[[CurvesPlot], None],
              size: tuple[int, int] = (1100, 720)) -> None:
     """Draw curves offscreen (``draw`` shows them) and save the picture, caption strip included, as PNG; raises
     OSError when the file cannot be written."""
-    from kvmon.gui.app import ensure_app
     from kvmon.gui.qtplatform import startup_problem
 
     # a command line's picture: offscreen when there is no display (a server), themed like the window
     if "QT_QPA_PLATFORM" not in os.environ and sys.platform.startswith("linux") and startup_problem() is not None:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    ensure_app()
+    if QtWidgets.QApplication.instance() is None:
+        theme.apply(QtWidgets.QApplication(["kvmon"]))
     w = CurvesPlot()
     w.resize(*size)
     draw(w)

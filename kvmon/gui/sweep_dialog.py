@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from kvmon.app.atlas import remember_sweep
 from kvmon.app.sweep import DepthSweep, Progress, target_for
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.sweep import DEFAULT_GENERATE, DEFAULT_STEPS, SweepFailed, SweepPlan, SweepResult, plan_sweep
@@ -209,19 +210,9 @@ class SweepDialog(CurvesDialog):
             self.plot.show_sweep(result)
             for b in self.save_buttons:
                 b.setEnabled(True)
-        self._remember(result)
-
-    def _remember(self, result: SweepResult) -> None:
-        """The sweep's points join the atlas (the dashboard's plot shows them; the forecast is fitted on them)."""
-        from kvmon.app.atlas import AtlasError, default_atlas
-
-        try:
-            if self.curves is not None:
-                self.curves.add_sweep(result)
-            else:
-                default_atlas().add_sweep(result)
-        except AtlasError as exc:
-            self.status.setText(f"{self.status.text()} · not remembered: {exc}")
+        problem = remember_sweep(result, self.curves)
+        if problem:
+            self.status.setText(f"{self.status.text()} · not remembered: {problem}")
 
     def default_name(self, kind: str) -> str:
         from kvmon.gui.caption import default_filename
