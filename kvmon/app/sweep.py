@@ -81,11 +81,6 @@ class Progress:
     eta_s: float | None
     rows: tuple[SweepRow, ...] = ()
 
-    @property
-    def fraction(self) -> float:
-        """How far along it is, by the tokens read and generated (0..1)."""
-        return min(1.0, self.depth_tokens / self.deepest) if self.deepest else 0.0
-
 
 def piece_tokens(prefill_tok_s: float | None) -> int:
     """How many prompt tokens one request reads: about ``PIECE_S`` at the latest prefill rate."""
@@ -99,16 +94,15 @@ class DepthSweep:
     """One sweep of one server along a plan; ``calibrate()`` then ``run()``, ``cancel()`` from anywhere."""
 
     def __init__(self, target: SweepTarget, plan: SweepPlan, snapshot: Snapshot, *,
-                 on_progress: Callable[[Progress], None] | None = None, label: str = "",
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 on_progress: Callable[[Progress], None] | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         if plan.refusal:
             raise SweepFailed(plan.refusal)
         self.target = target
         self.plan = plan
         self.snapshot = snapshot
-        self.label = label
         self._on_progress = on_progress or (lambda _p: None)
-        self._clock, self._wall = clock, wall
+        self._wall = wall
         self._cancel = threading.Event()
         self.prefill_tok_s: float | None = None  # the latest measured rates
         self.decode_tok_s: float | None = None
@@ -152,7 +146,7 @@ class DepthSweep:
     def calibrate(self) -> float | None:
         """Measure the prefill and decode rates on a short prompt (the start of the sweep's own conversation); the
         sweep's time at those rates. Raises SweepFailed (SweepCancelled) when the server cannot be swept."""
-        t0 = self._clock()
+        t0 = time.monotonic()
         self._progress("calibrating")
         if not self._prepared:
             self.target.prepare(self.plan.slot)
@@ -160,13 +154,13 @@ class DepthSweep:
         self._check()
         n = max(2, min(CALIBRATION_TOKENS, self.plan.deepest))
         self._note(self.target.step(n, CALIBRATION_GENERATE))
-        self._calibration_s = self._clock() - t0
+        self._calibration_s = time.monotonic() - t0
         return self.plan.seconds(self.prefill_tok_s, self.decode_tok_s)
 
     def run(self) -> SweepResult:
         """Measure every depth of the plan (calibrating first if not done); a cancel or a failure ends it early with
         what was measured so far and the reason."""
-        started_unix, t0 = self._wall(), self._clock()
+        started_unix, t0 = self._wall(), time.monotonic()
         outcome: Outcome = "done"
         reason: str | None = None
         calibrated = self._prepared and self.prefill_tok_s is not None
@@ -182,7 +176,7 @@ class DepthSweep:
         finally:
             self.target.close()
         self._progress("done")
-        wall = self._clock() - t0 + (self._calibration_s if calibrated else 0.0)  # the time the user waited aside
+        wall = time.monotonic() - t0 + (self._calibration_s if calibrated else 0.0)  # the time the user waited aside
         return self.result(outcome, reason, started_unix, wall)
 
     def _step(self, depth: int) -> None:
@@ -216,8 +210,7 @@ class DepthSweep:
             server_version=s.server_version, model=s.model.name, config=snapshot_config(s), generate=self.plan.generate,
             rows=rows_of(self._measured, s.ceiling_curve), ceiling_curve=s.ceiling_curve,
             started_unix_s=started_unix, wall_s=wall_s, outcome=outcome, reason=reason,
-            prompt_tokens_read=_total([r.prompt_tokens_read for r in self._requests]), label=self.label,
-            notes=self.plan.notes)
+            prompt_tokens_read=_total([r.prompt_tokens_read for r in self._requests]), notes=self.plan.notes)
 
 
 def _total(values: list[N | None]) -> N | None:

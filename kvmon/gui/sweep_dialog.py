@@ -188,7 +188,7 @@ class SweepDialog(CurvesDialog):
     def _on_progress(self, p: Progress) -> None:
         if p.phase == "calibrating":
             return
-        self.bar.setValue(round(p.fraction * 1000))
+        self.bar.setValue(round(min(1.0, p.depth_tokens / p.deepest) * 1000) if p.deepest else 0)
         eta = "" if p.eta_s is None else f" · {fmt_duration(p.eta_s)} left"
         doing = {"reading": "reading the prompt", "generating": "generating"}.get(p.phase, p.phase)
         self.status.setText(f"{doing} at depth {p.depth_tokens:,} of {p.deepest:,} · {p.step} of {p.steps} depths "

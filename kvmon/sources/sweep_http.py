@@ -91,15 +91,14 @@ class SweepHttp:
 
     def read_json(self, path: str, body: dict[str, Any] | None = None) -> Any:
         """GET (or POST ``body``) and read one JSON document (cancellable while it is awaited)."""
-        text = b"".join(chunk for _t, chunk in self.stream(path, body, whole=True))
+        text = b"\n".join(line for _t, line in self.stream(path, body))
         try:
             return parse_json(text)
         except InputError:
             raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
 
-    def stream(self, path: str, body: dict[str, Any] | None, *, whole: bool = False) -> Iterator[tuple[float, bytes]]:
-        """POST ``body`` (GET without one) and yield each line of the answer with the monotonic time it arrived
-        (``whole``: the body's raw chunks instead of lines)."""
+    def stream(self, path: str, body: dict[str, Any] | None) -> Iterator[tuple[float, bytes]]:
+        """POST ``body`` (GET without one) and yield each line of the answer with the monotonic time it arrived."""
         if self._cancelled.is_set():
             raise SweepCancelled("cancelled")
         try:
@@ -117,10 +116,6 @@ class SweepHttp:
             if resp.status_code >= 400:
                 raise self._refused(path, resp)
             try:
-                if whole:
-                    for chunk in resp.iter_raw():
-                        yield time.monotonic(), chunk
-                    return
                 buf = b""
                 for chunk in resp.iter_raw():
                     now = time.monotonic()
