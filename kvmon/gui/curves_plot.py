@@ -40,11 +40,9 @@ class CurvesPlot(QtWidgets.QWidget):
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         legend_below(self.plot, 2)
         lay.addWidget(self.plot, 1)
-        self.table = QtWidgets.QLabel()
-        self.table.setTextFormat(QtCore.Qt.TextFormat.PlainText)
-        font = QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont)
-        self.table.setFont(font)
-        self.table.setAlignment(QtCore.Qt.AlignmentFlag.AlignHCenter)
+        self.table = QtWidgets.QLabel(textFormat=QtCore.Qt.TextFormat.PlainText,
+                                      alignment=QtCore.Qt.AlignmentFlag.AlignHCenter)
+        self.table.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
         lay.addWidget(self.table)
 
     def show_curves(self, curves: Sequence[Curve], title: str, table: Sequence[str] = ()) -> None:

@@ -39,11 +39,11 @@ class SweepDialog(CurvesDialog):
     save_title = "Save the sweep"
 
     def __init__(self, parent: QtWidgets.QWidget | None, snap: Snapshot | None, monitor: Any,
-                 api_key: str | None, words_of: Any, curves: Any = None) -> None:
+                 api_key: str | None, words_of: Any) -> None:
         super().__init__(parent)
         self.setWindowTitle("Measure speed at every depth")
         self.snap, self.monitor, self.api_key, self.words_of = snap, monitor, api_key, words_of
-        self.curves = curves if curves is not None else getattr(monitor, "curves", None)
+        self.curves = getattr(monitor, "curves", None)  # the session's side of the atlas
         self.sweep: DepthSweep | None = None
         self.sweep_result: SweepResult | None = None
         self._rates: tuple[float | None, float | None] | None = None  # measured by the calibration
@@ -61,35 +61,25 @@ class SweepDialog(CurvesDialog):
         s = self.snap
         what = f"{s.model.name or 'the model'} on {s.url}" if s is not None and s.server_read else "no server read yet"
         self.heading = QtWidgets.QLabel(f"Decode and prefill at every depth of {what}, in one conversation that "
-                                        "grows from empty (the server's prompt cache keeps each step).")
-        self.heading.setWordWrap(True)
+                                        "grows from empty (the server's prompt cache keeps each step).", wordWrap=True)
         lay.addWidget(self.heading)
         form = QtWidgets.QFormLayout()
         n_ctx = s.model.n_ctx if s is not None and s.model.n_ctx else 8192
-        self.to = QtWidgets.QSpinBox()
-        self.to.setRange(2, max(2, n_ctx))
-        self.to.setSingleStep(1024)
+        # each value after its range: a value set first is cut to the default maximum (99)
+        self.to = QtWidgets.QSpinBox(minimum=2, maximum=max(2, n_ctx), singleStep=1024,
+                                     value=max(2, n_ctx - DEFAULT_GENERATE))
         self.to.setGroupSeparatorShown(True)
-        self.to.setValue(max(2, n_ctx - DEFAULT_GENERATE))
-        self.steps = QtWidgets.QSpinBox()
-        self.steps.setRange(1, 64)
-        self.steps.setValue(DEFAULT_STEPS)
-        self.generate = QtWidgets.QSpinBox()
-        self.generate.setRange(2, 4096)
-        self.generate.setValue(DEFAULT_GENERATE)
+        self.steps = QtWidgets.QSpinBox(minimum=1, maximum=64, value=DEFAULT_STEPS)
+        self.generate = QtWidgets.QSpinBox(minimum=2, maximum=4096, value=DEFAULT_GENERATE)
         self.spill = QtWidgets.QCheckBox("even where the KV cache spills out of the device's memory")
         form.addRow("Deepest depth (tokens)", self.to)
         form.addRow("Depths beyond empty", self.steps)
         form.addRow("Tokens timed at each", self.generate)
         form.addRow("Measure", self.spill)
         lay.addLayout(form)
-        self.plan_text = QtWidgets.QLabel()
-        self.plan_text.setWordWrap(True)
-        self.plan_text.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.plan_text = QtWidgets.QLabel(wordWrap=True, textFormat=QtCore.Qt.TextFormat.PlainText)
         lay.addWidget(self.plan_text)
-        self.bar = QtWidgets.QProgressBar()
-        self.bar.setRange(0, 1000)
-        self.bar.setTextVisible(False)
+        self.bar = QtWidgets.QProgressBar(maximum=1000, textVisible=False)
         self.status = QtWidgets.QLabel(" ")
         lay.addWidget(self.bar)
         lay.addWidget(self.status)
