@@ -66,13 +66,6 @@ class ConfigSummary:
     sweeps: int
 
 
-def data_dir() -> Path:
-    """kvmon's data folder (XDG_DATA_HOME/kvmon on Linux, the platform's own elsewhere)."""
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("kvmon", appauthor=False))
-
-
 class Atlas:
     """One atlas file."""
 
@@ -268,8 +261,11 @@ _OPEN_LOCK = threading.RLock()
 
 
 def default_atlas() -> Atlas:
-    """The atlas in kvmon's data folder now (one object per file in this process; written at exit)."""
-    path = data_dir() / ATLAS_FILE
+    """The atlas in kvmon's data folder now (XDG_DATA_HOME/kvmon on Linux, the platform's own elsewhere; one object
+    per file in this process, written at exit)."""
+    import platformdirs
+
+    path = Path(platformdirs.user_data_dir("kvmon", appauthor=False)) / ATLAS_FILE
     with _OPEN_LOCK:
         if path not in _OPEN:
             _close_all()  # the data folder moved (another user folder): the old file is done with
