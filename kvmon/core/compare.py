@@ -70,10 +70,8 @@ def named(a: Curve, b: Curve, words_of: Words = backend_of) -> tuple[Curve, Curv
 
 def _at(points: Points, depth: float) -> float | None:
     """The curve at ``depth``: its own point there, else straight between its neighbours (None outside it)."""
-    for x, y in points:
-        if abs(x - depth) < 0.5:
-            return y
-    return ceiling_at([(int(x), y) for x, y in points], depth) if points else None
+    own = next((y for x, y in points if abs(x - depth) < 0.5), None)
+    return own if own is not None else ceiling_at([(int(x), y) for x, y in points], depth)
 
 
 def common_rows(a: Curve, b: Curve) -> tuple[CompareRow, ...]:

@@ -65,9 +65,8 @@ class CurveConfig:
         if earlier is None or earlier == self:
             return self
         mine, theirs = asdict(self), asdict(earlier)
-        for k, v in mine.items():
-            if v not in (None, ()) and theirs[k] not in (None, ()) and v != theirs[k]:
-                return self
+        if any(v not in (None, ()) and theirs[k] not in (None, ()) and v != theirs[k] for k, v in mine.items()):
+            return self
         return CurveConfig(**{k: (theirs[k] if v in (None, ()) else v) for k, v in mine.items()})
 
     def label(self, words_of: Words = backend_of) -> str:

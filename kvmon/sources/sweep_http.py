@@ -33,7 +33,7 @@ FILLER = ("The cache grows with every token, and decode reads all of it again fo
 class SweepHttp:
     """Requests to one server for a sweep; ``cancel()`` (any thread) ends the one under way and every later one."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, silence_s: float = READ_SILENCE_S) -> None:
+    def __init__(self, base_url: str, *, api_key: str | None = None) -> None:
         self.base_url = normalize_base_url(base_url)
         self.display_url = redact_url(self.base_url)
         self._secrets = (api_key,) if api_key else ()
@@ -44,7 +44,7 @@ class SweepHttp:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(base_url=self.base_url, headers=headers, trust_env=False,
-                                    timeout=httpx.Timeout(silence_s, connect=CONNECT_S))
+                                    timeout=httpx.Timeout(READ_SILENCE_S, connect=CONNECT_S))
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -139,11 +139,9 @@ def json_lines(lines: Iterator[tuple[float, bytes]], prefix: bytes = b"") -> Ite
     """The JSON objects of a stream's lines (``prefix``: b"data: " for server-sent events), with their times; other
     lines (blank, comments, ``[DONE]``) are passed over."""
     for t, line in lines:
-        if prefix:
-            if not line.startswith(prefix):
-                continue
-            line = line[len(prefix):]
-        line = line.strip()
+        if not line.startswith(prefix):
+            continue
+        line = line[len(prefix):].strip()
         if not line or line == b"[DONE]":
             continue
         try:
