@@ -47,7 +47,6 @@ class SweepDialog(CurvesDialog):
         self.sweep: DepthSweep | None = None
         self.sweep_result: SweepResult | None = None
         self._rates: tuple[float | None, float | None] | None = None  # measured by the calibration
-        self._running = False
         self._bridge = _Bridge(self)
         self._bridge.progress.connect(self._on_progress)
         self._bridge.calibrated.connect(self._on_calibrated)
@@ -110,14 +109,14 @@ class SweepDialog(CurvesDialog):
 
     def _replan(self) -> None:
         plan = self.plan()
-        running = self._running
         if plan is None:
             say(self.plan_text, "No server has been read yet: the sweep needs one reading of it first.", warn=True)
         elif plan.refusal:
             say(self.plan_text, f"Refused: {plan.refusal}.", warn=True)
         else:
             say(self.plan_text, "\n".join(plan.cost_lines(*self._rates or ())))
-        self.start_button.setEnabled(plan is not None and not plan.refusal and not running and self.sweep_result is None
+        # while the sweep runs its settings are off, so nothing plans again until it has ended
+        self.start_button.setEnabled(plan is not None and not plan.refusal and self.sweep_result is None
                                      and self._rates is not None)
         if plan is not None and not plan.refusal and self.sweep is None:
             QtCore.QTimer.singleShot(0, self.calibrate)  # the time it will take: one short request, said first
@@ -160,7 +159,6 @@ class SweepDialog(CurvesDialog):
         if plan is None or plan.refusal or self.sweep is None or self.snap is None:
             return
         self.sweep.plan = plan  # the depths may have changed since the rates were measured
-        self._running = True
         for w in (self.to, self.steps, self.generate, self.spill, self.start_button):
             w.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -189,7 +187,6 @@ class SweepDialog(CurvesDialog):
 
     def _on_finished(self, result: SweepResult) -> None:
         self.sweep_result = result
-        self._running = False
         self.cancel_button.setEnabled(False)
         self.bar.setValue(1000 if result.outcome == "done" else self.bar.value())
         ended = {"done": "Done", "cancelled": "Cancelled", "failed": "Stopped"}[result.outcome]
