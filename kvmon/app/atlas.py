@@ -94,9 +94,7 @@ class Atlas:
                     raise AtlasError(f"{self.path} was written by a newer kvmon (atlas version {version})")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
-            except OSError as exc:
+            except OSError as exc:  # the database's own trouble is said by _db_of, which opens it
                 raise AtlasError(f"{self.path}: {exc.strerror or exc}") from None
             self._db = db
         return self._db
