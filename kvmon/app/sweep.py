@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, TypeVar
 
 from kvmon.core.backend import Backend
 from kvmon.core.curve_identity import snapshot_config
@@ -29,6 +29,7 @@ from kvmon.core.sweep import (
     SweepRow,
     rows_of,
 )
+from kvmon.sources.sweep_http import ServerSweep
 
 CALIBRATION_TOKENS = 512  # the first request's prompt (one ubatch): the prefill rate the cost is said at
 CALIBRATION_GENERATE = 8
@@ -39,27 +40,6 @@ PIECE_MIN, PIECE_MAX, PIECE_ROUND = 512, 4096, 64
 PREFILL_MIN_TOKENS = 64  # a step that read fewer prompt tokens has no prefill rate worth a number
 Phase = Literal["calibrating", "reading", "generating", "done"]
 N = TypeVar("N", int, float)
-
-
-class SweepTarget(Protocol):
-    """One server driven through a growing conversation (each backend's ``sweep`` class)."""
-
-    display_url: str
-    prefill_generate: int  # the tokens a step that only reads the prompt asks for (0 or 1)
-
-    def prepare(self, slot: int | None) -> None:
-        """Check the model is there as loaded (nothing reloads) and make ready; raises SweepFailed."""
-        ...
-
-    def step(self, upto: int, generate: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens and time ``generate`` tokens generated there."""
-        ...
-
-    def cancel(self) -> None:
-        """From any thread: end the request under way (the server cancels it) and every later one."""
-        ...
-
-    def close(self) -> None: ...
 
 
 def backend_words(name: str | None) -> Backend:
@@ -93,7 +73,7 @@ def piece_tokens(prefill_tok_s: float | None) -> int:
 class DepthSweep:
     """One sweep of one server along a plan; ``calibrate()`` then ``run()``, ``cancel()`` from anywhere."""
 
-    def __init__(self, target: SweepTarget, plan: SweepPlan, snapshot: Snapshot, *,
+    def __init__(self, target: ServerSweep, plan: SweepPlan, snapshot: Snapshot, *,
                  on_progress: Callable[[Progress], None] | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         if plan.refusal:
@@ -219,7 +199,7 @@ def _total(values: list[N | None]) -> N | None:
     return sum(known) if len(known) == len(values) else None
 
 
-def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) -> SweepTarget:
+def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) -> ServerSweep:
     """How to sweep the server a monitor watches: its own source's server (a router's or llama-swap's model: the one
     followed, read where the monitor reads it), with the key that source sends."""
     source = getattr(monitor, "server_source", None)
@@ -235,7 +215,7 @@ def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) 
     module, _, name = backend.sweep.partition(":")
     # a router's model: every request names it; the server's name for the model shown: a server holding several
     # loaded sweeps that one
-    target: SweepTarget = getattr(importlib.import_module(module), name)(
+    target: ServerSweep = getattr(importlib.import_module(module), name)(
         source.base_url, api_key=source.request_key() if hasattr(source, "request_key") else api_key,
         model_id=getattr(source, "model_id", None), model_name=snapshot.model.server_name)
     return target

@@ -159,8 +159,9 @@ def filler_text(tokens: int, chars_per_token: float) -> str:
 
 
 class ServerSweep:
-    """What every backend's sweep shares (``kvmon.app.sweep.SweepTarget``): the requests to one server, the model
-    asked for, and the depth the conversation has reached; a backend's class says how one step is asked and timed."""
+    """One server driven through a growing conversation (``kvmon.app.sweep.DepthSweep`` drives it): the requests to
+    it, the model asked for, the depth reached; each backend's class (``Backend.sweep``) says how a step is asked and
+    timed."""
 
     timing: Timing = "server"
     prefill_generate = 1  # the tokens a prefill asks for (a server that can generate none asks for 0)
