@@ -71,13 +71,12 @@ def _progress_printer(err: TextIO) -> Any:
     return show
 
 
-def _open(args: argparse.Namespace, err: TextIO) -> tuple[Any, Any] | int:
+def _open(args: argparse.Namespace, api_key: str | None, err: TextIO) -> tuple[Any, Any] | int:
     """(monitor, snapshot after two polls) or an exit status."""
     from kvmon.app.build import open_monitor
     from kvmon.app.session import settings_from_args
     from kvmon.core.readings import SourceError
 
-    api_key = args.api_key or os.environ.get("KVMON_API_KEY") or None
     try:
         monitor = open_monitor(args.url, api_key=api_key, timeout_s=args.timeout, log_path=args.log,
                                devices_url=args.devices, settings=settings_from_args(args))
@@ -110,7 +109,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     from kvmon.sources.backends import by_name
 
     out, err = out or sys.stdout, err or sys.stderr
-    opened = _open(args, err)
+    api_key = args.api_key or os.environ.get("KVMON_API_KEY") or None
+    opened = _open(args, api_key, err)
     if isinstance(opened, int):
         return opened
     monitor, snap = opened
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"kvmon: sweep refused: {plan.refusal}", file=err)
             return EXIT_REFUSED
         try:
-            target = target_for(monitor, snap, args.api_key or os.environ.get("KVMON_API_KEY") or None)
+            target = target_for(monitor, snap, api_key)
         except SweepFailed as e:
             print(f"kvmon: sweep refused: {e}", file=err)
             return EXIT_REFUSED
