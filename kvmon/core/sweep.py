@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvmon.core.backend import Backend
@@ -221,7 +221,7 @@ class SweepResult:
     reason: str | None = None  # why it stopped early
     prompt_tokens_read: int | None = None  # all the requests' prompt tokens the server read (None: it did not say)
     label: str = ""  # what a comparison calls it
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     @property
     def depth_reached(self) -> int:
