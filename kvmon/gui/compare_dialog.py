@@ -36,14 +36,13 @@ class CompareDialog(CurvesDialog):
             configs, note = [], str(exc)
         else:
             note = "" if configs else "The atlas of measured curves is empty: run a sweep, or open a file."
-        self.specs = [f"atlas:{i}" for i in range(1, len(configs) + 1)]
         for n, picker in enumerate(self.pickers):
             picker.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             picker.setMinimumContentsLength(40)
             for c in configs:
                 picker.addItem(f"{c.config.label(words_of)} — {c.points} points to {c.deepest_tokens:,}")
             picker.addItem(OPEN_FILE)
-            picker.setCurrentIndex(min(n, len(configs)) if configs else len(configs))
+            picker.setCurrentIndex(min(n, len(configs)))  # A and B the two newest, or a file to open
             picker.activated.connect(lambda idx, n=n: self._picked(n, idx))
             form.addRow("AB"[n], picker)
         lay.addLayout(form)
@@ -53,9 +52,9 @@ class CompareDialog(CurvesDialog):
         lay.addWidget(self.plot, 1)
         lay.addLayout(self.buttons([], ["png", "csv"]))
         self.resize(980, 720)
-        for n in range(2):
-            if self.pickers[n].currentText() != OPEN_FILE:
-                self.curves[n] = self._load(self.specs[self.pickers[n].currentIndex()])
+        for n, picker in enumerate(self.pickers):
+            if picker.currentText() != OPEN_FILE:
+                self.curves[n] = self._load(f"atlas:{picker.currentIndex() + 1}")
         self._draw()
 
     def _load(self, spec: str) -> Curve | None:
@@ -68,7 +67,7 @@ class CompareDialog(CurvesDialog):
     def _picked(self, n: int, idx: int) -> None:
         """Curve ``n`` (0: A, 1: B) from the atlas, or from a sweep's JSON or a recording opened."""
         if self.pickers[n].itemText(idx) != OPEN_FILE:
-            self.curves[n] = self._load(self.specs[idx])
+            self.curves[n] = self._load(f"atlas:{idx + 1}")  # atlas:N numbers the configurations from 1
             self._draw()
             return
         path, _f = QtWidgets.QFileDialog.getOpenFileName(self, "Open a sweep or a recording", "",
