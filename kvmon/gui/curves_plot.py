@@ -1,7 +1,7 @@
 """Measured speed-vs-context curves drawn on their own: a sweep's (its points to the deepest depth and its ceiling), or
 two side by side (File ▸ Compare…, ``kvmon compare``), with their table under the plot, saved as PNG with the
 caption strip. The first curve is in decode's colour, the second in the compared curve's; each ceiling dashed in its
-curve's colour.
+curve's colour. ``CurvesDialog`` is what the sweep and compare dialogs share around the plot.
 """
 
 from __future__ import annotations
