@@ -5,15 +5,13 @@ atlas.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kvmon.core.backend import backend_of
 from kvmon.core.curve_config import CurveConfig, Words, difference_parts
 from kvmon.core.sweep import SweepResult, ceiling_at
-from kvmon.core.sweep_table import aligned
+from kvmon.core.sweep_table import aligned, csv_text
 
 Points = tuple[tuple[float, float], ...]
 
@@ -98,11 +96,8 @@ def table_lines(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> list[str]:
 
 def to_csv(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> str:
     """The common depths as CSV: each curve's speed and ceiling (named by their labels in the first row)."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["depth_tokens", f"{a.label} decode_tok_s", f"{b.label} decode_tok_s", f"{a.label} ceiling_tok_s",
-                f"{b.label} ceiling_tok_s"])
-    for r in rows:
-        w.writerow([r.depth_tokens, *("" if v is None else round(v, 4) for v in
-                                      (r.a_tok_s, r.b_tok_s, r.a_ceiling_tok_s, r.b_ceiling_tok_s))])
-    return out.getvalue()
+    head = ["depth_tokens", f"{a.label} decode_tok_s", f"{b.label} decode_tok_s", f"{a.label} ceiling_tok_s",
+            f"{b.label} ceiling_tok_s"]
+    body = [[r.depth_tokens, *(v if v is None else round(v, 4)
+                               for v in (r.a_tok_s, r.b_tok_s, r.a_ceiling_tok_s, r.b_ceiling_tok_s))] for r in rows]
+    return csv_text([head, *body])

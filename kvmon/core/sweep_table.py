@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -59,14 +59,16 @@ def summary_lines(r: SweepResult) -> list[str]:
     return lines
 
 
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as CSV, the first naming the columns; None is written as an empty cell."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(["" if v is None else v for v in row] for row in rows)
+    return out.getvalue()
+
+
 def to_csv(r: SweepResult) -> str:
     """One row per depth, the columns of ``COLUMNS`` (empty where unknown)."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for row in r.rows:
-        w.writerow(["" if getattr(row, c) is None else getattr(row, c) for c in COLUMNS])
-    return out.getvalue()
+    return csv_text([COLUMNS, *([getattr(row, c) for c in COLUMNS] for row in r.rows)])
 
 
 def to_json(r: SweepResult) -> dict[str, Any]:
