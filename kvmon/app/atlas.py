@@ -159,15 +159,12 @@ class Atlas:
             if not pending:
                 return
             with self._tx() as db:
-                ids: dict[CurveConfig, int] = {}
                 for (config, run, b), (n, ds, ts, t) in pending.items():
-                    if config not in ids:
-                        ids[config] = self._config_id(db, config, t)
                     db.execute(
                         "INSERT INTO points VALUES(?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(config, run, bin) DO UPDATE "
                         "SET n = n + excluded.n, depth_sum = depth_sum + excluded.depth_sum, "
                         "tok_s_sum = tok_s_sum + excluded.tok_s_sum, last_t = excluded.last_t",
-                        (ids[config], run, b, n, ds, ts, t))
+                        (self._config_id(db, config, t), run, b, n, ds, ts, t))
                 self._trim(db)
 
     def add_sweep(self, result: SweepResult) -> str | None:
