@@ -57,11 +57,11 @@ def add_parser(sub: Any, add_connection_args: Any) -> None:
 
 
 def _progress_printer(err: TextIO) -> Any:
-    live = err.isatty()
+    """The progress line, where ``err`` is a terminal (None elsewhere: nothing is shown)."""
+    if not err.isatty():
+        return None
 
     def show(p: Any) -> None:
-        if not live:
-            return
         eta = "" if p.eta_s is None else f", about {p.eta_s:.0f} s left"
         err.write(f"\r  {p.phase}: depth {p.depth_tokens:,} of {p.deepest:,} ({p.step}/{p.steps} measured{eta})   ")
         if p.phase == "done":

@@ -101,11 +101,8 @@ class SweepDialog(CurvesDialog):
         if s is None:
             return None
         backend = self.words_of(str(s.backend) if s.backend else None)
-        try:
-            return plan_sweep(s, backend, self.to.value(), self.steps.value(), self.generate.value(),
-                              allow_spill=self.spill.isChecked())
-        except ValueError:
-            return None
+        return plan_sweep(s, backend, self.to.value(), self.steps.value(), self.generate.value(),
+                          allow_spill=self.spill.isChecked())
 
     def _replan(self) -> None:
         plan = self.plan()

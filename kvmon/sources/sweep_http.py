@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 import httpx
@@ -55,10 +56,8 @@ class SweepHttp:
         with self._lock:
             sock = self._sock
         if sock is not None:
-            try:
+            with suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed
-                pass
 
     def close(self) -> None:
         self._client.close()
@@ -77,11 +76,9 @@ class SweepHttp:
 
     def _refused(self, path: str, resp: httpx.Response) -> SweepFailed:
         body = resp.read()
-        msg = None
-        try:
+        msg = doc = None
+        with suppress(InputError):
             doc = parse_json(body)
-        except InputError:
-            doc = None
         if isinstance(doc, dict):
             err = doc.get("error")
             msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else doc.get("detail")
