@@ -9,6 +9,7 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -114,23 +115,17 @@ def from_json(data: Any) -> SweepResult:
             _opt_num(raw.get("prefill_tok_s"), f"row {i}'s prefill speed"),
             None if read is None else int(read), int(_opt_num(raw.get("generated"), "generated") or 0),
             "server" if raw.get("timing") == "server" else "stream"))
-    curve: list[tuple[int, float]] = []
-    for p in data.get("ceiling_curve") or ():
-        if isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p):
-            curve.append((int(p[0]), float(p[1])))
-    cfg = data.get("config")
+    curve = tuple((int(p[0]), float(p[1])) for p in data.get("ceiling_curve") or ()
+                  if isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p))
     config = None
-    if isinstance(cfg, Mapping):
-        try:
-            config = CurveConfig.from_key(json.dumps(cfg))
-        except (TypeError, ValueError):
-            config = None
+    with suppress(TypeError, ValueError):  # a configuration that is not one: the curve is still read
+        config = CurveConfig.from_key(json.dumps(data.get("config")))
     text = {k: data.get(k) if isinstance(data.get(k), str) else None for k in
             ("server", "backend", "server_version", "model", "label", "outcome", "reason")}
     return SweepResult(
         server=text["server"] or "?", backend=text["backend"], server_version=text["server_version"],
         model=text["model"], config=config, generate=int(_opt_num(data.get("generate"), "generate") or 0),
-        rows=tuple(rows), ceiling_curve=tuple(curve),
+        rows=tuple(rows), ceiling_curve=curve,
         started_unix_s=_opt_num(data.get("started_unix_s"), "the start") or 0.0,
         wall_s=_opt_num(data.get("wall_s"), "the time") or 0.0,
         outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",
