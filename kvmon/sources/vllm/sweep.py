@@ -37,17 +37,15 @@ class VllmSweep(ServerSweep):
                                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         sent = time.monotonic()
         times: list[float] = []
-        usage: dict[str, Any] | None = None
+        usage: dict[str, Any] = {}  # the last chunk's count of the prompt's and the answer's tokens
         for t, obj in json_lines(self.http.stream("/v1/completions", body), b"data: "):
             if isinstance(obj.get("usage"), dict):
                 usage = obj["usage"]
             for choice in obj.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("text"):
                     times.append(t)
-        depth = json_int(usage.get("prompt_tokens")) if usage else None
-        depth = depth or len(prompt)
-        n = json_int(usage.get("completion_tokens")) if usage else None
-        n = n or len(times)
+        depth = json_int(usage.get("prompt_tokens")) or len(prompt)
+        n = json_int(usage.get("completion_tokens")) or len(times)
         rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 and times[-1] > times[0] else None
         return StepTiming(depth_tokens=depth, prompt_tokens_read=None,
                           prompt_s=(times[0] - sent) if times else None, generated=n,
