@@ -44,10 +44,10 @@ class CompareRow:
         return self.b_tok_s / self.a_tok_s if self.a_tok_s and self.b_tok_s else None
 
 
-def curve_of_sweep(r: SweepResult, label: str | None = None) -> Curve:
+def curve_of_sweep(r: SweepResult) -> Curve:
     """A sweep's measured rows as a curve."""
     pts = tuple((float(row.depth_tokens), row.decode_tok_s) for row in r.rows if row.decode_tok_s)
-    return Curve(label or r.label or (r.config.label() if r.config else r.model or "sweep"), pts, r.ceiling_curve,
+    return Curve(r.label or (r.config.label() if r.config else r.model or "sweep"), pts, r.ceiling_curve,
                  r.config, "sweep", r.model)
 
 
