@@ -240,7 +240,7 @@ class Atlas:
                 "SELECT c.id, c.key, count(p.bin), max(p.depth_sum / p.n), max(p.last_t), "
                 "(SELECT count(*) FROM sweeps s WHERE s.config = c.id) FROM configs c JOIN points p "
                 "ON p.config = c.id GROUP BY c.id ORDER BY max(p.last_t) DESC").fetchall()
-        return [ConfigSummary(int(i), CurveConfig.from_key(k), int(n), int(d), float(t), int(s))
+        return [ConfigSummary(int(i), CurveConfig.from_json(json.loads(k)), int(n), int(d), float(t), int(s))
                 for i, k, n, d, t, s in rows]
 
     def sweep_docs(self, config_id: int | None = None) -> list[dict[str, Any]]:

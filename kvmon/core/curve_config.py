@@ -46,12 +46,9 @@ class CurveConfig:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
-    def from_key(text: str) -> CurveConfig:
-        """The config a ``key()`` was made of (raises ValueError for text that is not one)."""
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"not a curve configuration: {exc}") from None
+    def from_json(raw: Any) -> CurveConfig:
+        """The config a ``key()`` (or a sweep file's ``config``) holds, read as JSON; ValueError or TypeError for what
+        is not one."""
         if not isinstance(raw, dict):
             raise ValueError("not a curve configuration")
         names = {f.name for f in fields(CurveConfig)}

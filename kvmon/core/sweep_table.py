@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import asdict, fields
@@ -119,7 +118,7 @@ def from_json(data: Any) -> SweepResult:
                   if isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p))
     config = None
     with suppress(TypeError, ValueError):  # a configuration that is not one: the curve is still read
-        config = CurveConfig.from_key(json.dumps(data.get("config")))
+        config = CurveConfig.from_json(data.get("config"))
     text = {k: data.get(k) if isinstance(data.get(k), str) else None for k in
             ("server", "backend", "server_version", "model", "label", "outcome", "reason")}
     return SweepResult(
