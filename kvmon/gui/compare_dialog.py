@@ -4,12 +4,11 @@ of both at the common depths; the picture and the CSV can be saved."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6 import QtWidgets
 
 from kvmon import __version__
 from kvmon.app.compare import CompareError, atlas_configs, load_curve
+from kvmon.app.sweep import backend_words
 from kvmon.core.compare import Curve, common_rows, named, table_lines, to_csv
 from kvmon.gui.curves_plot import CurvesDialog, CurvesPlot, say
 
@@ -21,10 +20,9 @@ class CompareDialog(CurvesDialog):
 
     save_title = "Save the comparison"
 
-    def __init__(self, parent: QtWidgets.QWidget | None, words_of: Any) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Compare measured curves")
-        self.words_of = words_of
         self.curves: list[Curve | None] = [None, None]
         self.shown: tuple[Curve, Curve, str] | None = None
         lay = QtWidgets.QVBoxLayout(self)
@@ -40,7 +38,7 @@ class CompareDialog(CurvesDialog):
             picker.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             picker.setMinimumContentsLength(40)
             for c in configs:
-                picker.addItem(f"{c.config.label(words_of)} — {c.points} points to {c.deepest_tokens:,}")
+                picker.addItem(f"{c.config.label(backend_words)} — {c.points} points to {c.deepest_tokens:,}")
             picker.addItem(OPEN_FILE)
             picker.setCurrentIndex(min(n, len(configs)))  # A and B the two newest, or a file to open
             picker.activated.connect(lambda idx, n=n: self._picked(n, idx))
@@ -83,7 +81,7 @@ class CompareDialog(CurvesDialog):
             button.setEnabled(a is not None and b is not None)
         if a is None or b is None:
             return
-        a, b, title = named(a, b, self.words_of)
+        a, b, title = named(a, b, backend_words)
         rows = common_rows(a, b)
         self.shown = (a, b, title)
         self.plot.show_curves([a, b], title, table_lines(a, b, rows) if rows else ["the two curves share no depths"])

@@ -17,7 +17,7 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.app.atlas import remember_sweep
-from kvmon.app.sweep import DepthSweep, Progress, target_for
+from kvmon.app.sweep import DepthSweep, Progress, backend_words, target_for
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.sweep import DEFAULT_GENERATE, DEFAULT_STEPS, SweepFailed, SweepPlan, SweepResult, plan_sweep
 from kvmon.core.sweep_table import to_csv, to_json
@@ -34,15 +34,15 @@ class _Bridge(QtCore.QObject):
 
 
 class SweepDialog(CurvesDialog):
-    """One sweep of one server; ``words_of`` gives a backend's words by name (``kvmon.sources.backends.by_name``)."""
+    """One sweep of the server ``monitor`` watches, from its reading ``snap``."""
 
     save_title = "Save the sweep"
 
     def __init__(self, parent: QtWidgets.QWidget | None, snap: Snapshot | None, monitor: Any,
-                 api_key: str | None, words_of: Any) -> None:
+                 api_key: str | None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Measure speed at every depth")
-        self.snap, self.monitor, self.api_key, self.words_of = snap, monitor, api_key, words_of
+        self.snap, self.monitor, self.api_key = snap, monitor, api_key
         self.curves = getattr(monitor, "curves", None)  # the session's side of the atlas
         self.sweep: DepthSweep | None = None
         self.sweep_result: SweepResult | None = None
@@ -100,7 +100,7 @@ class SweepDialog(CurvesDialog):
         s = self.snap
         if s is None:
             return None
-        backend = self.words_of(str(s.backend) if s.backend else None)
+        backend = backend_words(str(s.backend) if s.backend else None)
         return plan_sweep(s, backend, self.to.value(), self.steps.value(), self.generate.value(),
                           allow_spill=self.spill.isChecked())
 
