@@ -20,8 +20,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,23 +66,16 @@ class ConfigSummary:
     sweeps: int
 
 
-def data_dir() -> Path:
-    """kvmon's data folder (XDG_DATA_HOME/kvmon on Linux, the platform's own elsewhere)."""
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("kvmon", appauthor=False))
-
-
 class Atlas:
     """One atlas file."""
 
-    def __init__(self, path: str | Path, *, max_rows: int = MAX_ROWS, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: str | Path, *, max_rows: int = MAX_ROWS) -> None:
         self.path = Path(path)
         self.max_rows = max_rows
-        self._wall = wall
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
-        self._pending: dict[tuple[str, str, int], list[float]] = {}  # (config key, run, bin) -> [n, Σdepth, Σtok/s, t]
+        # (config, run, bin) -> [n, Σdepth, Σtok/s, t]
+        self._pending: dict[tuple[CurveConfig, str, int], list[float]] = {}
         self._flushed_at = 0.0
         self.version = 0  # moves when a sweep is added or the atlas is emptied (the forecasts ask again)
 
@@ -101,27 +94,30 @@ class Atlas:
                     raise AtlasError(f"{self.path} was written by a newer kvmon (atlas version {version})")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
-            except OSError as exc:
+            except OSError as exc:  # the database's own trouble is said by _db_of, which opens it
                 raise AtlasError(f"{self.path}: {exc.strerror or exc}") from None
             self._db = db
         return self._db
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _db_of(self) -> Iterator[sqlite3.Connection]:
+        """The open file, under the lock; the database's trouble is an AtlasError."""
         with self._lock:
-            db = self._conn()
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
+                yield self._conn()
             except sqlite3.DatabaseError as exc:
                 raise AtlasError(f"{self.path}: {exc}") from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._db_of() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def _config_id(self, db: sqlite3.Connection, config: CurveConfig, t: float) -> int:
         key = config.key()
@@ -139,18 +135,14 @@ class Atlas:
                     self._db.close()
                     self._db = None
 
-    def size_bytes(self) -> int:
-        """The file's size now (its journal included)."""
-        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-journal")) if p.exists())
-
     # -- writing
 
     def add_point(self, config: CurveConfig, context_tokens: float, decode_tok_s: float, run: str,
                   t_wall: float | None = None) -> None:
         """One measured point of a session (kept in memory, written every ``FLUSH_S``)."""
-        t = self._wall() if t_wall is None else t_wall
+        t = time.time() if t_wall is None else t_wall
         with self._lock:
-            acc = self._pending.setdefault((config.key(), run, int(context_tokens // BIN_TOKENS)), [0, 0.0, 0.0, t])
+            acc = self._pending.setdefault((config, run, int(context_tokens // BIN_TOKENS)), [0, 0.0, 0.0, t])
             acc[0] += 1
             acc[1] += context_tokens
             acc[2] += decode_tok_s
@@ -163,25 +155,17 @@ class Atlas:
         """Write the session points kept in memory."""
         with self._lock:
             pending, self._pending = self._pending, {}
-            self._flushed_at = self._wall()
+            self._flushed_at = time.time()
             if not pending:
                 return
-            try:
-                with self._tx() as db:
-                    ids: dict[str, int] = {}
-                    for (key, run, b), (n, ds, ts, t) in pending.items():
-                        if key not in ids:
-                            ids[key] = self._config_id(db, CurveConfig.from_key(key), t)
-                        db.execute(
-                            "INSERT INTO points VALUES(?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(config, run, bin) DO UPDATE "
-                            "SET n = n + excluded.n, depth_sum = depth_sum + excluded.depth_sum, "
-                            "tok_s_sum = tok_s_sum + excluded.tok_s_sum, last_t = excluded.last_t",
-                            (ids[key], run, b, n, ds, ts, t))
-                    self._trim(db)
-            except AtlasError:
-                raise
-            except ValueError as exc:  # a key that is not a configuration: a bug, not the user's file
-                raise AtlasError(str(exc)) from None
+            with self._tx() as db:
+                for (config, run, b), (n, ds, ts, t) in pending.items():
+                    db.execute(
+                        "INSERT INTO points VALUES(?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(config, run, bin) DO UPDATE "
+                        "SET n = n + excluded.n, depth_sum = depth_sum + excluded.depth_sum, "
+                        "tok_s_sum = tok_s_sum + excluded.tok_s_sum, last_t = excluded.last_t",
+                        (self._config_id(db, config, t), run, b, n, ds, ts, t))
+                self._trim(db)
 
     def add_sweep(self, result: SweepResult) -> str | None:
         """Keep a sweep: its points (one per depth) and its document; the run id it is filed under (None: a sweep
@@ -192,7 +176,7 @@ class Atlas:
         if result.config is None or not pts:
             return None
         run = f"sweep-{uuid.uuid4().hex[:12]}"
-        t = result.started_unix_s or self._wall()
+        t = result.started_unix_s or time.time()
         with self._tx() as db:
             cid = self._config_id(db, result.config, t)
             for depth, tok_s in pts:
@@ -224,10 +208,8 @@ class Atlas:
             with self._tx() as db:
                 for table in ("points", "sweeps", "configs"):
                     db.execute(f"DELETE FROM {table}")
-            try:
-                self._conn().execute("VACUUM")
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
+            with self._db_of() as db:
+                db.execute("VACUUM")
             self.version += 1
 
     # -- reading
@@ -237,17 +219,13 @@ class Atlas:
         """What the atlas holds for ``config``: each row's mean point, marked "sweep" for this session's sweeps and
         "earlier" for the rest (rows of ``skip_run``, the session's own polls, are left out: the store has them)."""
         self.flush()
-        with self._lock:
-            db = self._conn()
-            try:
-                row = db.execute("SELECT id FROM configs WHERE key = ?", (config.key(),)).fetchone()
-                if row is None:
-                    return AtlasView(config=config)
-                rows = db.execute("SELECT run, n, depth_sum, tok_s_sum, last_t FROM points WHERE config = ? "
-                                  "ORDER BY depth_sum / n", (row[0],)).fetchall()
-                sweeps = int(db.execute("SELECT count(*) FROM sweeps WHERE config = ?", (row[0],)).fetchone()[0])
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
+        with self._db_of() as db:
+            row = db.execute("SELECT id FROM configs WHERE key = ?", (config.key(),)).fetchone()
+            if row is None:
+                return AtlasView(config=config)
+            rows = db.execute("SELECT run, n, depth_sum, tok_s_sum, last_t FROM points WHERE config = ? "
+                              "ORDER BY depth_sum / n", (row[0],)).fetchall()
+            sweeps = int(db.execute("SELECT count(*) FROM sweeps WHERE config = ?", (row[0],)).fetchone()[0])
         mine = set(this_session)
         pts = tuple(CurvePoint(ds / n, ts / n, "sweep" if run in mine else "earlier", t)
                     for run, n, ds, ts, t in rows if run != skip_run and n > 0)
@@ -257,57 +235,46 @@ class Atlas:
     def configs(self) -> list[ConfigSummary]:
         """Every configuration held, most recently measured first."""
         self.flush()
-        with self._lock:
-            try:
-                rows = self._conn().execute(
-                    "SELECT c.id, c.key, count(p.bin), max(p.depth_sum / p.n), max(p.last_t), "
-                    "(SELECT count(*) FROM sweeps s WHERE s.config = c.id) FROM configs c JOIN points p "
-                    "ON p.config = c.id GROUP BY c.id ORDER BY max(p.last_t) DESC").fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
-        return [ConfigSummary(int(i), CurveConfig.from_key(k), int(n), int(d), float(t), int(s))
+        with self._db_of() as db:
+            rows = db.execute(
+                "SELECT c.id, c.key, count(p.bin), max(p.depth_sum / p.n), max(p.last_t), "
+                "(SELECT count(*) FROM sweeps s WHERE s.config = c.id) FROM configs c JOIN points p "
+                "ON p.config = c.id GROUP BY c.id ORDER BY max(p.last_t) DESC").fetchall()
+        return [ConfigSummary(int(i), CurveConfig.from_json(json.loads(k)), int(n), int(d), float(t), int(s))
                 for i, k, n, d, t, s in rows]
 
     def sweep_docs(self, config_id: int | None = None) -> list[dict[str, Any]]:
         """The sweeps kept (their JSON documents), newest first; of one configuration when ``config_id`` is given."""
-        with self._lock:
-            try:
-                q = "SELECT doc FROM sweeps" + (" WHERE config = ?" if config_id is not None else "") + \
-                    " ORDER BY t DESC"
-                rows = self._conn().execute(q, () if config_id is None else (config_id,)).fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise AtlasError(f"{self.path}: {exc}") from None
+        with self._db_of() as db:
+            q = "SELECT doc FROM sweeps" + (" WHERE config = ?" if config_id is not None else "") + " ORDER BY t DESC"
+            rows = db.execute(q, () if config_id is None else (config_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
 
 _OPEN: dict[Path, Atlas] = {}
-_OPEN_LOCK = threading.Lock()
+_OPEN_LOCK = threading.RLock()
 
 
 def default_atlas() -> Atlas:
-    """The atlas in kvmon's data folder now (one object per file in this process; written at exit)."""
-    path = data_dir() / ATLAS_FILE
+    """The atlas in kvmon's data folder now (XDG_DATA_HOME/kvmon on Linux, the platform's own elsewhere; one object
+    per file in this process, written at exit)."""
+    import platformdirs
+
+    path = Path(platformdirs.user_data_dir("kvmon", appauthor=False)) / ATLAS_FILE
     with _OPEN_LOCK:
-        atlas = _OPEN.get(path)
-        if atlas is None:
-            for other in _OPEN.values():  # the data folder moved (another user folder): the old file is done with
-                try:
-                    other.close()
-                except AtlasError:
-                    pass
-            _OPEN.clear()
-            atlas = _OPEN[path] = Atlas(path)
-        return atlas
+        if path not in _OPEN:
+            _close_all()  # the data folder moved (another user folder): the old file is done with
+            _OPEN[path] = Atlas(path)
+        return _OPEN[path]
 
 
 @atexit.register
 def _close_all() -> None:
     with _OPEN_LOCK:
         for atlas in _OPEN.values():
-            try:
+            with suppress(AtlasError):
                 atlas.close()
-            except AtlasError:
-                pass
+        _OPEN.clear()
 
 
 class SessionCurves:
@@ -359,6 +326,16 @@ class SessionCurves:
             self.atlas.flush()
         except AtlasError as exc:
             self.problem = str(exc)
+
+
+def remember_sweep(result: SweepResult, curves: SessionCurves | None = None) -> str | None:
+    """Keep a sweep in the atlas, through the session that ran it when there is one (the dashboard's plot marks its
+    points and the forecast is fitted on them); why it could not be kept, or None."""
+    try:
+        (curves or default_atlas()).add_sweep(result)
+    except AtlasError as exc:
+        return str(exc)
+    return None
 
 
 def atlas_enabled() -> bool:

@@ -7,18 +7,16 @@ the atlas of measured curves (``atlas:N``, N as ``kvmon compare --list`` numbers
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from kvmon.app.atlas import Atlas, AtlasError, ConfigSummary, default_atlas
+from kvmon.app.atlas import AtlasError, ConfigSummary, default_atlas
 from kvmon.core.compare import Curve, curve_of_sweep
 from kvmon.core.curve_identity import snapshot_config
 from kvmon.core.points import ContextBins, measured_point
 from kvmon.core.recorder import RecordingError, read_recording
 from kvmon.core.sweep_table import SweepFileError, from_json, read_text
 from kvmon.sources.backends import by_name
-
-__all__ = ["CompareError", "atlas_lines", "curve_of_sweep", "load_curve"]
 
 
 class CompareError(ValueError):
@@ -29,17 +27,17 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
-def atlas_configs(atlas: Atlas | None = None) -> list[ConfigSummary]:
+def atlas_configs() -> list[ConfigSummary]:
     """The atlas's configurations, numbered from 1 in this order by ``atlas:N``."""
     try:
-        return (atlas or default_atlas()).configs()
+        return default_atlas().configs()
     except AtlasError as exc:
         raise CompareError(f"the atlas of measured curves cannot be read: {exc}") from None
 
 
-def atlas_lines(atlas: Atlas | None = None) -> list[str]:
+def atlas_lines() -> list[str]:
     """``kvmon compare --list``: each configuration with its number, points, deepest depth, sweeps and when."""
-    rows = atlas_configs(atlas)
+    rows = atlas_configs()
     if not rows:
         return ["the atlas of measured curves is empty: kvmon keeps what it measures while it watches a server, and "
                 "what `kvmon sweep` measures"]
@@ -47,8 +45,8 @@ def atlas_lines(atlas: Atlas | None = None) -> list[str]:
             f"sweep{'s' if c.sweeps != 1 else ''}, last {_when(c.last_t_wall)})" for i, c in enumerate(rows, 1)]
 
 
-def _from_atlas(spec: str, atlas: Atlas | None) -> Curve:
-    rows = atlas_configs(atlas)
+def _from_atlas(spec: str) -> Curve:
+    rows = atlas_configs()
     try:
         n = int(spec.split(":", 1)[1])
     except ValueError:
@@ -57,9 +55,8 @@ def _from_atlas(spec: str, atlas: Atlas | None) -> Curve:
         raise CompareError(f"{spec}: no such configuration in the atlas (kvmon compare --list numbers them, 1 to "
                            f"{len(rows)})")
     summary = rows[n - 1]
-    a = atlas or default_atlas()
-    view = a.view(summary.config)
-    docs = a.sweep_docs(summary.id)
+    view = default_atlas().view(summary.config)
+    docs = default_atlas().sweep_docs(summary.id)
     ceiling = from_json(docs[0]).ceiling_curve if docs else ()
     return Curve(summary.config.label(by_name), tuple((p.context_tokens, p.decode_tok_s) for p in view.points),
                  ceiling, summary.config, "atlas", summary.config.model)
@@ -70,11 +67,7 @@ def _from_recording(path: Path) -> Curve:
         rec = read_recording(path)
     except (OSError, RecordingError) as exc:
         raise CompareError(f"{path}: {exc}") from None
-    last = None
-    for s in reversed(list(rec.snapshots)):
-        last = snapshot_config(s)
-        if last is not None:
-            break
+    last = next((c for c in map(snapshot_config, reversed(rec.snapshots)) if c is not None), None)
     if last is None:
         raise CompareError(f"{path}: the recording never read a model")
     bins = ContextBins()
@@ -93,10 +86,10 @@ def _from_recording(path: Path) -> Curve:
                  path.name, last.model)
 
 
-def load_curve(spec: str, atlas: Atlas | None = None) -> Curve:
+def load_curve(spec: str) -> Curve:
     """The curve ``spec`` names: ``atlas:N``, a sweep's ``.json`` or a recording's ``.jsonl``."""
     if spec.startswith("atlas:"):
-        return _from_atlas(spec, atlas)
+        return _from_atlas(spec)
     path = Path(spec)
     if not path.is_file():
         raise CompareError(f"{spec}: no such file (give a sweep's .json, a recording's .jsonl, or atlas:N)")
@@ -108,12 +101,5 @@ def load_curve(spec: str, atlas: Atlas | None = None) -> Curve:
         raise CompareError(f"{spec}: {exc.strerror or exc}") from None
     except SweepFileError as exc:
         raise CompareError(f"{spec}: {exc}") from None
-    curve = curve_of_sweep(result)
-    return Curve(curve.label, curve.points, curve.ceiling, curve.config,
-                 f"sweep of {_when(result.started_unix_s)}" if result.started_unix_s else path.name, curve.model)
-
-
-def load_pair(specs: Sequence[str], atlas: Atlas | None = None) -> tuple[Curve, Curve]:
-    """The two curves to compare."""
-    a, b = (load_curve(s, atlas) for s in specs)
-    return a, b
+    return replace(curve_of_sweep(result),
+                   source=f"sweep of {_when(result.started_unix_s)}" if result.started_unix_s else path.name)

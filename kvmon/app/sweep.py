@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, TypeVar
 
 from kvmon.core.backend import Backend
 from kvmon.core.curve_identity import snapshot_config
@@ -29,6 +29,7 @@ from kvmon.core.sweep import (
     SweepRow,
     rows_of,
 )
+from kvmon.sources.sweep_http import ServerSweep
 
 CALIBRATION_TOKENS = 512  # the first request's prompt (one ubatch): the prefill rate the cost is said at
 CALIBRATION_GENERATE = 8
@@ -38,30 +39,7 @@ PIECE_S = 0.5
 PIECE_MIN, PIECE_MAX, PIECE_ROUND = 512, 4096, 64
 PREFILL_MIN_TOKENS = 64  # a step that read fewer prompt tokens has no prefill rate worth a number
 Phase = Literal["calibrating", "reading", "generating", "done"]
-
-
-class SweepTarget(Protocol):
-    """One server driven through a growing conversation (each backend's ``sweep`` class)."""
-
-    display_url: str
-
-    def prepare(self, slot: int | None) -> None:
-        """Check the model is there as loaded (nothing reloads) and make ready; raises SweepFailed."""
-        ...
-
-    def prefill(self, upto: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens, generating (almost) nothing."""
-        ...
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens and time ``generate`` tokens generated there."""
-        ...
-
-    def cancel(self) -> None:
-        """From any thread: end the request under way (the server cancels it) and every later one."""
-        ...
-
-    def close(self) -> None: ...
+N = TypeVar("N", int, float)
 
 
 def backend_words(name: str | None) -> Backend:
@@ -69,19 +47,6 @@ def backend_words(name: str | None) -> Backend:
     from kvmon.sources.backends import by_name
 
     return by_name(name)
-
-
-def open_target(backend: Backend, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
-                model_name: str | None = None) -> SweepTarget:
-    """The backend's way of sweeping the server at ``base_url``; SweepFailed when kvmon has none for it.
-    ``model_id``: a router's model (every request names it); ``model_name``: the server's name for the model shown
-    (a server that holds several loaded sweeps that one)."""
-    if not backend.sweep:
-        raise SweepFailed(f"kvmon cannot sweep {backend.label}")
-    module, _, name = backend.sweep.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    target: SweepTarget = cls(base_url, api_key=api_key, model_id=model_id, model_name=model_name)
-    return target
 
 
 @dataclass(frozen=True)
@@ -96,11 +61,6 @@ class Progress:
     eta_s: float | None
     rows: tuple[SweepRow, ...] = ()
 
-    @property
-    def fraction(self) -> float:
-        """How far along it is, by the tokens read and generated (0..1)."""
-        return min(1.0, self.depth_tokens / self.deepest) if self.deepest else 0.0
-
 
 def piece_tokens(prefill_tok_s: float | None) -> int:
     """How many prompt tokens one request reads: about ``PIECE_S`` at the latest prefill rate."""
@@ -113,21 +73,20 @@ def piece_tokens(prefill_tok_s: float | None) -> int:
 class DepthSweep:
     """One sweep of one server along a plan; ``calibrate()`` then ``run()``, ``cancel()`` from anywhere."""
 
-    def __init__(self, target: SweepTarget, plan: SweepPlan, snapshot: Snapshot, *,
-                 on_progress: Callable[[Progress], None] | None = None, label: str = "",
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, target: ServerSweep, plan: SweepPlan, snapshot: Snapshot, *,
+                 on_progress: Callable[[Progress], None] | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         if plan.refusal:
             raise SweepFailed(plan.refusal)
         self.target = target
         self.plan = plan
         self.snapshot = snapshot
-        self.label = label
         self._on_progress = on_progress or (lambda _p: None)
-        self._clock, self._wall = clock, wall
+        self._wall = wall
         self._cancel = threading.Event()
         self.prefill_tok_s: float | None = None  # the latest measured rates
         self.decode_tok_s: float | None = None
-        self._read: int | None = 0  # prompt tokens the server read (None once a request did not say)
+        self._requests: list[StepTiming] = []  # every request's timing, the calibration's included
         self._depth = 0
         self._measured: list[tuple[StepTiming, float | None, int | None]] = []
         self._prepared = False
@@ -143,8 +102,7 @@ class DepthSweep:
             raise SweepCancelled("cancelled")
 
     def _note(self, t: StepTiming) -> None:
-        if self._read is not None:
-            self._read = None if t.prompt_tokens_read is None else self._read + t.prompt_tokens_read
+        self._requests.append(t)
         if t.prefill_tok_s:
             self.prefill_tok_s = t.prefill_tok_s
         if t.decode_tok_s:
@@ -168,21 +126,21 @@ class DepthSweep:
     def calibrate(self) -> float | None:
         """Measure the prefill and decode rates on a short prompt (the start of the sweep's own conversation); the
         sweep's time at those rates. Raises SweepFailed (SweepCancelled) when the server cannot be swept."""
-        t0 = self._clock()
+        t0 = time.monotonic()
         self._progress("calibrating")
         if not self._prepared:
             self.target.prepare(self.plan.slot)
             self._prepared = True
         self._check()
         n = max(2, min(CALIBRATION_TOKENS, self.plan.deepest))
-        self._note(self.target.measure(n, CALIBRATION_GENERATE))
-        self._calibration_s = self._clock() - t0
+        self._note(self.target.step(n, CALIBRATION_GENERATE))
+        self._calibration_s = time.monotonic() - t0
         return self.plan.seconds(self.prefill_tok_s, self.decode_tok_s)
 
     def run(self) -> SweepResult:
         """Measure every depth of the plan (calibrating first if not done); a cancel or a failure ends it early with
         what was measured so far and the reason."""
-        started_unix, t0 = self._wall(), self._clock()
+        started_unix, t0 = self._wall(), time.monotonic()
         outcome: Outcome = "done"
         reason: str | None = None
         calibrated = self._prepared and self.prefill_tok_s is not None
@@ -198,63 +156,50 @@ class DepthSweep:
         finally:
             self.target.close()
         self._progress("done")
-        wall = self._clock() - t0 + (self._calibration_s if calibrated else 0.0)  # the time the user waited aside
+        wall = time.monotonic() - t0 + (self._calibration_s if calibrated else 0.0)  # the time the user waited aside
         return self.result(outcome, reason, started_unix, wall)
 
     def _step(self, depth: int) -> None:
         """Read the conversation up to ``depth`` in pieces, then time ``generate`` tokens there."""
-        acc = _Reads()
+        first = len(self._requests)
         # the first piece may find a shorter prefix cached (the calibration's tokens diverge after the first)
         pos = min(self._depth, depth) if self._measured else min(1, depth)
         while depth - pos > piece_tokens(self.prefill_tok_s):
             self._check()
             self._progress("reading")
-            t = self.target.prefill(pos + piece_tokens(self.prefill_tok_s))
+            t = self.target.step(pos + piece_tokens(self.prefill_tok_s), self.target.prefill_generate)
             if t.depth_tokens <= pos:
                 raise SweepFailed(f"the conversation did not grow past {pos:,} tokens")
             self._note(t)
-            acc.add(t)
             pos = t.depth_tokens
         self._check()
         self._progress("generating")
-        t = self.target.measure(depth, self.plan.generate)
+        t = self.target.step(depth, self.plan.generate)
         self._note(t)
-        acc.add(t)
-        self._measured.append((t, acc.prefill_tok_s(), acc.read))
+        reqs = self._requests[first:]
+        added, secs = sum(r.added or 0 for r in reqs), _total([r.prompt_s for r in reqs])
+        prefill = added / secs if added >= PREFILL_MIN_TOKENS and secs else None
+        self._measured.append((t, prefill, _total([r.prompt_tokens_read for r in reqs])))
         self._progress("generating")
 
     def result(self, outcome: Outcome, reason: str | None, started_unix: float, wall_s: float) -> SweepResult:
         """The sweep so far as its result."""
         s = self.snapshot
-        cfg = snapshot_config(s)
         return SweepResult(
             server=self.target.display_url, backend=str(s.backend) if s.backend else None,
-            server_version=s.server_version, model=s.model.name, config=cfg, generate=self.plan.generate,
+            server_version=s.server_version, model=s.model.name, config=snapshot_config(s), generate=self.plan.generate,
             rows=rows_of(self._measured, s.ceiling_curve), ceiling_curve=s.ceiling_curve,
-            started_unix_s=started_unix, wall_s=wall_s, outcome=outcome,
-            reason=reason, prompt_tokens_read=self._read, label=self.label, notes=self.plan.notes)
+            started_unix_s=started_unix, wall_s=wall_s, outcome=outcome, reason=reason,
+            prompt_tokens_read=_total([r.prompt_tokens_read for r in self._requests]), notes=self.plan.notes)
 
 
-class _Reads:
-    """One step's requests added up: the prompt tokens read (None once one did not say), those added, their time."""
-
-    def __init__(self) -> None:
-        self.read: int | None = 0
-        self.added = 0
-        self.secs: float | None = 0.0
-
-    def add(self, t: StepTiming) -> None:
-        self.read = None if self.read is None or t.prompt_tokens_read is None else self.read + t.prompt_tokens_read
-        self.added += t.added or 0
-        self.secs = None if self.secs is None or t.prompt_s is None else self.secs + t.prompt_s
-
-    def prefill_tok_s(self) -> float | None:
-        if self.added < PREFILL_MIN_TOKENS or not self.secs:
-            return None
-        return self.added / self.secs
+def _total(values: list[N | None]) -> N | None:
+    """The sum of a step's (or a sweep's) requests, None once one of them did not say."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
 
 
-def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) -> SweepTarget:
+def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) -> ServerSweep:
     """How to sweep the server a monitor watches: its own source's server (a router's or llama-swap's model: the one
     followed, read where the monitor reads it), with the key that source sends."""
     source = getattr(monitor, "server_source", None)
@@ -264,7 +209,13 @@ def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) 
     if source is None or not getattr(source, "base_url", None):
         raise SweepFailed("no model of this server can be swept from here" if followed is None else
                           f"{followed} cannot be read from here")
-    key = source.request_key() if hasattr(source, "request_key") else api_key
     backend = source.backend if isinstance(source.backend, Backend) else Backend(str(source.backend))
-    return open_target(backend, source.base_url, api_key=key, model_id=getattr(source, "model_id", None),
-                       model_name=snapshot.model.server_name)
+    if not backend.sweep:
+        raise SweepFailed(f"kvmon cannot sweep {backend.label}")
+    module, _, name = backend.sweep.partition(":")
+    # a router's model: every request names it; the server's name for the model shown: a server holding several
+    # loaded sweeps that one
+    target: ServerSweep = getattr(importlib.import_module(module), name)(
+        source.base_url, api_key=source.request_key() if hasattr(source, "request_key") else api_key,
+        model_id=getattr(source, "model_id", None), model_name=snapshot.model.server_name)
+    return target

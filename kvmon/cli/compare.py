@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    from kvmon.app.compare import CompareError, atlas_lines, load_pair
+    from kvmon.app.compare import CompareError, atlas_lines, load_curve
     from kvmon.core.compare import common_rows, named, table_lines, to_csv
     from kvmon.sources.backends import by_name
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if len(args.curves) != 2:
             print("kvmon: compare takes two curves: A B (a sweep's .json, a recording's .jsonl, or atlas:N)", file=err)
             return 2
-        a, b = load_pair(args.curves)
+        a, b = (load_curve(spec) for spec in args.curves)
     except CompareError as exc:
         print(f"kvmon: {exc}", file=err)
         return 2
@@ -50,11 +50,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             Path(args.csv).write_text(to_csv(a, b, rows), encoding="utf-8")
         if args.output:
             from kvmon import __version__
-            from kvmon.gui.curves_plot import save_curves_png
+            from kvmon.gui.curves_plot import save_png
 
             caption = " · ".join(x for x in (title, f"{a.label}: {a.source}", f"{b.label}: {b.source}",
                                              a.model if a.model == b.model else None, f"kvmon {__version__}") if x)
-            save_curves_png([a, b], args.output, title=title, table=table, caption=caption)
+            save_png(args.output, caption, lambda plot: plot.show_curves([a, b], title, table))
     except OSError as exc:
         print(f"kvmon: {exc}", file=err)
         return 2

@@ -57,11 +57,11 @@ def add_parser(sub: Any, add_connection_args: Any) -> None:
 
 
 def _progress_printer(err: TextIO) -> Any:
-    live = err.isatty()
+    """The progress line, where ``err`` is a terminal (None elsewhere: nothing is shown)."""
+    if not err.isatty():
+        return None
 
     def show(p: Any) -> None:
-        if not live:
-            return
         eta = "" if p.eta_s is None else f", about {p.eta_s:.0f} s left"
         err.write(f"\r  {p.phase}: depth {p.depth_tokens:,} of {p.deepest:,} ({p.step}/{p.steps} measured{eta})   ")
         if p.phase == "done":
@@ -71,13 +71,12 @@ def _progress_printer(err: TextIO) -> Any:
     return show
 
 
-def _open(args: argparse.Namespace, err: TextIO) -> tuple[Any, Any] | int:
+def _open(args: argparse.Namespace, api_key: str | None, err: TextIO) -> tuple[Any, Any] | int:
     """(monitor, snapshot after two polls) or an exit status."""
     from kvmon.app.build import open_monitor
     from kvmon.app.session import settings_from_args
     from kvmon.core.readings import SourceError
 
-    api_key = args.api_key or os.environ.get("KVMON_API_KEY") or None
     try:
         monitor = open_monitor(args.url, api_key=api_key, timeout_s=args.timeout, log_path=args.log,
                                devices_url=args.devices, settings=settings_from_args(args))
@@ -102,6 +101,7 @@ def _open(args: argparse.Namespace, err: TextIO) -> tuple[Any, Any] | int:
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Plan, say the cost, sweep, print; returns the exit status."""
+    from kvmon.app.atlas import remember_sweep
     from kvmon.app.sweep import DepthSweep, target_for
     from kvmon.core.sweep import SweepFailed, plan_sweep
     from kvmon.core.sweep_table import summary_lines, to_csv, to_json
@@ -109,7 +109,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     from kvmon.sources.backends import by_name
 
     out, err = out or sys.stdout, err or sys.stderr
-    opened = _open(args, err)
+    api_key = args.api_key or os.environ.get("KVMON_API_KEY") or None
+    opened = _open(args, api_key, err)
     if isinstance(opened, int):
         return opened
     monitor, snap = opened
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"kvmon: sweep refused: {plan.refusal}", file=err)
             return EXIT_REFUSED
         try:
-            target = target_for(monitor, snap, args.api_key or os.environ.get("KVMON_API_KEY") or None)
+            target = target_for(monitor, snap, api_key)
         except SweepFailed as e:
             print(f"kvmon: sweep refused: {e}", file=err)
             return EXIT_REFUSED
@@ -144,8 +145,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         result = _run_cancellable(sweep, err)
     finally:
         monitor.close()
-    if args.atlas:
-        _remember(result, err)
+    if args.atlas and (problem := remember_sweep(result)):
+        print(f"kvmon: the measured curve was not remembered: {problem}", file=err)
     if args.json:
         out.write(json.dumps(to_json(result), indent=2, ensure_ascii=False) + "\n")
     else:
@@ -153,19 +154,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.csv:
         Path(args.csv).write_text(to_csv(result), encoding="utf-8")
     if args.output:
-        _picture(result, snap, args.output)
+        from kvmon.gui.curves_plot import save_png, sweep_caption
+
+        save_png(args.output, sweep_caption(result, snap), lambda plot: plot.show_sweep(result))
     return {"done": EXIT_OK, "cancelled": EXIT_CANCELLED}.get(result.outcome, EXIT_STOPPED)
-
-
-def _picture(result: Any, snap: Any, path: str) -> None:
-    """The speed-vs-context plot of the sweep: its points to the deepest depth, the ceiling, the table, the caption."""
-    from kvmon.core.compare import curve_of_sweep
-    from kvmon.core.sweep_table import table_lines
-    from kvmon.gui.curves_plot import save_curves_png, sweep_caption
-
-    curve = curve_of_sweep(result, label=result.model or "sweep")
-    title = f"Sweep of {result.model or 'the model'} to {result.depth_reached:,} tokens"
-    save_curves_png([curve], path, title=title, table=table_lines(result.rows), caption=sweep_caption(result, snap))
 
 
 def _run_cancellable(sweep: Any, err: TextIO) -> Any:
@@ -181,13 +173,3 @@ def _run_cancellable(sweep: Any, err: TextIO) -> Any:
         sweep.cancel()
         worker.join()
     return box["result"]
-
-
-def _remember(result: Any, err: TextIO) -> None:
-    """Keep the sweep's points in the atlas of measured curves (a failure to write it is said, not fatal)."""
-    from kvmon.app.atlas import AtlasError, default_atlas
-
-    try:
-        default_atlas().add_sweep(result)
-    except AtlasError as e:
-        print(f"kvmon: the measured curve was not remembered: {e}", file=err)

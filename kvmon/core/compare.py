@@ -5,14 +5,13 @@ atlas.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kvmon.core.backend import backend_of
 from kvmon.core.curve_config import CurveConfig, Words, difference_parts
 from kvmon.core.sweep import SweepResult, ceiling_at
+from kvmon.core.sweep_table import aligned, csv_text
 
 Points = tuple[tuple[float, float], ...]
 
@@ -45,10 +44,10 @@ class CompareRow:
         return self.b_tok_s / self.a_tok_s if self.a_tok_s and self.b_tok_s else None
 
 
-def curve_of_sweep(r: SweepResult, label: str | None = None) -> Curve:
+def curve_of_sweep(r: SweepResult) -> Curve:
     """A sweep's measured rows as a curve."""
     pts = tuple((float(row.depth_tokens), row.decode_tok_s) for row in r.rows if row.decode_tok_s)
-    return Curve(label or r.label or (r.config.label() if r.config else r.model or "sweep"), pts, r.ceiling_curve,
+    return Curve(r.label or (r.config.label() if r.config else r.model or "sweep"), pts, r.ceiling_curve,
                  r.config, "sweep", r.model)
 
 
@@ -69,10 +68,8 @@ def named(a: Curve, b: Curve, words_of: Words = backend_of) -> tuple[Curve, Curv
 
 def _at(points: Points, depth: float) -> float | None:
     """The curve at ``depth``: its own point there, else straight between its neighbours (None outside it)."""
-    for x, y in points:
-        if abs(x - depth) < 0.5:
-            return y
-    return ceiling_at([(int(x), y) for x, y in points], depth) if points else None
+    own = next((y for x, y in points if abs(x - depth) < 0.5), None)
+    return own if own is not None else ceiling_at([(int(x), y) for x, y in points], depth)
 
 
 def common_rows(a: Curve, b: Curve) -> tuple[CompareRow, ...]:
@@ -94,17 +91,13 @@ def table_lines(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> list[str]:
     head = ("depth", f"{a.label} tok/s", f"{b.label} tok/s", "ratio")
     body = [(f"{r.depth_tokens:,}", num(r.a_tok_s), num(r.b_tok_s), "—" if r.ratio is None else f"{r.ratio:.2f}×")
             for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
-    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+    return aligned(head, body)
 
 
 def to_csv(a: Curve, b: Curve, rows: Sequence[CompareRow]) -> str:
     """The common depths as CSV: each curve's speed and ceiling (named by their labels in the first row)."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["depth_tokens", f"{a.label} decode_tok_s", f"{b.label} decode_tok_s", f"{a.label} ceiling_tok_s",
-                f"{b.label} ceiling_tok_s"])
-    for r in rows:
-        w.writerow([r.depth_tokens, *("" if v is None else round(v, 4) for v in
-                                      (r.a_tok_s, r.b_tok_s, r.a_ceiling_tok_s, r.b_ceiling_tok_s))])
-    return out.getvalue()
+    head = ["depth_tokens", f"{a.label} decode_tok_s", f"{b.label} decode_tok_s", f"{a.label} ceiling_tok_s",
+            f"{b.label} ceiling_tok_s"]
+    body = [[r.depth_tokens, *(v if v is None else round(v, 4)
+                               for v in (r.a_tok_s, r.b_tok_s, r.a_ceiling_tok_s, r.b_ceiling_tok_s))] for r in rows]
+    return csv_text([head, *body])

@@ -46,12 +46,9 @@ class CurveConfig:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
-    def from_key(text: str) -> CurveConfig:
-        """The config a ``key()`` was made of (raises ValueError for text that is not one)."""
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"not a curve configuration: {exc}") from None
+    def from_json(raw: Any) -> CurveConfig:
+        """The config a ``key()`` (or a sweep file's ``config``) holds, read as JSON; ValueError or TypeError for what
+        is not one."""
         if not isinstance(raw, dict):
             raise ValueError("not a curve configuration")
         names = {f.name for f in fields(CurveConfig)}
@@ -65,9 +62,8 @@ class CurveConfig:
         if earlier is None or earlier == self:
             return self
         mine, theirs = asdict(self), asdict(earlier)
-        for k, v in mine.items():
-            if v not in (None, ()) and theirs[k] not in (None, ()) and v != theirs[k]:
-                return self
+        if any(v not in (None, ()) and theirs[k] not in (None, ()) and v != theirs[k] for k, v in mine.items()):
+            return self
         return CurveConfig(**{k: (theirs[k] if v in (None, ()) else v) for k, v in mine.items()})
 
     def label(self, words_of: Words = backend_of) -> str:
@@ -155,16 +151,14 @@ class AtlasView:
     def deepest_tokens(self) -> int | None:
         return int(max(p.context_tokens for p in self.points)) if self.points else None
 
-    def to_json(self) -> dict[str, Any]:
-        """``once --json``'s ``atlas``: how many points, the deepest depth, when (docs/once-json.md)."""
-        earlier = [p for p in self.points if p.kind == "earlier"]
-        return {"points": len(self.points), "earlier_points": len(earlier), "sweeps": self.sweeps,
-                "deepest_tokens": self.deepest_tokens, "last_measured_unix_s": self.last_t_wall}
-
 
 def atlas_json(view: AtlasView | None) -> dict[str, Any] | None:
-    """``once --json``'s ``atlas`` (null when no configuration is known or no atlas is kept)."""
-    return None if view is None else view.to_json()
+    """``once --json``'s ``atlas``: how many points, the deepest depth, when (docs/once-json.md); null when no
+    configuration is known or no atlas is kept."""
+    if view is None:
+        return None
+    return {"points": len(view.points), "earlier_points": sum(p.kind == "earlier" for p in view.points),
+            "sweeps": view.sweeps, "deepest_tokens": view.deepest_tokens, "last_measured_unix_s": view.last_t_wall}
 
 
 class CurveMemory(Protocol):

@@ -8,10 +8,6 @@ from kvmon.core.curve_config import SHARE_STEP, CurveConfig
 from kvmon.core.snapshot import GpuView, HostView, ModelView, Snapshot
 
 
-def _share(x: float) -> float:
-    return round(round(x / SHARE_STEP) * SHARE_STEP, 2)
-
-
 def config_of(backend: str | None, server_version: str | None, model: ModelView, gpus: Sequence[GpuView],
               host: HostView) -> CurveConfig | None:
     """The configuration one poll measured on; None while no model is named (nothing to file a point under)."""
@@ -24,7 +20,8 @@ def config_of(backend: str | None, server_version: str | None, model: ModelView,
     return CurveConfig(
         backend=str(backend) if backend else None, server_version=server_version, model=model.name,
         model_bytes=model.weight_bytes, quantization=model.quantization, arch=model.arch,
-        devices=tuple(d for d, _b in held), weight_shares=tuple(_share(b / total) for _d, b in held),
+        devices=tuple(d for d, _b in held),
+        weight_shares=tuple(round(round(b / total / SHARE_STEP) * SHARE_STEP, 2) for _d, b in held),
         kv_type_k=model.kv_type_k, kv_type_v=model.kv_type_v, flash_attn=model.flash_attn, n_ctx=model.n_ctx,
         n_slots=model.n_slots)
 

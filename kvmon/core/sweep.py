@@ -9,9 +9,8 @@ step reads only what it adds, and at each depth the server generates ``generate`
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvmon.core.backend import Backend
@@ -78,11 +77,6 @@ class SweepPlan:
         return self.depths[-1] if self.depths else 0
 
     @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens the server reads in all: the deepest depth (each step reads only what it adds)."""
-        return self.deepest
-
-    @property
     def kv_bytes_deepest(self) -> float | None:
         """The KV cache in use at the deepest depth and its generated tokens (at most what the server allocated:
         sliding-window layers stop growing at their window)."""
@@ -96,13 +90,13 @@ class SweepPlan:
         ``generate`` tokens at each depth."""
         if not prefill_tok_s or not decode_tok_s:
             return None
-        return self.prompt_tokens / prefill_tok_s + len(self.depths) * self.generate / decode_tok_s
+        return self.deepest / prefill_tok_s + len(self.depths) * self.generate / decode_tok_s
 
     def cost_lines(self, prefill_tok_s: float | None = None, decode_tok_s: float | None = None) -> list[str]:
         """What the sweep will cost, in a user's words: said before it starts."""
-        steps = len(self.depths)
-        lines = [f"{steps} depths from {self.depths[0]:,} to {self.deepest:,} tokens, {self.generate} generated at "
-                 f"each: {self.prompt_tokens:,} prompt tokens to read (the cache keeps each step's prefix)"]
+        # the server reads the deepest depth's prompt in all: each step reads only what it adds
+        lines = [f"{len(self.depths)} depths from {self.depths[0]:,} to {self.deepest:,} tokens, {self.generate} "
+                 f"generated at each: {self.deepest:,} prompt tokens to read (the cache keeps each step's prefix)"]
         secs = self.seconds(prefill_tok_s, decode_tok_s)
         if secs is not None:
             lines.append(f"{fmt_duration(secs)} at the prefill rate measured first "
@@ -139,11 +133,9 @@ def plan_sweep(s: Snapshot, backend: Backend, to_tokens: int | None = None, step
     deepest = to_tokens if to_tokens is not None else (n_ctx - generate if n_ctx else None)
     base = SweepPlan(_depths(deepest, steps) if deepest and deepest > 1 else (1,), generate, n_ctx,
                      None if slot is None else slot[0], m.kv_bytes_per_token, m.kv_allocated_bytes)
-    notes = [] if slot is None or not slot[1] else [
-        f"it replaces what slot {slot[0]} holds ({slot[1]:,} tokens of an earlier conversation)"]
-    refusal = _refusal(s, backend, base, deepest, allow_spill)
-    return SweepPlan(base.depths, generate, n_ctx, base.slot, base.kv_bytes_per_token, base.kv_allocated_bytes,
-                     refusal, tuple(notes))
+    notes = () if slot is None or not slot[1] else (
+        f"it replaces what slot {slot[0]} holds ({slot[1]:,} tokens of an earlier conversation)",)
+    return replace(base, refusal=_refusal(s, backend, base, deepest, allow_spill), notes=notes)
 
 
 def _spill(s: Snapshot, plan: SweepPlan, need: int) -> str | None:
@@ -229,7 +221,7 @@ class SweepResult:
     reason: str | None = None  # why it stopped early
     prompt_tokens_read: int | None = None  # all the requests' prompt tokens the server read (None: it did not say)
     label: str = ""  # what a comparison calls it
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     @property
     def depth_reached(self) -> int:
@@ -258,7 +250,3 @@ def rows_of(steps: Sequence[tuple[StepTiming, float | None, int | None]],
         share = t.decode_tok_s / first if t.decode_tok_s and first else None
         rows.append(SweepRow(t.depth_tokens, t.decode_tok_s, share, ceil, eff, prefill, read, t.generated, t.timing))
     return tuple(rows)
-
-
-def finite(v: float | None) -> float | None:
-    return v if v is not None and math.isfinite(v) else None

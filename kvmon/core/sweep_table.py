@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import asdict, fields
 from typing import Any
 
 from kvmon import __version__
@@ -20,8 +20,7 @@ from kvmon.core.sweep import SweepResult, SweepRow
 from kvmon.core.units import DASH, fmt_duration, fmt_percent
 
 KIND = "kvmon-sweep"
-COLUMNS = ("depth_tokens", "decode_tok_s", "share_of_first", "ceiling_tok_s", "efficiency", "prefill_tok_s",
-           "prompt_tokens_read", "generated", "timing")
+COLUMNS = tuple(f.name for f in fields(SweepRow))
 
 
 class SweepFileError(ValueError):
@@ -32,14 +31,19 @@ def _num(v: float | None, fmt: str = ",.1f") -> str:
     return DASH if v is None else format(v, fmt)
 
 
+def aligned(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """A table's lines for a terminal or a picture: each column right-aligned to its widest cell."""
+    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+
+
 def table_lines(rows: Sequence[SweepRow]) -> list[str]:
     """The seeds' table: depth, decode tok/s, % of the shallowest depth's speed, ceiling, efficiency, prefill."""
     head = ("depth", "decode tok/s", "% of first", "ceiling tok/s", "efficiency", "prefill tok/s")
     body = [(f"{r.depth_tokens:,}", _num(r.decode_tok_s), fmt_percent(r.share_of_first) if r.share_of_first else DASH,
              _num(r.ceiling_tok_s), fmt_percent(r.efficiency) if r.efficiency else DASH, _num(r.prefill_tok_s, ",.0f"))
             for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
-    return ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)]
+    return aligned(head, body)
 
 
 def summary_lines(r: SweepResult) -> list[str]:
@@ -55,14 +59,16 @@ def summary_lines(r: SweepResult) -> list[str]:
     return lines
 
 
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as CSV, the first naming the columns; None is written as an empty cell."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(["" if v is None else v for v in row] for row in rows)
+    return out.getvalue()
+
+
 def to_csv(r: SweepResult) -> str:
     """One row per depth, the columns of ``COLUMNS`` (empty where unknown)."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for row in r.rows:
-        w.writerow(["" if getattr(row, c) is None else getattr(row, c) for c in COLUMNS])
-    return out.getvalue()
+    return csv_text([COLUMNS, *([getattr(row, c) for c in COLUMNS] for row in r.rows)])
 
 
 def to_json(r: SweepResult) -> dict[str, Any]:
@@ -93,38 +99,32 @@ def from_json(data: Any) -> SweepResult:
     if not isinstance(rows_in, list) or not rows_in:
         raise SweepFileError("a sweep with no rows")
     rows: list[SweepRow] = []
-    for i, raw in enumerate(rows_in):
+    for i, raw in enumerate(rows_in, 1):
         if not isinstance(raw, Mapping):
-            raise SweepFileError(f"row {i + 1} is not an object")
-        depth = _opt_num(raw.get("depth_tokens"), f"row {i + 1}'s depth")
+            raise SweepFileError(f"row {i} is not an object")
+        depth = _opt_num(raw.get("depth_tokens"), f"row {i}'s depth")
         if depth is None or depth < 0:
-            raise SweepFileError(f"row {i + 1} has no depth")
-        read = _opt_num(raw.get("prompt_tokens_read"), f"row {i + 1}'s prompt tokens")
+            raise SweepFileError(f"row {i} has no depth")
+        read = _opt_num(raw.get("prompt_tokens_read"), f"row {i}'s prompt tokens")
         rows.append(SweepRow(
-            int(depth), _opt_num(raw.get("decode_tok_s"), f"row {i + 1}'s decode speed"),
-            _opt_num(raw.get("share_of_first"), f"row {i + 1}'s share"),
-            _opt_num(raw.get("ceiling_tok_s"), f"row {i + 1}'s ceiling"),
-            _opt_num(raw.get("efficiency"), f"row {i + 1}'s efficiency"),
-            _opt_num(raw.get("prefill_tok_s"), f"row {i + 1}'s prefill speed"),
+            int(depth), _opt_num(raw.get("decode_tok_s"), f"row {i}'s decode speed"),
+            _opt_num(raw.get("share_of_first"), f"row {i}'s share"),
+            _opt_num(raw.get("ceiling_tok_s"), f"row {i}'s ceiling"),
+            _opt_num(raw.get("efficiency"), f"row {i}'s efficiency"),
+            _opt_num(raw.get("prefill_tok_s"), f"row {i}'s prefill speed"),
             None if read is None else int(read), int(_opt_num(raw.get("generated"), "generated") or 0),
             "server" if raw.get("timing") == "server" else "stream"))
-    curve: list[tuple[int, float]] = []
-    for p in data.get("ceiling_curve") or ():
-        if isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p):
-            curve.append((int(p[0]), float(p[1])))
-    cfg = data.get("config")
+    curve = tuple((int(p[0]), float(p[1])) for p in data.get("ceiling_curve") or ()
+                  if isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p))
     config = None
-    if isinstance(cfg, Mapping):
-        try:
-            config = CurveConfig.from_key(json.dumps(cfg))
-        except (TypeError, ValueError):
-            config = None
+    with suppress(TypeError, ValueError):  # a configuration that is not one: the curve is still read
+        config = CurveConfig.from_json(data.get("config"))
     text = {k: data.get(k) if isinstance(data.get(k), str) else None for k in
             ("server", "backend", "server_version", "model", "label", "outcome", "reason")}
     return SweepResult(
         server=text["server"] or "?", backend=text["backend"], server_version=text["server_version"],
         model=text["model"], config=config, generate=int(_opt_num(data.get("generate"), "generate") or 0),
-        rows=tuple(rows), ceiling_curve=tuple(curve),
+        rows=tuple(rows), ceiling_curve=curve,
         started_unix_s=_opt_num(data.get("started_unix_s"), "the start") or 0.0,
         wall_s=_opt_num(data.get("wall_s"), "the time") or 0.0,
         outcome=text["outcome"] if text["outcome"] in ("done", "cancelled", "failed") else "done",

@@ -4,26 +4,25 @@ of both at the common depths; the picture and the CSV can be saved."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6 import QtWidgets
 
 from kvmon import __version__
 from kvmon.app.compare import CompareError, atlas_configs, load_curve
+from kvmon.app.sweep import backend_words
 from kvmon.core.compare import Curve, common_rows, named, table_lines, to_csv
-from kvmon.gui import theme
-from kvmon.gui.curves_plot import CurvesPlot
+from kvmon.gui.curves_plot import CurvesDialog, CurvesPlot, say
 
 OPEN_FILE = "Open a sweep or recording…"
 
 
-class CompareDialog(QtWidgets.QDialog):
+class CompareDialog(CurvesDialog):
     """Two pickers (the atlas's configurations, or a file) and the plot of both."""
 
-    def __init__(self, parent: QtWidgets.QWidget | None, words_of: Any) -> None:
+    save_title = "Save the comparison"
+
+    def __init__(self, parent: QtWidgets.QWidget | None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Compare measured curves")
-        self.words_of = words_of
         self.curves: list[Curve | None] = [None, None]
         self.shown: tuple[Curve, Curve, str] | None = None
         lay = QtWidgets.QVBoxLayout(self)
@@ -32,107 +31,69 @@ class CompareDialog(QtWidgets.QDialog):
         try:
             configs = atlas_configs()
         except CompareError as exc:
-            configs = []
-            self.note = str(exc)
+            configs, note = [], str(exc)
         else:
-            self.note = "" if configs else "The atlas of measured curves is empty: run a sweep, or open a file."
-        self.specs = [f"atlas:{i}" for i in range(1, len(configs) + 1)]
+            note = "" if configs else "The atlas of measured curves is empty: run a sweep, or open a file."
         for n, picker in enumerate(self.pickers):
             picker.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             picker.setMinimumContentsLength(40)
             for c in configs:
-                picker.addItem(f"{c.config.label(words_of)} — {c.points} points to {c.deepest_tokens:,}")
+                picker.addItem(f"{c.config.label(backend_words)} — {c.points} points to {c.deepest_tokens:,}")
             picker.addItem(OPEN_FILE)
-            picker.setCurrentIndex(min(n, len(configs)) if configs else len(configs))
+            picker.setCurrentIndex(min(n, len(configs)))  # A and B the two newest, or a file to open
             picker.activated.connect(lambda idx, n=n: self._picked(n, idx))
             form.addRow("AB"[n], picker)
         lay.addLayout(form)
-        self.message = QtWidgets.QLabel(self.note)
-        self.message.setWordWrap(True)
+        self.message = QtWidgets.QLabel(note, wordWrap=True)
         lay.addWidget(self.message)
         self.plot = CurvesPlot(self)
         lay.addWidget(self.plot, 1)
-        row = QtWidgets.QHBoxLayout()
-        self.save_png = QtWidgets.QPushButton("Save picture…")
-        self.save_csv = QtWidgets.QPushButton("Save CSV…")
-        close = QtWidgets.QPushButton("Close")
-        row.addWidget(self.save_png)
-        row.addWidget(self.save_csv)
-        row.addStretch(1)
-        row.addWidget(close)
-        lay.addLayout(row)
-        self.save_png.clicked.connect(lambda: self._save("png"))
-        self.save_csv.clicked.connect(lambda: self._save("csv"))
-        close.clicked.connect(self.close)
+        lay.addLayout(self.buttons([], ["png", "csv"]))
         self.resize(980, 720)
-        for n in range(2):
-            if self.pickers[n].currentText() != OPEN_FILE:
-                self.curves[n] = self._load(self.specs[self.pickers[n].currentIndex()])
+        for n, picker in enumerate(self.pickers):
+            if picker.currentText() != OPEN_FILE:
+                self.curves[n] = self._load(f"atlas:{picker.currentIndex() + 1}")
         self._draw()
 
     def _load(self, spec: str) -> Curve | None:
         try:
             return load_curve(spec)
         except CompareError as exc:
-            self._warn(str(exc))
+            say(self.message, str(exc), warn=True)
             return None
 
-    def _warn(self, text: str) -> None:
-        self.message.setText(text)
-        self.message.setStyleSheet(f"color: {theme.hex_color('warning')}")
-
     def _picked(self, n: int, idx: int) -> None:
-        if self.pickers[n].itemText(idx) == OPEN_FILE:
-            path, _f = QtWidgets.QFileDialog.getOpenFileName(self, "Open a sweep or a recording", "",
-                                                             "Sweeps and recordings (*.json *.jsonl)")
-            if not path:
-                return
-            self.open_file(n, path)
-        else:
-            self.curves[n] = self._load(self.specs[idx])
+        """Curve ``n`` (0: A, 1: B) from the atlas, or from a sweep's JSON or a recording opened."""
+        if self.pickers[n].itemText(idx) != OPEN_FILE:
+            self.curves[n] = self._load(f"atlas:{idx + 1}")  # atlas:N numbers the configurations from 1
             self._draw()
-
-    def open_file(self, n: int, path: str) -> None:
-        """Use a sweep's JSON or a recording as curve ``n`` (0: A, 1: B)."""
-        curve = self._load(path)
+            return
+        path, _f = QtWidgets.QFileDialog.getOpenFileName(self, "Open a sweep or a recording", "",
+                                                         "Sweeps and recordings (*.json *.jsonl)")
+        curve = self._load(path) if path else None
         if curve is not None:
             self.curves[n] = curve
             self._draw()
 
     def _draw(self) -> None:
         a, b = self.curves
-        ready = a is not None and b is not None
-        self.save_png.setEnabled(ready)
-        self.save_csv.setEnabled(ready)
+        for button in self.save_buttons:
+            button.setEnabled(a is not None and b is not None)
         if a is None or b is None:
             return
-        a, b, title = named(a, b, self.words_of)
+        a, b, title = named(a, b, backend_words)
         rows = common_rows(a, b)
         self.shown = (a, b, title)
         self.plot.show_curves([a, b], title, table_lines(a, b, rows) if rows else ["the two curves share no depths"])
-        self.message.setText(f"A: {a.source} · B: {b.source}")
-        self.message.setStyleSheet("")
+        say(self.message, f"A: {a.source} · B: {b.source}")
 
-    def caption(self) -> str:
+    def default_name(self, kind: str) -> str:
+        return f"kvmon-compare.{kind}"
+
+    def contents(self, kind: str) -> str | None:
         if self.shown is None:
-            return f"kvmon {__version__}"
+            return None
         a, b, title = self.shown
-        return " · ".join((title, f"{a.label}: {a.source}", f"{b.label}: {b.source}", f"kvmon {__version__}"))
-
-    def _save(self, kind: str) -> None:
-        path, _f = QtWidgets.QFileDialog.getSaveFileName(self, "Save the comparison", f"kvmon-compare.{kind}",
-                                                         "PNG image (*.png)" if kind == "png" else "CSV (*.csv)")
-        if path:
-            self.save(kind, path)
-
-    def save(self, kind: str, path: str) -> None:
-        """Write the comparison as a picture (caption strip included) or CSV."""
-        if self.shown is None:
-            return
-        a, b, _title = self.shown
         if kind == "png":
-            # PySide6 takes the image format as str (its stub says bytes)
-            self.plot.image(self.caption()).save(path, "PNG")  # type: ignore[call-overload]
-        else:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(to_csv(a, b, common_rows(a, b)))
+            return " · ".join((title, f"{a.label}: {a.source}", f"{b.label}: {b.source}", f"kvmon {__version__}"))
+        return to_csv(a, b, common_rows(a, b))

@@ -1,6 +1,5 @@
-"""The window's commands on measured curves: Tools ▸ Measure speed at every depth…, File ▸ Compare…, and forgetting
-the atlas of measured curves (Settings). Mixed into the main window; the controller gives it ``monitor_of`` (the
-shown server's monitor and key, what a sweep drives)."""
+"""The window's commands on measured curves: Tools ▸ Measure speed at every depth… and File ▸ Compare…. Mixed into
+the main window; the controller gives it ``monitor_of`` (the shown server's monitor and key, what a sweep drives)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ from typing import Any
 
 from PySide6 import QtWidgets
 
-from kvmon.app.sweep import backend_words
-
 
 class CurveActions:
-    """Open the sweep and compare dialogs; forget the measured curves."""
+    """Open the sweep and compare dialogs."""
 
     monitor_of: Callable[[], tuple[Any, str | None]] | None = None
 
@@ -22,7 +19,7 @@ class CurveActions:
         from kvmon.gui.sweep_dialog import SweepDialog
 
         monitor, key = self.monitor_of() if self.monitor_of is not None else (None, None)
-        dlg = SweepDialog(self, self.store.last, monitor, key, backend_words)  # type: ignore[attr-defined, arg-type]
+        dlg = SweepDialog(self, self.store.last, monitor, key)  # type: ignore[attr-defined, arg-type]
         dlg.show()
         return dlg
 
@@ -30,6 +27,6 @@ class CurveActions:
         """Two measured curves side by side."""
         from kvmon.gui.compare_dialog import CompareDialog
 
-        dlg = CompareDialog(self, backend_words)  # type: ignore[arg-type]
+        dlg = CompareDialog(self)  # type: ignore[arg-type]
         dlg.show()
         return dlg

@@ -16,14 +16,13 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from kvmon.app.sweep import DepthSweep, Progress, target_for
-from kvmon.core.compare import curve_of_sweep
+from kvmon.app.atlas import remember_sweep
+from kvmon.app.sweep import DepthSweep, Progress, backend_words, target_for
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.sweep import DEFAULT_GENERATE, DEFAULT_STEPS, SweepFailed, SweepPlan, SweepResult, plan_sweep
-from kvmon.core.sweep_table import table_lines, to_csv, to_json
+from kvmon.core.sweep_table import to_csv, to_json
 from kvmon.core.units import fmt_duration
-from kvmon.gui import theme
-from kvmon.gui.curves_plot import CurvesPlot, sweep_caption
+from kvmon.gui.curves_plot import CurvesDialog, CurvesPlot, say, sweep_caption
 
 
 class _Bridge(QtCore.QObject):
@@ -34,20 +33,20 @@ class _Bridge(QtCore.QObject):
     finished = QtCore.Signal(object)
 
 
-class SweepDialog(QtWidgets.QDialog):
-    """One sweep of one server; ``words_of`` gives a backend's words by name (``kvmon.sources.backends.by_name``)."""
+class SweepDialog(CurvesDialog):
+    """One sweep of the server ``monitor`` watches, from its reading ``snap``."""
+
+    save_title = "Save the sweep"
 
     def __init__(self, parent: QtWidgets.QWidget | None, snap: Snapshot | None, monitor: Any,
-                 api_key: str | None, words_of: Any, curves: Any = None) -> None:
+                 api_key: str | None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Measure speed at every depth")
-        self.snap, self.monitor, self.api_key, self.words_of = snap, monitor, api_key, words_of
-        self.curves = curves if curves is not None else getattr(monitor, "curves", None)
+        self.snap, self.monitor, self.api_key = snap, monitor, api_key
+        self.curves = getattr(monitor, "curves", None)  # the session's side of the atlas
         self.sweep: DepthSweep | None = None
         self.sweep_result: SweepResult | None = None
-        self._rates: tuple[float | None, float | None] = (None, None)
-        self._calibrated = False
-        self._running = False
+        self._rates: tuple[float | None, float | None] | None = None  # measured by the calibration
         self._bridge = _Bridge(self)
         self._bridge.progress.connect(self._on_progress)
         self._bridge.calibrated.connect(self._on_calibrated)
@@ -61,64 +60,39 @@ class SweepDialog(QtWidgets.QDialog):
         s = self.snap
         what = f"{s.model.name or 'the model'} on {s.url}" if s is not None and s.server_read else "no server read yet"
         self.heading = QtWidgets.QLabel(f"Decode and prefill at every depth of {what}, in one conversation that "
-                                        "grows from empty (the server's prompt cache keeps each step).")
-        self.heading.setWordWrap(True)
+                                        "grows from empty (the server's prompt cache keeps each step).", wordWrap=True)
         lay.addWidget(self.heading)
         form = QtWidgets.QFormLayout()
         n_ctx = s.model.n_ctx if s is not None and s.model.n_ctx else 8192
-        self.to = QtWidgets.QSpinBox()
-        self.to.setRange(2, max(2, n_ctx))
-        self.to.setSingleStep(1024)
+        # each value after its range: a value set first is cut to the default maximum (99)
+        self.to = QtWidgets.QSpinBox(minimum=2, maximum=max(2, n_ctx), singleStep=1024,
+                                     value=max(2, n_ctx - DEFAULT_GENERATE))
         self.to.setGroupSeparatorShown(True)
-        self.to.setValue(max(2, n_ctx - DEFAULT_GENERATE))
-        self.steps = QtWidgets.QSpinBox()
-        self.steps.setRange(1, 64)
-        self.steps.setValue(DEFAULT_STEPS)
-        self.generate = QtWidgets.QSpinBox()
-        self.generate.setRange(2, 4096)
-        self.generate.setValue(DEFAULT_GENERATE)
+        self.steps = QtWidgets.QSpinBox(minimum=1, maximum=64, value=DEFAULT_STEPS)
+        self.generate = QtWidgets.QSpinBox(minimum=2, maximum=4096, value=DEFAULT_GENERATE)
         self.spill = QtWidgets.QCheckBox("even where the KV cache spills out of the device's memory")
         form.addRow("Deepest depth (tokens)", self.to)
         form.addRow("Depths beyond empty", self.steps)
         form.addRow("Tokens timed at each", self.generate)
         form.addRow("Measure", self.spill)
         lay.addLayout(form)
-        self.plan_text = QtWidgets.QLabel()
-        self.plan_text.setWordWrap(True)
-        self.plan_text.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+        self.plan_text = QtWidgets.QLabel(wordWrap=True, textFormat=QtCore.Qt.TextFormat.PlainText)
         lay.addWidget(self.plan_text)
-        self.bar = QtWidgets.QProgressBar()
-        self.bar.setRange(0, 1000)
-        self.bar.setTextVisible(False)
+        self.bar = QtWidgets.QProgressBar(maximum=1000, textVisible=False)
         self.status = QtWidgets.QLabel(" ")
         lay.addWidget(self.bar)
         lay.addWidget(self.status)
         self.plot = CurvesPlot(self)
         lay.addWidget(self.plot, 1)
-        buttons = QtWidgets.QHBoxLayout()
         self.start_button = QtWidgets.QPushButton("Start")
         self.cancel_button = QtWidgets.QPushButton("Cancel sweep")
-        self.save_png = QtWidgets.QPushButton("Save picture…")
-        self.save_csv = QtWidgets.QPushButton("Save CSV…")
-        self.save_json = QtWidgets.QPushButton("Save JSON…")
-        close = QtWidgets.QPushButton("Close")
-        for b in (self.start_button, self.cancel_button, self.save_png, self.save_csv, self.save_json):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
-        buttons.addWidget(close)
-        lay.addLayout(buttons)
+        lay.addLayout(self.buttons([self.start_button, self.cancel_button], ["png", "csv", "json"]))
         self.start_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
-        self.save_png.clicked.connect(lambda: self._save("png"))
-        self.save_csv.clicked.connect(lambda: self._save("csv"))
-        self.save_json.clicked.connect(lambda: self._save("json"))
-        close.clicked.connect(self.close)
         for w in (self.to, self.steps, self.generate):
             w.valueChanged.connect(lambda _v: self._replan())
         self.spill.toggled.connect(lambda _v: self._replan())
         self.cancel_button.setEnabled(False)
-        for b in (self.save_png, self.save_csv, self.save_json):
-            b.setEnabled(False)
         self.resize(900, 760)
 
     # -- the plan ---------------------------------------------------------------------------------------------
@@ -126,30 +100,23 @@ class SweepDialog(QtWidgets.QDialog):
         s = self.snap
         if s is None:
             return None
-        backend = self.words_of(str(s.backend) if s.backend else None)
-        try:
-            return plan_sweep(s, backend, self.to.value(), self.steps.value(), self.generate.value(),
-                              allow_spill=self.spill.isChecked())
-        except ValueError:
-            return None
+        backend = backend_words(str(s.backend) if s.backend else None)
+        return plan_sweep(s, backend, self.to.value(), self.steps.value(), self.generate.value(),
+                          allow_spill=self.spill.isChecked())
 
     def _replan(self) -> None:
         plan = self.plan()
-        running = self._running
         if plan is None:
-            self._say("No server has been read yet: the sweep needs one reading of it first.", warn=True)
+            say(self.plan_text, "No server has been read yet: the sweep needs one reading of it first.", warn=True)
         elif plan.refusal:
-            self._say(f"Refused: {plan.refusal}.", warn=True)
+            say(self.plan_text, f"Refused: {plan.refusal}.", warn=True)
         else:
-            self._say("\n".join(plan.cost_lines(*self._rates)))
-        self.start_button.setEnabled(plan is not None and not plan.refusal and not running and self.sweep_result is None
-                                     and self._calibrated)
+            say(self.plan_text, "\n".join(plan.cost_lines(*self._rates or ())))
+        # while the sweep runs its settings are off, so nothing plans again until it has ended
+        self.start_button.setEnabled(plan is not None and not plan.refusal and self.sweep_result is None
+                                     and self._rates is not None)
         if plan is not None and not plan.refusal and self.sweep is None:
             QtCore.QTimer.singleShot(0, self.calibrate)  # the time it will take: one short request, said first
-
-    def _say(self, text: str, *, warn: bool = False) -> None:
-        self.plan_text.setText(text)
-        self.plan_text.setStyleSheet(f"color: {theme.hex_color('warning')}" if warn else "")
 
     def calibrate(self) -> None:
         """One short request (the start of the sweep's own conversation) measures the rates the time is said at."""
@@ -160,7 +127,7 @@ class SweepDialog(QtWidgets.QDialog):
             target = target_for(self.monitor, self.snap, self.api_key)
             self.sweep = DepthSweep(target, plan, self.snap, on_progress=self._bridge.progress.emit)
         except SweepFailed as exc:
-            self._say(f"Refused: {exc}.", warn=True)
+            say(self.plan_text, f"Refused: {exc}.", warn=True)
             return
         self.status.setText("Measuring the prefill rate (one short request)…")
         sweep = self.sweep
@@ -178,7 +145,6 @@ class SweepDialog(QtWidgets.QDialog):
             self.status.setText(f"The sweep cannot start: {secs}")
             return
         assert self.sweep is not None
-        self._calibrated = True
         self._rates = (self.sweep.prefill_tok_s, self.sweep.decode_tok_s)
         self.status.setText("Ready." if secs is None else f"Ready: it will take {fmt_duration(float(secs))}.")  # type: ignore[arg-type]
         self._replan()
@@ -190,7 +156,6 @@ class SweepDialog(QtWidgets.QDialog):
         if plan is None or plan.refusal or self.sweep is None or self.snap is None:
             return
         self.sweep.plan = plan  # the depths may have changed since the rates were measured
-        self._running = True
         for w in (self.to, self.steps, self.generate, self.spill, self.start_button):
             w.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -208,23 +173,17 @@ class SweepDialog(QtWidgets.QDialog):
     def _on_progress(self, p: Progress) -> None:
         if p.phase == "calibrating":
             return
-        self.bar.setValue(round(p.fraction * 1000))
+        self.bar.setValue(round(min(1.0, p.depth_tokens / p.deepest) * 1000) if p.deepest else 0)
         eta = "" if p.eta_s is None else f" · {fmt_duration(p.eta_s)} left"
         doing = {"reading": "reading the prompt", "generating": "generating"}.get(p.phase, p.phase)
         self.status.setText(f"{doing} at depth {p.depth_tokens:,} of {p.deepest:,} · {p.step} of {p.steps} depths "
                             f"measured{eta}")
         if p.rows and self.snap is not None:
-            partial = SweepResult(self.snap.url or "", None, None, self.snap.model.name, None, 0, p.rows,
-                                  self.snap.ceiling_curve)
-            self.plot.show_curves([curve_of_sweep(partial, "measured")], self._title(partial),
-                                  table_lines(partial.rows))
-
-    def _title(self, r: SweepResult) -> str:
-        return f"Sweep of {r.model or 'the model'} to {r.depth_reached:,} tokens"
+            self.plot.show_sweep(SweepResult(self.snap.url or "", None, None, self.snap.model.name, None, 0, p.rows,
+                                             self.snap.ceiling_curve))
 
     def _on_finished(self, result: SweepResult) -> None:
         self.sweep_result = result
-        self._running = False
         self.cancel_button.setEnabled(False)
         self.bar.setValue(1000 if result.outcome == "done" else self.bar.value())
         ended = {"done": "Done", "cancelled": "Cancelled", "failed": "Stopped"}[result.outcome]
@@ -232,50 +191,25 @@ class SweepDialog(QtWidgets.QDialog):
         self.status.setText(f"{ended}{why} · {fmt_duration(result.wall_s, approx=False)}, deepest depth "
                             f"{result.depth_reached:,}")
         if result.rows:
-            self.plot.show_curves([curve_of_sweep(result, "measured")], self._title(result), table_lines(result.rows))
-            for b in (self.save_png, self.save_csv, self.save_json):
+            self.plot.show_sweep(result)
+            for b in self.save_buttons:
                 b.setEnabled(True)
-        self._remember(result)
+        problem = remember_sweep(result, self.curves)
+        if problem:
+            self.status.setText(f"{self.status.text()} · not remembered: {problem}")
 
-    def _remember(self, result: SweepResult) -> None:
-        """The sweep's points join the atlas (the dashboard's plot shows them; the forecast is fitted on them)."""
-        from kvmon.app.atlas import AtlasError, default_atlas
-
-        try:
-            if self.curves is not None:
-                self.curves.add_sweep(result)
-            else:
-                default_atlas().add_sweep(result)
-        except AtlasError as exc:
-            self.status.setText(f"{self.status.text()} · not remembered: {exc}")
-
-    def _save(self, kind: str) -> None:
-        r = self.sweep_result
-        if r is None or self.snap is None:
-            return
+    def default_name(self, kind: str) -> str:
         from kvmon.gui.caption import default_filename
 
-        filters = {"png": "PNG image (*.png)", "csv": "CSV (*.csv)", "json": "JSON (*.json)"}
-        path, _f = QtWidgets.QFileDialog.getSaveFileName(self, "Save the sweep",
-                                                         default_filename(self.snap, kind, what="sweep"),
-                                                         filters[kind])
-        if path:
-            self.save(kind, path)
+        return default_filename(self.snap, kind, what="sweep")
 
-    def save(self, kind: str, path: str) -> None:
-        """Write the finished sweep as a picture (caption strip included), CSV or JSON."""
+    def contents(self, kind: str) -> str | None:
         r = self.sweep_result
         if r is None or self.snap is None:
-            return
+            return None
         if kind == "png":
-            # PySide6 takes the image format as str (its stub says bytes)
-            self.plot.image(sweep_caption(r, self.snap)).save(path, "PNG")  # type: ignore[call-overload]
-        elif kind == "csv":
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(to_csv(r))
-        else:
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(to_json(r), fh, indent=2, ensure_ascii=False)
+            return sweep_caption(r, self.snap)
+        return to_csv(r) if kind == "csv" else json.dumps(to_json(r), indent=2, ensure_ascii=False)
 
     def closeEvent(self, event: Any) -> None:
         if self.sweep is not None and self.sweep_result is None:

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 import httpx
@@ -33,7 +34,7 @@ FILLER = ("The cache grows with every token, and decode reads all of it again fo
 class SweepHttp:
     """Requests to one server for a sweep; ``cancel()`` (any thread) ends the one under way and every later one."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, silence_s: float = READ_SILENCE_S) -> None:
+    def __init__(self, base_url: str, *, api_key: str | None = None) -> None:
         self.base_url = normalize_base_url(base_url)
         self.display_url = redact_url(self.base_url)
         self._secrets = (api_key,) if api_key else ()
@@ -44,14 +45,10 @@ class SweepHttp:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(base_url=self.base_url, headers=headers, trust_env=False,
-                                    timeout=httpx.Timeout(silence_s, connect=CONNECT_S))
+                                    timeout=httpx.Timeout(READ_SILENCE_S, connect=CONNECT_S))
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
 
     def cancel(self) -> None:
         """End the request under way now (its server sees the connection closed) and refuse any later one."""
@@ -59,20 +56,14 @@ class SweepHttp:
         with self._lock:
             sock = self._sock
         if sock is not None:
-            try:
+            with suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed
-                pass
 
     def close(self) -> None:
         self._client.close()
 
     def _words(self, text: str) -> str:
         return scrub(" ".join(text.split())[:300], self._secrets)
-
-    def _check(self) -> None:
-        if self._cancelled.is_set():
-            raise SweepCancelled("cancelled")
 
     def _fail(self, path: str, exc: Exception) -> SweepFailed:
         if self._cancelled.is_set():
@@ -85,11 +76,9 @@ class SweepHttp:
 
     def _refused(self, path: str, resp: httpx.Response) -> SweepFailed:
         body = resp.read()
-        msg = None
-        try:
+        msg = doc = None
+        with suppress(InputError):
             doc = parse_json(body)
-        except InputError:
-            doc = None
         if isinstance(doc, dict):
             err = doc.get("error")
             msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else doc.get("detail")
@@ -97,35 +86,20 @@ class SweepHttp:
             msg = body[:200].decode("utf-8", "replace")
         return SweepFailed(f"{self.display_url}{path} answered HTTP {resp.status_code}: {self._words(msg)}")
 
-    def get_json(self, path: str) -> Any:
-        """GET one JSON document."""
-        self._check()
-        try:
-            resp = self._client.get(path)
-        except httpx.HTTPError as exc:
-            raise self._fail(path, exc) from None
-        if resp.status_code >= 400:
-            raise self._refused(path, resp)
-        try:
-            return parse_json(resp.content)
-        except InputError:
-            raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
-
-    def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """POST and read one JSON document (cancellable while it is awaited)."""
-        lines = list(self.stream(path, body, whole=True))
-        text = b"".join(line for _t, line in lines)
+    def read_json(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        """GET (or POST ``body``) and read one JSON document (cancellable while it is awaited)."""
+        text = b"\n".join(line for _t, line in self.stream(path, body))
         try:
             return parse_json(text)
         except InputError:
             raise SweepFailed(f"{self.display_url}{path} did not answer JSON") from None
 
-    def stream(self, path: str, body: dict[str, Any], *, whole: bool = False) -> Iterator[tuple[float, bytes]]:
-        """POST and yield each line of the answer with the monotonic time it arrived (``whole``: the body's raw
-        chunks instead of lines)."""
-        self._check()
+    def stream(self, path: str, body: dict[str, Any] | None) -> Iterator[tuple[float, bytes]]:
+        """POST ``body`` (GET without one) and yield each line of the answer with the monotonic time it arrived."""
+        if self._cancelled.is_set():
+            raise SweepCancelled("cancelled")
         try:
-            req = self._client.build_request("POST", path, json=body)
+            req = self._client.build_request("GET" if body is None else "POST", path, json=body)
             resp = self._client.send(req, stream=True)
         except httpx.HTTPError as exc:
             raise self._fail(path, exc) from None
@@ -139,10 +113,6 @@ class SweepHttp:
             if resp.status_code >= 400:
                 raise self._refused(path, resp)
             try:
-                if whole:
-                    for chunk in resp.iter_raw():
-                        yield time.monotonic(), chunk
-                    return
                 buf = b""
                 for chunk in resp.iter_raw():
                     now = time.monotonic()
@@ -166,11 +136,9 @@ def json_lines(lines: Iterator[tuple[float, bytes]], prefix: bytes = b"") -> Ite
     """The JSON objects of a stream's lines (``prefix``: b"data: " for server-sent events), with their times; other
     lines (blank, comments, ``[DONE]``) are passed over."""
     for t, line in lines:
-        if prefix:
-            if not line.startswith(prefix):
-                continue
-            line = line[len(prefix):]
-        line = line.strip()
+        if not line.startswith(prefix):
+            continue
+        line = line[len(prefix):].strip()
         if not line or line == b"[DONE]":
             continue
         try:
@@ -187,23 +155,14 @@ def filler_text(tokens: int, chars_per_token: float) -> str:
     return (FILLER * (n // len(FILLER) + 1))[:n]
 
 
-def filler_tokens(filler: list[int], n: int) -> list[int]:
-    """``n`` tokens (at least one) of the filler as the server tokenized it, repeated."""
-    return (filler * (n // len(filler) + 1))[:max(1, n)]
-
-
-def token_ids(doc: Any) -> list[int]:
-    """The token ids of a ``/tokenize`` answer (``{"tokens": [...]}``); anything else is passed over."""
-    tokens = doc.get("tokens") if isinstance(doc, dict) else None
-    return [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
-
-
 class ServerSweep:
-    """What every backend's sweep shares (``kvmon.app.sweep.SweepTarget``): the requests to one server, the model
-    asked for, and the depth the conversation has reached; a backend's class says how one step is asked and timed."""
+    """One server driven through a growing conversation (``kvmon.app.sweep.DepthSweep`` drives it): the requests to
+    it, the model asked for, the depth reached; each backend's class (``Backend.sweep``) says how a step is asked and
+    timed."""
 
     timing: Timing = "server"
     prefill_generate = 1  # the tokens a prefill asks for (a server that can generate none asks for 0)
+    chars_per_token = 4.0  # of the filler, until a server that takes text has counted its tokens
 
     def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
                  model_name: str | None = None) -> None:
@@ -216,19 +175,31 @@ class ServerSweep:
         self._depth = 0
 
     def prepare(self, slot: int | None) -> None:
+        """Check the model is there as loaded (nothing reloads) and make ready; raises SweepFailed."""
         raise NotImplementedError
-
-    def prefill(self, upto: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens, generating (almost) nothing."""
-        return self.step(upto, self.prefill_generate)
-
-    def measure(self, upto: int, generate: int) -> StepTiming:
-        """Bring the conversation to ``upto`` tokens and generate ``generate`` there."""
-        return self.step(upto, generate)
 
     def step(self, upto: int, generate: int) -> StepTiming:
         """One request: the conversation at ``upto`` tokens, ``generate`` tokens asked for, timed."""
         raise NotImplementedError
+
+    def tokenize_filler(self, path: str, body: dict[str, Any]) -> None:
+        """The filler as the server's own token ids (its ``/tokenize`` answers ``{"tokens": [...]}``)."""
+        tokens = self.http.read_json(path, body)
+        tokens = tokens.get("tokens") if isinstance(tokens, dict) else None
+        self.filler_ids = [t for t in tokens or () if isinstance(t, int) and not isinstance(t, bool) and t >= 0]
+        if not self.filler_ids:
+            raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
+
+    def filler_prompt(self, n: int) -> list[int]:
+        """``n`` tokens (at least one) of the filler as the server tokenized it, repeated."""
+        return (self.filler_ids * (n // len(self.filler_ids) + 1))[:max(1, n)]
+
+    def counted(self, text: str, depth: int | None, server: str) -> int:
+        """The prompt's tokens as the server counted them (the filler's characters per token are learnt from it)."""
+        if not depth:
+            raise SweepFailed(f"{server} did not count the prompt's tokens")
+        self.chars_per_token = len(text) / depth
+        return depth
 
     def new_tokens(self, depth: int) -> int:
         """The prompt tokens a step at ``depth`` added to the one before (all of them when the conversation did not
@@ -238,6 +209,7 @@ class ServerSweep:
         return new
 
     def cancel(self) -> None:
+        """From any thread: end the request under way (the server cancels it) and every later one."""
         self.http.cancel()
 
     def close(self) -> None:

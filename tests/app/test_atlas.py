@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmon.app.atlas import MAX_BYTES, Atlas, AtlasError, SessionCurves, default_atlas
+from kvmon.app.atlas import MAX_BYTES, Atlas, AtlasError, SessionCurves, default_atlas, remember_sweep
 from kvmon.core.curve_config import AtlasView, CurveConfig, differences
 from kvmon.core.snapshot import Connection, ConnectionStatus, SlotView, Snapshot
 from kvmon.core.sweep import SweepResult, SweepRow
@@ -101,6 +101,18 @@ def test_a_damaged_atlas_is_said_and_left_as_it_was(tmp_path: Path) -> None:
     assert path.read_bytes() == before
     with pytest.raises(AtlasError, match="not a database"):
         Atlas(path).configs()
+
+
+def test_a_sweep_that_cannot_be_kept_says_why_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "atlas.sqlite"
+    path.write_bytes(b"this is not a database, and it must not be overwritten" * 100)
+    before = path.read_bytes()
+    rows = (SweepRow(1, 60.0, None, None, None, None, None, 64, "server"),)
+    result = SweepResult("http://127.0.0.1:1", "llama-server", "b11549", "tiny-llama", CFG, 64, rows)
+    problem = remember_sweep(result, SessionCurves(Atlas(path)))
+    assert problem is not None and str(path) in problem and "not a database" in problem
+    assert path.read_bytes() == before
+    assert remember_sweep(result, SessionCurves(Atlas(tmp_path / "fresh.sqlite"))) is None
 
 
 def test_an_atlas_written_by_a_newer_kvmon_is_refused_not_changed(tmp_path: Path) -> None:

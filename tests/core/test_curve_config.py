@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from kvmon.core.backend import Backend
@@ -22,4 +23,4 @@ def test_what_differs_between_two_configurations_in_a_users_words() -> None:
     # an unknown never starts a new curve: a poll whose GPU reading failed keeps the configuration
     assert replace(a, devices=(), weight_shares=()).merged(a) == a
     assert replace(a, n_ctx=8192).merged(a).n_ctx == 8192
-    assert CurveConfig.from_key(a.key()) == a
+    assert CurveConfig.from_json(json.loads(a.key())) == a

@@ -11,7 +11,6 @@ from kvmon_in_process import _run_kvmon as _run
 from sweep_curves import F16, Q8, _sweep
 
 from kvmon.app.atlas import default_atlas
-from kvmon.app.sweep import backend_words
 from kvmon.gui.compare_dialog import CompareDialog
 from kvmon.gui.settings import forget_measured_curves
 
@@ -20,7 +19,7 @@ def test_two_atlas_configurations_are_named_by_what_differs(qtbot: Any, tmp_path
     atlas = default_atlas()
     atlas.add_sweep(_sweep(F16, [90.0, 60.0, 45.0], 1000.0))
     atlas.add_sweep(_sweep(Q8, [88.0, 66.0, 55.0], 2000.0))
-    dlg = CompareDialog(None, backend_words)
+    dlg = CompareDialog(None)
     qtbot.addWidget(dlg)
     a, b, title = dlg.shown  # type: ignore[misc]
     assert title == "KV q8_0 vs f16, -fa on vs auto" and (a.label, b.label) == ("KV q8_0, -fa on", "KV f16, -fa auto")

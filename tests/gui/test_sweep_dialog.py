@@ -14,7 +14,6 @@ import pytest
 
 from kvmon.app.atlas import Atlas, SessionCurves
 from kvmon.app.monitor import Monitor
-from kvmon.app.sweep import backend_words
 from kvmon.core.analysis import Analyzer
 from kvmon.core.points import ContextBins
 from kvmon.gui.panels.atlas_dots import EARLIER_NAME, SWEEP_NAME
@@ -44,7 +43,7 @@ def _monitor(sim: SimServer, atlas: Atlas) -> Monitor:
 def _dialog(qtbot: Any, sim: SimServer, monitor: Monitor, to: int, steps: int = 4) -> SweepDialog:
     monitor.poll()
     snap = monitor.poll()
-    dlg = SweepDialog(None, snap, monitor, None, backend_words)
+    dlg = SweepDialog(None, snap, monitor, None)
     qtbot.addWidget(dlg)
     dlg.to.setValue(to)
     dlg.steps.setValue(steps)
@@ -117,7 +116,7 @@ def test_cancel_in_the_dialog_stops_the_sweep_and_leaves_the_server_idle(qtbot: 
 def test_a_sweep_past_n_ctx_is_refused_in_the_dialog(qtbot: Any, sim: SimServer, tmp_path: Path) -> None:
     monitor = _monitor(sim, Atlas(tmp_path / "atlas.sqlite"))
     monitor.poll()
-    dlg = SweepDialog(None, monitor.poll(), monitor, None, backend_words)
+    dlg = SweepDialog(None, monitor.poll(), monitor, None)
     qtbot.addWidget(dlg)
     dlg.to.setValue(dlg.to.maximum())  # n_ctx: no room for the tokens generated there
     assert dlg.plan_text.text().startswith("Refused: a sweep to 262,144 tokens needs 262,208 tokens of context")

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from kvmon.core.jsonvals import json_float, json_int
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.sweep_http import FILLER, ServerSweep, filler_tokens, json_lines, token_ids
+from kvmon.sources.sweep_http import FILLER, ServerSweep, json_lines
 
 
 class LlamaServerSweep(ServerSweep):
@@ -21,24 +21,17 @@ class LlamaServerSweep(ServerSweep):
 
     prefill_generate = 0
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model_id: str | None = None,
-                 model_name: str | None = None) -> None:
-        super().__init__(base_url, api_key=api_key, model_id=model_id, model_name=model_name)
-        self._query = f"?autoload=false&model={quote(model_id, safe='')}" if model_id else ""
-        self._slot: int | None = None
-
     def _body(self, **kw: Any) -> dict[str, Any]:
         return {**kw, "model": self.model_id} if self.model_id else kw
 
     def prepare(self, slot: int | None) -> None:
         """Tokenize the filler on the server (its own vocabulary) and remember the slot to use."""
         self._slot = slot
-        self.filler_ids = token_ids(self.http.post_json("/tokenize" + self._query, self._body(content=FILLER)))
-        if not self.filler_ids:
-            raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
+        self._query = f"?autoload=false&model={quote(self.model_id, safe='')}" if self.model_id else ""
+        self.tokenize_filler("/tokenize" + self._query, self._body(content=FILLER))
 
     def step(self, upto: int, generate: int) -> StepTiming:
-        body = self._body(prompt=filler_tokens(self.filler_ids, upto), n_predict=generate, cache_prompt=True,
+        body = self._body(prompt=self.filler_prompt(upto), n_predict=generate, cache_prompt=True,
                           stream=True, ignore_eos=True)
         if self._slot is not None:
             body["id_slot"] = self._slot

@@ -16,11 +16,9 @@ from kvmon.sources.sweep_http import ServerSweep, filler_text
 class LmStudioSweep(ServerSweep):
     """LM Studio's loaded model driven through a growing chat message."""
 
-    _chars_per_token = 4.0  # until LM Studio has counted the filler's tokens
-
     def prepare(self, slot: int | None) -> None:
         """The loaded model (``/api/v0/models``, ``state: loaded``): a sweep never loads one."""
-        doc = self.http.get_json("/api/v0/models")
+        doc = self.http.read_json("/api/v0/models")
         loaded = [json_str(m.get("id")) for m in (doc.get("data") or ()) if isinstance(m, dict)
                   and m.get("state") == "loaded" and m.get("type", "llm") == "llm"] if isinstance(doc, dict) else []
         loaded = [m for m in loaded if m]
@@ -30,18 +28,15 @@ class LmStudioSweep(ServerSweep):
         self.model = wanted if wanted in loaded else loaded[0]
 
     def step(self, upto: int, generate: int) -> StepTiming:
-        text = filler_text(upto, self._chars_per_token)
+        text = filler_text(upto, self.chars_per_token)
         body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": text}],
                                 "max_tokens": generate, "temperature": 0, "stream": False}
-        doc = self.http.post_json("/api/v0/chat/completions", body)
+        doc = self.http.read_json("/api/v0/chat/completions", body)
         if not isinstance(doc, dict):
             raise SweepFailed(f"{self.display_url}/api/v0/chat/completions did not answer an object")
         usage = json_object(doc.get("usage"))
         stats = json_object(doc.get("stats"))
-        depth = json_int(usage.get("prompt_tokens"))
-        if not depth:
-            raise SweepFailed("LM Studio did not count the prompt's tokens")
-        self._chars_per_token = len(text) / depth
+        depth = self.counted(text, json_int(usage.get("prompt_tokens")), "LM Studio")
         n = json_int(usage.get("completion_tokens")) or 0
         rate = json_float(stats.get("tokens_per_second"))
         return StepTiming(depth_tokens=depth, prompt_tokens_read=None,

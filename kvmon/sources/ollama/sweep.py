@@ -22,11 +22,9 @@ LOAD_TOO_LONG_S = 1.0  # a request that waited longer than this for the model lo
 class OllamaSweep(ServerSweep):
     """Ollama's loaded model driven through a growing raw prompt."""
 
-    _chars_per_token = 4.0  # until Ollama has counted the filler's tokens
-
     def prepare(self, slot: int | None) -> None:
         """Find the model as loaded (``/api/ps``): a sweep never loads one."""
-        ps = self.http.get_json("/api/ps")
+        ps = self.http.read_json("/api/ps")
         loaded = [json_str(m.get("name")) or json_str(m.get("model")) for m in (ps.get("models") or ())
                   if isinstance(m, dict)] if isinstance(ps, dict) else []
         loaded = [n for n in loaded if n]
@@ -42,7 +40,7 @@ class OllamaSweep(ServerSweep):
                               "one, which would load it with settings of its own)")
 
     def step(self, upto: int, generate: int) -> StepTiming:
-        text = filler_text(upto, self._chars_per_token)
+        text = filler_text(upto, self.chars_per_token)
         body = {"model": self.model, "prompt": text, "raw": True, "stream": True,
                 "options": {"num_predict": generate}}
         final: dict[str, Any] | None = None
@@ -57,10 +55,7 @@ class OllamaSweep(ServerSweep):
         if load_s > LOAD_TOO_LONG_S:
             raise SweepFailed(f"Ollama loaded the model for this request ({load_s:.1f} s): another client changed "
                               "its settings, so the sweep stopped")
-        depth = json_int(final.get("prompt_eval_count"))
-        if not depth:
-            raise SweepFailed("Ollama did not count the prompt's tokens")
-        self._chars_per_token = len(text) / depth
+        depth = self.counted(text, json_int(final.get("prompt_eval_count")), "Ollama")
         prompt_ns = json_float(final.get("prompt_eval_duration"))
         n, eval_ns = json_int(final.get("eval_count")) or 0, json_float(final.get("eval_duration"))
         rate = n / eval_ns * NS if n > 1 and eval_ns else None

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_int, json_str
 from kvmon.core.sweep import StepTiming, SweepFailed
-from kvmon.sources.sweep_http import FILLER, ServerSweep, filler_tokens, json_lines, token_ids
+from kvmon.sources.sweep_http import FILLER, ServerSweep, json_lines
 
 
 class VllmSweep(ServerSweep):
@@ -21,7 +21,7 @@ class VllmSweep(ServerSweep):
 
     def prepare(self, slot: int | None) -> None:
         """The served model's name, and the filler as its tokens."""
-        doc = self.http.get_json("/v1/models")
+        doc = self.http.read_json("/v1/models")
         ids = [json_str(m.get("id")) for m in (doc.get("data") or ()) if isinstance(m, dict)] \
             if isinstance(doc, dict) else []
         ids = [i for i in ids if i]
@@ -29,27 +29,23 @@ class VllmSweep(ServerSweep):
             raise SweepFailed(f"{self.display_url}/v1/models lists no model")
         wanted = self.model_id or self.model_name
         self.model = wanted if wanted in ids else ids[0]
-        self.filler_ids = token_ids(self.http.post_json("/tokenize", {"model": self.model, "prompt": FILLER}))
-        if not self.filler_ids:
-            raise SweepFailed(f"{self.display_url}/tokenize gave no tokens for the filler text")
+        self.tokenize_filler("/tokenize", {"model": self.model, "prompt": FILLER})
 
     def step(self, upto: int, generate: int) -> StepTiming:
-        prompt = filler_tokens(self.filler_ids, upto)
+        prompt = self.filler_prompt(upto)
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": generate, "ignore_eos": True,
                                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         sent = time.monotonic()
         times: list[float] = []
-        usage: dict[str, Any] | None = None
+        usage: dict[str, Any] = {}  # the last chunk's count of the prompt's and the answer's tokens
         for t, obj in json_lines(self.http.stream("/v1/completions", body), b"data: "):
             if isinstance(obj.get("usage"), dict):
                 usage = obj["usage"]
             for choice in obj.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("text"):
                     times.append(t)
-        depth = json_int(usage.get("prompt_tokens")) if usage else None
-        depth = depth or len(prompt)
-        n = json_int(usage.get("completion_tokens")) if usage else None
-        n = n or len(times)
+        depth = json_int(usage.get("prompt_tokens")) or len(prompt)
+        n = json_int(usage.get("completion_tokens")) or len(times)
         rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 and times[-1] > times[0] else None
         return StepTiming(depth_tokens=depth, prompt_tokens_read=None,
                           prompt_s=(times[0] - sent) if times else None, generated=n,
