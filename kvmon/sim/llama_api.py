@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvmon.sim.reply import (
-    JSON_TYPE,
     Reply,
     StreamAborted,
+    answer_text,
     chat_text,
     dumps,
     estimate_tokens,
     json_reply,
     token_text,
-    wait_until,
+    tokens_as_they_come,
+    wait_end,
 )
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
@@ -37,9 +38,9 @@ def error_body(code: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "type": kind}}
 
 
-LOADING = (503, {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
-BAD_KEY = (401, {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}})
-NOT_FOUND = (404, {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}})
+LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+BAD_KEY = {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}
+NOT_FOUND = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
 
 
 def gen_params(n_predict: int = -1, *, stream: bool = False, seed: int = 4294967295) -> dict[str, Any]:
@@ -108,7 +109,7 @@ class LlamaApi:
         }
         fn = routes.get((method, path))
         if fn is None:
-            return json_reply(NOT_FOUND[1], 404)
+            return json_reply(NOT_FOUND, 404)
         if body is None and method == "POST":
             return json_reply(error_body(400, "Failed to parse the request body as JSON", "invalid_request_error"), 400)
         return fn()
@@ -188,8 +189,7 @@ class LlamaApi:
 
     def models(self) -> Reply:
         eng = self.sim.engine
-        model = eng.epoch_at(self.sim.clock.now()).model
-        assert model is not None
+        model = eng.model_at(self.sim.clock.now())
         md = model.preset.metadata
         arch = md.get("general.architecture", "")
         name = self.model_name
@@ -213,8 +213,7 @@ class LlamaApi:
 
     # -- generation -----------------------------------------------------------------------------------
     def _n_vocab(self) -> int:
-        model = self.sim.engine.epoch_at(self.sim.clock.now()).model
-        return int(model.shape.vocab_size or 32000) if model is not None else 32000
+        return int(self.sim.engine.model_at(self.sim.clock.now()).shape.vocab_size or 32000)
 
     def tokenize(self, body: dict[str, Any]) -> Reply:
         """The content's tokens: about four characters each, as the simulator counts a text's tokens."""
@@ -239,18 +238,9 @@ class LlamaApi:
     def _tokens(self, req: SimRequest, make: Callable[[int], bytes]) -> Iterator[bytes]:
         """Yield chunks as the simulated tokens appear (empty ones while it waits: the server looks whether its
         client is still there); StreamAborted if the server died meanwhile."""
-        sent = 0
-        while sent < req.predicted_n:
-            yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
-            upto = req.n_decoded(self.sim.clock.now())
-            yield b"".join(make(k) for k in range(sent, upto))
-            sent = upto
+        yield from tokens_as_they_come(self.sim, req, make)
         if req.aborted_at is not None:
             self.sim.clock.sleep_until(req.aborted_at, self.sim.stopping)
-            raise StreamAborted("simulated server restarted")
-
-    def _wait_end(self, req: SimRequest) -> None:
-        if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
             raise StreamAborted("simulated server restarted")
 
     def _prompt_tokens(self, prompt: Any) -> tuple[int, list[int] | str] | Reply:
@@ -279,7 +269,7 @@ class LlamaApi:
         if isinstance(got, Reply):
             return got
         req = self._submit(got[0], body, stream, got[1])
-        text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        text = answer_text(req)
 
         def final(content: str) -> dict[str, Any]:
             stop_type = "limit" if req.predicted_n >= req.n_predict else "eos"
@@ -292,7 +282,7 @@ class LlamaApi:
                     "tokens_cached": req.cache_n + req.prompt_n + req.predicted_n, "timings": req.timings()}
 
         if not stream:
-            self._wait_end(req)
+            wait_end(self.sim, req)
             return json_reply(final(text))
 
         def chunk(k: int) -> bytes:
@@ -322,10 +312,9 @@ class LlamaApi:
                  "prompt_tokens_details": {"cached_tokens": req.cache_n}}
         head = {"created": created, "id": cid, "model": self.model_name, "system_fingerprint": BUILD_INFO}
         if not stream:
-            self._wait_end(req)
-            text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+            wait_end(self.sim, req)
             return json_reply({"choices": [{"finish_reason": finish, "index": 0,
-                                            "message": {"role": "assistant", "content": text}}],
+                                            "message": {"role": "assistant", "content": answer_text(req)}}],
                                "created": created, "model": self.model_name, "system_fingerprint": BUILD_INFO,
                                "object": "chat.completion", "usage": usage, "id": cid, "timings": req.timings()})
 
@@ -369,5 +358,3 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("requests_deferred", "gauge", "Number of requests deferred"),
     ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call"),
 )
-
-__all__ = ["BAD_KEY", "JSON_TYPE", "LOADING", "NOT_FOUND", "LlamaApi", "gen_params"]

@@ -34,7 +34,7 @@ class RouterApi:
         self.sim = sim
 
     def unauthorized(self) -> Reply:
-        return json_reply(BAD_KEY[1], 401, close=True)
+        return json_reply(BAD_KEY, 401, close=True)
 
     def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
         if method == "GET" and path in ("/health", "/v1/health"):
@@ -54,7 +54,7 @@ class RouterApi:
             return self.proxy_get(path, query, headers, raw)
         if method == "POST" and path in PROXY_POSTS:
             return self.proxy_post(path, query, headers, raw)
-        return json_reply(NOT_FOUND[1], 404)
+        return json_reply(NOT_FOUND, 404)
 
     # -- the router's own documents -------------------------------------------------------------------
     def props(self) -> dict[str, Any]:
@@ -117,7 +117,7 @@ class RouterApi:
         name = body.get("model")
         now = self.sim.clock.now()
         if not isinstance(name, str) or self.sim.scenario.spec(name) is None:
-            return json_reply(NOT_FOUND[1], 404)  # the HTTP layer's 404 body replaces the handler's message
+            return json_reply(NOT_FOUND, 404)  # the HTTP layer's 404 body replaces the handler's message
         if self.sim.running(name, now):
             return json_reply(error_body(400, "model is already running", "invalid_request_error"), 400)
         self.sim.spawn(name, now)
@@ -142,9 +142,7 @@ class RouterApi:
             return json_reply(error_body(400, "model is not loaded", "invalid_request_error"), 400)
         if by_get:
             self.sim.autoloads.append(name)
-        child = self.sim.spawn(name, now)
-        end = child.ended_at if child.ended_at is not None else child.ready_at
-        if not self.sim.clock.sleep_until(end, self.sim.stopping) or child.ended_at is not None:
+        if not self.sim.spawn_and_wait(name, now):
             return json_reply(error_body(500, "model failed to load", "server_error"), 500)
         return None
 
@@ -165,8 +163,8 @@ class RouterApi:
         assert name is not None
         if path == "/slots":  # a task on the model server's queue: it wakes a sleeping model
             self.sim.touch(name, self.sim.clock.now())
-        reply = self.sim.forward(name, "GET", path, query, headers, raw)
-        return reply if reply is not None else json_reply(LOADING[1], 503)
+        reply = self.sim.children[name].server.answer("GET", path, query, headers, raw)
+        return reply if reply is not None else json_reply(LOADING, 503)
 
     def proxy_post(self, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
         body = parse_body(raw)
@@ -179,8 +177,8 @@ class RouterApi:
         if bad is not None:
             return bad
         self.sim.touch(str(name), self.sim.clock.now())
-        reply = self.sim.forward(str(name), "POST", path, query, headers, raw)
-        return reply if reply is not None else json_reply(LOADING[1], 503)
+        reply = self.sim.children[str(name)].server.answer("POST", path, query, headers, raw)
+        return reply if reply is not None else json_reply(LOADING, 503)
 
 
 def _ctx_train(sc: Any) -> int | None:

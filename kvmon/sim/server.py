@@ -74,7 +74,7 @@ class SimBackend:
 
 
 LLAMA_SERVER = SimBackend(LlamaApi, server_headers=(("Server", "llama.cpp"), ("Access-Control-Allow-Origin", "")),
-                          keep_alive="timeout=5, max=100", loading_refusal=LOADING[1], bad_key_refusal=BAD_KEY[1],
+                          keep_alive="timeout=5, max=100", loading_refusal=LOADING, bad_key_refusal=BAD_KEY,
                           public_paths=("/health", "/v1/health"))
 SIM_BACKENDS: dict[str, SimBackend] = {
     "llama-server": LLAMA_SERVER,
@@ -89,7 +89,7 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = socket.SOMAXCONN  # as llama-server's: the standard library's 5 drops a burst of clients
-    sim: SimServer
+    sim: Any  # the SimServer, or the MultiSim of a router or llama-swap
 
 
 class _HttpServer6(_HttpServer):
@@ -108,16 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         # headers and body go out in separate writes: without this, Nagle + delayed ACK add ~40 ms each
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-    def do_DELETE(self) -> None:
-        self._serve("DELETE")
-
-    def _serve(self, method: str) -> None:
+    def _serve(self) -> None:
+        """Answer one request, whatever its method: the simulated server's routes decide."""
         sim = self.server.sim
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -131,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, qs = self.path.partition("?")
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
-            reply = sim.answer(method, path, dict(parse_qsl(qs)), headers, raw)
+            reply = sim.answer(self.command, path, dict(parse_qsl(qs)), headers, raw)
         except StreamAborted:
             self.close_connection = True
             return
@@ -142,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._write(reply)
+
+    do_GET = do_POST = do_DELETE = _serve
 
     def _write(self, reply: Reply) -> None:
         sim = self.server.sim
@@ -405,14 +399,14 @@ class SimServer:
         served_as = self.served_as
         if served_as.loading_refusal is not None and self.engine.loading(now):
             return json_reply(served_as.loading_refusal, 503, close=True)
-        if key is not None and path not in served_as.public_paths and not _has_key(headers, key):
+        if key is not None and path not in served_as.public_paths and not has_key(headers, key):
             if served_as.bad_key_refusal is not None:
                 return json_reply(served_as.bad_key_refusal, 401, close=True)
             return json_reply(UNAUTHORIZED, 401)
         return self.api.handle(method, path, query, parse_body(raw))
 
 
-def _has_key(headers: dict[str, str], key: str) -> bool:
+def has_key(headers: dict[str, str], key: str) -> bool:
     auth = headers.get("authorization", "")
     return auth == f"Bearer {key}" or headers.get("x-api-key") == key
 

@@ -111,14 +111,12 @@ class SwapApi:
         if not self.sim.running(name, now):
             if upstream:
                 self.sim.upstream_starts.append(name)
-            child = self.sim.spawn(name, now)
-            end = child.ended_at if child.ended_at is not None else child.ready_at
-            if not self.sim.clock.sleep_until(end, self.sim.stopping) or child.ended_at is not None:
+            if not self.sim.spawn_and_wait(name, now):
                 return self._error(502, f"[{name}] upstream command exited prematurely", "server_error")
         elif self.sim.status(name, now) == "loading":
             self.sim.clock.sleep_until(self.sim.children[name].ready_at, self.sim.stopping)
         self.sim.touch(name, self.sim.clock.now())
-        reply = self.sim.forward(name, method, path, query, headers, raw)
+        reply = self.sim.children[name].server.answer(method, path, query, headers, raw)
         return reply if reply is not None else self._error(503, f"[{name}] process is not ready", "server_error")
 
     def upstream(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
