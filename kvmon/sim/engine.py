@@ -300,7 +300,6 @@ class SimEngine:
                     ep.busy_per_decode = 1.0
                     if self.on_request_end is not None:
                         self.on_request_end(r)
-                r.folded = True
             self._requests = still
 
     # -- views ----------------------------------------------------------------------------------------

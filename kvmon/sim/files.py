@@ -8,6 +8,7 @@ load-time lines (layers offloaded, buffers per device, the KV cache size line) t
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -64,10 +65,7 @@ def write_safetensors(path: str, tensors: Sequence[tuple[str, str, tuple[int, ..
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape in tensors:
-        n = 1
-        for d in shape:
-            n *= d
-        size = n * bits[dtype] // 8
+        size = math.prod(shape) * bits[dtype] // 8
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -223,13 +221,6 @@ def request_end_lines(id_task: int, slot: int, prompt_n: int, prompt_s: float, p
         f"{head}       total time = {(prompt_s + predicted_s) * 1000.0:10.2f} ms / {prompt_n + predicted_n:5d} tokens",
         f"slot      release: id {slot:2d} | task {id_task} | stop processing: n_tokens = {n_tokens}, truncated = 0",
     ]
-
-
-def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
-    """A private temporary folder for the simulator's files."""
-    import tempfile
-
-    return tempfile.mkdtemp(prefix=prefix)
 
 
 def remove_sim_dir(path: str) -> None:

@@ -64,10 +64,6 @@ class SimGpus:
         self.nvml = FakeNvml(gpus)
         self._energy_at: float | None = None  # the simulated instant the energy counters were brought up to
 
-    def refresh(self, act: Activity, other_vram_bytes: int, now: float | None = None) -> None:
-        """Set every GPU's fields from what the server does now (``act``) and what others hold."""
-        self.refresh_many([(self.server_pid, act)], other_vram_bytes, now)
-
     def _count_energy(self, now: float | None) -> None:
         """Each GPU's energy counter moves by the power it drew since the last refresh (simulated seconds)."""
         if now is None:
@@ -79,11 +75,10 @@ class SimGpus:
             if gpu.energy_mj is not None:
                 self.nvml.update(i, energy_mj=gpu.energy_mj + round(gpu.power_mw * (now - last)))
 
-    def refresh_many(self, servers: list[tuple[int, Activity]], other_vram_bytes: int,
-                     now: float | None = None) -> None:
-        """Several model servers on the same GPUs (a router's or llama-swap's children, each its own process):
-        their memory adds up; utilisation, clocks and PCIe follow the busiest one. ``now``: the simulated time,
-        which moves the energy counters by the power drawn until then."""
+    def refresh(self, servers: list[tuple[int, Activity]], other_vram_bytes: int, now: float | None = None) -> None:
+        """Set every GPU's fields from what its model servers (pid, activity) do now and what others hold: a router's
+        or llama-swap's children add up their memory; utilisation, clocks and PCIe follow the busiest one. ``now``:
+        the simulated time, which moves the energy counters by the power drawn until then."""
         self._count_energy(now)
         rank = {"decode": 3, "prefill": 2, "loading": 1}
         if not servers:

@@ -78,10 +78,7 @@ class Placement:
 class LoadedModel:
     """One load of the scenario's model with ``n_ctx`` cells; ``other_vram_bytes`` is what others hold then."""
 
-    calibration_note: str  # how the efficiency and attention overhead were set (by _calibrate or given)
-
-    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0, *,
-                 calibration: tuple[float, float, str] | None = None) -> None:
+    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0) -> None:
         from kvmon.physics.kv import kv_allocation
         from kvmon.physics.shape import ModelShape
         from kvmon.physics.weights import weight_bytes_read_per_token
@@ -124,15 +121,11 @@ class LoadedModel:
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
-        self._e0, self._overhead = 1.0, 0.0
-        if calibration is None and (n_ctx != scenario.n_ctx or other_vram_bytes != _start_other_vram(scenario)):
+        if n_ctx == scenario.n_ctx and other_vram_bytes == _start_other_vram(scenario):
+            self._e0, self._overhead = self._calibrate()
+        else:  # calibrated on the scenario's own load, kept for this one
             ref = LoadedModel(scenario, scenario.n_ctx, _start_other_vram(scenario))
-            calibration = (ref._e0, ref._overhead, ref.calibration_note)
-        if calibration is None:
-            self._calibrate()
-        else:
-            self._e0, self._overhead, note = calibration
-            self.calibration_note = f"{note} (on the scenario's own load; kept for this one)"
+            self._e0, self._overhead = ref._e0, ref._overhead
 
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
@@ -207,23 +200,17 @@ class LoadedModel:
             out[j] = 1.0 / tok_s if tok_s else math.inf
         return out
 
-    def _calibrate(self) -> None:
+    def _calibrate(self) -> tuple[float, float]:
         """Efficiency at empty context and attention overhead per token of depth, from the anchors."""
         s = self.scenario
         e0, overhead = s.efficiency_at_empty, s.attention_overhead_s_per_token
-        self.calibration_note = "efficiency and attention overhead as the scenario states them"
         if len(s.decode_anchors) >= 2:
             (n0, tok0), (n1, tok1) = s.decode_anchors[0], s.decode_anchors[1]
             roof0, roof1 = self.roofline_step_s(np.array([n0, n1], dtype=float))
             # step(n) = roof(n)/e0 + overhead*n, solved through both anchors
             e0 = min(1.0, roof0 * tok0) if n0 == 0 else s.efficiency_at_empty  # never above the roofline
             overhead = (1.0 / tok1 - roof1 / e0) / n1 if n1 else 0.0
-            self.calibration_note = (
-                f"calibrated on {tok0:g} tok/s at {n0} and {tok1:g} tok/s at {n1} tokens: efficiency at "
-                f"empty context {e0:.3f}, attention overhead {overhead * 1e9:.1f} ns per token of depth"
-            )
-        self._e0 = min(1.0, max(0.05, e0))
-        self._overhead = max(0.0, overhead)
+        return min(1.0, max(0.05, e0)), max(0.0, overhead)
 
     def step_s(self, depths: np.ndarray, noise: float = 1.0, mem_clock: float = 1.0) -> np.ndarray:
         """Seconds per decode step at each depth ((roofline / efficiency + attention overhead × depth) × noise),

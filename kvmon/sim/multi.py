@@ -282,13 +282,9 @@ class MultiSim:
                 elif st == "loaded" and self.scenario.ttl_s is not None and now - c.idle_since() >= self.scenario.ttl_s:
                     self.unload(name, now)
                 self._note(name, c, now)
-            acts = []
-            for c in self.children.values():
-                st = c.status(now)
-                if st in ("loading", "loaded", "unloading"):
-                    acts.append((c.pid, c.server.engine.activity(c.server.clock.now())))
-            other = 0
-            self.gpus.refresh_many(acts, other, now)
+            acts = [(c.pid, c.server.engine.activity(c.server.clock.now())) for c in self.children.values()
+                    if c.status(now) in ("loading", "loaded", "unloading")]
+            self.gpus.refresh(acts, 0, now)
 
     def _note(self, name: str, c: Child, now: float) -> None:
         st = c.status(now)

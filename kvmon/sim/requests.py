@@ -33,7 +33,6 @@ class SimRequest:
     n_predict: int  # what was asked for (-1: until done)
     params: dict[str, Any] = field(default_factory=dict)
     aborted_at: float | None = None  # the server went away (restart/reload) at this time
-    folded: bool = False  # its end has been added to the metrics counters
     prompt_folded: bool = False  # its prompt has been added to the prompt counters (when it was read, as llama-server)
 
     @property

@@ -50,10 +50,8 @@ class RouterApi:
             if body is None:
                 return json_reply(error_body(500, "[json.exception.parse_error.101] parse error", "server_error"), 500)
             return self.load(body) if path.endswith("load") and not path.endswith("unload") else self.unload(body)
-        if method == "GET" and path in PROXY_GETS:
-            return self.proxy_get(path, query, headers, raw)
-        if method == "POST" and path in PROXY_POSTS:
-            return self.proxy_post(path, query, headers, raw)
+        if (method == "GET" and path in PROXY_GETS) or (method == "POST" and path in PROXY_POSTS):
+            return self.proxy(method, path, query, headers, raw)
         return json_reply(NOT_FOUND, 404)
 
     # -- the router's own documents -------------------------------------------------------------------
@@ -154,30 +152,21 @@ class RouterApi:
             return json_reply(error_body(400, f"model '{name}' not found", "invalid_request_error"), 400)
         return None
 
-    def proxy_get(self, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
-        name = query.get("model")
-        bad = self._model(name) or self._ready(str(name), query.get("autoload", "true") in ("true", "1"),
-                                               by_get=True)
-        if bad is not None:
-            return bad
-        assert name is not None
-        if path == "/slots":  # a task on the model server's queue: it wakes a sleeping model
-            self.sim.touch(name, self.sim.clock.now())
-        reply = self.sim.children[name].server.answer("GET", path, query, headers, raw)
-        return reply if reply is not None else json_reply(LOADING, 503)
-
-    def proxy_post(self, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
-        body = parse_body(raw)
+    def proxy(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
+        """A request for one model (``?model=`` on a GET, ``"model"`` in a POST's body), answered by its server."""
+        by_get = method == "GET"
+        body = {} if by_get else parse_body(raw)
         if body is None:
             return json_reply(error_body(400, "Failed to parse the request body as JSON", "invalid_request_error"),
                               400)
-        name = body.get("model")
+        name = query.get("model") if by_get else body.get("model")
         bad = self._model(name) or self._ready(str(name), query.get("autoload", "true") in ("true", "1"),
-                                               by_get=False)
+                                               by_get=by_get)
         if bad is not None:
             return bad
-        self.sim.touch(str(name), self.sim.clock.now())
-        reply = self.sim.children[str(name)].server.answer("POST", path, query, headers, raw)
+        if not by_get or path == "/slots":  # a task on the model server's queue: it wakes a sleeping model
+            self.sim.touch(str(name), self.sim.clock.now())
+        reply = self.sim.children[str(name)].server.answer(method, path, query, headers, raw)
         return reply if reply is not None else json_reply(LOADING, 503)
 
 

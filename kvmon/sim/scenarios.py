@@ -264,16 +264,13 @@ SCENARIOS: dict[str, Scenario] = {
                               generated_tokens=600, think_s=2.0),
             key_moments=(KeyMoment("its prompt read again whole: the clock in its system prompt", 60.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,  # the same file, on no GPU
             name="cpu-ddr5",
             description="Llama-3.1-8B Q4_K_M on a CPU-only desktop (Ryzen 9 7950X, dual-channel DDR5-6000, 64 GiB): "
             "weights and KV cache in host RAM, decode bound by the memory bus (about 62 GB/s measured)",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
             gpu_name="",
             n_gpus=0,
-            n_ctx=32768,
             device="cpu",
             decode_anchors=((0, 11.5), (32768, 6.2)),
             prefill_tok_s_empty=120.0,

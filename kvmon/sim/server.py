@@ -22,6 +22,7 @@ import hashlib
 import os
 import select
 import socket
+import tempfile
 import threading
 import time
 import weakref
@@ -38,7 +39,6 @@ from kvmon.sim.faults import Fault, FaultPlan, parse_faults
 from kvmon.sim.files import (
     ServerLog,
     gguf_metadata,
-    make_sim_dir,
     remove_sim_dir,
     request_end_lines,
     write_gguf_header,
@@ -233,7 +233,7 @@ class SimServer:
         # the files a real server leaves: the GGUF /props points at (its tensor directory real, its data a hole),
         # and the -lv 4 log
         self._own_dir = files_dir is None
-        self.files_dir = files_dir or make_sim_dir()
+        self.files_dir = files_dir or tempfile.mkdtemp(prefix="kvmon-sim-")
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
         self.model_path = _model_file(self.files_dir, self.scenario, blob=self.served_as.ollama_layout)
@@ -376,7 +376,7 @@ class SimServer:
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""
         now = self.clock.now()
-        self.gpus.refresh(self.engine.activity(now), self.engine.other_vram_bytes(now), now)
+        self.gpus.refresh([(self.gpus.server_pid, self.engine.activity(now))], self.engine.other_vram_bytes(now), now)
 
     def _gpu_loop(self) -> None:
         while not self.stopping.wait(self.gpu_refresh_s):
