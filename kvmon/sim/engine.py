@@ -105,12 +105,9 @@ class SimEngine:
     def epoch_at(self, t: float) -> Epoch:
         """The server process alive at ``t`` (its model loaded with the memory free when it began)."""
         with self.lock:
-            ep = self._epochs[0]
-            for e in self._epochs:
-                if e.t_begin <= t:
-                    ep = e
+            ep = next((e for e in reversed(self._epochs) if e.t_begin <= t), self._epochs[0])
             if ep.model is None:
-                ep.model = LoadedModel(self.scenario, ep.n_ctx, self.other_vram_bytes(ep.t_begin))
+                ep.model = LoadedModel(self.scenario, ep.n_ctx, self.scenario.other_vram_bytes(ep.t_begin))
                 if self.on_load is not None:
                     self.on_load(ep)
             return ep
@@ -129,17 +126,7 @@ class SimEngine:
         return min(per_slot, cap) if cap else per_slot
 
     def _next_epoch_begin(self, t: float) -> float | None:
-        later = [e.t_begin for e in self._epochs if e.t_begin > t]
-        return min(later) if later else None
-
-    def other_vram_bytes(self, t: float) -> int:
-        """VRAM another application holds on GPU 0 at ``t`` (the scenario's points, linear in between)."""
-        pts = self.scenario.other_vram
-        if not pts:
-            return 0
-        xs = [p[0] for p in pts]
-        ys = [float(p[1]) for p in pts]
-        return int(np.interp(t, xs, ys))
+        return min((e.t_begin for e in self._epochs if e.t_begin > t), default=None)
 
     def loading(self, t: float) -> bool:
         """Whether the server answers 503 "Loading model" at ``t``."""

@@ -302,14 +302,6 @@ class FakeNvml:
                                     encUtil=0, decUtil=0) for pid, busy in gpu.process_busy_percent.items()]
 
     # -- power and temperature -------------------------------------------------------------------------
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
-        """Energy since the driver loaded, in mJ (Volta and later)."""
-        with self.lock:
-            gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
-            if gpu.energy_mj is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return int(gpu.energy_mj)
-
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         """GPU temperature in °C (the GPU sensor only)."""
         with self.lock:
@@ -369,7 +361,7 @@ class FakeNvml:
             return metrics_get
 
 
-# the pynvml getters that answer one FakeGpu field (a text field as it is, a number as an int)
+# the pynvml getters that answer one FakeGpu field: a text as it is, a number as an int, None as NotSupported
 _FIELD_GETTERS = {
     "nvmlDeviceGetName": "name",  # the marketing name, e.g. 'NVIDIA GeForce RTX 4090'
     "nvmlDeviceGetUUID": "uuid",
@@ -382,6 +374,7 @@ _FIELD_GETTERS = {
     "nvmlDeviceGetMaxPcieLinkWidth": "pcie_max_width",
     "nvmlDeviceGetPowerUsage": "power_mw",
     "nvmlDeviceGetEnforcedPowerLimit": "power_limit_mw",
+    "nvmlDeviceGetTotalEnergyConsumption": "energy_mj",  # since the driver loaded (Volta and later)
 }
 
 
@@ -389,6 +382,8 @@ def _field_getter(fname: str, attr: str) -> Callable[[FakeNvml, Any], Any]:
     def get(self: FakeNvml, handle: Any) -> Any:
         with self.lock:
             value = getattr(self._gpu(fname, handle), attr)
+            if value is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return value if isinstance(value, str) else int(value)
 
     get.__name__ = fname

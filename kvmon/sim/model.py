@@ -57,12 +57,6 @@ def model_tensors(metadata: Any, file_type: str) -> tuple[TypedTensor, ...] | No
     return quantize(inv, file_type, metadata) if inv is not None else None
 
 
-def _start_other_vram(scenario: Scenario) -> int:
-    """VRAM another application holds on GPU 0 when the scenario starts (as ``SimEngine.other_vram_bytes(0)``)."""
-    pts = scenario.other_vram
-    return int(np.interp(0.0, [p[0] for p in pts], [float(p[1]) for p in pts])) if pts else 0
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where the layers went at load: per-GPU layer counts, layers on the CPU, and bytes per device."""
@@ -121,10 +115,10 @@ class LoadedModel:
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
-        if n_ctx == scenario.n_ctx and other_vram_bytes == _start_other_vram(scenario):
+        if n_ctx == scenario.n_ctx and other_vram_bytes == scenario.other_vram_bytes(0.0):
             self._e0, self._overhead = self._calibrate()
         else:  # calibrated on the scenario's own load, kept for this one
-            ref = LoadedModel(scenario, scenario.n_ctx, _start_other_vram(scenario))
+            ref = LoadedModel(scenario, scenario.n_ctx, scenario.other_vram_bytes(0.0))
             self._e0, self._overhead = ref._e0, ref._overhead
 
     # -- placement --------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+import numpy as np
+
 from kvmon.core.units import GIB
 
 
@@ -126,6 +128,11 @@ class Scenario:
     throttles: tuple[Throttle, ...] = ()  # stretches where the memory clock is held down while busy
     agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
     key_moments: tuple[KeyMoment, ...] = ()
+
+    def other_vram_bytes(self, t: float) -> int:
+        """VRAM another application holds on GPU 0 at ``t`` (the points of ``other_vram``, linear in between)."""
+        pts = self.other_vram
+        return int(np.interp(t, [p[0] for p in pts], [float(p[1]) for p in pts])) if pts else 0
 
     def throttle_at(self, t: float) -> Throttle | None:
         """The throttle in force at ``t`` (simulated seconds), if any."""

@@ -311,7 +311,7 @@ class SimServer:
         model = epoch.model
         assert model is not None
         s = self.scenario
-        free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
+        free = [model.device_memory_bytes() - (self.scenario.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
         if self.log.ollama:
             from kvmon.sim.ollama_child import ollama_flags
@@ -376,7 +376,7 @@ class SimServer:
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""
         now = self.clock.now()
-        self.gpus.refresh([(self.gpus.server_pid, self.engine.activity(now))], self.engine.other_vram_bytes(now), now)
+        self.gpus.refresh([(self.gpus.server_pid, self.engine.activity(now))], self.scenario.other_vram_bytes(now), now)
 
     def _gpu_loop(self) -> None:
         while not self.stopping.wait(self.gpu_refresh_s):
