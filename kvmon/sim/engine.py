@@ -134,8 +134,7 @@ class SimEngine:
 
     # -- scheduling -----------------------------------------------------------------------------------
     def _slot_free_at(self, slot: int) -> float:
-        reqs = self._slot_last[slot]
-        return max((r.t_end for r in reqs), default=0.0)
+        return max((r.t_end for r in self._slot_last[slot]), default=0.0)
 
     def _new_task_id(self) -> int:
         self._next_task += 1

@@ -96,10 +96,7 @@ def parse_faults(specs: str | Fault | Iterable[object] | None) -> tuple[Fault, .
         return ()
     if isinstance(specs, (str, Fault)):
         specs = [specs]
-    out: list[Fault] = []
-    for s in specs:
-        out.append(s if isinstance(s, Fault) else parse_fault(str(s)))
-    return tuple(out)
+    return tuple(s if isinstance(s, Fault) else parse_fault(str(s)) for s in specs)
 
 
 @dataclass(frozen=True)

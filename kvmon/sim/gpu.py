@@ -53,13 +53,11 @@ class SimGpus:
             uuid = f"GPU-{h:08x}-{i:04x}-4{h % 4096:03x}-8{(h >> 4) % 4096:03x}-{h:08x}{i:04x}"
             gpus.append(FakeGpu(
                 name=f"NVIDIA GeForce {self.spec.name}", uuid=uuid, memory_total_bytes=self.spec.vram_bytes,
-                memory_used_bytes=0, memory_reserved_bytes=0, mem_clock_mhz=IDLE_MEM_CLOCK_MHZ,
-                mem_clock_max_mhz=self.mem_clock_max_mhz, bus_width_bits=bus, pcie_gen=1,
-                pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen, pcie_max_width=scenario.pcie_width,
-                pcie_tx_kb_s=0, pcie_rx_kb_s=0, gpu_util_percent=0, mem_util_percent=0, power_mw=25_000,
-                power_limit_mw=self.power_limit_mw, temperature_c=38, processes=[],
+                mem_clock_mhz=IDLE_MEM_CLOCK_MHZ, mem_clock_max_mhz=self.mem_clock_max_mhz, bus_width_bits=bus,
+                pcie_gen=1, pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen,
+                pcie_max_width=scenario.pcie_width, power_mw=25_000, power_limit_mw=self.power_limit_mw,
+                temperature_c=38, energy_mj=0,
                 pci_bus_id=f"00000000:{i + 1:02X}:00.0",  # as the simulated log's "using device" lines name it
-                energy_mj=0,
             ))
         self.nvml = FakeNvml(gpus)
         self._energy_at: float | None = None  # the simulated instant the energy counters were brought up to

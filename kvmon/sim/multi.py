@@ -194,16 +194,15 @@ class MultiSim:
 
     def unload(self, name: str, now: float) -> bool:
         with self.lock:
-            c = self.children.get(name)
-            if c is None or c.status(now) not in ("loading", "loaded", "sleeping"):
+            if not self.running(name, now):
                 return False
+            c = self.children[name]
             c.ended_at, c.exit_code = now + UNLOAD_S, 0
             return True
 
     def _evict(self, keep: str, now: float) -> None:
         """llama-swap swaps (one model at a time); a router unloads the least recently used beyond --models-max."""
-        running = [c for n, c in self.children.items() if n != keep and c.status(now) in ("loading", "loaded",
-                                                                                           "sleeping")]
+        running = [c for n, c in self.children.items() if n != keep and self.running(n, now)]
         limit = 0 if self.scenario.kind == LLAMA_SWAP else max(0, self.scenario.models_max - 1)
         for c in sorted(running, key=lambda c: c.last_task_at)[:max(0, len(running) - limit)]:
             self.unload(c.spec.name, now)

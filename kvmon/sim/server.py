@@ -244,10 +244,9 @@ class SimServer:
             self._ollama_start_lines()
         self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
                                 on_request_end=self._request_ended)
-        first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
-        assert first.model is not None
+        first = self.engine.model_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         # general.name as real GGUFs have it: the model's name without the preset's note on its shape
-        write_gguf_header(self.model_path, gguf_metadata(first.model), first.model.tensors)
+        write_gguf_header(self.model_path, gguf_metadata(first), first.tensors)
         if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port

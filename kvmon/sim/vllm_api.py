@@ -150,23 +150,12 @@ class VllmApi(Collector):
 
     def _token_buckets(self) -> tuple[float, ...]:
         """1, 2, 5, 10, 20, 50, ... up to the context limit (vllm/v1/metrics/buckets.py request_tokens)."""
-        out: list[float] = []
-        exp = 0
         limit = self.sim.scenario.n_ctx
-        while True:
-            for m in (1, 2, 5):
-                v = m * 10**exp
-                if v > limit:
-                    return tuple(out)
-                out.append(float(v))
-            exp += 1
+        return tuple(float(m * 10**exp) for exp in range(16) for m in (1, 2, 5) if m * 10**exp <= limit)
 
     @property
     def num_gpu_blocks(self) -> int:
         return max(2, self.sim.scenario.n_ctx // BLOCK_SIZE)
-
-    def max_model_len(self, now: float) -> int:
-        return int(self.sim.engine.slot_ctx(now))
 
     def request_ended(self, r: Any) -> None:
         """A request finished: its first-token time and its steps go into the histograms."""
@@ -204,7 +193,7 @@ class VllmApi(Collector):
         name = self.sim.scenario.model_alias
         return {"object": "list", "data": [{
             "id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.root,
-            "parent": None, "max_model_len": self.max_model_len(now),
+            "parent": None, "max_model_len": self.sim.engine.slot_ctx(now),
             "permission": [{"id": "modelperm-sim", "object": "model_permission", "created": created,
                             "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
                             "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
@@ -313,11 +302,11 @@ class VllmApi(Collector):
     def tokenize(self, body: dict[str, Any]) -> Reply:
         """vLLM's ``/tokenize``: the prompt's token ids, their count and the model's limit."""
         ids = self._ids(str(body.get("prompt", "")))
-        return json_reply({"count": len(ids), "max_model_len": self.max_model_len(self.sim.clock.now()),
+        return json_reply({"count": len(ids), "max_model_len": self.sim.engine.slot_ctx(self.sim.clock.now()),
                            "tokens": ids, "token_strs": None})
 
     def _too_long(self, prompt: int, n_predict: int) -> Reply | None:
-        limit = self.max_model_len(self.sim.clock.now())
+        limit = self.sim.engine.slot_ctx(self.sim.clock.now())  # max_model_len
         if prompt + n_predict <= limit:
             return None
         return json_reply({"object": "error", "message": (
