@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmon.core.jsonvals import json_array
 from kvmon.sim.clock import SimClock
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
@@ -109,6 +110,5 @@ def estimate_tokens(text: str) -> int:
 def chat_text(body: dict[str, Any]) -> str:
     """A chat request's messages as a chat template lays them out (each role's tag, then its text; odd entries left
     out): the text the prompt cache compares, so that a change in one message keeps the messages before it cached."""
-    got = body.get("messages")
-    msgs: list[Any] = got if isinstance(got, list) else []
-    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in msgs if isinstance(m, dict))
+    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in json_array(body.get("messages"))
+                   if isinstance(m, dict))
