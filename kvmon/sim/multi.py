@@ -309,5 +309,5 @@ class MultiSim:
         self.tick()
         key = self.faults.api_key(now)
         if key is not None and path not in self.api.public_paths and not has_key(headers, key):
-            return self.api.unauthorized()
+            return self.api.unauthorized(headers)
         return self.api.handle(method, path, query, headers, raw)

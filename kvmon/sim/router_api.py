@@ -33,7 +33,7 @@ class RouterApi:
     def __init__(self, sim: Any) -> None:
         self.sim = sim
 
-    def unauthorized(self) -> Reply:
+    def unauthorized(self, headers: dict[str, str]) -> Reply:
         return json_reply(BAD_KEY, 401, close=True)
 
     def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
