@@ -151,8 +151,7 @@ class SimEngine:
         ep = self.epoch_at(start)
         start = max(start, ep.t_ready)
         ep = self.epoch_at(start)
-        model = ep.model
-        assert model is not None
+        model = self.model_at(start)
         room = max(1, self.slot_ctx(start) - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)

@@ -91,7 +91,7 @@ class LlamaApi:
         return self.sim.model_path
 
     def _ftype(self) -> str:
-        quant = str(getattr(self.sim.engine.epoch_at(0).model, "quantization", "")).upper()
+        quant = self.sim.engine.model_at(0.0).quantization.upper()
         return FTYPES.get(quant, quant or "unknown")
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None) -> Reply:

@@ -390,10 +390,9 @@ class SimServer:
         """Apply the faults (hang, loading, auth), then route to the backend's API."""
         now = self.clock.now()
         hang_end = self.faults.hang_until(now)
-        if hang_end is not None:
-            if not self.clock.sleep_until(hang_end, self.stopping):
-                return None
-            now = self.clock.now()
+        if hang_end is not None and not self.clock.sleep_until(hang_end, self.stopping):
+            return None
+        now = self.clock.now()
         key = self.faults.api_key(now)
         served_as = self.served_as
         if served_as.loading_refusal is not None and self.engine.loading(now):

@@ -132,7 +132,7 @@ class VllmApi(Collector):
 
     def __init__(self, sim: ServedSimulation) -> None:
         self.sim = sim
-        self.old_names = getattr(sim.scenario, "vllm_metric_names", "v1") == "v0"
+        self.old_names = sim.scenario.vllm_metric_names == "v0"
         self._lock = threading.Lock()
         self._new_histograms(0)
         self.root = os.path.join(getattr(sim, "files_dir", ""), sim.scenario.model_alias.replace("/", "--"))
