@@ -303,8 +303,8 @@ class SimEngine:
         ep = self.epoch_at(now).index
         return [r for r in self._requests if r.epoch == ep and r.t_arrive <= now]
 
-    def metrics(self, now: float, *, scrape: bool = True) -> dict[str, float]:
-        """The /metrics values at ``now``; a scrape resets the throughput gauges, as llama-server's does."""
+    def metrics(self, now: float) -> dict[str, float]:
+        """The /metrics values at ``now`` for a scrape, which resets the throughput gauges, as llama-server's does."""
         with self.lock:
             self.advance(now)
             ep = self.epoch_at(now)
@@ -318,8 +318,7 @@ class SimEngine:
             out["requests_processing"] = sum(1 for r in live if r.is_processing(now))
             out["requests_deferred"] = sum(1 for r in live if r.is_deferred(now))
             out["n_busy_slots_per_decode"] = 1.0 if out["requests_processing"] else ep.busy_per_decode
-            if scrape:
-                ep.bucket = dict.fromkeys(b, 0.0)
+            ep.bucket = dict.fromkeys(b, 0.0)
             return out
 
     def activity(self, now: float) -> Activity:

@@ -147,12 +147,10 @@ class LlamaApi:
             now = self.sim.clock.now()
             eng.advance(now)
             out: list[dict[str, Any]] = []
-            busy = 0
             for i in range(self.sim.scenario.n_parallel):
                 req = eng.slot_request(i, now)
                 entry: dict[str, Any] = {"id": i, "n_ctx": eng.slot_ctx(now), "speculative": False,
                                          "is_processing": bool(req and req.is_processing(now))}
-                busy += entry["is_processing"]
                 if req is not None:
                     # a finished slot keeps its tokens but shows its per-request counters reset, as the real one
                     processing = req.is_processing(now)
@@ -168,7 +166,7 @@ class LlamaApi:
                                         "n_decoded": decoded}],
                     })
                 out.append(entry)
-        if query.get("fail_on_no_slot") not in (None, "", "0", "false") and busy == len(out):
+        if query.get("fail_on_no_slot") not in (None, "", "0", "false") and all(e["is_processing"] for e in out):
             return json_reply(error_body(503, "no slot available", "unavailable_error"), 503)
         return json_reply(out)
 
@@ -176,7 +174,7 @@ class LlamaApi:
         eng = self.sim.engine
         eng.note_task()
         now = self.sim.clock.now()
-        m = eng.metrics(now, scrape=True)
+        m = eng.metrics(now)
         lines: list[str] = []
         for name, kind, help_text in METRICS:
             value = m.get(name, 0.0)

@@ -89,6 +89,8 @@ class OllamaApi:
             return Reply(404, b"404 page not found", "text/plain; charset=utf-8")
         if body is None:
             return json_reply({"error": "invalid character in request body"}, 400)
+        if method == "POST" and (unknown := self._known(body)) is not None:  # every POST names its model
+            return unknown
         return fn()
 
     def _child_api(self) -> Any:
@@ -123,9 +125,6 @@ class OllamaApi:
                                        "size": m.weight_bytes, "digest": self.digest, "details": self.details()}]})
 
     def show(self, body: dict[str, Any]) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         verbose = bool(body.get("verbose"))
         m = self._model()
         md = dict(m.preset.metadata)
@@ -184,9 +183,6 @@ class OllamaApi:
         return self.sim.clock.wall() - (self.sim.clock.now() - t)
 
     def generate(self, body: dict[str, Any], *, chat: bool) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         req = self._submit(body, chat)
         stream = body.get("stream", True) is not False
 
@@ -221,9 +217,6 @@ class OllamaApi:
         return Reply(200, content_type=NDJSON, stream=gen(), on_abort=lambda: self.sim.engine.cancel(req))
 
     def v1_chat(self, body: dict[str, Any]) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         req = self._submit(body, chat=True)
         wait_end(self.sim, req)
         prompt = req.cache_n + req.prompt_n

@@ -90,12 +90,9 @@ class RouterApi:
                 "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
                 "source": "models_dir", "can_remove": False,
             }
-            md = spec.scenario
-            n_ctx_train = _ctx_train(md)
-            if n_ctx_train:
+            if n_ctx_train := _ctx_train(spec.scenario):
                 entry["context_length"] = n_ctx_train
-            meta = self._meta(spec.name)
-            if meta is not None:
+            if (meta := self._meta(spec.name)) is not None:
                 entry["meta"] = meta
             data.append(entry)
         return {"data": data, "object": "list"}
