@@ -107,6 +107,13 @@ class FakeGpmMetricsGet:
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(_GPM_METRIC_SLOTS)]
 
 
+def _clock_mhz(clock_type: int, mem_mhz: int, core_mhz: int) -> int:
+    """The memory clock, or the graphics and SM clocks (one clock in this fake); NotSupported for any other."""
+    if clock_type not in (pynvml.NVML_CLOCK_MEM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return int(mem_mhz if clock_type == pynvml.NVML_CLOCK_MEM else core_mhz)
+
+
 class FakeNvml:
     """A module-like stand-in for ``pynvml``: the same function names, constants and exception classes.
 
@@ -230,24 +237,15 @@ class FakeNvml:
         """Current clock in MHz: memory, graphics or SM (others NotSupported); ``failing`` may name
         "nvmlDeviceGetClockInfo_graphics" to fail only the graphics and SM clocks."""
         with self.lock:
-            mem = clock_type == pynvml.NVML_CLOCK_MEM
-            variant = None if mem else "nvmlDeviceGetClockInfo_graphics"
+            variant = None if clock_type == pynvml.NVML_CLOCK_MEM else "nvmlDeviceGetClockInfo_graphics"
             gpu = self._gpu("nvmlDeviceGetClockInfo", handle, variant=variant)
-            if mem:
-                return int(gpu.mem_clock_mhz)
-            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-                return int(gpu.core_clock_mhz)
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return _clock_mhz(clock_type, gpu.mem_clock_mhz, gpu.core_clock_mhz)
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
         """Max clock in MHz: memory, graphics or SM (others NotSupported)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
-            if clock_type == pynvml.NVML_CLOCK_MEM:
-                return int(gpu.mem_clock_max_mhz)
-            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-                return int(gpu.core_clock_max_mhz)
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return _clock_mhz(clock_type, gpu.mem_clock_max_mhz, gpu.core_clock_max_mhz)
 
     def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
         """PCIe TX or RX in KB/s (NVML samples 20 ms)."""

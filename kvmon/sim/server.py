@@ -141,15 +141,11 @@ class _Handler(BaseHTTPRequestHandler):
         sim = self.server.sim
         now = sim.clock.now()
         drip = sim.faults.drip_bytes_per_s(now)
-        body = reply.body
-        if reply.stream is None and sim.faults.garbage(now):
-            body = GARBAGE
+        body = GARBAGE if reply.stream is None and sim.faults.garbage(now) else reply.body
         self.send_response_only(reply.status)
         if not sim.served_as.server_headers:
             self.send_header("Date", self.date_time_string())
-        for k, v in sim.served_as.server_headers:
-            self.send_header(k, v)
-        for k, v in reply.headers.items():
+        for k, v in (*sim.served_as.server_headers, *reply.headers.items()):
             self.send_header(k, v)
         self.send_header("Content-Type", reply.content_type)
         try:

@@ -19,6 +19,7 @@ model folder vLLM names as ``root`` is written by the simulator as a Hugging Fac
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -120,11 +121,8 @@ class _Hist:
         self.sum += v * n
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, acc = [], 0
-        for b, c in zip((*self.bounds, math.inf), self.counts, strict=True):
-            acc += c
-            out.append(("+Inf" if b == math.inf else repr(float(b)), float(acc)))
-        return out
+        return [("+Inf" if b == math.inf else repr(float(b)), float(acc))
+                for b, acc in zip((*self.bounds, math.inf), itertools.accumulate(self.counts), strict=True)]
 
 
 class VllmApi(Collector):
