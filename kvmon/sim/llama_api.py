@@ -102,10 +102,10 @@ class LlamaApi:
             ("GET", "/slots"): lambda: self.slots(query), ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/models"): self.models, ("GET", "/models"): self.models,
             ("POST", "/tokenize"): lambda: self.tokenize(body or {}),
-            ("POST", "/completion"): lambda: self.completion(body),
-            ("POST", "/completions"): lambda: self.completion(body),
-            ("POST", "/v1/chat/completions"): lambda: self.chat(body),
-            ("POST", "/chat/completions"): lambda: self.chat(body),
+            ("POST", "/completion"): lambda: self.completion(body or {}),
+            ("POST", "/completions"): lambda: self.completion(body or {}),
+            ("POST", "/v1/chat/completions"): lambda: self.chat(body or {}),
+            ("POST", "/chat/completions"): lambda: self.chat(body or {}),
         }
         fn = routes.get((method, path))
         if fn is None:
@@ -259,8 +259,7 @@ class LlamaApi:
             return json_reply(body, 400)
         return tokens, key
 
-    def completion(self, body: dict[str, Any] | None) -> Reply:
-        body = body or {}
+    def completion(self, body: dict[str, Any]) -> Reply:
         prompt = body.get("prompt", "")
         stream = bool(body.get("stream"))
         got = self._prompt_tokens(prompt)
@@ -295,8 +294,7 @@ class LlamaApi:
         return Reply(200, content_type="text/event-stream", headers={"X-Accel-Buffering": "no"}, stream=gen(),
                      on_abort=lambda: self.sim.engine.cancel(req))
 
-    def chat(self, body: dict[str, Any] | None) -> Reply:
-        body = body or {}
+    def chat(self, body: dict[str, Any]) -> Reply:
         stream = bool(body.get("stream"))
         got = self._prompt_tokens(chat_text(body))
         if isinstance(got, Reply):
