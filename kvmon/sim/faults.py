@@ -42,9 +42,7 @@ class Fault:
 
     def active(self, t: float) -> bool:
         """Whether this fault is in force at simulated time ``t``."""
-        if t < self.at_s:
-            return False
-        return self.duration_s is None or t < self.at_s + self.duration_s
+        return self.at_s <= t and (self.end_s is None or t < self.end_s)
 
     @property
     def end_s(self) -> float | None:

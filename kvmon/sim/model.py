@@ -126,12 +126,8 @@ class LoadedModel:
         s = self.scenario
         layer_weights = self.weight_bytes - self.host_embedding_bytes
         per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
-        capacity: list[int] = []
-        for i in range(s.n_gpus):
-            free = self.device_memory_bytes() - s.cuda_context_bytes - s.compute_buffer_bytes
-            if i == 0:
-                free -= other_vram_bytes
-            capacity.append(max(0, int(free // per_layer)))
+        free = self.device_memory_bytes() - s.cuda_context_bytes - s.compute_buffer_bytes  # on each GPU, less others
+        capacity = [max(0, int((free - (other_vram_bytes if i == 0 else 0)) // per_layer)) for i in range(s.n_gpus)]
         wanted = self.n_layers if s.n_gpu_layers is None else min(self.n_layers, s.n_gpu_layers)
         # llama.cpp splits layers in proportion to free memory; equal cards get equal shares
         layers = [0] * s.n_gpus
@@ -157,17 +153,11 @@ class LoadedModel:
     def _device_shares(self) -> list[Any]:
         from kvmon.physics.ceiling import DeviceShare
 
-        devices = []
-        for i, n in enumerate(self.placement.gpu_layers):
-            if n:
-                frac = n / self.n_layers
-                devices.append(DeviceShare(f"CUDA{i}", self.gpu.bandwidth_bytes_per_s, self.weight_read_bytes * frac,
-                                           frac, "gpu"))
-        if self.placement.cpu_layers:
-            frac = self.placement.cpu_layers / self.n_layers
-            devices.append(DeviceShare("CPU", self.scenario.host_bandwidth_bytes_per_s, self.weight_read_bytes * frac,
-                                       frac, "host"))
-        return devices
+        p = self.placement
+        held = [(f"CUDA{i}", self.gpu.bandwidth_bytes_per_s, n) for i, n in enumerate(p.gpu_layers) if n]
+        held += [("CPU", self.scenario.host_bandwidth_bytes_per_s, p.cpu_layers)] if p.cpu_layers else []
+        return [DeviceShare(name, bw, self.weight_read_bytes * (n / self.n_layers), n / self.n_layers,
+                            "host" if name == "CPU" else "gpu") for name, bw, n in held]
 
     def device_memory_bytes(self) -> int:
         """What one device can hold: its VRAM, or on unified memory what Metal lets the GPU wire."""
