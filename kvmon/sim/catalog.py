@@ -27,15 +27,10 @@ def names() -> tuple[str, ...]:
     return tuple(descriptions())
 
 
-def unknown(name: str) -> str:
-    """The error for a scenario name that is not built in: the known names, all of them."""
-    return f"unknown scenario {name!r}; known: {', '.join(names())}"
-
-
 def check(name: str) -> str:
-    """``name`` when it is a built-in scenario; ValueError listing the known ones otherwise."""
+    """``name`` when it is a built-in scenario; ValueError listing all the known ones otherwise."""
     if name not in descriptions():
-        raise ValueError(unknown(name))
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(names())}")
     return name
 
 

@@ -75,10 +75,6 @@ class SimClock:
             self._offset_s += seconds
             self._wake.notify_all()
 
-    def real_seconds_until(self, sim_t: float) -> float:
-        """Real seconds to wait until the simulated time reaches ``sim_t`` (0 when already past)."""
-        return max(0.0, (sim_t - self.now()) / self.speed)
-
     def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool:
         """Block until simulated ``sim_t`` (or ``stop`` is set); returns False when stopped early."""
         with self._lock:
@@ -117,9 +113,6 @@ class OffsetClock:
 
     def advance(self, seconds: float) -> None:
         self.base.advance(seconds)
-
-    def real_seconds_until(self, sim_t: float) -> float:
-        return self.base.real_seconds_until(sim_t + self.t0)
 
     def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool:
         return self.base.sleep_until(sim_t + self.t0, stop)

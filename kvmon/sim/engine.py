@@ -105,12 +105,9 @@ class SimEngine:
     def epoch_at(self, t: float) -> Epoch:
         """The server process alive at ``t`` (its model loaded with the memory free when it began)."""
         with self.lock:
-            ep = self._epochs[0]
-            for e in self._epochs:
-                if e.t_begin <= t:
-                    ep = e
+            ep = next((e for e in reversed(self._epochs) if e.t_begin <= t), self._epochs[0])
             if ep.model is None:
-                ep.model = LoadedModel(self.scenario, ep.n_ctx, self.other_vram_bytes(ep.t_begin))
+                ep.model = LoadedModel(self.scenario, ep.n_ctx, self.scenario.other_vram_bytes(ep.t_begin))
                 if self.on_load is not None:
                     self.on_load(ep)
             return ep
@@ -129,17 +126,7 @@ class SimEngine:
         return min(per_slot, cap) if cap else per_slot
 
     def _next_epoch_begin(self, t: float) -> float | None:
-        later = [e.t_begin for e in self._epochs if e.t_begin > t]
-        return min(later) if later else None
-
-    def other_vram_bytes(self, t: float) -> int:
-        """VRAM another application holds on GPU 0 at ``t`` (the scenario's points, linear in between)."""
-        pts = self.scenario.other_vram
-        if not pts:
-            return 0
-        xs = [p[0] for p in pts]
-        ys = [float(p[1]) for p in pts]
-        return int(np.interp(t, xs, ys))
+        return min((e.t_begin for e in self._epochs if e.t_begin > t), default=None)
 
     def loading(self, t: float) -> bool:
         """Whether the server answers 503 "Loading model" at ``t``."""
@@ -147,8 +134,7 @@ class SimEngine:
 
     # -- scheduling -----------------------------------------------------------------------------------
     def _slot_free_at(self, slot: int) -> float:
-        reqs = self._slot_last[slot]
-        return max((r.t_end for r in reqs), default=0.0)
+        return max((r.t_end for r in self._slot_last[slot]), default=0.0)
 
     def _new_task_id(self) -> int:
         self._next_task += 1
@@ -165,8 +151,7 @@ class SimEngine:
         ep = self.epoch_at(start)
         start = max(start, ep.t_ready)
         ep = self.epoch_at(start)
-        model = ep.model
-        assert model is not None
+        model = self.model_at(start)
         room = max(1, self.slot_ctx(start) - cache_n - prompt_n)
         n_gen = max(1, min(n_predict, room))
         depths = np.arange(cache_n + prompt_n, cache_n + prompt_n + n_gen, dtype=float)
@@ -300,7 +285,6 @@ class SimEngine:
                     ep.busy_per_decode = 1.0
                     if self.on_request_end is not None:
                         self.on_request_end(r)
-                r.folded = True
             self._requests = still
 
     # -- views ----------------------------------------------------------------------------------------
@@ -319,8 +303,8 @@ class SimEngine:
         ep = self.epoch_at(now).index
         return [r for r in self._requests if r.epoch == ep and r.t_arrive <= now]
 
-    def metrics(self, now: float, *, scrape: bool = True) -> dict[str, float]:
-        """The /metrics values at ``now``; a scrape resets the throughput gauges, as llama-server's does."""
+    def metrics(self, now: float) -> dict[str, float]:
+        """The /metrics values at ``now`` for a scrape, which resets the throughput gauges, as llama-server's does."""
         with self.lock:
             self.advance(now)
             ep = self.epoch_at(now)
@@ -334,8 +318,7 @@ class SimEngine:
             out["requests_processing"] = sum(1 for r in live if r.is_processing(now))
             out["requests_deferred"] = sum(1 for r in live if r.is_deferred(now))
             out["n_busy_slots_per_decode"] = 1.0 if out["requests_processing"] else ep.busy_per_decode
-            if scrape:
-                ep.bucket = dict.fromkeys(b, 0.0)
+            ep.bucket = dict.fromkeys(b, 0.0)
             return out
 
     def activity(self, now: float) -> Activity:

@@ -107,8 +107,11 @@ class FakeGpmMetricsGet:
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(_GPM_METRIC_SLOTS)]
 
 
-def _error(code: int) -> pynvml.NVMLError:
-    return pynvml.NVMLError(code)
+def _clock_mhz(clock_type: int, mem_mhz: int, core_mhz: int) -> int:
+    """The memory clock, or the graphics and SM clocks (one clock in this fake); NotSupported for any other."""
+    if clock_type not in (pynvml.NVML_CLOCK_MEM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return int(mem_mhz if clock_type == pynvml.NVML_CLOCK_MEM else core_mhz)
 
 
 class FakeNvml:
@@ -138,7 +141,7 @@ class FakeNvml:
             return getattr(pynvml, name)
         if name.startswith("nvml") and callable(getattr(pynvml, name, None)):
             def _missing(*_args: Any, **_kwargs: Any) -> Any:
-                raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             return _missing
         raise AttributeError(name)
 
@@ -155,20 +158,20 @@ class FakeNvml:
         self.call_counts[fname] += 1
         code = self.failing.get(fname)
         if code is not None:
-            raise _error(code)
+            raise pynvml.NVMLError(code)
         if fname != "nvmlInit" and self.initialized <= 0:
-            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
 
     def _gpu(self, fname: str, handle: Any, *, variant: str | None = None) -> FakeGpu:
         self._lib_call(fname)
         if not isinstance(handle, _FakeHandle) or not 0 <= handle.index < len(self.gpus):
-            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         gpu = self.gpus[handle.index]
         if gpu.lost:
-            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
         for key in (fname, variant):
             if key is not None and key in gpu.failing:
-                raise _error(gpu.failing[key])
+                raise pynvml.NVMLError(gpu.failing[key])
         return gpu
 
     # -- library ---------------------------------------------------------------------------------------
@@ -203,23 +206,13 @@ class FakeNvml:
             self._gpu("nvmlDeviceGetHandleByIndex", handle)
             return handle
 
-    # -- identity and memory ---------------------------------------------------------------------------
-    def nvmlDeviceGetName(self, handle: Any) -> str:
-        """The marketing name, e.g. 'NVIDIA GeForce RTX 4090'."""
-        with self.lock:
-            return self._gpu("nvmlDeviceGetName", handle).name
-
-    def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        """The GPU's UUID string."""
-        with self.lock:
-            return self._gpu("nvmlDeviceGetUUID", handle).uuid
-
+    # -- memory (name, UUID and the other one-field getters: ``_FIELD_GETTERS``) -------------------------
     def nvmlDeviceGetPciInfo(self, handle: Any) -> SimpleNamespace:
         """The PCI bus id (bytes, as NVML gives it) and ``pciDeviceId``; NotSupported when the GPU has no bus id."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
             if gpu.pci_bus_id is None:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return SimpleNamespace(busId=gpu.pci_bus_id.encode(), pciDeviceId=gpu.pci_device_id)
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
@@ -244,59 +237,15 @@ class FakeNvml:
         """Current clock in MHz: memory, graphics or SM (others NotSupported); ``failing`` may name
         "nvmlDeviceGetClockInfo_graphics" to fail only the graphics and SM clocks."""
         with self.lock:
-            mem = clock_type == pynvml.NVML_CLOCK_MEM
-            variant = None if mem else "nvmlDeviceGetClockInfo_graphics"
+            variant = None if clock_type == pynvml.NVML_CLOCK_MEM else "nvmlDeviceGetClockInfo_graphics"
             gpu = self._gpu("nvmlDeviceGetClockInfo", handle, variant=variant)
-            if mem:
-                return int(gpu.mem_clock_mhz)
-            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-                return int(gpu.core_clock_mhz)
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return _clock_mhz(clock_type, gpu.mem_clock_mhz, gpu.core_clock_mhz)
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
         """Max clock in MHz: memory, graphics or SM (others NotSupported)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
-            if clock_type == pynvml.NVML_CLOCK_MEM:
-                return int(gpu.mem_clock_max_mhz)
-            if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-                return int(gpu.core_clock_max_mhz)
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
-        """Why the clocks are held down now: a mask of pynvml's ``nvmlClocksEventReason*`` bits."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).clocks_event_reasons)
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        """The same mask under its name before driver 535."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clocks_event_reasons)
-
-    def nvmlDeviceGetMemoryBusWidth(self, handle: Any) -> int:
-        """Memory bus width in bits."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetMemoryBusWidth", handle).bus_width_bits)
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
-        """Current PCIe generation (drops at idle on real GPUs)."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen)
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
-        """Current PCIe lane count."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width)
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
-        """Max PCIe generation of GPU and slot."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_max_gen)
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
-        """Max PCIe lane count of GPU and slot."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_max_width)
+            return _clock_mhz(clock_type, gpu.mem_clock_max_mhz, gpu.core_clock_max_mhz)
 
     def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
         """PCIe TX or RX in KB/s (NVML samples 20 ms)."""
@@ -306,7 +255,7 @@ class FakeNvml:
                 return int(gpu.pcie_tx_kb_s)
             if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
                 return int(gpu.pcie_rx_kb_s)
-            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
         """Field values; only the cumulative PCIe TX/RX byte counters are known, others NotSupported."""
@@ -346,35 +295,17 @@ class FakeNvml:
             gpu = self._gpu("nvmlDeviceGetProcessUtilization", handle)
             stamp = int(self.clock() * 1e6)
             if not gpu.process_busy_percent or stamp <= int(last_seen_timestamp):
-                raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
             return [SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=round(busy), memUtil=round(busy),
                                     encUtil=0, decUtil=0) for pid, busy in gpu.process_busy_percent.items()]
 
     # -- power and temperature -------------------------------------------------------------------------
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        """Power draw in mW."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw)
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
-        """Energy since the driver loaded, in mJ (Volta and later)."""
-        with self.lock:
-            gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
-            if gpu.energy_mj is None:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return int(gpu.energy_mj)
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
-        """Enforced power limit in mW."""
-        with self.lock:
-            return int(self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw)
-
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         """GPU temperature in °C (the GPU sensor only)."""
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetTemperature", handle)
             if sensor != pynvml.NVML_TEMPERATURE_GPU:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return int(gpu.temperature_c)
 
     # -- GPM (Hopper and newer) ------------------------------------------------------------------------
@@ -402,9 +333,9 @@ class FakeNvml:
         with self.lock:
             gpu = self._gpu("nvmlGpmSampleGet", handle)
             if gpu.dram_bw_util_percent is None:
-                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             if not isinstance(sample, _FakeGpmSample) or sample.freed:
-                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             sample.index = handle.index
             sample.dram_bw_util_percent = gpu.dram_bw_util_percent
             return sample
@@ -416,10 +347,10 @@ class FakeNvml:
             s1, s2 = metrics_get.sample1, metrics_get.sample2
             taken = isinstance(s1, _FakeGpmSample) and isinstance(s2, _FakeGpmSample) and s1.index is not None
             if not taken or s1.index != s2.index:
-                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu = self.gpus[s2.index] if s2.index is not None else None
             if gpu is not None and "nvmlGpmMetricsGet" in gpu.failing:
-                raise _error(gpu.failing["nvmlGpmMetricsGet"])
+                raise pynvml.NVMLError(gpu.failing["nvmlGpmMetricsGet"])
             for metric in metrics_get.metrics[: metrics_get.numMetrics]:
                 if metric.metricId == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL and s2.dram_bw_util_percent is not None:
                     metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, float(s2.dram_bw_util_percent)
@@ -427,6 +358,38 @@ class FakeNvml:
                     metric.nvmlReturn, metric.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
             return metrics_get
 
+
+# the pynvml getters that answer one FakeGpu field: a text as it is, a number as an int, None as NotSupported
+_FIELD_GETTERS = {
+    "nvmlDeviceGetName": "name",  # the marketing name, e.g. 'NVIDIA GeForce RTX 4090'
+    "nvmlDeviceGetUUID": "uuid",
+    "nvmlDeviceGetCurrentClocksEventReasons": "clocks_event_reasons",  # a mask of pynvml's nvmlClocksEventReason*
+    "nvmlDeviceGetCurrentClocksThrottleReasons": "clocks_event_reasons",  # the same mask, named as before driver 535
+    "nvmlDeviceGetMemoryBusWidth": "bus_width_bits",
+    "nvmlDeviceGetCurrPcieLinkGeneration": "pcie_gen",  # drops at idle on real GPUs
+    "nvmlDeviceGetCurrPcieLinkWidth": "pcie_width",
+    "nvmlDeviceGetMaxPcieLinkGeneration": "pcie_max_gen",  # of GPU and slot
+    "nvmlDeviceGetMaxPcieLinkWidth": "pcie_max_width",
+    "nvmlDeviceGetPowerUsage": "power_mw",
+    "nvmlDeviceGetEnforcedPowerLimit": "power_limit_mw",
+    "nvmlDeviceGetTotalEnergyConsumption": "energy_mj",  # since the driver loaded (Volta and later)
+}
+
+
+def _field_getter(fname: str, attr: str) -> Callable[[FakeNvml, Any], Any]:
+    def get(self: FakeNvml, handle: Any) -> Any:
+        with self.lock:
+            value = getattr(self._gpu(fname, handle), attr)
+            if value is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return value if isinstance(value, str) else int(value)
+
+    get.__name__ = fname
+    return get
+
+
+for _fname, _attr in _FIELD_GETTERS.items():
+    setattr(FakeNvml, _fname, _field_getter(_fname, _attr))
 
 FAKE_FUNCTIONS: tuple[str, ...] = tuple(
     name for name, value in vars(FakeNvml).items() if name.startswith("nvml") and callable(value)

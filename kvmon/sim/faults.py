@@ -42,9 +42,7 @@ class Fault:
 
     def active(self, t: float) -> bool:
         """Whether this fault is in force at simulated time ``t``."""
-        if t < self.at_s:
-            return False
-        return self.duration_s is None or t < self.at_s + self.duration_s
+        return self.at_s <= t and (self.end_s is None or t < self.end_s)
 
     @property
     def end_s(self) -> float | None:
@@ -96,10 +94,7 @@ def parse_faults(specs: str | Fault | Iterable[object] | None) -> tuple[Fault, .
         return ()
     if isinstance(specs, (str, Fault)):
         specs = [specs]
-    out: list[Fault] = []
-    for s in specs:
-        out.append(s if isinstance(s, Fault) else parse_fault(str(s)))
-    return tuple(out)
+    return tuple(s if isinstance(s, Fault) else parse_fault(str(s)) for s in specs)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ load-time lines (layers offloaded, buffers per device, the KV cache size line) t
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -64,10 +65,7 @@ def write_safetensors(path: str, tensors: Sequence[tuple[str, str, tuple[int, ..
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape in tensors:
-        n = 1
-        for d in shape:
-            n *= d
-        size = n * bits[dtype] // 8
+        size = math.prod(shape) * bits[dtype] // 8
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -147,10 +145,9 @@ class ServerLog:
         if s.device != "cpu":
             lines.append(f"load_tensors: offloaded {sum(p.gpu_layers) + (0 if p.cpu_layers else 1)}/"
                          f"{model.n_layers + 1} layers to GPU")
-        for i, w in enumerate(p.weight_bytes_gpu):
-            if w:
-                buf = f"{names[i]}_Mapped" if dev == "MTL0" else names[i]
-                lines.append(f"load_tensors: {buf:>12s} model buffer size = {w / MIB:10.2f} MiB")
+        bufs = [f"{n}_Mapped" for n in names] if dev == "MTL0" else names
+        lines += [f"load_tensors: {bufs[i]:>12s} model buffer size = {w / MIB:10.2f} MiB"
+                  for i, w in enumerate(p.weight_bytes_gpu) if w]
         lines.append(f"load_tensors: {'CPU_Mapped':>12s} model buffer size = "
                      f"{(p.weight_bytes_host + model.host_embedding_bytes) / MIB:10.2f} MiB")
         n_ctx = model.n_ctx
@@ -159,10 +156,8 @@ class ServerLog:
                             ("n_ubatch", 512), ("flash_attn", fa), ("kv_unified", "false")):
             lines.append(f"llama_context: {name:<21s} = {value}")
         kv = a.k_bytes + a.v_bytes
-        for i, n in enumerate(p.gpu_layers):
-            if n:
-                lines.append(f"llama_kv_cache: {names[i]:>10s} KV buffer size = "
-                             f"{kv * n / model.n_layers / MIB:8.2f} MiB")
+        lines += [f"llama_kv_cache: {names[i]:>10s} KV buffer size = {kv * n / model.n_layers / MIB:8.2f} MiB"
+                  for i, n in enumerate(p.gpu_layers) if n]
         if p.cpu_layers:
             lines.append(f"llama_kv_cache: {'CPU':>10s} KV buffer size = "
                          f"{kv * p.cpu_layers / model.n_layers / MIB:8.2f} MiB")
@@ -174,10 +169,8 @@ class ServerLog:
             lines.append(f"llama_memory_recurrent: {rs_dev:>10s} RS buffer size = {a.recurrent_bytes / MIB:8.2f} MiB")
         if fa == "enabled":
             lines.append("resolve_fused_ops: Flash Attention enabled")
-        for i, n in enumerate(p.gpu_layers):
-            if n:
-                lines.append(f"sched_reserve: {names[i]:>10s} compute buffer size = "
-                             f"{s.compute_buffer_bytes / MIB:8.2f} MiB")
+        lines += [f"sched_reserve: {names[i]:>10s} compute buffer size = {s.compute_buffer_bytes / MIB:8.2f} MiB"
+                  for i, n in enumerate(p.gpu_layers) if n]
         if s.device == "cpu":
             lines.append(f"sched_reserve: {'CPU':>10s} compute buffer size = {s.compute_buffer_bytes / MIB:8.2f} MiB")
         lines.append(f"srv    load_model: initializing, n_slots = {s.n_parallel}, "
@@ -223,13 +216,6 @@ def request_end_lines(id_task: int, slot: int, prompt_n: int, prompt_s: float, p
         f"{head}       total time = {(prompt_s + predicted_s) * 1000.0:10.2f} ms / {prompt_n + predicted_n:5d} tokens",
         f"slot      release: id {slot:2d} | task {id_task} | stop processing: n_tokens = {n_tokens}, truncated = 0",
     ]
-
-
-def make_sim_dir(prefix: str = "kvmon-sim-") -> str:
-    """A private temporary folder for the simulator's files."""
-    import tempfile
-
-    return tempfile.mkdtemp(prefix=prefix)
 
 
 def remove_sim_dir(path: str) -> None:

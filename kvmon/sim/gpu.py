@@ -53,20 +53,14 @@ class SimGpus:
             uuid = f"GPU-{h:08x}-{i:04x}-4{h % 4096:03x}-8{(h >> 4) % 4096:03x}-{h:08x}{i:04x}"
             gpus.append(FakeGpu(
                 name=f"NVIDIA GeForce {self.spec.name}", uuid=uuid, memory_total_bytes=self.spec.vram_bytes,
-                memory_used_bytes=0, memory_reserved_bytes=0, mem_clock_mhz=IDLE_MEM_CLOCK_MHZ,
-                mem_clock_max_mhz=self.mem_clock_max_mhz, bus_width_bits=bus, pcie_gen=1,
-                pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen, pcie_max_width=scenario.pcie_width,
-                pcie_tx_kb_s=0, pcie_rx_kb_s=0, gpu_util_percent=0, mem_util_percent=0, power_mw=25_000,
-                power_limit_mw=self.power_limit_mw, temperature_c=38, processes=[],
+                mem_clock_mhz=IDLE_MEM_CLOCK_MHZ, mem_clock_max_mhz=self.mem_clock_max_mhz, bus_width_bits=bus,
+                pcie_gen=1, pcie_width=scenario.pcie_width, pcie_max_gen=scenario.pcie_gen,
+                pcie_max_width=scenario.pcie_width, power_mw=25_000, power_limit_mw=self.power_limit_mw,
+                temperature_c=38, energy_mj=0,
                 pci_bus_id=f"00000000:{i + 1:02X}:00.0",  # as the simulated log's "using device" lines name it
-                energy_mj=0,
             ))
         self.nvml = FakeNvml(gpus)
         self._energy_at: float | None = None  # the simulated instant the energy counters were brought up to
-
-    def refresh(self, act: Activity, other_vram_bytes: int, now: float | None = None) -> None:
-        """Set every GPU's fields from what the server does now (``act``) and what others hold."""
-        self.refresh_many([(self.server_pid, act)], other_vram_bytes, now)
 
     def _count_energy(self, now: float | None) -> None:
         """Each GPU's energy counter moves by the power it drew since the last refresh (simulated seconds)."""
@@ -79,11 +73,10 @@ class SimGpus:
             if gpu.energy_mj is not None:
                 self.nvml.update(i, energy_mj=gpu.energy_mj + round(gpu.power_mw * (now - last)))
 
-    def refresh_many(self, servers: list[tuple[int, Activity]], other_vram_bytes: int,
-                     now: float | None = None) -> None:
-        """Several model servers on the same GPUs (a router's or llama-swap's children, each its own process):
-        their memory adds up; utilisation, clocks and PCIe follow the busiest one. ``now``: the simulated time,
-        which moves the energy counters by the power drawn until then."""
+    def refresh(self, servers: list[tuple[int, Activity]], other_vram_bytes: int, now: float | None = None) -> None:
+        """Set every GPU's fields from what its model servers (pid, activity) do now and what others hold: a router's
+        or llama-swap's children add up their memory; utilisation, clocks and PCIe follow the busiest one. ``now``:
+        the simulated time, which moves the energy counters by the power drawn until then."""
         self._count_energy(now)
         rank = {"decode": 3, "prefill": 2, "loading": 1}
         if not servers:

@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvmon.sim.reply import (
-    JSON_TYPE,
     Reply,
     StreamAborted,
+    answer_text,
     chat_text,
     dumps,
     estimate_tokens,
     json_reply,
     token_text,
-    wait_until,
+    tokens_as_they_come,
+    wait_end,
 )
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
@@ -37,9 +38,9 @@ def error_body(code: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "type": kind}}
 
 
-LOADING = (503, {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
-BAD_KEY = (401, {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}})
-NOT_FOUND = (404, {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}})
+LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+BAD_KEY = {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}
+NOT_FOUND = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
 
 
 def gen_params(n_predict: int = -1, *, stream: bool = False, seed: int = 4294967295) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class LlamaApi:
         return self.sim.model_path
 
     def _ftype(self) -> str:
-        quant = str(getattr(self.sim.engine.epoch_at(0).model, "quantization", "")).upper()
+        quant = self.sim.engine.model_at(0.0).quantization.upper()
         return FTYPES.get(quant, quant or "unknown")
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None) -> Reply:
@@ -101,14 +102,14 @@ class LlamaApi:
             ("GET", "/slots"): lambda: self.slots(query), ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/models"): self.models, ("GET", "/models"): self.models,
             ("POST", "/tokenize"): lambda: self.tokenize(body or {}),
-            ("POST", "/completion"): lambda: self.completion(body),
-            ("POST", "/completions"): lambda: self.completion(body),
-            ("POST", "/v1/chat/completions"): lambda: self.chat(body),
-            ("POST", "/chat/completions"): lambda: self.chat(body),
+            ("POST", "/completion"): lambda: self.completion(body or {}),
+            ("POST", "/completions"): lambda: self.completion(body or {}),
+            ("POST", "/v1/chat/completions"): lambda: self.chat(body or {}),
+            ("POST", "/chat/completions"): lambda: self.chat(body or {}),
         }
         fn = routes.get((method, path))
         if fn is None:
-            return json_reply(NOT_FOUND[1], 404)
+            return json_reply(NOT_FOUND, 404)
         if body is None and method == "POST":
             return json_reply(error_body(400, "Failed to parse the request body as JSON", "invalid_request_error"), 400)
         return fn()
@@ -146,12 +147,10 @@ class LlamaApi:
             now = self.sim.clock.now()
             eng.advance(now)
             out: list[dict[str, Any]] = []
-            busy = 0
             for i in range(self.sim.scenario.n_parallel):
                 req = eng.slot_request(i, now)
                 entry: dict[str, Any] = {"id": i, "n_ctx": eng.slot_ctx(now), "speculative": False,
                                          "is_processing": bool(req and req.is_processing(now))}
-                busy += entry["is_processing"]
                 if req is not None:
                     # a finished slot keeps its tokens but shows its per-request counters reset, as the real one
                     processing = req.is_processing(now)
@@ -167,7 +166,7 @@ class LlamaApi:
                                         "n_decoded": decoded}],
                     })
                 out.append(entry)
-        if query.get("fail_on_no_slot") not in (None, "", "0", "false") and busy == len(out):
+        if query.get("fail_on_no_slot") not in (None, "", "0", "false") and all(e["is_processing"] for e in out):
             return json_reply(error_body(503, "no slot available", "unavailable_error"), 503)
         return json_reply(out)
 
@@ -175,7 +174,7 @@ class LlamaApi:
         eng = self.sim.engine
         eng.note_task()
         now = self.sim.clock.now()
-        m = eng.metrics(now, scrape=True)
+        m = eng.metrics(now)
         lines: list[str] = []
         for name, kind, help_text in METRICS:
             value = m.get(name, 0.0)
@@ -188,8 +187,7 @@ class LlamaApi:
 
     def models(self) -> Reply:
         eng = self.sim.engine
-        model = eng.epoch_at(self.sim.clock.now()).model
-        assert model is not None
+        model = eng.model_at(self.sim.clock.now())
         md = model.preset.metadata
         arch = md.get("general.architecture", "")
         name = self.model_name
@@ -213,8 +211,7 @@ class LlamaApi:
 
     # -- generation -----------------------------------------------------------------------------------
     def _n_vocab(self) -> int:
-        model = self.sim.engine.epoch_at(self.sim.clock.now()).model
-        return int(model.shape.vocab_size or 32000) if model is not None else 32000
+        return int(self.sim.engine.model_at(self.sim.clock.now()).shape.vocab_size or 32000)
 
     def tokenize(self, body: dict[str, Any]) -> Reply:
         """The content's tokens: about four characters each, as the simulator counts a text's tokens."""
@@ -239,18 +236,9 @@ class LlamaApi:
     def _tokens(self, req: SimRequest, make: Callable[[int], bytes]) -> Iterator[bytes]:
         """Yield chunks as the simulated tokens appear (empty ones while it waits: the server looks whether its
         client is still there); StreamAborted if the server died meanwhile."""
-        sent = 0
-        while sent < req.predicted_n:
-            yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
-            upto = req.n_decoded(self.sim.clock.now())
-            yield b"".join(make(k) for k in range(sent, upto))
-            sent = upto
+        yield from tokens_as_they_come(self.sim, req, make)
         if req.aborted_at is not None:
             self.sim.clock.sleep_until(req.aborted_at, self.sim.stopping)
-            raise StreamAborted("simulated server restarted")
-
-    def _wait_end(self, req: SimRequest) -> None:
-        if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
             raise StreamAborted("simulated server restarted")
 
     def _prompt_tokens(self, prompt: Any) -> tuple[int, list[int] | str] | Reply:
@@ -271,15 +259,14 @@ class LlamaApi:
             return json_reply(body, 400)
         return tokens, key
 
-    def completion(self, body: dict[str, Any] | None) -> Reply:
-        body = body or {}
+    def completion(self, body: dict[str, Any]) -> Reply:
         prompt = body.get("prompt", "")
         stream = bool(body.get("stream"))
         got = self._prompt_tokens(prompt)
         if isinstance(got, Reply):
             return got
         req = self._submit(got[0], body, stream, got[1])
-        text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        text = answer_text(req)
 
         def final(content: str) -> dict[str, Any]:
             stop_type = "limit" if req.predicted_n >= req.n_predict else "eos"
@@ -292,7 +279,7 @@ class LlamaApi:
                     "tokens_cached": req.cache_n + req.prompt_n + req.predicted_n, "timings": req.timings()}
 
         if not stream:
-            self._wait_end(req)
+            wait_end(self.sim, req)
             return json_reply(final(text))
 
         def chunk(k: int) -> bytes:
@@ -307,8 +294,7 @@ class LlamaApi:
         return Reply(200, content_type="text/event-stream", headers={"X-Accel-Buffering": "no"}, stream=gen(),
                      on_abort=lambda: self.sim.engine.cancel(req))
 
-    def chat(self, body: dict[str, Any] | None) -> Reply:
-        body = body or {}
+    def chat(self, body: dict[str, Any]) -> Reply:
         stream = bool(body.get("stream"))
         got = self._prompt_tokens(chat_text(body))
         if isinstance(got, Reply):
@@ -322,10 +308,9 @@ class LlamaApi:
                  "prompt_tokens_details": {"cached_tokens": req.cache_n}}
         head = {"created": created, "id": cid, "model": self.model_name, "system_fingerprint": BUILD_INFO}
         if not stream:
-            self._wait_end(req)
-            text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+            wait_end(self.sim, req)
             return json_reply({"choices": [{"finish_reason": finish, "index": 0,
-                                            "message": {"role": "assistant", "content": text}}],
+                                            "message": {"role": "assistant", "content": answer_text(req)}}],
                                "created": created, "model": self.model_name, "system_fingerprint": BUILD_INFO,
                                "object": "chat.completion", "usage": usage, "id": cid, "timings": req.timings()})
 
@@ -369,5 +354,3 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("requests_deferred", "gauge", "Number of requests deferred"),
     ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call"),
 )
-
-__all__ = ["BAD_KEY", "JSON_TYPE", "LOADING", "NOT_FOUND", "LlamaApi", "gen_params"]

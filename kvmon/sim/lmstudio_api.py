@@ -22,7 +22,17 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_array
 from kvmon.sim.files import gguf_metadata, write_gguf_header
-from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text
+from kvmon.sim.reply import (
+    Reply,
+    answer_text,
+    dumps,
+    estimate_tokens,
+    json_reply,
+    token_text,
+    tokens_as_they_come,
+    wait_end,
+    wait_until,
+)
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
@@ -97,10 +107,6 @@ class LmStudioApi:
         return self.sim.engine.submit(max(1, estimate_tokens(text)), n_predict, {"stream": bool(body.get("stream"))},
                                       prompt=text)
 
-    def _wait_end(self, req: SimRequest) -> None:
-        if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
-            raise StreamAborted("simulated server stopped")
-
     @staticmethod
     def _rate(req: SimRequest) -> float:
         return req.predicted_n / req.predicted_s if req.predicted_s > 0 else 0.0
@@ -111,13 +117,13 @@ class LmStudioApi:
     def chat_v0(self, body: dict[str, Any]) -> Reply:
         msgs = json_array(body.get("messages"))
         req = self._submit(body, " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict)))
-        self._wait_end(req)
+        wait_end(self.sim, req)
         prompt = req.cache_n + req.prompt_n
         return json_reply({
             "id": "chatcmpl-" + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(21)),
             "object": "chat.completion", "created": int(self.sim.clock.wall()), "model": self.key,
             "choices": [{"index": 0, "logprobs": None, "finish_reason": "stop", "message": {
-                "role": "assistant", "content": "".join(token_text(req.id_task, k) for k in range(req.predicted_n))}}],
+                "role": "assistant", "content": answer_text(req)}}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": req.predicted_n,
                       "total_tokens": prompt + req.predicted_n},
             "stats": {"tokens_per_second": self._rate(req), "time_to_first_token": round(self._ttft(req), 3),
@@ -127,8 +133,7 @@ class LmStudioApi:
 
     def _v1_result(self, req: SimRequest) -> dict[str, Any]:
         return {"model_instance_id": self.key,
-                "output": [{"type": "message",
-                            "content": "".join(token_text(req.id_task, k) for k in range(req.predicted_n))}],
+                "output": [{"type": "message", "content": answer_text(req)}],
                 "stats": {"input_tokens": req.cache_n + req.prompt_n, "total_output_tokens": req.predicted_n,
                           "reasoning_output_tokens": 0, "tokens_per_second": self._rate(req),
                           "time_to_first_token_seconds": round(self._ttft(req), 3)},
@@ -139,7 +144,7 @@ class LmStudioApi:
         text = given if isinstance(given, str) else str(given)
         req = self._submit(body, text)
         if not body.get("stream"):
-            self._wait_end(req)
+            wait_end(self.sim, req)
             return json_reply(self._v1_result(req))
 
         def event(kind: str, data: dict[str, Any]) -> bytes:
@@ -148,18 +153,11 @@ class LmStudioApi:
         def gen() -> Iterator[bytes]:
             yield event("chat.start", {"model_instance_id": self.key})
             yield event("prompt_processing.start", {})
-            if not self.sim.clock.sleep_until(req.t_prefill_end, self.sim.stopping):
-                raise StreamAborted("simulator stopping")
+            yield from wait_until(self.sim.clock, req.t_prefill_end, self.sim.stopping)
             yield event("prompt_processing.end", {})
             yield event("message.start", {})
-            sent = 0
-            while sent < req.predicted_n:
-                if not self.sim.clock.sleep_until(float(req.token_times[sent]), self.sim.stopping):
-                    raise StreamAborted("simulator stopping")
-                upto = req.n_decoded(self.sim.clock.now())
-                yield b"".join(event("message.delta", {"content": token_text(req.id_task, k)})
-                               for k in range(sent, upto))
-                sent = upto
+            yield from tokens_as_they_come(self.sim, req,
+                                           lambda k: event("message.delta", {"content": token_text(req.id_task, k)}))
             yield event("message.end", {})
             yield event("chat.end", {"result": self._v1_result(req)})
 

@@ -30,7 +30,6 @@ class ScriptedChat:
         self._host, self._port = parts.hostname or "127.0.0.1", int(parts.port or 80)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvmon-sim-chat", daemon=True)
-        self.turns = 0
         self._changed = threading.Condition()
         self._waits_until: float | None = None  # asleep, or waiting on an answer, until this simulated time
         self._answer: Any = None  # the answer being read (the simulator's request) and its tokens read so far
@@ -118,7 +117,6 @@ class ScriptedChat:
                     if self._stop.wait(1.0):
                         return
                     continue
-                self.turns += 1
                 context += script.generated_tokens
                 if not self._sleep(script.think_s):
                     return

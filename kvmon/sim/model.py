@@ -57,12 +57,6 @@ def model_tensors(metadata: Any, file_type: str) -> tuple[TypedTensor, ...] | No
     return quantize(inv, file_type, metadata) if inv is not None else None
 
 
-def _start_other_vram(scenario: Scenario) -> int:
-    """VRAM another application holds on GPU 0 when the scenario starts (as ``SimEngine.other_vram_bytes(0)``)."""
-    pts = scenario.other_vram
-    return int(np.interp(0.0, [p[0] for p in pts], [float(p[1]) for p in pts])) if pts else 0
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where the layers went at load: per-GPU layer counts, layers on the CPU, and bytes per device."""
@@ -78,10 +72,7 @@ class Placement:
 class LoadedModel:
     """One load of the scenario's model with ``n_ctx`` cells; ``other_vram_bytes`` is what others hold then."""
 
-    calibration_note: str  # how the efficiency and attention overhead were set (by _calibrate or given)
-
-    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0, *,
-                 calibration: tuple[float, float, str] | None = None) -> None:
+    def __init__(self, scenario: Scenario, n_ctx: int, other_vram_bytes: int = 0) -> None:
         from kvmon.physics.kv import kv_allocation
         from kvmon.physics.shape import ModelShape
         from kvmon.physics.weights import weight_bytes_read_per_token
@@ -124,27 +115,19 @@ class LoadedModel:
         self.pcie_bandwidth_bytes_per_s = pcie_bandwidth_bytes_per_s(scenario.pcie_gen, scenario.pcie_width) or 25e9
         self.placement = self._place(other_vram_bytes)
         self._devices = self._device_shares()
-        self._e0, self._overhead = 1.0, 0.0
-        if calibration is None and (n_ctx != scenario.n_ctx or other_vram_bytes != _start_other_vram(scenario)):
-            ref = LoadedModel(scenario, scenario.n_ctx, _start_other_vram(scenario))
-            calibration = (ref._e0, ref._overhead, ref.calibration_note)
-        if calibration is None:
-            self._calibrate()
-        else:
-            self._e0, self._overhead, note = calibration
-            self.calibration_note = f"{note} (on the scenario's own load; kept for this one)"
+        if n_ctx == scenario.n_ctx and other_vram_bytes == scenario.other_vram_bytes(0.0):
+            self._e0, self._overhead = self._calibrate()
+        else:  # calibrated on the scenario's own load, kept for this one
+            ref = LoadedModel(scenario, scenario.n_ctx, scenario.other_vram_bytes(0.0))
+            self._e0, self._overhead = ref._e0, ref._overhead
 
     # -- placement --------------------------------------------------------------------------------------
     def _place(self, other_vram_bytes: int) -> Placement:
         s = self.scenario
         layer_weights = self.weight_bytes - self.host_embedding_bytes
         per_layer = (layer_weights + self.kv_allocated_bytes) / self.n_layers
-        capacity: list[int] = []
-        for i in range(s.n_gpus):
-            free = self.device_memory_bytes() - s.cuda_context_bytes - s.compute_buffer_bytes
-            if i == 0:
-                free -= other_vram_bytes
-            capacity.append(max(0, int(free // per_layer)))
+        free = self.device_memory_bytes() - s.cuda_context_bytes - s.compute_buffer_bytes  # on each GPU, less others
+        capacity = [max(0, int((free - (other_vram_bytes if i == 0 else 0)) // per_layer)) for i in range(s.n_gpus)]
         wanted = self.n_layers if s.n_gpu_layers is None else min(self.n_layers, s.n_gpu_layers)
         # llama.cpp splits layers in proportion to free memory; equal cards get equal shares
         layers = [0] * s.n_gpus
@@ -170,17 +153,11 @@ class LoadedModel:
     def _device_shares(self) -> list[Any]:
         from kvmon.physics.ceiling import DeviceShare
 
-        devices = []
-        for i, n in enumerate(self.placement.gpu_layers):
-            if n:
-                frac = n / self.n_layers
-                devices.append(DeviceShare(f"CUDA{i}", self.gpu.bandwidth_bytes_per_s, self.weight_read_bytes * frac,
-                                           frac, "gpu"))
-        if self.placement.cpu_layers:
-            frac = self.placement.cpu_layers / self.n_layers
-            devices.append(DeviceShare("CPU", self.scenario.host_bandwidth_bytes_per_s, self.weight_read_bytes * frac,
-                                       frac, "host"))
-        return devices
+        p = self.placement
+        held = [(f"CUDA{i}", self.gpu.bandwidth_bytes_per_s, n) for i, n in enumerate(p.gpu_layers) if n]
+        held += [("CPU", self.scenario.host_bandwidth_bytes_per_s, p.cpu_layers)] if p.cpu_layers else []
+        return [DeviceShare(name, bw, self.weight_read_bytes * (n / self.n_layers), n / self.n_layers,
+                            "host" if name == "CPU" else "gpu") for name, bw, n in held]
 
     def device_memory_bytes(self) -> int:
         """What one device can hold: its VRAM, or on unified memory what Metal lets the GPU wire."""
@@ -207,23 +184,17 @@ class LoadedModel:
             out[j] = 1.0 / tok_s if tok_s else math.inf
         return out
 
-    def _calibrate(self) -> None:
+    def _calibrate(self) -> tuple[float, float]:
         """Efficiency at empty context and attention overhead per token of depth, from the anchors."""
         s = self.scenario
         e0, overhead = s.efficiency_at_empty, s.attention_overhead_s_per_token
-        self.calibration_note = "efficiency and attention overhead as the scenario states them"
         if len(s.decode_anchors) >= 2:
             (n0, tok0), (n1, tok1) = s.decode_anchors[0], s.decode_anchors[1]
             roof0, roof1 = self.roofline_step_s(np.array([n0, n1], dtype=float))
             # step(n) = roof(n)/e0 + overhead*n, solved through both anchors
             e0 = min(1.0, roof0 * tok0) if n0 == 0 else s.efficiency_at_empty  # never above the roofline
             overhead = (1.0 / tok1 - roof1 / e0) / n1 if n1 else 0.0
-            self.calibration_note = (
-                f"calibrated on {tok0:g} tok/s at {n0} and {tok1:g} tok/s at {n1} tokens: efficiency at "
-                f"empty context {e0:.3f}, attention overhead {overhead * 1e9:.1f} ns per token of depth"
-            )
-        self._e0 = min(1.0, max(0.05, e0))
-        self._overhead = max(0.0, overhead)
+        return min(1.0, max(0.05, e0)), max(0.0, overhead)
 
     def step_s(self, depths: np.ndarray, noise: float = 1.0, mem_clock: float = 1.0) -> np.ndarray:
         """Seconds per decode step at each depth ((roofline / efficiency + attention overhead × depth) × noise),

@@ -12,11 +12,9 @@ loaded by a GET (``autoloads``), a sleeping model woken (``wakes``), a model sta
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from kvmon.sim import permit
@@ -26,7 +24,7 @@ from kvmon.sim.gpu import SimGpus
 from kvmon.sim.multi_scenarios import LLAMA_SWAP, ROUTER, MultiScenario, ServedSpec
 from kvmon.sim.reply import Reply
 from kvmon.sim.router_api import RouterApi
-from kvmon.sim.server import LLAMA_SERVER, SimBackend, SimServer, _Handler
+from kvmon.sim.server import LLAMA_SERVER, SimBackend, SimServer, _Handler, _HttpServer, has_key
 from kvmon.sim.swap_api import SwapApi
 
 CHILD_PID_BASE = 4_100_000  # fake process ids of the model servers on the simulated GPUs
@@ -84,13 +82,6 @@ class StatusEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-class _Front(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = socket.SOMAXCONN  # a burst of clients queues, as at a real router's
-    sim: Any
-
-
 class MultiSim:
     """A simulated router or llama-swap on 127.0.0.1 (random free port by default)."""
 
@@ -114,7 +105,7 @@ class MultiSim:
         self._plan = sorted(scenario.plan)
         self._plan_done = 0
         self._next_pid = CHILD_PID_BASE
-        self._httpd: _Front | None = None
+        self._httpd: _HttpServer | None = None
         self._threads: list[threading.Thread] = []
         self._last_status: dict[str, str] = {}
         self._start_at_s = start_at_s
@@ -126,15 +117,13 @@ class MultiSim:
         """Bind and serve; the plan runs from simulated time 0 (or ``start_at_s``)."""
         if self._httpd is not None:
             return self.url
-        httpd = _Front((self.host, self.port), _Handler)
+        httpd = _HttpServer((self.host, self.port), _Handler)
         httpd.sim = self
         self._httpd = httpd
         self.port = int(httpd.server_address[1])
         if not self.stepped:
             self.clock.start()
-        while self.clock.now() < self._start_at_s:  # join the story later: the plan and timers run up to then
-            self.clock.advance(min(JOIN_STEP_S, self._start_at_s - self.clock.now()))
-            self.tick()
+        self._run_to(self._start_at_s)  # join the story later: the plan and timers run up to then
         self._threads = [threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                           name="kvmon-multisim-http", daemon=True),
                          threading.Thread(target=self._tick_loop, name="kvmon-multisim-tick", daemon=True)]
@@ -205,16 +194,15 @@ class MultiSim:
 
     def unload(self, name: str, now: float) -> bool:
         with self.lock:
-            c = self.children.get(name)
-            if c is None or c.status(now) not in ("loading", "loaded", "sleeping"):
+            if not self.running(name, now):
                 return False
+            c = self.children[name]
             c.ended_at, c.exit_code = now + UNLOAD_S, 0
             return True
 
     def _evict(self, keep: str, now: float) -> None:
         """llama-swap swaps (one model at a time); a router unloads the least recently used beyond --models-max."""
-        running = [c for n, c in self.children.items() if n != keep and c.status(now) in ("loading", "loaded",
-                                                                                           "sleeping")]
+        running = [c for n, c in self.children.items() if n != keep and self.running(n, now)]
         limit = 0 if self.scenario.kind == LLAMA_SWAP else max(0, self.scenario.models_max - 1)
         for c in sorted(running, key=lambda c: c.last_task_at)[:max(0, len(running) - limit)]:
             self.unload(c.spec.name, now)
@@ -230,11 +218,11 @@ class MultiSim:
             c.server.sleeping = False
             self.wakes.append(name)
 
-    def forward(self, name: str, method: str, path: str, query: dict[str, str], headers: dict[str, str],
-                raw: bytes) -> Reply | None:
-        """A request answered by the model's own server."""
-        c = self.children[name]
-        return c.server.answer(method, path, query, headers, raw)
+    def spawn_and_wait(self, name: str, now: float) -> bool:
+        """Start a model's server and wait until it is ready; False when it failed (or the simulator stops) first."""
+        child = self.spawn(name, now)
+        end = child.ended_at if child.ended_at is not None else child.ready_at
+        return self.clock.sleep_until(end, self.stopping) and child.ended_at is None
 
     def args(self, name: str, port: int | None = None) -> list[str]:
         """The model server's command line as llama-server's router renders it (long flags, argv[0] first)."""
@@ -256,7 +244,10 @@ class MultiSim:
         """Stop simulated time running by itself and move it on ``seconds``, the plan and the timers run on the way
         (half a second at a time, as when joining the story later)."""
         self.clock.pause()
-        end = self.clock.now() + seconds
+        self._run_to(self.clock.now() + seconds)
+
+    def _run_to(self, end: float) -> None:
+        """Move simulated time on to ``end`` half a second at a time, the plan and the timers running on the way."""
         while self.clock.now() < end:
             self.clock.advance(min(JOIN_STEP_S, end - self.clock.now()))
             self.tick()
@@ -290,13 +281,9 @@ class MultiSim:
                 elif st == "loaded" and self.scenario.ttl_s is not None and now - c.idle_since() >= self.scenario.ttl_s:
                     self.unload(name, now)
                 self._note(name, c, now)
-            acts = []
-            for c in self.children.values():
-                st = c.status(now)
-                if st in ("loading", "loaded", "unloading"):
-                    acts.append((c.pid, c.server.engine.activity(c.server.clock.now())))
-            other = 0
-            self.gpus.refresh_many(acts, other, now)
+            acts = [(c.pid, c.server.engine.activity(c.server.clock.now())) for c in self.children.values()
+                    if c.status(now) in ("loading", "loaded", "unloading")]
+            self.gpus.refresh(acts, 0, now)
 
     def _note(self, name: str, c: Child, now: float) -> None:
         st = c.status(now)
@@ -321,11 +308,6 @@ class MultiSim:
             return None
         self.tick()
         key = self.faults.api_key(now)
-        if key is not None and path not in self.api.public_paths and not _has_key(headers, key):
-            return self.api.unauthorized()
+        if key is not None and path not in self.api.public_paths and not has_key(headers, key):
+            return self.api.unauthorized(headers)
         return self.api.handle(method, path, query, headers, raw)
-
-
-def _has_key(headers: dict[str, str], key: str) -> bool:
-    auth = headers.get("authorization", "")
-    return auth == f"Bearer {key}" or headers.get("x-api-key") == key

@@ -51,8 +51,8 @@ class MultiScenario:
 
 def _model(name: str, preset_keys: tuple[str, ...], n_ctx: int, anchors: tuple[tuple[int, float], ...],
            script: ChatScript, **kw: object) -> Scenario:
-    return Scenario(name=name, description=name, backend="llama-server", preset_keys=preset_keys, model_alias=name,
-                    gpu_name="RTX 4090", n_gpus=1, n_ctx=n_ctx, decode_anchors=anchors, script=script, **kw)  # type: ignore[arg-type]  # Scenario's own fields
+    return Scenario(name=name, description=name, preset_keys=preset_keys, model_alias=name, gpu_name="RTX 4090",
+                    n_ctx=n_ctx, decode_anchors=anchors, script=script, **kw)  # type: ignore[arg-type]  # Scenario's own fields
 
 
 _QWEN = _model("qwen3-8b", ("qwen3-8b",), 32768, ((0, 128.0), (32768, 74.0)),
@@ -75,10 +75,9 @@ MULTI_SCENARIOS: dict[str, MultiScenario] = {
             "model file fails to load, gpt-oss-20b stays unloaded",
             kind=ROUTER,
             models=(ServedSpec("qwen3-8b", _QWEN, load_s=8.0), ServedSpec("gemma-3-12b", _GEMMA, load_s=10.0),
-                    ServedSpec("gpt-oss-20b", _GPTOSS), ServedSpec("broken-model", replace(_GPTOSS,
-                                                                                            name="broken-model",
-                                                                                            model_alias="broken-model"),
-                                                                  load_s=30.0, fail_after_s=2.0)),
+                    ServedSpec("gpt-oss-20b", _GPTOSS),
+                    ServedSpec("broken-model", replace(_GPTOSS, name="broken-model", model_alias="broken-model"),
+                               load_s=30.0, fail_after_s=2.0)),
             plan=((2.0, "load", "qwen3-8b"), (60.0, "load", "gemma-3-12b"), (75.0, "load", "broken-model")),
             sleep_idle_s=30.0,
             key_moments=(KeyMoment("the broken model failed to load", 85.0),),

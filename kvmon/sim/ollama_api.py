@@ -18,7 +18,17 @@ from typing import Any
 from kvmon.core.jsonvals import json_array, json_object
 from kvmon.sim.files import gguf_metadata
 from kvmon.sim.ollama_child import CHILD_PREFIX
-from kvmon.sim.reply import Reply, StreamAborted, dumps, estimate_tokens, json_reply, token_text, wait_until
+from kvmon.sim.reply import (
+    Reply,
+    StreamAborted,
+    answer_text,
+    dumps,
+    estimate_tokens,
+    json_reply,
+    token_text,
+    tokens_as_they_come,
+    wait_end,
+)
 from kvmon.sim.requests import SimRequest
 from kvmon.sim.served import ServedSimulation
 
@@ -47,14 +57,11 @@ class OllamaApi:
         self.sim = sim
         self.name = sim.scenario.model_alias
         self.digest = hashlib.sha256(self.name.encode()).hexdigest()
-        self._last_used = 0.0
         self._child: Any = None
         self._loaded_at: dict[int, float] = {}  # epochs this API loaded for a request: when each was ready
 
     def _model(self) -> Any:
-        model = self.sim.engine.epoch_at(self.sim.clock.now()).model
-        assert model is not None
-        return model
+        return self.sim.engine.model_at(self.sim.clock.now())
 
     def details(self) -> dict[str, Any]:
         md = self._model().preset.metadata
@@ -82,6 +89,8 @@ class OllamaApi:
             return Reply(404, b"404 page not found", "text/plain; charset=utf-8")
         if body is None:
             return json_reply({"error": "invalid character in request body"}, 400)
+        if method == "POST" and (unknown := self._known(body)) is not None:  # every POST names its model
+            return unknown
         return fn()
 
     def _child_api(self) -> Any:
@@ -116,9 +125,6 @@ class OllamaApi:
                                        "size": m.weight_bytes, "digest": self.digest, "details": self.details()}]})
 
     def show(self, body: dict[str, Any]) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         verbose = bool(body.get("verbose"))
         m = self._model()
         md = dict(m.preset.metadata)
@@ -177,9 +183,6 @@ class OllamaApi:
         return self.sim.clock.wall() - (self.sim.clock.now() - t)
 
     def generate(self, body: dict[str, Any], *, chat: bool) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         req = self._submit(body, chat)
         stream = body.get("stream", True) is not False
 
@@ -199,44 +202,29 @@ class OllamaApi:
             return dumps(obj) + b"\n"
 
         if not stream:
-            self._wait_end(req)
-            text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
-            return Reply(200, final(text)[:-1])
+            wait_end(self.sim, req)
+            return Reply(200, final(answer_text(req))[:-1])
+
+        def token(k: int) -> bytes:
+            return dumps(piece(token_text(req.id_task, k), float(req.token_times[k]), False)) + b"\n"
 
         def gen() -> Iterator[bytes]:
-            sent = 0
-            while sent < req.predicted_n:
-                yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
-                upto = req.n_decoded(self.sim.clock.now())
-                yield b"".join(dumps(piece(token_text(req.id_task, k), float(req.token_times[k]), False)) + b"\n"
-                               for k in range(sent, upto))
-                sent = upto
+            yield from tokens_as_they_come(self.sim, req, token)
             if req.aborted_at is not None:
                 raise StreamAborted("simulated server restarted")
             yield final("")
 
         return Reply(200, content_type=NDJSON, stream=gen(), on_abort=lambda: self.sim.engine.cancel(req))
 
-    def _wait_end(self, req: SimRequest) -> None:
-        if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping) or req.aborted_at is not None:
-            raise StreamAborted("simulated server restarted")
-
     def v1_chat(self, body: dict[str, Any]) -> Reply:
-        bad = self._known(body)
-        if bad is not None:
-            return bad
         req = self._submit(body, chat=True)
-        self._wait_end(req)
-        text = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        wait_end(self.sim, req)
         prompt = req.cache_n + req.prompt_n
         return json_reply({
             "id": f"chatcmpl-{req.id_task}", "object": "chat.completion", "created": int(self.sim.clock.wall()),
             "model": self.name, "system_fingerprint": "fp_ollama",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer_text(req)},
                          "finish_reason": "length" if req.predicted_n >= req.n_predict else "stop"}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": req.predicted_n,
                       "total_tokens": prompt + req.predicted_n},
         })
-
-
-__all__ = ["OllamaApi"]

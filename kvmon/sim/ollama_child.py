@@ -67,20 +67,15 @@ def ollama_flags(sim: Any, port: int) -> list[str]:
     return [*argv, "--flash-attn", sc.flash_attn, "-b", "512", "-ub", "512"]
 
 
-def child_argv(sim: Any, script: str, port: int) -> list[str]:
-    """Ollama's llama-server command line for the simulated model (the simulator's URL and the prefix go first, to
-    the script; the flags are Ollama's, in its order)."""
-    return [sys.executable, script, sim.url, CHILD_PREFIX, *ollama_flags(sim, port)]
-
-
 def start_child(sim: Any) -> tuple[subprocess.Popen[bytes], int]:
     """Start the model server process for a simulated Ollama; (process, its port)."""
     script = os.path.join(sim.files_dir, "llama-server")
     with open(script, "w", encoding="utf-8") as f:
         f.write(SCRIPT)
     port = _free_port()
-    proc = subprocess.Popen(child_argv(sim, script, port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    # the simulator's URL and the prefix go first, to the script; then Ollama's flags, in its order
+    argv = [sys.executable, script, sim.url, CHILD_PREFIX, *ollama_flags(sim, port)]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, port
 
 

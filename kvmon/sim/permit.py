@@ -23,14 +23,10 @@ def allow(why: str) -> None:
         _granted.add(why)
 
 
-def allowed() -> bool:
-    """Whether a demo or a test asked for the doubles in this process."""
-    with _lock:
-        return bool(_granted)
-
-
 def require(what: str) -> None:
     """Raise DoublesRefused unless a demo or a test asked for the doubles."""
-    if not allowed():
+    with _lock:
+        granted = bool(_granted)
+    if not granted:
         raise DoublesRefused(f"{what} is a simulated device (a test double): it runs only in the demo "
                              "(kvmon --demo, kvmon sim) and the tests, never as a reading of this machine")

@@ -10,6 +10,7 @@ F32 files keep every matrix in that type. Sizes per type come from the ``gguf`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,7 @@ class TypedTensor:
     @property
     def n_bytes(self) -> int:
         block, size = GGML_QUANT_SIZES[self.ggml_type]
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n // block * size
+        return math.prod(self.shape) // block * size
 
 
 def _more_bits(i: int, n: int) -> bool:

@@ -6,7 +6,12 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from kvmon.core.jsonvals import json_array
+from kvmon.sim.clock import SimClock
+from kvmon.sim.requests import SimRequest
+from kvmon.sim.served import ServedSimulation
 
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -33,15 +38,7 @@ class Reply:
 HEARTBEAT_S = 0.2  # real seconds between two looks at whether a streaming client is still there
 
 
-class _Clock(Protocol):
-    speed: float
-
-    def now(self) -> float: ...
-
-    def sleep_until(self, sim_t: float, stop: threading.Event | None = None) -> bool: ...
-
-
-def wait_until(clock: _Clock, until: float, stop: threading.Event) -> Iterator[bytes]:
+def wait_until(clock: SimClock, until: float, stop: threading.Event) -> Iterator[bytes]:
     """Wait for simulated ``until``, yielding an empty chunk every ``HEARTBEAT_S`` real seconds (the server looks
     whether its client is still there); StreamAborted when the simulator stops meanwhile."""
     while True:
@@ -52,6 +49,23 @@ def wait_until(clock: _Clock, until: float, stop: threading.Event) -> Iterator[b
             raise StreamAborted("simulator stopping")
         if clock.now() < until:
             yield b""
+
+
+def tokens_as_they_come(sim: ServedSimulation, req: SimRequest, make: Callable[[int], bytes]) -> Iterator[bytes]:
+    """``make(k)`` for each generated token ``k`` as it appears in simulated time, with ``wait_until``'s empty chunks
+    while it waits; a restart that cut the request short is the caller's to answer."""
+    sent = 0
+    while sent < req.predicted_n:
+        yield from wait_until(sim.clock, float(req.token_times[sent]), sim.stopping)
+        upto = req.n_decoded(sim.clock.now())
+        yield b"".join(make(k) for k in range(sent, upto))
+        sent = upto
+
+
+def wait_end(sim: ServedSimulation, req: SimRequest) -> None:
+    """Wait until the request has ended; StreamAborted when the server died meanwhile or the simulator stops."""
+    if not sim.clock.sleep_until(req.t_end, sim.stopping) or req.aborted_at is not None:
+        raise StreamAborted("simulated server restarted")
 
 
 def dumps(obj: Any) -> bytes:
@@ -83,6 +97,11 @@ def token_text(id_task: int, k: int) -> str:
     return WORDS[(id_task * 7 + k * 13 + (k * k) % 5) % len(WORDS)]
 
 
+def answer_text(req: SimRequest) -> str:
+    """The whole text a request generated."""
+    return "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+
+
 def estimate_tokens(text: str) -> int:
     """Prompt tokens for a text (about four characters per token)."""
     return max(1, len(text) // 4)
@@ -91,6 +110,5 @@ def estimate_tokens(text: str) -> int:
 def chat_text(body: dict[str, Any]) -> str:
     """A chat request's messages as a chat template lays them out (each role's tag, then its text; odd entries left
     out): the text the prompt cache compares, so that a change in one message keeps the messages before it cached."""
-    got = body.get("messages")
-    msgs: list[Any] = got if isinstance(got, list) else []
-    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in msgs if isinstance(m, dict))
+    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in json_array(body.get("messages"))
+                   if isinstance(m, dict))

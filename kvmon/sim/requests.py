@@ -33,7 +33,6 @@ class SimRequest:
     n_predict: int  # what was asked for (-1: until done)
     params: dict[str, Any] = field(default_factory=dict)
     aborted_at: float | None = None  # the server went away (restart/reload) at this time
-    folded: bool = False  # its end has been added to the metrics counters
     prompt_folded: bool = False  # its prompt has been added to the prompt counters (when it was read, as llama-server)
 
     @property
@@ -94,11 +93,11 @@ class SimRequest:
             return math.ceil(self.prompt_processed(t) / N_BATCH)
         return self.prompt_batches + max(0, self.n_decoded(t) - 1)
 
-    def timings(self, t: float | None = None) -> dict[str, Any]:
+    def timings(self) -> dict[str, Any]:
         """The ``timings`` object llama-server puts in its final response (ms and per-second figures)."""
         prompt_ms = self.prefill_s * 1000.0
-        n = self.predicted_n if t is None else self.n_decoded(t)
-        pred_ms = (min(self.t_end, t if t is not None else self.t_end) - self.t_prefill_end) * 1000.0 if n else 0.0
+        n = self.predicted_n
+        pred_ms = (self.t_end - self.t_prefill_end) * 1000.0 if n else 0.0
         return {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,

@@ -33,8 +33,8 @@ class RouterApi:
     def __init__(self, sim: Any) -> None:
         self.sim = sim
 
-    def unauthorized(self) -> Reply:
-        return json_reply(BAD_KEY[1], 401, close=True)
+    def unauthorized(self, headers: dict[str, str]) -> Reply:
+        return json_reply(BAD_KEY, 401, close=True)
 
     def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
         if method == "GET" and path in ("/health", "/v1/health"):
@@ -50,11 +50,9 @@ class RouterApi:
             if body is None:
                 return json_reply(error_body(500, "[json.exception.parse_error.101] parse error", "server_error"), 500)
             return self.load(body) if path.endswith("load") and not path.endswith("unload") else self.unload(body)
-        if method == "GET" and path in PROXY_GETS:
-            return self.proxy_get(path, query, headers, raw)
-        if method == "POST" and path in PROXY_POSTS:
-            return self.proxy_post(path, query, headers, raw)
-        return json_reply(NOT_FOUND[1], 404)
+        if (method == "GET" and path in PROXY_GETS) or (method == "POST" and path in PROXY_POSTS):
+            return self.proxy(method, path, query, headers, raw)
+        return json_reply(NOT_FOUND, 404)
 
     # -- the router's own documents -------------------------------------------------------------------
     def props(self) -> dict[str, Any]:
@@ -92,12 +90,9 @@ class RouterApi:
                 "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
                 "source": "models_dir", "can_remove": False,
             }
-            md = spec.scenario
-            n_ctx_train = _ctx_train(md)
-            if n_ctx_train:
+            if n_ctx_train := _ctx_train(spec.scenario):
                 entry["context_length"] = n_ctx_train
-            meta = self._meta(spec.name)
-            if meta is not None:
+            if (meta := self._meta(spec.name)) is not None:
                 entry["meta"] = meta
             data.append(entry)
         return {"data": data, "object": "list"}
@@ -117,7 +112,7 @@ class RouterApi:
         name = body.get("model")
         now = self.sim.clock.now()
         if not isinstance(name, str) or self.sim.scenario.spec(name) is None:
-            return json_reply(NOT_FOUND[1], 404)  # the HTTP layer's 404 body replaces the handler's message
+            return json_reply(NOT_FOUND, 404)  # the HTTP layer's 404 body replaces the handler's message
         if self.sim.running(name, now):
             return json_reply(error_body(400, "model is already running", "invalid_request_error"), 400)
         self.sim.spawn(name, now)
@@ -142,9 +137,7 @@ class RouterApi:
             return json_reply(error_body(400, "model is not loaded", "invalid_request_error"), 400)
         if by_get:
             self.sim.autoloads.append(name)
-        child = self.sim.spawn(name, now)
-        end = child.ended_at if child.ended_at is not None else child.ready_at
-        if not self.sim.clock.sleep_until(end, self.sim.stopping) or child.ended_at is not None:
+        if not self.sim.spawn_and_wait(name, now):
             return json_reply(error_body(500, "model failed to load", "server_error"), 500)
         return None
 
@@ -156,31 +149,22 @@ class RouterApi:
             return json_reply(error_body(400, f"model '{name}' not found", "invalid_request_error"), 400)
         return None
 
-    def proxy_get(self, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
-        name = query.get("model")
-        bad = self._model(name) or self._ready(str(name), query.get("autoload", "true") in ("true", "1"),
-                                               by_get=True)
-        if bad is not None:
-            return bad
-        assert name is not None
-        if path == "/slots":  # a task on the model server's queue: it wakes a sleeping model
-            self.sim.touch(name, self.sim.clock.now())
-        reply = self.sim.forward(name, "GET", path, query, headers, raw)
-        return reply if reply is not None else json_reply(LOADING[1], 503)
-
-    def proxy_post(self, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
-        body = parse_body(raw)
+    def proxy(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
+        """A request for one model (``?model=`` on a GET, ``"model"`` in a POST's body), answered by its server."""
+        by_get = method == "GET"
+        body = {} if by_get else parse_body(raw)
         if body is None:
             return json_reply(error_body(400, "Failed to parse the request body as JSON", "invalid_request_error"),
                               400)
-        name = body.get("model")
+        name = query.get("model") if by_get else body.get("model")
         bad = self._model(name) or self._ready(str(name), query.get("autoload", "true") in ("true", "1"),
-                                               by_get=False)
+                                               by_get=by_get)
         if bad is not None:
             return bad
-        self.sim.touch(str(name), self.sim.clock.now())
-        reply = self.sim.forward(str(name), "POST", path, query, headers, raw)
-        return reply if reply is not None else json_reply(LOADING[1], 503)
+        if not by_get or path == "/slots":  # a task on the model server's queue: it wakes a sleeping model
+            self.sim.touch(str(name), self.sim.clock.now())
+        reply = self.sim.children[str(name)].server.answer(method, path, query, headers, raw)
+        return reply if reply is not None else json_reply(LOADING, 503)
 
 
 def _ctx_train(sc: Any) -> int | None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+import numpy as np
+
 from kvmon.core.units import GIB
 
 
@@ -84,12 +86,12 @@ class Scenario:
 
     name: str
     description: str
-    backend: str  # "llama-server" | "ollama" | "vllm" | "lmstudio"
     preset_keys: tuple[str, ...]  # first key found in kvmon.physics.presets.PRESETS is used
     model_alias: str  # what the server calls the model (file name, or Ollama "name:tag")
     gpu_name: str  # looked up in kvmon.physics.gpus (bandwidth, VRAM); unused for a CPU-only machine
-    n_gpus: int  # 0: a CPU-only machine
     n_ctx: int  # -c: all slots together
+    backend: str = "llama-server"  # "llama-server" | "ollama" | "vllm" | "lmstudio"
+    n_gpus: int = 1  # 0: a CPU-only machine
     n_parallel: int = 1
     type_k: str = "f16"
     type_v: str = "f16"
@@ -127,6 +129,11 @@ class Scenario:
     agent: bool = False  # the chat comes from a coding agent through kvmon proxy, the time in its system prompt
     key_moments: tuple[KeyMoment, ...] = ()
 
+    def other_vram_bytes(self, t: float) -> int:
+        """VRAM another application holds on GPU 0 at ``t`` (the points of ``other_vram``, linear in between)."""
+        pts = self.other_vram
+        return int(np.interp(t, [p[0] for p in pts], [float(p[1]) for p in pts])) if pts else 0
+
     def throttle_at(self, t: float) -> Throttle | None:
         """The throttle in force at ``t`` (simulated seconds), if any."""
         return next((th for th in self.throttles if th.at_s <= t < th.until_s), None)
@@ -134,8 +141,8 @@ class Scenario:
 
 # Llama-3.1-8B Q4_K_M on an RTX 4090, as measured: three scenarios tell their stories on it
 _LLAMA_8B_4090 = Scenario(
-    name="", description="", backend="llama-server", preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-    model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", gpu_name="RTX 4090", n_gpus=1, n_ctx=32768,
+    name="", description="", preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
+    model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", gpu_name="RTX 4090", n_ctx=32768,
     decode_anchors=((0, 140.0), (32768, 70.0)), prefill_tok_s_empty=9000.0, prefill_slowdown_s_per_token=2.0e-9)
 
 SCENARIOS: dict[str, Scenario] = {
@@ -145,7 +152,6 @@ SCENARIOS: dict[str, Scenario] = {
             name="seed-3090x2",
             description="the seed's story: a 27B hybrid (Qwen3.5-style, 3 recurrent : 1 attention) Q4_K_M on two "
             "RTX 3090s, layer split, q8_0 KV with flash attention; 50 turns to 256K context",
-            backend="llama-server",
             preset_keys=("qwen3.5-27b", "qwen35-27b", "qwen3.6-27b", "qwen3-next-27b"),
             model_alias="Qwen3.5-27B-Q4_K_M.gguf",
             gpu_name="RTX 3090",
@@ -184,7 +190,6 @@ SCENARIOS: dict[str, Scenario] = {
             preset_keys=("gemma-3-27b", "gemma3-27b"),
             model_alias="gemma3:27b",
             gpu_name="RTX 4060 Ti",
-            n_gpus=1,
             n_ctx=32768,
             decode_anchors=((0, 9.0), (32768, 7.0)),
             prefill_tok_s_empty=600.0,
@@ -202,7 +207,6 @@ SCENARIOS: dict[str, Scenario] = {
             preset_keys=("qwen3-8b",),
             model_alias="Qwen/Qwen3-8B",
             gpu_name="RTX 4090",
-            n_gpus=1,
             # vLLM's pool: 0.92 × 24 GiB less the weights (16.38 GB) and ~1.3 GB of activations and CUDA graphs
             # leaves ~6 GB, 40,960 tokens at 144 KiB each (36 layers × 8 KV heads × 128 × K+V × 2 bytes)
             n_ctx=40960,
@@ -228,7 +232,6 @@ SCENARIOS: dict[str, Scenario] = {
             preset_keys=("gemma-3-12b",),
             model_alias="google/gemma-3-12b",
             gpu_name="RTX 4060 Ti",
-            n_gpus=1,
             n_ctx=16384,
             decode_anchors=((0, 33.0), (16384, 27.0)),
             prefill_tok_s_empty=700.0,
@@ -264,16 +267,13 @@ SCENARIOS: dict[str, Scenario] = {
                               generated_tokens=600, think_s=2.0),
             key_moments=(KeyMoment("its prompt read again whole: the clock in its system prompt", 60.0),),
         ),
-        Scenario(
+        replace(
+            _LLAMA_8B_4090,  # the same file, on no GPU
             name="cpu-ddr5",
             description="Llama-3.1-8B Q4_K_M on a CPU-only desktop (Ryzen 9 7950X, dual-channel DDR5-6000, 64 GiB): "
             "weights and KV cache in host RAM, decode bound by the memory bus (about 62 GB/s measured)",
-            backend="llama-server",
-            preset_keys=("llama-3.1-8b", "llama3.1-8b", "llama-3-8b"),
-            model_alias="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
             gpu_name="",
             n_gpus=0,
-            n_ctx=32768,
             device="cpu",
             decode_anchors=((0, 11.5), (32768, 6.2)),
             prefill_tok_s_empty=120.0,
@@ -287,11 +287,9 @@ SCENARIOS: dict[str, Scenario] = {
             name="apple-m2max",
             description="Llama-3.1-70B Q4_K_M on an Apple M2 Max (64 GB unified memory, 400 GB/s) with a 24K "
             "context: weights and KV cache share the RAM, close to Metal's 48 GiB working-set limit",
-            backend="llama-server",
             preset_keys=("llama-3.1-70b", "llama3.1-70b"),
             model_alias="Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf",
             gpu_name="Apple M2 Max",
-            n_gpus=1,
             n_ctx=24576,
             device="metal",
             decode_anchors=((0, 7.6), (24576, 6.1)),

@@ -22,6 +22,7 @@ import hashlib
 import os
 import select
 import socket
+import tempfile
 import threading
 import time
 import weakref
@@ -38,7 +39,6 @@ from kvmon.sim.faults import Fault, FaultPlan, parse_faults
 from kvmon.sim.files import (
     ServerLog,
     gguf_metadata,
-    make_sim_dir,
     remove_sim_dir,
     request_end_lines,
     write_gguf_header,
@@ -74,7 +74,7 @@ class SimBackend:
 
 
 LLAMA_SERVER = SimBackend(LlamaApi, server_headers=(("Server", "llama.cpp"), ("Access-Control-Allow-Origin", "")),
-                          keep_alive="timeout=5, max=100", loading_refusal=LOADING[1], bad_key_refusal=BAD_KEY[1],
+                          keep_alive="timeout=5, max=100", loading_refusal=LOADING, bad_key_refusal=BAD_KEY,
                           public_paths=("/health", "/v1/health"))
 SIM_BACKENDS: dict[str, SimBackend] = {
     "llama-server": LLAMA_SERVER,
@@ -89,7 +89,7 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = socket.SOMAXCONN  # as llama-server's: the standard library's 5 drops a burst of clients
-    sim: SimServer
+    sim: Any  # the SimServer, or the MultiSim of a router or llama-swap
 
 
 class _HttpServer6(_HttpServer):
@@ -108,16 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         # headers and body go out in separate writes: without this, Nagle + delayed ACK add ~40 ms each
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-    def do_DELETE(self) -> None:
-        self._serve("DELETE")
-
-    def _serve(self, method: str) -> None:
+    def _serve(self) -> None:
+        """Answer one request, whatever its method: the simulated server's routes decide."""
         sim = self.server.sim
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -131,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, qs = self.path.partition("?")
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
-            reply = sim.answer(method, path, dict(parse_qsl(qs)), headers, raw)
+            reply = sim.answer(self.command, path, dict(parse_qsl(qs)), headers, raw)
         except StreamAborted:
             self.close_connection = True
             return
@@ -143,19 +135,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._write(reply)
 
+    do_GET = do_POST = do_DELETE = _serve
+
     def _write(self, reply: Reply) -> None:
         sim = self.server.sim
         now = sim.clock.now()
         drip = sim.faults.drip_bytes_per_s(now)
-        body = reply.body
-        if reply.stream is None and sim.faults.garbage(now):
-            body = GARBAGE
+        body = GARBAGE if reply.stream is None and sim.faults.garbage(now) else reply.body
         self.send_response_only(reply.status)
         if not sim.served_as.server_headers:
             self.send_header("Date", self.date_time_string())
-        for k, v in sim.served_as.server_headers:
-            self.send_header(k, v)
-        for k, v in reply.headers.items():
+        for k, v in (*sim.served_as.server_headers, *reply.headers.items()):
             self.send_header(k, v)
         self.send_header("Content-Type", reply.content_type)
         try:
@@ -239,7 +229,7 @@ class SimServer:
         # the files a real server leaves: the GGUF /props points at (its tensor directory real, its data a hole),
         # and the -lv 4 log
         self._own_dir = files_dir is None
-        self.files_dir = files_dir or make_sim_dir()
+        self.files_dir = files_dir or tempfile.mkdtemp(prefix="kvmon-sim-")
         if self._own_dir:  # removed on stop(), or when the object goes away / at exit if never stopped
             weakref.finalize(self, remove_sim_dir, self.files_dir)
         self.model_path = _model_file(self.files_dir, self.scenario, blob=self.served_as.ollama_layout)
@@ -250,10 +240,9 @@ class SimServer:
             self._ollama_start_lines()
         self.engine = SimEngine(self.scenario, self.clock, self.faults, autoplay=autoplay, on_load=self._loaded,
                                 on_request_end=self._request_ended)
-        first = self.engine.epoch_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
-        assert first.model is not None
+        first = self.engine.model_at(0.0)  # load the first model now: a bad scenario fails here, not in a thread
         # general.name as real GGUFs have it: the model's name without the preset's note on its shape
-        write_gguf_header(self.model_path, gguf_metadata(first.model), first.model.tensors)
+        write_gguf_header(self.model_path, gguf_metadata(first), first.tensors)
         if start_at_s > 0:  # join the story later (a demo or screenshot that starts deep in the conversation)
             self.clock.advance(start_at_s)
         self.host, self.port = host, port
@@ -317,7 +306,7 @@ class SimServer:
         model = epoch.model
         assert model is not None
         s = self.scenario
-        free = [model.device_memory_bytes() - (self.engine.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
+        free = [model.device_memory_bytes() - (self.scenario.other_vram_bytes(epoch.t_begin) if i == 0 else 0)
                 for i in range(s.n_gpus)]
         if self.log.ollama:
             from kvmon.sim.ollama_child import ollama_flags
@@ -382,7 +371,7 @@ class SimServer:
     def refresh_gpus(self) -> None:
         """Bring the simulated GPUs up to the current simulated time (the GPU thread does this too)."""
         now = self.clock.now()
-        self.gpus.refresh(self.engine.activity(now), self.engine.other_vram_bytes(now), now)
+        self.gpus.refresh([(self.gpus.server_pid, self.engine.activity(now))], self.scenario.other_vram_bytes(now), now)
 
     def _gpu_loop(self) -> None:
         while not self.stopping.wait(self.gpu_refresh_s):
@@ -397,22 +386,21 @@ class SimServer:
         """Apply the faults (hang, loading, auth), then route to the backend's API."""
         now = self.clock.now()
         hang_end = self.faults.hang_until(now)
-        if hang_end is not None:
-            if not self.clock.sleep_until(hang_end, self.stopping):
-                return None
-            now = self.clock.now()
+        if hang_end is not None and not self.clock.sleep_until(hang_end, self.stopping):
+            return None
+        now = self.clock.now()
         key = self.faults.api_key(now)
         served_as = self.served_as
         if served_as.loading_refusal is not None and self.engine.loading(now):
             return json_reply(served_as.loading_refusal, 503, close=True)
-        if key is not None and path not in served_as.public_paths and not _has_key(headers, key):
+        if key is not None and path not in served_as.public_paths and not has_key(headers, key):
             if served_as.bad_key_refusal is not None:
                 return json_reply(served_as.bad_key_refusal, 401, close=True)
             return json_reply(UNAUTHORIZED, 401)
         return self.api.handle(method, path, query, parse_body(raw))
 
 
-def _has_key(headers: dict[str, str], key: str) -> bool:
+def has_key(headers: dict[str, str], key: str) -> bool:
     auth = headers.get("authorization", "")
     return auth == f"Bearer {key}" or headers.get("x-api-key") == key
 

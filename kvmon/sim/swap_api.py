@@ -22,8 +22,13 @@ MODEL_POSTS = ("/v1/chat/completions", "/v1/completions", "/completion", "/v1/em
 _STATE = {"loading": "starting", "loaded": "ready", "sleeping": "ready", "unloading": "stopping"}
 
 
-def _envelope(status: int, message: str, kind: str) -> dict[str, Any]:
-    return {"src": "llama-swap", "error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+def _error(request: dict[str, str], status: int, message: str, kind: str,
+           headers: dict[str, str] | None = None) -> Reply:
+    """llama-swap's error: ``llama-swap: …`` text when the request accepts text/plain, else its JSON envelope."""
+    if "text/plain" in request.get("accept", ""):
+        return Reply(status, f"llama-swap: {message}".encode(), "text/plain", dict(headers or {}))
+    envelope = {"src": "llama-swap", "error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+    return json_reply(envelope, status, headers=dict(headers or {}))
 
 
 class SwapApi:
@@ -34,18 +39,11 @@ class SwapApi:
     def __init__(self, sim: Any) -> None:
         self.sim = sim
 
-    def unauthorized(self) -> Reply:
-        return self._error(401, "unauthorized: invalid or missing API key", "authentication_error",
-                           {"WWW-Authenticate": 'Basic realm="llama-swap"'})
-
-    def _error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Reply:
-        accept = getattr(self, "_accept", "")
-        if "text/plain" in accept:
-            return Reply(status, f"llama-swap: {message}".encode(), "text/plain", dict(headers or {}))
-        return json_reply(_envelope(status, message, kind), status, headers=dict(headers or {}))
+    def unauthorized(self, headers: dict[str, str]) -> Reply:
+        return _error(headers, 401, "unauthorized: invalid or missing API key", "authentication_error",
+                      {"WWW-Authenticate": 'Basic realm="llama-swap"'})
 
     def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
-        self._accept = headers.get("accept", "")
         if method == "GET" and path in self.public_paths:
             return Reply(200, b"OK", "text/plain; charset=utf-8")
         if method == "GET" and path in ("/v1/models", "/models"):
@@ -63,7 +61,7 @@ class SwapApi:
             return self._dispatch(str(body.get("model") or ""), method, path, query, headers, raw, upstream=False)
         if method == "GET" and path == "/props":
             if not query.get("model"):
-                return self._error(400, "no model in request context", "invalid_request_error")
+                return _error(headers, 400, "no model in request context", "invalid_request_error")
             return self._dispatch(query["model"], method, path, query, headers, raw, upstream=False)
         return Reply(404, b"404 page not found\n", "text/plain; charset=utf-8")
 
@@ -106,27 +104,25 @@ class SwapApi:
     def _dispatch(self, name: str, method: str, path: str, query: dict[str, str], headers: dict[str, str],
                   raw: bytes, *, upstream: bool) -> Reply:
         if self.sim.scenario.spec(name) is None:
-            return self._error(404, "model not found", "invalid_request_error")
+            return _error(headers, 404, "model not found", "invalid_request_error")
         now = self.sim.clock.now()
         if not self.sim.running(name, now):
             if upstream:
                 self.sim.upstream_starts.append(name)
-            child = self.sim.spawn(name, now)
-            end = child.ended_at if child.ended_at is not None else child.ready_at
-            if not self.sim.clock.sleep_until(end, self.sim.stopping) or child.ended_at is not None:
-                return self._error(502, f"[{name}] upstream command exited prematurely", "server_error")
+            if not self.sim.spawn_and_wait(name, now):
+                return _error(headers, 502, f"[{name}] upstream command exited prematurely", "server_error")
         elif self.sim.status(name, now) == "loading":
             self.sim.clock.sleep_until(self.sim.children[name].ready_at, self.sim.stopping)
         self.sim.touch(name, self.sim.clock.now())
-        reply = self.sim.forward(name, method, path, query, headers, raw)
-        return reply if reply is not None else self._error(503, f"[{name}] process is not ready", "server_error")
+        reply = self.sim.children[name].server.answer(method, path, query, headers, raw)
+        return reply if reply is not None else _error(headers, 503, f"[{name}] process is not ready", "server_error")
 
     def upstream(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], raw: bytes) -> Reply:
         rest = path[len("/upstream/"):]
         names = sorted((m.name for m in self.sim.scenario.models), key=len, reverse=True)
         name = next((n for n in names if rest == n or rest.startswith(n + "/")), None)
         if name is None:
-            return self._error(404, "model not found", "invalid_request_error")
+            return _error(headers, 404, "model not found", "invalid_request_error")
         sub = rest[len(name):] or "/"
         return self._dispatch(name, method, sub, query, headers, raw, upstream=True)
 

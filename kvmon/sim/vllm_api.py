@@ -19,6 +19,7 @@ model folder vLLM names as ``root`` is written by the simulator as a Hugging Fac
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -33,7 +34,7 @@ from prometheus_client.registry import Collector
 
 from kvmon.core.jsonvals import json_array
 from kvmon.sim.files import write_safetensors
-from kvmon.sim.reply import Reply, dumps, estimate_tokens, json_reply, token_text, wait_until
+from kvmon.sim.reply import Reply, answer_text, dumps, estimate_tokens, json_reply, token_text, tokens_as_they_come
 from kvmon.sim.served import ServedSimulation
 
 VERSION = "0.33.0"
@@ -120,50 +121,39 @@ class _Hist:
         self.sum += v * n
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, acc = [], 0
-        for b, c in zip((*self.bounds, math.inf), self.counts, strict=True):
-            acc += c
-            out.append(("+Inf" if b == math.inf else repr(float(b)), float(acc)))
-        return out
+        return [("+Inf" if b == math.inf else repr(float(b)), float(acc))
+                for b, acc in zip((*self.bounds, math.inf), itertools.accumulate(self.counts), strict=True)]
 
 
-class VllmApi:
-    """Routes one request of the simulated vLLM."""
+class VllmApi(Collector):
+    """Routes one request of the simulated vLLM; a scrape of /metrics collects its families."""
 
     def __init__(self, sim: ServedSimulation) -> None:
         self.sim = sim
-        self.old_names = getattr(sim.scenario, "vllm_metric_names", "v1") == "v0"
+        self.old_names = sim.scenario.vllm_metric_names == "v0"
         self._lock = threading.Lock()
-        self._ttft = _Hist(TTFT_BUCKETS)
-        self._itl = _Hist(ITL_BUCKETS)
-        self._prefill_s = _Hist(REQUEST_LATENCY_BUCKETS)
-        self._prefill_tokens = _Hist(self._token_buckets())
-        self._epoch = 0
+        self._new_histograms(0)
         self.root = os.path.join(getattr(sim, "files_dir", ""), sim.scenario.model_alias.replace("/", "--"))
         model = sim.engine.model_at(0.0)
         if model.tensors is None:
             raise ValueError(f"the simulated vLLM serves models with a tensor inventory, not {model.preset.key}")
         write_model_folder(self.root, dict(model.preset.metadata), model.tensors, model.quantization)
 
+    def _new_histograms(self, epoch: int) -> None:
+        """Empty histograms for the server process ``epoch`` (a restart starts them again, as the counters)."""
+        self._epoch = epoch
+        self._ttft, self._itl = _Hist(TTFT_BUCKETS), _Hist(ITL_BUCKETS)
+        self._prefill_s = _Hist(REQUEST_LATENCY_BUCKETS)
+        self._prefill_tokens = _Hist(self._token_buckets())
+
     def _token_buckets(self) -> tuple[float, ...]:
         """1, 2, 5, 10, 20, 50, ... up to the context limit (vllm/v1/metrics/buckets.py request_tokens)."""
-        out: list[float] = []
-        exp = 0
         limit = self.sim.scenario.n_ctx
-        while True:
-            for m in (1, 2, 5):
-                v = m * 10**exp
-                if v > limit:
-                    return tuple(out)
-                out.append(float(v))
-            exp += 1
+        return tuple(float(m * 10**exp) for exp in range(16) for m in (1, 2, 5) if m * 10**exp <= limit)
 
     @property
     def num_gpu_blocks(self) -> int:
         return max(2, self.sim.scenario.n_ctx // BLOCK_SIZE)
-
-    def max_model_len(self, now: float) -> int:
-        return int(self.sim.engine.slot_ctx(now))
 
     def request_ended(self, r: Any) -> None:
         """A request finished: its first-token time and its steps go into the histograms."""
@@ -201,7 +191,7 @@ class VllmApi:
         name = self.sim.scenario.model_alias
         return {"object": "list", "data": [{
             "id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.root,
-            "parent": None, "max_model_len": self.max_model_len(now),
+            "parent": None, "max_model_len": self.sim.engine.slot_ctx(now),
             "permission": [{"id": "modelperm-sim", "object": "model_permission", "created": created,
                             "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
                             "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
@@ -231,19 +221,19 @@ class VllmApi:
             }
 
     def metrics_text(self) -> str:
-        now = self.sim.clock.now()
+        """The /metrics page, rendered by prometheus_client as vLLM's own is."""
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Page(self, now))
+        registry.register(self)
         return generate_latest(registry).decode()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families(self.sim.clock.now())
 
     def families(self, now: float) -> list[Metric]:
         v = self.values(now)
         with self._lock:
-            if int(v["epoch"]) != self._epoch:  # a restart: the histograms start again, as the counters do
-                self._epoch = int(v["epoch"])
-                self._ttft, self._itl = _Hist(TTFT_BUCKETS), _Hist(ITL_BUCKETS)
-                self._prefill_s = _Hist(REQUEST_LATENCY_BUCKETS)
-                self._prefill_tokens = _Hist(self._token_buckets())
+            if int(v["epoch"]) != self._epoch:  # a restart
+                self._new_histograms(int(v["epoch"]))
             ttft, itl, pre_s, pre_n = self._ttft, self._itl, self._prefill_s, self._prefill_tokens
         name = self.sim.scenario.model_alias
         labels = ["model_name"] if self.old_names else ["engine", "model_name"]
@@ -310,11 +300,11 @@ class VllmApi:
     def tokenize(self, body: dict[str, Any]) -> Reply:
         """vLLM's ``/tokenize``: the prompt's token ids, their count and the model's limit."""
         ids = self._ids(str(body.get("prompt", "")))
-        return json_reply({"count": len(ids), "max_model_len": self.max_model_len(self.sim.clock.now()),
+        return json_reply({"count": len(ids), "max_model_len": self.sim.engine.slot_ctx(self.sim.clock.now()),
                            "tokens": ids, "token_strs": None})
 
     def _too_long(self, prompt: int, n_predict: int) -> Reply | None:
-        limit = self.max_model_len(self.sim.clock.now())
+        limit = self.sim.engine.slot_ctx(self.sim.clock.now())  # max_model_len
         if prompt + n_predict <= limit:
             return None
         return json_reply({"object": "error", "message": (
@@ -341,10 +331,8 @@ class VllmApi:
         req = self.sim.engine.submit(prompt, n_predict, {"stream": bool(body.get("stream"))}, prompt=cached or None)
         if body.get("stream"):
             return self._stream(req, body, chat)
-        while self.sim.clock.now() < req.t_end:
-            if not self.sim.clock.sleep_until(req.t_end, self.sim.stopping):
-                break
-        content = "".join(token_text(req.id_task, k) for k in range(req.predicted_n))
+        self.sim.clock.sleep_until(req.t_end, self.sim.stopping)
+        content = answer_text(req)
         choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": content},
                                    "finish_reason": "length"} if chat
                                   else {"index": 0, "text": content, "finish_reason": "length"})
@@ -364,19 +352,15 @@ class VllmApi:
         def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             return b"data: " + dumps({**head, "choices": choices, **extra}) + b"\n\n"
 
-        def piece(k: int) -> dict[str, Any]:
+        def token(k: int) -> bytes:
             done = "length" if k == req.predicted_n - 1 else None
             text = token_text(req.id_task, k)
-            return ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": done} if chat else
-                    {"index": 0, "text": text, "logprobs": None, "finish_reason": done, "stop_reason": None})
+            choice = ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": done} if chat else
+                      {"index": 0, "text": text, "logprobs": None, "finish_reason": done, "stop_reason": None})
+            return event([choice], **({"usage": None} if with_usage else {}))
 
         def gen() -> Iterator[bytes]:
-            sent = 0
-            while sent < req.predicted_n:
-                yield from wait_until(self.sim.clock, float(req.token_times[sent]), self.sim.stopping)
-                upto = req.n_decoded(self.sim.clock.now())
-                yield b"".join(event([piece(k)], **({"usage": None} if with_usage else {})) for k in range(sent, upto))
-                sent = upto
+            yield from tokens_as_they_come(self.sim, req, token)
             if with_usage:
                 yield event([], usage={"prompt_tokens": req.prompt_n + req.cache_n,
                                        "total_tokens": req.prompt_n + req.cache_n + req.predicted_n,
@@ -385,13 +369,3 @@ class VllmApi:
 
         return Reply(200, content_type="text/event-stream; charset=utf-8", stream=gen(),
                      on_abort=lambda: self.sim.engine.cancel(req))
-
-
-class _Page(Collector):
-    """The families of one scrape, rendered by prometheus_client as vLLM's own page is."""
-
-    def __init__(self, api: VllmApi, now: float) -> None:
-        self.api, self.now = api, now
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.api.families(self.now)

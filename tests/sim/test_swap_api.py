@@ -30,3 +30,13 @@ def test_every_configured_model_is_listed_and_none_is_running_at_start(swap: Mul
     assert notes == []
     assert sorted(m.name for m in models) == ["gemma-3-12b", "gpt-oss-20b", "qwen3-8b"]
     assert {m.status for m in models} == {"unloaded"}
+
+
+def test_a_refused_key_is_answered_in_the_form_its_own_request_accepts() -> None:
+    with MultiSim(MULTI_SCENARIOS["llama-swap"], faults=["auth:k1"]) as sim:
+        assert httpx.get(f"{sim.url}/health", headers={"Accept": "text/plain"}, timeout=10).text == "OK"
+        refused = httpx.get(f"{sim.url}/running", headers={"Accept": "application/json"}, timeout=10)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == 'Basic realm="llama-swap"'
+        assert refused.json()["error"]["message"] == "unauthorized: invalid or missing API key"
+        as_text = httpx.get(f"{sim.url}/running", headers={"Accept": "text/plain"}, timeout=10)
+        assert as_text.status_code == 401 and as_text.text == "llama-swap: unauthorized: invalid or missing API key"
