@@ -210,7 +210,8 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
         tail = read_tail(path, LOG_TAIL_BYTES).decode("utf-8", errors="replace")  # regular files only, no waiting
     except OSError as e:
         return None, f"Ollama log {path} not readable ({e.strerror or type(e).__name__})"
-    lines = tail.splitlines()
+    # at "\n" alone: str.splitlines() would also cut a line at a U+2028 or U+0085 inside a value
+    lines = [line.removesuffix("\r") for line in tail.split("\n")]
     placement = _child_placement(lines)
     for line in reversed(lines):
         env = parse_server_config_line(line)

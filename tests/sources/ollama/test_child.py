@@ -292,3 +292,15 @@ def test_the_simulated_ollama_runs_its_model_server_as_a_child_and_kvmon_reads_i
         sim.stop()
     assert gone.live_rate_source is None
     assert gone.live_rate_unavailable_reason and ENABLE_LIVE_RATE_HINT in gone.live_rate_unavailable_reason
+
+
+def test_a_log_value_holding_a_unicode_line_separator_stays_on_its_line(tmp_path: Path) -> None:
+    """Ollama's log lines end at "\\n" only: a U+2028 or U+0085 inside a value does not cut its "server config" line."""
+    from kvmon.sources.ollama.child import ollama_log_config
+
+    for sep in ("\u2028", "\u0085"):
+        log = tmp_path / "ollama.log"
+        log.write_text(f'level=INFO msg="server config" env="map[OLLAMA_ORIGINS:[a{sep}b] OLLAMA_NUM_PARALLEL:4]"\n',
+                       encoding="utf-8")
+        cfg, why = ollama_log_config(str(log))
+        assert why is None and cfg is not None and cfg.n_parallel == 4
