@@ -31,7 +31,6 @@ from kvmon.core.readings import (
     SourceError,
     SourceFailure,
 )
-from kvmon.core.same import LastAnswer
 from kvmon.core.sanitize import plain_text
 from kvmon.sources.answers import PollAnswers
 from kvmon.sources.config import merge_configs, user_config
@@ -71,8 +70,7 @@ SLOTS_KEEP_AWAKE_S = 2.0
 @functools.cache
 def _default_config() -> ServerConfig:
     """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
-    without the argv they are guesses, so the log, the user or the slot count decide. Made once: the same object
-    every poll, so the merged config of unchanged layers is not merged again."""
+    without the argv they are guesses, so the log, the user or the slot count decide."""
     return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
 
 
@@ -130,8 +128,6 @@ class LlamaServerSource:
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
-        self._merged: LastAnswer[ServerConfig] = LastAnswer()  # the config layers merged, while they stand
-        self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
         self.model_id = model_id
         self._failed_polls = 0
         self._answers = PollAnswers()  # this poll's usable answers and failures
@@ -327,9 +323,7 @@ class LlamaServerSource:
         total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
             total_slots = len(slots)
-        slot_ctx = slots[0].n_ctx if slots else None
-        config = self._totals.get(lambda c, p, _n, t: derive_totals(c, p, slots, t), config, props, slot_ctx,
-                                  total_slots)
+        config = derive_totals(config, props, slots, total_slots)
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
@@ -493,4 +487,4 @@ class LlamaServerSource:
             if hint:
                 reasons["log_placement"] = hint
         layers.append(self._config_override)
-        return self._merged.get(merge_configs, *layers), pids  # the same layers as the last poll: merged then
+        return merge_configs(*layers), pids
