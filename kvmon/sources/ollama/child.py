@@ -28,12 +28,10 @@ from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import parse_llama_log
 from kvmon.sources.llamacpp.parse import parse_slot
 from kvmon.sources.localfile import read_tail
 from kvmon.sources.procs import lookup_listening_process, process_cmdline, program
-
-_MODEL_FLAGS = ("--model", "-m")
-_PORT_FLAGS = ("--port",)
 
 
 @dataclass(frozen=True)
@@ -226,12 +224,7 @@ def _child_placement(lines: list[str]) -> ServerConfig | None:
     """Where the last model Ollama loaded lives, from its llama-server child's lines in Ollama's log (Ollama starts
     the child with -lv 4, so its device list, buffers and KV lines are there): only the placement fields, and
     ``model_path`` so that the caller can tell whether that load is the active model's."""
-    from kvmon.sources.llamacpp.log import LlamaLogParser
-
-    parser = LlamaLogParser()
-    for line in lines:
-        parser.feed(line)
-    cfg = parser.config()
+    cfg = parse_llama_log(lines)
     keep = ("devices", "model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
             "offloaded_layers", "total_layers", "model_path")
     values = {k: getattr(cfg, k) for k in keep}
