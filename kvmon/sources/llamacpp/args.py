@@ -55,7 +55,6 @@ _VALUE_FLAGS: dict[str, str] = {
     "-t": "threads",
     "--threads": "threads",
 }
-_FIT_FLAGS = ("-fit", "--fit")
 _ENV: dict[str, str] = {
     "LLAMA_ARG_CTX_SIZE": "ctx",
     "LLAMA_ARG_N_PARALLEL": "parallel",
@@ -79,7 +78,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_FIT_TARGET": "fit_target",
     "LLAMA_ARG_CACHE_RAM": "cache_ram",
 }
-_FA_FLAGS = ("-fa", "--flash-attn")
+_ON_OFF_FLAGS = {"-fa": "fa", "--flash-attn": "fa", "-fit": "fit", "--fit": "fit"}
 _FA_WORDS = {
     "on": "on",
     "off": "off",
@@ -91,9 +90,9 @@ _FA_WORDS = {
     "enabled": "on",
     "disabled": "off",
 }
-_KVU_ON = ("-kvu", "--kv-unified")
-_KVU_OFF = ("-no-kvu", "--no-kv-unified")
-_SWA_FULL = ("--swa-full",)
+# switches without a value: (setting, value)
+_SWITCHES = {"-kvu": ("kvu", "1"), "--kv-unified": ("kvu", "1"), "-no-kvu": ("kvu", "0"),
+             "--no-kv-unified": ("kvu", "0"), "--swa-full": ("swa_full", "1")}
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9931  # common/common.h `port = 9931` since the 2026 builds (b11549); 8080 before
@@ -151,30 +150,19 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             else:
                 notes.append(f"{flag} without a value")
             src[key] = Provenance.COMMAND_LINE
-        elif flag in _FA_FLAGS:
+        elif flag in _ON_OFF_FLAGS:  # -fa / -fit on|off|auto; a bare one (older builds' -fa switch): on
+            key = _ON_OFF_FLAGS[flag]
             if eq:
-                raw["fa"] = inline
+                raw[key] = inline
             elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
-                raw["fa"] = args[i + 1]
-                i += 1
-            else:  # older builds: a plain switch
-                raw["fa"] = "on"
-            src["fa"] = Provenance.COMMAND_LINE
-        elif flag in _KVU_ON:
-            raw["kvu"], src["kvu"] = "1", Provenance.COMMAND_LINE
-        elif flag in _KVU_OFF:
-            raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
-        elif flag in _SWA_FULL:
-            raw["swa_full"], src["swa_full"] = "1", Provenance.COMMAND_LINE
-        elif flag in _FIT_FLAGS:  # -fit on|off (a bare -fit: on)
-            if eq:
-                raw["fit"] = inline
-            elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
-                raw["fit"] = args[i + 1]
+                raw[key] = args[i + 1]
                 i += 1
             else:
-                raw["fit"] = "on"
-            src["fit"] = Provenance.COMMAND_LINE
+                raw[key] = "on"
+            src[key] = Provenance.COMMAND_LINE
+        elif flag in _SWITCHES:
+            key, value = _SWITCHES[flag]
+            raw[key], src[key] = value, Provenance.COMMAND_LINE
         i += 1
 
     prov: dict[str, Provenance] = {}

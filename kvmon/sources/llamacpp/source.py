@@ -155,16 +155,11 @@ class LlamaServerSource:
 
     # ---- HTTP helpers -------------------------------------------------------------------------
 
-    def _get_json(self, path: str) -> Any:
-        resp = self._http.get(path)
-        raise_for_status(resp, path, self.display_url)
-        return decode_json(resp, path)
-
     def _optional_json(self, path: str, reasons: dict[str, str], key: str) -> Any:
         """GET JSON; auth/loading failures abort the poll, anything else becomes a reason and None. An object or a
         list is a usable answer of this poll (``kvmon.sources.answers``)."""
         try:
-            body = self._get_json(path)
+            body = self._http.get_json(path)
         except SourceError as e:
             if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
                 raise
