@@ -49,6 +49,17 @@ def program(argv: Sequence[str]) -> tuple[str, list[str]]:
     return base.removesuffix(".exe"), [str(a) for a in argv[1:]]
 
 
+def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The value of the first of ``flags`` in a command line (``--flag value`` or ``--flag=value``), or None."""
+    for i, a in enumerate(args):
+        flag, eq, inline = a.partition("=")
+        if flag in flags:
+            if eq:
+                return inline
+            return args[i + 1] if i + 1 < len(args) else None
+    return None
+
+
 def _listening_on(conns: Sequence[sconn], port: int) -> tuple[int | None, bool]:
     """(pid, seen): the pid listening on ``port`` in ``conns``, and whether any listener was seen."""
     seen = False

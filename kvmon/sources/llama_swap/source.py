@@ -150,19 +150,9 @@ class LlamaSwapSource:
     def model_source(self, model: ListedModel) -> LlamaServerSource:
         """A llama-server source on the model's upstream, with the command line llama-swap started it with."""
         url = self.upstream_for(model)
-        key = _api_key(model.args)
+        key = procs.flag_value(model.args, ("--api-key",))  # the upstream server's own key (never shown)
         return LlamaServerSource(url, api_key=key, timeout_s=self._timeout_s, command_line=model.args or None,
                                  clock=self._clock, model_name=model.name)
-
-
-def _api_key(argv: tuple[str, ...]) -> str | None:
-    """The upstream server's own ``--api-key`` in its command line, if any (never shown)."""
-    for i, a in enumerate(argv):
-        if a == "--api-key" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--api-key="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:

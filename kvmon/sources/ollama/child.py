@@ -31,7 +31,7 @@ from kvmon.sources.llamacpp.args import parse_llama_server_args
 from kvmon.sources.llamacpp.log import parse_llama_log
 from kvmon.sources.llamacpp.parse import parse_slot
 from kvmon.sources.localfile import read_tail
-from kvmon.sources.procs import lookup_listening_process, process_cmdline, program
+from kvmon.sources.procs import flag_value, lookup_listening_process, process_cmdline, program
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,6 @@ class OllamaChild:
         return self.config.model_path
 
 
-def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
-    for i, a in enumerate(argv):
-        for f in flags:
-            if a == f and i + 1 < len(argv):
-                return argv[i + 1]
-            if a.startswith(f + "="):
-                return a.split("=", 1)[1]
-    return None
-
-
 # the flags Ollama always gives its model server (startLlamaServer), each with a value where it takes one
 _OLLAMA_VALUE_FLAGS = ("--model", "--port", "--host", "-c", "-np")
 _OLLAMA_SWITCHES = ("--no-webui", "--offline")
@@ -84,12 +74,12 @@ def classify_child(argv: Sequence[str]) -> tuple[str, str | None]:
         return "runner", "this Ollama runs models as `ollama runner` (before 0.30: no llama-server child)"
     if not (stem.startswith("llama-server") or stem.startswith("llama_server")):
         return "other", None
-    port = _flag_value(args, ("--port",))
-    if _flag_value(args, ("--model",)) is None and "--verbose" in args:
+    port = flag_value(args, ("--port",))
+    if flag_value(args, ("--model",)) is None and "--verbose" in args:
         return "probe", "a llama-server Ollama started to discover the GPUs (no model; it exits at once)"
-    missing = [f for f in _OLLAMA_VALUE_FLAGS if _flag_value(args, (f,)) is None]
+    missing = [f for f in _OLLAMA_VALUE_FLAGS if flag_value(args, (f,)) is None]
     missing += [f for f in _OLLAMA_SWITCHES if f not in args]
-    if not missing and port is not None and port.isdigit() and _flag_value(args, ("--host",)) == "127.0.0.1":
+    if not missing and port is not None and port.isdigit() and flag_value(args, ("--host",)) == "127.0.0.1":
         return "model", None
     return "llama-server", ("a llama-server child without the flags Ollama gives its model servers"
                             + (f" (no {', '.join(missing)})" if missing else " (--host is not 127.0.0.1)"))
