@@ -118,9 +118,7 @@ class VllmSource:
             return
         self._cards_at = now
         try:
-            resp = self._http.get("/v1/models")
-            raise_for_status(resp, "/v1/models", self.display_url)
-            self._cards, self._card_notes = parse_models(decode_json(resp, "/v1/models"))
+            self._cards, self._card_notes = parse_models(self._http.get_json("/v1/models"))
         except SourceError as e:
             self._cards, self._card_notes = [], [f"/v1/models: {e.failure.reason}"]
         try:
