@@ -157,10 +157,9 @@ class HostSource:
         self._user_bw = user_host_bandwidth_bytes_per_s
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._chip_name = chip_name
-        self._include_children = include_child_processes
         self.auto_probe = auto_probe
         self._root = Path(system_root)
-        self._pid_tree = PidTreeCache()
+        self._pid_tree = PidTreeCache(include_children=include_child_processes)
         self._clock = clock
         self._measured: float | None = None
         self._measured_at: float | None = None
@@ -331,7 +330,7 @@ class HostSource:
         except Exception as exc:
             reasons["cpu_busy_cores"] = reasons["server_cpu_cores"] = f"CPU load not readable: {exc}"
             return out
-        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        pids = self._pid_tree.expand(server_pids)
         server = 0.0
         for pid in pids:
             proc = self._server_procs.get(pid)
@@ -361,7 +360,7 @@ class HostSource:
         if not server_pids:
             reasons[key] = "the model server's process is not known"
             return None
-        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        pids = self._pid_tree.expand(server_pids)
         total, alive = 0, 0
         for pid in sorted(pids):
             try:

@@ -111,8 +111,7 @@ class NvmlSource:
     ) -> None:
         self._nvml = nvml
         self._user_bw = dict(user_bandwidth_bytes_per_s or {})
-        self._include_children = include_child_processes
-        self._pid_tree = PidTreeCache()
+        self._pid_tree = PidTreeCache(include_children=include_child_processes)
         self._clock = clock
         self._lock = threading.Lock()
         self._initialized = False
@@ -195,7 +194,7 @@ class NvmlSource:
             if count <= 0:
                 return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
                                      unavailable_reason="no NVIDIA GPU: the driver reports none")
-            pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+            pids = self._pid_tree.expand(server_pids)
             gpus = tuple(self._read_gpu(i, pids, bool(server_pids)) for i in range(count))
             return GpuSetReading(t_monotonic=t, gpus=gpus, driver_version=self._driver_version)
 
@@ -285,12 +284,10 @@ class NvmlSource:
         self._read_pcie(r)
         self._read_processes(r, server_pids, server_known)
 
-        power = r.call(("power_w",), "nvmlDeviceGetPowerUsage", h)
-        v["power_w"] = None if power is None else power / 1000.0
-        energy = r.call(("energy_j",), "nvmlDeviceGetTotalEnergyConsumption", h)
-        v["energy_j"] = None if energy is None else energy / 1000.0
-        limit = r.call(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h)
-        v["power_limit_w"] = None if limit is None else limit / 1000.0
+        for key, fname in (("power_w", "nvmlDeviceGetPowerUsage"), ("energy_j", "nvmlDeviceGetTotalEnergyConsumption"),
+                           ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")):  # mW, mJ
+            milli = r.call((key,), fname, h)
+            v[key] = None if milli is None else milli / 1000.0
         temp = r.call(("temperature_c",), "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         v["temperature_c"] = None if temp is None else float(temp)
 

@@ -201,10 +201,13 @@ PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this oft
 
 
 class PidTreeCache:
-    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
+    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question.
+    ``include_children=False``: the pids as given."""
 
-    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic, *,
+                 include_children: bool = True) -> None:
         self.max_age_s = max_age_s
+        self.include_children = include_children
         self._clock = clock
         self._key: frozenset[int] | None = None
         self._at = 0.0
@@ -213,6 +216,8 @@ class PidTreeCache:
     def expand(self, server_pids: Collection[int]) -> frozenset[int]:
         """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
         key = frozenset(int(p) for p in server_pids)
+        if not self.include_children:
+            return key
         now = self._clock()
         if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
             self._value = expand_server_pids(key)

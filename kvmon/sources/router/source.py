@@ -12,6 +12,7 @@ the child's ``/props`` (``is_sleeping``) first, as for any server.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.procs import flag_value
 from kvmon.sources.router.progress import ProgressStream
 
 PROGRESS_MAX_AGE_S = 10.0  # a progress event older than this no longer describes a load in progress
@@ -34,11 +36,8 @@ _STATUS = {"loaded": serving.LOADED, "loading": serving.LOADING, "sleeping": ser
 
 def _port_in(args: Sequence[str]) -> int | None:
     """The ``--port`` of a child's command line (a model never started shows ``--port 0``: None)."""
-    for i, a in enumerate(args):
-        value = args[i + 1] if a == "--port" and i + 1 < len(args) else a[7:] if a.startswith("--port=") else None
-        if value is not None:
-            return int(value) if value.isdigit() and int(value) > 0 else None
-    return None
+    value = flag_value(args, ("--port",))
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
 
 
 def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
@@ -139,7 +138,7 @@ class LlamaRouterSource:
             if m.status == serving.LOADING and got is not None and now - got[0] <= PROGRESS_MAX_AGE_S:
                 status, progress = progress_of(got[1])
                 if status == "loading" and progress is not None:
-                    m = ListedModel(m.name, m.status, progress, m.args, m.upstream_url, m.exit_code, m.aliases)
+                    m = dataclasses.replace(m, progress=progress)
             out.append(m)
         if any(m.status == serving.LOADING and m.progress is None for m in out):
             why = self._sse.error or ("has sent no progress yet" if self._sse.connected else "has not answered yet")
