@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection
@@ -24,6 +23,7 @@ import psutil
 from kvmon.core.readings import HostReading
 from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name
 from kvmon.physics.host_memory import memory_kind, table_host_bandwidth
+from kvmon.sources.apple import run_command
 from kvmon.sources.localfile import open_regular, read_tail
 from kvmon.sources.procs import PidTreeCache
 from kvmon.sources.rapl import cpu_energy
@@ -102,11 +102,7 @@ def measure_copy_bandwidth_bytes_per_s(size_bytes: int = DEFAULT_BENCH_BYTES,
 
 
 def _sysctl(*names: str) -> list[str]:
-    try:
-        out = subprocess.run(["sysctl", "-n", *names], capture_output=True, text=True, timeout=2, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.stdout.splitlines()]
+    return [line.strip() for line in (run_command(["sysctl", "-n", *names]) or "").splitlines()]
 
 
 def _apple_chip_name() -> str | None:

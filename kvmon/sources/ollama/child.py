@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from kvmon.core.jsonvals import text_int
-from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
+from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SourceError
 from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llamacpp import LLAMA_SERVER
@@ -49,10 +49,6 @@ class OllamaChild:
     def url(self) -> str:
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
-
-    @property
-    def model_path(self) -> str | None:
-        return self.config.model_path
 
 
 # the flags Ollama always gives its model server (startLlamaServer), each with a value where it takes one
@@ -150,9 +146,10 @@ def choose_child(children: Sequence[OllamaChild], blob_path: str | None) -> tupl
     if blob_path:
         base = os.path.basename(blob_path)
         for c in children:
-            if c.model_path and (c.model_path == blob_path or os.path.basename(c.model_path) == base):
+            path = c.config.model_path
+            if path and (path == blob_path or os.path.basename(path) == base):
                 return c, None
-        if len(children) == 1 and not children[0].model_path:
+        if len(children) == 1 and not children[0].config.model_path:
             return children[0], None
         return None, f"no llama-server child of Ollama serves {base}"
     if len(children) == 1:
@@ -224,15 +221,6 @@ def _child_placement(lines: list[str]) -> ServerConfig | None:
     return ServerConfig(**values, provenance=prov)
 
 
-def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:
-    """A llama-server's ``/slots`` as SlotReadings, read as the llama-server source reads them."""
-    body = client.get_json("/slots")
-    if not isinstance(body, list):
-        return ()
-    reasons: dict[str, str] = {}
-    return tuple(s for s in (parse_slot(raw, reasons) for raw in body) if s is not None)
-
-
 class ChildTracker:
     """Remembers the child between polls; searches again when it exits, the model changes, or after a delay."""
 
@@ -281,9 +269,9 @@ class ChildTracker:
         """(child reading, why none, server pids, config learnt from argv or environment)."""
         now = time.monotonic()
         child = self._child
-        if child is not None and (not self._alive(child) or (blob_path and child.model_path
-                                                              and os.path.basename(child.model_path)
-                                                              != os.path.basename(blob_path))):
+        path = child.config.model_path if child is not None else None
+        other_model = blob_path and path and os.path.basename(path) != os.path.basename(blob_path)
+        if child is not None and (not self._alive(child) or other_model):
             child = self._child = None
             self._last_search = -1e9
         if child is None:
@@ -314,7 +302,10 @@ class ChildTracker:
             self._client = HttpClient(child.url, timeout_s=self._timeout_s)
             self._client_url = child.url
         assert self._client is not None
-        slots = read_slots(self._client)
+        body = self._client.get_json("/slots")  # read as the llama-server source reads it
+        reasons: dict[str, str] = {}
+        slots = tuple(s for s in (parse_slot(raw, reasons) for raw in body) if s is not None) if isinstance(
+            body, list) else ()
         return ServerReading(
             t_monotonic=time.monotonic(),
             t_wall=time.time(),

@@ -35,7 +35,7 @@ from kvmon.core.readings import (
 from kvmon.core.sanitize import plain_text
 from kvmon.physics import kv as kv_mod
 from kvmon.sources import procs
-from kvmon.sources.hf_config import HfModel, model_folder, read_model
+from kvmon.sources.hf_config import DTYPES, HfModel, model_folder, read_model
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.vllm import VLLM
@@ -44,9 +44,8 @@ from kvmon.sources.vllm.parse import MetricsPage, ModelCard, ModelMetrics, parse
 BACKEND = VLLM
 DEFAULT_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
 CARDS_EVERY_S = 30.0  # the served models change only on a restart
-# --kv-cache-dtype → kvmon's cache-type names (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE): fp8 and int8
+# --kv-cache-dtype: torch's names as in config.json (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE); fp8 and int8
 # variants keep one byte per value
-CACHE_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32", "float": "f32"}
 ONE_BYTE_PREFIXES = ("fp8", "int8", "nvfp4", "turboquant")
 
 
@@ -61,8 +60,8 @@ def kv_type_of(cache_dtype: str | None, model_dtype: str | None) -> tuple[str | 
         return model_dtype, None
     if d.startswith(ONE_BYTE_PREFIXES):
         return "fp8", None
-    if d in CACHE_DTYPES:
-        return CACHE_DTYPES[d], None
+    if d in DTYPES:
+        return DTYPES[d], None
     return None, f"cache_dtype {cache_dtype!r} is not one kvmon can size"
 
 
