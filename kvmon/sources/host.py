@@ -9,6 +9,7 @@ else the peak of the memory the system reports (udev's DMI database, kind × spe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -243,11 +244,8 @@ class HostSource:
         """(CPU name, memory type, table bandwidth, how it was made), read once: none of it changes while running."""
         if self._static is None:
             kind = mts = channels = None
-            try:
-                with open_regular(self._root / UDEV_DMI_DB) as f:
-                    kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
-            except OSError:
-                pass
+            with contextlib.suppress(OSError), open_regular(self._root / UDEV_DMI_DB) as f:
+                kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
             bw, how = table_host_bandwidth(kind, mts, channels)
             mem = f"{kind}-{mts:.0f}" if kind and mts else kind
             self._static = (_cpu_name(self._root), mem, bw, how)

@@ -13,6 +13,7 @@ from ``kvmon.sources.procs``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -63,6 +64,13 @@ _GPU_FIELDS: tuple[str, ...] = (
 # memory's working set, memory type): always None here, and not a gap to explain.
 FIELDS_NOT_READ: frozenset[str] = frozenset({"memory_type", "spill_total_bytes", "spill_used_bytes",
                                              "server_spill_bytes", "working_set_limit_bytes", "working_set_source"})
+
+
+# why nvmlInit failed, in words, for the codes that have a plain cause
+_INIT_FAILURES = {LIBRARY_NOT_FOUND: "the NVML library was not found (no NVIDIA driver on this machine)",
+                  DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded",
+                  LIB_RM_VERSION_MISMATCH: "NVML and the kernel driver versions differ (reboot after a driver update)",
+                  NO_PERMISSION: "no permission to use NVML"}
 
 
 def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_bits: int | None) -> float | None:
@@ -136,17 +144,7 @@ class NvmlSource:
         try:
             self._nvml.nvmlInit()
         except Exception as exc:
-            code = nvml_code(exc)
-            if code == LIBRARY_NOT_FOUND:
-                why = "the NVML library was not found (no NVIDIA driver on this machine)"
-            elif code == DRIVER_NOT_LOADED:
-                why = "the NVIDIA driver is not loaded"
-            elif code == LIB_RM_VERSION_MISMATCH:
-                why = "NVML and the kernel driver versions differ (reboot after a driver update)"
-            elif code == NO_PERMISSION:
-                why = "no permission to use NVML"
-            else:
-                why = f"NVML did not start: {describe(exc)}"
+            why = _INIT_FAILURES.get(nvml_code(exc) or 0, f"NVML did not start: {describe(exc)}")
             self._unavailable_reason = f"no NVIDIA GPU: {why}"
             return self._unavailable_reason
         self._initialized = True
@@ -164,18 +162,14 @@ class NvmlSource:
             for state in self._devices.values():
                 self._free_gpm(state)
             self._devices.clear()
-            try:
+            with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
             self._initialized = False
 
     def _free_gpm(self, state: DeviceState) -> None:
         for sample in state.gpm.samples:
-            try:
+            with contextlib.suppress(Exception):  # freeing on a lost GPU or at exit may fail; nothing else to do
                 self._nvml.nvmlGpmSampleFree(sample)
-            except Exception:  # freeing on a lost GPU or at exit may fail; nothing else to do
-                pass
         state.gpm = GpmState()
 
     # -- polling ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ attention, context, slots, layers); read once per process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -64,12 +65,10 @@ class LlamaServerProcess:
         if self._proc is not None:
             if now - self._alive_at < PROCESS_ALIVE_CHECK_S:
                 return self._proc
-            try:
+            with contextlib.suppress(psutil.Error):
                 if self._proc.is_running():  # reads /proc: not on every poll
                     self._alive_at = now
                     return self._proc
-            except psutil.Error:
-                pass
             self._proc = None
             self._checked_at = None
         if self._checked_at is not None and now - self._checked_at < PROCESS_RECHECK_S:
