@@ -20,6 +20,7 @@ import psutil
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources import detect
+from kvmon.sources.backends import LLAMA_SERVER, LLAMA_SWAP, LMSTUDIO, OLLAMA, ROUTER, VLLM
 from kvmon.sources.procs import WILDCARD_HOSTS, flag_value, program
 
 LOCALHOST = "127.0.0.1"
@@ -97,24 +98,24 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
         port = _int(flag_value(args, ("--port",))) or _int(env.get("LLAMA_ARG_PORT"))
         host = flag_value(args, ("--host",)) or env.get("LLAMA_ARG_HOST") or LOCALHOST
         has_model = _has(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
-        kind = detect.LLAMA_ROUTER if (not has_model or _has(args, _ROUTER_FLAGS)) else detect.LLAMA_SERVER
-        ports = (port,) if port else detect.BACKENDS[detect.LLAMA_SERVER].ports
+        kind = ROUTER if (not has_model or _has(args, _ROUTER_FLAGS)) else LLAMA_SERVER
+        ports = (port,) if port else LLAMA_SERVER.ports  # 9931 (b11549), then 8080 (before, and llama-swap's)
         return kind, ports, host
     if stem.startswith("llama-swap"):
         listen = flag_value(args, ("-listen", "--listen")) or ":8080"  # llama-swap.go: default ":8080"
         host, _, port_text = listen.rpartition(":")
         port = _int(port_text)
-        return detect.LLAMA_SWAP, (port,) if port else (detect.LLAMA_SERVER_OLD_PORT,), host.strip("[]") or LOCALHOST
+        return LLAMA_SWAP, (port,) if port else LLAMA_SWAP.ports, host.strip("[]") or LOCALHOST
     if (stem == "vllm" and args[:1] == ["serve"]) or (stem == "api_server" and any("vllm" in a for a in argv[:3])):
         port = _int(flag_value(args, ("--port",)))
         host = flag_value(args, ("--host",)) or LOCALHOST
-        return detect.VLLM, (port or detect.VLLM_PORT,), host
+        return VLLM, (port or VLLM.ports[0],), host
     if stem in LMSTUDIO_PROGRAMS:  # its port is a setting, not a flag: the default, asked over HTTP
-        return detect.LMSTUDIO, (detect.LMSTUDIO_PORT,), LOCALHOST
+        return LMSTUDIO, LMSTUDIO.ports, LOCALHOST
     if stem == "ollama" and args[:1] == ["serve"]:
         hostport = env.get("OLLAMA_HOST", "")
         port = _int(hostport.rpartition(":")[2]) if ":" in hostport else None
-        return detect.OLLAMA, (port or detect.OLLAMA_PORT,), LOCALHOST
+        return OLLAMA, (port or OLLAMA.ports[0],), LOCALHOST
     return None
 
 
@@ -189,8 +190,8 @@ def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None =
             host = bound
         elif host in WILDCARD_HOSTS or not host:
             host = LOCALHOST
-        guessed = not ports and ((argv_ports == detect.BACKENDS[detect.LLAMA_SERVER].ports and kind in (
-            detect.LLAMA_SERVER, detect.LLAMA_ROUTER)) or kind == detect.LMSTUDIO)
+        guessed = not ports and ((argv_ports == LLAMA_SERVER.ports and kind in (LLAMA_SERVER, ROUTER))
+                                 or kind == LMSTUDIO)
         out.append(ProcessCandidate(proc.pid, kind, ports or argv_ports, host, _short(argv), guessed=guessed))
     return sorted(out, key=lambda c: c.pid)
 

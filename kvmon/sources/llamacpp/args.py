@@ -15,6 +15,7 @@ from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM, Provenance, Serv
 from kvmon.core.units import MIB
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
+from kvmon.sources.llamacpp import LLAMA_SERVER
 
 # flag spellings -> setting; each setting also has its LLAMA_ARG_* variable
 _VALUE_FLAGS: dict[str, str] = {
@@ -95,7 +96,7 @@ _SWITCHES = {"-kvu": ("kvu", "1"), "--kv-unified": ("kvu", "1"), "-no-kvu": ("kv
              "--no-kv-unified": ("kvu", "0"), "--swa-full": ("swa_full", "1")}
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9931  # common/common.h `port = 9931` since the 2026 builds (b11549); 8080 before
+DEFAULT_PORT = LLAMA_SERVER.ports[0]
 DEFAULT_FIT_TARGET_MIB = 1024  # common.h fit_params_target: 1 GiB left free on every device
 DEFAULT_CACHE_RAM_MIB = 8192  # common.h cache_ram_mib: the host prompt cache, 8 GiB
 

@@ -44,7 +44,7 @@ from kvmon.sources.ollama.parse import (
 )
 from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
-DEFAULT_PORT = 11434
+DEFAULT_PORT = OLLAMA.ports[0]
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
 ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11435"
 SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies

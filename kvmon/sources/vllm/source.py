@@ -42,7 +42,7 @@ from kvmon.sources.vllm import VLLM
 from kvmon.sources.vllm.parse import MetricsPage, ModelCard, ModelMetrics, parse_metrics, parse_models
 
 BACKEND = VLLM
-DEFAULT_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
+DEFAULT_PORT = VLLM.ports[0]
 CARDS_EVERY_S = 30.0  # the served models change only on a restart
 # --kv-cache-dtype: torch's names as in config.json (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE); fp8 and int8
 # variants keep one byte per value
