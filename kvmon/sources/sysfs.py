@@ -286,7 +286,12 @@ class SysfsGpuSource:
         self._scanned_at = now
         return True
 
-    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, bool]:
-        """(bytes by PCI slot and region the server holds, or None when unreadable; whether the server is known)."""
+    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, str | None]:
+        """(bytes by PCI slot and region the model server holds, None), or (None, why they are unknown)."""
         pids = self._pid_tree.expand(server_pids)
-        return (server_gpu_memory(self.root / "proc", pids) if pids else None), bool(pids)
+        if not pids:
+            return None, "the model server's process is not known"
+        found = server_gpu_memory(self.root / "proc", pids)
+        if found is None:
+            return None, "the model server's processes are not readable here (DRM fdinfo)"
+        return found, None
