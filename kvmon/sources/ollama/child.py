@@ -284,11 +284,9 @@ class ChildTracker:
             self._child = child
         pids = tuple(p for p in (self._ollama_pid, child.pid) if p)
         config = child.config
-        if self._env_config is not None:  # argv wins; environment fills what argv lacks
-            extra = {k: getattr(self._env_config, k) for k in ("n_parallel",)
-                     if getattr(config, k) is None and getattr(self._env_config, k) is not None}
-            if extra:
-                config = replace(config, **extra)
+        env = self._env_config
+        if env is not None and config.n_parallel is None and env.n_parallel is not None:  # argv wins over environment
+            config = replace(config, n_parallel=env.n_parallel)
         try:
             reading = self._read(child, config)
         except SourceError as e:

@@ -50,10 +50,9 @@ ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11
 SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies
 SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
 CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
-OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
 # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
 # one KV stream per slot (the bottom config layer).
-OLLAMA_DEFAULTS = ServerConfig(n_parallel=OLLAMA_DEFAULT_NUM_PARALLEL, kv_unified=False,
+OLLAMA_DEFAULTS = ServerConfig(n_parallel=1, kv_unified=False,
                                provenance={"n_parallel": Provenance.DEFAULT, "kv_unified": Provenance.DEFAULT})
 
 
@@ -95,7 +94,6 @@ class OllamaSource:
         self._proxy_reader = ProxyReader(proxy_url, DEFAULT_PROXY_URL, self.base_url, DEFAULT_PORT)
         self._version: str | None = None  # asked once, again after a failed poll (a restart may change it)
         self._shows: dict[str, _ShowEntry] = {}  # /api/show per model digest
-        self._version_reason: str | None = None  # why /api/version was not read this poll
         self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
@@ -177,7 +175,7 @@ class OllamaSource:
     def poll(self) -> ServerReading:
         """One reading; raises ``SourceError`` when Ollama cannot be read at all."""
         t_mono, t_wall = self._clock(), time.time()
-        version = self._version_safe()
+        version, version_reason = self._version_safe()
         try:
             models, notes = parse_ps(self._client.get_json("/api/ps"))
         except SourceError:
@@ -186,8 +184,8 @@ class OllamaSource:
         reasons: dict[str, str] = {}
         if notes:
             reasons["models"] = "; ".join(notes)
-        if self._version_reason:
-            reasons["server_version"] = self._version_reason
+        if version_reason:
+            reasons["server_version"] = version_reason
         proxy, proxy_reason = self._proxy_reader.read(t_mono, t_wall)
         busy = [s.model for s in proxy.in_flight if s.model] if proxy else []
         active = pick_active(models, busy)
@@ -221,8 +219,10 @@ class OllamaSource:
             reasons["n_ctx"] = "this Ollama's /api/ps has no context_length (added in Ollama 0.10)"
 
         # Live rate, best first: the llama-server child, the proxy, else say how to get one.
-        last = proxy.last if proxy is not None and (proxy.last_model is None or names_match(proxy.last_model, active)
-                                                     ) else None
+        def mine(model: str | None) -> bool:  # a request to the active model (the proxy may not say which)
+            return model is None or names_match(model, active)
+
+        last = proxy.last if proxy is not None and mine(proxy.last_model) else None
         slots: tuple[SlotReading, ...] = ()
         total_slots: int | None = None
         kv_unified: bool | None = None
@@ -252,8 +252,7 @@ class OllamaSource:
             kv_unified = child_reading.kv_unified
             rate_source = "child_slots"
         elif proxy is not None:
-            slots, how = proxy_slots(proxy, active.context_length, lambda m: m is None or names_match(m, active),
-                                     last)
+            slots, how = proxy_slots(proxy, active.context_length, mine, last)
             if how:
                 reasons["context_tokens"] = how
             rate_source = "proxy"
@@ -328,20 +327,19 @@ class OllamaSource:
             reasons=reasons,
         )
 
-    def _version_safe(self) -> str | None:
+    def _version_safe(self) -> tuple[str | None, str | None]:
+        """(Ollama's version, why it is unknown); raises only when the server cannot be reached or refuses the key."""
         hung = self._client.hangs("/api/version")  # known to hang: unknown, and /api/ps decides
-        self._version_reason = None
         try:
             if self._version is None:
                 body = self._client.get_json("/api/version")
                 self._version = json_str(body.get("version")) if isinstance(body, dict) else None
-            return self._version
+            return self._version, None
         except SourceError as e:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.AUTH_REJECTED) or (
                     e.failure.kind is FailureKind.TIMEOUT and not hung):
                 raise
-            self._version_reason = f"version unknown: {e.failure.reason}"
-            return None  # /api/ps decides whether this is Ollama at all
+            return None, f"version unknown: {e.failure.reason}"  # /api/ps decides whether this is Ollama at all
 
 
 def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: dict[str, str]) -> ServerConfig | None:
