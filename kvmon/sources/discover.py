@@ -21,7 +21,7 @@ from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources import detect
 from kvmon.sources.backends import LLAMA_SERVER, LLAMA_SWAP, LMSTUDIO, OLLAMA, ROUTER, VLLM
-from kvmon.sources.procs import WILDCARD_HOSTS, flag_value, program
+from kvmon.sources.procs import WILDCARD_HOSTS, flag_value, has_flag, program
 
 LOCALHOST = "127.0.0.1"
 _MODEL_FLAGS = ("-m", "--model", "-hf", "--hf-repo", "-hfr", "-mu", "--model-url", "-dr", "--docker-repo")
@@ -72,11 +72,6 @@ class Discovery:
         return tuple(f for f in self.found if f.answering)
 
 
-def _has(args: Sequence[str], flags: Iterable[str]) -> bool:
-    names = tuple(flags)
-    return any(a.partition("=")[0] in names for a in args)
-
-
 def _int(text: str | None) -> int | None:
     try:
         return int(str(text).strip()) if text is not None else None
@@ -97,8 +92,8 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
     if old_name or stem.startswith(("llama-server", "llama_server")):
         port = _int(flag_value(args, ("--port",))) or _int(env.get("LLAMA_ARG_PORT"))
         host = flag_value(args, ("--host",)) or env.get("LLAMA_ARG_HOST") or LOCALHOST
-        has_model = _has(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
-        kind = ROUTER if (not has_model or _has(args, _ROUTER_FLAGS)) else LLAMA_SERVER
+        has_model = has_flag(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
+        kind = ROUTER if (not has_model or has_flag(args, _ROUTER_FLAGS)) else LLAMA_SERVER
         ports = (port,) if port else LLAMA_SERVER.ports  # 9931 (b11549), then 8080 (before, and llama-swap's)
         return kind, ports, host
     if stem.startswith("llama-swap"):

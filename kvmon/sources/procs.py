@@ -60,6 +60,11 @@ def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
     return None
 
 
+def has_flag(args: Sequence[str], flags: Sequence[str]) -> bool:
+    """Whether a command line gives one of ``flags`` (with a value or without)."""
+    return any(a.partition("=")[0] in flags for a in args)
+
+
 def _listening_on(conns: Sequence[sconn], port: int) -> tuple[int | None, bool]:
     """(pid, seen): the pid listening on ``port`` in ``conns``, and whether any listener was seen."""
     seen = False

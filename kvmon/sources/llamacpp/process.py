@@ -30,14 +30,8 @@ def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> b
     if env and "LLAMA_ARG_MODEL" in env:
         return True
     args = argv[1:]
-    for i, a in enumerate(args):
-        flag, eq, inline = a.partition("=")
-        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        if flag in ("-hf", "--hf-repo"):
-            return True
-        if flag in ("-m", "--model") and value.lower().endswith(".gguf"):
-            return True
-    return False
+    return procs.has_flag(args, ("-hf", "--hf-repo")) or (
+        procs.flag_value(args, ("-m", "--model")) or "").lower().endswith(".gguf")
 
 
 class LlamaServerProcess:
