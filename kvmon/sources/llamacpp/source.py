@@ -205,22 +205,21 @@ class LlamaServerSource:
         # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
         slots_lately = self._slots_answered_at is not None and t_mono - self._slots_answered_at < SLOTS_KEEP_AWAKE_S
         awake = self._busy or self._never_sleeps or slots_lately
-        reused = memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS
-        if reused and memo is not None:
+        if memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS:
             props, q, times = memo
             next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, times + 1)
         else:
-            read, q = self._read_props(reasons, checked)
+            read, q = self._read_props(reasons)
             if read is None:
                 return ServerReading(t_monotonic=t_mono, t_wall=t_wall, backend=BACKEND, url=self.display_url,
                                      state="idle", reasons=reasons)
             props = read
             next_memo = (props, q, 0) if "props" not in reasons else None
-        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall, reused=reused)
+        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall)
         self._props_memo = next_memo
         return reading
 
-    def _read_props(self, reasons: dict[str, str], checked: bool) -> tuple[Mapping[str, Any] | None, str]:
+    def _read_props(self, reasons: dict[str, str]) -> tuple[Mapping[str, Any] | None, str]:
         """/props (in router mode, the loaded model's, with the query it needs); None: router without a model."""
         if self._model_query:  # one model of a router: without its /props (not loaded, router gone) nothing is read
             props = self._optional_json("/props" + self._model_query, reasons, "props")
@@ -251,8 +250,8 @@ class LlamaServerSource:
         return props or {}, q
 
     def _poll_after_props(self, props: Mapping[str, Any], q: str, reasons: dict[str, str], checked: bool,
-                          t_mono: float, t_wall: float, *, reused: bool = False) -> ServerReading:
-        """The rest of a poll once /props is known (read now, or ``reused`` while a slot generates)."""
+                          t_mono: float, t_wall: float) -> ServerReading:
+        """The rest of a poll once /props is known (read now, or reused while a slot generates)."""
         t_start = t_mono
         sleeping = props.get("is_sleeping") is True
         state = "sleeping" if sleeping else "ok"
