@@ -221,13 +221,15 @@ def _child_placement(lines: list[str]) -> ServerConfig | None:
     return ServerConfig(**values, provenance=prov)
 
 
+SEARCH_AGAIN_S = 10.0  # after a search that found no child, search again no sooner than this
+
+
 class ChildTracker:
     """Remembers the child between polls; searches again when it exits, the model changes, or after a delay."""
 
-    def __init__(self, ollama_port: int, *, timeout_s: float = 2.0, retry_s: float = 10.0) -> None:
+    def __init__(self, ollama_port: int, *, timeout_s: float = 2.0) -> None:
         self.ollama_port = ollama_port
         self._timeout_s = timeout_s
-        self._retry_s = retry_s
         self._child: OllamaChild | None = None
         self._children: list[OllamaChild] = []
         self._ollama_pid: int | None = None
@@ -275,7 +277,7 @@ class ChildTracker:
             child = self._child = None
             self._last_search = -1e9
         if child is None:
-            if now - self._last_search >= self._retry_s:
+            if now - self._last_search >= SEARCH_AGAIN_S:
                 self._search()
             child, why = choose_child(self._children, blob_path)
             if child is None:

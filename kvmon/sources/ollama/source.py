@@ -49,7 +49,6 @@ DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
 ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11435"
 SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies
 SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
-CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
 # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
 # one KV stream per slot (the bottom config layer).
 OLLAMA_DEFAULTS = ServerConfig(n_parallel=1, kv_unified=False,
@@ -102,7 +101,7 @@ class OllamaSource:
         self._child_tracker: ChildTracker | None = None
         if find_child and self._is_local:
             port = urlsplit(self.base_url).port or DEFAULT_PORT
-            self._child_tracker = ChildTracker(port, timeout_s=min(timeout_s, 2.0), retry_s=CHILD_RETRY_S)
+            self._child_tracker = ChildTracker(port, timeout_s=min(timeout_s, 2.0))
 
     def __repr__(self) -> str:
         return f"OllamaSource({self.display_url!r})"

@@ -81,7 +81,7 @@ class LlamaRouterSource:
     kind = serving.ROUTER
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,
-                 follow_progress: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = normalize_base_url(base_url)
         self._api_key = api_key
         self._timeout_s = timeout_s
@@ -90,16 +90,14 @@ class LlamaRouterSource:
         self.display_url = self._http.display_url
         self._version: str | None = None
         headers = {"Authorization": f"Bearer {api_key}".encode("latin-1")} if api_key else {}  # as HttpClient sends it
-        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock,
-                                   timeout_s=timeout_s) if follow_progress else None
+        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock, timeout_s=timeout_s)
 
     def __repr__(self) -> str:
         return f"LlamaRouterSource({self.display_url!r})"
 
     def close(self) -> None:
         self._http.close()
-        if self._sse is not None:
-            self._sse.close()
+        self._sse.close()
 
     def list_models(self) -> ModelListing:
         """The models and their status now; raises SourceError when the router cannot be read."""
@@ -120,16 +118,12 @@ class LlamaRouterSource:
         if notes:
             reasons["models"] = "; ".join(notes)
         loading = any(m.status == serving.LOADING for m in models)
-        if self._sse is not None:
-            self._sse.want(loading)
-            if loading:
-                models = self._with_progress(models, reasons)
-        elif loading:
-            reasons["progress"] = "load progress not followed"
+        self._sse.want(loading)
+        if loading:
+            models = self._with_progress(models, reasons)
         return ModelListing(serving.ROUTER, tuple(models), self._version, reasons)
 
     def _with_progress(self, models: list[ListedModel], reasons: dict[str, str]) -> list[ListedModel]:
-        assert self._sse is not None
         latest = self._sse.latest()
         now = self._clock()
         out: list[ListedModel] = []
