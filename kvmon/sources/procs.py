@@ -209,9 +209,7 @@ class PidTreeCache:
     """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question.
     ``include_children=False``: the pids as given."""
 
-    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic, *,
-                 include_children: bool = True) -> None:
-        self.max_age_s = max_age_s
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, include_children: bool = True) -> None:
         self.include_children = include_children
         self._clock = clock
         self._key: frozenset[int] | None = None
@@ -219,12 +217,12 @@ class PidTreeCache:
         self._value: frozenset[int] = frozenset()
 
     def expand(self, server_pids: Collection[int]) -> frozenset[int]:
-        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
+        """The pids and their descendants, read again when the pids changed or after PID_TREE_MAX_AGE_S."""
         key = frozenset(int(p) for p in server_pids)
         if not self.include_children:
             return key
         now = self._clock()
-        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
+        if key != self._key or not (0.0 <= now - self._at < PID_TREE_MAX_AGE_S):
             self._value = expand_server_pids(key)
             self._key, self._at = key, now
         return self._value

@@ -71,8 +71,7 @@ class VllmSource:
     backend = BACKEND
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,
-                 clock: Callable[[], float] = time.monotonic, model_dir: str | None = None) -> None:
-        """``model_dir``: the model's folder when vLLM's ``root`` does not name one readable here."""
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = normalize_base_url(base_url, DEFAULT_PORT)
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
@@ -80,7 +79,6 @@ class VllmSource:
         parts = urlsplit(self.base_url)
         self._local = procs.is_local_host(parts.hostname or "")
         self._port = parts.port or DEFAULT_PORT
-        self._model_dir = os.path.abspath(model_dir) if model_dir else None  # the user's, from kvmon's folder
         self._cards_at: float | None = None
         self._cards: list[ModelCard] = []
         self._card_notes: list[str] = []
@@ -140,13 +138,13 @@ class VllmSource:
 
     def _model_files(self, root: str | None) -> tuple[HfModel | None, Any, str | None]:
         """(HF folder's model, GGUF header, why neither) for the card's ``root``; read once per root."""
-        key = self._model_dir or root or ""
+        key = root or ""
         if key in self._models:
             return self._models[key]
         found: tuple[HfModel | None, Any, str | None]
         if not key:
             found = (None, None, "vLLM gives no model path (root) in /v1/models")
-        elif not self._local and self._model_dir is None:
+        elif not self._local:
             found = (None, None, "the server runs on another machine: its model folder is not readable here")
         elif key.lower().endswith(".gguf"):
             header, why, _ = self._files.header(key)
