@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM, Provenance, ServerConfig
@@ -95,6 +96,7 @@ _FA_WORDS = {
 _SWITCHES = {"-kvu": ("kvu", "1"), "--kv-unified": ("kvu", "1"), "-no-kvu": ("kvu", "0"),
              "--no-kv-unified": ("kvu", "0"), "--swa-full": ("swa_full", "1")}
 
+T = TypeVar("T")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = LLAMA_SERVER.ports[0]
 DEFAULT_FIT_TARGET_MIB = 1024  # common.h fit_params_target: 1 GiB left free on every device
@@ -168,25 +170,24 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
 
     prov: dict[str, Provenance] = {}
 
-    def mark(field: str, key: str) -> None:
-        prov[field] = src.get(key, Provenance.DEFAULT)
+    def mark(field: str, key: str, value: T) -> T:
+        """``value``; when it is set, its provenance (the command line's where it said it, else the default)."""
+        if value is not None:
+            prov[field] = src.get(key, Provenance.DEFAULT)
+        return value
 
-    # context: -c 0 (the default) means the model's training context, which the argv cannot tell
-    ctx = _to_int(raw.get("ctx"))
-    if "ctx" in raw and ctx is None:
+    def positive(key: str) -> int | None:
+        """A count the line sets; 0, -1 or absent leave it to the server (``-c 0``: the training context)."""
+        n = _to_int(raw.get(key))
+        return n if n and n > 0 else None
+
+    if "ctx" in raw and _to_int(raw["ctx"]) is None:
         notes.append(f"unreadable context size {raw['ctx']!r}")
-    n_ctx_total = ctx if ctx and ctx > 0 else None
-    if n_ctx_total is not None:
-        mark("n_ctx_total", "ctx")
-
-    par = _to_int(raw.get("parallel"))
-    n_parallel = par if par and par > 0 else None  # -1 / absent = auto (llama-server picks 4, unified)
-    if n_parallel is not None:
-        mark("n_parallel", "parallel")
+    n_ctx_total = mark("n_ctx_total", "ctx", positive("ctx"))
+    n_parallel = mark("n_parallel", "parallel", positive("parallel"))  # -1 / absent: auto (4 slots, unified)
 
     if "kvu" in raw:
-        kv_unified: bool | None = _truthy(raw["kvu"])
-        mark("kv_unified", "kvu")
+        kv_unified = mark("kv_unified", "kvu", _truthy(raw["kvu"]))
     else:
         kv_unified = n_parallel is None  # auto parallel turns the unified KV cache on
         prov["kv_unified"] = Provenance.DEFAULT
@@ -203,44 +204,30 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             name = ""
         types[field] = name
         if name:
-            mark(field, key)
+            mark(field, key, name)
 
     fa_raw = raw.get("fa", "auto").strip().lower()
-    flash_attn = _FA_WORDS.get(fa_raw)
+    flash_attn = mark("flash_attn", "fa", _FA_WORDS.get(fa_raw))
     if flash_attn is None:
         notes.append(f"unknown flash-attention setting {fa_raw!r}")
-    else:
-        mark("flash_attn", "fa")
 
     ngl_raw = raw.get("ngl")
-    n_gpu_layers = _to_int(ngl_raw)
-    if n_gpu_layers is not None:
-        mark("n_gpu_layers", "ngl")
-    elif ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
+    n_gpu_layers = mark("n_gpu_layers", "ngl", _to_int(ngl_raw))
+    if n_gpu_layers is None and ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
         notes.append(f"unreadable GPU layer count {ngl_raw!r}")
 
     # llama.cpp caps the logical batch at the context and the physical one at the batch (llama_context)
-    batch = _to_int(raw.get("batch"))
-    n_batch = batch if batch and batch > 0 else DEFAULT_N_BATCH
-    if n_ctx_total is not None:
-        n_batch = min(n_batch, n_ctx_total)
-    mark("n_batch", "batch")
-    ubatch = _to_int(raw.get("ubatch"))
-    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_N_UBATCH, n_batch)
-    mark("n_ubatch", "ubatch" if "ubatch" in src else "batch")
+    n_batch = positive("batch") or DEFAULT_N_BATCH
+    n_batch = mark("n_batch", "batch", min(n_batch, n_ctx_total) if n_ctx_total is not None else n_batch)
+    n_ubatch = mark("n_ubatch", "ubatch" if "ubatch" in src else "batch",
+                    min(positive("ubatch") or DEFAULT_N_UBATCH, n_batch))
+    # sliding-window layers sized to the whole context
+    swa_full = mark("swa_full", "swa_full", _truthy(raw.get("swa_full", "0")))
 
-    swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
-    mark("swa_full", "swa_full")
-
-    model_path = raw.get("model") or None
-    if model_path:
-        mark("model_path", "model")
-    draft_model_path = raw.get("model_draft") or None  # speculative decoding's draft model (-md)
-    if draft_model_path:
-        mark("draft_model_path", "model_draft")
-    spec_types = _spec_types(raw.get("spec_type"), notes)
-    if spec_types is not None:
-        mark("spec_types", "spec_type")
+    model_path = mark("model_path", "model", raw.get("model") or None)
+    # speculative decoding's draft model (-md)
+    draft_model_path = mark("draft_model_path", "model_draft", raw.get("model_draft") or None)
+    spec_types = mark("spec_types", "spec_type", _spec_types(raw.get("spec_type"), notes))
     drafter = _drafter(spec_types, draft_model_path)
     if drafter is not None:
         prov["drafter"] = Provenance.COMMAND_LINE
@@ -252,17 +239,14 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     if sleep_raw is not None and sleep_idle_seconds is None:
         notes.append(f"unreadable idle-sleep setting {sleep_raw!r}")
         sleep_idle_seconds = 0
-    mark("sleep_idle_seconds", "sleep")
+    mark("sleep_idle_seconds", "sleep", sleep_idle_seconds)
 
     fit, fit_target, cache_ram = _memory_settings(raw, notes)
-    mark("fit", "fit")
-    mark("fit_target_bytes", "fit_target")
-    mark("prompt_cache_limit_bytes", "cache_ram")
-
-    threads = _to_int(raw.get("threads"))  # absent or -1: llama.cpp picks the physical cores (not known here)
-    n_threads = threads if threads and threads > 0 else None
-    if n_threads is not None:
-        mark("n_threads", "threads")
+    mark("fit", "fit", fit)
+    mark("fit_target_bytes", "fit_target", fit_target)
+    mark("prompt_cache_limit_bytes", "cache_ram", cache_ram)
+    # absent or -1: llama.cpp picks the physical cores (not known here)
+    n_threads = mark("n_threads", "threads", positive("threads"))
 
     host = raw.get("host") or DEFAULT_HOST
     port = _to_int(raw.get("port"))
