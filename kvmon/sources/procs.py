@@ -8,7 +8,6 @@ server sources, the GPU source and the host source all ask here (one rule for "l
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from psutil._ntuples import sconn  # psutil.net_connections()'s rows (types-psutil)
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
-MAX_TREE_PIDS = 4096  # a server's process tree larger than this is read by psutil's walk
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|bun|deno)(\.exe)?$")
 
 
@@ -116,45 +114,12 @@ def find_listening_process(port: int) -> psutil.Process | None:
 
 
 def process_tree_pids(pid: int) -> tuple[int, ...]:
-    """``pid`` and all its descendants (a server's GPU memory may sit in a child); () when gone.
-
-    On Linux from each thread's ``children`` file under ``/proc`` (tens of microseconds); elsewhere, or where the
-    kernel has no such file, psutil's walk of the whole process table (milliseconds: every process is read)."""
-    tree = _linux_tree(pid)
-    if tree is not None:
-        return tree
+    """``pid`` and all its descendants (a server's GPU memory may sit in a child); () when gone."""
     try:
         proc = psutil.Process(pid)
-        pids = [proc.pid]
-        pids.extend(c.pid for c in proc.children(recursive=True))
-        return tuple(pids)
+        return (proc.pid, *(c.pid for c in proc.children(recursive=True)))
     except psutil.Error:
         return ()
-
-
-def _linux_tree(pid: int, proc_root: str = "/proc") -> tuple[int, ...] | None:
-    """``pid`` and its descendants from ``/proc/<pid>/task/<tid>/children``; () when ``pid`` is gone, None when the
-    files are not there to read (not Linux, a kernel without them, a /proc kvmon may not read)."""
-    if not os.path.exists(f"{proc_root}/{pid}/task/{pid}/children"):
-        return () if os.path.isdir(f"{proc_root}/self/task") and not os.path.exists(f"{proc_root}/{pid}") else None
-    out, todo = [pid], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"{proc_root}/{parent}/task")
-        except OSError:  # it exited meanwhile: its children, if any, now belong to another process
-            continue
-        for tid in tids:
-            try:
-                with open(f"{proc_root}/{parent}/task/{tid}/children", encoding="ascii") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue  # the thread ended, or the file is not what the kernel writes
-            out.extend(kids)
-            todo.extend(kids)
-        if len(out) > MAX_TREE_PIDS:
-            return None  # a tree this large (or a loop) is left to psutil
-    return tuple(out)
 
 
 def process_cmdline(proc: psutil.Process) -> tuple[list[str] | None, str | None]:
@@ -202,7 +167,7 @@ def is_local_host(host: str | None) -> bool:
     return h in addrs
 
 
-PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
+PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (psutil reads every process)
 
 
 class PidTreeCache:
