@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from kvmon.core.jsonvals import text_int
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources import detect
@@ -72,13 +73,6 @@ class Discovery:
         return tuple(f for f in self.found if f.answering)
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int(str(text).strip()) if text is not None else None
-    except ValueError:
-        return None
-
-
 def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tuple[str, tuple[int, ...], str] | None:
     """(backend, ports from the command line, host) for a server's argv, or None when it is none of them.
 
@@ -90,7 +84,7 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
     # llama.cpp's server binary was called `server` before mid-2024: that name only with a GGUF to serve
     old_name = stem == "server" and (flag_value(args, ("-m", "--model")) or "").lower().endswith(".gguf")
     if old_name or stem.startswith(("llama-server", "llama_server")):
-        port = _int(flag_value(args, ("--port",))) or _int(env.get("LLAMA_ARG_PORT"))
+        port = text_int(flag_value(args, ("--port",))) or text_int(env.get("LLAMA_ARG_PORT"))
         host = flag_value(args, ("--host",)) or env.get("LLAMA_ARG_HOST") or LOCALHOST
         has_model = has_flag(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
         kind = ROUTER if (not has_model or has_flag(args, _ROUTER_FLAGS)) else LLAMA_SERVER
@@ -99,17 +93,17 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
     if stem.startswith("llama-swap"):
         listen = flag_value(args, ("-listen", "--listen")) or ":8080"  # llama-swap.go: default ":8080"
         host, _, port_text = listen.rpartition(":")
-        port = _int(port_text)
+        port = text_int(port_text)
         return LLAMA_SWAP, (port,) if port else LLAMA_SWAP.ports, host.strip("[]") or LOCALHOST
     if (stem == "vllm" and args[:1] == ["serve"]) or (stem == "api_server" and any("vllm" in a for a in argv[:3])):
-        port = _int(flag_value(args, ("--port",)))
+        port = text_int(flag_value(args, ("--port",)))
         host = flag_value(args, ("--host",)) or LOCALHOST
         return VLLM, (port or VLLM.ports[0],), host
     if stem in LMSTUDIO_PROGRAMS:  # its port is a setting, not a flag: the default, asked over HTTP
         return LMSTUDIO, LMSTUDIO.ports, LOCALHOST
     if stem == "ollama" and args[:1] == ["serve"]:
         hostport = env.get("OLLAMA_HOST", "")
-        port = _int(hostport.rpartition(":")[2]) if ":" in hostport else None
+        port = text_int(hostport.rpartition(":")[2]) if ":" in hostport else None
         return OLLAMA, (port or OLLAMA.ports[0],), LOCALHOST
     return None
 

@@ -121,6 +121,9 @@ def test_command_lines_are_classified() -> None:
         assert (got[:2] if got else None) == want, argv
     env_port = classify(["llama-server", "-m", "x.gguf"], {"LLAMA_ARG_PORT": "7000"})
     assert env_port is not None and env_port[1] == (7000,)
+    # a port that is no port (negative, not digits) is not taken: the defaults are tried
+    assert classify(["llama-server", "-m", "x.gguf", "--port", "-1"])[1] == (9931, 8080)  # type: ignore[index]
+    assert classify(["vllm", "serve", "m", "--port", "x"])[1] == (8000,)  # type: ignore[index]
     assert classify(["llama-server"], {"LLAMA_ARG_MODEL": "/m/x.gguf"})[0] == backends.LLAMA_SERVER  # type: ignore[index]
     assert classify(["ollama", "serve"], {"OLLAMA_HOST": "127.0.0.1:11500"})[1] == (11500,)  # type: ignore[index]
     # llama.cpp b11549's default first, then the older one, Ollama's, vLLM's and LM Studio's
