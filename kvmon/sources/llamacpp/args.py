@@ -108,8 +108,8 @@ class LlamaServerArgs:
     """What a llama-server command line says: the config plus where it listens, and notes on odd values."""
 
     config: ServerConfig
-    host: str | None
-    port: int | None
+    host: str  # the default where the line does not say
+    port: int
     notes: tuple[str, ...] = ()
 
 

@@ -42,7 +42,6 @@ class OllamaChild:
     create_time: float
     host: str
     port: int
-    argv: tuple[str, ...]
     config: ServerConfig
 
     @property
@@ -91,14 +90,11 @@ def child_from_argv(pid: int, create_time: float, argv: Sequence[str]) -> Ollama
     if not looks_like_llama_server(argv):
         return None
     parsed = parse_llama_server_args(list(argv))
-    if parsed.port is None:
-        return None
     return OllamaChild(
         pid=pid,
         create_time=create_time,
-        host=parsed.host or "127.0.0.1",
+        host=parsed.host,
         port=parsed.port,
-        argv=tuple(argv),
         config=parsed.config,
     )
 

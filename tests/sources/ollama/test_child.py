@@ -192,7 +192,7 @@ def test_argv_recognition() -> None:
 
 def test_choose_child_by_model_blob() -> None:
     def mk(pid: int, path: str | None) -> OllamaChild:
-        return OllamaChild(pid, 0.0, "127.0.0.1", 40000 + pid, (), ServerConfig(model_path=path))
+        return OllamaChild(pid, 0.0, "127.0.0.1", 40000 + pid, ServerConfig(model_path=path))
 
     a, b = mk(1, "/m/blobs/sha256-aaa"), mk(2, "/m/blobs/sha256-bbb")
     assert choose_child([a, b], "/other/root/blobs/sha256-bbb")[0] is b
