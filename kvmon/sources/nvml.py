@@ -414,11 +414,10 @@ class NvmlSource:
             r.fail(share, r.reasons.get("processes", "NVML gave no process list"))
             return
         v["processes"] = tuple(procs)
+        r.reasons.pop("processes", None)
         if answered == 1:
-            r.reasons.pop("processes", None)
             r.fail(share, "only one of the compute/graphics process lists could be read")
             return
-        r.reasons.pop("processes", None)
         # A process in both lists holds one allocation: count each pid once.
         by_pid: dict[int, int | None] = {}
         for p in procs:
