@@ -203,13 +203,17 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
     return None, f"no \"server config\" line in the Ollama log {path}"
 
 
+# where the model a child loaded lives, by its log lines (besides its devices), and the file that load read
+PLACEMENT_FIELDS = ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+                    "offloaded_layers", "total_layers", "model_path")
+
+
 def _child_placement(lines: list[str]) -> ServerConfig | None:
     """Where the last model Ollama loaded lives, from its llama-server child's lines in Ollama's log (Ollama starts
     the child with -lv 4, so its device list, buffers and KV lines are there): only the placement fields, and
     ``model_path`` so that the caller can tell whether that load is the active model's."""
     cfg = parse_llama_log(lines)
-    keep = ("devices", "model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
-            "offloaded_layers", "total_layers", "model_path")
+    keep = ("devices", *PLACEMENT_FIELDS)
     values = {k: getattr(cfg, k) for k in keep}
     if not (values["model_buffer_bytes_by_device"] or values["devices"]):
         return None

@@ -32,7 +32,7 @@ from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.ollama import OLLAMA
-from kvmon.sources.ollama.child import ChildTracker, ollama_log_config
+from kvmon.sources.ollama.child import PLACEMENT_FIELDS, ChildTracker, ollama_log_config
 from kvmon.sources.ollama.parse import (
     OllamaModel,
     ShowInfo,
@@ -348,9 +348,6 @@ def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: 
     if os.path.basename(cfg.model_path) == os.path.basename(blob_path):
         return cfg
     reasons["log_placement"] = "the Ollama log's last model load is another model's: its placement is not used"
-    prov = {k: v for k, v in cfg.provenance.items()
-            if k not in ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
-                         "offloaded_layers", "total_layers", "model_path")}
-    return replace(cfg, model_buffer_bytes_by_device={}, kv_buffer_bytes_by_device={},
-                   compute_buffer_bytes_by_device={}, offloaded_layers=None, total_layers=None, model_path=None,
-                   provenance=prov)
+    unset = ServerConfig()  # each placement field back to what no layer said
+    return replace(cfg, **{k: getattr(unset, k) for k in PLACEMENT_FIELDS},
+                   provenance={k: v for k, v in cfg.provenance.items() if k not in PLACEMENT_FIELDS})
