@@ -203,11 +203,7 @@ def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, su
 
 
 def detect_backend(url: str, api_key: str | None = None, timeout_s: float = 3.0) -> str:
-    """The backend name at ``url`` (see ``BACKENDS``, or "unknown"); raises SourceError when nothing answers.
-
-    Network failures raise (UNREACHABLE / TIMEOUT / BAD_URL); a server that rejects the key on every
-    probe raises AUTH_REJECTED.
-    """
+    """The backend name at ``url`` (see ``BACKENDS``, or "unknown"); raises SourceError as ``identify`` does."""
     return identify(url, api_key, timeout_s).backend
 
 

@@ -363,7 +363,6 @@ class LlamaServerSource:
             reasons["health"] = e.failure.reason
             self._answers.failed(e.failure)
             return False
-        body: Any = None
         try:
             body = decode_json(resp, "/health")
         except SourceError:
