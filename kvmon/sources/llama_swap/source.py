@@ -158,9 +158,7 @@ class LlamaSwapSource:
 def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
     """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
     it answered none)."""
-    body = json("/running")
-    running = body.get("running") if isinstance(body, Mapping) else None
-    names = [str(r.get("model")) for r in running or () if isinstance(r, Mapping)]
+    names = list(parse_running(json("/running")))
     version = json("/api/version")
     v = json_str(version.get("version")) if isinstance(version, Mapping) else None
     return v, (f"running: {', '.join(names)}" if names else "no model running")
