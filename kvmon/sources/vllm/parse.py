@@ -250,8 +250,6 @@ def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
     """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
     it answered none)."""
     version = json("/version")
-    body = json("/v1/models")
-    data = body.get("data") if isinstance(body, Mapping) else None
-    ids = [str(m.get("id")) for m in data or () if isinstance(m, Mapping) and not m.get("parent")]
+    ids = [card.id for card in parse_models(json("/v1/models"))[0]]  # the base models, not LoRA adapters
     v = json_str(version.get("version")) if isinstance(version, Mapping) else None
     return v, (f"serving: {', '.join(ids)}" if ids else None)
