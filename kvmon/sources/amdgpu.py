@@ -138,10 +138,10 @@ class AmdGpuSource(SysfsGpuSource):
             cards = self._scan()
             if not cards:
                 return GpuSetReading(t_monotonic=t, unavailable_reason="no AMD GPU (no amdgpu card in sysfs)")
-            per_slot, known = self._server_memory(server_pids)
-            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, known) for c in cards))
+            per_slot, why_unknown = self._server_memory(server_pids)
+            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, why_unknown) for c in cards))
 
-    def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, server_known: bool) -> GpuReading:
+    def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, why_unknown: str | None) -> GpuReading:
         dev = c.card.device_dir
         reasons: dict[str, str] = {}
         vram_total, vram_used = read_int(dev / "mem_info_vram_total"), read_int(dev / "mem_info_vram_used")
@@ -149,16 +149,10 @@ class AmdGpuSource(SysfsGpuSource):
         if vram_total is None or vram_used is None:
             reasons["vram_total_bytes"] = reasons["vram_used_bytes"] = reasons["vram_free_bytes"] = (
                 "amdgpu's mem_info_vram files are not readable for this card")
-        server_vram = server_gtt = None
-        mine = per_slot.get(c.card.slot or "") if per_slot is not None else None
-        if mine is not None:
-            server_vram, server_gtt = mine.get("vram", 0), mine.get("gtt", 0)
-        elif not server_known:
-            reasons["server_used_bytes"] = "the model server's process is not known"
-        elif per_slot is None:
-            reasons["server_used_bytes"] = "the model server's processes are not readable here (DRM fdinfo)"
-        else:
-            server_vram, server_gtt = 0, 0  # read, and it holds nothing on this card
+        held = per_slot.get(c.card.slot or "", {}) if per_slot is not None else None  # {}: nothing on this card
+        if why_unknown:
+            reasons["server_used_bytes"] = why_unknown
+        server_vram, server_gtt = (held.get("vram", 0), held.get("gtt", 0)) if held is not None else (None, None)
         if c.kind is DeviceKind.UNIFIED_MEMORY:
             # the carve-out and the GTT are both system RAM: together they are what the GPU computes from
             total = None if vram_total is None else vram_total + (gtt_total or 0)

@@ -22,23 +22,13 @@ from kvmon.core.backend import Backend
 from kvmon.core.deadline import poll_deadline
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
 from kvmon.core.sanitize import plain_text
-from kvmon.sources import backends
+from kvmon.sources.backends import ALL, LLAMA_SERVER, LLAMA_SWAP, LMSTUDIO, OLLAMA, OPENAI, ROUTER, VLLM
 from kvmon.sources.http import HttpClient, HttpResponse, decode_json, normalize_base_url, raise_for_status, redact_url
 
-LLAMA_SERVER = backends.LLAMA_SERVER
-LLAMA_ROUTER = backends.ROUTER  # llama-server started without a model: it loads models on demand, one child each
-LLAMA_SWAP = backends.LLAMA_SWAP
-OLLAMA = backends.OLLAMA
-VLLM = backends.VLLM
-LMSTUDIO = backends.LMSTUDIO
-OPENAI = backends.OPENAI
 UNKNOWN = "unknown"
-
-OLLAMA_PORT, VLLM_PORT, LMSTUDIO_PORT = OLLAMA.ports[0], VLLM.ports[0], LMSTUDIO.ports[0]
-LLAMA_SERVER_PORT, LLAMA_SERVER_OLD_PORT = LLAMA_SERVER.ports  # 9931 (b11549); 8080 before, and llama-swap's
 _LLAMA_PROPS_KEYS = ("default_generation_settings", "total_slots", "build_info", "model_path")
 
-BACKENDS: Mapping[str, Backend] = {b.name: b for b in backends.ALL}
+BACKENDS: Mapping[str, Backend] = {b.name: b for b in ALL}
 # where to look when no process on this machine says: in this order, each port once
 WELL_KNOWN_PORTS: tuple[int, ...] = tuple(dict.fromkeys(p for b in BACKENDS.values() for p in b.ports))
 
@@ -155,7 +145,7 @@ def _is_openai(a: Answers) -> bool:
 # In order: the first that holds names the backend. /v1/models answers for a proxy in front of any of them, so its
 # owner decides between llama-server, llama-swap, vLLM and "some OpenAI-compatible server" last.
 PROBES: tuple[tuple[Backend, Callable[[Answers], bool]], ...] = (
-    (LLAMA_ROUTER, _is_router),
+    (ROUTER, _is_router),  # llama-server started without a model: it loads models on demand, one child each
     (LLAMA_SERVER, _is_llama),
     (LLAMA_SWAP, _is_llama_swap),
     (LMSTUDIO, _is_lmstudio),
@@ -213,11 +203,7 @@ def identify(url: str, api_key: str | None = None, timeout_s: float = 3.0, *, su
 
 
 def detect_backend(url: str, api_key: str | None = None, timeout_s: float = 3.0) -> str:
-    """The backend name at ``url`` (see ``BACKENDS``, or "unknown"); raises SourceError when nothing answers.
-
-    Network failures raise (UNREACHABLE / TIMEOUT / BAD_URL); a server that rejects the key on every
-    probe raises AUTH_REJECTED.
-    """
+    """The backend name at ``url`` (see ``BACKENDS``, or "unknown"); raises SourceError as ``identify`` does."""
     return identify(url, api_key, timeout_s).backend
 
 
@@ -225,7 +211,7 @@ def backend_by_port(url: str) -> str:
     """The backend a URL's port suggests (11434: Ollama, 8000: vLLM, 1234: LM Studio), for a server that does not
     answer yet."""
     port = urlsplit(normalize_base_url(url)).port
-    return {OLLAMA_PORT: OLLAMA, VLLM_PORT: VLLM, LMSTUDIO_PORT: LMSTUDIO}.get(port or 0, LLAMA_SERVER)
+    return {b.ports[0]: b for b in (OLLAMA, VLLM, LMSTUDIO)}.get(port or 0, LLAMA_SERVER)
 
 
 def _named(ref: str) -> Any:

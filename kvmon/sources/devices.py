@@ -7,6 +7,7 @@ error: with no device at all, ``unavailable_reason`` says what each one found, a
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -48,10 +49,8 @@ class DeviceSources:
     def close(self) -> None:
         """Close every source."""
         for src in self.sources:
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 src.close()
-            except Exception:  # closing is best effort
-                pass
 
 
 def default_device_sources(nvml: Any = None, user_bandwidth_bytes_per_s: Mapping[int, float] | None = None,

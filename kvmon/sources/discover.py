@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from kvmon.core.jsonvals import text_int
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.readings import FailureKind, SourceError
 from kvmon.sources import detect
-from kvmon.sources.procs import WILDCARD_HOSTS, program
+from kvmon.sources.backends import LLAMA_SERVER, LLAMA_SWAP, LMSTUDIO, OLLAMA, ROUTER, VLLM
+from kvmon.sources.procs import WILDCARD_HOSTS, flag_value, has_flag, program
 
 LOCALHOST = "127.0.0.1"
 _MODEL_FLAGS = ("-m", "--model", "-hf", "--hf-repo", "-hfr", "-mu", "--model-url", "-dr", "--docker-repo")
@@ -71,29 +73,6 @@ class Discovery:
         return tuple(f for f in self.found if f.answering)
 
 
-def _value(args: Sequence[str], flags: Iterable[str]) -> str | None:
-    names = tuple(flags)
-    for i, a in enumerate(args):
-        flag, eq, inline = a.partition("=")
-        if flag in names:
-            if eq:
-                return inline
-            return args[i + 1] if i + 1 < len(args) else None
-    return None
-
-
-def _has(args: Sequence[str], flags: Iterable[str]) -> bool:
-    names = tuple(flags)
-    return any(a.partition("=")[0] in names for a in args)
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(str(text).strip()) if text is not None else None
-    except ValueError:
-        return None
-
-
 def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tuple[str, tuple[int, ...], str] | None:
     """(backend, ports from the command line, host) for a server's argv, or None when it is none of them.
 
@@ -103,29 +82,29 @@ def classify(argv: Sequence[str], environ: dict[str, str] | None = None) -> tupl
     env = environ or {}
     stem = prog.removesuffix(".py")
     # llama.cpp's server binary was called `server` before mid-2024: that name only with a GGUF to serve
-    old_name = stem == "server" and (_value(args, ("-m", "--model")) or "").lower().endswith(".gguf")
+    old_name = stem == "server" and (flag_value(args, ("-m", "--model")) or "").lower().endswith(".gguf")
     if old_name or stem.startswith(("llama-server", "llama_server")):
-        port = _int(_value(args, ("--port",))) or _int(env.get("LLAMA_ARG_PORT"))
-        host = _value(args, ("--host",)) or env.get("LLAMA_ARG_HOST") or LOCALHOST
-        has_model = _has(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
-        kind = detect.LLAMA_ROUTER if (not has_model or _has(args, _ROUTER_FLAGS)) else detect.LLAMA_SERVER
-        ports = (port,) if port else detect.BACKENDS[detect.LLAMA_SERVER].ports
+        port = text_int(flag_value(args, ("--port",))) or text_int(env.get("LLAMA_ARG_PORT"))
+        host = flag_value(args, ("--host",)) or env.get("LLAMA_ARG_HOST") or LOCALHOST
+        has_model = has_flag(args, _MODEL_FLAGS) or "LLAMA_ARG_MODEL" in env or "LLAMA_ARG_HF_REPO" in env
+        kind = ROUTER if (not has_model or has_flag(args, _ROUTER_FLAGS)) else LLAMA_SERVER
+        ports = (port,) if port else LLAMA_SERVER.ports  # 9931 (b11549), then 8080 (before, and llama-swap's)
         return kind, ports, host
     if stem.startswith("llama-swap"):
-        listen = _value(args, ("-listen", "--listen")) or ":8080"  # llama-swap.go: default ":8080"
+        listen = flag_value(args, ("-listen", "--listen")) or ":8080"  # llama-swap.go: default ":8080"
         host, _, port_text = listen.rpartition(":")
-        port = _int(port_text)
-        return detect.LLAMA_SWAP, (port,) if port else (detect.LLAMA_SERVER_OLD_PORT,), host.strip("[]") or LOCALHOST
+        port = text_int(port_text)
+        return LLAMA_SWAP, (port,) if port else LLAMA_SWAP.ports, host.strip("[]") or LOCALHOST
     if (stem == "vllm" and args[:1] == ["serve"]) or (stem == "api_server" and any("vllm" in a for a in argv[:3])):
-        port = _int(_value(args, ("--port",)))
-        host = _value(args, ("--host",)) or LOCALHOST
-        return detect.VLLM, (port or detect.VLLM_PORT,), host
+        port = text_int(flag_value(args, ("--port",)))
+        host = flag_value(args, ("--host",)) or LOCALHOST
+        return VLLM, (port or VLLM.ports[0],), host
     if stem in LMSTUDIO_PROGRAMS:  # its port is a setting, not a flag: the default, asked over HTTP
-        return detect.LMSTUDIO, (detect.LMSTUDIO_PORT,), LOCALHOST
+        return LMSTUDIO, LMSTUDIO.ports, LOCALHOST
     if stem == "ollama" and args[:1] == ["serve"]:
         hostport = env.get("OLLAMA_HOST", "")
-        port = _int(hostport.rpartition(":")[2]) if ":" in hostport else None
-        return detect.OLLAMA, (port or detect.OLLAMA_PORT,), LOCALHOST
+        port = text_int(hostport.rpartition(":")[2]) if ":" in hostport else None
+        return OLLAMA, (port or OLLAMA.ports[0],), LOCALHOST
     return None
 
 
@@ -150,7 +129,7 @@ def _short(argv: Sequence[str]) -> str:
     prog, args = program(argv)
     keep: list[str] = [prog]
     for flags in (("-m", "--model"), ("--models-dir",), ("--models-preset",), ("--port",), ("-listen", "--listen")):
-        v = _value(args, flags)
+        v = flag_value(args, flags)
         if v is not None:
             keep += [flags[-1], os.path.basename(v) if flags[0] in ("-m", "--models-dir") else v]
     if prog == "ollama":
@@ -200,8 +179,8 @@ def scan_processes(process_iter: Callable[[], Iterable[psutil.Process]] | None =
             host = bound
         elif host in WILDCARD_HOSTS or not host:
             host = LOCALHOST
-        guessed = not ports and ((argv_ports == detect.BACKENDS[detect.LLAMA_SERVER].ports and kind in (
-            detect.LLAMA_SERVER, detect.LLAMA_ROUTER)) or kind == detect.LMSTUDIO)
+        guessed = not ports and ((argv_ports == LLAMA_SERVER.ports and kind in (LLAMA_SERVER, ROUTER))
+                                 or kind == LMSTUDIO)
         out.append(ProcessCandidate(proc.pid, kind, ports or argv_ports, host, _short(argv), guessed=guessed))
     return sorted(out, key=lambda c: c.pid)
 

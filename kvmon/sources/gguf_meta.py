@@ -12,6 +12,7 @@ reader raises for a bad file.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -156,10 +157,7 @@ def _tensor_bytes(ggml_type: int, dims: list[int]) -> int | None:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
         return None
-    n = 1
-    for d in dims:
-        n *= d
-    return (n // block) * size
+    return (math.prod(dims) // block) * size
 
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:

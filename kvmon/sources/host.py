@@ -9,10 +9,10 @@ else the peak of the memory the system reports (udev's DMI database, kind × spe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection
@@ -24,6 +24,7 @@ import psutil
 from kvmon.core.readings import HostReading
 from kvmon.physics.apple_chips import apple_bandwidth, apple_chip_name
 from kvmon.physics.host_memory import memory_kind, table_host_bandwidth
+from kvmon.sources.apple import run_command
 from kvmon.sources.localfile import open_regular, read_tail
 from kvmon.sources.procs import PidTreeCache
 from kvmon.sources.rapl import cpu_energy
@@ -102,11 +103,7 @@ def measure_copy_bandwidth_bytes_per_s(size_bytes: int = DEFAULT_BENCH_BYTES,
 
 
 def _sysctl(*names: str) -> list[str]:
-    try:
-        out = subprocess.run(["sysctl", "-n", *names], capture_output=True, text=True, timeout=2, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.stdout.splitlines()]
+    return [line.strip() for line in (run_command(["sysctl", "-n", *names]) or "").splitlines()]
 
 
 def _apple_chip_name() -> str | None:
@@ -157,10 +154,9 @@ class HostSource:
         self._user_bw = user_host_bandwidth_bytes_per_s
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._chip_name = chip_name
-        self._include_children = include_child_processes
         self.auto_probe = auto_probe
         self._root = Path(system_root)
-        self._pid_tree = PidTreeCache()
+        self._pid_tree = PidTreeCache(include_children=include_child_processes)
         self._clock = clock
         self._measured: float | None = None
         self._measured_at: float | None = None
@@ -248,11 +244,8 @@ class HostSource:
         """(CPU name, memory type, table bandwidth, how it was made), read once: none of it changes while running."""
         if self._static is None:
             kind = mts = channels = None
-            try:
-                with open_regular(self._root / UDEV_DMI_DB) as f:
-                    kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
-            except OSError:
-                pass
+            with contextlib.suppress(OSError), open_regular(self._root / UDEV_DMI_DB) as f:
+                kind, mts, channels, _n = parse_dmi_memory(f.read(256 * 1024).decode("utf-8", "replace"))
             bw, how = table_host_bandwidth(kind, mts, channels)
             mem = f"{kind}-{mts:.0f}" if kind and mts else kind
             self._static = (_cpu_name(self._root), mem, bw, how)
@@ -331,7 +324,7 @@ class HostSource:
         except Exception as exc:
             reasons["cpu_busy_cores"] = reasons["server_cpu_cores"] = f"CPU load not readable: {exc}"
             return out
-        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        pids = self._pid_tree.expand(server_pids)
         server = 0.0
         for pid in pids:
             proc = self._server_procs.get(pid)
@@ -361,7 +354,7 @@ class HostSource:
         if not server_pids:
             reasons[key] = "the model server's process is not known"
             return None
-        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+        pids = self._pid_tree.expand(server_pids)
         total, alive = 0, 0
         for pid in sorted(pids):
             try:

@@ -228,10 +228,6 @@ class HttpResponse:
     body: bytes
     secrets: tuple[str, ...] = field(default=(), repr=False)  # what the request carried: never quoted back
 
-    def json(self) -> Any:
-        """The body as JSON values (``parse_json``); raises InputError when it is not JSON."""
-        return parse_json(self.body)
-
     def scrubbed(self, text: str) -> str:
         """A text quoting this answer, without the request's secrets or anything credential-like."""
         return scrub(text, self.secrets)
@@ -416,7 +412,7 @@ def error_message(resp: HttpResponse) -> str | None:
     """The server's own error message from an OpenAI/llama-server style error body, if any: one line, at most
     200 characters, scrubbed of the request's key and of anything credential-like (servers echo requests)."""
     try:
-        body = resp.json()
+        body = parse_json(resp.body)
     except InputError:
         return None
     msg: Any = None

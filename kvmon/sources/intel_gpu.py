@@ -103,10 +103,10 @@ class IntelGpuSource(SysfsGpuSource):
             if not cards:
                 extra = f"; not listed: {', '.join(self._skipped)}" if self._skipped else ""
                 return GpuSetReading(t_monotonic=t, unavailable_reason=f"no Intel Arc GPU{extra}")
-            per_slot, known = self._server_memory(server_pids)
-            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, known) for c in cards))
+            per_slot, why_unknown = self._server_memory(server_pids)
+            return GpuSetReading(t_monotonic=t, gpus=tuple(self._read(c, per_slot, why_unknown) for c in cards))
 
-    def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, server_known: bool) -> GpuReading:
+    def _read(self, c: _Card, per_slot: dict[str, dict[str, int]] | None, why_unknown: str | None) -> GpuReading:
         reasons: dict[str, str] = {}
         dev = c.card.device_dir
         total = c.vram_bytes
@@ -120,16 +120,10 @@ class IntelGpuSource(SysfsGpuSource):
         if used is None:
             reasons["vram_used_bytes"] = reasons["vram_free_bytes"] = NO_DEVICE_USE
             reasons["other_processes_used_bytes"] = NO_DEVICE_USE
-        server = None
-        mine = per_slot.get(c.card.slot or "") if per_slot is not None else None
-        if mine is not None:
-            server = mine.get("vram", 0) + mine.get("local", 0)
-        elif not server_known:
-            reasons["server_used_bytes"] = "the model server's process is not known"
-        elif per_slot is None:
-            reasons["server_used_bytes"] = "the model server's processes are not readable here (DRM fdinfo)"
-        else:
-            server = 0
+        held = per_slot.get(c.card.slot or "", {}) if per_slot is not None else None  # {}: nothing on this card
+        if why_unknown:
+            reasons["server_used_bytes"] = why_unknown
+        server = held.get("vram", 0) + held.get("local", 0) if held is not None else None
         link, link_why = _slot_link(c.card)
         if link_why:
             reasons["pcie.bandwidth_bytes_per_s"] = link_why

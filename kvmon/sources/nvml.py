@@ -13,6 +13,7 @@ from ``kvmon.sources.procs``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -65,6 +66,13 @@ FIELDS_NOT_READ: frozenset[str] = frozenset({"memory_type", "spill_total_bytes",
                                              "server_spill_bytes", "working_set_limit_bytes", "working_set_source"})
 
 
+# why nvmlInit failed, in words, for the codes that have a plain cause
+_INIT_FAILURES = {LIBRARY_NOT_FOUND: "the NVML library was not found (no NVIDIA driver on this machine)",
+                  DRIVER_NOT_LOADED: "the NVIDIA driver is not loaded",
+                  LIB_RM_VERSION_MISMATCH: "NVML and the kernel driver versions differ (reboot after a driver update)",
+                  NO_PERMISSION: "no permission to use NVML"}
+
+
 def nvml_peak_bandwidth_bytes_per_s(mem_clock_max_mhz: float | None, bus_width_bits: int | None) -> float | None:
     """Peak DRAM bandwidth from NVML's max memory clock: 2 × MHz × 1e6 × bus bits / 8 (None when unknown)."""
     if not mem_clock_max_mhz or not bus_width_bits or mem_clock_max_mhz <= 0 or bus_width_bits <= 0:
@@ -111,8 +119,7 @@ class NvmlSource:
     ) -> None:
         self._nvml = nvml
         self._user_bw = dict(user_bandwidth_bytes_per_s or {})
-        self._include_children = include_child_processes
-        self._pid_tree = PidTreeCache()
+        self._pid_tree = PidTreeCache(include_children=include_child_processes)
         self._clock = clock
         self._lock = threading.Lock()
         self._initialized = False
@@ -137,17 +144,7 @@ class NvmlSource:
         try:
             self._nvml.nvmlInit()
         except Exception as exc:
-            code = nvml_code(exc)
-            if code == LIBRARY_NOT_FOUND:
-                why = "the NVML library was not found (no NVIDIA driver on this machine)"
-            elif code == DRIVER_NOT_LOADED:
-                why = "the NVIDIA driver is not loaded"
-            elif code == LIB_RM_VERSION_MISMATCH:
-                why = "NVML and the kernel driver versions differ (reboot after a driver update)"
-            elif code == NO_PERMISSION:
-                why = "no permission to use NVML"
-            else:
-                why = f"NVML did not start: {describe(exc)}"
+            why = _INIT_FAILURES.get(nvml_code(exc) or 0, f"NVML did not start: {describe(exc)}")
             self._unavailable_reason = f"no NVIDIA GPU: {why}"
             return self._unavailable_reason
         self._initialized = True
@@ -165,18 +162,14 @@ class NvmlSource:
             for state in self._devices.values():
                 self._free_gpm(state)
             self._devices.clear()
-            try:
+            with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
             self._initialized = False
 
     def _free_gpm(self, state: DeviceState) -> None:
         for sample in state.gpm.samples:
-            try:
+            with contextlib.suppress(Exception):  # freeing on a lost GPU or at exit may fail; nothing else to do
                 self._nvml.nvmlGpmSampleFree(sample)
-            except Exception:  # freeing on a lost GPU or at exit may fail; nothing else to do
-                pass
         state.gpm = GpmState()
 
     # -- polling ---------------------------------------------------------------------------------------
@@ -195,7 +188,7 @@ class NvmlSource:
             if count <= 0:
                 return GpuSetReading(t_monotonic=t, driver_version=self._driver_version,
                                      unavailable_reason="no NVIDIA GPU: the driver reports none")
-            pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
+            pids = self._pid_tree.expand(server_pids)
             gpus = tuple(self._read_gpu(i, pids, bool(server_pids)) for i in range(count))
             return GpuSetReading(t_monotonic=t, gpus=gpus, driver_version=self._driver_version)
 
@@ -285,12 +278,10 @@ class NvmlSource:
         self._read_pcie(r)
         self._read_processes(r, server_pids, server_known)
 
-        power = r.call(("power_w",), "nvmlDeviceGetPowerUsage", h)
-        v["power_w"] = None if power is None else power / 1000.0
-        energy = r.call(("energy_j",), "nvmlDeviceGetTotalEnergyConsumption", h)
-        v["energy_j"] = None if energy is None else energy / 1000.0
-        limit = r.call(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h)
-        v["power_limit_w"] = None if limit is None else limit / 1000.0
+        for key, fname in (("power_w", "nvmlDeviceGetPowerUsage"), ("energy_j", "nvmlDeviceGetTotalEnergyConsumption"),
+                           ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")):  # mW, mJ
+            milli = r.call((key,), fname, h)
+            v[key] = None if milli is None else milli / 1000.0
         temp = r.call(("temperature_c",), "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         v["temperature_c"] = None if temp is None else float(temp)
 
@@ -423,11 +414,10 @@ class NvmlSource:
             r.fail(share, r.reasons.get("processes", "NVML gave no process list"))
             return
         v["processes"] = tuple(procs)
+        r.reasons.pop("processes", None)
         if answered == 1:
-            r.reasons.pop("processes", None)
             r.fail(share, "only one of the compute/graphics process lists could be read")
             return
-        r.reasons.pop("processes", None)
         # A process in both lists holds one allocation: count each pid once.
         by_pid: dict[int, int | None] = {}
         for p in procs:

@@ -8,7 +8,6 @@ server sources, the GPU source and the host source all ask here (one rule for "l
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from psutil._ntuples import sconn  # psutil.net_connections()'s rows (types-psutil)
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})  # a server listening on every interface, reached here
-MAX_TREE_PIDS = 4096  # a server's process tree larger than this is read by psutil's walk
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|bun|deno)(\.exe)?$")
 
 
@@ -47,6 +45,22 @@ def program(argv: Sequence[str]) -> tuple[str, list[str]]:
         if rest:
             return _basename(rest[0]), rest[1:]
     return base.removesuffix(".exe"), [str(a) for a in argv[1:]]
+
+
+def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The value of the first of ``flags`` in a command line (``--flag value`` or ``--flag=value``), or None."""
+    for i, a in enumerate(args):
+        flag, eq, inline = a.partition("=")
+        if flag in flags:
+            if eq:
+                return inline
+            return args[i + 1] if i + 1 < len(args) else None
+    return None
+
+
+def has_flag(args: Sequence[str], flags: Sequence[str]) -> bool:
+    """Whether a command line gives one of ``flags`` (with a value or without)."""
+    return any(a.partition("=")[0] in flags for a in args)
 
 
 def _listening_on(conns: Sequence[sconn], port: int) -> tuple[int | None, bool]:
@@ -100,45 +114,12 @@ def find_listening_process(port: int) -> psutil.Process | None:
 
 
 def process_tree_pids(pid: int) -> tuple[int, ...]:
-    """``pid`` and all its descendants (a server's GPU memory may sit in a child); () when gone.
-
-    On Linux from each thread's ``children`` file under ``/proc`` (tens of microseconds); elsewhere, or where the
-    kernel has no such file, psutil's walk of the whole process table (milliseconds: every process is read)."""
-    tree = _linux_tree(pid)
-    if tree is not None:
-        return tree
+    """``pid`` and all its descendants (a server's GPU memory may sit in a child); () when gone."""
     try:
         proc = psutil.Process(pid)
-        pids = [proc.pid]
-        pids.extend(c.pid for c in proc.children(recursive=True))
-        return tuple(pids)
+        return (proc.pid, *(c.pid for c in proc.children(recursive=True)))
     except psutil.Error:
         return ()
-
-
-def _linux_tree(pid: int, proc_root: str = "/proc") -> tuple[int, ...] | None:
-    """``pid`` and its descendants from ``/proc/<pid>/task/<tid>/children``; () when ``pid`` is gone, None when the
-    files are not there to read (not Linux, a kernel without them, a /proc kvmon may not read)."""
-    if not os.path.exists(f"{proc_root}/{pid}/task/{pid}/children"):
-        return () if os.path.isdir(f"{proc_root}/self/task") and not os.path.exists(f"{proc_root}/{pid}") else None
-    out, todo = [pid], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"{proc_root}/{parent}/task")
-        except OSError:  # it exited meanwhile: its children, if any, now belong to another process
-            continue
-        for tid in tids:
-            try:
-                with open(f"{proc_root}/{parent}/task/{tid}/children", encoding="ascii") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue  # the thread ended, or the file is not what the kernel writes
-            out.extend(kids)
-            todo.extend(kids)
-        if len(out) > MAX_TREE_PIDS:
-            return None  # a tree this large (or a loop) is left to psutil
-    return tuple(out)
 
 
 def process_cmdline(proc: psutil.Process) -> tuple[list[str] | None, str | None]:
@@ -186,24 +167,27 @@ def is_local_host(host: str | None) -> bool:
     return h in addrs
 
 
-PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (a /proc scan costs ~1 ms)
+PID_TREE_MAX_AGE_S = 10.0  # a server's process tree is re-read at most this often (psutil reads every process)
 
 
 class PidTreeCache:
-    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question."""
+    """``expand_server_pids`` remembered for a few seconds per set of server pids: polls repeat the question.
+    ``include_children=False``: the pids as given."""
 
-    def __init__(self, max_age_s: float = PID_TREE_MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_age_s = max_age_s
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, include_children: bool = True) -> None:
+        self.include_children = include_children
         self._clock = clock
         self._key: frozenset[int] | None = None
         self._at = 0.0
         self._value: frozenset[int] = frozenset()
 
     def expand(self, server_pids: Collection[int]) -> frozenset[int]:
-        """The pids and their descendants, read again when the pids changed or the answer is older than max_age_s."""
+        """The pids and their descendants, read again when the pids changed or after PID_TREE_MAX_AGE_S."""
         key = frozenset(int(p) for p in server_pids)
+        if not self.include_children:
+            return key
         now = self._clock()
-        if key != self._key or not (0.0 <= now - self._at < self.max_age_s):
+        if key != self._key or not (0.0 <= now - self._at < PID_TREE_MAX_AGE_S):
             self._value = expand_server_pids(key)
             self._key, self._at = key, now
         return self._value

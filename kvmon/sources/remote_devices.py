@@ -45,10 +45,8 @@ _GPU_FIELDS: Mapping[str, tuple[str, float]] = {
 _INT_FIELDS = frozenset({"vram_total_bytes", "vram_used_bytes", "vram_free_bytes", "server_used_bytes",
                          "other_processes_used_bytes", "working_set_limit_bytes", "spill_used_bytes",
                          "spill_total_bytes"})
-# kvmon_device_info labels → GpuReading fields (an empty label is unknown)
-_INFO_FIELDS: Mapping[str, str] = {"kind": "kind", "vendor": "vendor", "source": "source",
-                                   "bandwidth_source": "bandwidth_source", "working_set_source": "working_set_source",
-                                   "pci_bus_id": "pci_bus_id", "memory_type": "memory_type"}
+# kvmon_device_info labels, each a GpuReading field of the same name (an empty label is unknown)
+_INFO_FIELDS = ("kind", "vendor", "source", "bandwidth_source", "working_set_source", "pci_bus_id", "memory_type")
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def parse_exporter_text(text: str, source: str) -> Scrape:
         reasons = {"source": f"read from {source}"}
         if "server_used_bytes" not in values:
             reasons["server_used_bytes"] = f"{source} does not say which GPU memory is the model server's"
-        values.update({attr: device_labels[k] for k, attr in _INFO_FIELDS.items() if device_labels.get(k)})
+        values.update({k: device_labels[k] for k in _INFO_FIELDS if device_labels.get(k)})
         vendor_index = _index(device_labels.get("vendor_index"))
         if vendor_index is not None:
             values["vendor_index"] = vendor_index

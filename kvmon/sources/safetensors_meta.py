@@ -11,6 +11,7 @@ the file's sum unknown, with the reason. Files are opened as regular files only 
 from __future__ import annotations
 
 import glob
+import math
 import os
 import struct
 from collections.abc import Mapping
@@ -64,12 +65,9 @@ def header_tensor_bytes(path: str) -> tuple[int, int, set[str]]:
         bits = DTYPE_BITS.get(t["dtype"])
         if bits is None:
             raise ValueError(f"{name}: tensor {key!r} has dtype {t['dtype']!r}, which kvmon cannot size")
-        elements = 1
-        for d in t["shape"]:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                raise ValueError(f"{name}: tensor {key!r} has a bad shape")
-            elements *= d
-        nbytes = (elements * bits + 7) // 8
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
+            raise ValueError(f"{name}: tensor {key!r} has a bad shape")
+        nbytes = (math.prod(t["shape"]) * bits + 7) // 8
         offs = t.get("data_offsets")
         if (not isinstance(offs, list) or len(offs) != 2 or not all(isinstance(o, int) for o in offs)
                 or offs[1] - offs[0] != nbytes or offs[1] > size - 8 - n):

@@ -270,8 +270,7 @@ class SysfsGpuSource:
     def __init__(self, root: str | Path = "/", *, include_child_processes: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.root = Path(root)
-        self._include_children = include_child_processes
-        self._pid_tree = PidTreeCache()
+        self._pid_tree = PidTreeCache(include_children=include_child_processes)
         self._clock = clock
         self._lock = threading.Lock()
         self._scanned_at: float | None = None
@@ -287,7 +286,12 @@ class SysfsGpuSource:
         self._scanned_at = now
         return True
 
-    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, bool]:
-        """(bytes by PCI slot and region the server holds, or None when unreadable; whether the server is known)."""
-        pids = self._pid_tree.expand(server_pids) if self._include_children else frozenset(server_pids)
-        return (server_gpu_memory(self.root / "proc", pids) if pids else None), bool(pids)
+    def _server_memory(self, server_pids: Collection[int]) -> tuple[dict[str, dict[str, int]] | None, str | None]:
+        """(bytes by PCI slot and region the model server holds, None), or (None, why they are unknown)."""
+        pids = self._pid_tree.expand(server_pids)
+        if not pids:
+            return None, "the model server's process is not known"
+        found = server_gpu_memory(self.root / "proc", pids)
+        if found is None:
+            return None, "the model server's processes are not readable here (DRM fdinfo)"
+        return found, None

@@ -180,7 +180,7 @@ def test_undecodable_bytes_on_a_piped_log_are_replaced_not_fatal() -> None:
 
 
 def test_the_model_file_is_read_once_per_start_of_the_server(tmp_path: Path, monkeypatch) -> None:
-    """Polls of a running server give the same model object and stat its file no more (it loaded the file when it
+    """Polls of a running server describe the same model and stat its file no more (it loaded the file when it
     started: one written anew in its place is not what it serves); after a failed poll (the server restarted,
     reloaded or went away) the file is looked at again, and a new version of it is read."""
     import gguf
@@ -196,7 +196,7 @@ def test_the_model_file_is_read_once_per_start_of_the_server(tmp_path: Path, mon
     src = LlamaServerSource(server.url, timeout_s=1.0, local_files=True)
     try:
         first, second = src.poll(), src.poll()
-        assert first.model is not None and first.model is second.model
+        assert first.model is not None and first.model == second.model
         assert first.model.shape is not None and first.model.shape.n_layers == 4
         assert stats == [str(model)]  # the first poll's stat only
         w = gguf.GGUFWriter(str(model), "llama")  # another model in the same place: six layers
@@ -209,7 +209,7 @@ def test_the_model_file_is_read_once_per_start_of_the_server(tmp_path: Path, mon
         w.close()
         os.utime(model, ns=(10**18, 10**18))
         third = src.poll()  # the same server, still serving the four layers it loaded
-        assert third.model is first.model and len(stats) == 1
+        assert third.model == first.model and len(stats) == 1
         loading = '{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
         for path in ("/health", "/props", "/slots", "/metrics"):  # a real llama-server's answer while it loads
             server.set(path, 503, loading)
@@ -224,5 +224,5 @@ def test_the_model_file_is_read_once_per_start_of_the_server(tmp_path: Path, mon
         src.close()
         server.stop()
     assert len(stats) == 2
-    assert fourth.model is not None and fourth.model is not first.model
+    assert fourth.model is not None and fourth.model != first.model
     assert fourth.model.shape is not None and fourth.model.shape.n_layers == 6

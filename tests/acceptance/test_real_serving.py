@@ -16,7 +16,7 @@ import psutil
 from real_llama_server import RealLlamaServer
 
 from kvmon.cli import main as kvmon_main
-from kvmon.sources.detect import LLAMA_SERVER
+from kvmon.sources.backends import LLAMA_SERVER
 from kvmon.sources.discover import discover
 from kvmon.sources.llamacpp.log import parse_llama_log
 from kvmon.sources.llamacpp.source import LlamaServerSource

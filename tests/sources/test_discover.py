@@ -19,7 +19,7 @@ from helpers_http import LLAMA_FIXTURES, wait_until
 from repo_paths import FIXTURES
 
 from kvmon.cli import main as kvmon_main
-from kvmon.sources import detect
+from kvmon.sources import backends, detect
 from kvmon.sources.discover import classify, discover, scan_processes
 
 FIX = FIXTURES
@@ -104,15 +104,15 @@ def scripts(tmp_path: Path) -> dict[str, str]:
 
 def test_command_lines_are_classified() -> None:
     cases = [
-        (["/usr/local/bin/llama-server", "-m", "/m/q.gguf", "--port", "18080"], (detect.LLAMA_SERVER, (18080,))),
-        (["llama-server", "-hf", "ggml-org/gemma-3-1b-it-GGUF"], (detect.LLAMA_SERVER, (9931, 8080))),
-        (["llama-server", "--models-dir", "/m", "--port", "9931"], (detect.LLAMA_ROUTER, (9931,))),
-        (["llama-server", "--host", "0.0.0.0"], (detect.LLAMA_ROUTER, (9931, 8080))),  # no model: a router
-        (["python3", "-u", "/srv/llama_server_child.py", "-m", "x.gguf"], (detect.LLAMA_SERVER, (9931, 8080))),
-        (["C:\\llama\\llama-server.exe", "-m", "x.gguf", "--port=8081"], (detect.LLAMA_SERVER, (8081,))),
-        (["/usr/bin/llama-swap", "-config", "c.yaml", "-listen", "localhost:9292"], (detect.LLAMA_SWAP, (9292,))),
-        (["llama-swap", "--config", "c.yaml"], (detect.LLAMA_SWAP, (8080,))),  # llama-swap.go: default :8080
-        (["/usr/local/bin/ollama", "serve"], (detect.OLLAMA, (11434,))),
+        (["/usr/local/bin/llama-server", "-m", "/m/q.gguf", "--port", "18080"], (backends.LLAMA_SERVER, (18080,))),
+        (["llama-server", "-hf", "ggml-org/gemma-3-1b-it-GGUF"], (backends.LLAMA_SERVER, (9931, 8080))),
+        (["llama-server", "--models-dir", "/m", "--port", "9931"], (backends.ROUTER, (9931,))),
+        (["llama-server", "--host", "0.0.0.0"], (backends.ROUTER, (9931, 8080))),  # no model: a router
+        (["python3", "-u", "/srv/llama_server_child.py", "-m", "x.gguf"], (backends.LLAMA_SERVER, (9931, 8080))),
+        (["C:\\llama\\llama-server.exe", "-m", "x.gguf", "--port=8081"], (backends.LLAMA_SERVER, (8081,))),
+        (["/usr/bin/llama-swap", "-config", "c.yaml", "-listen", "localhost:9292"], (backends.LLAMA_SWAP, (9292,))),
+        (["llama-swap", "--config", "c.yaml"], (backends.LLAMA_SWAP, (8080,))),  # llama-swap.go: default :8080
+        (["/usr/local/bin/ollama", "serve"], (backends.OLLAMA, (11434,))),
         (["ollama", "run", "qwen3"], None),  # the CLI client, not the server
         (["/usr/bin/python3", "-m", "http.server", "8000"], None),
     ]
@@ -121,15 +121,18 @@ def test_command_lines_are_classified() -> None:
         assert (got[:2] if got else None) == want, argv
     env_port = classify(["llama-server", "-m", "x.gguf"], {"LLAMA_ARG_PORT": "7000"})
     assert env_port is not None and env_port[1] == (7000,)
-    assert classify(["llama-server"], {"LLAMA_ARG_MODEL": "/m/x.gguf"})[0] == detect.LLAMA_SERVER  # type: ignore[index]
+    # a port that is no port (negative, not digits) is not taken: the defaults are tried
+    assert classify(["llama-server", "-m", "x.gguf", "--port", "-1"])[1] == (9931, 8080)  # type: ignore[index]
+    assert classify(["vllm", "serve", "m", "--port", "x"])[1] == (8000,)  # type: ignore[index]
+    assert classify(["llama-server"], {"LLAMA_ARG_MODEL": "/m/x.gguf"})[0] == backends.LLAMA_SERVER  # type: ignore[index]
     assert classify(["ollama", "serve"], {"OLLAMA_HOST": "127.0.0.1:11500"})[1] == (11500,)  # type: ignore[index]
     # llama.cpp b11549's default first, then the older one, Ollama's, vLLM's and LM Studio's
     assert detect.WELL_KNOWN_PORTS == (9931, 8080, 11434, 8000, 1234)
     assert classify(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8001", "--host", "0.0.0.0"]) == (
-        detect.VLLM, (8001,), "0.0.0.0")
+        backends.VLLM, (8001,), "0.0.0.0")
     assert classify(["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == (
-        detect.VLLM, (8000,), "127.0.0.1")
-    assert classify(["/opt/LM Studio/lm-studio"]) == (detect.LMSTUDIO, (1234,), "127.0.0.1")
+        backends.VLLM, (8000,), "127.0.0.1")
+    assert classify(["/opt/LM Studio/lm-studio"]) == (backends.LMSTUDIO, (1234,), "127.0.0.1")
     assert classify(["vllm", "bench"]) is None
     # Ollama's model server, by its whole command line (llm/llama_server.go): read through Ollama, even when its
     # parent cannot be read; a llama-server someone started with a few of those flags is still listed
@@ -155,16 +158,16 @@ def test_servers_on_any_port_are_found_from_the_process_table(scripts: dict[str,
         ours = [*(psutil.Process(p) for p in sorted(mine)), child]
         found = {c.pid: c for c in scan_processes(lambda: ours)}
         assert set(found) == mine, "Ollama's own llama-server is read through Ollama, not listed"
-        assert found[llama.pid].kind == detect.LLAMA_SERVER and found[llama.pid].ports == (port,)
-        assert found[router.pid].kind == detect.LLAMA_ROUTER and found[router.pid].ports == (rport,)  # its socket
-        assert found[oll.pid].kind == detect.OLLAMA and found[oll.pid].ports == (oport,)
+        assert found[llama.pid].kind == backends.LLAMA_SERVER and found[llama.pid].ports == (port,)
+        assert found[router.pid].kind == backends.ROUTER and found[router.pid].ports == (rport,)  # its socket
+        assert found[oll.pid].kind == backends.OLLAMA and found[oll.pid].ports == (oport,)
         assert "llama-server" in found[llama.pid].what and f"--port {port}" in found[llama.pid].what
 
         d = discover(ports=(), process_iter=lambda: ours, timeout_s=2.0)
         by_url = {f.url: f for f in d.found}
-        assert by_url[f"http://127.0.0.1:{port}"].backend == detect.LLAMA_SERVER
-        assert by_url[f"http://127.0.0.1:{rport}"].backend == detect.LLAMA_ROUTER
-        assert by_url[f"http://127.0.0.1:{oport}"].backend == detect.OLLAMA
+        assert by_url[f"http://127.0.0.1:{port}"].backend == backends.LLAMA_SERVER
+        assert by_url[f"http://127.0.0.1:{rport}"].backend == backends.ROUTER
+        assert by_url[f"http://127.0.0.1:{oport}"].backend == backends.OLLAMA
         assert by_url[f"http://127.0.0.1:{rport}"].summary == "1 models, 1 loaded: tiny-llama-F32"
         assert by_url[f"http://127.0.0.1:{oport}"].summary == "loaded: llama3.1:8b"
         assert all(f.how.startswith(f"process {f.pid} (") for f in d.found)
@@ -178,7 +181,7 @@ def test_a_process_that_does_not_answer_is_listed_with_why(scripts: dict[str, st
         d = discover(ports=(), process_iter=lambda: [psutil.Process(proc.pid)], timeout_s=0.5)
     assert len(d.found) == 1
     f = d.found[0]
-    assert (f.url, f.answering, f.backend) == (f"http://127.0.0.1:{port}", False, detect.LLAMA_SERVER)
+    assert (f.url, f.answering, f.backend) == (f"http://127.0.0.1:{port}", False, backends.LLAMA_SERVER)
     assert f.reason and "cannot connect" in f.reason
     assert d.answering() == ()
 

@@ -143,9 +143,7 @@ TREE = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"),
-                    reason="the kernel's per-thread children files (Linux)")
-def test_the_process_tree_from_proc_is_the_one_psutil_walks(tmp_path: Path) -> None:
+def test_the_process_tree_holds_every_descendant_and_none_once_gone(tmp_path: Path) -> None:
     script = tmp_path / "tree.py"
     script.write_text(TREE)
     top = subprocess.Popen([sys.executable, str(script), "2"], stdout=subprocess.PIPE, text=True)
@@ -157,39 +155,12 @@ def test_the_process_tree_from_proc_is_the_one_psutil_walks(tmp_path: Path) -> N
             if len(walked) == 5:
                 break
             psutil.wait_procs([], timeout=0.05)
-        tree = procs._linux_tree(top.pid)
-        assert len(walked) == 5 and tree is not None and set(tree) == walked and tree[0] == top.pid
-        assert set(procs.process_tree_pids(top.pid)) == walked
+        tree = procs.process_tree_pids(top.pid)
+        assert len(walked) == 5 and set(tree) == walked and tree[0] == top.pid
     finally:
         for c in psutil.Process(top.pid).children(recursive=True):
             c.kill()
         top.kill()
         top.wait(10)
-    assert procs._linux_tree(top.pid) == ()  # gone
+    assert procs.process_tree_pids(top.pid) == ()  # gone
 
-
-def _fake_proc(root: Path, tree: dict[int, dict[int, str]]) -> None:
-    """A /proc with ``pid → {tid: its children file}``."""
-    (root / "self" / "task").mkdir(parents=True)
-    for pid, threads in tree.items():
-        for tid, text in threads.items():
-            (root / str(pid) / "task" / str(tid)).mkdir(parents=True)
-            (root / str(pid) / "task" / str(tid) / "children").write_text(text)
-
-
-def test_children_files_are_read_per_thread_and_bad_ones_are_skipped(tmp_path: Path) -> None:
-    _fake_proc(tmp_path, {10: {10: "11 ", 12: "13 14 "}, 11: {11: ""}, 13: {13: "nonsense"}, 14: {14: "15"}})
-    assert sorted(procs._linux_tree(10, str(tmp_path)) or ()) == [10, 11, 13, 14, 15]  # 15's files: gone
-    assert procs._linux_tree(99, str(tmp_path)) == ()  # no such process
-
-
-def test_a_kernel_without_children_files_leaves_the_tree_to_psutil(tmp_path: Path) -> None:
-    (tmp_path / "self" / "task").mkdir(parents=True)
-    (tmp_path / "10" / "task" / "10").mkdir(parents=True)  # the process is there, its children file is not
-    assert procs._linux_tree(10, str(tmp_path)) is None
-    assert procs._linux_tree(10, str(tmp_path / "none")) is None  # no /proc at all (macOS, Windows)
-
-
-def test_a_tree_that_loops_is_left_to_psutil(tmp_path: Path) -> None:
-    _fake_proc(tmp_path, {20: {20: "21"}, 21: {21: "20"}})  # what no kernel writes: each the other's child
-    assert procs._linux_tree(20, str(tmp_path)) is None

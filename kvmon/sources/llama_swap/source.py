@@ -150,27 +150,15 @@ class LlamaSwapSource:
     def model_source(self, model: ListedModel) -> LlamaServerSource:
         """A llama-server source on the model's upstream, with the command line llama-swap started it with."""
         url = self.upstream_for(model)
-        key = _api_key(model.args)
+        key = procs.flag_value(model.args, ("--api-key",))  # the upstream server's own key (never shown)
         return LlamaServerSource(url, api_key=key, timeout_s=self._timeout_s, command_line=model.args or None,
                                  clock=self._clock, model_name=model.name)
-
-
-def _api_key(argv: tuple[str, ...]) -> str | None:
-    """The upstream server's own ``--api-key`` in its command line, if any (never shown)."""
-    for i, a in enumerate(argv):
-        if a == "--api-key" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--api-key="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
     """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
     it answered none)."""
-    body = json("/running")
-    running = body.get("running") if isinstance(body, Mapping) else None
-    names = [str(r.get("model")) for r in running or () if isinstance(r, Mapping)]
+    names = list(parse_running(json("/running")))
     version = json("/api/version")
     v = json_str(version.get("version")) if isinstance(version, Mapping) else None
     return v, (f"running: {', '.join(names)}" if names else "no model running")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvmon.core.jsonvals import text_int
 from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM, Provenance, ServerConfig
 from kvmon.core.units import MIB
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.kv import DEFAULT_N_BATCH, DEFAULT_N_UBATCH
+from kvmon.sources.llamacpp import LLAMA_SERVER
 
 # flag spellings -> setting; each setting also has its LLAMA_ARG_* variable
 _VALUE_FLAGS: dict[str, str] = {
@@ -55,7 +57,6 @@ _VALUE_FLAGS: dict[str, str] = {
     "-t": "threads",
     "--threads": "threads",
 }
-_FIT_FLAGS = ("-fit", "--fit")
 _ENV: dict[str, str] = {
     "LLAMA_ARG_CTX_SIZE": "ctx",
     "LLAMA_ARG_N_PARALLEL": "parallel",
@@ -79,7 +80,7 @@ _ENV: dict[str, str] = {
     "LLAMA_ARG_FIT_TARGET": "fit_target",
     "LLAMA_ARG_CACHE_RAM": "cache_ram",
 }
-_FA_FLAGS = ("-fa", "--flash-attn")
+_ON_OFF_FLAGS = {"-fa": "fa", "--flash-attn": "fa", "-fit": "fit", "--fit": "fit"}
 _FA_WORDS = {
     "on": "on",
     "off": "off",
@@ -91,12 +92,13 @@ _FA_WORDS = {
     "enabled": "on",
     "disabled": "off",
 }
-_KVU_ON = ("-kvu", "--kv-unified")
-_KVU_OFF = ("-no-kvu", "--no-kv-unified")
-_SWA_FULL = ("--swa-full",)
+# switches without a value: (setting, value)
+_SWITCHES = {"-kvu": ("kvu", "1"), "--kv-unified": ("kvu", "1"), "-no-kvu": ("kvu", "0"),
+             "--no-kv-unified": ("kvu", "0"), "--swa-full": ("swa_full", "1")}
 
+T = TypeVar("T")
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9931  # common/common.h `port = 9931` since the 2026 builds (b11549); 8080 before
+DEFAULT_PORT = LLAMA_SERVER.ports[0]
 DEFAULT_FIT_TARGET_MIB = 1024  # common.h fit_params_target: 1 GiB left free on every device
 DEFAULT_CACHE_RAM_MIB = 8192  # common.h cache_ram_mib: the host prompt cache, 8 GiB
 
@@ -106,8 +108,8 @@ class LlamaServerArgs:
     """What a llama-server command line says: the config plus where it listens, and notes on odd values."""
 
     config: ServerConfig
-    host: str | None
-    port: int | None
+    host: str  # the default where the line does not say
+    port: int
     notes: tuple[str, ...] = ()
 
 
@@ -151,53 +153,41 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             else:
                 notes.append(f"{flag} without a value")
             src[key] = Provenance.COMMAND_LINE
-        elif flag in _FA_FLAGS:
+        elif flag in _ON_OFF_FLAGS:  # -fa / -fit on|off|auto; a bare one (older builds' -fa switch): on
+            key = _ON_OFF_FLAGS[flag]
             if eq:
-                raw["fa"] = inline
+                raw[key] = inline
             elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
-                raw["fa"] = args[i + 1]
-                i += 1
-            else:  # older builds: a plain switch
-                raw["fa"] = "on"
-            src["fa"] = Provenance.COMMAND_LINE
-        elif flag in _KVU_ON:
-            raw["kvu"], src["kvu"] = "1", Provenance.COMMAND_LINE
-        elif flag in _KVU_OFF:
-            raw["kvu"], src["kvu"] = "0", Provenance.COMMAND_LINE
-        elif flag in _SWA_FULL:
-            raw["swa_full"], src["swa_full"] = "1", Provenance.COMMAND_LINE
-        elif flag in _FIT_FLAGS:  # -fit on|off (a bare -fit: on)
-            if eq:
-                raw["fit"] = inline
-            elif i + 1 < len(args) and args[i + 1].lower() in _FA_WORDS:
-                raw["fit"] = args[i + 1]
+                raw[key] = args[i + 1]
                 i += 1
             else:
-                raw["fit"] = "on"
-            src["fit"] = Provenance.COMMAND_LINE
+                raw[key] = "on"
+            src[key] = Provenance.COMMAND_LINE
+        elif flag in _SWITCHES:
+            key, value = _SWITCHES[flag]
+            raw[key], src[key] = value, Provenance.COMMAND_LINE
         i += 1
 
     prov: dict[str, Provenance] = {}
 
-    def mark(field: str, key: str) -> None:
-        prov[field] = src.get(key, Provenance.DEFAULT)
+    def mark(field: str, key: str, value: T) -> T:
+        """``value``; when it is set, its provenance (the command line's where it said it, else the default)."""
+        if value is not None:
+            prov[field] = src.get(key, Provenance.DEFAULT)
+        return value
 
-    # context: -c 0 (the default) means the model's training context, which the argv cannot tell
-    ctx = _to_int(raw.get("ctx"))
-    if "ctx" in raw and ctx is None:
+    def positive(key: str) -> int | None:
+        """A count the line sets; 0, -1 or absent leave it to the server (``-c 0``: the training context)."""
+        n = _to_int(raw.get(key))
+        return n if n and n > 0 else None
+
+    if "ctx" in raw and _to_int(raw["ctx"]) is None:
         notes.append(f"unreadable context size {raw['ctx']!r}")
-    n_ctx_total = ctx if ctx and ctx > 0 else None
-    if n_ctx_total is not None:
-        mark("n_ctx_total", "ctx")
-
-    par = _to_int(raw.get("parallel"))
-    n_parallel = par if par and par > 0 else None  # -1 / absent = auto (llama-server picks 4, unified)
-    if n_parallel is not None:
-        mark("n_parallel", "parallel")
+    n_ctx_total = mark("n_ctx_total", "ctx", positive("ctx"))
+    n_parallel = mark("n_parallel", "parallel", positive("parallel"))  # -1 / absent: auto (4 slots, unified)
 
     if "kvu" in raw:
-        kv_unified: bool | None = _truthy(raw["kvu"])
-        mark("kv_unified", "kvu")
+        kv_unified = mark("kv_unified", "kvu", _truthy(raw["kvu"]))
     else:
         kv_unified = n_parallel is None  # auto parallel turns the unified KV cache on
         prov["kv_unified"] = Provenance.DEFAULT
@@ -214,44 +204,30 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
             name = ""
         types[field] = name
         if name:
-            mark(field, key)
+            mark(field, key, name)
 
     fa_raw = raw.get("fa", "auto").strip().lower()
-    flash_attn = _FA_WORDS.get(fa_raw)
+    flash_attn = mark("flash_attn", "fa", _FA_WORDS.get(fa_raw))
     if flash_attn is None:
         notes.append(f"unknown flash-attention setting {fa_raw!r}")
-    else:
-        mark("flash_attn", "fa")
 
     ngl_raw = raw.get("ngl")
-    n_gpu_layers = _to_int(ngl_raw)
-    if n_gpu_layers is not None:
-        mark("n_gpu_layers", "ngl")
-    elif ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
+    n_gpu_layers = mark("n_gpu_layers", "ngl", _to_int(ngl_raw))
+    if n_gpu_layers is None and ngl_raw is not None and ngl_raw.strip().lower() not in ("auto", "all"):
         notes.append(f"unreadable GPU layer count {ngl_raw!r}")
 
     # llama.cpp caps the logical batch at the context and the physical one at the batch (llama_context)
-    batch = _to_int(raw.get("batch"))
-    n_batch = batch if batch and batch > 0 else DEFAULT_N_BATCH
-    if n_ctx_total is not None:
-        n_batch = min(n_batch, n_ctx_total)
-    mark("n_batch", "batch")
-    ubatch = _to_int(raw.get("ubatch"))
-    n_ubatch = min(ubatch if ubatch and ubatch > 0 else DEFAULT_N_UBATCH, n_batch)
-    mark("n_ubatch", "ubatch" if "ubatch" in src else "batch")
+    n_batch = positive("batch") or DEFAULT_N_BATCH
+    n_batch = mark("n_batch", "batch", min(n_batch, n_ctx_total) if n_ctx_total is not None else n_batch)
+    n_ubatch = mark("n_ubatch", "ubatch" if "ubatch" in src else "batch",
+                    min(positive("ubatch") or DEFAULT_N_UBATCH, n_batch))
+    # sliding-window layers sized to the whole context
+    swa_full = mark("swa_full", "swa_full", _truthy(raw.get("swa_full", "0")))
 
-    swa_full = _truthy(raw.get("swa_full", "0"))  # sliding-window layers sized to the whole context
-    mark("swa_full", "swa_full")
-
-    model_path = raw.get("model") or None
-    if model_path:
-        mark("model_path", "model")
-    draft_model_path = raw.get("model_draft") or None  # speculative decoding's draft model (-md)
-    if draft_model_path:
-        mark("draft_model_path", "model_draft")
-    spec_types = _spec_types(raw.get("spec_type"), notes)
-    if spec_types is not None:
-        mark("spec_types", "spec_type")
+    model_path = mark("model_path", "model", raw.get("model") or None)
+    # speculative decoding's draft model (-md)
+    draft_model_path = mark("draft_model_path", "model_draft", raw.get("model_draft") or None)
+    spec_types = mark("spec_types", "spec_type", _spec_types(raw.get("spec_type"), notes))
     drafter = _drafter(spec_types, draft_model_path)
     if drafter is not None:
         prov["drafter"] = Provenance.COMMAND_LINE
@@ -263,17 +239,14 @@ def parse_llama_server_args(argv: Sequence[str], environ: Mapping[str, str] | No
     if sleep_raw is not None and sleep_idle_seconds is None:
         notes.append(f"unreadable idle-sleep setting {sleep_raw!r}")
         sleep_idle_seconds = 0
-    mark("sleep_idle_seconds", "sleep")
+    mark("sleep_idle_seconds", "sleep", sleep_idle_seconds)
 
     fit, fit_target, cache_ram = _memory_settings(raw, notes)
-    mark("fit", "fit")
-    mark("fit_target_bytes", "fit_target")
-    mark("prompt_cache_limit_bytes", "cache_ram")
-
-    threads = _to_int(raw.get("threads"))  # absent or -1: llama.cpp picks the physical cores (not known here)
-    n_threads = threads if threads and threads > 0 else None
-    if n_threads is not None:
-        mark("n_threads", "threads")
+    mark("fit", "fit", fit)
+    mark("fit_target_bytes", "fit_target", fit_target)
+    mark("prompt_cache_limit_bytes", "cache_ram", cache_ram)
+    # absent or -1: llama.cpp picks the physical cores (not known here)
+    n_threads = mark("n_threads", "threads", positive("threads"))
 
     host = raw.get("host") or DEFAULT_HOST
     port = _to_int(raw.get("port"))

@@ -73,7 +73,6 @@ class _Dev:
     total_bytes: int | None = None
     free_bytes: int | None = None
     unified_memory: bool | None = None
-    working_set_limit_bytes: int | None = None
 
 
 @dataclass
@@ -202,7 +201,7 @@ class DeviceLines:
         """What the log said, one entry per device."""
         out = []
         for d in self.found.values():
-            ws = d.working_set_limit_bytes
+            ws = None  # Metal's working set, the one device that has one
             if d.name == "MTL0":
                 if self._metal_ws is not None:
                     ws = int(self._metal_ws * (MIB if self._metal_ws_mib else 1_000_000))

@@ -78,6 +78,16 @@ _FA_OFF = re.compile(r"Flash Attention was auto, set to disabled|flash_attn is n
 _CACHE_RAM = re.compile(r"prompt cache is (?:enabled, size limit: (?:([0-9]+) MiB|(no limit))|(disabled))")
 
 
+# llama_context's count lines -> the parser's field
+_CTX_COUNTS = {"n_ctx": "n_ctx_total", "n_ctx_seq": "n_ctx_seq", "n_ctx_per_seq": "n_ctx_seq", "n_ubatch": "n_ubatch",
+               "n_batch": "n_batch", "n_seq_max": "n_parallel"}
+# the parser's fields that are ServerConfig fields of the same name
+_CONFIG_FIELDS = ("n_ctx_total", "n_parallel", "kv_unified", "type_k", "type_v", "flash_attn", "n_ubatch", "n_batch",
+                  "swa_full", "offloaded_layers", "total_layers", "kv_bytes_allocated", "recurrent_bytes_allocated",
+                  "model_path", "prompt_cache_limit_bytes", "draft_kv_bytes_allocated", "draft_type_k",
+                  "draft_type_v")
+
+
 class LogValueError(ValueError):
     """A log line whose number is not a size, count or length any machine has."""
 
@@ -267,16 +277,9 @@ class LlamaLogParser:
 
     def _ctx_field(self, name: str, value: str) -> None:
         num = text_int(value, limit=MAX_CONTEXT_TOKENS)
-        if name == "n_ctx" and num is not None:
-            self.n_ctx_total = num
-        elif name in ("n_ctx_seq", "n_ctx_per_seq") and num is not None:
-            self.n_ctx_seq = num
-        elif name == "n_ubatch" and num is not None:
-            self.n_ubatch = num
-        elif name == "n_batch" and num is not None:
-            self.n_batch = num
-        elif name == "n_seq_max" and num is not None:
-            self.n_parallel = num
+        if name in _CTX_COUNTS:
+            if num is not None:
+                setattr(self, _CTX_COUNTS[name], num)
         elif name == "flash_attn":
             v = value.lower()
             if v in ("auto",):
@@ -307,26 +310,7 @@ class LlamaLogParser:
 
     def config(self) -> ServerConfig:
         """The facts so far as a ``ServerConfig`` whose provenance says ``log`` for every field set."""
-        values = {
-            "n_ctx_total": self.n_ctx_total,
-            "n_parallel": self.n_parallel,
-            "kv_unified": self.kv_unified,
-            "type_k": self.type_k,
-            "type_v": self.type_v,
-            "flash_attn": self.flash_attn,
-            "n_ubatch": self.n_ubatch,
-            "n_batch": self.n_batch,
-            "swa_full": self.swa_full,
-            "offloaded_layers": self.offloaded_layers,
-            "total_layers": self.total_layers,
-            "kv_bytes_allocated": self.kv_bytes_allocated,
-            "recurrent_bytes_allocated": self.recurrent_bytes_allocated,
-            "model_path": self.model_path,
-            "prompt_cache_limit_bytes": self.prompt_cache_limit_bytes,
-            "draft_kv_bytes_allocated": self.draft_kv_bytes_allocated,
-            "draft_type_k": self.draft_type_k,
-            "draft_type_v": self.draft_type_v,
-        }
+        values = {name: getattr(self, name) for name in _CONFIG_FIELDS}
         prov = {k: Provenance.LOG for k, v in values.items() if v is not None}
         compute = dict(self.compute_buffers)  # the server's compute memory: the model's and the draft context's
         for dev, nbytes in self.draft_compute_buffers.items():

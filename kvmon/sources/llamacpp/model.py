@@ -1,8 +1,8 @@
 """llama-server's model as /props, /v1/models and the model file say: name, architecture, sizes, shape.
 
 The /v1/models entry is read once per model (it changes on a reload), the model file once per start of the server
-(``kvmon.sources.model_file``: a file written anew while the server runs is not what it serves), and the
-description is built again only when one of its inputs changed. A remote server's paths are never opened here.
+(``kvmon.sources.model_file``: a file written anew while the server runs is not what it serves). A remote
+server's paths are never opened here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 from kvmon.core.jsonvals import json_int, json_str, json_text
 from kvmon.core.readings import ModelInfo
-from kvmon.core.same import LastAnswer
 from kvmon.core.sanitize import plain_text
 from kvmon.sources.gguf_meta import GgufHeader
 from kvmon.sources.llamacpp.draft import mtp_weight_bytes
@@ -36,7 +35,6 @@ class ModelDescriber:
         self._model_name = model_name
         self._v1_cache: tuple[tuple[Any, ...], Mapping[str, Any] | None, str | None] | None = None
         self.files = ModelFiles()  # the GGUF header and shape of the model file, once per version of it
-        self._described: LastAnswer[tuple[ModelInfo, dict[str, str]]] = LastAnswer()  # the model, while it stands
 
     def _v1_models(
         self, key: tuple[Any, ...], model_id: str | None = None
@@ -73,8 +71,7 @@ class ModelDescriber:
     def info(self, props: Mapping[str, Any], model_id: str | None,
              start: Hashable | None) -> tuple[ModelInfo, dict[str, str]]:
         """The loaded model as /props, /v1/models and the model file's header say (the file is read once per
-        ``start`` of the server); built again only when one of them changed, else the last poll's (the same
-        objects)."""
+        ``start`` of the server)."""
         raw_path = json_text(props.get("model_path"))  # opened as given; shown as plain text
         model_path = plain_text(raw_path) if raw_path else None
         entry, why = self._v1_models((raw_path, props.get("build_info"), model_id), model_id)
@@ -84,14 +81,7 @@ class ModelDescriber:
         file_key: tuple[str, int, int] | None = None
         if full_path is not None:
             header, gwhy, file_key = self.files.header(full_path, start)
-        return self._described.get(self._describe, props, model_id, entry, why, model_path, full_path, header,
-                                   gwhy, *(file_key or (None, None, None)))
-
-    def _describe(self, props: Mapping[str, Any], model_id: str | None, entry: Mapping[str, Any] | None,
-                  why: str | None, model_path: str | None, full_path: str | None, header: GgufHeader | None,
-                  gwhy: str | None, *key: Any) -> tuple[ModelInfo, dict[str, str]]:
         reasons: dict[str, str] = {}
-        file_key = key if key[0] is not None else None
         if why:
             reasons["v1_models"] = why
         meta = entry.get("meta") if entry is not None else None

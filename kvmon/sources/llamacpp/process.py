@@ -5,6 +5,7 @@ attention, context, slots, layers); read once per process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -29,14 +30,8 @@ def looks_like_llama_server(argv: list[str], env: Mapping[str, str] | None) -> b
     if env and "LLAMA_ARG_MODEL" in env:
         return True
     args = argv[1:]
-    for i, a in enumerate(args):
-        flag, eq, inline = a.partition("=")
-        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        if flag in ("-hf", "--hf-repo"):
-            return True
-        if flag in ("-m", "--model") and value.lower().endswith(".gguf"):
-            return True
-    return False
+    return procs.has_flag(args, ("-hf", "--hf-repo")) or (
+        procs.flag_value(args, ("-m", "--model")) or "").lower().endswith(".gguf")
 
 
 class LlamaServerProcess:
@@ -64,12 +59,10 @@ class LlamaServerProcess:
         if self._proc is not None:
             if now - self._alive_at < PROCESS_ALIVE_CHECK_S:
                 return self._proc
-            try:
+            with contextlib.suppress(psutil.Error):
                 if self._proc.is_running():  # reads /proc: not on every poll
                     self._alive_at = now
                     return self._proc
-            except psutil.Error:
-                pass
             self._proc = None
             self._checked_at = None
         if self._checked_at is not None and now - self._checked_at < PROCESS_RECHECK_S:

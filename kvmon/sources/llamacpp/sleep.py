@@ -25,10 +25,6 @@ class SleepCourtesy:
         self._quiet_since: float | None = None  # /slots not asked since
         self._mark: tuple[float, ...] | None = None  # the activity counters when /slots was last asked
 
-    @property
-    def quiet(self) -> bool:
-        return self._quiet_since is not None
-
     def may_skip(self, now: float) -> bool:
         """Whether this poll is a candidate for skipping /slots (the server sleeps when idle, and has been idle)."""
         return bool(self.sleep_s and self.sleep_s > 0 and self._idle_since is not None

@@ -31,7 +31,6 @@ from kvmon.core.readings import (
     SourceError,
     SourceFailure,
 )
-from kvmon.core.same import LastAnswer
 from kvmon.core.sanitize import plain_text
 from kvmon.sources.answers import PollAnswers
 from kvmon.sources.config import merge_configs, user_config
@@ -71,8 +70,7 @@ SLOTS_KEEP_AWAKE_S = 2.0
 @functools.cache
 def _default_config() -> ServerConfig:
     """llama-server's defaults, the bottom config layer; "-np auto ⇒ unified" and idle sleep are left unknown:
-    without the argv they are guesses, so the log, the user or the slot count decide. Made once: the same object
-    every poll, so the merged config of unchanged layers is not merged again."""
+    without the argv they are guesses, so the log, the user or the slot count decide."""
     return dataclasses.replace(parse_llama_server_args([]).config, kv_unified=None, sleep_idle_seconds=None)
 
 
@@ -130,8 +128,6 @@ class LlamaServerSource:
         self._process = LlamaServerProcess(self._host, process_port or self._port, inspect=inspect_local_process)
         self._sleep = SleepCourtesy()  # skips /slots while idle, so a server that may sleep when idle can fall asleep
         self._quiet_slots: tuple[SlotReading, ...] = ()  # the last /slots answer, standing while it is not asked
-        self._merged: LastAnswer[ServerConfig] = LastAnswer()  # the config layers merged, while they stand
-        self._totals: LastAnswer[ServerConfig] = LastAnswer()  # ... and the totals derived from them
         self.model_id = model_id
         self._failed_polls = 0
         self._answers = PollAnswers()  # this poll's usable answers and failures
@@ -159,16 +155,11 @@ class LlamaServerSource:
 
     # ---- HTTP helpers -------------------------------------------------------------------------
 
-    def _get_json(self, path: str) -> Any:
-        resp = self._http.get(path)
-        raise_for_status(resp, path, self.display_url)
-        return decode_json(resp, path)
-
     def _optional_json(self, path: str, reasons: dict[str, str], key: str) -> Any:
         """GET JSON; auth/loading failures abort the poll, anything else becomes a reason and None. An object or a
         list is a usable answer of this poll (``kvmon.sources.answers``)."""
         try:
-            body = self._get_json(path)
+            body = self._http.get_json(path)
         except SourceError as e:
             if e.failure.kind in (FailureKind.AUTH_REJECTED, FailureKind.MODEL_LOADING):
                 raise
@@ -214,22 +205,21 @@ class LlamaServerSource:
         # /props is asked before /slots while the server could be asleep (asking /slots would wake it)
         slots_lately = self._slots_answered_at is not None and t_mono - self._slots_answered_at < SLOTS_KEEP_AWAKE_S
         awake = self._busy or self._never_sleeps or slots_lately
-        reused = memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS
-        if reused and memo is not None:
+        if memo is not None and awake and not checked and memo[2] < REUSE_MAX_POLLS:
             props, q, times = memo
             next_memo: tuple[Mapping[str, Any], str, int] | None = (props, q, times + 1)
         else:
-            read, q = self._read_props(reasons, checked)
+            read, q = self._read_props(reasons)
             if read is None:
                 return ServerReading(t_monotonic=t_mono, t_wall=t_wall, backend=BACKEND, url=self.display_url,
                                      state="idle", reasons=reasons)
             props = read
             next_memo = (props, q, 0) if "props" not in reasons else None
-        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall, reused=reused)
+        reading = self._poll_after_props(props, q, reasons, checked, t_mono, t_wall)
         self._props_memo = next_memo
         return reading
 
-    def _read_props(self, reasons: dict[str, str], checked: bool) -> tuple[Mapping[str, Any] | None, str]:
+    def _read_props(self, reasons: dict[str, str]) -> tuple[Mapping[str, Any] | None, str]:
         """/props (in router mode, the loaded model's, with the query it needs); None: router without a model."""
         if self._model_query:  # one model of a router: without its /props (not loaded, router gone) nothing is read
             props = self._optional_json("/props" + self._model_query, reasons, "props")
@@ -260,8 +250,8 @@ class LlamaServerSource:
         return props or {}, q
 
     def _poll_after_props(self, props: Mapping[str, Any], q: str, reasons: dict[str, str], checked: bool,
-                          t_mono: float, t_wall: float, *, reused: bool = False) -> ServerReading:
-        """The rest of a poll once /props is known (read now, or ``reused`` while a slot generates)."""
+                          t_mono: float, t_wall: float) -> ServerReading:
+        """The rest of a poll once /props is known (read now, or reused while a slot generates)."""
         t_start = t_mono
         sleeping = props.get("is_sleeping") is True
         state = "sleeping" if sleeping else "ok"
@@ -327,9 +317,7 @@ class LlamaServerSource:
         total_slots = json_int(props.get("total_slots"))
         if total_slots is None and slots:
             total_slots = len(slots)
-        slot_ctx = slots[0].n_ctx if slots else None
-        config = self._totals.get(lambda c, p, _n, t: derive_totals(c, p, slots, t), config, props, slot_ctx,
-                                  total_slots)
+        config = derive_totals(config, props, slots, total_slots)
 
         if live_source is None and live_reason is None:
             live_reason = "no live counters (no /slots and no /metrics)"
@@ -375,7 +363,6 @@ class LlamaServerSource:
             reasons["health"] = e.failure.reason
             self._answers.failed(e.failure)
             return False
-        body: Any = None
         try:
             body = decode_json(resp, "/health")
         except SourceError:
@@ -493,4 +480,4 @@ class LlamaServerSource:
             if hint:
                 reasons["log_placement"] = hint
         layers.append(self._config_override)
-        return self._merged.get(merge_configs, *layers), pids  # the same layers as the last poll: merged then
+        return merge_configs(*layers), pids

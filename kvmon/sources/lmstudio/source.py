@@ -37,7 +37,7 @@ from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
 BACKEND = LMSTUDIO
-DEFAULT_PORT = 1234
+DEFAULT_PORT = LMSTUDIO.ports[0]
 DEFAULT_PROXY_URL = "http://127.0.0.1:1235"
 LIVE_RATE_HINT = ("LM Studio has no live counters: run `kvmon proxy --listen 127.0.0.1:1235 --upstream "
                   "http://127.0.0.1:1234` and point your client at 127.0.0.1:1235")

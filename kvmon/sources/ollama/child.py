@@ -23,17 +23,15 @@ from typing import Any
 import psutil
 
 from kvmon.core.jsonvals import text_int
-from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SlotReading, SourceError
+from kvmon.core.readings import Provenance, ServerConfig, ServerReading, SourceError
 from kvmon.sources.config import merge_configs
 from kvmon.sources.http import HttpClient
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.args import parse_llama_server_args
+from kvmon.sources.llamacpp.log import parse_llama_log
 from kvmon.sources.llamacpp.parse import parse_slot
 from kvmon.sources.localfile import read_tail
-from kvmon.sources.procs import lookup_listening_process, process_cmdline, program
-
-_MODEL_FLAGS = ("--model", "-m")
-_PORT_FLAGS = ("--port",)
+from kvmon.sources.procs import flag_value, lookup_listening_process, process_cmdline, program
 
 
 @dataclass(frozen=True)
@@ -44,27 +42,12 @@ class OllamaChild:
     create_time: float
     host: str
     port: int
-    argv: tuple[str, ...]
     config: ServerConfig
 
     @property
     def url(self) -> str:
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
-
-    @property
-    def model_path(self) -> str | None:
-        return self.config.model_path
-
-
-def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
-    for i, a in enumerate(argv):
-        for f in flags:
-            if a == f and i + 1 < len(argv):
-                return argv[i + 1]
-            if a.startswith(f + "="):
-                return a.split("=", 1)[1]
-    return None
 
 
 # the flags Ollama always gives its model server (startLlamaServer), each with a value where it takes one
@@ -86,12 +69,12 @@ def classify_child(argv: Sequence[str]) -> tuple[str, str | None]:
         return "runner", "this Ollama runs models as `ollama runner` (before 0.30: no llama-server child)"
     if not (stem.startswith("llama-server") or stem.startswith("llama_server")):
         return "other", None
-    port = _flag_value(args, ("--port",))
-    if _flag_value(args, ("--model",)) is None and "--verbose" in args:
+    port = flag_value(args, ("--port",))
+    if flag_value(args, ("--model",)) is None and "--verbose" in args:
         return "probe", "a llama-server Ollama started to discover the GPUs (no model; it exits at once)"
-    missing = [f for f in _OLLAMA_VALUE_FLAGS if _flag_value(args, (f,)) is None]
+    missing = [f for f in _OLLAMA_VALUE_FLAGS if flag_value(args, (f,)) is None]
     missing += [f for f in _OLLAMA_SWITCHES if f not in args]
-    if not missing and port is not None and port.isdigit() and _flag_value(args, ("--host",)) == "127.0.0.1":
+    if not missing and port is not None and port.isdigit() and flag_value(args, ("--host",)) == "127.0.0.1":
         return "model", None
     return "llama-server", ("a llama-server child without the flags Ollama gives its model servers"
                             + (f" (no {', '.join(missing)})" if missing else " (--host is not 127.0.0.1)"))
@@ -107,14 +90,11 @@ def child_from_argv(pid: int, create_time: float, argv: Sequence[str]) -> Ollama
     if not looks_like_llama_server(argv):
         return None
     parsed = parse_llama_server_args(list(argv))
-    if parsed.port is None:
-        return None
     return OllamaChild(
         pid=pid,
         create_time=create_time,
-        host=parsed.host or "127.0.0.1",
+        host=parsed.host,
         port=parsed.port,
-        argv=tuple(argv),
         config=parsed.config,
     )
 
@@ -162,9 +142,10 @@ def choose_child(children: Sequence[OllamaChild], blob_path: str | None) -> tupl
     if blob_path:
         base = os.path.basename(blob_path)
         for c in children:
-            if c.model_path and (c.model_path == blob_path or os.path.basename(c.model_path) == base):
+            path = c.config.model_path
+            if path and (path == blob_path or os.path.basename(path) == base):
                 return c, None
-        if len(children) == 1 and not children[0].model_path:
+        if len(children) == 1 and not children[0].config.model_path:
             return children[0], None
         return None, f"no llama-server child of Ollama serves {base}"
     if len(children) == 1:
@@ -210,7 +191,8 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
         tail = read_tail(path, LOG_TAIL_BYTES).decode("utf-8", errors="replace")  # regular files only, no waiting
     except OSError as e:
         return None, f"Ollama log {path} not readable ({e.strerror or type(e).__name__})"
-    lines = tail.splitlines()
+    # at "\n" alone: str.splitlines() would also cut a line at a U+2028 or U+0085 inside a value
+    lines = [line.removesuffix("\r") for line in tail.split("\n")]
     placement = _child_placement(lines)
     for line in reversed(lines):
         env = parse_server_config_line(line)
@@ -221,18 +203,17 @@ def ollama_log_config(path: str) -> tuple[ServerConfig | None, str | None]:
     return None, f"no \"server config\" line in the Ollama log {path}"
 
 
+# where the model a child loaded lives, by its log lines (besides its devices), and the file that load read
+PLACEMENT_FIELDS = ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
+                    "offloaded_layers", "total_layers", "model_path")
+
+
 def _child_placement(lines: list[str]) -> ServerConfig | None:
     """Where the last model Ollama loaded lives, from its llama-server child's lines in Ollama's log (Ollama starts
     the child with -lv 4, so its device list, buffers and KV lines are there): only the placement fields, and
     ``model_path`` so that the caller can tell whether that load is the active model's."""
-    from kvmon.sources.llamacpp.log import LlamaLogParser
-
-    parser = LlamaLogParser()
-    for line in lines:
-        parser.feed(line)
-    cfg = parser.config()
-    keep = ("devices", "model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
-            "offloaded_layers", "total_layers", "model_path")
+    cfg = parse_llama_log(lines)
+    keep = ("devices", *PLACEMENT_FIELDS)
     values = {k: getattr(cfg, k) for k in keep}
     if not (values["model_buffer_bytes_by_device"] or values["devices"]):
         return None
@@ -240,22 +221,15 @@ def _child_placement(lines: list[str]) -> ServerConfig | None:
     return ServerConfig(**values, provenance=prov)
 
 
-def read_slots(client: HttpClient) -> tuple[SlotReading, ...]:
-    """A llama-server's ``/slots`` as SlotReadings, read as the llama-server source reads them."""
-    body = client.get_json("/slots")
-    if not isinstance(body, list):
-        return ()
-    reasons: dict[str, str] = {}
-    return tuple(s for s in (parse_slot(raw, reasons) for raw in body) if s is not None)
+SEARCH_AGAIN_S = 10.0  # after a search that found no child, search again no sooner than this
 
 
 class ChildTracker:
     """Remembers the child between polls; searches again when it exits, the model changes, or after a delay."""
 
-    def __init__(self, ollama_port: int, *, timeout_s: float = 2.0, retry_s: float = 10.0) -> None:
+    def __init__(self, ollama_port: int, *, timeout_s: float = 2.0) -> None:
         self.ollama_port = ollama_port
         self._timeout_s = timeout_s
-        self._retry_s = retry_s
         self._child: OllamaChild | None = None
         self._children: list[OllamaChild] = []
         self._ollama_pid: int | None = None
@@ -297,13 +271,13 @@ class ChildTracker:
         """(child reading, why none, server pids, config learnt from argv or environment)."""
         now = time.monotonic()
         child = self._child
-        if child is not None and (not self._alive(child) or (blob_path and child.model_path
-                                                              and os.path.basename(child.model_path)
-                                                              != os.path.basename(blob_path))):
+        path = child.config.model_path if child is not None else None
+        other_model = blob_path and path and os.path.basename(path) != os.path.basename(blob_path)
+        if child is not None and (not self._alive(child) or other_model):
             child = self._child = None
             self._last_search = -1e9
         if child is None:
-            if now - self._last_search >= self._retry_s:
+            if now - self._last_search >= SEARCH_AGAIN_S:
                 self._search()
             child, why = choose_child(self._children, blob_path)
             if child is None:
@@ -312,11 +286,9 @@ class ChildTracker:
             self._child = child
         pids = tuple(p for p in (self._ollama_pid, child.pid) if p)
         config = child.config
-        if self._env_config is not None:  # argv wins; environment fills what argv lacks
-            extra = {k: getattr(self._env_config, k) for k in ("n_parallel",)
-                     if getattr(config, k) is None and getattr(self._env_config, k) is not None}
-            if extra:
-                config = replace(config, **extra)
+        env = self._env_config
+        if env is not None and config.n_parallel is None and env.n_parallel is not None:  # argv wins over environment
+            config = replace(config, n_parallel=env.n_parallel)
         try:
             reading = self._read(child, config)
         except SourceError as e:
@@ -330,7 +302,10 @@ class ChildTracker:
             self._client = HttpClient(child.url, timeout_s=self._timeout_s)
             self._client_url = child.url
         assert self._client is not None
-        slots = read_slots(self._client)
+        body = self._client.get_json("/slots")  # read as the llama-server source reads it
+        reasons: dict[str, str] = {}
+        slots = tuple(s for s in (parse_slot(raw, reasons) for raw in body) if s is not None) if isinstance(
+            body, list) else ()
         return ServerReading(
             t_monotonic=time.monotonic(),
             t_wall=time.time(),

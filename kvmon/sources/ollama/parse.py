@@ -6,11 +6,14 @@ Parsing only: ``kvmon.sources.ollama.source`` asks the endpoints and builds the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from kvmon.core.jsonvals import json_int, json_object, json_str
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
@@ -143,10 +146,6 @@ def weight_bytes_from_tensors(tensors: Any) -> int | None:
     """Exact weight bytes from ``/api/show``'s ``tensors`` (type names and shapes); None if any is unknown."""
     if not isinstance(tensors, list) or not tensors:
         return None
-    try:
-        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-    except ImportError:  # pragma: no cover - gguf is a dependency
-        return None
     total = 0
     for t in tensors:
         if not isinstance(t, dict) or not isinstance(t.get("type"), str) or not isinstance(t.get("shape"), list):
@@ -156,12 +155,9 @@ def weight_bytes_from_tensors(tensors: Any) -> int | None:
             block, type_size = GGML_QUANT_SIZES[qtype]
         except KeyError:
             return None
-        n = 1
-        for d in t["shape"]:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                return None
-            n *= d
-        total += n // block * type_size
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
+            return None
+        total += math.prod(t["shape"]) // block * type_size
     return total
 
 
@@ -181,8 +177,6 @@ def blob_path_from_modelfile(modelfile: Any) -> str | None:
 class ShowInfo:
     """What one ``/api/show`` told us about a model, kept per digest."""
 
-    model_info: Mapping[str, Any]
-    verbose: bool
     arch: str | None
     n_params: int | None
     n_ctx_train: int | None
@@ -223,23 +217,18 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
     if not info:
         shape_reason = "/api/show returned no model_info"
     else:
+        from kvmon.physics.shape import ModelShape, ShapeError
+
         try:
-            from kvmon.physics.shape import ModelShape, ShapeError
-        except ImportError:  # pragma: no cover - the physics package ships with kvmon
-            shape_reason = "model shape code unavailable"
-        else:
-            try:
-                shape = ModelShape.from_gguf(info)
-            except (ShapeError, ValueError, TypeError, KeyError) as e:
-                shape_reason = f"model shape unreadable from /api/show: {e}"
-            if shape is not None and not verbose:
-                shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
-                shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
+            shape = ModelShape.from_gguf(info)
+        except (ShapeError, ValueError, TypeError, KeyError) as e:
+            shape_reason = f"model shape unreadable from /api/show: {e}"
+        if shape is not None and not verbose:
+            shape_reason = "per-layer arrays missing (Ollama blanks arrays longer than 5 without verbose)"
+            shape = replace(shape, partial=True, notes=(*shape.notes, shape_reason))
     details = json_object(body.get("details"))
     n_params = json_int(info.get("general.parameter_count")) or parse_parameter_size(details.get("parameter_size"))
     return ShowInfo(
-        model_info=info,
-        verbose=verbose,
         arch=arch or json_str(details.get("family")),
         n_params=n_params,
         n_ctx_train=arch_int("context_length"),

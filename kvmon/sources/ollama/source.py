@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,18 +22,17 @@ from kvmon.core.readings import (
     ModelInfo,
     Provenance,
     RateSource,
-    RequestStats,
     ServerConfig,
     ServerReading,
     SlotReading,
     SourceError,
 )
-from kvmon.proxy.stats import ProxyView
 from kvmon.sources import procs
 from kvmon.sources.config import merge_configs, user_config
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status, redact_url
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.ollama import OLLAMA
+from kvmon.sources.ollama.child import PLACEMENT_FIELDS, ChildTracker, ollama_log_config
 from kvmon.sources.ollama.parse import (
     OllamaModel,
     ShowInfo,
@@ -45,16 +44,14 @@ from kvmon.sources.ollama.parse import (
 )
 from kvmon.sources.proxy_reader import ProxyReader, proxy_slots
 
-DEFAULT_PORT = 11434
+DEFAULT_PORT = OLLAMA.ports[0]
 DEFAULT_PROXY_URL = "http://127.0.0.1:11435"
 ENABLE_LIVE_RATE_HINT = "run `kvmon proxy` and point your client at 127.0.0.1:11435"
 SHOW_MAX_BODY_BYTES = 96 * 1024 * 1024  # verbose /api/show carries the whole tokenizer: tens of MB for big vocabularies
 SHOW_RETRY_S = 30.0  # after a failed /api/show, ask again no sooner than this
-CHILD_RETRY_S = 10.0  # after a failed child search, search again no sooner than this
-OLLAMA_DEFAULT_NUM_PARALLEL = 1  # OLLAMA_NUM_PARALLEL's default
 # Ollama's defaults where neither the child's argv nor its environment said: 1 parallel slot (OLLAMA_NUM_PARALLEL),
 # one KV stream per slot (the bottom config layer).
-OLLAMA_DEFAULTS = ServerConfig(n_parallel=OLLAMA_DEFAULT_NUM_PARALLEL, kv_unified=False,
+OLLAMA_DEFAULTS = ServerConfig(n_parallel=1, kv_unified=False,
                                provenance={"n_parallel": Provenance.DEFAULT, "kv_unified": Provenance.DEFAULT})
 
 
@@ -66,12 +63,6 @@ class _ShowEntry:
     info: ShowInfo | None
     reason: str | None
     fetched_at: float
-
-
-@dataclass
-class _State:
-    version: str | None = None
-    shows: dict[str, _ShowEntry] = field(default_factory=dict)
 
 
 class OllamaSource:
@@ -100,22 +91,17 @@ class OllamaSource:
             self.base_url, api_key=api_key, timeout_s=timeout_s, max_body_bytes=SHOW_MAX_BODY_BYTES
         )
         self._proxy_reader = ProxyReader(proxy_url, DEFAULT_PROXY_URL, self.base_url, DEFAULT_PORT)
-        self._state = _State()
-        self._version_reason: str | None = None  # why /api/version was not read this poll
+        self._version: str | None = None  # asked once, again after a failed poll (a restart may change it)
+        self._shows: dict[str, _ShowEntry] = {}  # /api/show per model digest
         self._files = ModelFiles()  # the model blob's GGUF header and shape, once per version of the file
         self._log_path = log_path
         self._log_cache: tuple[float, ServerConfig | None, str | None] | None = None  # (mtime, config, why)
         self._override = user_config(config_override)
         self._is_local = procs.is_local_host(urlsplit(self.base_url).hostname)
-        self._child_tracker: Any = None
+        self._child_tracker: ChildTracker | None = None
         if find_child and self._is_local:
-            try:
-                from kvmon.sources.ollama.child import ChildTracker
-            except ImportError:  # pragma: no cover - ships with kvmon
-                self._child_tracker = None
-            else:
-                port = urlsplit(self.base_url).port or DEFAULT_PORT
-                self._child_tracker = ChildTracker(port, timeout_s=min(timeout_s, 2.0), retry_s=CHILD_RETRY_S)
+            port = urlsplit(self.base_url).port or DEFAULT_PORT
+            self._child_tracker = ChildTracker(port, timeout_s=min(timeout_s, 2.0))
 
     def __repr__(self) -> str:
         return f"OllamaSource({self.display_url!r})"
@@ -130,16 +116,9 @@ class OllamaSource:
 
     # -- pieces
 
-    def _version(self) -> str | None:
-        if self._state.version is None:
-            body = self._client.get_json("/api/version")
-            if isinstance(body, dict):
-                self._state.version = json_str(body.get("version"))
-        return self._state.version
-
     def _show(self, model: OllamaModel, now: float) -> tuple[ShowInfo | None, str | None]:
         key = model.digest or model.name
-        entry = self._state.shows.get(key)
+        entry = self._shows.get(key)
         if entry is not None and (entry.info is not None or now - entry.fetched_at < SHOW_RETRY_S):
             return entry.info, entry.reason
         info: ShowInfo | None = None
@@ -154,8 +133,8 @@ class OllamaSource:
                 reason = f"/api/show failed: {e2.failure.reason}"
             else:
                 reason = None
-        self._state.shows = {k: v for k, v in self._state.shows.items() if now - v.fetched_at < 3600.0}
-        self._state.shows[key] = _ShowEntry(info, reason, now)
+        self._shows = {k: v for k, v in self._shows.items() if now - v.fetched_at < 3600.0}
+        self._shows[key] = _ShowEntry(info, reason, now)
         return info, reason
 
     def _log_config(self) -> tuple[ServerConfig | None, str | None]:
@@ -166,8 +145,6 @@ class OllamaSource:
         except OSError as e:
             return None, f"Ollama log {self._log_path} not readable ({e.strerror or type(e).__name__})"
         if self._log_cache is None or self._log_cache[0] != mtime:
-            from kvmon.sources.ollama.child import ollama_log_config
-
             config, why = ollama_log_config(self._log_path)
             self._log_cache = (mtime, config, why)
         return self._log_cache[1], self._log_cache[2]
@@ -192,26 +169,23 @@ class OllamaSource:
         raise_for_status(resp, "/api/show", self.display_url)
         return parse_show(decode_json(resp, "/api/show"), verbose=verbose)
 
-    def _proxy(self, t_mono: float, t_wall: float) -> tuple[ProxyView | None, str | None]:
-        return self._proxy_reader.read(t_mono, t_wall)
-
     # -- the poll
 
     def poll(self) -> ServerReading:
         """One reading; raises ``SourceError`` when Ollama cannot be read at all."""
         t_mono, t_wall = self._clock(), time.time()
-        version = self._version_safe()
+        version, version_reason = self._version_safe()
         try:
             models, notes = parse_ps(self._client.get_json("/api/ps"))
         except SourceError:
-            self._state.version = None  # re-check on the next poll (a restart may change it)
+            self._version = None  # re-check on the next poll (a restart may change it)
             raise
         reasons: dict[str, str] = {}
         if notes:
             reasons["models"] = "; ".join(notes)
-        if self._version_reason:
-            reasons["server_version"] = self._version_reason
-        proxy, proxy_reason = self._proxy(t_mono, t_wall)
+        if version_reason:
+            reasons["server_version"] = version_reason
+        proxy, proxy_reason = self._proxy_reader.read(t_mono, t_wall)
         busy = [s.model for s in proxy.in_flight if s.model] if proxy else []
         active = pick_active(models, busy)
         if len(models) > 1 and active is not None:
@@ -244,6 +218,10 @@ class OllamaSource:
             reasons["n_ctx"] = "this Ollama's /api/ps has no context_length (added in Ollama 0.10)"
 
         # Live rate, best first: the llama-server child, the proxy, else say how to get one.
+        def mine(model: str | None) -> bool:  # a request to the active model (the proxy may not say which)
+            return model is None or names_match(model, active)
+
+        last = proxy.last if proxy is not None and mine(proxy.last_model) else None
         slots: tuple[SlotReading, ...] = ()
         total_slots: int | None = None
         kv_unified: bool | None = None
@@ -273,9 +251,7 @@ class OllamaSource:
             kv_unified = child_reading.kv_unified
             rate_source = "child_slots"
         elif proxy is not None:
-            last_here = proxy.last if proxy.last_model is None or names_match(proxy.last_model, active) else None
-            slots, how = proxy_slots(proxy, active.context_length, lambda m: m is None or names_match(m, active),
-                                     last_here)
+            slots, how = proxy_slots(proxy, active.context_length, mine, last)
             if how:
                 reasons["context_tokens"] = how
             rate_source = "proxy"
@@ -283,13 +259,8 @@ class OllamaSource:
             why = "; ".join(r for r in (child_reason, proxy_reason) if r)
             rate_reason = f"live rate unavailable: {ENABLE_LIVE_RATE_HINT}" + (f" ({why})" if why else "")
 
-        last: RequestStats | None = None
-        if proxy is not None and proxy.last is not None and (
-            proxy.last_model is None or names_match(proxy.last_model, active)
-        ):
-            last = proxy.last
-            if proxy.last_prefill_reason:
-                reasons["prefill_tok_s"] = proxy.last_prefill_reason
+        if last is not None and proxy is not None and proxy.last_prefill_reason:
+            reasons["prefill_tok_s"] = proxy.last_prefill_reason
 
         model_path = config.model_path or (show.blob_path if show else None)
         weight_bytes = show.weight_bytes if show else None
@@ -355,17 +326,19 @@ class OllamaSource:
             reasons=reasons,
         )
 
-    def _version_safe(self) -> str | None:
+    def _version_safe(self) -> tuple[str | None, str | None]:
+        """(Ollama's version, why it is unknown); raises only when the server cannot be reached or refuses the key."""
         hung = self._client.hangs("/api/version")  # known to hang: unknown, and /api/ps decides
-        self._version_reason = None
         try:
-            return self._version()
+            if self._version is None:
+                body = self._client.get_json("/api/version")
+                self._version = json_str(body.get("version")) if isinstance(body, dict) else None
+            return self._version, None
         except SourceError as e:
             if e.failure.kind in (FailureKind.UNREACHABLE, FailureKind.AUTH_REJECTED) or (
                     e.failure.kind is FailureKind.TIMEOUT and not hung):
                 raise
-            self._version_reason = f"version unknown: {e.failure.reason}"
-            return None  # /api/ps decides whether this is Ollama at all
+            return None, f"version unknown: {e.failure.reason}"  # /api/ps decides whether this is Ollama at all
 
 
 def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: dict[str, str]) -> ServerConfig | None:
@@ -375,9 +348,6 @@ def _for_active_model(cfg: ServerConfig | None, blob_path: str | None, reasons: 
     if os.path.basename(cfg.model_path) == os.path.basename(blob_path):
         return cfg
     reasons["log_placement"] = "the Ollama log's last model load is another model's: its placement is not used"
-    prov = {k: v for k, v in cfg.provenance.items()
-            if k not in ("model_buffer_bytes_by_device", "kv_buffer_bytes_by_device", "compute_buffer_bytes_by_device",
-                         "offloaded_layers", "total_layers", "model_path")}
-    return replace(cfg, model_buffer_bytes_by_device={}, kv_buffer_bytes_by_device={},
-                   compute_buffer_bytes_by_device={}, offloaded_layers=None, total_layers=None, model_path=None,
-                   provenance=prov)
+    unset = ServerConfig()  # each placement field back to what no layer said
+    return replace(cfg, **{k: getattr(unset, k) for k in PLACEMENT_FIELDS},
+                   provenance={k: v for k, v in cfg.provenance.items() if k not in PLACEMENT_FIELDS})

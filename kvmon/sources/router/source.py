@@ -12,6 +12,7 @@ the child's ``/props`` (``is_sleeping``) first, as for any server.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from kvmon.core.serving import ListedModel, ModelListing
 from kvmon.sources.http import HttpClient, normalize_base_url
 from kvmon.sources.llamacpp import LLAMA_SERVER
 from kvmon.sources.llamacpp.source import LlamaServerSource
+from kvmon.sources.procs import flag_value
 from kvmon.sources.router.progress import ProgressStream
 
 PROGRESS_MAX_AGE_S = 10.0  # a progress event older than this no longer describes a load in progress
@@ -34,11 +36,8 @@ _STATUS = {"loaded": serving.LOADED, "loading": serving.LOADING, "sleeping": ser
 
 def _port_in(args: Sequence[str]) -> int | None:
     """The ``--port`` of a child's command line (a model never started shows ``--port 0``: None)."""
-    for i, a in enumerate(args):
-        value = args[i + 1] if a == "--port" and i + 1 < len(args) else a[7:] if a.startswith("--port=") else None
-        if value is not None:
-            return int(value) if value.isdigit() and int(value) > 0 else None
-    return None
+    value = flag_value(args, ("--port",))
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
 
 
 def parse_models(body: Any) -> tuple[list[ListedModel], list[str]]:
@@ -82,7 +81,7 @@ class LlamaRouterSource:
     kind = serving.ROUTER
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,
-                 follow_progress: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = normalize_base_url(base_url)
         self._api_key = api_key
         self._timeout_s = timeout_s
@@ -91,16 +90,14 @@ class LlamaRouterSource:
         self.display_url = self._http.display_url
         self._version: str | None = None
         headers = {"Authorization": f"Bearer {api_key}".encode("latin-1")} if api_key else {}  # as HttpClient sends it
-        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock,
-                                   timeout_s=timeout_s) if follow_progress else None
+        self._sse = ProgressStream(self.base_url + "/models/sse", headers=headers, clock=clock, timeout_s=timeout_s)
 
     def __repr__(self) -> str:
         return f"LlamaRouterSource({self.display_url!r})"
 
     def close(self) -> None:
         self._http.close()
-        if self._sse is not None:
-            self._sse.close()
+        self._sse.close()
 
     def list_models(self) -> ModelListing:
         """The models and their status now; raises SourceError when the router cannot be read."""
@@ -121,16 +118,12 @@ class LlamaRouterSource:
         if notes:
             reasons["models"] = "; ".join(notes)
         loading = any(m.status == serving.LOADING for m in models)
-        if self._sse is not None:
-            self._sse.want(loading)
-            if loading:
-                models = self._with_progress(models, reasons)
-        elif loading:
-            reasons["progress"] = "load progress not followed"
+        self._sse.want(loading)
+        if loading:
+            models = self._with_progress(models, reasons)
         return ModelListing(serving.ROUTER, tuple(models), self._version, reasons)
 
     def _with_progress(self, models: list[ListedModel], reasons: dict[str, str]) -> list[ListedModel]:
-        assert self._sse is not None
         latest = self._sse.latest()
         now = self._clock()
         out: list[ListedModel] = []
@@ -139,7 +132,7 @@ class LlamaRouterSource:
             if m.status == serving.LOADING and got is not None and now - got[0] <= PROGRESS_MAX_AGE_S:
                 status, progress = progress_of(got[1])
                 if status == "loading" and progress is not None:
-                    m = ListedModel(m.name, m.status, progress, m.args, m.upstream_url, m.exit_code, m.aliases)
+                    m = dataclasses.replace(m, progress=progress)
             out.append(m)
         if any(m.status == serving.LOADING and m.progress is None for m in out):
             why = self._sse.error or ("has sent no progress yet" if self._sse.connected else "has not answered yet")

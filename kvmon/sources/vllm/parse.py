@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, json_text, text_float, text_int
+from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, json_text, text_int
 from kvmon.core.readings import ACCEPTED_PER_POSITION, MAX_DRAFT_POSITIONS, position_counter, position_counts
 
 PREFIX = "vllm:"
@@ -46,10 +46,6 @@ class Histogram:
     name: str
     sum_s: float
     count: float
-
-    @property
-    def mean_s(self) -> float | None:
-        return self.sum_s / self.count if self.count > 0 else None
 
 
 @dataclass(frozen=True)
@@ -86,8 +82,6 @@ class CacheConfig:
     block_size: int | None = None
     cache_dtype: str | None = None
     kv_cache_size_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    num_cpu_blocks: int | None = None
     engines: int = 0
 
     @property
@@ -204,20 +198,14 @@ def _model(name: str, acc: Mapping[str, list[float]], n_engines: int) -> ModelMe
         **summed)
 
 
-def _label_int(labels: Mapping[str, str], key: str) -> int | None:
-    return text_int(labels.get(key))
-
-
 def _cache(rows: list[Mapping[str, str]], notes: list[str]) -> CacheConfig:
     """The cache config over every engine's row: blocks and token capacity add up, the rest must agree."""
     if not rows:
         return CacheConfig()
-    blocks = [_label_int(r, "num_gpu_blocks") for r in rows]
-    sizes = {_label_int(r, "block_size") for r in rows}
-    tokens = [_label_int(r, "kv_cache_size_tokens") for r in rows]
+    blocks = [text_int(r.get("num_gpu_blocks")) for r in rows]
+    sizes = {text_int(r.get("block_size")) for r in rows}
+    tokens = [text_int(r.get("kv_cache_size_tokens")) for r in rows]
     dtypes = {json_str(r.get("cache_dtype")) for r in rows}
-    util = {text_float(r.get("gpu_memory_utilization")) for r in rows}
-    cpu = [_label_int(r, "num_cpu_blocks") for r in rows]
     if len(sizes) > 1 or len(dtypes) > 1:
         notes.append("vllm:cache_config_info differs between engines: the cache size is not read")
         return CacheConfig(engines=len(rows))
@@ -229,8 +217,6 @@ def _cache(rows: list[Mapping[str, str]], notes: list[str]) -> CacheConfig:
         block_size=size if size else None,
         cache_dtype=next(iter(dtypes)),
         kv_cache_size_tokens=sum(t for t in tokens if t is not None) if all(t for t in tokens) else None,
-        gpu_memory_utilization=next(iter(util)) if len(util) == 1 else None,
-        num_cpu_blocks=sum(c for c in cpu if c is not None) if all(c is not None for c in cpu) else None,
         engines=len(rows))
 
 
@@ -264,8 +250,6 @@ def server_summary(json: Callable[[str], Any]) -> tuple[str | None, str | None]:
     """(version, a few words on what it serves) for a list of servers, from ``json`` (a path's JSON body, None when
     it answered none)."""
     version = json("/version")
-    body = json("/v1/models")
-    data = body.get("data") if isinstance(body, Mapping) else None
-    ids = [str(m.get("id")) for m in data or () if isinstance(m, Mapping) and not m.get("parent")]
+    ids = [card.id for card in parse_models(json("/v1/models"))[0]]  # the base models, not LoRA adapters
     v = json_str(version.get("version")) if isinstance(version, Mapping) else None
     return v, (f"serving: {', '.join(ids)}" if ids else None)

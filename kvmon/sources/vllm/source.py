@@ -35,18 +35,17 @@ from kvmon.core.readings import (
 from kvmon.core.sanitize import plain_text
 from kvmon.physics import kv as kv_mod
 from kvmon.sources import procs
-from kvmon.sources.hf_config import HfModel, model_folder, read_model
+from kvmon.sources.hf_config import DTYPES, HfModel, model_folder, read_model
 from kvmon.sources.http import HttpClient, decode_json, normalize_base_url, raise_for_status
 from kvmon.sources.model_file import ModelFiles
 from kvmon.sources.vllm import VLLM
 from kvmon.sources.vllm.parse import MetricsPage, ModelCard, ModelMetrics, parse_metrics, parse_models
 
 BACKEND = VLLM
-DEFAULT_PORT = 8000  # vllm/entrypoints/common/cli_args.py: --port 8000
+DEFAULT_PORT = VLLM.ports[0]
 CARDS_EVERY_S = 30.0  # the served models change only on a restart
-# --kv-cache-dtype → kvmon's cache-type names (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE): fp8 and int8
+# --kv-cache-dtype: torch's names as in config.json (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE); fp8 and int8
 # variants keep one byte per value
-CACHE_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32", "float": "f32"}
 ONE_BYTE_PREFIXES = ("fp8", "int8", "nvfp4", "turboquant")
 
 
@@ -61,8 +60,8 @@ def kv_type_of(cache_dtype: str | None, model_dtype: str | None) -> tuple[str | 
         return model_dtype, None
     if d.startswith(ONE_BYTE_PREFIXES):
         return "fp8", None
-    if d in CACHE_DTYPES:
-        return CACHE_DTYPES[d], None
+    if d in DTYPES:
+        return DTYPES[d], None
     return None, f"cache_dtype {cache_dtype!r} is not one kvmon can size"
 
 
@@ -72,8 +71,7 @@ class VllmSource:
     backend = BACKEND
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 3.0,
-                 clock: Callable[[], float] = time.monotonic, model_dir: str | None = None) -> None:
-        """``model_dir``: the model's folder when vLLM's ``root`` does not name one readable here."""
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = normalize_base_url(base_url, DEFAULT_PORT)
         self._http = HttpClient(self.base_url, api_key=api_key, timeout_s=timeout_s)
         self.display_url = self._http.display_url
@@ -81,7 +79,6 @@ class VllmSource:
         parts = urlsplit(self.base_url)
         self._local = procs.is_local_host(parts.hostname or "")
         self._port = parts.port or DEFAULT_PORT
-        self._model_dir = os.path.abspath(model_dir) if model_dir else None  # the user's, from kvmon's folder
         self._cards_at: float | None = None
         self._cards: list[ModelCard] = []
         self._card_notes: list[str] = []
@@ -118,9 +115,7 @@ class VllmSource:
             return
         self._cards_at = now
         try:
-            resp = self._http.get("/v1/models")
-            raise_for_status(resp, "/v1/models", self.display_url)
-            self._cards, self._card_notes = parse_models(decode_json(resp, "/v1/models"))
+            self._cards, self._card_notes = parse_models(self._http.get_json("/v1/models"))
         except SourceError as e:
             self._cards, self._card_notes = [], [f"/v1/models: {e.failure.reason}"]
         try:
@@ -143,13 +138,13 @@ class VllmSource:
 
     def _model_files(self, root: str | None) -> tuple[HfModel | None, Any, str | None]:
         """(HF folder's model, GGUF header, why neither) for the card's ``root``; read once per root."""
-        key = self._model_dir or root or ""
+        key = root or ""
         if key in self._models:
             return self._models[key]
         found: tuple[HfModel | None, Any, str | None]
         if not key:
             found = (None, None, "vLLM gives no model path (root) in /v1/models")
-        elif not self._local and self._model_dir is None:
+        elif not self._local:
             found = (None, None, "the server runs on another machine: its model folder is not readable here")
         elif key.lower().endswith(".gguf"):
             header, why, _ = self._files.header(key)

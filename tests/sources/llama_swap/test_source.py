@@ -16,7 +16,8 @@ from kvmon.core.readings import SourceError
 from kvmon.core.serving import ListedModel
 from kvmon.sim.multi import MultiSim
 from kvmon.sim.multi_scenarios import MULTI_SCENARIOS
-from kvmon.sources.detect import LLAMA_SWAP, detect_backend, identify
+from kvmon.sources.backends import LLAMA_SWAP
+from kvmon.sources.detect import detect_backend, identify
 from kvmon.sources.llama_swap.source import LlamaSwapSource, parse_listing
 
 # internal/server/api.go: the /v1/models record and the /running entry

@@ -684,26 +684,3 @@ def test_an_idle_server_that_sleeps_when_idle_is_let_fall_asleep(fixture_server:
     finally:
         src.close()
 
-
-def test_the_config_is_merged_again_only_when_a_layer_changed(fixture_server: FixtureServer,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The layers (defaults, command line, log, settings) are the same objects while nothing changed: two polls
-    merge them once, and the merged config is the same object; a new layer is merged again."""
-    from kvmon.sources.llamacpp import source as source_mod
-
-    merges: list[int] = []
-    real_merge = source_mod.merge_configs
-
-    def counting(*layers: ServerConfig | None) -> ServerConfig:
-        merges.append(len(layers))
-        return real_merge(*layers)
-
-    monkeypatch.setattr(source_mod, "merge_configs", counting)
-    serve_llama_state(fixture_server, "idle")
-    src = _source(fixture_server)
-    first = src.poll().config
-    second = src.poll().config
-    assert len(merges) == 1 and second.n_ctx_per_slot == first.n_ctx_per_slot
-    src._config_override = ServerConfig(type_k="q8_0")  # the user sets a cache type: that layer is new
-    third = src.poll().config
-    assert len(merges) == 2 and third.type_k == "q8_0" and third.provenance["type_k"] != "default"

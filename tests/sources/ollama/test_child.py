@@ -192,7 +192,7 @@ def test_argv_recognition() -> None:
 
 def test_choose_child_by_model_blob() -> None:
     def mk(pid: int, path: str | None) -> OllamaChild:
-        return OllamaChild(pid, 0.0, "127.0.0.1", 40000 + pid, (), ServerConfig(model_path=path))
+        return OllamaChild(pid, 0.0, "127.0.0.1", 40000 + pid, ServerConfig(model_path=path))
 
     a, b = mk(1, "/m/blobs/sha256-aaa"), mk(2, "/m/blobs/sha256-bbb")
     assert choose_child([a, b], "/other/root/blobs/sha256-bbb")[0] is b
@@ -292,3 +292,15 @@ def test_the_simulated_ollama_runs_its_model_server_as_a_child_and_kvmon_reads_i
         sim.stop()
     assert gone.live_rate_source is None
     assert gone.live_rate_unavailable_reason and ENABLE_LIVE_RATE_HINT in gone.live_rate_unavailable_reason
+
+
+def test_a_log_value_holding_a_unicode_line_separator_stays_on_its_line(tmp_path: Path) -> None:
+    """Ollama's log lines end at "\\n" only: a U+2028 or U+0085 inside a value does not cut its "server config" line."""
+    from kvmon.sources.ollama.child import ollama_log_config
+
+    for sep in ("\u2028", "\u0085"):
+        log = tmp_path / "ollama.log"
+        log.write_text(f'level=INFO msg="server config" env="map[OLLAMA_ORIGINS:[a{sep}b] OLLAMA_NUM_PARALLEL:4]"\n',
+                       encoding="utf-8")
+        cfg, why = ollama_log_config(str(log))
+        assert why is None and cfg is not None and cfg.n_parallel == 4

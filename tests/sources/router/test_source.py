@@ -13,7 +13,8 @@ from repo_paths import FIXTURES
 from kvmon.app.group_monitor import GroupMonitor
 from kvmon.core import serving
 from kvmon.core.readings import SourceError
-from kvmon.sources.detect import LLAMA_ROUTER, detect_backend, open_source
+from kvmon.sources import backends
+from kvmon.sources.detect import detect_backend, open_source
 from kvmon.sources.llamacpp.source import LlamaServerSource
 from kvmon.sources.router.progress import ProgressStream
 from kvmon.sources.router.source import LlamaRouterSource, parse_models, progress_of
@@ -76,7 +77,7 @@ def test_progress_comes_from_the_captured_event_stream() -> None:
 
 def test_a_router_is_detected_by_its_props_and_opened_as_one(fixture_server: FixtureServer) -> None:
     _router(fixture_server)
-    assert detect_backend(fixture_server.url, None, 1.0) == LLAMA_ROUTER
+    assert detect_backend(fixture_server.url, None, 1.0) == backends.ROUTER
     src = open_source(fixture_server.url, timeout_s=1.0)
     try:
         assert isinstance(src, LlamaRouterSource)
