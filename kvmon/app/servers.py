@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from kvmon.app.choose import server_session
+from kvmon.app.build import open_monitor
 from kvmon.app.demo import DEMO_SCENARIO, NO_SERVER_BANNER, demo_session
 from kvmon.app.detection import find_servers
 from kvmon.app.record import RecordSwitch
-from kvmon.app.session import Session, settings_from_args
+from kvmon.app.session import MonitorLike, Session, settings_from_args
 from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.severity import worst_alert
@@ -31,6 +31,24 @@ class WatchedServer:
     label: str
     session: Session
     how: str | None = None  # "process 1234 (llama-server ...)", "port 9931", "given", "demo"
+
+
+def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
+                   recorder: RecordSwitch | None = None, devices_url: str | None = None,
+                   backend: str | None = None, settings: AnalyzerSettings | None = None) -> Session:
+    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect). ``backend``: what it answered
+    as when it was found (the first monitor needs no question; a reconnect asks again)."""
+    switch = recorder if recorder is not None else RecordSwitch(url)
+    known = [backend]
+
+    def factory() -> MonitorLike:
+        first = known.pop() if known else None
+        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                            devices_url=devices_url, backend=first, settings=session.settings,
+                            settings_source=session.current_settings)
+
+    session = Session(factory, None, url, recorder=switch, settings=settings)
+    return session
 
 
 def short_label(url: str, backend_label: str) -> str:

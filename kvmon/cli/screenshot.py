@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from PySide6 import QtCore
 
-    from kvmon.app.choose import choose_session
+    from kvmon.app.servers import choose_servers
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     app = ensure_app(["kvmon"])
     api_key = args.api_key or os.environ.get("KVMON_API_KEY")
     try:
-        session = choose_session(args, api_key)
+        session = choose_servers(args, api_key).first.session  # the one server read above, or the demo
     except Exception as exc:
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2

@@ -13,8 +13,8 @@ import pytest
 from helpers_http import FixtureServer, serve_llama_state
 
 from kvmon.app.build import open_monitor
-from kvmon.app.choose import server_session
 from kvmon.app.record import RecordSwitch
+from kvmon.app.servers import server_session
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
 
