@@ -27,7 +27,7 @@ from kvmon.core.locality import server_here
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.verdict import decided
-from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
+from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ModelListSource, ServerSource
 
 BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
@@ -182,8 +182,51 @@ class DevicePoller:
         close_quietly(self.gpu_source, self.host_source)
 
 
-class Monitor:
+class Emitter:
+    """What Monitor and GroupMonitor do with each poll's Snapshot: feed it to the atlas, record it and keep it; a
+    recording that stopped (a full disk) is an alert on it and on every later one, while the monitoring goes on."""
+
+    source: ServerSource | ModelListSource
+    recorder: SnapshotSink | None = None
+    curves: CurveSink | None = None
+    recording_problem: str | None = None  # why the recorder stopped (it is not called again)
+    last_snapshot: Snapshot | None = None
+
+    @property
+    def backend(self) -> str:
+        """The source's backend ("llama-server", "ollama")."""
+        return self.source.backend
+
+    @property
+    def display_url(self) -> str:
+        """The server's URL without credentials."""
+        return self.source.display_url
+
+    def _emit(self, snap: Snapshot) -> Snapshot:
+        if self.curves is not None:
+            self.curves.observe(snap)
+        problem = self._record(snap)
+        if problem:
+            snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
+        self.last_snapshot = snap
+        return snap
+
+    def _record(self, snap: Snapshot) -> str | None:
+        """Record ``snap``; why the recording stopped when it did (now or before), else None."""
+        if self.recorder is None:
+            return None
+        if self.recording_problem is None:
+            try:
+                self.recorder.record(snap)
+            except (OSError, ValueError) as exc:  # a full disk, a closed file: the recording's trouble only
+                self.recording_problem = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        return self.recording_problem or getattr(self.recorder, "problem", None)
+
+
+class Monitor(Emitter):
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
+
+    source: ServerSource
 
     def __init__(self, server_source: ServerSource, gpu_source: GpuSource | None = None,
                  host_source: HostSource | None = None, analyzer: Analyzer | None = None, *,
@@ -199,42 +242,18 @@ class Monitor:
         """
         self._clock = clock
         self.timeout_s = timeout_s
-        self.server_source = server_source
+        self.source = server_source
         self.devices = DevicePoller(gpu_source, host_source, clock=clock, host_interval_s=host_interval_s)
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
         self.curves = curves
-        self.recording_problem: str | None = None  # why the recorder stopped (it is not called again)
-        self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
         self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
 
-    @property
-    def gpu_source(self) -> GpuSource | None:
-        return self.devices.gpu_source
-
-    @property
-    def host_source(self) -> HostSource | None:
-        return self.devices.host_source
-
-    @property
-    def host_interval_s(self) -> float:
-        return self.devices.host_interval_s
-
-    @property
-    def backend(self) -> str:
-        """The server source's backend ("llama-server", "ollama")."""
-        return self.server_source.backend
-
-    @property
-    def display_url(self) -> str:
-        """The server's URL without credentials."""
-        return self.server_source.display_url
-
     def _poll_server(self, deadline: PollDeadline | None = None) -> ServerReading | SourceFailure:
         try:
-            reading = self.server_source.poll()
+            reading = self.source.poll()
         except Exception as exc:  # a typed failure, or a source bug: neither may stop the dashboard
             return failure_of(exc, FailureKind.UNEXPECTED_BODY, "server source failed")
         nothing = deadline.read_nothing_since() if deadline is not None else None
@@ -259,29 +278,11 @@ class Monitor:
             self._maybe_probe(server)
             gpus = self.devices.poll_gpus(self._server_pids)
             host = self.devices.poll_host(self._server_pids)
-        snap = self.analyzer.update(server, gpus, host)
-        if self.curves is not None:
-            self.curves.observe(snap)
-        problem = self._record(snap)
-        if problem:
-            snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
-        self.last_snapshot = snap
-        return snap
-
-    def _record(self, snap: Snapshot) -> str | None:
-        """Record ``snap``; why the recording stopped when it did (now or before), else None."""
-        if self.recorder is None:
-            return None
-        if self.recording_problem is None:
-            try:
-                self.recorder.record(snap)
-            except (OSError, ValueError) as exc:  # a full disk, a closed file: the recording's trouble only
-                self.recording_problem = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-        return self.recording_problem or getattr(self.recorder, "problem", None)
+        return self._emit(self.analyzer.update(server, gpus, host))
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""
-        close_quietly(self.server_source, self.devices, self.recorder, self.curves)
+        close_quietly(self.source, self.devices, self.recorder, self.curves)
 
     def __enter__(self) -> Monitor:
         return self

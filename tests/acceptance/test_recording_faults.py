@@ -106,6 +106,23 @@ def test_a_full_disk_is_a_recording_problem_not_a_server_problem(tmp_path: Path)
 
 
 @needs_dev_full
+def test_a_router_session_says_its_recording_stopped_too(tmp_path: Path) -> None:
+    from kvmon.app.demo import demo_session, step_demo
+
+    switch = RecordSwitch()
+    session = demo_session("router", None, recorder=switch, stepped=True)
+    try:
+        switch.start(str(tmp_path / "rec.jsonl"))
+        fill_disk_under(switch)
+        *_, snap = step_demo(session, 2.0, 1.0)
+    finally:
+        session.close()
+    assert snap.serving is not None and snap.serving.models  # a router's Snapshot, its models listed
+    alert = [a for a in snap.alerts if a.code == "recording_failed"]
+    assert alert and "No space left" in alert[0].message
+
+
+@needs_dev_full
 def test_the_status_bar_says_the_recording_failed(qtbot, tmp_path: Path) -> None:
     from kvmon.gui.app import build_window
     from kvmon.gui.settings import Settings
