@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -320,10 +321,8 @@ async def pipe_both(
 
 async def send_json(writer: asyncio.StreamWriter, status: int, obj: Any, *, close: bool) -> bool:
     body = json.dumps(obj, separators=(",", ":")).encode()
-    reason = {200: "OK", 400: "Bad Request", 408: "Request Timeout", 502: "Bad Gateway",
-              504: "Gateway Timeout"}.get(status, "Error")
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
         + ("Connection: close\r\n" if close else "")
         + "\r\n"
