@@ -65,7 +65,7 @@ class ProxyServer:
     """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``serve()`` in a loop."""
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
-                 recent_max: int = RECENT_MAX, probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
+                 probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, upstream_timeout_s: float | None = UPSTREAM_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``upstream_timeout_s``: see ``kvmon.proxy.UPSTREAM_TIMEOUT_S`` (None or 0: wait as long as the upstream
@@ -81,7 +81,7 @@ class ProxyServer:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._in_flight: dict[int, Meter] = {}
-        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=recent_max)
+        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_MAX)
         self._totals = collections.Counter[str]()
         self._started_unix = time.time()
         self._probe_version = probe_version
@@ -123,7 +123,7 @@ class ProxyServer:
         try:
             await self._accepting
         finally:
-            await self._shutdown()
+            await self.close()
 
     def start(self) -> str:
         """Run on a daemon thread with its own loop; returns the listen URL once bound."""
@@ -144,7 +144,7 @@ class ProxyServer:
             try:
                 loop.run_forever()
             finally:
-                loop.run_until_complete(self._shutdown())
+                loop.run_until_complete(self.close())
                 loop.close()
 
         self._thread = threading.Thread(target=runner, name="kvmon-proxy", daemon=True)
@@ -156,9 +156,6 @@ class ProxyServer:
 
     async def close(self) -> None:
         """Stop accepting and end every connection (in the running loop)."""
-        await self._shutdown()
-
-    async def _shutdown(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
             with contextlib.suppress(BaseException):
@@ -238,9 +235,6 @@ class ProxyServer:
             if self._version_tuple is not None:
                 self.upstream_version = version
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await connect(self.upstream, self._ssl)
-
     # -- one client connection
 
     def _upstream_error(self) -> None:
@@ -250,26 +244,21 @@ class ProxyServer:
     async def _accepted(self, sock: socket.socket, address: str, accepted_at: float) -> None:
         """One admitted client connection, from its accept on."""
         creader, cwriter = await asyncio.open_connection(sock=sock, limit=MAX_HEAD_BYTES)
-        await self._client(creader, cwriter, sock, accepted_at)
-
-    async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, key: object = None,
-                      accepted_at: float | None = None) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._conn_tasks.add(task)
             task.add_done_callback(self._conn_tasks.discard)
-        sock = cwriter.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
         client = MessageReader(creader)
         upstream: _Link | None = None
-        admission = self._listener.admission if self._listener is not None else None
+        assert self._listener is not None  # it called this
+        admission = self._listener.admission
         loop = asyncio.get_running_loop()
         # the first request's head must be whole this long after the accept; a later one's, after its first byte
-        within = None if accepted_at is None else max(0.0, accepted_at + self.head_timeout_s - loop.time())
+        within: float | None = max(0.0, accepted_at + self.head_timeout_s - loop.time())
         flush_s = CLOSE_FLUSH_S
         try:
             while True:
@@ -285,8 +274,7 @@ class ProxyServer:
                 if head is None:
                     return
                 within = None
-                if admission is not None:
-                    admission.started(key)
+                admission.started(sock)
                 req = head.event
                 assert isinstance(req, h11.Request)
                 if self._check_host and not host_header_allowed(head.get("host")):
@@ -301,8 +289,7 @@ class ProxyServer:
                     keep = await send_json(cwriter, 200, self.stats(), close=head.has_token("connection", "close"))
                     if not keep:
                         return
-                    if admission is not None:
-                        admission.waiting(key)
+                    admission.waiting(sock)
                     continue
                 if self._probe_version:
                     self._maybe_probe()
@@ -310,7 +297,7 @@ class ProxyServer:
                     if upstream is not None:  # the upstream closed the idle connection
                         upstream.writer.close()
                     try:
-                        ureader, uwriter = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                        ureader, uwriter = await asyncio.wait_for(connect(self.upstream, self._ssl), CONNECT_TIMEOUT_S)
                     except (OSError, asyncio.TimeoutError) as e:
                         self._upstream_error()
                         reason = str(e) or type(e).__name__
@@ -326,8 +313,7 @@ class ProxyServer:
                 keep = await self._exchange(head, method, target, version, client, creader, cwriter, upstream)
                 if not keep:
                     return
-                if admission is not None:
-                    admission.waiting(key)
+                admission.waiting(sock)
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly
@@ -558,9 +544,7 @@ def abort_reason(e: BaseException) -> str:
     """Why a relayed exchange ended early, in a few words."""
     if isinstance(e, ClientGone) or (isinstance(e, ConnectionError) and "client" in str(e)):
         return "client disconnected"
-    if isinstance(e, _UpstreamFailed):
-        return f"upstream connection lost ({e})"
-    if isinstance(e, ConnectionError):
+    if isinstance(e, (_UpstreamFailed, ConnectionError)):
         return f"upstream connection lost ({e})"
     if isinstance(e, asyncio.IncompleteReadError):
         return "connection closed mid-message"

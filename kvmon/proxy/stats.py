@@ -174,36 +174,13 @@ _DIALECTS: dict[str, Callable[[Mapping[str, Any], dict[str, Any], str | None, tu
 def finished_record(m: Meter, upstream_kind: str | None,
                     upstream_version: tuple[int, ...] | None) -> dict[str, Any]:
     """A finished request's record in ``recent``: what its body said, and the rates that may be made of it."""
-    out: dict[str, Any] = {
-        "id": m.id,
-        "method": m.method,
-        "path": m.path,
-        "model": m.model,
-        "status": m.status,
-        "format": m.format,
-        "started_unix": m.started_unix,
-        "finished_unix": m.finished_unix,
-        "aborted": m.aborted,
-        "abort_reason": m.abort_reason,
-        "chunks": m.chunks,
-        "unparsed_lines": m.unparsed_lines,
-        "stats_source": m.stats_source,
-        "prompt_tokens": None,
-        "cached_tokens": None,
-        "prompt_seconds": None,
-        "prompt_tok_s": None,
-        "prompt_tok_s_reason": None,
-        "predicted_tokens": None,
-        "predicted_seconds": None,
-        "decode_tok_s": None,
-        "decode_tok_s_source": None,
-        "context_tokens": None,
-        "client_tok_s": None,
-        "prompt_reread_tokens": None,
-        "prompt_reused_tokens": None,
-        "prompt_change": m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
-        "prompt_repeated": m.prompt.repeated if m.prompt is not None else None,
-    }
+    out: dict[str, Any] = dict.fromkeys(RECENT_FIELDS)  # what the body does not say stays null
+    out.update(id=m.id, method=m.method, path=m.path, model=m.model, status=m.status, format=m.format,
+               started_unix=m.started_unix, finished_unix=m.finished_unix, aborted=m.aborted,
+               abort_reason=m.abort_reason, chunks=m.chunks, unparsed_lines=m.unparsed_lines,
+               stats_source=m.stats_source,
+               prompt_change=m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
+               prompt_repeated=m.prompt.repeated if m.prompt is not None else None)
     reader = _DIALECTS.get(m.stats_source or "")
     if reader is not None:
         reader(m.final, out, upstream_kind, upstream_version)
