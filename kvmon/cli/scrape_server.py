@@ -49,17 +49,21 @@ WORKERS = 4  # threads that hand answers to the kernel and close connections (th
 _WAKE = object()  # the selector key of the socket the workers wake the loop with
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-REFUSED_HOST = (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 82\r\n"
-                b"Connection: close\r\n\r\nkvmon serve listens on loopback: ask it as localhost or 127.0.0.1 "
-                b"(Host refused)\n")
-BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 12\r\nConnection: close\r\n\r\nbad request\n"
 
 
 def wire(status: str, headers: list[tuple[str, str]], body: bytes, *, with_body: bool = True) -> bytes:
-    """An answer as the bytes sent: status line, headers, Content-Length, ``Connection: close``, body."""
-    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers if k.lower() != "content-length"),
-             f"Content-Length: {len(body)}", "Connection: close", "", ""]
-    return "\r\n".join(lines).encode("latin-1") + (body if with_body else b"")
+    """An answer as the bytes sent, written by h11: status line, headers, Content-Length, ``Connection: close``,
+    body."""
+    code, _, reason = status.partition(" ")
+    head = h11.Connection(h11.SERVER).send(h11.Response(status_code=int(code), reason=reason, headers=[
+        *((k, v) for k, v in headers if k.lower() != "content-length"), ("Content-Length", str(len(body))),
+        ("Connection", "close")]))
+    return (head or b"") + (body if with_body else b"")
+
+
+REFUSED_HOST = wire("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")],
+                    b"kvmon serve listens on loopback: ask it as localhost or 127.0.0.1 (Host refused)\n")
+BAD_REQUEST = wire("400 Bad Request", [], b"bad request\n")
 
 
 class RenderedOnce:
