@@ -80,11 +80,6 @@ class Target:
     name: str | None = None
     store: SessionStore = field(default_factory=lambda: SessionStore(capacity=EXPORTER_CAPACITY))
 
-    @property
-    def state(self) -> PollState:
-        """The last poll's Snapshot and counts."""
-        return self.store.state
-
 
 @dataclass(frozen=True)
 class View:
@@ -159,23 +154,14 @@ class Exporter:
         """The first target's monitor."""
         return self.targets[0].monitor
 
-    @monitor.setter
-    def monitor(self, value: Any) -> None:
-        self.targets[0].monitor = value
-
     @property
     def state(self) -> PollState:
-        """The first target's state."""
-        return self.targets[0].state
-
-    @property
-    def latest(self) -> Snapshot | None:
-        """The first target's Snapshot the next scrape will show."""
-        return self.targets[0].state.snapshot
+        """The first target's last poll: the Snapshot the next scrape shows, and the counts."""
+        return self.targets[0].store.state
 
     def _refresh_view(self) -> None:
         with self._lock:
-            self._view = View(tuple((t.name, t.state, getattr(t.monitor, "backend", None)) for t in self.targets),
+            self._view = View(tuple((t.name, t.store.state, getattr(t.monitor, "backend", None)) for t in self.targets),
                               self._devices_view)
 
     def listen(self, host: str = "127.0.0.1", port: int = 9464, *, backlog: int = BACKLOG) -> tuple[str, int]:
@@ -215,20 +201,13 @@ class Exporter:
 
     def _poll_target(self, target: Target) -> Snapshot:
         t0 = self._clock()
-        prev = target.state.snapshot
-        error = False
-        if target.monitor is None and target.opener is not None:
-            try:
-                target.monitor = target.opener()
-            except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
-                snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
-                                        t_wall=time.time(), last=prev)
-                target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=True)
-                self._refresh_view()
-                return snap
+        prev = target.store.state.snapshot
         try:
+            if target.monitor is None and target.opener is not None:
+                target.monitor = target.opener()  # a SourceError: nothing readable there yet, tried again next poll
             snap = target.monitor.poll()
-        except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
+            error = False
+        except Exception as exc:  # Monitor.poll handles source trouble; anything else is a bug, reported, not fatal
             error = True
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
