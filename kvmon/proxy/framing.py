@@ -81,11 +81,7 @@ class Head:
         return int(getattr(self.event, "status_code", 0))
 
     def get(self, name: str) -> str | None:
-        name = name.lower()
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
     def has_token(self, name: str, token: str) -> bool:
         value = ",".join(v for k, v in self.headers if k.lower() == name.lower())
