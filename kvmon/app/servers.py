@@ -66,9 +66,7 @@ class ServerSet:
     """Servers by key, in the order they were added; closing the set closes every session."""
 
     def __init__(self, servers: list[WatchedServer] | None = None) -> None:
-        self._servers: dict[str, WatchedServer] = {}
-        for s in servers or ():
-            self._servers[s.key] = s
+        self._servers: dict[str, WatchedServer] = {s.key: s for s in servers or ()}
 
     def __iter__(self) -> Iterator[WatchedServer]:
         return iter(list(self._servers.values()))
@@ -145,9 +143,8 @@ def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
                                speed=float(getattr(args, "speed", 1.0) or 1.0), analyzer_settings=settings)
         servers.add(WatchedServer(f"demo:{args.demo}", f"demo {args.demo}", session, "demo"))
     elif getattr(args, "url", None):
-        w = servers.add_url(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                            devices_url=devices_url, settings=settings)
-        w.how = "given"
+        servers.add_url(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, devices_url=devices_url,
+                        settings=settings)
     else:
         found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 1.0))
         for f in sorted(found.found, key=lambda f: not f.answering):  # the ones that answer first

@@ -176,9 +176,7 @@ class ScrapeServer:
         for _ in range(64):  # a burst of connections, without starving the ones open
             try:
                 sock, addr = self.socket.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # out of descriptors, a connection reset in the queue: try at the next event
+            except OSError:  # none waiting, out of descriptors, a connection reset in the queue: at the next event
                 return
             sock.setblocking(False)
             conn = _Conn(sock, str(addr[0]), time.monotonic() + HEAD_DEADLINE_S)

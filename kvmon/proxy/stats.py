@@ -249,18 +249,9 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
         raise SourceError(
             SourceFailure(FailureKind.UNEXPECTED_BODY, f"{STATS_PATH} is not a kvmon proxy document", STATS_PATH)
         )
-    streams: list[ProxyStream] = []
-    for s in _records(body.get("in_flight")):
-        sid = json_int(s.get("id"))
-        if sid is not None:
-            streams.append(
-                ProxyStream(
-                    id=sid,
-                    model=json_str(s.get("model")),
-                    tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
-                    decode_tok_s=json_float(s.get("decode_tok_s")),
-                )
-            )
+    streams = [ProxyStream(id=sid, model=json_str(s.get("model")), tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
+                           decode_tok_s=json_float(s.get("decode_tok_s")))
+               for s in _records(body.get("in_flight")) if (sid := json_int(s.get("id"))) is not None]
     last: RequestStats | None = None
     last_model: str | None = None
     prefill_reason: str | None = None
