@@ -67,8 +67,6 @@ class _Model:
 class GroupMonitor(Emitter):
     """Polls a model-list source and every running model; ``poll()`` returns the followed model's Snapshot."""
 
-    source: ModelListSource
-
     def __init__(self, source: ModelListSource, gpu_source: GpuSource | None = None,
                  host_source: HostSource | None = None, settings: AnalyzerSettings | None = None, *,
                  recorder: SnapshotSink | None = None, clock: Callable[[], float] = time.monotonic,
@@ -95,6 +93,14 @@ class GroupMonitor(Emitter):
         self._follow = FollowState()
         self._pinned: str | None = None
         self._seq = 0
+
+    @property
+    def backend(self) -> str:
+        return self.source.backend
+
+    @property
+    def display_url(self) -> str:
+        return self.source.display_url
 
     def follow(self, name: str | None) -> None:
         """Show this model from the next poll on (None: follow the one being chatted with again)."""

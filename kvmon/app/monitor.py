@@ -27,7 +27,7 @@ from kvmon.core.locality import server_here
 from kvmon.core.readings import FailureKind, GpuSetReading, HostReading, ServerReading, SourceFailure
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.verdict import decided
-from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ModelListSource, ServerSource
+from kvmon.sources.base import BandwidthProbe, GpuSource, HostSource, ServerSource
 
 BUSY_FORGET_S = 30.0  # a monitor's "busy here" counts this long (longer than a hidden window's poll interval)
 HOST_INTERVAL_S = 5.0  # host RAM and the server's RSS change slowly: read them this often, keep the reading between
@@ -186,21 +186,10 @@ class Emitter:
     """What Monitor and GroupMonitor do with each poll's Snapshot: feed it to the atlas, record it and keep it; a
     recording that stopped (a full disk) is an alert on it and on every later one, while the monitoring goes on."""
 
-    source: ServerSource | ModelListSource
     recorder: SnapshotSink | None = None
     curves: CurveSink | None = None
     recording_problem: str | None = None  # why the recorder stopped (it is not called again)
     last_snapshot: Snapshot | None = None
-
-    @property
-    def backend(self) -> str:
-        """The source's backend ("llama-server", "ollama")."""
-        return self.source.backend
-
-    @property
-    def display_url(self) -> str:
-        """The server's URL without credentials."""
-        return self.source.display_url
 
     def _emit(self, snap: Snapshot) -> Snapshot:
         if self.curves is not None:
@@ -226,8 +215,6 @@ class Emitter:
 class Monitor(Emitter):
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
-    source: ServerSource
-
     def __init__(self, server_source: ServerSource, gpu_source: GpuSource | None = None,
                  host_source: HostSource | None = None, analyzer: Analyzer | None = None, *,
                  recorder: SnapshotSink | None = None, server_pids: Sequence[int] = (),
@@ -242,7 +229,7 @@ class Monitor(Emitter):
         """
         self._clock = clock
         self.timeout_s = timeout_s
-        self.source = server_source
+        self.server_source = server_source
         self.devices = DevicePoller(gpu_source, host_source, clock=clock, host_interval_s=host_interval_s)
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
@@ -251,9 +238,19 @@ class Monitor(Emitter):
         self._server_pids: tuple[int, ...] = tuple(server_pids)
         self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
 
+    @property
+    def backend(self) -> str:
+        """The server source's backend ("llama-server", "ollama")."""
+        return self.server_source.backend
+
+    @property
+    def display_url(self) -> str:
+        """The server's URL without credentials."""
+        return self.server_source.display_url
+
     def _poll_server(self, deadline: PollDeadline | None = None) -> ServerReading | SourceFailure:
         try:
-            reading = self.source.poll()
+            reading = self.server_source.poll()
         except Exception as exc:  # a typed failure, or a source bug: neither may stop the dashboard
             return failure_of(exc, FailureKind.UNEXPECTED_BODY, "server source failed")
         nothing = deadline.read_nothing_since() if deadline is not None else None
@@ -282,7 +279,7 @@ class Monitor(Emitter):
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""
-        close_quietly(self.source, self.devices, self.recorder, self.curves)
+        close_quietly(self.server_source, self.devices, self.recorder, self.curves)
 
     def __enter__(self) -> Monitor:
         return self

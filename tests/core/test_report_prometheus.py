@@ -370,8 +370,8 @@ def test_simulated_server_scraped_equals_the_snapshot_then_goes_down(exporter_on
     # the server is gone: up 0 with the reason as status, no stale speed; the GPUs still read.
     # SimServer.stop() closes its port but keeps serving open keep-alive connections, so the source is
     # replaced by a fresh one on the same URL, as a client sees it after a real server exits.
-    monitor.source.close()
-    monitor.source = LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0)
+    monitor.server_source.close()
+    monitor.server_source = LlamaServerSource(url, log_path=sim.log_path, timeout_s=2.0)
     down = e.poll_once()
     assert down.connection.status is ConnectionStatus.UNREACHABLE
     m = scrape(e)
