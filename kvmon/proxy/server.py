@@ -62,7 +62,8 @@ CLIENT_UNSENT_BYTES = 16 * 1024  # TCP_NOTSENT_LOWAT of a client connection, whe
 
 
 class ProxyServer:
-    """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``serve()`` in a loop."""
+    """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``start_serving()`` in the running
+    loop."""
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
                  probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
@@ -116,31 +117,11 @@ class ProxyServer:
         if self._probe_version:
             self._maybe_probe()
 
-    async def serve(self) -> None:
-        """Serve until cancelled."""
-        await self.start_serving()
-        assert self._accepting is not None
-        try:
-            await self._accepting
-        finally:
-            await self.close()
-
     def start(self) -> str:
-        """Run on a daemon thread with its own loop; returns the listen URL once bound."""
-        ready = threading.Event()
-        error: list[BaseException] = []
+        """Run on a daemon thread with its own loop; returns the listen URL once bound (raises what binding raised)."""
+        loop = self._loop = asyncio.new_event_loop()
 
         def runner() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start_serving())
-            except BaseException as e:  # handed to the caller
-                error.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
             try:
                 loop.run_forever()
             finally:
@@ -149,9 +130,11 @@ class ProxyServer:
 
         self._thread = threading.Thread(target=runner, name="kvmon-proxy", daemon=True)
         self._thread.start()
-        ready.wait(10)
-        if error:
-            raise error[0]
+        try:
+            asyncio.run_coroutine_threadsafe(self.start_serving(), loop).result(10)
+        except BaseException:
+            self.stop()
+            raise
         return self.url
 
     async def close(self) -> None:
