@@ -118,8 +118,6 @@ class MessageReader:
         self.framing_broken = False  # the last body's framing broke (its bytes were relayed as they came)
 
     async def _read(self, timeout_s: float | None) -> bytes:
-        if timeout_s is None:
-            return await self.reader.read(READ_SIZE)
         return await asyncio.wait_for(self.reader.read(READ_SIZE), timeout_s)
 
     async def request_head(self, *, head_timeout_s: float | None = None, idle_timeout_s: float | None = None,
@@ -287,10 +285,7 @@ class MessageReader:
 
     def take_leftover(self) -> bytes:
         """Bytes read past the last message (after a protocol switch: the new protocol's first bytes)."""
-        if self._conn is not None and self._conn.their_state is h11.SWITCHED_PROTOCOL:
-            rest = self._conn.trailing_data[0]
-        else:
-            rest = self._leftover
+        rest = self._conn.trailing_data[0] if self._conn is not None and self.switched else self._leftover
         self._leftover = b""
         return rest
 
