@@ -4,11 +4,7 @@ dashboard, with the caption strip (the headline, model, GPU, context, tok/s, cei
 A server it cannot read is not pictured: it exits 2 with the one line ``kvmon once`` says (a demo only with
 ``--demo``). ``--after`` is seconds of the session, as everywhere: simulated seconds with ``--demo`` (at ``--speed``
 10, 60 of them pass in 6 real seconds). Picks the offscreen platform itself when there is no display, and says
-none of the platform's notes that change nothing in the picture. Optional attributes read from ``args`` when the
-command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
-simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip), ``size``
-(the window's width and height, caption included), ``theme`` ("system", "light" or "dark") and ``compact`` (the
-compact view instead of the full window).
+none of the platform's notes that change nothing in the picture. Polls every 0.25 s when ``--speed`` is above 1.
 """
 
 from __future__ import annotations

@@ -137,7 +137,6 @@ class Exporter:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._httpd: Any = None
-        self._http_thread: threading.Thread | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self._view))
 
@@ -170,10 +169,9 @@ class Exporter:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._view), family=family,
                              backlog=backlog)
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                  name="kvmon-serve-http", daemon=True)
-        thread.start()
-        self._httpd, self._http_thread = httpd, thread
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kvmon-serve-http",
+                         daemon=True).start()
+        self._httpd = httpd
         addr = httpd.server_address
         return str(addr[0]), int(addr[1])
 
@@ -260,10 +258,8 @@ class Exporter:
         for th in self._threads:
             th.join(timeout=max(5.0, self.interval_s))
         if self._httpd is not None:
-            self._httpd.shutdown()
+            self._httpd.shutdown()  # returns once serve_forever has
             self._httpd.server_close()
-            if self._http_thread is not None:
-                self._http_thread.join(timeout=2)
             self._httpd = None
 
     def close_monitors(self) -> None:
