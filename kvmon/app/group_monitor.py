@@ -139,11 +139,10 @@ class GroupMonitor(Emitter):
             self._read(name, listed)
         # the host's one-time bandwidth probe, only while every running model is read and none decodes (or loads)
         readings = [(n, m.reading) for n, m in self._models.items() if n in running]
-        self.devices.note_busy_here(any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings))
-        if running and len(readings) == len(running) and all(
-                r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings) \
-                and self.devices.probe_host_bandwidth():
-            self.probes_run += 1
+        self.probes_run += self.devices.probe_if_idle(
+            any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings),
+            bool(running) and len(readings) == len(running)
+            and all(r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings))
         pids = self._pids()
         gpus = self.devices.poll_gpus(pids)
         host = self.devices.poll_host(pids)

@@ -157,16 +157,14 @@ class DevicePoller:
             return replace(reading, cpu_energy_j=None, reasons={**reading.reasons, "cpu_energy_j": why})
         return replace(reading, cpu_energy_j=energy, cpu_energy_range_j=wrap)
 
-    def note_busy_here(self, busy: bool) -> None:
-        """Whether this poll found the server busy on this machine (the other monitors' probes wait for it)."""
+    def probe_if_idle(self, busy: bool, idle: bool) -> bool:
+        """Note whether this poll found its server busy on this machine (the other monitors' probes wait for it);
+        when it found it idle, run the host source's one-time bandwidth probe if it has one and it is due, and no
+        other monitor of this process lately found its server busy here. Whether it ran; the next host reading
+        carries the measurement."""
         LOCAL_ACTIVITY.note(self, busy)
-
-    def probe_host_bandwidth(self) -> bool:
-        """Run the host source's one-time bandwidth probe if it has one and it is due, and no other monitor of this
-        process lately found its server busy here; whether it ran. The caller knows that its own server is idle;
-        the next host reading carries the measurement."""
         probe = self.host_source
-        if not isinstance(probe, BandwidthProbe) or LOCAL_ACTIVITY.others_busy(self):
+        if not idle or not isinstance(probe, BandwidthProbe) or LOCAL_ACTIVITY.others_busy(self):
             return False
         try:
             if not probe.probe_due():
@@ -261,18 +259,14 @@ class Monitor(Emitter):
             self._server_pids = tuple(reading.server_pids)
         return reading
 
-    def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
-        """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
-        self.devices.note_busy_here(busy_here(server, self._server_pids))
-        if idle_here(server, self._server_pids) and self.devices.probe_host_bandwidth():
-            self.probes_run += 1
-
     def poll(self) -> Snapshot:
         """Read every source once, every request under one deadline, and return the analysed Snapshot (never
         raises for source trouble)."""
         with poll_deadline(self.timeout_s) as deadline:
             server = self._poll_server(deadline)
-            self._maybe_probe(server)
+            # the host's one-time bandwidth probe (well under a second), only while nothing decodes
+            self.probes_run += self.devices.probe_if_idle(busy_here(server, self._server_pids),
+                                                          idle_here(server, self._server_pids))
             gpus = self.devices.poll_gpus(self._server_pids)
             host = self.devices.poll_host(self._server_pids)
         return self._emit(self.analyzer.update(server, gpus, host))
