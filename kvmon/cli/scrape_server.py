@@ -286,8 +286,7 @@ class ScrapeServer:
         for line in (self._by_deadline, self._sending):
             while line:
                 conn = line[0]
-                waiting_head = line is self._by_deadline and conn.out is None
-                if conn not in self._conns or (line is self._by_deadline and not waiting_head):
+                if conn not in self._conns or (line is self._by_deadline and conn.out is not None):
                     line.popleft()  # closed, or past its head: its answer's deadline is the other line's
                     continue
                 if conn.deadline > now:
