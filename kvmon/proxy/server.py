@@ -265,7 +265,6 @@ class ProxyServer:
                                                    "127.0.0.1 (Host header refused)")
                     return
                 method, target = req.method.decode("ascii"), req.target.decode("latin-1")
-                version = "HTTP/" + req.http_version.decode("ascii")
                 if method == "GET" and target.split("?", 1)[0] == stats.STATS_PATH:
                     async for _ in client.body():
                         pass
@@ -293,7 +292,7 @@ class ProxyServer:
                     if usock is not None:
                         with contextlib.suppress(OSError):
                             usock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                keep = await self._exchange(head, method, target, version, client, creader, cwriter, upstream)
+                keep = await self._exchange(head, method, target, client, cwriter, upstream)
                 if not keep:
                     return
                 admission.waiting(sock)
@@ -310,17 +309,8 @@ class ProxyServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(cwriter.wait_closed(), flush_s)
 
-    async def _exchange(
-        self,
-        head: Head,
-        method: str,
-        target: str,
-        version: str,
-        client: MessageReader,
-        creader: asyncio.StreamReader,
-        cwriter: asyncio.StreamWriter,
-        upstream: _Link,
-    ) -> bool:
+    async def _exchange(self, head: Head, method: str, target: str, client: MessageReader,
+                        cwriter: asyncio.StreamWriter, upstream: _Link) -> bool:
         """Forward one request and relay its response; True if both connections may be reused."""
         uwriter = upstream.writer
         meter = self._begin(method, target)
@@ -359,7 +349,7 @@ class ProxyServer:
         body_task = asyncio.ensure_future(pump_request())
         keep = False
         try:
-            keep = await self._relay_response(meter, head, version, upstream, client, creader, cwriter, body_task)
+            keep = await self._relay_response(meter, head, upstream, client, cwriter, body_task)
         except ClientGone:
             meter.aborted, meter.abort_reason = True, "client disconnected"
             keep = False
@@ -406,17 +396,8 @@ class ProxyServer:
                 since = loop.time()  # the request is whole: the upstream's time starts now
         return "head"
 
-    async def _relay_response(
-        self,
-        meter: Meter,
-        req: Head,
-        req_version: str,
-        upstream: _Link,
-        client: MessageReader,
-        creader: asyncio.StreamReader,
-        cwriter: asyncio.StreamWriter,
-        body_task: asyncio.Future[None],
-    ) -> bool:
+    async def _relay_response(self, meter: Meter, req: Head, upstream: _Link, client: MessageReader,
+                              cwriter: asyncio.StreamWriter, body_task: asyncio.Future[None]) -> bool:
         umsg = upstream.messages
         sent = 0
         try:
@@ -471,12 +452,12 @@ class ProxyServer:
                 early = client.take_leftover()
                 if early:
                     upstream.writer.write(early)
-                await pipe_both(creader, cwriter, upstream.reader, upstream.writer)
+                await pipe_both(client.reader, cwriter, upstream.reader, upstream.writer)
                 return False
             keep = not (
                 resp.has_token("connection", "close")
                 or req.has_token("connection", "close")
-                or (req_version == "HTTP/1.0" and not req.has_token("connection", "keep-alive"))
+                or (req.event.http_version == b"1.0" and not req.has_token("connection", "keep-alive"))
                 or resp.first_line.startswith("HTTP/1.0")
             )
             try:
