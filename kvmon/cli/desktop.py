@@ -51,9 +51,9 @@ class Removal:
     kept: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def check_platform(platform: str | None = None) -> None:
+def check_platform() -> None:
     """Raise DesktopError (exit 2) on a system without freedesktop menus, saying what gives kvmon a menu entry there."""
-    platform = sys.platform if platform is None else platform
+    platform = sys.platform
     if platform.startswith(XDG_PLATFORMS):
         return
     if platform == "darwin":
