@@ -98,10 +98,6 @@ class _LocalActivity:
         with self._lock:
             return any(p is not poller and 0.0 <= now - t < BUSY_FORGET_S for p, t in self._busy.items())
 
-    def forget(self, poller: object) -> None:
-        with self._lock:
-            self._busy.pop(poller, None)
-
 
 LOCAL_ACTIVITY = _LocalActivity()
 
@@ -176,7 +172,7 @@ class DevicePoller:
         return True
 
     def close(self) -> None:
-        LOCAL_ACTIVITY.forget(self)
+        LOCAL_ACTIVITY.note(self, busy=False)  # a closed monitor decodes nothing
         close_quietly(self.gpu_source, self.host_source)
 
 
