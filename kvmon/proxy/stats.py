@@ -96,13 +96,12 @@ def _read_ollama(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str |
     ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
     out.update(prompt_tokens=pc, predicted_tokens=ec)
     out["prompt_seconds"] = pd / 1e9 if pd is not None else None
-    if ollama_counts_cached_prompt(upstream_version) is False:  # before 0.30 the count is what it read
-        out["prompt_reread_tokens"] = pc
     out["predicted_seconds"] = ed / 1e9 if ed is not None else None
     if ec and ed:
         out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
     counts_cache = ollama_counts_cached_prompt(upstream_version)
-    if counts_cache is False:
+    if counts_cache is False:  # before 0.30 the count is what it read, and its duration covers all of it
+        out["prompt_reread_tokens"] = pc
         if pc and pd:
             out["prompt_tok_s"] = pc / (pd / 1e9)
     elif pc:
@@ -136,7 +135,6 @@ def _read_lmstudio(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str
     gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
     if gen_s is None and rate and ct:  # REST v1 says the rate, not the time: the time its tokens took at that rate
         gen_s = ct / rate
-    # its time to first token is the reply's wait (a time to first token, whatever it held), not a prefill time
     out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s,
                prompt_seconds=json_float(f.get("time_to_first_token")))
     if rate:
