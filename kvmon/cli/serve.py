@@ -141,12 +141,10 @@ class Exporter:
         self.registry.register(SnapshotCollector(lambda: self._view))
 
     def add_target(self, monitor: Any = None, opener: Callable[[], Any] | None = None,
-                   name: str | None = None) -> Target:
+                   name: str | None = None) -> None:
         """Watch one more server (before ``start_polling``)."""
-        t = Target(monitor, opener, name)
-        self.targets.append(t)
+        self.targets.append(Target(monitor, opener, name))
         self._refresh_view()
-        return t
 
     @property
     def monitor(self) -> Any:
