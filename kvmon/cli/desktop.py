@@ -182,11 +182,7 @@ def planned_files(data_home: Path, exe: Path) -> dict[Path, bytes]:
 
 def _make_dirs(path: Path, made: list[Path]) -> None:
     """Make ``path`` and its missing parents, outermost first, adding each folder made to ``made`` as it goes."""
-    missing: list[Path] = []
-    p = path
-    while not p.exists() and p.parent != p:
-        missing.append(p)
-        p = p.parent
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # innermost first
     for d in reversed(missing):
         d.mkdir()
         made.append(d)
