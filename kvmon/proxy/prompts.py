@@ -171,15 +171,8 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict) and isinstance(p.get("text"), str):
-                parts.append(p["text"])
-            elif isinstance(p, str):
-                parts.append(p)
-            else:
-                parts.append("\ufffc")
-        return "".join(parts)
+        return "".join(p if isinstance(p, str) else p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str)
+                       else "\ufffc" for p in content)
     return "" if content is None else json.dumps(content, sort_keys=True)[:100_000]
 
 
