@@ -167,8 +167,7 @@ class Exporter:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._view), family=family,
                              backlog=backlog)
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kvmon-serve-http",
-                         daemon=True).start()
+        threading.Thread(target=httpd.serve_forever, name="kvmon-serve-http", daemon=True).start()
         self._httpd = httpd
         addr = httpd.server_address
         return str(addr[0]), int(addr[1])
