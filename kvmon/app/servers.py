@@ -112,18 +112,12 @@ class ServerSet:
 def busiest(snapshots: Mapping[str, Snapshot | None]) -> str | None:
     """The server to show in the tray: the one decoding fastest now, else the one with the most severe alert,
     else None (then the one on screen)."""
-    best: tuple[float, int, str] | None = None
+    ranks: dict[str, tuple[float, int]] = {}  # (tok/s, worst alert's rank) of the servers with either
     for key, s in snapshots.items():
-        if s is None:
-            continue
-        alert = worst_alert(s.alerts, at_least=AlertLevel.WARNING)
-        worst = alert.level.rank if alert is not None else -1
-        rank = (s.decode_tok_s or 0.0, worst, key)
-        if s.decode_tok_s is None and worst < 0:
-            continue
-        if best is None or rank[:2] > best[:2]:
-            best = rank
-    return best[2] if best is not None else None
+        alert = worst_alert(s.alerts, at_least=AlertLevel.WARNING) if s is not None else None
+        if s is not None and (s.decode_tok_s is not None or alert is not None):
+            ranks[key] = (s.decode_tok_s or 0.0, alert.level.rank if alert is not None else -1)
+    return max(ranks, key=ranks.__getitem__, default=None)  # the first of equals
 
 
 def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
