@@ -351,8 +351,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
                         return _fail(e.failure.reason, err)
                     print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s",
                           file=err, flush=True)
-            what = ", ".join(t.monitor.display_url if t.monitor is not None else (t.name or (shown[0] if shown
-                                                                                             else ""))
+            what = ", ".join(t.monitor.display_url if t.monitor is not None else t.name or (shown or [""])[0]
                              for t in exporter.targets)
             if not exporter.wait(0):
                 exporter.start_polling()
