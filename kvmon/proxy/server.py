@@ -114,8 +114,7 @@ class ProxyServer:
         self.port = self._listener.port
         self._check_host = is_loopback_host(self.host)
         self._accepting = self._loop.create_task(self._listener.serve())
-        if self._probe_version:
-            self._maybe_probe()
+        self._maybe_probe()
 
     def start(self) -> str:
         """Run on a daemon thread with its own loop; returns the listen URL once bound (raises what binding raised)."""
@@ -213,10 +212,8 @@ class ProxyServer:
             found = None
         finally:
             self._probing = False
-        if found is not None:
-            self.upstream_kind, version, self._version_tuple = found
-            if self._version_tuple is not None:
-                self.upstream_version = version
+        if found is not None:  # the version stays unknown but for an Ollama's
+            self.upstream_kind, self.upstream_version, self._version_tuple = found
 
     # -- one client connection
 
@@ -273,8 +270,7 @@ class ProxyServer:
                         return
                     admission.waiting(sock)
                     continue
-                if self._probe_version:
-                    self._maybe_probe()
+                self._maybe_probe()
                 if upstream is None or upstream.writer.is_closing() or upstream.reader.at_eof():
                     if upstream is not None:  # the upstream closed the idle connection
                         upstream.writer.close()
