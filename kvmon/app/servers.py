@@ -33,11 +33,11 @@ class WatchedServer:
     how: str | None = None  # "process 1234 (llama-server ...)", "port 9931", "given", "demo"
 
 
-def server_session(url: str | None, *, api_key: str | None, timeout_s: float, log_path: str | None,
+def server_session(url: str, *, api_key: str | None, timeout_s: float, log_path: str | None,
                    recorder: RecordSwitch | None = None, devices_url: str | None = None,
                    backend: str | None = None, settings: AnalyzerSettings | None = None) -> Session:
-    """Monitor a real server at ``url`` (auto-detected when None, on every reconnect). ``backend``: what it answered
-    as when it was found (the first monitor needs no question; a reconnect asks again)."""
+    """Monitor a real server at ``url``. ``backend``: what it answered as when it was found (the first monitor needs
+    no question; a reconnect asks again)."""
     switch = recorder if recorder is not None else RecordSwitch(url)
     known = [backend]
 
