@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gui_cost import paint_census
     from side_by_side import busy_server
 
-    from kvmon.app.choose import server_session
+    from kvmon.app.servers import server_session
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.settings import Settings
 

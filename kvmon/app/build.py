@@ -11,7 +11,7 @@ from kvmon.app.group_monitor import GroupMonitor
 from kvmon.app.monitor import Monitor
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.readings import FailureKind, SourceError, SourceFailure
-from kvmon.sources.base import GpuSource, HostSource
+from kvmon.sources.base import GpuSource, HostSource, ModelListSource
 
 
 def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = None) -> GpuSource | None:
@@ -23,34 +23,11 @@ def default_gpu_source(nvml: Any = None, settings: AnalyzerSettings | None = Non
 
 
 
-def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource | None:
-    """psutil for host RAM and the server's RSS (None when that module is not available)."""
-    try:
-        from kvmon.sources.host import HostSource as PsutilHost
-    except ImportError:
-        return None
+def default_host_source(settings: AnalyzerSettings | None = None) -> HostSource:
+    """psutil for host RAM and the server's RSS."""
+    from kvmon.sources.host import HostSource as PsutilHost
+
     return PsutilHost(settings.host_bandwidth_bytes_per_s if settings else None, auto_probe=True)
-
-
-
-def build_monitor(source: Any, gpu_source: GpuSource | None, host_source: HostSource | None,
-                  settings: AnalyzerSettings | None = None, *, recorder: Any = None,
-                  clock: Callable[[], float] | None = None, server_pids: Sequence[int] = (),
-                  model_pids: Callable[[str], Sequence[int]] | None = None,
-                  settings_source: Callable[[], AnalyzerSettings | None] | None = None,
-                  timeout_s: float | None = None, curves: Any = None) -> Monitor | GroupMonitor:
-    """A Monitor for a server source, a GroupMonitor for a model-list source (router, llama-swap).
-    ``settings_source``: asked before every poll for the settings the user has now. ``timeout_s``: every poll's one
-    deadline. ``curves``: the session's side of the atlas of measured curves (``kvmon.app.atlas.SessionCurves``)."""
-    from kvmon.sources.base import ModelListSource
-
-    kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
-    if isinstance(source, ModelListSource):
-        return GroupMonitor(source, gpu_source, host_source, settings, recorder=recorder, model_pids=model_pids,
-                            settings_source=settings_source, timeout_s=timeout_s, curves=curves, **kw)
-    analyzer = Analyzer(settings, settings_source=settings_source, curve_memory=curves, **kw)
-    return Monitor(source, gpu_source, host_source, analyzer, recorder=recorder, server_pids=server_pids,
-                   timeout_s=timeout_s, curves=curves, **kw)
 
 
 
@@ -83,8 +60,11 @@ def open_monitor(url: str | None, *, api_key: str | None = None, timeout_s: floa
     from kvmon.app.atlas import SessionCurves, atlas_enabled
 
     curves = SessionCurves() if atlas and atlas_enabled() else None
-    return build_monitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source,
-                         timeout_s=timeout_s, curves=curves)
+    if isinstance(source, ModelListSource):  # a router's or llama-swap's list of models
+        return GroupMonitor(source, gpu_src, host_src, settings, recorder=recorder, settings_source=settings_source,
+                            timeout_s=timeout_s, curves=curves)
+    analyzer = Analyzer(settings, settings_source=settings_source, curve_memory=curves)
+    return Monitor(source, gpu_src, host_src, analyzer, recorder=recorder, timeout_s=timeout_s, curves=curves)
 
 
 

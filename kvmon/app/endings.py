@@ -16,7 +16,7 @@ STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
 @contextlib.contextmanager
-def stop_on_signals(stop: Callable[[], None], names: tuple[str, ...] = STOP_SIGNALS) -> Iterator[None]:
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
     """While inside, each of these signals calls ``stop`` (which must only ask: set an event, schedule a quit);
     the previous handlers come back on the way out. A signal this process was started with ignored (SIGINT under
     ``nohup`` or in a shell's background job) stays ignored. Off the main thread (a test running a command)
@@ -26,7 +26,7 @@ def stop_on_signals(stop: Callable[[], None], names: tuple[str, ...] = STOP_SIGN
         return
     old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
     try:
-        for sig in catchable(names):
+        for sig in catchable():
             old[sig] = signal.signal(sig, lambda *_: stop())
         yield
     finally:
@@ -36,9 +36,5 @@ def stop_on_signals(stop: Callable[[], None], names: tuple[str, ...] = STOP_SIGN
 
 def catchable(names: tuple[str, ...] = STOP_SIGNALS) -> list[signal.Signals]:
     """The signals of ``names`` this platform has and this process does not ignore."""
-    out = []
-    for name in names:
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-            out.append(sig)
-    return out
+    found = [getattr(signal, name, None) for name in names]
+    return [sig for sig in found if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from kvmon.app.monitor import CurveSink, DevicePoller, SnapshotSink, busy_here, close_quietly, idle_here
+from kvmon.app.monitor import CurveSink, DevicePoller, Emitter, SnapshotSink, busy_here, close_quietly, idle_here
 from kvmon.core.alerts import model_failed_alerts
 from kvmon.core.analysis import Analyzer, AnalyzerSettings
 from kvmon.core.attribution import for_processes
@@ -64,7 +64,7 @@ class _Model:
     snapshot: Snapshot | None = None
 
 
-class GroupMonitor:
+class GroupMonitor(Emitter):
     """Polls a model-list source and every running model; ``poll()`` returns the followed model's Snapshot."""
 
     def __init__(self, source: ModelListSource, gpu_source: GpuSource | None = None,
@@ -93,7 +93,6 @@ class GroupMonitor:
         self._follow = FollowState()
         self._pinned: str | None = None
         self._seq = 0
-        self.last_snapshot: Snapshot | None = None
 
     @property
     def backend(self) -> str:
@@ -130,7 +129,7 @@ class GroupMonitor:
             pids = self._pids()
             snap = self._own.update(failure, self.devices.poll_gpus(pids), self.devices.poll_host(pids))
             kind = getattr(self.source, "kind", "")
-            return self._emit(replace(snap, serving=ServingView(kind, message=failure.reason)))
+            return self._emit(replace(snap, serving=ServingView(kind, message=failure.reason), seq=self._seq))
         events = transition_events(self._previous, listing.models, t, wall)
         self._previous = {m.name: m for m in listing.models}
         running = {m.name: m for m in listing.running()}
@@ -140,11 +139,10 @@ class GroupMonitor:
             self._read(name, listed)
         # the host's one-time bandwidth probe, only while every running model is read and none decodes (or loads)
         readings = [(n, m.reading) for n, m in self._models.items() if n in running]
-        self.devices.note_busy_here(any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings))
-        if running and len(readings) == len(running) and all(
-                r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings) \
-                and self.devices.probe_host_bandwidth():
-            self.probes_run += 1
+        self.probes_run += self.devices.probe_if_idle(
+            any(r is not None and busy_here(r, self._reading_pids(n, r)) for n, r in readings),
+            bool(running) and len(readings) == len(running)
+            and all(r is not None and idle_here(r, self._reading_pids(n, r)) for n, r in readings))
         pids = self._pids()
         gpus = self.devices.poll_gpus(pids)
         host = self.devices.poll_host(pids)
@@ -166,16 +164,7 @@ class GroupMonitor:
         # a model that failed to load is a warning while the list says so, on whichever model is shown
         failed = [(m.name, m.exit_code) for m in listing.models if m.status == FAILED]
         alerts = model_failed_alerts(shown.alerts, failed, SERVING_LABELS.get(listing.kind, listing.kind))
-        return self._emit(decided(replace(shown, serving=view, alerts=alerts)))
-
-    def _emit(self, snap: Snapshot) -> Snapshot:
-        snap = replace(snap, seq=self._seq)
-        if self.curves is not None:
-            self.curves.observe(snap)
-        self.last_snapshot = snap
-        if self.recorder is not None:
-            self.recorder.record(snap)
-        return snap
+        return self._emit(decided(replace(shown, serving=view, alerts=alerts, seq=self._seq)))
 
     def _read(self, name: str, listed: ListedModel) -> None:
         """Poll one running model's own server (not while it loads or stops: there is nothing to read yet)."""

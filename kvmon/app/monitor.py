@@ -98,10 +98,6 @@ class _LocalActivity:
         with self._lock:
             return any(p is not poller and 0.0 <= now - t < BUSY_FORGET_S for p, t in self._busy.items())
 
-    def forget(self, poller: object) -> None:
-        with self._lock:
-            self._busy.pop(poller, None)
-
 
 LOCAL_ACTIVITY = _LocalActivity()
 
@@ -157,16 +153,14 @@ class DevicePoller:
             return replace(reading, cpu_energy_j=None, reasons={**reading.reasons, "cpu_energy_j": why})
         return replace(reading, cpu_energy_j=energy, cpu_energy_range_j=wrap)
 
-    def note_busy_here(self, busy: bool) -> None:
-        """Whether this poll found the server busy on this machine (the other monitors' probes wait for it)."""
+    def probe_if_idle(self, busy: bool, idle: bool) -> bool:
+        """Note whether this poll found its server busy on this machine (the other monitors' probes wait for it);
+        when it found it idle, run the host source's one-time bandwidth probe if it has one and it is due, and no
+        other monitor of this process lately found its server busy here. Whether it ran; the next host reading
+        carries the measurement."""
         LOCAL_ACTIVITY.note(self, busy)
-
-    def probe_host_bandwidth(self) -> bool:
-        """Run the host source's one-time bandwidth probe if it has one and it is due, and no other monitor of this
-        process lately found its server busy here; whether it ran. The caller knows that its own server is idle;
-        the next host reading carries the measurement."""
         probe = self.host_source
-        if not isinstance(probe, BandwidthProbe) or LOCAL_ACTIVITY.others_busy(self):
+        if not idle or not isinstance(probe, BandwidthProbe) or LOCAL_ACTIVITY.others_busy(self):
             return False
         try:
             if not probe.probe_due():
@@ -178,11 +172,41 @@ class DevicePoller:
         return True
 
     def close(self) -> None:
-        LOCAL_ACTIVITY.forget(self)
+        LOCAL_ACTIVITY.note(self, busy=False)  # a closed monitor decodes nothing
         close_quietly(self.gpu_source, self.host_source)
 
 
-class Monitor:
+class Emitter:
+    """What Monitor and GroupMonitor do with each poll's Snapshot: feed it to the atlas, record it and keep it; a
+    recording that stopped (a full disk) is an alert on it and on every later one, while the monitoring goes on."""
+
+    recorder: SnapshotSink | None = None
+    curves: CurveSink | None = None
+    recording_problem: str | None = None  # why the recorder stopped (it is not called again)
+    last_snapshot: Snapshot | None = None
+
+    def _emit(self, snap: Snapshot) -> Snapshot:
+        if self.curves is not None:
+            self.curves.observe(snap)
+        problem = self._record(snap)
+        if problem:
+            snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
+        self.last_snapshot = snap
+        return snap
+
+    def _record(self, snap: Snapshot) -> str | None:
+        """Record ``snap``; why the recording stopped when it did (now or before), else None."""
+        if self.recorder is None:
+            return None
+        if self.recording_problem is None:
+            try:
+                self.recorder.record(snap)
+            except (OSError, ValueError) as exc:  # a full disk, a closed file: the recording's trouble only
+                self.recording_problem = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        return self.recording_problem or getattr(self.recorder, "problem", None)
+
+
+class Monitor(Emitter):
     """Polls a server source (and optional GPU and host sources) and analyses the readings."""
 
     def __init__(self, server_source: ServerSource, gpu_source: GpuSource | None = None,
@@ -204,23 +228,9 @@ class Monitor:
         self.analyzer = analyzer or Analyzer()
         self.recorder = recorder
         self.curves = curves
-        self.recording_problem: str | None = None  # why the recorder stopped (it is not called again)
-        self.last_snapshot: Snapshot | None = None
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
         self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
-
-    @property
-    def gpu_source(self) -> GpuSource | None:
-        return self.devices.gpu_source
-
-    @property
-    def host_source(self) -> HostSource | None:
-        return self.devices.host_source
-
-    @property
-    def host_interval_s(self) -> float:
-        return self.devices.host_interval_s
 
     @property
     def backend(self) -> str:
@@ -245,39 +255,17 @@ class Monitor:
             self._server_pids = tuple(reading.server_pids)
         return reading
 
-    def _maybe_probe(self, server: ServerReading | SourceFailure) -> None:
-        """Run the host's one-time bandwidth probe when it is due and nothing decodes (well under a second)."""
-        self.devices.note_busy_here(busy_here(server, self._server_pids))
-        if idle_here(server, self._server_pids) and self.devices.probe_host_bandwidth():
-            self.probes_run += 1
-
     def poll(self) -> Snapshot:
         """Read every source once, every request under one deadline, and return the analysed Snapshot (never
         raises for source trouble)."""
         with poll_deadline(self.timeout_s) as deadline:
             server = self._poll_server(deadline)
-            self._maybe_probe(server)
+            # the host's one-time bandwidth probe (well under a second), only while nothing decodes
+            self.probes_run += self.devices.probe_if_idle(busy_here(server, self._server_pids),
+                                                          idle_here(server, self._server_pids))
             gpus = self.devices.poll_gpus(self._server_pids)
             host = self.devices.poll_host(self._server_pids)
-        snap = self.analyzer.update(server, gpus, host)
-        if self.curves is not None:
-            self.curves.observe(snap)
-        problem = self._record(snap)
-        if problem:
-            snap = decided(replace(snap, alerts=with_recording_problem(snap.alerts, problem)))
-        self.last_snapshot = snap
-        return snap
-
-    def _record(self, snap: Snapshot) -> str | None:
-        """Record ``snap``; why the recording stopped when it did (now or before), else None."""
-        if self.recorder is None:
-            return None
-        if self.recording_problem is None:
-            try:
-                self.recorder.record(snap)
-            except (OSError, ValueError) as exc:  # a full disk, a closed file: the recording's trouble only
-                self.recording_problem = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-        return self.recording_problem or getattr(self.recorder, "problem", None)
+        return self._emit(self.analyzer.update(server, gpus, host))
 
     def close(self) -> None:
         """Close every source (and the recorder); errors while closing are ignored."""

@@ -6,6 +6,7 @@ import os
 import threading
 from typing import Any
 
+from kvmon.app.monitor import close_quietly  # a failing file fails its last flush too
 from kvmon.core.redact import scrub
 from kvmon.core.snapshot import Snapshot
 
@@ -33,7 +34,7 @@ class RecordSwitch:
         rec = Recorder(path, source_url=scrub(url or self.url or "") or None)
         with self._lock:
             old, self._rec, self.path, self.problem = self._rec, rec, path, None
-        _close_quietly(old)
+        close_quietly(old)
 
     def try_start(self, path: str, url: str | None = None) -> str | None:
         """``start``, but a recording that cannot start is no reason to stop monitoring: it becomes this switch's
@@ -45,7 +46,7 @@ class RecordSwitch:
             with self._lock:
                 old, self._rec, self.path = self._rec, None, None
                 self.problem = f"cannot record to {os.path.basename(path) or path} ({why})"
-            _close_quietly(old)
+            close_quietly(old)
             return self.problem
         return None
 
@@ -53,7 +54,7 @@ class RecordSwitch:
         """Stop recording; every line written is on disk."""
         with self._lock:
             old, self._rec, self.path, self.problem = self._rec, None, None, None
-        _close_quietly(old)
+        close_quietly(old)
 
     def record(self, snap: Snapshot) -> None:
         """Write one snapshot when recording (called from the poll thread); a failed write stops the recording."""
@@ -69,18 +70,7 @@ class RecordSwitch:
                 failed, self._rec = self._rec, None
             else:
                 return
-        _close_quietly(failed)
+        close_quietly(failed)
 
     def close(self) -> None:
         """A monitor closing (reconnect): the recording goes on with the next monitor."""
-
-
-
-def _close_quietly(rec: Any) -> None:
-    """Close a recorder whose file may be failing (a full disk fails the last flush too)."""
-    if rec is not None:
-        try:
-            rec.close()
-        except (OSError, ValueError):
-            pass
-

@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from kvmon.app.choose import server_session
+from kvmon.app.build import open_monitor
 from kvmon.app.demo import DEMO_SCENARIO, NO_SERVER_BANNER, demo_session
 from kvmon.app.detection import find_servers
 from kvmon.app.record import RecordSwitch
-from kvmon.app.session import Session, settings_from_args
+from kvmon.app.session import MonitorLike, Session, settings_from_args
 from kvmon.core.analysis import AnalyzerSettings
 from kvmon.core.locality import is_loopback_host
 from kvmon.core.severity import worst_alert
@@ -31,6 +31,24 @@ class WatchedServer:
     label: str
     session: Session
     how: str | None = None  # "process 1234 (llama-server ...)", "port 9931", "given", "demo"
+
+
+def server_session(url: str, *, api_key: str | None, timeout_s: float, log_path: str | None,
+                   recorder: RecordSwitch | None = None, devices_url: str | None = None,
+                   backend: str | None = None, settings: AnalyzerSettings | None = None) -> Session:
+    """Monitor a real server at ``url``. ``backend``: what it answered as when it was found (the first monitor needs
+    no question; a reconnect asks again)."""
+    switch = recorder if recorder is not None else RecordSwitch(url)
+    known = [backend]
+
+    def factory() -> MonitorLike:
+        first = known.pop() if known else None
+        return open_monitor(url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, recorder=switch,
+                            devices_url=devices_url, backend=first, settings=session.settings,
+                            settings_source=session.current_settings)
+
+    session = Session(factory, None, url, recorder=switch, settings=settings)
+    return session
 
 
 def short_label(url: str, backend_label: str) -> str:
@@ -48,9 +66,7 @@ class ServerSet:
     """Servers by key, in the order they were added; closing the set closes every session."""
 
     def __init__(self, servers: list[WatchedServer] | None = None) -> None:
-        self._servers: dict[str, WatchedServer] = {}
-        for s in servers or ():
-            self._servers[s.key] = s
+        self._servers: dict[str, WatchedServer] = {s.key: s for s in servers or ()}
 
     def __iter__(self) -> Iterator[WatchedServer]:
         return iter(list(self._servers.values()))
@@ -96,18 +112,12 @@ class ServerSet:
 def busiest(snapshots: Mapping[str, Snapshot | None]) -> str | None:
     """The server to show in the tray: the one decoding fastest now, else the one with the most severe alert,
     else None (then the one on screen)."""
-    best: tuple[float, int, str] | None = None
+    ranks: dict[str, tuple[float, int]] = {}  # (tok/s, worst alert's rank) of the servers with either
     for key, s in snapshots.items():
-        if s is None:
-            continue
-        alert = worst_alert(s.alerts, at_least=AlertLevel.WARNING)
-        worst = alert.level.rank if alert is not None else -1
-        rank = (s.decode_tok_s or 0.0, worst, key)
-        if s.decode_tok_s is None and worst < 0:
-            continue
-        if best is None or rank[:2] > best[:2]:
-            best = rank
-    return best[2] if best is not None else None
+        alert = worst_alert(s.alerts, at_least=AlertLevel.WARNING) if s is not None else None
+        if s is not None and (s.decode_tok_s is not None or alert is not None):
+            ranks[key] = (s.decode_tok_s or 0.0, alert.level.rank if alert is not None else -1)
+    return max(ranks, key=ranks.__getitem__, default=None)  # the first of equals
 
 
 def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
@@ -127,9 +137,8 @@ def choose_servers(args: argparse.Namespace, api_key: str | None) -> ServerSet:
                                speed=float(getattr(args, "speed", 1.0) or 1.0), analyzer_settings=settings)
         servers.add(WatchedServer(f"demo:{args.demo}", f"demo {args.demo}", session, "demo"))
     elif getattr(args, "url", None):
-        w = servers.add_url(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path,
-                            devices_url=devices_url, settings=settings)
-        w.how = "given"
+        servers.add_url(args.url, api_key=api_key, timeout_s=timeout_s, log_path=log_path, devices_url=devices_url,
+                        settings=settings)
     else:
         found = find_servers(api_key=api_key, timeout_s=min(timeout_s, 1.0))
         for f in sorted(found.found, key=lambda f: not f.answering):  # the ones that answer first

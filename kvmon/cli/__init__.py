@@ -85,19 +85,16 @@ def _add_demo_args(p: argparse.ArgumentParser, seconds: Callable[[str], float], 
                        "" if waits else "; once never waits, so it changes nothing here"))
 
 
-def _add_bandwidth_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
-                   help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
-                        "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
-
-
 API_KEY_HELP = ("API key for the server. Every user of this machine can read a command line (ps, /proc): prefer "
                 "the environment variable KVMON_API_KEY, or the dashboard's Tools > Settings (kept in the system "
                 "keychain)")
 
 
-def _add_connection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
+def _add_connection_args(p: argparse.ArgumentParser, *, url: bool = True) -> None:
+    """The server's URL (the dashboard's is read before parsing: a subcommand's name could be taken for one), key,
+    log, timeout, devices and bandwidths."""
+    if url:
+        p.add_argument("url", nargs="?", default=None, help="server URL (default: auto-detect on this machine)")
     p.add_argument("--api-key", default=None, help=API_KEY_HELP)
     p.add_argument("--log", default=None, metavar="FILE",
                    help="the server's log file (start llama-server with -lv 4): devices, layers, buffers, KV type")
@@ -105,7 +102,9 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", default=None, metavar="URL",
                    help="GPU and RAM readings of the server's machine from a `kvmon serve` running there "
                    "(http://HOST:9464)")
-    _add_bandwidth_arg(p)
+    p.add_argument("--bandwidth", action="append", type=bandwidth_arg, metavar="DEVICE=GB/s", default=None,
+                   help="set or override a device's peak memory bandwidth, repeatable: host=60 (host RAM), "
+                        "0=936 (a device by kvmon's number), CUDA0=936 / ROCm0=960 / MTL0=400 (by the server's name)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -222,14 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--print-path", choices=sorted(NAMED), default=None, metavar="NAME",
                          help="print where this installation keeps a file and exit: grafana (the fleet dashboard), "
                               "prometheus-rules (alerting rules), desktop, metainfo, icon, resources (the folder)")
-    parser.add_argument("--api-key", default=None, help=API_KEY_HELP)
-    parser.add_argument("--log", default=None, metavar="FILE",
-                        help="the server's log file (start llama-server with -lv 4)")
-    parser.add_argument("--devices", default=None, metavar="URL",
-                        help="GPU and RAM readings of the server's machine from a `kvmon serve` there")
+    _add_connection_args(parser, url=False)
     parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds")
-    parser.add_argument("--timeout", type=timeout_arg, default=TIMEOUT_S, metavar="SECONDS", help=TIMEOUT_HELP)
-    _add_bandwidth_arg(parser)
     parser.help_tail = _scenarios_help
     return parser
 

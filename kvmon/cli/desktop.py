@@ -51,9 +51,9 @@ class Removal:
     kept: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def check_platform(platform: str | None = None) -> None:
+def check_platform() -> None:
     """Raise DesktopError (exit 2) on a system without freedesktop menus, saying what gives kvmon a menu entry there."""
-    platform = sys.platform if platform is None else platform
+    platform = sys.platform
     if platform.startswith(XDG_PLATFORMS):
         return
     if platform == "darwin":
@@ -182,11 +182,7 @@ def planned_files(data_home: Path, exe: Path) -> dict[Path, bytes]:
 
 def _make_dirs(path: Path, made: list[Path]) -> None:
     """Make ``path`` and its missing parents, outermost first, adding each folder made to ``made`` as it goes."""
-    missing: list[Path] = []
-    p = path
-    while not p.exists() and p.parent != p:
-        missing.append(p)
-        p = p.parent
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # innermost first
     for d in reversed(missing):
         d.mkdir()
         made.append(d)

@@ -252,10 +252,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if first.nothing is not None:
         return _fail(first.nothing, err)
     monitor, snap = first.monitor, first.snapshot
+    assert snap is not None  # a server was named or found: it was read, or why not is its Snapshot
     if monitor is None:
-        assert snap is not None
         return _unread(snap, args, out, err)
-    assert snap is not None
     interval = max(0.0, float(getattr(args, "interval", 1.0) or 0.0))
     # a first poll that ran out of time (something listens, it did not answer in time): the second asks what hung
     # with a short limit, so the rest of the reading comes if the server answers anything

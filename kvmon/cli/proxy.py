@@ -38,11 +38,12 @@ def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | N
         print(f"kvmon proxy: {e}", file=sys.stderr)
         return 2
 
-    async def main() -> None:
+    async def main() -> str | None:
+        """Serve until asked to stop; why it could not start, if it could not."""
         try:
             await server.start_serving()
         except OSError as e:
-            raise SystemExit(f"kvmon proxy: cannot listen on {host}:{port} ({e.strerror or e})") from None
+            return f"kvmon proxy: cannot listen on {host}:{port} ({e.strerror or e})"
         print(f"kvmon proxy: {server.url} -> {server.upstream.url}; measurements at {server.url}{STATS_PATH}",
               flush=True)
         if not is_loopback_host(host):
@@ -59,15 +60,14 @@ def run(args: argparse.Namespace, *, on_ready: Callable[[ProxyServer], None] | N
             await stopping.wait()
         finally:
             await server.close()
+        return None
 
     try:
-        asyncio.run(main())
+        problem = asyncio.run(main())
     except KeyboardInterrupt:  # where the loop cannot take signals itself
         return 0
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            return 2
-        raise
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     print("kvmon proxy: stopped", file=sys.stderr, flush=True)
     return 0

@@ -49,17 +49,21 @@ WORKERS = 4  # threads that hand answers to the kernel and close connections (th
 _WAKE = object()  # the selector key of the socket the workers wake the loop with
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-REFUSED_HOST = (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 82\r\n"
-                b"Connection: close\r\n\r\nkvmon serve listens on loopback: ask it as localhost or 127.0.0.1 "
-                b"(Host refused)\n")
-BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 12\r\nConnection: close\r\n\r\nbad request\n"
 
 
 def wire(status: str, headers: list[tuple[str, str]], body: bytes, *, with_body: bool = True) -> bytes:
-    """An answer as the bytes sent: status line, headers, Content-Length, ``Connection: close``, body."""
-    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers if k.lower() != "content-length"),
-             f"Content-Length: {len(body)}", "Connection: close", "", ""]
-    return "\r\n".join(lines).encode("latin-1") + (body if with_body else b"")
+    """An answer as the bytes sent, written by h11: status line, headers, Content-Length, ``Connection: close``,
+    body."""
+    code, _, reason = status.partition(" ")
+    head = h11.Connection(h11.SERVER).send(h11.Response(status_code=int(code), reason=reason, headers=[
+        *((k, v) for k, v in headers if k.lower() != "content-length"), ("Content-Length", str(len(body))),
+        ("Connection", "close")]))
+    return (head or b"") + (body if with_body else b"")
+
+
+REFUSED_HOST = wire("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")],
+                    b"kvmon serve listens on loopback: ask it as localhost or 127.0.0.1 (Host refused)\n")
+BAD_REQUEST = wire("400 Bad Request", [], b"bad request\n")
 
 
 class RenderedOnce:
@@ -172,9 +176,7 @@ class ScrapeServer:
         for _ in range(64):  # a burst of connections, without starving the ones open
             try:
                 sock, addr = self.socket.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # out of descriptors, a connection reset in the queue: try at the next event
+            except OSError:  # none waiting, out of descriptors, a connection reset in the queue: at the next event
                 return
             sock.setblocking(False)
             conn = _Conn(sock, str(addr[0]), time.monotonic() + HEAD_DEADLINE_S)
@@ -284,8 +286,7 @@ class ScrapeServer:
         for line in (self._by_deadline, self._sending):
             while line:
                 conn = line[0]
-                waiting_head = line is self._by_deadline and conn.out is None
-                if conn not in self._conns or (line is self._by_deadline and not waiting_head):
+                if conn not in self._conns or (line is self._by_deadline and conn.out is not None):
                     line.popleft()  # closed, or past its head: its answer's deadline is the other line's
                     continue
                 if conn.deadline > now:

@@ -4,11 +4,7 @@ dashboard, with the caption strip (the headline, model, GPU, context, tok/s, cei
 A server it cannot read is not pictured: it exits 2 with the one line ``kvmon once`` says (a demo only with
 ``--demo``). ``--after`` is seconds of the session, as everywhere: simulated seconds with ``--demo`` (at ``--speed``
 10, 60 of them pass in 6 real seconds). Picks the offscreen platform itself when there is no display, and says
-none of the platform's notes that change nothing in the picture. Optional attributes read from ``args`` when the
-command line offers them: ``start_at`` (demo: join the simulated story that many seconds in), ``speed`` (demo:
-simulated seconds per real second; polls every 0.25 s when > 1), ``caption`` (False: no caption strip), ``size``
-(the window's width and height, caption included), ``theme`` ("system", "light" or "dark") and ``compact`` (the
-compact view instead of the full window).
+none of the platform's notes that change nothing in the picture. Polls every 0.25 s when ``--speed`` is above 1.
 """
 
 from __future__ import annotations
@@ -76,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from PySide6 import QtCore
 
-    from kvmon.app.choose import choose_session
+    from kvmon.app.servers import choose_servers
     from kvmon.gui.app import build_window, ensure_app
     from kvmon.gui.export import ExportError, captioned_image, grab_image, panel_widget, save_png, shown_snapshot
     from kvmon.gui.settings import Settings
@@ -85,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     app = ensure_app(["kvmon"])
     api_key = args.api_key or os.environ.get("KVMON_API_KEY")
     try:
-        session = choose_session(args, api_key)
+        session = choose_servers(args, api_key).first.session  # the one server read above, or the demo
     except Exception as exc:
         print(f"kvmon: {exc}", file=sys.stderr)
         return 2

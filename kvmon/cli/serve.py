@@ -80,11 +80,6 @@ class Target:
     name: str | None = None
     store: SessionStore = field(default_factory=lambda: SessionStore(capacity=EXPORTER_CAPACITY))
 
-    @property
-    def state(self) -> PollState:
-        """The last poll's Snapshot and counts."""
-        return self.store.state
-
 
 @dataclass(frozen=True)
 class View:
@@ -142,40 +137,28 @@ class Exporter:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._httpd: Any = None
-        self._http_thread: threading.Thread | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self._view))
 
     def add_target(self, monitor: Any = None, opener: Callable[[], Any] | None = None,
-                   name: str | None = None) -> Target:
+                   name: str | None = None) -> None:
         """Watch one more server (before ``start_polling``)."""
-        t = Target(monitor, opener, name)
-        self.targets.append(t)
+        self.targets.append(Target(monitor, opener, name))
         self._refresh_view()
-        return t
 
     @property
     def monitor(self) -> Any:
         """The first target's monitor."""
         return self.targets[0].monitor
 
-    @monitor.setter
-    def monitor(self, value: Any) -> None:
-        self.targets[0].monitor = value
-
     @property
     def state(self) -> PollState:
-        """The first target's state."""
-        return self.targets[0].state
-
-    @property
-    def latest(self) -> Snapshot | None:
-        """The first target's Snapshot the next scrape will show."""
-        return self.targets[0].state.snapshot
+        """The first target's last poll: the Snapshot the next scrape shows, and the counts."""
+        return self.targets[0].store.state
 
     def _refresh_view(self) -> None:
         with self._lock:
-            self._view = View(tuple((t.name, t.state, getattr(t.monitor, "backend", None)) for t in self.targets),
+            self._view = View(tuple((t.name, t.store.state, getattr(t.monitor, "backend", None)) for t in self.targets),
                               self._devices_view)
 
     def listen(self, host: str = "127.0.0.1", port: int = 9464, *, backlog: int = BACKLOG) -> tuple[str, int]:
@@ -184,10 +167,8 @@ class Exporter:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         httpd = ScrapeServer((host, port), RenderedOnce(self.registry, lambda: self._view), family=family,
                              backlog=backlog)
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                  name="kvmon-serve-http", daemon=True)
-        thread.start()
-        self._httpd, self._http_thread = httpd, thread
+        threading.Thread(target=httpd.serve_forever, name="kvmon-serve-http", daemon=True).start()
+        self._httpd = httpd
         addr = httpd.server_address
         return str(addr[0]), int(addr[1])
 
@@ -215,20 +196,13 @@ class Exporter:
 
     def _poll_target(self, target: Target) -> Snapshot:
         t0 = self._clock()
-        prev = target.state.snapshot
-        error = False
-        if target.monitor is None and target.opener is not None:
-            try:
-                target.monitor = target.opener()
-            except SourceError as e:  # nothing readable there yet: this poll's failure, tried again next poll
-                snap = failure_snapshot(e.failure, seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(),
-                                        t_wall=time.time(), last=prev)
-                target.store.eat(snap, duration_s=max(0.0, self._clock() - t0), error=True)
-                self._refresh_view()
-                return snap
+        prev = target.store.state.snapshot
         try:
+            if target.monitor is None and target.opener is not None:
+                target.monitor = target.opener()  # a SourceError: nothing readable there yet, tried again next poll
             snap = target.monitor.poll()
-        except Exception as exc:  # Monitor.poll handles source trouble; this is a bug, reported, not fatal
+            error = False
+        except Exception as exc:  # Monitor.poll handles source trouble; anything else is a bug, reported, not fatal
             error = True
             snap = failure_snapshot(failure_of(exc, FailureKind.UNEXPECTED_BODY, "poll failed"),
                                     seq=(prev.seq + 1) if prev else 0, t_monotonic=self._clock(), t_wall=time.time(),
@@ -281,10 +255,8 @@ class Exporter:
         for th in self._threads:
             th.join(timeout=max(5.0, self.interval_s))
         if self._httpd is not None:
-            self._httpd.shutdown()
+            self._httpd.shutdown()  # returns once serve_forever has
             self._httpd.server_close()
-            if self._http_thread is not None:
-                self._http_thread.join(timeout=2)
             self._httpd = None
 
     def close_monitors(self) -> None:
@@ -379,8 +351,7 @@ def run(args: argparse.Namespace, err: TextIO | None = None, stop: threading.Eve
                         return _fail(e.failure.reason, err)
                     print(f"kvmon: {e.failure.reason.splitlines()[0]}; trying again every {interval_s:g} s",
                           file=err, flush=True)
-            what = ", ".join(t.monitor.display_url if t.monitor is not None else (t.name or (shown[0] if shown
-                                                                                             else ""))
+            what = ", ".join(t.monitor.display_url if t.monitor is not None else t.name or (shown or [""])[0]
                              for t in exporter.targets)
             if not exporter.wait(0):
                 exporter.start_polling()

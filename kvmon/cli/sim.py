@@ -66,17 +66,15 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     multi = get_multi_scenario(name)
     try:
         check(name)
+        options: dict[str, Any] = {"speed": float(getattr(args, "speed", 1.0)), "faults": fault_specs,
+                                   "host": getattr(args, "host", "127.0.0.1"), "port": int(getattr(args, "port", 0)),
+                                   "start_at_s": float(getattr(args, "start_at", 0.0) or 0.0)}
         if multi is not None:  # a router or llama-swap with its models
             from kvmon.sim.multi import MultiSim
 
-            sim: Any = MultiSim(multi, speed=float(getattr(args, "speed", 1.0)),
-                                host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
-                                faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0))
+            sim: Any = MultiSim(multi, **options)
         else:  # a simulated Ollama runs its model server as a child process, found as a real one is
-            sim = SimServer(name, speed=float(getattr(args, "speed", 1.0)),
-                            host=getattr(args, "host", "127.0.0.1"), port=int(getattr(args, "port", 0)),
-                            faults=fault_specs, start_at_s=float(getattr(args, "start_at", 0.0) or 0.0),
-                            ollama_child=True)
+            sim = SimServer(name, ollama_child=True, **options)
     except (FaultSyntaxError, SimSetupError, ValueError) as e:
         print(f"kvmon sim: {e}", file=sys.stderr)
         return 2
@@ -109,14 +107,3 @@ def run(args: Any, *, ready: threading.Event | None = None, stop: threading.Even
     print("kvmon sim: stopped", flush=True)
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kvmon.cli.sim``: the same as ``kvmon sim``."""
-    p = argparse.ArgumentParser(prog="kvmon sim", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,7 @@ from typing import Any
 
 from PySide6 import QtCore
 
-from kvmon.app.choose import server_session
-from kvmon.app.servers import ServerSet, WatchedServer
+from kvmon.app.servers import ServerSet, WatchedServer, server_session
 from kvmon.app.session import Session
 from kvmon.gui.poller import Poller
 

@@ -6,9 +6,10 @@ Ollama's NDJSON (final ``eval_count``/``eval_duration``/``prompt_eval_*``, nanos
 ``timings`` and OpenAI ``usage``, counting streamed chunks (about one token each) for the in-flight rate.
 
 One job per module: ``framing`` (HTTP/1 heads and chunked bodies), ``meter`` (what one request's body shows),
-``stats`` (the ``/kvmon/stats`` document: schema, writer and the reader the Ollama source uses), ``upstream``
-(where to forward, and which server it is), ``server`` (the proxy itself) and ``command`` (``kvmon proxy``).
-Nothing is imported here, so that reading the stats document does not load the server.
+``prompts`` (why a prompt cache misses), ``stats`` (the ``/kvmon/stats`` document: schema, writer and the reader the
+Ollama source uses), ``upstream`` (where to forward, and which server it is), ``listener`` (the accept loop) and
+``server`` (the proxy itself); ``kvmon.cli.proxy`` is the command. Nothing is imported here, so that reading the
+stats document does not load the server.
 """
 
 # The longest the upstream may take to begin its answer once it has the whole request (a model load and a long

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -80,11 +81,7 @@ class Head:
         return int(getattr(self.event, "status_code", 0))
 
     def get(self, name: str) -> str | None:
-        name = name.lower()
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
     def has_token(self, name: str, token: str) -> bool:
         value = ",".join(v for k, v in self.headers if k.lower() == name.lower())
@@ -121,8 +118,6 @@ class MessageReader:
         self.framing_broken = False  # the last body's framing broke (its bytes were relayed as they came)
 
     async def _read(self, timeout_s: float | None) -> bytes:
-        if timeout_s is None:
-            return await self.reader.read(READ_SIZE)
         return await asyncio.wait_for(self.reader.read(READ_SIZE), timeout_s)
 
     async def request_head(self, *, head_timeout_s: float | None = None, idle_timeout_s: float | None = None,
@@ -290,10 +285,7 @@ class MessageReader:
 
     def take_leftover(self) -> bytes:
         """Bytes read past the last message (after a protocol switch: the new protocol's first bytes)."""
-        if self._conn is not None and self._conn.their_state is h11.SWITCHED_PROTOCOL:
-            rest = self._conn.trailing_data[0]
-        else:
-            rest = self._leftover
+        rest = self._conn.trailing_data[0] if self._conn is not None and self.switched else self._leftover
         self._leftover = b""
         return rest
 
@@ -320,10 +312,8 @@ async def pipe_both(
 
 async def send_json(writer: asyncio.StreamWriter, status: int, obj: Any, *, close: bool) -> bool:
     body = json.dumps(obj, separators=(",", ":")).encode()
-    reason = {200: "OK", 400: "Bad Request", 408: "Request Timeout", 502: "Bad Gateway",
-              504: "Gateway Timeout"}.get(status, "Error")
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
         + ("Connection: close\r\n" if close else "")
         + "\r\n"

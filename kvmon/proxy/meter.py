@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kvmon.proxy.prompts import Compared
 
 MAX_LINE_BYTES = 1024 * 1024  # a longer NDJSON/SSE line is relayed but not parsed
 MAX_JSON_BODY_BYTES = 8 * 1024 * 1024  # non-streamed JSON bodies parsed for stats up to this size
+BodyFormat = Literal["ndjson", "sse", "json"]
+FORMATS: dict[str, BodyFormat] = {"application/x-ndjson": "ndjson", "application/jsonl": "ndjson",
+                                  "application/ndjson": "ndjson", "text/event-stream": "sse",
+                                  "application/json": "json"}  # and any other type ending in +json
 
 
 def content_of(obj: dict[str, Any]) -> bool:
@@ -47,7 +51,7 @@ class Meter:
     started_mono: float
     model: str | None = None
     status: int | None = None
-    format: str | None = None  # "ndjson" | "sse" | "json" | None
+    format: BodyFormat | None = None  # None: a body not read (compressed, or another type)
     chunks: int = 0  # content-bearing chunks (≈ tokens)
     first_token_mono: float | None = None
     last_token_mono: float | None = None
@@ -70,16 +74,8 @@ class Meter:
     def set_response(self, status: int, content_type: str | None, content_encoding: str | None) -> None:
         self.status = status
         ct = (content_type or "").split(";", 1)[0].strip().lower()
-        if content_encoding and content_encoding.lower() not in ("identity", ""):
-            self.format = None  # compressed: relayed, not read
-        elif ct in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
-            self.format = "ndjson"
-        elif ct == "text/event-stream":
-            self.format = "sse"
-        elif ct == "application/json" or ct.endswith("+json"):
-            self.format = "json"
-        else:
-            self.format = None
+        compressed = (content_encoding or "identity").lower() not in ("identity", "")  # relayed, not read
+        self.format = None if compressed else FORMATS.get(ct, "json" if ct.endswith("+json") else None)
 
     def feed(self, payload: bytes, now: float) -> None:
         """Read a piece of the (de-chunked) response body; never raises on bad content."""

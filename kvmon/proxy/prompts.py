@@ -14,6 +14,7 @@ at most ``MAX_CONVERSATIONS`` are held. Nothing here is written anywhere: the ``
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -171,15 +172,8 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict) and isinstance(p.get("text"), str):
-                parts.append(p["text"])
-            elif isinstance(p, str):
-                parts.append(p)
-            else:
-                parts.append("\ufffc")
-        return "".join(parts)
+        return "".join(p if isinstance(p, str) else p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str)
+                       else "\ufffc" for p in content)
     return "" if content is None else json.dumps(content, sort_keys=True)[:100_000]
 
 
@@ -238,11 +232,8 @@ class PromptLog:
         for c in self._conversations:
             if c.model != model:
                 continue
-            lead = 0
-            for m, d in zip(c.messages, digests, strict=False):
-                if m.digest != d:
-                    break
-                lead += 1
+            pairs = zip(c.messages, digests, strict=False)
+            lead = sum(1 for _ in itertools.takewhile(lambda md: md[0].digest == md[1], pairs))  # leading ones alike
             later = sum(1 for m, d in zip(c.messages[1:], digests[1:], strict=False) if m.digest == d)
             key = (lead, later)
             if (lead or later) and key > best_key:
@@ -251,7 +242,7 @@ class PromptLog:
 
     def _against(self, conv: _Conversation, messages: list[tuple[str, str]], digests: list[bytes]) -> Compared:
         old = conv.messages
-        if len(old) == len(digests) and all(m.digest == d for m, d in zip(old, digests, strict=True)):
+        if [m.digest for m in old] == digests:
             return Compared(repeated=conv.repeated + 1)
         for i, (m, d) in enumerate(zip(old, digests, strict=False)):
             if m.digest == d:

@@ -62,10 +62,11 @@ CLIENT_UNSENT_BYTES = 16 * 1024  # TCP_NOTSENT_LOWAT of a client connection, whe
 
 
 class ProxyServer:
-    """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``serve()`` in a loop."""
+    """The measuring pass-through proxy; ``start()`` runs it on a background thread, ``start_serving()`` in the running
+    loop."""
 
     def __init__(self, upstream: str = DEFAULT_UPSTREAM, *, host: str = "127.0.0.1", port: int = 11435,
-                 recent_max: int = RECENT_MAX, probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
+                 probe_version: bool = True, head_timeout_s: float = HEAD_TIMEOUT_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, upstream_timeout_s: float | None = UPSTREAM_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``upstream_timeout_s``: see ``kvmon.proxy.UPSTREAM_TIMEOUT_S`` (None or 0: wait as long as the upstream
@@ -81,7 +82,7 @@ class ProxyServer:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._in_flight: dict[int, Meter] = {}
-        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=recent_max)
+        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_MAX)
         self._totals = collections.Counter[str]()
         self._started_unix = time.time()
         self._probe_version = probe_version
@@ -113,52 +114,30 @@ class ProxyServer:
         self.port = self._listener.port
         self._check_host = is_loopback_host(self.host)
         self._accepting = self._loop.create_task(self._listener.serve())
-        if self._probe_version:
-            self._maybe_probe()
-
-    async def serve(self) -> None:
-        """Serve until cancelled."""
-        await self.start_serving()
-        assert self._accepting is not None
-        try:
-            await self._accepting
-        finally:
-            await self._shutdown()
+        self._maybe_probe()
 
     def start(self) -> str:
-        """Run on a daemon thread with its own loop; returns the listen URL once bound."""
-        ready = threading.Event()
-        error: list[BaseException] = []
+        """Run on a daemon thread with its own loop; returns the listen URL once bound (raises what binding raised)."""
+        loop = self._loop = asyncio.new_event_loop()
 
         def runner() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start_serving())
-            except BaseException as e:  # handed to the caller
-                error.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
             try:
                 loop.run_forever()
             finally:
-                loop.run_until_complete(self._shutdown())
+                loop.run_until_complete(self.close())
                 loop.close()
 
         self._thread = threading.Thread(target=runner, name="kvmon-proxy", daemon=True)
         self._thread.start()
-        ready.wait(10)
-        if error:
-            raise error[0]
+        try:
+            asyncio.run_coroutine_threadsafe(self.start_serving(), loop).result(10)
+        except BaseException:
+            self.stop()
+            raise
         return self.url
 
     async def close(self) -> None:
         """Stop accepting and end every connection (in the running loop)."""
-        await self._shutdown()
-
-    async def _shutdown(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
             with contextlib.suppress(BaseException):
@@ -233,13 +212,8 @@ class ProxyServer:
             found = None
         finally:
             self._probing = False
-        if found is not None:
-            self.upstream_kind, version, self._version_tuple = found
-            if self._version_tuple is not None:
-                self.upstream_version = version
-
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await connect(self.upstream, self._ssl)
+        if found is not None:  # the version stays unknown but for an Ollama's
+            self.upstream_kind, self.upstream_version, self._version_tuple = found
 
     # -- one client connection
 
@@ -250,26 +224,21 @@ class ProxyServer:
     async def _accepted(self, sock: socket.socket, address: str, accepted_at: float) -> None:
         """One admitted client connection, from its accept on."""
         creader, cwriter = await asyncio.open_connection(sock=sock, limit=MAX_HEAD_BYTES)
-        await self._client(creader, cwriter, sock, accepted_at)
-
-    async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, key: object = None,
-                      accepted_at: float | None = None) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._conn_tasks.add(task)
             task.add_done_callback(self._conn_tasks.discard)
-        sock = cwriter.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # little held unsent: a reply goes as the client takes it
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_UNSENT_BYTES)
         client = MessageReader(creader)
         upstream: _Link | None = None
-        admission = self._listener.admission if self._listener is not None else None
+        assert self._listener is not None  # it called this
+        admission = self._listener.admission
         loop = asyncio.get_running_loop()
         # the first request's head must be whole this long after the accept; a later one's, after its first byte
-        within = None if accepted_at is None else max(0.0, accepted_at + self.head_timeout_s - loop.time())
+        within: float | None = max(0.0, accepted_at + self.head_timeout_s - loop.time())
         flush_s = CLOSE_FLUSH_S
         try:
             while True:
@@ -285,8 +254,7 @@ class ProxyServer:
                 if head is None:
                     return
                 within = None
-                if admission is not None:
-                    admission.started(key)
+                admission.started(sock)
                 req = head.event
                 assert isinstance(req, h11.Request)
                 if self._check_host and not host_header_allowed(head.get("host")):
@@ -294,23 +262,20 @@ class ProxyServer:
                                                    "127.0.0.1 (Host header refused)")
                     return
                 method, target = req.method.decode("ascii"), req.target.decode("latin-1")
-                version = "HTTP/" + req.http_version.decode("ascii")
                 if method == "GET" and target.split("?", 1)[0] == stats.STATS_PATH:
                     async for _ in client.body():
                         pass
                     keep = await send_json(cwriter, 200, self.stats(), close=head.has_token("connection", "close"))
                     if not keep:
                         return
-                    if admission is not None:
-                        admission.waiting(key)
+                    admission.waiting(sock)
                     continue
-                if self._probe_version:
-                    self._maybe_probe()
+                self._maybe_probe()
                 if upstream is None or upstream.writer.is_closing() or upstream.reader.at_eof():
                     if upstream is not None:  # the upstream closed the idle connection
                         upstream.writer.close()
                     try:
-                        ureader, uwriter = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+                        ureader, uwriter = await asyncio.wait_for(connect(self.upstream, self._ssl), CONNECT_TIMEOUT_S)
                     except (OSError, asyncio.TimeoutError) as e:
                         self._upstream_error()
                         reason = str(e) or type(e).__name__
@@ -323,11 +288,10 @@ class ProxyServer:
                     if usock is not None:
                         with contextlib.suppress(OSError):
                             usock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                keep = await self._exchange(head, method, target, version, client, creader, cwriter, upstream)
+                keep = await self._exchange(head, method, target, client, cwriter, upstream)
                 if not keep:
                     return
-                if admission is not None:
-                    admission.waiting(key)
+                admission.waiting(sock)
         except (ConnectionError, OSError, asyncio.IncompleteReadError, ProtocolError):
             return
         except asyncio.CancelledError:  # shutting down: end this connection quietly
@@ -341,17 +305,8 @@ class ProxyServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(cwriter.wait_closed(), flush_s)
 
-    async def _exchange(
-        self,
-        head: Head,
-        method: str,
-        target: str,
-        version: str,
-        client: MessageReader,
-        creader: asyncio.StreamReader,
-        cwriter: asyncio.StreamWriter,
-        upstream: _Link,
-    ) -> bool:
+    async def _exchange(self, head: Head, method: str, target: str, client: MessageReader,
+                        cwriter: asyncio.StreamWriter, upstream: _Link) -> bool:
         """Forward one request and relay its response; True if both connections may be reused."""
         uwriter = upstream.writer
         meter = self._begin(method, target)
@@ -390,7 +345,7 @@ class ProxyServer:
         body_task = asyncio.ensure_future(pump_request())
         keep = False
         try:
-            keep = await self._relay_response(meter, head, version, upstream, client, creader, cwriter, body_task)
+            keep = await self._relay_response(meter, head, upstream, client, cwriter, body_task)
         except ClientGone:
             meter.aborted, meter.abort_reason = True, "client disconnected"
             keep = False
@@ -437,17 +392,8 @@ class ProxyServer:
                 since = loop.time()  # the request is whole: the upstream's time starts now
         return "head"
 
-    async def _relay_response(
-        self,
-        meter: Meter,
-        req: Head,
-        req_version: str,
-        upstream: _Link,
-        client: MessageReader,
-        creader: asyncio.StreamReader,
-        cwriter: asyncio.StreamWriter,
-        body_task: asyncio.Future[None],
-    ) -> bool:
+    async def _relay_response(self, meter: Meter, req: Head, upstream: _Link, client: MessageReader,
+                              cwriter: asyncio.StreamWriter, body_task: asyncio.Future[None]) -> bool:
         umsg = upstream.messages
         sent = 0
         try:
@@ -502,12 +448,12 @@ class ProxyServer:
                 early = client.take_leftover()
                 if early:
                     upstream.writer.write(early)
-                await pipe_both(creader, cwriter, upstream.reader, upstream.writer)
+                await pipe_both(client.reader, cwriter, upstream.reader, upstream.writer)
                 return False
             keep = not (
                 resp.has_token("connection", "close")
                 or req.has_token("connection", "close")
-                or (req_version == "HTTP/1.0" and not req.has_token("connection", "keep-alive"))
+                or (req.event.http_version == b"1.0" and not req.has_token("connection", "keep-alive"))
                 or resp.first_line.startswith("HTTP/1.0")
             )
             try:
@@ -558,9 +504,7 @@ def abort_reason(e: BaseException) -> str:
     """Why a relayed exchange ended early, in a few words."""
     if isinstance(e, ClientGone) or (isinstance(e, ConnectionError) and "client" in str(e)):
         return "client disconnected"
-    if isinstance(e, _UpstreamFailed):
-        return f"upstream connection lost ({e})"
-    if isinstance(e, ConnectionError):
+    if isinstance(e, (_UpstreamFailed, ConnectionError)):
         return f"upstream connection lost ({e})"
     if isinstance(e, asyncio.IncompleteReadError):
         return "connection closed mid-message"

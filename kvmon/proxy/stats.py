@@ -96,13 +96,12 @@ def _read_ollama(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str |
     ec, ed = json_int(f.get("eval_count")), json_float(f.get("eval_duration"))
     out.update(prompt_tokens=pc, predicted_tokens=ec)
     out["prompt_seconds"] = pd / 1e9 if pd is not None else None
-    if ollama_counts_cached_prompt(upstream_version) is False:  # before 0.30 the count is what it read
-        out["prompt_reread_tokens"] = pc
     out["predicted_seconds"] = ed / 1e9 if ed is not None else None
     if ec and ed:
         out["decode_tok_s"], out["decode_tok_s_source"] = ec / (ed / 1e9), "server"
     counts_cache = ollama_counts_cached_prompt(upstream_version)
-    if counts_cache is False:
+    if counts_cache is False:  # before 0.30 the count is what it read, and its duration covers all of it
+        out["prompt_reread_tokens"] = pc
         if pc and pd:
             out["prompt_tok_s"] = pc / (pd / 1e9)
     elif pc:
@@ -136,7 +135,6 @@ def _read_lmstudio(f: Mapping[str, Any], out: dict[str, Any], upstream_kind: str
     gen_s, rate = json_float(f.get("generation_time")), json_float(f.get("tokens_per_second"))
     if gen_s is None and rate and ct:  # REST v1 says the rate, not the time: the time its tokens took at that rate
         gen_s = ct / rate
-    # its time to first token is the reply's wait (a time to first token, whatever it held), not a prefill time
     out.update(prompt_tokens=pt, predicted_tokens=ct, predicted_seconds=gen_s,
                prompt_seconds=json_float(f.get("time_to_first_token")))
     if rate:
@@ -174,36 +172,13 @@ _DIALECTS: dict[str, Callable[[Mapping[str, Any], dict[str, Any], str | None, tu
 def finished_record(m: Meter, upstream_kind: str | None,
                     upstream_version: tuple[int, ...] | None) -> dict[str, Any]:
     """A finished request's record in ``recent``: what its body said, and the rates that may be made of it."""
-    out: dict[str, Any] = {
-        "id": m.id,
-        "method": m.method,
-        "path": m.path,
-        "model": m.model,
-        "status": m.status,
-        "format": m.format,
-        "started_unix": m.started_unix,
-        "finished_unix": m.finished_unix,
-        "aborted": m.aborted,
-        "abort_reason": m.abort_reason,
-        "chunks": m.chunks,
-        "unparsed_lines": m.unparsed_lines,
-        "stats_source": m.stats_source,
-        "prompt_tokens": None,
-        "cached_tokens": None,
-        "prompt_seconds": None,
-        "prompt_tok_s": None,
-        "prompt_tok_s_reason": None,
-        "predicted_tokens": None,
-        "predicted_seconds": None,
-        "decode_tok_s": None,
-        "decode_tok_s_source": None,
-        "context_tokens": None,
-        "client_tok_s": None,
-        "prompt_reread_tokens": None,
-        "prompt_reused_tokens": None,
-        "prompt_change": m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
-        "prompt_repeated": m.prompt.repeated if m.prompt is not None else None,
-    }
+    out: dict[str, Any] = dict.fromkeys(RECENT_FIELDS)  # what the body does not say stays null
+    out.update(id=m.id, method=m.method, path=m.path, model=m.model, status=m.status, format=m.format,
+               started_unix=m.started_unix, finished_unix=m.finished_unix, aborted=m.aborted,
+               abort_reason=m.abort_reason, chunks=m.chunks, unparsed_lines=m.unparsed_lines,
+               stats_source=m.stats_source,
+               prompt_change=m.prompt.divergence.sentence if m.prompt is not None and m.prompt.divergence else None,
+               prompt_repeated=m.prompt.repeated if m.prompt is not None else None)
     reader = _DIALECTS.get(m.stats_source or "")
     if reader is not None:
         reader(m.final, out, upstream_kind, upstream_version)
@@ -272,18 +247,9 @@ def parse_stats(body: Any, t_monotonic: float, t_wall: float) -> ProxyView:
         raise SourceError(
             SourceFailure(FailureKind.UNEXPECTED_BODY, f"{STATS_PATH} is not a kvmon proxy document", STATS_PATH)
         )
-    streams: list[ProxyStream] = []
-    for s in _records(body.get("in_flight")):
-        sid = json_int(s.get("id"))
-        if sid is not None:
-            streams.append(
-                ProxyStream(
-                    id=sid,
-                    model=json_str(s.get("model")),
-                    tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
-                    decode_tok_s=json_float(s.get("decode_tok_s")),
-                )
-            )
+    streams = [ProxyStream(id=sid, model=json_str(s.get("model")), tokens_so_far=json_int(s.get("tokens_so_far")) or 0,
+                           decode_tok_s=json_float(s.get("decode_tok_s")))
+               for s in _records(body.get("in_flight")) if (sid := json_int(s.get("id"))) is not None]
     last: RequestStats | None = None
     last_model: str | None = None
     prefill_reason: str | None = None

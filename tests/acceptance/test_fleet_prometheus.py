@@ -218,7 +218,7 @@ def test_serve_watches_several_urls() -> None:
         t = threading.Thread(target=lambda: run_serve(args, stop=stop, on_ready=ready.append), daemon=True)
         t.start()
         try:
-            assert wait_until(lambda: ready and all(x.state.polls >= 1 for x in ready[0].targets), 20)
+            assert wait_until(lambda: ready and all(x.store.state.polls >= 1 for x in ready[0].targets), 20)
             url = ready[0].metrics_url
             assert url is not None
             with urllib.request.urlopen(url, timeout=5) as resp:

@@ -13,8 +13,8 @@ import pytest
 from helpers_http import FixtureServer, serve_llama_state
 
 from kvmon.app.build import open_monitor
-from kvmon.app.choose import server_session
 from kvmon.app.record import RecordSwitch
+from kvmon.app.servers import server_session
 from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
 
@@ -103,6 +103,23 @@ def test_a_full_disk_is_a_recording_problem_not_a_server_problem(tmp_path: Path)
         assert snap.context_tokens == 1066 and snap.model.name
         alert = [a for a in snap.alerts if a.code == "recording_failed"]
         assert alert and "No space left" in alert[0].message
+
+
+@needs_dev_full
+def test_a_router_session_says_its_recording_stopped_too(tmp_path: Path) -> None:
+    from kvmon.app.demo import demo_session, step_demo
+
+    switch = RecordSwitch()
+    session = demo_session("router", None, recorder=switch, stepped=True)
+    try:
+        switch.start(str(tmp_path / "rec.jsonl"))
+        fill_disk_under(switch)
+        *_, snap = step_demo(session, 2.0, 1.0)
+    finally:
+        session.close()
+    assert snap.serving is not None and snap.serving.models  # a router's Snapshot, its models listed
+    alert = [a for a in snap.alerts if a.code == "recording_failed"]
+    assert alert and "No space left" in alert[0].message
 
 
 @needs_dev_full

@@ -147,7 +147,7 @@ def test_an_unreachable_url_says_so_in_the_window_and_in_once_json(qapp: Any, tm
 
     from PySide6 import QtGui
 
-    from kvmon.app.choose import server_session
+    from kvmon.app.servers import server_session
     from kvmon.gui import theme
     from kvmon.gui.app import build_window
     from kvmon.gui.settings import Settings

@@ -4,6 +4,7 @@ banner; short labels for the tabs; adding and removing one."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 from helpers_http import FixtureServer, serve_llama_state
@@ -70,3 +71,14 @@ def test_a_url_given_and_one_added_then_removed(fixture_server: FixtureServer, t
     finally:
         s.close()
     assert len(s) == 0 and isinstance(s, ServerSet)  # closing the set ends every session
+
+
+def test_an_unopenable_recording_is_the_recorders_problem_and_the_demo_runs(tmp_path: Path) -> None:
+    pytest.importorskip("kvmon.sim.server")
+    s = choose_servers(_args(demo="seed-3090x2", timeout=2.0, record=str(tmp_path / "no" / "such" / "dir.jsonl")),
+                       None)
+    try:
+        assert s.first.session.recorder.problem is not None and "dir.jsonl" in s.first.session.recorder.problem
+        assert s.first.session.recorder.path is None
+    finally:
+        s.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmon.app.choose import choose_session
 from kvmon.app.record import RecordSwitch
+from kvmon.app.servers import choose_servers
 from kvmon.app.session import Session
 from kvmon.core.recorder import read_recording
 from kvmon.core.snapshot import ConnectionStatus
@@ -19,7 +19,7 @@ def test_every_monitor_of_a_session_records_through_its_one_switch(tmp_path: Pat
     pytest.importorskip("kvmon.sim.server")
     out = tmp_path / "demo.jsonl"
     args = argparse.Namespace(url=None, demo="seed-3090x2", timeout=2.0, log=None, record=str(out), speed=20.0)
-    session = choose_session(args, None)
+    session = choose_servers(args, None).first.session
     try:
         assert session.recorder.path == str(out) and session.recorder.url == session.url
         for _ in range(2):  # a reconnect makes a new monitor: it records through the same switch

@@ -155,6 +155,22 @@ def test_listening_on_loopback_it_answers_only_a_loopback_host(exporter: Exporte
         assert b"kvmon_" not in body
 
 
+def test_a_refused_host_is_told_why_in_a_whole_answer(exporter: Exporter) -> None:
+    r = httpx.get(f"http://127.0.0.1:{_port(exporter)}/metrics", headers={"Host": "evil.example"}, timeout=5)
+    assert r.status_code == 403 and r.text.endswith("ask it as localhost or 127.0.0.1 (Host refused)\n")
+
+
+def test_a_malformed_request_is_answered_400_in_a_whole_answer(exporter: Exporter) -> None:
+    with socket.create_connection(("127.0.0.1", _port(exporter)), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nno colon here\r\n\r\n")
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and body == b"bad request\n"
+    assert f"Content-Length: {len(body)}".encode() in head
+
+
 def test_listening_wider_it_answers_any_host() -> None:
     e = Exporter(interval_s=1.0)
     e.listen("0.0.0.0", 0)

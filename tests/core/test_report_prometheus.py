@@ -402,7 +402,7 @@ def test_the_poll_thread_polls_and_a_kvmon_bug_is_a_failed_state(exporter_on: li
     m = scrape(e)
     assert one(m, "kvmon_up", status="bad_response", backend="ollama") == 0
     assert one(m, "kvmon_exporter_poll_errors_total") >= 2
-    assert e.latest is not None and "analysis bug" in (e.latest.connection.reason or "")
+    assert e.state.snapshot is not None and "analysis bug" in (e.state.snapshot.connection.reason or "")
 
 
 # --------------------------------------------------------------------------- run() and the command line

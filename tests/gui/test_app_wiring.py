@@ -17,8 +17,8 @@ from PySide6 import QtGui
 from repo_paths import ROOT
 from synthetic import SyntheticMonitor
 
-from kvmon.app.choose import choose_session
 from kvmon.app.demo import NO_SERVER_BANNER
+from kvmon.app.servers import choose_servers
 from kvmon.app.session import Session
 from kvmon.gui.app import build_window
 from kvmon.gui.controller import HIDDEN_INTERVAL_S
@@ -36,13 +36,13 @@ def _free_port() -> int:
 
 def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("kvmon.sim.server")
-    import kvmon.app.choose
+    import kvmon.app.servers
 
-    real = kvmon.app.choose.open_monitor
+    real = kvmon.app.servers.find_servers
     nobody = tuple(f"http://127.0.0.1:{_free_port()}" for _ in range(2))
-    monkeypatch.setattr(kvmon.app.choose, "open_monitor", lambda url, **kw: real(url, candidates=nobody, **kw))
+    monkeypatch.setattr(kvmon.app.servers, "find_servers", lambda **kw: real(candidates=nobody, **kw))
     args = argparse.Namespace(url=None, demo=None, timeout=1.0, log=None, record=None)
-    session = choose_session(args, None)
+    session = choose_servers(args, None).first.session
     try:
         assert session.banner == NO_SERVER_BANNER and session.sim is not None
         assert ("Demo: no llama-server, router, llama-swap, Ollama, vLLM or LM Studio found on this machine"
@@ -54,7 +54,7 @@ def test_no_server_found_starts_the_demo_and_says_so(monkeypatch: pytest.MonkeyP
 
 def test_explicit_url_is_used_without_probing() -> None:
     args = argparse.Namespace(url="http://127.0.0.1:9", demo=None, timeout=1.0, log=None, record=None)
-    session = choose_session(args, "k")
+    session = choose_servers(args, "k").first.session
     assert session.url == "http://127.0.0.1:9" and session.sim is None and session.banner is None
 
 

@@ -170,7 +170,7 @@ def test_a_hanging_server_costs_each_poll_at_most_its_timeout_and_the_window_sta
     from hostile_matrix import HostileServer, llama_routes
     from PySide6 import QtCore
 
-    from kvmon.app.choose import server_session
+    from kvmon.app.servers import server_session
     from kvmon.gui.app import build_window
     from kvmon.gui.settings import Settings
 

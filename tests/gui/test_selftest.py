@@ -109,11 +109,11 @@ def _closed_port() -> int:
 def test_unreachable_server_fails_with_the_reason(qapp: object, monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
     """A session whose server refuses connections: the verdict names the status, after the timeout."""
-    import kvmon.app.choose as choose_mod
     import kvmon.app.demo as demo_mod
+    import kvmon.app.servers as servers_mod
 
     url = f"http://127.0.0.1:{_closed_port()}"
-    monkeypatch.setattr(demo_mod, "demo_session", lambda *a, **k: choose_mod.server_session(
+    monkeypatch.setattr(demo_mod, "demo_session", lambda *a, **k: servers_mod.server_session(
         url, api_key=None, timeout_s=0.5, log_path=None))
     # On a very busy machine the first poll may not be back yet; when it is, the reason is the refusal.
     with pytest.raises(selftest.SelfTestError,

@@ -129,6 +129,13 @@ def test_listening_on_loopback_it_answers_only_a_loopback_host(proxy: ProxyServe
         assert got == status, body[:200]
 
 
+def test_a_refused_host_gets_a_403_forbidden_status_line(proxy: ProxyServer) -> None:
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n"), head[:80]
+
+
 def test_listening_wider_it_answers_any_host() -> None:
     with HostileServer(llama_routes()) as llama:
         p = ProxyServer(llama.url, host="0.0.0.0", port=0, probe_version=False)
