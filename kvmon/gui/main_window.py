@@ -292,12 +292,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         QtCore.QTimer.singleShot(0, self._build_plots)
         QtCore.QTimer.singleShot(0, self.first_painted.emit)
 
-    def apply_scheme(self, dark: bool) -> None:
-        """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
-        app = QtWidgets.QApplication.instance()
-        if app is None or dark == theme.is_dark():
-            return
-        theme.apply(app, dark)  # type: ignore[arg-type]
+    def rebuild_panels(self) -> None:
+        """The panels made again (another scheme or server) and showing the last snapshot, or that none came yet."""
         old = self.centralWidget()
         self._build_panels()
         if old is not None:
@@ -306,6 +302,14 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
             self.render_panels()
         else:
             self._show_connecting()
+
+    def apply_scheme(self, dark: bool) -> None:
+        """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
+        app = QtWidgets.QApplication.instance()
+        if app is None or dark == theme.is_dark():
+            return
+        theme.apply(app, dark)  # type: ignore[arg-type]
+        self.rebuild_panels()
         if self.compact is not None:  # its colours too: made again in the new scheme, where it was
             was_shown = self.compact_shown()
             self.compact.remember_place()
