@@ -54,14 +54,13 @@ def icon_pixmap(text: str, level: str | None = None, size: int = 32) -> QtGui.QP
 
 
 class Tray(QtCore.QObject):
-    """Owns the QSystemTrayIcon when the desktop has a tray; otherwise keeps state only (and says why)."""
+    """Owns the QSystemTrayIcon when the desktop has a tray; otherwise keeps state only."""
 
     activated = QtCore.Signal()
 
     def __init__(self, parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self.available = QtWidgets.QSystemTrayIcon.isSystemTrayAvailable()
-        self.unavailable_reason = None if self.available else "the desktop has no system tray"
         self._text: str | None = None
         self._level: str | None = None
         self._tip: str | None = None
@@ -79,11 +78,6 @@ class Tray(QtCore.QObject):
         self.menu = menu
         if self.icon is not None:
             self.icon.setContextMenu(menu)
-
-    def update_snapshot(self, s: Snapshot) -> None:
-        """One server: its rising alerts notified, its speed on the icon."""
-        self.notify("main", s)
-        self.show_snapshot(s)
 
     def show_snapshot(self, s: Snapshot, label: str | None = None) -> None:
         """Draw this server's decode speed (and worst alert colour) on the icon; ``label`` names it."""

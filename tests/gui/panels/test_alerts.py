@@ -65,7 +65,7 @@ def test_lines_are_plain_text_as_written(panel: AlertsPanel) -> None:
     labels = panel.findChildren(QtWidgets.QLabel)
     assert labels and all(w.textFormat() == QtCore.Qt.TextFormat.PlainText for w in labels)
     tray = Tray()
-    tray.update_snapshot(s)
+    tray.notify("main", s)
     assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <b>now</b>"]
     panel.update_snapshot(dataclasses.replace(s, alerts=()))
     assert panel.text() == "No alerts."
