@@ -84,7 +84,7 @@ class WindowActions(_Window):
 
         def write(p: str) -> None:
             snaps = self._session_snapshots()
-            reportcard.save_summary(summarize(snaps) if snaps is not None else self.tally.summary(), p)
+            reportcard.save(summarize(snaps) if snaps is not None else self.tally.summary(), p)
 
         return self._save_file("Save report card", caption.default_filename(self.last, "png", what="report"),
                                "PNG (*.png)", path, write, lambda exc: f"Report card failed: {exc}")
