@@ -106,7 +106,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self._show_connecting()
         self.tray = Tray(self) if tray else None
         if self.tray is not None:
-            self.tray.activated.connect(self._raise)
+            self.tray.activated.connect(self.raise_window)
         self._make_menus()
         self.set_window_range(settings.window_range)
         self.setMinimumSize(theme.fit_screen(self, theme.WINDOW_MINIMUM))
@@ -364,8 +364,6 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self.showNormal()
         self.raise_()
         self.activateWindow()
-
-    _raise = raise_window
 
     def show_starting(self) -> None:
         """Before the servers are known (the window is shown first at start-up): say that they are being opened
