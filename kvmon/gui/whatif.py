@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
@@ -28,7 +27,7 @@ from kvmon.core.whatif import (
 from kvmon.gui import fmt, theme
 from kvmon.gui.plot_labels import style_axes
 from kvmon.gui.text import set_text, text_label
-from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
+from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling, set_xy
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.shape import ModelShape
 
@@ -196,10 +195,7 @@ class WhatIfPanel(QtWidgets.QWidget):
                    f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
                    f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits")
         set_text(self.verdict, verdict, self._fit_tip(gpu))
+        set_xy(self.curve, r.curve)
         if r.curve:
-            arr = np.asarray(r.curve, dtype=float)
-            self.curve.setData(arr[:, 0], arr[:, 1])
-            self.plot.getPlotItem().setYRange(0, nice_ceiling(float(arr[:, 1].max()) * 1.05), padding=0)
-            self.plot.getPlotItem().setXRange(0, float(arr[-1, 0]), padding=0.02)
-        else:
-            self.curve.setData([], [])
+            self.plot.getPlotItem().setYRange(0, nice_ceiling(max(y for _x, y in r.curve) * 1.05), padding=0)
+            self.plot.getPlotItem().setXRange(0, float(r.curve[-1][0]), padding=0.02)
