@@ -15,7 +15,7 @@ from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.flow import FlowBox
+from kvmon.gui.flow import FlowBox, column
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.text import text_label
 
@@ -221,16 +221,12 @@ class MemoryPanel(QtWidgets.QGroupBox):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Memory", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
-        lay.setSpacing(theme.UNIT)
         self.bars = BarsWidget()
-        lay.addWidget(self.bars)
         self.legend = Legend()
         self.legend.setToolTip("What the colours of the bars are; what no part covers is free. The mark at a bar's "
                                "end is where the next allocation spills: the end of VRAM (to host RAM), of RAM (to "
                                "swap), or a Mac's GPU limit.")
-        lay.addWidget(self.legend)
+        column(self, self.bars, self.legend, sides=theme.GAP, ends=theme.UNIT)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the devices' memory of one snapshot (a bar is painted again only when what it shows changed)."""
