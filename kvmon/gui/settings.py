@@ -43,6 +43,28 @@ def _bytes(v: object) -> QtCore.QByteArray | None:
     return v if isinstance(v, QtCore.QByteArray) else None
 
 
+def _seconds(v: object) -> float:
+    """The poll interval: at least 0.1 s; 1 s when unset or unreadable."""
+    try:
+        return max(0.1, float(1.0 if v is None else v))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _specs(v: object) -> list[str]:
+    """The bandwidths as ``DEVICE=GB/s``; unreadable ones are dropped."""
+    from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth, split_specs
+
+    out = []
+    for spec in split_specs(_text(v)):
+        try:
+            parse_bandwidth(spec)
+        except BandwidthSpecError:
+            continue
+        out.append(spec)
+    return out
+
+
 class _Setting(Generic[T]):
     """One remembered value under ``key``: ``read`` makes what QSettings holds (None when nothing) a ``T``, ``write``
     what is stored."""
@@ -168,48 +190,17 @@ class Settings:
             self.notices.append(f"the settings file {self.qs.fileName()} holds an API key and was readable by "
                                 f"others (mode {mode:04o}): it is now readable by you alone (0600)")
 
-    @property
-    def interval_s(self) -> float:
-        try:
-            return max(0.1, float(self._get("poll/interval_s", 1.0)))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return 1.0
-
-    @interval_s.setter
-    def interval_s(self, v: float) -> None:
-        self.qs.setValue("poll/interval_s", float(v))
-
-    @property
-    def bandwidth_specs(self) -> list[str]:
-        """The bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936); unreadable ones are dropped."""
-        from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth, split_specs
-
-        out = []
-        for spec in split_specs(str(self._get("bandwidth/specs", ""))):
-            try:
-                parse_bandwidth(spec)
-            except BandwidthSpecError:
-                continue
-            out.append(spec)
-        return out
-
-    @bandwidth_specs.setter
-    def bandwidth_specs(self, specs: list[str]) -> None:
-        self.qs.setValue("bandwidth/specs", ", ".join(specs))
+    interval_s = _Setting("poll/interval_s", _seconds, float)
+    # the bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936)
+    bandwidth_specs = _Setting("bandwidth/specs", _specs, ", ".join)
 
     window_range = _Setting("view/window_range", _choice(WINDOW_RANGES, "5 min"))
     # View ▸ Theme: "system" (follow the desktop), "light" or "dark"
     scheme = _Setting("view/scheme", _choice(SCHEMES, "system"), lambda v: v if v in SCHEMES else "system")
 
-    @property
-    def hidden_panels(self) -> frozenset[str]:
-        """View ▸ Panels: the panels switched off (names from ``PANELS``)."""
-        v = str(self._get("view/hidden_panels", ""))
-        return frozenset(p for p in v.split(",") if p in PANELS)
-
-    @hidden_panels.setter
-    def hidden_panels(self, v: frozenset[str] | set[str]) -> None:
-        self.qs.setValue("view/hidden_panels", ",".join(sorted(p for p in v if p in PANELS)))
+    # View ▸ Panels: the panels switched off (names from ``PANELS``)
+    hidden_panels = _Setting("view/hidden_panels", lambda v: frozenset(p for p in _text(v).split(",") if p in PANELS),
+                             lambda v: ",".join(sorted(p for p in v if p in PANELS)))
 
     geometry = _Setting("view/geometry", _bytes)
     compact_geometry = _Setting("compact/geometry", _bytes)  # where the compact view was and how big

@@ -130,9 +130,7 @@ class WindowActions(_Window):
 
     def toggle_panel(self, name: str) -> None:
         """View ▸ Panels: show or hide one panel (or the toolbar); remembered."""
-        hidden = set(self.settings.hidden_panels)
-        hidden.symmetric_difference_update({name})
-        self.settings.hidden_panels = hidden
+        self.settings.hidden_panels = self.settings.hidden_panels ^ {name}
         self._apply_panels()
 
     def _apply_panels(self) -> None:
