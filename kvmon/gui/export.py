@@ -228,14 +228,11 @@ def _svg_qt(widget: QtWidgets.QWidget) -> str:
     gen.setSize(widget.size())
     gen.setViewBox(QtCore.QRect(QtCore.QPoint(0, 0), widget.size()))
     gen.setTitle("kvmon")
-    p = QtGui.QPainter(gen)
-    try:
+    with QtGui.QPainter(gen) as p:  # ended whatever happens: the SVG is complete only then
         if isinstance(widget, QtWidgets.QGraphicsView):
             widget.render(p)  # the view's scene, scaled to the page
         else:
             widget.render(p, QtCore.QPoint())  # a widget and its children as laid out
-    finally:
-        p.end()
     return bytes(buf.data().data()).decode("utf-8")
 
 

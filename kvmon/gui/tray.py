@@ -39,17 +39,16 @@ def icon_pixmap(text: str, level: str | None = None, size: int = 32) -> QtGui.QP
     """A square icon with the tok/s number on the decode colour (alert colour when an alert is up)."""
     pm = QtGui.QPixmap(size, size)
     pm.fill(QtCore.Qt.GlobalColor.transparent)
-    p = QtGui.QPainter(pm)
-    p.setBrush(theme.brush(level or "decode"))
-    p.setPen(QtCore.Qt.PenStyle.NoPen)
-    p.drawRoundedRect(0, 0, size, size, 6, 6)
-    f = p.font()
-    f.setBold(True)
-    f.setPixelSize(int(size * (0.55 if len(text) <= 2 else 0.42)))
-    p.setFont(f)
-    p.setPen(QtGui.QColor("#000000"))
-    p.drawText(pm.rect(), QtCore.Qt.AlignmentFlag.AlignCenter, text)
-    p.end()
+    with QtGui.QPainter(pm) as p:
+        p.setBrush(theme.brush(level or "decode"))
+        p.setPen(QtCore.Qt.PenStyle.NoPen)
+        p.drawRoundedRect(0, 0, size, size, 6, 6)
+        f = p.font()
+        f.setBold(True)
+        f.setPixelSize(int(size * (0.55 if len(text) <= 2 else 0.42)))
+        p.setFont(f)
+        p.setPen(QtGui.QColor("#000000"))
+        p.drawText(pm.rect(), QtCore.Qt.AlignmentFlag.AlignCenter, text)
     return pm
 
 
