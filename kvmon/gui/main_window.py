@@ -445,10 +445,9 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
             from kvmon.gui.whatif import WhatIfPanel
 
             self.whatif = WhatIfPanel()
-            self.tabs.blockSignals(True)
-            self.tabs.removeTab(1)
-            self.tabs.insertTab(1, self.whatif, "What if…")
-            self.tabs.blockSignals(False)
+            with QtCore.QSignalBlocker(self.tabs):
+                self.tabs.removeTab(1)
+                self.tabs.insertTab(1, self.whatif, "What if…")
         self.tabs.setCurrentWidget(self.whatif)
         if self.last is not None:
             self.whatif.set_live(self.last)

@@ -211,9 +211,8 @@ class ReplayBar(QtWidgets.QWidget):
         self.play_btn.setIcon(self._icons[1 if on else 0])
 
     def _moved(self, i: int) -> None:
-        self.slider.blockSignals(True)
-        self.slider.setValue(i)
-        self.slider.blockSignals(False)
+        with QtCore.QSignalBlocker(self.slider):
+            self.slider.setValue(i)
         t_wall = self.ctl.times[i]
         elapsed = t_wall - self.ctl.times[0]
         stamp = time.strftime("%H:%M:%S", time.localtime(t_wall))

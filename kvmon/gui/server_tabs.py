@@ -110,9 +110,8 @@ class ServerTabs(QtWidgets.QTabBar):
         self._painted.pop(key, None)
         i = self._index(key)
         if i >= 0:
-            self.blockSignals(True)
-            self.removeTab(i)
-            self.blockSignals(False)
+            with QtCore.QSignalBlocker(self):
+                self.removeTab(i)
         self._fit()
 
     def paint(self, v: ServerView) -> None:

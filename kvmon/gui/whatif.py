@@ -141,15 +141,13 @@ class WhatIfPanel(QtWidgets.QWidget):
             first = self._live_model is None
             self._live_model = lm
             if first:
-                self.model.blockSignals(True)
-                self.model.insertItem(0, lm.label, LIVE)
-                self.model.setCurrentIndex(0)
-                self.model.blockSignals(False)
+                with QtCore.QSignalBlocker(self.model):
+                    self.model.insertItem(0, lm.label, LIVE)
+                    self.model.setCurrentIndex(0)
                 self.model.setToolTip(lm.label)
                 if lm.kv_type is not None and self.cache.findData(lm.kv_type) >= 0:
-                    self.cache.blockSignals(True)
-                    self.cache.setCurrentIndex(self.cache.findData(lm.kv_type))
-                    self.cache.blockSignals(False)
+                    with QtCore.QSignalBlocker(self.cache):
+                        self.cache.setCurrentIndex(self.cache.findData(lm.kv_type))
                 changed = True
             else:
                 self.model.setItemText(0, lm.label)
