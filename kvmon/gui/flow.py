@@ -13,11 +13,11 @@ from kvmon.gui import theme
 W = TypeVar("W", bound=QtWidgets.QWidget)
 
 
-def column(box: W, *widgets: QtWidgets.QWidget, grow: QtWidgets.QWidget | None = None, sides: int = 0,
-           ends: int = 0) -> W:
-    """Lay ``widgets`` out in ``box`` one above the other, a unit apart (``grow`` takes the height left), ``sides``
-    and ``ends`` pixels from its edges; returns ``box``."""
-    lay = QtWidgets.QVBoxLayout(box)
+def stack(box: W, *widgets: QtWidgets.QWidget, grow: QtWidgets.QWidget | None = None, sides: int = 0,
+          ends: int = 0, across: bool = False) -> W:
+    """Lay ``widgets`` out in ``box`` one above the other (``across``: side by side), a unit apart (``grow`` takes
+    the room left), ``sides`` and ``ends`` pixels from its edges; returns ``box``."""
+    lay = QtWidgets.QHBoxLayout(box) if across else QtWidgets.QVBoxLayout(box)
     lay.setContentsMargins(sides, ends, sides, ends)
     lay.setSpacing(theme.UNIT)
     for w in widgets:

@@ -21,7 +21,7 @@ from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.compact import CompactSwitch, CompactView
 from kvmon.gui.curve_actions import CurveActions
-from kvmon.gui.flow import column
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.energy import EnergyPanel
@@ -199,15 +199,15 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         # the grid: on the left, the hero with the replies' line under it (the what-if calculator on a second tab
         # has the column to itself); on the right, speed over time, memory and bandwidth. Each panel's height comes
         # from the window's size and the panels' fixed parts, never a poll's text.
-        self._replies_box = column(QtWidgets.QGroupBox("Replies and energy"), self.latency, self.energy,
-                                   sides=theme.GAP, ends=theme.UNIT)
-        hero_page = column(QtWidgets.QWidget(), self._hero_slot, self._replies_box, grow=self._hero_slot)
+        self._replies_box = stack(QtWidgets.QGroupBox("Replies and energy"), self.latency, self.energy,
+                                  sides=theme.GAP, ends=theme.UNIT)
+        hero_page = stack(QtWidgets.QWidget(), self._hero_slot, self._replies_box, grow=self._hero_slot)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(hero_page, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
-        self._right = column(QtWidgets.QWidget(), self._time_slot, self.memory, self.bandwidth, grow=self._time_slot)
+        self._right = stack(QtWidgets.QWidget(), self._time_slot, self.memory, self.bandwidth, grow=self._time_slot)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
         split.setHandleWidth(theme.GAP)
@@ -216,8 +216,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
         split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
-        self.setCentralWidget(column(QtWidgets.QWidget(), self.server_tabs, self.header, self.models, split,
-                                     self.alerts, grow=split, sides=theme.GAP, ends=theme.UNIT))
+        self.setCentralWidget(stack(QtWidgets.QWidget(), self.server_tabs, self.header, self.models, split,
+                                    self.alerts, grow=split, sides=theme.GAP, ends=theme.UNIT))
         if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off, the plots are made now
             self._apply_panels()
             self._build_plots()

@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot, VerdictLevel
 from kvmon.gui import fmt, theme
-from kvmon.gui.flow import FlowBox
+from kvmon.gui.flow import FlowBox, stack
 from kvmon.gui.panels.memory import bandwidth_text
 from kvmon.gui.text import FitLabel
 
@@ -43,13 +43,8 @@ def _put(w: QtWidgets.QWidget, x: int, y: int, width: int) -> None:
 
 def _group(*labels: QtWidgets.QWidget) -> QtWidgets.QWidget:
     """Names read together ("llama-server b11549"): one item of the flowing row."""
-    box = QtWidgets.QWidget()
+    box = stack(QtWidgets.QWidget(), *labels, across=True)
     box.setAutoFillBackground(True)
-    row = QtWidgets.QHBoxLayout(box)
-    row.setContentsMargins(0, 0, 0, 0)
-    row.setSpacing(theme.UNIT)
-    for w in labels:
-        row.addWidget(w)
     return box
 
 
