@@ -8,6 +8,7 @@ from PySide6 import QtWidgets
 from kvmon.core.snapshot import GpuView, Snapshot
 from kvmon.core.words import bandwidth_source_words
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.panels.memory import bandwidth_text, device_label
 
@@ -91,10 +92,8 @@ class BandwidthPanel(QtWidgets.QGroupBox):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Bandwidth", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         self.bars = BarsWidget()
-        lay.addWidget(self.bars)
+        stack(self, self.bars, sides=theme.GAP, ends=theme.UNIT)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render bandwidth figures of one snapshot (a bar is painted again only when what it shows changed)."""

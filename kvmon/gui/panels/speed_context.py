@@ -24,6 +24,7 @@ from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.core.units import fmt_tok_s_approx
 from kvmon.core.words import regime_mark
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.atlas_dots import AtlasDots
 from kvmon.gui.panels.here_marker import DOT_PX, HereMarker
 from kvmon.gui.plot_labels import (
@@ -117,8 +118,6 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._keys: dict[str, object] = {}
         self._data_version = 0  # moves whenever a curve or the dots change (what the labels keep clear of)
         self._legend_items: list[object] = []  # the items shown only while they draw something, in the legend now
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         style_axes(self.plot)
@@ -176,7 +175,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         # which their pixmaps then fill (a thousand dots are not drawn again for it)
         for item in (self.measured, self.earlier, self.ceiling.curve, self.forecast.curve, self.band):
             cache_static(item)
-        lay.addWidget(self.plot)
+        stack(self, self.plot)
         # the texts on the data, in the view box's pixels, placed together (``_place_labels``)
         self.labels = DataLabels(vb, QtGui.QColor(theme.foreground()), QtGui.QColor(theme.background()))
         self._show_empty(WAITING_TEXT)
