@@ -133,10 +133,6 @@ class AlertsPanel(QtWidgets.QGroupBox):
         """The lines as they read, one per line."""
         return "\n".join(w.text.text() for w in self._rows if not w.isHidden())
 
-    def tips(self) -> str:
-        """Each line with its tooltip (what it is about, its level)."""
-        return "\n".join(f"{w.text.text()}: {w.toolTip()}" for w in self._rows if not w.isHidden())
-
     def show_text(self, text: str, tooltip: str) -> None:
         """A plain message in place of the alert lines (e.g. before the first poll)."""
         self._lines = None
