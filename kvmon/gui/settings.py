@@ -82,6 +82,24 @@ class _Setting(Generic[T]):
 class Settings:
     """Typed access to QSettings; pass ``path`` (an .ini file) to keep tests away from the user's settings."""
 
+    url = _Setting("connection/url", _text)
+    # a ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on another machine)
+    devices_url = _Setting("connection/devices_url", _text)
+    remember_key = _Setting("connection/remember_key", _flag)  # written by set_api_key alone
+    interval_s = _Setting("poll/interval_s", _seconds, float)
+    # the bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936)
+    bandwidth_specs = _Setting("bandwidth/specs", _specs, ", ".join)
+    window_range = _Setting("view/window_range", _choice(WINDOW_RANGES, "5 min"))
+    # View ▸ Theme: "system" (follow the desktop), "light" or "dark"
+    scheme = _Setting("view/scheme", _choice(SCHEMES, "system"), lambda v: v if v in SCHEMES else "system")
+    # View ▸ Panels: the panels switched off (names from ``PANELS``)
+    hidden_panels = _Setting("view/hidden_panels", lambda v: frozenset(p for p in _text(v).split(",") if p in PANELS),
+                             lambda v: ",".join(sorted(p for p in v if p in PANELS)))
+    geometry = _Setting("view/geometry", _bytes)
+    compact_geometry = _Setting("compact/geometry", _bytes)  # where the compact view was and how big
+    # the compact view stays above other windows (beside a chat that would cover it)
+    compact_on_top = _Setting("compact/on_top", _flag, lambda v: "true" if v else "false")
+
     def __init__(self, path: str | None = None) -> None:
         if path is None:
             self.qs = QtCore.QSettings("kvmon", "kvmon")
@@ -94,11 +112,6 @@ class Settings:
     def _get(self, key: str, default: object) -> object:
         v = self.qs.value(key, default)
         return default if v is None else v
-
-    url = _Setting("connection/url", _text)
-    # a ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on another machine)
-    devices_url = _Setting("connection/devices_url", _text)
-    remember_key = _Setting("connection/remember_key", _flag)  # written by set_api_key alone
 
     @property
     def api_key(self) -> str | None:
@@ -189,23 +202,6 @@ class Settings:
         if mode is not None and mode & 0o077:
             self.notices.append(f"the settings file {self.qs.fileName()} holds an API key and was readable by "
                                 f"others (mode {mode:04o}): it is now readable by you alone (0600)")
-
-    interval_s = _Setting("poll/interval_s", _seconds, float)
-    # the bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936)
-    bandwidth_specs = _Setting("bandwidth/specs", _specs, ", ".join)
-
-    window_range = _Setting("view/window_range", _choice(WINDOW_RANGES, "5 min"))
-    # View ▸ Theme: "system" (follow the desktop), "light" or "dark"
-    scheme = _Setting("view/scheme", _choice(SCHEMES, "system"), lambda v: v if v in SCHEMES else "system")
-
-    # View ▸ Panels: the panels switched off (names from ``PANELS``)
-    hidden_panels = _Setting("view/hidden_panels", lambda v: frozenset(p for p in _text(v).split(",") if p in PANELS),
-                             lambda v: ",".join(sorted(p for p in v if p in PANELS)))
-
-    geometry = _Setting("view/geometry", _bytes)
-    compact_geometry = _Setting("compact/geometry", _bytes)  # where the compact view was and how big
-    # the compact view stays above other windows (beside a chat that would cover it)
-    compact_on_top = _Setting("compact/on_top", _flag, lambda v: "true" if v else "false")
 
     def sync(self) -> None:
         """Write to disk now (a file holding a key stays readable by its owner only)."""
