@@ -94,8 +94,7 @@ def with_caption(image: QtGui.QImage, text: str, *, dark: bool = True) -> QtGui.
     bg, fg = (QtGui.QColor("#1e1e1e"), QtGui.QColor("#e0e0e0")) if dark else (QtGui.QColor("#f4f4f4"),
                                                                                  QtGui.QColor("#202020"))
     out.fill(bg)
-    p = QtGui.QPainter(out)
-    try:
+    with QtGui.QPainter(out) as p:  # ended whatever happens
         p.drawImage(QtCore.QPointF(0, 0), image)
         p.setFont(font)
         p.setPen(fg)
@@ -103,8 +102,6 @@ def with_caption(image: QtGui.QImage, text: str, *, dark: bool = True) -> QtGui.
         for line in doc_lines:
             p.drawText(QtCore.QPointF(STRIP_PAD_PX, y), line)
             y += metrics.height()
-    finally:
-        p.end()
     return out
 
 

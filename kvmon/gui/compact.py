@@ -213,17 +213,12 @@ class CompactView(QtWidgets.QWidget):
         """Its menu (right-click) and shortcuts: back to the full window, on top, which server, Save as PNG."""
         self.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.CustomContextMenu)
         self.customContextMenuRequested.connect(lambda pos: self.menu().popup(self.mapToGlobal(pos)))
-        self.full_action = QtGui.QAction("Full window", self)
-        self.full_action.setShortcut(QtGui.QKeySequence("Ctrl+M"))
-        self.full_action.triggered.connect(lambda _c=False: self.full_requested.emit())
-        self.on_top_action = QtGui.QAction("Always on top", self)
+        self.full_action = self.addAction("Full window", QtGui.QKeySequence("Ctrl+M"), self.full_requested.emit)
+        self.on_top_action = self.addAction("Always on top")
         self.on_top_action.setCheckable(True)
         self.on_top_action.triggered.connect(lambda on: self.set_on_top(on))
-        self.save_action = QtGui.QAction("Save as PNG…", self)
-        self.save_action.setShortcut(QtGui.QKeySequence.StandardKey.Save)
-        self.save_action.triggered.connect(lambda _c=False: self.save_requested.emit())
-        for act in (self.full_action, self.on_top_action, self.save_action):
-            self.addAction(act)
+        self.save_action = self.addAction("Save as PNG…", QtGui.QKeySequence(QtGui.QKeySequence.StandardKey.Save),
+                                          self.save_requested.emit)
 
     def menu(self) -> QtWidgets.QMenu:
         """The right-click menu (made when asked: the servers may have changed)."""

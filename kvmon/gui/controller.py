@@ -52,11 +52,11 @@ class Controller(QtCore.QObject):
                 pl.set_paused(paused)
 
         win.pause_toggled.connect(set_paused)
-        win.reconnect_requested.connect(lambda: self._current().reconnect())
+        win.reconnect_requested.connect(lambda: self._current().reconnect.emit())
         win.settings_changed.connect(self._on_settings)
         win.shown_changed.connect(self._on_shown)
         win.record_requested.connect(self._on_record)
-        win.follow_requested.connect(lambda key, name: self.pollers[key].set_follow(name)
+        win.follow_requested.connect(lambda key, name: self.pollers[key].follow.emit(name)
                                      if key in self.pollers else None)
         win.add_server_requested.connect(self.add_url)
         win.remove_server_requested.connect(self.remove)
@@ -115,7 +115,7 @@ class Controller(QtCore.QObject):
     def _on_settings(self) -> None:
         self.interval_s = self.settings.interval_s
         for p in self.pollers.values():
-            p.set_interval(self._interval())
+            p.interval.emit(self._interval())
         for session in [*(w.session for w in self.servers), *self._replaced]:
             if session.sim is None:
                 session.settings = self._analysis_settings()  # read by the next poll
@@ -131,12 +131,12 @@ class Controller(QtCore.QObject):
             self._replaced.append(fresh)
             self.win.reset()
             self.win.set_banner(None)
-            self._current().set_factory(fresh.factory)
+            self._current().factory.emit(fresh.factory)
 
     def _on_shown(self, shown: bool) -> None:
         self.shown = shown
         for p in self.pollers.values():
-            p.set_interval(self._interval())
+            p.interval.emit(self._interval())
 
     def _on_record(self, path: str | None) -> None:
         w = self.servers[self.win.current] if self.win.current in self.servers else None

@@ -113,11 +113,6 @@ def save_png(widget: QtWidgets.QWidget, path: str | Path, snap: SnapshotArg, *,
     return img
 
 
-def copy_image(image: QtGui.QImage) -> None:
-    """Put an image on the clipboard."""
-    QtGui.QGuiApplication.clipboard().setImage(image)
-
-
 # --- plots: data and SVG ------------------------------------------------------------------------------------
 def plot_of(panel: Any) -> pg.PlotWidget:
     """The PlotWidget of a plot panel (``panel.plot``)."""
@@ -186,29 +181,18 @@ def plot_csv_text(panel: Any) -> str:
     return buf.getvalue()
 
 
-def read_plot_csv(path: str | Path) -> dict[str, tuple[list[float], list[float]]]:
-    """Read back ``plot_csv_text`` output: series → (x, y) with NaN for empty cells."""
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = csv.reader(fh)
-        next(rows, None)
-        for row in rows:
-            if len(row) != 3:
-                continue
-            xs, ys = out.setdefault(row[0], ([], []))
-            xs.append(float(row[1]) if row[1] else math.nan)
-            ys.append(float(row[2]) if row[2] else math.nan)
-    return out
-
-
-def save_plot_csv(panel: Any, path: str | Path) -> int:
-    """Write the panel's plotted data as CSV; returns the number of data rows."""
-    text = plot_csv_text(panel)
+def _write_text(path: str | Path, text: str) -> str:
+    """Write ``text`` to ``path``; raises ExportError saying which file and why when it cannot."""
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ExportError(f"could not write {path}: {exc.strerror or exc}") from None
-    return text.count("\n") - 1
+    return text
+
+
+def save_plot_csv(panel: Any, path: str | Path) -> int:
+    """Write the panel's plotted data as CSV; returns the number of data rows."""
+    return _write_text(path, plot_csv_text(panel)).count("\n") - 1
 
 
 def _svg_pyqtgraph(plot: pg.PlotWidget) -> str:
@@ -244,14 +228,11 @@ def _svg_qt(widget: QtWidgets.QWidget) -> str:
     gen.setSize(widget.size())
     gen.setViewBox(QtCore.QRect(QtCore.QPoint(0, 0), widget.size()))
     gen.setTitle("kvmon")
-    p = QtGui.QPainter(gen)
-    try:
+    with QtGui.QPainter(gen) as p:  # ended whatever happens: the SVG is complete only then
         if isinstance(widget, QtWidgets.QGraphicsView):
             widget.render(p)  # the view's scene, scaled to the page
         else:
             widget.render(p, QtCore.QPoint())  # a widget and its children as laid out
-    finally:
-        p.end()
     return bytes(buf.data().data()).decode("utf-8")
 
 
@@ -306,12 +287,7 @@ def _add_svg_caption(svg: str, line: str) -> str:
 
 def save_plot_svg(panel: Any, path: str | Path, snap: SnapshotArg, *, engine: str = "auto") -> str:
     """Write the panel's plot as SVG; returns the text."""
-    text = plot_svg_text(panel, snap, engine=engine)
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ExportError(f"could not write {path}: {exc.strerror or exc}") from None
-    return text
+    return _write_text(path, plot_svg_text(panel, snap, engine=engine))
 
 
 # --- menu, toolbar, shortcuts ------------------------------------------------------------------------------------
@@ -330,10 +306,7 @@ class ExportActions(QtCore.QObject):
         self.ask = ask
         self.actions: dict[str, QtGui.QAction] = {}
 
-    def _snap(self) -> Snapshot | None:
-        return shown_snapshot(self.win)
-
-    def _shown(self) -> Snapshot | None:  # asked after a grab: the numbers the picture shows
+    def _shown(self) -> Snapshot | None:  # asked after a grab too: the numbers the picture shows
         return shown_snapshot(self.win)
 
     def _say(self, text: str) -> None:
@@ -341,39 +314,34 @@ class ExportActions(QtCore.QObject):
 
     def save_png(self, panel: str | None = None, path: str | None = None) -> str | None:
         """Window or panel → PNG with caption; asks for a file name when ``path`` is None."""
-        what = panel or "window"
-        path = path or self.ask(self.win, "Save image", caption.default_filename(self._snap(), "png", what=what),
-                                "PNG image (*.png)")
-        if not path:
-            return None
-        return self._run(lambda: save_png(panel_widget(self.win, panel), path, self._shown), path)
+        return self._save("Save image", panel or "window", "png", "PNG image (*.png)", path,
+                          lambda p: save_png(panel_widget(self.win, panel), p, self._shown))
 
     def save_svg(self, panel: str, path: str | None = None) -> str | None:
         """A plot panel → SVG."""
-        path = path or self.ask(self.win, "Save plot as SVG", caption.default_filename(self._snap(), "svg", what=panel),
-                                "SVG image (*.svg)")
-        if not path:
-            return None
-        return self._run(lambda: save_plot_svg(panel_widget(self.win, panel), path, self._shown), path)
+        return self._save("Save plot as SVG", panel, "svg", "SVG image (*.svg)", path,
+                          lambda p: save_plot_svg(panel_widget(self.win, panel), p, self._shown))
 
     def save_csv(self, panel: str, path: str | None = None) -> str | None:
         """A plot panel's plotted data → CSV."""
-        path = path or self.ask(self.win, "Save plot data as CSV",
-                                caption.default_filename(self._snap(), "csv", what=panel), "CSV (*.csv)")
-        if not path:
-            return None
-        return self._run(lambda: save_plot_csv(panel_widget(self.win, panel), path), path)
+        return self._save("Save plot data as CSV", panel, "csv", "CSV (*.csv)", path,
+                          lambda p: save_plot_csv(panel_widget(self.win, panel), p))
 
     def copy(self, panel: str | None = None) -> QtGui.QImage:
         """Window or panel (with caption) → clipboard."""
         img = captioned_image(panel_widget(self.win, panel), self._shown)
-        copy_image(img)
+        QtGui.QGuiApplication.clipboard().setImage(img)
         self._say("Copied the image to the clipboard")
         return img
 
-    def _run(self, fn: Callable[[], object], path: str) -> str | None:
+    def _save(self, title: str, what: str, ext: str, filt: str, path: str | None,
+              write: Callable[[str], object]) -> str | None:
+        """Write to ``path`` (asked for, under a name with the model and the time, when None) and say how it went."""
+        path = path or self.ask(self.win, title, caption.default_filename(self._shown(), ext, what=what), filt)
+        if not path:
+            return None
         try:
-            fn()
+            write(path)
         except ExportError as exc:
             self._say(f"Export failed: {exc}")
             return None

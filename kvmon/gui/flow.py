@@ -4,9 +4,25 @@ on more rows in a narrow window, rather than cut."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
+
+W = TypeVar("W", bound=QtWidgets.QWidget)
+
+
+def stack(box: W, *widgets: QtWidgets.QWidget, grow: QtWidgets.QWidget | None = None, sides: int = 0,
+          ends: int = 0, across: bool = False) -> W:
+    """Lay ``widgets`` out in ``box`` one above the other (``across``: side by side), a unit apart (``grow`` takes
+    the room left), ``sides`` and ``ends`` pixels from its edges; returns ``box``."""
+    lay = QtWidgets.QHBoxLayout(box) if across else QtWidgets.QVBoxLayout(box)
+    lay.setContentsMargins(sides, ends, sides, ends)
+    lay.setSpacing(theme.UNIT)
+    for w in widgets:
+        lay.addWidget(w, 1 if w is grow else 0)
+    return box
 
 
 class FlowLayout(QtWidgets.QLayout):

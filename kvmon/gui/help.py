@@ -69,19 +69,13 @@ def numbers_html() -> str:
 
 def shortcut_rows(actions: Iterable[QtGui.QAction], extra: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """(keys, what) for every action that has a shortcut, then ``extra``; each shortcut once."""
-    rows: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for act in actions:
-        keys = act.shortcut().toString(QtGui.QKeySequence.SequenceFormat.NativeText)
-        if not keys or keys in seen:
-            continue
-        seen.add(keys)
-        rows.append((keys, act.text().replace("&", "").rstrip("…").strip()))
-    for keys, what in extra:
-        if keys not in seen:
-            seen.add(keys)
-            rows.append((keys, what))
-    return rows
+    own = [(act.shortcut().toString(QtGui.QKeySequence.SequenceFormat.NativeText),
+            act.text().replace("&", "").rstrip("…").strip()) for act in actions]
+    rows: dict[str, str] = {}
+    for keys, what in (*own, *extra):
+        if keys:
+            rows.setdefault(keys, what)
+    return list(rows.items())
 
 
 def shortcuts_html(rows: Iterable[tuple[str, str]]) -> str:
@@ -117,19 +111,18 @@ class HelpDialog(QtWidgets.QDialog):
 
     TEXT_WIDTH = 620  # px: the widest a page's lines grow before they wrap
 
-    def __init__(self, title: str, text: str, parent: QtWidgets.QWidget | None = None,
-                 size: tuple[int, int] | None = None) -> None:
+    def __init__(self, title: str, text: str, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
-        lay = QtWidgets.QVBoxLayout(self)
+        self._lay = QtWidgets.QVBoxLayout(self)
         self.browser = QtWidgets.QTextBrowser()
         self.browser.setOpenExternalLinks(True)
         self.browser.setHtml(text)
-        lay.addWidget(self.browser)
-        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(buttons)
-        self.resize(QtCore.QSize(*size) if size is not None else self.fitting_size())
+        self._lay.addWidget(self.browser)
+        self._buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Close)
+        self._buttons.rejected.connect(self.reject)
+        self._lay.addWidget(self._buttons)
+        self.resize(self.fitting_size())
 
     def fitting_size(self) -> QtCore.QSize:
         """As wide as the page's lines read well and as tall as the page, no larger than the screen's area."""
@@ -138,10 +131,8 @@ class HelpDialog(QtWidgets.QDialog):
         doc.setTextWidth(min(self.TEXT_WIDTH, doc.idealWidth()))
         frame = 2 * self.browser.frameWidth() + 4
         scroll = self.browser.verticalScrollBar().sizeHint().width()
-        lay = self.layout()
-        m = lay.contentsMargins() if lay is not None else QtCore.QMargins()
-        item = lay.itemAt(1) if lay is not None else None
-        buttons = item.sizeHint().height() + lay.spacing() if lay is not None and item is not None else 0
+        m = self._lay.contentsMargins()
+        buttons = self._buttons.sizeHint().height() + self._lay.spacing()
         size = QtCore.QSize(round(doc.size().width()) + frame + scroll + m.left() + m.right(),
                             round(doc.size().height()) + frame + buttons + m.top() + m.bottom())
         screen = self.screen() or QtGui.QGuiApplication.primaryScreen()

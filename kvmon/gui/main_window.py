@@ -21,6 +21,7 @@ from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.compact import CompactSwitch, CompactView
 from kvmon.gui.curve_actions import CurveActions
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.alerts import AlertsPanel
 from kvmon.gui.panels.bandwidth import BandwidthPanel
 from kvmon.gui.panels.energy import EnergyPanel
@@ -106,7 +107,7 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self._show_connecting()
         self.tray = Tray(self) if tray else None
         if self.tray is not None:
-            self.tray.activated.connect(self._raise)
+            self.tray.activated.connect(self.raise_window)
         self._make_menus()
         self.set_window_range(settings.window_range)
         self.setMinimumSize(theme.fit_screen(self, theme.WINDOW_MINIMUM))
@@ -198,49 +199,25 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         # the grid: on the left, the hero with the replies' line under it (the what-if calculator on a second tab
         # has the column to itself); on the right, speed over time, memory and bandwidth. Each panel's height comes
         # from the window's size and the panels' fixed parts, never a poll's text.
-        self._replies_box = QtWidgets.QGroupBox("Replies and energy")
-        bl = QtWidgets.QVBoxLayout(self._replies_box)
-        bl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
-        bl.setSpacing(theme.UNIT)
-        bl.addWidget(self.latency)
-        bl.addWidget(self.energy)
-        hero_page = QtWidgets.QWidget()
-        hl = QtWidgets.QVBoxLayout(hero_page)
-        hl.setContentsMargins(0, 0, 0, 0)
-        hl.setSpacing(theme.UNIT)
-        hl.addWidget(self._hero_slot, 1)
-        hl.addWidget(self._replies_box, 0)
+        self._replies_box = stack(QtWidgets.QGroupBox("Replies and energy"), self.latency, self.energy,
+                                  sides=theme.GAP, ends=theme.UNIT)
+        hero_page = stack(QtWidgets.QWidget(), self._hero_slot, self._replies_box, grow=self._hero_slot)
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(hero_page, "Speed vs context")
         self.tabs.addTab(QtWidgets.QWidget(), "What if…")
         self.tabs.currentChanged.connect(self._tab_changed)
-        left = self.tabs
-        right = self._right = QtWidgets.QWidget()
-        rl = QtWidgets.QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.setSpacing(theme.UNIT)
-        rl.addWidget(self._time_slot, 1)
-        rl.addWidget(self.memory, 0)
-        rl.addWidget(self.bandwidth, 0)
+        self._right = stack(QtWidgets.QWidget(), self._time_slot, self.memory, self.bandwidth, grow=self._time_slot)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
         split.setHandleWidth(theme.GAP)
-        split.addWidget(left)
-        split.addWidget(right)
+        split.addWidget(self.tabs)
+        split.addWidget(self._right)
         split.setStretchFactor(0, 11)
         split.setStretchFactor(1, 10)
         split.setSizes([11000, 10000])  # 11:10 from the first frame: the plots arrive after it, with no say in it
-        central = QtWidgets.QWidget()
-        cl = QtWidgets.QVBoxLayout(central)
-        cl.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
-        cl.setSpacing(theme.UNIT)
-        cl.addWidget(self.server_tabs)
-        cl.addWidget(self.header)
-        cl.addWidget(self.models)
-        cl.addWidget(split, 1)
-        cl.addWidget(self.alerts)
-        self.setCentralWidget(central)
+        self.setCentralWidget(stack(QtWidgets.QWidget(), self.server_tabs, self.header, self.models, split,
+                                    self.alerts, grow=split, sides=theme.GAP, ends=theme.UNIT))
         if hasattr(self, "menus"):  # a rebuild: the panels switched off stay off, the plots are made now
             self._apply_panels()
             self._build_plots()
@@ -292,12 +269,8 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         QtCore.QTimer.singleShot(0, self._build_plots)
         QtCore.QTimer.singleShot(0, self.first_painted.emit)
 
-    def apply_scheme(self, dark: bool) -> None:
-        """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
-        app = QtWidgets.QApplication.instance()
-        if app is None or dark == theme.is_dark():
-            return
-        theme.apply(app, dark)  # type: ignore[arg-type]
+    def rebuild_panels(self) -> None:
+        """The panels made again (another scheme or server) and showing the last snapshot, or that none came yet."""
         old = self.centralWidget()
         self._build_panels()
         if old is not None:
@@ -306,6 +279,14 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
             self.render_panels()
         else:
             self._show_connecting()
+
+    def apply_scheme(self, dark: bool) -> None:
+        """Follow a system dark/light switch: re-theme and rebuild the panels; history and points are kept."""
+        app = QtWidgets.QApplication.instance()
+        if app is None or dark == theme.is_dark():
+            return
+        theme.apply(app, dark)  # type: ignore[arg-type]
+        self.rebuild_panels()
         if self.compact is not None:  # its colours too: made again in the new scheme, where it was
             was_shown = self.compact_shown()
             self.compact.remember_place()
@@ -360,8 +341,6 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
         self.showNormal()
         self.raise_()
         self.activateWindow()
-
-    _raise = raise_window
 
     def show_starting(self) -> None:
         """Before the servers are known (the window is shown first at start-up): say that they are being opened
@@ -466,10 +445,9 @@ class MainWindow(WatchedServers, WindowActions, CurveActions, CompactSwitch, QtW
             from kvmon.gui.whatif import WhatIfPanel
 
             self.whatif = WhatIfPanel()
-            self.tabs.blockSignals(True)
-            self.tabs.removeTab(1)
-            self.tabs.insertTab(1, self.whatif, "What if…")
-            self.tabs.blockSignals(False)
+            with QtCore.QSignalBlocker(self.tabs):
+                self.tabs.removeTab(1)
+                self.tabs.insertTab(1, self.whatif, "What if…")
         self.tabs.setCurrentWidget(self.whatif)
         if self.last is not None:
             self.whatif.set_live(self.last)

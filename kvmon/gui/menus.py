@@ -112,13 +112,11 @@ def install(win: Any, file_menu: QtWidgets.QMenu) -> Menus:
     show.triggered.connect(lambda _c=False: win.raise_window())
     tray.addAction(show)
     tray.addAction(m.actions["pause"])
-    record = getattr(win, "record_action", None)
-    if record is not None:
-        tray.addAction(record)
+    tray.addAction(win.record_action)
     tray.addAction(m.actions["compact"])
     tray.addSeparator()
     tray.addAction(m.actions["quit"])
     m.tray_menu = tray
-    if getattr(win, "tray", None) is not None:
+    if win.tray is not None:
         win.tray.set_menu(tray)
     return m

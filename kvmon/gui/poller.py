@@ -161,14 +161,15 @@ class PollWorker(QtCore.QObject):
 
 
 class Poller(QtCore.QObject):
-    """GUI-side handle: starts the worker thread and forwards commands to it through queued signals."""
+    """GUI-side handle: starts the worker thread and forwards commands to it through queued signals (each runs in
+    the poll thread)."""
 
     snapshot = QtCore.Signal(object)
     _pause = QtCore.Signal(bool)
-    _interval = QtCore.Signal(float)
-    _reconnect = QtCore.Signal()
-    _factory = QtCore.Signal(object)
-    _follow = QtCore.Signal(object)
+    interval = QtCore.Signal(float)  # change the poll interval (seconds)
+    reconnect = QtCore.Signal()  # reconnect now, resetting the backoff
+    factory = QtCore.Signal(object)  # monitor another server from now on (a new URL or key)
+    follow = QtCore.Signal(object)  # show this model of a router or llama-swap (None: the one chatted with)
     _stop = QtCore.Signal()
 
     def __init__(self, factory: MonitorFactory, interval_s: float = 1.0, backoff_max_s: float = 8.0,
@@ -180,12 +181,11 @@ class Poller(QtCore.QObject):
         self.worker.moveToThread(self.poll_thread)
         self.poll_thread.started.connect(self.worker.start)
         self.worker.snapshot.connect(self.snapshot, QtCore.Qt.ConnectionType.QueuedConnection)
-        self._pause.connect(self.worker.set_paused)
-        self._interval.connect(self.worker.set_interval)
-        self._reconnect.connect(self.worker.reconnect)
-        self._factory.connect(self.worker.set_factory)
-        self._follow.connect(self.worker.set_follow)
-        self._stop.connect(self.worker.stop)
+        w = self.worker
+        for signal, slot in ((self._pause, w.set_paused), (self.interval, w.set_interval),
+                             (self.reconnect, w.reconnect), (self.factory, w.set_factory),
+                             (self.follow, w.set_follow), (self._stop, w.stop)):
+            signal.connect(slot)
         self.paused = False
 
     def start(self) -> None:
@@ -196,22 +196,6 @@ class Poller(QtCore.QObject):
         """Pause or resume polling."""
         self.paused = paused
         self._pause.emit(paused)
-
-    def set_interval(self, interval_s: float) -> None:
-        """Change the poll interval."""
-        self._interval.emit(float(interval_s))
-
-    def reconnect(self) -> None:
-        """Reconnect now, resetting the backoff."""
-        self._reconnect.emit()
-
-    def set_factory(self, factory: MonitorFactory) -> None:
-        """Switch the worker to a new monitor factory (applied in the poll thread)."""
-        self._factory.emit(factory)
-
-    def set_follow(self, name: str | None) -> None:
-        """Show this model of a router or llama-swap (None: the one being chatted with)."""
-        self._follow.emit(name)
 
     def stop(self, wait_ms: int = 15000) -> None:
         """Stop the worker and the thread (waits for an in-flight poll up to ``wait_ms``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -96,18 +97,12 @@ def package_manager(os_release: Mapping[str, str]) -> str | None:
     return None
 
 
-def read_os_release(path: str = "/etc/os-release") -> dict[str, str]:
-    """The key=value pairs of os-release (quotes removed); empty when it cannot be read."""
-    out: dict[str, str] = {}
+def read_os_release() -> dict[str, str]:
+    """The system's os-release (/etc, else /usr/lib); empty when there is none."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        return platform.freedesktop_os_release()
     except OSError:
-        return out
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.startswith("#"):
-            out[key.strip()] = value.strip().strip("'\"")
-    return out
+        return {}
 
 
 def install_command(sonames: Sequence[str], manager: str | None) -> str:

@@ -211,9 +211,8 @@ class ReplayBar(QtWidgets.QWidget):
         self.play_btn.setIcon(self._icons[1 if on else 0])
 
     def _moved(self, i: int) -> None:
-        self.slider.blockSignals(True)
-        self.slider.setValue(i)
-        self.slider.blockSignals(False)
+        with QtCore.QSignalBlocker(self.slider):
+            self.slider.setValue(i)
         t_wall = self.ctl.times[i]
         elapsed = t_wall - self.ctl.times[0]
         stamp = time.strftime("%H:%M:%S", time.localtime(t_wall))
@@ -250,14 +249,14 @@ def attach(win: QtWidgets.QMainWindow, snapshots: Sequence[Snapshot], name: str 
     tb.setMovable(False)
     tb.addWidget(bar)
     win.addToolBar(QtCore.Qt.ToolBarArea.BottomToolBarArea, tb)
-    win.extra_shortcuts = [("P", "Replay: play / pause"), ("Home", "Replay: jump to the start"),  # type: ignore[attr-defined]
-                           ("End", "Replay: jump to the end"), ("N", "Replay: next change in alerts"),
-                           ("Right", "Replay: one snapshot on"), ("Left", "Replay: one snapshot back")]
-    for key, fn in (("P", ctl.toggle), ("Home", lambda: ctl.seek(0)),
-                    ("End", lambda: ctl.seek(len(ctl.snapshots) - 1)), ("N", ctl.next_alert),
-                    ("Right", lambda: ctl.seek(ctl.index + 1)), ("Left", lambda: ctl.seek(ctl.index - 1))):
-        sc = QtGui.QShortcut(QtGui.QKeySequence(key), win)
-        sc.activated.connect(fn)
+    keys = (("P", "play / pause", ctl.toggle), ("Home", "jump to the start", lambda: ctl.seek(0)),
+            ("End", "jump to the end", lambda: ctl.seek(len(ctl.snapshots) - 1)),
+            ("N", "next change in alerts", ctl.next_alert),
+            ("Right", "one snapshot on", lambda: ctl.seek(ctl.index + 1)),
+            ("Left", "one snapshot back", lambda: ctl.seek(ctl.index - 1)))
+    win.extra_shortcuts = [(key, f"Replay: {words}") for key, words, _fn in keys]  # type: ignore[attr-defined]
+    for key, _words, fn in keys:
+        QtGui.QShortcut(QtGui.QKeySequence(key), win).activated.connect(fn)
     ctl.bar = bar  # type: ignore[attr-defined]
     if loaded:
         ctl.index = len(snapshots) - 1

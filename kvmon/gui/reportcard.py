@@ -172,6 +172,3 @@ def save(snapshots: Sequence[Snapshot] | Summary, path: str | Path,
     if not img.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise OSError(f"could not write {path}")
     return img
-
-
-save_summary = save

@@ -33,7 +33,7 @@ MIN_NON_BACKGROUND_FRACTION = 0.02
 #: The modules the self-test drives; a bundle missing one of them is broken.
 REQUIRED_MODULES = ("kvmon.gui.app", "kvmon.gui.main_window", "kvmon.gui.settings", "kvmon.sim.server",
                     "kvmon.app.demo", "kvmon.app.monitor", "kvmon.sources.detect", "kvmon.sources.nvml",
-                    "kvmon.app.keystore",                     "keyring", "h11")
+                    "kvmon.app.keystore", "keyring", "h11")
 
 
 class SelfTestError(RuntimeError):
@@ -74,11 +74,6 @@ def image_stats(image: Any) -> ImageStats:
     return ImageStats(w, h, float(grey.std()), 1.0 - float(counts.max()) / packed.size, int(values.size))
 
 
-def image_stddev(image: Any) -> float:
-    """Standard deviation of an image's grey levels: ~0 for a blank (single-colour) capture."""
-    return image_stats(image).grey_sd
-
-
 def _ensure_platform() -> str:
     """Use Qt's offscreen platform unless a display is there (or QT_QPA_PLATFORM was chosen)."""
     if not os.environ.get("QT_QPA_PLATFORM") and not (
@@ -88,10 +83,10 @@ def _ensure_platform() -> str:
     return os.environ.get("QT_QPA_PLATFORM") or "default"
 
 
-def _import_required(names: tuple[str, ...] = REQUIRED_MODULES) -> dict[str, Any]:
+def _import_required() -> dict[str, Any]:
     """Import what the self-test drives; a missing module is reported by name."""
     modules: dict[str, Any] = {}
-    for name in names:
+    for name in REQUIRED_MODULES:
         try:
             modules[name] = importlib.import_module(name)
         except ImportError as exc:
@@ -126,7 +121,7 @@ def self_test(out_path: Path, *, scenario: str = "seed-3090x2", min_polls: int =
     problem = startup_problem()
     if problem is not None:  # Qt would abort on loading its platform plugin: say what is missing instead
         raise SelfTestError(problem.message.removeprefix("kvmon: "))
-    modules = _import_required(REQUIRED_MODULES)
+    modules = _import_required()
     from PySide6.QtGui import QIcon
 
     from kvmon.core.snapshot import ConnectionStatus

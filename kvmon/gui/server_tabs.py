@@ -10,10 +10,8 @@ from typing import TYPE_CHECKING, Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.app.store import SessionStore
-from kvmon.core.history import History
 from kvmon.core.severity import worst_level
 from kvmon.core.snapshot import AlertLevel, Snapshot
-from kvmon.core.summary import Tally
 from kvmon.gui import theme
 from kvmon.gui.settings import WINDOW_RANGES
 
@@ -35,16 +33,6 @@ class ServerView:
     recording: str | None = None
     banner: str | None = None
     pinned: str | None = None  # the model of a router / llama-swap the user chose to see
-
-    @property
-    def history(self) -> History:
-        """The store's plot history."""
-        return self.store.history
-
-    @property
-    def tally(self) -> Tally:
-        """The store's report-card tally."""
-        return self.store.tally
 
     @property
     def last(self) -> Snapshot | None:
@@ -122,9 +110,8 @@ class ServerTabs(QtWidgets.QTabBar):
         self._painted.pop(key, None)
         i = self._index(key)
         if i >= 0:
-            self.blockSignals(True)
-            self.removeTab(i)
-            self.blockSignals(False)
+            with QtCore.QSignalBlocker(self):
+                self.removeTab(i)
         self._fit()
 
     def paint(self, v: ServerView) -> None:
@@ -177,10 +164,9 @@ class WatchedServers(_Window):
     if TYPE_CHECKING:  # the window's own
         def set_banner(self, text: str | None, key: str | None = None) -> None: ...
         def set_recording(self, path: str | None, key: str | None = None) -> None: ...
-        def render_panels(self) -> None: ...
         def _show_connecting(self) -> None: ...
         def _use_view(self, v: ServerView) -> None: ...
-        def _build_panels(self) -> None: ...
+        def rebuild_panels(self) -> None: ...
         @property
         def speed_time(self) -> SpeedTimePanel: ...
 
@@ -228,16 +214,9 @@ class WatchedServers(_Window):
         view = self.views[key]
         self._use_view(view)
         self._banner, self._recording = view.banner, view.recording
-        old = self.centralWidget()
-        self._build_panels()
-        if old is not None:
-            old.deleteLater()
+        self.rebuild_panels()
         self.speed_time.set_window(WINDOW_RANGES[self.window_range])
         self.set_recording(view.recording)
-        if self.last is not None:
-            self.render_panels()
-        else:
-            self._show_connecting()
         self.server_selected.emit(key)
 
     def _follow(self, name: str | None) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from collections.abc import Callable, Container
+from typing import Any, Generic, TypeVar
 
 from PySide6 import QtCore, QtWidgets
 
@@ -22,8 +23,82 @@ PANELS: dict[str, str] = {"speed_time": "Speed over time", "memory": "Memory", "
                           "latency": "Replies", "energy": "Energy", "alerts": "Alerts and advice", "toolbar": "Toolbar"}
 
 
+T = TypeVar("T")
+
+
+def _text(v: object) -> str:
+    return "" if v is None else str(v)
+
+
+def _choice(choices: Container[str], default: str) -> Callable[[object], str]:
+    """Read a setting that is one of ``choices``; anything else reads as ``default``."""
+    return lambda v: str(v) if v is not None and str(v) in choices else default
+
+
+def _flag(v: object) -> bool:
+    return str(v).lower() == "true"
+
+
+def _bytes(v: object) -> QtCore.QByteArray | None:
+    return v if isinstance(v, QtCore.QByteArray) else None
+
+
+def _seconds(v: object) -> float:
+    """The poll interval: at least 0.1 s; 1 s when unset or unreadable."""
+    try:
+        return max(0.1, float(1.0 if v is None else v))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _specs(v: object) -> list[str]:
+    """The bandwidths as ``DEVICE=GB/s``; unreadable ones are dropped."""
+    from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth, split_specs
+
+    out = []
+    for spec in split_specs(_text(v)):
+        try:
+            parse_bandwidth(spec)
+        except BandwidthSpecError:
+            continue
+        out.append(spec)
+    return out
+
+
+class _Setting(Generic[T]):
+    """One remembered value under ``key``: ``read`` makes what QSettings holds (None when nothing) a ``T``, ``write``
+    what is stored."""
+
+    def __init__(self, key: str, read: Callable[[object], T], write: Callable[[T], object] = lambda v: v) -> None:
+        self.key, self.read, self.write = key, read, write
+
+    def __get__(self, obj: Settings, owner: type) -> T:
+        return self.read(obj.qs.value(self.key))
+
+    def __set__(self, obj: Settings, v: T) -> None:
+        obj.qs.setValue(self.key, self.write(v))
+
+
 class Settings:
     """Typed access to QSettings; pass ``path`` (an .ini file) to keep tests away from the user's settings."""
+
+    url = _Setting("connection/url", _text)
+    # a ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on another machine)
+    devices_url = _Setting("connection/devices_url", _text)
+    remember_key = _Setting("connection/remember_key", _flag)  # written by set_api_key alone
+    interval_s = _Setting("poll/interval_s", _seconds, float)
+    # the bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936)
+    bandwidth_specs = _Setting("bandwidth/specs", _specs, ", ".join)
+    window_range = _Setting("view/window_range", _choice(WINDOW_RANGES, "5 min"))
+    # View ▸ Theme: "system" (follow the desktop), "light" or "dark"
+    scheme = _Setting("view/scheme", _choice(SCHEMES, "system"), lambda v: v if v in SCHEMES else "system")
+    # View ▸ Panels: the panels switched off (names from ``PANELS``)
+    hidden_panels = _Setting("view/hidden_panels", lambda v: frozenset(p for p in _text(v).split(",") if p in PANELS),
+                             lambda v: ",".join(sorted(p for p in v if p in PANELS)))
+    geometry = _Setting("view/geometry", _bytes)
+    compact_geometry = _Setting("compact/geometry", _bytes)  # where the compact view was and how big
+    # the compact view stays above other windows (beside a chat that would cover it)
+    compact_on_top = _Setting("compact/on_top", _flag, lambda v: "true" if v else "false")
 
     def __init__(self, path: str | None = None) -> None:
         if path is None:
@@ -37,27 +112,6 @@ class Settings:
     def _get(self, key: str, default: object) -> object:
         v = self.qs.value(key, default)
         return default if v is None else v
-
-    @property
-    def url(self) -> str:
-        return str(self._get("connection/url", ""))
-
-    @url.setter
-    def url(self, v: str) -> None:
-        self.qs.setValue("connection/url", v)
-
-    @property
-    def devices_url(self) -> str:
-        """A ``kvmon serve`` on the server's machine whose GPUs and host to read (a server on another machine)."""
-        return str(self._get("connection/devices_url", ""))
-
-    @devices_url.setter
-    def devices_url(self, v: str) -> None:
-        self.qs.setValue("connection/devices_url", v)
-
-    @property
-    def remember_key(self) -> bool:
-        return str(self._get("connection/remember_key", "false")).lower() == "true"
 
     @property
     def api_key(self) -> str | None:
@@ -148,92 +202,6 @@ class Settings:
         if mode is not None and mode & 0o077:
             self.notices.append(f"the settings file {self.qs.fileName()} holds an API key and was readable by "
                                 f"others (mode {mode:04o}): it is now readable by you alone (0600)")
-
-    @property
-    def interval_s(self) -> float:
-        try:
-            return max(0.1, float(self._get("poll/interval_s", 1.0)))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return 1.0
-
-    @interval_s.setter
-    def interval_s(self, v: float) -> None:
-        self.qs.setValue("poll/interval_s", float(v))
-
-    @property
-    def bandwidth_specs(self) -> list[str]:
-        """The bandwidths the user set, as ``DEVICE=GB/s`` (host=60, 0=936, CUDA0=936); unreadable ones are dropped."""
-        from kvmon.core.analysis.settings import BandwidthSpecError, parse_bandwidth, split_specs
-
-        out = []
-        for spec in split_specs(str(self._get("bandwidth/specs", ""))):
-            try:
-                parse_bandwidth(spec)
-            except BandwidthSpecError:
-                continue
-            out.append(spec)
-        return out
-
-    @bandwidth_specs.setter
-    def bandwidth_specs(self, specs: list[str]) -> None:
-        self.qs.setValue("bandwidth/specs", ", ".join(specs))
-
-    @property
-    def window_range(self) -> str:
-        v = str(self._get("view/window_range", "5 min"))
-        return v if v in WINDOW_RANGES else "5 min"
-
-    @window_range.setter
-    def window_range(self, v: str) -> None:
-        self.qs.setValue("view/window_range", v)
-
-    @property
-    def scheme(self) -> str:
-        """View ▸ Theme: "system" (follow the desktop), "light" or "dark"."""
-        v = str(self._get("view/scheme", "system"))
-        return v if v in SCHEMES else "system"
-
-    @scheme.setter
-    def scheme(self, v: str) -> None:
-        self.qs.setValue("view/scheme", v if v in SCHEMES else "system")
-
-    @property
-    def hidden_panels(self) -> frozenset[str]:
-        """View ▸ Panels: the panels switched off (names from ``PANELS``)."""
-        v = str(self._get("view/hidden_panels", ""))
-        return frozenset(p for p in v.split(",") if p in PANELS)
-
-    @hidden_panels.setter
-    def hidden_panels(self, v: frozenset[str] | set[str]) -> None:
-        self.qs.setValue("view/hidden_panels", ",".join(sorted(p for p in v if p in PANELS)))
-
-    @property
-    def geometry(self) -> QtCore.QByteArray | None:
-        v = self.qs.value("view/geometry")
-        return v if isinstance(v, QtCore.QByteArray) else None
-
-    @geometry.setter
-    def geometry(self, v: QtCore.QByteArray) -> None:
-        self.qs.setValue("view/geometry", v)
-
-    @property
-    def compact_geometry(self) -> QtCore.QByteArray | None:
-        """Where the compact view was and how big (View ▸ Compact)."""
-        v = self.qs.value("compact/geometry")
-        return v if isinstance(v, QtCore.QByteArray) else None
-
-    @compact_geometry.setter
-    def compact_geometry(self, v: QtCore.QByteArray) -> None:
-        self.qs.setValue("compact/geometry", v)
-
-    @property
-    def compact_on_top(self) -> bool:
-        """The compact view stays above other windows (beside a chat that would cover it)."""
-        return str(self._get("compact/on_top", "false")).lower() == "true"
-
-    @compact_on_top.setter
-    def compact_on_top(self, v: bool) -> None:
-        self.qs.setValue("compact/on_top", "true" if v else "false")
 
     def sync(self) -> None:
         """Write to disk now (a file holding a key stays readable by its owner only)."""

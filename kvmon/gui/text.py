@@ -80,7 +80,7 @@ class FitLabel(QtWidgets.QLabel):
             theme.tint(self, colour)
         pol = QtWidgets.QSizePolicy.Policy
         self.setSizePolicy(pol.Ignored if lines > 1 else pol.Preferred, pol.Fixed)
-        self._fix_height()
+        self.setFixedHeight(self.line_height())
         self.set(text)
 
     @property
@@ -133,11 +133,8 @@ class FitLabel(QtWidgets.QLabel):
     def changeEvent(self, e: QtCore.QEvent) -> None:
         super().changeEvent(e)
         if e.type() == QtCore.QEvent.Type.FontChange:
-            self._fix_height()
+            self.setFixedHeight(self.line_height())
             self._fit()
-
-    def _fix_height(self) -> None:
-        self.setFixedHeight(self.line_height())
 
     def _wrapped(self, text: str, width: int) -> str:
         """``text`` in at most ``lines`` lines of ``width`` pixels, broken between words only; the last line ends

@@ -48,9 +48,8 @@ SEVERITIES = ("ok", "info", "warning", "critical")  # their colours mean a level
 # The plots' small type size (points): their ticks, axis names, legends and the labels on the data.
 PLOT_TEXT_PT = 8.0
 
-# Quantities drawn dashed wherever they appear.
-DASHED = frozenset({"ceiling"})
-DOTTED = frozenset({"forecast"})
+# Quantities drawn dashed (a limit) or dotted (a forecast) wherever they appear.
+PEN_STYLES = {"ceiling": QtCore.Qt.PenStyle.DashLine, "forecast": QtCore.Qt.PenStyle.DotLine}
 
 # Three type sizes, in points relative to the application's font: secondary words, everything else, the headline.
 Size = Literal["small", "body", "large"]
@@ -170,10 +169,7 @@ def pen(quantity: str, width: float = 1.5) -> QtGui.QPen:
     p = QtGui.QPen(color(quantity))
     p.setWidthF(width)
     p.setCosmetic(True)  # the width is in pixels at any zoom, as pyqtgraph's mkPen makes it
-    if quantity in DASHED:
-        p.setStyle(QtCore.Qt.PenStyle.DashLine)
-    elif quantity in DOTTED:
-        p.setStyle(QtCore.Qt.PenStyle.DotLine)
+    p.setStyle(PEN_STYLES.get(quantity, QtCore.Qt.PenStyle.SolidLine))
     return p
 
 

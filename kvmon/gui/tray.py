@@ -39,29 +39,27 @@ def icon_pixmap(text: str, level: str | None = None, size: int = 32) -> QtGui.QP
     """A square icon with the tok/s number on the decode colour (alert colour when an alert is up)."""
     pm = QtGui.QPixmap(size, size)
     pm.fill(QtCore.Qt.GlobalColor.transparent)
-    p = QtGui.QPainter(pm)
-    p.setBrush(theme.brush(level or "decode"))
-    p.setPen(QtCore.Qt.PenStyle.NoPen)
-    p.drawRoundedRect(0, 0, size, size, 6, 6)
-    f = p.font()
-    f.setBold(True)
-    f.setPixelSize(int(size * (0.55 if len(text) <= 2 else 0.42)))
-    p.setFont(f)
-    p.setPen(QtGui.QColor("#000000"))
-    p.drawText(pm.rect(), QtCore.Qt.AlignmentFlag.AlignCenter, text)
-    p.end()
+    with QtGui.QPainter(pm) as p:
+        p.setBrush(theme.brush(level or "decode"))
+        p.setPen(QtCore.Qt.PenStyle.NoPen)
+        p.drawRoundedRect(0, 0, size, size, 6, 6)
+        f = p.font()
+        f.setBold(True)
+        f.setPixelSize(int(size * (0.55 if len(text) <= 2 else 0.42)))
+        p.setFont(f)
+        p.setPen(QtGui.QColor("#000000"))
+        p.drawText(pm.rect(), QtCore.Qt.AlignmentFlag.AlignCenter, text)
     return pm
 
 
 class Tray(QtCore.QObject):
-    """Owns the QSystemTrayIcon when the desktop has a tray; otherwise keeps state only (and says why)."""
+    """Owns the QSystemTrayIcon when the desktop has a tray; otherwise keeps state only."""
 
     activated = QtCore.Signal()
 
     def __init__(self, parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self.available = QtWidgets.QSystemTrayIcon.isSystemTrayAvailable()
-        self.unavailable_reason = None if self.available else "the desktop has no system tray"
         self._text: str | None = None
         self._level: str | None = None
         self._tip: str | None = None
@@ -79,11 +77,6 @@ class Tray(QtCore.QObject):
         self.menu = menu
         if self.icon is not None:
             self.icon.setContextMenu(menu)
-
-    def update_snapshot(self, s: Snapshot) -> None:
-        """One server: its rising alerts notified, its speed on the icon."""
-        self.notify("main", s)
-        self.show_snapshot(s)
 
     def show_snapshot(self, s: Snapshot, label: str | None = None) -> None:
         """Draw this server's decode speed (and worst alert colour) on the icon; ``label`` names it."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.snapshot import Snapshot
@@ -27,7 +26,8 @@ from kvmon.core.whatif import (
 )
 from kvmon.gui import fmt, theme
 from kvmon.gui.plot_labels import style_axes
-from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling
+from kvmon.gui.text import set_text, text_label
+from kvmon.gui.widgets import TokenAxis, add_curve, make_plot, nice_ceiling, set_xy
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.shape import ModelShape
 
@@ -51,19 +51,6 @@ class Picker(QtWidgets.QComboBox):
                                            QtWidgets.QStyle.SubControl.SC_ComboBoxEditField, self).width()
         opt.currentText = self.fontMetrics().elidedText(opt.currentText, QtCore.Qt.TextElideMode.ElideRight,
                                                         room - 2)
-
-class Value(QtWidgets.QLabel):
-    """One answer of the calculator: plain text, the word-wrapped verdict, and where it comes from on hover."""
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
-
-    def set(self, text: str, tooltip: str | None = None) -> None:
-        if text != self.text():
-            self.setText(text)
-        if tooltip is not None and tooltip != self.toolTip():
-            self.setToolTip(tooltip)
 
 
 class WhatIfPanel(QtWidgets.QWidget):
@@ -106,10 +93,8 @@ class WhatIfPanel(QtWidgets.QWidget):
         form.addRow("Model", self.model)
         form.addRow("Context", self.context)
         form.addRow("KV cache type", self.cache)
-        self.kv = Value()
-        self.ceiling_at = Value()
-        self.verdict = Value()
-        self.verdict.setWordWrap(True)
+        self.kv, self.ceiling_at = text_label(), text_label()  # the answers; where each comes from on hover
+        self.verdict = text_label(wrap=True)
         answer.addRow("KV cache", self.kv)
         answer.addRow("Ceiling at context", self.ceiling_at)
         answer.addRow("Fits?", self.verdict)
@@ -156,15 +141,13 @@ class WhatIfPanel(QtWidgets.QWidget):
             first = self._live_model is None
             self._live_model = lm
             if first:
-                self.model.blockSignals(True)
-                self.model.insertItem(0, lm.label, LIVE)
-                self.model.setCurrentIndex(0)
-                self.model.blockSignals(False)
+                with QtCore.QSignalBlocker(self.model):
+                    self.model.insertItem(0, lm.label, LIVE)
+                    self.model.setCurrentIndex(0)
                 self.model.setToolTip(lm.label)
                 if lm.kv_type is not None and self.cache.findData(lm.kv_type) >= 0:
-                    self.cache.blockSignals(True)
-                    self.cache.setCurrentIndex(self.cache.findData(lm.kv_type))
-                    self.cache.blockSignals(False)
+                    with QtCore.QSignalBlocker(self.cache):
+                        self.cache.setCurrentIndex(self.cache.findData(lm.kv_type))
                 changed = True
             else:
                 self.model.setItemText(0, lm.label)
@@ -196,26 +179,21 @@ class WhatIfPanel(QtWidgets.QWidget):
                                          self.cache.currentData())
         r = self.result
         if r.reason:
-            self.kv.set(fmt.DASH, r.reason)
-            self.ceiling_at.set(fmt.DASH, r.reason)
-            self.verdict.set(r.reason)
+            set_text(self.kv, fmt.DASH, r.reason)
+            set_text(self.ceiling_at, fmt.DASH, r.reason)
+            set_text(self.verdict, r.reason)
             self.curve.setData([], [])
             return
-        self.kv.set(fmt.bytes_(r.kv_allocated_bytes), "KV cache allocated at this context and cache type (computed)")
-        self.ceiling_at.set(fmt.tok_s(r.ceiling_at_ctx_tok_s), "Decode ceiling at this depth: bandwidth ÷ (weights "
-                            "read per token + KV read per token), computed")
-        if r.fits:
-            self.verdict.set(f"<span style='color:{theme.hex_color('ok')}'>fits</span> · up to "
-                             f"{fmt.tokens(r.max_context_fitting)} before spilling",
-                             self._fit_tip(gpu))
-        else:
-            self.verdict.set(f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
-                             f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits",
-                             self._fit_tip(gpu))
+        set_text(self.kv, fmt.bytes_(r.kv_allocated_bytes),
+                 "KV cache allocated at this context and cache type (computed)")
+        set_text(self.ceiling_at, fmt.tok_s(r.ceiling_at_ctx_tok_s),
+                 "Decode ceiling at this depth: bandwidth ÷ (weights read per token + KV read per token), computed")
+        verdict = (f"<span style='color:{theme.hex_color('ok')}'>fits</span> · up to "
+                   f"{fmt.tokens(r.max_context_fitting)} before spilling" if r.fits else
+                   f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
+                   f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits")
+        set_text(self.verdict, verdict, self._fit_tip(gpu))
+        set_xy(self.curve, r.curve)
         if r.curve:
-            arr = np.asarray(r.curve, dtype=float)
-            self.curve.setData(arr[:, 0], arr[:, 1])
-            self.plot.getPlotItem().setYRange(0, nice_ceiling(float(arr[:, 1].max()) * 1.05), padding=0)
-            self.plot.getPlotItem().setXRange(0, float(arr[-1, 0]), padding=0.02)
-        else:
-            self.curve.setData([], [])
+            self.plot.getPlotItem().setYRange(0, nice_ceiling(max(y for _x, y in r.curve) * 1.05), padding=0)
+            self.plot.getPlotItem().setXRange(0, float(r.curve[-1][0]), padding=0.02)

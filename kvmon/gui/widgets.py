@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from kvmon.gui import theme
 
 __all__ = ["ClockAxis", "RowLegend", "TokenAxis", "add_curve", "cache_axis", "cache_static",
-           "legend_below", "make_plot", "nice_ceiling", "plain_item", "set_title"]
+           "legend_below", "make_plot", "nice_ceiling", "plain_item", "set_title", "set_xy"]
 TITLE_HEIGHT = 20  # a plot's 9 pt title row (pyqtgraph gives any title 30 px)
 LEGEND_ROW = 4  # the PlotItem's layout: 0 title, 1 top axis, 2 the data, 3 bottom axis; the legend below them
 
@@ -170,6 +173,12 @@ def cache_static(item: QtWidgets.QGraphicsItem) -> None:
     item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
     for child in item.childItems():
         cache_static(child)
+
+
+def set_xy(item: Any, pairs: Sequence[Sequence[float]]) -> None:
+    """Give a curve or scatter its (x, y) pairs (none: it draws nothing)."""
+    arr = np.asarray(pairs, dtype=float).reshape(-1, 2)
+    item.setData(arr[:, 0], arr[:, 1])
 
 
 def add_curve(plot: pg.PlotWidget, quantity: str, name: str | None = None, width: float = 1.5) -> pg.PlotDataItem:

@@ -61,52 +61,51 @@ class WindowActions(_Window):
     def _session_snapshots(self) -> Sequence[Snapshot] | None:
         return self.report_snapshots() if self.report_snapshots is not None else None
 
-    def save_report_card(self, path: str | None = None) -> str | None:
-        """Ctrl+Shift+R: the session's report card as PNG."""
-        from kvmon.core.summary import summarize
-        from kvmon.gui import caption, export, reportcard
+    def _save_file(self, title: str, name: str, filt: str, path: str | None, write: Callable[[str], object],
+                   failed: Callable[[OSError], str]) -> str | None:
+        """Write to ``path`` (asked for when None, ``name`` suggested) and say in the status bar how it went."""
+        from kvmon.gui import export
 
-        path = path or export.ask_path(self, "Save report card",
-                                       caption.default_filename(self.last, "png", what="report"), "PNG (*.png)")
+        path = path or export.ask_path(self, title, name, filt)
         if not path:
             return None
-        snaps = self._session_snapshots()
-        summary = summarize(snaps) if snaps is not None else self.tally.summary()
         try:
-            reportcard.save_summary(summary, path)
+            write(path)
         except OSError as exc:
-            self.statusBar().showMessage(f"Report card failed: {exc}", 6000)
+            self.statusBar().showMessage(failed(exc), 6000)
             return None
         self.statusBar().showMessage(f"Saved {path}", 6000)
         return path
+
+    def save_report_card(self, path: str | None = None) -> str | None:
+        """Ctrl+Shift+R: the session's report card as PNG."""
+        from kvmon.core.summary import summarize
+        from kvmon.gui import caption, reportcard
+
+        def write(p: str) -> None:
+            snaps = self._session_snapshots()
+            reportcard.save(summarize(snaps) if snaps is not None else self.tally.summary(), p)
+
+        return self._save_file("Save report card", caption.default_filename(self.last, "png", what="report"),
+                               "PNG (*.png)", path, write, lambda exc: f"Report card failed: {exc}")
 
     def save_recording_csv(self, path: str | None = None) -> str | None:
         """The replayed recording as CSV (one row per snapshot)."""
         from kvmon.core.recording_csv import write_csv
-        from kvmon.gui import caption, export
+        from kvmon.gui import caption
 
         snaps = self._session_snapshots()
         if snaps is None:
             return None
-        path = path or export.ask_path(self, "Export recording as CSV", caption.default_filename(self.last, "csv"),
-                                       "CSV (*.csv)")
-        if not path:
-            return None
-        try:
-            write_csv(snaps, path)
-        except OSError as exc:
-            self.statusBar().showMessage(f"CSV export failed: {exc.strerror or exc}", 6000)
-            return None
-        self.statusBar().showMessage(f"Saved {path}", 6000)
-        return path
+        return self._save_file("Export recording as CSV", caption.default_filename(self.last, "csv"), "CSV (*.csv)",
+                               path, lambda p: write_csv(snaps, p),
+                               lambda exc: f"CSV export failed: {exc.strerror or exc}")
 
     def toggle_pause(self) -> None:
         """Space: pause or resume polling."""
         self.paused = not self.paused
         self.pause_toggled.emit(self.paused)
-        act = self.menus.actions.get("pause") if hasattr(self, "menus") else None
-        if act is not None:
-            act.setChecked(self.paused)
+        self._check("pause", self.paused)
         if self.paused:
             self.status.connection.set("● paused (Space to resume)", "Polling is paused")
 
@@ -121,23 +120,17 @@ class WindowActions(_Window):
             from kvmon.gui.widgets import set_title
 
             set_title(self._speed_time.plot, f"Speed over time · {name}")
-        act = self.menus.actions.get(f"range:{name}") if hasattr(self, "menus") else None
-        if act is not None:
-            act.setChecked(True)
+        self._check(f"range:{name}")
 
     def set_scheme(self, scheme: str) -> None:
         """View ▸ Theme: follow the desktop, or light or dark whatever it says; remembered."""
         self.settings.scheme = scheme
-        act = self.menus.actions.get(f"scheme:{self.settings.scheme}")
-        if act is not None:
-            act.setChecked(True)
+        self._check(f"scheme:{self.settings.scheme}")
         self.apply_scheme(theme.system_dark() if self.settings.scheme == "system" else scheme == "dark")
 
     def toggle_panel(self, name: str) -> None:
         """View ▸ Panels: show or hide one panel (or the toolbar); remembered."""
-        hidden = set(self.settings.hidden_panels)
-        hidden.symmetric_difference_update({name})
-        self.settings.hidden_panels = hidden
+        self.settings.hidden_panels = self.settings.hidden_panels ^ {name}
         self._apply_panels()
 
     def _apply_panels(self) -> None:
@@ -150,9 +143,13 @@ class WindowActions(_Window):
         if tb is not None:
             tb.setVisible("toolbar" not in hidden)
         for name in PANELS:
-            act = self.menus.actions.get(f"panel:{name}") if hasattr(self, "menus") else None
-            if act is not None:
-                act.setChecked(name not in hidden)
+            self._check(f"panel:{name}", name not in hidden)
+
+    def _check(self, key: str, on: bool = True) -> None:
+        """Tick (or untick) a menu entry, once the menus are made."""
+        act = self.menus.actions.get(key) if hasattr(self, "menus") else None
+        if act is not None:
+            act.setChecked(on)
 
     # --- help --------------------------------------------------------------------------------------
     def _help(self, title: str, text: str) -> QtWidgets.QDialog:

@@ -50,12 +50,12 @@ def test_the_panel_the_status_bar_and_the_tab_give_one_state_one_level(qtbot: ob
     from PySide6 import QtGui
 
     from kvmon.gui import theme
-    from kvmon.gui.panels.alerts import lines_for
+    from kvmon.gui.panels.alerts import coded_lines
     from kvmon.gui.panels.status import StatusPanel
     from kvmon.gui.server_tabs import tab_colour
 
     s = _snap(status)
-    assert lines_for(s)[0][0] == panel
+    assert coded_lines(s)[0][0] == panel
     assert tab_colour(s) == tab
     status_bar = StatusPanel()
     qtbot.addWidget(status_bar)  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ paths), plot CSV (round-trips to the plotted values), clipboard, file names, and
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 import re
@@ -24,6 +25,19 @@ from kvmon.gui.settings import Settings
 
 SECRET = "hunter2-s3cret-KEY"
 BAD_URL = f"http://alice:{SECRET}@127.0.0.1:8080/v1?api_key={SECRET}"
+
+
+def _read_plot_csv(path: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """The CSV export read back: series → (x, y), NaN for an empty cell."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = csv.reader(fh)
+        next(rows, None)
+        for name, x, y in rows:
+            xs, ys = out.setdefault(name, ([], []))
+            xs.append(float(x) if x else math.nan)
+            ys.append(float(y) if y else math.nan)
+    return out
 
 
 def _snaps(n: int = 40, url: str | None = None) -> list:
@@ -156,7 +170,7 @@ def test_csv_round_trips_to_the_plotted_values(win: MainWindow, tmp_path: Path, 
     p = export.panel_widget(win, panel)
     out = tmp_path / "d.csv"
     n = export.save_plot_csv(p, out)
-    back = export.read_plot_csv(out)
+    back = _read_plot_csv(out)
     series = export.plotted_series(p)
     assert n == sum(len(x) for _name, x, _y in series) and n > 0
     for name, x, y in series:

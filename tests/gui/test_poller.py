@@ -139,7 +139,7 @@ def test_reconnect_closes_the_old_monitor_and_opens_a_new_one(qtbot, make_poller
 
     p, c = make_poller(factory, interval_s=5.0)
     qtbot.waitUntil(lambda: len(c.snaps) == 1, timeout=3000)
-    p.reconnect()
+    p.reconnect.emit()
     qtbot.waitUntil(lambda: len(c.snaps) == 2, timeout=3000)
     assert len(made) == 2 and made[0].closed == 1
 

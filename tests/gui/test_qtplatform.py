@@ -19,7 +19,6 @@ from kvmon.gui.qtplatform import (
     missing_libraries,
     package_manager,
     plugin_path,
-    read_os_release,
     startup_problem,
 )
 
@@ -88,14 +87,6 @@ def test_install_command_names_each_distributions_packages() -> None:
     ({"ID": "nixos"}, None), ({}, None)])
 def test_package_manager_from_os_release(release: dict[str, str], manager: str | None) -> None:
     assert package_manager(release) == manager
-
-
-def test_os_release_is_read_with_quotes_removed(tmp_path: Path) -> None:
-    f = tmp_path / "os-release"
-    f.write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n# a comment\nID_LIKE=\'x y\'\n')
-    assert read_os_release(str(f)) == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "ID": "debian",
-                                       "ID_LIKE": "x y"}
-    assert read_os_release(str(tmp_path / "none")) == {}
 
 
 def test_no_display_is_one_line_and_status_2() -> None:

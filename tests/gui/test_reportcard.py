@@ -70,11 +70,11 @@ def test_report_card_from_replay_is_up_to_the_playhead(qtbot, tmp_path: Path) ->
         seen.append(summary)
         return real(summary, path, *a)
 
-    reportcard.save_summary = spy  # type: ignore[assignment]
+    reportcard.save = spy  # type: ignore[assignment]
     try:
         out = win.save_report_card(str(tmp_path / "r.png"))
     finally:
-        reportcard.save_summary = real
+        reportcard.save = real
     assert out and Path(out).exists()
     assert seen[0].n_snapshots == 20 and seen[0].final_context_tokens == snaps[19].context_tokens
 

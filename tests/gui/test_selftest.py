@@ -44,7 +44,6 @@ def test_drawn_image_is_not_blank(qapp: object) -> None:
     stats = selftest.image_stats(img)
     assert not stats.blank
     assert stats.grey_sd > selftest.MIN_GREY_SD and stats.distinct_colours > 3
-    assert selftest.image_stddev(img) == stats.grey_sd
 
 
 def test_a_few_stray_pixels_are_still_blank(qapp: object) -> None:

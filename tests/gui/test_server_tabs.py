@@ -60,15 +60,16 @@ def test_each_server_has_its_own_tab_history_and_recording(qtbot, tmp_path: Path
     win, ctl = _window(qtbot, tmp_path, {"a": a, "b": b})
     ctl.start()
     try:
-        qtbot.waitUntil(lambda: all(v.last is not None and len(v.history) >= 3 for v in win.views.values()),
+        qtbot.waitUntil(lambda: all(v.last is not None and len(v.store.history) >= 3 for v in win.views.values()),
                         timeout=10000)
         assert win.server_tabs.isVisible() and win.server_tabs.count() == 2
         assert win.current == "a" and not win.models.isVisible()  # a plain server: no models strip
-        before_a = len(win.views["a"].history)
+        before_a = len(win.views["a"].store.history)
         win.select_server("b")
-        assert win.current == "b" and win.history is win.views["b"].history and win.tally is win.views["b"].tally
+        b = win.views["b"].store
+        assert win.current == "b" and win.history is b.history and win.tally is b.tally
         qtbot.waitUntil(lambda: win.models.isVisible() and len(win.models.chips) == 3, timeout=5000)
-        assert len(win.views["a"].history) >= before_a  # the hidden server keeps being polled and stored
+        assert len(win.views["a"].store.history) >= before_a  # the hidden server keeps being polled and stored
         # recording is the shown server's
         out = tmp_path / "b.jsonl"
         win.record_requested.emit(str(out))

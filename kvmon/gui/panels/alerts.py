@@ -3,11 +3,11 @@ most severe first, one line each: Qt's own labels in plain text, a mark in the l
 
 from __future__ import annotations
 
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from kvmon.core.alert_types import CONNECTION, AlertThresholds
 from kvmon.core.severity import STATUS_SEVERITY
-from kvmon.core.snapshot import Alert, ConnectionStatus, Snapshot
+from kvmon.core.snapshot import ConnectionStatus, Snapshot
 from kvmon.core.words import alert_name, cause_name, level_word
 from kvmon.gui import fmt, theme
 
@@ -17,11 +17,6 @@ STATE_TEXT: dict[ConnectionStatus, tuple[str, str]] = {
 }
 
 NO_ALERTS = "No alerts."
-
-
-def sorted_alerts(alerts: tuple[Alert, ...]) -> list[Alert]:
-    """Most severe first; stable within a level."""
-    return sorted(alerts, key=lambda a: -a.level.rank)
 
 
 def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
@@ -39,7 +34,7 @@ def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
     serving = s.serving.message if s.serving is not None else None
     if serving and not (st is not None and serving in (s.connection.reason or "")):
         out.append(("info", serving, "The state of the router's (or llama-swap's) models", None))
-    for a in sorted_alerts(s.alerts):
+    for a in sorted(s.alerts, key=lambda a: -a.level.rank):  # most severe first; stable within a level
         out.append((a.level.value, fmt.plain(a.message), f"{alert_name(a.code)} ({level_word(a.level.value)})",
                     a.code))
     for c in s.slowdown_causes:  # why decode runs below the ceiling: one line each, the largest share first
@@ -51,11 +46,6 @@ def coded_lines(s: Snapshot) -> list[tuple[str, str, str, str | None]]:
     if metrics_reason and not any("metrics" in c for c in codes):
         out.append(("info", metrics_reason, "Why some counters are missing", None))
     return out
-
-
-def lines_for(s: Snapshot) -> list[tuple[str, str, str]]:
-    """(level, text, tooltip) of each line the panel shows for a snapshot."""
-    return [(level, text, tip) for level, text, tip, _code in coded_lines(s)]
 
 
 HOLD_S = AlertThresholds.min_hold_s  # a line that went keeps its room as long as a raised alert is held
@@ -87,9 +77,7 @@ class AlertLine(QtWidgets.QWidget):
         if level != self.level:
             self.level = level
             self.mark.setText(theme.mark(level))
-            pal = self.mark.palette()
-            pal.setColor(QtGui.QPalette.ColorRole.WindowText, QtGui.QColor(theme.hex_color(level)))
-            self.mark.setPalette(pal)
+            theme.tint(self.mark, level)
         if text != self.text.text():
             self.text.setText(text)
         if tip != self.toolTip():
@@ -144,10 +132,6 @@ class AlertsPanel(QtWidgets.QGroupBox):
     def text(self) -> str:
         """The lines as they read, one per line."""
         return "\n".join(w.text.text() for w in self._rows if not w.isHidden())
-
-    def tips(self) -> str:
-        """Each line with its tooltip (what it is about, its level)."""
-        return "\n".join(f"{w.text.text()}: {w.toolTip()}" for w in self._rows if not w.isHidden())
 
     def show_text(self, text: str, tooltip: str) -> None:
         """A plain message in place of the alert lines (e.g. before the first poll)."""

@@ -8,6 +8,7 @@ from PySide6 import QtWidgets
 from kvmon.core.snapshot import GpuView, Snapshot
 from kvmon.core.words import bandwidth_source_words
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.panels.memory import bandwidth_text, device_label
 
@@ -27,22 +28,29 @@ def _split_note(n: int, share: float | None) -> str:
             "while they run (so it and the header's share of the ceiling tell one story).")
 
 
+def _achieved(ach: float | None, peak: float, share: float | None, n_readers: int, achieved: str,
+              peak_words: str) -> tuple[float | None, tuple[Segment, ...]]:
+    """A bar's rate and its part: what the device read, or, when its layers run in turn with other devices', its rate
+    while they run (``achieved``: the words for the first, "{}" where the figure goes)."""
+    if ach is not None and share and n_readers > 1:
+        ach = ach / share
+        return ach, (Segment("bandwidth", min(ach, peak), f"While its layers run ({fmt.percent(share)} of each "
+                             f"step): {fmt.gb_s(ach)}\nPeak: {peak_words}"),)
+    if ach is not None and ach > 0:
+        return ach, (Segment("bandwidth", min(ach, peak), f"{achieved.format(fmt.gb_s(ach))}\nPeak: {peak_words}"),)
+    return ach, ()
+
+
 def bandwidth_bar(g: GpuView, n_readers: int = 1) -> Bar | None:
     """Achieved memory bandwidth against the device's peak, or None when the peak is unknown; ``n_readers``: the
     devices a token's reads are split over."""
     peak = g.peak_bandwidth_bytes_per_s
     if peak is None or peak <= 0:
         return None
-    ach = g.achieved_bandwidth_bytes_per_s
     src = bandwidth_source_words(g.bandwidth_source)
-    segs: tuple[Segment, ...] = ()
-    if ach is not None and ach > 0:
-        segs = (Segment("bandwidth", min(ach, peak), f"Achieved: {fmt.gb_s(ach)} (computed: decode tok/s × "
-                        f"bytes read per token)\nPeak: {fmt.gb_s(peak)} (from {src})"),)
-    if ach is not None and g.step_share and n_readers > 1:  # its layers run in turn: its rate while they run
-        ach = ach / g.step_share
-        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run ({fmt.percent(g.step_share)} of each "
-                        f"step): {fmt.gb_s(ach)}\nPeak: {fmt.gb_s(peak)} (from {src})"),)
+    ach, segs = _achieved(g.achieved_bandwidth_bytes_per_s, peak, g.step_share, n_readers,
+                          "Achieved: {} (computed: decode tok/s × bytes read per token)",
+                          f"{fmt.gb_s(peak)} (from {src})")
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     if g.kind == "unified_memory" or g.source == "log":
         second = f"peak: {src}"
@@ -65,19 +73,12 @@ def host_bandwidth_bar(s: Snapshot) -> Bar | None:
     if not h.in_ceiling:
         return None
     peak = h.host_bandwidth_bytes_per_s
-    ach = h.achieved_bandwidth_bytes_per_s
     if not peak:
         return Bar("Host", 1.0, (), f"read by decode\n{bandwidth_text(h)}", limit_line=False,
                    tip="Decode reads weights or KV from host RAM, but the host's bandwidth is unknown: kvmon measures "
                        "it once while no slot decodes; or set it in Settings or with --bandwidth host=GB/s")
-    segs: tuple[Segment, ...] = ()
-    if ach is not None and ach > 0:
-        segs = (Segment("bandwidth", min(ach, peak), f"Achieved from host RAM: {fmt.gb_s(ach)} (computed)\n"
-                        f"Peak: {bandwidth_text(h)}"),)
-    if ach is not None and h.step_share and readers(s) > 1:  # its layers run in turn with the GPUs': its rate then
-        ach = ach / h.step_share
-        segs = (Segment("bandwidth", min(ach, peak), f"While its layers run ({fmt.percent(h.step_share)} of each "
-                        f"step): {fmt.gb_s(ach)}\nPeak: {bandwidth_text(h)}"),)
+    ach, segs = _achieved(h.achieved_bandwidth_bytes_per_s, peak, h.step_share, readers(s),
+                          "Achieved from host RAM: {} (computed)", bandwidth_text(h))
     pct = f" ({fmt.percent(ach / peak)})" if ach is not None else ""
     note = f"{fmt.gb_s(ach)} of {fmt.gb_s(peak)}{pct}\npeak: {bandwidth_text(h).split(' (', 1)[-1].rstrip(')')}"
     tip = (f"Host RAM: decode reads {fmt.gb_s(ach)} of {bandwidth_text(h)}"
@@ -91,10 +92,8 @@ class BandwidthPanel(QtWidgets.QGroupBox):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Bandwidth", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
         self.bars = BarsWidget()
-        lay.addWidget(self.bars)
+        stack(self, self.bars, sides=theme.GAP, ends=theme.UNIT)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render bandwidth figures of one snapshot (a bar is painted again only when what it shows changed)."""

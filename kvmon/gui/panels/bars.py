@@ -188,7 +188,7 @@ class BarsWidget(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self._bars: tuple[Bar, ...] = ()
+        self.bars: tuple[Bar, ...] = ()  # the bars shown (set_bars)
         self._empty_text = ""
         self._rows: list[_Row] = []
         self.empty = text_label(wrap=True, colour="muted")
@@ -200,13 +200,9 @@ class BarsWidget(QtWidgets.QWidget):
         self.setSizePolicy(policy)
 
     @property
-    def bars(self) -> tuple[Bar, ...]:
-        return self._bars
-
-    @property
     def rows(self) -> list[tuple[QtWidgets.QLabel, BarCanvas, QtWidgets.QLabel]]:
         """Each shown bar's name, canvas and note."""
-        return [(r.name, r.canvas, r.note) for r in self._rows[: len(self._bars)]]
+        return [(r.name, r.canvas, r.note) for r in self._rows[: len(self.bars)]]
 
     @property
     def paint_count(self) -> int:
@@ -217,8 +213,8 @@ class BarsWidget(QtWidgets.QWidget):
         """Show ``bars`` (or ``empty_text`` when there are none); True when a bar's picture changed."""
         width = self.width()
         height = self._height if self._height[0] == width else (width, self.heightForWidth(width))
-        changed = len(bars) != len(self._bars)
-        self._bars, self._empty_text = bars, empty_text
+        changed = len(bars) != len(self.bars)
+        self.bars, self._empty_text = bars, empty_text
         while len(self._rows) < len(bars):
             self._rows.append(_Row(self))
         for i, row in enumerate(self._rows):
@@ -242,13 +238,13 @@ class BarsWidget(QtWidgets.QWidget):
     def _row_heights(self, width: int) -> list[int]:
         _bar_w, note_w = columns(width, self._label_w)
         two_lines = 2 * self.fontMetrics().lineSpacing()
-        return [max(two_lines, r.canvas.height(), _note_height(r.note, note_w)) for r in self._rows[: len(self._bars)]]
+        return [max(two_lines, r.canvas.height(), _note_height(r.note, note_w)) for r in self._rows[: len(self.bars)]]
 
     def hasHeightForWidth(self) -> bool:
         return True
 
     def heightForWidth(self, width: int) -> int:
-        if not self._bars:
+        if not self.bars:
             return self.empty.heightForWidth(max(1, width))
         heights = self._row_heights(width)
         return sum(heights) + theme.UNIT * (len(heights) - 1)
@@ -263,7 +259,7 @@ class BarsWidget(QtWidgets.QWidget):
         """Put each row's name, bar and note where the columns say."""
         width = self.width()
         bar_w, note_w = columns(width, self._label_w)
-        if not self._bars:
+        if not self.bars:
             self.empty.setGeometry(0, 0, width, self.height())
             return
         y = 0

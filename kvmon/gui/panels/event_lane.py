@@ -16,7 +16,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.core.history import Event
 from kvmon.gui import theme
-from kvmon.gui.plot_labels import PlotText
+from kvmon.gui.plot_labels import PlotText, plot_font
 
 LANE_PX = 16  # the lane's height (pixels)
 MERGE_PX = 6.0  # events closer than this share a mark whatever their words
@@ -111,10 +111,8 @@ class EventLane(QtWidgets.QGraphicsWidget):
     def __init__(self, chart: QtWidgets.QGraphicsWidget) -> None:
         super().__init__()
         self._chart = chart
-        font = QtGui.QFont()
-        font.setPointSizeF(theme.PLOT_TEXT_PT)
-        self._font = font
-        self._metrics = QtGui.QFontMetricsF(font)
+        self._font = plot_font()
+        self._metrics = QtGui.QFontMetricsF(self._font)
         self._fg = QtGui.QColor(theme.foreground())
         self._bg = QtGui.QColor(theme.background())
         self._texts: list[PlotText] = []

@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.serving import SERVING_LABELS
 from kvmon.core.snapshot import Snapshot, VerdictLevel
 from kvmon.gui import fmt, theme
-from kvmon.gui.flow import FlowBox
+from kvmon.gui.flow import FlowBox, stack
 from kvmon.gui.panels.memory import bandwidth_text
 from kvmon.gui.text import FitLabel
 
@@ -43,13 +43,8 @@ def _put(w: QtWidgets.QWidget, x: int, y: int, width: int) -> None:
 
 def _group(*labels: QtWidgets.QWidget) -> QtWidgets.QWidget:
     """Names read together ("llama-server b11549"): one item of the flowing row."""
-    box = QtWidgets.QWidget()
+    box = stack(QtWidgets.QWidget(), *labels, across=True)
     box.setAutoFillBackground(True)
-    row = QtWidgets.QHBoxLayout(box)
-    row.setContentsMargins(0, 0, 0, 0)
-    row.setSpacing(theme.UNIT)
-    for w in labels:
-        row.addWidget(w)
     return box
 
 
@@ -66,8 +61,10 @@ class HeaderPanel(QtWidgets.QFrame):
         self.version, self.model, self.gpus = FitLabel(), FitLabel(), FitLabel()
         self.details = FitLabel(colour="muted")
         self.names = FlowBox(self, h_gap=SPACING)
-        for group in ((self.banner,), (self.backend, self.version), (self.model, self.details), (self.gpus,)):
-            self.names.flow.addWidget(_group(*group))
+        self._groups = [_group(*g) for g in ((self.banner,), (self.backend, self.version), (self.model, self.details),
+                                             (self.gpus,))]
+        for group in self._groups:
+            self.names.flow.addWidget(group)
         # what changes every poll: placed by hand at fixed sizes, so a new text repaints its label and asks nothing
         # of the window's layout
         self.headline = FitLabel(lines=HEADLINE_LINES, bold=True)
@@ -167,11 +164,7 @@ class HeaderPanel(QtWidgets.QFrame):
         for label in (self.banner, self.backend, self.version, self.model, self.details, self.gpus):
             if label.isHidden() == bool(label.whole()):
                 label.setVisible(bool(label.whole()))
-        for i in range(self.names.flow.count()):
-            item = self.names.flow.itemAt(i)
-            group = item.widget() if item is not None else None
-            if group is None:
-                continue
+        for group in self._groups:
             shown = any(not w.isHidden() for w in group.findChildren(FitLabel))
             if group.isHidden() == shown:
                 group.setVisible(shown)

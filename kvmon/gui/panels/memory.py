@@ -15,7 +15,7 @@ from PySide6 import QtWidgets
 
 from kvmon.core.snapshot import GpuView, HostView, Snapshot
 from kvmon.gui import fmt, theme
-from kvmon.gui.flow import FlowBox
+from kvmon.gui.flow import FlowBox, stack
 from kvmon.gui.panels.bars import Bar, BarsWidget, Segment
 from kvmon.gui.text import text_label
 
@@ -44,12 +44,8 @@ class Legend(FlowBox):
         super().__init__(parent, h_gap=theme.GAP)
         self.entries: dict[str, QtWidgets.QWidget] = {}
         for quantity, word in legend_words(True, True):
-            entry = QtWidgets.QWidget()
-            row = QtWidgets.QHBoxLayout(entry)
-            row.setContentsMargins(0, 0, 0, 0)
-            row.setSpacing(theme.UNIT)
-            row.addWidget(text_label(SWATCH, size="small", colour=quantity))
-            row.addWidget(text_label(word, size="small"))
+            entry = stack(QtWidgets.QWidget(), text_label(SWATCH, size="small", colour=quantity),
+                          text_label(word, size="small"), across=True)
             self.flow.addWidget(entry)
             self.entries[quantity] = entry
         self.show_words(legend_words())
@@ -221,16 +217,12 @@ class MemoryPanel(QtWidgets.QGroupBox):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Memory", parent)
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(theme.GAP, theme.UNIT, theme.GAP, theme.UNIT)
-        lay.setSpacing(theme.UNIT)
         self.bars = BarsWidget()
-        lay.addWidget(self.bars)
         self.legend = Legend()
         self.legend.setToolTip("What the colours of the bars are; what no part covers is free. The mark at a bar's "
                                "end is where the next allocation spills: the end of VRAM (to host RAM), of RAM (to "
                                "swap), or a Mac's GPU limit.")
-        lay.addWidget(self.legend)
+        stack(self, self.bars, self.legend, sides=theme.GAP, ends=theme.UNIT)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the devices' memory of one snapshot (a bar is painted again only when what it shows changed)."""

@@ -24,6 +24,7 @@ from kvmon.core.snapshot import Forecast, Snapshot
 from kvmon.core.units import fmt_tok_s_approx
 from kvmon.core.words import regime_mark
 from kvmon.gui import fmt, theme
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.atlas_dots import AtlasDots
 from kvmon.gui.panels.here_marker import DOT_PX, HereMarker
 from kvmon.gui.plot_labels import (
@@ -37,7 +38,7 @@ from kvmon.gui.plot_labels import (
     style_axes,
     to_pixels,
 )
-from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling
+from kvmon.gui.widgets import TokenAxis, add_curve, cache_static, legend_below, make_plot, nice_ceiling, set_xy
 
 HERE_TEXT = "you are here"
 BAND_ALPHA = 45
@@ -116,9 +117,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._updating = True  # while a snapshot is drawn (and while the plot is made): labels are placed at its end
         self._keys: dict[str, object] = {}
         self._data_version = 0  # moves whenever a curve or the dots change (what the labels keep clear of)
-        self._earlier_in_legend = False
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
+        self._legend_items: list[object] = []  # the items shown only while they draw something, in the legend now
         self.plot = make_plot("Speed vs context depth", "context", "tokens", "decode", "tok/s",
                               axis_items={"bottom": TokenAxis(orientation="bottom")})
         style_axes(self.plot)
@@ -139,7 +138,6 @@ class SpeedContextPanel(QtWidgets.QWidget):
         one_pen.setColor(faint)
         # with speculative decoding the ceiling above is lifted by the tokens per step; this is the one-token one
         self.one_token = pi.plot([], [], pen=one_pen, connect="finite")
-        self._one_token_in_legend = False
         self.forecast = add_curve(self.plot, "forecast", "forecast (80% band)", width=2.0)
         self.earlier = Dots(size=4, pen=None, brush=theme.brush("muted", EARLIER_ALPHA))
         pi.addItem(self.earlier)  # in the legend only while there are such points
@@ -177,7 +175,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         # which their pixmaps then fill (a thousand dots are not drawn again for it)
         for item in (self.measured, self.earlier, self.ceiling.curve, self.forecast.curve, self.band):
             cache_static(item)
-        lay.addWidget(self.plot)
+        stack(self, self.plot)
         # the texts on the data, in the view box's pixels, placed together (``_place_labels``)
         self.labels = DataLabels(vb, QtGui.QColor(theme.foreground()), QtGui.QColor(theme.background()))
         self._show_empty(WAITING_TEXT)
@@ -263,13 +261,17 @@ class SpeedContextPanel(QtWidgets.QWidget):
         self._keys[name] = key
         return True
 
-    def _points(self) -> tuple[np.ndarray, np.ndarray]:
-        """The current regime's (context, tok/s) points."""
-        return self.bins.points()
-
-    def _earlier_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """The earlier regimes' points of this model."""
-        return self.earlier_bins.points()
+    def _in_legend(self, item: object, name: str, shown: bool) -> None:
+        """Name ``item`` in the legend while it is ``shown`` (only while such points or curves are drawn)."""
+        if shown == (item in self._legend_items):
+            return
+        legend = self.plot.getPlotItem().legend
+        if shown:
+            legend.addItem(item, name)
+            self._legend_items.append(item)
+        else:
+            legend.removeItem(item)
+            self._legend_items.remove(item)
 
     def _y_max(self, s: Snapshot) -> float:
         """The top of the current regime: its ceiling, forecast band, points and speeds (never an earlier regime's
@@ -277,7 +279,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         ys = [y for _x, y in s.ceiling_curve[:1]]
         if s.speculative is not None:  # the one-token ceiling, drawn beneath (or alone before the first count)
             ys.extend(y for _x, y in s.speculative.one_token_curve[:1])
-        _x, pts = self._points()
+        _x, pts = self.bins.points()
         if pts.size:
             ys.append(float(pts.max()))
         if s.forecast.curve:
@@ -286,7 +288,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
             ys.append(swept)
         ys.extend(v for v in (s.decode_tok_s, s.ceiling_tok_s) if v is not None)
         if not ys:  # nothing of this regime yet (a reload's first polls): the earlier points keep the scale
-            _ex, ey = self._earlier_points()
+            _ex, ey = self.earlier_bins.points()
             ys.extend([float(ey.max())] if ey.size else [])
         return max(ys, default=1.0)
 
@@ -302,7 +304,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if s.decode_tok_s is None:
             if y_prev is not None or s.context_tokens is None:
                 return y_prev
-            x, y = self._points()  # drawn afresh while idle (a theme switch): the speed measured nearest this depth
+            x, y = self.bins.points()  # drawn afresh while idle (a theme switch): the speed measured nearest this depth
             return float(y[int(np.argmin(np.abs(x - s.context_tokens)))]) if x.size else None
         if y_prev is not None and abs(s.decode_tok_s - y_prev) <= 0.02 * y_top:
             return y_prev
@@ -315,19 +317,8 @@ class SpeedContextPanel(QtWidgets.QWidget):
         if not self._changed("one_token", curve):
             return
         self._data_version += 1
-        if curve:
-            arr = np.asarray(curve, dtype=float)
-            self.one_token.setData(arr[:, 0], arr[:, 1])
-        else:
-            self.one_token.setData([], [])
-        shown = bool(curve)
-        if shown != self._one_token_in_legend:
-            legend = self.plot.getPlotItem().legend
-            if shown:
-                legend.addItem(self.one_token, ONE_TOKEN_NAME)
-            else:
-                legend.removeItem(self.one_token)
-            self._one_token_in_legend = shown
+        set_xy(self.one_token, curve)
+        self._in_legend(self.one_token, ONE_TOKEN_NAME, bool(curve))
 
     def _draw_forecast(self, fc: Forecast, y_top: float) -> None:
         """The forecast curve and its band, drawn again only when some point of them moved by more than about a
@@ -403,11 +394,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self._milestones[depth] = text
             self.labels.set(f"ms:{depth}", text, ("point", float(depth), float(tok_s), MILESTONE_DOT_PX / 2, "above"),
                             optional=(depth, tok_s) not in ahead)
-        if ms:
-            arr = np.asarray(ms, dtype=float)
-            self.milestone_dots.setData(arr[:, 0], arr[:, 1])
-        else:
-            self.milestone_dots.setData([], [])
+        set_xy(self.milestone_dots, ms)
 
     def update_snapshot(self, s: Snapshot) -> None:
         """Render the depth-related parts of a snapshot."""
@@ -424,11 +411,7 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.plot.getPlotItem().setXRange(0, x_max, padding=0.02)
         if self._changed("ceiling", s.ceiling_curve):
             self._data_version += 1
-            if s.ceiling_curve:
-                arr = np.asarray(s.ceiling_curve, dtype=float)
-                self.ceiling.setData(arr[:, 0], arr[:, 1])
-            else:
-                self.ceiling.setData([], [])
+            set_xy(self.ceiling, s.ceiling_curve)
         self._draw_one_token(s)
         if self.atlas_dots.update(s.atlas):
             self._data_version += 1
@@ -438,21 +421,15 @@ class SpeedContextPanel(QtWidgets.QWidget):
             self.plot.getPlotItem().setYRange(0, y_top, padding=0)
         fc = s.forecast
         self._draw_forecast(fc, y_top)
-        x, y = self._points()
+        x, y = self.bins.points()
         if self._changed("bins", (x.size, self.bins.version // 10)):
             self._data_version += 1
             self.measured.setData(x, y)
-        ex, ey = self._earlier_points()
+        ex, ey = self.earlier_bins.points()
         if self._changed("earlier", (ex.size, self.earlier_bins.version)):
             self._data_version += 1
             self.earlier.setData(ex, ey)
-            legend = self.plot.getPlotItem().legend
-            if bool(ex.size) != self._earlier_in_legend:
-                if ex.size:
-                    legend.addItem(self.earlier, EARLIER_NAME)
-                else:
-                    legend.removeItem(self.earlier)
-                self._earlier_in_legend = bool(ex.size)
+            self._in_legend(self.earlier, EARLIER_NAME, bool(ex.size))
         self._draw_regime(s)
         here = (None if s.context_tokens is None else round(s.context_tokens * 400 / x_max),  # ~2 px steps
                 self._marker_y(s, y_top))

@@ -18,6 +18,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from kvmon.core.history import History
 from kvmon.core.snapshot import Snapshot
 from kvmon.gui import theme
+from kvmon.gui.flow import stack
 from kvmon.gui.panels.event_lane import LANE_PX, EventLane
 from kvmon.gui.panels.strip_curve import StripCurve, ViewMap
 from kvmon.gui.plot_labels import PlotText, empty_text, plain_legend, plot_font, style_axes
@@ -113,8 +114,6 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._chart_ticks: list[list[tuple[float, str]]] | None = None  # the speed chart's own ticks (a low chart)
         self._events_key: tuple[int, tuple[float, float]] | None = None
         self._empty: str | None = None
-        lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
         # Prefill runs 10-100x faster than decode: a chart of its own under the speed chart (its own scale, the same
         # time), so that no prefill number ever reads against the decode axis or the ceiling. Both are items of one
         # view (the lane a row of the chart's layout): a poll repaints one viewport, and a short window shares its
@@ -175,8 +174,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
                              "10 to 100 times decode, so on its own scale.")
         cache_static(legend)
         cache_static(pi.titleLabel)
-        lay.setSpacing(0)
-        lay.addWidget(self.plot, 1)
+        stack(self, self.plot, grow=self.plot)
         self._show_empty(empty_text(None, False))
 
     def curves(self) -> tuple[StripCurve, ...]:

@@ -72,11 +72,9 @@ class StripCurve(QtWidgets.QGraphicsItem):
     def __init__(self, quantity: str, name: str, parent: QtWidgets.QGraphicsItem, *, width: float = 1.0,
                  fill_alpha: int | None = None) -> None:
         super().__init__(parent)
-        self._pen = theme.pen(quantity, width)
-        self._pen.setCosmetic(True)
+        self._pen = theme.pen(quantity, width)  # cosmetic: its width in pixels
         self._fill_brush = theme.brush(quantity, fill_alpha) if fill_alpha is not None else None
         self.opts = {"pen": self._pen, "name": name, "antialias": False}  # what pyqtgraph's legend reads
-        self._name = name
         self._path = QtGui.QPainterPath()
         self._fill = QtGui.QPainterPath()
         self._bounds = QtCore.QRectF()
@@ -88,7 +86,7 @@ class StripCurve(QtWidgets.QGraphicsItem):
         self.setZValue(10)
 
     def name(self) -> str:
-        return self._name
+        return str(self.opts["name"])
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:  # pyqtgraph's name: exports read it
         tx, ty, _dx, _dy = self._tail

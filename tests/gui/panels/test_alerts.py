@@ -11,7 +11,7 @@ from PySide6 import QtCore, QtWidgets
 from synthetic import SyntheticMonitor
 
 from kvmon.core.snapshot import Activity, Alert, AlertLevel, Connection, ConnectionStatus
-from kvmon.gui.panels.alerts import AlertsPanel, lines_for
+from kvmon.gui.panels.alerts import AlertsPanel, coded_lines
 from kvmon.gui.tray import Tray
 
 
@@ -32,17 +32,17 @@ def test_most_severe_first_and_the_connection_states() -> None:
         Alert(AlertLevel.CRITICAL, "kv_in_host", "KV cache in host RAM: decode capped at ~6 tok/s by PCIe"),
         Alert(AlertLevel.WARNING, "ctx_full_soon", "context full in ~2,300 tokens"),
     ))
-    lines = lines_for(s)
-    assert [lvl for lvl, _t, _tip in lines] == ["critical", "warning", "info"]
-    assert [tip for *_x, tip in lines] == ["KV cache in host RAM (critical)", "Context filling up (warning)",
+    lines = coded_lines(s)
+    assert [lvl for lvl, _t, _tip, _code in lines] == ["critical", "warning", "info"]
+    assert [tip for *_x, tip, _code in lines] == ["KV cache in host RAM (critical)", "Context filling up (warning)",
                                            "Cheaper KV cache type (note)"]
     assert lines[2][1] == "-ctk q8_0 -ctv q8_0 would give ~51 tok/s here"
     rejected = dataclasses.replace(s, alerts=(), connection=Connection(ConnectionStatus.AUTH_REJECTED, "HTTP 401"))
-    (level, text, _tip), = lines_for(rejected)
+    (level, text, _tip, _code), = coded_lines(rejected)
     assert level == "critical" and "API key rejected" in text and "HTTP 401" in text
     loading = dataclasses.replace(s, alerts=(), activity=Activity.LOADING,
                                   connection=Connection(ConnectionStatus.LOADING))
-    assert "Model loading" in lines_for(loading)[0][1]
+    assert "Model loading" in coded_lines(loading)[0][1]
 
 
 def test_a_failing_connection_is_one_line_with_its_count(panel: AlertsPanel) -> None:
@@ -65,7 +65,7 @@ def test_lines_are_plain_text_as_written(panel: AlertsPanel) -> None:
     labels = panel.findChildren(QtWidgets.QLabel)
     assert labels and all(w.textFormat() == QtCore.Qt.TextFormat.PlainText for w in labels)
     tray = Tray()
-    tray.update_snapshot(s)
+    tray.notify("main", s)
     assert tray.notified == ["KV cache in host RAM; use -ctk q8_0 -ctv q8_0 <b>now</b>"]
     panel.update_snapshot(dataclasses.replace(s, alerts=()))
     assert panel.text() == "No alerts."
@@ -73,13 +73,13 @@ def test_lines_are_plain_text_as_written(panel: AlertsPanel) -> None:
 
 def test_a_loading_models_line_names_it_once_without_a_dangling_ellipsis() -> None:
     from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
-    from kvmon.gui.panels.alerts import lines_for
+    from kvmon.gui.panels.alerts import coded_lines
 
     s = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9,
                  connection=Connection(ConnectionStatus.LOADING, reason="gemma-3-12b loading"))
-    assert lines_for(s)[0][:2] == ("info", "Model loading: gemma-3-12b loading")
+    assert coded_lines(s)[0][:2] == ("info", "Model loading: gemma-3-12b loading")
     bare = Snapshot(seq=1, t_monotonic=0.0, t_wall=1.8e9, connection=Connection(ConnectionStatus.LOADING))
-    assert lines_for(bare)[0][:2] == ("info", "Model loading…")
+    assert coded_lines(bare)[0][:2] == ("info", "Model loading…")
 
 
 def test_a_line_that_comes_and_goes_keeps_its_room_for_the_hold_time(panel: AlertsPanel,

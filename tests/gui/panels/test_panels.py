@@ -515,7 +515,7 @@ def test_the_depth_marker_keeps_a_measured_speed_when_the_plot_is_made_again_whi
     try:
         window.apply_scheme(dark)
         _x, y = window.speed_context.here.position()
-        _xs, ys = window.speed_context._points()
+        _xs, ys = window.speed_context.bins.points()
         assert y is not None and y in {float(v) for v in ys}
     finally:
         window.apply_scheme(not dark)
