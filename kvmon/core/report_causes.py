@@ -4,6 +4,7 @@ own words only: no prompt text ever reaches them (kvmon proxy keeps none)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 from kvmon.core.snapshot import Snapshot
@@ -21,7 +22,7 @@ class Gauges(Protocol):
 
 def causes_json(s: Snapshot) -> list[dict[str, Any]]:
     """``slowdown_causes``: largest share first; share null where it is not estimated."""
-    return [{"code": c.code, "share": c.share, "summary": c.summary, "message": c.message} for c in s.slowdown_causes]
+    return [dataclasses.asdict(c) for c in s.slowdown_causes]
 
 
 def prompt_cache_json(s: Snapshot) -> dict[str, Any] | None:
@@ -36,10 +37,7 @@ def prompt_cache_json(s: Snapshot) -> dict[str, Any] | None:
         "last_reread_s": v.last_reread_s, "misses": v.misses,
         "miss": None if v.miss is None else {"t_wall": v.miss.t_wall, "reread_tokens": v.miss.reread_tokens,
                                              "reused_tokens": v.miss.reused_tokens, "reread_s": v.miss.reread_s},
-        "changes": [{"sentence": c.sentence, "fix": c.fix, "message_index": c.message_index, "role": c.role,
-                     "offset": c.offset, "change": c.change, "count": c.count, "first_unix": c.first_unix,
-                     "last_unix": c.last_unix, "reread_tokens": c.reread_tokens, "reread_seconds": c.reread_seconds}
-                    for c in v.changes],
+        "changes": [dataclasses.asdict(c) for c in v.changes],  # every field of each, in order
         "repeated": v.repeated, "next_ttft_s": v.next_ttft_s, "next_prompt_tokens": v.next_prompt_tokens,
     }
 
