@@ -112,7 +112,7 @@ class Forecaster:
             decode: float | None, rate_source: str | None = None) -> None:
         """This poll, as its Snapshot will show it: its point, if it has one, goes into the store the fit reads."""
         version = self._points.version
-        self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.t_monotonic, r.url, model, slots,
+        self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.url, model, slots,
                               context, decode, rate_source=rate_source)
         if self._points.version != version:
             self._fit_dirty = True
