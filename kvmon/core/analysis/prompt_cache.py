@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TypeGuard, get_args
 
 from kvmon.core.alert_types import AlertThresholds
@@ -130,10 +130,7 @@ class PromptCacheTracker:
             counted, source = self._from_request(r), TIMINGS
         else:
             self._from_request(r)  # its reply is in the counters already: only its change and repeats are read
-        changes = tuple(PromptChange(
-            sentence=c.sentence, fix=c.fix, message_index=c.message_index, role=c.role, offset=c.offset, count=c.count,
-            change=c.change, first_unix=c.first_unix, last_unix=c.last_unix, reread_tokens=c.reread_tokens,
-            reread_seconds=c.reread_seconds) for c in r.prompt_changes if _known(c.change))
+        changes = tuple(PromptChange(**asdict(c)) for c in r.prompt_changes if _known(c.change))
         repeated = r.last_request.prompt_repeated if r.last_request is not None else None
         # what the slots hold whole (idle, or generating: a prompt being read is only part of itself)
         whole = max((sl.context_tokens or 0 for sl in r.slots if not sl.processing or (sl.n_decoded or 0) > 0),
