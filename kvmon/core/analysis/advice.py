@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvmon.core.alerts import CacheAdvice
+from kvmon.core.alert_types import CacheAdvice
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import ModelView

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvmon.core.alerts import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
+from kvmon.core.alert_types import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure

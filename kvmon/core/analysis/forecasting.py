@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmon.core.alerts import GpuVramFacts
+from kvmon.core.alert_types import GpuVramFacts
 from kvmon.core.analysis.ceiling import curve_depths
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker

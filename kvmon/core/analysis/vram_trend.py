@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvmon.core.alerts import AlertThresholds, GpuVramFacts
+from kvmon.core.alert_types import AlertThresholds, GpuVramFacts
 from kvmon.core.readings import GpuSetReading
 from kvmon.core.snapshot import GpuView
 
