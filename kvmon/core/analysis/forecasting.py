@@ -77,12 +77,6 @@ class Forecaster:
         self._switch: KernelSwitch | None = None  # the kernel switch the fit was made for
         self._predicted: tuple[tuple[Any, int, int], tuple[tuple[Milestone, ...], Curve]] | None = None
 
-    def reset(self) -> None:
-        """Forget the session: the regimes, points, efficiencies, the fit, the configuration's remembered points."""
-        self.regimes.reset()
-        self._config, self._atlas, self._earlier = None, None, np.empty((0, 2))
-        self._restart()
-
     def _restart(self) -> None:
         self._points.clear()
         self._efficiencies.clear()

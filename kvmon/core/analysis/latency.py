@@ -114,9 +114,6 @@ class LatencyTracker:
         self._several = False  # a sample of the session may hold several replies: the count is a lower bound
         self.added: Reply | None = None  # the reply this poll added (its energy is counted), None when none ended
 
-    def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
-
     def _add(self, reply: Reply, source: str) -> None:
         self._last, self._source, self._view, self.added = reply, source, None, reply
         self._several = self._several or reply.several

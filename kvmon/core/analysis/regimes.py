@@ -100,10 +100,6 @@ class RegimeTracker:
         self._anchor: RegimeKey | None = None
         self._count = 0
 
-    def reset(self) -> None:
-        """A new session: no regime yet."""
-        self.__init__()  # type: ignore[misc]
-
     def observe(self, key: RegimeKey, *, reloaded: bool, t_monotonic: float, t_wall: float) -> bool:
         """This poll's key (and whether the server process was reloaded since the last one); True on a new regime."""
         if self._anchor is None:

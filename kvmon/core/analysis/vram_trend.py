@@ -41,10 +41,6 @@ class VramTrend:
         self.thresholds = thresholds
         self._gpus: dict[int, _VramTrack] = {}
 
-    def clear(self) -> None:
-        """Forget every sample (a new session)."""
-        self._gpus.clear()
-
     def track(self, t: float, gpus: GpuSetReading | None) -> None:
         """Add this poll's free VRAM (and other processes' use) of each GPU; drop what left the window."""
         if gpus is None or gpus.unavailable_reason:
@@ -124,11 +120,6 @@ class SwapTrend:
         self.thresholds = thresholds
         self._t: deque[float] = deque()
         self._used: deque[int] = deque()
-
-    def clear(self) -> None:
-        """Forget every sample (a new session)."""
-        self._t.clear()
-        self._used.clear()
 
     def track(self, t: float, swap_used_bytes: int | None) -> int | None:
         """Add this poll's swap use; the growth over the window (from its lowest point), or None while too short."""
