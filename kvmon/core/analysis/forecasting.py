@@ -14,8 +14,8 @@ quarter or a minute has passed (each refit redraws the forecast).
 
 from __future__ import annotations
 
-import bisect
 import math
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -43,14 +43,6 @@ NO_SHAPE_FIT = ("model shape or device bandwidths unknown: fitted as a straight 
                 "ceiling to bound it")
 
 
-def _median(ordered: Sequence[float]) -> float | None:
-    """The median of values already in order (as ``statistics.median`` gives it)."""
-    n = len(ordered)
-    if not n:
-        return None
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
-
 class Forecaster:
     """The regime, its points and efficiencies, the fit itself and its schedule; one per analysed server."""
 
@@ -67,7 +59,6 @@ class Forecaster:
         self._curve_points = curve_points
         self._points = MeasuredPoints(max_fit_points, sample_max=0)
         self._efficiencies: deque[float] = deque(maxlen=EFFICIENCIES_KEPT)
-        self._sorted: list[float] = []  # the same values in order: the median without sorting them every poll
         self.regimes = RegimeTracker()
         self._fit: Any = None
         self._fit_reason: str | None = None
@@ -80,7 +71,6 @@ class Forecaster:
     def _restart(self) -> None:
         self._points.clear()
         self._efficiencies.clear()
-        self._sorted.clear()
         self._fit, self._fit_reason, self._fit_dirty, self._fit_t = None, None, False, None
         self._fit_n = 0
 
@@ -91,16 +81,12 @@ class Forecaster:
 
     def add_efficiency(self, efficiency: float) -> None:
         """One poll's decode ÷ ceiling (the prior's efficiency while no point is measured)."""
-        if not math.isfinite(efficiency):
-            return
-        if len(self._efficiencies) == self._efficiencies.maxlen:
-            del self._sorted[bisect.bisect_left(self._sorted, self._efficiencies[0])]
-        self._efficiencies.append(efficiency)
-        bisect.insort(self._sorted, efficiency)
+        if math.isfinite(efficiency):
+            self._efficiencies.append(efficiency)
 
     def median_efficiency(self) -> float | None:
         """The median decode ÷ ceiling of this regime's polls so far."""
-        return _median(self._sorted)
+        return statistics.median(self._efficiencies) if self._efficiencies else None
 
     def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
             decode: float | None, rate_source: str | None = None) -> None:
@@ -165,10 +151,8 @@ class Forecaster:
             tokens_ctx = int(ceiling_mod.tokens_until_full(model.n_ctx, context))
             if decode:
                 secs_ctx = tokens_ctx / decode
-        secs_vram = tokens_vram = None
-        for f in vfacts:
-            if f.seconds_until_full is not None and (secs_vram is None or f.seconds_until_full < secs_vram):
-                secs_vram = f.seconds_until_full
+        tokens_vram = None
+        secs_vram = min((f.seconds_until_full for f in vfacts if f.seconds_until_full is not None), default=None)
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
         profile = self._profile(devices, shape, type_k, type_v)
