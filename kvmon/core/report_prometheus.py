@@ -8,6 +8,7 @@ server number at all, only ``kvmon_up`` 0, the GPUs, the host and the alerts.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -299,11 +300,7 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
                 "(CPU layers, KV in RAM).", L, (w.server,), h.achieved_bandwidth_bytes_per_s)
         f.gauge("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).", L,
                 (w.server,), int(h.in_ceiling) if up else None)
-        counts: dict[tuple[str, str], int] = {}
-        for a in s.alerts:
-            key = (a.level.value, a.code)
-            counts[key] = counts.get(key, 0) + 1
-        for (level, code), n in sorted(counts.items()):
+        for (level, code), n in sorted(Counter((a.level.value, a.code) for a in s.alerts).items()):
             f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("server", "level", "code"),
                     (w.server, level, code), n)
     for gv in device_gpus.values():
