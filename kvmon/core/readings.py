@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from kvmon.core.sanitize import plain_text
 
@@ -301,8 +301,7 @@ class GpuProcess:
 # amdgpu's power and temperature against their limits, xe's throttle reasons): GpuReading.clock_reasons
 ClockReason = Literal["idle", "power_cap", "thermal", "hw_slowdown", "power_brake", "applications_clocks",
                       "sync_boost", "display", "current_limit"]
-CLOCK_REASONS: tuple[ClockReason, ...] = ("idle", "power_cap", "thermal", "hw_slowdown", "power_brake",
-                                          "applications_clocks", "sync_boost", "display", "current_limit")
+CLOCK_REASONS: tuple[ClockReason, ...] = get_args(ClockReason)
 
 
 @dataclass(frozen=True)
@@ -358,7 +357,6 @@ class GpuReading:
     working_set_limit_bytes: int | None = None  # unified memory: what the GPU may wire (Metal's working set)
     working_set_source: str | None = None  # "metal" | "sysctl" | "estimated"
     reasons: Mapping[str, str] = field(default_factory=dict)
-
 
 
 @dataclass(frozen=True)
