@@ -34,8 +34,3 @@ def plain_text(text: str) -> str:
     except UnicodeEncodeError:  # lone surrogates: U+FFFD (a proper pair becomes its character)
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text.translate(_TABLE)
-
-
-def is_plain(text: str) -> bool:
-    """Whether ``text`` is already as ``plain_text`` leaves it."""
-    return plain_text(text) == text

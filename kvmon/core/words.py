@@ -136,12 +136,6 @@ CAUSE_NAMES = {"memory_clock": "Memory clock held down", "core_clock": "GPU cloc
                "drafting": "Speculative drafting", "client_slower": "The client reads slowly",
                "unexplained": "Attention and kernel overhead"}
 
-# what began a regime (Regime.cause)
-REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n_ctx": "another context size",
-                 "cache_types": "another cache type", "slots": "another slot count", "devices": "other devices",
-                 "placement": "the model moved between devices", "reload": "a reload"}
-
-
 # what the speed-vs-context plot writes where a regime began, before how the speed moved ("reloaded: 70 → 7.0 tok/s");
 # no mark for the first regime or another model (nothing to compare)
 REGIME_MARKS = {"n_ctx": "new context size", "cache_types": "new cache types", "slots": "new slot count",
@@ -205,8 +199,3 @@ def cause_name(code: str) -> str:
 def regime_mark(cause: str | None) -> str | None:
     """What the plot writes where a regime began ("new context size"), None where it marks nothing."""
     return REGIME_MARKS.get(cause or "")
-
-
-def regime_words(cause: str | None) -> str:
-    """What began the current regime, in words ("" when unknown)."""
-    return "" if cause is None else REGIME_CAUSES.get(cause) or _plain(cause)
