@@ -88,7 +88,6 @@ def _connection_rule(since: dict[str, float]) -> Rule:
 class _State:
     level: AlertLevel
     since: float  # when raised or last changed level
-    raised_at: float
 
 
 @dataclass
@@ -132,7 +131,7 @@ class AlertEngine:
             if st is None:
                 if want is None:
                     continue
-                st = self._state[code] = _State(want, t, t)
+                st = self._state[code] = _State(want, t)
                 raised.append(code)
             elif want is not None and want.rank > st.level.rank:
                 st.level, st.since = want, t

@@ -150,7 +150,6 @@ class BytesFit:
     profile: ReadProfile
     prior_efficiency: float
     prior: AttentionPrior
-    context_min: float = 0.0
     context_max: float = 0.0
     valid_to_tokens: float | None = None  # beyond this depth the kernels change and the slope is not trusted
     past_kernel_switch: bool = False  # points past a kernel switch: the session's own slope, no class prior
@@ -398,7 +397,6 @@ def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfil
         node_weights=tuple(float(v) for v in post.weights), a_means=tuple(float(v) * scale for v in post.a_mean),
         a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, FIT_SPREAD_FLOOR),
         n_bins=int(y.size), profile=profile, prior_efficiency=eff0, prior=prior,
-        context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
         context_max=float(n_tokens.max()) if n_tokens.size else 0.0, valid_to_tokens=valid_to)
     if y.size < 2:
         return fit

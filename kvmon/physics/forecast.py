@@ -55,7 +55,6 @@ class DecodeFit:
     residual_sd_s: float
     context_mean: float = 0.0
     context_sxx: float = 0.0
-    context_min: float = 0.0
     context_max: float = 0.0
     mean_time_s: float = 0.0
 
@@ -154,7 +153,6 @@ def fit_decode_checked(points: Points) -> tuple[DecodeFit | None, str | None]:
         residual_sd_s=residual_sd,
         context_mean=x_mean,
         context_sxx=float(np.sum((x - x_mean) ** 2)),
-        context_min=float(np.min(x)),
         context_max=float(np.max(x)),
         mean_time_s=float(np.mean(y)),
     ), None
