@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kvmon.core.sanitize import plain_text
+from kvmon.core.sanitize import clean_text, plain_text
 
 MAX_INT = 2**64 - 1  # the widest integer any source writes (GGUF's uint64, llama-server's counters)
 MAX_NUMBER = float(2**64)
@@ -80,15 +80,6 @@ def text_float(text: str | None, *, limit: float = MAX_NUMBER) -> float | None:
 
 
 # ------------------------------------------------------------------------------------------------ text
-
-
-def clean_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (a proper pair becomes its character)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
 
 
 def json_str(value: Any) -> str | None:

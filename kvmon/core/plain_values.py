@@ -15,7 +15,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from kvmon.core.jsonvals import MAX_INT, clean_text
+from kvmon.core.jsonvals import MAX_INT
+from kvmon.core.sanitize import clean_text
 
 _FLOAT_TAGS = frozenset({"nan", "inf", "-inf"})
 

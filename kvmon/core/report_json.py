@@ -15,8 +15,8 @@ from typing import Any
 from kvmon import __version__
 from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
-from kvmon.core.jsonvals import clean_text
 from kvmon.core.report_causes import causes_json, prompt_cache_json
+from kvmon.core.sanitize import clean_text
 from kvmon.core.snapshot import LastDecode, Snapshot
 
 SCHEMA_VERSION = 1
