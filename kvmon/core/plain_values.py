@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
@@ -48,16 +49,6 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    h = _HINTS.get(cls)
-    if h is None:
-        h = _HINTS[cls] = typing.get_type_hints(cls)
-    return h
-
-
 def _tagged_float(value: Any) -> float | None:
     """``{"__float__": "nan"}`` (how NaN and the infinities are written) as the float, else None."""
     if isinstance(value, dict) and len(value) == 1 and "__float__" in value:
@@ -94,15 +85,6 @@ def from_plain(tp: Any, value: Any) -> Any:
 
 
 _Convert = Callable[[Any], Any]
-_CONVERTERS: dict[Any, _Convert] = {}
-
-
-def _converter(tp: Any) -> _Convert:
-    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
-    conv = _CONVERTERS.get(tp)
-    if conv is None:
-        conv = _CONVERTERS[tp] = _make_converter(tp)
-    return conv
 
 
 def _null(_value: Any) -> NoReturn:
@@ -116,7 +98,9 @@ def _wrong(v: Any, what: str) -> NoReturn:
     raise RecordingLineError(f"{type(v).__name__} where {what} belongs")
 
 
-def _make_converter(tp: Any) -> _Convert:
+@functools.cache
+def _converter(tp: Any) -> _Convert:
+    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
     if tp is Any:
         return lambda v: v
     origin = typing.get_origin(tp)
@@ -151,7 +135,7 @@ def _make_converter(tp: Any) -> _Convert:
     if tp is str:
         return lambda v: clean_text(v) if isinstance(v, str) else _wrong(v, "text")
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = _hints(tp)
+        hints = typing.get_type_hints(tp)
         fields_ = [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(tp)]
         cls = tp
 
