@@ -21,7 +21,7 @@ from kvmon.physics.gpus import KNOWN_GPUS
 from kvmon.physics.host_memory import HOST_MEMORY_PRESETS
 from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
 from kvmon.physics.presets import PRESETS
-from kvmon.physics.shape import ModelShape, ShapeError
+from kvmon.physics.shape import ModelShape
 from kvmon.physics.weights import weight_bytes_read_per_token
 
 
@@ -69,7 +69,7 @@ def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight
     """
     try:
         shape = model if isinstance(model, ModelShape) else ModelShape.from_gguf(model)
-    except (ShapeError, KeyError, ValueError) as exc:
+    except (KeyError, ValueError) as exc:  # a ShapeError is a ValueError
         return WhatIfResult(reason=f"model shape unknown: {exc}")
     read = weight_bytes_read_per_token(shape, weight_bytes)
     dev = DeviceShare(gpu.name, gpu.bandwidth_bytes_per_s, read.bytes, 1.0, "gpu")

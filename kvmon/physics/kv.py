@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kvmon.physics.cache_types import cache_type
-from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
+from kvmon.physics.layers import AttentionKind, LayerShape
+from kvmon.physics.shape import ModelShape
 
 CELL_PADDING = 256
 DEFAULT_N_UBATCH = 512  # llama-server's -ub and -b defaults
