@@ -62,13 +62,6 @@ class DecodeFit:
         """Fitted seconds per token at this depth."""
         return self.a_s + self.b_s_per_token * context
 
-    def context_at(self, tok_s: float) -> float | None:
-        """The context depth where the fitted speed falls to ``tok_s``; None if it never does (or already has)."""
-        if tok_s <= 0 or self.b_s_per_token <= 0:
-            return None
-        context = (1.0 / tok_s - self.a_s) / self.b_s_per_token
-        return context if context >= 0 else None
-
     def predict(self, context: float) -> Prediction:
         """Forecast tok/s at ``context`` with an interval that grows with extrapolation and few points."""
         t = max(self.time_s(context), 1e-12)
