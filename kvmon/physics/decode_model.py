@@ -410,14 +410,6 @@ def _mean_error(fit: BytesFit, n: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(tok_s * y - 1.0)))
 
 
-def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProfile) -> float | None:
-    """The median of measured ÷ ceiling over the points (may exceed 1: then a ceiling input is wrong)."""
-    n, y = clean_points(points)
-    if n.size == 0:
-        return None
-    return float(np.median(profile.roofline_s(n) / y))
-
-
 def fit_bytes(points: Points, profile: ReadProfile,
               prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
               prior: AttentionPrior | None = None) -> BytesFit | None:
