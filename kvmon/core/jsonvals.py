@@ -102,10 +102,6 @@ _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else 0x2E for i in range(256))
 _TWENTY_DIGITS = b"0" * 20
 
 
-def _has_long_digits(raw: bytes) -> bool:
-    return _TWENTY_DIGITS in raw.translate(_DIGITS_AS_ZERO)
-
-
 def _int_or_inf(digits: str) -> int | float:
     """A JSON integer literal; one wider than 64 bits is infinite, i.e. unknown to every reader above."""
     if len(digits.lstrip("-")) <= 20:
@@ -142,7 +138,8 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
             text = raw.decode("utf-8", "replace")
     text = text.removeprefix("\ufeff")
     try:
-        value = json.loads(text, parse_int=_int_or_inf) if _has_long_digits(raw) else json.loads(text)
+        long_digits = _TWENTY_DIGITS in raw.translate(_DIGITS_AS_ZERO)
+        value = json.loads(text, parse_int=_int_or_inf) if long_digits else json.loads(text)
         if _SURROGATE_ESCAPE.search(text):
             value = _clean_tree(value)
     except RecursionError:

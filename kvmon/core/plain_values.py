@@ -26,13 +26,6 @@ class RecordingLineError(ValueError):
     """One line of a recording that is not a snapshot this kvmon can rebuild: skipped, with this as the reason."""
 
 
-def _encode_float(x: float) -> Any:
-    # JSON has no NaN/Infinity; keep them as tagged strings so the round trip stays exact.
-    if math.isfinite(x):
-        return x
-    return {"__float__": repr(x)}
-
-
 def to_plain(value: Any) -> Any:
     """A dataclass/enum/tuple/mapping tree as JSON-ready plain values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -40,8 +33,8 @@ def to_plain(value: Any) -> Any:
                 if not f.metadata.get("transient")}
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, float):
-        return _encode_float(value)
+    if isinstance(value, float):  # JSON has no NaN/Infinity: tagged strings keep the round trip exact
+        return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, Mapping):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
