@@ -140,10 +140,6 @@ class History:
             self._gpu_data = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
         return self._gpu_data
 
-    @_gpu.setter
-    def _gpu(self, value: np.ndarray) -> None:
-        self._gpu_data = value
-
     def append(self, snap: Snapshot) -> bool:
         """Add one poll: O(1). No server → a NaN row (a gap in the plots). True when it showed another model
         (the measured points started again)."""
@@ -165,7 +161,7 @@ class History:
                 col = self._gpu_index[g.index] = len(self._gpu_index)
                 if col >= self._gpu.shape[2]:  # a new GPU: one more column (rare, O(capacity) once)
                     extra = np.full((self.capacity, len(GPU_SERIES), 1), np.nan, dtype=np.float32)
-                    self._gpu = np.concatenate((self._gpu, extra), axis=2)
+                    self._gpu_data = np.concatenate((self._gpu, extra), axis=2)
                     gpu_row = self._gpu[head]
             for j, name in enumerate(GPU_SERIES):
                 value = getattr(g, name)
