@@ -7,6 +7,7 @@ snapshot's display URL, already without user, password or query.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -15,7 +16,6 @@ from typing import Any
 from kvmon import __version__
 from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
-from kvmon.core.report_causes import causes_json, prompt_cache_json
 from kvmon.core.sanitize import clean_text
 from kvmon.core.snapshot import LastDecode, Snapshot
 
@@ -154,8 +154,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             s.latency, "replies source ttft_last_s ttft_p50_s ttft_p95_s itl_last_s itl_p50_s itl_p95_s itl_mean_s "
                        "last_prompt_tokens last_prefill_tok_s last_generate_s ttft_lower_bound replies_at_least"),
         "serving": _serving(s),
-        "slowdown_causes": causes_json(s),
-        "prompt_cache": prompt_cache_json(s),
+        "slowdown_causes": [dataclasses.asdict(c) for c in s.slowdown_causes],  # largest share first
+        "prompt_cache": _prompt_cache(s),
         "atlas": atlas_json(s.atlas),
         "alerts": [_attrs(a, "level code message") for a in s.alerts],
         "verdict": None if s.verdict is None else _attrs(s.verdict, "level state sentence cause"),
@@ -173,6 +173,21 @@ def _decode(d: LastDecode | None, s: Snapshot) -> dict[str, Any] | None:
         return None
     return {"tok_s": d.tok_s, "t_wall": d.t_wall, "age_s": max(0.0, s.t_monotonic - d.t_monotonic),
             "context_tokens": d.context_tokens}
+
+
+def _prompt_cache(s: Snapshot) -> dict[str, Any] | None:
+    """Prompt tokens read again and reused this session, the latest miss while it is news, what made prompts change
+    (through kvmon proxy: figures and kvmon's words, never prompt text), and the next turn's time to first token."""
+    v = s.prompt_cache
+    if v is None:
+        return None
+    return {
+        **_attrs(v, "source reads reread_tokens reused_tokens reread_s last_reread_tokens last_reused_tokens "
+                    "last_reread_s misses"),
+        "miss": None if v.miss is None else _attrs(v.miss, "t_wall reread_tokens reused_tokens reread_s"),
+        "changes": [dataclasses.asdict(c) for c in v.changes],  # every field of each, in order
+        **_attrs(v, "repeated next_ttft_s next_prompt_tokens"),
+    }
 
 
 def _serving(s: Snapshot) -> dict[str, Any] | None:

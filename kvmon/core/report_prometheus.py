@@ -16,7 +16,6 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kvmon import __version__
-from kvmon.core import report_causes
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
 from kvmon.core.sanitize import plain_text
@@ -28,6 +27,9 @@ SERVER_GPU_LABELS = ("server", "gpu", "gpu_name")  # one server's share of one G
 # Per-slot series for at most this many slots (the lowest ids): a server reporting 10,000 slots made every scrape
 # 40,001 series and 5.5 MB. Every aggregate (kvmon_slots, the context, the speeds) counts all of them.
 MAX_SLOT_SERIES = 64
+CAUSE_HELP = ("Estimated share of the gap between measured decode speed and the memory-bus ceiling that one cause "
+              "explains (cause: memory_clock, pcie_link, other_processes, cpu_contended, slower_than_before, "
+              "drafting, unexplained).")
 DEVICE_INFO_LABELS = ("kind", "vendor", "source", "log_name", "bandwidth_source", "working_set_source", "vendor_index",
                       "pci_bus_id", "memory_type")
 
@@ -114,7 +116,17 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
             f.gauge("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at "
                     "this position (0: the first drafted) the target accepted, as a share of all drafts, since the "
                     "server started.", (*L, "position"), (*lv, str(pos)), rate)
-    report_causes.add_families(f, s, L, lv)
+    for c in s.slowdown_causes:
+        f.gauge("kvmon_slowdown_cause_share_ratio", CAUSE_HELP, (*L, "cause"), (*lv, c.code), c.share)
+    if (v := s.prompt_cache) is not None:
+        g("kvmon_prompt_reread_tokens", "Prompt tokens the server read (computed) this session, cached ones left out.",
+          v.reread_tokens)
+        g("kvmon_prompt_reused_tokens", "Prompt tokens the server reused from its prompt cache this session.",
+          v.reused_tokens)
+        g("kvmon_prompt_reread_seconds", "Seconds the server spent reading prompts this session.", v.reread_s)
+        g("kvmon_prompt_cache_misses", "Replies whose long prompt the server read again whole this session.", v.misses)
+        g("kvmon_next_reply_first_token_seconds", "Predicted time to first token of the next turn at this depth.",
+          v.next_ttft_s)
     lat = s.latency
     if lat is not None:
         f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "
