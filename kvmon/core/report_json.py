@@ -49,11 +49,9 @@ def devices(s: Snapshot) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for g in s.gpus:
         out.append({
-            "id": f"gpu{g.index}", "kind": g.kind, "name": g.name, "vendor": g.vendor, "source": g.source,
-            "log_name": g.log_name, "total_bytes": g.vram_total_bytes, "used_bytes": g.vram_used_bytes,
-            "free_bytes": g.vram_free_bytes, "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
-            "bandwidth_source": g.bandwidth_source, "weights_bytes": g.weights_bytes,
-            "kv_allocated_bytes": g.kv_allocated_bytes, "draft_bytes": g.draft_bytes,
+            "id": f"gpu{g.index}", **_attrs(g, "kind name vendor source log_name"), "total_bytes": g.vram_total_bytes,
+            "used_bytes": g.vram_used_bytes, "free_bytes": g.vram_free_bytes,
+            **_attrs(g, "peak_bandwidth_bytes_per_s bandwidth_source weights_bytes kv_allocated_bytes draft_bytes"),
             "in_ceiling": bool(g.weights_bytes or g.kv_allocated_bytes),
             "working_set_limit_bytes": g.working_set_limit_bytes,
         })
