@@ -404,12 +404,6 @@ def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfil
     return replace(fit, form=form)
 
 
-def _mean_error(fit: BytesFit, n: np.ndarray, y: np.ndarray) -> float:
-    """Mean |forecast ÷ measured − 1| in tok/s over the bins."""
-    tok_s, _low, _high = fit.predict_many(n)
-    return float(np.mean(np.abs(tok_s * y - 1.0)))
-
-
 def fit_bytes(points: Points, profile: ReadProfile,
               prior_efficiency: float | None = None, *, kernel_switch_tokens: int | None = None,
               prior: AttentionPrior | None = None) -> BytesFit | None:
@@ -457,4 +451,7 @@ def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, p
     k = max(1, round(n.size / 3))
     trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, prior_efficiency,
                       kernel_switch_tokens=kernel_switch_tokens, prior=prior)
-    return None if trial is None else _mean_error(trial, n[-k:], y[-k:])
+    if trial is None:
+        return None
+    tok_s, _low, _high = trial.predict_many(n[-k:])
+    return float(np.mean(np.abs(tok_s * y[-k:] - 1.0)))  # |forecast ÷ measured − 1| in tok/s, y being s/token
