@@ -56,7 +56,8 @@ def model_view(r: ServerReading) -> tuple[ModelView, Any, Notes]:
         prov["n_ctx_total"] = Provenance.COMPUTED
     argv_read = cprov.get("model_path") == "command_line"  # the server's own command line was read
     if cfg.fit and argv_read and cprov.get("n_ctx_total") not in ("command_line", "user") and n_ctx_total:
-        margin = f" to leave {_mib(cfg.fit_target_bytes)} free on each device" if cfg.fit_target_bytes else ""
+        mib = ", ".join(f"{b // (1024 * 1024)} MiB" for b in cfg.fit_target_bytes or ())
+        margin = f" to leave {mib} free on each device" if mib else ""
         reasons["n_ctx_total"] = f"-c not given: --fit chose the context at load{margin} (--fit-target)"
 
     alloc: int | None = None
@@ -157,10 +158,6 @@ def _weights(r: ServerReading, alloc: int | None) -> tuple[int | None, Provenanc
         return None, None, why + (f"; no estimate: {how}" if against and est is None and how else "")
     how_chosen = chosen.how if chosen.provenance != Provenance.MEASURED or chosen.how else None
     return chosen.weight_bytes, chosen.provenance, "; ".join(x for x in (against, how_chosen) if x) or None
-
-
-def _mib(per_device: tuple[int, ...]) -> str:
-    return ", ".join(f"{b // (1024 * 1024)} MiB" for b in per_device)
 
 
 def cache_bytes(model: ModelView) -> int | None:
