@@ -98,11 +98,6 @@ class Forecaster:
             self._fit_dirty = True
             self.regimes.mark_context(context)  # the regime's first measured depth: where the plot marks it
 
-    def _profile(self, devices: list[Any] | None, shape: Any, type_k: str, type_v: str) -> Any:
-        if devices is None or shape is None:
-            return None
-        return decode_model.ReadProfile.of(devices, shape, type_k, type_v)
-
     def remembered(self, config: CurveConfig | None) -> AtlasView | None:
         """The atlas's points of this poll's configuration (asked again when it changes, or a sweep added some);
         they join the fit's data. None without an atlas."""
@@ -155,7 +150,8 @@ class Forecaster:
         secs_vram = min((f.seconds_until_full for f in vfacts if f.seconds_until_full is not None), default=None)
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
-        profile = self._profile(devices, shape, type_k, type_v)
+        profile = (decode_model.ReadProfile.of(devices, shape, type_k, type_v)
+                   if devices is not None and shape is not None else None)
         switch = kernel_switch(vendors)
         kind = "bytes" if profile is not None else "line"
         n_pts = len(self._points)
