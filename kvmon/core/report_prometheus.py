@@ -293,20 +293,18 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
         h = s.host
         if devices is None and host is None:
             host = h
-        L = ("server",)
-        f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", L, (w.server,),
-                h.weights_in_host_bytes)
-        f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", L, (w.server,), h.kv_in_host_bytes)
-        f.gauge("kvmon_host_draft_bytes", "Speculative decoding's draft model in host RAM: its weights and its KV "
-                "cache.", L, (w.server,), h.draft_in_host_bytes)
-        f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", L,
-                (w.server,), h.host_bandwidth_bytes_per_s)
-        f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", L, (w.server,),
-                h.server_rss_bytes)
-        f.gauge("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second "
-                "(CPU layers, KV in RAM).", L, (w.server,), h.achieved_bandwidth_bytes_per_s)
-        f.gauge("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).", L,
-                (w.server,), int(h.in_ceiling) if up else None)
+        g = f.labelled(("server",), (w.server,))
+        g("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", h.weights_in_host_bytes)
+        g("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", h.kv_in_host_bytes)
+        g("kvmon_host_draft_bytes", "Speculative decoding's draft model in host RAM: its weights and its KV cache.",
+          h.draft_in_host_bytes)
+        g("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.",
+          h.host_bandwidth_bytes_per_s)
+        g("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", h.server_rss_bytes)
+        g("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second (CPU layers, "
+          "KV in RAM).", h.achieved_bandwidth_bytes_per_s)
+        g("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).",
+          int(h.in_ceiling) if up else None)
         for (level, code), n in sorted(Counter((a.level.value, a.code) for a in s.alerts).items()):
             f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("server", "level", "code"),
                     (w.server, level, code), n)
