@@ -70,12 +70,9 @@ def rule_ctx_full(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None
 
 def rule_vram_full_soon(f: AlertFacts, th: AlertThresholds, current: AlertLevel | None) -> RuleResult:
     """Free VRAM falling: warn when, at the trend of the last minute, it runs out soon."""
-    worst: GpuVramFacts | None = None
-    for g in f.gpus:
-        if g.seconds_until_full is None or (f.connected and vram_is_full(g, th, None)):  # full now: vram_full says
-            continue
-        if worst is None or worst.seconds_until_full is None or g.seconds_until_full < worst.seconds_until_full:
-            worst = g
+    falling = [g for g in f.gpus if g.seconds_until_full is not None
+               and not (f.connected and vram_is_full(g, th, None))]  # full now: vram_full says
+    worst = min(falling, key=lambda g: g.seconds_until_full or 0.0, default=None)
     if worst is None or worst.seconds_until_full is None:
         return NOTHING
     secs = worst.seconds_until_full

@@ -5,7 +5,7 @@ thresholds); the rules (``kvmon.core.alert_rules``) say each alert's level, mess
 holds them. Every rule raises at one threshold and clears only past a second, safer one, and a raised alert is held
 for ``min_hold_s`` before it may clear or step down, except when what replaces it is the same cause said anew (VRAM
 full soon becoming VRAM full, or the spill itself): one cause is one alert. A connection that keeps failing is one
-alert, with the count and the duration. The advice codes (``ADVICE``) are tips, never the headline.
+alert, with the count and the duration. The advice codes (``alert_types.ADVICE``) are tips, never the headline.
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from kvmon.core.alert_rules import (
     rule_vram_full,
     rule_vram_full_soon,
     rule_weights_in_host,
-    vram_is_full,
 )
 from kvmon.core.alert_rules_prompt import rule_prompt_cache_miss, rule_prompt_repeated
 from kvmon.core.alert_types import (
-    ADVICE,
     CONNECTION,
     MODEL_FAILED,
     NOTHING,
@@ -40,21 +38,14 @@ from kvmon.core.alert_types import (
     RECORDING_FAILED,
     AlertFacts,
     AlertThresholds,
-    CacheAdvice,
-    GpuVramFacts,
     Rule,
     RuleResult,
-    UnifiedFacts,
 )
 from kvmon.core.connection import FAILURE_STATUS
 from kvmon.core.readings import FailureKind
 from kvmon.core.severity import STATUS_SEVERITY
 from kvmon.core.snapshot import Alert, AlertLevel, ConnectionStatus
 from kvmon.core.units import fmt_duration
-
-__all__ = ["ADVICE", "CONNECTION", "MODEL_FAILED", "RECORDING_FAILED", "AlertEngine", "AlertFacts", "AlertThresholds",
-           "CacheAdvice", "GpuVramFacts", "Rule", "RuleResult", "UnifiedFacts", "model_failed_alerts",
-           "rule_kv_in_host", "vram_is_full", "with_recording_problem"]
 
 # a code that is the same cause said anew: while it is up, the ones it replaces go at once (no hold)
 SUPERSEDES: Mapping[str, frozenset[str]] = {
@@ -97,7 +88,6 @@ def _connection_rule(since: dict[str, float]) -> Rule:
 class _State:
     level: AlertLevel
     since: float  # when raised or last changed level
-    raised_at: float
 
 
 @dataclass
@@ -141,7 +131,7 @@ class AlertEngine:
             if st is None:
                 if want is None:
                     continue
-                st = self._state[code] = _State(want, t, t)
+                st = self._state[code] = _State(want, t)
                 raised.append(code)
             elif want is not None and want.rank > st.level.rank:
                 st.level, st.since = want, t

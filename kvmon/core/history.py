@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from kvmon.core.fields import HISTORY_FIELDS
 from kvmon.core.lazy import lazy_import
-from kvmon.core.points import MeasuredPoints
+from kvmon.core.points import MeasuredPoints, ring_tail
 from kvmon.core.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -59,9 +59,6 @@ class HistoryView:
     t_wall: np.ndarray
     series: dict[str, np.ndarray]
     gpu: dict[str, np.ndarray]  # name -> array of shape (rows, n_gpus)
-    gpu_indices: tuple[int, ...]
-    scatter_context: np.ndarray  # (context, decode) points measured in the window
-    scatter_decode_tok_s: np.ndarray
 
     def __len__(self) -> int:
         return len(self.t)
@@ -92,15 +89,7 @@ class _Ring:
 
     def last_rows(self, n: int) -> np.ndarray:
         """The newest ``n`` rows in chronological order (a copy)."""
-        n = min(n, self.count)
-        if n <= 0:
-            empty: np.ndarray = self.data[:0].copy()
-            return empty
-        start = (self.head - n) % self.capacity
-        if start < self.head:
-            rows: np.ndarray = self.data[start:self.head].copy()
-            return rows
-        return np.concatenate((self.data[start:], self.data[:self.head]))
+        return ring_tail(self.data, self.head, max(0, min(n, self.count)))
 
     def column_tail_count_since(self, col: int, t0: float) -> int:
         """How many of the newest rows have column ``col`` ≥ t0 (column sorted in time; binary search)."""
@@ -151,10 +140,6 @@ class History:
             self._gpu_data = np.full((self.capacity, len(GPU_SERIES), 0), np.nan, dtype=np.float32)
         return self._gpu_data
 
-    @_gpu.setter
-    def _gpu(self, value: np.ndarray) -> None:
-        self._gpu_data = value
-
     def append(self, snap: Snapshot) -> bool:
         """Add one poll: O(1). No server → a NaN row (a gap in the plots). True when it showed another model
         (the measured points started again)."""
@@ -176,7 +161,7 @@ class History:
                 col = self._gpu_index[g.index] = len(self._gpu_index)
                 if col >= self._gpu.shape[2]:  # a new GPU: one more column (rare, O(capacity) once)
                     extra = np.full((self.capacity, len(GPU_SERIES), 1), np.nan, dtype=np.float32)
-                    self._gpu = np.concatenate((self._gpu, extra), axis=2)
+                    self._gpu_data = np.concatenate((self._gpu, extra), axis=2)
                     gpu_row = self._gpu[head]
             for j, name in enumerate(GPU_SERIES):
                 value = getattr(g, name)
@@ -210,31 +195,16 @@ class History:
             t_last = self._main.data[(self._main.head - 1) % self.capacity, 0]
             n = self._main.column_tail_count_since(0, t_last - window_s)
         rows = self._main.last_rows(n)
-        start = (self._main.head - n) % self.capacity
-        if n == 0:
-            gpu = self._gpu[:0]
-        elif start < self._main.head:
-            gpu = self._gpu[start:self._main.head]
-        else:
-            gpu = np.concatenate((self._gpu[start:], self._gpu[:self._main.head]))
+        gpu = ring_tail(self._gpu, self._main.head, n)
         ncols = len(self._gpu_index)
-        t0 = rows[0, 0] if n else np.inf
-        sc_ctx, sc_tok_s = self.points.since(t0 if window_s is not None else None)
         return HistoryView(
             t=rows[:, 0],
             t_wall=rows[:, 1],
             series={name: rows[:, 2 + i] for i, name in enumerate(SERIES)},
             gpu={name: gpu[:, j, :ncols].astype(np.float64) for j, name in enumerate(GPU_SERIES)},
-            gpu_indices=tuple(self._gpu_index),
-            scatter_context=sc_ctx,
-            scatter_decode_tok_s=sc_tok_s,
         )
 
     def tail(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The newest ``n`` rows, oldest first: wall-clock times and the scalar series (for a plot that appends)."""
         rows = self._main.last_rows(n)
         return rows[:, 1], {name: rows[:, 2 + i] for i, name in enumerate(SERIES)}
-
-    def scatter_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """All of this session's (context tokens, decode tok/s) points kept (the session store's)."""
-        return self.points.since()

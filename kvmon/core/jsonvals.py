@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kvmon.core.sanitize import plain_text
+from kvmon.core.sanitize import clean_text, plain_text
 
 MAX_INT = 2**64 - 1  # the widest integer any source writes (GGUF's uint64, llama-server's counters)
 MAX_NUMBER = float(2**64)
@@ -82,15 +82,6 @@ def text_float(text: str | None, *, limit: float = MAX_NUMBER) -> float | None:
 # ------------------------------------------------------------------------------------------------ text
 
 
-def clean_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (a proper pair becomes its character)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
-
-
 def json_str(value: Any) -> str | None:
     """A non-empty string as plain text (``kvmon.core.sanitize.plain_text``: what kvmon may show), else None."""
     return plain_text(value) if isinstance(value, str) and value else None
@@ -109,10 +100,6 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # and every other byte ".": bytes.translate and a substring search are ~20× quicker than a regex on a /slots body
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else 0x2E for i in range(256))
 _TWENTY_DIGITS = b"0" * 20
-
-
-def _has_long_digits(raw: bytes) -> bool:
-    return _TWENTY_DIGITS in raw.translate(_DIGITS_AS_ZERO)
 
 
 def _int_or_inf(digits: str) -> int | float:
@@ -151,7 +138,8 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
             text = raw.decode("utf-8", "replace")
     text = text.removeprefix("\ufeff")
     try:
-        value = json.loads(text, parse_int=_int_or_inf) if _has_long_digits(raw) else json.loads(text)
+        long_digits = _TWENTY_DIGITS in raw.translate(_DIGITS_AS_ZERO)
+        value = json.loads(text, parse_int=_int_or_inf) if long_digits else json.loads(text)
         if _SURROGATE_ESCAPE.search(text):
             value = _clean_tree(value)
     except RecursionError:

@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
-from kvmon.core.jsonvals import MAX_INT, clean_text
+from kvmon.core.jsonvals import MAX_INT
+from kvmon.core.sanitize import clean_text
 
 _FLOAT_TAGS = frozenset({"nan", "inf", "-inf"})
 
 
 class RecordingLineError(ValueError):
     """One line of a recording that is not a snapshot this kvmon can rebuild: skipped, with this as the reason."""
-
-
-def _encode_float(x: float) -> Any:
-    # JSON has no NaN/Infinity; keep them as tagged strings so the round trip stays exact.
-    if math.isfinite(x):
-        return x
-    return {"__float__": repr(x)}
 
 
 def to_plain(value: Any) -> Any:
@@ -38,23 +33,13 @@ def to_plain(value: Any) -> Any:
                 if not f.metadata.get("transient")}
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, float):
-        return _encode_float(value)
+    if isinstance(value, float):  # JSON has no NaN/Infinity: tagged strings keep the round trip exact
+        return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, Mapping):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [to_plain(v) for v in value]
     return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    h = _HINTS.get(cls)
-    if h is None:
-        h = _HINTS[cls] = typing.get_type_hints(cls)
-    return h
 
 
 def _tagged_float(value: Any) -> float | None:
@@ -93,48 +78,35 @@ def from_plain(tp: Any, value: Any) -> Any:
 
 
 _Convert = Callable[[Any], Any]
-_CONVERTERS: dict[Any, _Convert] = {}
 
 
-def _converter(tp: Any) -> _Convert:
-    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
-    conv = _CONVERTERS.get(tp)
-    if conv is None:
-        conv = _CONVERTERS[tp] = _make_converter(tp)
-    return conv
-
-
-def _null(_value: Any) -> Any:
+def _null(_value: Any) -> NoReturn:
     raise RecordingLineError("null where a value belongs")
 
 
-def _make_converter(tp: Any) -> _Convert:
+def _wrong(v: Any, what: str) -> NoReturn:
+    """Raise for ``v`` where ``what`` belongs: a null said as such, else its type."""
+    if v is None:
+        _null(v)
+    raise RecordingLineError(f"{type(v).__name__} where {what} belongs")
+
+
+@functools.cache
+def _converter(tp: Any) -> _Convert:
+    """The function that rebuilds a ``tp`` from plain JSON, made once per type (a replay reads every line)."""
     if tp is Any:
         return lambda v: v
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         optional = type(None) in args
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            inner = _converter(rest[0])
-
-            def one(v: Any) -> Any:
-                if v is None:
-                    if optional:
-                        return None
-                    raise RecordingLineError("null where a value belongs")
-                return inner(v)
-            return one
-        choices = [(a, _converter(a)) for a in rest]
+        choices = [(a, _converter(a)) for a in args if a is not type(None)]
         last = choices[-1][1]
 
         def union(v: Any) -> Any:
             if v is None:
-                if optional:
-                    return None
-                raise RecordingLineError("null where a value belongs")
-            for a, conv in choices:  # e.g. int | float: JSON's own type, when one fits
+                return None if optional else _null(v)
+            for a, conv in choices[:-1]:  # e.g. int | float: JSON's own type, when one fits, else the last
                 if isinstance(a, type) and isinstance(v, a) and not isinstance(v, bool):
                     return conv(v)
             return last(v)
@@ -152,31 +124,17 @@ def _make_converter(tp: Any) -> _Convert:
             return _null(v) if v is None else _number(int, v)
         return integer
     if tp is bool:
-        def boolean(v: Any) -> Any:
-            if isinstance(v, bool):
-                return v
-            if v is None:
-                _null(v)
-            raise RecordingLineError(f"{type(v).__name__} where a bool belongs")
-        return boolean
+        return lambda v: v if isinstance(v, bool) else _wrong(v, "a bool")
     if tp is str:
-        def text(v: Any) -> Any:
-            if isinstance(v, str):
-                return clean_text(v)
-            if v is None:
-                _null(v)
-            raise RecordingLineError(f"{type(v).__name__} where text belongs")
-        return text
+        return lambda v: clean_text(v) if isinstance(v, str) else _wrong(v, "text")
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = _hints(tp)
+        hints = typing.get_type_hints(tp)
         fields_ = [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(tp)]
         cls = tp
 
         def record(v: Any) -> Any:
-            if v is None:
-                _null(v)
             if not isinstance(v, dict):
-                raise RecordingLineError(f"{type(v).__name__} where {cls.__name__} belongs")
+                _wrong(v, cls.__name__)
             kwargs = {name: conv(v[name]) for name, conv in fields_ if name in v}
             try:
                 return cls(**kwargs)
@@ -199,18 +157,14 @@ def _make_converter(tp: Any) -> _Convert:
 
             def items(v: Any) -> Any:
                 if not isinstance(v, list):
-                    if v is None:
-                        _null(v)
-                    raise RecordingLineError(f"{type(v).__name__} where a list belongs")
+                    _wrong(v, "a list")
                 return tuple([item(x) for x in v])
             return items
         convs = [_converter(a) for a in args]
 
         def fixed(v: Any) -> Any:
             if not isinstance(v, list):
-                if v is None:
-                    _null(v)
-                raise RecordingLineError(f"{type(v).__name__} where a list belongs")
+                _wrong(v, "a list")
             if len(v) != len(convs):
                 raise RecordingLineError(f"{len(v)} items where {len(convs)} belong")
             return tuple(c(x) for c, x in zip(convs, v, strict=True))
@@ -229,9 +183,7 @@ def _make_converter(tp: Any) -> _Convert:
 
         def mapping(v: Any) -> Any:
             if not isinstance(v, dict):
-                if v is None:
-                    _null(v)
-                raise RecordingLineError(f"{type(v).__name__} where an object belongs")
+                _wrong(v, "an object")
             return {clean_text(k): val(x) for k, x in v.items()}
         return mapping
     return lambda v: _null(v) if v is None else v

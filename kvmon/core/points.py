@@ -2,9 +2,9 @@
 a point is and one for when "the model changed".
 
 The forecast fit (``kvmon.core.analysis``) reads the newest points, the speed-vs-context plot the mean per context
-bin (``ContextBins``: a day of polls draws a few hundred dots, not 86,400), the history's time windows the points
-with their times, and the report card a sample of the whole session. All of them are fed by the same
-``add(snapshot)``, and all of them start again when the model changes, so the dots and the fit never disagree.
+bin (``ContextBins``: a day of polls draws a few hundred dots, not 86,400), and the report card a sample of the
+whole session. All of them are fed by the same ``add(snapshot)``, and all of them start again when the model
+changes, so the dots and the fit never disagree.
 Within one model, the snapshots' regimes (``Forecast.regime``: a reload, another n_ctx, a spill) split the bins:
 ``bins`` holds the current regime's points (the ones the fit reads), ``earlier_bins`` those of the regimes before.
 """
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 else:
     np = lazy_import("numpy")  # loaded with the first point, not with the window's first frame
 
-DEFAULT_CAPACITY = 24 * 3600  # points kept with their times: a day at 1 Hz
+DEFAULT_CAPACITY = 24 * 3600  # the newest points kept: a day at 1 Hz
 BIN_TOKENS = 256
 SAMPLE_MAX = 20000  # the whole-session sample is thinned (every other point) when it reaches this many
 
@@ -71,6 +71,15 @@ def measured_point(slots: Sequence[SlotView], context_tokens: int | None,
     if not (math.isfinite(ctx) and math.isfinite(tok_s)) or ctx < 0:
         return None
     return ctx, tok_s
+
+
+def ring_tail(ring: np.ndarray, head: int, n: int) -> np.ndarray:
+    """A copy of the ``n`` rows of ``ring`` written last (``head``: the next row to write), oldest first."""
+    start = (head - n) % len(ring)
+    if n == 0 or start < head:
+        rows: np.ndarray = ring[start:start + n].copy()
+        return rows
+    return np.concatenate((ring[start:], ring[:head]))
 
 
 class ContextBins:
@@ -145,8 +154,8 @@ class RegimeStep:
 
 
 class MeasuredPoints:
-    """The session store: the newest ``capacity`` points with their times, the per-bin means of all of them and a
-    thinned sample of the whole session (at most ``sample_max``), for the current model."""
+    """The session store: the newest ``capacity`` points, the per-bin means of all of them and a thinned sample of
+    the whole session (at most ``sample_max``), for the current model."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY, *, bin_tokens: int = BIN_TOKENS,
                  sample_max: int = SAMPLE_MAX) -> None:
@@ -160,7 +169,7 @@ class MeasuredPoints:
         self._n_ctx: int | None = None  # the current regime's n_ctx, as last seen
         self._last_tok_s: float | None = None  # the newest point's speed
         self.version = 0  # moves on every change
-        self._ring: np.ndarray | None = None  # a ring of (t, context, tok/s) rows, made with the first point
+        self._ring: np.ndarray | None = None  # a ring of (context, tok/s) rows, made with the first point
         self._head = 0
         self._count = 0
         self._sample_ctx = array("d")  # the whole-session sample, in two compact columns
@@ -174,7 +183,7 @@ class MeasuredPoints:
     @property
     def _data(self) -> np.ndarray:
         if self._ring is None:
-            self._ring = np.empty((self.capacity, 3))
+            self._ring = np.empty((self.capacity, 2))
         return self._ring
 
     # -- feeding
@@ -185,11 +194,11 @@ class MeasuredPoints:
         Returns True when the model changed (and what was measured before was dropped). A poll that read no server
         changes nothing.
         """
-        return self.add_poll(snap.server_read, snap.t_monotonic, snap.url, snap.model, snap.slots,
+        return self.add_poll(snap.server_read, snap.url, snap.model, snap.slots,
                              snap.context_tokens, snap.decode_tok_s, snap.forecast.regime.index,
                              rate_source=snap.decode_rate_source)
 
-    def add_poll(self, server_read: bool, t_monotonic: float, url: str | None, model: ModelView,
+    def add_poll(self, server_read: bool, url: str | None, model: ModelView,
                  slots: Sequence[SlotView], context_tokens: int | None, decode_tok_s: float | None,
                  regime: int = 0, *, rate_source: str | None = None) -> bool:
         """``add`` from the fields a Snapshot is made of (the analysis feeds its poll before the Snapshot exists)."""
@@ -207,7 +216,7 @@ class MeasuredPoints:
             self._n_ctx = model.n_ctx
         point = measured_point(slots, context_tokens, decode_tok_s, rate_source)
         if point is not None:
-            self._append(t_monotonic, *point)
+            self._append(*point)
             if self.step is not None and self.step.after_tok_s is None:
                 self.step = RegimeStep(self.step.before_tok_s, self.step.before_n_ctx, point[1])
         return changed
@@ -222,9 +231,9 @@ class MeasuredPoints:
             self._forget()
         return changed
 
-    def _append(self, t: float, context_tokens: float, tok_s: float) -> None:
+    def _append(self, context_tokens: float, tok_s: float) -> None:
         head = self._head
-        self._data[head] = (t, context_tokens, tok_s)
+        self._data[head] = (context_tokens, tok_s)
         self._head = (head + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
         self._last_tok_s = tok_s
@@ -256,26 +265,10 @@ class MeasuredPoints:
 
     # -- reading
 
-    def _rows(self) -> np.ndarray:
-        """Every row kept, oldest first, as a copy."""
-        n = self._count
-        start = (self._head - n) % self.capacity
-        if n == 0 or start < self._head:
-            rows: np.ndarray = self._data[start:start + n].copy()
-            return rows
-        return np.concatenate((self._data[start:], self._data[:self._head]))
-
     def latest(self, n: int | None = None) -> np.ndarray:
         """The newest ``n`` points (all kept when None) as rows of (context tokens, tok/s), oldest first: the fit's."""
-        rows = self._rows()[:, 1:]
+        rows = ring_tail(self._data, self._head, self._count)
         return rows if n is None else rows[max(0, len(rows) - n):]
-
-    def since(self, t0: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(context tokens, tok/s) of the points measured at ``t0`` or later (all kept when None), oldest first."""
-        rows = self._rows()
-        if t0 is not None:
-            rows = rows[np.searchsorted(rows[:, 0], t0, side="left"):]
-        return rows[:, 1], rows[:, 2]
 
     def sample(self) -> tuple[tuple[int, float], ...]:
         """The whole session's points, thinned to at most ``sample_max``: the report card's."""

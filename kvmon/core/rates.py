@@ -91,7 +91,6 @@ class RateSample:
     prefill_tok_s: float | None
     per_slot_decode_tok_s: dict[int, float | None] = field(default_factory=dict)
     decode_rate_source: RateSource | None = None
-    per_slot_prefill_tok_s: dict[int, float | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # why a rate is missing, when it was impossible
 
 
@@ -113,6 +112,11 @@ class SlotRateTracker:
 
     def __init__(self, tau_s: float = DEFAULT_TAU_S) -> None:
         self.tau_s = tau_s
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (another server, or a restart)."""
+        tau_s = self.tau_s
         self._slots: dict[int, _SlotState] = {}
         self._reasons: dict[str, str] = {}
         self._n_decode = CounterRate(tau_s, max_rate=MAX_DECODE_TOK_S)
@@ -129,22 +133,6 @@ class SlotRateTracker:
         self._prefill_seconds = CounterRate(0.0)
         self._was_running = False
         self._last_t: float | None = None
-
-    def reset(self) -> None:
-        """Forget everything (another server, or a restart)."""
-        self._slots.clear()
-        self._n_decode.reset()
-        self._prompt_tokens.reset()
-        self._prompt_seconds.reset()
-        self._predicted.reset()
-        self._predicted_seconds.reset()
-        self._active = set()
-        self._generating = False
-        self._generated.reset()
-        self._prefill_tokens.reset()
-        self._prefill_seconds.reset()
-        self._was_running = False
-        self._last_t = None
 
     def update(self, reading: ServerReading) -> RateSample:
         """Feed one reading; returns the live rates it allows."""
@@ -218,7 +206,6 @@ class SlotRateTracker:
             prefill_tok_s=prefill,
             per_slot_decode_tok_s=per_decode,
             decode_rate_source=source,
-            per_slot_prefill_tok_s=per_prefill,
             reasons=self._reasons,
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from kvmon.core.sanitize import plain_text
 
@@ -29,11 +29,10 @@ class FailureKind(str, enum.Enum):
 
 
 class DeviceKind(str, enum.Enum):
-    """What a memory device is: its own VRAM behind a bus, memory shared with the CPU, or the CPU's RAM itself."""
+    """What a memory device is: its own VRAM behind a bus, or memory shared with the CPU."""
 
     DISCRETE_GPU = "discrete_gpu"
     UNIFIED_MEMORY = "unified_memory"  # Apple Silicon, AMD APUs: the GPU computes from system RAM
-    HOST_RAM = "host_ram"
 
 
 class Provenance(str, enum.Enum):
@@ -301,8 +300,7 @@ class GpuProcess:
 # amdgpu's power and temperature against their limits, xe's throttle reasons): GpuReading.clock_reasons
 ClockReason = Literal["idle", "power_cap", "thermal", "hw_slowdown", "power_brake", "applications_clocks",
                       "sync_boost", "display", "current_limit"]
-CLOCK_REASONS: tuple[ClockReason, ...] = ("idle", "power_cap", "thermal", "hw_slowdown", "power_brake",
-                                          "applications_clocks", "sync_boost", "display", "current_limit")
+CLOCK_REASONS: tuple[ClockReason, ...] = get_args(ClockReason)
 
 
 @dataclass(frozen=True)
@@ -360,7 +358,6 @@ class GpuReading:
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
-
 @dataclass(frozen=True)
 class HostReading:
     t_monotonic: float
@@ -381,8 +378,6 @@ class HostReading:
     cpu_busy_cores: float | None = None  # every process together, since the last poll, in cores (1.0: one core busy)
     server_cpu_cores: float | None = None  # the model server's processes alone, the same way
     reasons: Mapping[str, str] = field(default_factory=dict)
-
-    kind = DeviceKind.HOST_RAM.value  # host RAM is a device too: the analysis shows it beside the GPUs
 
 
 @dataclass(frozen=True)

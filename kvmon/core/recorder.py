@@ -169,6 +169,15 @@ def _open_for_recording(path: Path) -> int:
     return fd
 
 
+def _header(line: bytes | str) -> dict[str, Any] | None:
+    """The recording header on ``line``, or None when it holds none."""
+    try:
+        header = parse_json(line)
+    except InputError:
+        return None
+    return header if isinstance(header, dict) and HEADER_KEY in header else None
+
+
 def _check_appendable(fd: int, path: Path) -> bool:
     """Refuse what is not a file kvmon may append snapshots to; whether its last line was cut off."""
     st = os.fstat(fd)
@@ -178,12 +187,8 @@ def _check_appendable(fd: int, path: Path) -> bool:
         raise RecordingRefused(path, "it is not a file (a FIFO, a socket or a folder)")
     if st.st_size == 0:
         return False
-    first = os.pread(fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)[0]
-    try:
-        header = parse_json(first)
-    except InputError:
-        header = None
-    if not isinstance(header, dict) or HEADER_KEY not in header:
+    header = _header(os.pread(fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)[0])
+    if header is None:
         raise RecordingRefused(path, "it is not a kvmon recording: not appending snapshots to it")
     if header[HEADER_KEY] != SCHEMA_VERSION:
         raise RecordingRefused(path, f"it is a recording of schema {header[HEADER_KEY]!r}; this kvmon writes "
@@ -261,12 +266,8 @@ def _scan(path: str | Path) -> Iterator[tuple[int, int, Snapshot | None, str | N
     reason). Raises RecordingError for a file that is not a recording."""
     p = Path(path)
     with _open(p) as fh:
-        first = fh.readline(MAX_LINE_CHARS).decode("utf-8", errors="replace")
-        try:
-            header = parse_json(first)
-        except InputError:
-            header = None
-        if not isinstance(header, dict) or HEADER_KEY not in header:
+        header = _header(fh.readline(MAX_LINE_CHARS).decode("utf-8", errors="replace"))
+        if header is None:
             raise RecordingError(f"{p.name} is not a kvmon recording (no header line)")
         if not isinstance(header[HEADER_KEY], int) or header[HEADER_KEY] > SCHEMA_VERSION:
             raise RecordingError(f"{p.name} has recording schema {header[HEADER_KEY]!r}; "
@@ -275,12 +276,6 @@ def _scan(path: str | Path) -> Iterator[tuple[int, int, Snapshot | None, str | N
         for n, offset, line, whole in _lines(fh, 2):
             snap, why = _line_snapshot(n, line, whole)
             yield n, offset, snap, why
-
-
-def iter_recording(path: str | Path) -> Iterator[tuple[int, Snapshot | None, str | None]]:
-    """(line number, Snapshot or None, reason) for every line after the header; raises RecordingError."""
-    for n, _offset, snap, why in _scan(path):
-        yield n, snap, why
 
 
 def read_recording(path: str | Path, *, lazy: bool = False,

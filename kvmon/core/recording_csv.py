@@ -82,11 +82,3 @@ def write_csv(snapshots: Iterable[Snapshot], path: str | Path) -> int:
             w.writerow(row)
             n += 1
     return n
-
-
-def recording_to_csv(recording_path: str | Path, out_path: str | Path) -> int:
-    """Read a JSONL recording and write its CSV; raises RecordingError or OSError with a clear message."""
-    from kvmon.core.recorder import read_recording
-
-    rec = read_recording(recording_path)
-    return write_csv(rec.snapshots, out_path)

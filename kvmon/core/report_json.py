@@ -7,6 +7,7 @@ snapshot's display URL, already without user, password or query.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -15,8 +16,7 @@ from typing import Any
 from kvmon import __version__
 from kvmon.core.curve_config import atlas_json
 from kvmon.core.fields import JSON_FIELDS
-from kvmon.core.jsonvals import clean_text
-from kvmon.core.report_causes import causes_json, prompt_cache_json
+from kvmon.core.sanitize import clean_text
 from kvmon.core.snapshot import LastDecode, Snapshot
 
 SCHEMA_VERSION = 1
@@ -49,11 +49,9 @@ def devices(s: Snapshot) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for g in s.gpus:
         out.append({
-            "id": f"gpu{g.index}", "kind": g.kind, "name": g.name, "vendor": g.vendor, "source": g.source,
-            "log_name": g.log_name, "total_bytes": g.vram_total_bytes, "used_bytes": g.vram_used_bytes,
-            "free_bytes": g.vram_free_bytes, "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
-            "bandwidth_source": g.bandwidth_source, "weights_bytes": g.weights_bytes,
-            "kv_allocated_bytes": g.kv_allocated_bytes, "draft_bytes": g.draft_bytes,
+            "id": f"gpu{g.index}", **_attrs(g, "kind name vendor source log_name"), "total_bytes": g.vram_total_bytes,
+            "used_bytes": g.vram_used_bytes, "free_bytes": g.vram_free_bytes,
+            **_attrs(g, "peak_bandwidth_bytes_per_s bandwidth_source weights_bytes kv_allocated_bytes draft_bytes"),
             "in_ceiling": bool(g.weights_bytes or g.kv_allocated_bytes),
             "working_set_limit_bytes": g.working_set_limit_bytes,
         })
@@ -71,6 +69,11 @@ def devices(s: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
+def _attrs(obj: Any, names: str) -> dict[str, Any]:
+    """``obj``'s attributes of these space-separated names, each under its own name, in this order."""
+    return {k: getattr(obj, k) for k in names.split()}
+
+
 def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
     """The ``once --json`` document for ``snapshot``: plain JSON types only."""
     s = snapshot
@@ -84,117 +87,46 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         "backend": s.backend,
         "server_version": s.server_version,
         "url": s.url,
-        "connection": {"status": s.connection.status, "reason": s.connection.reason},
+        "connection": _attrs(s.connection, "status reason"),
         "model": {
-            "name": m.name,
-            "server_name": m.server_name,
-            "arch": m.arch,
-            "n_params": m.n_params,
-            "quantization": m.quantization,
-            "weight_bytes": m.weight_bytes,
-            "weight_bytes_read_per_token": m.weight_bytes_read_per_token,
-            "n_ctx": m.n_ctx,
-            "n_ctx_total": m.n_ctx_total,
-            "n_ctx_train": m.n_ctx_train,
-            "n_layers": m.n_layers,
-            "n_slots": m.n_slots,
-            "kv_unified": m.kv_unified,
-            "kv_type_k": m.kv_type_k,
-            "kv_type_v": m.kv_type_v,
-            "flash_attn": m.flash_attn,
-            "kv_bytes_per_token": m.kv_bytes_per_token,
-            "kv_allocated_bytes": m.kv_allocated_bytes,
-            "recurrent_state_bytes": m.recurrent_state_bytes,
-            "fit": m.fit,
-            "fit_target_bytes": list(m.fit_target_bytes) if m.fit_target_bytes is not None else None,
-            "shape_note": m.shape_note,
+            **_attrs(m, "name server_name arch n_params quantization weight_bytes weight_bytes_read_per_token n_ctx "
+                        "n_ctx_total n_ctx_train n_layers n_slots kv_unified kv_type_k kv_type_v flash_attn "
+                        "kv_bytes_per_token kv_allocated_bytes recurrent_state_bytes fit fit_target_bytes shape_note"),
             "draft": None if m.draft_name is None else {
                 "name": m.draft_name, "weight_bytes": m.draft_weight_bytes, "kv_type_k": m.draft_kv_type_k,
                 "kv_type_v": m.draft_kv_type_v, "kv_bytes_per_token": m.draft_kv_bytes_per_token,
                 "kv_allocated_bytes": m.draft_kv_allocated_bytes,
             },
         },
-        "slots": [
-            {
-                "id": sl.id,
-                "n_ctx": sl.n_ctx,
-                "context_tokens": sl.context_tokens,
-                "processing": sl.processing,
-                "decode_tok_s": sl.decode_tok_s,
-            }
-            for sl in s.slots
-        ],
+        "slots": [_attrs(sl, "id n_ctx context_tokens processing decode_tok_s") for sl in s.slots],
         **{fd.name: fd.get(s) for fd in JSON_FIELDS},  # the readings, as described once (kvmon.core.fields)
         "activity": s.activity,
         "decode_rate_source": s.decode_rate_source,
         "ceiling_uncertain": s.ceiling_suspect is not None,
-        "ceiling_suspect": None if s.ceiling_suspect is None else {"input": s.ceiling_suspect.input,
-                                                                    "message": s.ceiling_suspect.message},
+        "ceiling_suspect": None if s.ceiling_suspect is None else _attrs(s.ceiling_suspect, "input message"),
         "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "vram_total_bytes": g.vram_total_bytes,
-                "vram_used_bytes": g.vram_used_bytes,
-                "vram_free_bytes": g.vram_free_bytes,
-                "peak_bandwidth_bytes_per_s": g.peak_bandwidth_bytes_per_s,
-                "bandwidth_source": g.bandwidth_source,
-                "weights_bytes": g.weights_bytes,
-                "kv_allocated_bytes": g.kv_allocated_bytes,
-                "draft_bytes": g.draft_bytes,
-                "other_processes_bytes": g.other_processes_bytes,
-                "kind": g.kind,
-                "vendor": g.vendor,
-                "source": g.source,
-                "log_name": g.log_name,
-                "memory_source": g.memory_source,
-                "working_set_limit_bytes": g.working_set_limit_bytes,
-                "working_set_source": g.working_set_source,
-                "spill_total_bytes": g.spill_total_bytes,
-                "spill_used_bytes": g.spill_used_bytes,
-                "achieved_bandwidth_bytes_per_s": g.achieved_bandwidth_bytes_per_s,
-                "step_share": g.step_share,
-            }
+            _attrs(g, "index name vram_total_bytes vram_used_bytes vram_free_bytes peak_bandwidth_bytes_per_s "
+                      "bandwidth_source weights_bytes kv_allocated_bytes draft_bytes other_processes_bytes kind vendor "
+                      "source log_name memory_source working_set_limit_bytes working_set_source spill_total_bytes "
+                      "spill_used_bytes achieved_bandwidth_bytes_per_s step_share")
             for g in s.gpus
         ],
         "gpus_unavailable_reason": s.gpus_unavailable_reason,
         "host": {
-            "ram_total_bytes": s.host.ram_total_bytes,
-            "ram_available_bytes": s.host.ram_available_bytes,
-            "weights_in_host_bytes": s.host.weights_in_host_bytes,
-            "kv_in_host_bytes": s.host.kv_in_host_bytes,
-            "draft_in_host_bytes": s.host.draft_in_host_bytes,
-            "server_rss_bytes": s.host.server_rss_bytes,
+            **_attrs(s.host, "ram_total_bytes ram_available_bytes weights_in_host_bytes kv_in_host_bytes "
+                             "draft_in_host_bytes server_rss_bytes"),
             "kind": "host_ram",
-            "cpu_name": s.host.cpu_name,
-            "memory_type": s.host.memory_type,
-            "host_bandwidth_bytes_per_s": s.host.host_bandwidth_bytes_per_s,
-            "host_bandwidth_source": s.host.host_bandwidth_source,
-            "host_bandwidth_measured_at_unix_s": s.host.host_bandwidth_measured_at_unix_s,
-            "swap_total_bytes": s.host.swap_total_bytes,
-            "swap_used_bytes": s.host.swap_used_bytes,
-            "in_ceiling": s.host.in_ceiling,
-            "achieved_bandwidth_bytes_per_s": s.host.achieved_bandwidth_bytes_per_s,
-            "prompt_cache_limit_bytes": s.host.prompt_cache_limit_bytes,
+            **_attrs(s.host, "cpu_name memory_type host_bandwidth_bytes_per_s host_bandwidth_source "
+                             "host_bandwidth_measured_at_unix_s swap_total_bytes swap_used_bytes in_ceiling "
+                             "achieved_bandwidth_bytes_per_s prompt_cache_limit_bytes"),
         },
         "devices": devices(s),
         "forecast": {
-            "tokens_until_ctx_full": s.forecast.tokens_until_ctx_full,
-            "seconds_until_ctx_full": s.forecast.seconds_until_ctx_full,
-            "tokens_until_vram_full": s.forecast.tokens_until_vram_full,
-            "seconds_until_vram_full": s.forecast.seconds_until_vram_full,
-            "milestones": [
-                {"context_tokens": ms.context_tokens, "tok_s": ms.tok_s, "low_tok_s": ms.low_tok_s,
-                 "high_tok_s": ms.high_tok_s, "ceiling_tok_s": ms.ceiling_tok_s}
-                for ms in s.forecast.milestones
-            ],
-            "regime": {
-                "index": regime.index or None,
-                "cause": regime.cause,
-                "description": regime.description,
-                "since_t_wall": regime.since_t_wall,
-                "since_context_tokens": regime.since_context_tokens,
-            },
+            **_attrs(fc, "tokens_until_ctx_full seconds_until_ctx_full tokens_until_vram_full seconds_until_vram_full"),
+            "milestones": [_attrs(ms, "context_tokens tok_s low_tok_s high_tok_s ceiling_tok_s")
+                           for ms in fc.milestones],
+            "regime": {"index": regime.index or None,
+                       **_attrs(regime, "cause description since_t_wall since_context_tokens")},
             "fit": {
                 "form": fc.fit_form,
                 "points": fc.fit_points,
@@ -205,40 +137,26 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "valid_to_tokens": fc.valid_to_tokens,
             },
         },
-        "speculative": None if s.speculative is None else {
-            "drafts": s.speculative.drafts, "draft_tokens": s.speculative.draft_tokens,
-            "accepted_tokens": s.speculative.accepted_tokens, "generated_tokens": s.speculative.generated_tokens,
-            "tokens_per_step": s.speculative.tokens_per_step, "acceptance_rate": s.speculative.acceptance_rate,
-            "one_token_ceiling_tok_s": s.speculative.one_token_ceiling_tok_s,
-            "draft_weight_bytes": s.speculative.draft_weight_bytes,
-            "drafted_per_step": s.speculative.drafted_per_step,
-            "draft_bytes_per_token": s.speculative.draft_bytes_per_token,
-            "accepted_by_position": list(s.speculative.accepted_by_position),
-            "acceptance_by_position": list(s.speculative.acceptance_by_position),
-        },
+        "speculative": None if s.speculative is None else _attrs(
+            s.speculative, "drafts draft_tokens accepted_tokens generated_tokens tokens_per_step acceptance_rate "
+                           "one_token_ceiling_tok_s draft_weight_bytes drafted_per_step draft_bytes_per_token "
+                           "accepted_by_position acceptance_by_position"),
         "energy": None if s.energy is None else {
-            "power_w": s.energy.power_w, "energy_j": s.energy.energy_j, "seconds": s.energy.seconds,
-            "joules_per_token": s.energy.joules_per_token, "tokens_per_wh": s.energy.tokens_per_wh,
-            "devices": list(s.energy.devices), "whole_cpu_package": s.energy.whole_cpu_package,
-            "last_reply_energy_j": s.energy.last_reply_energy_j,
-            "last_reply_joules_per_token": s.energy.last_reply_joules_per_token,
+            **_attrs(s.energy, "power_w energy_j seconds joules_per_token tokens_per_wh devices whole_cpu_package "
+                               "last_reply_energy_j last_reply_joules_per_token"),
             "last_reply_tokens_per_wh": (3600.0 / s.energy.last_reply_joules_per_token
                                          if s.energy.last_reply_joules_per_token else None),
             "last_reply_power_w": s.energy.last_reply_power_w,
         },
-        "latency": None if s.latency is None else {
-            k: getattr(s.latency, k) for k in ("replies", "source", "ttft_last_s", "ttft_p50_s", "ttft_p95_s",
-                                               "itl_last_s", "itl_p50_s", "itl_p95_s", "itl_mean_s",
-                                               "last_prompt_tokens", "last_prefill_tok_s", "last_generate_s",
-                                               "ttft_lower_bound", "replies_at_least")
-        },
+        "latency": None if s.latency is None else _attrs(
+            s.latency, "replies source ttft_last_s ttft_p50_s ttft_p95_s itl_last_s itl_p50_s itl_p95_s itl_mean_s "
+                       "last_prompt_tokens last_prefill_tok_s last_generate_s ttft_lower_bound replies_at_least"),
         "serving": _serving(s),
-        "slowdown_causes": causes_json(s),
-        "prompt_cache": prompt_cache_json(s),
+        "slowdown_causes": [dataclasses.asdict(c) for c in s.slowdown_causes],  # largest share first
+        "prompt_cache": _prompt_cache(s),
         "atlas": atlas_json(s.atlas),
-        "alerts": [{"level": a.level, "code": a.code, "message": a.message} for a in s.alerts],
-        "verdict": None if s.verdict is None else {"level": s.verdict.level, "state": s.verdict.state,
-                                                   "sentence": s.verdict.sentence, "cause": s.verdict.cause},
+        "alerts": [_attrs(a, "level code message") for a in s.alerts],
+        "verdict": None if s.verdict is None else _attrs(s.verdict, "level state sentence cause"),
         "last_decode": _decode(s.last_decode, s),
         "decode_before": _decode(s.decode_before, s),
         "provenance": dict(s.provenance),
@@ -255,17 +173,29 @@ def _decode(d: LastDecode | None, s: Snapshot) -> dict[str, Any] | None:
             "context_tokens": d.context_tokens}
 
 
+def _prompt_cache(s: Snapshot) -> dict[str, Any] | None:
+    """Prompt tokens read again and reused this session, the latest miss while it is news, what made prompts change
+    (through kvmon proxy: figures and kvmon's words, never prompt text), and the next turn's time to first token."""
+    v = s.prompt_cache
+    if v is None:
+        return None
+    return {
+        **_attrs(v, "source reads reread_tokens reused_tokens reread_s last_reread_tokens last_reused_tokens "
+                    "last_reread_s misses"),
+        "miss": None if v.miss is None else _attrs(v.miss, "t_wall reread_tokens reused_tokens reread_s"),
+        "changes": [dataclasses.asdict(c) for c in v.changes],  # every field of each, in order
+        **_attrs(v, "repeated next_ttft_s next_prompt_tokens"),
+    }
+
+
 def _serving(s: Snapshot) -> dict[str, Any] | None:
     """A router's or llama-swap's models (null for a server with one model of its own)."""
     v = s.serving
     if v is None:
         return None
     return {
-        "kind": v.kind, "followed": v.followed, "follow_reason": v.follow_reason, "message": v.message,
-        "models": [{"name": m.name, "status": m.status, "progress": m.progress, "followed": m.followed,
-                    "processing": m.processing, "decode_tok_s": m.decode_tok_s, "context_tokens": m.context_tokens,
-                    "n_ctx": m.n_ctx, "n_slots": m.n_slots, "kv_allocated_bytes": m.kv_allocated_bytes,
-                    "kv_in_use_bytes": m.kv_in_use_bytes, "weight_bytes": m.weight_bytes, "note": m.note}
-                   for m in v.models],
-        "events": [{"t_wall": e.t_wall, "model": e.model, "kind": e.kind, "message": e.message} for e in v.events],
+        **_attrs(v, "kind followed follow_reason message"),
+        "models": [_attrs(m, "name status progress followed processing decode_tok_s context_tokens n_ctx n_slots "
+                             "kv_allocated_bytes kv_in_use_bytes weight_bytes note") for m in v.models],
+        "events": [_attrs(e, "t_wall model kind message") for e in v.events],
     }

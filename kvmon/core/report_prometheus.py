@@ -8,14 +8,14 @@ server number at all, only ``kvmon_up`` 0, the GPUs, the host and the alerts.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kvmon import __version__
-from kvmon.core import report_causes
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from kvmon.core.fields import PROMETHEUS_FIELDS
 from kvmon.core.sanitize import plain_text
@@ -27,6 +27,9 @@ SERVER_GPU_LABELS = ("server", "gpu", "gpu_name")  # one server's share of one G
 # Per-slot series for at most this many slots (the lowest ids): a server reporting 10,000 slots made every scrape
 # 40,001 series and 5.5 MB. Every aggregate (kvmon_slots, the context, the speeds) counts all of them.
 MAX_SLOT_SERIES = 64
+CAUSE_HELP = ("Estimated share of the gap between measured decode speed and the memory-bus ceiling that one cause "
+              "explains (cause: memory_clock, pcie_link, other_processes, cpu_contended, slower_than_before, "
+              "drafting, unexplained).")
 DEVICE_INFO_LABELS = ("kind", "vendor", "source", "log_name", "bandwidth_source", "working_set_source", "vendor_index",
                       "pci_bus_id", "memory_type")
 
@@ -59,6 +62,10 @@ class Families:
             self._by_name[name] = fam
         fam.add_metric([plain_text(x) if isinstance(x, str) else x for x in values], v)  # type: ignore[attr-defined]  # a gauge
 
+    def labelled(self, labels: Sequence[str], values: Sequence[str]) -> Callable[[str, str, Any], None]:
+        """``gauge`` with these labels and their values given: it takes the name, the help and the value."""
+        return lambda name, doc, value: self.gauge(name, doc, labels, values, value)
+
     def counter(self, name: str, doc: str, value: float) -> None:
         """A label-less counter (exported as ``name_total``)."""
         fam = CounterMetricFamily(name, doc, labels=[])
@@ -84,10 +91,10 @@ class Families:
 def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
     """The server's readings and kvmon's numbers derived from them; only called when the server was read."""
     m = s.model
-    g = f.gauge
     L = SERVER_LABELS
+    g = f.labelled(L, lv)
     for fd in PROMETHEUS_FIELDS:  # the readings, as described once (kvmon.core.fields)
-        g(str(fd.prometheus), fd.help, L, lv, fd.get(s))
+        g(str(fd.prometheus), fd.help, fd.get(s))
     if s.ceiling_tok_s is not None:
         suspect = s.ceiling_suspect
         f.gauge("kvmon_ceiling_uncertain", "1 when the measured speed exceeds the ceiling, so one of its inputs "
@@ -99,18 +106,27 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
                 (*lv, m.arch or "", m.quantization or "", m.kv_type_k or "", m.kv_type_v or "", s.server_version or ""),
                 1)
     for sl in sorted(s.slots, key=lambda sl: sl.id)[:MAX_SLOT_SERIES]:  # the aggregates above cover every slot
-        sv = (*lv, str(sl.id))
-        SL = (*L, "slot")
-        g("kvmon_slot_context_tokens", "Positions in context of one slot.", SL, sv, sl.context_tokens)
-        g("kvmon_slot_context_limit_tokens", "Context size of one slot.", SL, sv, sl.n_ctx)
-        g("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", SL, sv, int(sl.processing))
-        g("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", SL, sv, sl.decode_tok_s)
+        gs = f.labelled((*L, "slot"), (*lv, str(sl.id)))
+        gs("kvmon_slot_context_tokens", "Positions in context of one slot.", sl.context_tokens)
+        gs("kvmon_slot_context_limit_tokens", "Context size of one slot.", sl.n_ctx)
+        gs("kvmon_slot_processing", "1 while the slot is processing a request, else 0.", int(sl.processing))
+        gs("kvmon_slot_decode_tokens_per_second", "Measured decode speed of one slot.", sl.decode_tok_s)
     if s.speculative is not None:
         for pos, rate in enumerate(s.speculative.acceptance_by_position):
-            g("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at this "
-              "position (0: the first drafted) the target accepted, as a share of all drafts, since the server "
-              "started.", (*L, "position"), (*lv, str(pos)), rate)
-    report_causes.add_families(f, s, L, lv)
+            f.gauge("kvmon_speculative_acceptance_by_position_ratio", "Speculative decoding: drafts whose token at "
+                    "this position (0: the first drafted) the target accepted, as a share of all drafts, since the "
+                    "server started.", (*L, "position"), (*lv, str(pos)), rate)
+    for c in s.slowdown_causes:
+        f.gauge("kvmon_slowdown_cause_share_ratio", CAUSE_HELP, (*L, "cause"), (*lv, c.code), c.share)
+    if (v := s.prompt_cache) is not None:
+        g("kvmon_prompt_reread_tokens", "Prompt tokens the server read (computed) this session, cached ones left out.",
+          v.reread_tokens)
+        g("kvmon_prompt_reused_tokens", "Prompt tokens the server reused from its prompt cache this session.",
+          v.reused_tokens)
+        g("kvmon_prompt_reread_seconds", "Seconds the server spent reading prompts this session.", v.reread_s)
+        g("kvmon_prompt_cache_misses", "Replies whose long prompt the server read again whole this session.", v.misses)
+        g("kvmon_next_reply_first_token_seconds", "Predicted time to first token of the next turn at this depth.",
+          v.next_ttft_s)
     lat = s.latency
     if lat is not None:
         f.histogram("kvmon_time_to_first_token_seconds", "Time to first token of the session's replies, as the "
@@ -118,71 +134,65 @@ def _server_metrics(f: Families, s: Snapshot, lv: tuple[str, str, str]) -> None:
         f.histogram("kvmon_inter_token_latency_seconds", "Inter-token latency of the session's replies (each "
                     "reply's seconds per token).", L, lv, ITL_BUCKETS_S, lat.itl_buckets, lat.itl_sum_s)
     fc = s.forecast
-    g("kvmon_forecast_context_full_tokens", "Tokens until the context is full.", L, lv, fc.tokens_until_ctx_full)
-    g("kvmon_forecast_context_full_seconds", "Seconds until the context is full at the current pace.", L, lv,
+    g("kvmon_forecast_context_full_tokens", "Tokens until the context is full.", fc.tokens_until_ctx_full)
+    g("kvmon_forecast_context_full_seconds", "Seconds until the context is full at the current pace.",
       fc.seconds_until_ctx_full)
-    g("kvmon_forecast_vram_full_tokens", "Tokens until VRAM runs out (when something else is eating it).", L, lv,
+    g("kvmon_forecast_vram_full_tokens", "Tokens until VRAM runs out (when something else is eating it).",
       fc.tokens_until_vram_full)
-    g("kvmon_forecast_vram_full_seconds", "Seconds until VRAM runs out at the current pace.", L, lv,
+    g("kvmon_forecast_vram_full_seconds", "Seconds until VRAM runs out at the current pace.",
       fc.seconds_until_vram_full)
     r = fc.regime
     if r.index:
         f.gauge("kvmon_forecast_regime_info", "The current regime (what the speed depends on stayed the same since it "
                 "began) and the form of the forecast fitted on it (value always 1).", (*L, "regime", "cause", "form"),
                 (*lv, str(r.index), r.cause or "", fc.fit_form or ""), 1)
-        g("kvmon_forecast_regime_start_timestamp_seconds", "When the current regime began (Unix seconds).", L, lv,
+        g("kvmon_forecast_regime_start_timestamp_seconds", "When the current regime began (Unix seconds).",
           r.since_t_wall)
         g("kvmon_forecast_regime_start_context_tokens", "Context depth of the current regime's first measured point.",
-          L, lv, r.since_context_tokens)
-    g("kvmon_forecast_fit_points", "Measured points of the current regime the forecast is fitted on.", L, lv,
-      fc.fit_points)
+          r.since_context_tokens)
+    g("kvmon_forecast_fit_points", "Measured points of the current regime the forecast is fitted on.", fc.fit_points)
     g("kvmon_forecast_fit_efficiency_ratio", "Fraction of the peak bandwidth the forecast's fit reads the bytes at.",
-      L, lv, fc.fit_efficiency)
-    g("kvmon_forecast_fit_overhead_seconds", "The fit's fixed seconds per token beyond the bytes it reads.", L, lv,
+      fc.fit_efficiency)
+    g("kvmon_forecast_fit_overhead_seconds", "The fit's fixed seconds per token beyond the bytes it reads.",
       fc.fit_overhead_s)
     seen: set[int] = set()
     for ms in fc.milestones:
         if ms.context_tokens in seen:  # one sample per label set
             continue
         seen.add(ms.context_tokens)
-        mv = (*lv, str(ms.context_tokens))
-        ML = (*L, "context")
-        g("kvmon_forecast_decode_tokens_per_second", "Forecast decode speed at a context depth (fit to measurements).",
-          ML, mv, ms.tok_s)
-        g("kvmon_forecast_decode_low_tokens_per_second", "Low end of the forecast decode speed at a context depth.",
-          ML, mv, ms.low_tok_s)
-        g("kvmon_forecast_decode_high_tokens_per_second", "High end of the forecast decode speed at a context depth.",
-          ML, mv, ms.high_tok_s)
-        g("kvmon_forecast_ceiling_tokens_per_second", "Bandwidth ceiling at a context depth.", ML, mv,
-          ms.ceiling_tok_s)
+        gm = f.labelled((*L, "context"), (*lv, str(ms.context_tokens)))
+        gm("kvmon_forecast_decode_tokens_per_second", "Forecast decode speed at a context depth (fit to measurements).",
+           ms.tok_s)
+        gm("kvmon_forecast_decode_low_tokens_per_second", "Low end of the forecast decode speed at a context depth.",
+           ms.low_tok_s)
+        gm("kvmon_forecast_decode_high_tokens_per_second", "High end of the forecast decode speed at a context depth.",
+           ms.high_tok_s)
+        gm("kvmon_forecast_ceiling_tokens_per_second", "Bandwidth ceiling at a context depth.", ms.ceiling_tok_s)
 
 
 def _gpu_metrics(f: Families, gv: GpuView) -> None:
     """One GPU's own readings, once per device (these stay valid while a model server is down)."""
-    lv = (str(gv.index), gv.name or "")
-    g = f.gauge
-    L = GPU_LABELS
+    L, lv = GPU_LABELS, (str(gv.index), gv.name or "")
+    g = f.labelled(L, lv)
     busy = gv.memory_busy_percent
-    g("kvmon_gpu_vram_total_bytes", "GPU memory in total.", L, lv, gv.vram_total_bytes)
-    g("kvmon_gpu_vram_used_bytes", "GPU memory in use (all processes).", L, lv, gv.vram_used_bytes)
-    g("kvmon_gpu_vram_free_bytes", "GPU memory free.", L, lv, gv.vram_free_bytes)
-    g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", L, lv,
-      gv.peak_bandwidth_bytes_per_s)
-    g("kvmon_gpu_memory_busy_ratio", "Fraction of time the GPU memory was busy.", L, lv,
+    g("kvmon_gpu_vram_total_bytes", "GPU memory in total.", gv.vram_total_bytes)
+    g("kvmon_gpu_vram_used_bytes", "GPU memory in use (all processes).", gv.vram_used_bytes)
+    g("kvmon_gpu_vram_free_bytes", "GPU memory free.", gv.vram_free_bytes)
+    g("kvmon_gpu_peak_bandwidth_bytes_per_second", "Peak memory bandwidth of this GPU.", gv.peak_bandwidth_bytes_per_s)
+    g("kvmon_gpu_memory_busy_ratio", "Fraction of time the GPU memory was busy.",
       None if busy is None else busy / 100.0)
-    g("kvmon_gpu_busy_ratio", "Fraction of time the GPU was busy.", L, lv,
+    g("kvmon_gpu_busy_ratio", "Fraction of time the GPU was busy.",
       None if gv.gpu_busy_percent is None else gv.gpu_busy_percent / 100.0)
-    g("kvmon_gpu_pcie_rx_bytes_per_second", "PCIe traffic into the GPU.", L, lv, gv.pcie_rx_bytes_per_s)
-    g("kvmon_gpu_pcie_tx_bytes_per_second", "PCIe traffic out of the GPU.", L, lv, gv.pcie_tx_bytes_per_s)
-    g("kvmon_gpu_pcie_bandwidth_bytes_per_second", "PCIe link bandwidth of the GPU.", L, lv,
-      gv.pcie_bandwidth_bytes_per_s)
-    g("kvmon_gpu_power_watts", "GPU power draw.", L, lv, gv.power_w)
-    g("kvmon_gpu_temperature_celsius", "GPU temperature.", L, lv, gv.temperature_c)
-    g("kvmon_gpu_working_set_limit_bytes", "Unified memory: what the GPU may wire (Metal's working set).", L, lv,
+    g("kvmon_gpu_pcie_rx_bytes_per_second", "PCIe traffic into the GPU.", gv.pcie_rx_bytes_per_s)
+    g("kvmon_gpu_pcie_tx_bytes_per_second", "PCIe traffic out of the GPU.", gv.pcie_tx_bytes_per_s)
+    g("kvmon_gpu_pcie_bandwidth_bytes_per_second", "PCIe link bandwidth of the GPU.", gv.pcie_bandwidth_bytes_per_s)
+    g("kvmon_gpu_power_watts", "GPU power draw.", gv.power_w)
+    g("kvmon_gpu_temperature_celsius", "GPU temperature.", gv.temperature_c)
+    g("kvmon_gpu_working_set_limit_bytes", "Unified memory: what the GPU may wire (Metal's working set).",
       gv.working_set_limit_bytes)
-    g("kvmon_gpu_spill_used_bytes", "AMD GTT (system RAM the GPU maps) or Apple's compressed memory in use.", L, lv,
+    g("kvmon_gpu_spill_used_bytes", "AMD GTT (system RAM the GPU maps) or Apple's compressed memory in use.",
       gv.spill_used_bytes)
-    g("kvmon_gpu_spill_total_bytes", "AMD GTT: the system RAM the GPU may map.", L, lv, gv.spill_total_bytes)
+    g("kvmon_gpu_spill_total_bytes", "AMD GTT: the system RAM the GPU may map.", gv.spill_total_bytes)
     f.gauge("kvmon_device_info", "A memory device: its kind, vendor, the source that read it, the server's name for "
             "it, where its bandwidth and working-set limit come from, its place among its vendor's, its PCI bus id, "
             "its memory type (value always 1).", (*L, *DEVICE_INFO_LABELS),
@@ -193,18 +203,16 @@ def _gpu_metrics(f: Families, gv: GpuView) -> None:
 
 def _server_gpu_metrics(f: Families, server: str, gv: GpuView) -> None:
     """One server's share of one GPU: its weights, KV cache and processes there, the bandwidth its decode reaches."""
-    lv = (server, str(gv.index), gv.name or "")
-    g = f.gauge
-    L = SERVER_GPU_LABELS
-    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", L, lv, gv.weights_bytes)
-    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", L, lv, gv.kv_allocated_bytes)
-    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", L, lv, gv.kv_in_use_bytes)
-    g("kvmon_gpu_draft_bytes", "Speculative decoding's draft model on this GPU: its weights and its KV cache.", L, lv,
+    g = f.labelled(SERVER_GPU_LABELS, (server, str(gv.index), gv.name or ""))
+    g("kvmon_gpu_weights_bytes", "Model weights held on this GPU.", gv.weights_bytes)
+    g("kvmon_gpu_kv_cache_allocated_bytes", "KV cache reserved on this GPU.", gv.kv_allocated_bytes)
+    g("kvmon_gpu_kv_cache_in_use_bytes", "KV cache in use on this GPU.", gv.kv_in_use_bytes)
+    g("kvmon_gpu_draft_bytes", "Speculative decoding's draft model on this GPU: its weights and its KV cache.",
       gv.draft_bytes)
-    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.", L, lv,
+    g("kvmon_gpu_other_processes_bytes", "GPU memory used by processes other than the model server.",
       gv.other_processes_bytes)
-    g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", L, lv, gv.server_used_bytes)
-    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.", L, lv,
+    g("kvmon_gpu_server_bytes", "GPU memory used by the model server's processes.", gv.server_used_bytes)
+    g("kvmon_gpu_achieved_bandwidth_bytes_per_second", "Memory bandwidth this GPU reaches in decode.",
       gv.achieved_bandwidth_bytes_per_s)
 
 
@@ -285,25 +293,19 @@ def fleet_families(watched: Sequence[Watched], devices: Devices | None = None) -
         h = s.host
         if devices is None and host is None:
             host = h
-        L = ("server",)
-        f.gauge("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", L, (w.server,),
-                h.weights_in_host_bytes)
-        f.gauge("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", L, (w.server,), h.kv_in_host_bytes)
-        f.gauge("kvmon_host_draft_bytes", "Speculative decoding's draft model in host RAM: its weights and its KV "
-                "cache.", L, (w.server,), h.draft_in_host_bytes)
-        f.gauge("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.", L,
-                (w.server,), h.host_bandwidth_bytes_per_s)
-        f.gauge("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", L, (w.server,),
-                h.server_rss_bytes)
-        f.gauge("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second "
-                "(CPU layers, KV in RAM).", L, (w.server,), h.achieved_bandwidth_bytes_per_s)
-        f.gauge("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).", L,
-                (w.server,), int(h.in_ceiling) if up else None)
-        counts: dict[tuple[str, str], int] = {}
-        for a in s.alerts:
-            key = (a.level.value, a.code)
-            counts[key] = counts.get(key, 0) + 1
-        for (level, code), n in sorted(counts.items()):
+        g = f.labelled(("server",), (w.server,))
+        g("kvmon_host_weights_bytes", "Model weights in host RAM (partial offload).", h.weights_in_host_bytes)
+        g("kvmon_host_kv_cache_bytes", "KV cache in host RAM (spilled).", h.kv_in_host_bytes)
+        g("kvmon_host_draft_bytes", "Speculative decoding's draft model in host RAM: its weights and its KV cache.",
+          h.draft_in_host_bytes)
+        g("kvmon_host_bandwidth_bytes_per_second", "Host memory bandwidth used for layers in RAM.",
+          h.host_bandwidth_bytes_per_s)
+        g("kvmon_server_rss_bytes", "Resident memory of the model server's processes.", h.server_rss_bytes)
+        g("kvmon_host_achieved_bandwidth_bytes_per_second", "What decode reads from host RAM per second (CPU layers, "
+          "KV in RAM).", h.achieved_bandwidth_bytes_per_s)
+        g("kvmon_host_in_ceiling", "1 when decode reads weights or KV from host RAM (a ceiling device).",
+          int(h.in_ceiling) if up else None)
+        for (level, code), n in sorted(Counter((a.level.value, a.code) for a in s.alerts).items()):
             f.gauge("kvmon_alerts_active", "Active alerts by level and code (how many).", ("server", "level", "code"),
                     (w.server, level, code), n)
     for gv in device_gpus.values():

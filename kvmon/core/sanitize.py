@@ -25,17 +25,17 @@ _TABLE: dict[int, str | int | None] = {
 }
 
 
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (a proper pair becomes its character)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def plain_text(text: str) -> str:
     """``text`` with no control character, bidirectional override or lone surrogate left (see the module)."""
     if text.isprintable():  # the usual name: nothing to do (every character this changes is unprintable)
         return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: U+FFFD (a proper pair becomes its character)
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text.translate(_TABLE)
-
-
-def is_plain(text: str) -> bool:
-    """Whether ``text`` is already as ``plain_text`` leaves it."""
-    return plain_text(text) == text
+    return clean_text(text).translate(_TABLE)

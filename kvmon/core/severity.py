@@ -36,20 +36,12 @@ def status_level(status: ConnectionStatus) -> AlertLevel | None:
 
 def worst_alert(alerts: Iterable[Alert], at_least: AlertLevel = AlertLevel.INFO) -> Alert | None:
     """The most severe alert at ``at_least`` or above (the first of equals), or None."""
-    worst: Alert | None = None
-    for a in alerts:
-        if a.level.rank >= at_least.rank and (worst is None or a.level.rank > worst.level.rank):
-            worst = a
-    return worst
+    return max((a for a in alerts if a.level.rank >= at_least.rank), key=lambda a: a.level.rank, default=None)
 
 
 def worse(a: AlertLevel | None, b: AlertLevel | None) -> AlertLevel | None:
     """The more severe of two levels (None is below info)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a if a.rank >= b.rank else b
+    return max((x for x in (a, b) if x is not None), key=lambda x: x.rank, default=None)
 
 
 def worst_level(s: Snapshot) -> AlertLevel | None:

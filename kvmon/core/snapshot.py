@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvmon.core.curve_config import AtlasView
-from kvmon.core.readings import Provenance, RateSource
+from kvmon.core.readings import PromptChangeReading, Provenance, RateSource
 from kvmon.core.serving import ServingView
 from kvmon.physics.shape import ModelShape
 
@@ -286,21 +286,10 @@ class PromptMiss:
 
 
 @dataclass(frozen=True)
-class PromptChange:
-    """What made a conversation's prompt differ from the one before it, as ``kvmon proxy`` compared them (by hashes:
-    no prompt text): where, what, how often since when, the prompt reading it cost, and the fix."""
+class PromptChange(PromptChangeReading):
+    """A change the proxy tallied (``PromptChangeReading``) of a kind kvmon names: what the Snapshot shows."""
 
-    sentence: str  # "system message changed at character 212 — looks like a timestamp"
-    fix: str
-    message_index: int
-    role: str
-    offset: int | None
     change: PromptChangeKind
-    count: int
-    first_unix: float
-    last_unix: float
-    reread_tokens: int = 0
-    reread_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

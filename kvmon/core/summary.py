@@ -55,7 +55,7 @@ class Tally:
 
     def __init__(self, points: MeasuredPoints | None = None) -> None:
         self._own_points = points is None
-        # a store of its own only serves the sample: it need not keep points with their times
+        # a store of its own only serves the sample: its ring of newest points need hold one
         self._points = points if points is not None else MeasuredPoints(capacity=1)
         self.n = 0
         self.start_wall: float | None = None
@@ -71,17 +71,8 @@ class Tally:
         self.seen: dict[str, AlertSeen] = {}
 
     @property
-    def MAX_POINTS(self) -> int:  # named as the constant it was: the card's bound, settable per tally
-        """The most points the report card keeps (the store's sample is thinned when it reaches them)."""
-        return self._points.sample_max
-
-    @MAX_POINTS.setter
-    def MAX_POINTS(self, n: int) -> None:
-        self._points.sample_max = n
-
-    @property
     def points(self) -> tuple[tuple[int, float], ...]:
-        """The session's measured (context tokens, decode tok/s) points, thinned to at most ``MAX_POINTS``."""
+        """The session's measured (context tokens, decode tok/s) points, thinned to the store's ``sample_max``."""
         return self._points.sample()
 
     def add(self, s: Snapshot) -> None:

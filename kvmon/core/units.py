@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Concatenate, ParamSpec
 
@@ -82,9 +83,7 @@ def fmt_joules_per_token(j: float) -> str:
 
 def fmt_devices(names: Sequence[str]) -> str:
     """Device names as people count them: "2× NVIDIA GeForce RTX 3090, CPU package" (first seen first)."""
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
+    counts = Counter(names)
     return ", ".join(f"{c}× {n}" if c > 1 else n for n, c in counts.items())
 
 

@@ -37,7 +37,8 @@ _LOADING = re.compile(r"^(\S+) loading(?: (\d+ ?%))?$")  # a router's "qwen3-8b 
 _BARE_LOADING = re.compile(r"^(model )?loading( model)?$", re.IGNORECASE)  # llama-server's 503 "Loading model"
 UNSEEN: Final = "unseen"  # Snapshot.extra["placement"] when the speed says the model runs on a device kvmon cannot see
 
-# the short word of each condition, for places with little room (the compact view, the tray, the status bar)
+# the short word of each condition, for places with little room (the compact view, the tray, the status bar); at
+# equal levels the first here is the news (a spill before the warning that foretold it)
 ALERT_STATES = {
     "kv_in_host": "Spilled",
     "weights_in_host": "Partly on the CPU",
@@ -46,15 +47,12 @@ ALERT_STATES = {
     "unified_working_set": "Near the memory limit",
     "model_failed": "Model failed",
     "ctx_full_soon": "Context filling",
+    "prompt_cache_miss": "Cache miss",
+    "prompt_repeated": "Prompt repeated",
     "cpu_only": "On the CPU",
     "swap_growing": "Swapping",
     "recording_failed": "Recording stopped",
-    "prompt_cache_miss": "Cache miss",
-    "prompt_repeated": "Prompt repeated",
 }
-# equal levels: the first here is the news (a spill before the warning that foretold it)
-PRIORITY = ("kv_in_host", "weights_in_host", "vram_full_soon", "vram_full", "unified_working_set", "model_failed",
-            "ctx_full_soon", "prompt_cache_miss", "prompt_repeated", "cpu_only", "swap_growing", "recording_failed")
 STATUS_STATES = {
     ConnectionStatus.UNREACHABLE: "Unreachable",
     ConnectionStatus.TIMEOUT: "Not answering",
@@ -129,9 +127,9 @@ def _loading(reason: str) -> str:
 
 
 def _worst_alert(alerts: tuple[Alert, ...]) -> Alert | None:
-    """The worst condition among the alerts (advice and the connection's own line left out), ties by ``PRIORITY``."""
+    """The worst condition among the alerts (advice and the connection's own line left out), ties in table order."""
     conditions = [a for a in alerts if a.code not in ADVICE and a.code != CONNECTION]
-    order = {c: i for i, c in enumerate(PRIORITY)}
+    order = {c: i for i, c in enumerate(ALERT_STATES)}
     return min(conditions, key=lambda a: (-a.level.rank, order.get(a.code, len(order))), default=None)
 
 

@@ -16,9 +16,13 @@ import numpy as np
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.units import fmt_bytes
 from kvmon.physics.apple_chips import apple_bin_specs
+from kvmon.physics.ceiling import DeviceShare, ceiling_curve, ceiling_tok_s, max_context_fitting
 from kvmon.physics.gpus import KNOWN_GPUS
 from kvmon.physics.host_memory import HOST_MEMORY_PRESETS
+from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
+from kvmon.physics.presets import PRESETS
 from kvmon.physics.shape import ModelShape
+from kvmon.physics.weights import weight_bytes_read_per_token
 
 
 @dataclass(frozen=True)
@@ -64,15 +68,8 @@ def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight
     ``model``: GGUF-keyed metadata (a preset) or the live model's shape.
     """
     try:
-        from kvmon.physics.ceiling import DeviceShare, ceiling_curve, max_context_fitting
-        from kvmon.physics.kv import kv_allocation, kv_bytes_in_use
-        from kvmon.physics.shape import ShapeError
-        from kvmon.physics.weights import weight_bytes_read_per_token
-    except ImportError as exc:
-        return WhatIfResult(reason=f"physics not available: {exc}")
-    try:
         shape = model if isinstance(model, ModelShape) else ModelShape.from_gguf(model)
-    except (ShapeError, KeyError, ValueError) as exc:
+    except (KeyError, ValueError) as exc:  # a ShapeError is a ValueError
         return WhatIfResult(reason=f"model shape unknown: {exc}")
     read = weight_bytes_read_per_token(shape, weight_bytes)
     dev = DeviceShare(gpu.name, gpu.bandwidth_bytes_per_s, read.bytes, 1.0, "gpu")
@@ -82,8 +79,6 @@ def compute_whatif(gpu: GpuChoice, model: Mapping[str, Any] | ModelShape, weight
     over = weight_bytes + alloc - gpu.vram_bytes
     free_for_kv = gpu.vram_bytes - weight_bytes
     max_ctx = max_context_fitting(shape, free_for_kv, type_k=cache_type, type_v=cache_type) if free_for_kv > 0 else 0
-    from kvmon.physics.ceiling import ceiling_tok_s
-
     at_ctx = ceiling_tok_s([dev], kv_bytes_in_use(shape, n_ctx, cache_type, cache_type))
     return WhatIfResult(curve=curve, kv_allocated_bytes=alloc, weight_bytes=weight_bytes, ceiling_at_ctx_tok_s=at_ctx,
                         fits=over <= 0, over_bytes=max(0, over), max_context_fitting=max_ctx)
@@ -134,9 +129,5 @@ def live_model(s: Snapshot | None) -> LiveModel | None:
 
 
 def presets() -> dict[str, Any]:
-    """The physics package's model presets (empty when not available)."""
-    try:
-        from kvmon.physics.presets import PRESETS
-    except ImportError:
-        return {}
+    """The physics package's model presets."""
     return dict(PRESETS)

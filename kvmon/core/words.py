@@ -52,10 +52,10 @@ BANDWIDTH_SOURCES = {
     "host": "host RAM",
 }
 
-# what a reason (Snapshot.reasons, a device's reasons) is about, by its key
+# what a reason (Snapshot.reasons, a device's reasons) is about, by its key; a key that says it in its own words
+# once its unit is dropped ("energy", "power_w", "model") has no row
 REASON_NAMES = {
     "analysis": "the analysis",
-    "ceiling_tok_s": "ceiling",
     "ceiling.speculative": "ceiling with speculative decoding",
     "config.environment": "the server's environment",
     "config.log": "the server's log",
@@ -67,11 +67,8 @@ REASON_NAMES = {
     "draft_kv_allocated_bytes": "draft model's KV cache",
     "dram_bandwidth_util_percent": "memory bandwidth in use",
     "efficiency": "share of the ceiling",
-    "energy": "energy",
-    "energy_j": "energy",
     "energy.joules_per_token": "energy per token",
     "energy.last_reply": "the last reply's energy",
-    "forecast": "forecast",
     "forecast.milestones": "forecast at the milestones",
     "health": "server health",
     "host": "host RAM",
@@ -84,36 +81,23 @@ REASON_NAMES = {
     "latency.ttft": "time to first token",
     "log": "the server's log",
     "log_placement": "where the log puts the model",
-    "memory_busy_percent": "memory busy",
     "metrics": "the server's metrics",
-    "model": "model",
     "model.draft": "draft model",
-    "model.shape": "model shape",
-    "model_file": "model file",
-    "model_shape": "model shape",
-    "models": "models",
     "n_ctx": "context size",
     "n_ctx_total": "context cells in all",
-    "other_models": "other models",
     "other_processes_used_bytes": "other programs' memory",
     "parallel": "parallel conversations",
     "pcie.bandwidth_bytes_per_s": "PCIe bandwidth",
-    "peak_bandwidth_bytes_per_s": "peak bandwidth",
     "placement": "where the model lives",
-    "power_w": "power",
     "prefill_tok_s": "prompt speed",
     "proxy": "kvmon proxy",
-    "processing": "processing",
     "progress": "loading progress",
     "props": "the server's properties",
     "ram_available_bytes": "RAM available",
     "ram_total_bytes": "RAM",
-    "server": "server",
     "server_rss_bytes": "the server's resident memory",
     "server_used_bytes": "the server's memory",
-    "server_version": "server version",
     "shape": "model shape",
-    "slots": "slots",
     "speculative": "speculative decoding",
     "speculative.by_position": "acceptance by draft position",
     "spill_used_bytes": "spilled memory",
@@ -121,7 +105,6 @@ REASON_NAMES = {
     "swap_total_bytes": "swap",
     "swap_used_bytes": "swap in use",
     "v1_models": "the model list",
-    "version": "version",
     "vram": "memory split",
     "vram_free_bytes": "free VRAM",
     "vram_split": "memory split",
@@ -152,12 +135,6 @@ CAUSE_NAMES = {"memory_clock": "Memory clock held down", "core_clock": "GPU cloc
                "cpu_contended": "CPU cores taken by other programs", "slower_than_before": "Slower than earlier",
                "drafting": "Speculative drafting", "client_slower": "The client reads slowly",
                "unexplained": "Attention and kernel overhead"}
-
-# what began a regime (Regime.cause)
-REGIME_CAUSES = {"start": "the first measurements", "model": "another model", "n_ctx": "another context size",
-                 "cache_types": "another cache type", "slots": "another slot count", "devices": "other devices",
-                 "placement": "the model moved between devices", "reload": "a reload"}
-
 
 # what the speed-vs-context plot writes where a regime began, before how the speed moved ("reloaded: 70 → 7.0 tok/s");
 # no mark for the first regime or another model (nothing to compare)
@@ -222,8 +199,3 @@ def cause_name(code: str) -> str:
 def regime_mark(cause: str | None) -> str | None:
     """What the plot writes where a regime began ("new context size"), None where it marks nothing."""
     return REGIME_MARKS.get(cause or "")
-
-
-def regime_words(cause: str | None) -> str:
-    """What began the current regime, in words ("" when unknown)."""
-    return "" if cause is None else REGIME_CAUSES.get(cause) or _plain(cause)

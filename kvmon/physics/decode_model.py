@@ -150,7 +150,6 @@ class BytesFit:
     profile: ReadProfile
     prior_efficiency: float
     prior: AttentionPrior
-    context_min: float = 0.0
     context_max: float = 0.0
     valid_to_tokens: float | None = None  # beyond this depth the kernels change and the slope is not trusted
     past_kernel_switch: bool = False  # points past a kernel switch: the session's own slope, no class prior
@@ -398,26 +397,11 @@ def _fit(x: np.ndarray, y: np.ndarray, n_tokens: np.ndarray, profile: ReadProfil
         node_weights=tuple(float(v) for v in post.weights), a_means=tuple(float(v) * scale for v in post.a_mean),
         a_sds=tuple(float(v) * scale for v in post.a_sd), residual_sd_fraction=max(sd, FIT_SPREAD_FLOOR),
         n_bins=int(y.size), profile=profile, prior_efficiency=eff0, prior=prior,
-        context_min=float(n_tokens.min()) if n_tokens.size else 0.0,
         context_max=float(n_tokens.max()) if n_tokens.size else 0.0, valid_to_tokens=valid_to)
     if y.size < 2:
         return fit
     form = FORM_ATTENTION if fit.attention_factor * fit.efficiency >= ATTENTION_SHARE else FORM_BANDWIDTH
     return replace(fit, form=form)
-
-
-def _mean_error(fit: BytesFit, n: np.ndarray, y: np.ndarray) -> float:
-    """Mean |forecast ÷ measured − 1| in tok/s over the bins."""
-    tok_s, _low, _high = fit.predict_many(n)
-    return float(np.mean(np.abs(tok_s * y - 1.0)))
-
-
-def measured_efficiency(points: Sequence[tuple[float, float]], profile: ReadProfile) -> float | None:
-    """The median of measured ÷ ceiling over the points (may exceed 1: then a ceiling input is wrong)."""
-    n, y = clean_points(points)
-    if n.size == 0:
-        return None
-    return float(np.median(profile.roofline_s(n) / y))
 
 
 def fit_bytes(points: Points, profile: ReadProfile,
@@ -467,4 +451,7 @@ def heldout_error(points: Sequence[tuple[float, float]], profile: ReadProfile, p
     k = max(1, round(n.size / 3))
     trial = fit_bytes(list(zip(n[:-k], 1.0 / y[:-k], strict=True)), profile, prior_efficiency,
                       kernel_switch_tokens=kernel_switch_tokens, prior=prior)
-    return None if trial is None else _mean_error(trial, n[-k:], y[-k:])
+    if trial is None:
+        return None
+    tok_s, _low, _high = trial.predict_many(n[-k:])
+    return float(np.mean(np.abs(tok_s * y[-k:] - 1.0)))  # |forecast ÷ measured − 1| in tok/s, y being s/token

@@ -55,20 +55,12 @@ class DecodeFit:
     residual_sd_s: float
     context_mean: float = 0.0
     context_sxx: float = 0.0
-    context_min: float = 0.0
     context_max: float = 0.0
     mean_time_s: float = 0.0
 
     def time_s(self, context: float) -> float:
         """Fitted seconds per token at this depth."""
         return self.a_s + self.b_s_per_token * context
-
-    def context_at(self, tok_s: float) -> float | None:
-        """The context depth where the fitted speed falls to ``tok_s``; None if it never does (or already has)."""
-        if tok_s <= 0 or self.b_s_per_token <= 0:
-            return None
-        context = (1.0 / tok_s - self.a_s) / self.b_s_per_token
-        return context if context >= 0 else None
 
     def predict(self, context: float) -> Prediction:
         """Forecast tok/s at ``context`` with an interval that grows with extrapolation and few points."""
@@ -154,7 +146,6 @@ def fit_decode_checked(points: Points) -> tuple[DecodeFit | None, str | None]:
         residual_sd_s=residual_sd,
         context_mean=x_mean,
         context_sxx=float(np.sum((x - x_mean) ** 2)),
-        context_min=float(np.min(x)),
         context_max=float(np.max(x)),
         mean_time_s=float(np.mean(y)),
     ), None

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kvmon.physics.cache_types import cache_type
-from kvmon.physics.shape import AttentionKind, LayerShape, ModelShape
+from kvmon.physics.layers import AttentionKind, LayerShape
+from kvmon.physics.shape import ModelShape
 
 CELL_PADDING = 256
 DEFAULT_N_UBATCH = 512  # llama-server's -ub and -b defaults
@@ -73,19 +74,10 @@ def _v_row_max(shape: ModelShape, type_v: str | None) -> int:
     return cache_type(type_v).bytes_for(max((layer.v_elements for layer in shape.layers if layer.has_kv), default=0))
 
 
-
-
 def kv_bytes_per_token(shape: ModelShape, type_k: str | None = "f16", type_v: str | None = "f16") -> KvPerToken:
     """Bytes each cached position costs: Σ over layers with own KV of n_head_kv × (key_len·s_k + value_len·s_v)."""
     table = _table(shape, type_k, type_v)
     return KvPerToken(sum(k for _, k, _ in table), sum(v for _, _, v in table))
-
-
-def layer_bytes_per_token(shape: ModelShape, type_k: str | None = "f16",
-                          type_v: str | None = "f16") -> tuple[int, ...]:
-    """K + V bytes per token of each layer's own cache (0 for layers without one), e.g. to split KV by device."""
-    own = {layer.index: k + v for layer, k, v in _table(shape, type_k, type_v)}
-    return tuple(own.get(layer.index, 0) for layer in shape.layers)
 
 
 @lru_cache(maxsize=256)  # the ceiling curve reads it at every depth: saves 2 ms a poll (0.12 CPU-s/min at 1 Hz)

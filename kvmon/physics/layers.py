@@ -7,6 +7,7 @@ build on these; neither is needed here.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -109,7 +110,5 @@ def per_layer(value: Any, n_layers: int, key: str) -> list[int] | None:
 
 def layer_kinds_summary(layers: Sequence[LayerShape]) -> str:
     """A short human summary such as "48 recurrent + 16 full"."""
-    counts: dict[str, int] = {}
-    for layer in layers:
-        counts[layer.kind.value] = counts.get(layer.kind.value, 0) + 1
+    counts = Counter(layer.kind.value for layer in layers)
     return " + ".join(f"{n} {k}" for k, n in counts.items())

@@ -2,7 +2,7 @@
 
 Per layer (``kvmon.physics.layers``): what it stores per token of context (full, windowed, chunked or MLA attention;
 recurrent state; nothing of its own when it reuses an earlier layer's KV), following llama.cpp's per-architecture
-rules (``kvmon.physics._families``). The layer names are re-exported here, where callers have always found them.
+rules (``kvmon.physics._families``).
 """
 
 from __future__ import annotations
@@ -11,18 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from kvmon.physics.layers import (
-    AttentionKind,
-    LayerShape,
-    ShapeError,
-    as_int,
-    layer_kinds_summary,
-    per_layer,
-    plain,
-)
-
-__all__ = ["AttentionKind", "LayerShape", "ModelShape", "ShapeError", "as_int", "layer_kinds_summary", "per_layer",
-           "plain"]
+from kvmon.physics.layers import LayerShape
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ give None: their inventory is not guessed. A model whose output head reuses the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +32,7 @@ class TensorSpec:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def _int(md: Mapping[str, Any], key: str) -> int | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvmon.physics.shape import AttentionKind, ModelShape
+from kvmon.physics.layers import AttentionKind
+from kvmon.physics.shape import ModelShape
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from repo_paths import ROOT
 from kvmon.app.monitor import DevicePoller, Monitor
 from kvmon.cli.serve import Exporter
 from kvmon.cli.serve import run as run_serve
-from kvmon.core.alerts import AlertEngine, AlertThresholds
+from kvmon.core.alert_types import AlertThresholds
+from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis import Analyzer
 from kvmon.sim.server import SimServer
 from kvmon.sources.llamacpp.source import LlamaServerSource

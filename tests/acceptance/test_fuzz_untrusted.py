@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from kvmon.core.jsonvals import MAX_INT, InputError, parse_json
 from kvmon.core.readings import SourceError
-from kvmon.core.recorder import Recorder, iter_recording, snapshot_to_dict
+from kvmon.core.recorder import Recorder, read_recording, snapshot_to_dict
 from kvmon.core.recording_csv import rows
 from kvmon.core.snapshot import Alert, AlertLevel, Connection, ConnectionStatus, ModelView, SlotView, Snapshot
 from kvmon.proxy.framing import MessageReader, ProtocolError
@@ -297,7 +297,7 @@ def test_the_recording_reader_skips_what_it_cannot_rebuild(tmp_path_factory: pyt
             continue
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(doc) + "\n" + json.dumps(BASE) + "\n" + tail)
-    snaps = [s for _, s, _ in iter_recording(path) if s is not None]
+    snaps = list(read_recording(path).snapshots)
     assert snaps and snaps[-1].seq == 3  # the untouched line always comes back
     for s in snaps:
         assert math.isfinite(s.t_wall) and math.isfinite(s.t_monotonic)

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from kvmon.core.alerts import AlertEngine, AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
+from kvmon.core.alert_types import AlertFacts, AlertThresholds, CacheAdvice, GpuVramFacts
+from kvmon.core.alerts import AlertEngine
 from kvmon.core.snapshot import AlertLevel
 from kvmon.core.units import GIB
 from kvmon.sources.backends import by_name

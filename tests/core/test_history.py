@@ -69,7 +69,6 @@ def test_server_gone_is_a_gap_not_zero() -> None:
     assert np.isnan(v.series["ceiling_tok_s"][1])
     # the GPU is still read while the server is gone
     assert v.gpu["vram_used_bytes"][:, 0].tolist() == [10, 10, 10]
-    assert v.gpu_indices == (0,)
 
 
 def test_per_gpu_columns() -> None:
@@ -81,19 +80,6 @@ def test_per_gpu_columns() -> None:
     assert free.shape == (2, 2)
     assert free[1].tolist() == [4, 9]
     assert free[0, 0] == 5 and np.isnan(free[0, 1])
-
-
-def test_scatter_points() -> None:
-    h = History(capacity=100)
-    h.append(snap(0.0, decode=50.0, ctx=100))
-    h.append(snap(1.0, decode=None, ctx=200))
-    h.append(snap(2.0, decode=45.0, ctx=300))
-    h.append(snap(3.0, decode=44.0, ctx=400, conn=GONE))
-    ctx, dec = h.scatter_points()
-    assert ctx.tolist() == [100, 300]
-    assert dec.tolist() == [50.0, 45.0]
-    w = h.view(1.5)
-    assert w.scatter_context.tolist() == [300]
 
 
 def test_clear() -> None:

@@ -11,7 +11,7 @@ import pytest
 from synthetic import SyntheticMonitor
 
 from kvmon.core import recording_csv
-from kvmon.core.recorder import Recorder, RecordingError
+from kvmon.core.recorder import Recorder, RecordingError, read_recording
 from kvmon.core.snapshot import Connection, ConnectionStatus, Snapshot
 
 
@@ -68,7 +68,7 @@ def test_recording_file_to_csv(tmp_path: Path) -> None:
     with rec.open("a") as fh:
         fh.write('{"seq": 99, "cut')  # a killed recorder: the last line is incomplete
     out = tmp_path / "r.csv"
-    assert recording_csv.recording_to_csv(rec, out) == 5
+    assert recording_csv.write_csv(read_recording(rec).snapshots, out) == 5
     assert len(out.read_text().splitlines()) == 6
 
 
@@ -76,7 +76,7 @@ def test_not_a_recording_and_unwritable_output(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("hello\n")
     with pytest.raises(RecordingError):
-        recording_csv.recording_to_csv(bad, tmp_path / "x.csv")
+        read_recording(bad)
     with pytest.raises(OSError):
         recording_csv.write_csv(_snaps(1), tmp_path / "missing" / "x.csv")
 

@@ -42,11 +42,15 @@ def test_summary_of_nothing_is_unknown_not_zero() -> None:
 
 
 def test_long_sessions_keep_bounded_points() -> None:
-    t = Tally()
-    t.MAX_POINTS = 100
+    from kvmon.core.points import MeasuredPoints
+
+    store = MeasuredPoints(capacity=1, sample_max=100)  # the store's sample is thinned when it reaches its bound
+    t = Tally(store)
     base = _snaps(1)[0]
     for i in range(1000):
-        t.add(dataclasses.replace(base, seq=i, context_tokens=i))
+        s = dataclasses.replace(base, seq=i, context_tokens=i)
+        store.add(s)
+        t.add(s)
     assert len(t.points) < 100 and t.peak_ctx == 999
 
 

@@ -17,7 +17,7 @@ from kvmon.core.snapshot import Snapshot
 from kvmon.core.words import (
     CAUSE_NAMES,
     FIT_FORMS,
-    REGIME_CAUSES,
+    REGIME_MARKS,
     SUSPECTS,
     alert_name,
     cause_name,
@@ -26,7 +26,6 @@ from kvmon.core.words import (
     provenance_words,
     reason_name,
     regime_mark,
-    regime_words,
     suspect_words,
 )
 from kvmon.physics.cache_types import CACHE_TYPES
@@ -101,8 +100,7 @@ def test_every_provenance_level_suspect_form_and_regime_cause_reads_as_words() -
     rendered = [provenance_words(p.value) for p in Provenance] + [provenance_words("measured")]
     rendered += [level_word(x) for x in ("ok", "info", "warning", "critical")]
     rendered += [suspect_words(x) for x in SUSPECTS] + [fit_words(x) for x in FIT_FORMS]
-    rendered += [regime_words(x) for x in REGIME_CAUSES] + [cause_name(x) for x in CAUSE_NAMES]
-    rendered += [regime_mark(x) or "" for x in REGIME_CAUSES]
+    rendered += [cause_name(x) for x in CAUSE_NAMES] + [regime_mark(x) or "" for x in REGIME_MARKS]
     assert not [r for r in rendered if internal_names(r)], rendered
 
 

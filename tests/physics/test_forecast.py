@@ -109,14 +109,3 @@ def test_many_points_are_binned() -> None:
     fit = fit_decode(pts)
     assert fit is not None and fit.n_points == 300
     assert fit.b_s_per_token == pytest.approx(2e-7, rel=1e-3)
-
-
-def test_context_at_a_speed() -> None:
-    fit = fit_decode(TABLES["dual-3090 27B"][:3])
-    assert fit is not None
-    at_40 = fit.context_at(40.0)
-    assert at_40 is not None and fit.predict(at_40).tok_s == pytest.approx(40.0)
-    assert fit.context_at(100.0) is None  # faster than even an empty context
-    assert fit.context_at(0) is None
-    flat = fit_decode([(0, 40.0), (1000, 40.0), (2000, 40.0)])
-    assert flat is not None and flat.context_at(30.0) is None  # never slows down

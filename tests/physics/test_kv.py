@@ -13,7 +13,6 @@ from kvmon.physics.kv import (
     kv_allocation,
     kv_bytes_in_use,
     kv_bytes_per_token,
-    layer_bytes_per_token,
     pad_cells,
     recurrent_state_bytes,
 )
@@ -209,13 +208,6 @@ def test_without_flash_attention_v_is_padded_to_the_widest_layer() -> None:
     # uniform layers: no difference (the fixtures' -fa off run printed the same 32 MiB)
     small = capture_shape("tiny-llama-e256-l4.gguf")
     assert kv_allocation(small, 16384, flash_attn=False) == kv_allocation(small, 16384)
-
-
-def test_layer_bytes_per_token() -> None:
-    shape = PRESETS["qwen3.5-27b"].shape()
-    per_layer = layer_bytes_per_token(shape)
-    assert len(per_layer) == 64 and sum(per_layer) == 65_536
-    assert per_layer[:4] == (0, 0, 0, 4096)
 
 
 @pytest.mark.parametrize(("key", "kib_per_token"), [

@@ -8,8 +8,9 @@ from tiny_gguf import metadata
 
 from kvmon.core.readings import DRAFT_MODEL, MTP_LAYERS, NGRAM
 from kvmon.physics.kv import kv_allocation
+from kvmon.physics.layers import AttentionKind
 from kvmon.physics.mtp import mtp_bytes_read
-from kvmon.physics.shape import AttentionKind, ModelShape
+from kvmon.physics.shape import ModelShape
 from kvmon.sources.llamacpp.args import parse_llama_server_args
 
 

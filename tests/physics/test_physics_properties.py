@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from kvmon.physics.cache_types import CACHE_TYPES
 from kvmon.physics.ceiling import DeviceShare, ceiling_tok_s, max_context_fitting
 from kvmon.physics.kv import kv_allocation, kv_bytes_in_use, kv_bytes_per_token
+from kvmon.physics.layers import ShapeError
 from kvmon.physics.presets import PRESETS
-from kvmon.physics.shape import ModelShape, ShapeError
+from kvmon.physics.shape import ModelShape
 
 SHAPES = [p.shape() for p in PRESETS.values()]
 shapes = st.sampled_from(SHAPES)

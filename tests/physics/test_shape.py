@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from kvmon.physics.kv import kv_allocation, kv_bytes_in_use, kv_bytes_per_token, recurrent_state_bytes
+from kvmon.physics.layers import AttentionKind, ShapeError, layer_kinds_summary
 from kvmon.physics.presets import PRESETS
-from kvmon.physics.shape import AttentionKind, ModelShape, ShapeError, layer_kinds_summary
+from kvmon.physics.shape import ModelShape
 
 A = AttentionKind
 

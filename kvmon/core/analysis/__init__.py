@@ -10,8 +10,7 @@ every number it adds says where it came from (``provenance``) or why it is unkno
 """
 
 from kvmon.core.analysis.analyzer import Analyzer
-from kvmon.core.analysis.placement import device_gpu_index
 from kvmon.core.analysis.settings import NO_GPU_BANDWIDTH, NO_HOST_BANDWIDTH, AnalyzerSettings
 from kvmon.core.snapshot import MILESTONES
 
-__all__ = ["MILESTONES", "NO_GPU_BANDWIDTH", "NO_HOST_BANDWIDTH", "Analyzer", "AnalyzerSettings", "device_gpu_index"]
+__all__ = ["MILESTONES", "NO_GPU_BANDWIDTH", "NO_HOST_BANDWIDTH", "Analyzer", "AnalyzerSettings"]

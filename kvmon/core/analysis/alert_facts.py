@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvmon.core.alerts import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
+from kvmon.core.alert_types import AlertFacts, CacheAdvice, GpuVramFacts, UnifiedFacts
 from kvmon.core.analysis.placement import Placement
 from kvmon.core.backend import backend_of
 from kvmon.core.readings import ServerReading, SourceFailure
@@ -65,7 +65,7 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
     cpu_only = not on_gpu and p.weights_host_read > 0 and p.source in ("host_only", "no_gpu", "server_split")
     in_ram = cpu_only or p.weights_host_read > 0 or any(g.kind == "unified_memory" for g in d.gviews
                                                         if g.index in p.weights_gpu)
-    host = d.host
+    host, lat = d.host or HostView(), latency or LatencyView()
     kv_known = on_gpu and (bool(p.kv_gpu) or kv_host_frac > 0)
     via = "PCIe" if p.kv_pcie else "host RAM"
     cap = ceiling_now if kv_host_frac > 0 else None
@@ -85,18 +85,12 @@ def reading_facts(r: ServerReading, t: float, model: ModelView, context: int | N
                                                              if backend_of(r.backend).offers_cache_type(t)]),
         cpu_only=cpu_only, cpu_only_idle_gpu=_idle_gpu(p, d) if cpu_only else None,
         cpu_only_cap_tok_s=ceiling_now if cpu_only else None,
-        host_bandwidth_bytes_per_s=host.host_bandwidth_bytes_per_s if host else None,
-        host_bandwidth_source=host.host_bandwidth_source if host else None,
+        host_bandwidth_bytes_per_s=host.host_bandwidth_bytes_per_s, host_bandwidth_source=host.host_bandwidth_source,
         unified=_unified(p, d), swap_growth_bytes=d.swap_growth_bytes if in_ram else None,
-        swap_used_bytes=host.swap_used_bytes if host else None,
-        log_hint=d.log_hint if p.source not in ("log", "host_only") else None,
-        prompt_cache_limit_bytes=host.prompt_cache_limit_bytes if host else None,
-        ram_available_bytes=host.ram_available_bytes if host else None,
-        last_ttft_s=latency.ttft_last_s if latency else None,
-        last_generate_s=latency.last_generate_s if latency else None,
-        last_prompt_tokens=latency.last_prompt_tokens if latency else None,
-        last_prefill_tok_s=latency.last_prefill_tok_s if latency else None,
-        prompt_cache=prompt_cache,
+        swap_used_bytes=host.swap_used_bytes, log_hint=d.log_hint if p.source not in ("log", "host_only") else None,
+        prompt_cache_limit_bytes=host.prompt_cache_limit_bytes, ram_available_bytes=host.ram_available_bytes,
+        last_ttft_s=lat.ttft_last_s, last_generate_s=lat.last_generate_s, last_prompt_tokens=lat.last_prompt_tokens,
+        last_prefill_tok_s=lat.last_prefill_tok_s, prompt_cache=prompt_cache,
     )
 
 

@@ -70,10 +70,15 @@ class Analyzer:
         self._clock = clock  # for failures that come with no reading to take a time from
         self._rates = rate_tracker if rate_tracker is not None else SlotRateTracker()
         self.alerts = alert_engine or AlertEngine(self.settings.thresholds)
+        self._curve_memory = curve_memory
+        self._start()
+
+    def _start(self) -> None:
+        """A session's own state, afresh: trends, the forecast's points and fit, the connection's history."""
         self._trend = VramTrend(self.settings.thresholds)
         self._swap = SwapTrend(self.settings.thresholds)
         self._forecaster = Forecaster(self.settings.milestones, self.settings.max_fit_points,
-                                      self.settings.curve_points, curve_memory)
+                                      self.settings.curve_points, self._curve_memory)
         self._seq = 0
         self._last_ok: Snapshot | None = None  # its model and server stay on screen while the server is down
         self._failure_since: float | None = None
@@ -116,20 +121,7 @@ class Analyzer:
         if hasattr(self._rates, "reset"):
             self._rates.reset()
         self.alerts.reset()
-        self._trend.clear()
-        self._swap.clear()
-        self._forecaster.reset()
-        self._seq = 0
-        self._last_ok = None
-        self._failure_since = self._connected_since = None
-        self._reload_seen, self._server_pids = False, ()
-        self._energy.reset()
-        self._latency.reset()
-        self._last_t = None
-        self._decodes.reset()
-        self._unseen = None
-        self._speeds.clear()
-        self._prompts.reset()
+        self._start()
 
     # ------------------------------------------------------------------ failures
 

@@ -95,9 +95,6 @@ class SessionSpeeds:
         return [p for p in self._points.get(config, ()) if abs(p.context_tokens - context_tokens) <= span
                 and p.t <= before_t]
 
-    def clear(self) -> None:
-        self._points.clear()
-
 
 class AtlasSpeeds:
     """The atlas's points of this poll's configuration (measured in earlier sessions, or by sweeps) as earlier points:

@@ -109,28 +109,28 @@ def _table_bandwidth(name: str, desc: str | None) -> tuple[float | None, str | N
 
 
 def _log_view(index: int, name: str, log: LogDevice | None, why_unread: str | None) -> GpuView:
-    desc = log.description if log else None
+    log = log or LogDevice(name)  # named only among the buffers: nothing more is known of it
+    desc = log.description
     vendor, _n = backend_vendor(name)
     spec = lookup_gpu(desc)
-    unified = (log.unified_memory if log and log.unified_memory is not None else
+    unified = (log.unified_memory if log.unified_memory is not None else
                (spec is not None and spec.unified_memory) or (name == "MTL0" and apple_chip_name(desc) is not None))
     bw, why = _table_bandwidth(name, desc)
     reasons = {"vram_used_bytes": NOT_READ + (f" ({why_unread})" if why_unread else ""),
                "other_processes_bytes": NOT_READ}
-    if log is None or log.total_bytes is None:
+    if log.total_bytes is None:
         reasons["vram_total_bytes"] = "the server's log does not give this device's memory size"
-    if log is not None and log.free_bytes is not None:
+    if log.free_bytes is not None:
         reasons["vram_free_bytes"] = "free when the model loaded, as the server's log says (not live)"
     if why:
         reasons["peak_bandwidth_bytes_per_s"] = why
     return GpuView(
-        index=index, name=desc or name, vram_total_bytes=log.total_bytes if log else None,
-        vram_free_bytes=log.free_bytes if log else None, peak_bandwidth_bytes_per_s=bw,
-        bandwidth_source="table" if bw is not None else None, reasons=reasons,
+        index=index, name=desc or name, vram_total_bytes=log.total_bytes, vram_free_bytes=log.free_bytes,
+        peak_bandwidth_bytes_per_s=bw, bandwidth_source="table" if bw is not None else None, reasons=reasons,
         kind=(DeviceKind.UNIFIED_MEMORY if unified else DeviceKind.DISCRETE_GPU).value,
         vendor=vendor or (spec.vendor if spec else None), source="log", log_name=name, memory_source="log",
-        working_set_limit_bytes=log.working_set_limit_bytes if log else None,
-        working_set_source="log" if log is not None and log.working_set_limit_bytes else None,
+        working_set_limit_bytes=log.working_set_limit_bytes,
+        working_set_source="log" if log.working_set_limit_bytes else None,
     )
 
 

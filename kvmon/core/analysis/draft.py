@@ -16,7 +16,7 @@ from typing import Any
 
 from kvmon.core.analysis.model_view import kv_alloc_bytes
 from kvmon.core.analysis.notes import Notes
-from kvmon.core.readings import MTP_LAYERS, Provenance, ServerReading
+from kvmon.core.readings import MTP_LAYERS, ModelInfo, Provenance, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics.cache_types import cache_type
@@ -55,21 +55,19 @@ class DraftContext:
 
 def draft_context(r: ServerReading) -> tuple[DraftContext | None, Notes]:
     """The server's drafter, when its command line (or its log) says it has one; None for n-gram lookup or none."""
-    cfg, m = r.config, r.model
+    cfg, m = r.config, r.model or ModelInfo()
     type_k = cfg.draft_type_k or DEFAULT_TYPE
     type_v = cfg.draft_type_v or DEFAULT_TYPE
     if cfg.drafter == MTP_LAYERS:
-        shape = m.shape.mtp_shape() if m is not None and isinstance(m.shape, ModelShape) else None
-        read = m.mtp_weight_bytes if m is not None else None
+        shape = m.shape.mtp_shape() if isinstance(m.shape, ModelShape) else None
+        read = m.mtp_weight_bytes
         unread = {"model.draft": MTP_UNREAD} if read is None or shape is None else {}
         # their weights are the model's own (already in its weights): only their KV cache is memory of the draft's
         return DraftContext(name=MTP_NAME, weight_bytes=None, read_weight_bytes=read, shape=shape, type_k=type_k,
                             type_v=type_v), Notes(reasons=unread)
-    if cfg.draft_model_path or (m is not None and m.draft_name):
-        return DraftContext(name=(m.draft_name if m is not None else None) or "draft model",
-                            weight_bytes=m.draft_weight_bytes if m is not None else None,
-                            read_weight_bytes=m.draft_weight_bytes if m is not None else None,
-                            shape=m.draft_shape if m is not None else None, type_k=type_k,
+    if cfg.draft_model_path or m.draft_name:
+        return DraftContext(name=m.draft_name or "draft model", weight_bytes=m.draft_weight_bytes,
+                            read_weight_bytes=m.draft_weight_bytes, shape=m.draft_shape, type_k=type_k,
                             type_v=type_v), Notes()
     if cfg.draft_kv_bytes_allocated is not None:  # the log names a draft context the command line did not
         why = r.reasons.get("model.draft") or ("the log shows a draft context the command line does not name: its "

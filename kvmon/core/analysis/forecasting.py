@@ -14,15 +14,15 @@ quarter or a minute has passed (each refit redraws the forecast).
 
 from __future__ import annotations
 
-import bisect
 import math
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from kvmon.core.alerts import GpuVramFacts
+from kvmon.core.alert_types import GpuVramFacts
 from kvmon.core.analysis.ceiling import curve_depths
 from kvmon.core.analysis.notes import Notes
 from kvmon.core.analysis.regimes import RegimeKey, RegimeTracker
@@ -43,14 +43,6 @@ NO_SHAPE_FIT = ("model shape or device bandwidths unknown: fitted as a straight 
                 "ceiling to bound it")
 
 
-def _median(ordered: Sequence[float]) -> float | None:
-    """The median of values already in order (as ``statistics.median`` gives it)."""
-    n = len(ordered)
-    if not n:
-        return None
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
-
 class Forecaster:
     """The regime, its points and efficiencies, the fit itself and its schedule; one per analysed server."""
 
@@ -67,7 +59,6 @@ class Forecaster:
         self._curve_points = curve_points
         self._points = MeasuredPoints(max_fit_points, sample_max=0)
         self._efficiencies: deque[float] = deque(maxlen=EFFICIENCIES_KEPT)
-        self._sorted: list[float] = []  # the same values in order: the median without sorting them every poll
         self.regimes = RegimeTracker()
         self._fit: Any = None
         self._fit_reason: str | None = None
@@ -77,16 +68,9 @@ class Forecaster:
         self._switch: KernelSwitch | None = None  # the kernel switch the fit was made for
         self._predicted: tuple[tuple[Any, int, int], tuple[tuple[Milestone, ...], Curve]] | None = None
 
-    def reset(self) -> None:
-        """Forget the session: the regimes, points, efficiencies, the fit, the configuration's remembered points."""
-        self.regimes.reset()
-        self._config, self._atlas, self._earlier = None, None, np.empty((0, 2))
-        self._restart()
-
     def _restart(self) -> None:
         self._points.clear()
         self._efficiencies.clear()
-        self._sorted.clear()
         self._fit, self._fit_reason, self._fit_dirty, self._fit_t = None, None, False, None
         self._fit_n = 0
 
@@ -97,31 +81,22 @@ class Forecaster:
 
     def add_efficiency(self, efficiency: float) -> None:
         """One poll's decode ÷ ceiling (the prior's efficiency while no point is measured)."""
-        if not math.isfinite(efficiency):
-            return
-        if len(self._efficiencies) == self._efficiencies.maxlen:
-            del self._sorted[bisect.bisect_left(self._sorted, self._efficiencies[0])]
-        self._efficiencies.append(efficiency)
-        bisect.insort(self._sorted, efficiency)
+        if math.isfinite(efficiency):
+            self._efficiencies.append(efficiency)
 
     def median_efficiency(self) -> float | None:
         """The median decode ÷ ceiling of this regime's polls so far."""
-        return _median(self._sorted)
+        return statistics.median(self._efficiencies) if self._efficiencies else None
 
     def add(self, r: ServerReading, model: ModelView, slots: Sequence[SlotView], context: int | None,
             decode: float | None, rate_source: str | None = None) -> None:
         """This poll, as its Snapshot will show it: its point, if it has one, goes into the store the fit reads."""
         version = self._points.version
-        self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.t_monotonic, r.url, model, slots,
+        self._points.add_poll(reading_status(r.state) in SERVER_READ_STATUSES, r.url, model, slots,
                               context, decode, rate_source=rate_source)
         if self._points.version != version:
             self._fit_dirty = True
             self.regimes.mark_context(context)  # the regime's first measured depth: where the plot marks it
-
-    def _profile(self, devices: list[Any] | None, shape: Any, type_k: str, type_v: str) -> Any:
-        if devices is None or shape is None:
-            return None
-        return decode_model.ReadProfile.of(devices, shape, type_k, type_v)
 
     def remembered(self, config: CurveConfig | None) -> AtlasView | None:
         """The atlas's points of this poll's configuration (asked again when it changes, or a sweep added some);
@@ -171,13 +146,12 @@ class Forecaster:
             tokens_ctx = int(ceiling_mod.tokens_until_full(model.n_ctx, context))
             if decode:
                 secs_ctx = tokens_ctx / decode
-        secs_vram = tokens_vram = None
-        for f in vfacts:
-            if f.seconds_until_full is not None and (secs_vram is None or f.seconds_until_full < secs_vram):
-                secs_vram = f.seconds_until_full
+        tokens_vram = None
+        secs_vram = min((f.seconds_until_full for f in vfacts if f.seconds_until_full is not None), default=None)
         if secs_vram is not None and decode:
             tokens_vram = int(secs_vram * decode)
-        profile = self._profile(devices, shape, type_k, type_v)
+        profile = (decode_model.ReadProfile.of(devices, shape, type_k, type_v)
+                   if devices is not None and shape is not None else None)
         switch = kernel_switch(vendors)
         kind = "bytes" if profile is not None else "line"
         n_pts = len(self._points)

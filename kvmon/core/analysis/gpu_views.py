@@ -16,6 +16,16 @@ from kvmon.core.readings import GpuReading, GpuSetReading, HostReading
 from kvmon.core.snapshot import GpuView, HostView, ModelView
 from kvmon.physics.gpus import choose_peak_bandwidth, pcie_bandwidth_bytes_per_s
 
+# what a device's reading and its view call the same, copied as read
+GPU_COPIED = ("index name vram_total_bytes vram_used_bytes vram_free_bytes server_used_bytes memory_busy_percent "
+              "gpu_busy_percent pcie_rx_bytes_per_s pcie_tx_bytes_per_s mem_clock_mhz mem_clock_max_mhz core_clock_mhz "
+              "core_clock_max_mhz clock_reasons other_processes_busy_percent power_limit_w power_w temperature_c kind "
+              "vendor source working_set_limit_bytes working_set_source spill_total_bytes spill_used_bytes "
+              "server_spill_bytes vendor_index pci_bus_id memory_type").split()
+HOST_COPIED = ("ram_total_bytes ram_available_bytes server_rss_bytes host_bandwidth_measured_at_unix_s "
+               "host_bandwidth_note swap_total_bytes swap_used_bytes memory_type cpu_name cpu_count cpu_busy_cores "
+               "server_cpu_cores").split()
+
 
 def host_bandwidth(user: float | None, host: HostReading | None) -> tuple[float | None, str | None]:
     """The host RAM's bandwidth: the user's from settings, else what the host source found, with its source."""
@@ -61,22 +71,10 @@ def gpu_views(gpus: GpuSetReading | None, user_bandwidth_bytes_per_s: Mapping[in
             reasons.setdefault("peak_bandwidth_bytes_per_s", NO_GPU_BANDWIDTH)
         table_size = "table" in reasons.get("vram_total_bytes", "") and g.vram_total_bytes is not None
         out.append(GpuView(
-            index=g.index, name=g.name, vram_total_bytes=g.vram_total_bytes, vram_used_bytes=g.vram_used_bytes,
-            vram_free_bytes=g.vram_free_bytes, other_processes_bytes=g.other_processes_used_bytes,
-            server_used_bytes=g.server_used_bytes,
-            peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, memory_busy_percent=g.memory_busy_percent,
-            gpu_busy_percent=g.gpu_busy_percent, pcie_rx_bytes_per_s=g.pcie_rx_bytes_per_s,
-            pcie_tx_bytes_per_s=g.pcie_tx_bytes_per_s, pcie_bandwidth_bytes_per_s=pcie_bw,
+            **{k: getattr(g, k) for k in GPU_COPIED}, other_processes_bytes=g.other_processes_used_bytes,
+            peak_bandwidth_bytes_per_s=bw, bandwidth_source=bw_src, pcie_bandwidth_bytes_per_s=pcie_bw,
             pcie_generation=g.pcie.generation, pcie_width=g.pcie.width, pcie_max_generation=g.pcie.max_generation,
-            pcie_max_width=g.pcie.max_width, mem_clock_mhz=g.mem_clock_mhz, mem_clock_max_mhz=g.mem_clock_max_mhz,
-            core_clock_mhz=g.core_clock_mhz, core_clock_max_mhz=g.core_clock_max_mhz, clock_reasons=g.clock_reasons,
-            other_processes_busy_percent=g.other_processes_busy_percent, power_limit_w=g.power_limit_w,
-            power_w=g.power_w, temperature_c=g.temperature_c, reasons=reasons, kind=g.kind, vendor=g.vendor,
-            source=g.source, memory_source="table" if table_size else "measured",
-            working_set_limit_bytes=g.working_set_limit_bytes, working_set_source=g.working_set_source,
-            spill_total_bytes=g.spill_total_bytes, spill_used_bytes=g.spill_used_bytes,
-            server_spill_bytes=g.server_spill_bytes, vendor_index=g.vendor_index, pci_bus_id=g.pci_bus_id,
-            memory_type=g.memory_type,
+            pcie_max_width=g.pcie.max_width, reasons=reasons, memory_source="table" if table_size else "measured",
         ))
     return tuple(out), None
 
@@ -153,20 +151,12 @@ def host_view(host: HostReading | None, p: Placement, kv_alloc: int | None, *, h
     unified = next((g.index for g in gviews if g.kind == "unified_memory" and g.vendor == "apple"), None)
     reasons = dict(host.reasons) if host else {"host": "host not read"}
     return HostView(
-        ram_total_bytes=host.ram_total_bytes if host else None,
-        ram_available_bytes=host.ram_available_bytes if host else None,
+        **({k: getattr(host, k) for k in HOST_COPIED} if host else {}),
         weights_in_host_bytes=int(p.weights_host) if p.weights_host else None,
         kv_in_host_bytes=kv_host if kv_host else None,
         draft_in_host_bytes=draft_host,
         host_bandwidth_bytes_per_s=host_bw if host_bw else (host.host_bandwidth_bytes_per_s if host else None),
-        server_rss_bytes=host.server_rss_bytes if host else None,
         host_bandwidth_source=host_bw_source if host_bw else (host.host_bandwidth_source if host else None),
-        host_bandwidth_measured_at_unix_s=host.host_bandwidth_measured_at_unix_s if host else None,
-        host_bandwidth_note=host.host_bandwidth_note if host else None,
-        swap_total_bytes=host.swap_total_bytes if host else None,
-        swap_used_bytes=host.swap_used_bytes if host else None,
-        memory_type=host.memory_type if host else None, cpu_name=host.cpu_name if host else None,
         achieved_bandwidth_bytes_per_s=achieved, in_ceiling=in_ceiling, unified_with=unified, reasons=reasons,
-        prompt_cache_limit_bytes=prompt_cache_limit_bytes, cpu_count=host.cpu_count if host else None,
-        cpu_busy_cores=host.cpu_busy_cores if host else None, server_cpu_cores=host.server_cpu_cores if host else None,
+        prompt_cache_limit_bytes=prompt_cache_limit_bytes,
     )

@@ -59,26 +59,33 @@ class Reply:
     several: bool = False  # what the counters added up between two polls, which may be several replies
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (None for none)."""
-    if not sorted_values:
-        return None
-    k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
-    return sorted_values[k]
+class _Series:
+    """One latency over the session: the last MAX_REPLIES values in arrival order and kept sorted (a percentile is
+    one index; sorting 4,096 values per reply cost more than the rest of the poll's analysis), and the sum, count and
+    cumulative bucket counts (Prometheus ``le``, the last +Inf) of every value since the session began."""
 
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.arrived: deque[float] = deque()
+        self.ordered: list[float] = []
+        self.sum, self.n = 0.0, 0
+        self.counts = [0] * (len(bounds) + 1)
 
-def _count(counts: list[int], bounds: tuple[float, ...], value: float) -> None:
-    """Count ``value`` in every cumulative bucket (Prometheus ``le``) it falls under, the last being +Inf."""
-    for i in range(bisect.bisect_left(bounds, value), len(counts)):
-        counts[i] += 1
+    def add(self, value: float) -> None:
+        self.arrived.append(value)
+        bisect.insort(self.ordered, value)
+        if len(self.arrived) > MAX_REPLIES:
+            del self.ordered[bisect.bisect_left(self.ordered, self.arrived.popleft())]
+        self.sum += value
+        self.n += 1
+        for i in range(bisect.bisect_left(self.bounds, value), len(self.counts)):
+            self.counts[i] += 1
 
-
-def _keep(arrived: deque[float], ordered: list[float], value: float) -> None:
-    """Add ``value`` to the last MAX_REPLIES values (``arrived``) and to their sorted copy, the oldest leaving both."""
-    arrived.append(value)
-    bisect.insort(ordered, value)
-    if len(arrived) > MAX_REPLIES:
-        del ordered[bisect.bisect_left(ordered, arrived.popleft())]
+    def percentile(self, q: float) -> float | None:
+        """Nearest-rank percentile of the kept values (None for none)."""
+        if not self.ordered:
+            return None
+        return self.ordered[max(0, min(len(self.ordered) - 1, math.ceil(q * len(self.ordered)) - 1))]
 
 
 def _held(r: ServerReading) -> tuple[int, int] | None:
@@ -93,16 +100,7 @@ class LatencyTracker:
     """The session's replies: each new one from this poll's reading, and the percentiles over them."""
 
     def __init__(self) -> None:
-        # the last MAX_REPLIES values in arrival order, and the same values kept sorted (a percentile is one index;
-        # sorting 4,096 values per reply cost more than the rest of the poll's analysis)
-        self._ttft: deque[float] = deque()
-        self._itl: deque[float] = deque()
-        self._ttft_sorted: list[float] = []
-        self._itl_sorted: list[float] = []
-        self._ttft_sum = self._itl_sum = 0.0
-        self._ttft_n = self._itl_n = 0
-        self._ttft_counts = [0] * (len(TTFT_BUCKETS_S) + 1)  # cumulative, since the session began (never fall)
-        self._itl_counts = [0] * (len(ITL_BUCKETS_S) + 1)
+        self._ttft, self._itl = _Series(TTFT_BUCKETS_S), _Series(ITL_BUCKETS_S)
         self._last: Reply | None = None
         self._counters: dict[str, float] | None = None
         self._pending_prefill: tuple[float, float] | None = None  # (seconds, tokens) since the last reply
@@ -114,22 +112,13 @@ class LatencyTracker:
         self._several = False  # a sample of the session may hold several replies: the count is a lower bound
         self.added: Reply | None = None  # the reply this poll added (its energy is counted), None when none ended
 
-    def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
-
     def _add(self, reply: Reply, source: str) -> None:
         self._last, self._source, self._view, self.added = reply, source, None, reply
         self._several = self._several or reply.several
         if reply.ttft_s is not None and reply.ttft_s >= 0:
-            _keep(self._ttft, self._ttft_sorted, reply.ttft_s)
-            self._ttft_sum += reply.ttft_s
-            self._ttft_n += 1
-            _count(self._ttft_counts, TTFT_BUCKETS_S, reply.ttft_s)
+            self._ttft.add(reply.ttft_s)
         if reply.itl_s is not None and reply.itl_s > 0:
-            _keep(self._itl, self._itl_sorted, reply.itl_s)
-            self._itl_sum += reply.itl_s
-            self._itl_n += 1
-            _count(self._itl_counts, ITL_BUCKETS_S, reply.itl_s)
+            self._itl.add(reply.itl_s)
 
     def _from_request(self, r: ServerReading) -> bool:
         req = r.last_request
@@ -219,18 +208,18 @@ class LatencyTracker:
     def view(self) -> LatencyView | None:
         if self._last is None or self._view is not None:
             return self._view
-        ttft, itl = self._ttft_sorted, self._itl_sorted
+        ttft, itl = self._ttft, self._itl
         last = self._last
         prefill = (last.prompt_tokens / last.ttft_s if last.prompt_tokens and last.ttft_s else None)
         self._view = LatencyView(
-            replies=max(self._ttft_n, self._itl_n), source=self._source,
-            ttft_last_s=last.ttft_s, ttft_p50_s=_percentile(ttft, 0.5), ttft_p95_s=_percentile(ttft, 0.95),
-            itl_last_s=last.itl_s, itl_p50_s=_percentile(itl, 0.5), itl_p95_s=_percentile(itl, 0.95),
-            itl_mean_s=self._itl_sum / self._itl_n if self._itl_n else None,
+            replies=max(ttft.n, itl.n), source=self._source,
+            ttft_last_s=last.ttft_s, ttft_p50_s=ttft.percentile(0.5), ttft_p95_s=ttft.percentile(0.95),
+            itl_last_s=last.itl_s, itl_p50_s=itl.percentile(0.5), itl_p95_s=itl.percentile(0.95),
+            itl_mean_s=itl.sum / itl.n if itl.n else None,
             last_prompt_tokens=int(last.prompt_tokens) if last.prompt_tokens is not None else None,
             last_prefill_tok_s=prefill, last_generate_s=last.generate_s,
-            ttft_buckets=tuple(self._ttft_counts), ttft_sum_s=self._ttft_sum, ttft_count=self._ttft_n,
-            itl_buckets=tuple(self._itl_counts), itl_sum_s=self._itl_sum, itl_count=self._itl_n,
+            ttft_buckets=tuple(ttft.counts), ttft_sum_s=ttft.sum, ttft_count=ttft.n,
+            itl_buckets=tuple(itl.counts), itl_sum_s=itl.sum, itl_count=itl.n,
             ttft_lower_bound=self._lower_bound, replies_at_least=self._several,
         )
         return self._view

@@ -10,7 +10,7 @@ from typing import Any
 
 from kvmon.core.analysis import consistency
 from kvmon.core.analysis.notes import Notes
-from kvmon.core.readings import Provenance, ServerConfig, ServerReading
+from kvmon.core.readings import ModelInfo, Provenance, ServerConfig, ServerReading
 from kvmon.core.snapshot import ModelView
 from kvmon.physics import kv as kv_mod
 from kvmon.physics import quant
@@ -20,8 +20,8 @@ from kvmon.physics.shape import ModelShape
 
 def model_view(r: ServerReading) -> tuple[ModelView, Any, Notes]:
     """The model as the Snapshot shows it, its shape (None when unknown), and its notes (with the reading's)."""
-    m, cfg = r.model, r.config
-    shape = m.shape if m is not None else None
+    m, cfg = r.model or ModelInfo(), r.config
+    shape = m.shape
     cprov = cfg.provenance
     prov: dict[str, Provenance] = {}
     reasons = dict(r.reasons)
@@ -56,7 +56,8 @@ def model_view(r: ServerReading) -> tuple[ModelView, Any, Notes]:
         prov["n_ctx_total"] = Provenance.COMPUTED
     argv_read = cprov.get("model_path") == "command_line"  # the server's own command line was read
     if cfg.fit and argv_read and cprov.get("n_ctx_total") not in ("command_line", "user") and n_ctx_total:
-        margin = f" to leave {_mib(cfg.fit_target_bytes)} free on each device" if cfg.fit_target_bytes else ""
+        mib = ", ".join(f"{b // (1024 * 1024)} MiB" for b in cfg.fit_target_bytes or ())
+        margin = f" to leave {mib} free on each device" if mib else ""
         reasons["n_ctx_total"] = f"-c not given: --fit chose the context at load{margin} (--fit-target)"
 
     alloc: int | None = None
@@ -102,12 +103,11 @@ def model_view(r: ServerReading) -> tuple[ModelView, Any, Notes]:
         prov["recurrent_state_bytes"] = cprov.get("recurrent_bytes_allocated", Provenance.LOG)
 
     view = ModelView(
-        name=m.name if m else None, server_name=(m.server_name or m.name) if m else None,
-        arch=(m.arch if m and m.arch else getattr(shape, "arch", None)),
-        n_params=m.n_params if m else None, quantization=m.quantization if m else None,
+        name=m.name, server_name=m.server_name or m.name, arch=m.arch or getattr(shape, "arch", None),
+        n_params=m.n_params, quantization=m.quantization,
         weight_bytes=weight_bytes, weight_bytes_read_per_token=read_per_token,
         n_layers=getattr(shape, "n_layers", None) or cfg.total_layers, n_ctx=n_ctx, n_ctx_total=n_ctx_total,
-        n_ctx_train=(m.n_ctx_train if m and m.n_ctx_train else getattr(shape, "n_ctx_train", None)),
+        n_ctx_train=m.n_ctx_train or getattr(shape, "n_ctx_train", None),
         n_slots=n_slots, kv_unified=unified, kv_type_k=type_k, kv_type_v=type_v, flash_attn=cfg.flash_attn,
         kv_bytes_per_token=kv_per_token, kv_allocated_bytes=alloc, recurrent_state_bytes=rec,
         fit=cfg.fit, fit_target_bytes=cfg.fit_target_bytes,
@@ -133,16 +133,16 @@ def _weights(r: ServerReading, alloc: int | None) -> tuple[int | None, Provenanc
     """(the model's weight bytes, where they came from, what to say of them): the first of what the server or its
     file says, the log's model buffers, bits per weight × parameters, the loaded size less the KV cache, that nothing
     contradicts (``consistency``)."""
-    m, cfg = r.model, r.config
+    m, cfg = r.model or ModelInfo(), r.config
     cands: list[consistency.WeightCandidate] = []
-    if m is not None and m.weight_bytes is not None:
+    if m.weight_bytes is not None:
         src = m.weight_bytes_source or Provenance.MEASURED
         cands.append(consistency.WeightCandidate(m.weight_bytes, src, r.reasons.get("weight_bytes"),
                                                  "the server's figure"))
     if cfg.model_buffer_bytes_by_device:
         cands.append(consistency.WeightCandidate(sum(cfg.model_buffer_bytes_by_device.values()), Provenance.LOG, None,
                                                  "the log's model buffers"))
-    est, how = quant.estimated_weight_bytes(m.n_params if m else None, m.quantization if m else None)
+    est, how = quant.estimated_weight_bytes(m.n_params, m.quantization)
     if est is not None:
         cands.append(consistency.WeightCandidate(est, Provenance.ESTIMATED, how, "bits per weight × parameters"))
     if r.weight_bytes_vram is not None and r.weight_bytes_host is not None and alloc is not None:
@@ -151,17 +151,13 @@ def _weights(r: ServerReading, alloc: int | None) -> tuple[int | None, Provenanc
             int(r.weight_bytes_vram + r.weight_bytes_host - alloc), Provenance.ESTIMATED,
             "the server's loaded size minus the computed KV cache (includes compute buffers)",
             "the loaded size less the KV cache"))
-    chosen, contradicted = consistency.choose_weights(cands, m.n_params if m else None)
+    chosen, contradicted = consistency.choose_weights(cands, m.n_params)
     against = "; ".join(f"{c}: contradicted" for c in contradicted)
     if chosen is None:
         why = against or r.reasons.get("weight_bytes") or "model size not reported"
         return None, None, why + (f"; no estimate: {how}" if against and est is None and how else "")
     how_chosen = chosen.how if chosen.provenance != Provenance.MEASURED or chosen.how else None
     return chosen.weight_bytes, chosen.provenance, "; ".join(x for x in (against, how_chosen) if x) or None
-
-
-def _mib(per_device: tuple[int, ...]) -> str:
-    return ", ".join(f"{b // (1024 * 1024)} MiB" for b in per_device)
 
 
 def cache_bytes(model: ModelView) -> int | None:

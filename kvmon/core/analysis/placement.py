@@ -9,6 +9,7 @@ a device source or only named in the log; a buffer's device is found by the serv
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -19,15 +20,6 @@ from kvmon.core.device_names import canonical_device, is_device_buffer
 from kvmon.core.readings import ServerReading
 from kvmon.core.snapshot import GpuView
 from kvmon.physics import ceiling as ceiling_mod
-
-
-def device_gpu_index(device: str) -> int | None:
-    """llama.cpp buffer device name → its number ("CUDA1" → 1, "Metal" → 0); host buffers → None."""
-    if not is_device_buffer(device):
-        return None
-    digits = "".join(ch for ch in canonical_device(device) if ch.isdigit())
-    return int(digits) if digits and not device.startswith("RPC[") else 0
-
 
 # how the placement is known: "server_split" (the server said its VRAM/host split: Ollama's size_vram), "host_only"
 # (the log: nothing on a device), "no_gpu" (no device on this machine: the server runs on its CPU), "unseen" (its
@@ -109,9 +101,7 @@ def place_draft(p: Placement, r: ServerReading, devs: Devices) -> Placement:
     """Where the draft context lives: the log's draft buffers (weights and KV by device) when it printed them, else
     beside the model's weights, split as they are (llama-server offloads the draft like the model by default)."""
     cfg = r.config
-    logged = {**cfg.draft_model_buffer_bytes_by_device}
-    for dev, nbytes in cfg.draft_kv_buffer_bytes_by_device.items():
-        logged[dev] = logged.get(dev, 0) + nbytes
+    logged = Counter(cfg.draft_model_buffer_bytes_by_device) + Counter(cfg.draft_kv_buffer_bytes_by_device)
     total = float(sum(logged.values()))
     if total > 0:
         draft_gpu, draft_host = _split(logged, devs, total)

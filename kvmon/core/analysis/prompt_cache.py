@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, replace
-from typing import TypeGuard, get_args
+from dataclasses import asdict, dataclass, replace
+from typing import get_args
 
 from kvmon.core.alert_types import AlertThresholds
 from kvmon.core.backend import backend_of
@@ -130,10 +130,8 @@ class PromptCacheTracker:
             counted, source = self._from_request(r), TIMINGS
         else:
             self._from_request(r)  # its reply is in the counters already: only its change and repeats are read
-        changes = tuple(PromptChange(
-            sentence=c.sentence, fix=c.fix, message_index=c.message_index, role=c.role, offset=c.offset, count=c.count,
-            change=c.change, first_unix=c.first_unix, last_unix=c.last_unix, reread_tokens=c.reread_tokens,
-            reread_seconds=c.reread_seconds) for c in r.prompt_changes if _known(c.change))
+        # the kinds of change kvmon names (a proxy of another version may send others)
+        changes = tuple(PromptChange(**asdict(c)) for c in r.prompt_changes if c.change in get_args(PromptChangeKind))
         repeated = r.last_request.prompt_repeated if r.last_request is not None else None
         # what the slots hold whole (idle, or generating: a prompt being read is only part of itself)
         whole = max((sl.context_tokens or 0 for sl in r.slots if not sl.processing or (sl.n_decoded or 0) > 0),
@@ -218,8 +216,3 @@ class PromptCacheTracker:
         else:
             per_token = statistics.median(ys)
         return new * per_token, new
-
-
-def _known(change: str) -> TypeGuard[PromptChangeKind]:
-    """Whether the proxy's kind of change is one kvmon names (a proxy of another version may send others)."""
-    return change in get_args(PromptChangeKind)

@@ -12,7 +12,7 @@ unknown this poll, no n_ctx) changes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from kvmon.core.points import ModelKey
@@ -81,15 +81,7 @@ def changes(anchor: RegimeKey, now: RegimeKey) -> list[tuple[str, str]]:
 
 def _merged(anchor: RegimeKey, now: RegimeKey) -> RegimeKey:
     """``now`` with what it does not know taken from ``anchor``."""
-    return RegimeKey(
-        now.model if now.model is not None else anchor.model,
-        now.n_ctx if now.n_ctx is not None else anchor.n_ctx,
-        now.type_k if now.type_k is not None else anchor.type_k,
-        now.type_v if now.type_v is not None else anchor.type_v,
-        now.n_slots if now.n_slots is not None else anchor.n_slots,
-        now.devices if now.devices is not None else anchor.devices,
-        now.shares if now.shares is not None else anchor.shares,
-    )
+    return replace(now, **{f.name: getattr(anchor, f.name) for f in fields(now) if getattr(now, f.name) is None})
 
 
 class RegimeTracker:
@@ -99,10 +91,6 @@ class RegimeTracker:
         self.regime = Regime()
         self._anchor: RegimeKey | None = None
         self._count = 0
-
-    def reset(self) -> None:
-        """A new session: no regime yet."""
-        self.__init__()  # type: ignore[misc]
 
     def observe(self, key: RegimeKey, *, reloaded: bool, t_monotonic: float, t_wall: float) -> bool:
         """This poll's key (and whether the server process was reloaded since the last one); True on a new regime."""
@@ -129,5 +117,4 @@ class RegimeTracker:
     def mark_context(self, context_tokens: int | None) -> None:
         """The depth of the regime's first measured point (once): where the plot marks the regime's start."""
         if self.regime.index and self.regime.since_context_tokens is None and context_tokens is not None:
-            r = self.regime
-            self.regime = Regime(r.index, r.cause, r.description, r.since_t_monotonic, r.since_t_wall, context_tokens)
+            self.regime = replace(self.regime, since_context_tokens=context_tokens)

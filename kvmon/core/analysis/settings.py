@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kvmon.core.alerts import AlertThresholds
+from kvmon.core.alert_types import AlertThresholds
 from kvmon.core.snapshot import MILESTONES
 
 NO_GPU_BANDWIDTH = "no GPU bandwidth known (set one in settings)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvmon.core.alerts import AlertThresholds, GpuVramFacts
+from kvmon.core.alert_types import AlertThresholds, GpuVramFacts
 from kvmon.core.readings import GpuSetReading
 from kvmon.core.snapshot import GpuView
 
@@ -40,10 +40,6 @@ class VramTrend:
     def __init__(self, thresholds: AlertThresholds) -> None:
         self.thresholds = thresholds
         self._gpus: dict[int, _VramTrack] = {}
-
-    def clear(self) -> None:
-        """Forget every sample (a new session)."""
-        self._gpus.clear()
 
     def track(self, t: float, gpus: GpuSetReading | None) -> None:
         """Add this poll's free VRAM (and other processes' use) of each GPU; drop what left the window."""
@@ -124,11 +120,6 @@ class SwapTrend:
         self.thresholds = thresholds
         self._t: deque[float] = deque()
         self._used: deque[int] = deque()
-
-    def clear(self) -> None:
-        """Forget every sample (a new session)."""
-        self._t.clear()
-        self._used.clear()
 
     def track(self, t: float, swap_used_bytes: int | None) -> int | None:
         """Add this poll's swap use; the growth over the window (from its lowest point), or None while too short."""

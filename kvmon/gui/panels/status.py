@@ -9,7 +9,7 @@ import time
 
 from PySide6 import QtGui, QtWidgets
 
-from kvmon.core.alerts import RECORDING_FAILED
+from kvmon.core.alert_types import RECORDING_FAILED
 from kvmon.core.severity import status_level
 from kvmon.core.snapshot import Snapshot
 from kvmon.core.words import bandwidth_source_words

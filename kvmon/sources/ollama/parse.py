@@ -217,7 +217,8 @@ def parse_show(body: Any, *, verbose: bool) -> ShowInfo:
     if not info:
         shape_reason = "/api/show returned no model_info"
     else:
-        from kvmon.physics.shape import ModelShape, ShapeError
+        from kvmon.physics.layers import ShapeError
+        from kvmon.physics.shape import ModelShape
 
         try:
             shape = ModelShape.from_gguf(info)

@@ -18,8 +18,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvmon.core.jsonvals import clean_text, json_float, json_int, json_str, json_text, text_int
+from kvmon.core.jsonvals import json_float, json_int, json_str, json_text, text_int
 from kvmon.core.readings import ACCEPTED_PER_POSITION, MAX_DRAFT_POSITIONS, position_counter, position_counts
+from kvmon.core.sanitize import clean_text
 
 PREFIX = "vllm:"
 # (what kvmon calls it, exposed names newest first)

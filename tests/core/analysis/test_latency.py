@@ -12,7 +12,8 @@ import httpx
 import pytest
 from real_llama_server import KVMON_TIMEOUT_S
 
-from kvmon.core.alerts import AlertEngine, AlertFacts
+from kvmon.core.alert_types import AlertFacts
+from kvmon.core.alerts import AlertEngine
 from kvmon.core.analysis.latency import ITL_BUCKETS_S, MAX_REPLIES, TTFT_BUCKETS_S, LatencyTracker
 from kvmon.core.readings import RequestStats, ServerReading
 from kvmon.core.snapshot import AlertLevel

@@ -15,7 +15,7 @@ from helpers_http import FixtureServer, wait_until
 from repo_paths import FIXTURES
 
 from kvmon.app.monitor import Monitor
-from kvmon.core.alerts import AlertThresholds
+from kvmon.core.alert_types import AlertThresholds
 from kvmon.core.analysis import Analyzer
 from kvmon.core.readings import FailureKind, GpuReading, GpuSetReading, SourceError
 from kvmon.proxy.server import ProxyServer
@@ -120,7 +120,8 @@ def test_kv_kept_in_host_ram(fixture_server: FixtureServer, tmp_path: Path) -> N
 
 
 def test_kv_kept_in_host_ram_warns_with_its_fix() -> None:
-    from kvmon.core.alerts import AlertFacts, rule_kv_in_host
+    from kvmon.core.alert_rules import rule_kv_in_host
+    from kvmon.core.alert_types import AlertFacts
     from kvmon.sources.lmstudio import LMSTUDIO
 
     level, msg, *_ = rule_kv_in_host(AlertFacts(t_monotonic=0.0, backend=LMSTUDIO, kv_host_fraction=1.0,
