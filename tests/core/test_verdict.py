@@ -161,6 +161,30 @@ def test_a_speed_no_visible_device_could_give_means_a_device_kvmon_cannot_see() 
     assert idle.last_decode is not None and idle.last_decode.tok_s == 111.7
 
 
+
+def test_a_reply_that_ended_between_polls_too_fast_for_the_cpu_means_a_device_kvmon_cannot_see() -> None:
+    """A short reply can start and end between two polls, so kvmon never sees it decode: the server's counters time
+    it, and the headline shows that speed as the last reply's. Beside it, a CPU ceiling it beats 50-fold would
+    contradict it: the speed says the model runs on a device kvmon cannot see, as a speed seen live does."""
+    none = GpuSetReading(t_monotonic=0.0, unavailable_reason="no NVIDIA GPU: the NVML library was not found")
+    host = HostReading(t_monotonic=0.0, ram_total_bytes=64 * GIB, ram_available_bytes=40 * GIB,
+                       host_bandwidth_bytes_per_s=35e9, host_bandwidth_source="measured")
+
+    def counted(t: float, predicted: int, seconds: float) -> ServerReading:
+        return replace(reading(t, processing=False), metrics={
+            "prompt_seconds_total": 0.5, "prompt_tokens_total": 1_000.0,
+            "tokens_predicted_seconds_total": seconds, "tokens_predicted_total": float(predicted)})
+
+    a = Analyzer(rate_tracker=Rates(None, None, None))
+    first = a.update(counted(0.0, 0, 0.0), none, host)
+    assert first.extra["placement"] == "no_gpu" and first.ceiling_tok_s is not None
+    s = a.update(counted(1.0, 224, 2.0), none, host)  # 224 tokens in 2.0 s: 112 tok/s, ended before this poll
+    assert s.decode_tok_s is None and s.last_decode is not None and s.last_decode.tok_s == 112.0
+    assert s.ceiling_tok_s is None and "device kvmon cannot see" in s.reasons["placement"]
+    assert "112.0 tok/s" in s.reasons["placement"] and not s.host.in_ceiling
+    assert not [x for x in s.alerts if x.code in ("cpu_only", "kv_in_host", "weights_in_host")]
+    assert s.verdict is not None and s.verdict.sentence == "Idle at 8.00K tokens"  # no CPU ceiling beside 112 tok/s
+
 def test_the_document_the_gauge_and_the_recording_carry_it(tmp_path: Path) -> None:
     spill = Alert(AlertLevel.CRITICAL, "kv_in_host", "KV cache in host RAM …", headline="Spilled: 9.50 GiB …")
     s = decided(snap(alerts=(spill,), t_monotonic=130.0))

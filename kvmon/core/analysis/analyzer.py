@@ -160,6 +160,12 @@ class Analyzer:
         where, n4 = speeds.depth(r, rates.per_slot)
         kv_in_use, kv_read_now, n5 = speeds.kv_now(r, shape, where.context, type_k, type_v)
         notes = model_notes.then(n1, n2, n3, n4, n5)
+        latency, n_latency = self._latency.update(r, drafting=drafter is not None)
+        # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
+        # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
+        ended = self._latency.added
+        replied = 1.0 / ended.itl_s if ended is not None and ended.itl_s else None
+        measured = rates.decode if rates.decode is not None else replied
 
         # the devices (read ones, then the ones only the log names), where the model lives, and the devices the
         # ceiling sums time over
@@ -171,7 +177,7 @@ class Analyzer:
         gviews = gpu_views.with_host_bandwidth(devs.views, host_bw, host_src)
         devs = devices.Devices(gviews, devs.by_name)
         no_gpu_here = gpus is not None and not gviews and server_here(r.url, r.server_pids)
-        unseen = self._unseen_device(r, model, rates.decode, host_bw) if no_gpu_here else None
+        unseen = self._unseen_device(r, model, measured, host_bw) if no_gpu_here else None
         place = placement.place_draft(placement.place(r, model.weight_bytes, devs, gpu_views.server_used(gpus),
                                                       no_gpu_here=no_gpu_here and unseen is None), r, devs)
         if unseen is not None:  # nothing is built on the CPU guess: where it lives and the ceiling are unknown
@@ -244,16 +250,10 @@ class Analyzer:
             compute_by_index=compute_by_index,
             swap_growth_bytes=self._swap.track(t, host.swap_used_bytes if host else None),
             log_hint=r.reasons.get("log_placement"))
-        latency, n4 = self._latency.update(r, drafting=drafter is not None)
         prompts = self._prompts.update(r, where.context)
-        # the last speed measured: this poll's, else that of a reply that ended since the last poll, as the server
-        # timed it (replies shorter than a poll are measured so, and the headline keeps their speed)
-        ended = self._latency.added
-        replied = 1.0 / ended.itl_s if ended is not None and ended.itl_s else None
         point = measured_point(where.slots, where.context, rates.decode, rates.decode_rate_source)
-        last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None,
-                                                   rates.decode if rates.decode is not None else replied, t, r.t_wall,
-                                                   where.context, point[1] if point is not None else None)
+        last_decode, before = self._decodes.update(model_key(r.url, model), fc.regime.index or None, measured, t,
+                                                   r.t_wall, where.context, point[1] if point is not None else None)
         gap = self._gap(r, model, shape, where.context, rates.decode, ceiling_now if efficiency is not None else None,
                         devices_now, kv_read_now, read_now, place, gviews, hview, spec, t, point, atlas)
         facts = alert_facts.reading_facts(r, t, model, where.context, slot_id, rates.decode, fc, vfacts, place,
@@ -271,7 +271,7 @@ class Analyzer:
         counted, n5 = energy.counted_devices(gpus, host, gviews, hview)
         used, n6 = self._energy.update(t, counted, decoded, dt, busy=speeds.busy(r, rates.decode, rates.prefill),
                                        reply=self._latency.added)
-        notes = notes.then(n1, n2, n3, n4, n5, n6)
+        notes = notes.then(n1, n2, n3, n_latency, n5, n6)
         return decided(Snapshot(
             seq=self._seq, t_monotonic=t, t_wall=r.t_wall,
             connection=Connection(status=status, since_t_monotonic=self._connected_since),
