@@ -106,9 +106,9 @@ class GroupMonitor(Emitter):
         """Show this model from the next poll on (None: follow the one being chatted with again)."""
         self._pinned = name or None
 
-    def source_of(self, name: str) -> ServerSource | None:
-        """The source of one running model (None: not running, or not readable from here)."""
-        m = self._models.get(name)
+    def source_of(self, name: str | None) -> ServerSource | None:
+        """The source of one running model (None: none named, not running, or not readable from here)."""
+        m = self._models.get(name) if name is not None else None
         return m.source if m is not None else None
 
     # ------------------------------------------------------------------ the poll

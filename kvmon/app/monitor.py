@@ -185,6 +185,10 @@ class Emitter:
     recording_problem: str | None = None  # why the recorder stopped (it is not called again)
     last_snapshot: Snapshot | None = None
 
+    def source_of(self, name: str | None) -> ServerSource | None:
+        """The source that reads the model ``name`` (None: the one model a single server serves)."""
+        raise NotImplementedError
+
     def _emit(self, snap: Snapshot) -> Snapshot:
         if self.curves is not None:
             self.curves.observe(snap)
@@ -231,6 +235,9 @@ class Monitor(Emitter):
         self.last_reading: ServerReading | None = None
         self._server_pids: tuple[int, ...] = tuple(server_pids)
         self.probes_run = 0  # the host bandwidth probes this monitor ran (at most one per machine)
+
+    def source_of(self, name: str | None) -> ServerSource | None:
+        return self.server_source
 
     @property
     def backend(self) -> str:

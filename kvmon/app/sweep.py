@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from kvmon.app.monitor import Emitter
 from kvmon.core.backend import Backend
 from kvmon.core.curve_identity import snapshot_config
 from kvmon.core.snapshot import Snapshot
@@ -199,14 +200,13 @@ def _total(values: list[N | None]) -> N | None:
     return sum(known) if len(known) == len(values) else None
 
 
-def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) -> ServerSweep:
+def target_for(monitor: Emitter, snapshot: Snapshot, api_key: str | None = None) -> ServerSweep:
     """How to sweep the server a monitor watches: its own source's server (a router's or llama-swap's model: the one
     followed, read where the monitor reads it), with the key that source sends."""
-    source = getattr(monitor, "server_source", None)
     followed = snapshot.serving.followed if snapshot.serving is not None else None
-    if source is None and followed is not None:
-        source = monitor.source_of(followed)  # type: ignore[attr-defined]  # a model followed: a group monitor
-    if source is None or not getattr(source, "base_url", None):
+    source = monitor.source_of(followed)
+    base_url = getattr(source, "base_url", None)  # a source of a server kvmon reads over HTTP
+    if source is None or not base_url:
         raise SweepFailed("no model of this server can be swept from here" if followed is None else
                           f"{followed} cannot be read from here")
     backend = source.backend if isinstance(source.backend, Backend) else Backend(str(source.backend))
@@ -216,6 +216,6 @@ def target_for(monitor: object, snapshot: Snapshot, api_key: str | None = None) 
     # a router's model: every request names it; the server's name for the model shown: a server holding several
     # loaded sweeps that one
     target: ServerSweep = getattr(importlib.import_module(module), name)(
-        source.base_url, api_key=source.request_key() if hasattr(source, "request_key") else api_key,
+        base_url, api_key=source.request_key() if hasattr(source, "request_key") else api_key,
         model_id=getattr(source, "model_id", None), model_name=snapshot.model.server_name)
     return target
