@@ -190,7 +190,7 @@ class Analyzer:
             notes = notes.then(n)
         cache = cache_bytes(model)  # the KV cache and a hybrid's recurrent state beside it
         place = placement.estimate_pcie_spill(place, gviews, cache, r.config.compute_buffer_bytes_by_device,
-                                              devs, draft.draft_bytes(model))
+                                              devs, draft.draft_bytes(model), host.ram_total_bytes if host else None)
         devices_now, dev_reason = placement.devices(place, model.weight_bytes_read_per_token, gviews, host_bw)
 
         # what the speed depends on: another model, n_ctx, cache types, slots, devices or placement (or a reload)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvmon.core.analysis.notes import Notes
-from kvmon.core.analysis.placement import Placement
+from kvmon.core.analysis.placement import OVER_TOLERANCE, Placement
 from kvmon.core.readings import HostReading, Provenance
 from kvmon.core.snapshot import CeilingSuspect, Forecast, GpuView, ModelView
 from kvmon.core.units import GIB
@@ -40,7 +40,6 @@ MAX_BYTES_PER_PARAM = 4.5  # f32 is 4 bytes per weight; a file adds its metadata
 VRAM_SLACK_BYTES = 1 * GIB  # the driver's context, allocator slack: what no buffer line names
 COMPUTE_BOUND_FRACTION = 0.10  # compute buffers when the log does not give them: at most this share of the card
 COMPUTE_BOUND_MIN_BYTES = 2 * GIB  # ... and at least this (a big vocabulary's logits at a large ubatch)
-OVER_TOLERANCE = 0.02  # measured totals and parts agree within this much (rounding, MiB lines)
 SLOW_DEVICE_SHARE = 0.25  # a host or PCIe device taking this much of the step time is the first suspect
 UNSEEN_MARGIN = 1.25  # a speed this far above host RAM's bound for the weights alone is no CPU's
 

@@ -26,6 +26,7 @@ from kvmon.physics import ceiling as ceiling_mod
 # speed says it runs on a device kvmon cannot see)
 PlacementSource = Literal["log", "server_split", "process", "single_gpu", "even", "host_only", "no_gpu", "unseen",
                           "unknown"]
+OVER_TOLERANCE = 0.02  # measured totals and parts agree within this much (rounding, MiB lines)
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,12 @@ def _kv_like_weights(p: Placement) -> Placement:
 
 
 def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int | None,
-                        cfg_compute: Mapping[str, int], devs: Devices, draft: int | None = None) -> Placement:
+                        cfg_compute: Mapping[str, int], devs: Devices, draft: int | None = None,
+                        host_ram_bytes: int | None = None) -> Placement:
     """Driver system-memory fallback: what the server needs beyond the VRAM others leave is in host RAM (the model's
-    weights, its KV cache, the compute buffers and a draft context's ``draft`` bytes on the device)."""
+    weights, its KV cache, the compute buffers and a draft context's ``draft`` bytes on the device). No spill is
+    built on weights the GPU cannot hold or that the server's measured memory there denies, nor one larger than
+    host RAM: those figures contradict each other, and the consistency checks say so."""
     if not kv_alloc:
         return p
     kv_gpu, kv_pcie = dict(p.kv_gpu), dict(p.kv_pcie)
@@ -183,9 +187,14 @@ def estimate_pcie_spill(p: Placement, gviews: Sequence[GpuView], kv_alloc: int |
         need = (p.weights_gpu[g.index] + kv_alloc * kv_gpu.get(g.index, 0.0) + compute.get(g.index, 0)
                 + (draft or 0) * p.draft_gpu.get(g.index, 0.0))
         room = g.vram_total_bytes - g.other_processes_bytes
+        weights = p.weights_gpu[g.index]
+        if weights > room or (g.server_used_bytes is not None and weights > g.server_used_bytes * (1 + OVER_TOLERANCE)):
+            continue
         over = need - room
         if over > 0 and kv_gpu.get(g.index):
             frac = min(kv_gpu[g.index], over / kv_alloc)
+            if host_ram_bytes is not None and frac * kv_alloc > host_ram_bytes:
+                continue
             kv_gpu[g.index] -= frac
             kv_pcie[g.index] = frac
     return replace(p, kv_gpu=kv_gpu, kv_pcie=kv_pcie)

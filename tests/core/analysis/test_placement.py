@@ -91,6 +91,23 @@ def test_kv_spill_over_pcie_is_estimated_and_alerted() -> None:
     assert s.host.kv_in_host_bytes == pytest.approx(over, abs=2)
 
 
+
+def test_no_pcie_spill_is_built_on_figures_that_contradict_each_other() -> None:
+    """The driver's fallback is estimated from the weights said to live on the GPU: when the server holds less there
+    than those weights, or the spill would be larger than host RAM, no spill is shown (never a cache in host RAM
+    larger than host RAM, nor a PCIe ceiling on weights that are not there)."""
+    cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
+                       kv_buffer_bytes_by_device={"CUDA0": 4 * GIB}, compute_buffer_bytes_by_device={"CUDA0": GIB // 2})
+    pcie = PcieLink(generation=4, width=16, max_generation=4, max_width=16)
+    denied = gpu(free=0, others=16 * GIB, server=2 * GIB, pcie=pcie)  # 2 GiB held, 4.92 GB of weights said here
+    s = Analyzer(rate_tracker=FixedRates(decode=6.0)).update(reading(ctx=16384, config=cfg), gpus(0.0, denied))
+    assert not [a for a in s.alerts if a.code == "kv_in_host"] and not s.host.kv_in_host_bytes
+    assert "how the model splits over this GPU is unknown" in s.reasons["gpu0.vram"]
+    small = HostReading(t_monotonic=0.0, ram_total_bytes=GIB // 2, ram_available_bytes=GIB // 4)
+    g = gpu(free=0, others=16 * GIB, server=8 * GIB, pcie=pcie)  # ~1.08 GiB to spill into 0.5 GiB of RAM
+    s = Analyzer(rate_tracker=FixedRates(decode=6.0)).update(reading(ctx=16384, config=cfg), gpus(0.0, g), small)
+    assert not [a for a in s.alerts if a.code == "kv_in_host"] and not s.host.kv_in_host_bytes
+
 def test_kv_cache_in_host_ram_from_the_log() -> None:
     """-nkvo (or a load that put the cache on the CPU): the log's CPU KV buffer; the host bandwidth caps decode."""
     cfg = ServerConfig(n_ctx_total=32768, n_parallel=1, model_buffer_bytes_by_device={"CUDA0": 4_920_000_000},
