@@ -279,3 +279,32 @@ def test_a_new_figure_repaints_its_label_and_asks_nothing_of_the_windows_layout(
     assert len(shown) == 6  # every poll showed new figures
     assert counter.count == 0
     assert [(w.mapTo(win, QtCore.QPoint(0, 0)), w.size()) for w in labels] == where
+
+
+def test_the_last_prompt_line_reads_whole_in_a_narrow_window(qapp) -> None:
+    """"last prompt 5,200 tok/s · first token 9 ms" under the big number takes the room the live row leaves beside
+    it (and says "prompt …" where even that is short): whole at 1280, 1024 and 800 pixels, over no other text."""
+    from kvmon.core.snapshot import LatencyView
+
+    mon = SyntheticMonitor(tokens_per_poll=500)
+    for _ in range(20):
+        s = mon.poll()
+    s = decided(dataclasses.replace(s, latency=LatencyView(replies=3, ttft_last_s=0.009, last_prefill_tok_s=5200.0)))
+    for width in (1240, 1000, 780):
+        h = HeaderPanel()
+        h.resize(width, 120)
+        h.show()
+        h.update_snapshot(s)
+        QtWidgets.QApplication.processEvents()
+        h.resize(width, h.heightForWidth(width))
+        QtWidgets.QApplication.processEvents()
+        assert h.prompt.whole() in ("last prompt 5,200 tok/s · first token 9 ms",
+                                    "prompt 5,200 tok/s · first token 9 ms"), width
+        assert not h.prompt.elided and h.prompt.text() == h.prompt.whole(), width
+        assert h.rect().contains(h.prompt.geometry()), width
+        for other in (h.context, h.kv, h.headline, h.efficiency, h.speed):
+            assert not h.prompt.geometry().intersects(other.geometry()), (width, other.whole())
+        tip = h.prompt.toolTip()
+        h.close()
+        h.deleteLater()
+    assert "The last prompt's" in tip  # the fewer words still say whose they are
