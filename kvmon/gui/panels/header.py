@@ -27,9 +27,10 @@ SPACING = 4 * theme.UNIT  # between the groups of names, and between the live pa
 HERO_SHARE, HERO_MAX = 0.22, 260  # the big number's column: this share of the width, at most this many pixels
 WIDEST_TOKENS = "88.8K"  # the widest figures the live row's templates hold
 WIDEST_BYTES = ("88.8 GiB", "8.88 MiB", "888 MiB")  # (an "M" is wider than a "G": the widest of these)
-# the prompt's line at the widest a narrow window still shows whole beside the live row; where the KV cache's words
-# leave less room, they are said in fewer ("KV cache 4.22 of 16.0 GiB")
-PROMPT_ROOM = "prompt 8,888 tok/s · first token 88.8 s"
+# the prompt's line at the widest a narrow window still shows whole beside the live row (with the next reply's wait
+# while a prompt cache is watched); where the KV cache's words leave less room, they are said in fewer ("KV cache 4.22
+# GiB of 16.0 GiB", its types on hover)
+PROMPT_ROOM, NEXT_ROOM = "prompt 8,888 tok/s · first token 88.8 s", " · next ~888 ms"
 
 
 def _params(n: int | None) -> str | None:
@@ -84,6 +85,7 @@ class HeaderPanel(QtWidgets.QFrame):
         # the room the live row's labels need at their widest figures: the context, the KV cache (in its words and in
         # fewer)
         self._context_w = self._kv_w = self._kv_short_w = 0
+        self._prompt_w = 0  # the room the prompt's line needs at its widest (PROMPT_ROOM)
         policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
@@ -92,6 +94,7 @@ class HeaderPanel(QtWidgets.QFrame):
         self._live: bool | None = None
         self._prompt = ""  # the prompt's line in its whole words (fmt.hero)
         self._kv = ("", "", "")  # the KV cache's line in its words, in fewer, and its tooltip
+        self._ahead = ("", "")  # the next reply's predicted wait for its first token ("2.3 s"), and its tooltip
 
     # --- where everything goes: the width decides, and the names (another server or model) --------------------
     def hero_width(self, width: int) -> int:
@@ -110,7 +113,7 @@ class HeaderPanel(QtWidgets.QFrame):
         """The KV cache in fewer words: where its whole words leave the prompt's line too little room beside it."""
         left = self._left_width(width)
         beside = left + self.hero_width(width) - self._context_w - self._kv_w - SPACING  # the prompt's line's width
-        return self._context_w + SPACING + self._kv_w <= left and beside < self.prompt.room_for(PROMPT_ROOM)
+        return self._context_w + SPACING + self._kv_w <= left and beside < self._prompt_w
 
     def _kv_room(self, width: int) -> int:
         return self._kv_short_w if self._kv_short(width) else self._kv_w
@@ -179,27 +182,36 @@ class HeaderPanel(QtWidgets.QFrame):
         self._set_prompt()
 
     def _set_prompt(self) -> None:
-        """The prompt's line, in fewer words where its room is short ("prompt 5,200 tok/s · first token 9 ms")."""
-        said = self._prompt
-        if said.startswith("last ") and self.prompt.room_for(said) > self.prompt.width():
-            said = said.removeprefix("last ")
-        tip = "Prompt processing (prefill): tokens read per second, apart from decode"
-        if self._prompt.startswith("last "):
-            tip += "\nThe last prompt's: how fast it was read, and how long its reply waited for its first token"
-        self.prompt.set(said, tip if said else "")
+        """The prompt's line, with the next reply's predicted first token, in the most words that fit its room:
+        "last prompt 5,200 tok/s · first token 9 ms · next ~2.3 s", else "prompt …"."""
+        said, fewer = self._prompt, self._prompt.removeprefix("last ")
+        ahead, ahead_tip = self._ahead
+        if said and ahead:
+            ways = [f"{said} · next ~{ahead}", f"{fewer} · next ~{ahead}", said, fewer]
+        else:
+            ways = [said, fewer] if said else [f"next reply's first token in ~{ahead}", f"next ~{ahead}"] if ahead \
+                else [""]
+        shown = next((w for w in ways if self.prompt.room_for(w) <= self.prompt.width()), ways[-1])
+        tip = ["Prompt processing (prefill): tokens read per second, apart from decode"] if said else []
+        if said.startswith("last "):
+            tip.append("The last prompt's: how fast it was read, and how long its reply waited for its first token")
+        if ahead_tip:
+            tip.append(ahead_tip)
+        self.prompt.set(shown, "\n".join(tip))
 
     def _set_kv(self) -> None:
         """The KV cache's line, in fewer words where the prompt's line needs the room (``_kv_short``)."""
         words, fewer, tip = self._kv
         self.kv.set(fewer if self._kv_short(self.width()) else words, tip)
 
-    def set_room(self, context: str, kv: tuple[str, ...], kv_short: tuple[str, ...]) -> None:
+    def set_room(self, context: str, kv: tuple[str, ...], kv_short: tuple[str, ...], prompt: str) -> None:
         """The live row's labels at their widest for this model (another model or server may need other room);
-        ``kv``, ``kv_short``: the KV cache's line at each of the widest figures, in its words and in fewer."""
+        ``kv``, ``kv_short``: the KV cache's line at each of the widest figures, in its words and in fewer;
+        ``prompt``: the prompt's line at its widest."""
         room = (self.context.room_for(context), max(map(self.kv.room_for, kv), default=0),
-                max(map(self.kv.room_for, kv_short), default=0))
-        if room != (self._context_w, self._kv_w, self._kv_short_w):
-            self._context_w, self._kv_w, self._kv_short_w = room
+                max(map(self.kv.room_for, kv_short), default=0), self.prompt.room_for(prompt))
+        if room != (self._context_w, self._kv_w, self._kv_short_w, self._prompt_w):
+            self._context_w, self._kv_w, self._kv_short_w, self._prompt_w = room
             self._refit()
 
     def _show_names(self) -> None:
@@ -242,7 +254,8 @@ class HeaderPanel(QtWidgets.QFrame):
         self.gpus.set(*self._devices(s))
         self._show_names()
         self.set_room(self._context_text(s, WIDEST_TOKENS), tuple(self._kv_text(s, b) for b in WIDEST_BYTES),
-                      tuple(self._kv_text(s, b, short=True) for b in WIDEST_BYTES))
+                      tuple(self._kv_text(s, b, short=True) for b in WIDEST_BYTES),
+                      PROMPT_ROOM + (NEXT_ROOM if s.prompt_cache is not None else ""))
 
     def _devices(self, s: Snapshot) -> tuple[str, str]:
         h = s.host
@@ -278,17 +291,15 @@ class HeaderPanel(QtWidgets.QFrame):
 
     @staticmethod
     def _kv_text(s: Snapshot, in_use: str | None = None, short: bool = False) -> str:
-        """"KV cache 4.08 GiB in use of 16.0 GiB (f16/f16)", ``short``: "KV cache 4.08 of 16.0 GiB (f16/f16)"
-        (``in_use``: in place of the bytes in use)."""
+        """"KV cache 4.08 GiB in use of 16.0 GiB (f16/f16)", ``short``: "KV cache 4.08 GiB of 16.0 GiB" (its types
+        on hover; ``in_use``: in place of the bytes in use)."""
         if s.kv_in_use_bytes is None and s.kv_allocated_bytes is None:
             return ""
         m = s.model
         types = f" ({m.kv_type_k}/{m.kv_type_v or m.kv_type_k})" if m.kv_type_k else ""
         in_use = in_use if in_use is not None else fmt.bytes_(s.kv_in_use_bytes)
         of = fmt.bytes_(s.kv_allocated_bytes)
-        if short and in_use.endswith(of[-4:]):  # "4.08 GiB" of "16.0 GiB": the unit once
-            return f"KV cache {in_use.removesuffix(of[-4:])} of {of}{types}"
-        return f"KV cache {in_use}{'' if short else ' in use'} of {of}{types}"
+        return f"KV cache {in_use} of {of}" if short else f"KV cache {in_use} in use of {of}{types}"
 
     def _update_live(self, s: Snapshot) -> None:
         """The verdict, the big number and what stands beside it, the context and the KV cache."""
@@ -320,8 +331,13 @@ class HeaderPanel(QtWidgets.QFrame):
             tip += "\nShare of the ceiling: measured decode ÷ ceiling"
         if spec := fmt.speculation_text(s):
             tip += f"\n{spec}"
+        if why := fmt.causes_text(s):
+            tip += f"\n{why}"
         self.efficiency.set(h.against, tip)
         self._prompt = h.prompt
+        _said, ahead_tip = fmt.next_reply_text(s)  # (said here in fewer words, beside the last prompt's wait)
+        wait = s.prompt_cache.next_ttft_s if s.prompt_cache is not None else None
+        self._ahead = (fmt.wait(wait), ahead_tip) if ahead_tip and wait is not None else ("", "")
         self._set_prompt()
         context = self._context_text(s)
         self.context.set(context, fmt.tip(
@@ -329,8 +345,9 @@ class HeaderPanel(QtWidgets.QFrame):
             f"\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}",
             "context_tokens", pv, rs, unknown=s.context_tokens is None) if context else "")
         kv = self._kv_text(s)
+        types = f"\nKV cache type {m.kv_type_k}/{m.kv_type_v or m.kv_type_k}" if m.kv_type_k else ""
         self._kv = (kv, self._kv_text(s, short=True), fmt.tip(
             "KV cache: in use (read for every token: it decides speed) of allocated at load (it decides what fits)"
-            f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context", "kv_in_use_bytes", pv, rs,
+            f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context{types}", "kv_in_use_bytes", pv, rs,
             unknown=s.kv_in_use_bytes is None) if kv else "")
         self._set_kv()
