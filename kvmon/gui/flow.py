@@ -33,6 +33,8 @@ class FlowLayout(QtWidgets.QLayout):
         super().__init__(parent)
         self._items: list[QtWidgets.QLayoutItem] = []
         self._h_gap, self._v_gap = h_gap, v_gap
+        # widgets that keep their room in the height while hidden: an item that comes and goes moves nothing below
+        self.keep_room: set[QtWidgets.QWidget] = set()
         self.setContentsMargins(0, 0, 0, 0)
 
     def addItem(self, item: QtWidgets.QLayoutItem) -> None:
@@ -59,7 +61,7 @@ class FlowLayout(QtWidgets.QLayout):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return self._place(QtCore.QRect(0, 0, width, 0), move=False)
+        return self._place(QtCore.QRect(0, 0, width, 0), move=False, keep=True)
 
     def setGeometry(self, rect: QtCore.QRect) -> None:
         super().setGeometry(rect)
@@ -82,15 +84,17 @@ class FlowLayout(QtWidgets.QLayout):
                 size = size.expandedTo(item.minimumSize())
         return size + QtCore.QSize(m.left() + m.right(), m.top() + m.bottom())
 
-    def _place(self, rect: QtCore.QRect, move: bool) -> int:
-        """Lay the items out in ``rect`` (or only measure); the height they take."""
+    def _place(self, rect: QtCore.QRect, move: bool, keep: bool = False) -> int:
+        """Lay the items out in ``rect`` (or only measure; ``keep``: with the hidden ones of ``keep_room``); the
+        height they take."""
         m = self.contentsMargins()
         area = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
         x, y, row_h = area.x(), area.y(), 0
         for item in self._items:
-            if item.isEmpty():
+            hidden = item.widget() if item.isEmpty() else None
+            if item.isEmpty() and not (keep and hidden in self.keep_room):
                 continue
-            hint = item.sizeHint()
+            hint = hidden.sizeHint() if hidden is not None else item.sizeHint()  # a hidden widget's item says 0×0
             w = min(hint.width(), area.width())
             if x > area.x() and x + w > area.right() + 1:
                 x, y, row_h = area.x(), y + row_h + self._v_gap, 0

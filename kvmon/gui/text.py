@@ -59,6 +59,17 @@ def _flat(text: str) -> str:
     return " ".join(text.replace("\n", " ").replace(" · ", " ").split())
 
 
+def cut_line(fm: QtGui.QFontMetrics, text: str, width: int) -> str:
+    """One line of ``text`` ending in "…": its first whole parts between " · " where they fit ("last prompt
+    5,908 tok/s · …", not "… · first toke…"), else as much as fits."""
+    parts = text.split(" · ")
+    for n in range(len(parts) - 1, 0, -1):
+        head = " · ".join(parts[:n]) + " · …"
+        if fm.horizontalAdvance(head) <= width:
+            return head
+    return fm.elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
+
+
 class FitLabel(QtWidgets.QLabel):
     """A plain-text label with room for ``lines`` lines and a height that never changes: a longer text is broken
     between words only (never inside "tok/s"), and what does not fit ends in "…", said whole on hover. ``set``
@@ -162,14 +173,7 @@ class FitLabel(QtWidgets.QLabel):
         return "\n".join(lines)
 
     def _cut(self, text: str, width: int) -> str:
-        """One line of ``text`` ending in "…": its first whole parts between " · " where they fit ("last prompt
-        5,908 tok/s · …", not "… · first toke…"), else as much as fits."""
-        fm, parts = self.fontMetrics(), text.split(" · ")
-        for n in range(len(parts) - 1, 0, -1):
-            head = " · ".join(parts[:n]) + " · …"
-            if fm.horizontalAdvance(head) <= width:
-                return head
-        return fm.elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width)
+        return cut_line(self.fontMetrics(), text, width)
 
     def _fit(self) -> None:
         """Draw the whole text when it fits, else as much of it as does, ending in "…"."""

@@ -8,6 +8,7 @@ so the plot has the panel's whole width at every window size.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 CACHE_CHOICES = ("f16", "q8_0", "q4_0", "bf16", "q5_1", "q5_0", "q4_1", "iq4_nl", "f32")
 LIVE = "__live__"  # the model combo's data for the live model
 SIDE_BY_SIDE_PX = 600  # a panel at least this wide has the pickers and the answer side by side
+_FIGURE_UNIT = re.compile(r"(\d[KM]?) (tokens|[KMGT]iB)\b")  # a line breaks between words, never inside "131K tokens"
 
 
 class Picker(QtWidgets.QComboBox):
@@ -51,6 +53,38 @@ class Picker(QtWidgets.QComboBox):
                                            QtWidgets.QStyle.SubControl.SC_ComboBoxEditField, self).width()
         opt.currentText = self.fontMetrics().elidedText(opt.currentText, QtCore.Qt.TextElideMode.ElideRight,
                                                         room - 2)
+
+
+class Verdict(QtWidgets.QWidget):
+    """The fit verdict in plain text: its word with its level's mark, in the level's colour ("● fits", "■ spills"),
+    then what it means ("up to 131K tokens before spilling"), wrapping onto more lines in a narrow column."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(theme.UNIT)
+        self.word = text_label(bold=True)
+        self.rest = text_label(wrap=True)
+        self.rest.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
+        self.word.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignTop)
+        row.addWidget(self.word, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        row.addWidget(self.rest, 1)
+        self._level: str | None = None
+
+    def set(self, word: str, rest: str, tip: str, level: str | None = None) -> None:
+        """Show ``word`` (with ``level``'s mark and colour; None: no mark, the text's colour) and ``rest``."""
+        if level != self._level:
+            self._level = level
+            theme.tint(self.word, level)
+        set_text(self.word, f"{theme.mark(level)} {word}" if level else word, tip)
+        if self.word.isHidden() == bool(word):
+            self.word.setVisible(bool(word))
+        set_text(self.rest, _FIGURE_UNIT.sub("\\1\u00a0\\2", rest), tip)
+
+    def text(self) -> str:
+        """What it reads as: the word, its mark included, and the rest."""
+        return " ".join(t for t in (self.word.text(), self.rest.text()) if t)
 
 
 class WhatIfPanel(QtWidgets.QWidget):
@@ -94,7 +128,7 @@ class WhatIfPanel(QtWidgets.QWidget):
         form.addRow("Context", self.context)
         form.addRow("KV cache type", self.cache)
         self.kv, self.ceiling_at = text_label(), text_label()  # the answers; where each comes from on hover
-        self.verdict = text_label(wrap=True)
+        self.verdict = Verdict()
         answer.addRow("KV cache", self.kv)
         answer.addRow("Ceiling at context", self.ceiling_at)
         answer.addRow("Fits?", self.verdict)
@@ -181,18 +215,19 @@ class WhatIfPanel(QtWidgets.QWidget):
         if r.reason:
             set_text(self.kv, fmt.DASH, r.reason)
             set_text(self.ceiling_at, fmt.DASH, r.reason)
-            set_text(self.verdict, r.reason)
+            self.verdict.set("", r.reason, r.reason)
             self.curve.setData([], [])
             return
         set_text(self.kv, fmt.bytes_(r.kv_allocated_bytes),
                  "KV cache allocated at this context and cache type (computed)")
         set_text(self.ceiling_at, fmt.tok_s(r.ceiling_at_ctx_tok_s),
                  "Decode ceiling at this depth: bandwidth ÷ (weights read per token + KV read per token), computed")
-        verdict = (f"<span style='color:{theme.hex_color('ok')}'>fits</span> · up to "
-                   f"{fmt.tokens(r.max_context_fitting)} before spilling" if r.fits else
-                   f"<span style='color:{theme.hex_color('spill')}'>spills</span> by "
-                   f"{fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} fits")
-        set_text(self.verdict, verdict, self._fit_tip(gpu))
+        if r.fits:
+            self.verdict.set("fits", f"up to {fmt.tokens(r.max_context_fitting)} before spilling",
+                             self._fit_tip(gpu), "ok")
+        else:
+            self.verdict.set("spills", f"by {fmt.bytes_(r.over_bytes)} · max {fmt.tokens(r.max_context_fitting)} "
+                             "fits", self._fit_tip(gpu), "critical")
         set_xy(self.curve, r.curve)
         if r.curve:
             self.plot.getPlotItem().setYRange(0, nice_ceiling(max(y for _x, y in r.curve) * 1.05), padding=0)

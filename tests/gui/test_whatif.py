@@ -61,3 +61,30 @@ def test_panel_offers_the_live_model_with_its_cache_type(qtbot) -> None:
     qtbot.addWidget(bare)
     bare.set_live(SyntheticMonitor().snapshot(1))
     assert bare.model.findData("__live__") == -1
+
+
+def test_the_verdict_reads_as_words_with_its_word_in_its_level_colour(qtbot) -> None:
+    """The answer is plain words ("● fits up to 32K tokens…"), never markup, its word in the level's colour."""
+    from PySide6 import QtGui
+
+    from kvmon.gui import theme
+
+    panel = WhatIfPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    word_colour = QtGui.QPalette.ColorRole.WindowText
+    _pick(panel, "RTX 3090", "llama-3.1-8b", 32768, "f16")
+    assert "<" not in panel.verdict.text() and "style" not in panel.verdict.text()
+    assert panel.verdict.word.text() == "● fits"
+    rest = panel.verdict.rest
+    assert rest.text().startswith("up to ") and rest.text().endswith(" before spilling")
+    assert rest.height() >= rest.heightForWidth(rest.width())  # whole, on as many lines as its column needs
+    assert "\u00a0tokens" in rest.text()  # a figure and its unit stay on one line
+    assert panel.verdict.word.palette().color(word_colour) == theme.color("ok")
+    _pick(panel, "RTX 3090", "llama-3.1-70b", 8192, "f16")
+    assert panel.verdict.word.text() == "■ spills"
+    assert rest.text().startswith("by ") and "<" not in panel.verdict.text()
+    assert panel.verdict.word.palette().color(word_colour) == theme.color("critical")
+    assert "VRAM" in panel.verdict.rest.toolTip()

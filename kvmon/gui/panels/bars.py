@@ -2,7 +2,8 @@
 
 The columns depend on the panel's width alone, never on the text of the moment, so the Memory and Bandwidth panels
 (one width, one above the other) put their bars' 100 % marks at the same x, and a new number moves nothing. A note
-too long for its column wraps rather than being cut.
+keeps its own lines: a line too long for its column ends in "…" (its whole parts first), the whole note on hover, so
+a row's height never follows a figure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvmon.gui import theme
-from kvmon.gui.text import set_text, text_label
+from kvmon.gui.text import cut_line, set_text, text_label
 
 LABEL_ROOM = "Unified"  # the widest device name ("GPU 0", "Host", "Unified"): the name column's width
 NOTE_SHARE = 0.46  # of the panel's width, for the notes; the bars take the rest
@@ -157,34 +158,35 @@ class _Row:
     def __init__(self, parent: QtWidgets.QWidget) -> None:
         self.name = text_label()
         self.canvas = BarCanvas()
-        self.note = text_label(wrap=True)
+        self.note = text_label()
         self.note.setAlignment(QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        self.whole_note = ""
+        self._tip = ""
         for w in (self.name, self.canvas, self.note):
             w.setParent(parent)
             w.show()
 
-    def set(self, bar: Bar) -> bool:
+    def set(self, bar: Bar, note_w: int) -> bool:
         painted = self.canvas.set_bar(bar)
         set_text(self.name, bar.label, bar.tip)
-        set_text(self.note, bar.note, bar.tip)
+        self.whole_note, self._tip = bar.note, bar.tip
+        self.fit_note(note_w)
         return painted
 
-
-def _note_height(note: QtWidgets.QLabel, width: int) -> int:
-    """The height a note needs at ``width``: a line each while every line fits (measured per line, cheaply, as a
-    changing figure needs it every poll), else what the wrapping label says."""
-    fm = note.fontMetrics()
-    lines = note.text().split("\n")
-    if all(fm.horizontalAdvance(line) <= width for line in lines):
-        return len(lines) * fm.lineSpacing()
-    return note.heightForWidth(width)
+    def fit_note(self, width: int) -> None:
+        """The note's lines as they fit ``width``, each ending in "…" where it does not; the whole note on hover."""
+        fm = self.note.fontMetrics()
+        lines = self.whole_note.split("\n")
+        shown = "\n".join(line if fm.horizontalAdvance(line) <= width else cut_line(fm, line, width) for line in lines)
+        cut = shown != self.whole_note
+        set_text(self.note, shown, "\n".join(x for x in (self.whole_note if cut else "", self._tip) if x))
 
 
 class BarsWidget(QtWidgets.QWidget):
     """``Bar`` rows whose columns follow the widget's width; ``set_bars`` repaints only what changed.
 
-    The rows are placed by hand, not by a layout: a new figure in a note (every poll while decoding) asks the
-    window's layout again only when a note needs another number of lines."""
+    The rows are placed by hand, not by a layout: a new figure in a note (every poll while decoding) asks nothing of
+    the window's layout, as a note has as many lines as it says, however wide its figures."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -217,10 +219,11 @@ class BarsWidget(QtWidgets.QWidget):
         self.bars, self._empty_text = bars, empty_text
         while len(self._rows) < len(bars):
             self._rows.append(_Row(self))
+        _bar_w, note_w = columns(width, self._label_w)
         for i, row in enumerate(self._rows):
             shown = i < len(bars)
             if shown:
-                changed = row.set(bars[i]) or changed
+                changed = row.set(bars[i], note_w) or changed
             for w in (row.name, row.canvas, row.note):
                 if w.isHidden() == shown:
                     w.setVisible(shown)
@@ -236,9 +239,10 @@ class BarsWidget(QtWidgets.QWidget):
         return changed
 
     def _row_heights(self, width: int) -> list[int]:
-        _bar_w, note_w = columns(width, self._label_w)
-        two_lines = 2 * self.fontMetrics().lineSpacing()
-        return [max(two_lines, r.canvas.height(), _note_height(r.note, note_w)) for r in self._rows[: len(self.bars)]]
+        """Each row's height: its note's lines (two, mostly), whatever the width."""
+        line = self.fontMetrics().lineSpacing()
+        return [max(2 * line, r.canvas.height(), len(r.whole_note.split("\n")) * line)
+                for r in self._rows[: len(self.bars)]]
 
     def hasHeightForWidth(self) -> bool:
         return True
@@ -268,6 +272,7 @@ class BarsWidget(QtWidgets.QWidget):
             ch = row.canvas.height()
             row.canvas.setGeometry(self._label_w + theme.GAP, y + (h - ch) // 2, bar_w, ch)
             row.note.setGeometry(width - note_w, y, note_w, h)
+            row.fit_note(note_w)
             y += h + theme.UNIT
 
     def resizeEvent(self, e: QtGui.QResizeEvent) -> None:

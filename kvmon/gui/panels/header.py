@@ -25,7 +25,12 @@ HEADLINE_LINES = 2
 WIDEST_NUMBER = "8,888 tok/s"  # the big number's column is at least this wide, so a new figure never moves it
 SPACING = 4 * theme.UNIT  # between the groups of names, and between the live part's columns
 HERO_SHARE, HERO_MAX = 0.22, 260  # the big number's column: this share of the width, at most this many pixels
-WIDEST_TOKENS, WIDEST_BYTES = "88.8K", "88.8 GiB"  # the widest figures the live row's templates hold
+WIDEST_TOKENS = "88.8K"  # the widest figures the live row's templates hold
+WIDEST_BYTES = ("88.8 GiB", "8.88 MiB", "888 MiB")  # (an "M" is wider than a "G": the widest of these)
+# the prompt's line at the widest a narrow window still shows whole beside the live row (with the next reply's wait
+# while a prompt cache is watched); where the KV cache's words leave less room, they are said in fewer ("KV cache 4.22
+# GiB of 16.0 GiB", its types on hover)
+PROMPT_ROOM, NEXT_ROOM = "prompt 8,888 tok/s · first token 88.8 s", " · next ~888 ms"
 
 
 def _params(n: int | None) -> str | None:
@@ -77,13 +82,19 @@ class HeaderPanel(QtWidgets.QFrame):
         for w in (self.headline, self.context, self.kv, self.speed, self.efficiency, self.prompt):
             w.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             w.setParent(self)
-        self._context_w = self._kv_w = 0  # the room the live row's two labels need at their widest figures
+        # the room the live row's labels need at their widest figures: the context, the KV cache (in its words and in
+        # fewer)
+        self._context_w = self._kv_w = self._kv_short_w = 0
+        self._prompt_w = 0  # the room the prompt's line needs at its widest (PROMPT_ROOM)
         policy = QtWidgets.QSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
         self._show_names()
         self._level: VerdictLevel | None = None
         self._live: bool | None = None
+        self._prompt = ""  # the prompt's line in its whole words (fmt.hero)
+        self._kv = ("", "", "")  # the KV cache's line in its words, in fewer, and its tooltip
+        self._ahead = ("", "")  # the next reply's predicted wait for its first token ("2.3 s"), and its tooltip
 
     # --- where everything goes: the width decides, and the names (another server or model) --------------------
     def hero_width(self, width: int) -> int:
@@ -98,9 +109,18 @@ class HeaderPanel(QtWidgets.QFrame):
         """The names' rows (a row also while no name is known)."""
         return max(self.backend.height(), self.names.heightForWidth(self._left_width(width)))
 
+    def _kv_short(self, width: int) -> bool:
+        """The KV cache in fewer words: where its whole words leave the prompt's line too little room beside it."""
+        left = self._left_width(width)
+        beside = left + self.hero_width(width) - self._context_w - self._kv_w - SPACING  # the prompt's line's width
+        return self._context_w + SPACING + self._kv_w <= left and beside < self._prompt_w
+
+    def _kv_room(self, width: int) -> int:
+        return self._kv_short_w if self._kv_short(width) else self._kv_w
+
     def _rows(self, width: int) -> int:
         """The live row's rows: the context and the KV cache side by side where both fit at their widest."""
-        return 1 if self._context_w + SPACING + self._kv_w <= self._left_width(width) else 2
+        return 1 if self._context_w + SPACING + self._kv_room(width) <= self._left_width(width) else 2
 
     def hasHeightForWidth(self) -> bool:
         return True
@@ -109,7 +129,7 @@ class HeaderPanel(QtWidgets.QFrame):
         left = (self._names_height(width) + self.headline.height()
                 + self._rows(width) * self.context.height())
         right = self.speed.height() + self.efficiency.height() + self.prompt.height()
-        return max(left, right)
+        return max(left, right)  # (the prompt on the bottom row when the left is the taller)
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(800, self.heightForWidth(800))
@@ -136,9 +156,9 @@ class HeaderPanel(QtWidgets.QFrame):
     def _place(self) -> None:
         width = self.width()
         hero, left = self.hero_width(width), self._left_width(width)
-        x, y = width - theme.GAP - hero, 0
-        for w in (self.speed, self.efficiency, self.prompt):
-            _put(w, x, y, hero)
+        hx, y = width - theme.GAP - hero, 0
+        for w in (self.speed, self.efficiency):
+            _put(w, hx, y, hero)
             y += w.height()
         x, y = theme.GAP, self._names_height(width)
         self.names.setGeometry(x, 0, left, y)
@@ -147,16 +167,51 @@ class HeaderPanel(QtWidgets.QFrame):
         if self._rows(width) == 1:
             _put(self.context, x, y, self._context_w or 1)
             kx = x + (self._context_w + SPACING if self._context_w else 0)
-            _put(self.kv, kx, y, max(1, x + left - kx))
         else:
             _put(self.context, x, y, left)
-            _put(self.kv, x, y + self.context.height(), left)
+            y += self.context.height()
+            kx = x
+        kv_w = max(1, min(self._kv_room(width) or left, x + left - kx))  # its widest figures' room, no more
+        _put(self.kv, kx, y, kv_w)
+        self._set_kv()
+        # the prompt's line on the bottom row, right-aligned under the big number, with the room the live row leaves
+        # beside it: "last prompt 5,200 tok/s · first token 9 ms" reads whole in a narrow window
+        py = max(self.speed.height() + self.efficiency.height(), y)
+        px = min(hx, kx + kv_w + SPACING)
+        _put(self.prompt, px, py, hx + hero - px)
+        self._set_prompt()
 
-    def set_room(self, context: str, kv: str) -> None:
-        """The live row's labels at their widest for this model (another model or server may need other room)."""
-        room = (self.context.room_for(context), self.kv.room_for(kv))
-        if room != (self._context_w, self._kv_w):
-            self._context_w, self._kv_w = room
+    def _set_prompt(self) -> None:
+        """The prompt's line, with the next reply's predicted first token, in the most words that fit its room:
+        "last prompt 5,200 tok/s · first token 9 ms · next ~2.3 s", else "prompt …"."""
+        said, fewer = self._prompt, self._prompt.removeprefix("last ")
+        ahead, ahead_tip = self._ahead
+        if said and ahead:
+            ways = [f"{said} · next ~{ahead}", f"{fewer} · next ~{ahead}", said, fewer]
+        else:
+            ways = [said, fewer] if said else [f"next reply's first token in ~{ahead}", f"next ~{ahead}"] if ahead \
+                else [""]
+        shown = next((w for w in ways if self.prompt.room_for(w) <= self.prompt.width()), ways[-1])
+        tip = ["Prompt processing (prefill): tokens read per second, apart from decode"] if said else []
+        if said.startswith("last "):
+            tip.append("The last prompt's: how fast it was read, and how long its reply waited for its first token")
+        if ahead_tip:
+            tip.append(ahead_tip)
+        self.prompt.set(shown, "\n".join(tip))
+
+    def _set_kv(self) -> None:
+        """The KV cache's line, in fewer words where the prompt's line needs the room (``_kv_short``)."""
+        words, fewer, tip = self._kv
+        self.kv.set(fewer if self._kv_short(self.width()) else words, tip)
+
+    def set_room(self, context: str, kv: tuple[str, ...], kv_short: tuple[str, ...], prompt: str) -> None:
+        """The live row's labels at their widest for this model (another model or server may need other room);
+        ``kv``, ``kv_short``: the KV cache's line at each of the widest figures, in its words and in fewer;
+        ``prompt``: the prompt's line at its widest."""
+        room = (self.context.room_for(context), max(map(self.kv.room_for, kv), default=0),
+                max(map(self.kv.room_for, kv_short), default=0), self.prompt.room_for(prompt))
+        if room != (self._context_w, self._kv_w, self._kv_short_w, self._prompt_w):
+            self._context_w, self._kv_w, self._kv_short_w, self._prompt_w = room
             self._refit()
 
     def _show_names(self) -> None:
@@ -198,7 +253,9 @@ class HeaderPanel(QtWidgets.QFrame):
         self.details.set(" · ".join(bits), "Architecture · parameters · quantization")
         self.gpus.set(*self._devices(s))
         self._show_names()
-        self.set_room(self._context_text(s, WIDEST_TOKENS), self._kv_text(s, WIDEST_BYTES))
+        self.set_room(self._context_text(s, WIDEST_TOKENS), tuple(self._kv_text(s, b) for b in WIDEST_BYTES),
+                      tuple(self._kv_text(s, b, short=True) for b in WIDEST_BYTES),
+                      PROMPT_ROOM + (NEXT_ROOM if s.prompt_cache is not None else ""))
 
     def _devices(self, s: Snapshot) -> tuple[str, str]:
         h = s.host
@@ -233,14 +290,16 @@ class HeaderPanel(QtWidgets.QFrame):
         return f"context {used} of {fmt.tokens(s.model.n_ctx)}{slots}"
 
     @staticmethod
-    def _kv_text(s: Snapshot, in_use: str | None = None) -> str:
-        """"KV cache 4.08 GiB in use of 16.0 GiB (f16/f16)" (``in_use``: in place of the bytes in use)."""
+    def _kv_text(s: Snapshot, in_use: str | None = None, short: bool = False) -> str:
+        """"KV cache 4.08 GiB in use of 16.0 GiB (f16/f16)", ``short``: "KV cache 4.08 GiB of 16.0 GiB" (its types
+        on hover; ``in_use``: in place of the bytes in use)."""
         if s.kv_in_use_bytes is None and s.kv_allocated_bytes is None:
             return ""
         m = s.model
         types = f" ({m.kv_type_k}/{m.kv_type_v or m.kv_type_k})" if m.kv_type_k else ""
         in_use = in_use if in_use is not None else fmt.bytes_(s.kv_in_use_bytes)
-        return f"KV cache {in_use} in use of {fmt.bytes_(s.kv_allocated_bytes)}{types}"
+        of = fmt.bytes_(s.kv_allocated_bytes)
+        return f"KV cache {in_use} of {of}" if short else f"KV cache {in_use} in use of {of}{types}"
 
     def _update_live(self, s: Snapshot) -> None:
         """The verdict, the big number and what stands beside it, the context and the KV cache."""
@@ -272,15 +331,23 @@ class HeaderPanel(QtWidgets.QFrame):
             tip += "\nShare of the ceiling: measured decode ÷ ceiling"
         if spec := fmt.speculation_text(s):
             tip += f"\n{spec}"
+        if why := fmt.causes_text(s):
+            tip += f"\n{why}"
         self.efficiency.set(h.against, tip)
-        self.prompt.set(h.prompt, "Prompt processing (prefill): tokens read per second, apart from decode"
-                        if h.prompt else "")
+        self._prompt = h.prompt
+        _said, ahead_tip = fmt.next_reply_text(s)  # (said here in fewer words, beside the last prompt's wait)
+        wait = s.prompt_cache.next_ttft_s if s.prompt_cache is not None else None
+        self._ahead = (fmt.wait(wait), ahead_tip) if ahead_tip and wait is not None else ("", "")
+        self._set_prompt()
         context = self._context_text(s)
         self.context.set(context, fmt.tip(
             "Context in use (the deepest conversation) of the context one conversation can hold"
             f"\nTokens until full: {fmt.tokens(s.forecast.tokens_until_ctx_full)}",
             "context_tokens", pv, rs, unknown=s.context_tokens is None) if context else "")
         kv = self._kv_text(s)
-        self.kv.set(kv, fmt.tip("KV cache: in use (read for every token: it decides speed) of allocated at load (it "
-                                f"decides what fits)\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context",
-                                "kv_in_use_bytes", pv, rs, unknown=s.kv_in_use_bytes is None) if kv else "")
+        types = f"\nKV cache type {m.kv_type_k}/{m.kv_type_v or m.kv_type_k}" if m.kv_type_k else ""
+        self._kv = (kv, self._kv_text(s, short=True), fmt.tip(
+            "KV cache: in use (read for every token: it decides speed) of allocated at load (it decides what fits)"
+            f"\n{fmt.bytes_(m.kv_bytes_per_token)} per token of context{types}", "kv_in_use_bytes", pv, rs,
+            unknown=s.kv_in_use_bytes is None) if kv else "")
+        self._set_kv()

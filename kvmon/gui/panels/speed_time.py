@@ -10,14 +10,15 @@ the right edge the axis steps on and the window is drawn again.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvmon.core.history import History
+from kvmon.core.history import REGIME_EVENTS, History
 from kvmon.core.snapshot import Snapshot
-from kvmon.gui import theme
+from kvmon.gui import fmt, theme
 from kvmon.gui.flow import stack
 from kvmon.gui.panels.event_lane import LANE_PX, EventLane
 from kvmon.gui.panels.strip_curve import StripCurve, ViewMap
@@ -45,6 +46,8 @@ SHORT_CHART_HEIGHT = 64  # a speed chart lower than this (pixels) is given two t
 NO_PREFILL_TEXT = "no prefill measured in this window"  # not "no prompt": one may have gone unmeasured
 LEGEND_MIN_VIEW_HEIGHT = 180  # a shorter view has no room for the legend under the lane (pixels)
 AXIS_WIDTH = 62  # the left axes of the chart and the lane (pixels)
+SQUASHED = 3.0  # an earlier regime this many times faster than the current one would flatten it: the axis fits the
+# current one, the earlier one runs off its top, said in words (the fall into the current regime stays in view)
 MIN_HEIGHT = TITLE_HEIGHT + LANE_PX + CHART_FLOOR + LANE_MIN_HEIGHT + LAYOUT_SLACK  # the view's least height (pixels)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
@@ -87,6 +90,38 @@ def compact(v: float) -> str:
     return f"{v:g}"
 
 
+def _peak(a: np.ndarray) -> float | None:
+    return float(np.nanmax(a)) if a.size and np.isfinite(a).any() else None
+
+
+@dataclass(frozen=True)
+class SpeedScale:
+    """The top of the speed chart's data, and what of an earlier regime runs off it (None: nothing does)."""
+
+    top: float
+    earlier_decode: float | None = None  # the earlier regime's highest decode and ceiling, above ``top``
+    earlier_ceiling: float | None = None
+
+    @property
+    def cut(self) -> bool:
+        return self.earlier_decode is not None or self.earlier_ceiling is not None
+
+
+def speed_scale(t: np.ndarray, decode: np.ndarray, ceiling: np.ndarray, since: float | None) -> SpeedScale:
+    """The window's highest decode or ceiling; or, where a regime began at ``since`` and the one before it ran
+    ``SQUASHED`` times higher (a reload into host RAM: 72 → 7 tok/s), the current regime's, so its line reads rather
+    than lying flat on the bottom, with the earlier one's peaks to say above the scale."""
+    peaks = [p for p in (_peak(decode), _peak(ceiling)) if p is not None]
+    top = max(peaks, default=1.0)
+    if since is None or not (t < since).any():
+        return SpeedScale(top)
+    now = [p for p in (_peak(decode[t >= since]), _peak(ceiling[t >= since])) if p is not None]
+    if not now or top < SQUASHED * max(now):
+        return SpeedScale(top)
+    before = t < since
+    return SpeedScale(max(now), _peak(decode[before]), _peak(ceiling[before]))
+
+
 def lane_ticks(top: float | None, unit: str = "") -> list[tuple[float, str]]:
     """A low chart's few ticks: zero and the top of its scale (with ``unit``); zero alone while the window holds
     nothing (a scale then would be made up)."""
@@ -113,6 +148,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._ranges: tuple[tuple[float, float], float, float] | None = None
         self._chart_ticks: list[list[tuple[float, str]]] | None = None  # the speed chart's own ticks (a low chart)
         self._events_key: tuple[int, tuple[float, float]] | None = None
+        self.scale = SpeedScale(1.0)  # the speed chart's top, and an earlier regime's peaks above it (speed_scale)
         self._empty: str | None = None
         # Prefill runs 10-100x faster than decode: a chart of its own under the speed chart (its own scale, the same
         # time), so that no prefill number ever reads against the decode axis or the ceiling. Both are items of one
@@ -154,6 +190,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self.no_prefill.put((6.0, 2.0, 0.0, 0.0))
         # what the chart says while it has nothing to draw ("waiting for the server"), in its middle
         self.empty = PlotText(vb, plot_font(), theme.color("muted"), bg)
+        # where an earlier regime runs off the top of the scale: how high it was, at the chart's top left
+        self.above = PlotText(vb, plot_font(), theme.color("muted"), bg)
         self._prefill_seen = False  # whether the drawn window holds a prefill sample
         for ax in (pi.getAxis("left"), self.lane.getAxis("left")):
             ax.setWidth(AXIS_WIDTH)  # the same width: both charts' times line up
@@ -231,6 +269,36 @@ class SpeedTimePanel(QtWidgets.QWidget):
             self.empty.setText(text)
         self._place_empty()
 
+    def _squashed(self) -> bool:
+        """Whether the window now holds a regime far below the one before it (``speed_scale``)."""
+        since = self._regime_since(self.x_range()[0])
+        if since is None:  # (most polls: no regime began in the window)
+            return False
+        v = self.history.view(self.window_s)
+        return bool(len(v.t_wall)) and speed_scale(v.t_wall, v.series["decode_tok_s"], v.series["ceiling_tok_s"],
+                                                   since).cut
+
+    def _regime_since(self, t0: float) -> float | None:
+        """When the newest regime in the window began (a reload, another context size or placement), or None."""
+        kinds = set(REGIME_EVENTS.values())
+        return max((e.t_wall for e in self.history.events if e.kind in kinds and e.t_wall > t0), default=None)
+
+    def _place_above(self) -> None:
+        """Say how high decode ran before, where the earlier regime leaves the chart's top ("↑ up to 73.2 tok/s
+        before"; its ceiling, higher still, is on hover)."""
+        sc = self.scale
+        if not sc.cut or self._empty is not None:
+            self.above.put(None)
+            return
+        peak = sc.earlier_decode if sc.earlier_decode is not None and sc.earlier_decode > sc.top else None
+        text = f"↑ up to {peak:.3g} tok/s before" if peak is not None else "↑ the ceiling ran higher before"
+        if self.above.text() != text:
+            self.above.setText(text)
+            self.above.setToolTip("Before the newest reload or change in this window, far above this scale: decode up "
+                                  f"to {fmt.tok_s(sc.earlier_decode)}, ceiling up to {fmt.tok_s(sc.earlier_ceiling)}."
+                                  " The axis fits what runs now.")
+        self.above.put((4.0, 2.0, 0.0, 0.0))
+
     def _place_empty(self) -> None:
         if self._empty is None:
             self.empty.hide()
@@ -304,6 +372,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         if (max((v for v in dec + ceil if math.isfinite(v)), default=0.0) > y_max
                 or (pf_top is not None and (pf_top > pf_max or not self._prefill_seen))):
             return False  # a new peak, or the window's first prefill: the lane gets its scale
+        if not self.scale.cut and self._squashed():
+            return False  # a new regime far below the one before: the axis fits it
         self.decode.append(t, dec)
         self.ceiling.append(t, ceil)
         self.prefill.append(t, pf)
@@ -315,8 +385,8 @@ class SpeedTimePanel(QtWidgets.QWidget):
         t = v.t_wall
         dec, pf, ceil = (v.series[n] for n in ("decode_tok_s", "prefill_tok_s", "ceiling_tok_s"))
         left, right = time_range(float(t[0]), float(t[-1]), self.window_s)
-        finite = [float(np.nanmax(a)) for a in (dec, ceil) if a.size and np.isfinite(a).any()]
-        y_max = nice_ceiling(max(finite, default=1.0) * 1.05)
+        self.scale = speed_scale(t, dec, ceil, self._regime_since(float(t[0])))
+        y_max = nice_ceiling(self.scale.top * 1.05)
         seen = bool(np.isfinite(pf).any())
         pf_max = nice_ceiling(float(np.nanmax(pf)) * 1.05) if seen else 1.0
         pi = self.plot.getPlotItem()
@@ -334,6 +404,7 @@ class SpeedTimePanel(QtWidgets.QWidget):
         self._ranges = ((left, right), y_max, pf_max)
         if old[1] != y_max:
             self._fit_ticks()  # a low chart's two ticks name the new top
+        self._place_above()
         main, pf_map = self._mappings()
         for curve, y, mapping in ((self.decode, dec, main), (self.ceiling, ceil, main), (self.prefill, pf, pf_map)):
             curve.set_data(*peak_decimate(t, y, MAX_POINTS), mapping)

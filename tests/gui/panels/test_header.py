@@ -279,3 +279,76 @@ def test_a_new_figure_repaints_its_label_and_asks_nothing_of_the_windows_layout(
     assert len(shown) == 6  # every poll showed new figures
     assert counter.count == 0
     assert [(w.mapTo(win, QtCore.QPoint(0, 0)), w.size()) for w in labels] == where
+
+
+def test_the_last_prompt_line_reads_whole_in_a_narrow_window(qapp) -> None:
+    """"last prompt 5,200 tok/s · first token 9 ms" under the big number takes the room the live row leaves beside
+    it (and says "prompt …" where even that is short): whole at 1280, 1024 and 800 pixels, over no other text."""
+    from kvmon.core.snapshot import LatencyView
+
+    mon = SyntheticMonitor(tokens_per_poll=500)
+    for _ in range(20):
+        s = mon.poll()
+    s = decided(dataclasses.replace(s, latency=LatencyView(replies=3, ttft_last_s=0.009, last_prefill_tok_s=5200.0)))
+    for width in (1240, 1000, 780):
+        h = HeaderPanel()
+        h.resize(width, 120)
+        h.show()
+        h.update_snapshot(s)
+        QtWidgets.QApplication.processEvents()
+        h.resize(width, h.heightForWidth(width))
+        QtWidgets.QApplication.processEvents()
+        assert h.prompt.whole() in ("last prompt 5,200 tok/s · first token 9 ms",
+                                    "prompt 5,200 tok/s · first token 9 ms"), width
+        assert not h.prompt.elided and h.prompt.text() == h.prompt.whole(), width
+        assert h.rect().contains(h.prompt.geometry()), width
+        for other in (h.context, h.kv, h.headline, h.efficiency, h.speed):
+            assert not h.prompt.geometry().intersects(other.geometry()), (width, other.whole())
+        tip = h.prompt.toolTip()
+        h.close()
+        h.deleteLater()
+    assert "The last prompt's" in tip  # the fewer words still say whose they are
+
+
+def test_the_share_says_why_below_the_ceiling_and_the_prompt_line_the_next_reply_wait(qapp) -> None:
+    """The causes of the gap in the share's tooltip, and the next reply's predicted first token beside the last
+    prompt's (how it is predicted on hover), whole at 1280, 1024 and 800 pixels beside the whole context line."""
+    from kvmon.core.snapshot import LatencyView, PromptCacheView, SlowdownCause
+
+    mon = SyntheticMonitor(tokens_per_poll=500)
+    for _ in range(20):
+        s = mon.poll()
+    cause = SlowdownCause("memory_clock", 0.65, "memory clock at 60% of its maximum (power cap)",
+                          "GPU 0's memory clock is at 6,300 of 10,500 MHz (60%) while it decodes (power cap)")
+    cache = PromptCacheView(source="each reply's timings", reads=3, reread_tokens=30000, reused_tokens=1000,
+                            misses=3, next_ttft_s=2.34, next_prompt_tokens=11500)
+    s = decided(dataclasses.replace(s, slowdown_causes=(cause,), prompt_cache=cache,
+                                    latency=LatencyView(replies=3, ttft_last_s=0.009, last_prefill_tok_s=5200.0)))
+    for width in (1240, 1000, 780):
+        h = HeaderPanel()
+        h.resize(width, 120)
+        h.show()
+        h.update_snapshot(s)
+        QtWidgets.QApplication.processEvents()
+        h.resize(width, h.heightForWidth(width))
+        QtWidgets.QApplication.processEvents()
+        tip = h.efficiency.toolTip()
+        assert "Why below the ceiling:" in tip and "6,300 of 10,500 MHz" in tip and "65% of the gap" in tip
+        assert h.prompt.whole().endswith("first token 9 ms · next ~2.3 s"), (width, h.prompt.whole())
+        assert not h.prompt.elided, width
+        assert "Predicted time to first token of the next turn" in h.prompt.toolTip()
+        assert "11.5K tokens to read" in h.prompt.toolTip()
+        assert h.context.whole() == "context 11.2K of 32.8K tokens" and not h.context.elided and not h.kv.elided
+        for other in (h.context, h.kv, h.headline, h.efficiency, h.speed):
+            assert not h.prompt.geometry().intersects(other.geometry()), (width, other.whole())
+        h.close()
+        h.deleteLater()
+    # no reply measured yet: the wait alone, in whole words
+    h = HeaderPanel()
+    h.resize(1240, 120)
+    h.show()
+    h.update_snapshot(decided(dataclasses.replace(s, latency=None)))
+    QtWidgets.QApplication.processEvents()
+    assert h.prompt.whole() == "next reply's first token in ~2.3 s"
+    h.close()
+    h.deleteLater()

@@ -34,3 +34,19 @@ def test_the_host_bandwidth_says_where_it_came_from() -> None:
                  host_bandwidth_measured_at_unix_s=measured_at)
     assert bandwidth_text(h) == "61.2 GB/s (measured 2026-11-03)"
     assert bandwidth_text(HostView()) == "bandwidth unknown (Settings, --bandwidth host=GB/s)"
+
+
+def test_the_legend_keeps_room_for_unexplained_memory_that_comes_and_goes(qtbot) -> None:
+    """While a model loads, memory no part explains comes and goes between polls: its legend word appearing on a row
+    of its own must not move the panels below the legend."""
+    from kvmon.gui.panels.memory import MemoryPanel, legend_words
+
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    for width in range(300, 700, 10):
+        panel.legend.show_words(legend_words())
+        without = panel.legend.heightForWidth(width)
+        panel.legend.show_words(legend_words(unattributed=True))
+        assert panel.legend.heightForWidth(width) == without, width
+    assert "unexplained" in panel.legend.words()

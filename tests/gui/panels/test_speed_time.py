@@ -154,3 +154,46 @@ def test_the_router_story_marks_its_events_in_one_lane(qapp: Any) -> None:
     watch_in_window("router", Watch(0.0, 130.0, 1.0), on_poll=look)
     assert not found, "\n".join(found[:10])
     assert max(counts) >= 5  # loading, loaded, followed, failed, sleeping
+
+
+def test_after_a_reload_into_host_ram_the_new_speed_reads_and_the_fall_stays_in_view(qapp: Any) -> None:
+    """spill-4090 reloads into host RAM (72 → 7 tok/s): a minute on, the speed axis fits the new speed (not the old
+    0–150 scale, where it lay flat on the bottom), the earlier speeds still run off its top before the reload mark
+    with their height in words, and its top agrees with the speed-vs-context chart's, which fits the new regime."""
+    last: dict[str, Any] = {}
+
+    def look(win: Any, shown: Any) -> None:
+        st = win.speed_time
+        last.update(t_s=shown.t_s, top=st.plot.getPlotItem().viewRange()[1][1], decode=shown.snapshot.decode_tok_s,
+                    ctx_top=win.speed_context.plot.getPlotItem().viewRange()[1][1],
+                    above=st.above.text() if getattr(st, "above", None) and st.above.isVisible() else "",
+                    x_range=st.x_range(),
+                    reloads=[e.t_wall for e in st.history.events if e.kind == "reloaded"],
+                    fill=st.decode.fill_path(), width=st.plot.getPlotItem().vb.width())
+
+    watch_in_window("spill-4090", Watch(280.0, 420.0, 2.0), on_poll=look)
+    assert last["decode"] is not None and last["decode"] < 10.0  # the new regime decodes
+    assert last["top"] <= 4 * last["decode"], last  # its line fills a quarter of the chart or more
+    assert last["ctx_top"] / 2 <= last["top"] <= last["ctx_top"] * 2, last
+    (x0, x1), reload_t = last["x_range"], last["reloads"][-1]
+    assert x0 < reload_t < x1  # the fall is in the window
+    reload_x = (reload_t - x0) / (x1 - x0) * last["width"]
+    assert last["fill"].intersects(QtCore.QRectF(0.0, 0.0, reload_x, 2.0))  # earlier decode runs off the top
+    assert last["above"].startswith("↑ up to ") and last["above"].endswith(" tok/s before")
+    assert float(last["above"].split()[3]) > 60.0  # how high it ran
+
+
+def test_the_scale_fits_the_whole_window_when_no_regime_is_squashed() -> None:
+    """A change to a regime about as fast (another context size) keeps one scale over both; so does a window with
+    nothing before the change."""
+    import numpy as np
+
+    from kvmon.gui.panels.speed_time import speed_scale
+
+    t = np.arange(10.0)
+    decode = np.array([60.0] * 5 + [45.0] * 5)
+    ceiling = np.array([100.0] * 5 + [80.0] * 5)
+    assert speed_scale(t, decode, ceiling, 5.0).top == 100.0 and not speed_scale(t, decode, ceiling, 5.0).cut
+    assert speed_scale(t, decode, ceiling, 0.0).top == 100.0
+    fell = speed_scale(t, np.array([72.0] * 5 + [7.0] * 5), np.array([120.0] * 5 + [11.0] * 5), 5.0)
+    assert (fell.top, fell.earlier_decode, fell.earlier_ceiling, fell.cut) == (11.0, 72.0, 120.0, True)
