@@ -284,14 +284,14 @@ class SpeedTimePanel(QtWidgets.QWidget):
         return max((e.t_wall for e in self.history.events if e.kind in kinds and e.t_wall > t0), default=None)
 
     def _place_above(self) -> None:
-        """Say how high decode ran before, where the earlier regime leaves the chart's top ("↑ up to 73.2 tok/s
-        before"; its ceiling, higher still, is on hover)."""
+        """Say that decode ran above the chart's top before, where the earlier regime leaves it ("↑ faster before,
+        above this scale"; how fast on hover: the header's one figure for "before" stays the only one on screen)."""
         sc = self.scale
         if not sc.cut or self._empty is not None:
             self.above.put(None)
             return
         peak = sc.earlier_decode if sc.earlier_decode is not None and sc.earlier_decode > sc.top else None
-        text = f"↑ up to {peak:.3g} tok/s before" if peak is not None else "↑ the ceiling ran higher before"
+        text = "↑ faster before, above this scale" if peak is not None else "↑ the ceiling ran higher before"
         if self.above.text() != text:
             self.above.setText(text)
             self.above.setToolTip("Before the newest reload or change in this window, far above this scale: decode up "
